@@ -1,0 +1,122 @@
+package csisupdv1
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// DefaultAddress is the agent's default gRPC address.
+const DefaultAddress = "127.0.0.1:4780"
+
+// ClientConfig configures Dial.
+type ClientConfig struct {
+	// Address is the agent's gRPC address: host:port, or unix:///path for a
+	// unix socket. Empty means DefaultAddress.
+	Address string
+	// TLS secures the connection when not nil. TLSFiles.ClientConfig builds
+	// one from PEM files.
+	TLS *tls.Config
+	// DialOptions are appended to the defaults.
+	DialOptions []grpc.DialOption
+}
+
+// Client is a connection to one csisupd agent with its service clients.
+// Errors from ClientCSI carry typed details: check them with IsRetryable,
+// IsIgnorable, IsPluginNotFound and ErrorDetail.
+type Client struct {
+	conn *grpc.ClientConn
+
+	// ClientCSI calls the controller service of the agent's plugins.
+	ClientCSI ClientCSIClient
+	// Agent reports the agent's plugins and events.
+	Agent AgentClient
+}
+
+// Dial creates a client for the agent at cfg.Address. It does not connect:
+// the first call does, and an unreachable agent fails that call with
+// Unavailable.
+func Dial(cfg ClientConfig) (*Client, error) {
+	addr := cfg.Address
+	if addr == "" {
+		addr = DefaultAddress
+	}
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.DialOptions...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("csisupd: agent address %q: %w", addr, err)
+	}
+	return &Client{
+		conn:      conn,
+		ClientCSI: NewClientCSIClient(conn),
+		Agent:     NewAgentClient(conn),
+	}, nil
+}
+
+// Conn returns the underlying connection, for other services or state
+// watching.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Close closes the connection. Pending calls fail with Canceled.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// TLSFiles names the PEM files of a TLS client.
+type TLSFiles struct {
+	// CAFile holds the certificates that sign the agent's certificate. Empty
+	// means the system's roots.
+	CAFile string
+	// CertFile and KeyFile hold the client's certificate and key, for agents
+	// that require client certificates. Set both or neither.
+	CertFile string
+	KeyFile  string
+	// ServerName overrides the name checked in the agent's certificate
+	// (default: the host of the dialed address).
+	ServerName string
+}
+
+// ClientConfig loads the files into a TLS client configuration. Errors name
+// the file that could not be used.
+func (f TLSFiles) ClientConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
+	if f.CAFile != "" {
+		pool, err := LoadCertPool(f.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case f.CertFile != "" && f.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("csisupd: tls cert_file %q / key_file %q: %w", f.CertFile, f.KeyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case f.CertFile != "" || f.KeyFile != "":
+		return nil, errors.New("csisupd: tls cert_file and key_file must be set together")
+	}
+	return cfg, nil
+}
+
+// LoadCertPool reads PEM certificates from file into a new pool.
+func LoadCertPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("csisupd: tls ca_file %q: %w", file, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("csisupd: tls ca_file %q: no PEM certificate found", file)
+	}
+	return pool, nil
+}

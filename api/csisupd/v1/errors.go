@@ -1,0 +1,116 @@
+package csisupdv1
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+)
+
+// IsRetryable reports whether err carries a Retryable detail: the same
+// request may succeed on another node, or on this node later.
+func IsRetryable(err error) bool {
+	_, ok := ErrorDetail[*Retryable](err)
+	return ok
+}
+
+// IsIgnorable reports whether err carries an Ignorable detail: the system is
+// already as the request wanted it, and the caller may treat the request as
+// done.
+func IsIgnorable(err error) bool {
+	_, ok := ErrorDetail[*Ignorable](err)
+	return ok
+}
+
+// IsPluginNotFound reports whether err carries a PluginNotFound detail: no
+// plugin with the requested id runs on the node that answered.
+func IsPluginNotFound(err error) bool {
+	_, ok := ErrorDetail[*PluginNotFound](err)
+	return ok
+}
+
+// ErrorDetail returns the first detail of type M in err's gRPC status. It
+// looks through wrapped errors.
+func ErrorDetail[M protoadapt.MessageV2](err error) (M, bool) {
+	var zero M
+	if err == nil {
+		return zero, false
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return zero, false
+	}
+	for _, d := range st.Details() {
+		if m, ok := d.(M); ok {
+			return m, true
+		}
+	}
+	return zero, false
+}
+
+// NewPluginNotFoundError returns a NotFound error with the PluginNotFound
+// and Retryable details. node names the agent that looked, and may be empty.
+func NewPluginNotFoundError(pluginID, node string) error {
+	msg := fmt.Sprintf("plugin %q is not registered", pluginID)
+	if node != "" {
+		msg = fmt.Sprintf("plugin %q is not registered on node %q", pluginID, node)
+	}
+	return withDetails(codes.NotFound, msg,
+		&PluginNotFound{PluginId: pluginID, Node: node},
+		&Retryable{Reason: "the plugin may run on another node"})
+}
+
+// NewPluginUnhealthyError returns an Unavailable error with the
+// PluginUnhealthy and Retryable details.
+func NewPluginUnhealthyError(pluginID, state, description string) error {
+	msg := fmt.Sprintf("plugin %q is %s", pluginID, state)
+	if description != "" {
+		msg += ": " + description
+	}
+	return withDetails(codes.Unavailable, msg,
+		&PluginUnhealthy{PluginId: pluginID, HealthState: state, HealthDescription: description},
+		&Retryable{Reason: "another instance of the plugin may be healthy, or this one may recover"})
+}
+
+// NewCapabilityMissingError returns a FailedPrecondition error with the
+// CapabilityMissing detail. It is not retryable.
+func NewCapabilityMissingError(pluginID, method, capability string) error {
+	msg := fmt.Sprintf("plugin %q does not advertise the %s capability that %s needs", pluginID, capability, method)
+	return withDetails(codes.FailedPrecondition, msg,
+		&CapabilityMissing{PluginId: pluginID, Method: method, Capability: capability})
+}
+
+// MarkIgnorable returns err with an Ignorable detail appended to its gRPC
+// status; code, message and the other details are kept. A nil err stays nil.
+func MarkIgnorable(err error, reason string) error {
+	return appendDetail(err, &Ignorable{Reason: reason})
+}
+
+// MarkRetryable returns err with a Retryable detail appended to its gRPC
+// status; code, message and the other details are kept. A nil err stays nil.
+func MarkRetryable(err error, reason string) error {
+	return appendDetail(err, &Retryable{Reason: reason})
+}
+
+func appendDetail(err error, d protoadapt.MessageV1) error {
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err)
+	withD, derr := st.WithDetails(d)
+	if derr != nil {
+		// Only an OK status refuses details, and err is not nil.
+		return err
+	}
+	return withD.Err()
+}
+
+func withDetails(c codes.Code, msg string, details ...protoadapt.MessageV1) error {
+	st, err := status.New(c, msg).WithDetails(details...)
+	if err != nil {
+		// WithDetails fails only for codes.OK, which is never used here.
+		return status.Error(c, msg)
+	}
+	return st.Err()
+}

@@ -1,0 +1,80 @@
+package csisupdv1
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestTypedErrors(t *testing.T) {
+	plain := status.Error(codes.NotFound, "volume not found")
+	tests := []struct {
+		name                                 string
+		err                                  error
+		code                                 codes.Code
+		retryable, ignorable, pluginNotFound bool
+	}{
+		{"nil", nil, codes.OK, false, false, false},
+		{"not a status", errors.New("plugin \"p\" is not registered"), codes.Unknown, false, false, false},
+		{"plain status", plain, codes.NotFound, false, false, false},
+		{"plugin not found", NewPluginNotFoundError("p", "n1"), codes.NotFound, true, false, true},
+		{"wrapped plugin not found", fmt.Errorf("calling node n1: %w", NewPluginNotFoundError("p", "")), codes.NotFound, true, false, true},
+		{"plugin unhealthy", NewPluginUnhealthyError("p", "unhealthy", "probe failed"), codes.Unavailable, true, false, false},
+		{"capability missing", NewCapabilityMissingError("p", "ControllerAttachVolume", "PUBLISH_UNPUBLISH_VOLUME"), codes.FailedPrecondition, false, false, false},
+		{"marked ignorable", MarkIgnorable(plain, "already gone"), codes.NotFound, false, true, false},
+		{"marked retryable", MarkRetryable(status.Error(codes.Aborted, "conflict"), "try again"), codes.Aborted, true, false, false},
+		{"marked twice", MarkRetryable(MarkIgnorable(plain, "gone"), "again"), codes.NotFound, true, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := status.Code(tt.err); got != tt.code {
+				t.Errorf("code = %s, want %s", got, tt.code)
+			}
+			if got := IsRetryable(tt.err); got != tt.retryable {
+				t.Errorf("IsRetryable = %t, want %t", got, tt.retryable)
+			}
+			if got := IsIgnorable(tt.err); got != tt.ignorable {
+				t.Errorf("IsIgnorable = %t, want %t", got, tt.ignorable)
+			}
+			if got := IsPluginNotFound(tt.err); got != tt.pluginNotFound {
+				t.Errorf("IsPluginNotFound = %t, want %t", got, tt.pluginNotFound)
+			}
+		})
+	}
+}
+
+func TestMarkKeepsStatus(t *testing.T) {
+	orig := NewCapabilityMissingError("p", "ControllerCreateVolume", "CREATE_DELETE_VOLUME")
+	marked := MarkIgnorable(orig, "why")
+	st, ost := status.Convert(marked), status.Convert(orig)
+	if st.Code() != ost.Code() || st.Message() != ost.Message() {
+		t.Errorf("marked = %s %q, want %s %q", st.Code(), st.Message(), ost.Code(), ost.Message())
+	}
+	d, ok := ErrorDetail[*CapabilityMissing](marked)
+	if !ok || d.GetCapability() != "CREATE_DELETE_VOLUME" || d.GetMethod() != "ControllerCreateVolume" {
+		t.Errorf("CapabilityMissing detail = %v after marking", d)
+	}
+	if got := MarkIgnorable(nil, "x"); got != nil {
+		t.Errorf("MarkIgnorable(nil) = %v", got)
+	}
+}
+
+func TestErrorMessages(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{NewPluginNotFoundError("p1", "node-a"), `plugin "p1" is not registered on node "node-a"`},
+		{NewPluginNotFoundError("p1", ""), `plugin "p1" is not registered`},
+		{NewPluginUnhealthyError("p1", "unhealthy", "probe: connection refused"), `plugin "p1" is unhealthy: probe: connection refused`},
+		{NewCapabilityMissingError("p1", "ControllerExpandVolume", "EXPAND_VOLUME"), `plugin "p1" does not advertise the EXPAND_VOLUME capability that ControllerExpandVolume needs`},
+	}
+	for _, tt := range tests {
+		if got := status.Convert(tt.err).Message(); got != tt.want {
+			t.Errorf("message = %q, want %q", got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/csisupd/csisupd/internal/agent"
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/testplugin"
+)
+
+func newAgentCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the csisupd daemon",
+		Long: "Run the csisupd daemon. Configuration comes from HCL files (--config, repeatable; a\n" +
+			"directory loads its *.hcl files in order), then the environment, then flags.\n" +
+			"SIGHUP reloads the log level, probe and Consul settings; SIGINT/SIGTERM stop gracefully.",
+		Args: rangeArgs(0, 0),
+	}
+	flags := config.RegisterFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runAgent(cmd.Context(), flags)
+	}
+	return cmd
+}
+
+func runAgent(parent context.Context, flags *config.Flags) error {
+	load := func() (*config.Config, error) { return config.Load(config.LoadInput{Files: flags.ConfigPaths(), Flags: flags}) }
+	cfg, err := load()
+	if err != nil {
+		return err
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "csisupd",
+		Level:      hclog.LevelFromString(cfg.LogLevel),
+		JSONFormat: cfg.LogJSON,
+		Output:     os.Stderr,
+	})
+
+	a, err := agent.New(agent.Config{Config: cfg, Version: version, Logger: logger})
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if cfg.Dev {
+		// The demo plugin logs every call at debug level; keep it at info so
+		// the dev agent's own debug lines stay readable.
+		demoLog := hclog.New(&hclog.LoggerOptions{
+			Name: "csisupd.demo-plugin", Level: hclog.Info, JSONFormat: cfg.LogJSON, Output: os.Stderr,
+		})
+		demo, err := startDemoPlugin(a, cfg.Name, demoLog)
+		if err != nil {
+			return err
+		}
+		defer demo.Stop()
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				next, err := load()
+				if err != nil {
+					logger.Error("reload failed; keeping the running configuration", "error", err)
+					continue
+				}
+				if err := a.Reload(next); err != nil {
+					logger.Error("reload incomplete", "error", err)
+				}
+			}
+		}
+	}()
+
+	return a.Run(ctx)
+}
+
+// startDemoPlugin serves the built-in test plugin in the dev agent's plugin
+// directory, so `agent --dev` shows the whole system with one command.
+func startDemoPlugin(a *agent.Agent, nodeName string, log hclog.Logger) (*testplugin.Plugin, error) {
+	dir := filepath.Join(a.PluginDir(), "demo")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("demo plugin: %w", err)
+	}
+	p, err := testplugin.New(testplugin.Config{
+		Socket:   filepath.Join(dir, "csi.sock"),
+		StateDir: filepath.Join(a.DataDir(), "demo-plugin-state"),
+		Type:     "monolith",
+		NodeID:   nodeName,
+		Topology: map[string]string{"topology.csisupd.io/node": nodeName},
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("demo plugin: %w", err)
+	}
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("demo plugin: %w", err)
+	}
+	log.Info("demo plugin serving", "socket", filepath.Join(dir, "csi.sock"))
+	return p, nil
+}

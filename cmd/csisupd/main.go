@@ -1,0 +1,49 @@
+// Command csisupd is the CSI plugin supervisor: the `agent` daemon and the
+// commands that talk to it.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Set at build time with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "0.1.0-dev"
+	commit  = "unknown"
+)
+
+// Exit codes of the external contract.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	root := newRootCommand()
+	root.SetArgs(args)
+	err := root.Execute()
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, new(usageError)):
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		fmt.Fprintln(os.Stderr, "Run 'csisupd --help' for usage.")
+		return exitUsage
+	default:
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		return exitError
+	}
+}
+
+// usageError marks errors in how the command was called (exit code 2).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }

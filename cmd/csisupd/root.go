@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// DefaultAddress is the agent address client commands use without
+// --address or CSISUPD_ADDR.
+const DefaultAddress = "127.0.0.1:4780"
+
+// clientOptions are the global flags of commands that talk to an agent.
+type clientOptions struct {
+	address    string
+	json       bool
+	caFile     string
+	certFile   string
+	keyFile    string
+	serverName string
+	timeout    time.Duration
+}
+
+func newRootCommand() *cobra.Command {
+	opts := &clientOptions{}
+	root := &cobra.Command{
+		Use:           "csisupd",
+		Short:         "csisupd supervises the CSI plugins of a node",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	addr := os.Getenv("CSISUPD_ADDR")
+	if addr == "" {
+		addr = DefaultAddress
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&opts.address, "address", addr, "agent gRPC address (env CSISUPD_ADDR)")
+	pf.BoolVar(&opts.json, "json", false, "print JSON")
+	pf.StringVar(&opts.caFile, "ca-file", "", "CA certificate to verify the agent (enables TLS)")
+	pf.StringVar(&opts.certFile, "client-cert", "", "client certificate for mutual TLS")
+	pf.StringVar(&opts.keyFile, "client-key", "", "client key for mutual TLS")
+	pf.StringVar(&opts.serverName, "tls-server-name", "", "server name to verify in the agent's certificate")
+	pf.DurationVar(&opts.timeout, "timeout", 10*time.Second, "timeout of one request")
+
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newAgentCommand(),
+		newStatusCommand(opts),
+		newEventsCommand(opts),
+		newVersionCommand(opts),
+	)
+	return root
+}
+
+// rangeArgs is cobra.RangeArgs with usage errors.
+func rangeArgs(min, max int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.RangeArgs(min, max)(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// dial connects to the agent named by the global flags.
+func (o *clientOptions) dial() (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if o.caFile != "" || o.certFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.serverName}
+		if o.caFile != "" {
+			pem, err := os.ReadFile(o.caFile)
+			if err != nil {
+				return nil, fmt.Errorf("--ca-file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--ca-file %s: no certificate found", o.caFile)
+			}
+			tc.RootCAs = pool
+		}
+		if o.certFile != "" || o.keyFile != "" {
+			cert, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("--client-cert/--client-key: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	conn, err := grpc.NewClient(o.address, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("agent address %q: %w", o.address, err)
+	}
+	return conn, nil
+}
+
+// requestContext bounds one request by --timeout.
+func (o *clientOptions) requestContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, o.timeout)
+}
+
+// jsonLine writes v as one line of JSON.
+func jsonLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+func newStatusCommand(opts *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the agent and the plugins it supervises",
+		Args:  rangeArgs(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			conn, err := opts.dial()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			ctx, cancel := opts.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := csisupdv1.NewAgentClient(conn).Status(ctx, &csisupdv1.StatusRequest{})
+			if err != nil {
+				return agentError(opts.address, err)
+			}
+			if opts.json {
+				return printJSON(cmd.OutOrStdout(), statusToJSON(resp))
+			}
+			return printStatus(cmd.OutOrStdout(), resp)
+		},
+	}
+}
+
+// agentError makes an RPC failure say which agent could not answer.
+func agentError(addr string, err error) error {
+	if status.Code(err) == codes.Unavailable {
+		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s",
+			addr, status.Convert(err).Message())
+	}
+	return fmt.Errorf("agent at %s: %s", addr, status.Convert(err).Message())
+}
+
+// statusJSON is the `status --json` document (DESIGN.md section 6).
+type statusJSON struct {
+	Name      string        `json:"name"`
+	Version   string        `json:"version"`
+	StartedAt string        `json:"started_at"`
+	PluginDir string        `json:"plugin_dir"`
+	Plugins   []pluginJSON  `json:"plugins"`
+	Ignored   []ignoredJSON `json:"ignored"`
+}
+
+type pluginJSON struct {
+	ID                     string            `json:"id"`
+	Type                   string            `json:"type"`
+	Healthy                bool              `json:"healthy"`
+	HealthState            string            `json:"health_state"`
+	HealthDescription      string            `json:"health_description"`
+	Socket                 string            `json:"socket"`
+	VendorName             string            `json:"vendor_name"`
+	VendorVersion          string            `json:"vendor_version"`
+	Manifest               map[string]string `json:"manifest"`
+	NodeID                 string            `json:"node_id"`
+	MaxVolumes             int64             `json:"max_volumes"`
+	AccessibleTopology     map[string]string `json:"accessible_topology"`
+	PluginCapabilities     []string          `json:"plugin_capabilities"`
+	ControllerCapabilities []string          `json:"controller_capabilities"`
+	NodeCapabilities       []string          `json:"node_capabilities"`
+	LastProbe              *string           `json:"last_probe"`
+	RegisteredAt           string            `json:"registered_at"`
+	HealthSince            string            `json:"health_since"`
+}
+
+type ignoredJSON struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+func statusToJSON(r *csisupdv1.StatusResponse) statusJSON {
+	out := statusJSON{
+		Name:      r.GetName(),
+		Version:   r.GetVersion(),
+		StartedAt: formatTime(r.GetStartedAt()),
+		PluginDir: r.GetPluginDir(),
+		Plugins:   []pluginJSON{},
+		Ignored:   []ignoredJSON{},
+	}
+	for _, p := range r.GetPlugins() {
+		out.Plugins = append(out.Plugins, pluginToJSON(p))
+	}
+	for _, ig := range r.GetIgnored() {
+		out.Ignored = append(out.Ignored, ignoredJSON{Path: ig.GetPath(), Reason: ig.GetReason()})
+	}
+	return out
+}
+
+func pluginToJSON(p *csisupdv1.Plugin) pluginJSON {
+	j := pluginJSON{
+		ID:                     p.GetId(),
+		Type:                   p.GetType(),
+		Healthy:                p.GetHealthy(),
+		HealthState:            p.GetHealthState(),
+		HealthDescription:      p.GetHealthDescription(),
+		Socket:                 p.GetSocket(),
+		VendorName:             p.GetVendorName(),
+		VendorVersion:          p.GetVendorVersion(),
+		Manifest:               nonNilMap(p.GetManifest()),
+		NodeID:                 p.GetNodeId(),
+		MaxVolumes:             p.GetMaxVolumes(),
+		AccessibleTopology:     nonNilMap(p.GetAccessibleTopology()),
+		PluginCapabilities:     nonNilSlice(p.GetPluginCapabilities()),
+		ControllerCapabilities: nonNilSlice(p.GetControllerCapabilities()),
+		NodeCapabilities:       nonNilSlice(p.GetNodeCapabilities()),
+		RegisteredAt:           formatTime(p.GetRegisteredAt()),
+		HealthSince:            formatTime(p.GetHealthSince()),
+	}
+	if p.GetLastProbe() != nil {
+		s := formatTime(p.GetLastProbe())
+		j.LastProbe = &s
+	}
+	return j
+}
+
+func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
+	healthy := 0
+	for _, p := range r.GetPlugins() {
+		if p.GetHealthy() {
+			healthy++
+		}
+	}
+	fmt.Fprintf(w, "Agent:      %s (csisupd %s)\n", r.GetName(), r.GetVersion())
+	if st := r.GetStartedAt(); st != nil {
+		fmt.Fprintf(w, "Up:         %s\n", time.Since(st.AsTime()).Round(time.Second))
+	}
+	fmt.Fprintf(w, "Plugin dir: %s\n", r.GetPluginDir())
+	fmt.Fprintf(w, "Plugins:    %d (%d healthy)\n", len(r.GetPlugins()), healthy)
+	if len(r.GetPlugins()) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTYPE\tHEALTH\tVENDOR\tVERSION\tNODE ID\tLAST PROBE\tDESCRIPTION")
+		for _, p := range r.GetPlugins() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), p.GetType(), p.GetHealthState(),
+				dash(p.GetVendorName()), dash(p.GetVendorVersion()), dash(p.GetNodeId()),
+				ago(p.GetLastProbe()), p.GetHealthDescription())
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.GetIgnored()) > 0 {
+		fmt.Fprintln(w, "\nIgnored entries in the plugin directory:")
+		ignored := append([]*csisupdv1.IgnoredEntry(nil), r.GetIgnored()...)
+		sort.Slice(ignored, func(i, j int) bool { return ignored[i].GetPath() < ignored[j].GetPath() })
+		for _, ig := range ignored {
+			fmt.Fprintf(w, "  %s: %s\n", ig.GetPath(), ig.GetReason())
+		}
+	}
+	return nil
+}
+
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339Nano)
+}
+
+func ago(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "never"
+	}
+	d := time.Since(ts.AsTime())
+	if d < time.Second {
+		return "just now"
+	}
+	return d.Round(time.Second).String() + " ago"
+}
+
+func dash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func nonNilSlice(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,43 @@
+# Example configuration of a csisupd node agent. Copy to /etc/csisupd.d/agent.hcl.
+# Every key is optional; the values shown are the defaults unless marked.
+
+name      = "node-1"              # default: the host name
+data_dir  = "/var/lib/csisupd"
+bind_addr = "0.0.0.0"             # default 127.0.0.1; servers must reach ClientCSI on this node
+log_level = "info"                # trace, debug, info, warn, error
+log_json  = false
+
+ports {
+  rpc  = 4780                     # all gRPC APIs (Agent, ClientCSI, Control, health, reflection)
+  http = 4782                     # /v1/health and /metrics
+  raft = 4781                     # servers only
+}
+
+client {
+  enabled              = true
+  plugin_dir           = "/var/lib/csisupd/plugins"  # <plugin_dir>/<id>/csi.sock or <plugin_dir>/<id>.sock
+  probe_interval       = "5s"
+  probe_timeout        = "3s"
+  fingerprint_interval = "60s"
+  deregister_grace     = "10s"
+  rescan_interval      = "30s"
+  rpc_timeout          = "2m"     # ClientCSI calls that carry no deadline
+  max_destructive_in_flight = 1
+  servers              = ["10.0.0.11:4780", "10.0.0.12:4780", "10.0.0.13:4780"]  # example
+}
+
+consul {
+  enabled              = true
+  # address and token default to CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN(_FILE).
+  service_name         = "csisupd"
+  plugin_service_name  = "csi-plugin-{{id}}"
+  tags                 = []
+  enable_tag_override  = false
+  deregister_on_shutdown = true
+}
+
+# tls {
+#   ca_file   = "/etc/csisupd.d/ca.pem"
+#   cert_file = "/etc/csisupd.d/agent.pem"
+#   key_file  = "/etc/csisupd.d/agent-key.pem"
+# }

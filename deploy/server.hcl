@@ -1,0 +1,6 @@
+# Example of the extra configuration of one of three servers.
+server {
+  enabled          = true
+  bootstrap_expect = 3
+  retry_join       = ["10.0.0.11:4780", "10.0.0.12:4780", "10.0.0.13:4780"]
+}

@@ -1,0 +1,404 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/consulsync"
+	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/rpc"
+)
+
+// ShutdownTimeout bounds the graceful part of a stop; the agent must exit
+// within 5 s of SIGTERM.
+const ShutdownTimeout = 4 * time.Second
+
+// Config is what New needs.
+type Config struct {
+	// Config is the validated agent configuration. Required.
+	Config *config.Config
+	// Version is printed by status and registered in Consul.
+	Version string
+	// Logger is the root logger. Its level follows Config.LogLevel and is
+	// changed on Reload. Optional.
+	Logger hclog.Logger
+	// RPCListener and HTTPListener, when set, replace the listeners New would
+	// open from the configured ports (tests pass ":0" listeners).
+	RPCListener  net.Listener
+	HTTPListener net.Listener
+}
+
+// Agent is one running csisupd daemon.
+type Agent struct {
+	cfg       *config.Config
+	log       hclog.Logger
+	version   string
+	startedAt time.Time
+	tempDir   string // dev mode: removed at shutdown
+
+	rpcLn    net.Listener
+	httpLn   net.Listener
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	manager  *registry.Manager
+	consul   *consulsync.Syncer
+	ready    chan struct{}
+	mu       sync.Mutex // guards cfg on Reload
+	stopOnce sync.Once
+}
+
+// New validates what it needs, creates directories and opens listeners, but
+// starts nothing: when New fails, nothing runs and nothing is left open.
+func New(c Config) (a *Agent, err error) {
+	if c.Config == nil {
+		return nil, errors.New("agent: Config is required")
+	}
+	cfg := *c.Config
+	log := c.Logger
+	if log == nil {
+		log = hclog.New(&hclog.LoggerOptions{Name: "csisupd"})
+	}
+	log.SetLevel(hclog.LevelFromString(cfg.LogLevel))
+
+	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), ready: make(chan struct{})}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
+	if err := a.prepareDirs(); err != nil {
+		return nil, err
+	}
+	if a.tempDir != "" {
+		closers = append(closers, func() { _ = os.RemoveAll(a.tempDir) })
+	}
+
+	a.rpcLn = c.RPCListener
+	if a.rpcLn == nil {
+		if a.rpcLn, err = listen("ports.rpc", cfg.BindAddr, cfg.Ports.RPC); err != nil {
+			return nil, err
+		}
+	}
+	closers = append(closers, func() { _ = a.rpcLn.Close() })
+	a.httpLn = c.HTTPListener
+	if a.httpLn == nil {
+		if a.httpLn, err = listen("ports.http", cfg.BindAddr, cfg.Ports.HTTP); err != nil {
+			return nil, err
+		}
+	}
+	closers = append(closers, func() { _ = a.httpLn.Close() })
+
+	var opts []grpc.ServerOption
+	if cfg.TLS.Enabled() {
+		creds, err := serverTLS(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	a.grpc = grpc.NewServer(opts...)
+	a.health = health.NewServer()
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(a.grpc, a.health)
+	reflection.Register(a.grpc)
+
+	a.manager, err = registry.NewManager(registry.ManagerConfig{
+		PluginDir:           cfg.Client.PluginDir,
+		DataDir:             cfg.DataDir,
+		ProbeInterval:       cfg.Client.ProbeInterval,
+		ProbeTimeout:        cfg.Client.ProbeTimeout,
+		FingerprintInterval: cfg.Client.FingerprintInterval,
+		DeregisterGrace:     cfg.Client.DeregisterGrace,
+		RescanInterval:      cfg.Client.RescanInterval,
+		Logger:              log.Named("registry"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: plugin registry: %w", err)
+	}
+	rpc.NewAgentService(rpc.AgentServiceConfig{
+		Registry:  a.manager.Registry(),
+		Name:      cfg.Name,
+		Version:   c.Version,
+		PluginDir: cfg.Client.PluginDir,
+		StartedAt: a.startedAt,
+		Logger:    log.Named("rpc"),
+	}).Register(a.grpc)
+
+	clientCSI, err := rpc.NewClientCSI(rpc.ClientCSIConfig{
+		Plugins:                a.manager,
+		NodeName:               cfg.Name,
+		RPCTimeout:             cfg.Client.RPCTimeout,
+		MaxDestructiveInFlight: cfg.Client.MaxDestructiveInFlight,
+		Logger:                 log.Named("clientcsi"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: ClientCSI: %w", err)
+	}
+	clientCSI.Register(a.grpc)
+
+	if cfg.Consul.Enabled {
+		a.consul, err = consulsync.New(a.consulConfig(&cfg))
+		if err != nil {
+			return nil, fmt.Errorf("agent: consul: %w", err)
+		}
+	}
+
+	a.http = &http.Server{
+		Handler:           newHTTPHandler(a.manager.Registry(), a.ready),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("configuration", "warning", w)
+	}
+	return a, nil
+}
+
+// RPCAddr is the address the gRPC APIs listen on.
+func (a *Agent) RPCAddr() net.Addr { return a.rpcLn.Addr() }
+
+// HTTPAddr is the address of /v1/health and /metrics.
+func (a *Agent) HTTPAddr() net.Addr { return a.httpLn.Addr() }
+
+// PluginDir is the watched plugin directory (a temporary one in dev mode).
+func (a *Agent) PluginDir() string { return a.cfg.Client.PluginDir }
+
+// DataDir is the agent's data directory (a temporary one in dev mode).
+func (a *Agent) DataDir() string { return a.cfg.DataDir }
+
+// Registry is the node's plugin registry.
+func (a *Agent) Registry() *registry.Registry { return a.manager.Registry() }
+
+// Ready is closed once the agent serves and its first directory scan is
+// reconciled.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Run serves until ctx ends, then stops gracefully. It returns the first
+// error of a component that failed on its own.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+
+	run("plugin registry", func() error { return a.manager.Run(ctx) })
+	run("grpc server", func() error {
+		if err := a.grpc.Serve(a.rpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	})
+	run("http server", func() error {
+		if err := a.http.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	if a.consul != nil {
+		run("consul sync", func() error { return a.consul.Run(ctx) })
+	}
+
+	select {
+	case <-a.manager.Ready():
+		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		close(a.ready)
+		a.log.Info("agent serving", "name", a.cfg.Name, "rpc", a.RPCAddr().String(),
+			"http", a.HTTPAddr().String(), "plugin_dir", a.cfg.Client.PluginDir, "data_dir", a.cfg.DataDir)
+		notify(a.log, daemon.SdNotifyReady)
+	case <-ctx.Done():
+	}
+
+	<-ctx.Done()
+	notify(a.log, daemon.SdNotifyStopping)
+	a.log.Info("agent stopping")
+	a.health.Shutdown()
+	a.stopServers()
+	wg.Wait()
+	if a.tempDir != "" {
+		_ = os.RemoveAll(a.tempDir)
+	}
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	if err := errors.Join(all...); err != nil {
+		a.log.Error("agent stopped with errors", "error", err)
+		return err
+	}
+	a.log.Info("agent stopped")
+	return nil
+}
+
+// stopServers stops the gRPC and HTTP servers, gracefully first.
+func (a *Agent) stopServers() {
+	a.stopOnce.Do(func() {
+		done := make(chan struct{})
+		go func() {
+			a.grpc.GracefulStop()
+			close(done)
+		}()
+		timer := time.NewTimer(ShutdownTimeout / 2)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+			a.grpc.Stop() // long streams such as WatchEvents end here
+			<-done
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout/2)
+		defer cancel()
+		_ = a.http.Shutdown(sctx)
+	})
+}
+
+// Reload applies the parts of a new configuration that can change while
+// running: log level, probe settings and Consul settings. Other changes are
+// logged as needing a restart.
+func (a *Agent) Reload(next *config.Config) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev := a.cfg
+	keep := *next
+	// Directories chosen at start (dev mode) stay.
+	keep.DataDir, keep.Client.PluginDir = prev.DataDir, prev.Client.PluginDir
+
+	a.log.SetLevel(hclog.LevelFromString(keep.LogLevel))
+	var errs []error
+	c := keep.Client
+	if err := a.manager.SetTiming(c.ProbeInterval, c.ProbeTimeout, c.FingerprintInterval); err != nil {
+		errs = append(errs, fmt.Errorf("reload probe settings: %w", err))
+	}
+	if a.consul != nil {
+		if err := a.consul.Reload(a.consulConfig(&keep)); err != nil {
+			errs = append(errs, fmt.Errorf("reload consul settings: %w", err))
+		}
+	}
+	if prev.BindAddr != keep.BindAddr || prev.Ports != keep.Ports || prev.Consul.Enabled != keep.Consul.Enabled {
+		a.log.Warn("reload: bind address, ports and consul.enabled take effect only after a restart")
+	}
+	a.cfg = &keep
+	a.log.Info("configuration reloaded", "log_level", keep.LogLevel,
+		"probe_interval", c.ProbeInterval, "probe_timeout", c.ProbeTimeout)
+	return errors.Join(errs...)
+}
+
+func (a *Agent) consulConfig(cfg *config.Config) consulsync.Config {
+	port := cfg.Ports.RPC
+	if tcp, ok := a.rpcLn.Addr().(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	return consulsync.Config{
+		Registry:             a.manager.Registry(),
+		Address:              cfg.Consul.Address,
+		Token:                string(cfg.Consul.Token),
+		ServiceName:          cfg.Consul.ServiceName,
+		PluginServiceName:    cfg.Consul.PluginServiceName,
+		Tags:                 cfg.Consul.Tags,
+		EnableTagOverride:    cfg.Consul.EnableTagOverride,
+		DeregisterOnShutdown: cfg.Consul.DeregisterOnShutdown,
+		SyncInterval:         cfg.Consul.SyncInterval,
+		NodeName:             cfg.Name,
+		ServiceAddress:       cfg.AdvertiseAddr,
+		ServicePort:          port,
+		GRPCCheckTLS:         cfg.TLS.Enabled(),
+		Logger:               a.log.Named("consul"),
+	}
+}
+
+// prepareDirs creates the data and plugin directories; in dev mode they are
+// temporary.
+func (a *Agent) prepareDirs() error {
+	cfg := a.cfg
+	if cfg.Dev && cfg.DataDir == "" {
+		dir, err := os.MkdirTemp("", "csisupd-dev-")
+		if err != nil {
+			return fmt.Errorf("agent: dev data dir: %w", err)
+		}
+		a.tempDir = dir
+		cfg.DataDir = dir
+	}
+	if cfg.Dev && cfg.Client.PluginDir == "" {
+		cfg.Client.PluginDir = filepath.Join(cfg.DataDir, "plugins")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("agent: data_dir %q: %w", cfg.DataDir, err)
+	}
+	if cfg.Client.Enabled {
+		if err := os.MkdirAll(cfg.Client.PluginDir, 0o755); err != nil {
+			return fmt.Errorf("agent: client.plugin_dir %q: %w", cfg.Client.PluginDir, err)
+		}
+	}
+	return nil
+}
+
+func listen(key, host string, port int) (net.Listener, error) {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %s: listen on %s: %w", key, addr, err)
+	}
+	return ln, nil
+}
+
+func serverTLS(t config.TLSConfig) (credentials.TransportCredentials, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("agent: tls.cert_file/tls.key_file: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("agent: tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("agent: tls.ca_file %q: no certificate found", t.CAFile)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(tc), nil
+}
+
+// notify tells systemd about a state change when running under it.
+func notify(log hclog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Debug("sd_notify failed", "error", err)
+	}
+}

@@ -1,0 +1,332 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Default values of the agent configuration.
+const (
+	DefaultDataDir   = "/var/lib/csisupd"
+	DefaultPluginDir = DefaultDataDir + "/plugins"
+	DefaultBindAddr  = "127.0.0.1"
+	DefaultLogLevel  = "info"
+
+	DefaultRPCPort  = 4780
+	DefaultRaftPort = 4781
+	DefaultHTTPPort = 4782
+
+	DefaultProbeInterval          = 5 * time.Second
+	DefaultProbeTimeout           = 3 * time.Second
+	DefaultFingerprintInterval    = 60 * time.Second
+	DefaultDeregisterGrace        = 10 * time.Second
+	DefaultRescanInterval         = 30 * time.Second
+	DefaultRPCTimeout             = 2 * time.Minute
+	DefaultMaxDestructiveInFlight = 1
+
+	DefaultRaftMultiplier = 1
+
+	DefaultConsulServiceName       = "csisupd"
+	DefaultConsulPluginServiceName = "csi-plugin-" + PluginIDPlaceholder
+	DefaultConsulSyncInterval      = 30 * time.Second
+)
+
+// PluginIDPlaceholder is replaced by the plugin ID in
+// ConsulConfig.PluginServiceName.
+const PluginIDPlaceholder = "{{id}}"
+
+// Config is the complete, validated configuration of one agent.
+type Config struct {
+	// Name identifies this node. Default: the host name.
+	Name string
+	// DataDir holds the agent's persistent state. It is absolute, or empty
+	// in dev mode (the agent then creates a temporary directory).
+	DataDir string
+	// BindAddr is the IP address the agent listens on.
+	BindAddr string
+	// AdvertiseAddr is the IP address other nodes use to reach this agent.
+	AdvertiseAddr string
+	// LogLevel is one of trace, debug, info, warn, error.
+	LogLevel string
+	// LogJSON selects JSON log lines.
+	LogJSON bool
+
+	Ports  Ports
+	Client ClientConfig
+	Server ServerConfig
+	Consul ConsulConfig
+	TLS    TLSConfig
+
+	// Dev is true when the agent runs in dev mode (--dev).
+	Dev bool
+	// Warnings are problems that do not stop the agent; log them at start.
+	Warnings []string
+	// Sources lists what the configuration was loaded from, in order:
+	// config file paths, then "env NAME" and "flag --name" entries.
+	Sources []string
+
+	// origins maps a key such as "client.plugin_dir" to where its value
+	// was set ("agent.hcl:7", "env CSISUPD_PLUGIN_DIR", "flag --plugin-dir").
+	// Keys left at their default have no entry.
+	origins map[string]string
+}
+
+// Ports are the TCP ports the agent listens on.
+type Ports struct {
+	// RPC serves every gRPC API.
+	RPC int
+	// HTTP serves /v1/health and /metrics.
+	HTTP int
+	// Raft carries raft traffic between servers.
+	Raft int
+}
+
+// ClientConfig configures the client role: plugin discovery and supervision.
+type ClientConfig struct {
+	// Enabled turns the client role on.
+	Enabled bool
+	// PluginDir is the directory watched for plugin sockets. Empty only in
+	// dev mode (the agent then creates a temporary directory).
+	PluginDir string
+	// ProbeInterval is the time between two health probes of a plugin.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe; it never exceeds ProbeInterval.
+	ProbeTimeout time.Duration
+	// FingerprintInterval is the time between two fingerprints of a plugin.
+	FingerprintInterval time.Duration
+	// DeregisterGrace is how long a socket may be gone before its plugin is
+	// deregistered.
+	DeregisterGrace time.Duration
+	// RescanInterval is the time between periodic rescans of PluginDir, a
+	// backstop for missed file system events.
+	RescanInterval time.Duration
+	// RPCTimeout is the deadline of ClientCSI calls that arrive without one.
+	RPCTimeout time.Duration
+	// MaxDestructiveInFlight limits concurrent destructive controller RPCs
+	// per plugin.
+	MaxDestructiveInFlight int
+	// Servers are the gRPC addresses (host:port) of the servers.
+	Servers []string
+}
+
+// ServerConfig configures the server role: the raft cluster.
+type ServerConfig struct {
+	// Enabled turns the server role on.
+	Enabled bool
+	// BootstrapExpect is the number of servers that form the cluster.
+	// Required (>= 1) when Enabled.
+	BootstrapExpect int
+	// RetryJoin are gRPC addresses (host:port) of other servers to join.
+	RetryJoin []string
+	// RaftMultiplier scales raft timeouts, from 1 (fastest) to 10.
+	RaftMultiplier int
+}
+
+// ConsulConfig configures the registration of the agent and its plugins in
+// Consul.
+type ConsulConfig struct {
+	// Enabled turns Consul registration on.
+	Enabled bool
+	// Address of the Consul agent. Empty means the consul/api default
+	// (CONSUL_HTTP_ADDR or 127.0.0.1:8500).
+	Address string
+	// Token is the ACL token. Empty means the consul/api default
+	// (CONSUL_HTTP_TOKEN or CONSUL_HTTP_TOKEN_FILE). Never printed.
+	Token Secret
+	// ServiceName is the Consul service of the agent itself.
+	ServiceName string
+	// PluginServiceName is the service name template of plugins; it
+	// contains PluginIDPlaceholder. See Config.PluginServiceName.
+	PluginServiceName string
+	// Tags are added to every service.
+	Tags []string
+	// EnableTagOverride lets tags changed in Consul's catalog survive
+	// periodic re-syncs.
+	EnableTagOverride bool
+	// DeregisterOnShutdown removes the services when the agent stops.
+	DeregisterOnShutdown bool
+	// SyncInterval is the time between two anti-entropy syncs.
+	SyncInterval time.Duration
+}
+
+// TLSConfig configures TLS of the gRPC APIs. All fields are file paths.
+type TLSConfig struct {
+	CAFile   string
+	CertFile string
+	KeyFile  string
+}
+
+// Enabled reports whether a certificate and key are configured.
+func (t TLSConfig) Enabled() bool {
+	return t.CertFile != "" && t.KeyFile != ""
+}
+
+// Secret is a string that is never printed: fmt verbs and text or JSON
+// encoding show "[redacted]" instead. Use string(s) to read the value.
+type Secret string
+
+const redacted = "[redacted]"
+
+// String returns "[redacted]", or "" for an empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString returns the redacted form for %#v.
+func (s Secret) GoString() string {
+	return strconv.Quote(s.String())
+}
+
+// MarshalText returns the redacted form, so encoders never see the value.
+func (s Secret) MarshalText() ([]byte, error) {
+	return []byte(s.String()), nil
+}
+
+// Default returns the default configuration: a client-only agent with
+// Consul registration. Name is the host name, or empty when it cannot be
+// read.
+func Default() Config {
+	name, _ := os.Hostname()
+	return Config{
+		Name:          name,
+		DataDir:       DefaultDataDir,
+		BindAddr:      DefaultBindAddr,
+		AdvertiseAddr: DefaultBindAddr,
+		LogLevel:      DefaultLogLevel,
+		Ports: Ports{
+			RPC:  DefaultRPCPort,
+			HTTP: DefaultHTTPPort,
+			Raft: DefaultRaftPort,
+		},
+		Client: ClientConfig{
+			Enabled:                true,
+			PluginDir:              DefaultPluginDir,
+			ProbeInterval:          DefaultProbeInterval,
+			ProbeTimeout:           DefaultProbeTimeout,
+			FingerprintInterval:    DefaultFingerprintInterval,
+			DeregisterGrace:        DefaultDeregisterGrace,
+			RescanInterval:         DefaultRescanInterval,
+			RPCTimeout:             DefaultRPCTimeout,
+			MaxDestructiveInFlight: DefaultMaxDestructiveInFlight,
+		},
+		Server: ServerConfig{
+			RaftMultiplier: DefaultRaftMultiplier,
+		},
+		Consul: ConsulConfig{
+			Enabled:              true,
+			ServiceName:          DefaultConsulServiceName,
+			PluginServiceName:    DefaultConsulPluginServiceName,
+			DeregisterOnShutdown: true,
+			SyncInterval:         DefaultConsulSyncInterval,
+		},
+	}
+}
+
+// PluginServiceName returns the Consul service name of plugin id.
+func (c *Config) PluginServiceName(id string) string {
+	return strings.ReplaceAll(c.Consul.PluginServiceName, PluginIDPlaceholder, id)
+}
+
+// Origin returns where the value of key (for example "client.plugin_dir")
+// was set: "FILE:LINE", "env NAME" or "flag --name". It returns "" for a
+// value left at its default.
+func (c *Config) Origin(key string) string {
+	return c.origins[key]
+}
+
+// setOrigin records where key was set.
+func (c *Config) setOrigin(key, origin string) {
+	if c.origins == nil {
+		c.origins = make(map[string]string)
+	}
+	c.origins[key] = origin
+}
+
+// String renders the configuration in HCL syntax with the Consul token
+// redacted. Dev mode shows as a comment; warnings and sources are left out.
+func (c Config) String() string {
+	var b strings.Builder
+	if c.Dev {
+		b.WriteString("# dev mode\n")
+	}
+	w := func(indent, key string, v any) {
+		fmt.Fprintf(&b, "%s%s = %s\n", indent, key, hclValue(v))
+	}
+	w("", "name", c.Name)
+	w("", "data_dir", c.DataDir)
+	w("", "bind_addr", c.BindAddr)
+	w("", "advertise_addr", c.AdvertiseAddr)
+	w("", "log_level", c.LogLevel)
+	w("", "log_json", c.LogJSON)
+	const in = "  "
+	b.WriteString("ports {\n")
+	w(in, "rpc", c.Ports.RPC)
+	w(in, "http", c.Ports.HTTP)
+	w(in, "raft", c.Ports.Raft)
+	b.WriteString("}\nclient {\n")
+	w(in, "enabled", c.Client.Enabled)
+	w(in, "plugin_dir", c.Client.PluginDir)
+	w(in, "probe_interval", c.Client.ProbeInterval)
+	w(in, "probe_timeout", c.Client.ProbeTimeout)
+	w(in, "fingerprint_interval", c.Client.FingerprintInterval)
+	w(in, "deregister_grace", c.Client.DeregisterGrace)
+	w(in, "rescan_interval", c.Client.RescanInterval)
+	w(in, "rpc_timeout", c.Client.RPCTimeout)
+	w(in, "max_destructive_in_flight", c.Client.MaxDestructiveInFlight)
+	w(in, "servers", c.Client.Servers)
+	b.WriteString("}\nserver {\n")
+	w(in, "enabled", c.Server.Enabled)
+	w(in, "bootstrap_expect", c.Server.BootstrapExpect)
+	w(in, "retry_join", c.Server.RetryJoin)
+	w(in, "raft_multiplier", c.Server.RaftMultiplier)
+	b.WriteString("}\nconsul {\n")
+	w(in, "enabled", c.Consul.Enabled)
+	w(in, "address", c.Consul.Address)
+	w(in, "token", c.Consul.Token.String())
+	w(in, "service_name", c.Consul.ServiceName)
+	w(in, "plugin_service_name", c.Consul.PluginServiceName)
+	w(in, "tags", c.Consul.Tags)
+	w(in, "enable_tag_override", c.Consul.EnableTagOverride)
+	w(in, "deregister_on_shutdown", c.Consul.DeregisterOnShutdown)
+	w(in, "sync_interval", c.Consul.SyncInterval)
+	b.WriteString("}\ntls {\n")
+	w(in, "ca_file", c.TLS.CAFile)
+	w(in, "cert_file", c.TLS.CertFile)
+	w(in, "key_file", c.TLS.KeyFile)
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// GoString implements %#v with the Consul token redacted.
+func (c Config) GoString() string {
+	// plain has Config's fields but not its methods, so %#v does not recurse
+	// into GoString; the token still prints through Secret.GoString.
+	type plain Config
+	p := plain(c)
+	p.origins = nil
+	return "config.Config" + strings.TrimPrefix(fmt.Sprintf("%#v", p), "config.plain")
+}
+
+// hclValue formats v as an HCL literal.
+func hclValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		return strconv.Quote(v)
+	case time.Duration:
+		return strconv.Quote(v.String())
+	case []string:
+		q := make([]string, len(v))
+		for i, s := range v {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	default:
+		return fmt.Sprint(v)
+	}
+}

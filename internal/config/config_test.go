@@ -1,0 +1,115 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestTokenRedaction(t *testing.T) {
+	const token = "s3cr3t-t0ken"
+	c := Default()
+	c.Consul.Token = token
+	if string(c.Consul.Token) != token {
+		t.Fatalf("string(Token) = %q, want the token", string(c.Consul.Token))
+	}
+	js, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outputs := map[string]string{
+		"String()":          c.String(),
+		"GoString()":        c.GoString(),
+		"%v":                fmt.Sprintf("%v", c),
+		"%v pointer":        fmt.Sprintf("%v", &c),
+		"%+v":               fmt.Sprintf("%+v", c),
+		"%#v":               fmt.Sprintf("%#v", c),
+		"%#v pointer":       fmt.Sprintf("%#v", &c),
+		"%s":                fmt.Sprintf("%s", c),
+		"%q":                fmt.Sprintf("%q", c),
+		"consul %v":         fmt.Sprintf("%v", c.Consul),
+		"consul %+v":        fmt.Sprintf("%+v", c.Consul),
+		"consul %#v":        fmt.Sprintf("%#v", c.Consul),
+		"token %v":          fmt.Sprintf("%v", c.Consul.Token),
+		"token %s":          fmt.Sprintf("%s", c.Consul.Token),
+		"token %x":          fmt.Sprintf("%x", c.Consul.Token),
+		"json":              string(js),
+		"consul in a slice": fmt.Sprint([]ConsulConfig{c.Consul}),
+	}
+	for name, out := range outputs {
+		if strings.Contains(out, token) {
+			t.Errorf("%s shows the token: %s", name, out)
+		}
+		if !strings.Contains(out, "redacted") && !strings.Contains(out, fmt.Sprintf("%x", redacted)) {
+			t.Errorf("%s does not say the token is redacted: %s", name, out)
+		}
+	}
+	if !strings.HasPrefix(c.GoString(), "config.Config{") {
+		t.Errorf("GoString() = %s, want a config.Config literal", c.GoString())
+	}
+	if !strings.Contains(c.String(), "  token = \"[redacted]\"\n") {
+		t.Errorf("String() lacks the redacted token line:\n%s", c.String())
+	}
+
+	// An empty token prints as empty, so "not set" stays visible.
+	c.Consul.Token = ""
+	if !strings.Contains(c.String(), "  token = \"\"\n") {
+		t.Errorf("String() with no token:\n%s", c.String())
+	}
+}
+
+func TestString(t *testing.T) {
+	c := Default()
+	c.Name = "node-1"
+	c.Client.Servers = []string{"a:1", "b:2"}
+	out := c.String()
+	for _, want := range []string{
+		"name = \"node-1\"\n",
+		"ports {\n  rpc = 4780\n  http = 4782\n  raft = 4781\n}\n",
+		"  probe_interval = \"5s\"\n",
+		"  servers = [\"a:1\", \"b:2\"]\n",
+		"  plugin_service_name = \"csi-plugin-{{id}}\"\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("String() lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestPluginServiceName(t *testing.T) {
+	tests := []struct {
+		template string
+		id       string
+		want     string
+	}{
+		{"csi-plugin-{{id}}", "ebs", "csi-plugin-ebs"},
+		{"{{id}}", "nfs.v2", "nfs.v2"},
+		{"{{id}}-{{id}}", "x", "x-x"},
+	}
+	for _, tt := range tests {
+		c := Default()
+		c.Consul.PluginServiceName = tt.template
+		if got := c.PluginServiceName(tt.id); got != tt.want {
+			t.Errorf("PluginServiceName(%q) with %q = %q, want %q", tt.id, tt.template, got, tt.want)
+		}
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0},
+		{"abc", "", 3},
+		{"probe_intervall", "probe_interval", 1},
+		{"clinet", "client", 2},
+		{"kitten", "sitting", 3},
+	}
+	for _, tt := range tests {
+		if got := editDistance(tt.a, tt.b); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,356 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+)
+
+// schema returns the keys a config file may set, as pointers into c: the
+// top-level arguments, and the arguments of each block.
+func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any) {
+	top = map[string]any{
+		"name":           &c.Name,
+		"data_dir":       &c.DataDir,
+		"bind_addr":      &c.BindAddr,
+		"advertise_addr": &c.AdvertiseAddr,
+		"log_level":      &c.LogLevel,
+		"log_json":       &c.LogJSON,
+	}
+	blocks = map[string]map[string]any{
+		"ports": {
+			"rpc":  &c.Ports.RPC,
+			"http": &c.Ports.HTTP,
+			"raft": &c.Ports.Raft,
+		},
+		"client": {
+			"enabled":                   &c.Client.Enabled,
+			"plugin_dir":                &c.Client.PluginDir,
+			"probe_interval":            &c.Client.ProbeInterval,
+			"probe_timeout":             &c.Client.ProbeTimeout,
+			"fingerprint_interval":      &c.Client.FingerprintInterval,
+			"deregister_grace":          &c.Client.DeregisterGrace,
+			"rescan_interval":           &c.Client.RescanInterval,
+			"rpc_timeout":               &c.Client.RPCTimeout,
+			"max_destructive_in_flight": &c.Client.MaxDestructiveInFlight,
+			"servers":                   &c.Client.Servers,
+		},
+		"server": {
+			"enabled":          &c.Server.Enabled,
+			"bootstrap_expect": &c.Server.BootstrapExpect,
+			"retry_join":       &c.Server.RetryJoin,
+			"raft_multiplier":  &c.Server.RaftMultiplier,
+		},
+		"consul": {
+			"enabled":                &c.Consul.Enabled,
+			"address":                &c.Consul.Address,
+			"token":                  &c.Consul.Token,
+			"service_name":           &c.Consul.ServiceName,
+			"plugin_service_name":    &c.Consul.PluginServiceName,
+			"tags":                   &c.Consul.Tags,
+			"enable_tag_override":    &c.Consul.EnableTagOverride,
+			"deregister_on_shutdown": &c.Consul.DeregisterOnShutdown,
+			"sync_interval":          &c.Consul.SyncInterval,
+		},
+		"tls": {
+			"ca_file":   &c.TLS.CAFile,
+			"cert_file": &c.TLS.CertFile,
+			"key_file":  &c.TLS.KeyFile,
+		},
+	}
+	return top, blocks
+}
+
+// fileError is an error at a position in a config file.
+type fileError struct {
+	at  hcl.Range
+	err error
+}
+
+// decodeFile parses one HCL file and applies the keys it sets to c. It
+// returns every problem in the file, in file order.
+func (c *Config) decodeFile(filename string, src []byte) error {
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		return diagsError("", diags)
+	}
+	body, ok := file.Body.(*hclsyntax.Body)
+	if !ok {
+		return fmt.Errorf("%s: not in HCL native syntax", filename)
+	}
+
+	top, blocks := c.schema()
+	errs := c.decodeAttrs(body.Attributes, "", top, blocks)
+	seen := make(map[string]hcl.Range)
+	for _, blk := range body.Blocks {
+		fields, ok := blocks[blk.Type]
+		switch {
+		case !ok:
+			errs = append(errs, unsupportedBlock(blk, "", top, blocks))
+			continue
+		case len(blk.Labels) > 0:
+			errs = append(errs, fileError{blk.LabelRanges[0],
+				fmt.Errorf("%s: block %s takes no labels", pos(blk.LabelRanges[0]), blk.Type)})
+			continue
+		}
+		if first, dup := seen[blk.Type]; dup {
+			errs = append(errs, fileError{blk.TypeRange,
+				fmt.Errorf("%s: duplicate block %s (first at line %d): merge them into one",
+					pos(blk.TypeRange), blk.Type, first.Start.Line)})
+			continue
+		}
+		seen[blk.Type] = blk.TypeRange
+		errs = append(errs, c.decodeAttrs(blk.Body.Attributes, blk.Type, fields, nil)...)
+		for _, inner := range blk.Body.Blocks {
+			errs = append(errs, unsupportedBlock(inner, blk.Type, fields, nil))
+		}
+	}
+
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].at.Start.Byte < errs[j].at.Start.Byte })
+	joined := make([]error, len(errs))
+	for i, e := range errs {
+		joined[i] = e.err
+	}
+	return errors.Join(joined...)
+}
+
+// decodeAttrs applies the arguments of one body (the file's top level when
+// block is "", else the named block) and records where each was set.
+func (c *Config) decodeAttrs(attrs hclsyntax.Attributes, block string, fields map[string]any, blocks map[string]map[string]any) []fileError {
+	var errs []fileError
+	for _, attr := range attrs {
+		ptr, ok := fields[attr.Name]
+		if !ok {
+			errs = append(errs, fileError{attr.NameRange, unsupportedArgument(attr, block, fields, blocks)})
+			continue
+		}
+		key := attr.Name
+		if block != "" {
+			key = block + "." + attr.Name
+		}
+		val, diags := attr.Expr.Value(nil)
+		if diags.HasErrors() {
+			errs = append(errs, fileError{attr.SrcRange, diagsError(key, diags)})
+			continue
+		}
+		if val.IsNull() {
+			// null leaves the value as it was, like an absent key.
+			continue
+		}
+		if err := assign(ptr, val); err != nil {
+			errs = append(errs, fileError{attr.SrcRange, fmt.Errorf("%s: %s: %w", pos(attr.SrcRange), key, err)})
+			continue
+		}
+		c.setOrigin(key, pos(attr.SrcRange))
+	}
+	return errs
+}
+
+// assign converts val to the type ptr points to and stores it.
+func assign(ptr any, val cty.Value) error {
+	switch p := ptr.(type) {
+	case *string:
+		s, err := toString(val)
+		if err != nil {
+			return err
+		}
+		*p = s
+	case *Secret:
+		s, err := toString(val)
+		if err != nil {
+			return err
+		}
+		*p = Secret(s)
+	case *bool:
+		v, err := convert.Convert(val, cty.Bool)
+		if err != nil {
+			return fmt.Errorf("expected a bool, got %s", describe(val))
+		}
+		*p = v.True()
+	case *int:
+		v, err := convert.Convert(val, cty.Number)
+		if err != nil {
+			return fmt.Errorf("expected a number, got %s", describe(val))
+		}
+		bf := v.AsBigFloat()
+		if !bf.IsInt() {
+			return fmt.Errorf("expected a whole number, got %s", bf.Text('g', -1))
+		}
+		i, acc := bf.Int64()
+		if acc != big.Exact || i < math.MinInt32 || i > math.MaxInt32 {
+			return fmt.Errorf("number %s is out of range", numText(bf))
+		}
+		*p = int(i)
+	case *time.Duration:
+		s, err := toString(val)
+		if err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q: use a number with a unit, such as \"5s\" or \"1m\"", s)
+		}
+		*p = d
+	case *[]string:
+		v, err := convert.Convert(val, cty.List(cty.String))
+		if err != nil {
+			return fmt.Errorf("expected a list of strings, got %s", describe(val))
+		}
+		list := make([]string, 0, v.LengthInt())
+		for i, e := range v.AsValueSlice() {
+			if e.IsNull() {
+				return fmt.Errorf("element %d is null", i)
+			}
+			list = append(list, e.AsString())
+		}
+		*p = list
+	default:
+		// A schema entry without a case here is a programming error.
+		panic(fmt.Sprintf("config: no decoder for %T", ptr))
+	}
+	return nil
+}
+
+// toString converts a primitive value to a string.
+func toString(val cty.Value) (string, error) {
+	v, err := convert.Convert(val, cty.String)
+	if err != nil {
+		return "", fmt.Errorf("expected a string, got %s", describe(val))
+	}
+	return v.AsString(), nil
+}
+
+// describe names the type and, for primitives, the value of val.
+func describe(val cty.Value) string {
+	t := val.Type()
+	switch {
+	case t == cty.String:
+		return fmt.Sprintf("string %q", val.AsString())
+	case t == cty.Number:
+		return "number " + numText(val.AsBigFloat())
+	case t == cty.Bool:
+		return fmt.Sprintf("bool %t", val.True())
+	case t.IsTupleType() || t.IsListType() || t.IsSetType():
+		return "a list"
+	case t.IsObjectType() || t.IsMapType():
+		return "an object"
+	default:
+		return t.FriendlyName()
+	}
+}
+
+// numText formats a number without an exponent when it is whole.
+func numText(f *big.Float) string {
+	if f.IsInt() {
+		return f.Text('f', 0)
+	}
+	return f.Text('g', -1)
+}
+
+// unsupportedArgument describes an argument that is not in the schema.
+func unsupportedArgument(attr *hclsyntax.Attribute, block string, fields map[string]any, blocks map[string]map[string]any) error {
+	msg := fmt.Sprintf("%s: unsupported argument %q", pos(attr.NameRange), attr.Name)
+	if block != "" {
+		msg += " in block " + block
+	}
+	if _, isBlock := blocks[attr.Name]; isBlock {
+		return fmt.Errorf("%s; %s is a block: write %s { ... }", msg, attr.Name, attr.Name)
+	}
+	return errors.New(msg + suggest(attr.Name, fields, blocks))
+}
+
+// unsupportedBlock describes a block that is not in the schema.
+func unsupportedBlock(blk *hclsyntax.Block, block string, fields map[string]any, blocks map[string]map[string]any) fileError {
+	msg := fmt.Sprintf("%s: unsupported block %q", pos(blk.TypeRange), blk.Type)
+	if block != "" {
+		msg += " in block " + block
+	}
+	if _, isArg := fields[blk.Type]; isArg {
+		msg += fmt.Sprintf("; %s is an argument: write %s = ...", blk.Type, blk.Type)
+	} else {
+		msg += suggest(blk.Type, fields, blocks)
+	}
+	return fileError{blk.TypeRange, errors.New(msg)}
+}
+
+// suggest returns `; did you mean "x"?` for the known name closest to name,
+// or "" when none is close.
+func suggest(name string, fields map[string]any, blocks map[string]map[string]any) string {
+	best, bestDist := "", 3 // suggest only names at most 2 edits away
+	consider := func(candidate string) {
+		d := editDistance(name, candidate)
+		if d < bestDist || (d == bestDist && candidate < best) {
+			best, bestDist = candidate, d
+		}
+	}
+	for k := range fields {
+		consider(k)
+	}
+	for k := range blocks {
+		consider(k)
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf("; did you mean %q?", best)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// diagsError turns HCL error diagnostics into one error per diagnostic,
+// each prefixed with file:line and, when not empty, key.
+func diagsError(key string, diags hcl.Diagnostics) error {
+	var errs []error
+	for _, d := range diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		var parts []string
+		if d.Subject != nil {
+			parts = append(parts, pos(*d.Subject))
+		}
+		if key != "" {
+			parts = append(parts, key)
+		}
+		msg := d.Summary
+		if d.Detail != "" {
+			msg += ": " + strings.TrimSuffix(d.Detail, ".")
+		}
+		parts = append(parts, msg)
+		errs = append(errs, errors.New(strings.Join(parts, ": ")))
+	}
+	return errors.Join(errs...)
+}
+
+// pos formats the start of rng as "file:line".
+func pos(rng hcl.Range) string {
+	return fmt.Sprintf("%s:%d", rng.Filename, rng.Start.Line)
+}

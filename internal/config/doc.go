@@ -1,0 +1,23 @@
+// Package config turns HCL config files, environment variables and command
+// line flags into one validated agent Config. All defaults live here.
+//
+// Load applies, in order:
+//
+//  1. Default values (see Default).
+//  2. Config files and directories, in the order given. A directory loads its
+//     *.hcl files in lexical order, skipping names that start with a dot.
+//     Later files override earlier ones key by key: blocks merge field by
+//     field and lists are replaced, not appended.
+//  3. The environment: CSISUPD_NAME, CSISUPD_DATA_DIR, CSISUPD_BIND_ADDR,
+//     CSISUPD_LOG_LEVEL and CSISUPD_PLUGIN_DIR. Empty variables are ignored.
+//  4. Flags the user set on the command line (see RegisterFlags).
+//  5. Dev mode adjustments and derived values (plugin_dir from data_dir,
+//     advertise_addr from bind_addr).
+//  6. Validate, which reports every problem at once.
+//
+// Errors name where a value came from: "agent.hcl:7: client.probe_interval:
+// invalid duration "5x"", "flag --plugin-dir: client.plugin_dir: ..." or
+// "env CSISUPD_DATA_DIR: data_dir: ...". Unknown keys and blocks are errors.
+//
+// The Consul token is a Secret: it is redacted whenever a Config is printed.
+package config

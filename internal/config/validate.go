@@ -1,0 +1,234 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate checks the whole configuration and returns every problem found,
+// joined, or nil. Each problem names the key and, when known, where the
+// value was set. Validate also adds warnings to c.Warnings.
+func (c *Config) Validate() error {
+	v := validator{c: c}
+
+	if c.Name == "" {
+		v.add("name", "required (the host name could not be read)")
+	} else if !validName(c.Name) {
+		v.add("name", "%q must start with a letter or digit and contain only letters, digits, '.', '_' and '-' (at most 253)", c.Name)
+	}
+	switch {
+	case c.DataDir == "" && !c.Dev:
+		v.add("data_dir", "required")
+	case c.DataDir != "" && !filepath.IsAbs(c.DataDir):
+		v.add("data_dir", "%q must be an absolute path", c.DataDir)
+	}
+	bindOK := v.ip("bind_addr", c.BindAddr)
+	// An advertise_addr copied from a bad bind_addr is reported once, above.
+	if bindOK || c.AdvertiseAddr != c.BindAddr {
+		if v.ip("advertise_addr", c.AdvertiseAddr) && net.ParseIP(c.AdvertiseAddr).IsUnspecified() {
+			v.add("advertise_addr", "%s cannot be reached by other nodes: set advertise_addr to an address of this node", c.AdvertiseAddr)
+		}
+	}
+	switch c.LogLevel {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		v.add("log_level", "%q is not one of trace, debug, info, warn, error", c.LogLevel)
+	}
+
+	// Ports: in range and distinct.
+	ports := []struct {
+		key  string
+		port int
+	}{{"ports.rpc", c.Ports.RPC}, {"ports.http", c.Ports.HTTP}, {"ports.raft", c.Ports.Raft}}
+	for i, p := range ports {
+		if p.port < 1 || p.port > 65535 {
+			v.add(p.key, "%d is not a port number (1-65535)", p.port)
+			continue
+		}
+		for _, q := range ports[:i] {
+			if q.port == p.port {
+				v.add(p.key, "%d is already used by %s", p.port, q.key)
+			}
+		}
+	}
+
+	// Client.
+	cl := c.Client
+	if cl.PluginDir != "" && !filepath.IsAbs(cl.PluginDir) {
+		v.add("client.plugin_dir", "%q must be an absolute path", cl.PluginDir)
+	} else if cl.Enabled {
+		v.pluginDir(cl.PluginDir)
+	}
+	v.positive("client.probe_interval", cl.ProbeInterval)
+	if v.positive("client.probe_timeout", cl.ProbeTimeout) && cl.ProbeInterval > 0 && cl.ProbeTimeout > cl.ProbeInterval {
+		v.add("client.probe_timeout", "%s must not exceed client.probe_interval (%s)", cl.ProbeTimeout, cl.ProbeInterval)
+	}
+	v.positive("client.fingerprint_interval", cl.FingerprintInterval)
+	v.positive("client.deregister_grace", cl.DeregisterGrace)
+	v.positive("client.rescan_interval", cl.RescanInterval)
+	v.positive("client.rpc_timeout", cl.RPCTimeout)
+	if cl.MaxDestructiveInFlight < 1 {
+		v.add("client.max_destructive_in_flight", "must be at least 1, got %d", cl.MaxDestructiveInFlight)
+	}
+	v.hostPorts("client.servers", cl.Servers)
+
+	// Server.
+	sv := c.Server
+	switch {
+	case sv.BootstrapExpect < 0:
+		v.add("server.bootstrap_expect", "must be at least 1, got %d", sv.BootstrapExpect)
+	case sv.Enabled && sv.BootstrapExpect == 0:
+		v.add("server.bootstrap_expect", "required when the server is enabled: the number of servers in the cluster (1, 3 or 5)")
+	case sv.Enabled && sv.BootstrapExpect%2 == 0:
+		c.warn(fmt.Sprintf("server.bootstrap_expect = %d is even: %d servers tolerate no more failures than %d; use an odd number",
+			sv.BootstrapExpect, sv.BootstrapExpect, sv.BootstrapExpect-1))
+	}
+	v.hostPorts("server.retry_join", sv.RetryJoin)
+	if sv.RaftMultiplier < 1 || sv.RaftMultiplier > 10 {
+		v.add("server.raft_multiplier", "must be between 1 and 10, got %d", sv.RaftMultiplier)
+	}
+
+	// Consul.
+	cs := c.Consul
+	if strings.TrimSpace(cs.ServiceName) == "" {
+		v.add("consul.service_name", "required")
+	}
+	if !strings.Contains(cs.PluginServiceName, PluginIDPlaceholder) {
+		v.add("consul.plugin_service_name", "%q must contain %s", cs.PluginServiceName, PluginIDPlaceholder)
+	}
+	for i, tag := range cs.Tags {
+		if strings.TrimSpace(tag) == "" {
+			v.add("consul.tags", "element %d is empty", i)
+		}
+	}
+	v.positive("consul.sync_interval", cs.SyncInterval)
+
+	// TLS.
+	t := c.TLS
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		v.add("tls.cert_file", "is set but tls.key_file is not: set both or neither")
+	case t.KeyFile != "" && t.CertFile == "":
+		v.add("tls.key_file", "is set but tls.cert_file is not: set both or neither")
+	}
+	v.file("tls.ca_file", t.CAFile)
+	v.file("tls.cert_file", t.CertFile)
+	v.file("tls.key_file", t.KeyFile)
+
+	if !cl.Enabled && !sv.Enabled {
+		v.add("client.enabled", "client and server are both disabled: enable at least one role")
+	}
+
+	return errors.Join(v.errs...)
+}
+
+// validator collects the problems found by Validate.
+type validator struct {
+	c    *Config
+	errs []error
+}
+
+// add records a problem with key, prefixed with where key was set.
+func (v *validator) add(key, format string, args ...any) {
+	prefix := key
+	if o := v.c.Origin(key); o != "" {
+		prefix = o + ": " + key
+	}
+	v.errs = append(v.errs, fmt.Errorf(prefix+": "+format, args...))
+}
+
+// positive checks that d is greater than zero.
+func (v *validator) positive(key string, d time.Duration) bool {
+	if d <= 0 {
+		v.add(key, "must be greater than zero, got %s", d)
+		return false
+	}
+	return true
+}
+
+// ip checks that s is an IP address.
+func (v *validator) ip(key, s string) bool {
+	if net.ParseIP(s) == nil {
+		v.add(key, "%q is not an IP address", s)
+		return false
+	}
+	return true
+}
+
+// hostPorts checks that every address is host:port.
+func (v *validator) hostPorts(key string, addrs []string) {
+	for i, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			v.add(key, "element %d: %q is not host:port: %w", i, a, err)
+			continue
+		}
+		if host == "" {
+			v.add(key, "element %d: %q has no host", i, a)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			v.add(key, "element %d: %q has an invalid port (1-65535)", i, a)
+		}
+	}
+}
+
+// pluginDir checks the plugin directory of an enabled client: required
+// outside dev mode, and a directory if it exists.
+func (v *validator) pluginDir(dir string) {
+	const key = "client.plugin_dir"
+	if dir == "" {
+		if !v.c.Dev {
+			v.add(key, "required when the client is enabled")
+		}
+		return
+	}
+	info, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// The agent creates it.
+	case err != nil:
+		v.add(key, "%w", err)
+	case info.Mode().IsRegular():
+		v.add(key, "%q is a file, not a directory", dir)
+	case !info.IsDir():
+		v.add(key, "%q is not a directory", dir)
+	}
+}
+
+// file checks that path, when set, is an existing regular file.
+func (v *validator) file(key, path string) {
+	if path == "" {
+		return
+	}
+	info, err := os.Stat(path)
+	switch {
+	case err != nil:
+		v.add(key, "%w", err)
+	case !info.Mode().IsRegular():
+		v.add(key, "%q is not a regular file", path)
+	}
+}
+
+// validName reports whether s is a valid node name: 1 to 253 letters,
+// digits, '.', '_' and '-', starting with a letter or digit.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case i > 0 && (r == '.' || r == '_' || r == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}

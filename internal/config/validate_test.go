@@ -1,0 +1,241 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidateErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		args []string
+		want string // the whole error text
+	}{
+		{"name", `name = "-bad name"`, nil,
+			`agent.hcl:1: name: "-bad name" must start with a letter or digit and contain only letters, digits, '.', '_' and '-' (at most 253)`},
+		{"data_dir relative", `data_dir = "var/lib"`, nil,
+			`agent.hcl:1: data_dir: "var/lib" must be an absolute path`},
+		{"data_dir empty", `data_dir = ""`, nil,
+			`agent.hcl:1: data_dir: required`},
+		{"bind_addr", `bind_addr = "localhost"`, nil,
+			`agent.hcl:1: bind_addr: "localhost" is not an IP address`},
+		{"advertise_addr not an IP", `advertise_addr = "host.example"`, nil,
+			`agent.hcl:1: advertise_addr: "host.example" is not an IP address`},
+		{"advertise_addr", `advertise_addr = "0.0.0.0"`, nil,
+			`agent.hcl:1: advertise_addr: 0.0.0.0 cannot be reached by other nodes: set advertise_addr to an address of this node`},
+		{"log_level", `log_level = "verbose"`, nil,
+			`agent.hcl:1: log_level: "verbose" is not one of trace, debug, info, warn, error`},
+		{"port range", "ports {\n  http = 0\n}", nil,
+			`agent.hcl:2: ports.http: 0 is not a port number (1-65535)`},
+		{"port clash", "ports {\n  rpc = 5000\n  raft = 5000\n}", nil,
+			`agent.hcl:3: ports.raft: 5000 is already used by ports.rpc`},
+		{"port clash with a flag", "ports {\n  rpc = 5000\n}", []string{"--http-port", "5000"},
+			`flag --http-port: ports.http: 5000 is already used by ports.rpc`},
+		{"plugin_dir relative", "client {\n  plugin_dir = \"plugins\"\n}", nil,
+			`agent.hcl:2: client.plugin_dir: "plugins" must be an absolute path`},
+		{"plugin_dir empty", "client {\n  plugin_dir = \"\"\n}", nil,
+			`agent.hcl:2: client.plugin_dir: required when the client is enabled`},
+		{"probe_timeout above probe_interval", "client {\n  probe_interval = \"2s\"\n  probe_timeout = \"3s\"\n}", nil,
+			`agent.hcl:3: client.probe_timeout: 3s must not exceed client.probe_interval (2s)`},
+		{"zero probe_interval", "client {\n  probe_interval = \"0s\"\n}", nil,
+			`agent.hcl:2: client.probe_interval: must be greater than zero, got 0s`},
+		{"negative durations", "client {\n  probe_timeout = \"-1s\"\n  fingerprint_interval = \"0s\"\n  deregister_grace = \"-5m\"\n  rescan_interval = \"0s\"\n  rpc_timeout = \"0s\"\n}\nconsul {\n  sync_interval = \"0s\"\n}", nil,
+			`agent.hcl:2: client.probe_timeout: must be greater than zero, got -1s` + "\n" +
+				`agent.hcl:3: client.fingerprint_interval: must be greater than zero, got 0s` + "\n" +
+				`agent.hcl:4: client.deregister_grace: must be greater than zero, got -5m0s` + "\n" +
+				`agent.hcl:5: client.rescan_interval: must be greater than zero, got 0s` + "\n" +
+				`agent.hcl:6: client.rpc_timeout: must be greater than zero, got 0s` + "\n" +
+				`agent.hcl:9: consul.sync_interval: must be greater than zero, got 0s`},
+		{"max_destructive_in_flight", "client {\n  max_destructive_in_flight = 0\n}", nil,
+			`agent.hcl:2: client.max_destructive_in_flight: must be at least 1, got 0`},
+		{"servers", "client {\n  servers = [\"10.0.0.1\", \":4780\", \"h:99999\", \"ok:1\"]\n}", nil,
+			`agent.hcl:2: client.servers: element 0: "10.0.0.1" is not host:port: address 10.0.0.1: missing port in address` + "\n" +
+				`agent.hcl:2: client.servers: element 1: ":4780" has no host` + "\n" +
+				`agent.hcl:2: client.servers: element 2: "h:99999" has an invalid port (1-65535)`},
+		{"retry_join from flag", "", []string{"--retry-join", "nohost"},
+			`flag --retry-join: server.retry_join: element 0: "nohost" is not host:port: address nohost: missing port in address`},
+		{"bootstrap_expect missing", "server {\n  enabled = true\n}", nil,
+			`server.bootstrap_expect: required when the server is enabled: the number of servers in the cluster (1, 3 or 5)`},
+		{"bootstrap_expect negative", "server {\n  bootstrap_expect = -1\n}", nil,
+			`agent.hcl:2: server.bootstrap_expect: must be at least 1, got -1`},
+		{"raft_multiplier", "server {\n  raft_multiplier = 11\n}", nil,
+			`agent.hcl:2: server.raft_multiplier: must be between 1 and 10, got 11`},
+		{"consul names and tags", "consul {\n  service_name = \" \"\n  plugin_service_name = \"csi-{{ID}}\"\n  tags = [\"a\", \"\"]\n}", nil,
+			`agent.hcl:2: consul.service_name: required` + "\n" +
+				`agent.hcl:3: consul.plugin_service_name: "csi-{{ID}}" must contain {{id}}` + "\n" +
+				`agent.hcl:4: consul.tags: element 1 is empty`},
+		{"no role", "client {\n  enabled = false\n}", nil,
+			`agent.hcl:2: client.enabled: client and server are both disabled: enable at least one role`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, input{files: map[string]string{"agent.hcl": tt.src}, paths: []string{"agent.hcl"}, args: tt.args})
+			if err == nil {
+				t.Fatalf("Load succeeded, want error:\n%s", tt.want)
+			}
+			if err.Error() != tt.want {
+				t.Fatalf("error:\n%s\nwant:\n%s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateReportsAllProblems(t *testing.T) {
+	c := Default()
+	c.Name = "n"
+	c.LogLevel = "loud"
+	c.Ports.RPC = -1
+	c.Server.RaftMultiplier = 0
+	err := c.Validate()
+	want := []string{
+		`log_level: "loud" is not one of trace, debug, info, warn, error`,
+		`ports.rpc: -1 is not a port number (1-65535)`,
+		`server.raft_multiplier: must be between 1 and 10, got 0`,
+	}
+	if err == nil {
+		t.Fatal("Validate succeeded")
+	}
+	assertEqual(t, "errors", strings.Split(err.Error(), "\n"), want)
+}
+
+func TestPluginDir(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "not-a-dir")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	isFile := `client.plugin_dir: "` + file + `" is a file, not a directory`
+	tests := []struct {
+		name string
+		in   input
+		want string // "" means no error
+	}{
+		{
+			name: "from a file",
+			in: input{
+				files: map[string]string{"agent.hcl": "name = \"n\"\nclient {\n  plugin_dir = \"" + file + "\"\n}"},
+				paths: []string{"agent.hcl"},
+			},
+			want: "agent.hcl:3: " + isFile,
+		},
+		{
+			name: "from the environment",
+			in:   input{env: map[string]string{EnvPluginDir: file}},
+			want: "env CSISUPD_PLUGIN_DIR: " + isFile,
+		},
+		{
+			name: "from a flag",
+			in:   input{args: []string{"--plugin-dir", file}},
+			want: "flag --plugin-dir: " + isFile,
+		},
+		{
+			name: "existing directory",
+			in:   input{args: []string{"--plugin-dir", dir}},
+		},
+		{
+			name: "missing directory is created later",
+			in:   input{args: []string{"--plugin-dir", filepath.Join(dir, "new")}},
+		},
+		{
+			name: "ignored when the client is disabled",
+			in: input{
+				files: map[string]string{"agent.hcl": "client {\n  enabled = false\n}\nserver {\n  enabled = true\n  bootstrap_expect = 1\n}"},
+				paths: []string{"agent.hcl"},
+				args:  []string{"--plugin-dir", file},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, tt.in)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Load: %v", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert := filepath.Join(dir, "cert.pem")
+	key := filepath.Join(dir, "key.pem")
+	for _, f := range []string{cert, key} {
+		if err := os.WriteFile(f, []byte("pem"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	tests := []struct {
+		name        string
+		tls         TLSConfig
+		want        string // "" means valid
+		wantMissing bool
+	}{
+		{name: "none", tls: TLSConfig{}},
+		{name: "cert and key", tls: TLSConfig{CertFile: cert, KeyFile: key, CAFile: cert}},
+		{name: "CA only", tls: TLSConfig{CAFile: cert}},
+		{name: "cert without key", tls: TLSConfig{CertFile: cert},
+			want: "tls.cert_file: is set but tls.key_file is not: set both or neither"},
+		{name: "key without cert", tls: TLSConfig{KeyFile: key},
+			want: "tls.key_file: is set but tls.cert_file is not: set both or neither"},
+		{name: "missing CA", tls: TLSConfig{CAFile: missing},
+			want: "tls.ca_file: stat " + missing + ": no such file or directory", wantMissing: true},
+		{name: "directory as key", tls: TLSConfig{CertFile: cert, KeyFile: dir},
+			want: `tls.key_file: "` + dir + `" is not a regular file`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			c.Name = "n"
+			c.Client.PluginDir = dir
+			c.TLS = tt.tls
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				assertEqual(t, "Enabled", c.TLS.Enabled(), tt.tls.CertFile != "")
+				return
+			}
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+			if tt.wantMissing && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("error %v does not wrap fs.ErrNotExist", err)
+			}
+		})
+	}
+}
+
+func TestBootstrapExpectWarnings(t *testing.T) {
+	tests := []struct {
+		expect int
+		want   []string
+	}{
+		{1, nil},
+		{2, []string{"server.bootstrap_expect = 2 is even: 2 servers tolerate no more failures than 1; use an odd number"}},
+		{3, nil},
+		{4, []string{"server.bootstrap_expect = 4 is even: 4 servers tolerate no more failures than 3; use an odd number"}},
+	}
+	for _, tt := range tests {
+		c := Default()
+		c.Name = "n"
+		c.Client.PluginDir = t.TempDir()
+		c.Server.Enabled = true
+		c.Server.BootstrapExpect = tt.expect
+		for range 2 { // a second Validate must not repeat warnings
+			if err := c.Validate(); err != nil {
+				t.Fatalf("bootstrap_expect = %d: %v", tt.expect, err)
+			}
+		}
+		assertEqual(t, "warnings", c.Warnings, tt.want)
+	}
+}

@@ -1,0 +1,64 @@
+// Package consulsync registers the csisupd agent and its CSI plugins in the
+// local Consul agent, through the consul/api client.
+//
+// # What is registered
+//
+// One service for the agent's gRPC endpoint (Config.ServiceName, default
+// "csisupd", ID AgentServiceID) with a gRPC health check that Consul runs
+// against the agent's health service; and one service per plugin
+// (Config.PluginServiceName, default "csi-plugin-{{id}}", ID
+// PluginServiceID(id)) tagged with the plugin type, the vendor version and
+// Config.Tags, with meta plugin-id, plugin-type, vendor-name,
+// vendor-version, node and external-source = csisupd, and a TTL check
+// (PluginCheckID(id)) that is passing while the plugin is healthy and
+// critical otherwise (including before its first probe), with the health
+// description as output. Plugin services carry the agent's address and
+// gRPC port: plugins are reached through the agent's ClientCSI service.
+//
+// Every ID starts with ServiceIDPrefix; services and checks with other IDs
+// are never changed.
+//
+// # Sync
+//
+// A pass works like Consul's own anti-entropy: it reads the agent's
+// services once, registers what is missing or differs (allowing for the
+// defaults Consul fills in), deregisters csisupd's services that are no
+// longer wanted, then reads the checks once and registers or updates the
+// checks that differ. A steady-state pass makes two GETs and no writes,
+// whatever the number of services.
+//
+// Passes run on every registry change (coalesced), every SyncInterval and
+// after Reload. A failed pass is retried after a linear back-off; failures
+// are logged when they change and at most every few minutes otherwise.
+// After a restart, services with csisupd's prefix that this process does
+// not know are kept for Probation, so plugins being restored do not flap.
+// On shutdown csisupd's services are deregistered if configured.
+//
+// # TTL checks
+//
+// Plugin health checks are TTL checks with a long TTL (CheckTTL, default
+// 10 minutes). A pass refreshes a check only when its status or output
+// changed or when its last write is older than a quarter to half of the
+// TTL (spread by check ID), so steady-state passes do not write, and checks
+// of a csisupd that died without deregistering turn critical after at most
+// CheckTTL. The agent's gRPC check shows a dead agent sooner.
+//
+// # Tag override
+//
+// With EnableTagOverride, tags changed through Consul's catalog (which the
+// Consul agent copies into its local service) are adopted by periodic
+// passes instead of being restored. A lifecycle change of a service (a new
+// plugin instance, a fingerprint with a different identity, a
+// configuration change) registers it again with csisupd's tags. The change
+// is kept as pending per service until a registration succeeds, so a
+// lifecycle change whose first attempt fails is not lost by the retry.
+//
+// # Authentication
+//
+// Config.Token, else CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN, as the
+// consul CLI reads them; consul/api's other defaults (CONSUL_HTTP_ADDR,
+// CONSUL_HTTP_SSL, CONSUL_CACERT, ...) apply too. CONSUL_TOKEN is not read;
+// a warning says so when it is set without CONSUL_HTTP_TOKEN. The token
+// never appears in logs or errors. A 403 is reported as an OpError naming
+// the operation and retried with back-off.
+package consulsync

@@ -1,0 +1,208 @@
+package consulsync
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+
+	"github.com/csisupd/csisupd/internal/consulsync/consultest"
+	"github.com/csisupd/csisupd/internal/fingerprint"
+	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/registry"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitTimeout bounds every wait; conditions normally hold in milliseconds.
+const waitTimeout = 10 * time.Second
+
+// waitFor polls cond until it holds or waitTimeout passes.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// logBuffer collects log output safely across goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuffer) Count(s string) int { return strings.Count(l.String(), s) }
+
+// env returns an Env function reading only m, so the process environment
+// never leaks into a test.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func newAgent(t testing.TB, cfg consultest.Config) *consultest.Agent {
+	t.Helper()
+	a, err := consultest.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return a
+}
+
+// newClient returns a consul/api client of a, acting as an operator.
+func newClient(t testing.TB, a *consultest.Agent, token string) *api.Client {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	c, err := api.NewClient(&api.Config{Address: a.Addr(), Token: token, Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// testConfig is a Config with short retries and no periodic passes unless
+// a test sets SyncInterval.
+func testConfig(reg *registry.Registry, addr string, logs *logBuffer) Config {
+	return Config{
+		Registry:       reg,
+		Address:        addr,
+		ServiceAddress: "10.1.2.3",
+		ServicePort:    4780,
+		NodeName:       "node-1",
+		Tags:           []string{"team-a"},
+		SyncInterval:   time.Hour,
+		RetryStep:      10 * time.Millisecond,
+		RetryMax:       50 * time.Millisecond,
+		Probation:      time.Hour,
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name:   "consul",
+			Level:  hclog.Debug,
+			Output: logs,
+		}),
+		Env: env(nil),
+	}
+}
+
+// running is a Syncer whose Run goroutine ends with the test.
+type running struct {
+	s      *Syncer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t testing.TB, cfg Config) *running {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{s: s, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- s.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// stop ends Run and returns its error; later calls return nil.
+func (r *running) stop(t testing.TB) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not return after its context ended")
+		return nil
+	}
+}
+
+func socket(id string, inode uint64) registry.SocketID {
+	return registry.SocketID{Path: "/run/csi/" + id + "/csi.sock", Inode: inode}
+}
+
+func fprint(version string, typ fingerprint.PluginType) *fingerprint.Fingerprint {
+	return &fingerprint.Fingerprint{VendorName: "example.csi.io", VendorVersion: version, Type: typ}
+}
+
+// addPlugin registers a fingerprinted plugin with a health state.
+func addPlugin(reg *registry.Registry, id, version string, typ fingerprint.PluginType, state heartbeat.State, desc string) registry.SocketID {
+	inst := socket(id, 1)
+	reg.Register(id, inst, fprint(version, typ))
+	reg.SetHealth(id, inst, heartbeat.Health{State: state, Description: desc, Since: time.Now()})
+	return inst
+}
+
+// reserveAddr returns a loopback address nothing listens on.
+func reserveAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// synced reports whether the agent holds the service and TTL check csisupd
+// wants for every plugin in reg, plus the agent service.
+func synced(a *consultest.Agent, cfg Config, reg *registry.Registry) bool {
+	cfg = cfg.withDefaults()
+	plugins := reg.List()
+	own := 0
+	for id := range a.Services() {
+		if isOwn(id) {
+			own++
+		}
+	}
+	if own != len(plugins)+1 {
+		return false
+	}
+	if _, ok := a.Service(AgentServiceID); !ok {
+		return false
+	}
+	for _, p := range plugins {
+		svc, ok := a.Service(PluginServiceID(p.ID))
+		if !ok || svc.Meta[metaVendorVersion] != p.Fingerprint.VendorVersion {
+			return false
+		}
+		chk, ok := a.Check(PluginCheckID(p.ID))
+		status, output := checkState(p)
+		if !ok || chk.Status != status || chk.Output != output {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,497 @@
+package consulsync
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/csisupd/csisupd/internal/registry"
+)
+
+// failureLogEvery is how often an unchanged sync failure is logged again
+// at error level; in between it is logged at debug level.
+const failureLogEvery = 5 * time.Minute
+
+// Syncer keeps the Consul agent's services in line with the registry: one
+// service for the csisupd agent and one per plugin, each with a health
+// check. Create it with New and drive it with Run.
+type Syncer struct {
+	reg *registry.Registry
+	log hclog.Logger
+	now func() time.Time
+
+	mu                sync.Mutex
+	cfg               Config
+	client            *consulClient
+	warnedConsulToken bool
+
+	reload  chan struct{}
+	running atomic.Bool
+
+	// The fields below belong to the goroutine running Run.
+
+	start           time.Time
+	services        map[string]*serviceState
+	seen            map[string]bool // service IDs this process ever wanted
+	probationLogged map[string]bool
+	lastErr         string
+	lastErrLogged   time.Time
+}
+
+// serviceState is what the Syncer remembers about one wanted service.
+type serviceState struct {
+	identity string
+	// pending is set by a lifecycle change and cleared only when a
+	// registration of the service succeeds. While it is set the service is
+	// registered with csisupd's tags, even with tag override on.
+	pending bool
+	// refreshed is when the service's TTL check was last written.
+	refreshed time.Time
+}
+
+// New validates cfg and returns a Syncer. It does not contact Consul; Run
+// does, retrying until Consul answers.
+func New(cfg Config) (*Syncer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	client, err := newConsulClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Syncer{
+		reg:             cfg.Registry,
+		log:             cfg.Logger,
+		now:             time.Now,
+		cfg:             cfg,
+		client:          client,
+		reload:          make(chan struct{}, 1),
+		services:        make(map[string]*serviceState),
+		seen:            make(map[string]bool),
+		probationLogged: make(map[string]bool),
+	}
+	s.start = s.now()
+	s.warnConsulToken(cfg)
+	s.log.Info("consul sync configured", "address", client.address, "token_source", string(client.source),
+		"service", cfg.ServiceName, "tag_override", cfg.EnableTagOverride)
+	return s, nil
+}
+
+// Reload replaces the configuration, for SIGHUP: token, address, names,
+// tags and intervals. The registry cannot change (a nil Registry keeps the
+// current one) and the logger stays the one given to New. Services whose
+// registration changes with the new configuration have a lifecycle change:
+// they are registered again with csisupd's tags. A pass runs at once, even
+// while backing off after failures.
+func (s *Syncer) Reload(cfg Config) error {
+	if cfg.Registry == nil {
+		cfg.Registry = s.reg
+	}
+	if cfg.Registry != s.reg {
+		return errors.New("consulsync: Reload cannot change the Registry")
+	}
+	cfg.Logger = s.log
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	client, err := newConsulClient(cfg)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	old := s.client
+	s.cfg, s.client = cfg, client
+	s.mu.Unlock()
+	old.close()
+	s.warnConsulToken(cfg)
+	s.log.Info("consul sync configuration reloaded", "address", client.address, "token_source", string(client.source))
+	select {
+	case s.reload <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// warnConsulToken logs, once per Syncer, that CONSUL_TOKEN is not read.
+func (s *Syncer) warnConsulToken(c Config) {
+	if c.Env(envConsulToken) == "" || c.Env(envHTTPToken) != "" {
+		return
+	}
+	s.mu.Lock()
+	warned := s.warnedConsulToken
+	s.warnedConsulToken = true
+	s.mu.Unlock()
+	if !warned {
+		s.log.Warn(envConsulToken + " is set but not read: it belongs to consul-template; set " +
+			envHTTPToken + ", " + envHTTPTokenFile + " or consul.token for csisupd")
+	}
+}
+
+func (s *Syncer) current() (Config, *consulClient) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg, s.client
+}
+
+// Run syncs until ctx ends: a pass at once, on every registry change
+// (coalesced), every SyncInterval and after Reload. A failed pass is
+// retried after a linear back-off (RetryStep per consecutive failure, at
+// most RetryMax); failures are logged, never returned. When ctx ends Run
+// deregisters csisupd's services if DeregisterOnShutdown is set, within
+// ShutdownTimeout, and returns the error of that deregistration, if any.
+// Run may be called once.
+func (s *Syncer) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("consulsync: Run called twice")
+	}
+	sub := s.reg.Subscribe()
+	defer sub.Close()
+	s.start = s.now()
+
+	cfg, _ := s.current()
+	timer := time.NewTimer(cfg.SyncInterval)
+	defer timer.Stop()
+	failures := 0
+	for {
+		var changes <-chan struct{}
+		if failures == 0 {
+			changes = sub.C() // while backing off, changes wait for the retry
+		}
+		select {
+		case <-ctx.Done():
+			return s.shutdown()
+		case <-changes:
+		case <-timer.C:
+		case <-s.reload:
+		}
+		select { // this pass reads the latest state: drop a queued notification
+		case <-sub.C():
+		default:
+		}
+		err := s.pass(ctx)
+		if ctx.Err() != nil {
+			return s.shutdown()
+		}
+		cfg, _ = s.current()
+		if err != nil {
+			failures++
+			wait := min(time.Duration(failures)*cfg.RetryStep, cfg.RetryMax)
+			s.logFailure(err, failures, wait)
+			timer.Reset(wait)
+			continue
+		}
+		if failures > 0 {
+			s.log.Info("consul sync recovered", "failed_passes", failures)
+			s.lastErr = ""
+		}
+		failures = 0
+		timer.Reset(cfg.SyncInterval)
+	}
+}
+
+// logFailure logs a failed pass at error level when the error is new or
+// was last logged failureLogEvery ago, else at debug level.
+func (s *Syncer) logFailure(err error, failures int, retryIn time.Duration) {
+	msg := err.Error()
+	now := s.now()
+	if msg != s.lastErr || now.Sub(s.lastErrLogged) >= failureLogEvery {
+		s.lastErr, s.lastErrLogged = msg, now
+		s.log.Error("consul sync failed; will retry", "error", msg, "failed_passes", failures, "retry_in", retryIn)
+		return
+	}
+	s.log.Debug("consul sync still failing", "failed_passes", failures, "retry_in", retryIn)
+}
+
+// passError collects the failures of one pass.
+type passError struct{ errs []error }
+
+func (e *passError) Error() string {
+	const show = 3
+	msgs := make([]string, 0, show)
+	for _, err := range e.errs[:min(show, len(e.errs))] {
+		msgs = append(msgs, err.Error())
+	}
+	msg := strings.Join(msgs, "; ")
+	if n := len(e.errs) - show; n > 0 {
+		msg += fmt.Sprintf("; and %d more", n)
+	}
+	return msg
+}
+
+func (e *passError) Unwrap() []error { return e.errs }
+
+// passStats counts the writes of one pass.
+type passStats struct {
+	registered, deregistered, checksRegistered, checksUpdated, checksDeregistered int
+}
+
+func (p passStats) writes() int {
+	return p.registered + p.deregistered + p.checksRegistered + p.checksUpdated + p.checksDeregistered
+}
+
+// do runs one request with RequestTimeout.
+func do(ctx context.Context, cfg Config, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+func query(ctx context.Context) *api.QueryOptions {
+	return (&api.QueryOptions{}).WithContext(ctx)
+}
+
+// pass makes the Consul agent's services and checks match the registry,
+// like Consul's own anti-entropy: it reads the services once, registers
+// what is missing or differs, deregisters csisupd's services that are no
+// longer wanted, then does the same for checks. In steady state it makes
+// two GETs and no writes.
+func (s *Syncer) pass(ctx context.Context) error {
+	cfg, cc := s.current()
+	agent := cc.api.Agent()
+	now := s.now()
+	var errs []error
+	fail := func(op string, err error) {
+		errs = append(errs, &OpError{Op: op, Err: err, token: cc.token})
+	}
+	done := func(st passStats) error {
+		args := []any{"registered", st.registered, "deregistered", st.deregistered,
+			"checks_registered", st.checksRegistered, "checks_updated", st.checksUpdated,
+			"checks_deregistered", st.checksDeregistered, "errors", len(errs)}
+		switch {
+		case st.registered+st.deregistered > 0:
+			s.log.Info("consul sync pass changed services", args...)
+		case st.writes() > 0:
+			s.log.Debug("consul sync pass changed checks", args...)
+		default:
+			s.log.Trace("consul sync pass: no changes", "errors", len(errs))
+		}
+		if len(errs) == 0 {
+			return nil
+		}
+		return &passError{errs: errs}
+	}
+	var st passStats
+
+	want := desired(cfg, s.reg.List())
+	wanted := make(map[string]*wantService, len(want))
+	for _, w := range want {
+		wanted[w.id] = w
+		state := s.services[w.id]
+		if state == nil {
+			state = &serviceState{}
+			s.services[w.id] = state
+		}
+		if state.identity != w.identity {
+			state.identity, state.pending = w.identity, true
+		}
+		s.seen[w.id] = true
+	}
+	for id := range s.services {
+		if wanted[id] == nil {
+			delete(s.services, id)
+		}
+	}
+
+	var current map[string]*api.AgentService
+	err := do(ctx, cfg, func(ctx context.Context) (err error) {
+		current, err = agent.ServicesWithFilterOpts("", query(ctx))
+		return err
+	})
+	if err != nil {
+		fail("list services", err)
+		return done(st)
+	}
+
+	// Services.
+	present := make(map[string]bool, len(want))
+	for _, w := range want {
+		state := s.services[w.id]
+		cur := current[w.id]
+		reg := w.reg
+		if cur != nil && !state.pending {
+			if cfg.EnableTagOverride {
+				adopted := *reg
+				adopted.Tags = slices.Clone(cur.Tags)
+				reg = &adopted
+			}
+			if serviceMatches(cur, reg) {
+				present[w.id] = true
+				continue
+			}
+		}
+		err := do(ctx, cfg, func(ctx context.Context) error {
+			return agent.ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx))
+		})
+		if err != nil {
+			fail(fmt.Sprintf("register service %q (id %s)", reg.Name, reg.ID), err)
+			present[w.id] = cur != nil
+			continue
+		}
+		state.pending = false
+		state.refreshed = now
+		present[w.id] = true
+		st.registered++
+		s.log.Debug("registered service", "id", reg.ID, "name", reg.Name)
+	}
+	kept := make(map[string]bool)
+	for _, id := range sortedKeys(current) {
+		if !isOwn(id) || wanted[id] != nil {
+			continue
+		}
+		if !s.seen[id] && now.Before(s.start.Add(cfg.Probation)) {
+			kept[id] = true
+			if !s.probationLogged[id] {
+				s.probationLogged[id] = true
+				s.log.Info("keeping unknown csisupd service during probation", "id", id,
+					"until", s.start.Add(cfg.Probation).Format(time.RFC3339))
+			}
+			continue
+		}
+		err := do(ctx, cfg, func(ctx context.Context) error {
+			return agent.ServiceDeregisterOpts(id, query(ctx))
+		})
+		if err != nil && statusCode(err) != http.StatusNotFound {
+			fail(fmt.Sprintf("deregister service %q (id %s)", current[id].Service, id), err)
+			kept[id] = true
+			continue
+		}
+		delete(s.probationLogged, id)
+		st.deregistered++
+		s.log.Debug("deregistered service", "id", id, "name", current[id].Service)
+	}
+
+	// Checks.
+	var checks map[string]*api.AgentCheck
+	err = do(ctx, cfg, func(ctx context.Context) (err error) {
+		checks, err = agent.ChecksWithFilterOpts("", query(ctx))
+		return err
+	})
+	if err != nil {
+		fail("list checks", err)
+		return done(st)
+	}
+	wantedChecks := make(map[string]bool)
+	for _, w := range want {
+		if !present[w.id] {
+			continue
+		}
+		state := s.services[w.id]
+		for _, c := range w.checks {
+			wantedChecks[c.id] = true
+			cur := checks[c.id]
+			var status, output string
+			if cur != nil {
+				status, output = cur.Status, cur.Output
+			}
+			if cur == nil || !checkMatches(cur, c) {
+				err := do(ctx, cfg, func(ctx context.Context) error {
+					return agent.CheckRegisterOpts(c.registration(), query(ctx))
+				})
+				if err != nil {
+					fail(fmt.Sprintf("register check %s", c.id), err)
+					continue
+				}
+				st.checksRegistered++
+				state.refreshed = now
+				if cur == nil { // a new check starts with the status given, without output
+					status, output = c.status, ""
+				}
+			}
+			if c.ttl == 0 {
+				continue
+			}
+			if status == c.status && output == c.output && now.Sub(state.refreshed) < refreshAfter(c.ttl, c.id) {
+				continue
+			}
+			err := do(ctx, cfg, func(ctx context.Context) error {
+				return agent.UpdateTTLOpts(c.id, c.output, c.status, query(ctx))
+			})
+			if err != nil {
+				fail(fmt.Sprintf("update check %s", c.id), err)
+				continue
+			}
+			state.refreshed = now
+			st.checksUpdated++
+		}
+	}
+	for _, id := range sortedKeys(checks) {
+		cur := checks[id]
+		if !isOwn(id) || wantedChecks[id] || kept[cur.ServiceID] || (wanted[cur.ServiceID] != nil && !present[cur.ServiceID]) {
+			continue
+		}
+		err := do(ctx, cfg, func(ctx context.Context) error {
+			return agent.CheckDeregisterOpts(id, query(ctx))
+		})
+		if err != nil && statusCode(err) != http.StatusNotFound {
+			fail(fmt.Sprintf("deregister check %s", id), err)
+			continue
+		}
+		st.checksDeregistered++
+	}
+	return done(st)
+}
+
+// shutdown releases the client and, if configured, deregisters every
+// csisupd service the Consul agent holds.
+func (s *Syncer) shutdown() error {
+	cfg, cc := s.current()
+	defer cc.close()
+	if !cfg.DeregisterOnShutdown {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	agent := cc.api.Agent()
+	var ids []string
+	current, err := agent.ServicesWithFilterOpts("", query(ctx))
+	if err == nil {
+		for id := range current {
+			if isOwn(id) {
+				ids = append(ids, id)
+			}
+		}
+	} else {
+		// Without a listing, remove what this process registered.
+		for id := range s.services {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var errs []error
+	removed := 0
+	for _, id := range ids {
+		err := agent.ServiceDeregisterOpts(id, query(ctx))
+		switch {
+		case err == nil:
+			removed++
+		case statusCode(err) != http.StatusNotFound:
+			errs = append(errs, &OpError{Op: "deregister service " + id + " at shutdown", Err: err, token: cc.token})
+		}
+	}
+	s.log.Info("deregistered csisupd services from Consul", "count", removed, "errors", len(errs))
+	if len(errs) > 0 {
+		return fmt.Errorf("consulsync: shutdown: %w", &passError{errs: errs})
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmp.Compare[string])
+	return keys
+}

@@ -1,0 +1,348 @@
+package csiclient
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// identityServer answers GetPluginInfo with a fixed name.
+type identityServer struct {
+	csi.UnimplementedIdentityServer
+	name string
+}
+
+func (s *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: s.name, VendorVersion: "1.0.0"}, nil
+}
+
+// socketDir returns a short temporary directory for unix sockets.
+func socketDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// serve starts a CSI identity server named name on socket and returns a
+// function that stops it and removes the socket. The server is also stopped
+// at the end of the test.
+func serve(t *testing.T, socket, name string) (stop func()) {
+	t.Helper()
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", socket, err)
+	}
+	srv := grpc.NewServer()
+	csi.RegisterIdentityServer(srv, &identityServer{name: name})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(l)
+	}()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		srv.Stop()
+		<-done
+		os.Remove(socket)
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// newClient creates a client and closes it at the end of the test.
+func newClient(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// pluginName calls GetPluginInfo with a short deadline.
+func pluginName(c *Client) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := c.Identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	return resp.GetName(), err
+}
+
+func TestNew(t *testing.T) {
+	dir := socketDir(t)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name       string
+		socket     string
+		wantErr    string
+		wantSocket string
+	}{
+		{name: "empty", socket: "", wantErr: "socket path is empty"},
+		{name: "missing socket is fine", socket: filepath.Join(dir, "missing.sock"), wantSocket: filepath.Join(dir, "missing.sock")},
+		{name: "relative path made absolute", socket: "plugin.sock", wantSocket: filepath.Join(wd, "plugin.sock")},
+		{name: "path cleaned", socket: dir + "/x/../csi.sock", wantSocket: filepath.Join(dir, "csi.sock")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(Config{Socket: tc.socket})
+			if tc.wantErr != "" {
+				if err == nil {
+					c.Close()
+					t.Fatalf("New(%q) succeeded, want error containing %q", tc.socket, tc.wantErr)
+				}
+				if !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("New(%q) error = %q, want it to contain %q", tc.socket, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New(%q): %v", tc.socket, err)
+			}
+			defer c.Close()
+			if got := c.Socket(); got != tc.wantSocket {
+				t.Errorf("Socket() = %q, want %q", got, tc.wantSocket)
+			}
+			// New does not dial.
+			if got := c.State(); got != connectivity.Idle {
+				t.Errorf("State() = %s right after New, want IDLE", got)
+			}
+			if c.Conn() == nil || c.Identity == nil || c.Controller == nil || c.Node == nil {
+				t.Errorf("New returned a client with nil fields: %+v", c)
+			}
+		})
+	}
+}
+
+func TestMissingSocketFailsUnavailable(t *testing.T) {
+	dir := socketDir(t)
+	c := newClient(t, Config{Socket: filepath.Join(dir, "csi.sock")})
+
+	// The deadline is generous: a client that waited for the socket instead
+	// of failing would end with DeadlineExceeded, not Unavailable.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.Identity.Probe(ctx, &csi.ProbeRequest{})
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("Probe on a missing socket: code %s (%v), want Unavailable", got, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Probe on a missing socket used up the whole deadline: %v", err)
+	}
+}
+
+func TestSocketAppearsLater(t *testing.T) {
+	dir := socketDir(t)
+	socket := filepath.Join(dir, "csi.sock")
+	c := newClient(t, Config{Socket: socket, MaxBackoff: 50 * time.Millisecond})
+
+	if _, err := pluginName(c); status.Code(err) != codes.Unavailable {
+		t.Fatalf("GetPluginInfo before the plugin started: %v, want Unavailable", err)
+	}
+
+	serve(t, socket, "late.example.com")
+	var name string
+	waitFor(t, 10*time.Second, "GetPluginInfo to succeed after the socket appeared", func() bool {
+		var err error
+		name, err = pluginName(c)
+		return err == nil
+	})
+	if name != "late.example.com" {
+		t.Fatalf("GetPluginInfo name = %q, want %q", name, "late.example.com")
+	}
+}
+
+func TestPluginRestartOnSamePath(t *testing.T) {
+	dir := socketDir(t)
+	socket := filepath.Join(dir, "csi.sock")
+	c := newClient(t, Config{Socket: socket, MaxBackoff: 50 * time.Millisecond})
+
+	stop := serve(t, socket, "first.example.com")
+	waitFor(t, 10*time.Second, "the first plugin to answer", func() bool {
+		name, err := pluginName(c)
+		return err == nil && name == "first.example.com"
+	})
+
+	stop()
+	waitFor(t, 10*time.Second, "calls to fail after the plugin stopped", func() bool {
+		_, err := pluginName(c)
+		return status.Code(err) == codes.Unavailable
+	})
+
+	serve(t, socket, "second.example.com")
+	waitFor(t, 10*time.Second, "the restarted plugin to answer", func() bool {
+		name, err := pluginName(c)
+		return err == nil && name == "second.example.com"
+	})
+}
+
+func TestSocketPathNeedingEscape(t *testing.T) {
+	// A plugin directory may contain characters that mean something in a
+	// URL; the client must still dial the exact path.
+	base := socketDir(t)
+	for _, sub := range []string{"a#b", "a?b", "a%41b", "a b"} {
+		t.Run(sub, func(t *testing.T) {
+			dir := filepath.Join(base, sub)
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			socket := filepath.Join(dir, "csi.sock")
+			serve(t, socket, "escaped.example.com")
+			// Both dial paths: gRPC's own dialer, and ours that watches
+			// for disconnects.
+			for _, cfg := range []Config{
+				{Socket: socket},
+				{Socket: socket, OnDisconnect: func() {}},
+			} {
+				c := newClient(t, cfg)
+				if got := c.Socket(); got != socket {
+					t.Errorf("Socket() = %q, want %q", got, socket)
+				}
+				name, err := pluginName(c)
+				if err != nil {
+					t.Fatalf("GetPluginInfo via %q (watched %v): %v", socket, cfg.OnDisconnect != nil, err)
+				}
+				if name != "escaped.example.com" {
+					t.Fatalf("name = %q, want escaped.example.com", name)
+				}
+			}
+		})
+	}
+}
+
+func TestDialOptionsApplied(t *testing.T) {
+	dir := socketDir(t)
+	socket := filepath.Join(dir, "csi.sock")
+	serve(t, socket, "opts.example.com")
+
+	var calls atomic.Int32
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		calls.Add(1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	c := newClient(t, Config{Socket: socket, DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(count)}})
+	if _, err := pluginName(c); err != nil {
+		t.Fatalf("GetPluginInfo: %v", err)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("interceptor saw %d calls, want 1", got)
+	}
+}
+
+func TestConnectAndClose(t *testing.T) {
+	dir := socketDir(t)
+	socket := filepath.Join(dir, "csi.sock")
+	serve(t, socket, "close.example.com")
+
+	c, err := New(Config{Socket: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Connect()
+	waitFor(t, 10*time.Second, "the connection to become READY after Connect", func() bool {
+		return c.State() == connectivity.Ready
+	})
+
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := c.State(); got != connectivity.Shutdown {
+		t.Errorf("State() after Close = %s, want SHUTDOWN", got)
+	}
+	if _, err := pluginName(c); status.Code(err) != codes.Canceled {
+		t.Errorf("GetPluginInfo after Close: %v, want Canceled", err)
+	}
+}
+
+func TestOnDisconnect(t *testing.T) {
+	sock := filepath.Join(socketDir(t), "csi.sock")
+	stop := serve(t, sock, "first")
+
+	disconnects := make(chan struct{}, 10)
+	c := newClient(t, Config{Socket: sock, OnDisconnect: func() { disconnects <- struct{}{} }})
+	if name, err := pluginName(c); err != nil || name != "first" {
+		t.Fatalf("first call: name %q, err %v", name, err)
+	}
+	select {
+	case <-disconnects:
+		t.Fatal("OnDisconnect called while the plugin serves")
+	default:
+	}
+
+	stop() // the plugin goes away: the established connection breaks
+	select {
+	case <-disconnects:
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnDisconnect not called within 10s of the plugin stopping")
+	}
+
+	// A new plugin on the same path: the client redials, and a second loss
+	// is reported again.
+	stop = serve(t, sock, "second")
+	waitFor(t, 10*time.Second, "call to the restarted plugin", func() bool {
+		name, err := pluginName(c)
+		return err == nil && name == "second"
+	})
+	stop()
+	select {
+	case <-disconnects:
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnDisconnect not called after the second plugin stopped")
+	}
+
+	// Closing the client ourselves is not a disconnect of the plugin.
+	stop = serve(t, sock, "third")
+	defer stop()
+	waitFor(t, 10*time.Second, "call to the third plugin", func() bool {
+		name, err := pluginName(c)
+		return err == nil && name == "third"
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Close is synchronous for the transport's reader; a spurious callback
+	// would already be queued.
+	select {
+	case <-disconnects:
+		t.Fatal("OnDisconnect called for our own Close")
+	default:
+	}
+}

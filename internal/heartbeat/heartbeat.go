@@ -1,0 +1,250 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+)
+
+// State is a plugin's health state.
+type State string
+
+// Health states. Every plugin starts Unknown until its first probe.
+const (
+	Unknown   State = "unknown"
+	Healthy   State = "healthy"
+	Unhealthy State = "unhealthy"
+)
+
+// Health is the result of the latest probe.
+type Health struct {
+	State       State     `json:"state"`
+	Description string    `json:"description"`
+	Since       time.Time `json:"since"`      // when State began
+	LastProbe   time.Time `json:"last_probe"` // when the latest probe finished
+}
+
+// Config configures a Monitor.
+type Config struct {
+	// Identity is the plugin's Identity service. Required.
+	Identity csi.IdentityClient
+	// Conn, when set, is watched so connection loss triggers a probe at once.
+	Conn *grpc.ClientConn
+	// Interval between probes. Required.
+	Interval time.Duration
+	// Timeout of one probe. Required, at most Interval.
+	Timeout time.Duration
+	// OnProbe is called after every probe with the new health and whether its
+	// state changed (a transition). Called from the monitor's goroutine; it
+	// must not block for long.
+	OnProbe func(h Health, transition bool)
+	// Logger receives debug lines about probes. Optional.
+	Logger hclog.Logger
+	// Now returns the current time. Optional, for tests.
+	Now func() time.Time
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Identity == nil {
+		errs = append(errs, errors.New("heartbeat: Identity is required"))
+	}
+	if c.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("heartbeat: Interval must be positive, got %s", c.Interval))
+	}
+	if c.Timeout <= 0 || c.Timeout > c.Interval {
+		errs = append(errs, fmt.Errorf("heartbeat: Timeout must be in (0, Interval], got %s", c.Timeout))
+	}
+	if c.OnProbe == nil {
+		errs = append(errs, errors.New("heartbeat: OnProbe is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Monitor probes one plugin. Create it with New and run it with Run.
+type Monitor struct {
+	cfg  Config
+	log  hclog.Logger
+	kick chan struct{}
+
+	mu       sync.Mutex
+	health   Health
+	interval time.Duration
+	timeout  time.Duration
+}
+
+// New validates cfg and returns a Monitor in state Unknown.
+func New(cfg Config) (*Monitor, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Monitor{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		kick:     make(chan struct{}, 1),
+		health:   Health{State: Unknown, Since: cfg.Now()},
+		interval: cfg.Interval,
+		timeout:  cfg.Timeout,
+	}, nil
+}
+
+// Health returns the latest health.
+func (m *Monitor) Health() Health {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.health
+}
+
+// SetTiming changes the probe interval and timeout (on config reload). It
+// also asks for a probe at once, so the new interval starts now rather than
+// after the current wait, which may be long.
+func (m *Monitor) SetTiming(interval, timeout time.Duration) error {
+	if interval <= 0 || timeout <= 0 || timeout > interval {
+		return fmt.Errorf("heartbeat: invalid timing interval=%s timeout=%s", interval, timeout)
+	}
+	m.mu.Lock()
+	m.interval, m.timeout = interval, timeout
+	m.mu.Unlock()
+	m.ProbeNow()
+	return nil
+}
+
+// ProbeNow asks the monitor to probe as soon as it can. It never blocks.
+func (m *Monitor) ProbeNow() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run probes at once, then every interval and on connection state changes,
+// until ctx ends.
+func (m *Monitor) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if m.cfg.Conn != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.watchConn(ctx)
+		}()
+	}
+	defer wg.Wait()
+
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-m.kick:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		m.probe(ctx)
+		m.mu.Lock()
+		interval := m.interval
+		m.mu.Unlock()
+		timer.Reset(interval)
+	}
+}
+
+// watchConn kicks a probe whenever the connection leaves or reaches READY,
+// and asks an idle connection to redial so recovery is seen quickly.
+func (m *Monitor) watchConn(ctx context.Context) {
+	conn := m.cfg.Conn
+	last := conn.GetState()
+	for {
+		if last == connectivity.Idle {
+			conn.Connect()
+		}
+		if !conn.WaitForStateChange(ctx, last) {
+			return // ctx done
+		}
+		next := conn.GetState()
+		if next == connectivity.Shutdown {
+			return
+		}
+		if (last == connectivity.Ready) != (next == connectivity.Ready) {
+			m.log.Debug("connection state changed", "from", last.String(), "to", next.String())
+			m.ProbeNow()
+		}
+		last = next
+	}
+}
+
+func (m *Monitor) probe(ctx context.Context) {
+	m.mu.Lock()
+	timeout := m.timeout
+	m.mu.Unlock()
+
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	resp, err := m.cfg.Identity.Probe(pctx, &csi.ProbeRequest{})
+	cancel()
+	if ctx.Err() != nil {
+		return // shutting down: the result says nothing about the plugin
+	}
+	state, desc := Classify(resp, err, timeout)
+
+	now := m.cfg.Now()
+	m.mu.Lock()
+	transition := state != m.health.State
+	if transition {
+		m.health.Since = now
+	}
+	m.health.State = state
+	m.health.Description = desc
+	m.health.LastProbe = now
+	h := m.health
+	m.mu.Unlock()
+
+	if transition {
+		m.log.Debug("health changed", "state", string(state), "description", desc)
+	}
+	m.cfg.OnProbe(h, transition)
+}
+
+// Classify turns one Probe answer into a health state and description:
+// ready=false is unhealthy "not ready", ready absent or true is healthy, and
+// an error is unhealthy with its text.
+func Classify(resp *csi.ProbeResponse, err error, timeout time.Duration) (State, string) {
+	if err != nil {
+		st, ok := status.FromError(err)
+		if !ok {
+			// A bare context error (not from gRPC) still classifies by
+			// its meaning, not as Unknown.
+			st = status.FromContextError(err)
+		}
+		switch st.Code() {
+		case codes.DeadlineExceeded:
+			return Unhealthy, fmt.Sprintf("probe timed out after %s", timeout)
+		case codes.Unavailable:
+			return Unhealthy, "plugin unreachable: " + st.Message()
+		default:
+			return Unhealthy, fmt.Sprintf("probe failed: %s: %s", st.Code(), st.Message())
+		}
+	}
+	if r := resp.GetReady(); r != nil && !r.GetValue() {
+		return Unhealthy, "plugin reports not ready"
+	}
+	return Healthy, "healthy"
+}

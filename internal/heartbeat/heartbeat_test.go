@@ -1,0 +1,579 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-test/v5/driver"
+	"go.uber.org/goleak"
+	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/csisupd/csisupd/internal/csiclient"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// anyArg matches any context or request.
+var anyArg = gomock.Any()
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		name      string
+		resp      *csi.ProbeResponse
+		err       error
+		wantState State
+		wantDesc  string
+	}{
+		{name: "nil response", wantState: Healthy, wantDesc: "healthy"},
+		{name: "ready absent", resp: &csi.ProbeResponse{}, wantState: Healthy, wantDesc: "healthy"},
+		{name: "ready true", resp: &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, wantState: Healthy, wantDesc: "healthy"},
+		{name: "ready false", resp: &csi.ProbeResponse{Ready: wrapperspb.Bool(false)}, wantState: Unhealthy, wantDesc: "plugin reports not ready"},
+		{
+			name:      "deadline exceeded",
+			err:       status.Error(codes.DeadlineExceeded, "context deadline exceeded"),
+			wantState: Unhealthy, wantDesc: "probe timed out after 3s",
+		},
+		{
+			name:      "bare context deadline",
+			err:       context.DeadlineExceeded,
+			wantState: Unhealthy, wantDesc: "probe timed out after 3s",
+		},
+		{
+			name:      "unavailable",
+			err:       status.Error(codes.Unavailable, "connection refused"),
+			wantState: Unhealthy, wantDesc: "plugin unreachable: connection refused",
+		},
+		{
+			name:      "internal",
+			err:       status.Error(codes.Internal, "disk on fire"),
+			wantState: Unhealthy, wantDesc: "probe failed: Internal: disk on fire",
+		},
+		{
+			name:      "failed precondition",
+			err:       status.Error(codes.FailedPrecondition, "not configured"),
+			wantState: Unhealthy, wantDesc: "probe failed: FailedPrecondition: not configured",
+		},
+		{
+			name:      "error wins over a response",
+			resp:      &csi.ProbeResponse{Ready: wrapperspb.Bool(true)},
+			err:       status.Error(codes.Internal, "x"),
+			wantState: Unhealthy, wantDesc: "probe failed: Internal: x",
+		},
+		{
+			name:      "plain error",
+			err:       errors.New("oops"),
+			wantState: Unhealthy, wantDesc: "probe failed: Unknown: oops",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			state, desc := Classify(tc.resp, tc.err, 3*time.Second)
+			if state != tc.wantState || desc != tc.wantDesc {
+				t.Fatalf("Classify = (%s, %q), want (%s, %q)", state, desc, tc.wantState, tc.wantDesc)
+			}
+		})
+	}
+}
+
+// fakeIdentity returns a client that is never called; validation tests
+// need a non-nil Identity.
+func fakeIdentity(t *testing.T) csi.IdentityClient {
+	t.Helper()
+	c, err := csiclient.New(csiclient.Config{Socket: "unused.sock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.Identity
+}
+
+func TestNewValidation(t *testing.T) {
+	id := fakeIdentity(t)
+	onProbe := func(Health, bool) {}
+	valid := func() Config {
+		return Config{Identity: id, Interval: time.Second, Timeout: time.Second, OnProbe: onProbe}
+	}
+	cases := []struct {
+		name    string
+		change  func(c *Config)
+		wantErr []string
+	}{
+		{name: "valid", change: func(*Config) {}},
+		{name: "timeout below interval", change: func(c *Config) { c.Timeout = time.Millisecond }},
+		{name: "no identity", change: func(c *Config) { c.Identity = nil }, wantErr: []string{"Identity is required"}},
+		{name: "zero interval", change: func(c *Config) { c.Interval = 0 }, wantErr: []string{"Interval must be positive, got 0s"}},
+		{name: "negative interval", change: func(c *Config) { c.Interval = -time.Second }, wantErr: []string{"Interval must be positive, got -1s"}},
+		{name: "zero timeout", change: func(c *Config) { c.Timeout = 0 }, wantErr: []string{"Timeout must be in (0, Interval], got 0s"}},
+		{name: "timeout above interval", change: func(c *Config) { c.Timeout = 2 * time.Second }, wantErr: []string{"Timeout must be in (0, Interval], got 2s"}},
+		{name: "no OnProbe", change: func(c *Config) { c.OnProbe = nil }, wantErr: []string{"OnProbe is required"}},
+		{
+			name:    "all errors reported together",
+			change:  func(c *Config) { *c = Config{} },
+			wantErr: []string{"Identity is required", "Interval must be positive", "Timeout must be in", "OnProbe is required"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := valid()
+			tc.change(&cfg)
+			m, err := New(cfg)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				if h := m.Health(); h.State != Unknown {
+					t.Fatalf("new monitor state = %s, want unknown", h.State)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("New succeeded, want errors %q", tc.wantErr)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("New error %q does not contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestInitialHealthUsesClock(t *testing.T) {
+	start := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	m, err := New(Config{
+		Identity: fakeIdentity(t),
+		Interval: time.Second,
+		Timeout:  time.Second,
+		OnProbe:  func(Health, bool) {},
+		Now:      func() time.Time { return start },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Health{State: Unknown, Since: start}
+	if got := m.Health(); got != want {
+		t.Fatalf("Health() = %+v, want %+v", got, want)
+	}
+}
+
+func TestSetTiming(t *testing.T) {
+	m, err := New(Config{
+		Identity: fakeIdentity(t),
+		Interval: time.Second,
+		Timeout:  time.Second,
+		OnProbe:  func(Health, bool) {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		interval, timeout time.Duration
+		wantErr           bool
+	}{
+		{interval: 10 * time.Second, timeout: 2 * time.Second},
+		{interval: time.Second, timeout: time.Second},
+		{interval: 0, timeout: time.Second, wantErr: true},
+		{interval: -time.Second, timeout: time.Second, wantErr: true},
+		{interval: time.Second, timeout: 0, wantErr: true},
+		{interval: time.Second, timeout: -time.Second, wantErr: true},
+		{interval: time.Second, timeout: 2 * time.Second, wantErr: true},
+	}
+	for _, tc := range cases {
+		err := m.SetTiming(tc.interval, tc.timeout)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("SetTiming(%s, %s) error = %v, want error %v", tc.interval, tc.timeout, err, tc.wantErr)
+			continue
+		}
+		if err != nil && !strings.Contains(err.Error(), "interval="+tc.interval.String()) {
+			t.Errorf("SetTiming(%s, %s) error %q does not name the interval", tc.interval, tc.timeout, err)
+		}
+	}
+}
+
+func TestProbeNowNeverBlocks(t *testing.T) {
+	m, err := New(Config{Identity: fakeIdentity(t), Interval: time.Second, Timeout: time.Second, OnProbe: func(Health, bool) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody runs the monitor: the kicks must coalesce, not block.
+	for range 100 {
+		m.ProbeNow()
+	}
+}
+
+// plugin is a gomock CSI Identity service served on a unix socket that can
+// be stopped and started again on the same path.
+type plugin struct {
+	t        *testing.T
+	socket   string
+	identity *driver.MockIdentityServer
+	drv      *driver.CSIDriver
+}
+
+func newPlugin(t *testing.T) *plugin {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	p := &plugin{
+		t:        t,
+		socket:   filepath.Join(dir, "csi.sock"),
+		identity: driver.NewMockIdentityServer(gomock.NewController(t)),
+	}
+	t.Cleanup(p.stop)
+	return p
+}
+
+// start serves the identity mock on the plugin's socket.
+func (p *plugin) start() {
+	p.t.Helper()
+	l, err := net.Listen("unix", p.socket)
+	if err != nil {
+		p.t.Fatalf("listen on %s: %v", p.socket, err)
+	}
+	// The generated mock cannot implement the CSI interface's unexported
+	// guard method; pair it with csi.UnsafeIdentityServer as csi-test does.
+	p.drv = driver.NewCSIDriver(&driver.CSIDriverServers{Identity: struct {
+		csi.UnsafeIdentityServer
+		*driver.MockIdentityServer
+	}{MockIdentityServer: p.identity}})
+	if err := p.drv.Start(l); err != nil {
+		p.t.Fatalf("start mock driver on %s: %v", p.socket, err)
+	}
+}
+
+// stop stops serving; the socket file goes away with the listener.
+func (p *plugin) stop() {
+	if p.drv != nil {
+		p.drv.Stop()
+		p.drv = nil
+	}
+}
+
+// client returns a real client for the plugin's socket.
+func (p *plugin) client() *csiclient.Client {
+	p.t.Helper()
+	c, err := csiclient.New(csiclient.Config{Socket: p.socket, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// probeResult is one OnProbe call.
+type probeResult struct {
+	health     Health
+	transition bool
+}
+
+// recorder collects OnProbe calls.
+type recorder struct {
+	mu      sync.Mutex
+	results []probeResult
+}
+
+func (r *recorder) onProbe(h Health, transition bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.results = append(r.results, probeResult{h, transition})
+}
+
+func (r *recorder) all() []probeResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]probeResult(nil), r.results...)
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.results)
+}
+
+// last returns the latest OnProbe call, if any.
+func (r *recorder) last() (probeResult, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.results) == 0 {
+		return probeResult{}, false
+	}
+	return r.results[len(r.results)-1], true
+}
+
+// start creates a monitor with cfg (OnProbe set to the recorder) and runs
+// it until the end of the test, checking that Run returns on cancel.
+func (r *recorder) start(t *testing.T, cfg Config) *Monitor {
+	t.Helper()
+	cfg.OnProbe = r.onProbe
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("Run did not return within 10s of cancel")
+		}
+	})
+	return m
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitForState waits for an OnProbe call reporting state and returns the
+// first such call at or after index from.
+func (r *recorder) waitForState(t *testing.T, from int, state State) probeResult {
+	t.Helper()
+	var got probeResult
+	waitFor(t, 5*time.Second, "an OnProbe with state "+string(state), func() bool {
+		all := r.all()
+		for i := from; i < len(all); i++ {
+			if all[i].health.State == state {
+				got = all[i]
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func ready(v bool) *csi.ProbeResponse {
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(v)}
+}
+
+func TestFirstProbeAtOnce(t *testing.T) {
+	p := newPlugin(t)
+	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
+	p.start()
+	c := p.client()
+
+	var r recorder
+	// With a one-hour interval, any probe seen here is the first one.
+	m := r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second})
+	first := r.waitForState(t, 0, Healthy)
+	all := r.all()
+	if !all[0].transition {
+		t.Errorf("first probe was not reported as a transition: %+v", all[0])
+	}
+	if first.health.Description != "healthy" {
+		t.Errorf("description = %q, want healthy", first.health.Description)
+	}
+	if first.health.LastProbe.IsZero() || first.health.Since.IsZero() {
+		t.Errorf("first probe left times unset: %+v", first.health)
+	}
+	if got := m.Health(); got.State != Healthy {
+		t.Errorf("Health() = %+v after a healthy probe", got)
+	}
+}
+
+func TestTransitionsOnlyOnStateChange(t *testing.T) {
+	p := newPlugin(t)
+	// Probe answers follow a script: healthy, then not ready, then healthy
+	// for good.
+	script := []*csi.ProbeResponse{
+		ready(true), {}, ready(true),
+		ready(false), ready(false), ready(false),
+	}
+	var calls atomic.Int32
+	p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
+		func(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+			i := int(calls.Add(1)) - 1
+			if i < len(script) {
+				return script[i], nil
+			}
+			return ready(true), nil
+		}).AnyTimes()
+	p.start()
+	c := p.client()
+
+	var r recorder
+	// No Conn: probes come from the interval alone, and the monitor must
+	// work without a connection to watch.
+	r.start(t, Config{Identity: c.Identity, Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	const probes = 9
+	waitFor(t, 15*time.Second, "9 probes", func() bool { return r.count() >= probes })
+
+	all := r.all()[:probes]
+	var transitions []State
+	prev := Unknown
+	var since time.Time
+	for i, res := range all {
+		changed := res.health.State != prev
+		if res.transition != changed {
+			t.Errorf("probe %d: transition=%v but state went %s -> %s", i, res.transition, prev, res.health.State)
+		}
+		if res.transition {
+			transitions = append(transitions, res.health.State)
+			since = res.health.Since
+		} else if !res.health.Since.Equal(since) {
+			t.Errorf("probe %d: Since moved to %s without a transition (was %s)", i, res.health.Since, since)
+		}
+		prev = res.health.State
+	}
+	want := []State{Healthy, Unhealthy, Healthy}
+	if len(transitions) != len(want) || transitions[0] != want[0] || transitions[1] != want[1] || transitions[2] != want[2] {
+		t.Fatalf("transitions = %v, want %v; probes: %+v", transitions, want, all)
+	}
+	if d := all[3].health.Description; d != "plugin reports not ready" {
+		t.Errorf("not-ready probe description = %q", d)
+	}
+}
+
+func TestHangingProbeTimesOut(t *testing.T) {
+	p := newPlugin(t)
+	p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
+		func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}).AnyTimes()
+	p.start()
+	c := p.client()
+
+	var r recorder
+	r.start(t, Config{Identity: c.Identity, Conn: c.Conn(), Interval: time.Hour, Timeout: 100 * time.Millisecond})
+	got := r.waitForState(t, 0, Unhealthy)
+	if want := "probe timed out after 100ms"; got.health.Description != want {
+		t.Fatalf("description = %q, want %q", got.health.Description, want)
+	}
+}
+
+func TestConnectionLossAndRecovery(t *testing.T) {
+	p := newPlugin(t)
+	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
+	p.start()
+	c := p.client()
+
+	var r recorder
+	// The interval is far longer than the test: every probe after the first
+	// comes from the connection watcher.
+	m := r.start(t, Config{Identity: c.Identity, Conn: c.Conn(), Interval: time.Hour, Timeout: 5 * time.Second})
+	r.waitForState(t, 0, Healthy)
+
+	p.stop()
+	lost := r.waitForState(t, 0, Unhealthy)
+	if !lost.transition {
+		t.Errorf("loss was not reported as a transition: %+v", lost)
+	}
+	if !strings.HasPrefix(lost.health.Description, "plugin unreachable: ") {
+		t.Errorf("loss description = %q, want it to start with %q", lost.health.Description, "plugin unreachable: ")
+	}
+
+	// The plugin comes back on the same path, with the same client.
+	from := r.count()
+	p.start()
+	back := r.waitForState(t, from, Healthy)
+	if !back.transition {
+		t.Errorf("recovery was not reported as a transition: %+v", back)
+	}
+	if got := m.Health(); got.State != Healthy || got.Since.Before(lost.health.Since) {
+		t.Errorf("Health() after recovery = %+v", got)
+	}
+}
+
+func TestProbeNowAndSetTimingTriggerProbes(t *testing.T) {
+	p := newPlugin(t)
+	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
+	p.start()
+	c := p.client()
+
+	var r recorder
+	m := r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second})
+	waitFor(t, 5*time.Second, "the first probe", func() bool { return r.count() >= 1 })
+
+	m.ProbeNow()
+	waitFor(t, 5*time.Second, "a probe after ProbeNow", func() bool { return r.count() >= 2 })
+
+	// A shorter interval takes effect at once, not after the hour.
+	if err := m.SetTiming(50*time.Millisecond, 50*time.Millisecond); err != nil {
+		t.Fatalf("SetTiming: %v", err)
+	}
+	waitFor(t, 10*time.Second, "probes at the new interval", func() bool { return r.count() >= 6 })
+	for i, res := range r.all() {
+		if i > 0 && res.transition {
+			t.Errorf("probe %d of a steady plugin reported a transition: %+v", i, res)
+		}
+	}
+}
+
+func TestCancelDuringProbeReportsNothing(t *testing.T) {
+	p := newPlugin(t)
+	entered := make(chan struct{}, 1)
+	p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
+		func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}).AnyTimes()
+	p.start()
+	c := p.client()
+
+	var r recorder
+	m, err := New(Config{Identity: c.Identity, Conn: c.Conn(), Interval: time.Hour, Timeout: time.Hour, OnProbe: r.onProbe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first probe did not reach the plugin")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel while a probe was in flight")
+	}
+	if n := r.count(); n != 0 {
+		t.Fatalf("OnProbe called %d times for a probe cut short by shutdown: %+v", n, r.all())
+	}
+	if got := m.Health().State; got != Unknown {
+		t.Fatalf("state after an aborted probe = %s, want unknown", got)
+	}
+}

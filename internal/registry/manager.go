@@ -1,0 +1,193 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/csisupd/csisupd/internal/csiclient"
+)
+
+// ManagerConfig configures a Manager. Every duration is required; the
+// defaults live in the config package.
+type ManagerConfig struct {
+	// PluginDir is the directory plugins put their sockets in. It is
+	// created (mode 0755) when missing, and again if it is removed.
+	PluginDir string
+	// DataDir holds the registry file (registry.json). Empty disables
+	// persistence.
+	DataDir string
+	// ProbeInterval is the time between two probes of a plugin. It also
+	// caps the redial and fingerprint retry backoff.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe and one fingerprint; at most
+	// ProbeInterval.
+	ProbeTimeout time.Duration
+	// FingerprintInterval is the time between two fingerprints of a
+	// healthy plugin.
+	FingerprintInterval time.Duration
+	// DeregisterGrace is how long a socket may be gone before its plugin
+	// is deregistered. Zero deregisters at once.
+	DeregisterGrace time.Duration
+	// RescanInterval is the period of the backstop rescan of PluginDir.
+	RescanInterval time.Duration
+	// Registry is the store to fill. Nil creates a new one.
+	Registry *Registry
+	// Logger receives the manager's logs. Nil discards them.
+	Logger hclog.Logger
+	// DialOptions are added to every plugin connection (tests add
+	// interceptors).
+	DialOptions []grpc.DialOption
+}
+
+func (c *ManagerConfig) validate() error {
+	var errs []error
+	if c.PluginDir == "" {
+		errs = append(errs, errors.New("registry: PluginDir is required"))
+	}
+	t := timing{ProbeInterval: c.ProbeInterval, ProbeTimeout: c.ProbeTimeout, FingerprintInterval: c.FingerprintInterval}
+	if err := t.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("registry: %w", err))
+	}
+	if c.DeregisterGrace < 0 {
+		errs = append(errs, fmt.Errorf("registry: DeregisterGrace must not be negative, got %s", c.DeregisterGrace))
+	}
+	if c.RescanInterval <= 0 {
+		errs = append(errs, fmt.Errorf("registry: RescanInterval must be positive, got %s", c.RescanInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// Manager runs the plugin registry of one node: the watcher of the plugin
+// directory, the reconciler, one supervisor per plugin instance and the
+// persistence of the registry.
+type Manager struct {
+	cfg   ManagerConfig
+	log   hclog.Logger
+	reg   *Registry
+	rec   *reconciler
+	ready chan struct{}
+	ran   atomic.Bool
+}
+
+// NewManager validates cfg and returns a Manager. Nothing runs until Run.
+func NewManager(cfg ManagerConfig) (*Manager, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(cfg.PluginDir)
+	if err != nil {
+		return nil, fmt.Errorf("registry: PluginDir %q: %w", cfg.PluginDir, err)
+	}
+	cfg.PluginDir = filepath.Clean(dir)
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = New(Config{Logger: cfg.Logger})
+	}
+	return &Manager{
+		cfg: cfg,
+		log: cfg.Logger,
+		reg: cfg.Registry,
+		rec: newReconciler(reconcilerConfig{
+			Registry: cfg.Registry,
+			Grace:    cfg.DeregisterGrace,
+			Timing: timing{
+				ProbeInterval:       cfg.ProbeInterval,
+				ProbeTimeout:        cfg.ProbeTimeout,
+				FingerprintInterval: cfg.FingerprintInterval,
+			},
+			DialOptions: cfg.DialOptions,
+			Logger:      cfg.Logger,
+		}),
+		ready: make(chan struct{}),
+	}, nil
+}
+
+// Registry returns the store the manager fills.
+func (m *Manager) Registry() *Registry { return m.reg }
+
+// Ready is closed once the initial scan of the plugin directory has been
+// reconciled: every plugin found then has a supervisor.
+func (m *Manager) Ready() <-chan struct{} { return m.ready }
+
+// Run restores the registry from the data directory, then watches,
+// supervises and persists until ctx ends. It then stops every supervisor,
+// saves the registry and returns nil. It returns an error when it cannot
+// start: the plugin directory cannot be created or watched, or the data
+// directory is unusable. Run may be called once.
+func (m *Manager) Run(ctx context.Context) error {
+	if !m.ran.CompareAndSwap(false, true) {
+		return errors.New("registry: Manager.Run called twice")
+	}
+	var p *persister
+	if m.cfg.DataDir != "" {
+		p = newPersister(m.cfg.DataDir, m.reg, m.log)
+		if err := p.load(); err != nil {
+			return fmt.Errorf("registry: %w", err)
+		}
+	}
+	w, err := newWatcher(watcherConfig{
+		Dir:            m.cfg.PluginDir,
+		RescanInterval: m.cfg.RescanInterval,
+		Registry:       m.reg,
+		Logger:         m.log,
+	})
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	m.log.Info("watching plugin directory", "dir", m.cfg.PluginDir)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { w.run(ctx) })
+	wg.Go(func() { m.rec.run(ctx, w.updates(), m.ready) })
+	if p != nil {
+		wg.Go(func() { p.run(ctx) })
+	}
+	wg.Wait()
+
+	if p != nil {
+		if err := p.save(); err != nil {
+			m.log.Warn("cannot save registry at shutdown", "error", err)
+		}
+	}
+	return nil
+}
+
+// SetTiming applies new probe and fingerprint timing (a configuration
+// reload) to every running supervisor and to those started later. The redial
+// backoff of existing connections keeps its old cap.
+func (m *Manager) SetTiming(probeInterval, probeTimeout, fingerprintInterval time.Duration) error {
+	t := timing{ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, FingerprintInterval: fingerprintInterval}
+	if err := t.validate(); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	m.rec.setTiming(t)
+	return nil
+}
+
+// Lookup returns plugin id's record and its supervisor's live connection,
+// so calls to the plugin share the connection the supervisor watches. ok is
+// false when the plugin is not registered or nothing supervises it (a
+// record restored from disk whose socket has not been found). The
+// connection closes when the supervisor stops (the socket was replaced or
+// removed); calls on it then fail with codes.Canceled.
+func (m *Manager) Lookup(id string) (Plugin, *csiclient.Client, bool) {
+	p, ok := m.reg.Get(id)
+	if !ok {
+		return Plugin{}, nil, false
+	}
+	c, ok := m.rec.lookup(id)
+	if !ok {
+		return Plugin{}, nil, false
+	}
+	return p, c, true
+}

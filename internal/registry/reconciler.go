@@ -1,0 +1,260 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/csisupd/csisupd/internal/csiclient"
+)
+
+// reconcilerConfig configures a reconciler.
+type reconcilerConfig struct {
+	Registry    *Registry
+	Grace       time.Duration
+	Timing      timing
+	DialOptions []grpc.DialOption
+	Logger      hclog.Logger
+}
+
+// gone is a plugin whose socket is no longer in the desired set.
+type gone struct {
+	inst  SocketID
+	since time.Time
+	// restored is true for a record loaded from disk whose socket was not
+	// found after start-up.
+	restored bool
+}
+
+// reconciler makes the running supervisors match the desired set, like
+// kubelet's desired/actual state loop: it is level-triggered, so it only
+// ever compares the latest desired state with what runs.
+//
+//   - a desired plugin without a supervisor gets one;
+//   - a desired plugin whose socket identity changed (the socket was
+//     replaced) gets its old supervisor stopped and a new one started;
+//   - a plugin whose socket left the desired set keeps its supervisor for
+//     the grace period and is deregistered when the socket stayed away that
+//     long; a socket back within the grace cancels that;
+//   - a record restored from disk without a socket is deregistered after
+//     the grace period too.
+type reconciler struct {
+	reg      *Registry
+	grace    time.Duration
+	dialOpts []grpc.DialOption
+	log      hclog.Logger
+
+	// gone is touched only by the run goroutine.
+	gone map[string]gone
+
+	mu     sync.Mutex // guards timing and sups; held only briefly
+	timing timing
+	sups   map[string]*supervisor
+}
+
+func newReconciler(cfg reconcilerConfig) *reconciler {
+	return &reconciler{
+		reg:      cfg.Registry,
+		grace:    cfg.Grace,
+		dialOpts: cfg.DialOptions,
+		log:      cfg.Logger,
+		gone:     make(map[string]gone),
+		timing:   cfg.Timing,
+		sups:     make(map[string]*supervisor),
+	}
+}
+
+// run reconciles every desired state from updates and every expired grace
+// period until ctx ends, then stops all supervisors and waits for them.
+// ready is closed after the first desired state has been reconciled.
+func (r *reconciler) run(ctx context.Context, updates <-chan desiredState, ready chan<- struct{}) {
+	defer r.stopAll()
+
+	graceTimer := time.NewTimer(time.Hour)
+	graceTimer.Stop()
+	defer graceTimer.Stop()
+	var desired map[string]SocketID
+	first := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case st := <-updates:
+			desired = st.Sockets
+		case <-graceTimer.C:
+		}
+		next, ok := r.reconcile(ctx, desired, time.Now())
+		if ok {
+			graceTimer.Reset(next)
+		} else {
+			graceTimer.Stop()
+		}
+		if first {
+			first = false
+			close(ready)
+		}
+	}
+}
+
+// reconcile applies one desired state at time now. It returns how long
+// until the next grace period ends, and false when none is running.
+func (r *reconciler) reconcile(ctx context.Context, desired map[string]SocketID, now time.Time) (time.Duration, bool) {
+	// Desired plugins: start, restart on a new socket identity, and cancel
+	// a pending deregistration.
+	for id, inst := range desired {
+		if g, ok := r.gone[id]; ok {
+			delete(r.gone, id)
+			if g.inst == inst {
+				r.log.Info("plugin socket is back within the grace period", "plugin", id, "socket", inst.Path)
+			}
+		}
+		r.mu.Lock()
+		old := r.sups[id]
+		r.mu.Unlock()
+		if old != nil && old.inst == inst {
+			continue
+		}
+		if old != nil {
+			r.log.Info("plugin socket replaced; restarting its supervisor", "plugin", id,
+				"old", old.inst.String(), "new", inst.String())
+			r.removeSupervisor(id, old)
+			old.stop()
+		}
+		r.startSupervisor(ctx, id, inst)
+	}
+
+	// Supervised plugins whose socket went away start their grace period.
+	r.mu.Lock()
+	for id, s := range r.sups {
+		if _, ok := desired[id]; ok {
+			continue
+		}
+		if _, ok := r.gone[id]; !ok {
+			r.gone[id] = gone{inst: s.inst, since: now}
+			r.log.Info("plugin socket removed; deregistering after the grace period unless it returns",
+				"plugin", id, "socket", s.inst.Path, "grace", r.grace)
+		}
+	}
+	supervised := make(map[string]bool, len(r.sups))
+	for id := range r.sups {
+		supervised[id] = true
+	}
+	r.mu.Unlock()
+
+	// Records without a supervisor (restored from disk) whose socket is
+	// missing start their grace period too.
+	for _, p := range r.reg.List() {
+		_, isDesired := desired[p.ID]
+		_, isGone := r.gone[p.ID]
+		if !isDesired && !isGone && !supervised[p.ID] {
+			r.gone[p.ID] = gone{inst: p.Instance, since: now, restored: true}
+			r.log.Info("restored plugin has no socket; deregistering after the grace period unless it appears",
+				"plugin", p.ID, "socket", p.Instance.Path, "grace", r.grace)
+		}
+	}
+
+	// Deregister what stayed gone for the grace period; find the next
+	// deadline of the rest.
+	var next time.Duration
+	pending := false
+	for id, g := range r.gone {
+		left := g.since.Add(r.grace).Sub(now)
+		if left > 0 {
+			if !pending || left < next {
+				next, pending = left, true
+			}
+			continue
+		}
+		delete(r.gone, id)
+		r.mu.Lock()
+		s := r.sups[id]
+		r.mu.Unlock()
+		if s != nil {
+			r.removeSupervisor(id, s)
+			s.stop()
+		}
+		reason := fmt.Sprintf("socket %s removed %s ago", g.inst.Path, r.grace)
+		if g.restored {
+			reason = fmt.Sprintf("socket %s not found for %s after restart", g.inst.Path, r.grace)
+		}
+		// No supervisor runs for id any more, so whatever instance the
+		// record holds is stale (normally g.inst; another one when a
+		// supervisor never got to register its own instance).
+		if p, ok := r.reg.Get(id); ok {
+			r.reg.Deregister(id, p.Instance, reason)
+		}
+	}
+	return next, pending
+}
+
+func (r *reconciler) startSupervisor(ctx context.Context, id string, inst SocketID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, err := startSupervisor(ctx, supervisorConfig{
+		ID:          id,
+		Instance:    inst,
+		Registry:    r.reg,
+		Timing:      r.timing,
+		DialOptions: r.dialOpts,
+		Logger:      r.log.Named(id),
+	})
+	if err != nil {
+		// Retried with the next desired state (at the latest, the next rescan).
+		r.log.Error("cannot supervise plugin", "plugin", id, "socket", inst.Path, "error", err)
+		return
+	}
+	r.log.Info("supervising plugin", "plugin", id, "socket", inst.String())
+	r.sups[id] = s
+}
+
+// removeSupervisor forgets s if it still is id's supervisor.
+func (r *reconciler) removeSupervisor(id string, s *supervisor) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sups[id] == s {
+		delete(r.sups, id)
+	}
+}
+
+// stopAll stops every supervisor at once and waits for all of them.
+func (r *reconciler) stopAll() {
+	r.mu.Lock()
+	sups := r.sups
+	r.sups = make(map[string]*supervisor)
+	r.mu.Unlock()
+	for _, s := range sups {
+		s.signalStop()
+	}
+	for _, s := range sups {
+		s.wait()
+	}
+}
+
+// lookup returns the supervisor's live connection to plugin id.
+func (r *reconciler) lookup(id string) (*csiclient.Client, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.sups[id]
+	if !ok {
+		return nil, false
+	}
+	return s.client, true
+}
+
+// setTiming applies new timing to every supervisor and to future ones.
+func (r *reconciler) setTiming(t timing) {
+	r.mu.Lock()
+	r.timing = t
+	sups := make([]*supervisor, 0, len(r.sups))
+	for _, s := range r.sups {
+		sups = append(sups, s)
+	}
+	r.mu.Unlock()
+	for _, s := range sups {
+		s.setTiming(t)
+	}
+}

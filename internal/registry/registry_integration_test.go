@@ -1,0 +1,457 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/csisupd/csisupd/internal/fingerprint"
+	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/testplugin"
+)
+
+// These tests run the whole node-side registry over real unix sockets, with
+// real CSI plugins (internal/testplugin) in the same process.
+
+const waitLong = 15 * time.Second
+
+func TestIntegrationPluginsBeforeAndAfterStart(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	startPlugin(t, filepath.Join(dir, "early", SocketName), testplugin.Config{Type: testplugin.TypeMonolith, NodeID: "node-a"})
+	m := startManager(t, ManagerConfig{PluginDir: dir})
+	reg := m.Registry()
+	startPlugin(t, filepath.Join(dir, "late"+SocketSuffix), testplugin.Config{Type: testplugin.TypeMonolith, NodeID: "node-a"})
+
+	for _, id := range []string{"early", "late"} {
+		waitFor(t, waitLong, id+" healthy", func() bool { return healthOf(reg, id) == "healthy" })
+		p, _ := reg.Get(id)
+		if p.Fingerprint.Type != fingerprint.TypeMonolith || p.Fingerprint.NodeID != "node-a" {
+			t.Errorf("%s: type %s node id %q, want monolith on node-a", id, p.Fingerprint.Type, p.Fingerprint.NodeID)
+		}
+		// A new plugin: registered, then healthy at its first probe.
+		want := []EventType{EventRegistered, EventHealthy}
+		if got := eventsOf(reg, id); !slices.Equal(got, want) {
+			t.Errorf("%s: events %v, want %v", id, got, want)
+		}
+	}
+
+	// Lookup hands out the supervisor's live connection.
+	p, client, ok := m.Lookup("late")
+	if !ok || p.ID != "late" || client == nil {
+		t.Fatalf("Lookup(late) = %+v, %v, %v", p, client, ok)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := client.Identity.Probe(ctx, &csi.ProbeRequest{}); err != nil {
+		t.Errorf("Probe through the looked-up connection: %v", err)
+	}
+	if _, _, ok := m.Lookup("nope"); ok {
+		t.Error("Lookup of an unknown plugin succeeded")
+	}
+}
+
+func TestIntegrationKillIsNoticedWithoutWaitingForAProbe(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	sock := filepath.Join(dir, "a", SocketName)
+	plugin := startPlugin(t, sock, testplugin.Config{})
+	// One probe a minute: only the connection watch can notice in time.
+	m := startManager(t, ManagerConfig{PluginDir: dir, ProbeInterval: time.Minute, ProbeTimeout: 5 * time.Second})
+	reg := m.Registry()
+	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+
+	plugin.Kill()
+	waitFor(t, waitLong, "a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
+	p, _ := reg.Get("a")
+	if !strings.HasPrefix(p.Health.Description, "plugin unreachable") {
+		t.Errorf("description = %q, want plugin unreachable", p.Health.Description)
+	}
+
+	if err := plugin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, waitLong, "a healthy again", func() bool { return healthOf(reg, "a") == "healthy" })
+	if _, found := findEvent(reg, "a", EventDeregistered); found {
+		t.Error("a restarted plugin was deregistered")
+	}
+}
+
+func TestIntegrationRemovedSocketIsDeregisteredAfterGrace(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	sock := filepath.Join(dir, "a"+SocketSuffix)
+	plugin := startPlugin(t, sock, testplugin.Config{})
+	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: 300 * time.Millisecond})
+	reg := m.Registry()
+	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+
+	plugin.Stop() // removes the socket
+	waitFor(t, waitLong, "a deregistered", func() bool { return healthOf(reg, "a") == "absent" })
+	e, ok := findEvent(reg, "a", EventDeregistered)
+	if want := fmt.Sprintf("socket %s removed 300ms ago", sock); !ok || e.Description != want {
+		t.Errorf("deregistered event = %+v, want description %q", e, want)
+	}
+	if _, _, ok := m.Lookup("a"); ok {
+		t.Error("Lookup finds a deregistered plugin")
+	}
+}
+
+func TestIntegrationSocketBackWithinGraceIsNotDeregistered(t *testing.T) {
+	t.Parallel()
+	const grace = time.Second
+	dir := shortTempDir(t)
+	plugin := startPlugin(t, filepath.Join(dir, "a", SocketName), testplugin.Config{})
+	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: grace,
+		ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond})
+	reg := m.Registry()
+	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+
+	removed := time.Now()
+	plugin.Stop()
+	if err := plugin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until probes show the grace period is long over.
+	waitFor(t, waitLong, "probes well after the grace period", func() bool {
+		p, ok := reg.Get("a")
+		return ok && p.Healthy() && p.Health.LastProbe.After(removed.Add(2*grace))
+	})
+	if got := eventsOf(reg, "a"); slices.Contains(got, EventDeregistered) {
+		t.Errorf("events %v: a socket back within the grace was deregistered", got)
+	}
+}
+
+func TestIntegrationReplacedSocketRestartsInstance(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	sock := filepath.Join(dir, "a"+SocketSuffix)
+	startPlugin(t, sock, testplugin.Config{VendorVersion: "1.0.0"})
+	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: time.Minute})
+	reg := m.Registry()
+	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	old, _ := reg.Get("a")
+
+	// An upgrade: the old plugin still runs, its socket file is replaced.
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	startPlugin(t, sock, testplugin.Config{VendorVersion: "2.0.0"})
+	newID := statSocket(t, sock)
+	if newID.Inode == old.Instance.Inode && newID.Ctime == old.Instance.Ctime {
+		t.Fatal("the new socket has the old identity")
+	}
+
+	waitFor(t, waitLong, "new instance healthy", func() bool {
+		p, ok := reg.Get("a")
+		return ok && p.Instance == newID && p.Healthy() && p.Fingerprint.VendorVersion == "2.0.0"
+	})
+	var registered []Event
+	evs, _ := reg.Events(0)
+	for _, e := range evs {
+		if e.PluginID == "a" && e.Type == EventRegistered {
+			registered = append(registered, e)
+		}
+	}
+	if len(registered) != 2 || !strings.Contains(registered[1].Description, fmt.Sprintf("inode %d", newID.Inode)) ||
+		!strings.Contains(registered[1].Description, fmt.Sprintf("replaces inode %d", old.Instance.Inode)) {
+		t.Errorf("registered events = %+v, want a second one for inode %d replacing %d", registered, newID.Inode, old.Instance.Inode)
+	}
+	if _, found := findEvent(reg, "a", EventDeregistered); found {
+		t.Error("a replaced socket deregistered its plugin")
+	}
+}
+
+func TestIntegrationIgnoredEntries(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	writeFile(t, filepath.Join(dir, "file.sock"))
+	writeFile(t, filepath.Join(dir, "sub", SocketName))
+	socketFile(t, filepath.Join(dir, ".hidden.sock"))
+	writeFile(t, filepath.Join(dir, ".dotfile"))
+	socketFile(t, filepath.Join(dir, "bad!id.sock"))
+	m := startManager(t, ManagerConfig{PluginDir: dir})
+	reg := m.Registry()
+	startPlugin(t, filepath.Join(dir, "good.sock"), testplugin.Config{})
+	socketFile(t, filepath.Join(dir, "-late.sock")) // after the initial walk
+
+	want := map[string]string{
+		filepath.Join(dir, "file.sock"):       "not a unix socket (regular file)",
+		filepath.Join(dir, "sub", SocketName): "not a unix socket (regular file)",
+		filepath.Join(dir, "bad!id.sock"):     `invalid plugin id "bad!id"`,
+		filepath.Join(dir, "-late.sock"):      `invalid plugin id "-late"`,
+	}
+	waitFor(t, waitLong, "ignored entries", func() bool { return len(reg.Ignored()) == len(want) })
+	for _, ig := range reg.Ignored() {
+		if !strings.HasPrefix(ig.Reason, want[ig.Path]) || want[ig.Path] == "" {
+			t.Errorf("ignored %s: reason %q, want %q", ig.Path, ig.Reason, want[ig.Path])
+		}
+	}
+	waitFor(t, waitLong, "good healthy", func() bool { return healthOf(reg, "good") == "healthy" })
+	if got := reg.List(); len(got) != 1 {
+		t.Errorf("registered %d plugins, want only good: %+v", len(got), got)
+	}
+}
+
+func TestIntegrationNonCSISocketsAreUnhealthy(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+
+	// A gRPC server with only the health service.
+	l := listenUnix(t, filepath.Join(dir, "grpc-only.sock"))
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(l) })
+	t.Cleanup(func() {
+		srv.Stop()
+		wg.Wait()
+	})
+
+	// A listener that accepts connections and closes them at once.
+	raw := listenUnix(t, filepath.Join(dir, "raw.sock"))
+	wg.Go(func() {
+		for {
+			c, err := raw.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	})
+	t.Cleanup(func() { _ = raw.Close() })
+
+	m := startManager(t, ManagerConfig{PluginDir: dir})
+	reg := m.Registry()
+	tests := []struct {
+		id   string
+		want string
+	}{
+		{"grpc-only", "fingerprint failed: GetPluginInfo: socket does not serve the CSI Identity service"},
+		{"raw", "fingerprint failed: GetPluginInfo: rpc error: "},
+	}
+	for _, tt := range tests {
+		waitFor(t, waitLong, tt.id+" unhealthy", func() bool { return healthOf(reg, tt.id) == "unhealthy" })
+		p, _ := reg.Get(tt.id)
+		if !strings.HasPrefix(p.Health.Description, tt.want) {
+			t.Errorf("%s: description %q, want prefix %q", tt.id, p.Health.Description, tt.want)
+		}
+		if p.Fingerprint.Type != fingerprint.TypeUnknown || p.Fingerprinted {
+			t.Errorf("%s: fingerprint %+v, want none", tt.id, p.Fingerprint)
+		}
+		want := []EventType{EventRegistered, EventUnhealthy}
+		if got := eventsOf(reg, tt.id); !slices.Equal(got, want) {
+			t.Errorf("%s: events %v, want %v", tt.id, got, want)
+		}
+	}
+}
+
+func TestIntegrationHangingProbe(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	hang := newPlugin(t, filepath.Join(dir, "hang.sock"), testplugin.Config{})
+	hang.SetFaults(testplugin.Faults{ProbeHang: true})
+	if err := hang.Start(); err != nil {
+		t.Fatal(err)
+	}
+	startPlugin(t, filepath.Join(dir, "ok.sock"), testplugin.Config{})
+	m := startManager(t, ManagerConfig{PluginDir: dir, ProbeInterval: 600 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond})
+	reg := m.Registry()
+
+	waitFor(t, waitLong, "hang unhealthy", func() bool { return healthOf(reg, "hang") == "unhealthy" })
+	p, _ := reg.Get("hang")
+	if p.Health.Description != "probe timed out after 500ms" {
+		t.Errorf("description = %q, want probe timed out after 500ms", p.Health.Description)
+	}
+	if !p.Fingerprinted {
+		t.Error("a plugin whose only problem is Probe was not fingerprinted")
+	}
+	// Several more hanging probes while the other plugin is probed too.
+	since := p.Health.LastProbe
+	waitFor(t, waitLong, "more probes of both", func() bool {
+		h, _ := reg.Get("hang")
+		o, _ := reg.Get("ok")
+		return h.Health.LastProbe.After(since.Add(1200*time.Millisecond)) && o.Health.LastProbe.After(since.Add(1200*time.Millisecond))
+	})
+	if got, want := eventsOf(reg, "ok"), []EventType{EventRegistered, EventHealthy}; !slices.Equal(got, want) {
+		t.Errorf("ok: events %v, want %v", got, want)
+	}
+	if got, want := eventsOf(reg, "hang"), []EventType{EventRegistered, EventUnhealthy}; !slices.Equal(got, want) {
+		t.Errorf("hang: events %v, want %v", got, want)
+	}
+}
+
+func TestIntegrationManyPluginsAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 200 plugins")
+	}
+	// Not parallel: it runs alone, before the parallel tests, so that its
+	// load cannot make their probes time out.
+	const n = 200
+	dir := shortTempDir(t)
+	state := shortTempDir(t)
+	// Long probe timings: 200 plugins starting at once load the machine,
+	// and all this test needs is their first probe.
+	m := startManager(t, ManagerConfig{PluginDir: dir, ProbeInterval: 10 * time.Second, ProbeTimeout: 10 * time.Second})
+	reg := m.Registry()
+
+	plugins := make([]*testplugin.Plugin, n)
+	for i := range n {
+		sock := filepath.Join(dir, fmt.Sprintf("p%03d.sock", i))
+		if i%2 == 1 {
+			sock = filepath.Join(dir, fmt.Sprintf("p%03d", i), SocketName)
+		}
+		plugins[i] = newPlugin(t, sock, testplugin.Config{StateDir: filepath.Join(state, fmt.Sprint(i))})
+	}
+	for _, p := range plugins {
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 45*time.Second, fmt.Sprintf("%d plugins healthy", n), func() bool {
+		ps := reg.List()
+		if len(ps) != n {
+			return false
+		}
+		for _, p := range ps {
+			if !p.Healthy() {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range n {
+		id := fmt.Sprintf("p%03d", i)
+		if _, ok := findEvent(reg, id, EventRegistered); !ok {
+			t.Errorf("%s: no plugin-registered event", id)
+		}
+		if _, ok := findEvent(reg, id, EventHealthy); !ok {
+			t.Errorf("%s: no plugin-healthy event", id)
+		}
+	}
+}
+
+// gate is a client interceptor holding GetPluginInfo calls until opened.
+type gate struct {
+	open chan struct{}
+	once sync.Once
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{open: make(chan struct{})}
+	t.Cleanup(g.Open)
+	return g
+}
+
+func (g *gate) Open() { g.once.Do(func() { close(g.open) }) }
+
+func (g *gate) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if _, ok := req.(*csi.GetPluginInfoRequest); ok {
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func TestIntegrationRestartRecoversRegistry(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	data := filepath.Join(shortTempDir(t), "data")
+	startPlugin(t, filepath.Join(dir, "a", SocketName), testplugin.Config{NodeID: "node-r"})
+	startPlugin(t, filepath.Join(dir, "b"+SocketSuffix), testplugin.Config{NodeID: "node-r"})
+
+	first := newTestManager(t, ManagerConfig{PluginDir: dir, DataDir: data})
+	stopFirst := runManager(t, first)
+	for _, id := range []string{"a", "b"} {
+		waitFor(t, waitLong, id+" healthy", func() bool { return healthOf(first.Registry(), id) == "healthy" })
+	}
+	stopFirst() // saves the registry
+	if _, err := os.Stat(filepath.Join(data, StateFileName)); err != nil {
+		t.Fatalf("no registry file after shutdown: %v", err)
+	}
+
+	// The second manager cannot fingerprint until the gate opens, and its
+	// probe timeout is long: what it shows meanwhile comes from disk.
+	g := newGate(t)
+	second := newTestManager(t, ManagerConfig{
+		PluginDir: dir, DataDir: data,
+		ProbeInterval: 30 * time.Second, ProbeTimeout: 30 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(g.intercept)},
+	})
+	runManager(t, second)
+	awaitReady(t, second)
+	reg := second.Registry()
+	got := reg.List()
+	if len(got) != 2 {
+		t.Fatalf("restored %d plugins, want 2: %+v", len(got), got)
+	}
+	for _, p := range got {
+		if p.Health.State != heartbeat.Unknown || p.Fingerprint.NodeID != "node-r" || p.Fingerprint.Type != fingerprint.TypeMonolith {
+			t.Errorf("restored %s: health %s, fingerprint %+v; want unknown health and the saved fingerprint",
+				p.ID, p.Health.State, p.Fingerprint)
+		}
+	}
+
+	g.Open()
+	for _, id := range []string{"a", "b"} {
+		waitFor(t, waitLong, id+" healthy after restart", func() bool { return healthOf(reg, id) == "healthy" })
+		// Same socket, same instance: no new registration.
+		if got := eventsOf(reg, id); !slices.Equal(got, []EventType{EventHealthy}) {
+			t.Errorf("%s: events after restart %v, want [plugin-healthy]", id, got)
+		}
+	}
+}
+
+func TestIntegrationSteadyStateEmitsNothing(t *testing.T) {
+	t.Parallel()
+	// Generous timeouts: a probe timing out on a busy machine is an event.
+	const interval = time.Second
+	dir := shortTempDir(t)
+	ids := []string{"a", "b", "c"}
+	for _, id := range ids {
+		startPlugin(t, filepath.Join(dir, id+SocketSuffix), testplugin.Config{})
+	}
+	m := startManager(t, ManagerConfig{
+		PluginDir: dir, DataDir: filepath.Join(dir, ".data"),
+		ProbeInterval: interval, ProbeTimeout: interval,
+		FingerprintInterval: 2 * interval, RescanInterval: 2 * interval,
+	})
+	reg := m.Registry()
+	for _, id := range ids {
+		waitFor(t, waitLong, id+" healthy", func() bool { return healthOf(reg, id) == "healthy" })
+	}
+	_, index := reg.Events(0)
+	version := reg.Version()
+	start := time.Now()
+
+	// Several probe, fingerprint and rescan periods, measured by probes.
+	waitFor(t, waitLong, "three probe intervals of probes", func() bool {
+		for _, id := range ids {
+			p, _ := reg.Get(id)
+			if !p.Health.LastProbe.After(start.Add(3 * interval)) {
+				return false
+			}
+		}
+		return true
+	})
+	if evs, _ := reg.Events(index); len(evs) != 0 {
+		t.Errorf("steady state emitted %d events: %+v", len(evs), evs)
+	}
+	if v := reg.Version(); v != version {
+		t.Errorf("steady state changed the registry %d times", v-version)
+	}
+}

@@ -1,0 +1,189 @@
+package registry
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+
+	"github.com/csisupd/csisupd/internal/fingerprint"
+	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/testplugin"
+)
+
+// superviseSocket starts a supervisor for the socket at path (it need not
+// exist yet) and stops it when the test ends.
+func superviseSocket(t *testing.T, reg *Registry, id string, si SocketID, tm timing, opts ...grpc.DialOption) *supervisor {
+	t.Helper()
+	s, err := startSupervisor(context.Background(), supervisorConfig{
+		ID: id, Instance: si, Registry: reg, Timing: tm, DialOptions: opts, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func TestSupervisorRegistersAndProbes(t *testing.T) {
+	sock := filepath.Join(shortTempDir(t), "a.sock")
+	startPlugin(t, sock, testplugin.Config{Type: testplugin.TypeMonolith, NodeID: "node-7", MaxVolumes: 3})
+	reg := New(Config{})
+	s := superviseSocket(t, reg, "a", statSocket(t, sock), testTiming)
+
+	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	p, _ := reg.Get("a")
+	if p.Fingerprint.Type != fingerprint.TypeMonolith || p.Fingerprint.NodeID != "node-7" ||
+		p.Fingerprint.MaxVolumes != 3 || p.Fingerprint.VendorName != testplugin.DefaultName || !p.Fingerprinted {
+		t.Errorf("fingerprint = %+v", p.Fingerprint)
+	}
+	if got := eventsOf(reg, "a"); !slices.Equal(got, []EventType{EventRegistered, EventHealthy}) {
+		t.Errorf("events = %v, want [plugin-registered plugin-healthy]", got)
+	}
+
+	s.stop()
+	select {
+	case <-s.done:
+	default:
+		t.Error("stop returned before the supervisor's goroutines")
+	}
+}
+
+func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
+	sock := filepath.Join(shortTempDir(t), "a.sock")
+	// A listener that accepts and closes: not a gRPC server at all.
+	l := listenUnix(t, sock)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	})
+	defer wg.Wait()
+
+	reg := New(Config{})
+	superviseSocket(t, reg, "a", statSocket(t, sock), fastTiming)
+	waitFor(t, 10*time.Second, "plugin a registered unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
+	p, _ := reg.Get("a")
+	if !strings.HasPrefix(p.Health.Description, "fingerprint failed: GetPluginInfo") {
+		t.Errorf("health description = %q, want a fingerprint failure", p.Health.Description)
+	}
+	if p.Fingerprinted || p.Fingerprint.Type != fingerprint.TypeUnknown {
+		t.Errorf("fingerprint of a non-CSI socket = %+v", p.Fingerprint)
+	}
+
+	// A real plugin takes over the path: retries find it.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	startPlugin(t, sock, testplugin.Config{Type: testplugin.TypeNode})
+	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	if p, _ := reg.Get("a"); p.Fingerprint.Type != fingerprint.TypeNode {
+		t.Errorf("type = %s, want node", p.Fingerprint.Type)
+	}
+	want := []EventType{EventRegistered, EventUnhealthy, EventHealthy}
+	if got := eventsOf(reg, "a"); !slices.Equal(got, want) {
+		t.Errorf("events = %v, want %v", got, want)
+	}
+}
+
+func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
+	dir := shortTempDir(t)
+	sock := filepath.Join(dir, "a.sock")
+	state := filepath.Join(dir, "state")
+	v1 := startPlugin(t, sock, testplugin.Config{StateDir: state, VendorVersion: "1.0.0"})
+	reg := New(Config{})
+	// A long fingerprint interval: only the recovery explains a new one.
+	tm := testTiming
+	tm.FingerprintInterval = time.Hour
+	superviseSocket(t, reg, "a", statSocket(t, sock), tm)
+	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+
+	v1.Kill()
+	waitFor(t, 10*time.Second, "plugin a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
+	v1.Stop()
+	startPlugin(t, sock, testplugin.Config{StateDir: state, VendorVersion: "2.0.0"})
+
+	waitFor(t, 10*time.Second, "fingerprint 2.0.0", func() bool {
+		p, _ := reg.Get("a")
+		return p.Fingerprint.VendorVersion == "2.0.0"
+	})
+	e, ok := findEvent(reg, "a", EventFingerprintChanged)
+	if !ok || !strings.Contains(e.Description, "vendor_version") {
+		t.Errorf("fingerprint-changed event = %+v (found %v)", e, ok)
+	}
+	if healthOf(reg, "a") != "healthy" {
+		t.Errorf("health = %s, want healthy", healthOf(reg, "a"))
+	}
+}
+
+// versionRewriter is a client interceptor that reports a chosen vendor
+// version in GetPluginInfo answers, to change a fingerprint while the
+// plugin stays healthy.
+type versionRewriter struct{ version atomic.Value }
+
+func (v *versionRewriter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if r, ok := reply.(*csi.GetPluginInfoResponse); ok && err == nil {
+		if s, _ := v.version.Load().(string); s != "" {
+			r.VendorVersion = s
+		}
+	}
+	return err
+}
+
+func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
+	sock := filepath.Join(shortTempDir(t), "a.sock")
+	startPlugin(t, sock, testplugin.Config{})
+	rw := &versionRewriter{}
+	reg := New(Config{})
+	tm := testTiming
+	tm.FingerprintInterval = time.Hour
+	s := superviseSocket(t, reg, "a", statSocket(t, sock), tm, grpc.WithChainUnaryInterceptor(rw.intercept))
+	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+
+	rw.version.Store("9.9.9")
+	tm.FingerprintInterval = 100 * time.Millisecond
+	s.setTiming(tm)
+	waitFor(t, 10*time.Second, "fingerprint 9.9.9", func() bool {
+		p, _ := reg.Get("a")
+		return p.Fingerprint.VendorVersion == "9.9.9"
+	})
+	want := []EventType{EventRegistered, EventHealthy, EventFingerprintChanged}
+	if got := eventsOf(reg, "a"); !slices.Equal(got, want) {
+		t.Errorf("events = %v, want %v", got, want)
+	}
+	s.mu.Lock()
+	got := s.mon.Health()
+	s.mu.Unlock()
+	if got.State != heartbeat.Healthy {
+		t.Errorf("monitor health = %s after a timing change", got.State)
+	}
+}
+
+func TestSupervisorStopsWhileDialingNothing(t *testing.T) {
+	reg := New(Config{})
+	sock := filepath.Join(shortTempDir(t), "never.sock")
+	s := superviseSocket(t, reg, "a", SocketID{Path: sock, Inode: 1}, fastTiming)
+	waitFor(t, 10*time.Second, "plugin a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
+	p, _ := reg.Get("a")
+	if !strings.Contains(p.Health.Description, "fingerprint failed") {
+		t.Errorf("description = %q", p.Health.Description)
+	}
+	s.stop() // goleak in TestMain checks that nothing stays behind
+	if _, err := net.Dial("unix", sock); err == nil {
+		t.Error("a socket appeared from nowhere")
+	}
+}

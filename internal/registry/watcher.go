@@ -1,0 +1,353 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/hashicorp/go-hclog"
+)
+
+// SocketName is the socket file name inside a plugin's own directory:
+// <plugin_dir>/<id>/csi.sock.
+const SocketName = "csi.sock"
+
+// SocketSuffix ends a socket placed directly in the plugin directory:
+// <plugin_dir>/<id>.sock.
+const SocketSuffix = ".sock"
+
+// pluginIDPattern is the rule every plugin id must follow.
+const pluginIDPattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
+
+var pluginIDRE = regexp.MustCompile(pluginIDPattern)
+
+// ValidPluginID reports whether id is a valid plugin id.
+func ValidPluginID(id string) bool { return pluginIDRE.MatchString(id) }
+
+// coalesceDelay is how long the watcher waits after a file system event
+// before it scans, so that a burst of events (many plugins starting at
+// once) costs one scan instead of one per event.
+const coalesceDelay = 20 * time.Millisecond
+
+// desiredState is the result of one scan of the plugin directory.
+type desiredState struct {
+	// Sockets maps plugin id to the identity of its socket.
+	Sockets map[string]SocketID
+	// Ignored lists entries that are not supervised, sorted by path.
+	Ignored []Ignored
+}
+
+// scanPluginDir reads dir once (readdir plus one lstat per candidate) and
+// returns the desired set. watchSubdir is called for every plugin
+// subdirectory before the socket inside it is looked at, so a socket
+// created right after the look still produces a file system event.
+func scanPluginDir(dir string, watchSubdir func(path string)) (desiredState, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return desiredState{}, fmt.Errorf("read plugin directory %q: %w", dir, err)
+	}
+	st := desiredState{Sockets: make(map[string]SocketID)}
+	ignore := func(path, reason string) {
+		st.Ignored = append(st.Ignored, Ignored{Path: path, Reason: reason})
+	}
+	// Sockets of the <id>.sock form, added after the <id>/csi.sock form
+	// so that the latter wins when both exist.
+	type flat struct {
+		id string
+		si SocketID
+	}
+	var flats []flat
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		switch {
+		case e.IsDir():
+			sock := filepath.Join(path, SocketName)
+			if watchSubdir != nil {
+				watchSubdir(path)
+			}
+			if !ValidPluginID(name) {
+				// Only worth reporting once it holds a socket path.
+				if _, err := os.Lstat(sock); err == nil {
+					ignore(sock, invalidIDReason(name))
+				}
+				continue
+			}
+			si, reason, err := lstatSocket(sock)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				// A plugin directory whose socket is not there (yet).
+			case err != nil:
+				ignore(sock, "cannot stat: "+err.Error())
+			case reason != "":
+				ignore(sock, reason)
+			default:
+				st.Sockets[name] = si
+			}
+		case strings.HasSuffix(name, SocketSuffix):
+			id := strings.TrimSuffix(name, SocketSuffix)
+			if !ValidPluginID(id) {
+				ignore(path, invalidIDReason(id))
+				continue
+			}
+			si, reason, err := lstatSocket(path)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				// Removed since readdir.
+			case err != nil:
+				ignore(path, "cannot stat: "+err.Error())
+			case reason != "":
+				ignore(path, reason)
+			default:
+				flats = append(flats, flat{id: id, si: si})
+			}
+		default:
+			ignore(path, fmt.Sprintf("not a plugin socket (%s): expected <id>%s or <id>/%s",
+				describeMode(e.Type()), SocketSuffix, SocketName))
+		}
+	}
+	for _, f := range flats {
+		if prev, ok := st.Sockets[f.id]; ok {
+			ignore(f.si.Path, fmt.Sprintf("duplicate plugin id %q: already served by %s", f.id, prev.Path))
+			continue
+		}
+		st.Sockets[f.id] = f.si
+	}
+	slices.SortFunc(st.Ignored, func(a, b Ignored) int { return strings.Compare(a.Path, b.Path) })
+	return st, nil
+}
+
+func invalidIDReason(id string) string {
+	return fmt.Sprintf("invalid plugin id %q: must match %s", id, pluginIDPattern)
+}
+
+// lstatSocket returns the identity of the unix socket at path, or a reason
+// why the file there is not one.
+func lstatSocket(path string) (SocketID, string, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return SocketID{}, "", err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return SocketID{}, fmt.Sprintf("not a unix socket (%s)", describeMode(fi.Mode().Type())), nil
+	}
+	return socketIDOf(path, fi)
+}
+
+// socketIDOf builds a SocketID from the stat data of a socket file.
+func socketIDOf(path string, fi fs.FileInfo) (SocketID, string, error) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return SocketID{}, "", fmt.Errorf("stat %q: no unix stat data", path)
+	}
+	return SocketID{
+		Path: path,
+		// The conversions matter on platforms where these are not uint64.
+		Dev:   uint64(st.Dev),
+		Inode: uint64(st.Ino),
+		Ctime: st.Ctim.Nano(),
+	}, "", nil
+}
+
+// describeMode names a file type for ignore reasons.
+func describeMode(t fs.FileMode) string {
+	switch {
+	case t == 0:
+		return "regular file"
+	case t&fs.ModeDir != 0:
+		return "directory"
+	case t&fs.ModeSymlink != 0:
+		return "symlink"
+	case t&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case t&fs.ModeSocket != 0:
+		return "unix socket"
+	case t&fs.ModeCharDevice != 0:
+		return "character device"
+	case t&fs.ModeDevice != 0:
+		return "block device"
+	default:
+		return "irregular file"
+	}
+}
+
+// watcherConfig configures a watcher.
+type watcherConfig struct {
+	// Dir is the plugin directory.
+	Dir string
+	// RescanInterval is the period of the backstop rescan.
+	RescanInterval time.Duration
+	// Registry receives the ignored entries of every scan.
+	Registry *Registry
+	Logger   hclog.Logger
+}
+
+// watcher turns the plugin directory into desired states. It watches the
+// directory and every plugin subdirectory with fsnotify, scans once at
+// start, after every burst of events, and every RescanInterval as a
+// backstop against lost events. The latest state waits in a one-slot
+// mailbox, so a slow reader only ever sees the newest one.
+//
+// The plugin directory is created (mode 0755) when it does not exist, at
+// start and again when it is removed while running.
+type watcher struct {
+	cfg    watcherConfig
+	log    hclog.Logger
+	fsw    *fsnotify.Watcher
+	out    chan desiredState
+	topOK  bool            // the plugin directory itself is watched
+	subdir map[string]bool // watched plugin subdirectories
+	scans  int             // number of scans, for tests
+}
+
+// newWatcher creates the plugin directory when needed and starts
+// watching it. Call run to scan and deliver, and it closes the watch.
+func newWatcher(cfg watcherConfig) (*watcher, error) {
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch plugin directory %q: %w", cfg.Dir, err)
+	}
+	w := &watcher{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		fsw:    fsw,
+		out:    make(chan desiredState, 1),
+		subdir: make(map[string]bool),
+	}
+	if err := w.watchTop(); err != nil {
+		_ = fsw.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// updates delivers the latest desired state.
+func (w *watcher) updates() <-chan desiredState { return w.out }
+
+// watchTop creates the plugin directory when missing and watches it.
+func (w *watcher) watchTop() error {
+	if err := os.MkdirAll(w.cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("create plugin directory %q: %w", w.cfg.Dir, err)
+	}
+	if err := w.fsw.Add(w.cfg.Dir); err != nil {
+		return fmt.Errorf("watch plugin directory %q: %w", w.cfg.Dir, err)
+	}
+	w.topOK = true
+	return nil
+}
+
+// run scans at once and then after events and every RescanInterval, until
+// ctx ends. It closes the file system watch before returning.
+func (w *watcher) run(ctx context.Context) {
+	defer func() { _ = w.fsw.Close() }()
+
+	w.scan()
+
+	rescan := time.NewTicker(w.cfg.RescanInterval)
+	defer rescan.Stop()
+	// pending is stopped while no scan is scheduled; an event arms it.
+	pending := time.NewTimer(coalesceDelay)
+	pending.Stop()
+	armed := false
+	schedule := func() {
+		if !armed {
+			armed = true
+			pending.Reset(coalesceDelay)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			pending.Stop()
+			return
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return
+			}
+			if ev.Name == w.cfg.Dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				w.topOK = false
+			}
+			if w.subdir[ev.Name] && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				// The kernel dropped the watch with the directory.
+				delete(w.subdir, ev.Name)
+			}
+			schedule()
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				w.log.Warn("file system events were lost; rescanning", "dir", w.cfg.Dir)
+			} else {
+				w.log.Warn("file system watch error; rescanning", "dir", w.cfg.Dir, "error", err)
+			}
+			schedule()
+		case <-pending.C:
+			armed = false
+			w.scan()
+		case <-rescan.C:
+			w.scan()
+		}
+	}
+}
+
+// scan reads the plugin directory, updates the watches and the ignored
+// list, and delivers the desired state.
+func (w *watcher) scan() {
+	w.scans++
+	if !w.topOK {
+		if err := w.watchTop(); err != nil {
+			w.log.Error("plugin directory unavailable; retrying at the next rescan", "error", err)
+			return
+		}
+		w.log.Warn("plugin directory was removed; created it again", "dir", w.cfg.Dir)
+	}
+	seen := make(map[string]bool, len(w.subdir))
+	st, err := scanPluginDir(w.cfg.Dir, func(path string) {
+		seen[path] = true
+		if w.subdir[path] {
+			return
+		}
+		if err := w.fsw.Add(path); err != nil {
+			// The periodic rescan still finds its socket.
+			w.log.Warn("cannot watch plugin subdirectory", "dir", path, "error", err)
+			return
+		}
+		w.subdir[path] = true
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		// Removed between the watch and the read: every socket is gone.
+		w.topOK = false
+		st, err = desiredState{Sockets: map[string]SocketID{}}, nil
+	}
+	if err != nil {
+		// Keep the previous desired state rather than report every
+		// plugin gone because of, say, a descriptor shortage.
+		w.log.Error("cannot scan plugin directory; keeping the previous state", "error", err)
+		return
+	}
+	for path := range w.subdir {
+		if !seen[path] {
+			_ = w.fsw.Remove(path) // fails when the kernel already dropped it
+			delete(w.subdir, path)
+		}
+	}
+	w.cfg.Registry.SetIgnored(st.Ignored)
+	select {
+	case <-w.out: // replace an unread state with the newer one
+	default:
+	}
+	w.out <- st
+}

@@ -1,0 +1,331 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"github.com/kubernetes-csi/csi-test/v5/driver"
+	"go.uber.org/goleak"
+	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/fingerprint"
+	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/testplugin"
+)
+
+// TestMain checks that no test leaves goroutines behind. It is the package's
+// only TestMain.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// Ginkgo (csi-sanity) registers a signal handler for the process.
+		goleak.IgnoreTopFunction("github.com/onsi/ginkgo/v2/internal/interrupt_handler.(*InterruptHandler).registerForInterrupts.func2"),
+	)
+}
+
+// waitFor polls cond until it holds or timeout passes, then fails the test
+// naming what it waited for.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// shortTempDir returns a new directory with a short path, for unix sockets
+// (at most 108 bytes), removed when the test ends.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers: the captured log
+// output of an agent.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testLogger logs through t when -v is given, else discards.
+func testLogger(t testing.TB) hclog.Logger {
+	if !testing.Verbose() {
+		return hclog.NewNullLogger()
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: logWriter{t}})
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+// serveClientCSI serves a ClientCSI over plugins on a unix socket in dir and
+// returns a client connected to it. Both end with the test.
+func serveClientCSI(t testing.TB, dir string, cfg ClientCSIConfig) csisupdv1.ClientCSIClient {
+	t.Helper()
+	svc, err := NewClientCSI(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "agent.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	svc.Register(srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(l)
+	}()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		srv.Stop()
+		<-served
+	})
+	return csisupdv1.NewClientCSIClient(conn)
+}
+
+// fixedPlugins is a PluginLookup over a real registry store whose records
+// the test writes itself, with one csiclient connection per plugin. Tests
+// use it to put plugins in states (unhealthy, without capabilities) that a
+// running supervisor would correct.
+type fixedPlugins struct {
+	reg *registry.Registry
+
+	mu      sync.Mutex
+	clients map[string]*csiclient.Client
+}
+
+func newFixedPlugins() *fixedPlugins {
+	return &fixedPlugins{reg: registry.New(registry.Config{}), clients: make(map[string]*csiclient.Client)}
+}
+
+func (f *fixedPlugins) Lookup(id string) (registry.Plugin, *csiclient.Client, bool) {
+	p, ok := f.reg.Get(id)
+	if !ok {
+		return registry.Plugin{}, nil, false
+	}
+	f.mu.Lock()
+	c := f.clients[id]
+	f.mu.Unlock()
+	return p, c, c != nil
+}
+
+// add registers plugin id at socket with fingerprint fp and health state h,
+// connected through a real csiclient.
+func (f *fixedPlugins) add(t testing.TB, id, socket string, fp fingerprint.Fingerprint, h heartbeat.State) {
+	t.Helper()
+	c, err := csiclient.New(csiclient.Config{Socket: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	inst := registry.SocketID{Path: socket}
+	f.reg.Register(id, inst, &fp)
+	f.reg.SetHealth(id, inst, heartbeat.Health{State: h, Description: "set by the test", Since: time.Now(), LastProbe: time.Now()})
+	f.mu.Lock()
+	f.clients[id] = c
+	f.mu.Unlock()
+}
+
+// controllerFingerprint is the fingerprint of a controller plugin with the
+// given controller capabilities.
+func controllerFingerprint(caps ...csi.ControllerServiceCapability_RPC_Type) fingerprint.Fingerprint {
+	fp := fingerprint.Fingerprint{
+		VendorName:         "mock.csi.test",
+		Type:               fingerprint.TypeController,
+		PluginCapabilities: []string{"CONTROLLER_SERVICE"},
+	}
+	for _, c := range caps {
+		fp.ControllerCapabilities = append(fp.ControllerCapabilities, c.String())
+	}
+	return fp
+}
+
+// allControllerCaps are the capabilities every ClientCSI method needs.
+var allControllerCaps = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME,
+	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+}
+
+// mockReporter lets gomock fail the test from a gRPC handler goroutine,
+// where t.Fatalf must not be called: Fatalf records the failure and ends
+// only the calling goroutine.
+type mockReporter struct{ t *testing.T }
+
+func (r mockReporter) Errorf(format string, args ...any) { r.t.Errorf(format, args...) }
+func (r mockReporter) Fatalf(format string, args ...any) {
+	r.t.Errorf(format, args...)
+	runtime.Goexit()
+}
+func (r mockReporter) Helper()          {}
+func (r mockReporter) Cleanup(f func()) { r.t.Cleanup(f) }
+
+// startMockController serves csi-test's gomock controller on a unix socket
+// in dir, with only the Controller service, and returns the mock and the
+// socket.
+func startMockController(t *testing.T, dir string) (*driver.MockControllerServer, string) {
+	t.Helper()
+	ctrl := gomock.NewController(mockReporter{t})
+	mc := driver.NewMockControllerServer(ctrl)
+	d := driver.NewCSIDriver(&driver.CSIDriverServers{
+		Controller: struct {
+			csi.UnsafeControllerServer
+			*driver.MockControllerServer
+		}{MockControllerServer: mc},
+	})
+	sock := filepath.Join(dir, "mock.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return mc, sock
+}
+
+// mockEnv is a ClientCSI over one gomock controller plugin registered as
+// "mock" in a real registry.
+type mockEnv struct {
+	mock    *driver.MockControllerServer
+	plugins *fixedPlugins
+	client  csisupdv1.ClientCSIClient
+	socket  string
+	logs    *syncBuffer
+}
+
+// newMockEnv starts the mock plugin with fingerprint fp and health h, and a
+// ClientCSI over it configured by cfg (Plugins and Logger are filled in).
+func newMockEnv(t *testing.T, fp fingerprint.Fingerprint, h heartbeat.State, cfg ClientCSIConfig) *mockEnv {
+	t.Helper()
+	dir := shortTempDir(t)
+	mc, sock := startMockController(t, dir)
+	plugins := newFixedPlugins()
+	plugins.add(t, "mock", sock, fp, h)
+	logs := &syncBuffer{}
+	cfg.Plugins = plugins
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: logs})
+	}
+	if cfg.RetryBaseDelay == 0 {
+		cfg.RetryBaseDelay = time.Millisecond
+	}
+	client := serveClientCSI(t, dir, cfg)
+	return &mockEnv{mock: mc, plugins: plugins, client: client, socket: sock, logs: logs}
+}
+
+// managedEnv is a real agent's plugin side: a registry.Manager watching a
+// plugin directory with one testplugin in it, and ClientCSI over the
+// manager.
+type managedEnv struct {
+	dir     string
+	plugin  *testplugin.Plugin
+	manager *registry.Manager
+	client  csisupdv1.ClientCSIClient
+}
+
+// newManagedEnv starts testplugin id (configured by pcfg; Socket and
+// StateDir are filled in) in a plugin directory watched by a real
+// registry.Manager, waits until the plugin is healthy and fingerprinted, and
+// serves ClientCSI (configured by cfg; Plugins is filled in) over the
+// manager.
+func newManagedEnv(t testing.TB, id string, pcfg testplugin.Config, cfg ClientCSIConfig, logger hclog.Logger) *managedEnv {
+	t.Helper()
+	dir := shortTempDir(t)
+	pluginDir := filepath.Join(dir, "plugins")
+	if logger == nil {
+		logger = testLogger(t)
+	}
+	pcfg.Socket = filepath.Join(pluginDir, id, "csi.sock")
+	pcfg.StateDir = filepath.Join(dir, "state")
+	p, err := testplugin.New(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+
+	m, err := registry.NewManager(registry.ManagerConfig{
+		PluginDir:           pluginDir,
+		ProbeInterval:       200 * time.Millisecond,
+		ProbeTimeout:        200 * time.Millisecond,
+		FingerprintInterval: 10 * time.Second,
+		RescanInterval:      time.Second,
+		Logger:              logger.Named("registry"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("registry manager: %v", err)
+		}
+	})
+	waitFor(t, 20*time.Second, "plugin "+id+" to be healthy and fingerprinted", func() bool {
+		rec, c, ok := m.Lookup(id)
+		return ok && c != nil && rec.Healthy() && rec.Fingerprinted
+	})
+
+	cfg.Plugins = m
+	if cfg.Logger == nil {
+		cfg.Logger = logger
+	}
+	client := serveClientCSI(t, dir, cfg)
+	return &managedEnv{dir: dir, plugin: p, manager: m, client: client}
+}

@@ -1,0 +1,160 @@
+package rpc
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/reflection"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// TestClientCSIReflection does what grpcurl does: it learns ClientCSI from
+// server reflection alone, builds a request from JSON with the learnt
+// descriptors, and calls the service with it.
+func TestClientCSIReflection(t *testing.T) {
+	dir := shortTempDir(t)
+	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "agent.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	svc.Register(srv)
+	reflection.Register(srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(l)
+	}()
+	defer func() {
+		srv.Stop()
+		<-served
+	}()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(req *reflectionpb.ServerReflectionRequest) *reflectionpb.ServerReflectionResponse {
+		t.Helper()
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var services []string
+	for _, s := range ask(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{},
+	}).GetListServicesResponse().GetService() {
+		services = append(services, s.GetName())
+	}
+	if !slices.Contains(services, "csisupd.v1.ClientCSI") {
+		t.Fatalf("reflection lists %v, without csisupd.v1.ClientCSI", services)
+	}
+
+	// Collect the file with the service and, as grpcurl does, ask for every
+	// dependency the answer did not include.
+	fds := &descriptorpb.FileDescriptorSet{}
+	have := map[string]bool{}
+	add := func(resp *reflectionpb.ServerReflectionResponse) {
+		for _, raw := range resp.GetFileDescriptorResponse().GetFileDescriptorProto() {
+			fd := &descriptorpb.FileDescriptorProto{}
+			if err := proto.Unmarshal(raw, fd); err != nil {
+				t.Fatal(err)
+			}
+			if !have[fd.GetName()] {
+				have[fd.GetName()] = true
+				fds.File = append(fds.File, fd)
+			}
+		}
+	}
+	add(ask(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "csisupd.v1.ClientCSI"},
+	}))
+	for i := 0; i < len(fds.File); i++ {
+		for _, dep := range fds.File[i].GetDependency() {
+			if !have[dep] {
+				add(ask(&reflectionpb.ServerReflectionRequest{
+					MessageRequest: &reflectionpb.ServerReflectionRequest_FileByFilename{FileByFilename: dep},
+				}))
+			}
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := protodesc.NewFiles(fds)
+	if err != nil {
+		t.Fatalf("the reflected descriptors do not resolve: %v", err)
+	}
+	d, err := files.FindDescriptorByName("csisupd.v1.ClientCSI")
+	if err != nil {
+		t.Fatal(err)
+	}
+	method := d.(protoreflect.ServiceDescriptor).Methods().ByName("ControllerCreateVolume")
+	if method == nil {
+		t.Fatal("reflected ClientCSI has no ControllerCreateVolume")
+	}
+
+	in := dynamicpb.NewMessage(method.Input())
+	const body = `{"plugin_id":"p1","request":{"name":"v1","volume_capabilities":[{"mount":{},"access_mode":{"mode":"SINGLE_NODE_WRITER"}}],"secrets":{"k":"v"}}}`
+	if err := protojson.Unmarshal([]byte(body), in); err != nil {
+		t.Fatalf("JSON request: %v", err)
+	}
+	// The dynamic message is the same request as the generated one.
+	raw, err := proto.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var typed csisupdv1.ControllerCreateVolumeRequest
+	if err := proto.Unmarshal(raw, &typed); err != nil {
+		t.Fatal(err)
+	}
+	want := &csisupdv1.ControllerCreateVolumeRequest{PluginId: "p1", Request: &csi.CreateVolumeRequest{
+		Name: "v1",
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+		Secrets: map[string]string{"k": "v"},
+	}}
+	if !proto.Equal(&typed, want) {
+		t.Errorf("JSON request decoded to %v, want %v", &typed, want)
+	}
+
+	out := dynamicpb.NewMessage(method.Output())
+	err = conn.Invoke(ctx, "/csisupd.v1.ClientCSI/ControllerCreateVolume", in, out)
+	if !csisupdv1.IsPluginNotFound(err) {
+		t.Errorf("call with the reflected request: error = %v, want PluginNotFound for p1", err)
+	}
+}

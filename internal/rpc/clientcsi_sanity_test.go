@@ -1,0 +1,271 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+	"github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/testplugin"
+)
+
+// controllerAdapter is a CSI Controller service that makes every call
+// through ClientCSI, so csi-sanity can test the mediated path.
+type controllerAdapter struct {
+	csi.UnimplementedControllerServer
+	c      csisupdv1.ClientCSIClient
+	plugin string
+}
+
+func (a *controllerAdapter) CreateVolume(ctx context.Context, r *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	resp, err := a.c.ControllerCreateVolume(ctx, &csisupdv1.ControllerCreateVolumeRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) DeleteVolume(ctx context.Context, r *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	resp, err := a.c.ControllerDeleteVolume(ctx, &csisupdv1.ControllerDeleteVolumeRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ControllerPublishVolume(ctx context.Context, r *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	resp, err := a.c.ControllerAttachVolume(ctx, &csisupdv1.ControllerAttachVolumeRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ControllerUnpublishVolume(ctx context.Context, r *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	resp, err := a.c.ControllerDetachVolume(ctx, &csisupdv1.ControllerDetachVolumeRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ValidateVolumeCapabilities(ctx context.Context, r *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	resp, err := a.c.ControllerValidateVolume(ctx, &csisupdv1.ControllerValidateVolumeRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ListVolumes(ctx context.Context, r *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	resp, err := a.c.ControllerListVolumes(ctx, &csisupdv1.ControllerListVolumesRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) GetCapacity(ctx context.Context, r *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	resp, err := a.c.ControllerGetCapacity(ctx, &csisupdv1.ControllerGetCapacityRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ControllerGetCapabilities(ctx context.Context, r *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	resp, err := a.c.ControllerGetCapabilities(ctx, &csisupdv1.ControllerGetCapabilitiesRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) CreateSnapshot(ctx context.Context, r *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	resp, err := a.c.ControllerCreateSnapshot(ctx, &csisupdv1.ControllerCreateSnapshotRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) DeleteSnapshot(ctx context.Context, r *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	resp, err := a.c.ControllerDeleteSnapshot(ctx, &csisupdv1.ControllerDeleteSnapshotRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ListSnapshots(ctx context.Context, r *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	resp, err := a.c.ControllerListSnapshots(ctx, &csisupdv1.ControllerListSnapshotsRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ControllerExpandVolume(ctx context.Context, r *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	resp, err := a.c.ControllerExpandVolume(ctx, &csisupdv1.ControllerExpandVolumeRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ControllerGetVolume(ctx context.Context, r *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	resp, err := a.c.ControllerGetVolume(ctx, &csisupdv1.ControllerGetVolumeRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+// identityForwarder answers the Identity service from the plugin itself:
+// ClientCSI has no Identity methods, but csi-sanity asks the controller
+// endpoint who it is.
+type identityForwarder struct {
+	csi.UnimplementedIdentityServer
+	c csi.IdentityClient
+}
+
+func (f *identityForwarder) GetPluginInfo(ctx context.Context, r *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return f.c.GetPluginInfo(ctx, r)
+}
+
+func (f *identityForwarder) GetPluginCapabilities(ctx context.Context, r *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return f.c.GetPluginCapabilities(ctx, r)
+}
+
+func (f *identityForwarder) Probe(ctx context.Context, r *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return f.c.Probe(ctx, r)
+}
+
+// serveAdapter serves the adapter for plugin on a unix socket in dir and
+// returns the socket. mediated counts the controller calls it receives.
+func serveAdapter(t *testing.T, dir string, c csisupdv1.ClientCSIClient, plugin, pluginSocket string, mediated *atomic.Int64) string {
+	t.Helper()
+	pconn, err := grpc.NewClient("unix://"+pluginSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "adapter.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if strings.HasPrefix(info.FullMethod, "/csi.v1.Controller/") {
+				mediated.Add(1)
+			}
+			return h(ctx, req)
+		}))
+	csi.RegisterControllerServer(srv, &controllerAdapter{c: c, plugin: plugin})
+	csi.RegisterIdentityServer(srv, &identityForwarder{c: csi.NewIdentityClient(pconn)})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+		_ = pconn.Close()
+	})
+	return sock
+}
+
+// sanityRuns is set by the first csi-sanity run in the process.
+var sanityRuns atomic.Bool
+
+// sanityOutcome records a Ginkgo failure without failing the Go test, so
+// that the outcomes of the two runs can be compared first.
+type sanityOutcome struct{ failed bool }
+
+func (o *sanityOutcome) Fail() { o.failed = true }
+
+// TestClientCSISanity runs csi-sanity twice in one Ginkgo suite (Ginkgo runs
+// one suite per process): against testplugin directly, and with every
+// controller call going through ClientCSI on an agent that supervises the
+// same plugin. The specs that pass must be the same.
+func TestClientCSISanity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("csi-sanity takes a while; skipped with -short")
+	}
+	if !sanityRuns.CompareAndSwap(false, true) {
+		t.Skip("Ginkgo runs one suite per process; csi-sanity ran already (go test -count > 1)")
+	}
+	pcfg := testplugin.Config{
+		NodeID:     "sanity-node",
+		MaxVolumes: 4,
+		Topology:   map[string]string{"topology.testplugin/zone": "z1"},
+		// Everything ClientCSI mediates (GET_SNAPSHOT is not part of it).
+		ControllerCapabilities: append(slices.Clone(testplugin.DefaultControllerCapabilities),
+			csi.ControllerServiceCapability_RPC_PUBLISH_READONLY),
+	}
+	env := newManagedEnv(t, "sanity", pcfg, ClientCSIConfig{}, nil)
+	var mediatedCalls atomic.Int64
+	adapter := serveAdapter(t, env.dir, env.client, "sanity", env.plugin.Socket(), &mediatedCalls)
+
+	newConfig := func(name, controller string) *sanity.TestConfig {
+		cfg := sanity.NewTestConfig()
+		cfg.Address = env.plugin.Socket()
+		cfg.ControllerAddress = controller
+		cfg.TargetPath = filepath.Join(env.dir, name+"-target")
+		cfg.StagingPath = filepath.Join(env.dir, name+"-staging")
+		cfg.TestNodeVolumeAttachLimit = true
+		cfg.IdempotentCount = 2
+		return &cfg
+	}
+	const direct, mediated = "direct", "through ClientCSI"
+	var contexts []*sanity.TestContext
+	ginkgo.Describe(direct, func() {
+		contexts = append(contexts, sanity.GinkgoTest(newConfig("d", "")))
+	})
+	ginkgo.Describe(mediated, func() {
+		contexts = append(contexts, sanity.GinkgoTest(newConfig("m", "unix://"+adapter)))
+	})
+
+	// outcome[run][spec text] is "passed", "skipped" or the failure.
+	outcome := map[string]map[string]string{direct: {}, mediated: {}}
+	ginkgo.ReportAfterSuite("compare runs", func(r ginkgo.Report) {
+		for _, s := range r.SpecReports {
+			if s.LeafNodeType != types.NodeTypeIt || len(s.ContainerHierarchyTexts) == 0 {
+				continue
+			}
+			run := s.ContainerHierarchyTexts[0]
+			text := strings.Join(append(slices.Clone(s.ContainerHierarchyTexts[1:]), s.LeafNodeText), " ")
+			switch {
+			case s.State.Is(types.SpecStatePassed):
+				outcome[run][text] = "passed"
+			case s.State.Is(types.SpecStateSkipped | types.SpecStatePending):
+				outcome[run][text] = "skipped"
+			default:
+				outcome[run][text] = fmt.Sprintf("%s: %s", s.State, s.Failure.Message)
+			}
+		}
+	})
+
+	gomega.RegisterFailHandler(ginkgo.Fail)
+	suite, reporter := ginkgo.GinkgoConfiguration()
+	reporter.Succinct = true
+	reporter.NoColor = true
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	ginkgo.RunSpecs(&sanityOutcome{}, "csi-sanity: direct and through ClientCSI", suite, reporter)
+	for _, sc := range contexts {
+		sc.Finalize()
+	}
+
+	passed := func(run string) []string {
+		var out []string
+		for text, o := range outcome[run] {
+			if o == "passed" {
+				out = append(out, text)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	pd, pm := passed(direct), passed(mediated)
+	t.Logf("csi-sanity: %d specs pass directly, %d through ClientCSI (of %d); %d controller calls mediated",
+		len(pd), len(pm), len(outcome[direct]), mediatedCalls.Load())
+	if n := mediatedCalls.Load(); n < 100 {
+		t.Errorf("only %d controller calls went through ClientCSI", n)
+	}
+	if len(pd) < 50 {
+		t.Errorf("only %d csi-sanity specs pass against the plugin directly; the comparison proves little", len(pd))
+	}
+	for _, text := range pd {
+		if outcome[mediated][text] != "passed" {
+			t.Errorf("passes directly but not through ClientCSI: %s\n  %s", text, outcome[mediated][text])
+		}
+	}
+	for _, text := range pm {
+		if outcome[direct][text] != "passed" {
+			t.Errorf("passes through ClientCSI but not directly: %s\n  %s", text, outcome[direct][text])
+		}
+	}
+	for text, o := range outcome[direct] {
+		if o != "passed" && o != "skipped" {
+			t.Logf("fails directly too (a testplugin matter): %s\n  %s", text, o)
+		}
+	}
+}

@@ -1,0 +1,14 @@
+// Package rpc holds csisupd's gRPC services and their shared plumbing.
+//
+// ClientCSI lets a control plane call the controller service of a CSI plugin
+// on this node. It looks the plugin up in the live registry, refuses calls the
+// plugin cannot serve with typed errors (see the api package: PluginNotFound,
+// PluginUnhealthy, CapabilityMissing, Retryable, Ignorable), applies a default
+// deadline, retries transient failures, serialises destructive calls per
+// plugin, and otherwise passes the plugin's responses and errors through
+// unchanged.
+//
+// The Agent service reports the registry. TLS loads server and client
+// credentials from PEM files. Redact removes the fields CSI marks as secret
+// from a copy of a message, so that nothing logged or reported carries them.
+package rpc

@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// clusterService implements csisupd.v1.Cluster.
+type clusterService struct {
+	csisupdv1.UnimplementedClusterServer
+	s *Server
+}
+
+func (c *clusterService) PeerInfo(ctx context.Context, _ *csisupdv1.PeerInfoRequest) (*csisupdv1.PeerInfoResponse, error) {
+	return c.s.selfInfo(), nil
+}
+
+func (c *clusterService) Join(ctx context.Context, req *csisupdv1.JoinRequest) (*csisupdv1.JoinResponse, error) {
+	if !c.s.IsLeader() {
+		return nil, status.Errorf(codes.FailedPrecondition, "server %s is not the leader", c.s.cfg.ID)
+	}
+	if err := c.s.handleJoin(req); err != nil {
+		return nil, toStatus(err)
+	}
+	return &csisupdv1.JoinResponse{}, nil
+}
+
+func (c *clusterService) ServerStats(ctx context.Context, _ *csisupdv1.ServerStatsRequest) (*csisupdv1.ServerStatsResponse, error) {
+	return c.s.serverStats(), nil
+}
+
+func (s *Server) serverStats() *csisupdv1.ServerStatsResponse {
+	stats := s.raft.Stats()
+	term, _ := strconv.ParseUint(stats["last_log_term"], 10, 64)
+	out := &csisupdv1.ServerStatsResponse{
+		ServerId:      s.cfg.ID,
+		LastTerm:      term,
+		LastIndex:     s.raft.LastIndex(),
+		LastContactMs: -1,
+	}
+	if s.raft.State() == raft.Leader {
+		out.LastContactMs = 0
+	} else if lc := s.raft.LastContact(); !lc.IsZero() {
+		out.LastContactMs = time.Since(lc).Milliseconds()
+	}
+	return out
+}
+
+func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRegisterRequest) (*csisupdv1.NodeRegisterResponse, error) {
+	if req.GetNodeId() == "" || req.GetAddress() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node register: node_id and address are required")
+	}
+	fctx, conn, err := c.s.leaderConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if conn != nil {
+		return csisupdv1.NewClusterClient(conn).NodeRegister(fctx, req)
+	}
+	idx, err := c.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
+		Id: req.GetNodeId(), Name: req.GetName(), Address: req.GetAddress(), Plugins: req.GetPlugins(),
+	}}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ttl := c.s.heartbeats.reset(req.GetNodeId())
+	return &csisupdv1.NodeRegisterResponse{HeartbeatTtlMs: ttl.Milliseconds(), Index: idx}, nil
+}
+
+func (c *clusterService) NodeUpdatePlugins(ctx context.Context, req *csisupdv1.NodeUpdatePluginsRequest) (*csisupdv1.NodeUpdatePluginsResponse, error) {
+	fctx, conn, err := c.s.leaderConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if conn != nil {
+		return csisupdv1.NewClusterClient(conn).NodeUpdatePlugins(fctx, req)
+	}
+	if c.s.State().Node(req.GetNodeId()) == nil {
+		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
+	}
+	idx, err := c.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
+		NodeId: req.GetNodeId(), Plugins: req.GetPlugins(),
+	}}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &csisupdv1.NodeUpdatePluginsResponse{Index: idx}, nil
+}
+
+func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeHeartbeatRequest) (*csisupdv1.NodeHeartbeatResponse, error) {
+	fctx, conn, err := c.s.leaderConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if conn != nil {
+		return csisupdv1.NewClusterClient(conn).NodeHeartbeat(fctx, req)
+	}
+	node := c.s.State().Node(req.GetNodeId())
+	if node == nil {
+		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
+	}
+	if node.GetStatus() != NodeStatusReady {
+		_, err := c.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+			NodeId: node.GetId(), Status: NodeStatusReady, Description: "heartbeat received",
+		}}})
+		if err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	ttl := c.s.heartbeats.reset(req.GetNodeId())
+	return &csisupdv1.NodeHeartbeatResponse{HeartbeatTtlMs: ttl.Milliseconds()}, nil
+}

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+)
+
+// DefaultRaftPort is the default raft port of a server.
+const DefaultRaftPort = 4781
+
+// Config configures one server. Zero durations take the production defaults
+// listed on each field; tests shrink them.
+type Config struct {
+	// ID is the raft server id; it must be unique in the cluster and stable
+	// across restarts.
+	ID string
+	// Name is a human name for logs; defaults to ID.
+	Name string
+	// DataDir holds the raft log, stable store and snapshots.
+	DataDir string
+	// RaftAddr is the host:port raft binds to and advertises.
+	RaftAddr string
+	// RaftLayer, when set, carries raft traffic instead of a TCP transport
+	// bound to RaftAddr. Its Addr() is advertised. Tests use it to partition.
+	RaftLayer raft.StreamLayer
+	// RPCAddr is the advertised gRPC address of this server (Control and
+	// Cluster services).
+	RPCAddr string
+	// BootstrapExpect is the number of servers that must be reachable before
+	// the cluster bootstraps. It is immutable config.
+	BootstrapExpect int
+	// RetryJoin lists the gRPC addresses of the other servers; they are
+	// retried until the cluster forms.
+	RetryJoin []string
+	// RaftMultiplier scales raft timings (1 fastest .. 10); default 5, which
+	// gives a 1 s heartbeat timeout.
+	RaftMultiplier int
+
+	// RetryJoinInterval is the pause between join and bootstrap attempts
+	// (default 2 s).
+	RetryJoinInterval time.Duration
+	// RPCTimeout bounds one server-to-server or ClientCSI call (default 10 s).
+	RPCTimeout time.Duration
+	// ApplyTimeout bounds one raft apply (default 10 s).
+	ApplyTimeout time.Duration
+
+	// MinHeartbeatTTL is the smallest node heartbeat TTL (default 10 s).
+	MinHeartbeatTTL time.Duration
+	// HeartbeatGrace is added to the TTL before a node is marked down
+	// (default 10 s).
+	HeartbeatGrace time.Duration
+	// FailoverHeartbeatTTL is the TTL a new leader gives every node before
+	// it has heard from them (default 5 min).
+	FailoverHeartbeatTTL time.Duration
+	// MaxHeartbeatsPerSecond scales the TTL with the node count (default 50).
+	MaxHeartbeatsPerSecond float64
+
+	// DeadServerTimeout is how long a server must be unreachable before
+	// autopilot may remove it from the configuration (default 30 s).
+	DeadServerTimeout time.Duration
+	// ServerStabilizationTime is how long a server must be healthy before
+	// autopilot considers it stable (default 10 s).
+	ServerStabilizationTime time.Duration
+
+	// SnapshotThreshold is the number of log entries between raft snapshots
+	// (default 8192).
+	SnapshotThreshold uint64
+	// SnapshotInterval is how often raft checks whether to snapshot
+	// (default 120 s).
+	SnapshotInterval time.Duration
+
+	// Controllers calls controller RPCs on a node's agent. Defaults to the
+	// gRPC ClientCSI client.
+	Controllers ControllerClient
+	// IsRetryable reports whether a ClientCSI error means the next
+	// controller candidate should be tried. Defaults to DefaultIsRetryable.
+	IsRetryable func(error) bool
+	// DialOptions are used for every outgoing gRPC connection (servers and
+	// agents). Defaults to insecure transport credentials.
+	DialOptions []grpc.DialOption
+}
+
+// withDefaults returns a copy of c with defaults filled in.
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = c.ID
+	}
+	if c.RaftMultiplier == 0 {
+		c.RaftMultiplier = 5
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.RetryJoinInterval, 2*time.Second)
+	def(&c.RPCTimeout, 10*time.Second)
+	def(&c.ApplyTimeout, 10*time.Second)
+	def(&c.MinHeartbeatTTL, 10*time.Second)
+	def(&c.HeartbeatGrace, 10*time.Second)
+	def(&c.FailoverHeartbeatTTL, 5*time.Minute)
+	def(&c.DeadServerTimeout, 30*time.Second)
+	def(&c.ServerStabilizationTime, 10*time.Second)
+	def(&c.SnapshotInterval, 120*time.Second)
+	if c.MaxHeartbeatsPerSecond == 0 {
+		c.MaxHeartbeatsPerSecond = 50
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.IsRetryable == nil {
+		c.IsRetryable = DefaultIsRetryable
+	}
+	return c
+}
+
+// Validate reports every problem with the config, naming the field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("server: id is required"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("server: data_dir is required"))
+	}
+	if c.RaftLayer == nil {
+		if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+			errs = append(errs, fmt.Errorf("server: raft address %q: %w", c.RaftAddr, err))
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.RPCAddr); err != nil {
+		errs = append(errs, fmt.Errorf("server: rpc address %q: %w", c.RPCAddr, err))
+	}
+	if c.BootstrapExpect < 1 {
+		errs = append(errs, fmt.Errorf("server: bootstrap_expect = %d, must be at least 1", c.BootstrapExpect))
+	}
+	if c.BootstrapExpect > 1 && len(c.RetryJoin) == 0 {
+		errs = append(errs, fmt.Errorf("server: bootstrap_expect = %d needs retry_join addresses of the other servers", c.BootstrapExpect))
+	}
+	for _, a := range c.RetryJoin {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("server: retry_join address %q: %w", a, err))
+		}
+	}
+	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
+		errs = append(errs, fmt.Errorf("server: raft_multiplier = %d, must be between 1 and 10", c.RaftMultiplier))
+	}
+	if c.MaxHeartbeatsPerSecond < 0 {
+		errs = append(errs, fmt.Errorf("server: max heartbeats per second = %v, must not be negative", c.MaxHeartbeatsPerSecond))
+	}
+	return errors.Join(errs...)
+}

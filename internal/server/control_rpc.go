@@ -1,0 +1,403 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// maxSnapshotBytes bounds a snapshot accepted by SnapshotRestore.
+const maxSnapshotBytes = 512 << 20
+
+// controlService implements csisupd.v1.Control.
+type controlService struct {
+	csisupdv1.UnimplementedControlServer
+	s *Server
+}
+
+// route runs local on the ready leader (after a leadership check for
+// consistent reads), or remote against the leader, or local directly for a
+// stale read.
+func route[Resp any](ctx context.Context, s *Server, stale, read bool,
+	remote func(context.Context, csisupdv1.ControlClient) (Resp, error),
+	local func() (Resp, error),
+) (Resp, error) {
+	var zero Resp
+	if stale {
+		return local()
+	}
+	fctx, conn, err := s.leaderConn(ctx)
+	if err != nil {
+		return zero, err
+	}
+	if conn != nil {
+		return remote(fctx, csisupdv1.NewControlClient(conn))
+	}
+	if read {
+		if err := s.consistentRead(); err != nil {
+			return zero, err
+		}
+	}
+	return local()
+}
+
+func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginListRequest) (*csisupdv1.PluginListResponse, error) {
+	return route(ctx, c.s, req.GetStale(), true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginListResponse, error) {
+			return cl.ListPlugins(ctx, req)
+		},
+		func() (*csisupdv1.PluginListResponse, error) {
+			st := c.s.State()
+			return &csisupdv1.PluginListResponse{Plugins: st.Plugins(), Index: st.LatestIndex()}, nil
+		})
+}
+
+func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGetRequest) (*csisupdv1.PluginGetResponse, error) {
+	return route(ctx, c.s, req.GetStale(), true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginGetResponse, error) {
+			return cl.GetPlugin(ctx, req)
+		},
+		func() (*csisupdv1.PluginGetResponse, error) {
+			st := c.s.State()
+			p := st.Plugin(req.GetId())
+			if p == nil {
+				return nil, status.Errorf(codes.NotFound, "plugin %q not found", req.GetId())
+			}
+			return &csisupdv1.PluginGetResponse{Plugin: p, Index: st.LatestIndex()}, nil
+		})
+}
+
+func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListRequest) (*csisupdv1.NodeListResponse, error) {
+	return route(ctx, c.s, req.GetStale(), true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.NodeListResponse, error) {
+			return cl.ListNodes(ctx, req)
+		},
+		func() (*csisupdv1.NodeListResponse, error) {
+			st := c.s.State()
+			return &csisupdv1.NodeListResponse{Nodes: st.Nodes(), Index: st.LatestIndex()}, nil
+		})
+}
+
+func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequest) (*csisupdv1.NodeGetResponse, error) {
+	return route(ctx, c.s, req.GetStale(), true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.NodeGetResponse, error) {
+			return cl.GetNode(ctx, req)
+		},
+		func() (*csisupdv1.NodeGetResponse, error) {
+			st := c.s.State()
+			n := st.Node(req.GetId())
+			if n == nil {
+				return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetId())
+			}
+			return &csisupdv1.NodeGetResponse{Node: n, Index: st.LatestIndex()}, nil
+		})
+}
+
+func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeListRequest) (*csisupdv1.VolumeListResponse, error) {
+	return route(ctx, c.s, req.GetStale(), true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeListResponse, error) {
+			return cl.ListVolumes(ctx, req)
+		},
+		func() (*csisupdv1.VolumeListResponse, error) {
+			st := c.s.State()
+			return &csisupdv1.VolumeListResponse{Volumes: st.Volumes(req.GetPluginId()), Index: st.LatestIndex()}, nil
+		})
+}
+
+func (c *controlService) GetVolume(ctx context.Context, req *csisupdv1.VolumeGetRequest) (*csisupdv1.VolumeGetResponse, error) {
+	return route(ctx, c.s, req.GetStale(), true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeGetResponse, error) {
+			return cl.GetVolume(ctx, req)
+		},
+		func() (*csisupdv1.VolumeGetResponse, error) {
+			st := c.s.State()
+			v := st.Volume(req.GetId())
+			if v == nil {
+				return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+			}
+			return &csisupdv1.VolumeGetResponse{Volume: v, Index: st.LatestIndex()}, nil
+		})
+}
+
+func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateRequest) (*csisupdv1.VolumeCreateResponse, error) {
+	return route(ctx, c.s, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeCreateResponse, error) {
+			return cl.CreateVolume(ctx, req)
+		},
+		func() (*csisupdv1.VolumeCreateResponse, error) {
+			v, err := c.s.createVolume(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return &csisupdv1.VolumeCreateResponse{Volume: v}, nil
+		})
+}
+
+func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.VolumeRegisterRequest) (*csisupdv1.VolumeRegisterResponse, error) {
+	return route(ctx, c.s, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeRegisterResponse, error) {
+			return cl.RegisterVolume(ctx, req)
+		},
+		func() (*csisupdv1.VolumeRegisterResponse, error) {
+			v, err := c.s.registerVolume(ctx, req.GetVolume())
+			if err != nil {
+				return nil, err
+			}
+			return &csisupdv1.VolumeRegisterResponse{Volume: v}, nil
+		})
+}
+
+func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRequest) (*csisupdv1.VolumeDeleteResponse, error) {
+	return route(ctx, c.s, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeDeleteResponse, error) {
+			return cl.DeleteVolume(ctx, req)
+		},
+		func() (*csisupdv1.VolumeDeleteResponse, error) {
+			if err := c.s.deleteVolume(ctx, req); err != nil {
+				return nil, err
+			}
+			return &csisupdv1.VolumeDeleteResponse{}, nil
+		})
+}
+
+func (c *controlService) AttachVolume(ctx context.Context, req *csisupdv1.VolumeAttachRequest) (*csisupdv1.VolumeAttachResponse, error) {
+	return route(ctx, c.s, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeAttachResponse, error) {
+			return cl.AttachVolume(ctx, req)
+		},
+		func() (*csisupdv1.VolumeAttachResponse, error) {
+			v, claim, err := c.s.attachVolume(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return &csisupdv1.VolumeAttachResponse{Volume: v, Claim: claim}, nil
+		})
+}
+
+func (c *controlService) DetachVolume(ctx context.Context, req *csisupdv1.VolumeDetachRequest) (*csisupdv1.VolumeDetachResponse, error) {
+	return route(ctx, c.s, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeDetachResponse, error) {
+			return cl.DetachVolume(ctx, req)
+		},
+		func() (*csisupdv1.VolumeDetachResponse, error) {
+			v, err := c.s.detachVolume(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return &csisupdv1.VolumeDetachResponse{Volume: v}, nil
+		})
+}
+
+func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
+	return route(ctx, c.s, false, true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {
+			return cl.RaftPeers(ctx, req)
+		},
+		func() (*csisupdv1.RaftPeersResponse, error) {
+			return c.s.raftPeers()
+		})
+}
+
+func (s *Server) raftPeers() (*csisupdv1.RaftPeersResponse, error) {
+	conf, err := s.Configuration()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	_, leader := s.raft.LeaderWithID()
+	out := &csisupdv1.RaftPeersResponse{Term: s.Term(), Index: s.raft.LastIndex()}
+	for _, srv := range conf.Servers {
+		p := &csisupdv1.RaftPeer{
+			Id:          string(srv.ID),
+			RaftAddress: string(srv.Address),
+			Leader:      srv.ID == leader,
+		}
+		switch srv.Suffrage {
+		case raft.Voter:
+			p.Suffrage = "voter"
+		case raft.Nonvoter:
+			p.Suffrage = "nonvoter"
+		default:
+			p.Suffrage = "staging"
+		}
+		if rec := s.State().Server(string(srv.ID)); rec != nil {
+			p.RpcAddress = rec.GetRpcAddress()
+		}
+		out.Peers = append(out.Peers, p)
+	}
+	return out, nil
+}
+
+func (c *controlService) RemovePeer(ctx context.Context, req *csisupdv1.RaftRemovePeerRequest) (*csisupdv1.RaftRemovePeerResponse, error) {
+	return route(ctx, c.s, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftRemovePeerResponse, error) {
+			return cl.RemovePeer(ctx, req)
+		},
+		func() (*csisupdv1.RaftRemovePeerResponse, error) {
+			conf, err := c.s.Configuration()
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			found := false
+			for _, srv := range conf.Servers {
+				found = found || string(srv.ID) == req.GetId()
+			}
+			if !found {
+				return nil, status.Errorf(codes.NotFound, "server %q is not in the raft configuration", req.GetId())
+			}
+			if err := c.s.raft.RemoveServer(raft.ServerID(req.GetId()), 0, 0).Error(); err != nil {
+				return nil, toStatus(err)
+			}
+			c.s.logger.Info("removed raft peer", "id", req.GetId())
+			return &csisupdv1.RaftRemovePeerResponse{}, nil
+		})
+}
+
+func (c *controlService) SnapshotSave(req *csisupdv1.SnapshotSaveRequest, stream grpc.ServerStreamingServer[csisupdv1.SnapshotChunk]) error {
+	ctx := stream.Context()
+	fctx, conn, err := c.s.leaderConn(ctx)
+	if err != nil {
+		return err
+	}
+	if conn != nil {
+		up, err := csisupdv1.NewControlClient(conn).SnapshotSave(fctx, req)
+		if err != nil {
+			return err
+		}
+		for {
+			chunk, err := up.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(chunk); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.s.consistentRead(); err != nil {
+		return err
+	}
+	data, err := proto.Marshal(c.s.State().snapshot())
+	if err != nil {
+		return status.Errorf(codes.Internal, "encode snapshot: %v", err)
+	}
+	for len(data) > 0 {
+		n := min(len(data), 64<<10)
+		if err := stream.Send(&csisupdv1.SnapshotChunk{Data: data[:n]}); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+func (c *controlService) SnapshotRestore(stream grpc.ClientStreamingServer[csisupdv1.SnapshotChunk, csisupdv1.SnapshotRestoreResponse]) error {
+	var buf bytes.Buffer
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if buf.Len()+len(chunk.GetData()) > maxSnapshotBytes {
+			return status.Errorf(codes.InvalidArgument, "snapshot larger than %d bytes", maxSnapshotBytes)
+		}
+		buf.Write(chunk.GetData())
+	}
+	fctx, conn, err := c.s.leaderConn(stream.Context())
+	if err != nil {
+		return err
+	}
+	if conn != nil {
+		up, err := csisupdv1.NewControlClient(conn).SnapshotRestore(fctx)
+		if err != nil {
+			return err
+		}
+		data := buf.Bytes()
+		for len(data) > 0 {
+			n := min(len(data), 64<<10)
+			if err := up.Send(&csisupdv1.SnapshotChunk{Data: data[:n]}); err != nil {
+				return err
+			}
+			data = data[n:]
+		}
+		resp, err := up.CloseAndRecv()
+		if err != nil {
+			return err
+		}
+		return stream.SendAndClose(resp)
+	}
+	idx, err := c.s.restoreSnapshot(buf.Bytes())
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(&csisupdv1.SnapshotRestoreResponse{Index: idx})
+}
+
+// restoreSnapshot replaces the replicated state on the leader.
+func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
+	var snap csisupdv1.StateSnapshot
+	if err := proto.Unmarshal(data, &snap); err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "snapshot is not a csisupd snapshot: %v", err)
+	}
+	if snap.GetVersion() != 1 {
+		return 0, status.Errorf(codes.InvalidArgument, "snapshot version %d is not supported", snap.GetVersion())
+	}
+	// Check that the state store accepts it before raft commits to it: a
+	// failing FSM restore inside raft is fatal.
+	st, err := NewStateStore()
+	if err != nil {
+		return 0, toStatus(err)
+	}
+	if err := st.restore(&snap, snap.GetIndex()); err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "snapshot: %v", err)
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: snap.GetIndex(), Size: int64(len(data))}
+	if err := s.raft.Restore(meta, bytes.NewReader(data), s.cfg.ApplyTimeout); err != nil {
+		return 0, toStatus(err)
+	}
+	// Re-arm heartbeat timers for the restored nodes.
+	s.heartbeats.clear()
+	s.heartbeats.initialize()
+	s.logger.Info("restored snapshot", "nodes", len(snap.GetNodes()), "volumes", len(snap.GetVolumes()))
+	return s.raft.LastIndex(), nil
+}
+
+func (c *controlService) WatchEvents(req *csisupdv1.ClusterEventWatchRequest, stream grpc.ServerStreamingServer[csisupdv1.ClusterEvent]) error {
+	replay, sub := c.s.events.subscribe(req.GetFromIndex(), req.GetNoReplay())
+	defer c.s.events.unsubscribe(sub)
+	for _, e := range replay {
+		if err := stream.Send(e); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case e, ok := <-sub.ch:
+			if !ok {
+				if c.s.events.isLagged(sub) {
+					return status.Error(codes.ResourceExhausted, "event stream fell behind; resume with from_index set to the last index received")
+				}
+				return status.Error(codes.Unavailable, "server is shutting down")
+			}
+			if err := stream.Send(e); err != nil {
+				return err
+			}
+		}
+	}
+}

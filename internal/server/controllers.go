@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// ControllerClient calls a controller RPC of plugin pluginID through the
+// ClientCSI service of the agent at addr.
+type ControllerClient interface {
+	CreateVolume(ctx context.Context, addr, pluginID string, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error)
+	DeleteVolume(ctx context.Context, addr, pluginID string, req *csi.DeleteVolumeRequest) error
+	PublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error)
+	UnpublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerUnpublishVolumeRequest) error
+}
+
+// DefaultIsRetryable reports whether a ClientCSI error means the next
+// controller candidate may succeed: errors marked retryable, a plugin that is
+// not on the node, or an agent that cannot be reached.
+func DefaultIsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if csisupdv1.IsRetryable(err) || csisupdv1.IsPluginNotFound(err) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	return status.Code(err) == codes.Unavailable
+}
+
+// grpcControllers implements ControllerClient with the ClientCSI gRPC
+// service.
+type grpcControllers struct {
+	conns *connPool
+}
+
+func (g *grpcControllers) client(addr string) (csisupdv1.ClientCSIClient, error) {
+	conn, err := g.conns.get(addr)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "agent %s: %v", addr, err)
+	}
+	return csisupdv1.NewClientCSIClient(conn), nil
+}
+
+func (g *grpcControllers) CreateVolume(ctx context.Context, addr, pluginID string, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerCreateVolume(ctx, &csisupdv1.ControllerCreateVolumeRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) DeleteVolume(ctx context.Context, addr, pluginID string, req *csi.DeleteVolumeRequest) error {
+	c, err := g.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.ControllerDeleteVolume(ctx, &csisupdv1.ControllerDeleteVolumeRequest{PluginId: pluginID, Request: req})
+	return err
+}
+
+func (g *grpcControllers) PublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerAttachVolume(ctx, &csisupdv1.ControllerAttachVolumeRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) UnpublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerUnpublishVolumeRequest) error {
+	c, err := g.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.ControllerDetachVolume(ctx, &csisupdv1.ControllerDetachVolumeRequest{PluginId: pluginID, Request: req})
+	return err
+}

@@ -1,0 +1,24 @@
+// Package server implements the server role of csisupd: a small
+// hashicorp/raft cluster that knows every node, plugin and volume.
+//
+// A Server owns a raft instance (raft-boltdb log store, file snapshot store,
+// TCP transport), a finite state machine over a go-memdb state store, and two
+// gRPC services registered on a grpc.Server owned by the caller: the public
+// Control API (csisupd.v1.Control) and the internal Cluster API
+// (csisupd.v1.Cluster) that servers use to find each other and agents use to
+// register their node.
+//
+// Clusters form only through BootstrapExpect: a server first tries to join a
+// cluster that already has a leader, and bootstraps only when BootstrapExpect
+// distinct servers are reachable through RetryJoin, all report the same
+// BootstrapExpect and none has raft state. The configuration is sorted by
+// server id, so every server computes the same one. A server with raft state
+// never bootstraps again.
+//
+// Node heartbeats follow Nomad's model: the leader keeps one in-memory TTL
+// timer per node and writes to raft only when a node's status changes.
+//
+// NodeClient is the agent-side half: it keeps one node registered against
+// the servers, pushes coalesced plugin updates and heartbeats at the TTL the
+// servers return.
+package server

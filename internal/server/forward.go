@@ -1,0 +1,149 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// forwardedKey marks a request a follower forwarded to the leader, so it is
+// never forwarded twice.
+const forwardedKey = "csisupd-forwarded"
+
+// connPool caches one client connection per address.
+type connPool struct {
+	mu     sync.Mutex
+	opts   []grpc.DialOption
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+func newConnPool(opts []grpc.DialOption) *connPool {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return &connPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, status.Error(codes.Unavailable, "server is shutting down")
+	}
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, p.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// leaderRPCAddr returns the gRPC address of the current leader.
+func (s *Server) leaderRPCAddr() (string, error) {
+	_, id := s.raft.LeaderWithID()
+	if id == "" {
+		return "", errNoLeader
+	}
+	if id == raft.ServerID(s.cfg.ID) {
+		return s.cfg.RPCAddr, nil
+	}
+	if rec := s.State().Server(string(id)); rec != nil && rec.GetRpcAddress() != "" {
+		return rec.GetRpcAddress(), nil
+	}
+	// The leader has not replicated its address record yet: ask the
+	// retry_join peers who they are.
+	if addr := s.peerAddr(string(id)); addr != "" {
+		return addr, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RPCTimeout)
+	defer cancel()
+	s.queryPeers(ctx)
+	if addr := s.peerAddr(string(id)); addr != "" {
+		return addr, nil
+	}
+	return "", fmt.Errorf("leader %s has no known rpc address yet: %w", id, errNoLeader)
+}
+
+// peerAddr returns the rpc address a retry_join peer reported for id.
+func (s *Server) peerAddr(id string) string {
+	s.peersMu.Lock()
+	defer s.peersMu.Unlock()
+	return s.peerAddrs[id]
+}
+
+// leaderConn decides where a leader-only request runs. It returns a nil
+// connection when this server is the ready leader; otherwise a connection to
+// the leader and a context marked as forwarded.
+func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientConn, error) {
+	if s.IsLeader() {
+		if !s.leaderReady.Load() {
+			return ctx, nil, status.Error(codes.Unavailable, "leader is not ready yet")
+		}
+		return ctx, nil, nil
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+		return ctx, nil, status.Errorf(codes.Unavailable, "server %s is not the leader", s.cfg.ID)
+	}
+	addr, err := s.leaderRPCAddr()
+	if err != nil {
+		return ctx, nil, status.Errorf(codes.Unavailable, "server %s: %v", s.cfg.ID, err)
+	}
+	conn, err := s.conns.get(addr)
+	if err != nil {
+		return ctx, nil, status.Errorf(codes.Unavailable, "forward to leader: %v", err)
+	}
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, s.cfg.ID), conn, nil
+}
+
+// consistentRead checks that this leader may serve a consistent read.
+func (s *Server) consistentRead() error {
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return status.Errorf(codes.Unavailable, "verify leadership: %v", err)
+	}
+	return nil
+}
+
+// toStatus maps internal errors to gRPC status errors.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errNoLeader):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// fsm applies raft log entries to the state store. It implements
+// raft.BatchingFSM so a batch of committed entries is applied in one memdb
+// transaction.
+type fsm struct {
+	mu     sync.RWMutex // guards state replacement on restore
+	state  *StateStore
+	events *eventBroker
+}
+
+var _ raft.BatchingFSM = (*fsm)(nil)
+
+func newFSM(events *eventBroker) (*fsm, error) {
+	st, err := NewStateStore()
+	if err != nil {
+		return nil, err
+	}
+	return &fsm{state: st, events: events}, nil
+}
+
+// State returns the current state store.
+func (f *fsm) State() *StateStore {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state
+}
+
+func (f *fsm) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
+	f.mu.RLock()
+	st := f.state
+	f.mu.RUnlock()
+
+	out := make([]interface{}, len(logs))
+	var events []*csisupdv1.ClusterEvent
+	txn := st.db.Txn(true)
+	var last uint64
+	for i, l := range logs {
+		last = l.Index
+		if l.Type != raft.LogCommand {
+			out[i] = applyResult{Index: l.Index}
+			continue
+		}
+		var e csisupdv1.LogEntry
+		if err := proto.Unmarshal(l.Data, &e); err != nil {
+			out[i] = applyResult{Index: l.Index, Err: fmt.Errorf("decode log entry %d: %w", l.Index, err)}
+			continue
+		}
+		// applyEntry checks before it writes, so a failed entry leaves no
+		// partial writes behind.
+		err := applyEntry(txn, l.Index, &e, &events)
+		out[i] = applyResult{Index: l.Index, Err: err}
+	}
+	if last > 0 {
+		if err := txn.Insert(tableIndex, &indexRow{Key: "latest", Value: last}); err != nil {
+			panic(fmt.Sprintf("write state index: %v", err))
+		}
+	}
+	txn.Commit()
+	f.events.publish(events)
+	return out
+}
+
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{snap: f.State().snapshot()}, nil
+}
+
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("read snapshot: %w", err)
+	}
+	var snap csisupdv1.StateSnapshot
+	if err := proto.Unmarshal(data, &snap); err != nil {
+		return fmt.Errorf("decode snapshot: %w", err)
+	}
+	st, err := NewStateStore()
+	if err != nil {
+		return err
+	}
+	if err := st.restore(&snap, snap.GetIndex()); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.state = st
+	f.mu.Unlock()
+	return nil
+}
+
+type fsmSnapshot struct {
+	snap *csisupdv1.StateSnapshot
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	data, err := proto.Marshal(s.snap)
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("encode snapshot: %w", err)
+	}
+	if _, err := sink.Write(data); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

@@ -1,0 +1,246 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// runJoin forms or joins the cluster, then keeps this server's address
+// record current in the replicated state.
+func (s *Server) runJoin() {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.shutdownCh:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RPCTimeout)
+		go func() {
+			select {
+			case <-s.shutdownCh:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if !s.bootstrapped.Load() && !s.hasRaftState() {
+			s.tryJoinOrBootstrap(ctx)
+		} else {
+			s.bootstrapped.Store(true)
+			s.ensureRecorded(ctx)
+		}
+		cancel()
+		t.Reset(s.cfg.RetryJoinInterval)
+	}
+}
+
+// peerInfo is what one retry_join address answered.
+type peerInfo struct {
+	addr string
+	info *csisupdv1.PeerInfoResponse
+	err  error
+}
+
+func (s *Server) selfInfo() *csisupdv1.PeerInfoResponse {
+	out := &csisupdv1.PeerInfoResponse{
+		ServerId:        s.cfg.ID,
+		RaftAddress:     s.raftAddr,
+		RpcAddress:      s.cfg.RPCAddr,
+		BootstrapExpect: uint32(s.cfg.BootstrapExpect),
+		HasRaftState:    s.hasRaftState(),
+	}
+	if addr, id := s.raft.LeaderWithID(); addr != "" {
+		out.LeaderId = string(id)
+		if id == raft.ServerID(s.cfg.ID) {
+			out.LeaderRpcAddress = s.cfg.RPCAddr
+		} else if rec := s.State().Server(string(id)); rec != nil {
+			out.LeaderRpcAddress = rec.GetRpcAddress()
+		}
+	}
+	return out
+}
+
+func (s *Server) queryPeers(ctx context.Context) []peerInfo {
+	out := make([]peerInfo, len(s.cfg.RetryJoin))
+	var wg sync.WaitGroup
+	for i, addr := range s.cfg.RetryJoin {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i].addr = addr
+			conn, err := s.conns.get(addr)
+			if err != nil {
+				out[i].err = err
+				return
+			}
+			out[i].info, out[i].err = csisupdv1.NewClusterClient(conn).PeerInfo(ctx, &csisupdv1.PeerInfoRequest{})
+			if out[i].err == nil {
+				s.peersMu.Lock()
+				s.peerAddrs[out[i].info.GetServerId()] = out[i].info.GetRpcAddress()
+				s.peersMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// tryJoinOrBootstrap makes one attempt: join a cluster that has a leader,
+// else bootstrap when exactly the expected conditions hold.
+func (s *Server) tryJoinOrBootstrap(ctx context.Context) {
+	peers := s.queryPeers(ctx)
+
+	// A cluster with a leader exists: join it.
+	for _, p := range peers {
+		if p.err != nil || p.info.GetLeaderRpcAddress() == "" {
+			continue
+		}
+		if err := s.joinVia(ctx, p.info.GetLeaderRpcAddress()); err != nil {
+			s.logger.Warn("join cluster failed", "leader", p.info.GetLeaderRpcAddress(), "error", err)
+			continue
+		}
+		s.logger.Info("joined cluster", "leader", p.info.GetLeaderId())
+		s.bootstrapped.Store(true)
+		return
+	}
+
+	self := s.selfInfo()
+	servers := map[string]*csisupdv1.PeerInfoResponse{self.GetServerId(): self}
+	var unreachable []string
+	for _, p := range peers {
+		if p.err != nil {
+			unreachable = append(unreachable, p.addr)
+			continue
+		}
+		if prev, ok := servers[p.info.GetServerId()]; ok && prev.GetRaftAddress() != p.info.GetRaftAddress() {
+			s.logger.Error("two servers share one id; not bootstrapping",
+				"id", p.info.GetServerId(), "raft_addresses", []string{prev.GetRaftAddress(), p.info.GetRaftAddress()})
+			return
+		}
+		servers[p.info.GetServerId()] = p.info
+	}
+	for _, p := range servers {
+		if p.GetBootstrapExpect() != self.GetBootstrapExpect() {
+			s.logger.Error("bootstrap_expect mismatch; not bootstrapping: every server must use the same bootstrap_expect",
+				"bootstrap_expect", self.GetBootstrapExpect(),
+				"peer", p.GetServerId(), "peer_rpc_address", p.GetRpcAddress(),
+				"peer_bootstrap_expect", p.GetBootstrapExpect())
+			return
+		}
+	}
+	for _, p := range servers {
+		if p.GetHasRaftState() {
+			s.logger.Info("a peer already has raft state; waiting to join its cluster", "peer", p.GetServerId())
+			return
+		}
+	}
+	if len(servers) < s.cfg.BootstrapExpect {
+		s.logger.Info("waiting for servers before bootstrapping",
+			"reachable", len(servers), "bootstrap_expect", s.cfg.BootstrapExpect,
+			"unreachable", strings.Join(unreachable, ","))
+		return
+	}
+
+	var conf raft.Configuration
+	for _, p := range servers {
+		conf.Servers = append(conf.Servers, raft.Server{
+			Suffrage: raft.Voter,
+			ID:       raft.ServerID(p.GetServerId()),
+			Address:  raft.ServerAddress(p.GetRaftAddress()),
+		})
+	}
+	sort.Slice(conf.Servers, func(i, j int) bool { return conf.Servers[i].ID < conf.Servers[j].ID })
+	ids := make([]string, 0, len(conf.Servers))
+	for _, c := range conf.Servers {
+		ids = append(ids, string(c.ID))
+	}
+	s.logger.Info("bootstrapping cluster", "servers", strings.Join(ids, ","))
+	if err := s.raft.BootstrapCluster(conf).Error(); err != nil && err != raft.ErrCantBootstrap {
+		s.logger.Error("bootstrap failed", "error", err)
+		return
+	}
+	s.bootstrapped.Store(true)
+}
+
+// joinVia asks the leader at addr to add this server as a voter.
+func (s *Server) joinVia(ctx context.Context, addr string) error {
+	if addr == s.cfg.RPCAddr {
+		return fmt.Errorf("leader address %s is this server", addr)
+	}
+	conn, err := s.conns.get(addr)
+	if err != nil {
+		return err
+	}
+	_, err = csisupdv1.NewClusterClient(conn).Join(ctx, &csisupdv1.JoinRequest{
+		ServerId: s.cfg.ID, RaftAddress: s.raftAddr, RpcAddress: s.cfg.RPCAddr,
+	})
+	if err != nil {
+		return fmt.Errorf("join via %s: %w", addr, err)
+	}
+	return nil
+}
+
+// ensureRecorded makes sure the replicated state holds this server's
+// current addresses, asking the leader when it does not.
+func (s *Server) ensureRecorded(ctx context.Context) {
+	want := &csisupdv1.ServerRecord{Id: s.cfg.ID, RaftAddress: s.raftAddr, RpcAddress: s.cfg.RPCAddr}
+	if proto.Equal(s.State().Server(s.cfg.ID), want) || s.IsLeader() {
+		return
+	}
+	addr, err := s.leaderRPCAddr()
+	if err != nil {
+		return
+	}
+	if err := s.joinVia(ctx, addr); err != nil {
+		s.logger.Debug("record server address via leader", "error", err)
+	}
+}
+
+// handleJoin runs on the leader: add or update a voter and record its
+// addresses.
+func (s *Server) handleJoin(req *csisupdv1.JoinRequest) error {
+	id, addr := raft.ServerID(req.GetServerId()), raft.ServerAddress(req.GetRaftAddress())
+	if id == "" || addr == "" || req.GetRpcAddress() == "" {
+		return fmt.Errorf("join: server_id, raft_address and rpc_address are required")
+	}
+	conf, err := s.Configuration()
+	if err != nil {
+		return err
+	}
+	present := false
+	for _, srv := range conf.Servers {
+		switch {
+		case srv.ID == id && srv.Address == addr:
+			present = true
+		case srv.ID == id || srv.Address == addr:
+			// A server came back with a new address or another server took
+			// this address: drop the stale entry first.
+			if err := s.raft.RemoveServer(srv.ID, 0, 0).Error(); err != nil {
+				return fmt.Errorf("join: remove stale server %s: %w", srv.ID, err)
+			}
+		}
+	}
+	if !present {
+		if err := s.raft.AddVoter(id, addr, 0, 0).Error(); err != nil {
+			return fmt.Errorf("join: add voter %s at %s: %w", id, addr, err)
+		}
+		s.logger.Info("added server", "id", id, "raft_address", addr)
+	}
+	rec := &csisupdv1.ServerRecord{Id: req.GetServerId(), RaftAddress: req.GetRaftAddress(), RpcAddress: req.GetRpcAddress()}
+	if !proto.Equal(s.State().Server(rec.Id), rec) {
+		if _, err := s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: rec}}); err != nil {
+			return fmt.Errorf("join: record server %s: %w", rec.Id, err)
+		}
+	}
+	return nil
+}

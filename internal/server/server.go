@@ -1,0 +1,432 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	autopilot "github.com/hashicorp/raft-autopilot"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// Server is one csisupd server: a raft member with the replicated state
+// store, the Control and Cluster gRPC services, node heartbeat timers while
+// it leads, and controller routing for volume operations.
+type Server struct {
+	cfg    Config
+	logger hclog.Logger
+
+	raft      *raft.Raft
+	fsm       *fsm
+	events    *eventBroker
+	logStore  *raftboltdb.BoltStore
+	trans     *raft.NetworkTransport
+	raftAddr  string
+	hadState  bool
+	leaderCh  chan bool
+	autopilot *autopilot.Autopilot
+	ap        *autopilotDelegate
+
+	peersMu   sync.Mutex
+	peerAddrs map[string]string // server id -> rpc address, from PeerInfo
+
+	bootstrapped atomic.Bool
+	leaderReady  atomic.Bool
+
+	conns       *connPool
+	heartbeats  *heartbeats
+	controllers ControllerClient
+	pluginLocks *keyedMutex
+
+	startOnce    sync.Once
+	shutdownOnce sync.Once
+	shutdownCh   chan struct{}
+	wg           sync.WaitGroup
+}
+
+// New validates cfg, opens the raft stores in cfg.DataDir and starts the
+// raft instance. The server does not join or bootstrap a cluster until Start.
+func New(cfg Config, logger hclog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	logger = logger.Named("server").With("server", cfg.Name)
+
+	s := &Server{
+		cfg:         cfg,
+		logger:      logger,
+		events:      newEventBroker(1024),
+		leaderCh:    make(chan bool, 10),
+		conns:       newConnPool(cfg.DialOptions),
+		pluginLocks: newKeyedMutex(),
+		shutdownCh:  make(chan struct{}),
+		peerAddrs:   map[string]string{},
+	}
+	s.controllers = cfg.Controllers
+	if s.controllers == nil {
+		s.controllers = &grpcControllers{conns: s.conns}
+	}
+	s.heartbeats = newHeartbeats(s)
+	if err := s.setupRaft(); err != nil {
+		return nil, err
+	}
+	s.ap = &autopilotDelegate{s: s, lastSeen: map[raft.ServerID]time.Time{}}
+	s.autopilot = autopilot.New(s.raft, s.ap,
+		autopilot.WithLogger(logger.Named("autopilot")),
+		autopilot.WithReconcileInterval(s.cfg.RetryJoinInterval),
+		autopilot.WithUpdateInterval(s.cfg.RetryJoinInterval),
+	)
+	return s, nil
+}
+
+func (s *Server) setupRaft() (err error) {
+	dir := filepath.Join(s.cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("server: create raft dir %s: %w", dir, err)
+	}
+	fsm, err := newFSM(s.events)
+	if err != nil {
+		return err
+	}
+	s.fsm = fsm
+
+	dbPath := filepath.Join(dir, "raft.db")
+	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath})
+	if err != nil {
+		return fmt.Errorf("server: open raft store %s: %w", dbPath, err)
+	}
+	defer func() {
+		if err != nil {
+			store.Close()
+		}
+	}()
+	s.logStore = store
+	logs, err := raft.NewLogCache(1024, store)
+	if err != nil {
+		return fmt.Errorf("server: raft log cache: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, s.logger.Named("snapshot"))
+	if err != nil {
+		return fmt.Errorf("server: open snapshot store in %s: %w", dir, err)
+	}
+	s.hadState, err = raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return fmt.Errorf("server: read raft state in %s: %w", dir, err)
+	}
+
+	if s.cfg.RaftLayer != nil {
+		s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream:  s.cfg.RaftLayer,
+			MaxPool: 3,
+			Timeout: s.cfg.RPCTimeout,
+			Logger:  s.logger.Named("raft-net"),
+		})
+	} else {
+		adv, err := net.ResolveTCPAddr("tcp", s.cfg.RaftAddr)
+		if err != nil {
+			return fmt.Errorf("server: raft address %q: %w", s.cfg.RaftAddr, err)
+		}
+		s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, adv, 3, s.cfg.RPCTimeout, s.logger.Named("raft-net"))
+		if err != nil {
+			return fmt.Errorf("server: raft transport on %s: %w", s.cfg.RaftAddr, err)
+		}
+	}
+	s.raftAddr = string(s.trans.LocalAddr())
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(s.cfg.ID)
+	rc.Logger = s.logger.Named("raft")
+	m := time.Duration(s.cfg.RaftMultiplier)
+	rc.HeartbeatTimeout = 200 * time.Millisecond * m
+	rc.ElectionTimeout = 200 * time.Millisecond * m
+	rc.LeaderLeaseTimeout = 100 * time.Millisecond * m
+	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
+	rc.SnapshotInterval = s.cfg.SnapshotInterval
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
+	rc.NotifyCh = s.leaderCh
+	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, s.trans)
+	if err != nil {
+		s.trans.Close()
+		return fmt.Errorf("server: start raft: %w", err)
+	}
+	s.raft = r
+	if s.hadState {
+		s.bootstrapped.Store(true)
+	}
+	return nil
+}
+
+// Register registers the Control and Cluster services on g.
+func (s *Server) Register(g *grpc.Server) {
+	csisupdv1.RegisterControlServer(g, &controlService{s: s})
+	csisupdv1.RegisterClusterServer(g, &clusterService{s: s})
+}
+
+// Start begins joining or bootstrapping the cluster and watching
+// leadership. It returns immediately; ctx bounds nothing beyond the call.
+func (s *Server) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.startOnce.Do(func() {
+		s.wg.Add(2)
+		go func() {
+			defer s.wg.Done()
+			s.monitorLeadership()
+		}()
+		go func() {
+			defer s.wg.Done()
+			s.runJoin()
+		}()
+	})
+	return nil
+}
+
+// Shutdown stops the server. When this server is the leader of a cluster
+// with other voters and ctx is not done, it first transfers leadership.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.shutdownOnce.Do(func() {
+		if ctx.Err() == nil && s.IsLeader() && s.voterCount() > 1 {
+			s.logger.Info("transferring leadership before shutdown")
+			done := make(chan error, 1)
+			go func() { done <- s.raft.LeadershipTransfer().Error() }()
+			select {
+			case terr := <-done:
+				if terr != nil {
+					s.logger.Warn("leadership transfer failed", "error", terr)
+				}
+			case <-ctx.Done():
+				s.logger.Warn("leadership transfer abandoned", "error", ctx.Err())
+				<-done
+			}
+		}
+		close(s.shutdownCh)
+		if ferr := s.raft.Shutdown().Error(); ferr != nil {
+			err = fmt.Errorf("server: raft shutdown: %w", ferr)
+		}
+		s.wg.Wait()
+		s.heartbeats.stop()
+		s.events.close()
+		s.conns.close()
+		if cerr := s.logStore.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("server: close raft store: %w", cerr)
+		}
+	})
+	return err
+}
+
+// ID returns the server id.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// RaftAddr returns the advertised raft address.
+func (s *Server) RaftAddr() string { return s.raftAddr }
+
+// IsLeader reports whether this server is the raft leader.
+func (s *Server) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// Bootstrapped reports whether this server has taken part in a formed
+// cluster: it bootstrapped, joined, or started with raft state.
+func (s *Server) Bootstrapped() bool {
+	if s.bootstrapped.Load() {
+		return true
+	}
+	if s.hasRaftState() {
+		s.bootstrapped.Store(true)
+		return true
+	}
+	return false
+}
+
+// Leader returns the id of the current leader, or "" when none is known.
+func (s *Server) Leader() string {
+	_, id := s.raft.LeaderWithID()
+	return string(id)
+}
+
+// State returns the local replicated state. Reads from it may be stale on
+// a follower.
+func (s *Server) State() *StateStore { return s.fsm.State() }
+
+// RaftStats returns raft's own counters (term, applied_index, ...).
+func (s *Server) RaftStats() map[string]string { return s.raft.Stats() }
+
+// AppliedIndex returns the index of the last log applied to the state.
+func (s *Server) AppliedIndex() uint64 { return s.raft.AppliedIndex() }
+
+// Term returns the current raft term.
+func (s *Server) Term() uint64 {
+	t, _ := strconv.ParseUint(s.raft.Stats()["term"], 10, 64)
+	return t
+}
+
+// Configuration returns the current raft configuration.
+func (s *Server) Configuration() (raft.Configuration, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raft.Configuration{}, fmt.Errorf("server: raft configuration: %w", err)
+	}
+	return f.Configuration(), nil
+}
+
+func (s *Server) voterCount() int {
+	c, err := s.Configuration()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, srv := range c.Servers {
+		if srv.Suffrage == raft.Voter {
+			n++
+		}
+	}
+	return n
+}
+
+// hasRaftState reports whether raft has a configuration or any log.
+func (s *Server) hasRaftState() bool {
+	if s.raft.LastIndex() > 0 {
+		return true
+	}
+	c, err := s.Configuration()
+	return err == nil && len(c.Servers) > 0
+}
+
+// apply writes one entry through raft on the leader and returns its index.
+func (s *Server) apply(e *csisupdv1.LogEntry) (uint64, error) {
+	if e.Time == nil {
+		e.Time = timestamppb.Now()
+	}
+	data, err := proto.Marshal(e)
+	if err != nil {
+		return 0, fmt.Errorf("encode log entry: %w", err)
+	}
+	f := s.raft.Apply(data, s.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return 0, fmt.Errorf("raft apply: %w", err)
+	}
+	res, ok := f.Response().(applyResult)
+	if !ok {
+		return f.Index(), nil
+	}
+	return res.Index, res.Err
+}
+
+func (s *Server) monitorLeadership() {
+	type run struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	var cur *run
+	stop := func() {
+		if cur != nil {
+			cur.cancel()
+			<-cur.done
+			cur = nil
+		}
+	}
+	defer stop()
+	for {
+		select {
+		case isLeader := <-s.leaderCh:
+			if isLeader && cur == nil {
+				ctx, cancel := context.WithCancel(context.Background())
+				cur = &run{cancel: cancel, done: make(chan struct{})}
+				go func(done chan struct{}) {
+					defer close(done)
+					s.leaderLoop(ctx)
+				}(cur.done)
+			} else if !isLeader {
+				stop()
+			}
+		case <-s.shutdownCh:
+			return
+		}
+	}
+}
+
+// leaderLoop runs the leader's duties until ctx ends: make the state
+// current, record this server, start heartbeat timers and autopilot.
+func (s *Server) leaderLoop(ctx context.Context) {
+	s.logger.Info("cluster leadership acquired")
+	defer s.logger.Info("cluster leadership lost")
+	for {
+		if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err == nil {
+			break
+		} else {
+			s.logger.Warn("leader barrier failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.RetryJoinInterval):
+		}
+	}
+	rec := &csisupdv1.ServerRecord{Id: s.cfg.ID, RaftAddress: s.raftAddr, RpcAddress: s.cfg.RPCAddr}
+	if cur := s.State().Server(s.cfg.ID); !proto.Equal(cur, rec) {
+		if _, err := s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: rec}}); err != nil {
+			s.logger.Warn("record own server address", "error", err)
+		}
+	}
+	s.bootstrapped.Store(true)
+	s.ap.reset()
+	s.heartbeats.initialize()
+	s.leaderReady.Store(true)
+	s.autopilot.Start(ctx)
+
+	<-ctx.Done()
+	s.leaderReady.Store(false)
+	s.heartbeats.clear()
+	<-s.autopilot.Stop()
+}
+
+// keyedMutex serialises work per key.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]chan struct{}
+}
+
+func newKeyedMutex() *keyedMutex { return &keyedMutex{locks: map[string]chan struct{}{}} }
+
+// lock waits for key until ctx ends and returns the unlock function.
+func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+	k.mu.Lock()
+	ch, ok := k.locks[key]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		k.locks[key] = ch
+	}
+	k.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+var errNoLeader = errors.New("no cluster leader")
+
+// Ready reports whether this server is the leader and ready to serve
+// leader-only requests: it has applied everything committed before it took
+// over and started its heartbeat timers.
+func (s *Server) Ready() bool { return s.IsLeader() && s.leaderReady.Load() }

@@ -1,0 +1,511 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/hashicorp/go-memdb"
+	"google.golang.org/protobuf/proto"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// Node statuses.
+const (
+	NodeStatusReady = "ready"
+	NodeStatusDown  = "down"
+)
+
+// Plugin types as reported by agents.
+const (
+	pluginTypeController = "controller"
+	pluginTypeNode       = "node"
+	pluginTypeMonolith   = "monolith"
+)
+
+const (
+	tableNodes   = "nodes"
+	tablePlugins = "plugins"
+	tableVolumes = "volumes"
+	tableServers = "servers"
+	tableIndex   = "index"
+)
+
+// ErrNotFound is returned (wrapped) by state operations on a missing object.
+var ErrNotFound = errors.New("not found")
+
+// pluginRow is the stored form of one plugin id: the instances reported by
+// each node, keyed by node id. Rows are replaced, never modified in place.
+type pluginRow struct {
+	ID        string
+	Instances map[string]*csisupdv1.Plugin
+}
+
+// indexRow records the raft index of the latest write.
+type indexRow struct {
+	Key   string
+	Value uint64
+}
+
+func stateSchema() *memdb.DBSchema {
+	id := func(field string) *memdb.IndexSchema {
+		return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
+	}
+	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
+		tableNodes:   {Name: tableNodes, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
+		tablePlugins: {Name: tablePlugins, Indexes: map[string]*memdb.IndexSchema{"id": id("ID")}},
+		tableVolumes: {Name: tableVolumes, Indexes: map[string]*memdb.IndexSchema{
+			"id": id("Id"),
+			"plugin_id": {Name: "plugin_id", AllowMissing: true,
+				Indexer: &memdb.StringFieldIndex{Field: "PluginId"}},
+		}},
+		tableServers: {Name: tableServers, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
+		tableIndex:   {Name: tableIndex, Indexes: map[string]*memdb.IndexSchema{"id": id("Key")}},
+	}}
+}
+
+// StateStore is the replicated state of the cluster: nodes, plugins, volumes
+// and servers, held in go-memdb. Only the FSM writes to it. Objects returned
+// by its read methods are shared and must not be modified.
+type StateStore struct {
+	db *memdb.MemDB
+}
+
+// NewStateStore returns an empty state store.
+func NewStateStore() (*StateStore, error) {
+	db, err := memdb.NewMemDB(stateSchema())
+	if err != nil {
+		return nil, fmt.Errorf("create state store: %w", err)
+	}
+	return &StateStore{db: db}, nil
+}
+
+// LatestIndex returns the raft index of the latest write applied.
+func (s *StateStore) LatestIndex() uint64 {
+	raw, err := s.db.Txn(false).First(tableIndex, "id", "latest")
+	if err != nil || raw == nil {
+		return 0
+	}
+	return raw.(*indexRow).Value
+}
+
+// Node returns one node or nil.
+func (s *StateStore) Node(id string) *csisupdv1.ClusterNode {
+	return getNode(s.db.Txn(false), id)
+}
+
+func getNode(txn *memdb.Txn, id string) *csisupdv1.ClusterNode {
+	raw, err := txn.First(tableNodes, "id", id)
+	if err != nil || raw == nil {
+		return nil
+	}
+	return raw.(*csisupdv1.ClusterNode)
+}
+
+// Nodes returns every node sorted by id.
+func (s *StateStore) Nodes() []*csisupdv1.ClusterNode {
+	var out []*csisupdv1.ClusterNode
+	it, err := s.db.Txn(false).Get(tableNodes, "id")
+	if err != nil {
+		return nil
+	}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*csisupdv1.ClusterNode))
+	}
+	return out
+}
+
+// Plugin returns the cluster-wide view of one plugin, or nil.
+func (s *StateStore) Plugin(id string) *csisupdv1.ClusterPlugin {
+	txn := s.db.Txn(false)
+	raw, err := txn.First(tablePlugins, "id", id)
+	if err != nil || raw == nil {
+		return nil
+	}
+	return buildPlugin(txn, raw.(*pluginRow))
+}
+
+// Plugins returns the cluster-wide view of every plugin, sorted by id.
+func (s *StateStore) Plugins() []*csisupdv1.ClusterPlugin {
+	txn := s.db.Txn(false)
+	it, err := txn.Get(tablePlugins, "id")
+	if err != nil {
+		return nil
+	}
+	var out []*csisupdv1.ClusterPlugin
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, buildPlugin(txn, raw.(*pluginRow)))
+	}
+	return out
+}
+
+// buildPlugin aggregates a plugin row. An instance is healthy only when the
+// plugin reports healthy and its node is ready.
+func buildPlugin(txn *memdb.Txn, row *pluginRow) *csisupdv1.ClusterPlugin {
+	out := &csisupdv1.ClusterPlugin{Id: row.ID}
+	nodeIDs := make([]string, 0, len(row.Instances))
+	for id := range row.Instances {
+		nodeIDs = append(nodeIDs, id)
+	}
+	sort.Strings(nodeIDs)
+	for _, nodeID := range nodeIDs {
+		p := row.Instances[nodeID]
+		inst := &csisupdv1.PluginInstance{
+			NodeId:            nodeID,
+			Healthy:           p.GetHealthy(),
+			HealthDescription: p.GetHealthDescription(),
+			Plugin:            p,
+		}
+		node := getNode(txn, nodeID)
+		if node != nil {
+			inst.NodeName = node.GetName()
+		}
+		if node == nil || node.GetStatus() != NodeStatusReady {
+			inst.Healthy = false
+			inst.HealthDescription = "node is down"
+		}
+		controller, nodeService := pluginRoles(p.GetType())
+		if controller {
+			out.ControllersExpected++
+			if inst.Healthy {
+				out.ControllersHealthy++
+			}
+		}
+		if nodeService {
+			out.NodesExpected++
+			if inst.Healthy {
+				out.NodesHealthy++
+			}
+		}
+		if out.Provider == "" || (inst.Healthy && !instHealthy(out.Instances)) {
+			out.Provider, out.Version = p.GetVendorName(), p.GetVendorVersion()
+		}
+		out.Instances = append(out.Instances, inst)
+	}
+	return out
+}
+
+func instHealthy(insts []*csisupdv1.PluginInstance) bool {
+	for _, i := range insts {
+		if i.Healthy {
+			return true
+		}
+	}
+	return false
+}
+
+// pluginRoles reports whether a plugin type serves the controller and the
+// node service.
+func pluginRoles(typ string) (controller, node bool) {
+	switch typ {
+	case pluginTypeController:
+		return true, false
+	case pluginTypeNode:
+		return false, true
+	case pluginTypeMonolith:
+		return true, true
+	}
+	return false, false
+}
+
+// Volume returns one volume or nil.
+func (s *StateStore) Volume(id string) *csisupdv1.Volume {
+	return getVolume(s.db.Txn(false), id)
+}
+
+func getVolume(txn *memdb.Txn, id string) *csisupdv1.Volume {
+	raw, err := txn.First(tableVolumes, "id", id)
+	if err != nil || raw == nil {
+		return nil
+	}
+	return raw.(*csisupdv1.Volume)
+}
+
+// Volumes returns the volumes of one plugin, or all when pluginID is empty,
+// sorted by id.
+func (s *StateStore) Volumes(pluginID string) []*csisupdv1.Volume {
+	txn := s.db.Txn(false)
+	it, err := txn.Get(tableVolumes, "id")
+	if err != nil {
+		return nil
+	}
+	var out []*csisupdv1.Volume
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		v := raw.(*csisupdv1.Volume)
+		if pluginID == "" || v.GetPluginId() == pluginID {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Server returns the record of one server or nil.
+func (s *StateStore) Server(id string) *csisupdv1.ServerRecord {
+	raw, err := s.db.Txn(false).First(tableServers, "id", id)
+	if err != nil || raw == nil {
+		return nil
+	}
+	return raw.(*csisupdv1.ServerRecord)
+}
+
+// Servers returns every server record sorted by id.
+func (s *StateStore) Servers() []*csisupdv1.ServerRecord {
+	it, err := s.db.Txn(false).Get(tableServers, "id")
+	if err != nil {
+		return nil
+	}
+	var out []*csisupdv1.ServerRecord
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*csisupdv1.ServerRecord))
+	}
+	return out
+}
+
+// snapshot returns the state as one message for a raft snapshot.
+func (s *StateStore) snapshot() *csisupdv1.StateSnapshot {
+	return &csisupdv1.StateSnapshot{
+		Version: 1,
+		Nodes:   s.Nodes(),
+		Volumes: s.Volumes(""),
+		Servers: s.Servers(),
+		Index:   s.LatestIndex(),
+	}
+}
+
+// restore replaces the state with a snapshot.
+func (s *StateStore) restore(snap *csisupdv1.StateSnapshot, index uint64) error {
+	if snap.GetVersion() != 1 {
+		return fmt.Errorf("restore snapshot: unsupported version %d", snap.GetVersion())
+	}
+	db, err := memdb.NewMemDB(stateSchema())
+	if err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	txn := db.Txn(true)
+	defer txn.Abort()
+	for _, n := range snap.GetNodes() {
+		if err := txn.Insert(tableNodes, n); err != nil {
+			return fmt.Errorf("restore node %q: %w", n.GetId(), err)
+		}
+		if err := setNodePlugins(txn, n.GetId(), nil, n.GetPlugins()); err != nil {
+			return err
+		}
+	}
+	for _, v := range snap.GetVolumes() {
+		if err := txn.Insert(tableVolumes, v); err != nil {
+			return fmt.Errorf("restore volume %q: %w", v.GetId(), err)
+		}
+	}
+	for _, r := range snap.GetServers() {
+		if err := txn.Insert(tableServers, r); err != nil {
+			return fmt.Errorf("restore server %q: %w", r.GetId(), err)
+		}
+	}
+	if err := txn.Insert(tableIndex, &indexRow{Key: "latest", Value: index}); err != nil {
+		return fmt.Errorf("restore index: %w", err)
+	}
+	txn.Commit()
+	s.db = db
+	return nil
+}
+
+// setNodePlugins moves a node's plugin instances from old to new in the
+// plugins table and removes plugin rows left without instances. It returns
+// the ids of removed plugin rows through gc when gc is not nil.
+func setNodePlugins(txn *memdb.Txn, nodeID string, old, new []*csisupdv1.Plugin) error {
+	_, err := setNodePluginsGC(txn, nodeID, old, new)
+	return err
+}
+
+func setNodePluginsGC(txn *memdb.Txn, nodeID string, old, new []*csisupdv1.Plugin) ([]string, error) {
+	touched := map[string]*csisupdv1.Plugin{}
+	for _, p := range old {
+		touched[p.GetId()] = nil
+	}
+	for _, p := range new {
+		touched[p.GetId()] = p
+	}
+	ids := make([]string, 0, len(touched))
+	for id := range touched {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var gc []string
+	for _, id := range ids {
+		p := touched[id]
+		row := &pluginRow{ID: id, Instances: map[string]*csisupdv1.Plugin{}}
+		raw, err := txn.First(tablePlugins, "id", id)
+		if err != nil {
+			return nil, fmt.Errorf("read plugin %q: %w", id, err)
+		}
+		if raw != nil {
+			for k, v := range raw.(*pluginRow).Instances {
+				row.Instances[k] = v
+			}
+		}
+		if p == nil {
+			delete(row.Instances, nodeID)
+		} else {
+			row.Instances[nodeID] = p
+		}
+		if len(row.Instances) == 0 {
+			if raw != nil {
+				if err := txn.Delete(tablePlugins, raw); err != nil {
+					return nil, fmt.Errorf("delete plugin %q: %w", id, err)
+				}
+				gc = append(gc, id)
+			}
+			continue
+		}
+		if err := txn.Insert(tablePlugins, row); err != nil {
+			return nil, fmt.Errorf("write plugin %q: %w", id, err)
+		}
+	}
+	return gc, nil
+}
+
+// sortedPlugins returns a sorted copy of plugins with secrets-free clones.
+func sortedPlugins(in []*csisupdv1.Plugin) []*csisupdv1.Plugin {
+	out := make([]*csisupdv1.Plugin, 0, len(in))
+	for _, p := range in {
+		out = append(out, proto.Clone(p).(*csisupdv1.Plugin))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
+	return out
+}
+
+// applyResult is what the FSM returns for one log entry.
+type applyResult struct {
+	Index uint64
+	Err   error
+}
+
+// applyEntry applies one log entry to txn and appends the events it causes.
+func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisupdv1.ClusterEvent) error {
+	ts := e.GetTime()
+	ev := func(typ, node, plugin, volume, desc string) {
+		*events = append(*events, &csisupdv1.ClusterEvent{
+			Index: index, Time: ts, Type: typ,
+			NodeId: node, PluginId: plugin, VolumeId: volume, Description: desc,
+		})
+	}
+	switch c := e.GetCommand().(type) {
+	case *csisupdv1.LogEntry_Batch:
+		var firstErr error
+		for _, sub := range c.Batch.GetEntries() {
+			if err := applyEntry(txn, index, sub, events); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+		return firstErr
+	case *csisupdv1.LogEntry_Noop:
+		return nil
+	case *csisupdv1.LogEntry_NodeUpsert:
+		n := proto.Clone(c.NodeUpsert).(*csisupdv1.ClusterNode)
+		n.Plugins = sortedPlugins(n.Plugins)
+		n.ModifyIndex = index
+		n.CreateIndex = index
+		n.Status = NodeStatusReady
+		n.StatusUpdatedAt = ts
+		n.RegisteredAt = ts
+		var oldPlugins []*csisupdv1.Plugin
+		if old := getNode(txn, n.GetId()); old != nil {
+			n.CreateIndex = old.GetCreateIndex()
+			oldPlugins = old.GetPlugins()
+		}
+		if err := txn.Insert(tableNodes, n); err != nil {
+			return fmt.Errorf("write node %q: %w", n.GetId(), err)
+		}
+		gc, err := setNodePluginsGC(txn, n.GetId(), oldPlugins, n.Plugins)
+		if err != nil {
+			return err
+		}
+		ev("node-registered", n.GetId(), "", "", fmt.Sprintf("node %s registered with %d plugins", n.GetName(), len(n.Plugins)))
+		for _, id := range gc {
+			ev("plugin-gc", n.GetId(), id, "", "plugin has no instances left")
+		}
+	case *csisupdv1.LogEntry_NodePlugins:
+		old := getNode(txn, c.NodePlugins.GetNodeId())
+		if old == nil {
+			return fmt.Errorf("node %q: %w", c.NodePlugins.GetNodeId(), ErrNotFound)
+		}
+		n := proto.Clone(old).(*csisupdv1.ClusterNode)
+		n.Plugins = sortedPlugins(c.NodePlugins.GetPlugins())
+		n.ModifyIndex = index
+		if err := txn.Insert(tableNodes, n); err != nil {
+			return fmt.Errorf("write node %q: %w", n.GetId(), err)
+		}
+		gc, err := setNodePluginsGC(txn, n.GetId(), old.GetPlugins(), n.Plugins)
+		if err != nil {
+			return err
+		}
+		ev("node-plugins-updated", n.GetId(), "", "", fmt.Sprintf("%d plugins", len(n.Plugins)))
+		for _, id := range gc {
+			ev("plugin-gc", n.GetId(), id, "", "plugin has no instances left")
+		}
+	case *csisupdv1.LogEntry_NodeStatus:
+		old := getNode(txn, c.NodeStatus.GetNodeId())
+		if old == nil {
+			return fmt.Errorf("node %q: %w", c.NodeStatus.GetNodeId(), ErrNotFound)
+		}
+		if old.GetStatus() == c.NodeStatus.GetStatus() {
+			return nil
+		}
+		n := proto.Clone(old).(*csisupdv1.ClusterNode)
+		n.Status = c.NodeStatus.GetStatus()
+		n.StatusDescription = c.NodeStatus.GetDescription()
+		n.StatusUpdatedAt = ts
+		n.ModifyIndex = index
+		if err := txn.Insert(tableNodes, n); err != nil {
+			return fmt.Errorf("write node %q: %w", n.GetId(), err)
+		}
+		ev("node-"+n.Status, n.GetId(), "", "", n.StatusDescription)
+	case *csisupdv1.LogEntry_VolumeUpsert:
+		v := proto.Clone(c.VolumeUpsert).(*csisupdv1.Volume)
+		v.ModifyIndex = index
+		old := getVolume(txn, v.GetId())
+		typ := "volume-created"
+		if old != nil {
+			v.CreateIndex = old.GetCreateIndex()
+			v.CreatedAt = old.GetCreatedAt()
+			typ = volumeChange(old, v)
+		} else {
+			v.CreateIndex = index
+			if v.CreatedAt == nil {
+				v.CreatedAt = ts
+			}
+		}
+		if err := txn.Insert(tableVolumes, v); err != nil {
+			return fmt.Errorf("write volume %q: %w", v.GetId(), err)
+		}
+		ev(typ, "", v.GetPluginId(), v.GetId(), "")
+	case *csisupdv1.LogEntry_VolumeDelete:
+		old := getVolume(txn, c.VolumeDelete)
+		if old == nil {
+			return fmt.Errorf("volume %q: %w", c.VolumeDelete, ErrNotFound)
+		}
+		if err := txn.Delete(tableVolumes, old); err != nil {
+			return fmt.Errorf("delete volume %q: %w", c.VolumeDelete, err)
+		}
+		ev("volume-deleted", "", old.GetPluginId(), old.GetId(), "")
+	case *csisupdv1.LogEntry_ServerUpsert:
+		if err := txn.Insert(tableServers, proto.Clone(c.ServerUpsert)); err != nil {
+			return fmt.Errorf("write server %q: %w", c.ServerUpsert.GetId(), err)
+		}
+	default:
+		return fmt.Errorf("unknown log entry command %T", c)
+	}
+	return nil
+}
+
+// volumeChange names the event for a volume update.
+func volumeChange(old, new *csisupdv1.Volume) string {
+	switch {
+	case len(new.GetClaims()) > len(old.GetClaims()):
+		return "volume-attached"
+	case len(new.GetClaims()) < len(old.GetClaims()):
+		return "volume-detached"
+	}
+	return "volume-updated"
+}

@@ -1,0 +1,380 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// Controller capabilities the volume operations need.
+const (
+	capCreateDelete     = "CREATE_DELETE_VOLUME"
+	capPublishUnpublish = "PUBLISH_UNPUBLISH_VOLUME"
+)
+
+// candidate is one controller instance a volume operation may use.
+type candidate struct {
+	nodeID string
+	addr   string
+	plugin *csisupdv1.Plugin
+}
+
+// controllerCandidates returns the healthy controller instances of a plugin
+// on ready nodes, in node id order.
+func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
+	p := s.State().Plugin(pluginID)
+	if p == nil {
+		return nil, status.Errorf(codes.NotFound, "plugin %q is not known to the cluster", pluginID)
+	}
+	var out []candidate
+	for _, inst := range p.GetInstances() {
+		if ctrl, _ := pluginRoles(inst.GetPlugin().GetType()); !ctrl || !inst.GetHealthy() {
+			continue
+		}
+		node := s.State().Node(inst.GetNodeId())
+		if node == nil || node.GetStatus() != NodeStatusReady {
+			continue
+		}
+		out = append(out, candidate{nodeID: node.GetId(), addr: node.GetAddress(), plugin: inst.GetPlugin()})
+	}
+	if len(out) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"plugin %q has no healthy controller instance on a ready node (%d of %d controllers healthy)",
+			pluginID, p.GetControllersHealthy(), p.GetControllersExpected())
+	}
+	return out, nil
+}
+
+// withCapability keeps the candidates that advertise a controller capability.
+func withCapability(cands []candidate, capability string) []candidate {
+	var out []candidate
+	for _, c := range cands {
+		if slices.Contains(c.plugin.GetControllerCapabilities(), capability) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// callControllers calls fn on each candidate in order, moving to the next
+// one only on a retryable error. It returns the candidate that answered.
+func (s *Server) callControllers(ctx context.Context, op string, cands []candidate, fn func(ctx context.Context, c candidate) error) (candidate, error) {
+	var errs []error
+	for _, c := range cands {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+		err := fn(cctx, c)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, fmt.Errorf("node %s (%s): %w", c.nodeID, c.addr, err))
+		if !s.cfg.IsRetryable(err) || ctx.Err() != nil {
+			return c, err
+		}
+		s.logger.Warn("controller call failed; trying the next candidate", "op", op, "node", c.nodeID, "error", err)
+	}
+	return candidate{}, status.Errorf(codes.Unavailable, "%s: every controller candidate failed: %v", op, errors.Join(errs...))
+}
+
+// csiCapability converts our capability form to CSI's.
+func csiCapability(c *csisupdv1.VolumeCapability) (*csi.VolumeCapability, error) {
+	mode := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	if c.GetAccessMode() != "" {
+		v, ok := csi.VolumeCapability_AccessMode_Mode_value[c.GetAccessMode()]
+		if !ok {
+			return nil, status.Errorf(codes.InvalidArgument, "capability access_mode %q is not a CSI access mode", c.GetAccessMode())
+		}
+		mode = csi.VolumeCapability_AccessMode_Mode(v)
+	}
+	out := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
+	switch c.GetAccessType() {
+	case "", "mount":
+		out.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
+			FsType: c.GetFsType(), MountFlags: c.GetMountFlags(),
+		}}
+	case "block":
+		out.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "capability access_type %q must be mount or block", c.GetAccessType())
+	}
+	return out, nil
+}
+
+func defaultCapabilities(caps []*csisupdv1.VolumeCapability) []*csisupdv1.VolumeCapability {
+	if len(caps) > 0 {
+		return caps
+	}
+	return []*csisupdv1.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}}
+}
+
+// createVolume runs on the leader.
+func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRequest) (*csisupdv1.Volume, error) {
+	if req.GetId() == "" || req.GetPluginId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "create volume: id and plugin_id are required")
+	}
+	caps := defaultCapabilities(req.GetCapabilities())
+	var csiCaps []*csi.VolumeCapability
+	for _, c := range caps {
+		cc, err := csiCapability(c)
+		if err != nil {
+			return nil, err
+		}
+		csiCaps = append(csiCaps, cc)
+	}
+	unlock, err := s.pluginLocks.lock(ctx, req.GetPluginId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer unlock()
+
+	if v := s.State().Volume(req.GetId()); v != nil {
+		if v.GetPluginId() != req.GetPluginId() {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q already exists for plugin %q", req.GetId(), v.GetPluginId())
+		}
+		return v, nil
+	}
+	cands, err := s.controllerCandidates(req.GetPluginId())
+	if err != nil {
+		return nil, err
+	}
+	if cands = withCapability(cands, capCreateDelete); len(cands) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q does not advertise %s", req.GetPluginId(), capCreateDelete)
+	}
+	csiReq := &csi.CreateVolumeRequest{
+		Name:               req.GetId(),
+		VolumeCapabilities: csiCaps,
+		Parameters:         req.GetParameters(),
+		Secrets:            req.GetSecrets(),
+	}
+	if req.GetCapacityMinBytes() > 0 || req.GetCapacityMaxBytes() > 0 {
+		csiReq.CapacityRange = &csi.CapacityRange{RequiredBytes: req.GetCapacityMinBytes(), LimitBytes: req.GetCapacityMaxBytes()}
+	}
+	var resp *csi.CreateVolumeResponse
+	used, err := s.callControllers(ctx, "CreateVolume", cands, func(ctx context.Context, c candidate) error {
+		var err error
+		resp, err = s.controllers.CreateVolume(ctx, c.addr, req.GetPluginId(), csiReq)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	v := &csisupdv1.Volume{
+		Id:               req.GetId(),
+		PluginId:         req.GetPluginId(),
+		ExternalId:       resp.GetVolume().GetVolumeId(),
+		CapacityBytes:    resp.GetVolume().GetCapacityBytes(),
+		Context:          resp.GetVolume().GetVolumeContext(),
+		Parameters:       req.GetParameters(),
+		Capabilities:     caps,
+		ControllerNodeId: used.nodeID,
+		CreatedAt:        timestamppb.Now(),
+	}
+	return s.writeVolume(v)
+}
+
+func (s *Server) writeVolume(v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
+	if _, err := s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: v}}); err != nil {
+		return nil, toStatus(err)
+	}
+	if stored := s.State().Volume(v.GetId()); stored != nil {
+		return stored, nil
+	}
+	return v, nil
+}
+
+// registerVolume runs on the leader.
+func (s *Server) registerVolume(ctx context.Context, v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
+	if v.GetId() == "" || v.GetPluginId() == "" || v.GetExternalId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "register volume: id, plugin_id and external_id are required")
+	}
+	v = proto.Clone(v).(*csisupdv1.Volume)
+	v.Claims = nil
+	v.Capabilities = defaultCapabilities(v.Capabilities)
+	for _, c := range v.Capabilities {
+		if _, err := csiCapability(c); err != nil {
+			return nil, err
+		}
+	}
+	unlock, err := s.pluginLocks.lock(ctx, v.GetPluginId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer unlock()
+	if old := s.State().Volume(v.GetId()); old != nil {
+		if old.GetPluginId() != v.GetPluginId() || old.GetExternalId() != v.GetExternalId() {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q already exists as %s/%s", v.GetId(), old.GetPluginId(), old.GetExternalId())
+		}
+		return old, nil
+	}
+	return s.writeVolume(v)
+}
+
+// deleteVolume runs on the leader.
+func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRequest) error {
+	v := s.State().Volume(req.GetId())
+	if v == nil {
+		return status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+	}
+	unlock, err := s.pluginLocks.lock(ctx, v.GetPluginId())
+	if err != nil {
+		return toStatus(err)
+	}
+	defer unlock()
+	// Read again under the lock: another call may have changed it.
+	if v = s.State().Volume(req.GetId()); v == nil {
+		return status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+	}
+	if n := len(v.GetClaims()); n > 0 {
+		return status.Errorf(codes.FailedPrecondition, "volume %q has %d claims; detach it first", v.GetId(), n)
+	}
+	if !req.GetDeregisterOnly() {
+		cands, err := s.controllerCandidates(v.GetPluginId())
+		if err != nil {
+			return err
+		}
+		if cands = withCapability(cands, capCreateDelete); len(cands) == 0 {
+			return status.Errorf(codes.FailedPrecondition, "plugin %q does not advertise %s", v.GetPluginId(), capCreateDelete)
+		}
+		csiReq := &csi.DeleteVolumeRequest{VolumeId: v.GetExternalId(), Secrets: req.GetSecrets()}
+		_, err = s.callControllers(ctx, "DeleteVolume", cands, func(ctx context.Context, c candidate) error {
+			err := s.controllers.DeleteVolume(ctx, c.addr, v.GetPluginId(), csiReq)
+			if status.Code(err) == codes.NotFound && !csisupdv1.IsPluginNotFound(err) {
+				return nil // already gone
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	_, err = s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
+	return toStatus(err)
+}
+
+// attachVolume runs on the leader.
+func (s *Server) attachVolume(ctx context.Context, req *csisupdv1.VolumeAttachRequest) (*csisupdv1.Volume, *csisupdv1.VolumeClaim, error) {
+	v := s.State().Volume(req.GetId())
+	if v == nil {
+		return nil, nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+	}
+	unlock, err := s.pluginLocks.lock(ctx, v.GetPluginId())
+	if err != nil {
+		return nil, nil, toStatus(err)
+	}
+	defer unlock()
+	if v = s.State().Volume(req.GetId()); v == nil {
+		return nil, nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+	}
+	for _, c := range v.GetClaims() {
+		if c.GetNodeId() == req.GetNodeId() {
+			return v, c, nil
+		}
+	}
+	node := s.State().Node(req.GetNodeId())
+	if node == nil {
+		return nil, nil, status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId())
+	}
+	if node.GetStatus() != NodeStatusReady {
+		return nil, nil, status.Errorf(codes.FailedPrecondition, "node %q is %s", node.GetId(), node.GetStatus())
+	}
+	var csiNodeID string
+	for _, p := range node.GetPlugins() {
+		if p.GetId() == v.GetPluginId() {
+			csiNodeID = p.GetNodeId()
+		}
+	}
+	if csiNodeID == "" {
+		return nil, nil, status.Errorf(codes.FailedPrecondition,
+			"plugin %q reports no CSI node id on node %q (is its node service running there?)", v.GetPluginId(), node.GetId())
+	}
+	capability := req.GetCapability()
+	if capability == nil {
+		capability = defaultCapabilities(v.GetCapabilities())[0]
+	}
+	csiCap, err := csiCapability(capability)
+	if err != nil {
+		return nil, nil, err
+	}
+	claim := &csisupdv1.VolumeClaim{
+		NodeId: node.GetId(), CsiNodeId: csiNodeID, ReadOnly: req.GetReadOnly(), ClaimedAt: timestamppb.Now(),
+	}
+	cands, err := s.controllerCandidates(v.GetPluginId())
+	if err != nil {
+		return nil, nil, err
+	}
+	if cands = withCapability(cands, capPublishUnpublish); len(cands) > 0 {
+		csiReq := &csi.ControllerPublishVolumeRequest{
+			VolumeId: v.GetExternalId(), NodeId: csiNodeID, VolumeCapability: csiCap,
+			Readonly: req.GetReadOnly(), Secrets: req.GetSecrets(), VolumeContext: v.GetContext(),
+		}
+		_, err := s.callControllers(ctx, "ControllerPublishVolume", cands, func(ctx context.Context, c candidate) error {
+			resp, err := s.controllers.PublishVolume(ctx, c.addr, v.GetPluginId(), csiReq)
+			if err == nil {
+				claim.PublishContext = resp.GetPublishContext()
+			}
+			return err
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	nv := proto.Clone(v).(*csisupdv1.Volume)
+	nv.Claims = append(nv.Claims, claim)
+	stored, err := s.writeVolume(nv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return stored, claim, nil
+}
+
+// detachVolume runs on the leader.
+func (s *Server) detachVolume(ctx context.Context, req *csisupdv1.VolumeDetachRequest) (*csisupdv1.Volume, error) {
+	v := s.State().Volume(req.GetId())
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+	}
+	unlock, err := s.pluginLocks.lock(ctx, v.GetPluginId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer unlock()
+	if v = s.State().Volume(req.GetId()); v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+	}
+	idx := slices.IndexFunc(v.GetClaims(), func(c *csisupdv1.VolumeClaim) bool { return c.GetNodeId() == req.GetNodeId() })
+	if idx < 0 {
+		return v, nil
+	}
+	claim := v.GetClaims()[idx]
+	cands, err := s.controllerCandidates(v.GetPluginId())
+	if err != nil {
+		return nil, err
+	}
+	if cands = withCapability(cands, capPublishUnpublish); len(cands) > 0 {
+		csiReq := &csi.ControllerUnpublishVolumeRequest{
+			VolumeId: v.GetExternalId(), NodeId: claim.GetCsiNodeId(), Secrets: req.GetSecrets(),
+		}
+		_, err := s.callControllers(ctx, "ControllerUnpublishVolume", cands, func(ctx context.Context, c candidate) error {
+			err := s.controllers.UnpublishVolume(ctx, c.addr, v.GetPluginId(), csiReq)
+			if csisupdv1.IsIgnorable(err) || (status.Code(err) == codes.NotFound && !csisupdv1.IsPluginNotFound(err)) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	nv := proto.Clone(v).(*csisupdv1.Volume)
+	nv.Claims = slices.Delete(nv.Claims, idx, idx+1)
+	return s.writeVolume(nv)
+}

@@ -1,0 +1,346 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/testcluster"
+)
+
+func TestVolumeLifecycleThroughFollower(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3})
+	leader := checkFormed(t, c, 3)
+	follower := (leader.Index + 1) % 3
+	cl := c.Control(follower)
+	ctx := context.Background()
+
+	a, b := startFakeAgent(t, "node-a"), startFakeAgent(t, "node-b")
+	startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
+	startNode(t, "node-b", b.addr, c.RPCAddrs(), monolith("p1", "node-b"))
+	waitFor(t, 10*time.Second, "two healthy controllers", func() bool {
+		p := pluginOf(t, cl, "p1")
+		return p != nil && p.GetControllersHealthy() == 2 && p.GetNodesHealthy() == 2
+	})
+	p := pluginOf(t, cl, "p1")
+	if p.GetProvider() != "csi.example" || p.GetVersion() != "1.2.3" || len(p.GetInstances()) != 2 ||
+		p.GetInstances()[0].GetHealthDescription() != "probe ok" {
+		t.Fatalf("plugin view: %v", p)
+	}
+
+	// node-a sorts first; a retryable failure there moves to node-b.
+	a.setFail(retryable("controller restarting"))
+	created, err := cl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{
+		Id: "vol-1", PluginId: "p1", CapacityMinBytes: 1 << 30,
+		Parameters: map[string]string{"tier": "fast"},
+		Secrets:    map[string]string{"password": "s3cr3t-value"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := created.GetVolume()
+	if v.GetControllerNodeId() != "node-b" || v.GetExternalId() != "ext-vol-1" || v.GetCapacityBytes() != 1<<30 ||
+		v.GetContext()["created-by"] != "node-b" || v.GetParameters()["tier"] != "fast" {
+		t.Fatalf("created volume: %v", v)
+	}
+	if a.callCount("create") != 1 || b.callCount("create") != 1 {
+		t.Fatalf("create calls: node-a %d, node-b %d; want 1 and 1", a.callCount("create"), b.callCount("create"))
+	}
+	a.setFail(nil)
+
+	// A non-retryable error is returned, not retried elsewhere.
+	a.setFail(status.Error(codes.InvalidArgument, "bad parameters"))
+	_, err = cl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: "vol-2", PluginId: "p1"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("create with non-retryable error: %v, want InvalidArgument", err)
+	}
+	if b.callCount("create vol-2") != 0 {
+		t.Fatal("a non-retryable error moved to the next controller")
+	}
+	a.setFail(nil)
+
+	// Create is idempotent by id.
+	again, err := cl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: "vol-1", PluginId: "p1"})
+	if err != nil || again.GetVolume().GetCreateIndex() != v.GetCreateIndex() {
+		t.Fatalf("repeated create: %v, %v", again, err)
+	}
+
+	att, err := cl.AttachVolume(ctx, &csisupdv1.VolumeAttachRequest{Id: "vol-1", NodeId: "node-b", Secrets: map[string]string{"token": "s3cr3t-value"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := att.GetClaim(); got.GetCsiNodeId() != "csi-node-b" || got.GetPublishContext()["device"] != "/dev/fake-csi-node-b" {
+		t.Fatalf("claim: %v", got)
+	}
+	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "vol-1"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("delete of a claimed volume: %v, want FailedPrecondition", err)
+	}
+
+	// Secrets reach the plugin but are never stored.
+	if !bytes.Contains([]byte(joinAll(a.seenSecrets(), b.seenSecrets())), []byte("s3cr3t-value")) {
+		t.Fatal("secrets did not reach the controller")
+	}
+	snap := saveSnapshot(t, cl)
+	if bytes.Contains(snap, []byte("s3cr3t-value")) {
+		t.Fatal("a secret was stored in the replicated state")
+	}
+
+	det, err := cl.DetachVolume(ctx, &csisupdv1.VolumeDetachRequest{Id: "vol-1", NodeId: "node-b"})
+	if err != nil || len(det.GetVolume().GetClaims()) != 0 {
+		t.Fatalf("detach: %v, %v", det, err)
+	}
+	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "vol-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: "vol-1"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("get after delete: %v, want NotFound", err)
+	}
+	if a.callCount("delete ext-vol-1") != 1 {
+		t.Fatalf("delete went to node-a %d times, want 1 (stable order)", a.callCount("delete ext-vol-1"))
+	}
+}
+
+func TestNodeMissingHeartbeatGoesDown(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3, Configure: func(_ int, cfg *server.Config) {
+		cfg.MinHeartbeatTTL = 300 * time.Millisecond
+		cfg.HeartbeatGrace = 300 * time.Millisecond
+	}})
+	checkFormed(t, c, 3)
+	cl := c.Control(0)
+	a, b := startFakeAgent(t, "node-a"), startFakeAgent(t, "node-b")
+	na := startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
+	startNode(t, "node-b", b.addr, c.RPCAddrs(), monolith("p1", "node-b"))
+	waitFor(t, 10*time.Second, "two healthy controllers", func() bool {
+		p := pluginOf(t, cl, "p1")
+		return p != nil && p.GetControllersHealthy() == 2
+	})
+
+	na.stop()
+	waitFor(t, 20*time.Second, "node-a down", func() bool {
+		resp, err := cl.GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: "node-a"})
+		return err == nil && resp.GetNode().GetStatus() == server.NodeStatusDown
+	})
+	p := pluginOf(t, cl, "p1")
+	if p.GetControllersHealthy() != 1 || p.GetControllersExpected() != 2 || p.GetNodesHealthy() != 1 {
+		t.Fatalf("after node-a went down: %d/%d controllers, %d nodes healthy", p.GetControllersHealthy(), p.GetControllersExpected(), p.GetNodesHealthy())
+	}
+	for _, inst := range p.GetInstances() {
+		if inst.GetNodeId() == "node-a" && (inst.GetHealthy() || inst.GetHealthDescription() != "node is down") {
+			t.Fatalf("instance on a down node: %v", inst)
+		}
+	}
+
+	// The node comes back: its heartbeats make it ready again.
+	startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
+	waitFor(t, 10*time.Second, "node-a ready", func() bool {
+		p := pluginOf(t, cl, "p1")
+		return p != nil && p.GetControllersHealthy() == 2
+	})
+}
+
+func TestPluginUpdatesAndGarbageCollection(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1})
+	checkFormed(t, c, 1)
+	cl := c.Control(0)
+	a := startFakeAgent(t, "node-a")
+	n := startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
+	waitFor(t, 10*time.Second, "p1 registered", func() bool { return pluginOf(t, cl, "p1") != nil })
+
+	sick := monolith("p1", "node-a")
+	sick.Healthy, sick.HealthDescription = false, "probe failed: connection refused"
+	n.setPlugins(sick, monolith("p2", "node-a"))
+	waitFor(t, 10*time.Second, "p1 unhealthy and p2 present", func() bool {
+		p1, p2 := pluginOf(t, cl, "p1"), pluginOf(t, cl, "p2")
+		return p1 != nil && p1.GetControllersHealthy() == 0 && p2 != nil &&
+			p1.GetInstances()[0].GetHealthDescription() == "probe failed: connection refused"
+	})
+
+	n.setPlugins(monolith("p2", "node-a"))
+	waitFor(t, 10*time.Second, "p1 garbage-collected", func() bool { return pluginOf(t, cl, "p1") == nil })
+	list, err := cl.ListPlugins(context.Background(), &csisupdv1.PluginListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetPlugins()) != 1 || list.GetPlugins()[0].GetId() != "p2" {
+		t.Fatalf("plugins after gc: %v", list.GetPlugins())
+	}
+}
+
+func TestHeartbeatsDoNotWriteToRaft(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3})
+	leader := checkFormed(t, c, 3)
+	ctx := context.Background()
+	cluster := csisupdv1.NewClusterClient(c.Conn((leader.Index + 1) % 3))
+	const nodes = 20
+	for i := range nodes {
+		_, err := cluster.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{
+			NodeId: nodeName(i), Address: "127.0.0.1:1", Name: nodeName(i),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := leader.Server().AppliedIndex()
+	for round := range 5 {
+		for i := range nodes {
+			resp, err := cluster.NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: nodeName(i)})
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			if resp.GetHeartbeatTtlMs() <= 0 {
+				t.Fatalf("heartbeat returned TTL %d", resp.GetHeartbeatTtlMs())
+			}
+		}
+	}
+	if after := leader.Server().AppliedIndex(); after != before {
+		t.Fatalf("applied index grew from %d to %d with steady-state heartbeats", before, after)
+	}
+	_, err := cluster.NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: "unknown-node"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("heartbeat of an unknown node: %v, want NotFound", err)
+	}
+}
+
+func TestSnapshotSaveRestore(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3})
+	leader := checkFormed(t, c, 3)
+	cl := c.Control((leader.Index + 1) % 3)
+	ctx := context.Background()
+	for _, id := range []string{"v1", "v2"} {
+		if _, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: &csisupdv1.Volume{Id: id, PluginId: "p", ExternalId: "x-" + id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := saveSnapshot(t, cl)
+	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "v1", DeregisterOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	up, err := cl.SnapshotRestore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Send(&csisupdv1.SnapshotChunk{Data: snap}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Members() {
+		waitFor(t, 10*time.Second, "restored volume on "+m.ID, func() bool {
+			return m.Server().State().Volume("v1") != nil && m.Server().State().Volume("v2") != nil
+		})
+	}
+
+	bad, err := cl.SnapshotRestore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad.Send(&csisupdv1.SnapshotChunk{Data: []byte("not a snapshot")})
+	if _, err := bad.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("restore of garbage: %v, want InvalidArgument", err)
+	}
+}
+
+func TestStaleAndConsistentReads(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3})
+	leader := checkFormed(t, c, 3)
+	f := (leader.Index + 1) % 3
+	cl := c.Control(f)
+	ctx := context.Background()
+	if _, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: &csisupdv1.Volume{Id: "v1", PluginId: "p", ExternalId: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "follower applied the volume", func() bool { return c.Member(f).Server().State().Volume("v1") != nil })
+
+	// A consistent read through a follower is forwarded to the leader.
+	r, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: "v1"})
+	if err != nil || r.GetVolume().GetId() != "v1" {
+		t.Fatalf("consistent read through a follower: %v, %v", r, err)
+	}
+
+	// A follower that lost the rest of the cluster answers stale reads only.
+	for _, m := range c.Members() {
+		if m.Index != f {
+			c.Kill(m.Index)
+		}
+	}
+	waitFor(t, 10*time.Second, "lone follower to lose its leader", func() bool {
+		return c.Member(f).Server().Leader() == ""
+	})
+	resp, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: "v1", Stale: true})
+	if err != nil || resp.GetVolume().GetId() != "v1" {
+		t.Fatalf("stale read: %v, %v", resp, err)
+	}
+	if _, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: "v1"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("consistent read without a leader: %v, want Unavailable", err)
+	}
+}
+
+func TestWatchEvents(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1})
+	checkFormed(t, c, 1)
+	cl := c.Control(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := cl.WatchEvents(ctx, &csisupdv1.ClusterEventWatchRequest{NoReplay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The subscription is live once the stream is open; writes follow.
+	waitFor(t, 5*time.Second, "volume registered", func() bool {
+		_, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: &csisupdv1.Volume{Id: "v1", PluginId: "p", ExternalId: "x"}})
+		return err == nil
+	})
+	for {
+		e, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.GetType() == "volume-created" && e.GetVolumeId() == "v1" && e.GetIndex() > 0 {
+			break
+		}
+	}
+}
+
+func saveSnapshot(t testing.TB, cl csisupdv1.ControlClient) []byte {
+	t.Helper()
+	stream, err := cl.SnapshotSave(context.Background(), &csisupdv1.SnapshotSaveRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for {
+		chunk, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.Write(chunk.GetData())
+	}
+	if buf.Len() == 0 {
+		t.Fatal("empty snapshot")
+	}
+	return buf.Bytes()
+}
+
+func joinAll(lists ...[]string) string {
+	var b bytes.Buffer
+	for _, l := range lists {
+		for _, s := range l {
+			b.WriteString(s)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+func nodeName(i int) string { return "node-" + string(rune('a'+i%26)) + string(rune('a'+i/26)) }

@@ -1,0 +1,210 @@
+// Command csi-testplugin serves one or many test CSI plugins (package
+// testplugin) in one process, for benchmarks and for tests that need a plugin
+// process to kill.
+//
+// Usage:
+//
+//	csi-testplugin --socket PATH [flags]
+//	csi-testplugin --dir DIR --count N [flags]
+//
+// With --dir, plugins p0000, p0001, ... listen on DIR/<id>/csi.sock, keep
+// their state in <state-dir>/<id> and are named <id>.<name>. Flags take one
+// or two dashes.
+//
+// Once every plugin listens, the command prints one line
+// "csi-testplugin: serving N plugin(s)" to standard output. On SIGTERM or
+// SIGINT it stops all plugins, removes their sockets and exits 0. SIGKILL
+// leaves the sockets behind, as does --exit-after, which simulates a crash:
+// after the given time the process exits with status 3 without any cleanup.
+// Usage errors exit 2, other errors 1.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+	exitCrash = 3
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the parsed command line.
+type options struct {
+	socket       string
+	dir          string
+	count        int
+	typ          string
+	name         string
+	nodeID       string
+	stateDir     string
+	maxVolumes   int64
+	topology     string
+	knownNodeIDs string
+	probeDelay   time.Duration
+	exitAfter    time.Duration
+	logLevel     string
+}
+
+// errUsage marks errors in the command line.
+var errUsage = errors.New("usage")
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("csi-testplugin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.socket, "socket", "", "serve one plugin on this unix socket")
+	fs.StringVar(&o.dir, "dir", "", "serve --count plugins at DIR/<id>/csi.sock")
+	fs.IntVar(&o.count, "count", 1, "number of plugins with --dir")
+	fs.StringVar(&o.typ, "type", testplugin.TypeMonolith, "plugin type: controller, node or monolith")
+	fs.StringVar(&o.name, "name", testplugin.DefaultName, "CSI plugin name (prefixed with <id>. with --dir)")
+	fs.StringVar(&o.nodeID, "node-id", "", "node id (default: the host name)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "state directory (default: a temporary directory removed at exit)")
+	fs.Int64Var(&o.maxVolumes, "max-volumes", 0, "max volumes per node (0 = no limit)")
+	fs.StringVar(&o.topology, "topology", "", "accessible topology as key=value,key=value")
+	fs.StringVar(&o.knownNodeIDs, "known-node-ids", "", "comma-separated node ids ControllerPublishVolume accepts besides --node-id; * accepts all")
+	fs.DurationVar(&o.probeDelay, "probe-delay", 0, "delay every Probe answer")
+	fs.DurationVar(&o.exitAfter, "exit-after", 0, "crash: exit with status 3 after this time, leaving sockets behind")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	case (o.socket == "") == (o.dir == ""):
+		return o, fmt.Errorf("%w: give exactly one of --socket and --dir", errUsage)
+	case o.count < 1 || o.count > 10000:
+		return o, fmt.Errorf("%w: --count %d is not between 1 and 10000", errUsage, o.count)
+	case o.socket != "" && o.count != 1:
+		return o, fmt.Errorf("%w: --count needs --dir", errUsage)
+	case o.probeDelay < 0 || o.exitAfter < 0:
+		return o, fmt.Errorf("%w: durations must not be negative", errUsage)
+	case hclog.LevelFromString(o.logLevel) == hclog.NoLevel:
+		return o, fmt.Errorf("%w: --log-level %q is unknown", errUsage, o.logLevel)
+	}
+	return o, nil
+}
+
+// keyValues parses "k=v,k=v".
+func keyValues(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	m := make(map[string]string)
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: --topology: %q is not key=value", errUsage, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
+		return exitUsage
+	}
+	topology, err := keyValues(o.topology)
+	if err != nil {
+		fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
+		return exitUsage
+	}
+	var known []string
+	if o.knownNodeIDs != "" {
+		known = strings.Split(o.knownNodeIDs, ",")
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "csi-testplugin", Output: stderr, Level: hclog.LevelFromString(o.logLevel)})
+
+	stateDir := o.stateDir
+	if stateDir == "" {
+		stateDir, err = os.MkdirTemp("", "csi-testplugin-")
+		if err != nil {
+			fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
+			return exitError
+		}
+		defer os.RemoveAll(stateDir)
+	}
+
+	var plugins []*testplugin.Plugin
+	defer func() { stopAll(plugins) }()
+	for i := range o.count {
+		cfg := testplugin.Config{
+			Socket:       o.socket,
+			StateDir:     stateDir,
+			Name:         o.name,
+			Type:         o.typ,
+			NodeID:       o.nodeID,
+			MaxVolumes:   o.maxVolumes,
+			Topology:     topology,
+			KnownNodeIDs: known,
+			Logger:       logger,
+		}
+		if o.dir != "" {
+			id := fmt.Sprintf("p%04d", i)
+			cfg.Socket = filepath.Join(o.dir, id, "csi.sock")
+			cfg.StateDir = filepath.Join(stateDir, id)
+			cfg.Name = id + "." + o.name
+		}
+		p, err := testplugin.New(cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
+			return exitError
+		}
+		p.SetFaults(testplugin.Faults{ProbeDelay: o.probeDelay})
+		if err := p.Start(); err != nil {
+			fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
+			return exitError
+		}
+		plugins = append(plugins, p)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fmt.Fprintf(stdout, "csi-testplugin: serving %d plugin(s)\n", len(plugins))
+
+	var crash <-chan time.Time
+	if o.exitAfter > 0 {
+		crash = time.After(o.exitAfter)
+	}
+	select {
+	case <-ctx.Done():
+		logger.Info("stopping on signal")
+		return exitOK
+	case <-crash:
+		// Like a crash: no deferred cleanup, sockets stay behind.
+		os.Exit(exitCrash)
+	}
+	return exitOK
+}
+
+// stopAll stops plugins concurrently; each removes its socket.
+func stopAll(plugins []*testplugin.Plugin) {
+	var wg sync.WaitGroup
+	for _, p := range plugins {
+		wg.Go(p.Stop)
+	}
+	wg.Wait()
+}

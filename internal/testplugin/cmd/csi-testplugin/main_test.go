@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// runMainEnv makes the test binary act as the command, so tests can run it
+// as a real process without building it.
+const runMainEnv = "CSI_TESTPLUGIN_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// start runs the command in a child process and waits for its ready line.
+func start(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		ready <- line
+	}()
+	select {
+	case line := <-ready:
+		if !strings.HasPrefix(line, "csi-testplugin: serving") {
+			t.Fatalf("first line %q, want the ready line; stderr: %s", line, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no ready line; stderr: %s", stderr.String())
+	}
+	return cmd
+}
+
+// exitCode waits for cmd and returns its exit status.
+func exitCode(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func pluginInfo(t *testing.T, socket string) (*csi.GetPluginInfoResponse, *csi.NodeGetInfoResponse) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		t.Fatalf("GetPluginInfo on %s: %v", socket, err)
+	}
+	node, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil {
+		t.Fatalf("NodeGetInfo on %s: %v", socket, err)
+	}
+	return info, node
+}
+
+func TestManyPluginsStopOnSIGTERM(t *testing.T) {
+	dir := shortDir(t)
+	cmd := start(t, "--dir", dir, "--count", "3", "--type", "node", "--node-id", "n1", "--state-dir", t.TempDir())
+	for i := range 3 {
+		sock := filepath.Join(dir, fmt.Sprintf("p%04d", i), "csi.sock")
+		info, node := pluginInfo(t, sock)
+		if want := fmt.Sprintf("p%04d.csi.testplugin.csisupd", i); info.GetName() != want {
+			t.Errorf("plugin %d name %q, want %q", i, info.GetName(), want)
+		}
+		if node.GetNodeId() != "n1" {
+			t.Errorf("plugin %d node id %q, want n1", i, node.GetNodeId())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cmd); code != exitOK {
+		t.Fatalf("exit status %d after SIGTERM, want %d", code, exitOK)
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "*", "csi.sock"))
+	if len(matches) != 0 {
+		t.Fatalf("sockets left after SIGTERM: %v", matches)
+	}
+}
+
+// refused checks that socket exists but nobody listens.
+func refused(t *testing.T, socket string) {
+	t.Helper()
+	if fi, err := os.Lstat(socket); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("socket %s: %v, want it left behind", socket, err)
+	}
+	conn, err := net.Dial("unix", socket)
+	if err == nil {
+		conn.Close()
+		t.Fatal("dial succeeded, want connection refused")
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial: %v, want ECONNREFUSED", err)
+	}
+}
+
+func TestSIGKILLLeavesSocket(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "csi.sock")
+	cmd := start(t, "--socket", sock, "--node-id", "n1")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	exitCode(t, cmd)
+	refused(t, sock)
+}
+
+func TestExitAfterCrashes(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "csi.sock")
+	cmd := start(t, "--socket", sock, "--node-id", "n1", "--exit-after", "100ms")
+	if code := exitCode(t, cmd); code != exitCrash {
+		t.Fatalf("exit status %d, want %d", code, exitCrash)
+	}
+	refused(t, sock)
+}
+
+func TestUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no socket or dir", nil, "exactly one of --socket and --dir"},
+		{"both", []string{"--socket", "a", "--dir", "b"}, "exactly one of --socket and --dir"},
+		{"count without dir", []string{"--socket", "a", "--count", "2"}, "--count needs --dir"},
+		{"zero count", []string{"--dir", "b", "--count", "0"}, "--count 0"},
+		{"bad topology", []string{"--socket", "a", "--topology", "zone"}, "not key=value"},
+		{"unknown flag", []string{"--nope"}, "nope"},
+		{"bad log level", []string{"--socket", "a", "--log-level", "loud"}, "--log-level"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(tt.args, &stdout, &stderr); code != exitUsage {
+				t.Fatalf("exit status %d, want %d; stderr: %s", code, exitUsage, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tt.want) {
+				t.Fatalf("stderr %q does not mention %q", stderr.String(), tt.want)
+			}
+		})
+	}
+}
+
+func TestBadConfigIsAnError(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"--socket", filepath.Join(shortDir(t), "csi.sock"), "--type", "weird", "--state-dir", t.TempDir()}
+	if code := run(args, &stdout, &stderr); code != exitError {
+		t.Fatalf("exit status %d, want %d; stderr: %s", code, exitError, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "Config.Type") {
+		t.Fatalf("stderr %q does not name the bad field", stderr.String())
+	}
+}

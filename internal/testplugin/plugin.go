@@ -1,0 +1,490 @@
+package testplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Plugin types accepted in Config.Type.
+const (
+	// TypeController serves the Identity and Controller services.
+	TypeController = "controller"
+	// TypeNode serves the Identity and Node services.
+	TypeNode = "node"
+	// TypeMonolith serves the Identity, Controller and Node services.
+	TypeMonolith = "monolith"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultName          = "csi.testplugin.csisupd"
+	DefaultVendorVersion = "1.0.0"
+	// DefaultCapacity is the storage pool size reported by GetCapacity.
+	DefaultCapacity int64 = 1 << 50
+	// DefaultVolumeSize is the size of a volume created without a capacity range.
+	DefaultVolumeSize int64 = 1 << 30
+)
+
+// maxSocketPath is the longest path a unix socket address can hold on Linux
+// (108 bytes including the terminating NUL).
+const maxSocketPath = 107
+
+// AnyNode in Config.KnownNodeIDs makes ControllerPublishVolume accept every
+// node id.
+const AnyNode = "*"
+
+// DefaultControllerCapabilities are the controller capabilities advertised
+// when Config.ControllerCapabilities is nil.
+var DefaultControllerCapabilities = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME,
+}
+
+// SupportedControllerCapabilities are all capabilities the plugin can
+// advertise: the defaults, PUBLISH_READONLY and GET_SNAPSHOT.
+var SupportedControllerCapabilities = append(slices.Clone(DefaultControllerCapabilities),
+	csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+)
+
+// nameRE is the plugin name rule csi-sanity enforces (CSI: domain name notation).
+var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,61}[A-Za-z]$`)
+
+// Config configures one plugin instance.
+type Config struct {
+	// Socket is the unix socket path the plugin listens on. Required; at
+	// most 107 bytes. Its directory is created by Start when missing.
+	Socket string
+	// StateDir holds the volume, snapshot and node records and one data
+	// directory per volume. Required. A plugin created again on the same
+	// StateDir sees the same volumes.
+	StateDir string
+	// Name is the CSI plugin name (default DefaultName).
+	Name string
+	// VendorVersion is reported by GetPluginInfo (default DefaultVendorVersion).
+	VendorVersion string
+	// Type is TypeController, TypeNode or TypeMonolith (default).
+	Type string
+	// NodeID is reported by NodeGetInfo and always accepted by
+	// ControllerPublishVolume (default: the host name).
+	NodeID string
+	// MaxVolumes is NodeGetInfo's max_volumes_per_node and the number of
+	// volumes ControllerPublishVolume attaches to one node (0 = no limit).
+	MaxVolumes int64
+	// Topology is the node's accessible topology. When set, the plugin
+	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS and volumes are created
+	// in this one topology segment.
+	Topology map[string]string
+	// KnownNodeIDs are node ids, besides NodeID, that ControllerPublishVolume
+	// accepts. AnyNode accepts every id.
+	KnownNodeIDs []string
+	// ControllerCapabilities overrides the advertised controller
+	// capabilities with a subset of SupportedControllerCapabilities; nil
+	// means DefaultControllerCapabilities. Controller RPCs whose capability
+	// is not advertised return Unimplemented.
+	ControllerCapabilities []csi.ControllerServiceCapability_RPC_Type
+	// Capacity is the total size of the storage pool (default DefaultCapacity).
+	Capacity int64
+	// Logger receives debug logs of every call (default: discard).
+	Logger hclog.Logger
+}
+
+// Faults are runtime fault knobs, set with Plugin.SetFaults. The zero value
+// injects nothing. Delays end early, with the context's error, when the
+// call's context ends or the plugin stops.
+type Faults struct {
+	// ProbeNotReady makes Probe answer ready=false.
+	ProbeNotReady bool
+	// ProbeError makes Probe fail with this code (codes.OK = no error).
+	ProbeError codes.Code
+	// ProbeDelay delays every Probe answer.
+	ProbeDelay time.Duration
+	// ProbeHang makes Probe block until the call's context ends.
+	ProbeHang bool
+	// PublishDelay delays every ControllerPublishVolume call.
+	PublishDelay time.Duration
+	// Delays delays calls by method name (for example "CreateVolume").
+	Delays map[string]time.Duration
+	// Errors fails calls by method name with the given code, after any delay.
+	Errors map[string]codes.Code
+}
+
+// Stats counts calls by method name (for example "ControllerPublishVolume").
+// Only calls to registered services are counted.
+type Stats struct {
+	// Calls is the number of calls received, including failed ones.
+	Calls map[string]int64
+	// InFlight is the number of calls running now.
+	InFlight map[string]int64
+	// MaxInFlight is the highest number of calls that ran at the same time.
+	MaxInFlight map[string]int64
+}
+
+// Plugin is a CSI plugin keeping volumes as records and directories under a
+// state directory. All methods are safe for concurrent use.
+type Plugin struct {
+	cfg      Config
+	logger   hclog.Logger
+	caps     []csi.ControllerServiceCapability_RPC_Type
+	hasCtrl  bool
+	hasNode  bool
+	anyNode  bool
+	known    map[string]bool
+	st       *state
+	lifeMu   sync.Mutex // serialises Start, Stop and Kill
+	srv      *grpc.Server
+	lis      *net.UnixListener
+	done     chan struct{}      // closed when Serve returns
+	runStop  context.CancelFunc // cancels the calls of the current server
+	faultsMu sync.RWMutex
+	faults   Faults
+	statsMu  sync.Mutex
+	stats    Stats
+}
+
+// New validates cfg, applies defaults and loads the state directory. It does
+// not listen; call Start.
+func New(cfg Config) (*Plugin, error) {
+	if cfg.Socket == "" {
+		return nil, errors.New("testplugin: Config.Socket is required")
+	}
+	if len(cfg.Socket) > maxSocketPath {
+		return nil, fmt.Errorf("testplugin: Config.Socket %q is %d bytes, longer than the %d-byte unix socket limit", cfg.Socket, len(cfg.Socket), maxSocketPath)
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("testplugin: Config.StateDir is required")
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if !nameRE.MatchString(cfg.Name) {
+		return nil, fmt.Errorf("testplugin: Config.Name %q is not a valid CSI plugin name (%s)", cfg.Name, nameRE)
+	}
+	if cfg.VendorVersion == "" {
+		cfg.VendorVersion = DefaultVendorVersion
+	}
+	if cfg.Type == "" {
+		cfg.Type = TypeMonolith
+	}
+	p := &Plugin{known: make(map[string]bool)}
+	switch cfg.Type {
+	case TypeController:
+		p.hasCtrl = true
+	case TypeNode:
+		p.hasNode = true
+	case TypeMonolith:
+		p.hasCtrl, p.hasNode = true, true
+	default:
+		return nil, fmt.Errorf("testplugin: Config.Type %q is not %q, %q or %q", cfg.Type, TypeController, TypeNode, TypeMonolith)
+	}
+	if cfg.NodeID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "localhost"
+		}
+		cfg.NodeID = host
+	}
+	if cfg.MaxVolumes < 0 {
+		return nil, fmt.Errorf("testplugin: Config.MaxVolumes is %d, must not be negative", cfg.MaxVolumes)
+	}
+	if cfg.Capacity < 0 {
+		return nil, fmt.Errorf("testplugin: Config.Capacity is %d, must not be negative", cfg.Capacity)
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	for k := range cfg.Topology {
+		if k == "" {
+			return nil, errors.New("testplugin: Config.Topology has an empty key")
+		}
+	}
+	cfg.Topology = maps.Clone(cfg.Topology)
+	p.caps = DefaultControllerCapabilities
+	if cfg.ControllerCapabilities != nil {
+		p.caps = nil
+		for _, c := range cfg.ControllerCapabilities {
+			if !slices.Contains(SupportedControllerCapabilities, c) {
+				return nil, fmt.Errorf("testplugin: Config.ControllerCapabilities: %s is not supported", c)
+			}
+			if !slices.Contains(p.caps, c) {
+				p.caps = append(p.caps, c)
+			}
+		}
+	}
+	p.caps = slices.Clone(p.caps)
+	p.known[cfg.NodeID] = true
+	for _, id := range cfg.KnownNodeIDs {
+		if id == AnyNode {
+			p.anyNode = true
+		}
+		p.known[id] = true
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	p.logger = cfg.Logger.Named("testplugin").With("socket", cfg.Socket)
+	st, err := openState(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	p.st = st
+	p.cfg = cfg
+	p.stats = newStats()
+	return p, nil
+}
+
+// Config returns a copy of the plugin's configuration with defaults applied.
+func (p *Plugin) Config() Config {
+	cfg := p.cfg
+	cfg.Topology = maps.Clone(cfg.Topology)
+	cfg.KnownNodeIDs = slices.Clone(cfg.KnownNodeIDs)
+	cfg.ControllerCapabilities = slices.Clone(p.caps)
+	return cfg
+}
+
+// Socket returns the path of the plugin's unix socket.
+func (p *Plugin) Socket() string {
+	return p.cfg.Socket
+}
+
+// Start removes a stale socket file (one nobody listens on, as a killed
+// plugin leaves), listens on the socket and serves in the background. It
+// fails when the plugin is already serving, when another process listens on
+// the socket, or when a file that is not a socket is in the way.
+func (p *Plugin) Start() error {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if p.srv != nil {
+		return fmt.Errorf("testplugin: socket %q: already serving", p.cfg.Socket)
+	}
+	if err := removeStaleSocket(p.cfg.Socket); err != nil {
+		return err
+	}
+	l, err := net.Listen("unix", p.cfg.Socket)
+	if err != nil {
+		return fmt.Errorf("testplugin: listen on socket %q: %w", p.cfg.Socket, err)
+	}
+	runCtx, runStop := context.WithCancel(context.Background())
+	srv := grpc.NewServer(
+		grpc.UnaryInterceptor(p.interceptor(runCtx)),
+		// Small buffers keep a thousand plugins in one process cheap.
+		grpc.ReadBufferSize(4<<10),
+		grpc.WriteBufferSize(4<<10),
+		grpc.SharedWriteBuffer(true),
+	)
+	csi.RegisterIdentityServer(srv, &identityServer{p: p})
+	if p.hasCtrl {
+		csi.RegisterControllerServer(srv, &controllerServer{p: p})
+	}
+	if p.hasNode {
+		csi.RegisterNodeServer(srv, &nodeServer{p: p})
+	}
+	p.srv = srv
+	p.runStop = runStop
+	p.lis = l.(*net.UnixListener)
+	p.done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		// Serve returns nil after Stop/GracefulStop; any other error means
+		// the listener broke, which callers see as refused connections.
+		if err := srv.Serve(l); err != nil {
+			p.logger.Debug("serve ended", "error", err)
+		}
+	}(p.done)
+	p.logger.Debug("serving", "type", p.cfg.Type)
+	return nil
+}
+
+// Stop stops serving: it ends delayed and hanging calls, waits for running
+// calls to return, closes all connections and removes the socket file.
+// Stop on a plugin that is not serving, killed ones included, does nothing:
+// the socket path may belong to another instance by then.
+func (p *Plugin) Stop() {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if p.srv == nil {
+		return
+	}
+	p.runStop()
+	p.srv.GracefulStop()
+	<-p.done
+	p.srv, p.lis = nil, nil
+	if err := os.Remove(p.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		p.logger.Warn("cannot remove socket", "error", err)
+	}
+}
+
+// Kill stops serving abruptly, like a crashed process: the listener and all
+// connections close at once, running calls are cancelled, and the socket file
+// stays in place so that dialing it is refused. Start works again afterwards.
+func (p *Plugin) Kill() {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if p.srv == nil {
+		return
+	}
+	p.lis.SetUnlinkOnClose(false)
+	p.runStop()
+	p.srv.Stop()
+	<-p.done
+	p.srv, p.lis = nil, nil
+}
+
+// SetFaults replaces the fault knobs; it copies f's maps.
+func (p *Plugin) SetFaults(f Faults) {
+	f.Delays = maps.Clone(f.Delays)
+	f.Errors = maps.Clone(f.Errors)
+	p.faultsMu.Lock()
+	p.faults = f
+	p.faultsMu.Unlock()
+}
+
+func (p *Plugin) currentFaults() Faults {
+	p.faultsMu.RLock()
+	defer p.faultsMu.RUnlock()
+	return p.faults
+}
+
+// Stats returns a copy of the call counters.
+func (p *Plugin) Stats() Stats {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	return Stats{
+		Calls:       maps.Clone(p.stats.Calls),
+		InFlight:    maps.Clone(p.stats.InFlight),
+		MaxInFlight: maps.Clone(p.stats.MaxInFlight),
+	}
+}
+
+// ResetStats zeroes the call counters; MaxInFlight restarts from the calls
+// running now.
+func (p *Plugin) ResetStats() {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	inFlight := p.stats.InFlight
+	p.stats = newStats()
+	for m, n := range inFlight {
+		if n > 0 {
+			p.stats.InFlight[m] = n
+			p.stats.MaxInFlight[m] = n
+		}
+	}
+}
+
+func newStats() Stats {
+	return Stats{
+		Calls:       make(map[string]int64),
+		InFlight:    make(map[string]int64),
+		MaxInFlight: make(map[string]int64),
+	}
+}
+
+// interceptor returns the server's interceptor: it counts every call,
+// cancels it when runCtx ends (the plugin stops), and applies the method
+// delays and errors of the current faults.
+func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		method := path.Base(info.FullMethod)
+		p.callStarted(method)
+		defer p.callEnded(method)
+
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(runCtx, cancel)()
+
+		f := p.currentFaults()
+		delay := f.Delays[method]
+		if method == "ControllerPublishVolume" {
+			delay += f.PublishDelay
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return nil, err
+		}
+		if code := f.Errors[method]; code != codes.OK {
+			return nil, status.Errorf(code, "testplugin: injected %s error for %s", code, method)
+		}
+		resp, err := handler(ctx, req)
+		p.logger.Debug("call", "method", method, "code", status.Code(err))
+		return resp, err
+	}
+}
+
+func (p *Plugin) callStarted(method string) {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	p.stats.Calls[method]++
+	p.stats.InFlight[method]++
+	if n := p.stats.InFlight[method]; n > p.stats.MaxInFlight[method] {
+		p.stats.MaxInFlight[method] = n
+	}
+}
+
+func (p *Plugin) callEnded(method string) {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	p.stats.InFlight[method]--
+}
+
+// sleep waits for d or until ctx ends, then returns ctx's error as a status.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// removeStaleSocket removes a socket file nobody listens on and creates the
+// socket's directory.
+func removeStaleSocket(sock string) error {
+	fi, err := os.Lstat(sock)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		dir := filepath.Dir(sock)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("testplugin: socket %q: create directory: %w", sock, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("testplugin: socket %q: %w", sock, err)
+	case fi.Mode().Type() != os.ModeSocket:
+		return fmt.Errorf("testplugin: socket %q: a file that is not a socket is in the way", sock)
+	}
+	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		conn.Close()
+		return fmt.Errorf("testplugin: socket %q: another process is listening on it", sock)
+	}
+	if err := os.Remove(sock); err != nil {
+		return fmt.Errorf("testplugin: remove stale socket %q: %w", sock, err)
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// steadyPlugins is the size of the steady-state measurement.
+const steadyPlugins = 1000
+
+// steadyWindow is how long the agent's CPU time is measured once every
+// plugin is healthy: six probe rounds at the production 5 s interval.
+const steadyWindow = 30 * time.Second
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat times;
+// 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// BenchmarkSteadyState1000 runs the real csisupd agent binary against 1,000
+// plugins served by a separate csi-testplugin process, with production probe
+// settings, and reports the agent's CPU (percent of one core) and resident
+// memory once all plugins are healthy. The plugins' own CPU is not counted.
+func BenchmarkSteadyState1000(b *testing.B) {
+	if testing.Short() {
+		b.Skip("starts 1,000 plugins and measures for 30 s")
+	}
+	dir := shortTempDir(b)
+	bin := buildBinaries(b, dir)
+	pluginDir := filepath.Join(dir, "plugins")
+
+	plugins := exec.Command(filepath.Join(bin, "csi-testplugin"),
+		"--dir", pluginDir, "--count", strconv.Itoa(steadyPlugins), "--state-dir", filepath.Join(dir, "state"))
+	waitForLine(b, plugins, "csi-testplugin: serving")
+	defer stopProcess(plugins)
+
+	rpcPort, httpPort := freePort(b), freePort(b)
+	cfgFile := filepath.Join(dir, "agent.hcl")
+	writeFile(b, cfgFile, fmt.Sprintf(`
+name = "bench"
+data_dir = %q
+log_level = "warn"
+ports {
+  rpc  = %d
+  http = %d
+}
+client {
+  plugin_dir = %q
+}
+consul {
+  enabled = false
+}
+`, filepath.Join(dir, "data"), rpcPort, httpPort, pluginDir))
+	agent := exec.Command(filepath.Join(bin, "csisupd"), "agent", "--config", cfgFile)
+	agent.Stderr = os.Stderr
+	if err := agent.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer stopProcess(agent)
+
+	start := time.Now()
+	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 2*time.Minute)
+	b.ReportMetric(time.Since(start).Seconds(), "all_healthy_s")
+
+	cpu0 := processCPU(b, agent.Process.Pid)
+	t0 := time.Now()
+	time.Sleep(steadyWindow) // the measurement window itself, not synchronisation
+	cpu1 := processCPU(b, agent.Process.Pid)
+	elapsed := time.Since(t0)
+
+	b.ReportMetric(100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), "cpu_%core")
+	b.ReportMetric(float64(processRSS(b, agent.Process.Pid))/(1<<20), "rss_MiB")
+	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 10*time.Second)
+}
+
+// buildBinaries builds csisupd and csi-testplugin into dir/bin.
+func buildBinaries(b *testing.B, dir string) string {
+	b.Helper()
+	bin := filepath.Join(dir, "bin")
+	for _, pkg := range []string{"./cmd/csisupd", "./internal/testplugin/cmd/csi-testplugin"} {
+		cmd := exec.Command("go", "build", "-o", bin+"/", pkg)
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return bin
+}
+
+// waitForLine starts cmd and waits until its standard output prints a line
+// starting with prefix.
+func waitForLine(b *testing.B, cmd *exec.Cmd, prefix string) {
+	b.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	found := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), prefix) {
+				found <- true
+				break
+			}
+		}
+		close(found)
+		for sc.Scan() { // keep draining so the child never blocks on a full pipe
+		}
+	}()
+	select {
+	case ok := <-found:
+		if !ok {
+			b.Fatalf("%s exited before printing %q", cmd.Path, prefix)
+		}
+	case <-time.After(2 * time.Minute):
+		b.Fatalf("%s did not print %q within 2 minutes", cmd.Path, prefix)
+	}
+}
+
+func stopProcess(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// waitAllHealthy polls the agent's ListPlugins until n plugins are healthy.
+func waitAllHealthy(b *testing.B, addr string, n int, timeout time.Duration) {
+	b.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	client := csisupdv1.NewAgentClient(conn)
+	deadline := time.Now().Add(timeout)
+	healthy := 0
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := client.ListPlugins(ctx, &csisupdv1.ListPluginsRequest{})
+		cancel()
+		if err == nil {
+			healthy = 0
+			for _, p := range resp.GetPlugins() {
+				if p.GetHealthy() {
+					healthy++
+				}
+			}
+			if healthy >= n {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval of an external process
+	}
+	b.Fatalf("only %d of %d plugins healthy after %s", healthy, n, timeout)
+}
+
+// processCPU returns the user plus system CPU time of pid.
+func processCPU(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 of the whole line.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest)
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// processRSS returns the resident set size of pid in bytes.
+func processRSS(b *testing.B, pid int) int64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS in /proc status")
+	return 0
+}
+
+func freePort(b *testing.B) int {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func writeFile(b *testing.B, path, content string) {
+	b.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
