@@ -33,7 +33,9 @@ func newAgentCommand() *cobra.Command {
 }
 
 func runAgent(parent context.Context, flags *config.Flags) error {
-	load := func() (*config.Config, error) { return config.Load(config.LoadInput{Files: flags.ConfigPaths(), Flags: flags}) }
+	load := func() (*config.Config, error) {
+		return config.Load(config.LoadInput{Files: flags.ConfigPaths(), Flags: flags})
+	}
 	cfg, err := load()
 	if err != nil {
 		return err
