@@ -7,15 +7,22 @@ import (
 	"path/filepath"
 	"time"
 
+	"context"
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"sync"
 )
 
 // DefaultMaxBackoff caps redial backoff when Config.MaxBackoff is zero.
 const DefaultMaxBackoff = 5 * time.Second
+
+// DefaultIdleTimeout is how long the full gRPC connection stays open
+// without calls when Config.IdleTimeout is zero.
+const DefaultIdleTimeout = time.Minute
 
 // Config describes one plugin connection.
 type Config struct {
@@ -26,18 +33,26 @@ type Config struct {
 	MaxBackoff time.Duration
 	// DialOptions are appended to the defaults (tests add interceptors).
 	DialOptions []grpc.DialOption
-	// OnDisconnect, when set, is called once each time an established
-	// connection to the plugin breaks (the plugin died or closed it), from
-	// gRPC's reader goroutine, the moment the read fails. It must not block.
-	// Watching the socket this way costs no goroutine per plugin.
+	// OnDisconnect, when set, is called once each time the established
+	// supervision connection to the plugin breaks (the plugin died or closed
+	// it), from the connection's reader goroutine, the moment the read
+	// fails. It must not block. Watching the socket this way costs no
+	// goroutine per plugin.
 	OnDisconnect func()
+	// IdleTimeout closes the full gRPC connection (Identity, Controller,
+	// Node) after this long without calls; it redials on the next call.
+	// Zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
 }
 
 // Client is a connection to one CSI plugin with its three service clients.
 type Client struct {
-	socket string
-	conn   *grpc.ClientConn
+	socket      string
+	conn        *lazyConn
+	supervision *supervisionConn
 
+	// Identity, Controller and Node use the full gRPC connection: every
+	// call, status detail and deadline passes through grpc-go unchanged.
 	Identity   csi.IdentityClient
 	Controller csi.ControllerClient
 	Node       csi.NodeClient
@@ -65,6 +80,10 @@ func New(cfg Config) (*Client, error) {
 		Jitter:     0.2,
 		MaxDelay:   maxBackoff,
 	}
+	idle := cfg.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: time.Second}),
@@ -74,43 +93,100 @@ func New(cfg Config) (*Client, error) {
 		grpc.WithReadBufferSize(4 << 10),
 		grpc.WithWriteBufferSize(4 << 10),
 		grpc.WithSharedWriteBuffer(true),
-		grpc.WithIdleTimeout(0),
+		// An idle grpc-go connection releases its transport and goroutines;
+		// mediation traffic is bursty and the supervision connection keeps
+		// watching the plugin meanwhile.
+		grpc.WithIdleTimeout(idle),
 		// Fixed windows turn off BDP estimation, whose pings would double
 		// the packets of every probe for no gain on tiny messages.
 		grpc.WithInitialWindowSize(64 << 10),
 		grpc.WithInitialConnWindowSize(64 << 10),
 	}
-	if cfg.OnDisconnect != nil {
-		opts = append(opts, grpc.WithContextDialer(watchedDialer(cfg.OnDisconnect)))
-	}
+
 	opts = append(opts, cfg.DialOptions...)
 	// Build the target as a URL so that characters such as '#', '?' or '%'
 	// in the path are escaped; the unix resolver unescapes them again.
 	target := (&url.URL{Scheme: "unix", Path: abs}).String()
-	conn, err := grpc.NewClient(target, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("csiclient: socket %q: %w", abs, err)
-	}
+	conn := &lazyConn{target: target, opts: opts}
 	return &Client{
-		socket:     abs,
-		conn:       conn,
-		Identity:   csi.NewIdentityClient(conn),
-		Controller: csi.NewControllerClient(conn),
-		Node:       csi.NewNodeClient(conn),
+		socket:      abs,
+		conn:        conn,
+		supervision: newSupervisionConn(abs, cfg.OnDisconnect),
+		Identity:    csi.NewIdentityClient(conn),
+		Controller:  csi.NewControllerClient(conn),
+		Node:        csi.NewNodeClient(conn),
 	}, nil
 }
 
 // Socket returns the absolute socket path.
 func (c *Client) Socket() string { return c.socket }
 
-// Conn returns the underlying connection, for state watching.
-func (c *Client) Conn() *grpc.ClientConn { return c.conn }
-
-// State returns the connection's current state.
-func (c *Client) State() connectivity.State { return c.conn.GetState() }
-
-// Connect asks an idle connection to dial now.
-func (c *Client) Connect() { c.conn.Connect() }
-
 // Close closes the connection. Pending RPCs fail with Canceled.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error {
+	return errors.Join(c.supervision.Close(), c.conn.Close())
+}
+
+// Supervision returns the supervision connection: unary calls only, over
+// one long-lived HTTP/2 connection that costs a goroutine and a few KiB,
+// whose loss is reported through Config.OnDisconnect. Probes and
+// fingerprints use it; it redials on the next call after a loss. Calls made
+// with grpc.WaitForReady(true) wait, within their deadline, for a socket
+// that refuses connections to start listening.
+func (c *Client) Supervision() grpc.ClientConnInterface { return c.supervision }
+
+// lazyConn creates its grpc-go connection at the first call: even an unused
+// grpc.ClientConn runs three goroutines, which a node with thousands of
+// plugins that ClientCSI never calls should not pay for.
+type lazyConn struct {
+	target string
+	opts   []grpc.DialOption
+
+	mu     sync.Mutex
+	cc     *grpc.ClientConn
+	closed bool
+}
+
+func (l *lazyConn) get() (*grpc.ClientConn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, status.Error(codes.Canceled, "grpc: the client connection is closing")
+	}
+	if l.cc == nil {
+		cc, err := grpc.NewClient(l.target, l.opts...)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "connection to %s: %v", l.target, err)
+		}
+		l.cc = cc
+	}
+	return l.cc, nil
+}
+
+// Invoke implements grpc.ClientConnInterface.
+func (l *lazyConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	cc, err := l.get()
+	if err != nil {
+		return err
+	}
+	return cc.Invoke(ctx, method, args, reply, opts...)
+}
+
+// NewStream implements grpc.ClientConnInterface.
+func (l *lazyConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cc, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return cc.NewStream(ctx, desc, method, opts...)
+}
+
+// Close closes the connection if it was ever created.
+func (l *lazyConn) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.cc == nil {
+		return nil
+	}
+	return l.cc.Close()
+}

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -96,6 +95,14 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// supervisedName calls GetPluginInfo over the supervision connection.
+func supervisedName(c *Client) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := csi.NewIdentityClient(c.Supervision()).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	return resp.GetName(), err
+}
+
 // pluginName calls GetPluginInfo with a short deadline.
 func pluginName(c *Client) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -141,11 +148,12 @@ func TestNew(t *testing.T) {
 			if got := c.Socket(); got != tc.wantSocket {
 				t.Errorf("Socket() = %q, want %q", got, tc.wantSocket)
 			}
-			// New does not dial.
-			if got := c.State(); got != connectivity.Idle {
-				t.Errorf("State() = %s right after New, want IDLE", got)
+			// New neither dials nor creates the grpc-go connection (whose
+			// goroutines thousands of plugins would otherwise pay for).
+			if c.conn.cc != nil || c.supervision.cc != nil {
+				t.Errorf("New created connections: grpc %v, supervision %v", c.conn.cc, c.supervision.cc)
 			}
-			if c.Conn() == nil || c.Identity == nil || c.Controller == nil || c.Node == nil {
+			if c.Supervision() == nil || c.Identity == nil || c.Controller == nil || c.Node == nil {
 				t.Errorf("New returned a client with nil fields: %+v", c)
 			}
 		})
@@ -267,7 +275,7 @@ func TestDialOptionsApplied(t *testing.T) {
 	}
 }
 
-func TestConnectAndClose(t *testing.T) {
+func TestCloseEndsBothConnections(t *testing.T) {
 	dir := socketDir(t)
 	socket := filepath.Join(dir, "csi.sock")
 	serve(t, socket, "close.example.com")
@@ -276,19 +284,20 @@ func TestConnectAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Connect()
-	waitFor(t, 10*time.Second, "the connection to become READY after Connect", func() bool {
-		return c.State() == connectivity.Ready
-	})
-
+	if name, err := pluginName(c); err != nil || name != "close.example.com" {
+		t.Fatalf("full connection: %q, %v", name, err)
+	}
+	if name, err := supervisedName(c); err != nil || name != "close.example.com" {
+		t.Fatalf("supervision connection: %q, %v", name, err)
+	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if got := c.State(); got != connectivity.Shutdown {
-		t.Errorf("State() after Close = %s, want SHUTDOWN", got)
-	}
 	if _, err := pluginName(c); status.Code(err) != codes.Canceled {
 		t.Errorf("GetPluginInfo after Close: %v, want Canceled", err)
+	}
+	if _, err := supervisedName(c); status.Code(err) != codes.Canceled {
+		t.Errorf("supervised GetPluginInfo after Close: %v, want Canceled", err)
 	}
 }
 
@@ -298,7 +307,7 @@ func TestOnDisconnect(t *testing.T) {
 
 	disconnects := make(chan struct{}, 10)
 	c := newClient(t, Config{Socket: sock, OnDisconnect: func() { disconnects <- struct{}{} }})
-	if name, err := pluginName(c); err != nil || name != "first" {
+	if name, err := supervisedName(c); err != nil || name != "first" {
 		t.Fatalf("first call: name %q, err %v", name, err)
 	}
 	select {
@@ -318,7 +327,7 @@ func TestOnDisconnect(t *testing.T) {
 	// is reported again.
 	stop = serve(t, sock, "second")
 	waitFor(t, 10*time.Second, "call to the restarted plugin", func() bool {
-		name, err := pluginName(c)
+		name, err := supervisedName(c)
 		return err == nil && name == "second"
 	})
 	stop()
@@ -332,7 +341,7 @@ func TestOnDisconnect(t *testing.T) {
 	stop = serve(t, sock, "third")
 	defer stop()
 	waitFor(t, 10*time.Second, "call to the third plugin", func() bool {
-		name, err := pluginName(c)
+		name, err := supervisedName(c)
 		return err == nil && name == "third"
 	})
 	if err := c.Close(); err != nil {

@@ -9,9 +9,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -37,8 +35,6 @@ type Health struct {
 type Config struct {
 	// Identity is the plugin's Identity service. Required.
 	Identity csi.IdentityClient
-	// Conn, when set, is watched so connection loss triggers a probe at once.
-	Conn *grpc.ClientConn
 	// Interval between probes. Required.
 	Interval time.Duration
 	// Timeout of one probe. Required, at most Interval.
@@ -132,19 +128,11 @@ func (m *Monitor) ProbeNow() {
 	}
 }
 
-// Run probes at once, then every interval and on connection state changes,
-// until ctx ends.
+// Run probes at once, then every interval and whenever ProbeNow is called,
+// until ctx ends. Callers wire ProbeNow to what tells them first that a
+// plugin died (csiclient's OnDisconnect), so a death is noticed within
+// milliseconds rather than at the next interval.
 func (m *Monitor) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	if m.cfg.Conn != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.watchConn(ctx)
-		}()
-	}
-	defer wg.Wait()
-
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -165,30 +153,6 @@ func (m *Monitor) Run(ctx context.Context) {
 		interval := m.interval
 		m.mu.Unlock()
 		timer.Reset(interval)
-	}
-}
-
-// watchConn kicks a probe whenever the connection leaves or reaches READY,
-// and asks an idle connection to redial so recovery is seen quickly.
-func (m *Monitor) watchConn(ctx context.Context) {
-	conn := m.cfg.Conn
-	last := conn.GetState()
-	for {
-		if last == connectivity.Idle {
-			conn.Connect()
-		}
-		if !conn.WaitForStateChange(ctx, last) {
-			return // ctx done
-		}
-		next := conn.GetState()
-		if next == connectivity.Shutdown {
-			return
-		}
-		if (last == connectivity.Ready) != (next == connectivity.Ready) {
-			m.log.Debug("connection state changed", "from", last.String(), "to", next.String())
-			m.ProbeNow()
-		}
-		last = next
 	}
 }
 

@@ -268,8 +268,13 @@ func (p *plugin) stop() {
 
 // client returns a real client for the plugin's socket.
 func (p *plugin) client() *csiclient.Client {
+	return p.watchedClient(nil)
+}
+
+// watchedClient is client with csiclient's OnDisconnect set.
+func (p *plugin) watchedClient(onDisconnect func()) *csiclient.Client {
 	p.t.Helper()
-	c, err := csiclient.New(csiclient.Config{Socket: p.socket, MaxBackoff: 50 * time.Millisecond})
+	c, err := csiclient.New(csiclient.Config{Socket: p.socket, MaxBackoff: 50 * time.Millisecond, OnDisconnect: onDisconnect})
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -466,7 +471,7 @@ func TestHangingProbeTimesOut(t *testing.T) {
 	c := p.client()
 
 	var r recorder
-	r.start(t, Config{Identity: c.Identity, Conn: c.Conn(), Interval: time.Hour, Timeout: 100 * time.Millisecond})
+	r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 100 * time.Millisecond})
 	got := r.waitForState(t, 0, Unhealthy)
 	if want := "probe timed out after 100ms"; got.health.Description != want {
 		t.Fatalf("description = %q, want %q", got.health.Description, want)
@@ -477,12 +482,25 @@ func TestConnectionLossAndRecovery(t *testing.T) {
 	p := newPlugin(t)
 	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
 	p.start()
-	c := p.client()
+
+	// The monitor is wired to the connection as the supervisor wires it:
+	// a broken connection asks for a probe at once.
+	var m *Monitor
+	var mu sync.Mutex
+	c := p.watchedClient(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if m != nil {
+			m.ProbeNow()
+		}
+	})
 
 	var r recorder
 	// The interval is far longer than the test: every probe after the first
-	// comes from the connection watcher.
-	m := r.start(t, Config{Identity: c.Identity, Conn: c.Conn(), Interval: time.Hour, Timeout: 5 * time.Second})
+	// comes from the disconnect notice or from ProbeNow.
+	mu.Lock()
+	m = r.start(t, Config{Identity: csi.NewIdentityClient(c.Supervision()), Interval: time.Hour, Timeout: 5 * time.Second})
+	mu.Unlock()
 	r.waitForState(t, 0, Healthy)
 
 	p.stop()
@@ -494,9 +512,19 @@ func TestConnectionLossAndRecovery(t *testing.T) {
 		t.Errorf("loss description = %q, want it to start with %q", lost.health.Description, "plugin unreachable: ")
 	}
 
-	// The plugin comes back on the same path, with the same client.
+	// The plugin comes back on the same path, with the same client; the next
+	// probe (asked for here, as the supervisor's restart would) finds it.
 	from := r.count()
 	p.start()
+	waitFor(t, 5*time.Second, "a healthy probe after the plugin came back", func() bool {
+		for _, res := range r.all()[from:] {
+			if res.health.State == Healthy {
+				return true
+			}
+		}
+		m.ProbeNow()
+		return false
+	})
 	back := r.waitForState(t, from, Healthy)
 	if !back.transition {
 		t.Errorf("recovery was not reported as a transition: %+v", back)
@@ -547,7 +575,7 @@ func TestCancelDuringProbeReportsNothing(t *testing.T) {
 	c := p.client()
 
 	var r recorder
-	m, err := New(Config{Identity: c.Identity, Conn: c.Conn(), Interval: time.Hour, Timeout: time.Hour, OnProbe: r.onProbe})
+	m, err := New(Config{Identity: c.Identity, Interval: time.Hour, Timeout: time.Hour, OnProbe: r.onProbe})
 	if err != nil {
 		t.Fatal(err)
 	}

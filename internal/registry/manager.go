@@ -176,18 +176,16 @@ func (m *Manager) SetTiming(probeInterval, probeTimeout, fingerprintInterval tim
 
 // Lookup returns plugin id's record and its supervisor's live connection,
 // so calls to the plugin share the connection the supervisor watches. ok is
-// false when the plugin is not registered or nothing supervises it (a
-// record restored from disk whose socket has not been found). The
-// connection closes when the supervisor stops (the socket was replaced or
-// removed); calls on it then fail with codes.Canceled.
+// false when the plugin is not registered. The connection is nil when
+// nothing supervises the plugin (a record restored from disk whose socket
+// has not been found). The connection closes when the supervisor stops (the
+// socket was replaced or removed); calls on it then fail with
+// codes.Canceled.
 func (m *Manager) Lookup(id string) (Plugin, *csiclient.Client, bool) {
 	p, ok := m.reg.Get(id)
 	if !ok {
 		return Plugin{}, nil, false
 	}
-	c, ok := m.rec.lookup(id)
-	if !ok {
-		return Plugin{}, nil, false
-	}
+	c, _ := m.rec.lookup(id)
 	return p, c, true
 }

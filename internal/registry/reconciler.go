@@ -234,7 +234,7 @@ func (r *reconciler) stopAll() {
 	}
 }
 
-// lookup returns the supervisor's live connection to plugin id.
+// lookup returns the live connection of plugin id's supervisor.
 func (r *reconciler) lookup(id string) (*csiclient.Client, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -48,7 +48,7 @@ func TestReconcilerGracePeriod(t *testing.T) {
 	const grace = 10 * time.Second
 	r, reg, ctx := newTestReconciler(t, grace)
 	dir := shortTempDir(t)
-	a := SocketID{Path: filepath.Join(dir, "a.sock"), Inode: 1, Ctime: 1}
+	a := SocketID{Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 1}
 	t0 := time.Now()
 
 	next, ok := r.reconcile(ctx, map[string]SocketID{"a": a}, t0)
@@ -105,9 +105,9 @@ func TestReconcilerGracePeriod(t *testing.T) {
 func TestReconcilerRestartsOnNewSocketIdentity(t *testing.T) {
 	r, reg, ctx := newTestReconciler(t, time.Minute)
 	path := filepath.Join(shortTempDir(t), "a.sock")
-	old := SocketID{Path: path, Inode: 1, Ctime: 1}
-	// Same inode number, later ctime: a re-created socket reusing the inode.
-	renewed := SocketID{Path: path, Inode: 1, Ctime: 2}
+	old := SocketID{Path: path, Inode: 1, Mtime: 1}
+	// Same inode number, later mtime: a re-created socket reusing the inode.
+	renewed := SocketID{Path: path, Inode: 1, Mtime: 2}
 	t0 := time.Now()
 
 	r.reconcile(ctx, map[string]SocketID{"a": old}, t0)

@@ -149,7 +149,7 @@ func TestIntegrationReplacedSocketRestartsInstance(t *testing.T) {
 	}
 	startPlugin(t, sock, testplugin.Config{VendorVersion: "2.0.0"})
 	newID := statSocket(t, sock)
-	if newID.Inode == old.Instance.Inode && newID.Ctime == old.Instance.Ctime {
+	if newID.Inode == old.Instance.Inode && newID.Mtime == old.Instance.Mtime {
 		t.Fatal("the new socket has the old identity")
 	}
 
@@ -170,6 +170,39 @@ func TestIntegrationReplacedSocketRestartsInstance(t *testing.T) {
 	}
 	if _, found := findEvent(reg, "a", EventDeregistered); found {
 		t.Error("a replaced socket deregistered its plugin")
+	}
+}
+
+func TestIntegrationChmodDoesNotRestartInstance(t *testing.T) {
+	t.Parallel()
+	dir := shortTempDir(t)
+	sock := filepath.Join(dir, "a"+SocketSuffix)
+	startPlugin(t, sock, testplugin.Config{})
+	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: time.Minute, RescanInterval: 100 * time.Millisecond})
+	reg := m.Registry()
+	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	before, _ := reg.Get("a")
+
+	// Plugins and operators re-permission sockets; that changes the
+	// socket's ctime but it is the same plugin instance.
+	if err := os.Chmod(sock, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sock, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	// Let the chmod's file event and several rescans go by.
+	waitFor(t, waitLong, "probes after several rescans", func() bool {
+		p, ok := reg.Get("a")
+		return ok && p.Health.LastProbe.After(time.Now().Add(-50*time.Millisecond)) &&
+			time.Since(before.Health.LastProbe) > 500*time.Millisecond
+	})
+	after, _ := reg.Get("a")
+	if after.Instance != before.Instance {
+		t.Errorf("instance changed from %+v to %+v after chmod", before.Instance, after.Instance)
+	}
+	if got := eventsOf(reg, "a"); !slices.Equal(got, []EventType{EventRegistered, EventHealthy}) {
+		t.Errorf("events after chmod = %v, want only registration and health", got)
 	}
 }
 
@@ -342,62 +375,40 @@ func TestIntegrationManyPluginsAtOnce(t *testing.T) {
 	}
 }
 
-// gate is a client interceptor holding GetPluginInfo calls until opened.
-type gate struct {
-	open chan struct{}
-	once sync.Once
-}
-
-func newGate(t *testing.T) *gate {
-	g := &gate{open: make(chan struct{})}
-	t.Cleanup(g.Open)
-	return g
-}
-
-func (g *gate) Open() { g.once.Do(func() { close(g.open) }) }
-
-func (g *gate) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if _, ok := req.(*csi.GetPluginInfoRequest); ok {
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
 func TestIntegrationRestartRecoversRegistry(t *testing.T) {
 	t.Parallel()
 	dir := shortTempDir(t)
 	data := filepath.Join(shortTempDir(t), "data")
-	startPlugin(t, filepath.Join(dir, "a", SocketName), testplugin.Config{NodeID: "node-r"})
-	startPlugin(t, filepath.Join(dir, "b"+SocketSuffix), testplugin.Config{NodeID: "node-r"})
+	pa := startPlugin(t, filepath.Join(dir, "a", SocketName), testplugin.Config{NodeID: "node-r"})
+	pb := startPlugin(t, filepath.Join(dir, "b"+SocketSuffix), testplugin.Config{NodeID: "node-r"})
+	gone := startPlugin(t, filepath.Join(dir, "gone"+SocketSuffix), testplugin.Config{NodeID: "node-r"})
 
 	first := newTestManager(t, ManagerConfig{PluginDir: dir, DataDir: data})
 	stopFirst := runManager(t, first)
-	for _, id := range []string{"a", "b"} {
+	for _, id := range []string{"a", "b", "gone"} {
 		waitFor(t, waitLong, id+" healthy", func() bool { return healthOf(first.Registry(), id) == "healthy" })
 	}
 	stopFirst() // saves the registry
 	if _, err := os.Stat(filepath.Join(data, StateFileName)); err != nil {
 		t.Fatalf("no registry file after shutdown: %v", err)
 	}
+	gone.Stop() // its socket disappears while no manager runs
 
-	// The second manager cannot fingerprint until the gate opens, and its
-	// probe timeout is long: what it shows meanwhile comes from disk.
-	g := newGate(t)
+	// The plugins answer the second manager's first fingerprint slowly, and
+	// its probe timeout is long: what it shows meanwhile comes from disk.
+	slow := testplugin.Faults{Delays: map[string]time.Duration{"GetPluginInfo": 3 * time.Second}}
+	pa.SetFaults(slow)
+	pb.SetFaults(slow)
 	second := newTestManager(t, ManagerConfig{
-		PluginDir: dir, DataDir: data,
+		PluginDir: dir, DataDir: data, DeregisterGrace: 2 * time.Second,
 		ProbeInterval: 30 * time.Second, ProbeTimeout: 30 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(g.intercept)},
 	})
 	runManager(t, second)
 	awaitReady(t, second)
 	reg := second.Registry()
 	got := reg.List()
-	if len(got) != 2 {
-		t.Fatalf("restored %d plugins, want 2: %+v", len(got), got)
+	if len(got) != 3 {
+		t.Fatalf("restored %d plugins, want 3: %+v", len(got), got)
 	}
 	for _, p := range got {
 		if p.Health.State != heartbeat.Unknown || p.Fingerprint.NodeID != "node-r" || p.Fingerprint.Type != fingerprint.TypeMonolith {
@@ -406,7 +417,19 @@ func TestIntegrationRestartRecoversRegistry(t *testing.T) {
 		}
 	}
 
-	g.Open()
+	if p, c, ok := second.Lookup("gone"); !ok || c != nil || p.ID != "gone" {
+		t.Errorf("Lookup(gone) = %v, %v, %v; want the record without a connection", p.ID, c, ok)
+	}
+	if _, c, ok := second.Lookup("a"); !ok || c == nil {
+		t.Errorf("Lookup(a) = %v, %v; want the supervisor's connection", c, ok)
+	}
+
+	pa.SetFaults(testplugin.Faults{})
+	pb.SetFaults(testplugin.Faults{})
+	waitFor(t, waitLong, "gone deregistered", func() bool { return healthOf(reg, "gone") == "absent" })
+	if e, _ := findEvent(reg, "gone", EventDeregistered); !strings.Contains(e.Description, "after restart") {
+		t.Errorf("gone: deregistered event %+v", e)
+	}
 	for _, id := range []string{"a", "b"} {
 		waitFor(t, waitLong, id+" healthy after restart", func() bool { return healthOf(reg, id) == "healthy" })
 		// Same socket, same instance: no new registration.

@@ -12,7 +12,7 @@ import (
 )
 
 func inst(inode uint64) SocketID {
-	return SocketID{Path: "/plugins/a/csi.sock", Dev: 1, Inode: inode, Ctime: int64(inode) * 1000}
+	return SocketID{Path: "/plugins/a/csi.sock", Dev: 1, Inode: inode, Mtime: int64(inode) * 1000}
 }
 
 func healthy(desc string) heartbeat.Health {

@@ -53,6 +53,11 @@ type supervisorConfig struct {
 // answers, registers it, probes it with a heartbeat.Monitor and
 // fingerprints it again every FingerprintInterval and after every recovery.
 // It is the only writer of its plugin's health.
+//
+// A supervisor costs one goroutine: the monitor's probe loop also does the
+// refingerprinting, and a broken connection is reported by the connection
+// itself (csiclient's OnDisconnect), not by a watcher goroutine. Thousands
+// of plugins per node stay cheap.
 type supervisor struct {
 	id     string
 	inst   SocketID
@@ -62,12 +67,11 @@ type supervisor struct {
 	// fpClients share client's connection; their calls wait for it.
 	fpClients fingerprint.Clients
 	cancel    context.CancelFunc
-	done      chan struct{} // closed when every goroutine has returned
-	refp      chan struct{} // fingerprint again now
-	retime    chan struct{} // the fingerprint interval changed
+	done      chan struct{} // closed when the supervisor's goroutine returned
 
-	// lastState is the monitor's previous state; only OnProbe touches it.
-	lastState heartbeat.State
+	// Only the monitor's goroutine (onProbe) touches these two.
+	lastState       heartbeat.State
+	lastFingerprint time.Time // of the latest successful fingerprint
 
 	closeOnce sync.Once
 
@@ -79,31 +83,34 @@ type supervisor struct {
 // startSupervisor creates the plugin's connection (it dials lazily) and
 // starts supervising until ctx ends or stop is called.
 func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, error) {
+	s := &supervisor{}
 	client, err := csiclient.New(csiclient.Config{
-		Socket:      cfg.Instance.Path,
-		MaxBackoff:  cfg.Timing.ProbeInterval,
-		DialOptions: cfg.DialOptions,
+		Socket:       cfg.Instance.Path,
+		MaxBackoff:   cfg.Timing.ProbeInterval,
+		DialOptions:  cfg.DialOptions,
+		OnDisconnect: s.onDisconnect,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: %w", cfg.ID, err)
 	}
-	cc := waitForReady{client.Conn()}
+	// Probes and fingerprints use the supervision connection: one cheap
+	// HTTP/2 connection per plugin whose loss reports itself. ClientCSI
+	// uses the client's full gRPC connection.
+	cc := waitForReady{client.Supervision()}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &supervisor{
+	*s = supervisor{
+		id:     cfg.ID,
+		inst:   cfg.Instance,
+		reg:    cfg.Registry,
+		log:    cfg.Logger,
+		client: client,
 		fpClients: fingerprint.Clients{
 			Identity:   csi.NewIdentityClient(cc),
 			Controller: csi.NewControllerClient(cc),
 			Node:       csi.NewNodeClient(cc),
 		},
-		id:        cfg.ID,
-		inst:      cfg.Instance,
-		reg:       cfg.Registry,
-		log:       cfg.Logger,
-		client:    client,
 		cancel:    cancel,
 		done:      make(chan struct{}),
-		refp:      make(chan struct{}, 1),
-		retime:    make(chan struct{}, 1),
 		lastState: heartbeat.Unknown,
 		timing:    cfg.Timing,
 	}
@@ -141,7 +148,17 @@ func (s *supervisor) setTiming(t timing) {
 			s.log.Error("cannot apply probe timing", "error", err)
 		}
 	}
-	kick(s.retime)
+}
+
+// onDisconnect runs on gRPC's reader goroutine the moment the plugin's
+// connection breaks: probe now instead of at the next interval.
+func (s *supervisor) onDisconnect() {
+	s.mu.Lock()
+	mon := s.mon
+	s.mu.Unlock()
+	if mon != nil {
+		mon.ProbeNow()
+	}
 }
 
 func (s *supervisor) currentTiming() timing {
@@ -155,14 +172,14 @@ func (s *supervisor) run(ctx context.Context) {
 	if !s.fingerprintUntilAnswered(ctx) {
 		return
 	}
+	s.lastFingerprint = time.Now()
 	s.mu.Lock()
 	t := s.timing
 	mon, err := heartbeat.New(heartbeat.Config{
-		Identity: s.client.Identity,
-		Conn:     s.client.Conn(),
+		Identity: csi.NewIdentityClient(s.client.Supervision()),
 		Interval: t.ProbeInterval,
 		Timeout:  t.ProbeTimeout,
-		OnProbe:  s.onProbe,
+		OnProbe:  func(h heartbeat.Health, transition bool) { s.onProbe(ctx, h, transition) },
 		Logger:   s.log,
 	})
 	s.mon = mon
@@ -172,10 +189,7 @@ func (s *supervisor) run(ctx context.Context) {
 		s.log.Error("cannot start probing", "error", err)
 		return
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { mon.Run(ctx) })
-	s.refingerprint(ctx)
-	wg.Wait()
+	mon.Run(ctx)
 }
 
 // fingerprintUntilAnswered fingerprints the plugin, retrying with a backoff
@@ -224,38 +238,6 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 	}
 }
 
-// refingerprint fingerprints the plugin every FingerprintInterval and when
-// asked to (after a recovery), until ctx ends. A failed attempt is retried
-// after one probe interval.
-func (s *supervisor) refingerprint(ctx context.Context) {
-	timer := time.NewTimer(s.currentTiming().FingerprintInterval)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.retime:
-			timer.Reset(s.currentTiming().FingerprintInterval)
-			continue
-		case <-s.refp:
-		case <-timer.C:
-		}
-		fp, err := s.fingerprint(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		t := s.currentTiming()
-		next := t.FingerprintInterval
-		if err != nil {
-			s.log.Warn("fingerprint failed; retrying", "socket", s.inst.Path, "error", err)
-			next = min(next, t.ProbeInterval)
-		} else {
-			s.reg.SetFingerprint(s.id, s.inst, fp)
-		}
-		timer.Reset(next)
-	}
-}
-
 // fingerprint takes one fingerprint bounded by the probe timeout. Its calls
 // wait for the connection to be ready: a plugin binds its socket a moment
 // before it listens, and a refused first dial within the timeout is no
@@ -280,20 +262,27 @@ func (w waitForReady) NewStream(ctx context.Context, desc *grpc.StreamDesc, meth
 	return w.ClientConnInterface.NewStream(ctx, desc, method, append(opts, grpc.WaitForReady(true))...)
 }
 
-// onProbe records a probe result and asks for a new fingerprint when the
-// plugin recovers: a plugin that was down may have been upgraded in place.
-func (s *supervisor) onProbe(h heartbeat.Health, transition bool) {
+// onProbe records a probe result, then fingerprints a healthy plugin again
+// when it just recovered (it may have been upgraded in place) or when the
+// fingerprint interval has passed. A failed fingerprint is retried at the
+// next probe.
+func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Health, transition bool) {
 	s.reg.SetHealth(s.id, s.inst, h)
-	if transition && h.State == heartbeat.Healthy && s.lastState == heartbeat.Unhealthy {
-		kick(s.refp)
-	}
+	recovered := transition && h.State == heartbeat.Healthy && s.lastState == heartbeat.Unhealthy
 	s.lastState = h.State
-}
-
-// kick sends on a one-slot channel without blocking.
-func kick(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
+	if h.State != heartbeat.Healthy {
+		return
+	}
+	if !recovered && time.Since(s.lastFingerprint) < s.currentTiming().FingerprintInterval {
+		return
+	}
+	fp, err := s.fingerprint(ctx)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		s.log.Warn("fingerprint failed; retrying at the next probe", "socket", s.inst.Path, "error", err)
 	default:
+		s.lastFingerprint = time.Now()
+		s.reg.SetFingerprint(s.id, s.inst, fp)
 	}
 }

@@ -7,11 +7,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
 	"github.com/csisupd/csisupd/internal/fingerprint"
@@ -129,41 +127,26 @@ func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
 	}
 }
 
-// versionRewriter is a client interceptor that reports a chosen vendor
-// version in GetPluginInfo answers, to change a fingerprint while the
-// plugin stays healthy.
-type versionRewriter struct{ version atomic.Value }
-
-func (v *versionRewriter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	err := invoker(ctx, method, req, reply, cc, opts...)
-	if r, ok := reply.(*csi.GetPluginInfoResponse); ok && err == nil {
-		if s, _ := v.version.Load().(string); s != "" {
-			r.VendorVersion = s
-		}
-	}
-	return err
-}
-
 func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
 	sock := filepath.Join(shortTempDir(t), "a.sock")
-	startPlugin(t, sock, testplugin.Config{})
-	rw := &versionRewriter{}
+	plugin := startPlugin(t, sock, testplugin.Config{})
 	reg := New(Config{})
 	tm := testTiming
 	tm.FingerprintInterval = time.Hour
-	s := superviseSocket(t, reg, "a", statSocket(t, sock), tm, grpc.WithChainUnaryInterceptor(rw.intercept))
+	s := superviseSocket(t, reg, "a", statSocket(t, sock), tm)
 	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	before := plugin.Stats().Calls["GetPluginInfo"]
 
-	rw.version.Store("9.9.9")
+	// With an hour between fingerprints nothing would happen; the new
+	// interval applies to the running supervisor.
 	tm.FingerprintInterval = 100 * time.Millisecond
 	s.setTiming(tm)
-	waitFor(t, 10*time.Second, "fingerprint 9.9.9", func() bool {
-		p, _ := reg.Get("a")
-		return p.Fingerprint.VendorVersion == "9.9.9"
+	waitFor(t, 10*time.Second, "two more fingerprints", func() bool {
+		return plugin.Stats().Calls["GetPluginInfo"] >= before+2
 	})
-	want := []EventType{EventRegistered, EventHealthy, EventFingerprintChanged}
+	want := []EventType{EventRegistered, EventHealthy}
 	if got := eventsOf(reg, "a"); !slices.Equal(got, want) {
-		t.Errorf("events = %v, want %v", got, want)
+		t.Errorf("events = %v, want %v: an unchanged fingerprint emits nothing", got, want)
 	}
 	s.mu.Lock()
 	got := s.mon.Health()

@@ -33,10 +33,13 @@ var pluginIDRE = regexp.MustCompile(pluginIDPattern)
 // ValidPluginID reports whether id is a valid plugin id.
 func ValidPluginID(id string) bool { return pluginIDRE.MatchString(id) }
 
-// coalesceDelay is how long the watcher waits after a file system event
-// before it scans, so that a burst of events (many plugins starting at
-// once) costs one scan instead of one per event.
-const coalesceDelay = 20 * time.Millisecond
+// minCoalesce is the shortest time between two event-driven scans. After a
+// scan the watcher waits at least this long, and at least twice as long as
+// that scan took, before the next one: a burst of events (many plugins
+// starting at once) then costs a few scans and the watcher spends at most a
+// third of its time scanning, while a lone plugin, which creates its
+// directory and then its socket, is still seen within milliseconds.
+const minCoalesce = 2 * time.Millisecond
 
 // desiredState is the result of one scan of the plugin directory.
 type desiredState struct {
@@ -157,7 +160,7 @@ func socketIDOf(path string, fi fs.FileInfo) (SocketID, string, error) {
 		// The conversions matter on platforms where these are not uint64.
 		Dev:   uint64(st.Dev),
 		Inode: uint64(st.Ino),
-		Ctime: st.Ctim.Nano(),
+		Mtime: st.Mtim.Nano(),
 	}, "", nil
 }
 
@@ -253,19 +256,27 @@ func (w *watcher) watchTop() error {
 func (w *watcher) run(ctx context.Context) {
 	defer func() { _ = w.fsw.Close() }()
 
-	w.scan()
+	// lastScan is when the latest scan ended; gap is the wait it earned.
+	lastScan, gap := w.timedScan()
 
 	rescan := time.NewTicker(w.cfg.RescanInterval)
 	defer rescan.Stop()
-	// pending is stopped while no scan is scheduled; an event arms it.
-	pending := time.NewTimer(coalesceDelay)
+	// pending is stopped while no scan is scheduled. A lone event is
+	// scanned at once (discovery latency is what users wait for); events
+	// that follow within the gap a scan earned share one trailing scan.
+	pending := time.NewTimer(minCoalesce)
 	pending.Stop()
 	armed := false
 	schedule := func() {
-		if !armed {
-			armed = true
-			pending.Reset(coalesceDelay)
+		if armed {
+			return
 		}
+		if since := time.Since(lastScan); since < gap {
+			armed = true
+			pending.Reset(gap - since)
+			return
+		}
+		lastScan, gap = w.timedScan()
 	}
 	for {
 		select {
@@ -296,11 +307,20 @@ func (w *watcher) run(ctx context.Context) {
 			schedule()
 		case <-pending.C:
 			armed = false
-			w.scan()
+			lastScan, gap = w.timedScan()
 		case <-rescan.C:
 			w.scan()
 		}
 	}
+}
+
+// timedScan scans and returns when it ended and how long to wait before
+// the next event-driven scan.
+func (w *watcher) timedScan() (time.Time, time.Duration) {
+	start := time.Now()
+	w.scan()
+	end := time.Now()
+	return end, max(minCoalesce, 2*end.Sub(start))
 }
 
 // scan reads the plugin directory, updates the watches and the ignored

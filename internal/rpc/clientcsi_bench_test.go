@@ -20,25 +20,18 @@ import (
 // benchCallers is the number of concurrent callers in the benchmarks.
 const benchCallers = 16
 
-// latencies are the results of one benchmark run.
-type latencies struct {
-	p50, p99 time.Duration
-	perSec   float64
-}
-
-// runCallers makes b.N calls from benchCallers goroutines and measures each.
-func runCallers(b *testing.B, call func(context.Context) error) latencies {
-	b.Helper()
+// measure makes n calls from benchCallers goroutines and returns the
+// latency of each and the wall time of all.
+func measure(n int, call func(context.Context) error) ([]time.Duration, time.Duration, error) {
 	ctx := context.Background()
 	var next atomic.Int64
 	per := make([][]time.Duration, benchCallers)
 	var failed atomic.Value
 	var wg sync.WaitGroup
-	b.ResetTimer()
 	start := time.Now()
 	for g := range benchCallers {
 		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
+			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
 				if err := call(ctx); err != nil {
 					failed.CompareAndSwap(nil, err)
@@ -50,11 +43,19 @@ func runCallers(b *testing.B, call func(context.Context) error) latencies {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	b.StopTimer()
 	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
+		return nil, 0, err
 	}
-	all := slices.Concat(per...)
+	return slices.Concat(per...), elapsed, nil
+}
+
+// latencies summarise calls.
+type latencies struct {
+	p50, p99 time.Duration
+	perSec   float64
+}
+
+func summarise(all []time.Duration, elapsed time.Duration) latencies {
 	slices.Sort(all)
 	return latencies{
 		p50:    all[len(all)*50/100],
@@ -63,16 +64,30 @@ func runCallers(b *testing.B, call func(context.Context) error) latencies {
 	}
 }
 
-func (l latencies) report(b *testing.B) {
-	b.ReportMetric(float64(l.p50.Nanoseconds()), "p50-ns")
-	b.ReportMetric(float64(l.p99.Nanoseconds()), "p99-ns")
-	b.ReportMetric(l.perSec, "calls/s")
+// report adds l as metrics; prefix names the path in a combined run.
+func (l latencies) report(b *testing.B, prefix string) {
+	b.ReportMetric(float64(l.p50.Nanoseconds()), prefix+"p50-ns")
+	b.ReportMetric(float64(l.p99.Nanoseconds()), prefix+"p99-ns")
+	b.ReportMetric(l.perSec, prefix+"calls/s")
+}
+
+// runCallers makes b.N calls from benchCallers goroutines and reports them.
+func runCallers(b *testing.B, call func(context.Context) error) {
+	b.Helper()
+	b.ResetTimer()
+	all, elapsed, err := measure(b.N, call)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	summarise(all, elapsed).report(b, "")
 }
 
 // BenchmarkClientCSIValidateVolume measures ValidateVolumeCapabilities on
-// testplugin with 16 concurrent callers, directly and through ClientCSI,
-// both over unix sockets in the same run. The clientcsi run also reports its
-// p50 and p99 as multiples of the direct run's.
+// testplugin with 16 concurrent callers, directly (direct) and through
+// ClientCSI on an agent (clientcsi), both over unix sockets in the same run.
+// vs-direct alternates rounds of the two and reports ClientCSI's p50 and p99
+// as multiples of the direct call's (p50-x-direct, p99-x-direct).
 func BenchmarkClientCSIValidateVolume(b *testing.B) {
 	env := newManagedEnv(b, "bench", testplugin.Config{}, ClientCSIConfig{}, hclog.NewNullLogger())
 	vol := createVolume(b, env.client, "bench", "bench-vol")
@@ -86,23 +101,40 @@ func BenchmarkClientCSIValidateVolume(b *testing.B) {
 	direct := csi.NewControllerClient(conn)
 	viaReq := &csisupdv1.ControllerValidateVolumeRequest{PluginId: "bench", Request: req}
 
-	var base latencies
-	b.Run("direct", func(b *testing.B) {
-		base = runCallers(b, func(ctx context.Context) error {
-			_, err := direct.ValidateVolumeCapabilities(ctx, req)
-			return err
-		})
-		base.report(b)
-	})
-	b.Run("clientcsi", func(b *testing.B) {
-		l := runCallers(b, func(ctx context.Context) error {
-			_, err := env.client.ControllerValidateVolume(ctx, viaReq)
-			return err
-		})
-		l.report(b)
-		if base.p50 > 0 {
-			b.ReportMetric(float64(l.p50)/float64(base.p50), "p50-x-direct")
-			b.ReportMetric(float64(l.p99)/float64(base.p99), "p99-x-direct")
+	directCall := func(ctx context.Context) error {
+		_, err := direct.ValidateVolumeCapabilities(ctx, req)
+		return err
+	}
+	viaCall := func(ctx context.Context) error {
+		_, err := env.client.ControllerValidateVolume(ctx, viaReq)
+		return err
+	}
+	b.Run("direct", func(b *testing.B) { runCallers(b, directCall) })
+	b.Run("clientcsi", func(b *testing.B) { runCallers(b, viaCall) })
+	// vs-direct alternates rounds of both paths so that both see the same
+	// load from the rest of the machine, and reports the ratios.
+	b.Run("vs-direct", func(b *testing.B) {
+		const round = 512
+		var d, v []time.Duration
+		var dt, vt time.Duration
+		b.ResetTimer()
+		for done := 0; done < b.N; done += round {
+			ld, el, err := measure(round, directCall)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d, dt = append(d, ld...), dt+el
+			lv, el, err := measure(round, viaCall)
+			if err != nil {
+				b.Fatal(err)
+			}
+			v, vt = append(v, lv...), vt+el
 		}
+		b.StopTimer()
+		ds, vs := summarise(d, dt), summarise(v, vt)
+		ds.report(b, "direct-")
+		vs.report(b, "clientcsi-")
+		b.ReportMetric(float64(vs.p50)/float64(ds.p50), "p50-x-direct")
+		b.ReportMetric(float64(vs.p99)/float64(ds.p99), "p99-x-direct")
 	})
 }

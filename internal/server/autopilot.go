@@ -121,7 +121,7 @@ func (d *autopilotDelegate) FetchServerStats(ctx context.Context, servers map[ra
 
 func (d *autopilotDelegate) RemoveFailedServer(srv *autopilot.Server) {
 	d.s.logger.Warn("removing dead server", "id", srv.ID, "address", srv.Address)
-	if err := d.s.raft.RemoveServer(srv.ID, 0, 0).Error(); err != nil {
+	if err := d.s.raftOp(func() raft.Future { return d.s.raft.RemoveServer(srv.ID, 0, 0) }); err != nil {
 		d.s.logger.Error("remove dead server failed", "id", srv.ID, "error", err)
 		return
 	}

@@ -64,7 +64,7 @@ func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRe
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeRegister(fctx, req)
 	}
-	idx, err := c.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
+	idx, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
 		Id: req.GetNodeId(), Name: req.GetName(), Address: req.GetAddress(), Plugins: req.GetPlugins(),
 	}}})
 	if err != nil {
@@ -85,7 +85,7 @@ func (c *clusterService) NodeUpdatePlugins(ctx context.Context, req *csisupdv1.N
 	if c.s.State().Node(req.GetNodeId()) == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
-	idx, err := c.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
+	idx, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
 		NodeId: req.GetNodeId(), Plugins: req.GetPlugins(),
 	}}})
 	if err != nil {
@@ -107,7 +107,7 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
 	if node.GetStatus() != NodeStatusReady {
-		_, err := c.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+		_, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
 			NodeId: node.GetId(), Status: NodeStatusReady, Description: "heartbeat received",
 		}}})
 		if err != nil {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"strings"
 
 	"context"
@@ -176,12 +177,11 @@ func TestBootstrapExpectMismatchFormsNoCluster(t *testing.T) {
 		}})
 	waitFor(t, 20*time.Second, "every server to log the mismatch", func() bool {
 		for _, m := range c.Members() {
-			if !strings.Contains(logs.String(), "bootstrap_expect mismatch") ||
-				!strings.Contains(logs.String(), "server="+m.ID) {
+			if logs.lines("bootstrap_expect mismatch", "server="+m.ID+" ") == 0 {
 				return false
 			}
 		}
-		return logs.count("bootstrap_expect mismatch") >= 3
+		return true
 	})
 	for _, m := range c.Members() {
 		s := m.Server()
@@ -224,5 +224,89 @@ func TestAutopilotRemovesDeadServer(t *testing.T) {
 			}
 		}
 		return true
+	})
+}
+
+func TestGracefulStopTransfersLeadership(t *testing.T) {
+	logs := &logBuffer{}
+	c := testcluster.New(t, testcluster.Config{Servers: 3, Logger: logs.logger()})
+	old := checkFormed(t, c, 3)
+	c.Stop(old.Index)
+	if !strings.Contains(logs.String(), "transferring leadership before shutdown") {
+		t.Fatal("the leader did not try to transfer leadership on graceful shutdown")
+	}
+	if strings.Contains(logs.String(), "leadership transfer failed") {
+		t.Fatalf("leadership transfer failed:\n%s", logs)
+	}
+	next := c.WaitForLeader(t, 30*time.Second)
+	if next.ID == old.ID {
+		t.Fatalf("stopped server %s still leads", old.ID)
+	}
+}
+
+func TestNewLeaderKeepsNodesReady(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3, Configure: func(_ int, cfg *server.Config) {
+		cfg.MinHeartbeatTTL = 300 * time.Millisecond
+		cfg.HeartbeatGrace = 300 * time.Millisecond
+		cfg.FailoverHeartbeatTTL = 3 * time.Second
+	}})
+	old := checkFormed(t, c, 3)
+	a := startFakeAgent(t, "node-a")
+	n := startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
+	waitFor(t, 10*time.Second, "node registered", func() bool { return n.client.Registered() })
+	c.Kill(old.Index)
+	next := c.WaitForLeader(t, 30*time.Second)
+	// The new leader started the node's timer with the failover TTL; the
+	// node's next heartbeats reach it and keep the node ready.
+	waitFor(t, 10*time.Second, "node ready on the new leader", func() bool {
+		node := next.Server().State().Node("node-a")
+		return node != nil && node.GetStatus() == server.NodeStatusReady && n.client.TTL() > 0
+	})
+	modified := next.Server().State().Node("node-a").GetModifyIndex()
+	// Past the failover TTL the node must still be ready and unwritten: its
+	// heartbeats replaced the failover timer, and heartbeats do not write.
+	deadline := time.Now().Add(4 * time.Second)
+	waitFor(t, 10*time.Second, "failover TTL to pass", func() bool { return time.Now().After(deadline) })
+	srv := c.WaitForLeader(t, 30*time.Second).Server()
+	node := srv.State().Node("node-a")
+	if node.GetStatus() != server.NodeStatusReady || node.GetModifyIndex() != modified {
+		t.Fatalf("node changed after the leader changed: status %s, modify index %d -> %d",
+			node.GetStatus(), modified, node.GetModifyIndex())
+	}
+}
+
+func TestRaftSnapshotsRestoreOnRestartAndNewServer(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3, Configure: func(_ int, cfg *server.Config) {
+		cfg.SnapshotThreshold = 16
+		cfg.SnapshotInterval = 50 * time.Millisecond
+		cfg.TrailingLogs = 4
+	}})
+	leader := checkFormed(t, c, 3)
+	cl := c.Control(leader.Index)
+	ctx := context.Background()
+	for i := range 60 {
+		if _, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: &csisupdv1.Volume{
+			Id: fmt.Sprintf("v%02d", i), PluginId: "p", ExternalId: fmt.Sprintf("x%02d", i),
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "a raft snapshot on the leader", func() bool {
+		return leader.Server().RaftStats()["last_snapshot_index"] != "0"
+	})
+	// A new server can only catch up from the snapshot: the log before it
+	// is gone.
+	m := c.AddServer()
+	waitFor(t, 20*time.Second, "new server to hold every volume", func() bool {
+		return len(m.Server().State().Volumes("")) == 60
+	})
+	if got := m.Server().RaftStats()["last_snapshot_index"]; got == "0" {
+		t.Fatal("the new server caught up without installing a snapshot; the test does not test restore")
+	}
+	follower := (leader.Index + 1) % 3
+	c.Kill(follower)
+	c.Restart(follower)
+	waitFor(t, 20*time.Second, "restarted server to hold every volume", func() bool {
+		return len(c.Member(follower).Server().State().Volumes("")) == 60
 	})
 }

@@ -73,6 +73,9 @@ type Config struct {
 	// SnapshotInterval is how often raft checks whether to snapshot
 	// (default 120 s).
 	SnapshotInterval time.Duration
+	// TrailingLogs is how many log entries stay after a snapshot, so a
+	// slow follower can catch up without a snapshot (default 10240).
+	TrailingLogs uint64
 
 	// Controllers calls controller RPCs on a node's agent. Defaults to the
 	// gRPC ClientCSI client.
@@ -112,6 +115,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
 	}
 	if c.IsRetryable == nil {
 		c.IsRetryable = DefaultIsRetryable

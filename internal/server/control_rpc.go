@@ -253,7 +253,7 @@ func (c *controlService) RemovePeer(ctx context.Context, req *csisupdv1.RaftRemo
 			if !found {
 				return nil, status.Errorf(codes.NotFound, "server %q is not in the raft configuration", req.GetId())
 			}
-			if err := c.s.raft.RemoveServer(raft.ServerID(req.GetId()), 0, 0).Error(); err != nil {
+			if err := c.s.raftOp(func() raft.Future { return c.s.raft.RemoveServer(raft.ServerID(req.GetId()), 0, 0) }); err != nil {
 				return nil, toStatus(err)
 			}
 			c.s.logger.Info("removed raft peer", "id", req.GetId())
@@ -366,7 +366,13 @@ func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot: %v", err)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: snap.GetIndex(), Size: int64(len(data))}
-	if err := s.raft.Restore(meta, bytes.NewReader(data), s.cfg.ApplyTimeout); err != nil {
+	done, err := s.beginOp()
+	if err != nil {
+		return 0, toStatus(err)
+	}
+	err = s.raft.Restore(meta, bytes.NewReader(data), s.cfg.ApplyTimeout)
+	done()
+	if err != nil {
 		return 0, toStatus(err)
 	}
 	// Re-arm heartbeat timers for the restored nodes.

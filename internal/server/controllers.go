@@ -13,10 +13,16 @@ import (
 
 // ControllerClient calls a controller RPC of plugin pluginID through the
 // ClientCSI service of the agent at addr.
+// Errors should keep the gRPC status the agent returned, so IsRetryable can
+// judge them.
 type ControllerClient interface {
+	// CreateVolume calls the plugin's CreateVolume.
 	CreateVolume(ctx context.Context, addr, pluginID string, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error)
+	// DeleteVolume calls the plugin's DeleteVolume.
 	DeleteVolume(ctx context.Context, addr, pluginID string, req *csi.DeleteVolumeRequest) error
+	// PublishVolume calls the plugin's ControllerPublishVolume.
 	PublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error)
+	// UnpublishVolume calls the plugin's ControllerUnpublishVolume.
 	UnpublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerUnpublishVolumeRequest) error
 }
 

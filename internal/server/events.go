@@ -12,7 +12,8 @@ import (
 // saw.
 type eventBroker struct {
 	mu     sync.Mutex
-	ring   []*csisupdv1.ClusterEvent
+	ring   []*csisupdv1.ClusterEvent // circular once full
+	next   int                       // slot of the next event once full
 	size   int
 	subs   map[*eventSub]struct{}
 	closed bool
@@ -33,9 +34,13 @@ func (b *eventBroker) publish(events []*csisupdv1.ClusterEvent) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.ring = append(b.ring, events...)
-	if over := len(b.ring) - b.size; over > 0 {
-		b.ring = append([]*csisupdv1.ClusterEvent(nil), b.ring[over:]...)
+	for _, e := range events {
+		if len(b.ring) < b.size {
+			b.ring = append(b.ring, e)
+			continue
+		}
+		b.ring[b.next] = e
+		b.next = (b.next + 1) % b.size
 	}
 	for s := range b.subs {
 		for _, e := range events {
@@ -60,7 +65,8 @@ func (b *eventBroker) subscribe(fromIndex uint64, noReplay bool) ([]*csisupdv1.C
 	defer b.mu.Unlock()
 	var replay []*csisupdv1.ClusterEvent
 	if !noReplay {
-		for _, e := range b.ring {
+		for i := range b.ring {
+			e := b.ring[(b.next+i)%len(b.ring)]
 			if e.GetIndex() > fromIndex {
 				replay = append(replay, e)
 			}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -30,6 +32,12 @@ func newConnPool(opts []grpc.DialOption) *connPool {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	// Reconnect to a restarted server within seconds, not gRPC's default
+	// two minutes. Options given by the caller come later and win.
+	opts = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	})}, opts...)
 	return &connPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 
@@ -119,6 +127,11 @@ func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientC
 
 // consistentRead checks that this leader may serve a consistent read.
 func (s *Server) consistentRead() error {
+	done, err := s.beginOp()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "verify leadership: %v", err)
+	}
+	defer done()
 	if err := s.raft.VerifyLeader().Error(); err != nil {
 		return status.Errorf(codes.Unavailable, "verify leadership: %v", err)
 	}

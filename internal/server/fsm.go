@@ -63,8 +63,18 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 		// applyEntry checks before it writes, so a failed entry leaves no
 		// partial writes behind.
-		err := applyEntry(txn, l.Index, &e, &events)
-		out[i] = applyResult{Index: l.Index, Err: err}
+		if b, ok := e.GetCommand().(*csisupdv1.LogEntry_Batch); ok {
+			res := applyResult{Index: l.Index, Errs: make([]error, len(b.Batch.GetEntries()))}
+			for j, sub := range b.Batch.GetEntries() {
+				if sub.Time == nil {
+					sub.Time = e.GetTime()
+				}
+				res.Errs[j] = applyEntry(txn, l.Index, sub, &events)
+			}
+			out[i] = res
+			continue
+		}
+		out[i] = applyResult{Index: l.Index, Err: applyEntry(txn, l.Index, &e, &events)}
 	}
 	if last > 0 {
 		if err := txn.Insert(tableIndex, &indexRow{Key: "latest", Value: last}); err != nil {

@@ -96,7 +96,7 @@ func (h *heartbeats) expire(nodeID string, t *hbTimer) {
 	delete(h.timers, nodeID)
 	h.mu.Unlock()
 	h.s.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
-	_, err := h.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+	_, err := h.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
 		NodeId: nodeID, Status: NodeStatusDown, Description: "missed heartbeat",
 	}}})
 	if err != nil {

@@ -229,6 +229,21 @@ func (b *logBuffer) String() string {
 
 func (b *logBuffer) count(s string) int { return strings.Count(b.String(), s) }
 
+// lines counts log lines containing every one of parts.
+func (b *logBuffer) lines(parts ...string) int {
+	n := 0
+	for _, line := range strings.Split(b.String(), "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
 func (b *logBuffer) logger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: b})
 }

@@ -17,22 +17,24 @@ import (
 // runJoin forms or joins the cluster, then keeps this server's address
 // record current in the replicated state.
 func (s *Server) runJoin() {
+	base, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		select {
+		case <-s.shutdownCh:
+			stop()
+		case <-base.Done():
+		}
+	}()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.shutdownCh:
+		case <-base.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RPCTimeout)
-		go func() {
-			select {
-			case <-s.shutdownCh:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := context.WithTimeout(base, s.cfg.RPCTimeout)
 		if !s.bootstrapped.Load() && !s.hasRaftState() {
 			s.tryJoinOrBootstrap(ctx)
 		} else {
@@ -165,7 +167,7 @@ func (s *Server) tryJoinOrBootstrap(ctx context.Context) {
 		ids = append(ids, string(c.ID))
 	}
 	s.logger.Info("bootstrapping cluster", "servers", strings.Join(ids, ","))
-	if err := s.raft.BootstrapCluster(conf).Error(); err != nil && err != raft.ErrCantBootstrap {
+	if err := s.raftOp(func() raft.Future { return s.raft.BootstrapCluster(conf) }); err != nil && err != raft.ErrCantBootstrap {
 		s.logger.Error("bootstrap failed", "error", err)
 		return
 	}
@@ -199,7 +201,17 @@ func (s *Server) ensureRecorded(ctx context.Context) {
 	}
 	addr, err := s.leaderRPCAddr()
 	if err != nil {
-		return
+		// This server may have come back at a new raft address the leader
+		// cannot reach: ask the peers who leads.
+		for _, p := range s.queryPeers(ctx) {
+			if p.err == nil && p.info.GetLeaderRpcAddress() != "" && p.info.GetLeaderId() != s.cfg.ID {
+				addr = p.info.GetLeaderRpcAddress()
+				break
+			}
+		}
+		if addr == "" {
+			return
+		}
 	}
 	if err := s.joinVia(ctx, addr); err != nil {
 		s.logger.Debug("record server address via leader", "error", err)
@@ -225,13 +237,13 @@ func (s *Server) handleJoin(req *csisupdv1.JoinRequest) error {
 		case srv.ID == id || srv.Address == addr:
 			// A server came back with a new address or another server took
 			// this address: drop the stale entry first.
-			if err := s.raft.RemoveServer(srv.ID, 0, 0).Error(); err != nil {
+			if err := s.raftOp(func() raft.Future { return s.raft.RemoveServer(srv.ID, 0, 0) }); err != nil {
 				return fmt.Errorf("join: remove stale server %s: %w", srv.ID, err)
 			}
 		}
 	}
 	if !present {
-		if err := s.raft.AddVoter(id, addr, 0, 0).Error(); err != nil {
+		if err := s.raftOp(func() raft.Future { return s.raft.AddVoter(id, addr, 0, 0) }); err != nil {
 			return fmt.Errorf("join: add voter %s at %s: %w", id, addr, err)
 		}
 		s.logger.Info("added server", "id", id, "raft_address", addr)

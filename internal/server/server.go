@@ -52,6 +52,15 @@ type Server struct {
 	controllers ControllerClient
 	pluginLocks *keyedMutex
 
+	// opsMu, closing and ops let Shutdown wait for callers blocked on raft
+	// futures before raft stops: a future queued at the moment raft shuts
+	// down is never answered.
+	opsMu   sync.RWMutex
+	closing bool
+	ops     sync.WaitGroup
+
+	batchCh chan batchReq
+
 	startOnce    sync.Once
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -79,6 +88,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		pluginLocks: newKeyedMutex(),
 		shutdownCh:  make(chan struct{}),
 		peerAddrs:   map[string]string{},
+		batchCh:     make(chan batchReq),
 	}
 	s.controllers = cfg.Controllers
 	if s.controllers == nil {
@@ -160,6 +170,7 @@ func (s *Server) setupRaft() (err error) {
 	rc.LeaderLeaseTimeout = 100 * time.Millisecond * m
 	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
 	rc.SnapshotInterval = s.cfg.SnapshotInterval
+	rc.TrailingLogs = s.cfg.TrailingLogs
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 512
 	rc.NotifyCh = s.leaderCh
@@ -188,10 +199,14 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.startOnce.Do(func() {
-		s.wg.Add(2)
+		s.wg.Add(3)
 		go func() {
 			defer s.wg.Done()
 			s.monitorLeadership()
+		}()
+		go func() {
+			defer s.wg.Done()
+			s.runBatcher()
 		}()
 		go func() {
 			defer s.wg.Done()
@@ -219,6 +234,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				s.logger.Warn("leadership transfer abandoned", "error", ctx.Err())
 				<-done
 			}
+		}
+		s.opsMu.Lock()
+		s.closing = true
+		s.opsMu.Unlock()
+		drained := make(chan struct{})
+		go func() {
+			s.ops.Wait()
+			close(drained)
+		}()
+		select {
+		case <-drained:
+		case <-time.After(s.cfg.ApplyTimeout):
+			s.logger.Warn("raft operations still running at shutdown")
 		}
 		close(s.shutdownCh)
 		if ferr := s.raft.Shutdown().Error(); ferr != nil {
@@ -311,24 +339,61 @@ func (s *Server) hasRaftState() bool {
 	return err == nil && len(c.Servers) > 0
 }
 
+// beginOp registers a caller that will wait on a raft future; it fails
+// once Shutdown has begun.
+func (s *Server) beginOp() (func(), error) {
+	s.opsMu.RLock()
+	defer s.opsMu.RUnlock()
+	if s.closing {
+		return nil, raft.ErrRaftShutdown
+	}
+	s.ops.Add(1)
+	return s.ops.Done, nil
+}
+
+// raftOp runs fn, which creates a raft future, and waits for it, unless
+// Shutdown has begun.
+func (s *Server) raftOp(fn func() raft.Future) error {
+	done, err := s.beginOp()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn().Error()
+}
+
 // apply writes one entry through raft on the leader and returns its index.
 func (s *Server) apply(e *csisupdv1.LogEntry) (uint64, error) {
+	res, err := s.applyRaw(e)
+	if err != nil {
+		return 0, err
+	}
+	return res.Index, res.Err
+}
+
+// applyRaw writes one entry through raft and returns the FSM's result.
+func (s *Server) applyRaw(e *csisupdv1.LogEntry) (applyResult, error) {
 	if e.Time == nil {
 		e.Time = timestamppb.Now()
 	}
 	data, err := proto.Marshal(e)
 	if err != nil {
-		return 0, fmt.Errorf("encode log entry: %w", err)
+		return applyResult{}, fmt.Errorf("encode log entry: %w", err)
 	}
+	done, err := s.beginOp()
+	if err != nil {
+		return applyResult{}, fmt.Errorf("raft apply: %w", err)
+	}
+	defer done()
 	f := s.raft.Apply(data, s.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
-		return 0, fmt.Errorf("raft apply: %w", err)
+		return applyResult{}, fmt.Errorf("raft apply: %w", err)
 	}
 	res, ok := f.Response().(applyResult)
 	if !ok {
-		return f.Index(), nil
+		return applyResult{Index: f.Index()}, nil
 	}
-	return res.Index, res.Err
+	return res, nil
 }
 
 func (s *Server) monitorLeadership() {
@@ -370,7 +435,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	s.logger.Info("cluster leadership acquired")
 	defer s.logger.Info("cluster leadership lost")
 	for {
-		if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err == nil {
+		if err := s.raftOp(func() raft.Future { return s.raft.Barrier(s.cfg.ApplyTimeout) }); err == nil {
 			break
 		} else {
 			s.logger.Warn("leader barrier failed", "error", err)
@@ -430,3 +495,8 @@ var errNoLeader = errors.New("no cluster leader")
 // leader-only requests: it has applied everything committed before it took
 // over and started its heartbeat timers.
 func (s *Server) Ready() bool { return s.IsLeader() && s.leaderReady.Load() }
+
+// Raft returns the raft instance, for operator tooling and benchmarks of
+// the raw raft path. Commands applied through it must be encoded
+// csisupd.v1.LogEntry messages.
+func (s *Server) Raft() *raft.Raft { return s.raft }

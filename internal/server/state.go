@@ -35,11 +35,13 @@ const (
 // ErrNotFound is returned (wrapped) by state operations on a missing object.
 var ErrNotFound = errors.New("not found")
 
-// pluginRow is the stored form of one plugin id: the instances reported by
-// each node, keyed by node id. Rows are replaced, never modified in place.
-type pluginRow struct {
-	ID        string
-	Instances map[string]*csisupdv1.Plugin
+// instanceRow is one plugin on one node, as stored in the plugins table.
+// A plugin id exists in the cluster while it has at least one row, so a
+// plugin whose last instance goes away is collected with that row.
+type instanceRow struct {
+	PluginID string
+	NodeID   string
+	Plugin   *csisupdv1.Plugin
 }
 
 // indexRow records the raft index of the latest write.
@@ -53,8 +55,12 @@ func stateSchema() *memdb.DBSchema {
 		return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
 	}
 	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
-		tableNodes:   {Name: tableNodes, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
-		tablePlugins: {Name: tablePlugins, Indexes: map[string]*memdb.IndexSchema{"id": id("ID")}},
+		tableNodes: {Name: tableNodes, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
+		tablePlugins: {Name: tablePlugins, Indexes: map[string]*memdb.IndexSchema{
+			"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+				&memdb.StringFieldIndex{Field: "PluginID"}, &memdb.StringFieldIndex{Field: "NodeID"},
+			}}},
+		}},
 		tableVolumes: {Name: tableVolumes, Indexes: map[string]*memdb.IndexSchema{
 			"id": id("Id"),
 			"plugin_id": {Name: "plugin_id", AllowMissing: true,
@@ -119,11 +125,20 @@ func (s *StateStore) Nodes() []*csisupdv1.ClusterNode {
 // Plugin returns the cluster-wide view of one plugin, or nil.
 func (s *StateStore) Plugin(id string) *csisupdv1.ClusterPlugin {
 	txn := s.db.Txn(false)
-	raw, err := txn.First(tablePlugins, "id", id)
-	if err != nil || raw == nil {
+	it, err := txn.Get(tablePlugins, "id_prefix", id)
+	if err != nil {
 		return nil
 	}
-	return buildPlugin(txn, raw.(*pluginRow))
+	var rows []*instanceRow
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		if r := raw.(*instanceRow); r.PluginID == id {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return buildPlugin(txn, rows)
 }
 
 // Plugins returns the cluster-wide view of every plugin, sorted by id.
@@ -134,30 +149,35 @@ func (s *StateStore) Plugins() []*csisupdv1.ClusterPlugin {
 		return nil
 	}
 	var out []*csisupdv1.ClusterPlugin
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, buildPlugin(txn, raw.(*pluginRow)))
+	var rows []*instanceRow
+	for raw := it.Next(); ; raw = it.Next() {
+		if raw == nil || (len(rows) > 0 && raw.(*instanceRow).PluginID != rows[0].PluginID) {
+			if len(rows) > 0 {
+				out = append(out, buildPlugin(txn, rows))
+			}
+			rows = rows[:0]
+		}
+		if raw == nil {
+			return out
+		}
+		rows = append(rows, raw.(*instanceRow))
 	}
-	return out
 }
 
-// buildPlugin aggregates a plugin row. An instance is healthy only when the
-// plugin reports healthy and its node is ready.
-func buildPlugin(txn *memdb.Txn, row *pluginRow) *csisupdv1.ClusterPlugin {
-	out := &csisupdv1.ClusterPlugin{Id: row.ID}
-	nodeIDs := make([]string, 0, len(row.Instances))
-	for id := range row.Instances {
-		nodeIDs = append(nodeIDs, id)
-	}
-	sort.Strings(nodeIDs)
-	for _, nodeID := range nodeIDs {
-		p := row.Instances[nodeID]
+// buildPlugin aggregates the instance rows of one plugin, sorted by node
+// id. An instance is healthy only when the plugin reports healthy and its
+// node is ready.
+func buildPlugin(txn *memdb.Txn, rows []*instanceRow) *csisupdv1.ClusterPlugin {
+	out := &csisupdv1.ClusterPlugin{Id: rows[0].PluginID}
+	for _, row := range rows {
+		p := row.Plugin
 		inst := &csisupdv1.PluginInstance{
-			NodeId:            nodeID,
+			NodeId:            row.NodeID,
 			Healthy:           p.GetHealthy(),
 			HealthDescription: p.GetHealthDescription(),
 			Plugin:            p,
 		}
-		node := getNode(txn, nodeID)
+		node := getNode(txn, row.NodeID)
 		if node != nil {
 			inst.NodeName = node.GetName()
 		}
@@ -311,74 +331,65 @@ func (s *StateStore) restore(snap *csisupdv1.StateSnapshot, index uint64) error 
 }
 
 // setNodePlugins moves a node's plugin instances from old to new in the
-// plugins table and removes plugin rows left without instances. It returns
-// the ids of removed plugin rows through gc when gc is not nil.
+// plugins table.
 func setNodePlugins(txn *memdb.Txn, nodeID string, old, new []*csisupdv1.Plugin) error {
 	_, err := setNodePluginsGC(txn, nodeID, old, new)
 	return err
 }
 
+// setNodePluginsGC is setNodePlugins that also returns the ids of plugins
+// left without any instance, which are thereby collected.
 func setNodePluginsGC(txn *memdb.Txn, nodeID string, old, new []*csisupdv1.Plugin) ([]string, error) {
-	touched := map[string]*csisupdv1.Plugin{}
+	oldByID := make(map[string]*csisupdv1.Plugin, len(old))
 	for _, p := range old {
-		touched[p.GetId()] = nil
+		oldByID[p.GetId()] = p
 	}
 	for _, p := range new {
-		touched[p.GetId()] = p
-	}
-	ids := make([]string, 0, len(touched))
-	for id := range touched {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	var gc []string
-	for _, id := range ids {
-		p := touched[id]
-		row := &pluginRow{ID: id, Instances: map[string]*csisupdv1.Plugin{}}
-		raw, err := txn.First(tablePlugins, "id", id)
-		if err != nil {
-			return nil, fmt.Errorf("read plugin %q: %w", id, err)
-		}
-		if raw != nil {
-			for k, v := range raw.(*pluginRow).Instances {
-				row.Instances[k] = v
-			}
-		}
-		if p == nil {
-			delete(row.Instances, nodeID)
-		} else {
-			row.Instances[nodeID] = p
-		}
-		if len(row.Instances) == 0 {
-			if raw != nil {
-				if err := txn.Delete(tablePlugins, raw); err != nil {
-					return nil, fmt.Errorf("delete plugin %q: %w", id, err)
-				}
-				gc = append(gc, id)
-			}
+		prev, had := oldByID[p.GetId()]
+		delete(oldByID, p.GetId())
+		if had && proto.Equal(prev, p) {
 			continue
 		}
-		if err := txn.Insert(tablePlugins, row); err != nil {
-			return nil, fmt.Errorf("write plugin %q: %w", id, err)
+		if err := txn.Insert(tablePlugins, &instanceRow{PluginID: p.GetId(), NodeID: nodeID, Plugin: p}); err != nil {
+			return nil, fmt.Errorf("write plugin %q on node %q: %w", p.GetId(), nodeID, err)
 		}
 	}
+	var gc []string
+	for id := range oldByID {
+		if _, err := txn.DeleteAll(tablePlugins, "id", id, nodeID); err != nil {
+			return nil, fmt.Errorf("delete plugin %q on node %q: %w", id, nodeID, err)
+		}
+		if raw, err := txn.First(tablePlugins, "id_prefix", id); err == nil && (raw == nil || raw.(*instanceRow).PluginID != id) {
+			gc = append(gc, id)
+		}
+	}
+	sort.Strings(gc)
 	return gc, nil
 }
 
-// sortedPlugins returns a sorted copy of plugins with secrets-free clones.
+// sortedPlugins sorts plugins by id in place and returns them. The FSM owns
+// the messages of a freshly decoded log entry, so they are not copied.
 func sortedPlugins(in []*csisupdv1.Plugin) []*csisupdv1.Plugin {
-	out := make([]*csisupdv1.Plugin, 0, len(in))
-	for _, p := range in {
-		out = append(out, proto.Clone(p).(*csisupdv1.Plugin))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
-	return out
+	sort.Slice(in, func(i, j int) bool { return in[i].GetId() < in[j].GetId() })
+	return in
 }
 
-// applyResult is what the FSM returns for one log entry.
+// copyNode returns a copy of n that shares its plugin messages, which are
+// never modified once stored.
+func copyNode(n *csisupdv1.ClusterNode) *csisupdv1.ClusterNode {
+	return &csisupdv1.ClusterNode{
+		Id: n.Id, Name: n.Name, Address: n.Address, Status: n.Status, StatusDescription: n.StatusDescription,
+		StatusUpdatedAt: n.StatusUpdatedAt, RegisteredAt: n.RegisteredAt, Plugins: n.Plugins,
+		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
+	}
+}
+
+// applyResult is what the FSM returns for one log entry. For a LogBatch,
+// Errs holds one result per batched entry.
 type applyResult struct {
 	Index uint64
 	Err   error
+	Errs  []error
 }
 
 // applyEntry applies one log entry to txn and appends the events it causes.
@@ -402,7 +413,7 @@ func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*
 	case *csisupdv1.LogEntry_Noop:
 		return nil
 	case *csisupdv1.LogEntry_NodeUpsert:
-		n := proto.Clone(c.NodeUpsert).(*csisupdv1.ClusterNode)
+		n := c.NodeUpsert
 		n.Plugins = sortedPlugins(n.Plugins)
 		n.ModifyIndex = index
 		n.CreateIndex = index
@@ -430,7 +441,7 @@ func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*
 		if old == nil {
 			return fmt.Errorf("node %q: %w", c.NodePlugins.GetNodeId(), ErrNotFound)
 		}
-		n := proto.Clone(old).(*csisupdv1.ClusterNode)
+		n := copyNode(old)
 		n.Plugins = sortedPlugins(c.NodePlugins.GetPlugins())
 		n.ModifyIndex = index
 		if err := txn.Insert(tableNodes, n); err != nil {
@@ -452,7 +463,7 @@ func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*
 		if old.GetStatus() == c.NodeStatus.GetStatus() {
 			return nil
 		}
-		n := proto.Clone(old).(*csisupdv1.ClusterNode)
+		n := copyNode(old)
 		n.Status = c.NodeStatus.GetStatus()
 		n.StatusDescription = c.NodeStatus.GetDescription()
 		n.StatusUpdatedAt = ts
@@ -462,7 +473,7 @@ func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*
 		}
 		ev("node-"+n.Status, n.GetId(), "", "", n.StatusDescription)
 	case *csisupdv1.LogEntry_VolumeUpsert:
-		v := proto.Clone(c.VolumeUpsert).(*csisupdv1.Volume)
+		v := c.VolumeUpsert
 		v.ModifyIndex = index
 		old := getVolume(txn, v.GetId())
 		typ := "volume-created"
@@ -490,7 +501,7 @@ func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*
 		}
 		ev("volume-deleted", "", old.GetPluginId(), old.GetId(), "")
 	case *csisupdv1.LogEntry_ServerUpsert:
-		if err := txn.Insert(tableServers, proto.Clone(c.ServerUpsert)); err != nil {
+		if err := txn.Insert(tableServers, c.ServerUpsert); err != nil {
 			return fmt.Errorf("write server %q: %w", c.ServerUpsert.GetId(), err)
 		}
 	default:

@@ -344,3 +344,37 @@ func joinAll(lists ...[]string) string {
 }
 
 func nodeName(i int) string { return "node-" + string(rune('a'+i%26)) + string(rune('a'+i/26)) }
+
+func TestNodeClientRegistersAgainWhenForgotten(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Configure: func(_ int, cfg *server.Config) {
+		cfg.MinHeartbeatTTL = 200 * time.Millisecond
+	}})
+	checkFormed(t, c, 1)
+	cl := c.Control(0)
+	empty := saveSnapshot(t, cl) // taken before the node exists
+
+	a := startFakeAgent(t, "node-a")
+	n := startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
+	waitFor(t, 10*time.Second, "node registered", func() bool { return c.Member(0).Server().State().Node("node-a") != nil })
+	first := c.Member(0).Server().State().Node("node-a").GetModifyIndex()
+
+	// Restoring the older snapshot makes the servers forget the node: its
+	// next heartbeat gets NotFound and the client registers again.
+	up, err := cl.SnapshotRestore(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Send(&csisupdv1.SnapshotChunk{Data: empty}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "node registered again", func() bool {
+		node := c.Member(0).Server().State().Node("node-a")
+		return node != nil && node.GetModifyIndex() > first && n.client.Registered()
+	})
+	if p := pluginOf(t, cl, "p1"); p == nil || p.GetControllersHealthy() != 1 {
+		t.Fatalf("plugin after re-registration: %v", p)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -172,6 +173,10 @@ func (m *Member) start() error {
 		DeadServerTimeout:    5 * time.Second,
 		DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
+				MinConnectTimeout: time.Second,
+			}),
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 				return m.gate.dial(ctx, m.c.gateFor(addr), addr)
 			}),
@@ -362,7 +367,11 @@ func (c *Cluster) RPCAddrs() []string { return c.retryJoin() }
 // cleanup.
 func (c *Cluster) Conn(i int) *grpc.ClientConn {
 	c.t.Helper()
-	conn, err := grpc.NewClient(c.Member(i).RPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.Member(i).RPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
 	if err != nil {
 		c.t.Fatalf("testcluster: dial %s: %v", c.Member(i).RPCAddr, err)
 	}

@@ -2213,8 +2213,9 @@ type ClusterEvent struct {
 	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// type is one of node-registered, node-ready, node-down,
-	// node-plugins-updated, plugin-gc, volume-created, volume-registered,
-	// volume-deleted, volume-attached, volume-detached.
+	// node-plugins-updated, plugin-gc (a plugin lost its last instance),
+	// volume-created (created or registered), volume-updated,
+	// volume-attached, volume-detached, volume-deleted.
 	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	PluginId      string `protobuf:"bytes,5,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+const (
+	// maxBatch is the most node writes grouped into one raft entry.
+	maxBatch = 512
+	// batchesInFlight is how many batch entries may wait for commit at
+	// once; requests arriving meanwhile form the next batch.
+	batchesInFlight = 1
+)
+
+// batchReq is one node write waiting to be grouped.
+type batchReq struct {
+	entry *csisupdv1.LogEntry
+	done  chan batchOutcome
+}
+
+type batchOutcome struct {
+	index uint64
+	err   error
+}
+
+// applyBatched writes one node entry through raft, grouped with other
+// concurrent node writes into a single log entry (group commit).
+func (s *Server) applyBatched(e *csisupdv1.LogEntry) (uint64, error) {
+	req := batchReq{entry: e, done: make(chan batchOutcome, 1)}
+	select {
+	case s.batchCh <- req:
+	case <-s.shutdownCh:
+		return 0, fmt.Errorf("raft apply: %w", raft.ErrRaftShutdown)
+	}
+	out := <-req.done
+	return out.index, out.err
+}
+
+// runBatcher groups node writes until shutdown.
+func (s *Server) runBatcher() {
+	slots := make(chan struct{}, batchesInFlight)
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-s.shutdownCh:
+			return
+		}
+		var batch []batchReq
+		select {
+		case r := <-s.batchCh:
+			batch = append(batch, r)
+		case <-s.shutdownCh:
+			return
+		}
+	collect:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-s.batchCh:
+				batch = append(batch, r)
+			default:
+				break collect
+			}
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-slots }()
+			s.applyGroup(batch)
+		}()
+	}
+}
+
+func (s *Server) applyGroup(batch []batchReq) {
+	if len(batch) == 1 {
+		idx, err := s.apply(batch[0].entry)
+		batch[0].done <- batchOutcome{index: idx, err: err}
+		return
+	}
+	entries := make([]*csisupdv1.LogEntry, len(batch))
+	for i, r := range batch {
+		entries[i] = r.entry
+	}
+	res, err := s.applyRaw(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Batch{Batch: &csisupdv1.LogBatch{Entries: entries}}})
+	for i, r := range batch {
+		out := batchOutcome{index: res.Index, err: err}
+		if err == nil && i < len(res.Errs) {
+			out.err = res.Errs[i]
+		}
+		r.done <- out
+	}
+}
