@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +24,7 @@ import (
 	"github.com/csisupd/csisupd/internal/consulsync"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
+	"github.com/csisupd/csisupd/internal/server"
 )
 
 // ShutdownTimeout bounds the graceful part of a stop; the agent must exit
@@ -62,6 +61,9 @@ type Agent struct {
 	http     *http.Server
 	manager  *registry.Manager
 	consul   *consulsync.Syncer
+	server   *server.Server     // nil unless the server role is enabled
+	nodes    *server.NodeClient // nil unless the client has servers to report to
+	nodeID   string
 	ready    chan struct{}
 	mu       sync.Mutex // guards cfg on Reload
 	stopOnce sync.Once
@@ -113,12 +115,10 @@ func New(c Config) (a *Agent, err error) {
 	closers = append(closers, func() { _ = a.httpLn.Close() })
 
 	var opts []grpc.ServerOption
-	if cfg.TLS.Enabled() {
-		creds, err := serverTLS(cfg.TLS)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, grpc.Creds(creds))
+	if tc, err := rpc.ServerTLSConfig(cfg.TLS); err != nil {
+		return nil, fmt.Errorf("agent: tls: %w", err)
+	} else if tc != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	a.grpc = grpc.NewServer(opts...)
 	a.health = health.NewServer()
@@ -159,6 +159,48 @@ func New(c Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("agent: ClientCSI: %w", err)
 	}
 	clientCSI.Register(a.grpc)
+
+	if a.nodeID, err = loadNodeID(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	rpcAddr := a.advertised(cfg.Ports.RPC, a.rpcLn)
+	var dialOpts []grpc.DialOption
+	if cfg.TLS.Enabled() {
+		tc, err := rpc.ClientTLSConfig(cfg.TLS, "")
+		if err != nil {
+			return nil, fmt.Errorf("agent: tls: %w", err)
+		}
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	}
+	if cfg.Server.Enabled {
+		a.server, err = server.New(server.Config{
+			ID:              a.nodeID,
+			Name:            cfg.Name,
+			DataDir:         filepath.Join(cfg.DataDir, "server"),
+			RaftAddr:        net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(cfg.Ports.Raft)),
+			RPCAddr:         rpcAddr,
+			BootstrapExpect: cfg.Server.BootstrapExpect,
+			RetryJoin:       cfg.Server.RetryJoin,
+			RaftMultiplier:  cfg.Server.RaftMultiplier,
+			DialOptions:     dialOpts,
+		}, log)
+		if err != nil {
+			return nil, fmt.Errorf("agent: server role: %w", err)
+		}
+		closers = append(closers, func() { _ = a.server.Shutdown(context.Background()) })
+		a.server.Register(a.grpc)
+	}
+	if servers := a.nodeServers(&cfg, rpcAddr); len(servers) > 0 {
+		a.nodes, err = server.NewNodeClient(server.NodeClientConfig{
+			Servers:     servers,
+			Node:        server.NodeInfo{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
+			Plugins:     a.nodePlugins,
+			DialOptions: dialOpts,
+		}, log)
+		if err != nil {
+			return nil, fmt.Errorf("agent: node registration: %w", err)
+		}
+	}
 
 	if cfg.Consul.Enabled {
 		a.consul, err = consulsync.New(a.consulConfig(&cfg))
@@ -202,9 +244,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	run := func(name string, f func() error) {
+	// workers stop when ctx ends; listeners stop when stopServers is called,
+	// after the workers, so Consul deregistration and the last registry
+	// write happen while the agent still answers.
+	var workers, listeners sync.WaitGroup
+	errs := make(chan error, 8)
+	start := func(wg *sync.WaitGroup, name string, f func() error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -214,15 +259,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	run := func(name string, f func() error) { start(&workers, name, f) }
+	serve := func(name string, f func() error) { start(&listeners, name, f) }
 
 	run("plugin registry", func() error { return a.manager.Run(ctx) })
-	run("grpc server", func() error {
+	serve("grpc server", func() error {
 		if err := a.grpc.Serve(a.rpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return err
 		}
 		return nil
 	})
-	run("http server", func() error {
+	serve("http server", func() error {
 		if err := a.http.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
@@ -230,6 +277,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	if a.consul != nil {
 		run("consul sync", func() error { return a.consul.Run(ctx) })
+	}
+	if a.server != nil {
+		if err := a.server.Start(ctx); err != nil {
+			cancel()
+			errs <- fmt.Errorf("server role: %w", err)
+		}
+	}
+	if a.nodes != nil {
+		run("node registration", func() error { return a.nodes.Run(ctx) })
+		run("plugin updates", func() error { a.pushPluginUpdates(ctx); return nil })
 	}
 
 	select {
@@ -246,8 +303,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	notify(a.log, daemon.SdNotifyStopping)
 	a.log.Info("agent stopping")
 	a.health.Shutdown()
+	workers.Wait() // registry persisted, Consul deregistered, node client stopped
+	if a.server != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), ShutdownTimeout/2)
+		if err := a.server.Shutdown(sctx); err != nil {
+			errs <- fmt.Errorf("server role: %w", err)
+		}
+		scancel()
+	}
 	a.stopServers()
-	wg.Wait()
+	listeners.Wait()
 	if a.tempDir != "" {
 		_ = os.RemoveAll(a.tempDir)
 	}
@@ -340,6 +405,70 @@ func (a *Agent) consulConfig(cfg *config.Config) consulsync.Config {
 	}
 }
 
+// advertised is the address other nodes reach a listener at: the
+// advertise address with the listener's actual port.
+func (a *Agent) advertised(port int, ln net.Listener) string {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	return net.JoinHostPort(a.cfg.AdvertiseAddr, strconv.Itoa(port))
+}
+
+// nodeServers are the servers the client role registers its node with:
+// client.servers, or this agent itself when it is a server too.
+func (a *Agent) nodeServers(cfg *config.Config, self string) []string {
+	if !cfg.Client.Enabled {
+		return nil
+	}
+	if len(cfg.Client.Servers) > 0 {
+		return cfg.Client.Servers
+	}
+	if cfg.Server.Enabled {
+		return []string{self}
+	}
+	return nil
+}
+
+// nodePlugins reports the registry to the servers.
+func (a *Agent) nodePlugins() []server.NodePlugin {
+	ps := a.manager.Registry().List()
+	out := make([]server.NodePlugin, 0, len(ps))
+	for _, p := range ps {
+		fp := p.Fingerprint
+		out = append(out, server.NodePlugin{
+			ID:                     p.ID,
+			Type:                   string(fp.Type),
+			Healthy:                p.Healthy(),
+			HealthState:            string(p.Health.State),
+			HealthDescription:      p.Health.Description,
+			VendorName:             fp.VendorName,
+			VendorVersion:          fp.VendorVersion,
+			NodeID:                 fp.NodeID,
+			MaxVolumes:             fp.MaxVolumes,
+			AccessibleTopology:     fp.AccessibleTopology,
+			PluginCapabilities:     fp.PluginCapabilities,
+			ControllerCapabilities: fp.ControllerCapabilities,
+			NodeCapabilities:       fp.NodeCapabilities,
+		})
+	}
+	return out
+}
+
+// pushPluginUpdates tells the node client about every registry change; it
+// coalesces them itself.
+func (a *Agent) pushPluginUpdates(ctx context.Context) {
+	sub := a.manager.Registry().Subscribe()
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sub.C():
+			a.nodes.PluginsChanged()
+		}
+	}
+}
+
 // prepareDirs creates the data and plugin directories; in dev mode they are
 // temporary.
 func (a *Agent) prepareDirs() error {
@@ -373,27 +502,6 @@ func listen(key, host string, port int) (net.Listener, error) {
 		return nil, fmt.Errorf("agent: %s: listen on %s: %w", key, addr, err)
 	}
 	return ln, nil
-}
-
-func serverTLS(t config.TLSConfig) (credentials.TransportCredentials, error) {
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("agent: tls.cert_file/tls.key_file: %w", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("agent: tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("agent: tls.ca_file %q: no certificate found", t.CAFile)
-		}
-		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return credentials.NewTLS(tc), nil
 }
 
 // notify tells systemd about a state change when running under it.
