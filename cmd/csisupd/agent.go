@@ -34,7 +34,9 @@ func newAgentCommand() *cobra.Command {
 
 func runAgent(parent context.Context, flags *config.Flags) error {
 	load := func() (*config.Config, error) {
-		return config.Load(config.LoadInput{Files: flags.ConfigPaths(), Flags: flags})
+		// Load reads the --config paths from flags itself; passing them as
+		// Files too would load every file twice.
+		return config.Load(config.LoadInput{Flags: flags})
 	}
 	cfg, err := load()
 	if err != nil {

@@ -29,6 +29,13 @@ func run(args []string) int {
 	root := newRootCommand()
 	root.SetArgs(args)
 	err := root.Execute()
+	if err != nil {
+		// Cobra reports an unknown command as a plain error; it is a usage
+		// error all the same.
+		if _, _, ferr := root.Find(args); ferr != nil {
+			err = usageError{err}
+		}
+	}
 	switch {
 	case err == nil:
 		return exitOK

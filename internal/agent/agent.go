@@ -83,6 +83,8 @@ func New(c Config) (a *Agent, err error) {
 	log.SetLevel(hclog.LevelFromString(cfg.LogLevel))
 
 	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), ready: make(chan struct{})}
+	// The closers undo what New opened when it fails. They capture the
+	// values, not a: a failing return sets the named result a to nil.
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -95,8 +97,8 @@ func New(c Config) (a *Agent, err error) {
 	if err := a.prepareDirs(); err != nil {
 		return nil, err
 	}
-	if a.tempDir != "" {
-		closers = append(closers, func() { _ = os.RemoveAll(a.tempDir) })
+	if tempDir := a.tempDir; tempDir != "" {
+		closers = append(closers, func() { _ = os.RemoveAll(tempDir) })
 	}
 
 	a.rpcLn = c.RPCListener
@@ -105,14 +107,16 @@ func New(c Config) (a *Agent, err error) {
 			return nil, err
 		}
 	}
-	closers = append(closers, func() { _ = a.rpcLn.Close() })
+	rpcLn := a.rpcLn
+	closers = append(closers, func() { _ = rpcLn.Close() })
 	a.httpLn = c.HTTPListener
 	if a.httpLn == nil {
 		if a.httpLn, err = listen("ports.http", cfg.BindAddr, cfg.Ports.HTTP); err != nil {
 			return nil, err
 		}
 	}
-	closers = append(closers, func() { _ = a.httpLn.Close() })
+	httpLn := a.httpLn
+	closers = append(closers, func() { _ = httpLn.Close() })
 
 	var opts []grpc.ServerOption
 	if tc, err := rpc.ServerTLSConfig(cfg.TLS); err != nil {
@@ -187,7 +191,8 @@ func New(c Config) (a *Agent, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("agent: server role: %w", err)
 		}
-		closers = append(closers, func() { _ = a.server.Shutdown(context.Background()) })
+		srv := a.server
+		closers = append(closers, func() { _ = srv.Shutdown(context.Background()) })
 		a.server.Register(a.grpc)
 	}
 	if servers := a.nodeServers(&cfg, rpcAddr); len(servers) > 0 {
@@ -230,6 +235,10 @@ func (a *Agent) PluginDir() string { return a.cfg.Client.PluginDir }
 
 // DataDir is the agent's data directory (a temporary one in dev mode).
 func (a *Agent) DataDir() string { return a.cfg.DataDir }
+
+// NodeID is the node's stable id: its name in the cluster and, with the
+// server role, its raft server id.
+func (a *Agent) NodeID() string { return a.nodeID }
 
 // Registry is the node's plugin registry.
 func (a *Agent) Registry() *registry.Registry { return a.manager.Registry() }

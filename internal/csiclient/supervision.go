@@ -1,13 +1,11 @@
 package csiclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,10 +21,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// supervisionBufferSize sizes the supervision connection's read and write
-// buffers and its HPACK tables.
-const supervisionBufferSize = 1 << 10
-
 // deadlineSlack is added to the deadline sent to the plugin.
 const deadlineSlack = 100 * time.Millisecond
 
@@ -34,21 +28,21 @@ const deadlineSlack = 100 * time.Millisecond
 // identity, capability and node-info replies are a few hundred bytes.
 const maxSupervisionMessage = 4 << 20
 
-// supervisionConn makes unary gRPC calls over one plain HTTP/2 connection to
-// the plugin. It exists because a grpc-go ClientConn costs about 100 KiB
-// and five goroutines even while idle, too much to keep open to thousands
-// of plugins just to probe them; this connection costs one goroutine (the
-// HTTP/2 reader) and a few KiB, and its broken reads tell the supervisor at
-// once that the plugin died. It speaks the gRPC wire protocol for unary
-// calls only: no streaming, no compression, no metadata.
+// supervisionConn makes unary gRPC calls over one HTTP/2 connection to the
+// plugin. It exists because a grpc-go ClientConn costs about 100 KiB and
+// five goroutines even while idle, too much to keep open to thousands of
+// plugins just to probe them; this connection costs one goroutine (its
+// reader) and a few KiB, and its broken reads tell the supervisor at once
+// that the plugin died. It speaks the gRPC wire protocol for unary calls
+// only, one at a time: no streaming, no compression, no metadata.
 type supervisionConn struct {
-	socket    string
-	transport *http.Transport
+	socket       string
+	onDisconnect func()
+	dialer       net.Dialer
 
 	mu      sync.Mutex
-	cc      *http.ClientConn
+	cc      *h2Conn
 	watched *watchedConn // cc's network connection
-	dialed  *watchedConn // set by the dialer during NewClientConn, under mu
 	closed  bool
 }
 
@@ -56,44 +50,17 @@ func newSupervisionConn(socket string, onDisconnect func()) *supervisionConn {
 	if onDisconnect == nil {
 		onDisconnect = func() {}
 	}
-	s := &supervisionConn{socket: socket}
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	var dialer net.Dialer
-	s.transport = &http.Transport{
-		Protocols:          &protocols,
-		DisableCompression: true,
-		// Supervision messages are a few hundred bytes; the 4 KiB default
-		// buffers and header tables would triple what a plugin costs.
-		ReadBufferSize:  supervisionBufferSize,
-		WriteBufferSize: supervisionBufferSize,
-		HTTP2: &http.HTTP2Config{
-			MaxDecoderHeaderTableSize: supervisionBufferSize,
-			MaxEncoderHeaderTableSize: supervisionBufferSize,
-		},
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, "unix", socket)
-			if err != nil {
-				return nil, err
-			}
-			// NewClientConn runs this under s.mu, from conn.
-			s.dialed = &watchedConn{Conn: c, onDisconnect: onDisconnect}
-			return s.dialed, nil
-		},
-	}
-	return s
+	return &supervisionConn{socket: socket, onDisconnect: onDisconnect}
 }
 
 var errClosed = errors.New("client closed")
 
-// conn returns the open HTTP/2 connection with one request slot reserved
-// for the caller's RoundTrip, dialing a new connection when there is none or
-// the old one cannot take requests any more (broken, or told to go away:
-// closing it then lets a plugin that stops gracefully finish at once).
-// With waitForReady, a refused or missing socket is retried until ctx ends,
-// as grpc.WaitForReady does: plugins bind their socket a moment before they
-// listen.
-func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*http.ClientConn, error) {
+// conn returns the open HTTP/2 connection, dialing a new one when there is
+// none or the old one cannot take calls any more (broken, or told to go
+// away). With waitForReady, a refused or missing socket is retried until
+// ctx ends, as grpc.WaitForReady does: plugins bind their socket a moment
+// before they listen.
+func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*h2Conn, error) {
 	delay := 5 * time.Millisecond
 	for {
 		s.mu.Lock()
@@ -101,26 +68,17 @@ func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*http.Cl
 			s.mu.Unlock()
 			return nil, errClosed
 		}
-		if s.cc != nil && s.cc.Reserve() == nil {
+		if s.cc != nil && s.cc.usable() {
 			cc := s.cc
 			s.mu.Unlock()
 			return cc, nil
 		}
 		s.closeLocked()
-		cc, err := s.transport.NewClientConn(ctx, "http", "localhost:80")
+		cc, err := s.dial(ctx)
+		s.mu.Unlock()
 		if err == nil {
-			err = cc.Reserve()
-			if err != nil {
-				s.dialed.closeOwned()
-				_ = cc.Close()
-			}
-		}
-		if err == nil {
-			s.cc, s.watched = cc, s.dialed
-			s.mu.Unlock()
 			return cc, nil
 		}
-		s.mu.Unlock()
 		if !waitForReady || ctx.Err() != nil {
 			return nil, err
 		}
@@ -135,23 +93,38 @@ func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*http.Cl
 	}
 }
 
+// dial connects to the socket and starts HTTP/2; called with s.mu held.
+func (s *supervisionConn) dial(ctx context.Context) (*h2Conn, error) {
+	nc, err := s.dialer.DialContext(ctx, "unix", s.socket)
+	if err != nil {
+		return nil, err
+	}
+	wc := &watchedConn{Conn: nc, onDisconnect: s.onDisconnect}
+	cc, err := newH2Conn(wc)
+	if err != nil {
+		return nil, err
+	}
+	s.cc, s.watched = cc, wc
+	return cc, nil
+}
+
 // Close closes the connection; later calls fail with Canceled.
 func (s *supervisionConn) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	return s.closeLocked()
+	s.closeLocked()
+	return nil
 }
 
 // closeLocked closes the current connection, if any, as our own doing.
-func (s *supervisionConn) closeLocked() error {
+func (s *supervisionConn) closeLocked() {
 	if s.cc == nil {
-		return nil
+		return
 	}
 	s.watched.closeOwned()
-	err := s.cc.Close()
+	s.cc.close()
 	s.cc, s.watched = nil, nil
-	return err
 }
 
 // Invoke implements grpc.ClientConnInterface for unary calls.
@@ -176,13 +149,7 @@ func (s *supervisionConn) Invoke(ctx context.Context, method string, args, reply
 	if err != nil {
 		return callError(ctx, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost"+method, bytes.NewReader(body))
-	if err != nil {
-		cc.Release()
-		return grpcstatus.Errorf(codes.Internal, "%s: %v", method, err)
-	}
-	req.ContentLength = int64(len(body))
-	req.Header = http.Header{
+	header := http.Header{
 		"Content-Type": {"application/grpc+proto"},
 		"Te":           {"trailers"},
 		"User-Agent":   {"csisupd-supervision"},
@@ -191,28 +158,22 @@ func (s *supervisionConn) Invoke(ctx context.Context, method string, args, reply
 		// The plugin learns the deadline, with a little slack so that our
 		// own deadline, not the plugin cancelling the stream a moment
 		// earlier, decides how a timed-out call ends: DeadlineExceeded.
-		req.Header.Set("Grpc-Timeout", encodeTimeout(time.Until(deadline)+deadlineSlack))
+		header.Set("Grpc-Timeout", encodeTimeout(time.Until(deadline)+deadlineSlack))
 	}
-	resp, err := cc.RoundTrip(req)
+	answer, err := cc.roundTrip(ctx, method, header, body)
 	if err != nil {
 		return callError(ctx, err)
 	}
-	defer resp.Body.Close()
-
-	if resp.StatusCode != http.StatusOK {
-		return grpcstatus.Errorf(httpStatusCode(resp.StatusCode), "not a gRPC answer: HTTP status %d", resp.StatusCode)
+	if code := answer.status(); code != http.StatusOK {
+		return grpcstatus.Errorf(httpStatusCode(code), "not a gRPC answer: HTTP status %d", code)
 	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/grpc") {
+	if ct := answer.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/grpc") {
 		return grpcstatus.Errorf(codes.Unknown, "not a gRPC answer: content-type %q", ct)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxSupervisionMessage+6))
-	if err != nil {
-		return callError(ctx, err)
-	}
-	if st := answerStatus(resp); st.Code() != codes.OK {
+	if st := answerStatus(answer.trailer, answer.header); st.Code() != codes.OK {
 		return st.Err()
 	}
-	msg, err := unframe(data)
+	msg, err := unframe(answer.data)
 	if err != nil {
 		return grpcstatus.Errorf(codes.Internal, "%s reply: %v", method, err)
 	}
@@ -253,10 +214,10 @@ func callError(ctx context.Context, err error) error {
 
 // answerStatus reads grpc-status, grpc-message and grpc-status-details-bin
 // from the trailers, or from the headers of a trailers-only answer.
-func answerStatus(resp *http.Response) *grpcstatus.Status {
-	h := resp.Trailer
+func answerStatus(trailer, header http.Header) *grpcstatus.Status {
+	h := trailer
 	if h.Get("Grpc-Status") == "" {
-		h = resp.Header
+		h = header
 	}
 	raw := h.Get("Grpc-Status")
 	if raw == "" {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,5 +218,49 @@ func TestEncodeTimeout(t *testing.T) {
 		if got := encodeTimeout(tc.d); got != tc.want {
 			t.Errorf("encodeTimeout(%s) = %q, want %q", tc.d, got, tc.want)
 		}
+	}
+}
+
+// A supervision connection lives for days: far more answer bytes than one
+// HTTP/2 flow-control window (64 KiB) must flow, and callers from several
+// goroutines share it.
+func TestSupervisionLongLivedConnection(t *testing.T) {
+	sock := filepath.Join(socketDir(t), "csi.sock")
+	serveIdentity(t, sock, &faultyIdentity{})
+	var disconnects atomic.Int32
+	c := newClient(t, Config{Socket: sock, OnDisconnect: func() { disconnects.Add(1) }})
+	lean := csi.NewIdentityClient(c.Supervision())
+
+	// Each answer carries ~60 bytes: 3,000 calls move ~180 KiB.
+	const calls, callers = 3000, 4
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			for range calls / callers {
+				info, err := lean.GetPluginInfo(context.Background(), &csi.GetPluginInfoRequest{})
+				if err == nil && info.GetName() != "faulty.example.com" {
+					err = status.Errorf(codes.Internal, "wrong answer %v", info)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.supervision.mu.Lock()
+	nextID := c.supervision.cc.nextID
+	c.supervision.mu.Unlock()
+	if want := uint32(2*calls + 1); nextID != want {
+		t.Errorf("next stream id %d, want %d: the calls did not share one connection", nextID, want)
+	}
+	if n := disconnects.Load(); n != 0 {
+		t.Errorf("%d disconnects on a healthy plugin", n)
 	}
 }

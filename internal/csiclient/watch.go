@@ -6,28 +6,20 @@ import (
 	"sync/atomic"
 )
 
-// watchedConn tells its owner that the plugin is going or gone: once when
-// the plugin sends an HTTP/2 GOAWAY frame (a graceful stop begins; the
-// plugin may still answer for a moment), and once when the connection ends
-// without its owner asking: a failed read, or the HTTP/2 client closing it
-// after the plugin's GOAWAY. grpc-go clients
-// close their side on GOAWAY so the plugin's server can finish stopping;
-// net/http's HTTP/2 client does not report GOAWAY, so the connection
-// follows the frame headers it reads to see one.
+// watchedConn tells its owner, once, that the plugin is gone: at the first
+// failed read, or when the connection is closed without its owner asking
+// (the HTTP/2 client closes it when the plugin sends GOAWAY, a graceful
+// stop). Watching costs nothing beyond the reads the connection makes
+// anyway.
 type watchedConn struct {
 	net.Conn
 	onDisconnect func()
 	owned        atomic.Bool // the owner is closing the connection
-	goingAway    sync.Once
 	gone         sync.Once
-	frames       frameHeaders // touched only by the reading goroutine
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if c.frames.sawGoAway(p[:n]) {
-		c.goingAway.Do(c.onDisconnect)
-	}
 	if err != nil {
 		c.ended()
 	}
@@ -46,42 +38,4 @@ func (c *watchedConn) ended() {
 	if !c.owned.Load() {
 		c.gone.Do(c.onDisconnect)
 	}
-}
-
-// frameHeaders follows the HTTP/2 frames a server sends (RFC 9113 section
-// 4.1: a 9-byte header whose first three bytes are the payload length and
-// whose fourth is the type), skipping payloads, to notice GOAWAY frames.
-type frameHeaders struct {
-	header [9]byte
-	have   int    // bytes of the current header read so far
-	skip   uint32 // payload bytes of the current frame still to skip
-}
-
-// frameGoAway is the HTTP/2 GOAWAY frame type.
-const frameGoAway = 0x7
-
-// sawGoAway consumes the next bytes read from the server and reports
-// whether they complete the header of a GOAWAY frame.
-func (f *frameHeaders) sawGoAway(p []byte) bool {
-	goAway := false
-	for len(p) > 0 {
-		if f.skip > 0 {
-			n := min(uint32(len(p)), f.skip)
-			p = p[n:]
-			f.skip -= n
-			continue
-		}
-		n := copy(f.header[f.have:], p)
-		f.have += n
-		p = p[n:]
-		if f.have < len(f.header) {
-			break
-		}
-		f.have = 0
-		f.skip = uint32(f.header[0])<<16 | uint32(f.header[1])<<8 | uint32(f.header[2])
-		if f.header[3] == frameGoAway {
-			goAway = true
-		}
-	}
-	return goAway
 }

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// run maps usage errors to 2, other errors to 1 and success to 0.
+func TestRunExitCodes(t *testing.T) {
+	t.Setenv("CSISUPD_ADDR", "")
+	addr := freeAddr(t)
+	tests := []struct {
+		args []string
+		want int
+	}{
+		{[]string{"version"}, exitOK},
+		{[]string{"--help"}, exitOK},
+		{[]string{"agent", "--no-such-flag"}, exitUsage},
+		{[]string{"agent", "extra"}, exitUsage},
+		{[]string{"status", "extra"}, exitUsage},
+		{[]string{"events", "--replay", "many"}, exitUsage},
+		{[]string{"no-such-command"}, exitUsage},
+		{[]string{"--address", addr, "--timeout", "2s", "status"}, exitError},
+		{[]string{"agent", "--config", "/nonexistent/csisupd.hcl"}, exitError},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			if got := run(tt.args); got != tt.want {
+				t.Errorf("run(%q) = %d, want %d", tt.args, got, tt.want)
+			}
+		})
+	}
+}
+
+// status with no agent names the address it tried.
+func TestStatusNoAgent(t *testing.T) {
+	addr := freeAddr(t)
+	root := newRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"--address", addr, "status"})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("status error = %v, want one naming %s", err, addr)
+	}
+}
+
+func TestVersionCommand(t *testing.T) {
+	tests := []struct {
+		args  []string
+		check func(string) error
+	}{
+		{[]string{"version"}, func(s string) error {
+			if !strings.HasPrefix(s, "csisupd "+version+" (commit "+commit) {
+				return fmt.Errorf("unexpected text %q", s)
+			}
+			return nil
+		}},
+		{[]string{"version", "--json"}, func(s string) error {
+			var v map[string]string
+			if err := json.Unmarshal([]byte(s), &v); err != nil {
+				return err
+			}
+			if v["version"] != version || v["commit"] != commit || !strings.HasPrefix(v["go"], "go") {
+				return fmt.Errorf("unexpected JSON %v", v)
+			}
+			return nil
+		}},
+	}
+	for _, tt := range tests {
+		root := newRootCommand()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(tt.args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if err := tt.check(out.String()); err != nil {
+			t.Errorf("%v: %v", tt.args, err)
+		}
+	}
+}
+
+// status --json always carries every contract field, with empty lists and
+// objects rather than null, and last_probe null before the first probe.
+func TestStatusJSONContract(t *testing.T) {
+	probe := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name      string
+		plugin    *csisupdv1.Plugin
+		lastProbe any
+	}{
+		{"never probed", &csisupdv1.Plugin{Id: "a", Type: "unknown", HealthState: "unknown"}, nil},
+		{"probed", &csisupdv1.Plugin{Id: "b", Type: "monolith", Healthy: true, HealthState: "healthy",
+			NodeId: "n1", ControllerCapabilities: []string{"CREATE_DELETE_VOLUME"},
+			LastProbe: timestamppb.New(probe)}, "2026-01-02T03:04:05Z"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := json.Marshal(statusToJSON(&csisupdv1.StatusResponse{Plugins: []*csisupdv1.Plugin{tt.plugin}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc struct {
+				Plugins []map[string]any `json:"plugins"`
+			}
+			if err := json.Unmarshal(data, &doc); err != nil || len(doc.Plugins) != 1 {
+				t.Fatalf("status JSON %s: %v", data, err)
+			}
+			p := doc.Plugins[0]
+			for _, key := range []string{"id", "type", "healthy", "health_description", "socket", "vendor_name",
+				"vendor_version", "node_id", "max_volumes", "accessible_topology", "controller_capabilities",
+				"node_capabilities", "last_probe"} {
+				if _, ok := p[key]; !ok {
+					t.Errorf("no %q in %s", key, data)
+				}
+			}
+			for _, key := range []string{"controller_capabilities", "node_capabilities"} {
+				if _, ok := p[key].([]any); !ok {
+					t.Errorf("%s = %v, want a list", key, p[key])
+				}
+			}
+			if _, ok := p["accessible_topology"].(map[string]any); !ok {
+				t.Errorf("accessible_topology = %v, want an object", p["accessible_topology"])
+			}
+			if p["last_probe"] != tt.lastProbe {
+				t.Errorf("last_probe = %v, want %v", p["last_probe"], tt.lastProbe)
+			}
+		})
+	}
+}
+
+// events --json prints one object per line with the contract fields.
+func TestEventJSONLine(t *testing.T) {
+	var out bytes.Buffer
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, e := range []*csisupdv1.Event{
+		{Index: 1, Time: timestamppb.New(at), Type: "plugin-registered", PluginId: "p", Description: "registered"},
+		{Index: 2, Time: timestamppb.New(at), Type: "plugin-healthy", PluginId: "p"},
+	} {
+		if err := printEvent(&out, e, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("got %d lines, want 2:\n%s", len(lines), out.String())
+	}
+	for i, line := range lines {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("line %d %q: %v", i, line, err)
+		}
+		for _, key := range []string{"time", "type", "plugin_id", "description"} {
+			if _, ok := e[key]; !ok {
+				t.Errorf("line %d has no %q: %s", i, key, line)
+			}
+		}
+		if e["time"] != "2026-01-02T03:04:05Z" {
+			t.Errorf("line %d time = %v", i, e["time"])
+		}
+	}
+}
