@@ -20,7 +20,9 @@ import (
 // fingerprint calls a minute, strictly one after another, so this small
 // client (one reader goroutine, a 512-byte write buffer, no header
 // indexing) replaces a general one whose per-connection buffers would
-// dominate the agent's memory with thousands of plugins.
+// dominate the agent's memory with thousands of plugins. A 1 KiB read
+// buffer lets one read take in a whole answer, and flow-control credit is
+// returned in batches, so a probe costs one write and usually one read.
 type h2Conn struct {
 	nc  net.Conn
 	fr  *http2.Framer
@@ -30,6 +32,10 @@ type h2Conn struct {
 
 	callMu sync.Mutex // one call at a time
 	wmu    sync.Mutex // frame writes: the caller's and the reader's acks
+
+	// unacked is the DATA credit not yet returned to the plugin, for the
+	// connection and for the stream in flight; touched by the reader only.
+	unacked, streamUnacked uint32
 
 	mu     sync.Mutex
 	nextID uint32
@@ -58,7 +64,7 @@ var errGoAway = errors.New("plugin is going away (GOAWAY)")
 func newH2Conn(nc net.Conn) (*h2Conn, error) {
 	c := &h2Conn{nc: nc, nextID: 1, done: make(chan struct{})}
 	c.bw = bufio.NewWriterSize(nc, 512)
-	c.fr = http2.NewFramer(c.bw, nc)
+	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(nc, 1024))
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = 64 << 10
 	c.enc = hpack.NewEncoder(&c.hb)
@@ -236,19 +242,31 @@ func (c *h2Conn) onHeaders(f *http2.MetaHeadersFrame) {
 	}
 }
 
+// windowBatch is how much DATA credit is returned at once; a quarter of
+// the 64 KiB initial window, so the plugin never waits for credit.
+const windowBatch = 16 << 10
+
 func (c *h2Conn) onData(f *http2.DataFrame) {
-	n := len(f.Data())
-	if n > 0 {
-		// Give the flow-control credit back at once: answers are read
-		// completely, and a connection lives for thousands of calls.
+	n := uint32(len(f.Data()))
+	// Answers are read completely, and a connection lives for millions of
+	// them: return the credit, in batches to save a write per call. A
+	// stream's own window matters only for answers above 16 KiB.
+	c.unacked += n
+	c.streamUnacked += n
+	if f.StreamEnded() {
+		c.streamUnacked = 0
+	}
+	if c.unacked >= windowBatch || c.streamUnacked >= windowBatch {
+		connCredit, streamCredit := c.unacked, c.streamUnacked
+		c.unacked, c.streamUnacked = 0, 0
 		c.write(func() error {
-			if err := c.fr.WriteWindowUpdate(0, uint32(n)); err != nil {
+			if err := c.fr.WriteWindowUpdate(0, connCredit); err != nil {
 				return err
 			}
-			if f.StreamEnded() {
+			if streamCredit == 0 {
 				return nil
 			}
-			return c.fr.WriteWindowUpdate(f.StreamID, uint32(n))
+			return c.fr.WriteWindowUpdate(f.StreamID, streamCredit)
 		})
 	}
 	c.mu.Lock()
@@ -257,7 +275,7 @@ func (c *h2Conn) onData(f *http2.DataFrame) {
 	if call == nil || call.id != f.StreamID {
 		return
 	}
-	if len(call.data)+n > maxSupervisionMessage+5 {
+	if len(call.data)+int(n) > maxSupervisionMessage+5 {
 		c.finish(f.StreamID, fmt.Errorf("answer larger than %d bytes", maxSupervisionMessage))
 		return
 	}
