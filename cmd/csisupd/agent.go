@@ -65,6 +65,7 @@ func runAgent(parent context.Context, flags *config.Flags) error {
 		})
 		demo, err := startDemoPlugin(a, cfg.Name, demoLog)
 		if err != nil {
+			a.Close()
 			return err
 		}
 		defer demo.Stop()

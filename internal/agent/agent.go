@@ -65,6 +65,8 @@ type Agent struct {
 	nodes    *server.NodeClient // nil unless the client has servers to report to
 	nodeID   string
 	ready    chan struct{}
+	closers  []func() // release what New opened, for Close
+	ran      bool     // Run was called; it releases everything itself
 	mu       sync.Mutex // guards cfg on Reload
 	stopOnce sync.Once
 }
@@ -88,10 +90,10 @@ func New(c Config) (a *Agent, err error) {
 	var closers []func()
 	defer func() {
 		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
+			release(closers)
+			return
 		}
+		a.closers = closers
 	}()
 
 	if err := a.prepareDirs(); err != nil {
@@ -224,6 +226,26 @@ func New(c Config) (a *Agent, err error) {
 	return a, nil
 }
 
+// Close releases what New opened (listeners, raft, a dev temp directory)
+// for an agent whose Run is never called, for example when the caller
+// fails to start something else. After Run it does nothing.
+func (a *Agent) Close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ran {
+		return
+	}
+	a.ran = true
+	release(a.closers)
+}
+
+// release runs closers in reverse order.
+func release(closers []func()) {
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i]()
+	}
+}
+
 // RPCAddr is the address the gRPC APIs listen on.
 func (a *Agent) RPCAddr() net.Addr { return a.rpcLn.Addr() }
 
@@ -250,6 +272,13 @@ func (a *Agent) Ready() <-chan struct{} { return a.ready }
 // Run serves until ctx ends, then stops gracefully. It returns the first
 // error of a component that failed on its own.
 func (a *Agent) Run(ctx context.Context) error {
+	a.mu.Lock()
+	if a.ran {
+		a.mu.Unlock()
+		return errors.New("agent: Run called twice or after Close")
+	}
+	a.ran = true
+	a.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

@@ -349,3 +349,30 @@ func TestRunFailsWhenPluginDirUnusable(t *testing.T) {
 		t.Error("rpc listener still open")
 	}
 }
+
+func TestCloseWithoutRunReleasesEverything(t *testing.T) {
+	// Dev mode: New makes a temporary data directory that Close removes.
+	cfg := testConfig(t)
+	cfg.Dev, cfg.DataDir, cfg.Client.PluginDir = true, "", ""
+	a, err := New(Config{Config: cfg, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpcAddr, httpAddr, dataDir := a.RPCAddr().String(), a.HTTPAddr().String(), a.DataDir()
+	a.Close()
+	a.Close() // idempotent
+	for _, addr := range []string{rpcAddr, httpAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s still in use after Close: %v", addr, err)
+			continue
+		}
+		ln.Close()
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Errorf("dev data dir %s still there after Close: %v", dataDir, err)
+	}
+	if err := a.Run(context.Background()); err == nil {
+		t.Error("Run after Close succeeded")
+	}
+}
