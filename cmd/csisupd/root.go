@@ -58,6 +58,10 @@ func newRootCommand() *cobra.Command {
 		newStatusCommand(opts),
 		newEventsCommand(opts),
 		newVersionCommand(opts),
+		newPluginCommand(opts),
+		newNodeCommand(opts),
+		newVolumeCommand(opts),
+		newOperatorCommand(opts),
 	)
 	return root
 }

@@ -58,6 +58,19 @@ type statusJSON struct {
 	PluginDir string        `json:"plugin_dir"`
 	Plugins   []pluginJSON  `json:"plugins"`
 	Ignored   []ignoredJSON `json:"ignored"`
+	Cluster   *clusterJSON  `json:"cluster,omitempty"`
+}
+
+// clusterJSON is the agent's view of the control cluster.
+type clusterJSON struct {
+	NodeID         string   `json:"node_id"`
+	Server         bool     `json:"server"`
+	Servers        []string `json:"servers"`
+	NodeRegistered bool     `json:"node_registered"`
+	Leader         string   `json:"leader,omitempty"`
+	RaftPeers      int32    `json:"raft_peers,omitempty"`
+	Nodes          int32    `json:"nodes,omitempty"`
+	NodesReady     int32    `json:"nodes_ready,omitempty"`
 }
 
 type pluginJSON struct {
@@ -101,6 +114,13 @@ func statusToJSON(r *csisupdv1.StatusResponse) statusJSON {
 	for _, ig := range r.GetIgnored() {
 		out.Ignored = append(out.Ignored, ignoredJSON{Path: ig.GetPath(), Reason: ig.GetReason()})
 	}
+	if c := r.GetCluster(); c != nil {
+		out.Cluster = &clusterJSON{
+			NodeID: c.GetNodeId(), Server: c.GetServer(), Servers: nonNilSlice(c.GetServers()),
+			NodeRegistered: c.GetNodeRegistered(), Leader: c.GetLeader(), RaftPeers: c.GetRaftPeers(),
+			Nodes: c.GetNodes(), NodesReady: c.GetNodesReady(),
+		}
+	}
 	return out
 }
 
@@ -143,6 +163,7 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 		fmt.Fprintf(w, "Up:         %s\n", time.Since(st.AsTime()).Round(time.Second))
 	}
 	fmt.Fprintf(w, "Plugin dir: %s\n", r.GetPluginDir())
+	printCluster(w, r.GetCluster())
 	fmt.Fprintf(w, "Plugins:    %d (%d healthy)\n", len(r.GetPlugins()), healthy)
 	if len(r.GetPlugins()) > 0 {
 		fmt.Fprintln(w)
@@ -166,6 +187,25 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 		}
 	}
 	return nil
+}
+
+// printCluster prints the cluster lines of `status`, when the agent has a
+// place in a cluster.
+func printCluster(w io.Writer, c *csisupdv1.ClusterSummary) {
+	if c == nil || (!c.GetServer() && len(c.GetServers()) == 0) {
+		return
+	}
+	registered := "not registered"
+	if c.GetNodeRegistered() {
+		registered = "registered"
+	}
+	if len(c.GetServers()) > 0 {
+		fmt.Fprintf(w, "Node:       %s (%s with %s)\n", c.GetNodeId(), registered, strings.Join(c.GetServers(), ", "))
+	}
+	if c.GetServer() {
+		fmt.Fprintf(w, "Cluster:    leader %s, %d raft peers, %d of %d nodes ready\n",
+			dash(c.GetLeader()), c.GetRaftPeers(), c.GetNodesReady(), c.GetNodes())
+	}
 }
 
 func formatTime(ts *timestamppb.Timestamp) string {

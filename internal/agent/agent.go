@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/consulsync"
 	"github.com/csisupd/csisupd/internal/registry"
@@ -54,21 +55,23 @@ type Agent struct {
 	startedAt time.Time
 	tempDir   string // dev mode: removed at shutdown
 
-	rpcLn    net.Listener
-	httpLn   net.Listener
-	grpc     *grpc.Server
-	health   *health.Server
-	http     *http.Server
-	manager  *registry.Manager
-	consul   *consulsync.Syncer
-	server   *server.Server     // nil unless the server role is enabled
-	nodes    *server.NodeClient // nil unless the client has servers to report to
-	nodeID   string
-	ready    chan struct{}
-	closers  []func() // release what New opened, for Close
-	ran      bool     // Run was called; it releases everything itself
-	mu       sync.Mutex // guards cfg on Reload
-	stopOnce sync.Once
+	rpcLn   net.Listener
+	httpLn  net.Listener
+	grpc    *grpc.Server
+	health  *health.Server
+	http    *http.Server
+	manager *registry.Manager
+	consul  *consulsync.Syncer
+	server  *server.Server     // nil unless the server role is enabled
+	nodes   *server.NodeClient // nil unless the client has servers to report to
+	nodeID  string
+	// serverAddrs are the servers the node registers with.
+	serverAddrs []string
+	ready       chan struct{}
+	closers     []func()   // release what New opened, for Close
+	ran         bool       // Run was called; it releases everything itself
+	mu          sync.Mutex // guards cfg on Reload
+	stopOnce    sync.Once
 }
 
 // New validates what it needs, creates directories and opens listeners, but
@@ -151,6 +154,7 @@ func New(c Config) (a *Agent, err error) {
 		Version:   c.Version,
 		PluginDir: cfg.Client.PluginDir,
 		StartedAt: a.startedAt,
+		Cluster:   a.clusterSummary,
 		Logger:    log.Named("rpc"),
 	}).Register(a.grpc)
 
@@ -197,7 +201,8 @@ func New(c Config) (a *Agent, err error) {
 		closers = append(closers, func() { _ = srv.Shutdown(context.Background()) })
 		a.server.Register(a.grpc)
 	}
-	if servers := a.nodeServers(&cfg, rpcAddr); len(servers) > 0 {
+	a.serverAddrs = a.nodeServers(&cfg, rpcAddr)
+	if servers := a.serverAddrs; len(servers) > 0 {
 		a.nodes, err = server.NewNodeClient(server.NodeClientConfig{
 			Servers:     servers,
 			Node:        server.NodeInfo{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
@@ -465,6 +470,30 @@ func (a *Agent) nodeServers(cfg *config.Config, self string) []string {
 		return []string{self}
 	}
 	return nil
+}
+
+// clusterSummary is the agent's place in the control cluster, for status.
+// a.server and a.nodes are set once in New, before anything serves.
+func (a *Agent) clusterSummary() *csisupdv1.ClusterSummary {
+	c := &csisupdv1.ClusterSummary{NodeId: a.nodeID, Server: a.server != nil}
+	if a.nodes != nil {
+		c.Servers = a.serverAddrs
+		c.NodeRegistered = a.nodes.Registered()
+	}
+	if a.server == nil {
+		return c
+	}
+	c.Leader = a.server.Leader()
+	if conf, err := a.server.Configuration(); err == nil {
+		c.RaftPeers = int32(len(conf.Servers))
+	}
+	for _, n := range a.server.State().Nodes() {
+		c.Nodes++
+		if n.GetStatus() == "ready" {
+			c.NodesReady++
+		}
+	}
+	return c
 }
 
 // nodePlugins reports the registry to the servers.

@@ -150,14 +150,20 @@ func portFree(t *testing.T, addr string) bool {
 	return true
 }
 
-func freePort(t *testing.T) int {
+// freePorts returns n distinct free loopback ports; the listeners stay open
+// until all are chosen, so none is handed out twice.
+func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // New fails cleanly when a port is taken: the error names the config key
@@ -178,7 +184,8 @@ func TestNewListenerInUse(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.Server.Enabled = tt.server
 			cfg.Server.BootstrapExpect = 1
-			cfg.Ports = config.Ports{RPC: freePort(t), HTTP: freePort(t), Raft: freePort(t)}
+			p := freePorts(t, 3)
+			cfg.Ports = config.Ports{RPC: p[0], HTTP: p[1], Raft: p[2]}
 			busy, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

@@ -26,6 +26,9 @@ type AgentServiceConfig struct {
 	PluginDir string
 	// StartedAt is when the agent started.
 	StartedAt time.Time
+	// Cluster, when set, summarises the agent's place in the cluster for
+	// Status.
+	Cluster func() *csisupdv1.ClusterSummary
 	// Logger is optional.
 	Logger hclog.Logger
 }
@@ -56,6 +59,9 @@ func (a *AgentService) Status(context.Context, *csisupdv1.StatusRequest) (*csisu
 		StartedAt: timestamppb.New(a.cfg.StartedAt),
 		PluginDir: a.cfg.PluginDir,
 		Plugins:   PluginsToProto(a.cfg.Registry.List()),
+	}
+	if a.cfg.Cluster != nil {
+		resp.Cluster = a.cfg.Cluster()
 	}
 	for _, ig := range a.cfg.Registry.Ignored() {
 		resp.Ignored = append(resp.Ignored, &csisupdv1.IgnoredEntry{Path: ig.Path, Reason: ig.Reason})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,9 @@ type Config struct {
 	// Register, when set, registers extra services on each server's gRPC
 	// server.
 	Register func(i int, g *grpc.Server)
+	// Agents is the number of client-only agents (see Agent) started once
+	// the servers have a leader. Each lists every server in client.servers.
+	Agents int
 }
 
 // Cluster is a set of servers on loopback.
@@ -45,6 +49,7 @@ type Cluster struct {
 
 	mu      sync.Mutex
 	members []*Member
+	agents  []*Agent
 	conns   []*grpc.ClientConn
 }
 
@@ -66,8 +71,11 @@ type Member struct {
 	serveWG sync.WaitGroup
 }
 
-// New starts cfg.Servers servers at once and returns without waiting for a
-// leader. Everything is stopped by t.Cleanup.
+// New starts cfg.Servers servers at once. Without agents it returns without
+// waiting for a leader; with cfg.Agents it waits for one (30 s), then starts
+// the agents and waits until each is ready (serving, first plugin directory
+// scan done; its node registers with the servers in the background).
+// Everything is stopped by t.Cleanup.
 func New(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
 	if cfg.Servers == 0 {
@@ -99,6 +107,12 @@ func New(t testing.TB, cfg Config) *Cluster {
 	for _, err := range errs {
 		if err != nil {
 			t.Fatalf("testcluster: %v", err)
+		}
+	}
+	if cfg.Agents > 0 {
+		c.WaitForLeader(t, 30*time.Second)
+		for i := 0; i < cfg.Agents; i++ {
+			c.AddAgent()
 		}
 	}
 	return c
@@ -386,8 +400,8 @@ func (c *Cluster) Control(i int) csisupdv1.ControlClient {
 	return csisupdv1.NewControlClient(c.Conn(i))
 }
 
-// Shutdown stops every member and closes client connections. It is safe
-// to call more than once.
+// Shutdown stops every agent and its plugins, then every member, and closes
+// client connections. It is safe to call more than once.
 func (c *Cluster) Shutdown() {
 	c.mu.Lock()
 	conns := c.conns
@@ -397,6 +411,16 @@ func (c *Cluster) Shutdown() {
 		conn.Close()
 	}
 	var wg sync.WaitGroup
+	for _, a := range c.Agents() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.stop()
+			a.stopPlugins()
+			os.RemoveAll(a.Dir)
+		}()
+	}
+	wg.Wait()
 	for _, m := range c.Members() {
 		wg.Add(1)
 		go func() {

@@ -286,7 +286,7 @@ func TestConfigErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := writeFile(t, dir, "agent.hcl", tt.content)
 			dataDir := filepath.Join(dir, "data-"+strings.ReplaceAll(tt.name, " ", "-"))
-			ports := []int{freePort(t), freePort(t), freePort(t)}
+			ports := freePorts(t, 3)
 			r := runCLI(t, "agent", "--config", cfg, "--data-dir", dataDir,
 				"--rpc-port", fmt.Sprint(ports[0]), "--http-port", fmt.Sprint(ports[1]), "--raft-port", fmt.Sprint(ports[2]))
 			if r.code != 1 {

@@ -77,13 +77,23 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort(t *testing.T) int {
+	return freePorts(t, 1)[0]
+}
+
+// freePorts returns n distinct free loopback ports. All listeners stay open
+// until every port is chosen, so the kernel cannot hand out one twice.
+func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // portFree reports whether nothing listens on the loopback port.
@@ -245,7 +255,8 @@ func (a *agentProc) addr() string { return net.JoinHostPort("127.0.0.1", strconv
 func startAgent(t *testing.T, env []string, args ...string) *agentProc {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		a := &agentProc{rpc: freePort(t), http: freePort(t), raft: freePort(t)}
+		ports := freePorts(t, 3)
+		a := &agentProc{rpc: ports[0], http: ports[1], raft: ports[2]}
 		full := append([]string{"agent",
 			"--rpc-port", strconv.Itoa(a.rpc), "--http-port", strconv.Itoa(a.http), "--raft-port", strconv.Itoa(a.raft)},
 			args...)

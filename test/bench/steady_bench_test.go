@@ -47,7 +47,8 @@ func BenchmarkSteadyState1000(b *testing.B) {
 	waitForLine(b, plugins, "csi-testplugin: serving")
 	defer stopProcess(plugins)
 
-	rpcPort, httpPort := freePort(b), freePort(b)
+	ports := freePorts(b, 2)
+	rpcPort, httpPort := ports[0], ports[1]
 	cfgFile := filepath.Join(dir, "agent.hcl")
 	writeFile(b, cfgFile, fmt.Sprintf(`
 name = "bench"
@@ -211,14 +212,20 @@ func processRSS(b *testing.B, pid int) int64 {
 	return 0
 }
 
-func freePort(b *testing.B) int {
+// freePorts returns n distinct free loopback ports; the listeners stay
+// open until all are chosen, so none is handed out twice.
+func freePorts(b *testing.B, n int) []int {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 func writeFile(b *testing.B, path, content string) {

@@ -299,13 +299,15 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	PluginDir     string                 `protobuf:"bytes,4,opt,name=plugin_dir,json=pluginDir,proto3" json:"plugin_dir,omitempty"`
-	Plugins       []*Plugin              `protobuf:"bytes,5,rep,name=plugins,proto3" json:"plugins,omitempty"`
-	Ignored       []*IgnoredEntry        `protobuf:"bytes,6,rep,name=ignored,proto3" json:"ignored,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version   string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	PluginDir string                 `protobuf:"bytes,4,opt,name=plugin_dir,json=pluginDir,proto3" json:"plugin_dir,omitempty"`
+	Plugins   []*Plugin              `protobuf:"bytes,5,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	Ignored   []*IgnoredEntry        `protobuf:"bytes,6,rep,name=ignored,proto3" json:"ignored,omitempty"`
+	// cluster summarises the agent's place in the control cluster.
+	Cluster       *ClusterSummary `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +384,120 @@ func (x *StatusResponse) GetIgnored() []*IgnoredEntry {
 	return nil
 }
 
+func (x *StatusResponse) GetCluster() *ClusterSummary {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// ClusterSummary is what one agent knows of the control cluster.
+type ClusterSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is this node's stable id.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// server is true when the agent runs the server role.
+	Server bool `protobuf:"varint,2,opt,name=server,proto3" json:"server,omitempty"`
+	// servers are the addresses the client role registers its node with.
+	Servers []string `protobuf:"bytes,3,rep,name=servers,proto3" json:"servers,omitempty"`
+	// node_registered is true while the servers know this node.
+	NodeRegistered bool `protobuf:"varint,4,opt,name=node_registered,json=nodeRegistered,proto3" json:"node_registered,omitempty"`
+	// The fields below are filled by servers only, from their replicated
+	// state (possibly stale on a follower).
+	Leader        string `protobuf:"bytes,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	RaftPeers     int32  `protobuf:"varint,6,opt,name=raft_peers,json=raftPeers,proto3" json:"raft_peers,omitempty"`
+	Nodes         int32  `protobuf:"varint,7,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	NodesReady    int32  `protobuf:"varint,8,opt,name=nodes_ready,json=nodesReady,proto3" json:"nodes_ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterSummary) Reset() {
+	*x = ClusterSummary{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSummary) ProtoMessage() {}
+
+func (x *ClusterSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSummary.ProtoReflect.Descriptor instead.
+func (*ClusterSummary) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ClusterSummary) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ClusterSummary) GetServer() bool {
+	if x != nil {
+		return x.Server
+	}
+	return false
+}
+
+func (x *ClusterSummary) GetServers() []string {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *ClusterSummary) GetNodeRegistered() bool {
+	if x != nil {
+		return x.NodeRegistered
+	}
+	return false
+}
+
+func (x *ClusterSummary) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *ClusterSummary) GetRaftPeers() int32 {
+	if x != nil {
+		return x.RaftPeers
+	}
+	return 0
+}
+
+func (x *ClusterSummary) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *ClusterSummary) GetNodesReady() int32 {
+	if x != nil {
+		return x.NodesReady
+	}
+	return 0
+}
+
 type ListPluginsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -390,7 +506,7 @@ type ListPluginsRequest struct {
 
 func (x *ListPluginsRequest) Reset() {
 	*x = ListPluginsRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[4]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +518,7 @@ func (x *ListPluginsRequest) String() string {
 func (*ListPluginsRequest) ProtoMessage() {}
 
 func (x *ListPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[4]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +531,7 @@ func (x *ListPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 type ListPluginsResponse struct {
@@ -427,7 +543,7 @@ type ListPluginsResponse struct {
 
 func (x *ListPluginsResponse) Reset() {
 	*x = ListPluginsResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[5]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +555,7 @@ func (x *ListPluginsResponse) String() string {
 func (*ListPluginsResponse) ProtoMessage() {}
 
 func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[5]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +568,7 @@ func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListPluginsResponse) GetPlugins() []*Plugin {
@@ -471,7 +587,7 @@ type GetPluginRequest struct {
 
 func (x *GetPluginRequest) Reset() {
 	*x = GetPluginRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[6]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +599,7 @@ func (x *GetPluginRequest) String() string {
 func (*GetPluginRequest) ProtoMessage() {}
 
 func (x *GetPluginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[6]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +612,7 @@ func (x *GetPluginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetPluginRequest) GetId() string {
@@ -515,7 +631,7 @@ type GetPluginResponse struct {
 
 func (x *GetPluginResponse) Reset() {
 	*x = GetPluginResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[7]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +643,7 @@ func (x *GetPluginResponse) String() string {
 func (*GetPluginResponse) ProtoMessage() {}
 
 func (x *GetPluginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[7]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +656,7 @@ func (x *GetPluginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetPluginResponse) GetPlugin() *Plugin {
@@ -563,7 +679,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[8]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +691,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[8]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +704,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchEventsRequest) GetReplay() int32 {
@@ -622,7 +738,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[9]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +750,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[9]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +763,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Event) GetIndex() uint64 {
@@ -723,7 +839,7 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\fIgnoredEntry\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x0f\n" +
-	"\rStatusRequest\"\xfa\x01\n" +
+	"\rStatusRequest\"\xb0\x02\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x129\n" +
@@ -732,7 +848,19 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"plugin_dir\x18\x04 \x01(\tR\tpluginDir\x12,\n" +
 	"\aplugins\x18\x05 \x03(\v2\x12.csisupd.v1.PluginR\aplugins\x122\n" +
-	"\aignored\x18\x06 \x03(\v2\x18.csisupd.v1.IgnoredEntryR\aignored\"\x14\n" +
+	"\aignored\x18\x06 \x03(\v2\x18.csisupd.v1.IgnoredEntryR\aignored\x124\n" +
+	"\acluster\x18\a \x01(\v2\x1a.csisupd.v1.ClusterSummaryR\acluster\"\xf2\x01\n" +
+	"\x0eClusterSummary\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\bR\x06server\x12\x18\n" +
+	"\aservers\x18\x03 \x03(\tR\aservers\x12'\n" +
+	"\x0fnode_registered\x18\x04 \x01(\bR\x0enodeRegistered\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\tR\x06leader\x12\x1d\n" +
+	"\n" +
+	"raft_peers\x18\x06 \x01(\x05R\traftPeers\x12\x14\n" +
+	"\x05nodes\x18\a \x01(\x05R\x05nodes\x12\x1f\n" +
+	"\vnodes_ready\x18\b \x01(\x05R\n" +
+	"nodesReady\"\x14\n" +
 	"\x12ListPluginsRequest\"C\n" +
 	"\x13ListPluginsResponse\x12,\n" +
 	"\aplugins\x18\x01 \x03(\v2\x12.csisupd.v1.PluginR\aplugins\"\"\n" +
@@ -767,47 +895,49 @@ func file_csisupd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_agent_proto_rawDescData
 }
 
-var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_csisupd_v1_agent_proto_goTypes = []any{
 	(*Plugin)(nil),                // 0: csisupd.v1.Plugin
 	(*IgnoredEntry)(nil),          // 1: csisupd.v1.IgnoredEntry
 	(*StatusRequest)(nil),         // 2: csisupd.v1.StatusRequest
 	(*StatusResponse)(nil),        // 3: csisupd.v1.StatusResponse
-	(*ListPluginsRequest)(nil),    // 4: csisupd.v1.ListPluginsRequest
-	(*ListPluginsResponse)(nil),   // 5: csisupd.v1.ListPluginsResponse
-	(*GetPluginRequest)(nil),      // 6: csisupd.v1.GetPluginRequest
-	(*GetPluginResponse)(nil),     // 7: csisupd.v1.GetPluginResponse
-	(*WatchEventsRequest)(nil),    // 8: csisupd.v1.WatchEventsRequest
-	(*Event)(nil),                 // 9: csisupd.v1.Event
-	nil,                           // 10: csisupd.v1.Plugin.ManifestEntry
-	nil,                           // 11: csisupd.v1.Plugin.AccessibleTopologyEntry
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*ClusterSummary)(nil),        // 4: csisupd.v1.ClusterSummary
+	(*ListPluginsRequest)(nil),    // 5: csisupd.v1.ListPluginsRequest
+	(*ListPluginsResponse)(nil),   // 6: csisupd.v1.ListPluginsResponse
+	(*GetPluginRequest)(nil),      // 7: csisupd.v1.GetPluginRequest
+	(*GetPluginResponse)(nil),     // 8: csisupd.v1.GetPluginResponse
+	(*WatchEventsRequest)(nil),    // 9: csisupd.v1.WatchEventsRequest
+	(*Event)(nil),                 // 10: csisupd.v1.Event
+	nil,                           // 11: csisupd.v1.Plugin.ManifestEntry
+	nil,                           // 12: csisupd.v1.Plugin.AccessibleTopologyEntry
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_csisupd_v1_agent_proto_depIdxs = []int32{
-	10, // 0: csisupd.v1.Plugin.manifest:type_name -> csisupd.v1.Plugin.ManifestEntry
-	11, // 1: csisupd.v1.Plugin.accessible_topology:type_name -> csisupd.v1.Plugin.AccessibleTopologyEntry
-	12, // 2: csisupd.v1.Plugin.last_probe:type_name -> google.protobuf.Timestamp
-	12, // 3: csisupd.v1.Plugin.registered_at:type_name -> google.protobuf.Timestamp
-	12, // 4: csisupd.v1.Plugin.health_since:type_name -> google.protobuf.Timestamp
-	12, // 5: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
+	11, // 0: csisupd.v1.Plugin.manifest:type_name -> csisupd.v1.Plugin.ManifestEntry
+	12, // 1: csisupd.v1.Plugin.accessible_topology:type_name -> csisupd.v1.Plugin.AccessibleTopologyEntry
+	13, // 2: csisupd.v1.Plugin.last_probe:type_name -> google.protobuf.Timestamp
+	13, // 3: csisupd.v1.Plugin.registered_at:type_name -> google.protobuf.Timestamp
+	13, // 4: csisupd.v1.Plugin.health_since:type_name -> google.protobuf.Timestamp
+	13, // 5: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: csisupd.v1.StatusResponse.plugins:type_name -> csisupd.v1.Plugin
 	1,  // 7: csisupd.v1.StatusResponse.ignored:type_name -> csisupd.v1.IgnoredEntry
-	0,  // 8: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
-	0,  // 9: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
-	12, // 10: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
-	2,  // 11: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
-	4,  // 12: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
-	6,  // 13: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
-	8,  // 14: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
-	3,  // 15: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
-	5,  // 16: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
-	7,  // 17: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
-	9,  // 18: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 8: csisupd.v1.StatusResponse.cluster:type_name -> csisupd.v1.ClusterSummary
+	0,  // 9: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
+	0,  // 10: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
+	13, // 11: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
+	2,  // 12: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
+	5,  // 13: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
+	7,  // 14: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
+	9,  // 15: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
+	3,  // 16: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
+	6,  // 17: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
+	8,  // 18: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
+	10, // 19: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_agent_proto_init() }
@@ -821,7 +951,7 @@ func file_csisupd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_agent_proto_rawDesc), len(file_csisupd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

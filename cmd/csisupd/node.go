@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+func newNodeCommand(opts *clientOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Inspect the nodes registered with the cluster",
+		Args:  rangeArgs(0, 0),
+	}
+	var stale bool
+	statusCmd := &cobra.Command{
+		Use:   "status [ID]",
+		Short: "Show every node of the cluster, or one node with its plugins",
+		Args:  rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := cmd.OutOrStdout()
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				if len(args) == 0 {
+					resp, err := cl.ListNodes(ctx, &csisupdv1.NodeListRequest{Stale: stale})
+					if err != nil {
+						return controlError(opts.address, err)
+					}
+					if opts.json {
+						out := nodeListJSON{Nodes: []nodeJSON{}, Index: resp.GetIndex()}
+						for _, n := range resp.GetNodes() {
+							out.Nodes = append(out.Nodes, nodeToJSON(n))
+						}
+						return printJSON(w, out)
+					}
+					return printNodeList(w, resp.GetNodes())
+				}
+				resp, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: args[0], Stale: stale})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				if opts.json {
+					return printJSON(w, nodeToJSON(resp.GetNode()))
+				}
+				return printNode(w, resp.GetNode())
+			})
+		},
+	}
+	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	cmd.AddCommand(statusCmd)
+	return cmd
+}
+
+// nodeListJSON is the `node status --json` document.
+type nodeListJSON struct {
+	Nodes []nodeJSON `json:"nodes"`
+	Index uint64     `json:"index"`
+}
+
+// nodeJSON is one node in `node status --json`. Its plugins have the shape
+// of `status --json`.
+type nodeJSON struct {
+	ID                string       `json:"id"`
+	Name              string       `json:"name"`
+	Address           string       `json:"address"`
+	Status            string       `json:"status"`
+	StatusDescription string       `json:"status_description"`
+	StatusUpdatedAt   string       `json:"status_updated_at"`
+	RegisteredAt      string       `json:"registered_at"`
+	Plugins           []pluginJSON `json:"plugins"`
+}
+
+func nodeToJSON(n *csisupdv1.ClusterNode) nodeJSON {
+	out := nodeJSON{
+		ID:                n.GetId(),
+		Name:              n.GetName(),
+		Address:           n.GetAddress(),
+		Status:            n.GetStatus(),
+		StatusDescription: n.GetStatusDescription(),
+		StatusUpdatedAt:   formatTime(n.GetStatusUpdatedAt()),
+		RegisteredAt:      formatTime(n.GetRegisteredAt()),
+		Plugins:           []pluginJSON{},
+	}
+	for _, p := range n.GetPlugins() {
+		out.Plugins = append(out.Plugins, pluginToJSON(p))
+	}
+	return out
+}
+
+func nodePluginIDs(n *csisupdv1.ClusterNode) string {
+	var ids []string
+	for _, p := range n.GetPlugins() {
+		ids = append(ids, p.GetId())
+	}
+	if len(ids) == 0 {
+		return "-"
+	}
+	return strings.Join(ids, ",")
+}
+
+func printNodeList(w io.Writer, nodes []*csisupdv1.ClusterNode) error {
+	if len(nodes) == 0 {
+		_, err := fmt.Fprintln(w, "No nodes registered.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tSTATUS\tPLUGINS")
+	for _, n := range nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.GetId(), dash(n.GetName()), dash(n.GetAddress()), n.GetStatus(), nodePluginIDs(n))
+	}
+	return tw.Flush()
+}
+
+func printNode(w io.Writer, n *csisupdv1.ClusterNode) error {
+	fmt.Fprintf(w, "ID:         %s\n", n.GetId())
+	fmt.Fprintf(w, "Name:       %s\n", dash(n.GetName()))
+	fmt.Fprintf(w, "Address:    %s\n", dash(n.GetAddress()))
+	fmt.Fprintf(w, "Status:     %s\n", n.GetStatus())
+	if d := n.GetStatusDescription(); d != "" {
+		fmt.Fprintf(w, "            %s\n", d)
+	}
+	fmt.Fprintf(w, "Registered: %s\n", dash(formatTime(n.GetRegisteredAt())))
+	if len(n.GetPlugins()) == 0 {
+		_, err := fmt.Fprintln(w, "\nNo plugins.")
+		return err
+	}
+	fmt.Fprintln(w, "\nPlugins")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tHEALTH\tVENDOR\tVERSION\tCSI NODE ID\tDESCRIPTION")
+	for _, p := range n.GetPlugins() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), dash(p.GetType()), dash(p.GetHealthState()),
+			dash(p.GetVendorName()), dash(p.GetVendorVersion()), dash(p.GetNodeId()), dash(p.GetHealthDescription()))
+	}
+	return tw.Flush()
+}

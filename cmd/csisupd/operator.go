@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// snapshotChunkSize is the size of one SnapshotRestore message.
+const snapshotChunkSize = 64 << 10
+
+func newOperatorCommand(opts *clientOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Operate the server cluster: raft peers and snapshots",
+		Args:  rangeArgs(0, 0),
+	}
+	raftCmd := &cobra.Command{
+		Use:   "raft",
+		Short: "Inspect and change the raft configuration",
+		Args:  rangeArgs(0, 0),
+	}
+	raftCmd.AddCommand(newRaftListPeersCommand(opts), newRaftRemovePeerCommand(opts))
+	snapCmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save and restore snapshots of the replicated state",
+		Args:  rangeArgs(0, 0),
+	}
+	snapCmd.AddCommand(newSnapshotSaveCommand(opts), newSnapshotRestoreCommand(opts))
+	cmd.AddCommand(raftCmd, snapCmd)
+	return cmd
+}
+
+// raftPeersJSON is the `operator raft list-peers --json` document.
+type raftPeersJSON struct {
+	Peers []raftPeerJSON `json:"peers"`
+	Term  uint64         `json:"term"`
+	Index uint64         `json:"index"`
+}
+
+type raftPeerJSON struct {
+	ID          string `json:"id"`
+	RaftAddress string `json:"raft_address"`
+	RPCAddress  string `json:"rpc_address"`
+	Suffrage    string `json:"suffrage"`
+	Leader      bool   `json:"leader"`
+}
+
+func newRaftListPeersCommand(opts *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list-peers",
+		Short: "List the servers of the raft configuration, as the leader sees them",
+		Args:  rangeArgs(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				resp, err := cl.RaftPeers(ctx, &csisupdv1.RaftPeersRequest{})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					out := raftPeersJSON{Peers: []raftPeerJSON{}, Term: resp.GetTerm(), Index: resp.GetIndex()}
+					for _, p := range resp.GetPeers() {
+						out.Peers = append(out.Peers, raftPeerJSON{
+							ID: p.GetId(), RaftAddress: p.GetRaftAddress(), RPCAddress: p.GetRpcAddress(),
+							Suffrage: p.GetSuffrage(), Leader: p.GetLeader(),
+						})
+					}
+					return printJSON(w, out)
+				}
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tRPC ADDRESS\tSUFFRAGE\tLEADER")
+				for _, p := range resp.GetPeers() {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", p.GetId(), p.GetRaftAddress(), dash(p.GetRpcAddress()),
+						p.GetSuffrage(), p.GetLeader())
+				}
+				return tw.Flush()
+			})
+		},
+	}
+}
+
+func newRaftRemovePeerCommand(opts *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove-peer ID",
+		Short: "Remove a server from the raft configuration",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				if _, err := cl.RemovePeer(ctx, &csisupdv1.RaftRemovePeerRequest{Id: args[0]}); err != nil {
+					return controlError(opts.address, err)
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					return printJSON(w, map[string]any{"id": args[0], "removed": true})
+				}
+				_, err := fmt.Fprintf(w, "Removed peer %s\n", args[0])
+				return err
+			})
+		},
+	}
+}
+
+func newSnapshotSaveCommand(opts *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "save FILE",
+		Short: "Save a snapshot of the replicated state, taken on the leader, to FILE",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := args[0]
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				n, err := saveSnapshot(ctx, cl, opts.address, path)
+				if err != nil {
+					return err
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					return printJSON(w, map[string]any{"file": path, "bytes": n})
+				}
+				_, err = fmt.Fprintf(w, "Saved snapshot to %s (%d bytes)\n", path, n)
+				return err
+			})
+		},
+	}
+}
+
+// saveSnapshot streams a snapshot into a temporary file next to path and
+// renames it into place only when the stream completed.
+func saveSnapshot(ctx context.Context, cl csisupdv1.ControlClient, addr, path string) (int64, error) {
+	stream, err := cl.SnapshotSave(ctx, &csisupdv1.SnapshotSaveRequest{})
+	if err != nil {
+		return 0, controlError(addr, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return 0, fmt.Errorf("snapshot file %s: %w", path, err)
+	}
+	defer func() {
+		if f != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	var n int64
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, controlError(addr, err)
+		}
+		m, err := f.Write(chunk.GetData())
+		n += int64(m)
+		if err != nil {
+			return 0, fmt.Errorf("snapshot file %s: %w", path, err)
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("agent at %s sent an empty snapshot", addr)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, fmt.Errorf("snapshot file %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return 0, fmt.Errorf("snapshot file %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return 0, fmt.Errorf("snapshot file %s: %w", path, err)
+	}
+	f = nil
+	return n, nil
+}
+
+func newSnapshotRestoreCommand(opts *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Replace the replicated state with a snapshot saved by `operator snapshot save`",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := args[0]
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("snapshot file: %w", err)
+			}
+			if len(data) == 0 {
+				return fmt.Errorf("snapshot file %s is empty", path)
+			}
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				stream, err := cl.SnapshotRestore(ctx)
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				for rest := data; len(rest) > 0; {
+					n := min(len(rest), snapshotChunkSize)
+					if err := stream.Send(&csisupdv1.SnapshotChunk{Data: rest[:n]}); err != nil {
+						if errors.Is(err, io.EOF) {
+							break // the server ended the stream; CloseAndRecv has its status
+						}
+						return controlError(opts.address, err)
+					}
+					rest = rest[n:]
+				}
+				resp, err := stream.CloseAndRecv()
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					return printJSON(w, map[string]any{"file": path, "index": resp.GetIndex()})
+				}
+				_, err = fmt.Fprintf(w, "Restored snapshot %s (raft index %d)\n", path, resp.GetIndex())
+				return err
+			})
+		},
+	}
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRaftPeersAndSnapshots(t *testing.T) {
+	c, addr := oneNodeCluster(t)
+	peers := mustJSON(t, "--address", addr, "operator", "raft", "list-peers")
+	ps := peers["peers"].([]any)
+	if len(ps) != 1 {
+		t.Fatalf("peers: %v", ps)
+	}
+	p := ps[0].(map[string]any)
+	if p["id"] != c.Member(0).ID || p["rpc_address"] != addr || p["suffrage"] != "voter" || p["leader"] != true {
+		t.Fatalf("peer: %v", p)
+	}
+	if _, err := execute(t, "--address", addr, "operator", "raft", "remove-peer", "no-such-server"); err == nil ||
+		!strings.Contains(err.Error(), "not in the raft configuration") {
+		t.Fatalf("remove-peer of an unknown server: %v", err)
+	}
+
+	// Save with one volume, delete it, restore: it is back.
+	if _, err := execute(t, "--address", addr, "volume", "register", "keep", "--plugin", "tp", "--external-id", "ext-keep"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "state.snap")
+	saved := mustJSON(t, "--address", addr, "operator", "snapshot", "save", file)
+	info, err := os.Stat(file)
+	if err != nil || info.Size() == 0 || saved["bytes"] != float64(info.Size()) {
+		t.Fatalf("snapshot file: %v, %v; reported %v", info, err, saved)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("snapshot save left temporary files: %v", entries)
+	}
+	if _, err := execute(t, "--address", addr, "volume", "delete", "keep", "--deregister-only"); err != nil {
+		t.Fatal(err)
+	}
+	restored := mustJSON(t, "--address", addr, "operator", "snapshot", "restore", file)
+	if idx, _ := restored["index"].(float64); idx == 0 {
+		t.Fatalf("restore: %v", restored)
+	}
+	vol := mustJSON(t, "--address", addr, "volume", "status", "keep")
+	if vol["external_id"] != "ext-keep" {
+		t.Fatalf("volume after restore: %v", vol)
+	}
+
+	bad := filepath.Join(dir, "bad.snap")
+	if err := os.WriteFile(bad, []byte("not a snapshot"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, "--address", addr, "operator", "snapshot", "restore", bad); err == nil ||
+		!strings.Contains(err.Error(), "not a csisupd snapshot") {
+		t.Fatalf("restore of a bad file: %v", err)
+	}
+	if _, err := execute(t, "--address", addr, "operator", "snapshot", "restore", filepath.Join(dir, "missing")); err == nil ||
+		!strings.Contains(err.Error(), "snapshot file") {
+		t.Fatalf("restore of a missing file: %v", err)
+	}
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// withControl dials the agent at --address and calls fn with a Control
+// client and a context bounded by --timeout. Errors of fn are returned as
+// they are; wrap RPC errors with controlError.
+func (o *clientOptions) withControl(parent context.Context, fn func(context.Context, csisupdv1.ControlClient) error) error {
+	conn, err := o.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := o.requestContext(parent)
+	defer cancel()
+	return fn(ctx, csisupdv1.NewControlClient(conn))
+}
+
+// controlError makes a Control API failure readable: an agent without the
+// server role is named as such, everything else as agentError does.
+func controlError(addr string, err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented &&
+		strings.Contains(st.Message(), "unknown service") {
+		return fmt.Errorf("the agent at %s is not a server; point --address at a server", addr)
+	}
+	return agentError(addr, err)
+}
+
+func newPluginCommand(opts *clientOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plugin",
+		Short: "Inspect the plugins known to the cluster",
+		Args:  rangeArgs(0, 0),
+	}
+	var stale bool
+	statusCmd := &cobra.Command{
+		Use:   "status [ID]",
+		Short: "Show every plugin of the cluster, or one plugin with its instances per node",
+		Args:  rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := cmd.OutOrStdout()
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				if len(args) == 0 {
+					resp, err := cl.ListPlugins(ctx, &csisupdv1.PluginListRequest{Stale: stale})
+					if err != nil {
+						return controlError(opts.address, err)
+					}
+					if opts.json {
+						out := pluginListJSON{Plugins: []clusterPluginJSON{}, Index: resp.GetIndex()}
+						for _, p := range resp.GetPlugins() {
+							out.Plugins = append(out.Plugins, clusterPluginToJSON(p))
+						}
+						return printJSON(w, out)
+					}
+					return printPluginList(w, resp.GetPlugins())
+				}
+				resp, err := cl.GetPlugin(ctx, &csisupdv1.PluginGetRequest{Id: args[0], Stale: stale})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				if opts.json {
+					return printJSON(w, clusterPluginToJSON(resp.GetPlugin()))
+				}
+				return printPlugin(w, resp.GetPlugin())
+			})
+		},
+	}
+	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	cmd.AddCommand(statusCmd)
+	return cmd
+}
+
+// pluginListJSON is the `plugin status --json` document.
+type pluginListJSON struct {
+	Plugins []clusterPluginJSON `json:"plugins"`
+	Index   uint64              `json:"index"`
+}
+
+// clusterPluginJSON is one plugin in `plugin status --json`.
+type clusterPluginJSON struct {
+	ID                  string               `json:"id"`
+	Provider            string               `json:"provider"`
+	Version             string               `json:"version"`
+	ControllersHealthy  uint32               `json:"controllers_healthy"`
+	ControllersExpected uint32               `json:"controllers_expected"`
+	NodesHealthy        uint32               `json:"nodes_healthy"`
+	NodesExpected       uint32               `json:"nodes_expected"`
+	Instances           []pluginInstanceJSON `json:"instances"`
+}
+
+// pluginInstanceJSON is one plugin on one node.
+type pluginInstanceJSON struct {
+	NodeID            string `json:"node_id"`
+	NodeName          string `json:"node_name"`
+	Type              string `json:"type"`
+	Healthy           bool   `json:"healthy"`
+	HealthDescription string `json:"health_description"`
+	CSINodeID         string `json:"csi_node_id"`
+	VendorVersion     string `json:"vendor_version"`
+}
+
+func clusterPluginToJSON(p *csisupdv1.ClusterPlugin) clusterPluginJSON {
+	out := clusterPluginJSON{
+		ID:                  p.GetId(),
+		Provider:            p.GetProvider(),
+		Version:             p.GetVersion(),
+		ControllersHealthy:  p.GetControllersHealthy(),
+		ControllersExpected: p.GetControllersExpected(),
+		NodesHealthy:        p.GetNodesHealthy(),
+		NodesExpected:       p.GetNodesExpected(),
+		Instances:           []pluginInstanceJSON{},
+	}
+	for _, in := range p.GetInstances() {
+		out.Instances = append(out.Instances, pluginInstanceJSON{
+			NodeID:            in.GetNodeId(),
+			NodeName:          in.GetNodeName(),
+			Type:              in.GetPlugin().GetType(),
+			Healthy:           in.GetHealthy(),
+			HealthDescription: in.GetHealthDescription(),
+			CSINodeID:         in.GetPlugin().GetNodeId(),
+			VendorVersion:     in.GetPlugin().GetVendorVersion(),
+		})
+	}
+	return out
+}
+
+func printPluginList(w io.Writer, plugins []*csisupdv1.ClusterPlugin) error {
+	if len(plugins) == 0 {
+		_, err := fmt.Fprintln(w, "No plugins registered.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPROVIDER\tVERSION\tCONTROLLERS HEALTHY/EXPECTED\tNODES HEALTHY/EXPECTED")
+	for _, p := range plugins {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d/%d\n", p.GetId(), dash(p.GetProvider()), dash(p.GetVersion()),
+			p.GetControllersHealthy(), p.GetControllersExpected(), p.GetNodesHealthy(), p.GetNodesExpected())
+	}
+	return tw.Flush()
+}
+
+func printPlugin(w io.Writer, p *csisupdv1.ClusterPlugin) error {
+	fmt.Fprintf(w, "ID:          %s\n", p.GetId())
+	fmt.Fprintf(w, "Provider:    %s\n", dash(p.GetProvider()))
+	fmt.Fprintf(w, "Version:     %s\n", dash(p.GetVersion()))
+	fmt.Fprintf(w, "Controllers: %d healthy / %d expected\n", p.GetControllersHealthy(), p.GetControllersExpected())
+	fmt.Fprintf(w, "Nodes:       %d healthy / %d expected\n", p.GetNodesHealthy(), p.GetNodesExpected())
+	if len(p.GetInstances()) == 0 {
+		_, err := fmt.Fprintln(w, "\nNo instances.")
+		return err
+	}
+	fmt.Fprintln(w, "\nInstances")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tNAME\tTYPE\tHEALTHY\tDESCRIPTION")
+	for _, in := range p.GetInstances() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", in.GetNodeId(), dash(in.GetNodeName()), dash(in.GetPlugin().GetType()),
+			in.GetHealthy(), dash(in.GetHealthDescription()))
+	}
+	return tw.Flush()
+}

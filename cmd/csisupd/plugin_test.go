@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/csisupd/csisupd/internal/testcluster"
+	"github.com/csisupd/csisupd/internal/testplugin"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// execute runs the CLI in process with args and returns its stdout.
+func execute(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// mustJSON runs the CLI with --json, fails on an error and decodes stdout
+// into a generic document.
+func mustJSON(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	out, err := execute(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(args, " "), err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return doc
+}
+
+// keys returns the sorted keys of a JSON object.
+func keys(v any) string {
+	m, _ := v.(map[string]any)
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ",")
+}
+
+// waitFor polls cond until it is true; it fails the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// oneNodeCluster starts one server and one agent with the test plugin
+// "tp", and waits until the plugin is healthy in the cluster.
+func oneNodeCluster(t *testing.T) (*testcluster.Cluster, string) {
+	t.Helper()
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Agents: 1})
+	c.Agent(0).StartPlugin("tp", testplugin.Config{NodeID: "csi-a"})
+	addr := c.Member(0).RPCAddr
+	waitFor(t, 30*time.Second, "plugin tp healthy", func() bool {
+		out, err := execute(t, "--address", addr, "plugin", "status", "tp", "--json")
+		var p clusterPluginJSON
+		return err == nil && json.Unmarshal([]byte(out), &p) == nil && p.ControllersHealthy == 1 && p.NodesHealthy == 1
+	})
+	return c, addr
+}
+
+func TestPluginAndNodeStatus(t *testing.T) {
+	c, addr := oneNodeCluster(t)
+	a := c.Agent(0)
+
+	list := mustJSON(t, "--address", addr, "plugin", "status")
+	if keys(list) != "index,plugins" {
+		t.Fatalf("plugin status --json keys: %s", keys(list))
+	}
+	plugins := list["plugins"].([]any)
+	if len(plugins) != 1 {
+		t.Fatalf("plugins: %v", plugins)
+	}
+	const pluginKeys = "controllers_expected,controllers_healthy,id,instances,nodes_expected,nodes_healthy,provider,version"
+	if keys(plugins[0]) != pluginKeys {
+		t.Fatalf("plugin keys %s, want %s", keys(plugins[0]), pluginKeys)
+	}
+
+	one := mustJSON(t, "--address", addr, "plugin", "status", "tp", "--stale")
+	inst := one["instances"].([]any)
+	if len(inst) != 1 {
+		t.Fatalf("instances: %v", inst)
+	}
+	in := inst[0].(map[string]any)
+	if in["node_id"] != a.NodeID() || in["node_name"] != a.Name || in["type"] != "monolith" ||
+		in["healthy"] != true || in["csi_node_id"] != "csi-a" {
+		t.Fatalf("instance: %v", in)
+	}
+
+	out, err := execute(t, "--address", addr, "plugin", "status")
+	if err != nil || !strings.Contains(out, "CONTROLLERS HEALTHY/EXPECTED") || !strings.Contains(out, "1/1") {
+		t.Fatalf("plugin status table: %v\n%s", err, out)
+	}
+	out, err = execute(t, "--address", addr, "plugin", "status", "tp")
+	if err != nil || !strings.Contains(out, a.NodeID()) || !strings.Contains(out, "monolith") {
+		t.Fatalf("plugin status tp: %v\n%s", err, out)
+	}
+	if _, err := execute(t, "--address", addr, "plugin", "status", "nope"); err == nil || !strings.Contains(err.Error(), `plugin "nope" not found`) {
+		t.Fatalf("unknown plugin: %v", err)
+	}
+
+	nodes := mustJSON(t, "--address", addr, "node", "status")
+	ns := nodes["nodes"].([]any)
+	if len(ns) != 1 {
+		t.Fatalf("nodes: %v", ns)
+	}
+	n := ns[0].(map[string]any)
+	if n["id"] != a.NodeID() || n["name"] != a.Name || n["address"] != a.RPCAddr || n["status"] != "ready" {
+		t.Fatalf("node: %v", n)
+	}
+	node := mustJSON(t, "--address", addr, "node", "status", a.NodeID())
+	if ps := node["plugins"].([]any); len(ps) != 1 || ps[0].(map[string]any)["node_id"] != "csi-a" {
+		t.Fatalf("node plugins: %v", node["plugins"])
+	}
+	out, err = execute(t, "--address", addr, "node", "status")
+	if err != nil || !strings.Contains(out, a.Name) || !strings.Contains(out, "ready") {
+		t.Fatalf("node status table: %v\n%s", err, out)
+	}
+}
+
+func TestNotAServer(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Agents: 1})
+	addr := c.Agent(0).RPCAddr
+	for _, args := range [][]string{
+		{"plugin", "status"},
+		{"node", "status", "x"},
+		{"volume", "list"},
+		{"operator", "raft", "list-peers"},
+	} {
+		_, err := execute(t, append([]string{"--address", addr}, args...)...)
+		want := "the agent at " + addr + " is not a server; point --address at a server"
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: error %v, want %q", strings.Join(args, " "), err, want)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"volume", "create", "v1"},
+		{"volume", "create", "v1", "--plugin", "tp", "--capacity", "lots"},
+		{"volume", "create", "v1", "--plugin", "tp", "--access-mode", "all"},
+		{"volume", "create", "v1", "--plugin", "tp", "--secret", "nokey"},
+		{"volume", "register", "v1", "--plugin", "tp"},
+		{"volume", "attach", "v1"},
+		{"volume", "detach", "v1"},
+		{"volume", "status"},
+		{"plugin", "status", "a", "b"},
+		{"operator", "raft", "remove-peer"},
+		{"operator", "snapshot", "save"},
+		{"volume", "list", "--no-such-flag"},
+	} {
+		// No agent listens there: a usage error must come before any dial.
+		_, err := execute(t, append([]string{"--address", "127.0.0.1:1"}, args...)...)
+		if !errors.As(err, new(usageError)) {
+			t.Errorf("%s: error %v is not a usage error", strings.Join(args, " "), err)
+		}
+	}
+}

@@ -1,0 +1,626 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+func newVolumeCommand(opts *clientOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "volume",
+		Short: "Create, attach, detach, delete and inspect volumes",
+		Args:  rangeArgs(0, 0),
+	}
+	cmd.AddCommand(
+		newVolumeCreateCommand(opts),
+		newVolumeRegisterCommand(opts),
+		newVolumeDeleteCommand(opts),
+		newVolumeAttachCommand(opts),
+		newVolumeDetachCommand(opts),
+		newVolumeListCommand(opts),
+		newVolumeStatusCommand(opts),
+	)
+	return cmd
+}
+
+// requireFlags returns a usage error naming the flags that are unset or
+// empty.
+func requireFlags(cmd *cobra.Command, names ...string) error {
+	var missing []string
+	for _, n := range names {
+		if f := cmd.Flags().Lookup(n); f == nil || strings.TrimSpace(f.Value.String()) == "" {
+			missing = append(missing, "--"+n)
+		}
+	}
+	if len(missing) > 0 {
+		return usageError{fmt.Errorf("required flag(s) %s not set", strings.Join(missing, ", "))}
+	}
+	return nil
+}
+
+// capabilityFlags are the flags that describe one volume capability.
+type capabilityFlags struct {
+	accessType string
+	accessMode string
+	fsType     string
+	mountFlags []string
+}
+
+func (c *capabilityFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.accessType, "access-type", "mount", "mount or block")
+	fs.StringVar(&c.accessMode, "access-mode", "single-node-writer",
+		"CSI access mode, e.g. single-node-writer, single-node-reader-only, multi-node-multi-writer")
+	fs.StringVar(&c.fsType, "fs-type", "", "file system type of a mount volume, e.g. ext4")
+	fs.StringArrayVar(&c.mountFlags, "mount-flag", nil, "mount flag of a mount volume; repeatable")
+}
+
+// capability validates the flags and returns the capability they describe.
+func (c *capabilityFlags) capability() (*csisupdv1.VolumeCapability, error) {
+	mode, err := parseAccessMode(c.accessMode)
+	if err != nil {
+		return nil, err
+	}
+	switch c.accessType {
+	case "mount":
+	case "block":
+		if c.fsType != "" || len(c.mountFlags) > 0 {
+			return nil, usageError{errors.New("--fs-type and --mount-flag apply only to --access-type mount")}
+		}
+	default:
+		return nil, usageError{fmt.Errorf("--access-type %q: must be mount or block", c.accessType)}
+	}
+	return &csisupdv1.VolumeCapability{
+		AccessType: c.accessType, AccessMode: mode, FsType: c.fsType, MountFlags: c.mountFlags,
+	}, nil
+}
+
+// parseAccessMode turns "single-node-writer" (any case, dashes or
+// underscores) into the CSI name SINGLE_NODE_WRITER.
+func parseAccessMode(s string) (string, error) {
+	name := strings.ToUpper(strings.ReplaceAll(strings.TrimSpace(s), "-", "_"))
+	if v, ok := csi.VolumeCapability_AccessMode_Mode_value[name]; !ok || v == int32(csi.VolumeCapability_AccessMode_UNKNOWN) {
+		var modes []string
+		for n, v := range csi.VolumeCapability_AccessMode_Mode_value {
+			if v != int32(csi.VolumeCapability_AccessMode_UNKNOWN) {
+				modes = append(modes, strings.ToLower(strings.ReplaceAll(n, "_", "-")))
+			}
+		}
+		sort.Strings(modes)
+		return "", usageError{fmt.Errorf("--access-mode %q: must be one of %s", s, strings.Join(modes, ", "))}
+	}
+	return name, nil
+}
+
+// sizeUnits are the suffixes parseSize accepts, longest first.
+var sizeUnits = []struct {
+	suffix string
+	factor int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"PiB", 1 << 50},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"PB", 1e15},
+	{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"Pi", 1 << 50},
+	{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"P", 1e15},
+	{"B", 1},
+}
+
+// parseSize parses a byte size such as 1GiB, 500MB, 10Gi or 4096.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	factor := int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			t, factor = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.factor
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || n < 0 || math.IsInf(n, 0) || math.IsNaN(n) {
+		return 0, fmt.Errorf("%q is not a size (examples: 1GiB, 500MB, 4096)", s)
+	}
+	b := n * float64(factor)
+	if b > math.MaxInt64 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(b), nil
+}
+
+// parseKeyValues turns repeated k=v flags into a map.
+func parseKeyValues(flag string, pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, usageError{fmt.Errorf("--%s %q: want key=value", flag, p)}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func newVolumeCreateCommand(opts *clientOptions) *cobra.Command {
+	var (
+		pluginID    string
+		capacity    string
+		capacityMax string
+		caps        capabilityFlags
+		params      []string
+		secrets     []string
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME --plugin PLUGIN",
+		Short: "Create a volume through a healthy controller of the plugin",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "plugin"); err != nil {
+				return err
+			}
+			req := &csisupdv1.VolumeCreateRequest{Id: args[0], PluginId: pluginID}
+			var err error
+			if capacity != "" {
+				if req.CapacityMinBytes, err = parseSize(capacity); err != nil {
+					return usageError{fmt.Errorf("--capacity: %w", err)}
+				}
+			}
+			if capacityMax != "" {
+				if req.CapacityMaxBytes, err = parseSize(capacityMax); err != nil {
+					return usageError{fmt.Errorf("--capacity-max: %w", err)}
+				}
+			}
+			c, err := caps.capability()
+			if err != nil {
+				return err
+			}
+			req.Capabilities = []*csisupdv1.VolumeCapability{c}
+			if req.Parameters, err = parseKeyValues("parameter", params); err != nil {
+				return err
+			}
+			if req.Secrets, err = parseKeyValues("secret", secrets); err != nil {
+				return err
+			}
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				resp, err := cl.CreateVolume(ctx, req)
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Created", resp.GetVolume())
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&pluginID, "plugin", "", "plugin id (required)")
+	fs.StringVar(&capacity, "capacity", "", "minimum capacity, e.g. 1GiB")
+	fs.StringVar(&capacityMax, "capacity-max", "", "maximum capacity, e.g. 2GiB")
+	caps.register(fs)
+	fs.StringArrayVar(&params, "parameter", nil, "plugin parameter key=value; repeatable")
+	fs.StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	return cmd
+}
+
+func newVolumeRegisterCommand(opts *clientOptions) *cobra.Command {
+	var (
+		pluginID   string
+		externalID string
+		capacity   string
+		caps       capabilityFlags
+		volCtx     []string
+		params     []string
+	)
+	cmd := &cobra.Command{
+		Use:   "register ID --plugin PLUGIN --external-id EXTERNAL_ID",
+		Short: "Record a volume that already exists in the storage provider",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "plugin", "external-id"); err != nil {
+				return err
+			}
+			v := &csisupdv1.Volume{Id: args[0], PluginId: pluginID, ExternalId: externalID}
+			var err error
+			if capacity != "" {
+				if v.CapacityBytes, err = parseSize(capacity); err != nil {
+					return usageError{fmt.Errorf("--capacity: %w", err)}
+				}
+			}
+			c, err := caps.capability()
+			if err != nil {
+				return err
+			}
+			v.Capabilities = []*csisupdv1.VolumeCapability{c}
+			if v.Context, err = parseKeyValues("context", volCtx); err != nil {
+				return err
+			}
+			if v.Parameters, err = parseKeyValues("parameter", params); err != nil {
+				return err
+			}
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				resp, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: v})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Registered", resp.GetVolume())
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&pluginID, "plugin", "", "plugin id (required)")
+	fs.StringVar(&externalID, "external-id", "", "the volume id in the storage provider (required)")
+	fs.StringVar(&capacity, "capacity", "", "capacity of the volume, e.g. 1GiB")
+	caps.register(fs)
+	fs.StringArrayVar(&volCtx, "context", nil, "volume context key=value; repeatable")
+	fs.StringArrayVar(&params, "parameter", nil, "parameter key=value to record; repeatable")
+	return cmd
+}
+
+func newVolumeDeleteCommand(opts *clientOptions) *cobra.Command {
+	var (
+		deregisterOnly bool
+		secrets        []string
+	)
+	cmd := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete a volume in the plugin and forget it",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sec, err := parseKeyValues("secret", secrets)
+			if err != nil {
+				return err
+			}
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				_, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: args[0], DeregisterOnly: deregisterOnly, Secrets: sec})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					return printJSON(w, volumeDeletedJSON{ID: args[0], Deleted: true, DeregisterOnly: deregisterOnly})
+				}
+				verb := "Deleted"
+				if deregisterOnly {
+					verb = "Deregistered"
+				}
+				_, err = fmt.Fprintf(w, "%s volume %s\n", verb, args[0])
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&deregisterOnly, "deregister-only", false, "forget the volume without deleting it in the plugin")
+	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	return cmd
+}
+
+// resolveNode returns the id of the node named by arg: a node id, or the
+// name of exactly one node.
+func resolveNode(ctx context.Context, cl csisupdv1.ControlClient, arg string) (string, error) {
+	_, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: arg})
+	if err == nil {
+		return arg, nil
+	}
+	if status.Code(err) != codes.NotFound {
+		return "", err
+	}
+	resp, lerr := cl.ListNodes(ctx, &csisupdv1.NodeListRequest{})
+	if lerr != nil {
+		return "", lerr
+	}
+	var ids []string
+	for _, n := range resp.GetNodes() {
+		if n.GetName() == arg {
+			ids = append(ids, n.GetId())
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return "", err
+	case 1:
+		return ids[0], nil
+	default:
+		return "", status.Errorf(codes.InvalidArgument, "node name %q is ambiguous (ids %s); pass a node id", arg, strings.Join(ids, ", "))
+	}
+}
+
+func newVolumeAttachCommand(opts *clientOptions) *cobra.Command {
+	var (
+		node     string
+		readOnly bool
+		secrets  []string
+	)
+	cmd := &cobra.Command{
+		Use:   "attach ID --node NODE",
+		Short: "Publish a volume to a node through the plugin's controller",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "node"); err != nil {
+				return err
+			}
+			sec, err := parseKeyValues("secret", secrets)
+			if err != nil {
+				return err
+			}
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				nodeID, err := resolveNode(ctx, cl, node)
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				resp, err := cl.AttachVolume(ctx, &csisupdv1.VolumeAttachRequest{
+					Id: args[0], NodeId: nodeID, ReadOnly: readOnly, Secrets: sec,
+				})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					return printJSON(w, volumeAttachJSON{Volume: volumeToJSON(resp.GetVolume()), Claim: claimToJSON(resp.GetClaim())})
+				}
+				_, err = fmt.Fprintf(w, "Attached volume %s to node %s (CSI node id %s)\n",
+					args[0], nodeID, resp.GetClaim().GetCsiNodeId())
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node id or name (required)")
+	cmd.Flags().BoolVar(&readOnly, "readonly", false, "publish read-only")
+	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	return cmd
+}
+
+func newVolumeDetachCommand(opts *clientOptions) *cobra.Command {
+	var (
+		node    string
+		secrets []string
+	)
+	cmd := &cobra.Command{
+		Use:   "detach ID --node NODE",
+		Short: "Unpublish a volume from a node",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "node"); err != nil {
+				return err
+			}
+			sec, err := parseKeyValues("secret", secrets)
+			if err != nil {
+				return err
+			}
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				nodeID, err := resolveNode(ctx, cl, node)
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				resp, err := cl.DetachVolume(ctx, &csisupdv1.VolumeDetachRequest{Id: args[0], NodeId: nodeID, Secrets: sec})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Detached from node "+nodeID+":", resp.GetVolume())
+			})
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node id or name (required)")
+	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	return cmd
+}
+
+func newVolumeListCommand(opts *clientOptions) *cobra.Command {
+	var (
+		pluginID string
+		stale    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the volumes of the cluster",
+		Args:  rangeArgs(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				resp, err := cl.ListVolumes(ctx, &csisupdv1.VolumeListRequest{PluginId: pluginID, Stale: stale})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					out := volumeListJSON{Volumes: []volumeJSON{}, Index: resp.GetIndex()}
+					for _, v := range resp.GetVolumes() {
+						out.Volumes = append(out.Volumes, volumeToJSON(v))
+					}
+					return printJSON(w, out)
+				}
+				return printVolumeList(w, resp.GetVolumes())
+			})
+		},
+	}
+	cmd.Flags().StringVar(&pluginID, "plugin", "", "only volumes of this plugin")
+	cmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	return cmd
+}
+
+func newVolumeStatusCommand(opts *clientOptions) *cobra.Command {
+	var stale bool
+	cmd := &cobra.Command{
+		Use:   "status ID",
+		Short: "Show one volume with its claims",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				resp, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: args[0], Stale: stale})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				if opts.json {
+					return printJSON(cmd.OutOrStdout(), volumeToJSON(resp.GetVolume()))
+				}
+				return printVolume(cmd.OutOrStdout(), resp.GetVolume())
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	return cmd
+}
+
+// volumeJSON is one volume in `volume ... --json`.
+type volumeJSON struct {
+	ID               string            `json:"id"`
+	PluginID         string            `json:"plugin_id"`
+	ExternalID       string            `json:"external_id"`
+	CapacityBytes    int64             `json:"capacity_bytes"`
+	Context          map[string]string `json:"context"`
+	Parameters       map[string]string `json:"parameters"`
+	Capabilities     []capabilityJSON  `json:"capabilities"`
+	Claims           []claimJSON       `json:"claims"`
+	ControllerNodeID string            `json:"controller_node_id"`
+	CreatedAt        string            `json:"created_at"`
+	CreateIndex      uint64            `json:"create_index"`
+	ModifyIndex      uint64            `json:"modify_index"`
+}
+
+type capabilityJSON struct {
+	AccessType string   `json:"access_type"`
+	AccessMode string   `json:"access_mode"`
+	FSType     string   `json:"fs_type"`
+	MountFlags []string `json:"mount_flags"`
+}
+
+type claimJSON struct {
+	NodeID         string            `json:"node_id"`
+	CSINodeID      string            `json:"csi_node_id"`
+	ReadOnly       bool              `json:"read_only"`
+	PublishContext map[string]string `json:"publish_context"`
+	ClaimedAt      string            `json:"claimed_at"`
+}
+
+type volumeListJSON struct {
+	Volumes []volumeJSON `json:"volumes"`
+	Index   uint64       `json:"index"`
+}
+
+type volumeAttachJSON struct {
+	Volume volumeJSON `json:"volume"`
+	Claim  claimJSON  `json:"claim"`
+}
+
+type volumeDeletedJSON struct {
+	ID             string `json:"id"`
+	Deleted        bool   `json:"deleted"`
+	DeregisterOnly bool   `json:"deregister_only"`
+}
+
+func volumeToJSON(v *csisupdv1.Volume) volumeJSON {
+	out := volumeJSON{
+		ID:               v.GetId(),
+		PluginID:         v.GetPluginId(),
+		ExternalID:       v.GetExternalId(),
+		CapacityBytes:    v.GetCapacityBytes(),
+		Context:          nonNilMap(v.GetContext()),
+		Parameters:       nonNilMap(v.GetParameters()),
+		Capabilities:     []capabilityJSON{},
+		Claims:           []claimJSON{},
+		ControllerNodeID: v.GetControllerNodeId(),
+		CreatedAt:        formatTime(v.GetCreatedAt()),
+		CreateIndex:      v.GetCreateIndex(),
+		ModifyIndex:      v.GetModifyIndex(),
+	}
+	for _, c := range v.GetCapabilities() {
+		out.Capabilities = append(out.Capabilities, capabilityJSON{
+			AccessType: c.GetAccessType(), AccessMode: c.GetAccessMode(), FSType: c.GetFsType(),
+			MountFlags: nonNilSlice(c.GetMountFlags()),
+		})
+	}
+	for _, c := range v.GetClaims() {
+		out.Claims = append(out.Claims, claimToJSON(c))
+	}
+	return out
+}
+
+func claimToJSON(c *csisupdv1.VolumeClaim) claimJSON {
+	return claimJSON{
+		NodeID: c.GetNodeId(), CSINodeID: c.GetCsiNodeId(), ReadOnly: c.GetReadOnly(),
+		PublishContext: nonNilMap(c.GetPublishContext()), ClaimedAt: formatTime(c.GetClaimedAt()),
+	}
+}
+
+// printVolumeResult prints the volume a write returned.
+func printVolumeResult(w io.Writer, asJSON bool, verb string, v *csisupdv1.Volume) error {
+	if asJSON {
+		return printJSON(w, volumeToJSON(v))
+	}
+	_, err := fmt.Fprintf(w, "%s volume %s (plugin %s, external id %s)\n", verb, v.GetId(), v.GetPluginId(), v.GetExternalId())
+	return err
+}
+
+// formatBytes prints a size in binary units.
+func formatBytes(n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
+func claimNodes(v *csisupdv1.Volume) string {
+	var nodes []string
+	for _, c := range v.GetClaims() {
+		nodes = append(nodes, c.GetNodeId())
+	}
+	if len(nodes) == 0 {
+		return "-"
+	}
+	return strings.Join(nodes, ",")
+}
+
+func printVolumeList(w io.Writer, vols []*csisupdv1.Volume) error {
+	if len(vols) == 0 {
+		_, err := fmt.Fprintln(w, "No volumes.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPLUGIN\tEXTERNAL ID\tCAPACITY\tATTACHED TO")
+	for _, v := range vols {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.GetId(), v.GetPluginId(), dash(v.GetExternalId()),
+			formatBytes(v.GetCapacityBytes()), claimNodes(v))
+	}
+	return tw.Flush()
+}
+
+func printVolume(w io.Writer, v *csisupdv1.Volume) error {
+	fmt.Fprintf(w, "ID:          %s\n", v.GetId())
+	fmt.Fprintf(w, "Plugin:      %s\n", v.GetPluginId())
+	fmt.Fprintf(w, "External ID: %s\n", dash(v.GetExternalId()))
+	fmt.Fprintf(w, "Capacity:    %s\n", formatBytes(v.GetCapacityBytes()))
+	fmt.Fprintf(w, "Controller:  %s\n", dash(v.GetControllerNodeId()))
+	fmt.Fprintf(w, "Created:     %s\n", dash(formatTime(v.GetCreatedAt())))
+	for _, c := range v.GetCapabilities() {
+		fmt.Fprintf(w, "Capability:  %s %s %s\n", c.GetAccessType(), c.GetAccessMode(), c.GetFsType())
+	}
+	if len(v.GetClaims()) == 0 {
+		_, err := fmt.Fprintln(w, "\nNot attached.")
+		return err
+	}
+	fmt.Fprintln(w, "\nClaims")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tCSI NODE ID\tREAD ONLY\tCLAIMED")
+	for _, c := range v.GetClaims() {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", c.GetNodeId(), dash(c.GetCsiNodeId()), c.GetReadOnly(), dash(formatTime(c.GetClaimedAt())))
+	}
+	return tw.Flush()
+}

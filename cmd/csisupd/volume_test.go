@@ -1,0 +1,210 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{in: "4096", want: 4096},
+		{in: "1GiB", want: 1 << 30},
+		{in: "1Gi", want: 1 << 30},
+		{in: "1.5GiB", want: 3 << 29},
+		{in: "500MB", want: 500e6},
+		{in: "10G", want: 10e9},
+		{in: "2 MiB", want: 2 << 20},
+		{in: "1KiB", want: 1024},
+		{in: "7B", want: 7},
+		{in: "", wantErr: true},
+		{in: "GiB", wantErr: true},
+		{in: "-1GiB", wantErr: true},
+		{in: "1XB", wantErr: true},
+		{in: "99999999PiB", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := parseSize(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestParseAccessMode(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    string
+		wantErr bool
+	}{
+		{in: "single-node-writer", want: "SINGLE_NODE_WRITER"},
+		{in: "MULTI_NODE_MULTI_WRITER", want: "MULTI_NODE_MULTI_WRITER"},
+		{in: "single-node-reader-only", want: "SINGLE_NODE_READER_ONLY"},
+		{in: "unknown", wantErr: true},
+		{in: "writer", wantErr: true},
+		{in: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := parseAccessMode(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("parseAccessMode(%q) = %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+		if err != nil && !errors.As(err, new(usageError)) {
+			t.Errorf("parseAccessMode(%q): error %v is not a usage error", tt.in, err)
+		}
+	}
+}
+
+func TestParseKeyValues(t *testing.T) {
+	tests := []struct {
+		in      []string
+		want    map[string]string
+		wantErr bool
+	}{
+		{in: nil, want: nil},
+		{in: []string{"a=1", "b=x=y", "c="}, want: map[string]string{"a": "1", "b": "x=y", "c": ""}},
+		{in: []string{"a=1", "a=2"}, want: map[string]string{"a": "2"}},
+		{in: []string{"novalue"}, wantErr: true},
+		{in: []string{"=v"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := parseKeyValues("parameter", tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("parseKeyValues(%q): error %v, want error %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err != nil && !errors.As(err, new(usageError)) {
+			t.Errorf("parseKeyValues(%q): error %v is not a usage error", tt.in, err)
+		}
+		if len(got) != len(tt.want) {
+			t.Errorf("parseKeyValues(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+		for k, v := range tt.want {
+			if got[k] != v {
+				t.Errorf("parseKeyValues(%q)[%q] = %q, want %q", tt.in, k, got[k], v)
+			}
+		}
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	tests := []struct {
+		in   int64
+		want string
+	}{
+		{0, "-"},
+		{512, "512 B"},
+		{1 << 10, "1.0 KiB"},
+		{3 << 29, "1.5 GiB"},
+		{1 << 40, "1.0 TiB"},
+	}
+	for _, tt := range tests {
+		if got := formatBytes(tt.in); got != tt.want {
+			t.Errorf("formatBytes(%d) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestCapabilityFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		flags   capabilityFlags
+		wantErr bool
+	}{
+		{name: "mount with fs type", flags: capabilityFlags{accessType: "mount", accessMode: "single-node-writer", fsType: "ext4"}},
+		{name: "block", flags: capabilityFlags{accessType: "block", accessMode: "multi-node-multi-writer"}},
+		{name: "block with fs type", flags: capabilityFlags{accessType: "block", accessMode: "single-node-writer", fsType: "xfs"}, wantErr: true},
+		{name: "bad access type", flags: capabilityFlags{accessType: "file", accessMode: "single-node-writer"}, wantErr: true},
+		{name: "bad access mode", flags: capabilityFlags{accessType: "mount", accessMode: "everyone"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		c, err := tt.flags.capability()
+		if (err != nil) != tt.wantErr {
+			t.Errorf("%s: error %v, want error %v", tt.name, err, tt.wantErr)
+			continue
+		}
+		if err != nil {
+			if !errors.As(err, new(usageError)) {
+				t.Errorf("%s: error %v is not a usage error", tt.name, err)
+			}
+			continue
+		}
+		if c.GetAccessType() != tt.flags.accessType || c.GetFsType() != tt.flags.fsType || c.GetAccessMode() == "" {
+			t.Errorf("%s: capability %v", tt.name, c)
+		}
+	}
+}
+
+func TestVolumeCommands(t *testing.T) {
+	c, addr := oneNodeCluster(t)
+	a := c.Agent(0)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := execute(t, append([]string{"--address", addr}, args...)...)
+		if err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+		return out
+	}
+
+	out := run("volume", "create", "data", "--plugin", "tp", "--capacity", "2MiB", "--fs-type", "ext4",
+		"--parameter", "tier=gold", "--secret", "token=s3cr3t")
+	if !strings.HasPrefix(out, "Created volume data (plugin tp, external id ") || strings.Contains(out, "s3cr3t") {
+		t.Fatalf("create: %q", out)
+	}
+	vol := mustJSON(t, "--address", addr, "volume", "status", "data")
+	const volumeKeys = "capabilities,capacity_bytes,claims,context,controller_node_id,create_index,created_at,external_id,id,modify_index,parameters,plugin_id"
+	if keys(vol) != volumeKeys {
+		t.Fatalf("volume keys %s, want %s", keys(vol), volumeKeys)
+	}
+	caps := vol["capabilities"].([]any)
+	if len(caps) != 1 || caps[0].(map[string]any)["fs_type"] != "ext4" || caps[0].(map[string]any)["access_mode"] != "SINGLE_NODE_WRITER" {
+		t.Fatalf("capabilities: %v", caps)
+	}
+	if vol["capacity_bytes"].(float64) < 2<<20 || vol["parameters"].(map[string]any)["tier"] != "gold" {
+		t.Fatalf("volume: %v", vol)
+	}
+
+	att := mustJSON(t, "--address", addr, "volume", "attach", "data", "--node", a.Name)
+	claim := att["claim"].(map[string]any)
+	if claim["node_id"] != a.NodeID() || claim["csi_node_id"] != "csi-a" || claim["read_only"] != false {
+		t.Fatalf("attach claim: %v", claim)
+	}
+	if out := run("volume", "list"); !strings.Contains(out, "data") || !strings.Contains(out, a.NodeID()) || !strings.Contains(out, "2.0 MiB") {
+		t.Fatalf("volume list: %q", out)
+	}
+	if out := run("volume", "status", "data"); !strings.Contains(out, "csi-a") {
+		t.Fatalf("volume status: %q", out)
+	}
+	if _, err := execute(t, "--address", addr, "volume", "attach", "data", "--node", "nowhere"); err == nil ||
+		!strings.Contains(err.Error(), `node "nowhere" not found`) {
+		t.Fatalf("attach to an unknown node: %v", err)
+	}
+	run("volume", "detach", "data", "--node", a.NodeID())
+	if v := mustJSON(t, "--address", addr, "volume", "status", "data"); len(v["claims"].([]any)) != 0 {
+		t.Fatalf("claims after detach: %v", v["claims"])
+	}
+
+	run("volume", "register", "old", "--plugin", "tp", "--external-id", "ext-1", "--context", "k=v")
+	list := mustJSON(t, "--address", addr, "volume", "list", "--plugin", "tp")
+	if vs := list["volumes"].([]any); len(vs) != 2 {
+		t.Fatalf("volume list --plugin tp: %v", vs)
+	}
+	if other := mustJSON(t, "--address", addr, "volume", "list", "--plugin", "other"); len(other["volumes"].([]any)) != 0 {
+		t.Fatalf("volume list --plugin other: %v", other)
+	}
+	del := mustJSON(t, "--address", addr, "volume", "delete", "old", "--deregister-only")
+	if del["id"] != "old" || del["deleted"] != true || del["deregister_only"] != true {
+		t.Fatalf("delete --json: %v", del)
+	}
+	if out := run("volume", "delete", "data"); out != "Deleted volume data\n" {
+		t.Fatalf("delete: %q", out)
+	}
+	if out := run("volume", "list"); out != "No volumes.\n" {
+		t.Fatalf("volume list after delete: %q", out)
+	}
+}

@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// binary is the csisupd binary built once by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "csisupd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "csisupd")
+	build := exec.Command("go", "build", "-o", binary, "github.com/csisupd/csisupd/cmd/csisupd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building csisupd:", err)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: leaked goroutines:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// cliResult is one run of the CLI.
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// cli runs the csisupd binary with args against addr and returns its
+// output and exit code. The environment carries no CSISUPD_* variables.
+func cli(t *testing.T, addr string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, append([]string{"--address", addr, "--timeout", "20s"}, args...)...)
+	cmd.Env = cleanEnv()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	res := cliResult{stdout: out.String(), stderr: errb.String()}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		res.code = exit.ExitCode()
+	default:
+		t.Fatalf("csisupd %s: %v", strings.Join(args, " "), err)
+	}
+	return res
+}
+
+// cliJSON runs the CLI with --json, requires exit code 0 and decodes
+// stdout into v.
+func cliJSON(t *testing.T, addr string, v any, args ...string) {
+	t.Helper()
+	res := cli(t, addr, append(args, "--json")...)
+	if res.code != 0 {
+		t.Fatalf("csisupd %s: exit %d: %s", strings.Join(args, " "), res.code, res.stderr)
+	}
+	if err := json.Unmarshal([]byte(res.stdout), v); err != nil {
+		t.Fatalf("csisupd %s --json: %v\n%s", strings.Join(args, " "), err, res.stdout)
+	}
+}
+
+// cleanEnv is the test's environment without CSISUPD_* variables.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CSISUPD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// freePorts returns n distinct free loopback ports. They are free when
+// returned; a process must bind them soon after.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// waitFor polls cond until it is true; it fails the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// tempDir makes a short temporary directory (unix socket paths must stay
+// under 108 bytes), removed at cleanup.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// The JSON documents of the CLI, as far as these tests read them.
+type (
+	pluginDoc struct {
+		ID                  string `json:"id"`
+		Provider            string `json:"provider"`
+		ControllersHealthy  int    `json:"controllers_healthy"`
+		ControllersExpected int    `json:"controllers_expected"`
+		NodesHealthy        int    `json:"nodes_healthy"`
+		NodesExpected       int    `json:"nodes_expected"`
+		Instances           []struct {
+			NodeID    string `json:"node_id"`
+			NodeName  string `json:"node_name"`
+			Type      string `json:"type"`
+			Healthy   bool   `json:"healthy"`
+			CSINodeID string `json:"csi_node_id"`
+		} `json:"instances"`
+	}
+	nodeDoc struct {
+		ID      string `json:"id"`
+		Name    string `json:"name"`
+		Address string `json:"address"`
+		Status  string `json:"status"`
+		Plugins []struct {
+			ID      string `json:"id"`
+			NodeID  string `json:"node_id"`
+			Healthy bool   `json:"healthy"`
+		} `json:"plugins"`
+	}
+	nodeListDoc struct {
+		Nodes []nodeDoc `json:"nodes"`
+	}
+	claimDoc struct {
+		NodeID         string            `json:"node_id"`
+		CSINodeID      string            `json:"csi_node_id"`
+		ReadOnly       bool              `json:"read_only"`
+		PublishContext map[string]string `json:"publish_context"`
+	}
+	volumeDoc struct {
+		ID               string            `json:"id"`
+		PluginID         string            `json:"plugin_id"`
+		ExternalID       string            `json:"external_id"`
+		CapacityBytes    int64             `json:"capacity_bytes"`
+		Parameters       map[string]string `json:"parameters"`
+		Claims           []claimDoc        `json:"claims"`
+		ControllerNodeID string            `json:"controller_node_id"`
+	}
+	volumeListDoc struct {
+		Volumes []volumeDoc `json:"volumes"`
+	}
+	attachDoc struct {
+		Volume volumeDoc `json:"volume"`
+		Claim  claimDoc  `json:"claim"`
+	}
+	peersDoc struct {
+		Peers []struct {
+			ID       string `json:"id"`
+			Suffrage string `json:"suffrage"`
+			Leader   bool   `json:"leader"`
+		} `json:"peers"`
+	}
+)
+
+// pluginVolume is the test plugin's record of a volume in its state dir.
+type pluginVolume struct {
+	ID            string                     `json:"id"`
+	Name          string                     `json:"name"`
+	CapacityBytes int64                      `json:"capacity_bytes"`
+	Published     map[string]json.RawMessage `json:"published"`
+}
+
+// readPluginVolume reads the test plugin's record of volume id from its
+// state dir; ok is false when there is none.
+func readPluginVolume(t *testing.T, stateDir, id string) (v pluginVolume, ok bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(stateDir, "volumes", id+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return v, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("plugin record of %s: %v", id, err)
+	}
+	return v, true
+}
+
+// jsonInto decodes s into v and reports whether it could.
+func jsonInto(s string, v any) bool { return json.Unmarshal([]byte(s), v) == nil }
+
+// tryPlugin runs `plugin status ID --json` and reports whether it
+// succeeded.
+func tryPlugin(t *testing.T, addr, id string) (pluginDoc, bool) {
+	t.Helper()
+	res := cli(t, addr, "plugin", "status", id, "--json")
+	var p pluginDoc
+	if res.code != 0 || !jsonInto(res.stdout, &p) {
+		return p, false
+	}
+	return p, true
+}
