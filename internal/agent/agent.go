@@ -49,11 +49,13 @@ type Config struct {
 
 // Agent is one running csisupd daemon.
 type Agent struct {
-	cfg       *config.Config
-	log       hclog.Logger
-	version   string
-	startedAt time.Time
-	tempDir   string // dev mode: removed at shutdown
+	cfg *config.Config // replaced by Reload; read only under mu
+	log hclog.Logger
+	// Fixed at New (dev mode picks the directories), safe to read anywhere.
+	name, dataDir, pluginDir string
+	version                  string
+	startedAt                time.Time
+	tempDir                  string // dev mode: removed at shutdown
 
 	rpcLn   net.Listener
 	httpLn  net.Listener
@@ -102,6 +104,7 @@ func New(c Config) (a *Agent, err error) {
 	if err := a.prepareDirs(); err != nil {
 		return nil, err
 	}
+	a.name, a.dataDir, a.pluginDir = cfg.Name, cfg.DataDir, cfg.Client.PluginDir
 	if tempDir := a.tempDir; tempDir != "" {
 		closers = append(closers, func() { _ = os.RemoveAll(tempDir) })
 	}
@@ -258,10 +261,10 @@ func (a *Agent) RPCAddr() net.Addr { return a.rpcLn.Addr() }
 func (a *Agent) HTTPAddr() net.Addr { return a.httpLn.Addr() }
 
 // PluginDir is the watched plugin directory (a temporary one in dev mode).
-func (a *Agent) PluginDir() string { return a.cfg.Client.PluginDir }
+func (a *Agent) PluginDir() string { return a.pluginDir }
 
 // DataDir is the agent's data directory (a temporary one in dev mode).
-func (a *Agent) DataDir() string { return a.cfg.DataDir }
+func (a *Agent) DataDir() string { return a.dataDir }
 
 // NodeID is the node's stable id: its name in the cluster and, with the
 // server role, its raft server id.
@@ -336,8 +339,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	case <-a.manager.Ready():
 		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		close(a.ready)
-		a.log.Info("agent serving", "name", a.cfg.Name, "rpc", a.RPCAddr().String(),
-			"http", a.HTTPAddr().String(), "plugin_dir", a.cfg.Client.PluginDir, "data_dir", a.cfg.DataDir)
+		a.log.Info("agent serving", "name", a.name, "rpc", a.RPCAddr().String(),
+			"http", a.HTTPAddr().String(), "plugin_dir", a.pluginDir, "data_dir", a.dataDir)
 		notify(a.log, daemon.SdNotifyReady)
 	case <-ctx.Done():
 	}
