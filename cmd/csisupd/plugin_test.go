@@ -14,6 +14,7 @@ import (
 
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -58,18 +59,6 @@ func keys(v any) string {
 	return strings.Join(ks, ",")
 }
 
-// waitFor polls cond until it is true; it fails the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // oneNodeCluster starts one server and one agent with the test plugin
 // "tp", and waits until the plugin is healthy in the cluster.
 func oneNodeCluster(t *testing.T) (*testcluster.Cluster, string) {
@@ -77,7 +66,7 @@ func oneNodeCluster(t *testing.T) (*testcluster.Cluster, string) {
 	c := testcluster.New(t, testcluster.Config{Servers: 1, Agents: 1})
 	c.Agent(0).StartPlugin("tp", testplugin.Config{NodeID: "csi-a"})
 	addr := c.Member(0).RPCAddr
-	waitFor(t, 30*time.Second, "plugin tp healthy", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "plugin tp healthy", func() bool {
 		out, err := execute(t, "--address", addr, "plugin", "status", "tp", "--json")
 		var p clusterPluginJSON
 		return err == nil && json.Unmarshal([]byte(out), &p) == nil && p.ControllersHealthy == 1 && p.NodesHealthy == 1

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
@@ -22,40 +21,11 @@ import (
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// waitFor polls cond until it is true or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval, not synchronisation
-	}
-}
-
-// syncBuffer is a log output safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testConfig is a client-only configuration in short temporary directories
@@ -132,7 +102,7 @@ func runAgent(t *testing.T, a *Agent) (stop func() error) {
 func waitHealthy(t *testing.T, a *Agent, id string) registry.Plugin {
 	t.Helper()
 	var p registry.Plugin
-	waitFor(t, 10*time.Second, "plugin "+id+" healthy", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "plugin "+id+" healthy", func() bool {
 		var ok bool
 		p, ok = a.Registry().Get(id)
 		return ok && p.Health.State == heartbeat.Healthy
@@ -148,22 +118,6 @@ func portFree(t *testing.T, addr string) bool {
 	}
 	_ = ln.Close()
 	return true
-}
-
-// freePorts returns n distinct free loopback ports; the listeners stay open
-// until all are chosen, so none is handed out twice.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // New fails cleanly when a port is taken: the error names the config key
@@ -184,7 +138,7 @@ func TestNewListenerInUse(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.Server.Enabled = tt.server
 			cfg.Server.BootstrapExpect = 1
-			p := freePorts(t, 3)
+			p := testutil.FreePorts(t, 3)
 			cfg.Ports = config.Ports{RPC: p[0], HTTP: p[1], Raft: p[2]}
 			busy, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -276,7 +230,7 @@ func TestReload(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LogLevel = "info"
 	startPlugin(t, cfg, "p1")
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Name: "test", Output: &logs})
 	a, err := New(Config{Config: cfg, Logger: log})
 	if err != nil {
@@ -318,7 +272,7 @@ func TestReload(t *testing.T) {
 		t.Errorf("no \"configuration reloaded\" log line:\n%s", logs.String())
 	}
 	// With the old interval of an hour, p1 would not be probed again.
-	waitFor(t, 10*time.Second, "a new probe of p1", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "a new probe of p1", func() bool {
 		p, ok := a.Registry().Get("p1")
 		return ok && p.Health.LastProbe.After(first)
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/consulsync"
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // The agent registers itself and its plugins in Consul with what it really
@@ -38,7 +39,7 @@ func TestAgentRegistersInConsul(t *testing.T) {
 	}
 	runAgent(t, a)
 	waitHealthy(t, a, "p1")
-	waitFor(t, 10*time.Second, "a denied registration with the wrong token", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "a denied registration with the wrong token", func() bool {
 		return consul.Denied() > 0
 	})
 	if _, ok := consul.Service(consulsync.AgentServiceID); ok {
@@ -50,7 +51,7 @@ func TestAgentRegistersInConsul(t *testing.T) {
 	if err := a.Reload(&fixed); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "agent and plugin services in Consul", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "agent and plugin services in Consul", func() bool {
 		_, agentOK := consul.Service(consulsync.AgentServiceID)
 		_, pluginOK := consul.Service(consulsync.PluginServiceID("p1"))
 		return agentOK && pluginOK

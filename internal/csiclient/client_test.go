@@ -11,6 +11,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csisupd/csisupd/internal/testutil"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -29,17 +30,6 @@ type identityServer struct {
 
 func (s *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 	return &csi.GetPluginInfoResponse{Name: s.name, VendorVersion: "1.0.0"}, nil
-}
-
-// socketDir returns a short temporary directory for unix sockets.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "csi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // serve starts a CSI identity server named name on socket and returns a
@@ -83,18 +73,6 @@ func newClient(t *testing.T, cfg Config) *Client {
 	return c
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // supervisedName calls GetPluginInfo over the supervision connection.
 func supervisedName(c *Client) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -112,7 +90,7 @@ func pluginName(c *Client) (string, error) {
 }
 
 func TestNew(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.TempDir(t)
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +139,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestMissingSocketFailsUnavailable(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.TempDir(t)
 	c := newClient(t, Config{Socket: filepath.Join(dir, "csi.sock")})
 
 	// The deadline is generous: a client that waited for the socket instead
@@ -178,7 +156,7 @@ func TestMissingSocketFailsUnavailable(t *testing.T) {
 }
 
 func TestSocketAppearsLater(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.TempDir(t)
 	socket := filepath.Join(dir, "csi.sock")
 	c := newClient(t, Config{Socket: socket, MaxBackoff: 50 * time.Millisecond})
 
@@ -188,7 +166,7 @@ func TestSocketAppearsLater(t *testing.T) {
 
 	serve(t, socket, "late.example.com")
 	var name string
-	waitFor(t, 10*time.Second, "GetPluginInfo to succeed after the socket appeared", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "GetPluginInfo to succeed after the socket appeared", func() bool {
 		var err error
 		name, err = pluginName(c)
 		return err == nil
@@ -199,24 +177,24 @@ func TestSocketAppearsLater(t *testing.T) {
 }
 
 func TestPluginRestartOnSamePath(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.TempDir(t)
 	socket := filepath.Join(dir, "csi.sock")
 	c := newClient(t, Config{Socket: socket, MaxBackoff: 50 * time.Millisecond})
 
 	stop := serve(t, socket, "first.example.com")
-	waitFor(t, 10*time.Second, "the first plugin to answer", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the first plugin to answer", func() bool {
 		name, err := pluginName(c)
 		return err == nil && name == "first.example.com"
 	})
 
 	stop()
-	waitFor(t, 10*time.Second, "calls to fail after the plugin stopped", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "calls to fail after the plugin stopped", func() bool {
 		_, err := pluginName(c)
 		return status.Code(err) == codes.Unavailable
 	})
 
 	serve(t, socket, "second.example.com")
-	waitFor(t, 10*time.Second, "the restarted plugin to answer", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the restarted plugin to answer", func() bool {
 		name, err := pluginName(c)
 		return err == nil && name == "second.example.com"
 	})
@@ -225,7 +203,7 @@ func TestPluginRestartOnSamePath(t *testing.T) {
 func TestSocketPathNeedingEscape(t *testing.T) {
 	// A plugin directory may contain characters that mean something in a
 	// URL; the client must still dial the exact path.
-	base := socketDir(t)
+	base := testutil.TempDir(t)
 	for _, sub := range []string{"a#b", "a?b", "a%41b", "a b"} {
 		t.Run(sub, func(t *testing.T) {
 			dir := filepath.Join(base, sub)
@@ -257,7 +235,7 @@ func TestSocketPathNeedingEscape(t *testing.T) {
 }
 
 func TestDialOptionsApplied(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.TempDir(t)
 	socket := filepath.Join(dir, "csi.sock")
 	serve(t, socket, "opts.example.com")
 
@@ -276,7 +254,7 @@ func TestDialOptionsApplied(t *testing.T) {
 }
 
 func TestCloseEndsBothConnections(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.TempDir(t)
 	socket := filepath.Join(dir, "csi.sock")
 	serve(t, socket, "close.example.com")
 
@@ -302,7 +280,7 @@ func TestCloseEndsBothConnections(t *testing.T) {
 }
 
 func TestOnDisconnect(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "csi.sock")
+	sock := filepath.Join(testutil.TempDir(t), "csi.sock")
 	stop := serve(t, sock, "first")
 
 	disconnects := make(chan struct{}, 10)
@@ -326,7 +304,7 @@ func TestOnDisconnect(t *testing.T) {
 	// A new plugin on the same path: the client redials, and a second loss
 	// is reported again.
 	stop = serve(t, sock, "second")
-	waitFor(t, 10*time.Second, "call to the restarted plugin", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "call to the restarted plugin", func() bool {
 		name, err := supervisedName(c)
 		return err == nil && name == "second"
 	})
@@ -340,7 +318,7 @@ func TestOnDisconnect(t *testing.T) {
 	// Closing the client ourselves is not a disconnect of the plugin.
 	stop = serve(t, sock, "third")
 	defer stop()
-	waitFor(t, 10*time.Second, "call to the third plugin", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "call to the third plugin", func() bool {
 		name, err := supervisedName(c)
 		return err == nil && name == "third"
 	})

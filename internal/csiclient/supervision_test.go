@@ -12,6 +12,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csisupd/csisupd/internal/testutil"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -72,7 +73,7 @@ func TestSupervisionMatchesGRPC(t *testing.T) {
 			return nil, st.Err()
 		}},
 	}
-	sock := filepath.Join(socketDir(t), "csi.sock")
+	sock := filepath.Join(testutil.TempDir(t), "csi.sock")
 	var current func(ctx context.Context) (*csi.ProbeResponse, error)
 	serveIdentity(t, sock, &faultyIdentity{probe: func(ctx context.Context) (*csi.ProbeResponse, error) { return current(ctx) }})
 	c := newClient(t, Config{Socket: sock})
@@ -101,7 +102,7 @@ func TestSupervisionMatchesGRPC(t *testing.T) {
 }
 
 func TestSupervisionDeadline(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "csi.sock")
+	sock := filepath.Join(testutil.TempDir(t), "csi.sock")
 	serveIdentity(t, sock, &faultyIdentity{probe: func(ctx context.Context) (*csi.ProbeResponse, error) {
 		<-ctx.Done() // hang until the deadline the caller sent arrives
 		return nil, ctx.Err()
@@ -120,7 +121,7 @@ func TestSupervisionDeadline(t *testing.T) {
 }
 
 func TestSupervisionNotGRPC(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.TempDir(t)
 
 	// An HTTP/2 server that is not gRPC.
 	h2 := filepath.Join(dir, "h2.sock")
@@ -172,7 +173,7 @@ func TestSupervisionNotGRPC(t *testing.T) {
 }
 
 func TestSupervisionWaitForReady(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "csi.sock")
+	sock := filepath.Join(testutil.TempDir(t), "csi.sock")
 	c := newClient(t, Config{Socket: sock})
 	lean := csi.NewIdentityClient(c.Supervision())
 
@@ -225,7 +226,7 @@ func TestEncodeTimeout(t *testing.T) {
 // HTTP/2 flow-control window (64 KiB) must flow, and callers from several
 // goroutines share it.
 func TestSupervisionLongLivedConnection(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "csi.sock")
+	sock := filepath.Join(testutil.TempDir(t), "csi.sock")
 	serveIdentity(t, sock, &faultyIdentity{})
 	var disconnects atomic.Int32
 	c := newClient(t, Config{Socket: sock, OnDisconnect: func() { disconnects.Add(1) }})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csisupd/csisupd/internal/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,7 +18,7 @@ import (
 // once, and the next call closes the old connection so the plugin's
 // GracefulStop can finish.
 func TestGracefulStopOfPlugin(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "csi.sock")
+	sock := filepath.Join(testutil.TempDir(t), "csi.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -348,24 +349,12 @@ func (r *recorder) start(t *testing.T, cfg Config) *Monitor {
 	return m
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitForState waits for an OnProbe call reporting state and returns the
 // first such call at or after index from.
 func (r *recorder) waitForState(t *testing.T, from int, state State) probeResult {
 	t.Helper()
 	var got probeResult
-	waitFor(t, 5*time.Second, "an OnProbe with state "+string(state), func() bool {
+	testutil.WaitFor(t, 5*time.Second, "an OnProbe with state "+string(state), func() bool {
 		all := r.all()
 		for i := from; i < len(all); i++ {
 			if all[i].health.State == state {
@@ -432,7 +421,7 @@ func TestTransitionsOnlyOnStateChange(t *testing.T) {
 	// work without a connection to watch.
 	r.start(t, Config{Identity: c.Identity, Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond})
 	const probes = 9
-	waitFor(t, 15*time.Second, "9 probes", func() bool { return r.count() >= probes })
+	testutil.WaitFor(t, 15*time.Second, "9 probes", func() bool { return r.count() >= probes })
 
 	all := r.all()[:probes]
 	var transitions []State
@@ -516,7 +505,7 @@ func TestConnectionLossAndRecovery(t *testing.T) {
 	// probe (asked for here, as the supervisor's restart would) finds it.
 	from := r.count()
 	p.start()
-	waitFor(t, 5*time.Second, "a healthy probe after the plugin came back", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "a healthy probe after the plugin came back", func() bool {
 		for _, res := range r.all()[from:] {
 			if res.health.State == Healthy {
 				return true
@@ -542,16 +531,16 @@ func TestProbeNowAndSetTimingTriggerProbes(t *testing.T) {
 
 	var r recorder
 	m := r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second})
-	waitFor(t, 5*time.Second, "the first probe", func() bool { return r.count() >= 1 })
+	testutil.WaitFor(t, 5*time.Second, "the first probe", func() bool { return r.count() >= 1 })
 
 	m.ProbeNow()
-	waitFor(t, 5*time.Second, "a probe after ProbeNow", func() bool { return r.count() >= 2 })
+	testutil.WaitFor(t, 5*time.Second, "a probe after ProbeNow", func() bool { return r.count() >= 2 })
 
 	// A shorter interval takes effect at once, not after the hour.
 	if err := m.SetTiming(50*time.Millisecond, 50*time.Millisecond); err != nil {
 		t.Fatalf("SetTiming: %v", err)
 	}
-	waitFor(t, 10*time.Second, "probes at the new interval", func() bool { return r.count() >= 6 })
+	testutil.WaitFor(t, 10*time.Second, "probes at the new interval", func() bool { return r.count() >= 6 })
 	for i, res := range r.all() {
 		if i > 0 && res.transition {
 			t.Errorf("probe %d of a steady plugin reported a transition: %+v", i, res)

@@ -13,35 +13,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// waitFor polls cond until it holds or timeout passes, then fails the test
-// naming what it waited for.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// shortTempDir returns a new directory with a short path, for unix sockets
-// (at most 108 bytes), removed when the test ends.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "csi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
 }
 
 // testLogger logs through t when -v is given, else discards.
@@ -101,7 +77,7 @@ func newPlugin(t *testing.T, socket string, cfg testplugin.Config) *testplugin.P
 	t.Helper()
 	cfg.Socket = socket
 	if cfg.StateDir == "" {
-		cfg.StateDir = shortTempDir(t)
+		cfg.StateDir = testutil.TempDir(t)
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = "node-1"

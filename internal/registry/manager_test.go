@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func validManagerConfig(dir string) ManagerConfig {
@@ -95,7 +97,7 @@ func TestManagerSetTimingValidates(t *testing.T) {
 }
 
 func TestManagerRunFailsOnUnusablePluginDir(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	file := filepath.Join(dir, "file")
 	writeFile(t, file)
 	m, err := NewManager(validManagerConfig(filepath.Join(file, "plugins")))
@@ -109,7 +111,7 @@ func TestManagerRunFailsOnUnusablePluginDir(t *testing.T) {
 }
 
 func TestManagerRunOnlyOnce(t *testing.T) {
-	cfg := validManagerConfig(filepath.Join(shortTempDir(t), "plugins"))
+	cfg := validManagerConfig(filepath.Join(testutil.TempDir(t), "plugins"))
 	m, err := NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)

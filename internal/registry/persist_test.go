@@ -15,10 +15,11 @@ import (
 
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestPersistRoundTrip(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	reg := New(Config{})
 	fp := fingerprint.Fingerprint{
 		VendorName: "csi.example.com", VendorVersion: "1.2.3", Type: fingerprint.TypeMonolith,
@@ -62,7 +63,7 @@ func TestPersistRoundTrip(t *testing.T) {
 }
 
 func TestPersistLoadWithoutFile(t *testing.T) {
-	dir := filepath.Join(shortTempDir(t), "data") // created by load
+	dir := filepath.Join(testutil.TempDir(t), "data") // created by load
 	reg := New(Config{})
 	if err := newPersister(dir, reg, testLogger(t)).load(); err != nil {
 		t.Fatal(err)
@@ -87,7 +88,7 @@ func TestPersistSetsUnreadableFilesAside(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := shortTempDir(t)
+			dir := testutil.TempDir(t)
 			path := filepath.Join(dir, StateFileName)
 			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
 				t.Fatal(err)
@@ -114,7 +115,7 @@ func TestPersistSetsUnreadableFilesAside(t *testing.T) {
 }
 
 func TestPersistSkipsInvalidRecords(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	f := stateFile{Version: stateFormatVersion, Plugins: []Plugin{
 		{ID: "ok", Instance: SocketID{Path: "/p/ok.sock"}},
 		{ID: "bad id", Instance: SocketID{Path: "/p/x.sock"}},
@@ -134,7 +135,7 @@ func TestPersistSkipsInvalidRecords(t *testing.T) {
 }
 
 func TestPersistSavesOnlyChanges(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	path := filepath.Join(dir, StateFileName)
 	reg := New(Config{})
 	reg.Register("a", inst(1), nil)
@@ -161,7 +162,7 @@ func TestPersistSavesOnlyChanges(t *testing.T) {
 }
 
 func TestPersisterWritesAfterChanges(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	reg := New(Config{})
 	p := newPersister(dir, reg, testLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -175,14 +176,14 @@ func TestPersisterWritesAfterChanges(t *testing.T) {
 	for i := range 50 {
 		reg.Register(fmt.Sprintf("p%02d", i), inst(uint64(i)), nil)
 	}
-	waitFor(t, 10*time.Second, "all 50 plugins on disk", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "all 50 plugins on disk", func() bool {
 		plugins, err := readStateFile(filepath.Join(dir, StateFileName))
 		return err == nil && len(plugins) == 50
 	})
 }
 
 func TestWriteFileAtomicReportsPath(t *testing.T) {
-	path := filepath.Join(shortTempDir(t), "missing", "registry.json")
+	path := filepath.Join(testutil.TempDir(t), "missing", "registry.json")
 	err := writeFileAtomic(path, []byte("{}"))
 	if err == nil || !strings.Contains(err.Error(), "registry.json") {
 		t.Fatalf("error = %v, want one naming the file", err)

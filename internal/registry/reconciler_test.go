@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // These tests drive reconcile with explicit times, so grace periods are
@@ -47,7 +49,7 @@ func checkNext(t *testing.T, step string, gotNext time.Duration, gotOK bool, wan
 func TestReconcilerGracePeriod(t *testing.T) {
 	const grace = 10 * time.Second
 	r, reg, ctx := newTestReconciler(t, grace)
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	a := SocketID{Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 1}
 	t0 := time.Now()
 
@@ -57,7 +59,7 @@ func TestReconcilerGracePeriod(t *testing.T) {
 	if s == nil || s.inst != a {
 		t.Fatalf("supervisor = %v, want one for %v", s, a)
 	}
-	waitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
+	testutil.WaitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
 
 	next, ok = r.reconcile(ctx, map[string]SocketID{}, t0)
 	checkNext(t, "socket removed", next, ok, grace)
@@ -104,7 +106,7 @@ func TestReconcilerGracePeriod(t *testing.T) {
 
 func TestReconcilerRestartsOnNewSocketIdentity(t *testing.T) {
 	r, reg, ctx := newTestReconciler(t, time.Minute)
-	path := filepath.Join(shortTempDir(t), "a.sock")
+	path := filepath.Join(testutil.TempDir(t), "a.sock")
 	old := SocketID{Path: path, Inode: 1, Mtime: 1}
 	// Same inode number, later mtime: a re-created socket reusing the inode.
 	renewed := SocketID{Path: path, Inode: 1, Mtime: 2}
@@ -112,7 +114,7 @@ func TestReconcilerRestartsOnNewSocketIdentity(t *testing.T) {
 
 	r.reconcile(ctx, map[string]SocketID{"a": old}, t0)
 	s1 := supervisorOf(r, "a")
-	waitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
+	testutil.WaitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
 
 	next, ok := r.reconcile(ctx, map[string]SocketID{"a": renewed}, t0)
 	checkNext(t, "replaced", next, ok, -1)
@@ -125,7 +127,7 @@ func TestReconcilerRestartsOnNewSocketIdentity(t *testing.T) {
 	default:
 		t.Error("old supervisor still running")
 	}
-	waitFor(t, 10*time.Second, "record of the new instance", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "record of the new instance", func() bool {
 		p, _ := reg.Get("a")
 		return p.Instance == renewed
 	})
@@ -141,7 +143,7 @@ func TestReconcilerRestartsOnNewSocketIdentity(t *testing.T) {
 func TestReconcilerDeregistersRestoredWithoutSocket(t *testing.T) {
 	const grace = 3 * time.Second
 	r, reg, ctx := newTestReconciler(t, grace)
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	present := SocketID{Path: filepath.Join(dir, "present.sock"), Inode: 1}
 	missing := SocketID{Path: filepath.Join(dir, "missing.sock"), Inode: 2}
 	reg.Restore([]Plugin{{ID: "present", Instance: present}, {ID: "missing", Instance: missing}})
@@ -172,10 +174,10 @@ func TestReconcilerDeregistersRestoredWithoutSocket(t *testing.T) {
 
 func TestReconcilerZeroGraceDeregistersAtOnce(t *testing.T) {
 	r, reg, ctx := newTestReconciler(t, 0)
-	a := SocketID{Path: filepath.Join(shortTempDir(t), "a.sock"), Inode: 1}
+	a := SocketID{Path: filepath.Join(testutil.TempDir(t), "a.sock"), Inode: 1}
 	t0 := time.Now()
 	r.reconcile(ctx, map[string]SocketID{"a": a}, t0)
-	waitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
+	testutil.WaitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
 	next, ok := r.reconcile(ctx, map[string]SocketID{}, t0)
 	checkNext(t, "removed", next, ok, -1)
 	if _, found := reg.Get("a"); found {

@@ -19,6 +19,7 @@ import (
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // These tests run the whole node-side registry over real unix sockets, with
@@ -28,14 +29,14 @@ const waitLong = 15 * time.Second
 
 func TestIntegrationPluginsBeforeAndAfterStart(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	startPlugin(t, filepath.Join(dir, "early", SocketName), testplugin.Config{Type: testplugin.TypeMonolith, NodeID: "node-a"})
 	m := startManager(t, ManagerConfig{PluginDir: dir})
 	reg := m.Registry()
 	startPlugin(t, filepath.Join(dir, "late"+SocketSuffix), testplugin.Config{Type: testplugin.TypeMonolith, NodeID: "node-a"})
 
 	for _, id := range []string{"early", "late"} {
-		waitFor(t, waitLong, id+" healthy", func() bool { return healthOf(reg, id) == "healthy" })
+		testutil.WaitFor(t, waitLong, id+" healthy", func() bool { return healthOf(reg, id) == "healthy" })
 		p, _ := reg.Get(id)
 		if p.Fingerprint.Type != fingerprint.TypeMonolith || p.Fingerprint.NodeID != "node-a" {
 			t.Errorf("%s: type %s node id %q, want monolith on node-a", id, p.Fingerprint.Type, p.Fingerprint.NodeID)
@@ -64,16 +65,16 @@ func TestIntegrationPluginsBeforeAndAfterStart(t *testing.T) {
 
 func TestIntegrationKillIsNoticedWithoutWaitingForAProbe(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	sock := filepath.Join(dir, "a", SocketName)
 	plugin := startPlugin(t, sock, testplugin.Config{})
 	// One probe a minute: only the connection watch can notice in time.
 	m := startManager(t, ManagerConfig{PluginDir: dir, ProbeInterval: time.Minute, ProbeTimeout: 5 * time.Second})
 	reg := m.Registry()
-	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 
 	plugin.Kill()
-	waitFor(t, waitLong, "a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
+	testutil.WaitFor(t, waitLong, "a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
 	p, _ := reg.Get("a")
 	if !strings.HasPrefix(p.Health.Description, "plugin unreachable") {
 		t.Errorf("description = %q, want plugin unreachable", p.Health.Description)
@@ -82,7 +83,7 @@ func TestIntegrationKillIsNoticedWithoutWaitingForAProbe(t *testing.T) {
 	if err := plugin.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, waitLong, "a healthy again", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, waitLong, "a healthy again", func() bool { return healthOf(reg, "a") == "healthy" })
 	if _, found := findEvent(reg, "a", EventDeregistered); found {
 		t.Error("a restarted plugin was deregistered")
 	}
@@ -90,15 +91,15 @@ func TestIntegrationKillIsNoticedWithoutWaitingForAProbe(t *testing.T) {
 
 func TestIntegrationRemovedSocketIsDeregisteredAfterGrace(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	sock := filepath.Join(dir, "a"+SocketSuffix)
 	plugin := startPlugin(t, sock, testplugin.Config{})
 	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: 300 * time.Millisecond})
 	reg := m.Registry()
-	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 
 	plugin.Stop() // removes the socket
-	waitFor(t, waitLong, "a deregistered", func() bool { return healthOf(reg, "a") == "absent" })
+	testutil.WaitFor(t, waitLong, "a deregistered", func() bool { return healthOf(reg, "a") == "absent" })
 	e, ok := findEvent(reg, "a", EventDeregistered)
 	if want := fmt.Sprintf("socket %s removed 300ms ago", sock); !ok || e.Description != want {
 		t.Errorf("deregistered event = %+v, want description %q", e, want)
@@ -111,12 +112,12 @@ func TestIntegrationRemovedSocketIsDeregisteredAfterGrace(t *testing.T) {
 func TestIntegrationSocketBackWithinGraceIsNotDeregistered(t *testing.T) {
 	t.Parallel()
 	const grace = time.Second
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	plugin := startPlugin(t, filepath.Join(dir, "a", SocketName), testplugin.Config{})
 	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: grace,
 		ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond})
 	reg := m.Registry()
-	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 
 	removed := time.Now()
 	plugin.Stop()
@@ -124,7 +125,7 @@ func TestIntegrationSocketBackWithinGraceIsNotDeregistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until probes show the grace period is long over.
-	waitFor(t, waitLong, "probes well after the grace period", func() bool {
+	testutil.WaitFor(t, waitLong, "probes well after the grace period", func() bool {
 		p, ok := reg.Get("a")
 		return ok && p.Healthy() && p.Health.LastProbe.After(removed.Add(2*grace))
 	})
@@ -135,12 +136,12 @@ func TestIntegrationSocketBackWithinGraceIsNotDeregistered(t *testing.T) {
 
 func TestIntegrationReplacedSocketRestartsInstance(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	sock := filepath.Join(dir, "a"+SocketSuffix)
 	startPlugin(t, sock, testplugin.Config{VendorVersion: "1.0.0"})
 	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: time.Minute})
 	reg := m.Registry()
-	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 	old, _ := reg.Get("a")
 
 	// An upgrade: the old plugin still runs, its socket file is replaced.
@@ -153,7 +154,7 @@ func TestIntegrationReplacedSocketRestartsInstance(t *testing.T) {
 		t.Fatal("the new socket has the old identity")
 	}
 
-	waitFor(t, waitLong, "new instance healthy", func() bool {
+	testutil.WaitFor(t, waitLong, "new instance healthy", func() bool {
 		p, ok := reg.Get("a")
 		return ok && p.Instance == newID && p.Healthy() && p.Fingerprint.VendorVersion == "2.0.0"
 	})
@@ -175,12 +176,12 @@ func TestIntegrationReplacedSocketRestartsInstance(t *testing.T) {
 
 func TestIntegrationChmodDoesNotRestartInstance(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	sock := filepath.Join(dir, "a"+SocketSuffix)
 	startPlugin(t, sock, testplugin.Config{})
 	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: time.Minute, RescanInterval: 100 * time.Millisecond})
 	reg := m.Registry()
-	waitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 	before, _ := reg.Get("a")
 
 	// Plugins and operators re-permission sockets; that changes the
@@ -192,7 +193,7 @@ func TestIntegrationChmodDoesNotRestartInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Let the chmod's file event and several rescans go by.
-	waitFor(t, waitLong, "probes after several rescans", func() bool {
+	testutil.WaitFor(t, waitLong, "probes after several rescans", func() bool {
 		p, ok := reg.Get("a")
 		return ok && p.Health.LastProbe.After(time.Now().Add(-50*time.Millisecond)) &&
 			time.Since(before.Health.LastProbe) > 500*time.Millisecond
@@ -208,7 +209,7 @@ func TestIntegrationChmodDoesNotRestartInstance(t *testing.T) {
 
 func TestIntegrationIgnoredEntries(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	writeFile(t, filepath.Join(dir, "file.sock"))
 	writeFile(t, filepath.Join(dir, "sub", SocketName))
 	socketFile(t, filepath.Join(dir, ".hidden.sock"))
@@ -225,13 +226,13 @@ func TestIntegrationIgnoredEntries(t *testing.T) {
 		filepath.Join(dir, "bad!id.sock"):     `invalid plugin id "bad!id"`,
 		filepath.Join(dir, "-late.sock"):      `invalid plugin id "-late"`,
 	}
-	waitFor(t, waitLong, "ignored entries", func() bool { return len(reg.Ignored()) == len(want) })
+	testutil.WaitFor(t, waitLong, "ignored entries", func() bool { return len(reg.Ignored()) == len(want) })
 	for _, ig := range reg.Ignored() {
 		if !strings.HasPrefix(ig.Reason, want[ig.Path]) || want[ig.Path] == "" {
 			t.Errorf("ignored %s: reason %q, want %q", ig.Path, ig.Reason, want[ig.Path])
 		}
 	}
-	waitFor(t, waitLong, "good healthy", func() bool { return healthOf(reg, "good") == "healthy" })
+	testutil.WaitFor(t, waitLong, "good healthy", func() bool { return healthOf(reg, "good") == "healthy" })
 	if got := reg.List(); len(got) != 1 {
 		t.Errorf("registered %d plugins, want only good: %+v", len(got), got)
 	}
@@ -239,7 +240,7 @@ func TestIntegrationIgnoredEntries(t *testing.T) {
 
 func TestIntegrationNonCSISocketsAreUnhealthy(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 
 	// A gRPC server with only the health service.
 	l := listenUnix(t, filepath.Join(dir, "grpc-only.sock"))
@@ -275,7 +276,7 @@ func TestIntegrationNonCSISocketsAreUnhealthy(t *testing.T) {
 		{"raw", "fingerprint failed: GetPluginInfo: rpc error: "},
 	}
 	for _, tt := range tests {
-		waitFor(t, waitLong, tt.id+" unhealthy", func() bool { return healthOf(reg, tt.id) == "unhealthy" })
+		testutil.WaitFor(t, waitLong, tt.id+" unhealthy", func() bool { return healthOf(reg, tt.id) == "unhealthy" })
 		p, _ := reg.Get(tt.id)
 		if !strings.HasPrefix(p.Health.Description, tt.want) {
 			t.Errorf("%s: description %q, want prefix %q", tt.id, p.Health.Description, tt.want)
@@ -292,7 +293,7 @@ func TestIntegrationNonCSISocketsAreUnhealthy(t *testing.T) {
 
 func TestIntegrationHangingProbe(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	hang := newPlugin(t, filepath.Join(dir, "hang.sock"), testplugin.Config{})
 	hang.SetFaults(testplugin.Faults{ProbeHang: true})
 	if err := hang.Start(); err != nil {
@@ -302,7 +303,7 @@ func TestIntegrationHangingProbe(t *testing.T) {
 	m := startManager(t, ManagerConfig{PluginDir: dir, ProbeInterval: 600 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond})
 	reg := m.Registry()
 
-	waitFor(t, waitLong, "hang unhealthy", func() bool { return healthOf(reg, "hang") == "unhealthy" })
+	testutil.WaitFor(t, waitLong, "hang unhealthy", func() bool { return healthOf(reg, "hang") == "unhealthy" })
 	p, _ := reg.Get("hang")
 	if p.Health.Description != "probe timed out after 500ms" {
 		t.Errorf("description = %q, want probe timed out after 500ms", p.Health.Description)
@@ -312,7 +313,7 @@ func TestIntegrationHangingProbe(t *testing.T) {
 	}
 	// Several more hanging probes while the other plugin is probed too.
 	since := p.Health.LastProbe
-	waitFor(t, waitLong, "more probes of both", func() bool {
+	testutil.WaitFor(t, waitLong, "more probes of both", func() bool {
 		h, _ := reg.Get("hang")
 		o, _ := reg.Get("ok")
 		return h.Health.LastProbe.After(since.Add(1200*time.Millisecond)) && o.Health.LastProbe.After(since.Add(1200*time.Millisecond))
@@ -332,8 +333,8 @@ func TestIntegrationManyPluginsAtOnce(t *testing.T) {
 	// Not parallel: it runs alone, before the parallel tests, so that its
 	// load cannot make their probes time out.
 	const n = 200
-	dir := shortTempDir(t)
-	state := shortTempDir(t)
+	dir := testutil.TempDir(t)
+	state := testutil.TempDir(t)
 	// Long probe timings: 200 plugins starting at once load the machine,
 	// and all this test needs is their first probe.
 	m := startManager(t, ManagerConfig{PluginDir: dir, ProbeInterval: 10 * time.Second, ProbeTimeout: 10 * time.Second})
@@ -352,7 +353,7 @@ func TestIntegrationManyPluginsAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 45*time.Second, fmt.Sprintf("%d plugins healthy", n), func() bool {
+	testutil.WaitFor(t, 45*time.Second, fmt.Sprintf("%d plugins healthy", n), func() bool {
 		ps := reg.List()
 		if len(ps) != n {
 			return false
@@ -377,8 +378,8 @@ func TestIntegrationManyPluginsAtOnce(t *testing.T) {
 
 func TestIntegrationRestartRecoversRegistry(t *testing.T) {
 	t.Parallel()
-	dir := shortTempDir(t)
-	data := filepath.Join(shortTempDir(t), "data")
+	dir := testutil.TempDir(t)
+	data := filepath.Join(testutil.TempDir(t), "data")
 	pa := startPlugin(t, filepath.Join(dir, "a", SocketName), testplugin.Config{NodeID: "node-r"})
 	pb := startPlugin(t, filepath.Join(dir, "b"+SocketSuffix), testplugin.Config{NodeID: "node-r"})
 	gone := startPlugin(t, filepath.Join(dir, "gone"+SocketSuffix), testplugin.Config{NodeID: "node-r"})
@@ -386,7 +387,7 @@ func TestIntegrationRestartRecoversRegistry(t *testing.T) {
 	first := newTestManager(t, ManagerConfig{PluginDir: dir, DataDir: data})
 	stopFirst := runManager(t, first)
 	for _, id := range []string{"a", "b", "gone"} {
-		waitFor(t, waitLong, id+" healthy", func() bool { return healthOf(first.Registry(), id) == "healthy" })
+		testutil.WaitFor(t, waitLong, id+" healthy", func() bool { return healthOf(first.Registry(), id) == "healthy" })
 	}
 	stopFirst() // saves the registry
 	if _, err := os.Stat(filepath.Join(data, StateFileName)); err != nil {
@@ -426,12 +427,12 @@ func TestIntegrationRestartRecoversRegistry(t *testing.T) {
 
 	pa.SetFaults(testplugin.Faults{})
 	pb.SetFaults(testplugin.Faults{})
-	waitFor(t, waitLong, "gone deregistered", func() bool { return healthOf(reg, "gone") == "absent" })
+	testutil.WaitFor(t, waitLong, "gone deregistered", func() bool { return healthOf(reg, "gone") == "absent" })
 	if e, _ := findEvent(reg, "gone", EventDeregistered); !strings.Contains(e.Description, "after restart") {
 		t.Errorf("gone: deregistered event %+v", e)
 	}
 	for _, id := range []string{"a", "b"} {
-		waitFor(t, waitLong, id+" healthy after restart", func() bool { return healthOf(reg, id) == "healthy" })
+		testutil.WaitFor(t, waitLong, id+" healthy after restart", func() bool { return healthOf(reg, id) == "healthy" })
 		// Same socket, same instance: no new registration.
 		if got := eventsOf(reg, id); !slices.Equal(got, []EventType{EventHealthy}) {
 			t.Errorf("%s: events after restart %v, want [plugin-healthy]", id, got)
@@ -443,7 +444,7 @@ func TestIntegrationSteadyStateEmitsNothing(t *testing.T) {
 	t.Parallel()
 	// Generous timeouts: a probe timing out on a busy machine is an event.
 	const interval = time.Second
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	ids := []string{"a", "b", "c"}
 	for _, id := range ids {
 		startPlugin(t, filepath.Join(dir, id+SocketSuffix), testplugin.Config{})
@@ -455,14 +456,14 @@ func TestIntegrationSteadyStateEmitsNothing(t *testing.T) {
 	})
 	reg := m.Registry()
 	for _, id := range ids {
-		waitFor(t, waitLong, id+" healthy", func() bool { return healthOf(reg, id) == "healthy" })
+		testutil.WaitFor(t, waitLong, id+" healthy", func() bool { return healthOf(reg, id) == "healthy" })
 	}
 	_, index := reg.Events(0)
 	version := reg.Version()
 	start := time.Now()
 
 	// Several probe, fingerprint and rescan periods, measured by probes.
-	waitFor(t, waitLong, "three probe intervals of probes", func() bool {
+	testutil.WaitFor(t, waitLong, "three probe intervals of probes", func() bool {
 		for _, id := range ids {
 			p, _ := reg.Get(id)
 			if !p.Health.LastProbe.After(start.Add(3 * interval)) {

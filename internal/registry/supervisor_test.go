@@ -15,6 +15,7 @@ import (
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // superviseSocket starts a supervisor for the socket at path (it need not
@@ -32,12 +33,12 @@ func superviseSocket(t *testing.T, reg *Registry, id string, si SocketID, tm tim
 }
 
 func TestSupervisorRegistersAndProbes(t *testing.T) {
-	sock := filepath.Join(shortTempDir(t), "a.sock")
+	sock := filepath.Join(testutil.TempDir(t), "a.sock")
 	startPlugin(t, sock, testplugin.Config{Type: testplugin.TypeMonolith, NodeID: "node-7", MaxVolumes: 3})
 	reg := New(Config{})
 	s := superviseSocket(t, reg, "a", statSocket(t, sock), testTiming)
 
-	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 	p, _ := reg.Get("a")
 	if p.Fingerprint.Type != fingerprint.TypeMonolith || p.Fingerprint.NodeID != "node-7" ||
 		p.Fingerprint.MaxVolumes != 3 || p.Fingerprint.VendorName != testplugin.DefaultName || !p.Fingerprinted {
@@ -56,7 +57,7 @@ func TestSupervisorRegistersAndProbes(t *testing.T) {
 }
 
 func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
-	sock := filepath.Join(shortTempDir(t), "a.sock")
+	sock := filepath.Join(testutil.TempDir(t), "a.sock")
 	// A listener that accepts and closes: not a gRPC server at all.
 	l := listenUnix(t, sock)
 	var wg sync.WaitGroup
@@ -73,7 +74,7 @@ func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
 
 	reg := New(Config{})
 	superviseSocket(t, reg, "a", statSocket(t, sock), fastTiming)
-	waitFor(t, 10*time.Second, "plugin a registered unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
+	testutil.WaitFor(t, 10*time.Second, "plugin a registered unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
 	p, _ := reg.Get("a")
 	if !strings.HasPrefix(p.Health.Description, "fingerprint failed: GetPluginInfo") {
 		t.Errorf("health description = %q, want a fingerprint failure", p.Health.Description)
@@ -87,7 +88,7 @@ func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	startPlugin(t, sock, testplugin.Config{Type: testplugin.TypeNode})
-	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 	if p, _ := reg.Get("a"); p.Fingerprint.Type != fingerprint.TypeNode {
 		t.Errorf("type = %s, want node", p.Fingerprint.Type)
 	}
@@ -98,7 +99,7 @@ func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
 }
 
 func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	state := filepath.Join(dir, "state")
 	v1 := startPlugin(t, sock, testplugin.Config{StateDir: state, VendorVersion: "1.0.0"})
@@ -107,14 +108,14 @@ func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
 	tm := testTiming
 	tm.FingerprintInterval = time.Hour
 	superviseSocket(t, reg, "a", statSocket(t, sock), tm)
-	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 
 	v1.Kill()
-	waitFor(t, 10*time.Second, "plugin a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
+	testutil.WaitFor(t, 10*time.Second, "plugin a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
 	v1.Stop()
 	startPlugin(t, sock, testplugin.Config{StateDir: state, VendorVersion: "2.0.0"})
 
-	waitFor(t, 10*time.Second, "fingerprint 2.0.0", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "fingerprint 2.0.0", func() bool {
 		p, _ := reg.Get("a")
 		return p.Fingerprint.VendorVersion == "2.0.0"
 	})
@@ -128,20 +129,20 @@ func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
 }
 
 func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
-	sock := filepath.Join(shortTempDir(t), "a.sock")
+	sock := filepath.Join(testutil.TempDir(t), "a.sock")
 	plugin := startPlugin(t, sock, testplugin.Config{})
 	reg := New(Config{})
 	tm := testTiming
 	tm.FingerprintInterval = time.Hour
 	s := superviseSocket(t, reg, "a", statSocket(t, sock), tm)
-	waitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	testutil.WaitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 	before := plugin.Stats().Calls["GetPluginInfo"]
 
 	// With an hour between fingerprints nothing would happen; the new
 	// interval applies to the running supervisor.
 	tm.FingerprintInterval = 100 * time.Millisecond
 	s.setTiming(tm)
-	waitFor(t, 10*time.Second, "two more fingerprints", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "two more fingerprints", func() bool {
 		return plugin.Stats().Calls["GetPluginInfo"] >= before+2
 	})
 	want := []EventType{EventRegistered, EventHealthy}
@@ -158,9 +159,9 @@ func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
 
 func TestSupervisorStopsWhileDialingNothing(t *testing.T) {
 	reg := New(Config{})
-	sock := filepath.Join(shortTempDir(t), "never.sock")
+	sock := filepath.Join(testutil.TempDir(t), "never.sock")
 	s := superviseSocket(t, reg, "a", SocketID{Path: sock, Inode: 1}, fastTiming)
-	waitFor(t, 10*time.Second, "plugin a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
+	testutil.WaitFor(t, 10*time.Second, "plugin a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
 	p, _ := reg.Get("a")
 	if !strings.Contains(p.Health.Description, "fingerprint failed") {
 		t.Errorf("description = %q", p.Health.Description)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestValidPluginID(t *testing.T) {
@@ -153,7 +155,7 @@ func TestScanPluginDir(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := shortTempDir(t)
+			dir := testutil.TempDir(t)
 			tt.setup(t, dir)
 			var watched []string
 			st, err := scanPluginDir(dir, func(path string) {
@@ -196,7 +198,7 @@ func TestScanPluginDir(t *testing.T) {
 }
 
 func TestScanPluginDirMissing(t *testing.T) {
-	_, err := scanPluginDir(filepath.Join(shortTempDir(t), "nope"), nil)
+	_, err := scanPluginDir(filepath.Join(testutil.TempDir(t), "nope"), nil)
 	if err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("error = %v, want one naming the directory", err)
 	}
@@ -238,7 +240,7 @@ func awaitState(t *testing.T, w *watcher, what string, cond func(desiredState) b
 }
 
 func TestWatcherFollowsEvents(t *testing.T) {
-	dir := filepath.Join(shortTempDir(t), "plugins") // created by the watcher
+	dir := filepath.Join(testutil.TempDir(t), "plugins") // created by the watcher
 	reg := New(Config{})
 	w, _ := runWatcher(t, dir, reg)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -287,7 +289,7 @@ func TestWatcherFollowsEvents(t *testing.T) {
 }
 
 func TestWatcherRecreatesRemovedPluginDir(t *testing.T) {
-	dir := filepath.Join(shortTempDir(t), "plugins")
+	dir := filepath.Join(testutil.TempDir(t), "plugins")
 	w, _ := runWatcher(t, dir, New(Config{}))
 	socketFile(t, filepath.Join(dir, "a.sock"))
 	awaitState(t, w, "socket a", func(st desiredState) bool { return len(st.Sockets) == 1 })
@@ -296,7 +298,7 @@ func TestWatcherRecreatesRemovedPluginDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitState(t, w, "no sockets", func(st desiredState) bool { return len(st.Sockets) == 0 })
-	waitFor(t, 10*time.Second, "plugin directory re-created", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "plugin directory re-created", func() bool {
 		fi, err := os.Stat(dir)
 		return err == nil && fi.IsDir()
 	})
@@ -307,7 +309,7 @@ func TestWatcherRecreatesRemovedPluginDir(t *testing.T) {
 
 func TestWatcherCoalescesEventStorms(t *testing.T) {
 	const n = 200
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	w, stop := runWatcher(t, dir, New(Config{}))
 	for i := range n {
 		if i%2 == 0 {

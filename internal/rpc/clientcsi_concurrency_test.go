@@ -13,6 +13,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 var mountCap = &csi.VolumeCapability{
@@ -98,7 +99,7 @@ func TestClientCSIReadsNotSerialised(t *testing.T) {
 			codesSeen <- status.Code(err)
 		})
 	}
-	waitFor(t, 20*time.Second, fmt.Sprintf("%d ListVolumes calls in flight at the plugin", readers), func() bool {
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("%d ListVolumes calls in flight at the plugin", readers), func() bool {
 		return env.plugin.Stats().InFlight["ListVolumes"] == readers
 	})
 	// A destructive call is not held up by reads either.
@@ -129,7 +130,7 @@ func TestClientCSIDestructiveWaitHonoursDeadline(t *testing.T) {
 		})
 		held <- err
 	}()
-	waitFor(t, 20*time.Second, "the first CreateVolume to reach the plugin", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the first CreateVolume to reach the plugin", func() bool {
 		return env.plugin.Stats().InFlight["CreateVolume"] == 1
 	})
 

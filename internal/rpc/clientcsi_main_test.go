@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // TestMain checks that no test leaves goroutines behind. It is the package's
@@ -34,50 +34,6 @@ func TestMain(m *testing.M) {
 		// Ginkgo (csi-sanity) registers a signal handler for the process.
 		goleak.IgnoreTopFunction("github.com/onsi/ginkgo/v2/internal/interrupt_handler.(*InterruptHandler).registerForInterrupts.func2"),
 	)
-}
-
-// waitFor polls cond until it holds or timeout passes, then fails the test
-// naming what it waited for.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// shortTempDir returns a new directory with a short path, for unix sockets
-// (at most 108 bytes), removed when the test ends.
-func shortTempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "csi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers: the captured log
-// output of an agent.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // testLogger logs through t when -v is given, else discards.
@@ -241,18 +197,18 @@ type mockEnv struct {
 	plugins *fixedPlugins
 	client  csisupdv1.ClientCSIClient
 	socket  string
-	logs    *syncBuffer
+	logs    *testutil.SyncBuffer
 }
 
 // newMockEnv starts the mock plugin with fingerprint fp and health h, and a
 // ClientCSI over it configured by cfg (Plugins and Logger are filled in).
 func newMockEnv(t *testing.T, fp fingerprint.Fingerprint, h heartbeat.State, cfg ClientCSIConfig) *mockEnv {
 	t.Helper()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	mc, sock := startMockController(t, dir)
 	plugins := newFixedPlugins()
 	plugins.add(t, "mock", sock, fp, h)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cfg.Plugins = plugins
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: logs})
@@ -281,7 +237,7 @@ type managedEnv struct {
 // manager.
 func newManagedEnv(t testing.TB, id string, pcfg testplugin.Config, cfg ClientCSIConfig, logger hclog.Logger) *managedEnv {
 	t.Helper()
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	pluginDir := filepath.Join(dir, "plugins")
 	if logger == nil {
 		logger = testLogger(t)
@@ -317,7 +273,7 @@ func newManagedEnv(t testing.TB, id string, pcfg testplugin.Config, cfg ClientCS
 			t.Errorf("registry manager: %v", err)
 		}
 	})
-	waitFor(t, 20*time.Second, "plugin "+id+" to be healthy and fingerprinted", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "plugin "+id+" to be healthy and fingerprinted", func() bool {
 		rec, c, ok := m.Lookup(id)
 		return ok && c != nil && rec.Healthy() && rec.Fingerprinted
 	})

@@ -21,13 +21,14 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // TestClientCSIReflection does what grpcurl does: it learns ClientCSI from
 // server reflection alone, builds a request from JSON with the learnt
 // descriptors, and calls the service with it.
 func TestClientCSIReflection(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "n1"})
 	if err != nil {
 		t.Fatal(err)

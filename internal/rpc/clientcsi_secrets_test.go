@@ -14,6 +14,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // TestClientCSISecretsNotLogged sends secrets in every kind of request that
@@ -22,7 +23,7 @@ import (
 func TestClientCSISecretsNotLogged(t *testing.T) {
 	const secret = "s3cr3t-Value-0042"
 	secrets := map[string]string{"password": secret}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Trace, Output: logs})
 	env := newManagedEnv(t, "p1",
 		testplugin.Config{NodeID: "node-1", Logger: logger.Named("plugin")},

@@ -5,27 +5,17 @@ import (
 	"strings"
 
 	"context"
-	"github.com/csisupd/csisupd/internal/server"
 	"testing"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/testutil"
 
 	"github.com/hashicorp/raft"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/testcluster"
 )
-
-// waitFor polls cond until it holds or fails the test after timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // checkFormed asserts one leader and one identical configuration holding
 // every member.
@@ -39,7 +29,7 @@ func checkFormed(t testing.TB, c *testcluster.Cluster, n int) *testcluster.Membe
 	if len(want.Servers) != n {
 		t.Fatalf("leader configuration has %d servers, want %d: %+v", len(want.Servers), n, want.Servers)
 	}
-	waitFor(t, 10*time.Second, "identical configurations", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "identical configurations", func() bool {
 		for _, m := range c.Members() {
 			got, err := m.Server().Configuration()
 			if err != nil || !sameConfig(got, want) {
@@ -85,11 +75,11 @@ func TestFourthServerJoinsWithoutElection(t *testing.T) {
 	leader := checkFormed(t, c, 3)
 	term := leader.Server().Term()
 	m := c.AddServer()
-	waitFor(t, 20*time.Second, "fourth server in the configuration", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "fourth server in the configuration", func() bool {
 		conf, err := leader.Server().Configuration()
 		return err == nil && len(conf.Servers) == 4
 	})
-	waitFor(t, 10*time.Second, "fourth server to follow the leader", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "fourth server to follow the leader", func() bool {
 		return m.Server().Leader() == leader.ID
 	})
 	if got := leader.Server().Term(); got != term {
@@ -113,7 +103,7 @@ func TestKillLeaderElectsNewLeader(t *testing.T) {
 	start := time.Now()
 	c.Kill(old.Index)
 	var next *testcluster.Member
-	waitFor(t, 30*time.Second, "a new leader", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "a new leader", func() bool {
 		next = c.Leader()
 		return next != nil
 	})
@@ -122,7 +112,7 @@ func TestKillLeaderElectsNewLeader(t *testing.T) {
 		t.Fatalf("killed leader %s still leads", old.ID)
 	}
 	c.Restart(old.Index)
-	waitFor(t, 30*time.Second, "old leader to rejoin as follower", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "old leader to rejoin as follower", func() bool {
 		s := c.Member(old.Index).Server()
 		return s != nil && s.Leader() != "" && c.Leader() != nil
 	})
@@ -175,7 +165,7 @@ func TestBootstrapExpectMismatchFormsNoCluster(t *testing.T) {
 				cfg.BootstrapExpect = 2
 			}
 		}})
-	waitFor(t, 20*time.Second, "every server to log the mismatch", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "every server to log the mismatch", func() bool {
 		for _, m := range c.Members() {
 			if logs.lines("bootstrap_expect mismatch", "server="+m.ID+" ") == 0 {
 				return false
@@ -208,12 +198,12 @@ func TestAutopilotRemovesDeadServer(t *testing.T) {
 	}})
 	leader := checkFormed(t, c, 3)
 	m := c.AddServer()
-	waitFor(t, 20*time.Second, "four voters", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "four voters", func() bool {
 		conf, err := leader.Server().Configuration()
 		return err == nil && len(conf.Servers) == 4
 	})
 	c.Kill(m.Index)
-	waitFor(t, 30*time.Second, "dead server removed", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "dead server removed", func() bool {
 		conf, err := leader.Server().Configuration()
 		if err != nil || len(conf.Servers) != 3 {
 			return false
@@ -253,12 +243,12 @@ func TestNewLeaderKeepsNodesReady(t *testing.T) {
 	old := checkFormed(t, c, 3)
 	a := startFakeAgent(t, "node-a")
 	n := startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
-	waitFor(t, 10*time.Second, "node registered", func() bool { return n.client.Registered() })
+	testutil.WaitFor(t, 10*time.Second, "node registered", func() bool { return n.client.Registered() })
 	c.Kill(old.Index)
 	next := c.WaitForLeader(t, 30*time.Second)
 	// The new leader started the node's timer with the failover TTL; the
 	// node's next heartbeats reach it and keep the node ready.
-	waitFor(t, 10*time.Second, "node ready on the new leader", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "node ready on the new leader", func() bool {
 		node := next.Server().State().Node("node-a")
 		return node != nil && node.GetStatus() == server.NodeStatusReady && n.client.TTL() > 0
 	})
@@ -266,7 +256,7 @@ func TestNewLeaderKeepsNodesReady(t *testing.T) {
 	// Past the failover TTL the node must still be ready and unwritten: its
 	// heartbeats replaced the failover timer, and heartbeats do not write.
 	deadline := time.Now().Add(4 * time.Second)
-	waitFor(t, 10*time.Second, "failover TTL to pass", func() bool { return time.Now().After(deadline) })
+	testutil.WaitFor(t, 10*time.Second, "failover TTL to pass", func() bool { return time.Now().After(deadline) })
 	srv := c.WaitForLeader(t, 30*time.Second).Server()
 	node := srv.State().Node("node-a")
 	if node.GetStatus() != server.NodeStatusReady || node.GetModifyIndex() != modified {
@@ -291,13 +281,13 @@ func TestRaftSnapshotsRestoreOnRestartAndNewServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "a raft snapshot on the leader", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "a raft snapshot on the leader", func() bool {
 		return leader.Server().RaftStats()["last_snapshot_index"] != "0"
 	})
 	// A new server can only catch up from the snapshot: the log before it
 	// is gone.
 	m := c.AddServer()
-	waitFor(t, 20*time.Second, "new server to hold every volume", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "new server to hold every volume", func() bool {
 		return len(m.Server().State().Volumes("")) == 60
 	})
 	if got := m.Server().RaftStats()["last_snapshot_index"]; got == "0" {
@@ -306,7 +296,7 @@ func TestRaftSnapshotsRestoreOnRestartAndNewServer(t *testing.T) {
 	follower := (leader.Index + 1) % 3
 	c.Kill(follower)
 	c.Restart(follower)
-	waitFor(t, 20*time.Second, "restarted server to hold every volume", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "restarted server to hold every volume", func() bool {
 		return len(c.Member(follower).Server().State().Volumes("")) == 60
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // onePlugin serves one fingerprinted plugin to the ClientCSI service.
@@ -98,7 +99,7 @@ func TestVolumeThroughClientCSI(t *testing.T) {
 		NodeCapabilities: fp.NodeCapabilities,
 	})
 	cl := c.Control((leader.Index + 1) % 3)
-	waitFor(t, 10*time.Second, "healthy controller", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "healthy controller", func() bool {
 		p := pluginOf(t, cl, "tp")
 		return p != nil && p.GetControllersHealthy() == 1
 	})

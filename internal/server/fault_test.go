@@ -22,6 +22,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestFormationRepeated(t *testing.T) {
@@ -102,7 +103,7 @@ func TestLinearizableVolumesUnderLeaderKills(t *testing.T) {
 	agent := startFakeAgent(t, "node-a")
 	startNode(t, "node-a", agent.addr, c.RPCAddrs(), monolith("p1", "node-a"))
 	ctl := []csisupdv1.ControlClient{c.Control(0), c.Control(1), c.Control(2)}
-	waitFor(t, 10*time.Second, "healthy controller", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "healthy controller", func() bool {
 		p := pluginOf(t, ctl[0], "p1")
 		return p != nil && p.GetControllersHealthy() == 1
 	})
@@ -155,14 +156,14 @@ func TestLinearizableVolumesUnderLeaderKills(t *testing.T) {
 	for k := range kills {
 		// Let the clients make progress between kills.
 		want := acked.Load() + 15
-		waitFor(t, 30*time.Second, "acknowledged writes before the next kill", func() bool { return acked.Load() >= want })
+		testutil.WaitFor(t, 30*time.Second, "acknowledged writes before the next kill", func() bool { return acked.Load() >= want })
 		old := c.WaitForLeader(t, 30*time.Second)
 		start := time.Now()
 		c.Kill(old.Index)
 		next := c.WaitForLeader(t, 30*time.Second)
 		t.Logf("kill %d: leader %s -> %s in %v", k+1, old.ID, next.ID, time.Since(start))
 		c.Restart(old.Index)
-		waitFor(t, 30*time.Second, "killed server to rejoin", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "killed server to rejoin", func() bool {
 			s := c.Member(old.Index).Server()
 			return s != nil && s.Leader() == next.ID && s.AppliedIndex() >= next.Server().AppliedIndex()-1
 		})
@@ -174,7 +175,7 @@ func TestLinearizableVolumesUnderLeaderKills(t *testing.T) {
 	c.WaitForLeader(t, 30*time.Second)
 	for _, id := range ids {
 		var out string
-		waitFor(t, 20*time.Second, "final read of "+id, func() bool {
+		testutil.WaitFor(t, 20*time.Second, "final read of "+id, func() bool {
 			call := time.Since(base).Nanoseconds()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
@@ -313,7 +314,7 @@ func TestTwoThousandAgentsHeartbeat(t *testing.T) {
 	}
 	defer hbWG.Wait()
 	defer cancel()
-	waitFor(t, 2*time.Minute, "every agent registered", func() bool {
+	testutil.WaitFor(t, 2*time.Minute, "every agent registered", func() bool {
 		for i := range registered {
 			if !registered[i].Load() {
 				return false
@@ -332,9 +333,9 @@ func TestTwoThousandAgentsHeartbeat(t *testing.T) {
 			return true
 		}
 	}
-	waitFor(t, time.Minute, "first heartbeat of every agent", allBeat(1))
+	testutil.WaitFor(t, time.Minute, "first heartbeat of every agent", allBeat(1))
 	before := leader.Server().AppliedIndex()
-	waitFor(t, 2*time.Minute, "two more heartbeats of every agent", allBeat(3))
+	testutil.WaitFor(t, 2*time.Minute, "two more heartbeats of every agent", allBeat(3))
 	if after := leader.Server().AppliedIndex(); after != before {
 		ev, err := ctl.WatchEvents(ctx, &csisupdv1.ClusterEventWatchRequest{FromIndex: before})
 		if err == nil {
@@ -358,7 +359,7 @@ func TestTwoThousandAgentsHeartbeat(t *testing.T) {
 	}
 	close(stopOne)
 	stopped := time.Now()
-	waitFor(t, time.Minute, "stopped agent's node down", func() bool {
+	testutil.WaitFor(t, time.Minute, "stopped agent's node down", func() bool {
 		resp, err := ctl.GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: "sim-0000"})
 		return err == nil && resp.GetNode().GetStatus() == server.NodeStatusDown
 	})

@@ -13,6 +13,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestVolumeLifecycleThroughFollower(t *testing.T) {
@@ -25,7 +26,7 @@ func TestVolumeLifecycleThroughFollower(t *testing.T) {
 	a, b := startFakeAgent(t, "node-a"), startFakeAgent(t, "node-b")
 	startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
 	startNode(t, "node-b", b.addr, c.RPCAddrs(), monolith("p1", "node-b"))
-	waitFor(t, 10*time.Second, "two healthy controllers", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "two healthy controllers", func() bool {
 		p := pluginOf(t, cl, "p1")
 		return p != nil && p.GetControllersHealthy() == 2 && p.GetNodesHealthy() == 2
 	})
@@ -117,13 +118,13 @@ func TestNodeMissingHeartbeatGoesDown(t *testing.T) {
 	a, b := startFakeAgent(t, "node-a"), startFakeAgent(t, "node-b")
 	na := startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
 	startNode(t, "node-b", b.addr, c.RPCAddrs(), monolith("p1", "node-b"))
-	waitFor(t, 10*time.Second, "two healthy controllers", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "two healthy controllers", func() bool {
 		p := pluginOf(t, cl, "p1")
 		return p != nil && p.GetControllersHealthy() == 2
 	})
 
 	na.stop()
-	waitFor(t, 20*time.Second, "node-a down", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "node-a down", func() bool {
 		resp, err := cl.GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: "node-a"})
 		return err == nil && resp.GetNode().GetStatus() == server.NodeStatusDown
 	})
@@ -139,7 +140,7 @@ func TestNodeMissingHeartbeatGoesDown(t *testing.T) {
 
 	// The node comes back: its heartbeats make it ready again.
 	startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
-	waitFor(t, 10*time.Second, "node-a ready", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "node-a ready", func() bool {
 		p := pluginOf(t, cl, "p1")
 		return p != nil && p.GetControllersHealthy() == 2
 	})
@@ -151,19 +152,19 @@ func TestPluginUpdatesAndGarbageCollection(t *testing.T) {
 	cl := c.Control(0)
 	a := startFakeAgent(t, "node-a")
 	n := startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
-	waitFor(t, 10*time.Second, "p1 registered", func() bool { return pluginOf(t, cl, "p1") != nil })
+	testutil.WaitFor(t, 10*time.Second, "p1 registered", func() bool { return pluginOf(t, cl, "p1") != nil })
 
 	sick := monolith("p1", "node-a")
 	sick.Healthy, sick.HealthDescription = false, "probe failed: connection refused"
 	n.setPlugins(sick, monolith("p2", "node-a"))
-	waitFor(t, 10*time.Second, "p1 unhealthy and p2 present", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "p1 unhealthy and p2 present", func() bool {
 		p1, p2 := pluginOf(t, cl, "p1"), pluginOf(t, cl, "p2")
 		return p1 != nil && p1.GetControllersHealthy() == 0 && p2 != nil &&
 			p1.GetInstances()[0].GetHealthDescription() == "probe failed: connection refused"
 	})
 
 	n.setPlugins(monolith("p2", "node-a"))
-	waitFor(t, 10*time.Second, "p1 garbage-collected", func() bool { return pluginOf(t, cl, "p1") == nil })
+	testutil.WaitFor(t, 10*time.Second, "p1 garbage-collected", func() bool { return pluginOf(t, cl, "p1") == nil })
 	list, err := cl.ListPlugins(context.Background(), &csisupdv1.PluginListRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +234,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range c.Members() {
-		waitFor(t, 10*time.Second, "restored volume on "+m.ID, func() bool {
+		testutil.WaitFor(t, 10*time.Second, "restored volume on "+m.ID, func() bool {
 			return m.Server().State().Volume("v1") != nil && m.Server().State().Volume("v2") != nil
 		})
 	}
@@ -257,7 +258,7 @@ func TestStaleAndConsistentReads(t *testing.T) {
 	if _, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: &csisupdv1.Volume{Id: "v1", PluginId: "p", ExternalId: "x"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "follower applied the volume", func() bool { return c.Member(f).Server().State().Volume("v1") != nil })
+	testutil.WaitFor(t, 10*time.Second, "follower applied the volume", func() bool { return c.Member(f).Server().State().Volume("v1") != nil })
 
 	// A consistent read through a follower is forwarded to the leader.
 	r, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: "v1"})
@@ -271,7 +272,7 @@ func TestStaleAndConsistentReads(t *testing.T) {
 			c.Kill(m.Index)
 		}
 	}
-	waitFor(t, 10*time.Second, "lone follower to lose its leader", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "lone follower to lose its leader", func() bool {
 		return c.Member(f).Server().Leader() == ""
 	})
 	resp, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: "v1", Stale: true})
@@ -294,7 +295,7 @@ func TestWatchEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The subscription is live once the stream is open; writes follow.
-	waitFor(t, 5*time.Second, "volume registered", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "volume registered", func() bool {
 		_, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: &csisupdv1.Volume{Id: "v1", PluginId: "p", ExternalId: "x"}})
 		return err == nil
 	})
@@ -355,7 +356,7 @@ func TestNodeClientRegistersAgainWhenForgotten(t *testing.T) {
 
 	a := startFakeAgent(t, "node-a")
 	n := startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
-	waitFor(t, 10*time.Second, "node registered", func() bool { return c.Member(0).Server().State().Node("node-a") != nil })
+	testutil.WaitFor(t, 10*time.Second, "node registered", func() bool { return c.Member(0).Server().State().Node("node-a") != nil })
 	first := c.Member(0).Server().State().Node("node-a").GetModifyIndex()
 
 	// Restoring the older snapshot makes the servers forget the node: its
@@ -370,7 +371,7 @@ func TestNodeClientRegistersAgainWhenForgotten(t *testing.T) {
 	if _, err := up.CloseAndRecv(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "node registered again", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "node registered again", func() bool {
 		node := c.Member(0).Server().State().Node("node-a")
 		return node != nil && node.GetModifyIndex() > first && n.client.Registered()
 	})

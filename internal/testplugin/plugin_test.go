@@ -14,6 +14,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csisupd/csisupd/internal/testutil"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -92,18 +93,6 @@ func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return c
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // wantCode fails the test unless err has code want.
@@ -302,7 +291,7 @@ func TestStopEndsHangingProbe(t *testing.T) {
 		_, err := c.id.Probe(context.Background(), &csi.ProbeRequest{})
 		errc <- err
 	}()
-	waitFor(t, 10*time.Second, "the probe to hang", func() bool { return p.Stats().InFlight["Probe"] == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the probe to hang", func() bool { return p.Stats().InFlight["Probe"] == 1 })
 	p.Stop()
 	if err := <-errc; err == nil {
 		t.Fatal("hanging Probe succeeded after Stop")
@@ -429,7 +418,7 @@ func TestStatsMaxInFlight(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, 10*time.Second, "all publishes in flight", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "all publishes in flight", func() bool {
 		return p.Stats().InFlight["ControllerPublishVolume"] == n
 	})
 	cancel()
@@ -438,7 +427,7 @@ func TestStatsMaxInFlight(t *testing.T) {
 	for err := range errs {
 		wantCode(t, err, codes.Canceled)
 	}
-	waitFor(t, 10*time.Second, "publishes to return", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "publishes to return", func() bool {
 		return p.Stats().InFlight["ControllerPublishVolume"] == 0
 	})
 	if s := p.Stats(); s.MaxInFlight["ControllerPublishVolume"] != n || s.Calls["ControllerPublishVolume"] != n {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // The dev agent lists the demo plugin healthy with every field of the
@@ -67,7 +69,7 @@ func TestDevAgentStatus(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &h) != nil || h["status"] != "ok" {
 		t.Errorf("/v1/health = %d %s, want 200 with status ok", code, body)
 	}
-	waitFor(t, 10*time.Second, "csisupd_plugin_healthy of demo = 1 in /metrics", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "csisupd_plugin_healthy of demo = 1 in /metrics", func() bool {
 		_, metrics := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", a.http))
 		return regexp.MustCompile(`(?m)^csisupd_plugin_healthy\{[^}]*plugin_id="demo"[^}]*\} 1$`).MatchString(metrics)
 	})
@@ -77,7 +79,7 @@ func TestDevAgentStatus(t *testing.T) {
 // only changes: a kill, a restart on the same path (a new instance) and the
 // removal of the socket.
 func TestEventsLifecycle(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	cfg := writeFile(t, dir, "agent.hcl", `
 client {
   probe_interval   = "200ms"
@@ -133,7 +135,7 @@ client {
 func TestStopOnSignal(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
-			dir := shortTempDir(t)
+			dir := testutil.TempDir(t)
 			notifyPath := filepath.Join(dir, "notify")
 			notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
 			if err != nil {
@@ -190,7 +192,7 @@ func readNotify(t *testing.T, c *net.UnixConn) string {
 
 // SIGHUP reloads the log level and the probe interval from the config file.
 func TestReloadOnSIGHUP(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	cfgFile := writeFile(t, dir, "agent.hcl", `
 log_level = "info"
 client {
@@ -211,12 +213,12 @@ client {
 }
 `)
 	a.signal(t, syscall.SIGHUP)
-	waitFor(t, 10*time.Second, `"configuration reloaded" log line`, func() bool {
+	testutil.WaitFor(t, 10*time.Second, `"configuration reloaded" log line`, func() bool {
 		return strings.Contains(a.stderr.String(), "configuration reloaded")
 	})
 	// The new probe interval applies: the demo plugin is probed again long
 	// before the old interval of one hour.
-	waitFor(t, 10*time.Second, "a new probe of demo", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "a new probe of demo", func() bool {
 		p := a.status(t).plugin("demo")
 		return p != nil && p["last_probe"] != first
 	})
@@ -228,7 +230,7 @@ client {
 	}
 	startTestPlugin(t, sock)
 	a.waitHealthy(t, "late")
-	waitFor(t, 10*time.Second, "a debug line after the reload", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "a debug line after the reload", func() bool {
 		return strings.Contains(a.stderr.String(), "[DEBUG]")
 	})
 	if a.exited() {
@@ -238,7 +240,7 @@ client {
 
 // A restarted agent lists the plugins of its data_dir at once.
 func TestRestartRecoversRegistry(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	dataDir, pluginDir := filepath.Join(dir, "data"), filepath.Join(dir, "plugins")
 	sock := filepath.Join(pluginDir, "keep", "csi.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
@@ -271,7 +273,7 @@ func TestRestartRecoversRegistry(t *testing.T) {
 
 // Config errors exit 1 naming file:line and key, and start nothing.
 func TestConfigErrors(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testutil.TempDir(t)
 	aFile := writeFile(t, dir, "not-a-dir", "")
 	tests := []struct {
 		name    string
@@ -286,7 +288,7 @@ func TestConfigErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := writeFile(t, dir, "agent.hcl", tt.content)
 			dataDir := filepath.Join(dir, "data-"+strings.ReplaceAll(tt.name, " ", "-"))
-			ports := freePorts(t, 3)
+			ports := testutil.FreePorts(t, 3)
 			r := runCLI(t, "agent", "--config", cfg, "--data-dir", dataDir,
 				"--rpc-port", fmt.Sprint(ports[0]), "--http-port", fmt.Sprint(ports[1]), "--raft-port", fmt.Sprint(ports[2]))
 			if r.code != 1 {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csisupd/csisupd/internal/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -63,37 +64,9 @@ func (c cleanupM) Run() int {
 	return code
 }
 
-// waitFor polls cond until it is true or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, not synchronisation
-	}
-}
-
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort(t *testing.T) int {
-	return freePorts(t, 1)[0]
-}
-
-// freePorts returns n distinct free loopback ports. All listeners stay open
-// until every port is chosen, so the kernel cannot hand out one twice.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
+	return testutil.FreePorts(t, 1)[0]
 }
 
 // portFree reports whether nothing listens on the loopback port.
@@ -104,18 +77,6 @@ func portFree(port int) bool {
 	}
 	_ = ln.Close()
 	return true
-}
-
-// shortTempDir makes a directory with a short path (unix socket paths are
-// limited to 108 bytes), removed at cleanup.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "csa")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
 }
 
 // lockedBuffer is an io.Writer safe for a process's output and readers.
@@ -255,7 +216,7 @@ func (a *agentProc) addr() string { return net.JoinHostPort("127.0.0.1", strconv
 func startAgent(t *testing.T, env []string, args ...string) *agentProc {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		ports := freePorts(t, 3)
+		ports := testutil.FreePorts(t, 3)
 		a := &agentProc{rpc: ports[0], http: ports[1], raft: ports[2]}
 		full := append([]string{"agent",
 			"--rpc-port", strconv.Itoa(a.rpc), "--http-port", strconv.Itoa(a.http), "--raft-port", strconv.Itoa(a.raft)},
@@ -332,7 +293,7 @@ func (d statusDoc) plugin(id string) map[string]any {
 func (a *agentProc) waitHealthy(t *testing.T, id string) map[string]any {
 	t.Helper()
 	var p map[string]any
-	waitFor(t, 15*time.Second, "plugin "+id+" healthy in status", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "plugin "+id+" healthy in status", func() bool {
 		p = a.status(t).plugin(id)
 		return p != nil && p["healthy"] == true
 	})
@@ -443,7 +404,7 @@ func (s *eventStream) waitTypes(t *testing.T, id string, want ...string) {
 func startTestPlugin(t *testing.T, socket string, args ...string) *process {
 	t.Helper()
 	p := startProcess(t, nil, testPluginBin, append([]string{"--socket", socket}, args...)...)
-	waitFor(t, 10*time.Second, "csi-testplugin serving", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "csi-testplugin serving", func() bool {
 		if p.exited() {
 			t.Fatalf("csi-testplugin exited: %s", p.stderr)
 		}

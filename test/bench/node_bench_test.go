@@ -15,6 +15,7 @@ import (
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // samples is how many discoveries and deaths are timed per run.
@@ -25,7 +26,7 @@ const samples = 200
 // and healthy) and death detection latency (plugin killed -> unhealthy
 // event) with production probe settings (5 s / 3 s).
 func BenchmarkNodeAgent(b *testing.B) {
-	dir := shortTempDir(b)
+	dir := testutil.TempDir(b)
 
 	direct := measureDirectProbe(b, dir)
 	reportPercentiles(b, "probe_direct", direct)
@@ -160,16 +161,6 @@ func startPlugin(b *testing.B, sock, stateDir string) *testplugin.Plugin {
 		b.Fatal(err)
 	}
 	return p
-}
-
-func shortTempDir(b *testing.B) string {
-	b.Helper()
-	dir, err := os.MkdirTemp("", "csib")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
 }
 
 // percentile returns the p-th percentile (nearest rank) of ds.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // steadyPlugins is the size of the steady-state measurement.
@@ -38,7 +38,7 @@ func BenchmarkSteadyState1000(b *testing.B) {
 	if testing.Short() {
 		b.Skip("starts 1,000 plugins and measures for 30 s")
 	}
-	dir := shortTempDir(b)
+	dir := testutil.TempDir(b)
 	bin := buildBinaries(b, dir)
 	pluginDir := filepath.Join(dir, "plugins")
 
@@ -47,7 +47,7 @@ func BenchmarkSteadyState1000(b *testing.B) {
 	waitForLine(b, plugins, "csi-testplugin: serving")
 	defer stopProcess(plugins)
 
-	ports := freePorts(b, 2)
+	ports := testutil.FreePorts(b, 2)
 	rpcPort, httpPort := ports[0], ports[1]
 	cfgFile := filepath.Join(dir, "agent.hcl")
 	writeFile(b, cfgFile, fmt.Sprintf(`
@@ -210,22 +210,6 @@ func processRSS(b *testing.B, pid int) int64 {
 	}
 	b.Fatal("no VmRSS in /proc status")
 	return 0
-}
-
-// freePorts returns n distinct free loopback ports; the listeners stay
-// open until all are chosen, so none is handed out twice.
-func freePorts(b *testing.B, n int) []int {
-	b.Helper()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 func writeFile(b *testing.B, path, content string) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // clusterWithPlugins starts 3 servers and 2 agents, a monolith test plugin
@@ -24,7 +25,7 @@ func clusterWithPlugins(t *testing.T) (*testcluster.Cluster, []*testplugin.Plugi
 		}))
 	}
 	addr := followerAddr(t, c)
-	waitFor(t, 30*time.Second, "plugin tp healthy on both agents", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "plugin tp healthy on both agents", func() bool {
 		p, ok := tryPlugin(t, addr, "tp")
 		return ok && p.ControllersHealthy == 2 && p.NodesHealthy == 2
 	})
@@ -160,7 +161,7 @@ func TestClusterNodeDown(t *testing.T) {
 	c.StopAgent(1)
 
 	var p pluginDoc
-	waitFor(t, 60*time.Second, "plugin counts to drop", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "plugin counts to drop", func() bool {
 		var ok bool
 		p, ok = tryPlugin(t, addr, "tp")
 		return ok && p.ControllersHealthy == 1 && p.NodesHealthy == 1

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,42 +8,23 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and the
-// test's reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestDevAgent runs `csisupd agent --dev` and drives a volume through its
 // whole life with the CLI, checking each step in the demo plugin's state.
 func TestDevAgent(t *testing.T) {
 	const nodeName = "e2e-dev"
-	dataDir := tempDir(t)
-	ports := freePorts(t, 3)
+	dataDir := testutil.TempDir(t)
+	ports := testutil.FreePorts(t, 3)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	agent := exec.Command(binary, "agent", "--dev", "--name", nodeName, "--data-dir", dataDir,
 		"--rpc-port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--http-port", strconv.Itoa(ports[2]))
 	agent.Env = cleanEnv()
@@ -67,7 +47,7 @@ func TestDevAgent(t *testing.T) {
 
 	health := fmt.Sprintf("http://127.0.0.1:%d/v1/health", ports[2])
 	client := &http.Client{Timeout: 2 * time.Second}
-	waitFor(t, 30*time.Second, "the dev agent's /v1/health", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the dev agent's /v1/health", func() bool {
 		resp, err := client.Get(health)
 		if err != nil {
 			return false
@@ -78,7 +58,7 @@ func TestDevAgent(t *testing.T) {
 
 	// The demo plugin registers through the node registration and raft.
 	var plugin pluginDoc
-	waitFor(t, 30*time.Second, "plugin demo healthy in the cluster", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "plugin demo healthy in the cluster", func() bool {
 		var ok bool
 		plugin, ok = tryPlugin(t, addr, "demo")
 		return ok && plugin.ControllersHealthy == 1 && plugin.NodesHealthy == 1

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // TestClusterLeaderLoss kills the leader between volume operations: the CLI
@@ -51,13 +53,13 @@ func TestClusterLeaderLoss(t *testing.T) {
 	c.Restart(old.Index)
 	id := c.Agent(0).NodeID()
 	c.StopAgent(0)
-	waitFor(t, 60*time.Second, "agent-0's node down", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "agent-0's node down", func() bool {
 		var n nodeDoc
 		r := cli(t, next.RPCAddr, "node", "status", id, "--json")
 		return r.code == 0 && jsonInto(r.stdout, &n) && n.Status == "down"
 	})
 	c.RestartAgent(0)
-	waitFor(t, 60*time.Second, "agent-0's node ready with a healthy plugin", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "agent-0's node ready with a healthy plugin", func() bool {
 		p, ok := tryPlugin(t, next.RPCAddr, "tp")
 		return ok && p.NodesHealthy == 2 && p.ControllersHealthy == 2 && p.NodesExpected == 2
 	})
