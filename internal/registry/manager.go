@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
 
 	"github.com/csisupd/csisupd/internal/csiclient"
 )
@@ -42,9 +41,6 @@ type ManagerConfig struct {
 	Registry *Registry
 	// Logger receives the manager's logs. Nil discards them.
 	Logger hclog.Logger
-	// DialOptions are added to every plugin connection (tests add
-	// interceptors).
-	DialOptions []grpc.DialOption
 }
 
 func (c *ManagerConfig) validate() error {
@@ -105,8 +101,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 				ProbeTimeout:        cfg.ProbeTimeout,
 				FingerprintInterval: cfg.FingerprintInterval,
 			},
-			DialOptions: cfg.DialOptions,
-			Logger:      cfg.Logger,
+			Logger: cfg.Logger,
 		}),
 		ready: make(chan struct{}),
 	}, nil

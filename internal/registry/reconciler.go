@@ -7,18 +7,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
 
 	"github.com/csisupd/csisupd/internal/csiclient"
 )
 
 // reconcilerConfig configures a reconciler.
 type reconcilerConfig struct {
-	Registry    *Registry
-	Grace       time.Duration
-	Timing      timing
-	DialOptions []grpc.DialOption
-	Logger      hclog.Logger
+	Registry *Registry
+	Grace    time.Duration
+	Timing   timing
+	Logger   hclog.Logger
 }
 
 // gone is a plugin whose socket is no longer in the desired set.
@@ -43,10 +41,9 @@ type gone struct {
 //   - a record restored from disk without a socket is deregistered after
 //     the grace period too.
 type reconciler struct {
-	reg      *Registry
-	grace    time.Duration
-	dialOpts []grpc.DialOption
-	log      hclog.Logger
+	reg   *Registry
+	grace time.Duration
+	log   hclog.Logger
 
 	// gone is touched only by the run goroutine.
 	gone map[string]gone
@@ -58,13 +55,12 @@ type reconciler struct {
 
 func newReconciler(cfg reconcilerConfig) *reconciler {
 	return &reconciler{
-		reg:      cfg.Registry,
-		grace:    cfg.Grace,
-		dialOpts: cfg.DialOptions,
-		log:      cfg.Logger,
-		gone:     make(map[string]gone),
-		timing:   cfg.Timing,
-		sups:     make(map[string]*supervisor),
+		reg:    cfg.Registry,
+		grace:  cfg.Grace,
+		log:    cfg.Logger,
+		gone:   make(map[string]gone),
+		timing: cfg.Timing,
+		sups:   make(map[string]*supervisor),
 	}
 }
 
@@ -195,12 +191,11 @@ func (r *reconciler) startSupervisor(ctx context.Context, id string, inst Socket
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, err := startSupervisor(ctx, supervisorConfig{
-		ID:          id,
-		Instance:    inst,
-		Registry:    r.reg,
-		Timing:      r.timing,
-		DialOptions: r.dialOpts,
-		Logger:      r.log.Named(id),
+		ID:       id,
+		Instance: inst,
+		Registry: r.reg,
+		Timing:   r.timing,
+		Logger:   r.log.Named(id),
 	})
 	if err != nil {
 		// Retried with the next desired state (at the latest, the next rescan).

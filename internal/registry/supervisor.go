@@ -41,12 +41,11 @@ func (t timing) validate() error {
 
 // supervisorConfig configures the supervisor of one plugin instance.
 type supervisorConfig struct {
-	ID          string
-	Instance    SocketID
-	Registry    *Registry
-	Timing      timing
-	DialOptions []grpc.DialOption
-	Logger      hclog.Logger
+	ID       string
+	Instance SocketID
+	Registry *Registry
+	Timing   timing
+	Logger   hclog.Logger
 }
 
 // supervisor runs one plugin instance: it fingerprints the plugin until it
@@ -87,7 +86,6 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 	client, err := csiclient.New(csiclient.Config{
 		Socket:       cfg.Instance.Path,
 		MaxBackoff:   cfg.Timing.ProbeInterval,
-		DialOptions:  cfg.DialOptions,
 		OnDisconnect: s.onDisconnect,
 	})
 	if err != nil {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testplugin"
@@ -20,10 +18,10 @@ import (
 
 // superviseSocket starts a supervisor for the socket at path (it need not
 // exist yet) and stops it when the test ends.
-func superviseSocket(t *testing.T, reg *Registry, id string, si SocketID, tm timing, opts ...grpc.DialOption) *supervisor {
+func superviseSocket(t *testing.T, reg *Registry, id string, si SocketID, tm timing) *supervisor {
 	t.Helper()
 	s, err := startSupervisor(context.Background(), supervisorConfig{
-		ID: id, Instance: si, Registry: reg, Timing: tm, DialOptions: opts, Logger: testLogger(t),
+		ID: id, Instance: si, Registry: reg, Timing: tm, Logger: testLogger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
