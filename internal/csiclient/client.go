@@ -28,10 +28,10 @@ const DefaultIdleTimeout = time.Minute
 type Config struct {
 	// Socket is the path of the plugin's unix socket.
 	Socket string
-	// MaxBackoff caps the delay between redial attempts. Keep it at or below
-	// the probe interval so a recovered plugin is seen by the next probe.
+	// MaxBackoff caps the delay between redial attempts of the full gRPC
+	// connection. (The supervision connection redials at its next call.)
 	MaxBackoff time.Duration
-	// DialOptions are appended to the defaults (tests add interceptors).
+	// DialOptions are appended to the full gRPC connection's defaults.
 	DialOptions []grpc.DialOption
 	// OnDisconnect, when set, is called once each time the established
 	// supervision connection to the plugin breaks (the plugin died or closed
@@ -58,8 +58,8 @@ type Client struct {
 	Node       csi.NodeClient
 }
 
-// New creates a client for cfg.Socket. It does not dial: the first RPC or
-// Connect does, and a missing socket is not an error here.
+// New creates a client for cfg.Socket. It does not dial: each connection's
+// first call does, and a missing socket is not an error here.
 func New(cfg Config) (*Client, error) {
 	if cfg.Socket == "" {
 		return nil, errors.New("csiclient: socket path is empty")
@@ -73,8 +73,8 @@ func New(cfg Config) (*Client, error) {
 		maxBackoff = DefaultMaxBackoff
 	}
 	bc := backoff.Config{
-		// Plugins bind their socket a moment before they listen; a short
-		// first delay keeps discovery in the millisecond range.
+		// A restarting plugin is back within milliseconds; a short first
+		// delay lets a mediated call waiting for it find it at once.
 		BaseDelay:  10 * time.Millisecond,
 		Multiplier: 1.6,
 		Jitter:     0.2,
@@ -88,8 +88,8 @@ func New(cfg Config) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: time.Second}),
 		grpc.WithDisableServiceConfig(),
-		// Probe traffic is tiny; small buffers keep thousands of idle
-		// plugin connections cheap.
+		// Controller messages are small; small buffers keep the open
+		// connections of a busy node cheap.
 		grpc.WithReadBufferSize(4 << 10),
 		grpc.WithWriteBufferSize(4 << 10),
 		grpc.WithSharedWriteBuffer(true),
@@ -98,7 +98,7 @@ func New(cfg Config) (*Client, error) {
 		// watching the plugin meanwhile.
 		grpc.WithIdleTimeout(idle),
 		// Fixed windows turn off BDP estimation, whose pings would double
-		// the packets of every probe for no gain on tiny messages.
+		// the packets of small calls for no gain.
 		grpc.WithInitialWindowSize(64 << 10),
 		grpc.WithInitialConnWindowSize(64 << 10),
 	}
