@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,24 +11,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
-
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // run maps usage errors to 2, other errors to 1 and success to 0.
 func TestRunExitCodes(t *testing.T) {
 	t.Setenv("CSISUPD_ADDR", "")
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	tests := []struct {
 		args []string
 		want int
@@ -55,7 +43,7 @@ func TestRunExitCodes(t *testing.T) {
 
 // status with no agent names the address it tried.
 func TestStatusNoAgent(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	root := newRootCommand()
 	var out bytes.Buffer
 	root.SetOut(&out)

@@ -3,7 +3,6 @@ package consulsync
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -162,18 +161,6 @@ func addPlugin(reg *registry.Registry, id, version string, typ fingerprint.Plugi
 	reg.Register(id, inst, fprint(version, typ))
 	reg.SetHealth(id, inst, heartbeat.Health{State: state, Description: desc, Since: time.Now()})
 	return inst
-}
-
-// reserveAddr returns a loopback address nothing listens on.
-func reserveAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // synced reports whether the agent holds the service and TTL check csisupd

@@ -16,6 +16,7 @@ import (
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestFirstRegistration(t *testing.T) {
@@ -525,7 +526,7 @@ func TestConsulTokenWarning(t *testing.T) {
 }
 
 func TestConsulDownAtStart(t *testing.T) {
-	addr := reserveAddr(t)
+	addr := testutil.FreeAddr(t)
 	reg := registry.New(registry.Config{})
 	addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
 	logs := &logBuffer{}

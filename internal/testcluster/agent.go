@@ -3,7 +3,6 @@ package testcluster
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/csisupd/csisupd/internal/agent"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // agentStartTimeout bounds how long an agent may take to become ready.
@@ -55,6 +55,7 @@ type Agent struct {
 // file.
 func (c *Cluster) newAgent(i int) *Agent {
 	c.t.Helper()
+	ports := testutil.FreePorts(c.t, 3) // rpc, http, raft (raft is unused by a client)
 	dir, err := os.MkdirTemp("", "csi")
 	if err != nil {
 		c.t.Fatalf("testcluster: agent dir: %v", err)
@@ -67,16 +68,6 @@ func (c *Cluster) newAgent(i int) *Agent {
 		DataDir:    filepath.Join(dir, "data"),
 		PluginDir:  filepath.Join(dir, "plugins"),
 		c:          c,
-	}
-	ports := make([]int, 3) // rpc, http, raft (raft is unused by a client)
-	for j := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			os.RemoveAll(dir)
-			c.t.Fatalf("testcluster: reserve port: %v", err)
-		}
-		ports[j] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
 	}
 	a.RPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	a.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // Config describes a cluster to build.
@@ -46,6 +48,7 @@ type Cluster struct {
 	t      testing.TB
 	cfg    Config
 	logger hclog.Logger
+	dir    string // holds every member's data dir
 
 	mu      sync.Mutex
 	members []*Member
@@ -90,6 +93,9 @@ func New(t testing.TB, cfg Config) *Cluster {
 		t.Cleanup(w.close) // registered first: runs after every shutdown
 		c.logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: w})
 	}
+	// The data dirs' removal must run after Shutdown: cleanups run last
+	// registered first, and a running server still writes there.
+	c.dir = t.TempDir()
 	t.Cleanup(c.Shutdown)
 	for i := 0; i < cfg.Servers; i++ {
 		c.members = append(c.members, c.newMember(i))
@@ -121,16 +127,16 @@ func New(t testing.TB, cfg Config) *Cluster {
 // newMember reserves the member's ports and data dir.
 func (c *Cluster) newMember(i int) *Member {
 	c.t.Helper()
-	m := &Member{Index: i, ID: fmt.Sprintf("server-%d", i), c: c, gate: newNetGate(), DataDir: c.t.TempDir()}
-	for _, addr := range []*string{&m.RPCAddr, &m.RaftAddr} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			c.t.Fatalf("testcluster: reserve port: %v", err)
-		}
-		*addr = ln.Addr().String()
-		ln.Close()
+	id := fmt.Sprintf("server-%d", i)
+	dataDir := filepath.Join(c.dir, id)
+	if err := os.Mkdir(dataDir, 0o700); err != nil {
+		c.t.Fatalf("testcluster: data dir: %v", err)
 	}
-	return m
+	ports := testutil.FreePorts(c.t, 2)
+	return &Member{Index: i, ID: id, c: c, gate: newNetGate(), DataDir: dataDir,
+		RPCAddr:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+	}
 }
 
 func (c *Cluster) gateFor(addr string) *netGate {

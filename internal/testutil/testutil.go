@@ -1,14 +1,18 @@
 // Package testutil holds the few helpers that csisupd's tests share:
 // waiting on a condition with a deadline (never sleeping as
 // synchronisation), short temporary directories for unix sockets, distinct
-// free loopback ports, and a log buffer safe for concurrent writers. It is
-// imported by tests only.
+// free loopback ports outside the kernel's ephemeral range, and a log
+// buffer safe for concurrent writers. It is imported by tests only.
 package testutil
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,18 +50,96 @@ func TempDir(t testing.TB) string {
 // FreePorts returns n distinct free loopback TCP ports. Every listener
 // stays open until all ports are chosen, so the kernel cannot hand out one
 // twice.
+//
+// The ports come from outside the kernel's ephemeral range whenever there
+// is room. A port freed by its reservation and bound again a moment later
+// by the code under test would otherwise be open to every outgoing
+// connection on the machine as a source port, and one long-lived client
+// connection that took it keeps the bind failing for good.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	pick := portPicker(ephemeralPortRange())
+	for len(ports) < n {
+		ln, err := reservePort(pick)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("reserve a loopback port: %v", err)
 		}
 		defer ln.Close()
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// FreeAddr returns a loopback address ("127.0.0.1:port") on a port that
+// nothing listens on, chosen like FreePorts' ports.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePorts(t, 1)[0]))
+}
+
+// Bounds of the ports FreePorts chooses from outside the ephemeral range:
+// below it down to lowestPort, or above it up to 65535.
+const (
+	lowestPort       = 10000
+	minPortsOutside  = 1000
+	pickAttempts     = 200
+	defaultEphemLow  = 32768
+	defaultEphemHigh = 60999
+)
+
+// ephemeralPortRange reads the range the kernel takes source ports from,
+// or returns Linux's default when it cannot be read.
+func ephemeralPortRange() (low, high int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return defaultEphemLow, defaultEphemHigh
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return defaultEphemLow, defaultEphemHigh
+	}
+	lo, err1 := strconv.Atoi(f[0])
+	hi, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || lo > hi {
+		return defaultEphemLow, defaultEphemHigh
+	}
+	return lo, hi
+}
+
+// portPicker returns a function giving random candidate ports outside
+// [low, high], or nil when too few ports lie outside it; callers then let
+// the kernel choose.
+func portPicker(low, high int) func() int {
+	below := max(0, low-lowestPort)
+	above := max(0, 65535-high)
+	if below+above < minPortsOutside {
+		return nil
+	}
+	return func() int {
+		i := rand.IntN(below + above)
+		if i < below {
+			return lowestPort + i
+		}
+		return high + 1 + i - below
+	}
+}
+
+// reservePort binds a loopback port from pick, trying others while the
+// ones drawn are taken; with a nil pick the kernel chooses.
+func reservePort(pick func() int) (net.Listener, error) {
+	if pick == nil {
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	var err error
+	for range pickAttempts {
+		var ln net.Listener
+		ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(pick())))
+		if err == nil {
+			return ln, nil
+		}
+	}
+	return nil, fmt.Errorf("no free port in %d attempts: %w", pickAttempts, err)
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use, for capturing the

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -50,4 +51,56 @@ func TestSyncBufferConcurrent(t *testing.T) {
 	if got := len(b.String()); got != 8*len("line 0\n") {
 		t.Fatalf("buffer holds %d bytes", got)
 	}
+}
+
+func TestFreePortsOutsideEphemeralRange(t *testing.T) {
+	low, high := ephemeralPortRange()
+	if portPicker(low, high) == nil {
+		t.Skipf("ephemeral range %d-%d leaves too few ports outside it", low, high)
+	}
+	for _, p := range FreePorts(t, 50) {
+		if p >= low && p <= high {
+			t.Errorf("port %d lies in the ephemeral range %d-%d", p, low, high)
+		}
+	}
+}
+
+func TestPortPicker(t *testing.T) {
+	tests := []struct {
+		name      string
+		low, high int
+		wantNil   bool
+	}{
+		{"linux default", 32768, 60999, false},
+		{"only above", 1024, 50000, false},
+		{"only below", 40000, 65535, false},
+		{"whole range", 1024, 65535, true},
+		{"too narrow outside", 10400, 65200, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pick := portPicker(tt.low, tt.high)
+			if (pick == nil) != tt.wantNil {
+				t.Fatalf("portPicker(%d, %d) nil = %v, want %v", tt.low, tt.high, pick == nil, tt.wantNil)
+			}
+			for range 1000 {
+				if pick == nil {
+					break
+				}
+				p := pick()
+				if (p >= tt.low && p <= tt.high) || p < lowestPort || p > 65535 {
+					t.Fatalf("picked %d, want in [%d, 65535] outside [%d, %d]", p, lowestPort, tt.low, tt.high)
+				}
+			}
+		})
+	}
+}
+
+func TestFreeAddrBindable(t *testing.T) {
+	addr := FreeAddr(t)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("FreeAddr %s: %v", addr, err)
+	}
+	ln.Close()
 }
