@@ -1,11 +1,9 @@
 package consulsync
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -29,34 +28,11 @@ const waitTimeout = 10 * time.Second
 // waitFor polls cond until it holds or waitTimeout passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testutil.WaitFor(t, waitTimeout, what, cond)
 }
 
 // logBuffer collects log output safely across goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ testutil.SyncBuffer }
 
 func (l *logBuffer) Count(s string) int { return strings.Count(l.String(), s) }
 

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -18,6 +17,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // fakeAgent is a node agent's ClientCSI service over real gRPC with an
@@ -210,22 +210,7 @@ func (n *agentNode) stop() {
 }
 
 // logBuffer collects log output for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ testutil.SyncBuffer }
 
 func (b *logBuffer) count(s string) int { return strings.Count(b.String(), s) }
 

@@ -79,29 +79,11 @@ func portFree(port int) bool {
 	return true
 }
 
-// lockedBuffer is an io.Writer safe for a process's output and readers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // process is a started subprocess that is killed at cleanup.
 type process struct {
 	cmd    *exec.Cmd
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *testutil.SyncBuffer
+	stderr *testutil.SyncBuffer
 	done   chan struct{}
 	err    error // set before done is closed
 }
@@ -109,7 +91,7 @@ type process struct {
 // startProcess starts bin with args and env added to the environment.
 func startProcess(t *testing.T, env []string, bin string, args ...string) *process {
 	t.Helper()
-	p := &process{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &process{stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.stdout
@@ -324,7 +306,7 @@ func (a *agentProc) watchEvents(t *testing.T) *eventStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr lockedBuffer
+	var stderr testutil.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
