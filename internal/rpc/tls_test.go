@@ -2,14 +2,8 @@ package rpc
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,83 +18,8 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
-
-// testCA is a certificate authority that writes PEM files for tests.
-type testCA struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string // the CA certificate's PEM file
-}
-
-func newTestCA(t *testing.T, dir, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &testCA{dir: dir, cert: cert, key: key, file: filepath.Join(dir, name+".pem")}
-	writePEM(t, ca.file, "CERTIFICATE", der)
-	return ca
-}
-
-// issue writes a certificate and key for name (also valid for 127.0.0.1)
-// and returns their files.
-func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		DNSNames:     []string{name},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = filepath.Join(ca.dir, name+".crt")
-	keyFile = filepath.Join(ca.dir, name+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // serveTLS serves ClientCSI (over no plugins) with tc on a loopback port
 // and returns its address.
@@ -130,13 +49,13 @@ func serveTLS(t *testing.T, tc *tls.Config) string {
 
 func TestTLSMutual(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "ca")
-	other := newTestCA(t, dir, "other-ca")
-	serverCert, serverKey := ca.issue(t, "agent.test", x509.ExtKeyUsageServerAuth)
-	clientCert, clientKey := ca.issue(t, "client.test", x509.ExtKeyUsageClientAuth)
-	strangerCert, strangerKey := other.issue(t, "stranger.test", x509.ExtKeyUsageClientAuth)
+	ca := testutil.NewCA(t, dir, "ca")
+	other := testutil.NewCA(t, dir, "other-ca")
+	serverCert, serverKey := ca.Issue(t, "agent.test", x509.ExtKeyUsageServerAuth)
+	clientCert, clientKey := ca.Issue(t, "client.test", x509.ExtKeyUsageClientAuth)
+	strangerCert, strangerKey := other.Issue(t, "stranger.test", x509.ExtKeyUsageClientAuth)
 
-	stc, err := ServerTLSConfig(config.TLSConfig{CAFile: ca.file, CertFile: serverCert, KeyFile: serverKey})
+	stc, err := ServerTLSConfig(config.TLSConfig{CAFile: ca.File, CertFile: serverCert, KeyFile: serverKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +66,10 @@ func TestTLSMutual(t *testing.T) {
 		files    config.TLSConfig
 		wantCode codes.Code
 	}{
-		{"trusted client certificate", config.TLSConfig{CAFile: ca.file, CertFile: clientCert, KeyFile: clientKey}, codes.NotFound},
-		{"no client certificate", config.TLSConfig{CAFile: ca.file}, codes.Unavailable},
-		{"client certificate of another CA", config.TLSConfig{CAFile: ca.file, CertFile: strangerCert, KeyFile: strangerKey}, codes.Unavailable},
-		{"server not trusted", config.TLSConfig{CAFile: other.file, CertFile: clientCert, KeyFile: clientKey}, codes.Unavailable},
+		{"trusted client certificate", config.TLSConfig{CAFile: ca.File, CertFile: clientCert, KeyFile: clientKey}, codes.NotFound},
+		{"no client certificate", config.TLSConfig{CAFile: ca.File}, codes.Unavailable},
+		{"client certificate of another CA", config.TLSConfig{CAFile: ca.File, CertFile: strangerCert, KeyFile: strangerKey}, codes.Unavailable},
+		{"server not trusted", config.TLSConfig{CAFile: other.File, CertFile: clientCert, KeyFile: clientKey}, codes.Unavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,8 +97,8 @@ func TestTLSMutual(t *testing.T) {
 
 func TestTLSConfigErrors(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "ca")
-	cert, key := ca.issue(t, "agent.test", x509.ExtKeyUsageServerAuth)
+	ca := testutil.NewCA(t, dir, "ca")
+	cert, key := ca.Issue(t, "agent.test", x509.ExtKeyUsageServerAuth)
 	notPEM := filepath.Join(dir, "garbage.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
@@ -196,9 +115,9 @@ func TestTLSConfigErrors(t *testing.T) {
 	}{
 		{name: "no files", cfg: config.TLSConfig{}, serverNil: true},
 		{name: "server without CA", cfg: config.TLSConfig{CertFile: cert, KeyFile: key}, clientAuth: tls.NoClientCert},
-		{name: "server with CA", cfg: config.TLSConfig{CAFile: ca.file, CertFile: cert, KeyFile: key}, clientAuth: tls.RequireAndVerifyClientCert},
+		{name: "server with CA", cfg: config.TLSConfig{CAFile: ca.File, CertFile: cert, KeyFile: key}, clientAuth: tls.RequireAndVerifyClientCert},
 		{name: "cert without key", cfg: config.TLSConfig{CertFile: cert}, serverErr: "cert_file and key_file", clientErr: "cert_file and key_file"},
-		{name: "CA only", cfg: config.TLSConfig{CAFile: ca.file}, serverErr: "cert_file and key_file"},
+		{name: "CA only", cfg: config.TLSConfig{CAFile: ca.File}, serverErr: "cert_file and key_file"},
 		{name: "missing cert", cfg: config.TLSConfig{CertFile: missing, KeyFile: key}, serverErr: missing, clientErr: missing},
 		{name: "CA not PEM", cfg: config.TLSConfig{CAFile: notPEM, CertFile: cert, KeyFile: key}, serverErr: notPEM, clientErr: notPEM},
 		{name: "CA missing", cfg: config.TLSConfig{CAFile: missing, CertFile: cert, KeyFile: key}, serverErr: missing, clientErr: missing},
