@@ -23,7 +23,9 @@ client {
   rescan_interval      = "30s"
   rpc_timeout          = "2m"     # ClientCSI calls that carry no deadline
   max_destructive_in_flight = 1
-  servers              = ["10.0.0.11:4780", "10.0.0.12:4780", "10.0.0.13:4780"]  # example
+  # servers: the servers' gRPC addresses. Leave it out to find them in Consul's catalog
+  # (consul.client_auto_join), for example:
+  # servers            = ["10.0.0.11:4780", "10.0.0.12:4780", "10.0.0.13:4780"]
 }
 
 consul {
@@ -33,7 +35,13 @@ consul {
   plugin_service_name  = "csi-plugin-{{id}}"
   tags                 = []
   enable_tag_override  = false
-  deregister_on_shutdown = true
+  deregister_on_shutdown = true    # a stop with Consul unreachable still exits 0, with a warning
+  sync_interval        = "30s"
+  check_interval       = "10s"     # Consul's gRPC check of the agent; plugin services alias it
+  # check_tls_server_name = "..."  # with tls: default the first DNS name of tls.cert_file
+  server_service_name  = "csisupd-server"
+  server_auto_join     = true      # servers with no retry_join find each other in Consul
+  client_auto_join     = true      # agents with no client.servers find the servers in Consul
 }
 
 # tls {

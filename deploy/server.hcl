@@ -2,5 +2,7 @@
 server {
   enabled          = true
   bootstrap_expect = 3
+  # retry_join: the other servers' gRPC addresses. Leave it out to find them in Consul's
+  # catalog (consul.server_auto_join); bootstrap_expect alone decides when the cluster forms.
   retry_join       = ["10.0.0.11:4780", "10.0.0.12:4780", "10.0.0.13:4780"]
 }

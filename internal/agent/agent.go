@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -57,23 +59,21 @@ type Agent struct {
 	startedAt                time.Time
 	tempDir                  string // dev mode: removed at shutdown
 
-	rpcLn   net.Listener
-	httpLn  net.Listener
-	grpc    *grpc.Server
-	health  *health.Server
-	http    *http.Server
-	manager *registry.Manager
-	consul  *consulsync.Syncer
-	server  *server.Server     // nil unless the server role is enabled
-	nodes   *server.NodeClient // nil unless the client has servers to report to
-	nodeID  string
-	// serverAddrs are the servers the node registers with.
-	serverAddrs []string
-	ready       chan struct{}
-	closers     []func()   // release what New opened, for Close
-	ran         bool       // Run was called; it releases everything itself
-	mu          sync.Mutex // guards cfg on Reload
-	stopOnce    sync.Once
+	rpcLn    net.Listener
+	httpLn   net.Listener
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	manager  *registry.Manager
+	consul   *consulsync.Syncer
+	server   *server.Server     // nil unless the server role is enabled
+	nodes    *server.NodeClient // nil unless the client has servers to report to
+	nodeID   string
+	ready    chan struct{}
+	closers  []func()   // release what New opened, for Close
+	ran      bool       // Run was called; it releases everything itself
+	mu       sync.Mutex // guards cfg on Reload
+	stopOnce sync.Once
 }
 
 // New validates what it needs, creates directories and opens listeners, but
@@ -176,6 +176,15 @@ func New(c Config) (a *Agent, err error) {
 	if a.nodeID, err = loadNodeID(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	if cfg.Consul.Enabled {
+		consulCfg, err := a.consulConfig(&cfg)
+		if err != nil {
+			return nil, err
+		}
+		if a.consul, err = consulsync.New(consulCfg); err != nil {
+			return nil, fmt.Errorf("agent: consul: %w", err)
+		}
+	}
 	rpcAddr := a.advertised(cfg.Ports.RPC, a.rpcLn)
 	var dialOpts []grpc.DialOption
 	if cfg.TLS.Enabled() {
@@ -194,6 +203,7 @@ func New(c Config) (a *Agent, err error) {
 			RPCAddr:         rpcAddr,
 			BootstrapExpect: cfg.Server.BootstrapExpect,
 			RetryJoin:       cfg.Server.RetryJoin,
+			DiscoverServers: a.discoverServers(cfg.ServerAutoJoin()),
 			RaftMultiplier:  cfg.Server.RaftMultiplier,
 			DialOptions:     dialOpts,
 		}, log)
@@ -204,23 +214,17 @@ func New(c Config) (a *Agent, err error) {
 		closers = append(closers, func() { _ = srv.Shutdown(context.Background()) })
 		a.server.Register(a.grpc)
 	}
-	a.serverAddrs = a.nodeServers(&cfg, rpcAddr)
-	if servers := a.serverAddrs; len(servers) > 0 {
+	servers := a.nodeServers(&cfg, rpcAddr)
+	if discover := a.discoverServers(cfg.ClientAutoJoin()); len(servers) > 0 || discover != nil {
 		a.nodes, err = server.NewNodeClient(server.NodeClientConfig{
-			Servers:     servers,
-			Node:        server.NodeInfo{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
-			Plugins:     a.nodePlugins,
-			DialOptions: dialOpts,
+			Servers:         servers,
+			DiscoverServers: discover,
+			Node:            server.NodeInfo{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
+			Plugins:         a.nodePlugins,
+			DialOptions:     dialOpts,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: node registration: %w", err)
-		}
-	}
-
-	if cfg.Consul.Enabled {
-		a.consul, err = consulsync.New(a.consulConfig(&cfg))
-		if err != nil {
-			return nil, fmt.Errorf("agent: consul: %w", err)
 		}
 	}
 
@@ -415,7 +419,11 @@ func (a *Agent) Reload(next *config.Config) error {
 		errs = append(errs, fmt.Errorf("reload probe settings: %w", err))
 	}
 	if a.consul != nil {
-		if err := a.consul.Reload(a.consulConfig(&keep)); err != nil {
+		consulCfg, err := a.consulConfig(&keep)
+		if err == nil {
+			err = a.consul.Reload(consulCfg)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("reload consul settings: %w", err))
 		}
 	}
@@ -428,17 +436,23 @@ func (a *Agent) Reload(next *config.Config) error {
 	return errors.Join(errs...)
 }
 
-func (a *Agent) consulConfig(cfg *config.Config) consulsync.Config {
+// consulShutdownTimeout bounds the Consul deregistration at shutdown, so an
+// unreachable Consul leaves time for the rest of a stop within 5 s.
+const consulShutdownTimeout = ShutdownTimeout / 2
+
+func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 	port := cfg.Ports.RPC
 	if tcp, ok := a.rpcLn.Addr().(*net.TCPAddr); ok {
 		port = tcp.Port
 	}
-	return consulsync.Config{
+	c := consulsync.Config{
 		Registry:             a.manager.Registry(),
 		Address:              cfg.Consul.Address,
 		Token:                string(cfg.Consul.Token),
 		ServiceName:          cfg.Consul.ServiceName,
 		PluginServiceName:    cfg.Consul.PluginServiceName,
+		ServerService:        cfg.Server.Enabled,
+		ServerServiceName:    cfg.Consul.ServerServiceName,
 		Tags:                 cfg.Consul.Tags,
 		EnableTagOverride:    cfg.Consul.EnableTagOverride,
 		DeregisterOnShutdown: cfg.Consul.DeregisterOnShutdown,
@@ -446,9 +460,48 @@ func (a *Agent) consulConfig(cfg *config.Config) consulsync.Config {
 		NodeName:             cfg.Name,
 		ServiceAddress:       cfg.AdvertiseAddr,
 		ServicePort:          port,
-		GRPCCheckTLS:         cfg.TLS.Enabled(),
+		GRPCCheckInterval:    cfg.Consul.CheckInterval,
+		ShutdownTimeout:      consulShutdownTimeout,
 		Logger:               a.log.Named("consul"),
 	}
+	if cfg.TLS.Enabled() {
+		name, err := checkTLSServerName(cfg)
+		if err != nil {
+			return c, err
+		}
+		c.GRPCCheckTLS, c.GRPCCheckTLSServerName = true, name
+	}
+	return c, nil
+}
+
+// checkTLSServerName is the name Consul's gRPC check verifies in the agent's
+// certificate: consul.check_tls_server_name, else the certificate's first DNS
+// name, else none (Consul then verifies the IP address it dials).
+func checkTLSServerName(cfg *config.Config) (string, error) {
+	if cfg.Consul.CheckTLSServerName != "" {
+		return cfg.Consul.CheckTLSServerName, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+	if err != nil {
+		return "", fmt.Errorf("agent: tls.cert_file %q: %w", cfg.TLS.CertFile, err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return "", fmt.Errorf("agent: tls.cert_file %q: %w", cfg.TLS.CertFile, err)
+	}
+	if len(leaf.DNSNames) > 0 {
+		return leaf.DNSNames[0], nil
+	}
+	return "", nil
+}
+
+// discoverServers returns the server lookup in Consul's catalog when on is
+// set and Consul registration runs, else nil.
+func (a *Agent) discoverServers(on bool) server.Discover {
+	if !on || a.consul == nil {
+		return nil
+	}
+	return a.consul.ServerAddrs
 }
 
 // advertised is the address other nodes reach a listener at: the
@@ -480,7 +533,7 @@ func (a *Agent) nodeServers(cfg *config.Config, self string) []string {
 func (a *Agent) clusterSummary() *csisupdv1.ClusterSummary {
 	c := &csisupdv1.ClusterSummary{NodeId: a.nodeID, Server: a.server != nil}
 	if a.nodes != nil {
-		c.Servers = a.serverAddrs
+		c.Servers = a.nodes.Servers()
 		c.NodeRegistered = a.nodes.Registered()
 	}
 	if a.server == nil {

@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/config"
@@ -67,5 +71,50 @@ func TestAgentRegistersInConsul(t *testing.T) {
 	}
 	if n := consul.TokensSeen()[good]; n == 0 {
 		t.Errorf("the fixed token was never sent: %v", consul.TokensSeen())
+	}
+}
+
+// With TLS on the gRPC port, the agent's check is registered with
+// GRPCUseTLS and the name in the agent's certificate, so Consul's check of
+// a healthy agent passes: here with mutual TLS, Consul presenting a
+// certificate of the same CA, as Consul's enable_agent_tls_for_checks does.
+func TestAgentConsulCheckUsesTLS(t *testing.T) {
+	dir := testutil.TempDir(t)
+	ca := testutil.NewCA(t, dir, "ca")
+	certFile, keyFile := ca.Issue(t, "client.global.csisupd", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	consulCert, consulKey := ca.Issue(t, "consul.test", x509.ExtKeyUsageClientAuth)
+	consulPair, err := tls.LoadX509KeyPair(consulCert, consulKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consul, err := consultest.New(consultest.Config{
+		CheckTLS: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{consulPair}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(consul.Close)
+
+	cfg := testConfig(t)
+	cfg.TLS = config.TLSConfig{CAFile: ca.File, CertFile: certFile, KeyFile: keyFile}
+	cfg.Consul.Enabled = true
+	cfg.Consul.Address = consul.Addr()
+	cfg.Consul.CheckInterval = time.Second
+	a, err := New(Config{Config: cfg, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+
+	testutil.WaitFor(t, 10*time.Second, "Consul's TLS gRPC check of the agent passing", func() bool {
+		c, ok := consul.Check(consulsync.GRPCCheckID)
+		return ok && c.Status == api.HealthPassing
+	})
+	def, ok := consul.CheckDefinition(consulsync.GRPCCheckID)
+	if !ok || !def.GRPCUseTLS || def.TLSServerName != "client.global.csisupd" {
+		t.Errorf("registered check: GRPCUseTLS %v, TLSServerName %q; want true and the certificate's name", def.GRPCUseTLS, def.TLSServerName)
+	}
+	if want := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.RPCAddr().(*net.TCPAddr).Port)); def.GRPC != want {
+		t.Errorf("check dials %q, want %q", def.GRPC, want)
 	}
 }

@@ -32,6 +32,8 @@ const (
 	DefaultConsulServiceName       = "csisupd"
 	DefaultConsulPluginServiceName = "csi-plugin-" + PluginIDPlaceholder
 	DefaultConsulSyncInterval      = 30 * time.Second
+	DefaultConsulServerServiceName = "csisupd-server"
+	DefaultConsulCheckInterval     = 10 * time.Second
 )
 
 // PluginIDPlaceholder is replaced by the plugin ID in
@@ -150,6 +152,23 @@ type ConsulConfig struct {
 	DeregisterOnShutdown bool
 	// SyncInterval is the time between two anti-entropy syncs.
 	SyncInterval time.Duration
+	// CheckInterval is how often Consul runs the agent's gRPC health
+	// check. A killed agent's services turn critical within this interval
+	// plus the check's timeout.
+	CheckInterval time.Duration
+	// CheckTLSServerName is the name Consul verifies in the agent's
+	// certificate when the gRPC port serves TLS. Empty means the first DNS
+	// name of tls.cert_file, else the address Consul dials.
+	CheckTLSServerName string
+	// ServerServiceName is the Consul service servers register (with the
+	// rpc port) and are found by.
+	ServerServiceName string
+	// ServerAutoJoin lets a server with an empty server.retry_join find the
+	// other servers through Consul's catalog.
+	ServerAutoJoin bool
+	// ClientAutoJoin lets an agent with an empty client.servers find the
+	// servers through Consul's catalog.
+	ClientAutoJoin bool
 }
 
 // TLSConfig configures TLS of the gRPC APIs. All fields are file paths.
@@ -224,8 +243,30 @@ func Default() Config {
 			PluginServiceName:    DefaultConsulPluginServiceName,
 			DeregisterOnShutdown: true,
 			SyncInterval:         DefaultConsulSyncInterval,
+			CheckInterval:        DefaultConsulCheckInterval,
+			ServerServiceName:    DefaultConsulServerServiceName,
+			ServerAutoJoin:       true,
+			ClientAutoJoin:       true,
 		},
 	}
+}
+
+// ServerAutoJoin reports whether a server finds the other servers through
+// Consul: Consul registration is on, server_auto_join is set and
+// server.retry_join is empty.
+func (c *Config) ServerAutoJoin() bool {
+	return c.Server.Enabled && len(c.Server.RetryJoin) == 0 && c.serverAutoJoin()
+}
+
+func (c *Config) serverAutoJoin() bool { return c.Consul.Enabled && c.Consul.ServerAutoJoin }
+
+// ClientAutoJoin reports whether the client role finds the servers through
+// Consul: Consul registration is on, client_auto_join is set, client.servers
+// is empty and this agent is not a server itself (a server registers its
+// node with itself).
+func (c *Config) ClientAutoJoin() bool {
+	return c.Client.Enabled && !c.Server.Enabled && len(c.Client.Servers) == 0 &&
+		c.Consul.Enabled && c.Consul.ClientAutoJoin
 }
 
 // PluginServiceName returns the Consul service name of plugin id.
@@ -295,6 +336,11 @@ func (c Config) String() string {
 	w(in, "enable_tag_override", c.Consul.EnableTagOverride)
 	w(in, "deregister_on_shutdown", c.Consul.DeregisterOnShutdown)
 	w(in, "sync_interval", c.Consul.SyncInterval)
+	w(in, "check_interval", c.Consul.CheckInterval)
+	w(in, "check_tls_server_name", c.Consul.CheckTLSServerName)
+	w(in, "server_service_name", c.Consul.ServerServiceName)
+	w(in, "server_auto_join", c.Consul.ServerAutoJoin)
+	w(in, "client_auto_join", c.Consul.ClientAutoJoin)
 	b.WriteString("}\ntls {\n")
 	w(in, "ca_file", c.TLS.CAFile)
 	w(in, "cert_file", c.TLS.CertFile)

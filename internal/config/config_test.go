@@ -113,3 +113,33 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+func TestAutoJoin(t *testing.T) {
+	tests := []struct {
+		name               string
+		set                func(c *Config)
+		wantServer, wantCl bool
+	}{
+		{"client with no servers", func(c *Config) {}, false, true},
+		{"client with servers", func(c *Config) { c.Client.Servers = []string{"127.0.0.1:4780"} }, false, false},
+		{"client_auto_join off", func(c *Config) { c.Consul.ClientAutoJoin = false }, false, false},
+		{"consul off", func(c *Config) { c.Consul.Enabled = false }, false, false},
+		{"server with no retry_join", func(c *Config) { c.Server.Enabled = true }, true, false},
+		{"server with retry_join", func(c *Config) {
+			c.Server.Enabled, c.Server.RetryJoin = true, []string{"127.0.0.1:4780"}
+		}, false, false},
+		{"server_auto_join off", func(c *Config) { c.Server.Enabled, c.Consul.ServerAutoJoin = true, false }, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.set(&c)
+			if got := c.ServerAutoJoin(); got != tt.wantServer {
+				t.Errorf("ServerAutoJoin = %v, want %v", got, tt.wantServer)
+			}
+			if got := c.ClientAutoJoin(); got != tt.wantCl {
+				t.Errorf("ClientAutoJoin = %v, want %v", got, tt.wantCl)
+			}
+		})
+	}
+}

@@ -60,6 +60,11 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"enable_tag_override":    &c.Consul.EnableTagOverride,
 			"deregister_on_shutdown": &c.Consul.DeregisterOnShutdown,
 			"sync_interval":          &c.Consul.SyncInterval,
+			"check_interval":         &c.Consul.CheckInterval,
+			"check_tls_server_name":  &c.Consul.CheckTLSServerName,
+			"server_service_name":    &c.Consul.ServerServiceName,
+			"server_auto_join":       &c.Consul.ServerAutoJoin,
+			"client_auto_join":       &c.Consul.ClientAutoJoin,
 		},
 		"tls": {
 			"ca_file":   &c.TLS.CAFile,

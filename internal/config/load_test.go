@@ -98,6 +98,10 @@ func TestDefault(t *testing.T) {
 			PluginServiceName:    "csi-plugin-{{id}}",
 			DeregisterOnShutdown: true,
 			SyncInterval:         30 * time.Second,
+			CheckInterval:        10 * time.Second,
+			ServerServiceName:    "csisupd-server",
+			ServerAutoJoin:       true,
+			ClientAutoJoin:       true,
 		},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
@@ -152,6 +156,11 @@ consul {
   enable_tag_override    = true
   deregister_on_shutdown = false
   sync_interval          = "45s"
+  check_interval         = "3s"
+  check_tls_server_name  = "client.global.csisupd"
+  server_service_name    = "supd-server"
+  server_auto_join       = false
+  client_auto_join       = false
 }
 `
 	tests := []struct {
@@ -179,6 +188,8 @@ consul {
 						Enabled: false, Address: "127.0.0.1:8501", Token: "abc", ServiceName: "supd",
 						PluginServiceName: "plugin-{{id}}-csi", Tags: []string{"a", "b"},
 						EnableTagOverride: true, DeregisterOnShutdown: false, SyncInterval: 45 * time.Second,
+						CheckInterval: 3 * time.Second, CheckTLSServerName: "client.global.csisupd",
+						ServerServiceName: "supd-server",
 					},
 					Sources: []string{"agent.hcl"},
 				}

@@ -91,6 +91,9 @@ func (c *Config) Validate() error {
 			sv.BootstrapExpect, sv.BootstrapExpect, sv.BootstrapExpect-1))
 	}
 	v.hostPorts("server.retry_join", sv.RetryJoin)
+	if sv.Enabled && sv.BootstrapExpect > 1 && len(sv.RetryJoin) == 0 && !c.serverAutoJoin() {
+		v.add("server.bootstrap_expect", "%d servers cannot find each other: set server.retry_join, or let Consul's catalog find them (consul.enabled and consul.server_auto_join)", sv.BootstrapExpect)
+	}
 	if sv.RaftMultiplier < 1 || sv.RaftMultiplier > 10 {
 		v.add("server.raft_multiplier", "must be between 1 and 10, got %d", sv.RaftMultiplier)
 	}
@@ -109,6 +112,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	v.positive("consul.sync_interval", cs.SyncInterval)
+	if v.positive("consul.check_interval", cs.CheckInterval) && cs.CheckInterval < time.Second {
+		v.add("consul.check_interval", "%s is below 1s, the shortest interval Consul runs a check at", cs.CheckInterval)
+	}
+	if strings.TrimSpace(cs.ServerServiceName) == "" {
+		v.add("consul.server_service_name", "required")
+	}
 
 	// TLS.
 	t := c.TLS

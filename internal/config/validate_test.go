@@ -65,10 +65,16 @@ func TestValidateErrors(t *testing.T) {
 			`agent.hcl:2: server.bootstrap_expect: must be at least 1, got -1`},
 		{"raft_multiplier", "server {\n  raft_multiplier = 11\n}", nil,
 			`agent.hcl:2: server.raft_multiplier: must be between 1 and 10, got 11`},
-		{"consul names and tags", "consul {\n  service_name = \" \"\n  plugin_service_name = \"csi-{{ID}}\"\n  tags = [\"a\", \"\"]\n}", nil,
+		{"consul names and tags", "consul {\n  service_name = \" \"\n  plugin_service_name = \"csi-{{ID}}\"\n  tags = [\"a\", \"\"]\n  server_service_name = \"\"\n  check_interval = \"0s\"\n}", nil,
 			`agent.hcl:2: consul.service_name: required` + "\n" +
 				`agent.hcl:3: consul.plugin_service_name: "csi-{{ID}}" must contain {{id}}` + "\n" +
-				`agent.hcl:4: consul.tags: element 1 is empty`},
+				`agent.hcl:4: consul.tags: element 1 is empty` + "\n" +
+				`agent.hcl:6: consul.check_interval: must be greater than zero, got 0s` + "\n" +
+				`agent.hcl:5: consul.server_service_name: required`},
+		{"consul check interval below Consul's minimum", "consul {\n  check_interval = \"500ms\"\n}", nil,
+			`agent.hcl:2: consul.check_interval: 500ms is below 1s, the shortest interval Consul runs a check at`},
+		{"three servers without retry_join or Consul", "server {\n  enabled = true\n  bootstrap_expect = 3\n}\nconsul {\n  server_auto_join = false\n}", nil,
+			`agent.hcl:3: server.bootstrap_expect: 3 servers cannot find each other: set server.retry_join, or let Consul's catalog find them (consul.enabled and consul.server_auto_join)`},
 		{"no role", "client {\n  enabled = false\n}", nil,
 			`agent.hcl:2: client.enabled: client and server are both disabled: enable at least one role`},
 	}

@@ -70,6 +70,13 @@ type Config struct {
 	// PluginServiceName is the service name of a plugin; PluginIDPlaceholder
 	// is replaced by the plugin ID (default "csi-plugin-{{id}}").
 	PluginServiceName string
+	// ServerService registers the server role's service (ServerServiceID,
+	// named ServerServiceName, on ServicePort), by which servers and agents
+	// find the servers (Syncer.ServerAddrs).
+	ServerService bool
+	// ServerServiceName is the service name of the servers, registered with
+	// ServerService and looked up by ServerAddrs. Required for either.
+	ServerServiceName string
 	// Tags are added to every service.
 	Tags []string
 	// EnableTagOverride lets tags changed in Consul's catalog survive
@@ -92,6 +99,10 @@ type Config struct {
 	GRPCCheck string
 	// GRPCCheckTLS makes the gRPC health check use TLS.
 	GRPCCheckTLS bool
+	// GRPCCheckTLSServerName is the name Consul verifies in the agent's
+	// certificate (and sends as SNI) when GRPCCheckTLS is set. Empty means
+	// Consul verifies the address it dials.
+	GRPCCheckTLSServerName string
 	// GRPCCheckInterval is the time between two gRPC health checks.
 	GRPCCheckInterval time.Duration
 
@@ -176,6 +187,8 @@ func (c Config) validate() error {
 		return errors.New("consulsync: ServiceName is blank")
 	case strings.TrimSpace(c.pluginServiceName("x")) == "":
 		return errors.New("consulsync: PluginServiceName is blank")
+	case c.ServerService && strings.TrimSpace(c.ServerServiceName) == "":
+		return errors.New("consulsync: ServerServiceName is blank but ServerService is on")
 	case c.SyncInterval < 0, c.CheckTTL < 0, c.Probation < 0, c.RetryStep < 0, c.RetryMax < 0,
 		c.RequestTimeout < 0, c.ShutdownTimeout < 0, c.GRPCCheckInterval < 0:
 		return errors.New("consulsync: durations must not be negative")

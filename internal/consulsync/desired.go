@@ -25,9 +25,13 @@ const (
 	AgentServiceID = ServiceIDPrefix + "agent"
 	// GRPCCheckID is the ID of the agent service's gRPC health check.
 	GRPCCheckID = AgentServiceID + ":grpc"
+	// ServerServiceID is the ID of the server role's service, which other
+	// servers and agents find the cluster by.
+	ServerServiceID = ServiceIDPrefix + "server"
 
 	pluginServiceIDPrefix = ServiceIDPrefix + "plugin-"
 	healthCheckSuffix     = ":health"
+	aliasCheckSuffix      = ":agent-alive"
 )
 
 // Meta keys and values.
@@ -49,6 +53,10 @@ func PluginServiceID(pluginID string) string { return pluginServiceIDPrefix + pl
 
 // PluginCheckID returns the ID of the TTL health check of a plugin service.
 func PluginCheckID(pluginID string) string { return PluginServiceID(pluginID) + healthCheckSuffix }
+
+// AliasCheckID returns the ID of the alias check that ties a service to the
+// agent service: it turns critical as soon as the agent's gRPC check does.
+func AliasCheckID(serviceID string) string { return serviceID + aliasCheckSuffix }
 
 func isOwn(id string) bool { return strings.HasPrefix(id, ServiceIDPrefix) }
 
@@ -72,18 +80,36 @@ type wantCheck struct {
 	// grpc checks are run by Consul.
 	grpc              string
 	grpcTLS           bool
+	tlsServerName     string
 	interval, timeout time.Duration
+	// alias checks follow the health of another service of the agent.
+	alias string
+}
+
+// typ is the check type Consul reports for c.
+func (c wantCheck) typ() string {
+	switch {
+	case c.ttl > 0:
+		return "ttl"
+	case c.alias != "":
+		return "alias"
+	default:
+		return "grpc"
+	}
 }
 
 func (c wantCheck) serviceCheck() *api.AgentServiceCheck {
 	sc := &api.AgentServiceCheck{CheckID: c.id, Name: c.name, Notes: c.notes}
-	if c.ttl > 0 {
+	switch c.typ() {
+	case "ttl":
 		sc.TTL = c.ttl.String()
 		sc.Status = c.status
-		return sc
+	case "alias":
+		sc.AliasService = c.alias
+	default:
+		sc.GRPC, sc.GRPCUseTLS, sc.TLSServerName = c.grpc, c.grpcTLS, c.tlsServerName
+		sc.Interval, sc.Timeout = c.interval.String(), c.timeout.String()
 	}
-	sc.GRPC, sc.GRPCUseTLS = c.grpc, c.grpcTLS
-	sc.Interval, sc.Timeout = c.interval.String(), c.timeout.String()
 	return sc
 }
 
@@ -97,11 +123,14 @@ func (c wantCheck) registration() *api.AgentCheckRegistration {
 	}
 }
 
-// desired returns the services csisupd wants for the plugins, the agent's
-// first, then plugins by ID.
+// desired returns the services csisupd wants: the agent's first, then the
+// server role's when it is on, then plugins by ID.
 func desired(c Config, plugins []registry.Plugin) []*wantService {
-	out := make([]*wantService, 0, len(plugins)+1)
+	out := make([]*wantService, 0, len(plugins)+2)
 	out = append(out, agentService(c))
+	if c.ServerService {
+		out = append(out, serverService(c))
+	}
 	for _, p := range plugins {
 		out = append(out, pluginService(c, p))
 	}
@@ -114,16 +143,40 @@ func agentService(c Config) *wantService {
 		meta[metaNode] = clip(c.NodeName, maxMetaValue)
 	}
 	chk := wantCheck{
-		id:        GRPCCheckID,
-		name:      "csisupd gRPC health",
-		notes:     "Consul dials the agent's gRPC health service.",
-		serviceID: AgentServiceID,
-		grpc:      c.GRPCCheck,
-		grpcTLS:   c.GRPCCheckTLS,
-		interval:  c.GRPCCheckInterval,
-		timeout:   min(DefaultGRPCCheckTimeout, c.GRPCCheckInterval),
+		id:            GRPCCheckID,
+		name:          "csisupd gRPC health",
+		notes:         "Consul dials the agent's gRPC health service.",
+		serviceID:     AgentServiceID,
+		grpc:          c.GRPCCheck,
+		grpcTLS:       c.GRPCCheckTLS,
+		tlsServerName: c.GRPCCheckTLSServerName,
+		interval:      c.GRPCCheckInterval,
+		timeout:       min(DefaultGRPCCheckTimeout, c.GRPCCheckInterval),
 	}
-	return newWant(c, AgentServiceID, c.ServiceName, tags(c.Tags), meta, chk, "")
+	return newWant(c, AgentServiceID, c.ServiceName, tags(c.Tags), meta, "", chk)
+}
+
+// serverService is the server role's service: the agent's gRPC port, under
+// the name servers and agents look each other up by.
+func serverService(c Config) *wantService {
+	meta := map[string]string{metaExternalSource: externalSource}
+	if c.NodeName != "" {
+		meta[metaNode] = clip(c.NodeName, maxMetaValue)
+	}
+	return newWant(c, ServerServiceID, c.ServerServiceName, tags(c.Tags), meta, "", aliasCheck(ServerServiceID))
+}
+
+// aliasCheck ties a service's health to the agent service's: when the agent
+// dies, its gRPC check fails and every aliased service turns critical with
+// it, without a write from csisupd.
+func aliasCheck(serviceID string) wantCheck {
+	return wantCheck{
+		id:        AliasCheckID(serviceID),
+		name:      "csisupd agent alive",
+		notes:     "Follows the csisupd agent's own service: critical when the agent is gone.",
+		serviceID: serviceID,
+		alias:     AgentServiceID,
+	}
 }
 
 func pluginService(c Config, p registry.Plugin) *wantService {
@@ -158,10 +211,14 @@ func pluginService(c Config, p registry.Plugin) *wantService {
 		output:    output,
 	}
 	t := tags(append([]string{typ, fp.VendorVersion}, c.Tags...))
-	return newWant(c, id, c.pluginServiceName(p.ID), t, meta, chk, p.Instance.String())
+	return newWant(c, id, c.pluginServiceName(p.ID), t, meta, p.Instance.String(), chk, aliasCheck(id))
 }
 
-func newWant(c Config, id, name string, tags []string, meta map[string]string, chk wantCheck, instance string) *wantService {
+func newWant(c Config, id, name string, tags []string, meta map[string]string, instance string, checks ...wantCheck) *wantService {
+	scs := make(api.AgentServiceChecks, 0, len(checks))
+	for _, chk := range checks {
+		scs = append(scs, chk.serviceCheck())
+	}
 	reg := &api.AgentServiceRegistration{
 		ID:                id,
 		Name:              name,
@@ -170,9 +227,9 @@ func newWant(c Config, id, name string, tags []string, meta map[string]string, c
 		Address:           c.ServiceAddress,
 		EnableTagOverride: c.EnableTagOverride,
 		Meta:              meta,
-		Checks:            api.AgentServiceChecks{chk.serviceCheck()},
+		Checks:            scs,
 	}
-	return &wantService{id: id, reg: reg, identity: identity(reg, instance), checks: []wantCheck{chk}}
+	return &wantService{id: id, reg: reg, identity: identity(reg, instance), checks: checks}
 }
 
 // identity fingerprints a registration without the checks' initial status,
@@ -282,20 +339,16 @@ func taggedAddressesMatch(cur map[string]api.ServiceAddress, reg *api.AgentServi
 	return true
 }
 
-// checkMatches reports whether the check Consul holds has c's definition.
-// Consul does not report a TTL; a TTL change is a configuration change and
-// re-registers the service.
+// checkMatches reports whether the check Consul holds is c, judged only by
+// what a Consul agent reports for it: its type, name, notes and service.
+// A Consul agent never returns a check's definition (address, TLS,
+// interval, TTL, alias target) from /v1/agent/checks, so a changed
+// definition cannot be seen there. It does not need to be: a definition
+// follows from csisupd's configuration, every configuration change is a
+// lifecycle change of the service (its identity), and the service is then
+// registered again with all its checks (replace-existing-checks).
 func checkMatches(cur *api.AgentCheck, c wantCheck) bool {
-	if cur.ServiceID != c.serviceID || cur.Name != c.name || cur.Notes != c.notes {
-		return false
-	}
-	if c.ttl > 0 {
-		return cur.Type == "ttl"
-	}
-	d := cur.Definition
-	return cur.Type == "grpc" && d.GRPC == c.grpc && d.GRPCUseTLS == c.grpcTLS &&
-		(d.IntervalDuration == 0 || d.IntervalDuration == c.interval) &&
-		(d.TimeoutDuration == 0 || d.TimeoutDuration == c.timeout)
+	return cur.ServiceID == c.serviceID && cur.Name == c.name && cur.Notes == c.notes && cur.Type == c.typ()
 }
 
 // refreshAfter is how long after its last write a TTL check is refreshed:

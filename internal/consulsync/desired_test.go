@@ -79,6 +79,7 @@ func TestServiceMatches(t *testing.T) {
 func TestCheckMatches(t *testing.T) {
 	ttl := wantCheck{id: "c", name: "n", notes: "x", serviceID: "s", ttl: time.Hour}
 	grpc := wantCheck{id: "g", name: "n", serviceID: "s", grpc: "10.0.0.1:4780", interval: 10 * time.Second, timeout: 5 * time.Second}
+	alias := wantCheck{id: "a", name: "a", serviceID: "s", alias: AgentServiceID}
 	tests := []struct {
 		name string
 		cur  api.AgentCheck
@@ -89,16 +90,13 @@ func TestCheckMatches(t *testing.T) {
 		{"ttl renamed", api.AgentCheck{Name: "m", Notes: "x", ServiceID: "s", Type: "ttl"}, ttl, false},
 		{"ttl on another service", api.AgentCheck{Name: "n", Notes: "x", ServiceID: "t", Type: "ttl"}, ttl, false},
 		{"ttl replaced by http", api.AgentCheck{Name: "n", Notes: "x", ServiceID: "s", Type: "http"}, ttl, false},
-		{"grpc", api.AgentCheck{Name: "n", ServiceID: "s", Type: "grpc", Definition: api.HealthCheckDefinition{
-			GRPC: "10.0.0.1:4780", IntervalDuration: 10 * time.Second, TimeoutDuration: 5 * time.Second}}, grpc, true},
-		{"grpc without reported durations", api.AgentCheck{Name: "n", ServiceID: "s", Type: "grpc", Definition: api.HealthCheckDefinition{
-			GRPC: "10.0.0.1:4780"}}, grpc, true},
-		{"grpc other target", api.AgentCheck{Name: "n", ServiceID: "s", Type: "grpc", Definition: api.HealthCheckDefinition{
-			GRPC: "10.0.0.1:1"}}, grpc, false},
-		{"grpc other interval", api.AgentCheck{Name: "n", ServiceID: "s", Type: "grpc", Definition: api.HealthCheckDefinition{
-			GRPC: "10.0.0.1:4780", IntervalDuration: time.Minute}}, grpc, false},
-		{"grpc tls flipped", api.AgentCheck{Name: "n", ServiceID: "s", Type: "grpc", Definition: api.HealthCheckDefinition{
-			GRPC: "10.0.0.1:4780", GRPCUseTLS: true}}, grpc, false},
+		// A Consul agent reports no definition: the check matches on what it
+		// does report, whatever the definition csisupd wants.
+		{"grpc as Consul reports it", api.AgentCheck{Name: "n", ServiceID: "s", Type: "grpc"}, grpc, true},
+		{"grpc reported as ttl", api.AgentCheck{Name: "n", ServiceID: "s", Type: "ttl"}, grpc, false},
+		{"alias", api.AgentCheck{Name: "a", ServiceID: "s", Type: "alias"}, alias, true},
+		{"alias renamed", api.AgentCheck{Name: "b", ServiceID: "s", Type: "alias"}, alias, false},
+		{"alias on another service", api.AgentCheck{Name: "a", ServiceID: "t", Type: "alias"}, alias, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

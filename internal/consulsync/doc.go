@@ -5,15 +5,19 @@
 //
 // One service for the agent's gRPC endpoint (Config.ServiceName, default
 // "csisupd", ID AgentServiceID) with a gRPC health check that Consul runs
-// against the agent's health service; and one service per plugin
+// against the agent's health service every GRPCCheckInterval (with TLS and
+// GRPCCheckTLSServerName when the port serves TLS). One service per plugin
 // (Config.PluginServiceName, default "csi-plugin-{{id}}", ID
 // PluginServiceID(id)) tagged with the plugin type, the vendor version and
 // Config.Tags, with meta plugin-id, plugin-type, vendor-name,
-// vendor-version, node and external-source = csisupd, and a TTL check
-// (PluginCheckID(id)) that is passing while the plugin is healthy and
+// vendor-version, node and external-source = csisupd, and two checks: a TTL
+// check (PluginCheckID(id)) that is passing while the plugin is healthy and
 // critical otherwise (including before its first probe), with the health
-// description as output. Plugin services carry the agent's address and
-// gRPC port: plugins are reached through the agent's ClientCSI service.
+// description as output; and an alias check (AliasCheckID) of the agent's
+// service. With ServerService, the server role's service
+// (ServerServiceName, ID ServerServiceID) with the same alias check. Plugin
+// and server services carry the agent's address and gRPC port: plugins are
+// reached through the agent's ClientCSI service.
 //
 // Every ID starts with ServiceIDPrefix; services and checks with other IDs
 // are never changed.
@@ -27,21 +31,41 @@
 // checks that differ. A steady-state pass makes two GETs and no writes,
 // whatever the number of services.
 //
+// Checks are compared only by what a Consul agent returns for them (type,
+// name, notes, service): Consul never returns a check's definition from
+// /v1/agent/checks. Definitions follow from the configuration, and a
+// configuration change is a lifecycle change of the service, registered
+// again once with all its checks (replace-existing-checks).
+//
 // Passes run on every registry change (coalesced), every SyncInterval and
 // after Reload. A failed pass is retried after a linear back-off; failures
 // are logged when they change and at most every few minutes otherwise.
 // After a restart, services with csisupd's prefix that this process does
 // not know are kept for Probation, so plugins being restored do not flap.
-// On shutdown csisupd's services are deregistered if configured.
+// On shutdown csisupd's services are deregistered if configured, within
+// ShutdownTimeout; when Consul cannot be reached the stop still succeeds and
+// a warning names every service left behind.
+//
+// # When the agent dies
+//
+// A killed agent cannot deregister. Consul's next run of the agent's gRPC
+// check fails, and every plugin and server service turns critical with it
+// through its alias check: within the check interval plus its timeout, and
+// with no write from anyone. The TTL checks keep their last status until
+// CheckTTL runs out.
 //
 // # TTL checks
 //
 // Plugin health checks are TTL checks with a long TTL (CheckTTL, default
 // 10 minutes). A pass refreshes a check only when its status or output
 // changed or when its last write is older than a quarter to half of the
-// TTL (spread by check ID), so steady-state passes do not write, and checks
-// of a csisupd that died without deregistering turn critical after at most
-// CheckTTL. The agent's gRPC check shows a dead agent sooner.
+// TTL (spread by check ID), so steady-state passes do not write.
+//
+// # Finding the servers
+//
+// ServerAddrs lists the servers registered under ServerServiceName in
+// Consul's catalog, for servers and agents that find each other there
+// (consul.server_auto_join and consul.client_auto_join).
 //
 // # Tag override
 //

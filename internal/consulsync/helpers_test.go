@@ -65,19 +65,22 @@ func newClient(t testing.TB, a *consultest.Agent, token string) *api.Client {
 }
 
 // testConfig is a Config with short retries and no periodic passes unless
-// a test sets SyncInterval.
+// a test sets SyncInterval. The service address is never dialled: Consul's
+// gRPC check of the agent dials a loopback port nothing listens on.
 func testConfig(reg *registry.Registry, addr string, logs *logBuffer) Config {
 	return Config{
-		Registry:       reg,
-		Address:        addr,
-		ServiceAddress: "10.1.2.3",
-		ServicePort:    4780,
-		NodeName:       "node-1",
-		Tags:           []string{"team-a"},
-		SyncInterval:   time.Hour,
-		RetryStep:      10 * time.Millisecond,
-		RetryMax:       50 * time.Millisecond,
-		Probation:      time.Hour,
+		Registry:          reg,
+		Address:           addr,
+		ServiceAddress:    "10.1.2.3",
+		ServicePort:       4780,
+		GRPCCheck:         "127.0.0.1:9",
+		ServerServiceName: "csisupd-server",
+		NodeName:          "node-1",
+		Tags:              []string{"team-a"},
+		SyncInterval:      time.Hour,
+		RetryStep:         10 * time.Millisecond,
+		RetryMax:          50 * time.Millisecond,
+		Probation:         time.Hour,
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Name:   "consul",
 			Level:  hclog.Debug,

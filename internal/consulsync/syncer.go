@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,8 +152,9 @@ func (s *Syncer) current() (Config, *consulClient) {
 // retried after a linear back-off (RetryStep per consecutive failure, at
 // most RetryMax); failures are logged, never returned. When ctx ends Run
 // deregisters csisupd's services if DeregisterOnShutdown is set, within
-// ShutdownTimeout, and returns the error of that deregistration, if any.
-// Run may be called once.
+// ShutdownTimeout; a failed deregistration is logged as a warning naming
+// the services left behind, and does not make the stop fail. Run returns
+// an error only when it is called a second time.
 func (s *Syncer) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("consulsync: Run called twice")
@@ -171,7 +174,8 @@ func (s *Syncer) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return s.shutdown()
+			s.shutdown()
+			return nil
 		case <-changes:
 		case <-timer.C:
 		case <-s.reload:
@@ -182,7 +186,8 @@ func (s *Syncer) Run(ctx context.Context) error {
 		}
 		err := s.pass(ctx)
 		if ctx.Err() != nil {
-			return s.shutdown()
+			s.shutdown()
+			return nil
 		}
 		cfg, _ = s.current()
 		if err != nil {
@@ -444,12 +449,15 @@ func (s *Syncer) pass(ctx context.Context) error {
 }
 
 // shutdown releases the client and, if configured, deregisters every
-// csisupd service the Consul agent holds.
-func (s *Syncer) shutdown() error {
+// csisupd service the Consul agent holds. A deregistration that fails (Consul
+// unreachable, a denied token) does not fail the stop: it is logged as a
+// warning that names every service left behind, which Consul keeps until
+// the agent starts again or an operator removes them.
+func (s *Syncer) shutdown() {
 	cfg, cc := s.current()
 	defer cc.close()
 	if !cfg.DeregisterOnShutdown {
-		return nil
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -470,21 +478,61 @@ func (s *Syncer) shutdown() error {
 	}
 	slices.Sort(ids)
 	var errs []error
+	var left []string
 	removed := 0
 	for _, id := range ids {
+		if ctx.Err() != nil {
+			left = append(left, id)
+			continue
+		}
 		err := agent.ServiceDeregisterOpts(id, query(ctx))
 		switch {
 		case err == nil:
 			removed++
 		case statusCode(err) != http.StatusNotFound:
+			left = append(left, id)
 			errs = append(errs, &OpError{Op: "deregister service " + id + " at shutdown", Err: err, token: cc.token})
 		}
 	}
-	s.log.Info("deregistered csisupd services from Consul", "count", removed, "errors", len(errs))
-	if len(errs) > 0 {
-		return fmt.Errorf("consulsync: shutdown: %w", &passError{errs: errs})
+	if len(left) == 0 {
+		s.log.Info("deregistered csisupd services from Consul", "count", removed)
+		return
 	}
-	return nil
+	s.log.Warn("could not deregister csisupd services from Consul at shutdown; they stay registered until csisupd starts again or an operator removes them",
+		"left_behind", strings.Join(left, ","), "deregistered", removed, "error", (&passError{errs: errs}).Error())
+}
+
+// ServerAddrs returns the gRPC addresses (host:port) of the servers
+// registered in Consul's catalog under ServerServiceName, sorted and
+// without duplicates: the service address, or the node's address when the
+// service has none, with the service port. It reads the catalog with the
+// current configuration (address, token) and RequestTimeout.
+func (s *Syncer) ServerAddrs(ctx context.Context) ([]string, error) {
+	cfg, cc := s.current()
+	if strings.TrimSpace(cfg.ServerServiceName) == "" {
+		return nil, errors.New("consulsync: ServerServiceName is blank")
+	}
+	var entries []*api.CatalogService
+	err := do(ctx, cfg, func(ctx context.Context) (err error) {
+		entries, _, err = cc.api.Catalog().Service(cfg.ServerServiceName, "", query(ctx))
+		return err
+	})
+	if err != nil {
+		return nil, &OpError{Op: fmt.Sprintf("list servers (catalog service %q)", cfg.ServerServiceName), Err: err, token: cc.token}
+	}
+	addrs := make([]string, 0, len(entries))
+	for _, e := range entries {
+		host := e.ServiceAddress
+		if host == "" {
+			host = e.Address
+		}
+		if host == "" || e.ServicePort <= 0 {
+			continue
+		}
+		addrs = append(addrs, net.JoinHostPort(host, strconv.Itoa(e.ServicePort)))
+	}
+	slices.Sort(addrs)
+	return slices.Compact(addrs), nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

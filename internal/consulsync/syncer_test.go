@@ -46,9 +46,10 @@ func TestFirstRegistration(t *testing.T) {
 		t.Errorf("agent service meta = %v, want %v", agentSvc.Meta, want)
 	}
 	grpc, ok := a.Check(GRPCCheckID)
-	if !ok || grpc.Type != "grpc" || grpc.Definition.GRPC != "10.1.2.3:4780" || grpc.ServiceID != AgentServiceID ||
-		grpc.Definition.IntervalDuration != DefaultGRPCCheckInterval {
-		t.Errorf("agent gRPC check = %+v (found %v)", grpc, ok)
+	def, _ := a.CheckDefinition(GRPCCheckID)
+	if !ok || grpc.Type != "grpc" || grpc.ServiceID != AgentServiceID ||
+		def.GRPC != "127.0.0.1:9" || def.Interval != DefaultGRPCCheckInterval.String() || def.GRPCUseTLS {
+		t.Errorf("agent gRPC check = %+v, registered as %+v (found %v)", grpc, def, ok)
 	}
 
 	tests := []struct {
@@ -147,7 +148,7 @@ func TestSteadyStatePassMakesTwoGETs(t *testing.T) {
 				t.Fatal("first pass did not sync")
 			}
 			a.AntiEntropy()
-			for pass := range 3 {
+			for pass := range 20 {
 				a.ResetCounts()
 				if err := s.pass(ctx); err != nil {
 					t.Fatal(err)

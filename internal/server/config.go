@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,11 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 )
+
+// Discover returns the gRPC addresses (host:port) of the servers as they
+// are known now, for servers and agents that find them through a catalog
+// instead of a fixed list.
+type Discover func(ctx context.Context) ([]string, error)
 
 // DefaultRaftPort is the default raft port of a server.
 const DefaultRaftPort = 4781
@@ -37,6 +43,11 @@ type Config struct {
 	// RetryJoin lists the gRPC addresses of the other servers; they are
 	// retried until the cluster forms.
 	RetryJoin []string
+	// DiscoverServers, when RetryJoin is empty, returns the gRPC addresses
+	// of the servers at each join attempt (Consul's catalog, for example).
+	// Addresses may include this server's own. BootstrapExpect still
+	// decides when the cluster forms.
+	DiscoverServers Discover
 	// RaftMultiplier scales raft timings (1 fastest .. 10); default 5, which
 	// gives a 1 s heartbeat timeout.
 	RaftMultiplier int
@@ -145,8 +156,8 @@ func (c Config) Validate() error {
 	if c.BootstrapExpect < 1 {
 		errs = append(errs, fmt.Errorf("server: bootstrap_expect = %d, must be at least 1", c.BootstrapExpect))
 	}
-	if c.BootstrapExpect > 1 && len(c.RetryJoin) == 0 {
-		errs = append(errs, fmt.Errorf("server: bootstrap_expect = %d needs retry_join addresses of the other servers", c.BootstrapExpect))
+	if c.BootstrapExpect > 1 && len(c.RetryJoin) == 0 && c.DiscoverServers == nil {
+		errs = append(errs, fmt.Errorf("server: bootstrap_expect = %d needs retry_join addresses of the other servers, or a way to discover them", c.BootstrapExpect))
 	}
 	for _, a := range c.RetryJoin {
 		if _, _, err := net.SplitHostPort(a); err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -72,10 +73,38 @@ func (s *Server) selfInfo() *csisupdv1.PeerInfoResponse {
 	return out
 }
 
+// joinAddrs returns the addresses to ask about the cluster: retry_join, or
+// what DiscoverServers finds, without this server's own address.
+func (s *Server) joinAddrs(ctx context.Context) []string {
+	if len(s.cfg.RetryJoin) > 0 || s.cfg.DiscoverServers == nil {
+		return s.cfg.RetryJoin
+	}
+	found, err := s.cfg.DiscoverServers(ctx)
+	if err != nil {
+		s.logger.Warn("discover servers failed; will retry", "error", err)
+		return nil
+	}
+	addrs := make([]string, 0, len(found))
+	for _, a := range found {
+		if a != s.cfg.RPCAddr {
+			addrs = append(addrs, a)
+		}
+	}
+	s.peersMu.Lock()
+	changed := !slices.Equal(addrs, s.lastDiscovered)
+	s.lastDiscovered = addrs
+	s.peersMu.Unlock()
+	if changed {
+		s.logger.Info("discovered servers", "servers", strings.Join(addrs, ","))
+	}
+	return addrs
+}
+
 func (s *Server) queryPeers(ctx context.Context) []peerInfo {
-	out := make([]peerInfo, len(s.cfg.RetryJoin))
+	addrs := s.joinAddrs(ctx)
+	out := make([]peerInfo, len(addrs))
 	var wg sync.WaitGroup
-	for i, addr := range s.cfg.RetryJoin {
+	for i, addr := range addrs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

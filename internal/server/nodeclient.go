@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +63,14 @@ type NodeClientConfig struct {
 	// Servers are the gRPC addresses of the servers; the client fails over
 	// between them.
 	Servers []string
+	// DiscoverServers, when Servers is empty, finds the servers (Consul's
+	// catalog, for example). The client asks it again after a failed call
+	// and every DiscoverInterval, so a new server is used and a removed one
+	// dropped.
+	DiscoverServers Discover
+	// DiscoverInterval is how long a discovered server list is used before
+	// it is refreshed (default 30 s).
+	DiscoverInterval time.Duration
 	// Node identifies this node.
 	Node NodeInfo
 	// Plugins returns the node's current plugins. It is called for every
@@ -91,13 +101,18 @@ type NodeClient struct {
 	registered bool
 	ttl        time.Duration
 	server     int
+	// With DiscoverServers: the servers found last, when, and whether a
+	// failed call asks for a new look.
+	discovered   []string
+	discoveredAt time.Time
+	rediscover   bool
 }
 
 // NewNodeClient validates cfg and returns a client; Run starts it.
 func NewNodeClient(cfg NodeClientConfig, logger hclog.Logger) (*NodeClient, error) {
 	var errs []error
-	if len(cfg.Servers) == 0 {
-		errs = append(errs, errors.New("node client: client.servers is empty"))
+	if len(cfg.Servers) == 0 && cfg.DiscoverServers == nil {
+		errs = append(errs, errors.New("node client: client.servers is empty and no server discovery is configured"))
 	}
 	if cfg.Node.ID == "" {
 		errs = append(errs, errors.New("node client: node id is required"))
@@ -122,6 +137,9 @@ func NewNodeClient(cfg NodeClientConfig, logger hclog.Logger) (*NodeClient, erro
 	}
 	if cfg.MaxRetry == 0 {
 		cfg.MaxRetry = 30 * time.Second
+	}
+	if cfg.DiscoverInterval == 0 {
+		cfg.DiscoverInterval = 30 * time.Second
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -150,6 +168,17 @@ func (c *NodeClient) Registered() bool {
 	return c.registered
 }
 
+// Servers returns the servers the client uses: Servers, or the ones it
+// discovered last.
+func (c *NodeClient) Servers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cfg.Servers) > 0 {
+		return slices.Clone(c.cfg.Servers)
+	}
+	return slices.Clone(c.discovered)
+}
+
 // TTL returns the heartbeat TTL the servers returned last.
 func (c *NodeClient) TTL() time.Duration {
 	c.mu.Lock()
@@ -157,10 +186,14 @@ func (c *NodeClient) TTL() time.Duration {
 	return c.ttl
 }
 
-func (c *NodeClient) client() (csisupdv1.ClusterClient, string, error) {
-	c.mu.Lock()
-	addr := c.cfg.Servers[c.server%len(c.cfg.Servers)]
-	c.mu.Unlock()
+// errNoServers is a discovery that found no server.
+var errNoServers = errors.New("no servers found")
+
+func (c *NodeClient) client(ctx context.Context) (csisupdv1.ClusterClient, string, error) {
+	addr, err := c.serverAddr(ctx)
+	if err != nil {
+		return nil, "", err
+	}
 	conn, err := c.conns.get(addr)
 	if err != nil {
 		return nil, addr, err
@@ -168,9 +201,50 @@ func (c *NodeClient) client() (csisupdv1.ClusterClient, string, error) {
 	return csisupdv1.NewClusterClient(conn), addr, nil
 }
 
+// serverAddr is the server to call: from Servers, or from the discovered
+// list, which is refreshed when it is older than DiscoverInterval or a call
+// failed.
+func (c *NodeClient) serverAddr(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cfg.Servers) > 0 {
+		return c.cfg.Servers[c.server%len(c.cfg.Servers)], nil
+	}
+	if len(c.discovered) == 0 || c.rediscover || time.Since(c.discoveredAt) >= c.cfg.DiscoverInterval {
+		c.mu.Unlock()
+		found, err := c.cfg.DiscoverServers(ctx)
+		c.mu.Lock()
+		if err != nil {
+			return "", fmt.Errorf("discover servers: %w", err)
+		}
+		c.setDiscoveredLocked(found)
+	}
+	if len(c.discovered) == 0 {
+		return "", fmt.Errorf("discover servers: %w", errNoServers)
+	}
+	return c.discovered[c.server%len(c.discovered)], nil
+}
+
+// setDiscoveredLocked replaces the discovered servers, staying with the
+// current server while it is still listed.
+func (c *NodeClient) setDiscoveredLocked(found []string) {
+	var current string
+	if len(c.discovered) > 0 {
+		current = c.discovered[c.server%len(c.discovered)]
+	}
+	if !slices.Equal(found, c.discovered) {
+		c.logger.Info("discovered servers", "servers", strings.Join(found, ","))
+	}
+	c.discovered, c.discoveredAt, c.rediscover = slices.Clone(found), time.Now(), false
+	if i := slices.Index(found, current); i >= 0 {
+		c.server = i
+	}
+}
+
 func (c *NodeClient) failover() {
 	c.mu.Lock()
 	c.server++
+	c.rediscover = true
 	c.mu.Unlock()
 }
 
@@ -279,7 +353,7 @@ func (c *NodeClient) setRegistered(ok bool, ttl time.Duration) {
 }
 
 func (c *NodeClient) register(ctx context.Context) (time.Duration, string, error) {
-	cl, addr, err := c.client()
+	cl, addr, err := c.client(ctx)
 	if err != nil {
 		return 0, addr, err
 	}
@@ -298,7 +372,7 @@ func (c *NodeClient) register(ctx context.Context) (time.Duration, string, error
 }
 
 func (c *NodeClient) heartbeat(ctx context.Context) (time.Duration, string, error) {
-	cl, addr, err := c.client()
+	cl, addr, err := c.client(ctx)
 	if err != nil {
 		return 0, addr, err
 	}
@@ -314,7 +388,7 @@ func (c *NodeClient) heartbeat(ctx context.Context) (time.Duration, string, erro
 }
 
 func (c *NodeClient) update(ctx context.Context) (string, error) {
-	cl, addr, err := c.client()
+	cl, addr, err := c.client(ctx)
 	if err != nil {
 		return addr, err
 	}

@@ -41,8 +41,9 @@ type Server struct {
 	autopilot *autopilot.Autopilot
 	ap        *autopilotDelegate
 
-	peersMu   sync.Mutex
-	peerAddrs map[string]string // server id -> rpc address, from PeerInfo
+	peersMu        sync.Mutex
+	peerAddrs      map[string]string // server id -> rpc address, from PeerInfo
+	lastDiscovered []string          // what DiscoverServers found last, for logs
 
 	bootstrapped atomic.Bool
 	leaderReady  atomic.Bool

@@ -3,6 +3,7 @@ package consultest
 import (
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -283,7 +284,24 @@ func TestErrorsLikeConsul(t *testing.T) {
 		}, 400},
 		{"check for an unknown service", func(t *testing.T, a *Agent, c *api.Client) int {
 			return statusCode(c.Agent().CheckRegister(&api.AgentCheckRegistration{Name: "x", ServiceID: "nope", AgentServiceCheck: api.AgentServiceCheck{TTL: "1s"}}))
+		}, 404},
+		{"interval and TTL", func(t *testing.T, a *Agent, c *api.Client) int {
+			return statusCode(c.Agent().CheckRegister(&api.AgentCheckRegistration{Name: "x", AgentServiceCheck: api.AgentServiceCheck{TTL: "1s", Interval: "1s"}}))
+		}, 400},
+		{"alias with an interval", func(t *testing.T, a *Agent, c *api.Client) int {
+			return statusCode(c.Agent().CheckRegister(&api.AgentCheckRegistration{Name: "x", AgentServiceCheck: api.AgentServiceCheck{AliasService: "s", GRPC: "x:1", Interval: "1s"}}))
+		}, 400},
+		{"script check through the API", func(t *testing.T, a *Agent, c *api.Client) int {
+			return statusCode(c.Agent().CheckRegister(&api.AgentCheckRegistration{Name: "x", AgentServiceCheck: api.AgentServiceCheck{Args: []string{"true"}, Interval: "1s"}}))
 		}, 500},
+		{"bad passing parameter", func(t *testing.T, a *Agent, c *api.Client) int {
+			resp, err := http.Get(a.URL() + "/v1/health/service/s?passing=maybe")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}, 400},
 		{"unsupported endpoint", func(t *testing.T, a *Agent, c *api.Client) int {
 			_, err := c.Agent().Members(false)
 			return statusCode(err)
@@ -558,8 +576,28 @@ func TestTTLExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := checks["t"]; got == nil || got.Status != api.HealthCritical || got.Output != "TTL expired" {
-		t.Fatalf("after TTL: %+v, want critical TTL expired", got)
+	want := "TTL expired (last output before timeout follows): ok"
+	if got := checks["t"]; got == nil || got.Status != api.HealthCritical || got.Output != want {
+		t.Fatalf("after TTL: %+v, want critical %q", got, want)
+	}
+	// A re-registration restarts the TTL and forgets the last output.
+	err = c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "s", Check: &api.AgentServiceCheck{CheckID: "t", TTL: "1m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chk, _ := a.Check("t"); chk.Output != want {
+		t.Fatalf("re-registration changed the output to %q", chk.Output)
+	}
+	advance(time.Minute)
+	if chk, _ := a.Check("t"); chk.Status != api.HealthCritical || chk.Output != "TTL expired" {
+		t.Fatalf("after TTL without update: %+v, want critical TTL expired", chk)
+	}
+	// An update revives an expired check.
+	if err := c.Agent().UpdateTTL("t", "back", api.HealthPassing); err != nil {
+		t.Fatal(err)
+	}
+	if chk, _ := a.Check("t"); chk.Status != api.HealthPassing || chk.Output != "back" {
+		t.Fatalf("after reviving update: %+v", chk)
 	}
 }
 
@@ -588,11 +626,11 @@ func TestChangedAndSelf(t *testing.T) {
 	}
 }
 
-func TestSetCheckStatusAndGRPCDefinition(t *testing.T) {
-	a := newAgent(t, Config{})
+func TestSetCheckStatusAndCheckDefinition(t *testing.T) {
+	a := newAgent(t, Config{ManualChecks: true})
 	c := newClient(t, a, "")
 	err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "s", Check: &api.AgentServiceCheck{
-		CheckID: "g", GRPC: "127.0.0.1:4780", GRPCUseTLS: true, Interval: "10s", Timeout: "3s",
+		CheckID: "g", GRPC: "127.0.0.1:4780", GRPCUseTLS: true, TLSServerName: "n.test", Interval: "10s", Timeout: "3s",
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -602,9 +640,22 @@ func TestSetCheckStatusAndGRPCDefinition(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := checks["g"]
-	if g == nil || g.Type != "grpc" || g.Definition.GRPC != "127.0.0.1:4780" || !g.Definition.GRPCUseTLS ||
-		g.Definition.IntervalDuration != 10*time.Second || g.Definition.TimeoutDuration != 3*time.Second {
-		t.Fatalf("grpc check = %+v", g)
+	if g == nil || g.Type != "grpc" || g.Definition.GRPC != "" || g.Definition.IntervalDuration != 0 {
+		t.Fatalf("grpc check through the API = %+v, want type grpc and an empty definition", g)
+	}
+	if chk, _ := a.Check("g"); chk.Definition.GRPC != "" || chk.Type != "grpc" {
+		t.Fatalf("Check() = %+v, want an empty definition", chk)
+	}
+	def, ok := a.CheckDefinition("g")
+	want := api.AgentServiceCheck{
+		CheckID: "g", Name: "Service 's' check", GRPC: "127.0.0.1:4780", GRPCUseTLS: true,
+		TLSServerName: "n.test", Interval: "10s", Timeout: "3s",
+	}
+	if !ok || !reflect.DeepEqual(def, want) {
+		t.Fatalf("CheckDefinition = %+v, %v; want %+v", def, ok, want)
+	}
+	if _, ok := a.CheckDefinition("nope"); ok {
+		t.Error("CheckDefinition of an unknown check succeeded")
 	}
 	if err := a.SetCheckStatus("g", api.HealthPassing, "SERVING"); err != nil {
 		t.Fatal(err)
@@ -614,5 +665,8 @@ func TestSetCheckStatusAndGRPCDefinition(t *testing.T) {
 	}
 	if err := a.SetCheckStatus("nope", api.HealthPassing, ""); err == nil {
 		t.Error("SetCheckStatus of an unknown check succeeded")
+	}
+	if err := a.SetCheckStatus("g", "up", ""); err == nil {
+		t.Error("SetCheckStatus with a bad status succeeded")
 	}
 }

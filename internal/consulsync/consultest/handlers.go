@@ -3,34 +3,32 @@ package consultest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 )
 
-// handler serves one route with the agent's lock held.
+// handler serves one route with the catalog's lock held.
 type handler func(w http.ResponseWriter, r *http.Request, z authz)
 
-// invalidCheckMessage is Consul's answer to a check without a type.
-const invalidCheckMessage = "Must provide TTL or Script/DockerContainerID/HTTP/TCP/UDP/GRPC/H2PING/AliasService and Interval"
-
 // wrap counts the request, applies injected faults, resolves the token and
-// runs h under the lock; afterwards it notifies waiters.
+// runs h under the lock, then brings the state to rest (alias checks,
+// catalog sync) and notifies waiters.
 func (a *Agent) wrap(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		route := r.Pattern
 		if route == "/" {
 			route = RouteOther
 		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
+		cat := a.cat
+		cat.mu.Lock()
+		defer cat.mu.Unlock()
 		defer a.notifyLocked()
 		a.counts[route]++
 		token := requestToken(r)
@@ -45,8 +43,10 @@ func (a *Agent) wrap(h handler) http.Handler {
 			a.deny(w, "ACL not found")
 			return
 		}
-		a.expireLocked()
+		idx0 := cat.index
+		cat.refreshLocked()
 		h(w, r, z)
+		cat.finishLocked(idx0)
 	})
 }
 
@@ -111,7 +111,7 @@ func (a *Agent) denyPermission(w http.ResponseWriter, perm, resource string) {
 
 func (a *Agent) writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Consul-Index", strconv.FormatUint(max(a.index, 1), 10))
+	w.Header().Set("X-Consul-Index", strconv.FormatUint(max(a.cat.index, 1), 10))
 	w.Header().Set("X-Consul-KnownLeader", "true")
 	w.Header().Set("X-Consul-LastContact", "0")
 	if err := json.NewEncoder(w).Encode(v); err != nil {
@@ -140,9 +140,9 @@ func (a *Agent) handleSelf(w http.ResponseWriter, _ *http.Request, z authz) {
 		return
 	}
 	a.writeJSON(w, map[string]map[string]any{
-		"Config": {"NodeName": a.node, "Datacenter": a.dc},
+		"Config": {"NodeName": a.node, "Datacenter": a.dc, "NodeID": nodeID(a.node), "Version": consulVersion},
 		"Member": {"Name": a.node, "Addr": a.addr},
-		"Meta":   {},
+		"Meta":   {"consul-network-segment": "", "consul-version": consulVersion},
 	})
 }
 
@@ -151,7 +151,7 @@ func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request, z authz) 
 		badRequest(w, "consultest: the filter parameter is not supported")
 		return
 	}
-	out := make(map[string]*api.AgentService, len(a.services))
+	out := make(map[string]wireAgentService, len(a.services))
 	filtered := false
 	for id, s := range a.services {
 		if !z.serviceRead(s.svc.Service) {
@@ -159,8 +159,18 @@ func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request, z authz) 
 			continue
 		}
 		c := cloneService(s.svc)
-		c.Tags = nonNilTags(c.Tags)
-		out[id] = &c
+		out[id] = wireAgentService{
+			ID:                c.ID,
+			Service:           c.Service,
+			Tags:              nonNilTags(c.Tags),
+			Meta:              c.Meta,
+			Port:              c.Port,
+			Address:           c.Address,
+			TaggedAddresses:   c.TaggedAddresses,
+			Weights:           c.Weights,
+			EnableTagOverride: c.EnableTagOverride,
+			Datacenter:        c.Datacenter,
+		}
 	}
 	if filtered {
 		w.Header().Set("X-Consul-Results-Filtered-By-ACLs", "true")
@@ -173,15 +183,14 @@ func (a *Agent) handleChecks(w http.ResponseWriter, r *http.Request, z authz) {
 		badRequest(w, "consultest: the filter parameter is not supported")
 		return
 	}
-	out := make(map[string]*api.AgentCheck, len(a.checks))
+	out := make(map[string]wireCheck, len(a.checks))
 	filtered := false
 	for id, c := range a.checks {
 		if !a.checkReadable(c, z) {
 			filtered = true
 			continue
 		}
-		chk := c.chk
-		out[id] = &chk
+		out[id] = a.wireCheckLocked(c)
 	}
 	if filtered {
 		w.Header().Set("X-Consul-Results-Filtered-By-ACLs", "true")
@@ -190,18 +199,10 @@ func (a *Agent) handleChecks(w http.ResponseWriter, r *http.Request, z authz) {
 }
 
 func (a *Agent) checkReadable(c *localCheck, z authz) bool {
-	if c.chk.ServiceID == "" {
+	if c.serviceID == "" {
 		return z.nodeRead()
 	}
-	return z.serviceRead(c.chk.ServiceName)
-}
-
-// checkDef is a parsed check definition.
-type checkDef struct {
-	id, name, notes, status string
-	typ                     string
-	ttl                     time.Duration
-	def                     api.HealthCheckDefinition
+	return z.serviceRead(c.serviceName)
 }
 
 var metaKeyRE = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -228,111 +229,6 @@ func validateMeta(meta map[string]string) error {
 	return nil
 }
 
-func parseDuration(field, s string) (time.Duration, error) {
-	if s == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("Request decode failed: %s: %v", field, err)
-	}
-	return d, nil
-}
-
-// parseCheck validates a check definition as Consul does and works out its
-// type.
-func parseCheck(c api.AgentServiceCheck) (checkDef, error) {
-	d := checkDef{id: c.CheckID, name: c.Name, notes: c.Notes, status: c.Status}
-	if d.status == "" {
-		d.status = api.HealthCritical
-	} else if !validStatus(d.status) {
-		return d, fmt.Errorf("Status for checks must 'passing', 'warning', 'critical'")
-	}
-	var err error
-	if d.ttl, err = parseDuration("TTL", c.TTL); err != nil {
-		return d, err
-	}
-	interval, err := parseDuration("Interval", c.Interval)
-	if err != nil {
-		return d, err
-	}
-	timeout, err := parseDuration("Timeout", c.Timeout)
-	if err != nil {
-		return d, err
-	}
-	switch {
-	case d.ttl > 0:
-		d.typ = "ttl"
-	case c.GRPC != "" && interval > 0:
-		d.typ = "grpc"
-	case c.HTTP != "" && interval > 0:
-		d.typ = "http"
-	case c.TCP != "" && interval > 0:
-		d.typ = "tcp"
-	case c.UDP != "" && interval > 0:
-		d.typ = "udp"
-	case c.H2PING != "" && interval > 0:
-		d.typ = "h2ping"
-	case len(c.Args) > 0 && interval > 0:
-		d.typ = "script"
-	case c.AliasService != "" || c.AliasNode != "":
-		d.typ = "alias"
-	default:
-		return d, fmt.Errorf("%s", invalidCheckMessage)
-	}
-	d.def = api.HealthCheckDefinition{
-		HTTP:             c.HTTP,
-		Header:           c.Header,
-		Method:           c.Method,
-		Body:             c.Body,
-		TLSServerName:    c.TLSServerName,
-		TLSSkipVerify:    c.TLSSkipVerify,
-		TCP:              c.TCP,
-		TCPUseTLS:        c.TCPUseTLS,
-		UDP:              c.UDP,
-		GRPC:             c.GRPC,
-		GRPCUseTLS:       c.GRPCUseTLS,
-		IntervalDuration: interval,
-		TimeoutDuration:  timeout,
-		Interval:         api.ReadableDuration(interval),
-		Timeout:          api.ReadableDuration(timeout),
-	}
-	return d, nil
-}
-
-// putCheckLocked stores a check; a check that exists keeps its status and
-// output, as Consul keeps them across re-registrations.
-func (a *Agent) putCheckLocked(d checkDef, serviceID, serviceName string) {
-	c := &localCheck{
-		chk: api.AgentCheck{
-			Node:        a.node,
-			CheckID:     d.id,
-			Name:        d.name,
-			Status:      d.status,
-			Notes:       d.notes,
-			ServiceID:   serviceID,
-			ServiceName: serviceName,
-			Type:        d.typ,
-			Definition:  d.def,
-		},
-		ttl: d.ttl,
-	}
-	if prev, ok := a.checks[d.id]; ok {
-		c.chk.Status, c.chk.Output = prev.chk.Status, prev.chk.Output
-	}
-	if d.ttl > 0 {
-		c.expires = a.now().Add(d.ttl)
-	}
-	a.checks[d.id] = c
-}
-
-func (a *Agent) removeCheckLocked(id string) {
-	delete(a.checks, id)
-	if n, ok := a.catalog[a.node]; ok {
-		delete(n.checks, id)
-	}
-}
-
 func (a *Agent) handleServiceRegister(w http.ResponseWriter, r *http.Request, z authz) {
 	var reg api.AgentServiceRegistration
 	if err := decode(r, &reg); err != nil {
@@ -356,7 +252,7 @@ func (a *Agent) handleServiceRegister(w http.ResponseWriter, r *http.Request, z 
 		id = reg.Name
 	}
 	var raw []api.AgentServiceCheck
-	if reg.Check != nil {
+	if reg.Check != nil && !isZeroCheck(*reg.Check) {
 		raw = append(raw, *reg.Check)
 	}
 	for _, c := range reg.Checks {
@@ -364,23 +260,35 @@ func (a *Agent) handleServiceRegister(w http.ResponseWriter, r *http.Request, z 
 			raw = append(raw, *c)
 		}
 	}
-	defs := make([]checkDef, 0, len(raw))
-	for i, c := range raw {
-		d, err := parseCheck(c)
-		if err != nil {
-			badRequest(w, "%v", err)
+	specs := make([]checkSpec, 0, len(raw))
+	for _, c := range raw {
+		s, decodeErr, invalid := parseCheck(c)
+		if decodeErr != nil {
+			badRequest(w, "%v", decodeErr)
 			return
 		}
-		if d.id == "" {
-			d.id = "service:" + id
-			if len(raw) > 1 {
-				d.id += ":" + strconv.Itoa(i+1)
+		if invalid != nil {
+			badRequest(w, "Invalid check: %v", invalid)
+			return
+		}
+		specs = append(specs, s)
+	}
+	for _, s := range specs {
+		if s.status != "" && !validStatus(s.status) {
+			badRequest(w, "Status for checks must 'passing', 'warning', 'critical'")
+			return
+		}
+	}
+	for i := range specs {
+		if specs[i].id == "" {
+			specs[i].id = "service:" + id
+			if len(specs) > 1 {
+				specs[i].id += ":" + strconv.Itoa(i+1)
 			}
 		}
-		if d.name == "" {
-			d.name = fmt.Sprintf("Service '%s' check", reg.Name)
+		if specs[i].name == "" {
+			specs[i].name = fmt.Sprintf("Service '%s' check", reg.Name)
 		}
-		defs = append(defs, d)
 	}
 	if !z.serviceWrite(reg.Name) {
 		a.denyPermission(w, "service:write", reg.Name)
@@ -391,8 +299,14 @@ func (a *Agent) handleServiceRegister(w http.ResponseWriter, r *http.Request, z 
 		a.denyPermission(w, "service:write", prev.svc.Service)
 		return
 	}
+	for _, s := range specs {
+		if s.typ == "script" || s.typ == "docker" {
+			http.Error(w, scriptsDisabled, http.StatusInternalServerError)
+			return
+		}
+	}
 
-	a.index++
+	a.cat.index++
 	svc := api.AgentService{
 		ID:                id,
 		Service:           reg.Name,
@@ -403,16 +317,10 @@ func (a *Agent) handleServiceRegister(w http.ResponseWriter, r *http.Request, z 
 		TaggedAddresses:   map[string]api.ServiceAddress{},
 		Weights:           api.AgentWeights{Passing: 1, Warning: 1},
 		EnableTagOverride: reg.EnableTagOverride,
-		CreateIndex:       a.index,
-		ModifyIndex:       a.index,
 		Datacenter:        a.dc,
 	}
-	for k, v := range reg.Meta {
-		svc.Meta[k] = v
-	}
-	for k, v := range reg.TaggedAddresses {
-		svc.TaggedAddresses[k] = v
-	}
+	maps.Copy(svc.Meta, reg.Meta)
+	maps.Copy(svc.TaggedAddresses, reg.TaggedAddresses)
 	if reg.Weights != nil {
 		if reg.Weights.Passing > 0 {
 			svc.Weights.Passing = reg.Weights.Passing
@@ -434,30 +342,37 @@ func (a *Agent) handleServiceRegister(w http.ResponseWriter, r *http.Request, z 
 	if len(svc.TaggedAddresses) == 0 {
 		svc.TaggedAddresses = nil
 	}
-	if exists {
-		svc.CreateIndex = prev.svc.CreateIndex
-	}
 	a.services[id] = &localService{svc: svc}
 
-	keep := make(map[string]bool, len(defs))
-	for _, d := range defs {
-		a.putCheckLocked(d, id, reg.Name)
-		keep[d.id] = true
+	keep := make(map[string]bool, len(specs))
+	for _, s := range specs {
+		a.putCheckLocked(s, id, reg.Name)
+		keep[s.id] = true
 	}
 	if b, _ := strconv.ParseBool(r.URL.Query().Get("replace-existing-checks")); b {
-		for cid, c := range a.checks {
-			if c.chk.ServiceID == id && !keep[cid] {
+		for _, cid := range slices.Sorted(maps.Keys(a.checks)) {
+			if c := a.checks[cid]; c.serviceID == id && !keep[cid] {
 				a.removeCheckLocked(cid)
 			}
 		}
 	}
-	// Checks of the service follow a new service name.
+	// Checks of the service follow a new service name and new tags.
 	for _, c := range a.checks {
-		if c.chk.ServiceID == id && c.chk.ServiceName != reg.Name {
-			c.chk.ServiceName, c.inSync = reg.Name, false
+		if c.serviceID == id {
+			c.serviceName, c.inSync = reg.Name, false
 		}
 	}
-	a.syncChangesLocked()
+}
+
+// isZeroCheck reports whether a check is empty, as Consul skips an empty
+// Check in a service registration.
+func isZeroCheck(c api.AgentServiceCheck) bool {
+	return c.CheckID == "" && c.Name == "" && len(c.Args) == 0 && c.DockerContainerID == "" && c.Shell == "" &&
+		c.Interval == "" && c.Timeout == "" && c.TTL == "" && c.HTTP == "" && len(c.Header) == 0 && c.Method == "" &&
+		c.Body == "" && c.TCP == "" && !c.TCPUseTLS && c.UDP == "" && c.Status == "" && c.Notes == "" &&
+		c.TLSServerName == "" && !c.TLSSkipVerify && c.GRPC == "" && !c.GRPCUseTLS && c.H2PING == "" &&
+		!c.H2PingUseTLS && c.AliasNode == "" && c.AliasService == "" && c.SuccessBeforePassing == 0 &&
+		c.FailuresBeforeWarning == 0 && c.FailuresBeforeCritical == 0 && c.DeregisterCriticalServiceAfter == ""
 }
 
 func (a *Agent) handleServiceDeregister(w http.ResponseWriter, r *http.Request, z authz) {
@@ -471,13 +386,13 @@ func (a *Agent) handleServiceDeregister(w http.ResponseWriter, r *http.Request, 
 		a.denyPermission(w, "service:write", s.svc.Service)
 		return
 	}
-	a.index++
+	a.cat.index++
 	delete(a.services, id)
-	if n, ok := a.catalog[a.node]; ok {
+	if n, ok := a.cat.nodes[a.node]; ok {
 		delete(n.services, id)
 	}
-	for cid, c := range a.checks {
-		if c.chk.ServiceID == id {
+	for _, cid := range slices.Sorted(maps.Keys(a.checks)) {
+		if a.checks[cid].serviceID == id {
 			a.removeCheckLocked(cid)
 		}
 	}
@@ -510,35 +425,41 @@ func (a *Agent) handleCheckRegister(w http.ResponseWriter, r *http.Request, z au
 		badRequest(w, "Bad check status")
 		return
 	}
-	d, err := parseCheck(reg.AgentServiceCheck)
-	if err != nil {
-		badRequest(w, "%v", err)
+	s, decodeErr, invalid := parseCheck(reg.AgentServiceCheck)
+	if decodeErr != nil {
+		badRequest(w, "%v", decodeErr)
 		return
 	}
-	d.name, d.notes = reg.Name, reg.Notes
-	d.id = reg.ID
-	if d.id == "" {
-		d.id = reg.CheckID
+	if invalid != nil {
+		badRequest(w, "Invalid check: %v", invalid)
+		return
 	}
-	if d.id == "" {
-		d.id = reg.Name
+	s.name, s.notes = reg.Name, reg.Notes
+	s.id = reg.ID
+	if s.id == "" {
+		s.id = reg.CheckID
+	}
+	if s.id == "" {
+		s.id = reg.Name
 	}
 	serviceName := ""
 	if reg.ServiceID != "" {
-		s, ok := a.services[reg.ServiceID]
+		svc, ok := a.services[reg.ServiceID]
 		if !ok {
-			http.Error(w, fmt.Sprintf("ServiceID %q does not exist", reg.ServiceID), http.StatusInternalServerError)
+			http.Error(w, fmt.Sprintf("ServiceID %q does not exist", reg.ServiceID), http.StatusNotFound)
 			return
 		}
-		serviceName = s.svc.Service
+		serviceName = svc.svc.Service
 	}
 	if perm, res, ok := a.checkWritable(reg.ServiceID, z); !ok {
 		a.denyPermission(w, perm, res)
 		return
 	}
-	a.index++
-	a.putCheckLocked(d, reg.ServiceID, serviceName)
-	a.syncChangesLocked()
+	if s.typ == "script" || s.typ == "docker" {
+		http.Error(w, scriptsDisabled, http.StatusInternalServerError)
+		return
+	}
+	a.putCheckLocked(s, reg.ServiceID, serviceName)
 }
 
 func (a *Agent) handleCheckDeregister(w http.ResponseWriter, r *http.Request, z authz) {
@@ -548,11 +469,10 @@ func (a *Agent) handleCheckDeregister(w http.ResponseWriter, r *http.Request, z 
 		http.Error(w, fmt.Sprintf("Unknown check ID %q. Ensure that the check ID is passed, not the check name.", id), http.StatusNotFound)
 		return
 	}
-	if perm, res, ok := a.checkWritable(c.chk.ServiceID, z); !ok {
+	if perm, res, ok := a.checkWritable(c.serviceID, z); !ok {
 		a.denyPermission(w, perm, res)
 		return
 	}
-	a.index++
 	a.removeCheckLocked(id)
 }
 
@@ -566,16 +486,14 @@ func (a *Agent) handleCheckUpdate(w http.ResponseWriter, r *http.Request, z auth
 		badRequest(w, "Invalid check status: '%s'", upd.Status)
 		return
 	}
-	if total := len(upd.Output); total > checkBufSize {
-		upd.Output = fmt.Sprintf("%s ... (captured %d of %d bytes)", upd.Output[:checkBufSize], checkBufSize, total)
-	}
+	upd.Output = truncateOutput(upd.Output)
 	id := r.PathValue("id")
 	c, ok := a.checks[id]
 	if !ok {
 		http.Error(w, fmt.Sprintf("Unknown check ID %q. Ensure that the check ID is passed, not the check name.", id), http.StatusNotFound)
 		return
 	}
-	if perm, res, ok := a.checkWritable(c.chk.ServiceID, z); !ok {
+	if perm, res, ok := a.checkWritable(c.serviceID, z); !ok {
 		a.denyPermission(w, perm, res)
 		return
 	}
@@ -583,10 +501,7 @@ func (a *Agent) handleCheckUpdate(w http.ResponseWriter, r *http.Request, z auth
 		http.Error(w, fmt.Sprintf("CheckID %q does not have associated TTL", id), http.StatusInternalServerError)
 		return
 	}
-	a.index++
-	c.chk.Status, c.chk.Output, c.inSync = upd.Status, upd.Output, false
-	c.expires = a.now().Add(c.ttl)
-	a.syncChangesLocked()
+	a.updateTTLLocked(c, upd.Status, upd.Output)
 }
 
 func (a *Agent) handleCatalogRegister(w http.ResponseWriter, r *http.Request, z authz) {
@@ -615,14 +530,19 @@ func (a *Agent) handleCatalogRegister(w http.ResponseWriter, r *http.Request, z 
 		a.denyPermission(w, "service:write", reg.Service.Service)
 		return
 	}
-	a.index++
-	n := a.catalogNodeLocked(reg.Node)
-	if !reg.SkipNodeUpdate {
-		n.node.Address = reg.Address
-		n.node.TaggedAddresses = reg.TaggedAddresses
-		n.node.Meta = reg.NodeMeta
+	cat := a.cat
+	cat.index++
+	dc := reg.Datacenter
+	if dc == "" {
+		dc = a.dc
 	}
-	serviceName := ""
+	n := cat.nodeLocked(reg.Node, dc)
+	if !reg.SkipNodeUpdate {
+		cat.setNodeInfoLocked(n, wireNode{
+			ID: reg.ID, Address: reg.Address,
+			TaggedAddresses: maps.Clone(reg.TaggedAddresses), Meta: maps.Clone(reg.NodeMeta),
+		})
+	}
 	if reg.Service != nil {
 		s := cloneService(*reg.Service)
 		if s.ID == "" {
@@ -631,9 +551,8 @@ func (a *Agent) handleCatalogRegister(w http.ResponseWriter, r *http.Request, z 
 		if s.Weights.Passing == 0 {
 			s.Weights = api.AgentWeights{Passing: 1, Warning: 1}
 		}
-		s.ModifyIndex = a.index
-		n.services[s.ID] = &s
-		serviceName = s.Service
+		s.Datacenter = ""
+		cat.putServiceLocked(n, s)
 	}
 	checks := slices.Clone(reg.Checks)
 	if reg.Check != nil {
@@ -647,45 +566,53 @@ func (a *Agent) handleCatalogRegister(w http.ResponseWriter, r *http.Request, z 
 		if c == nil {
 			continue
 		}
-		h := *c
-		h.Node = reg.Node
+		h := wireCheck{
+			CheckID: c.CheckID, Name: c.Name, Status: c.Status, Notes: c.Notes, Output: c.Output,
+			ServiceID: c.ServiceID, ServiceName: c.ServiceName, ServiceTags: c.ServiceTags, Type: c.Type,
+			Definition: wireDefinitionOf(c.Definition),
+		}
 		if h.Status == "" {
 			h.Status = api.HealthCritical
 		}
-		if h.ServiceID != "" && h.ServiceName == "" {
-			if s, ok := n.services[h.ServiceID]; ok {
-				h.ServiceName = s.Service
-			} else {
-				h.ServiceName = serviceName
-			}
-		}
-		h.ModifyIndex = a.index
-		n.checks[h.CheckID] = &h
+		cat.putCheckLocked(n, &h)
 	}
 	a.writeJSON(w, true)
 }
 
-// catalogMatches lists the catalog instances of a service that carry all
-// the requested tags and that z may read, in a stable order.
-func (a *Agent) catalogMatches(name string, tags []string, z authz) ([]*catalogNode, []*api.AgentService, bool) {
-	var nodes []*catalogNode
-	var svcs []*api.AgentService
-	filtered := false
-	names := make([]string, 0, len(a.catalog))
-	for n := range a.catalog {
-		names = append(names, n)
+// wireDefinitionOf converts a check definition given to
+// /v1/catalog/register, which the catalog keeps and serves.
+func wireDefinitionOf(d api.HealthCheckDefinition) wireDefinition {
+	return wireDefinition{
+		HTTP:                           d.HTTP,
+		TLSServerName:                  d.TLSServerName,
+		TLSSkipVerify:                  d.TLSSkipVerify,
+		Header:                         maps.Clone(d.Header),
+		Method:                         d.Method,
+		Body:                           d.Body,
+		TCP:                            d.TCP,
+		TCPUseTLS:                      d.TCPUseTLS,
+		UDP:                            d.UDP,
+		OSService:                      d.OSService,
+		GRPC:                           d.GRPC,
+		GRPCUseTLS:                     d.GRPCUseTLS,
+		Interval:                       durationString(d.IntervalDuration),
+		Timeout:                        durationString(d.TimeoutDuration),
+		DeregisterCriticalServiceAfter: durationString(d.DeregisterCriticalServiceAfterDuration),
 	}
-	sort.Strings(names)
-	for _, nn := range names {
-		n := a.catalog[nn]
-		ids := make([]string, 0, len(n.services))
-		for id := range n.services {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
+}
+
+// catalogMatches lists the catalog instances of a service that carry all
+// the requested tags and that z may read, ordered by node name, then
+// service ID.
+func (a *Agent) catalogMatches(name string, tags []string, z authz) ([]*catalogNode, []*catalogService, bool) {
+	var nodes []*catalogNode
+	var svcs []*catalogService
+	filtered := false
+	for _, nn := range slices.Sorted(maps.Keys(a.cat.nodes)) {
+		n := a.cat.nodes[nn]
+		for _, id := range slices.Sorted(maps.Keys(n.services)) {
 			s := n.services[id]
-			if s.Service != name || !hasTags(s.Tags, tags) {
+			if s.svc.Service != name || !hasTags(s.svc.Tags, tags) {
 				continue
 			}
 			if !z.serviceRead(name) {
@@ -710,27 +637,28 @@ func hasTags(have, want []string) bool {
 
 func (a *Agent) handleCatalogService(w http.ResponseWriter, r *http.Request, z authz) {
 	nodes, svcs, filtered := a.catalogMatches(r.PathValue("name"), r.URL.Query()["tag"], z)
-	out := make([]*api.CatalogService, 0, len(svcs))
+	out := make([]wireServiceNode, 0, len(svcs))
 	for i, s := range svcs {
-		n := nodes[i]
-		c := cloneService(*s)
-		out = append(out, &api.CatalogService{
-			Node:                     n.node.Node,
-			Address:                  n.node.Address,
-			Datacenter:               a.dc,
-			TaggedAddresses:          n.node.TaggedAddresses,
-			NodeMeta:                 n.node.Meta,
+		n := nodes[i].node
+		c := cloneService(s.svc)
+		out = append(out, wireServiceNode{
+			ID:                       n.ID,
+			Node:                     n.Node,
+			Address:                  n.Address,
+			Datacenter:               n.Datacenter,
+			TaggedAddresses:          maps.Clone(n.TaggedAddresses),
+			NodeMeta:                 maps.Clone(n.Meta),
 			ServiceID:                c.ID,
 			ServiceName:              c.Service,
+			ServiceTags:              nonNilTags(c.Tags),
 			ServiceAddress:           c.Address,
 			ServiceTaggedAddresses:   c.TaggedAddresses,
-			ServiceTags:              nonNilTags(c.Tags),
+			ServiceWeights:           c.Weights,
 			ServiceMeta:              c.Meta,
 			ServicePort:              c.Port,
-			ServiceWeights:           api.Weights{Passing: c.Weights.Passing, Warning: c.Weights.Warning},
 			ServiceEnableTagOverride: c.EnableTagOverride,
-			CreateIndex:              c.CreateIndex,
-			ModifyIndex:              c.ModifyIndex,
+			CreateIndex:              s.createIndex,
+			ModifyIndex:              s.modifyIndex,
 		})
 	}
 	if filtered {
@@ -743,23 +671,49 @@ func (a *Agent) handleHealthService(w http.ResponseWriter, r *http.Request, z au
 	q := r.URL.Query()
 	_, passingOnly := q["passing"]
 	if v := q.Get("passing"); v != "" {
-		passingOnly, _ = strconv.ParseBool(v)
+		var err error
+		if passingOnly, err = strconv.ParseBool(v); err != nil {
+			badRequest(w, "Invalid value for ?passing")
+			return
+		}
 	}
 	nodes, svcs, filtered := a.catalogMatches(r.PathValue("name"), q["tag"], z)
-	out := make([]*api.ServiceEntry, 0, len(svcs))
+	out := make([]wireServiceEntry, 0, len(svcs))
 	for i, s := range svcs {
 		n := nodes[i]
+		c := cloneService(s.svc)
 		node := n.node
-		c := cloneService(*s)
-		e := &api.ServiceEntry{Node: &node, Service: &c}
-		for _, h := range n.checks {
-			if h.ServiceID == "" || h.ServiceID == s.ID {
-				hc := *h
-				e.Checks = append(e.Checks, &hc)
+		node.TaggedAddresses, node.Meta = maps.Clone(node.TaggedAddresses), maps.Clone(node.Meta)
+		e := wireServiceEntry{
+			Node: node,
+			Service: wireNodeService{
+				ID:                c.ID,
+				Service:           c.Service,
+				Tags:              nonNilTags(c.Tags),
+				Address:           c.Address,
+				TaggedAddresses:   c.TaggedAddresses,
+				Meta:              c.Meta,
+				Port:              c.Port,
+				Weights:           c.Weights,
+				EnableTagOverride: c.EnableTagOverride,
+				CreateIndex:       s.createIndex,
+				ModifyIndex:       s.modifyIndex,
+			},
+			Checks: []wireCheck{},
+		}
+		passing := true
+		for _, id := range slices.Sorted(maps.Keys(n.checks)) {
+			h := n.checks[id]
+			if h.ServiceID == "" || h.ServiceID == c.ID {
+				hc := cloneWireCheck(*h)
+				hc.ServiceTags = nonNilTags(hc.ServiceTags)
+				e.Checks = append(e.Checks, hc)
+				if hc.Status != api.HealthPassing {
+					passing = false
+				}
 			}
 		}
-		sort.Slice(e.Checks, func(i, j int) bool { return e.Checks[i].CheckID < e.Checks[j].CheckID })
-		if passingOnly && e.Checks.AggregatedStatus() != api.HealthPassing && len(e.Checks) > 0 {
+		if passingOnly && !passing {
 			continue
 		}
 		out = append(out, e)

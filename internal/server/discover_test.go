@@ -1,0 +1,111 @@
+package server_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/testcluster"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// catalogStub is a server list that changes while a client uses it, as a
+// Consul catalog does when servers come and go.
+type catalogStub struct {
+	mu    sync.Mutex
+	addrs []string
+	calls int
+}
+
+func (c *catalogStub) set(addrs ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.addrs = addrs
+}
+
+func (c *catalogStub) discover(context.Context) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	return slices.Clone(c.addrs), nil
+}
+
+// A node client without a fixed server list finds the servers through
+// DiscoverServers: it waits while none is listed, registers once one is,
+// moves to a newly listed server and drops a server that is no longer
+// listed.
+func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3})
+	checkFormed(t, c, 3)
+	a := startFakeAgent(t, "node-a")
+	catalog := &catalogStub{}
+	nc, err := server.NewNodeClient(server.NodeClientConfig{
+		DiscoverServers:  catalog.discover,
+		DiscoverInterval: 50 * time.Millisecond,
+		Node:             server.NodeInfo{ID: "node-a", Address: a.addr},
+		Plugins:          func() []server.NodePlugin { return []server.NodePlugin{monolith("p1", "node-a")} },
+		RPCTimeout:       2 * time.Second,
+		MinRetry:         20 * time.Millisecond,
+		MaxRetry:         100 * time.Millisecond,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = nc.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	testutil.WaitFor(t, 5*time.Second, "discovery asked again while no server is listed", func() bool {
+		catalog.mu.Lock()
+		defer catalog.mu.Unlock()
+		return catalog.calls >= 3
+	})
+	if nc.Registered() {
+		t.Fatal("registered with no server listed")
+	}
+
+	first, second := c.Member(0).RPCAddr, c.Member(1).RPCAddr
+	catalog.set(first)
+	testutil.WaitFor(t, 10*time.Second, "node registered through the listed server", func() bool {
+		return nc.Registered() && slices.Equal(nc.Servers(), []string{first})
+	})
+	catalog.set(second)
+	testutil.WaitFor(t, 10*time.Second, "the removed server dropped, the new one used", func() bool {
+		return slices.Equal(nc.Servers(), []string{second})
+	})
+	c.Kill(0)
+	leader := c.WaitForLeader(t, 30*time.Second)
+	testutil.WaitFor(t, 10*time.Second, "node still ready through the new server", func() bool {
+		n := leader.Server().State().Node("node-a")
+		return n != nil && n.GetStatus() == server.NodeStatusReady && nc.Registered()
+	})
+}
+
+func TestNodeClientNeedsServersOrDiscovery(t *testing.T) {
+	_, err := server.NewNodeClient(server.NodeClientConfig{
+		Node:    server.NodeInfo{ID: "n", Address: "127.0.0.1:1"},
+		Plugins: func() []server.NodePlugin { return nil },
+	}, nil)
+	if err == nil {
+		t.Fatal("NewNodeClient without servers or discovery succeeded")
+	}
+}
+
+// Servers with no retry_join form through DiscoverServers, which lists
+// every server including the asking one; bootstrap_expect alone decides.
+func TestFormationThroughDiscovery(t *testing.T) {
+	var catalog catalogStub
+	c := testcluster.New(t, testcluster.Config{Servers: 3, Configure: func(_ int, cfg *server.Config) {
+		cfg.RetryJoin = nil
+		cfg.DiscoverServers = catalog.discover
+	}})
+	catalog.set(c.RPCAddrs()...)
+	checkFormed(t, c, 3)
+}
