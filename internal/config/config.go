@@ -26,6 +26,13 @@ const (
 	DefaultRescanInterval         = 30 * time.Second
 	DefaultRPCTimeout             = 2 * time.Minute
 	DefaultMaxDestructiveInFlight = 1
+	// DefaultMaxPluginMessageSize caps a frame or reply a plugin sends on
+	// the supervision connection, as grpc-go's default receive limit.
+	DefaultMaxPluginMessageSize = 4 << 20
+	// DefaultMaxEventSubscribers caps concurrent event streams per agent,
+	// DefaultMaxEventSubscribersPerConn per client connection.
+	DefaultMaxEventSubscribers        = 256
+	DefaultMaxEventSubscribersPerConn = 32
 
 	DefaultRaftMultiplier = 1
 
@@ -110,6 +117,14 @@ type ClientConfig struct {
 	// MaxDestructiveInFlight limits concurrent destructive controller RPCs
 	// per plugin.
 	MaxDestructiveInFlight int
+	// MaxPluginMessageSize caps, in bytes, a frame or a reply a plugin
+	// sends on the supervision connection (probes and fingerprints).
+	MaxPluginMessageSize int
+	// MaxEventSubscribers caps concurrent event streams (WatchEvents) of
+	// the agent; MaxEventSubscribersPerConn caps them per client
+	// connection. Beyond either a new stream gets ResourceExhausted.
+	MaxEventSubscribers        int
+	MaxEventSubscribersPerConn int
 	// Servers are the gRPC addresses (host:port) of the servers.
 	Servers []string
 }
@@ -224,15 +239,18 @@ func Default() Config {
 			Raft: DefaultRaftPort,
 		},
 		Client: ClientConfig{
-			Enabled:                true,
-			PluginDir:              DefaultPluginDir,
-			ProbeInterval:          DefaultProbeInterval,
-			ProbeTimeout:           DefaultProbeTimeout,
-			FingerprintInterval:    DefaultFingerprintInterval,
-			DeregisterGrace:        DefaultDeregisterGrace,
-			RescanInterval:         DefaultRescanInterval,
-			RPCTimeout:             DefaultRPCTimeout,
-			MaxDestructiveInFlight: DefaultMaxDestructiveInFlight,
+			Enabled:                    true,
+			PluginDir:                  DefaultPluginDir,
+			ProbeInterval:              DefaultProbeInterval,
+			ProbeTimeout:               DefaultProbeTimeout,
+			FingerprintInterval:        DefaultFingerprintInterval,
+			DeregisterGrace:            DefaultDeregisterGrace,
+			RescanInterval:             DefaultRescanInterval,
+			RPCTimeout:                 DefaultRPCTimeout,
+			MaxDestructiveInFlight:     DefaultMaxDestructiveInFlight,
+			MaxPluginMessageSize:       DefaultMaxPluginMessageSize,
+			MaxEventSubscribers:        DefaultMaxEventSubscribers,
+			MaxEventSubscribersPerConn: DefaultMaxEventSubscribersPerConn,
 		},
 		Server: ServerConfig{
 			RaftMultiplier: DefaultRaftMultiplier,
@@ -320,6 +338,9 @@ func (c Config) String() string {
 	w(in, "rescan_interval", c.Client.RescanInterval)
 	w(in, "rpc_timeout", c.Client.RPCTimeout)
 	w(in, "max_destructive_in_flight", c.Client.MaxDestructiveInFlight)
+	w(in, "max_plugin_message_size", c.Client.MaxPluginMessageSize)
+	w(in, "max_event_subscribers", c.Client.MaxEventSubscribers)
+	w(in, "max_event_subscribers_per_connection", c.Client.MaxEventSubscribersPerConn)
 	w(in, "servers", c.Client.Servers)
 	b.WriteString("}\nserver {\n")
 	w(in, "enabled", c.Server.Enabled)

@@ -81,15 +81,18 @@ func TestDefault(t *testing.T) {
 		LogLevel:      "info",
 		Ports:         Ports{RPC: 4780, HTTP: 4782, Raft: 4781},
 		Client: ClientConfig{
-			Enabled:                true,
-			PluginDir:              "/var/lib/csisupd/plugins",
-			ProbeInterval:          5 * time.Second,
-			ProbeTimeout:           3 * time.Second,
-			FingerprintInterval:    time.Minute,
-			DeregisterGrace:        10 * time.Second,
-			RescanInterval:         30 * time.Second,
-			RPCTimeout:             2 * time.Minute,
-			MaxDestructiveInFlight: 1,
+			Enabled:                    true,
+			PluginDir:                  "/var/lib/csisupd/plugins",
+			ProbeInterval:              5 * time.Second,
+			ProbeTimeout:               3 * time.Second,
+			FingerprintInterval:        time.Minute,
+			DeregisterGrace:            10 * time.Second,
+			RescanInterval:             30 * time.Second,
+			RPCTimeout:                 2 * time.Minute,
+			MaxDestructiveInFlight:     1,
+			MaxPluginMessageSize:       4 << 20,
+			MaxEventSubscribers:        256,
+			MaxEventSubscribersPerConn: 32,
 		},
 		Server: ServerConfig{RaftMultiplier: 1},
 		Consul: ConsulConfig{
@@ -138,6 +141,9 @@ client {
   rescan_interval           = "1m"
   rpc_timeout               = "90s"
   max_destructive_in_flight = 2
+  max_plugin_message_size   = 1048576
+  max_event_subscribers     = 100
+  max_event_subscribers_per_connection = 10
   servers                   = ["10.0.0.1:4780", "[fd00::1]:4780"]
 }
 server {
@@ -181,7 +187,8 @@ consul {
 						ProbeInterval: 7 * time.Second, ProbeTimeout: 2 * time.Second,
 						FingerprintInterval: 2 * time.Minute, DeregisterGrace: 15 * time.Second,
 						RescanInterval: time.Minute, RPCTimeout: 90 * time.Second,
-						MaxDestructiveInFlight: 2, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
+						MaxDestructiveInFlight: 2, MaxPluginMessageSize: 1 << 20,
+						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 					},
 					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5},
 					Consul: ConsulConfig{

@@ -77,6 +77,16 @@ func (c *Config) Validate() error {
 	if cl.MaxDestructiveInFlight < 1 {
 		v.add("client.max_destructive_in_flight", "must be at least 1, got %d", cl.MaxDestructiveInFlight)
 	}
+	const minMessage, maxMessage = 64 << 10, 64 << 20
+	if cl.MaxPluginMessageSize < minMessage || cl.MaxPluginMessageSize > maxMessage {
+		v.add("client.max_plugin_message_size", "must be between %d (64 KiB) and %d (64 MiB) bytes, got %d", minMessage, maxMessage, cl.MaxPluginMessageSize)
+	}
+	if cl.MaxEventSubscribers < 1 {
+		v.add("client.max_event_subscribers", "must be at least 1, got %d", cl.MaxEventSubscribers)
+	}
+	if cl.MaxEventSubscribersPerConn < 1 || cl.MaxEventSubscribersPerConn > cl.MaxEventSubscribers {
+		v.add("client.max_event_subscribers_per_connection", "must be between 1 and client.max_event_subscribers (%d), got %d", cl.MaxEventSubscribers, cl.MaxEventSubscribersPerConn)
+	}
 	v.hostPorts("client.servers", cl.Servers)
 
 	// Server.

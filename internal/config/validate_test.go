@@ -75,6 +75,10 @@ func TestValidateErrors(t *testing.T) {
 			`agent.hcl:2: consul.check_interval: 500ms is below 1s, the shortest interval Consul runs a check at`},
 		{"three servers without retry_join or Consul", "server {\n  enabled = true\n  bootstrap_expect = 3\n}\nconsul {\n  server_auto_join = false\n}", nil,
 			`agent.hcl:3: server.bootstrap_expect: 3 servers cannot find each other: set server.retry_join, or let Consul's catalog find them (consul.enabled and consul.server_auto_join)`},
+		{"plugin message cap", "client {\n  max_plugin_message_size = 100\n}", nil,
+			`agent.hcl:2: client.max_plugin_message_size: must be between 65536 (64 KiB) and 67108864 (64 MiB) bytes, got 100`},
+		{"event subscriber caps", "client {\n  max_event_subscribers = 10\n  max_event_subscribers_per_connection = 20\n}", nil,
+			`agent.hcl:3: client.max_event_subscribers_per_connection: must be between 1 and client.max_event_subscribers (10), got 20`},
 		{"no role", "client {\n  enabled = false\n}", nil,
 			`agent.hcl:2: client.enabled: client and server are both disabled: enable at least one role`},
 	}
