@@ -7,7 +7,7 @@ BIN     := bin/csisupd
 PROTOS  := $(wildcard api/csisupd/v1/*.proto)
 CSI_PROTO_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/container-storage-interface/spec)
 
-.PHONY: all build run test test-fault bench proto lint clean
+.PHONY: all build run test test-fault bench fuzz proto lint clean
 
 all: build
 
@@ -37,6 +37,11 @@ bench:
 	$(GO) test -run '^$$' -bench ClientCSIValidateVolume -benchtime 3s -count 1 ./internal/rpc/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./internal/consulsync/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench PluginUpdates -benchtime 50000x -count 1 ./internal/server/ | tee -a bench.out
+
+## fuzz: run every fuzz target of the repository for FUZZTIME each (default 20s); see scripts/fuzz.sh
+FUZZTIME ?= 20s
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 ## proto: regenerate api/csisupd/v1 (needs protoc, protoc-gen-go, protoc-gen-go-grpc)
 proto:

@@ -3,6 +3,7 @@ module github.com/csisupd/csisupd
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1 // indirect
 	github.com/Masterminds/semver/v3 v3.4.0 // indirect
 	github.com/agext/levenshtein v1.2.1 // indirect
 	github.com/anishathalye/porcupine v1.3.1 // indirect

@@ -22,7 +22,9 @@ func newAgentCommand() *cobra.Command {
 		Short: "Run the csisupd daemon",
 		Long: "Run the csisupd daemon. Configuration comes from HCL files (--config, repeatable; a\n" +
 			"directory loads its *.hcl files in order), then the environment, then flags.\n" +
-			"SIGHUP reloads the log level, probe and Consul settings; SIGINT/SIGTERM stop gracefully.",
+			"SIGHUP reloads log_level, the probe timing, the Consul settings and the event stream caps;\n" +
+			"other changed keys are logged as taking effect after a restart, and a tls change is\n" +
+			"refused (TLS stays as it started). SIGINT/SIGTERM stop gracefully.",
 		Args: rangeArgs(0, 0),
 	}
 	flags := config.RegisterFlags(cmd.Flags())
@@ -85,9 +87,9 @@ func runAgent(parent context.Context, flags *config.Flags) error {
 					logger.Error("reload failed; keeping the running configuration", "error", err)
 					continue
 				}
-				if err := a.Reload(next); err != nil {
-					logger.Error("reload incomplete", "error", err)
-				}
+				// Reload logs every key it could not apply, and every
+				// error, itself; logging its error again would double them.
+				_ = a.Reload(next)
 			}
 		}
 	}()

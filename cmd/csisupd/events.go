@@ -67,6 +67,7 @@ func printEvent(w io.Writer, e *csisupdv1.Event, asJSON bool) error {
 			Description: e.GetDescription(), Index: e.GetIndex()}
 		return jsonLine(w, line)
 	}
-	_, err := fmt.Fprintf(w, "%s  %-27s %-20s %s\n", formatTime(e.GetTime()), e.GetType(), e.GetPluginId(), e.GetDescription())
+	_, err := fmt.Fprintf(w, "%s  %-27s %-20s %s\n", formatTime(e.GetTime()),
+		display(e.GetType()), display(e.GetPluginId()), display(e.GetDescription()))
 	return err
 }

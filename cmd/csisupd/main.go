@@ -40,11 +40,13 @@ func run(args []string) int {
 	case err == nil:
 		return exitOK
 	case errors.As(err, new(usageError)):
-		fmt.Fprintln(os.Stderr, "Error:", err)
+		fmt.Fprintln(os.Stderr, "Error:", displayLines(err.Error()))
 		fmt.Fprintln(os.Stderr, "Run 'csisupd --help' for usage.")
 		return exitUsage
 	default:
-		fmt.Fprintln(os.Stderr, "Error:", err)
+		// Errors may quote servers, files and arguments: escape what a
+		// terminal would interpret, keeping the lines of a joined error.
+		fmt.Fprintln(os.Stderr, "Error:", displayLines(err.Error()))
 		return exitError
 	}
 }

@@ -95,7 +95,7 @@ func nodeToJSON(n *csisupdv1.ClusterNode) nodeJSON {
 func nodePluginIDs(n *csisupdv1.ClusterNode) string {
 	var ids []string
 	for _, p := range n.GetPlugins() {
-		ids = append(ids, p.GetId())
+		ids = append(ids, display(p.GetId()))
 	}
 	if len(ids) == 0 {
 		return "-"
@@ -111,18 +111,18 @@ func printNodeList(w io.Writer, nodes []*csisupdv1.ClusterNode) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tSTATUS\tPLUGINS")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.GetId(), dash(n.GetName()), dash(n.GetAddress()), n.GetStatus(), nodePluginIDs(n))
+		row(tw, n.GetId(), dash(n.GetName()), dash(n.GetAddress()), n.GetStatus(), nodePluginIDs(n))
 	}
 	return tw.Flush()
 }
 
 func printNode(w io.Writer, n *csisupdv1.ClusterNode) error {
-	fmt.Fprintf(w, "ID:         %s\n", n.GetId())
-	fmt.Fprintf(w, "Name:       %s\n", dash(n.GetName()))
-	fmt.Fprintf(w, "Address:    %s\n", dash(n.GetAddress()))
-	fmt.Fprintf(w, "Status:     %s\n", n.GetStatus())
+	fmt.Fprintf(w, "ID:         %s\n", display(n.GetId()))
+	fmt.Fprintf(w, "Name:       %s\n", display(dash(n.GetName())))
+	fmt.Fprintf(w, "Address:    %s\n", display(dash(n.GetAddress())))
+	fmt.Fprintf(w, "Status:     %s\n", display(n.GetStatus()))
 	if d := n.GetStatusDescription(); d != "" {
-		fmt.Fprintf(w, "            %s\n", d)
+		fmt.Fprintf(w, "            %s\n", display(d))
 	}
 	fmt.Fprintf(w, "Registered: %s\n", dash(formatTime(n.GetRegisteredAt())))
 	if len(n.GetPlugins()) == 0 {
@@ -133,7 +133,7 @@ func printNode(w io.Writer, n *csisupdv1.ClusterNode) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tHEALTH\tVENDOR\tVERSION\tCSI NODE ID\tDESCRIPTION")
 	for _, p := range n.GetPlugins() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), dash(p.GetType()), dash(p.GetHealthState()),
+		row(tw, p.GetId(), dash(p.GetType()), dash(p.GetHealthState()),
 			dash(p.GetVendorName()), dash(p.GetVendorVersion()), dash(p.GetNodeId()), dash(p.GetHealthDescription()))
 	}
 	return tw.Flush()

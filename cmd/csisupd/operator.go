@@ -79,8 +79,7 @@ func newRaftListPeersCommand(opts *clientOptions) *cobra.Command {
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tRPC ADDRESS\tSUFFRAGE\tLEADER")
 				for _, p := range resp.GetPeers() {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", p.GetId(), p.GetRaftAddress(), dash(p.GetRpcAddress()),
-						p.GetSuffrage(), p.GetLeader())
+					row(tw, p.GetId(), p.GetRaftAddress(), dash(p.GetRpcAddress()), p.GetSuffrage(), fmt.Sprint(p.GetLeader()))
 				}
 				return tw.Flush()
 			})
@@ -102,7 +101,7 @@ func newRaftRemovePeerCommand(opts *clientOptions) *cobra.Command {
 				if opts.json {
 					return printJSON(w, map[string]any{"id": args[0], "removed": true})
 				}
-				_, err := fmt.Fprintf(w, "Removed peer %s\n", args[0])
+				_, err := fmt.Fprintf(w, "Removed peer %s\n", display(args[0]))
 				return err
 			})
 		},
@@ -125,7 +124,7 @@ func newSnapshotSaveCommand(opts *clientOptions) *cobra.Command {
 				if opts.json {
 					return printJSON(w, map[string]any{"file": path, "bytes": n})
 				}
-				_, err = fmt.Fprintf(w, "Saved snapshot to %s (%d bytes)\n", path, n)
+				_, err = fmt.Fprintf(w, "Saved snapshot to %s (%d bytes)\n", display(path), n)
 				return err
 			})
 		},
@@ -217,7 +216,7 @@ func newSnapshotRestoreCommand(opts *clientOptions) *cobra.Command {
 				if opts.json {
 					return printJSON(w, map[string]any{"file": path, "index": resp.GetIndex()})
 				}
-				_, err = fmt.Fprintf(w, "Restored snapshot %s (raft index %d)\n", path, resp.GetIndex())
+				_, err = fmt.Fprintf(w, "Restored snapshot %s (raft index %d)\n", display(path), resp.GetIndex())
 				return err
 			})
 		},

@@ -144,16 +144,17 @@ func printPluginList(w io.Writer, plugins []*csisupdv1.ClusterPlugin) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPROVIDER\tVERSION\tCONTROLLERS HEALTHY/EXPECTED\tNODES HEALTHY/EXPECTED")
 	for _, p := range plugins {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d/%d\n", p.GetId(), dash(p.GetProvider()), dash(p.GetVersion()),
-			p.GetControllersHealthy(), p.GetControllersExpected(), p.GetNodesHealthy(), p.GetNodesExpected())
+		row(tw, p.GetId(), dash(p.GetProvider()), dash(p.GetVersion()),
+			fmt.Sprintf("%d/%d", p.GetControllersHealthy(), p.GetControllersExpected()),
+			fmt.Sprintf("%d/%d", p.GetNodesHealthy(), p.GetNodesExpected()))
 	}
 	return tw.Flush()
 }
 
 func printPlugin(w io.Writer, p *csisupdv1.ClusterPlugin) error {
-	fmt.Fprintf(w, "ID:          %s\n", p.GetId())
-	fmt.Fprintf(w, "Provider:    %s\n", dash(p.GetProvider()))
-	fmt.Fprintf(w, "Version:     %s\n", dash(p.GetVersion()))
+	fmt.Fprintf(w, "ID:          %s\n", display(p.GetId()))
+	fmt.Fprintf(w, "Provider:    %s\n", display(dash(p.GetProvider())))
+	fmt.Fprintf(w, "Version:     %s\n", display(dash(p.GetVersion())))
 	fmt.Fprintf(w, "Controllers: %d healthy / %d expected\n", p.GetControllersHealthy(), p.GetControllersExpected())
 	fmt.Fprintf(w, "Nodes:       %d healthy / %d expected\n", p.GetNodesHealthy(), p.GetNodesExpected())
 	if len(p.GetInstances()) == 0 {
@@ -164,8 +165,8 @@ func printPlugin(w io.Writer, p *csisupdv1.ClusterPlugin) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tNAME\tTYPE\tHEALTHY\tDESCRIPTION")
 	for _, in := range p.GetInstances() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", in.GetNodeId(), dash(in.GetNodeName()), dash(in.GetPlugin().GetType()),
-			in.GetHealthy(), dash(in.GetHealthDescription()))
+		row(tw, in.GetNodeId(), dash(in.GetNodeName()), dash(in.GetPlugin().GetType()),
+			fmt.Sprint(in.GetHealthy()), dash(in.GetHealthDescription()))
 	}
 	return tw.Flush()
 }

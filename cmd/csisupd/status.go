@@ -45,9 +45,10 @@ func newStatusCommand(opts *clientOptions) *cobra.Command {
 func agentError(addr string, err error) error {
 	if status.Code(err) == codes.Unavailable {
 		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s",
-			addr, status.Convert(err).Message())
+			display(addr), display(status.Convert(err).Message()))
 	}
-	return fmt.Errorf("agent at %s: %s", addr, status.Convert(err).Message())
+	// The message is the server's: escape it like any outside string.
+	return fmt.Errorf("agent at %s: %s", display(addr), display(status.Convert(err).Message()))
 }
 
 // statusJSON is the `status --json` document (DESIGN.md section 6).
@@ -158,11 +159,11 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 			healthy++
 		}
 	}
-	fmt.Fprintf(w, "Agent:      %s (csisupd %s)\n", r.GetName(), r.GetVersion())
+	fmt.Fprintf(w, "Agent:      %s (csisupd %s)\n", display(r.GetName()), display(r.GetVersion()))
 	if st := r.GetStartedAt(); st != nil {
 		fmt.Fprintf(w, "Up:         %s\n", time.Since(st.AsTime()).Round(time.Second))
 	}
-	fmt.Fprintf(w, "Plugin dir: %s\n", r.GetPluginDir())
+	fmt.Fprintf(w, "Plugin dir: %s\n", display(r.GetPluginDir()))
 	printCluster(w, r.GetCluster())
 	fmt.Fprintf(w, "Plugins:    %d (%d healthy)\n", len(r.GetPlugins()), healthy)
 	if len(r.GetPlugins()) > 0 {
@@ -170,7 +171,7 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tTYPE\tHEALTH\tVENDOR\tVERSION\tNODE ID\tLAST PROBE\tDESCRIPTION")
 		for _, p := range r.GetPlugins() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), p.GetType(), p.GetHealthState(),
+			row(tw, p.GetId(), p.GetType(), p.GetHealthState(),
 				dash(p.GetVendorName()), dash(p.GetVendorVersion()), dash(p.GetNodeId()),
 				ago(p.GetLastProbe()), p.GetHealthDescription())
 		}
@@ -183,7 +184,7 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 		ignored := append([]*csisupdv1.IgnoredEntry(nil), r.GetIgnored()...)
 		sort.Slice(ignored, func(i, j int) bool { return ignored[i].GetPath() < ignored[j].GetPath() })
 		for _, ig := range ignored {
-			fmt.Fprintf(w, "  %s: %s\n", ig.GetPath(), ig.GetReason())
+			fmt.Fprintf(w, "  %s: %s\n", display(ig.GetPath()), display(ig.GetReason()))
 		}
 	}
 	return nil
@@ -200,11 +201,15 @@ func printCluster(w io.Writer, c *csisupdv1.ClusterSummary) {
 		registered = "registered"
 	}
 	if len(c.GetServers()) > 0 {
-		fmt.Fprintf(w, "Node:       %s (%s with %s)\n", c.GetNodeId(), registered, strings.Join(c.GetServers(), ", "))
+		servers := make([]string, len(c.GetServers()))
+		for i, s := range c.GetServers() {
+			servers[i] = display(s)
+		}
+		fmt.Fprintf(w, "Node:       %s (%s with %s)\n", display(c.GetNodeId()), registered, strings.Join(servers, ", "))
 	}
 	if c.GetServer() {
 		fmt.Fprintf(w, "Cluster:    leader %s, %d raft peers, %d of %d nodes ready\n",
-			dash(c.GetLeader()), c.GetRaftPeers(), c.GetNodesReady(), c.GetNodes())
+			display(dash(c.GetLeader())), c.GetRaftPeers(), c.GetNodesReady(), c.GetNodes())
 	}
 }
 

@@ -295,7 +295,7 @@ func newVolumeDeleteCommand(opts *clientOptions) *cobra.Command {
 				if deregisterOnly {
 					verb = "Deregistered"
 				}
-				_, err = fmt.Fprintf(w, "%s volume %s\n", verb, args[0])
+				_, err = fmt.Fprintf(w, "%s volume %s\n", verb, display(args[0]))
 				return err
 			})
 		},
@@ -369,7 +369,7 @@ func newVolumeAttachCommand(opts *clientOptions) *cobra.Command {
 					return printJSON(w, volumeAttachJSON{Volume: volumeToJSON(resp.GetVolume()), Claim: claimToJSON(resp.GetClaim())})
 				}
 				_, err = fmt.Fprintf(w, "Attached volume %s to node %s (CSI node id %s)\n",
-					args[0], nodeID, resp.GetClaim().GetCsiNodeId())
+					display(args[0]), display(nodeID), display(resp.GetClaim().GetCsiNodeId()))
 				return err
 			})
 		},
@@ -406,7 +406,7 @@ func newVolumeDetachCommand(opts *clientOptions) *cobra.Command {
 				if err != nil {
 					return controlError(opts.address, err)
 				}
-				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Detached from node "+nodeID+":", resp.GetVolume())
+				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Detached from node "+display(nodeID)+":", resp.GetVolume())
 			})
 		},
 	}
@@ -556,7 +556,8 @@ func printVolumeResult(w io.Writer, asJSON bool, verb string, v *csisupdv1.Volum
 	if asJSON {
 		return printJSON(w, volumeToJSON(v))
 	}
-	_, err := fmt.Fprintf(w, "%s volume %s (plugin %s, external id %s)\n", verb, v.GetId(), v.GetPluginId(), v.GetExternalId())
+	_, err := fmt.Fprintf(w, "%s volume %s (plugin %s, external id %s)\n", verb,
+		display(v.GetId()), display(v.GetPluginId()), display(v.GetExternalId()))
 	return err
 }
 
@@ -580,7 +581,7 @@ func formatBytes(n int64) string {
 func claimNodes(v *csisupdv1.Volume) string {
 	var nodes []string
 	for _, c := range v.GetClaims() {
-		nodes = append(nodes, c.GetNodeId())
+		nodes = append(nodes, display(c.GetNodeId()))
 	}
 	if len(nodes) == 0 {
 		return "-"
@@ -596,21 +597,20 @@ func printVolumeList(w io.Writer, vols []*csisupdv1.Volume) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPLUGIN\tEXTERNAL ID\tCAPACITY\tATTACHED TO")
 	for _, v := range vols {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.GetId(), v.GetPluginId(), dash(v.GetExternalId()),
-			formatBytes(v.GetCapacityBytes()), claimNodes(v))
+		row(tw, v.GetId(), v.GetPluginId(), dash(v.GetExternalId()), formatBytes(v.GetCapacityBytes()), claimNodes(v))
 	}
 	return tw.Flush()
 }
 
 func printVolume(w io.Writer, v *csisupdv1.Volume) error {
-	fmt.Fprintf(w, "ID:          %s\n", v.GetId())
-	fmt.Fprintf(w, "Plugin:      %s\n", v.GetPluginId())
-	fmt.Fprintf(w, "External ID: %s\n", dash(v.GetExternalId()))
+	fmt.Fprintf(w, "ID:          %s\n", display(v.GetId()))
+	fmt.Fprintf(w, "Plugin:      %s\n", display(v.GetPluginId()))
+	fmt.Fprintf(w, "External ID: %s\n", display(dash(v.GetExternalId())))
 	fmt.Fprintf(w, "Capacity:    %s\n", formatBytes(v.GetCapacityBytes()))
-	fmt.Fprintf(w, "Controller:  %s\n", dash(v.GetControllerNodeId()))
+	fmt.Fprintf(w, "Controller:  %s\n", display(dash(v.GetControllerNodeId())))
 	fmt.Fprintf(w, "Created:     %s\n", dash(formatTime(v.GetCreatedAt())))
 	for _, c := range v.GetCapabilities() {
-		fmt.Fprintf(w, "Capability:  %s %s %s\n", c.GetAccessType(), c.GetAccessMode(), c.GetFsType())
+		fmt.Fprintf(w, "Capability:  %s %s %s\n", display(c.GetAccessType()), display(c.GetAccessMode()), display(c.GetFsType()))
 	}
 	if len(v.GetClaims()) == 0 {
 		_, err := fmt.Fprintln(w, "\nNot attached.")
@@ -620,7 +620,7 @@ func printVolume(w io.Writer, v *csisupdv1.Volume) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tCSI NODE ID\tREAD ONLY\tCLAIMED")
 	for _, c := range v.GetClaims() {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", c.GetNodeId(), dash(c.GetCsiNodeId()), c.GetReadOnly(), dash(formatTime(c.GetClaimedAt())))
+		row(tw, c.GetNodeId(), dash(c.GetCsiNodeId()), fmt.Sprint(c.GetReadOnly()), dash(formatTime(c.GetClaimedAt())))
 	}
 	return tw.Flush()
 }

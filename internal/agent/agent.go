@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -74,6 +75,9 @@ type Agent struct {
 	ran      bool       // Run was called; it releases everything itself
 	mu       sync.Mutex // guards cfg on Reload
 	stopOnce sync.Once
+
+	// agentService serves WatchEvents; Reload changes its stream caps.
+	agentService *rpc.AgentService
 }
 
 // New validates what it needs, creates directories and opens listeners, but
@@ -126,7 +130,7 @@ func New(c Config) (a *Agent, err error) {
 	httpLn := a.httpLn
 	closers = append(closers, func() { _ = httpLn.Close() })
 
-	var opts []grpc.ServerOption
+	opts := serverOptions()
 	if tc, err := rpc.ServerTLSConfig(cfg.TLS); err != nil {
 		return nil, fmt.Errorf("agent: tls: %w", err)
 	} else if tc != nil {
@@ -146,20 +150,27 @@ func New(c Config) (a *Agent, err error) {
 		FingerprintInterval: cfg.Client.FingerprintInterval,
 		DeregisterGrace:     cfg.Client.DeregisterGrace,
 		RescanInterval:      cfg.Client.RescanInterval,
-		Logger:              log.Named("registry"),
+		// A supervisor that does not stop within this bound is abandoned,
+		// so the registry stops well within the agent's 5 s.
+		StopTimeout:          ShutdownTimeout / 2,
+		MaxPluginMessageSize: cfg.Client.MaxPluginMessageSize,
+		Logger:               log.Named("registry"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: plugin registry: %w", err)
 	}
-	rpc.NewAgentService(rpc.AgentServiceConfig{
-		Registry:  a.manager.Registry(),
-		Name:      cfg.Name,
-		Version:   c.Version,
-		PluginDir: cfg.Client.PluginDir,
-		StartedAt: a.startedAt,
-		Cluster:   a.clusterSummary,
-		Logger:    log.Named("rpc"),
-	}).Register(a.grpc)
+	a.agentService = rpc.NewAgentService(rpc.AgentServiceConfig{
+		Registry:              a.manager.Registry(),
+		Name:                  cfg.Name,
+		Version:               c.Version,
+		PluginDir:             cfg.Client.PluginDir,
+		StartedAt:             a.startedAt,
+		Cluster:               a.clusterSummary,
+		Logger:                log.Named("rpc"),
+		MaxSubscribers:        cfg.Client.MaxEventSubscribers,
+		MaxSubscribersPerConn: cfg.Client.MaxEventSubscribersPerConn,
+	})
+	a.agentService.Register(a.grpc)
 
 	clientCSI, err := rpc.NewClientCSI(rpc.ClientCSIConfig{
 		Plugins:                a.manager,
@@ -236,6 +247,56 @@ func New(c Config) (a *Agent, err error) {
 		log.Warn("configuration", "warning", w)
 	}
 	return a, nil
+}
+
+// Limits of the gRPC server. ports.rpc is reachable by whatever can reach
+// the node, so no client may make the agent hold more than these:
+//
+//   - MaxConcurrentStreams 1024: streams open at a time on one connection
+//     (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). A well-behaved client
+//     queues beyond it; the event stream caps (client.max_event_subscribers
+//     and _per_connection) are far lower and apply on top.
+//   - Keepalive enforcement, MinTime 10s, PermitWithoutStream: a client may
+//     ping, with or without open streams, at most every 10 s; one that
+//     pings more often gets GOAWAY (too_many_pings) instead of costing a
+//     reply per ping.
+//   - Keepalive, Time 1m, Timeout 20s: the agent pings a connection that
+//     was silent for a minute and closes it when no answer comes in 20 s,
+//     so streams of a client that vanished (host gone, cable pulled) and
+//     the event stream slots they hold are freed within about 80 s rather
+//     than when TCP gives up, minutes to hours later.
+//   - MaxConnectionIdle 15m: a connection without a stream for 15 minutes
+//     is closed with GOAWAY; gRPC clients reconnect on their next call.
+//   - MaxRecvMsgSize 4 MiB: the largest request the agent reads (gRPC's
+//     default, stated so that it stays a decision); larger ones fail with
+//     ResourceExhausted before they are buffered whole.
+const (
+	maxConcurrentStreams = 1024
+	keepaliveMinTime     = 10 * time.Second
+	keepaliveTime        = time.Minute
+	keepaliveTimeout     = 20 * time.Second
+	maxConnectionIdle    = 15 * time.Minute
+	maxRecvMsgSize       = 4 << 20
+)
+
+// serverOptions are the options of the agent's gRPC server, without TLS.
+// The ConnTagger lets the Agent service count event streams per
+// transport connection.
+func serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             keepaliveMinTime,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:              keepaliveTime,
+			Timeout:           keepaliveTimeout,
+			MaxConnectionIdle: maxConnectionIdle,
+		}),
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.StatsHandler(&rpc.ConnTagger{}),
+	}
 }
 
 // Close releases what New opened (listeners, raft, a dev temp directory)
@@ -399,41 +460,6 @@ func (a *Agent) stopServers() {
 		defer cancel()
 		_ = a.http.Shutdown(sctx)
 	})
-}
-
-// Reload applies the parts of a new configuration that can change while
-// running: log level, probe settings and Consul settings. Other changes are
-// logged as needing a restart.
-func (a *Agent) Reload(next *config.Config) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	prev := a.cfg
-	keep := *next
-	// Directories chosen at start (dev mode) stay.
-	keep.DataDir, keep.Client.PluginDir = prev.DataDir, prev.Client.PluginDir
-
-	a.log.SetLevel(hclog.LevelFromString(keep.LogLevel))
-	var errs []error
-	c := keep.Client
-	if err := a.manager.SetTiming(c.ProbeInterval, c.ProbeTimeout, c.FingerprintInterval); err != nil {
-		errs = append(errs, fmt.Errorf("reload probe settings: %w", err))
-	}
-	if a.consul != nil {
-		consulCfg, err := a.consulConfig(&keep)
-		if err == nil {
-			err = a.consul.Reload(consulCfg)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reload consul settings: %w", err))
-		}
-	}
-	if prev.BindAddr != keep.BindAddr || prev.Ports != keep.Ports || prev.Consul.Enabled != keep.Consul.Enabled {
-		a.log.Warn("reload: bind address, ports and consul.enabled take effect only after a restart")
-	}
-	a.cfg = &keep
-	a.log.Info("configuration reloaded", "log_level", keep.LogLevel,
-		"probe_interval", c.ProbeInterval, "probe_timeout", c.ProbeTimeout)
-	return errors.Join(errs...)
 }
 
 // consulShutdownTimeout bounds the Consul deregistration at shutdown, so an

@@ -1,20 +1,20 @@
 package csiclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"sync"
 	"time"
 
-	"context"
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"sync"
 )
 
 // DefaultMaxBackoff caps redial backoff when Config.MaxBackoff is zero.
@@ -23,6 +23,19 @@ const DefaultMaxBackoff = 5 * time.Second
 // DefaultIdleTimeout is how long the full gRPC connection stays open
 // without calls when Config.IdleTimeout is zero.
 const DefaultIdleTimeout = time.Minute
+
+// DefaultWriteTimeout bounds each write to the plugin on the supervision
+// connection when Config.WriteTimeout is zero. A plugin that stops reading
+// for this long is treated as gone: its connection is closed and reported.
+const DefaultWriteTimeout = 5 * time.Second
+
+// DefaultMaxMessageSize caps a reply on the supervision connection when
+// Config.MaxMessageSize is zero; it is grpc-go's default receive limit.
+const DefaultMaxMessageSize = 4 << 20
+
+// maxSocketPath is the longest unix socket path: sun_path holds 108 bytes,
+// the last of which is the terminating NUL.
+const maxSocketPath = 107
 
 // Config describes one plugin connection.
 type Config struct {
@@ -34,15 +47,44 @@ type Config struct {
 	// DialOptions are appended to the full gRPC connection's defaults.
 	DialOptions []grpc.DialOption
 	// OnDisconnect, when set, is called once each time the established
-	// supervision connection to the plugin breaks (the plugin died or closed
-	// it), from the connection's reader goroutine, the moment the read
-	// fails. It must not block. Watching the socket this way costs no
-	// goroutine per plugin.
+	// supervision connection to the plugin ends without our asking: the
+	// plugin died, closed it, told it to go away (GOAWAY) or stopped
+	// reading. It is called the moment that is seen, from whichever
+	// goroutine sees it (usually the connection's reader, at the failed
+	// read), and must not block. Watching the socket this way costs no
+	// goroutine per plugin. Closing the Client is not a disconnect.
 	OnDisconnect func()
 	// IdleTimeout closes the full gRPC connection (Identity, Controller,
 	// Node) after this long without calls; it redials on the next call.
 	// Zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// WriteTimeout bounds every write to the plugin on the supervision
+	// connection, and its dial: a plugin that stops reading makes the write
+	// fail after this long, and the connection closes and is reported
+	// through OnDisconnect. Zero means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// MaxMessageSize caps, in bytes, a reply on the supervision connection
+	// (and a request, unless a call asks for less): a larger reply fails
+	// with ResourceExhausted and its stream is reset. The connection's
+	// HTTP/2 receive windows are derived from it. Zero means
+	// DefaultMaxMessageSize.
+	MaxMessageSize int
+	// Transport, when set, is the supervision transport shared with other
+	// Clients: it carries its own write timeout and message cap, so
+	// WriteTimeout and MaxMessageSize must then be zero. Nil means the
+	// Client makes its own from WriteTimeout and MaxMessageSize.
+	Transport *Transport
+}
+
+// CheckSocketPath reports whether path, as it will be dialled, fits in a
+// unix socket address. A longer path cannot be dialled at all; saying so
+// up front keeps the failure from looking like a plugin that never
+// answers.
+func CheckSocketPath(path string) error {
+	if len(path) > maxSocketPath {
+		return fmt.Errorf("csiclient: socket path %q is %d bytes; a unix socket path may have at most %d", path, len(path), maxSocketPath)
+	}
+	return nil
 }
 
 // Client is a connection to one CSI plugin with its three service clients.
@@ -59,7 +101,8 @@ type Client struct {
 }
 
 // New creates a client for cfg.Socket. It does not dial: each connection's
-// first call does, and a missing socket is not an error here.
+// first call does, and a missing socket is not an error here. A socket path
+// too long for a unix socket address is (see CheckSocketPath).
 func New(cfg Config) (*Client, error) {
 	if cfg.Socket == "" {
 		return nil, errors.New("csiclient: socket path is empty")
@@ -67,6 +110,17 @@ func New(cfg Config) (*Client, error) {
 	abs, err := filepath.Abs(cfg.Socket)
 	if err != nil {
 		return nil, fmt.Errorf("csiclient: socket %q: %w", cfg.Socket, err)
+	}
+	// Both connections dial abs, so that is the path that must fit.
+	if err := CheckSocketPath(abs); err != nil {
+		return nil, err
+	}
+	transport := cfg.Transport
+	switch {
+	case transport == nil:
+		transport = NewTransport(TransportConfig{WriteTimeout: cfg.WriteTimeout, MaxMessageSize: cfg.MaxMessageSize})
+	case cfg.WriteTimeout != 0 || cfg.MaxMessageSize != 0:
+		return nil, errors.New("csiclient: set either Transport or WriteTimeout and MaxMessageSize, not both: a Transport carries its own limits")
 	}
 	maxBackoff := cfg.MaxBackoff
 	if maxBackoff <= 0 {
@@ -111,7 +165,7 @@ func New(cfg Config) (*Client, error) {
 	return &Client{
 		socket:      abs,
 		conn:        conn,
-		supervision: newSupervisionConn(abs, cfg.OnDisconnect),
+		supervision: newSupervisionConn(abs, cfg.OnDisconnect, transport),
 		Identity:    csi.NewIdentityClient(conn),
 		Controller:  csi.NewControllerClient(conn),
 		Node:        csi.NewNodeClient(conn),
@@ -121,17 +175,22 @@ func New(cfg Config) (*Client, error) {
 // Socket returns the absolute socket path.
 func (c *Client) Socket() string { return c.socket }
 
-// Close closes the connection. Pending RPCs fail with Canceled.
+// Close closes both connections without waiting on the plugin. Pending
+// RPCs fail with Canceled.
 func (c *Client) Close() error {
 	return errors.Join(c.supervision.Close(), c.conn.Close())
 }
 
 // Supervision returns the supervision connection: unary calls only, over
-// one long-lived HTTP/2 connection that costs a goroutine and a few KiB,
+// one long-lived HTTP/2 connection that costs a goroutine and about 17 KiB,
 // whose loss is reported through Config.OnDisconnect. Probes and
 // fingerprints use it; it redials on the next call after a loss. Calls made
 // with grpc.WaitForReady(true) wait, within their deadline, for a socket
-// that refuses connections to start listening.
+// that refuses connections to start listening. Besides WaitForReady, calls
+// honour grpc.Header, grpc.Trailer, grpc.MaxCallRecvMsgSize (up to
+// Config.MaxMessageSize) and grpc.MaxCallSendMsgSize; any other call option
+// fails the call with InvalidArgument. Errors are gRPC status errors; those
+// for which IsProtocolViolation is true mean the plugin broke the protocol.
 func (c *Client) Supervision() grpc.ClientConnInterface { return c.supervision }
 
 // lazyConn creates its grpc-go connection at the first call: even an unused

@@ -19,6 +19,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if socket := os.Getenv(benchPluginEnv); socket != "" {
+		servePluginProcess(socket)
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -63,7 +67,7 @@ func serve(t *testing.T, socket, name string) (stop func()) {
 }
 
 // newClient creates a client and closes it at the end of the test.
-func newClient(t *testing.T, cfg Config) *Client {
+func newClient(t testing.TB, cfg Config) *Client {
 	t.Helper()
 	c, err := New(cfg)
 	if err != nil {
@@ -128,8 +132,8 @@ func TestNew(t *testing.T) {
 			}
 			// New neither dials nor creates the grpc-go connection (whose
 			// goroutines thousands of plugins would otherwise pay for).
-			if c.conn.cc != nil || c.supervision.cc != nil {
-				t.Errorf("New created connections: grpc %v, supervision %v", c.conn.cc, c.supervision.cc)
+			if c.conn.cc != nil || c.supervision.cur != nil {
+				t.Errorf("New created connections: grpc %v, supervision %v", c.conn.cc, c.supervision.cur)
 			}
 			if c.Supervision() == nil || c.Identity == nil || c.Controller == nil || c.Node == nil {
 				t.Errorf("New returned a client with nil fields: %+v", c)
@@ -332,4 +336,75 @@ func TestOnDisconnect(t *testing.T) {
 		t.Fatal("OnDisconnect called for our own Close")
 	default:
 	}
+}
+
+// A connection the plugin closed before its first call is not usable,
+// although x/net says it can take a request (which would only fail with
+// "client conn could not be established", every time).
+func TestConnectionClosedBeforeFirstCallIsNotReused(t *testing.T) {
+	socket := filepath.Join(testutil.TempDir(t), "csi.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ours, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTransport(TransportConfig{})
+	cc, err := tr.h2.NewClientConn(&watchedConn{Conn: ours, onDisconnect: func() {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = theirs.Close() // the plugin hangs up before any call
+	p := &pluginConn{cc: cc, wc: &watchedConn{Conn: ours}, live: tr.live}
+	defer p.close()
+	testutil.WaitFor(t, 5*time.Second, "x/net to see the connection closed", func() bool { return cc.State().Closed })
+	if !cc.CanTakeNewRequest() {
+		t.Log("x/net no longer offers a closed, unused connection for a request")
+	}
+	if p.usable() {
+		t.Fatal("a connection closed before its first call is reported usable")
+	}
+}
+
+// A socket whose first listener hangs up at once (not a gRPC server) and is
+// then replaced by a real plugin: the supervision connection dials again
+// instead of reusing the connection that never got established.
+func TestSupervisionRecoversFromHangUpListener(t *testing.T) {
+	socket := filepath.Join(testutil.TempDir(t), "csi.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	c := newClient(t, Config{Socket: socket})
+	for range 3 {
+		if _, err := supervisedName(c); status.Code(err) != codes.Unavailable {
+			t.Fatalf("call to a listener that hangs up: %v, want Unavailable", err)
+		}
+	}
+	_ = l.Close()
+	<-done
+	_ = os.Remove(socket)
+	serve(t, socket, "real.example.com")
+	testutil.WaitFor(t, 5*time.Second, "a call to the real plugin", func() bool {
+		name, err := supervisedName(c)
+		return err == nil && name == "real.example.com"
+	})
 }

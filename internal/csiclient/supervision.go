@@ -2,84 +2,127 @@ package csiclient
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/status"
+	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
-// deadlineSlack is added to the deadline sent to the plugin.
-const deadlineSlack = 100 * time.Millisecond
+// userAgent names the supervision connection in the plugin's logs.
+const userAgent = "csisupd-supervision"
 
-// maxSupervisionMessage bounds a reply on the supervision connection; CSI
-// identity, capability and node-info replies are a few hundred bytes.
-const maxSupervisionMessage = 4 << 20
+// Backoff of calls made with grpc.WaitForReady while the socket refuses
+// connections: plugins bind their socket a moment before they listen, so
+// the first retries come quickly.
+const (
+	firstRedialDelay = 5 * time.Millisecond
+	maxRedialDelay   = 100 * time.Millisecond
+)
 
 // supervisionConn makes unary gRPC calls over one HTTP/2 connection to the
-// plugin. It exists because a grpc-go ClientConn costs about 100 KiB and
+// plugin. It exists because a grpc-go ClientConn costs about 37 KiB and
 // five goroutines even while idle, too much to keep open to thousands of
-// plugins just to probe them; this connection costs one goroutine (its
-// reader) and a few KiB, and its broken reads tell the supervisor at once
-// that the plugin died. It speaks the gRPC wire protocol for unary calls
-// only, one at a time: no streaming, no compression, no metadata.
+// plugins just to probe them. The HTTP/2 connection is x/net's client
+// connection on a socket we dial (one reader goroutine); the gRPC protocol
+// on top is connect's. The socket is a watchedConn, so the plugin's death
+// is reported the moment a read fails.
 type supervisionConn struct {
 	socket       string
 	onDisconnect func()
+	transport    *Transport
 	dialer       net.Dialer
 
 	mu      sync.Mutex
-	cc      *h2Conn
-	watched *watchedConn // cc's network connection
+	cur     *pluginConn   // the connection calls use, if any
+	dialing chan struct{} // closed when the dial in progress ends
 	closed  bool
+
+	dials atomic.Int64 // successful dials, for tests
 }
 
-func newSupervisionConn(socket string, onDisconnect func()) *supervisionConn {
+func newSupervisionConn(socket string, onDisconnect func(), t *Transport) *supervisionConn {
 	if onDisconnect == nil {
 		onDisconnect = func() {}
 	}
-	return &supervisionConn{socket: socket, onDisconnect: onDisconnect}
+	return &supervisionConn{socket: socket, onDisconnect: onDisconnect, transport: t}
 }
 
 var errClosed = errors.New("client closed")
 
-// conn returns the open HTTP/2 connection, dialing a new one when there is
-// none or the old one cannot take calls any more (broken, or told to go
-// away). With waitForReady, a refused or missing socket is retried until
-// ctx ends, as grpc.WaitForReady does: plugins bind their socket a moment
-// before they listen.
-func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*h2Conn, error) {
-	delay := 5 * time.Millisecond
+// conn returns the open connection with one more call counted on it,
+// dialing a new one when there is none or the old one can take no calls
+// (the plugin died, closed it, or said GOAWAY). One caller dials at a time;
+// the others wait for it within their own context. With waitForReady, a
+// refused or missing socket is retried until ctx ends, as
+// grpc.WaitForReady does: plugins bind their socket a moment before they
+// listen.
+func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*pluginConn, error) {
+	delay := firstRedialDelay
 	for {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			return nil, errClosed
 		}
-		if s.cc != nil && s.cc.usable() {
-			cc := s.cc
+		if p := s.cur; p != nil && p.usable() {
+			p.calls.Add(1)
 			s.mu.Unlock()
-			return cc, nil
+			return p, nil
 		}
-		s.closeLocked()
-		cc, err := s.dial(ctx)
+		if wait := s.dialing; wait != nil {
+			s.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		old := s.cur
+		s.cur = nil
+		done := make(chan struct{})
+		s.dialing = done
 		s.mu.Unlock()
-		if err == nil {
-			return cc, nil
+
+		if old != nil {
+			// The plugin ended this connection, whether or not its end
+			// was seen yet (a GOAWAY on an idle connection may not have
+			// been): report it, once, and let go of it.
+			old.wc.ended()
+			old.close()
 		}
-		if !waitForReady || ctx.Err() != nil {
+		p, err := s.dial(ctx)
+
+		s.mu.Lock()
+		s.dialing = nil
+		close(done)
+		if err == nil && s.closed {
+			err = errClosed
+		}
+		if err == nil {
+			p.calls.Add(1)
+			s.cur = p
+		}
+		s.mu.Unlock()
+		switch {
+		case err == nil:
+			return p, nil
+		case errors.Is(err, errClosed):
+			if p != nil {
+				p.close()
+			}
+			return nil, err
+		case !waitForReady || ctx.Err() != nil:
 			return nil, err
 		}
 		t := time.NewTimer(delay)
@@ -89,96 +132,153 @@ func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*h2Conn,
 			return nil, err
 		case <-t.C:
 		}
-		delay = min(2*delay, 100*time.Millisecond)
+		delay = min(2*delay, maxRedialDelay)
 	}
 }
 
-// dial connects to the socket and starts HTTP/2; called with s.mu held.
-func (s *supervisionConn) dial(ctx context.Context) (*h2Conn, error) {
+// dial connects to the socket and starts HTTP/2 on it. Dialing is bounded
+// by the write timeout even for a call without a deadline: connecting to a
+// plugin whose listen backlog is full blocks.
+func (s *supervisionConn) dial(ctx context.Context) (*pluginConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.transport.writeTimeout)
+	defer cancel()
 	nc, err := s.dialer.DialContext(ctx, "unix", s.socket)
 	if err != nil {
 		return nil, err
 	}
 	wc := &watchedConn{Conn: nc, onDisconnect: s.onDisconnect}
-	cc, err := newH2Conn(wc)
+	// Writes the preface and settings, each bounded by the write timeout,
+	// and starts the connection's reader goroutine.
+	cc, err := s.transport.h2.NewClientConn(wc)
 	if err != nil {
 		return nil, err
 	}
-	s.cc, s.watched = cc, wc
-	return cc, nil
+	p := &pluginConn{cc: cc, wc: wc, live: s.transport.live}
+	s.transport.live.Store(cc, p)
+	s.dials.Add(1)
+	return p, nil
 }
 
-// Close closes the connection; later calls fail with Canceled.
+// Close closes the connection, without waiting on the plugin; later calls
+// fail with Canceled.
 func (s *supervisionConn) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
-	s.closeLocked()
+	p := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	if p != nil {
+		p.close()
+	}
 	return nil
 }
 
-// closeLocked closes the current connection, if any, as our own doing.
-func (s *supervisionConn) closeLocked() {
-	if s.cc == nil {
-		return
+func (s *supervisionConn) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// callOptions are the grpc.CallOptions the supervision connection honours.
+type callOptions struct {
+	waitForReady     bool
+	header, trailer  *metadata.MD
+	maxRecv, maxSend int // -1: not set
+}
+
+// parseCallOptions reads opts, refusing any option it would otherwise
+// have to ignore: a caller relying on one must not get a call that
+// silently behaves differently.
+func parseCallOptions(opts []grpc.CallOption) (callOptions, error) {
+	co := callOptions{maxRecv: -1, maxSend: -1}
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.FailFastCallOption:
+			co.waitForReady = !o.FailFast
+		case grpc.HeaderCallOption:
+			co.header = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			co.trailer = o.TrailerAddr
+		case grpc.MaxRecvMsgSizeCallOption:
+			co.maxRecv = max(o.MaxRecvMsgSize, 0)
+		case grpc.MaxSendMsgSizeCallOption:
+			co.maxSend = max(o.MaxSendMsgSize, 0)
+		case grpc.StaticMethodCallOption, grpc.EmptyCallOption:
+			// StaticMethod only labels grpc-go's own metrics (generated
+			// code adds it); an EmptyCallOption changes nothing by
+			// definition.
+		default:
+			return co, status.Errorf(codes.InvalidArgument, "call option %T is not supported on the supervision connection", o)
+		}
 	}
-	s.watched.closeOwned()
-	s.cc.close()
-	s.cc, s.watched = nil, nil
+	return co, nil
 }
 
 // Invoke implements grpc.ClientConnInterface for unary calls.
 func (s *supervisionConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	co, err := parseCallOptions(opts)
+	if err != nil {
+		return err
+	}
 	in, ok := args.(proto.Message)
 	if !ok {
-		return grpcstatus.Errorf(codes.Internal, "request %T is not a protobuf message", args)
+		return status.Errorf(codes.Internal, "request %T is not a protobuf message", args)
 	}
 	out, ok := reply.(proto.Message)
 	if !ok {
-		return grpcstatus.Errorf(codes.Internal, "reply %T is not a protobuf message", reply)
+		return status.Errorf(codes.Internal, "reply %T is not a protobuf message", reply)
+	}
+	if !validMethod(method) {
+		return status.Errorf(codes.Internal, "malformed method name %q", method)
+	}
+	if err := contextErr(ctx); err != nil {
+		return contextStatus(err)
 	}
 	payload, err := proto.Marshal(in)
 	if err != nil {
-		return grpcstatus.Errorf(codes.Internal, "marshal %s request: %v", method, err)
+		return status.Errorf(codes.Internal, "marshal %s request: %v", method, err)
 	}
-	body := make([]byte, 5+len(payload))
-	binary.BigEndian.PutUint32(body[1:5], uint32(len(payload)))
-	copy(body[5:], payload)
+	sendLimit, recvLimit := s.transport.maxMessage, s.transport.maxMessage
+	if co.maxSend >= 0 {
+		sendLimit = co.maxSend
+	}
+	if co.maxRecv >= 0 {
+		// A call may ask for less than the connection's cap, not more:
+		// the cap is what protects the agent.
+		recvLimit = min(recvLimit, co.maxRecv)
+	}
+	if len(payload) > sendLimit {
+		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(payload), sendLimit)
+	}
+	header, err := outgoingHeader(ctx)
+	if err != nil {
+		return err
+	}
 
-	cc, err := s.conn(ctx, waitsForReady(opts))
+	p, err := s.conn(ctx, co.waitForReady)
 	if err != nil {
-		return callError(ctx, err)
+		return connError(ctx, err)
 	}
-	header := http.Header{
-		"Content-Type": {"application/grpc+proto"},
-		"Te":           {"trailers"},
-		"User-Agent":   {"csisupd-supervision"},
+	defer p.release()
+
+	c := &call{conn: p, recvLimit: recvLimit}
+	req := connect.NewRequest(&rawMsg{b: payload})
+	for k, v := range header {
+		req.Header()[k] = v
 	}
-	if deadline, ok := ctx.Deadline(); ok {
-		// The plugin learns the deadline, with a little slack so that our
-		// own deadline, not the plugin cancelling the stream a moment
-		// earlier, decides how a timed-out call ends: DeadlineExceeded.
-		header.Set("Grpc-Timeout", encodeTimeout(time.Until(deadline)+deadlineSlack))
+	resp, err := s.transport.connectClient(method, recvLimit).CallUnary(withCall(ctx, c), req)
+	if mdErr := c.fillMetadata(co); mdErr != nil && err == nil {
+		return mdErr
 	}
-	answer, err := cc.roundTrip(ctx, method, header, body)
 	if err != nil {
-		return callError(ctx, err)
+		if s.isClosed() && !connect.IsWireError(err) {
+			// Close cut the call short, as grpc-go reports it.
+			return status.Error(codes.Canceled, "grpc: the client connection is closing")
+		}
+		return c.statusError(ctx, method, err)
 	}
-	if code := answer.status(); code != http.StatusOK {
-		return grpcstatus.Errorf(httpStatusCode(code), "not a gRPC answer: HTTP status %d", code)
-	}
-	if ct := answer.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/grpc") {
-		return grpcstatus.Errorf(codes.Unknown, "not a gRPC answer: content-type %q", ct)
-	}
-	if st := answerStatus(answer.trailer, answer.header); st.Code() != codes.OK {
-		return st.Err()
-	}
-	msg, err := unframe(answer.data)
-	if err != nil {
-		return grpcstatus.Errorf(codes.Internal, "%s reply: %v", method, err)
-	}
-	if err := proto.Unmarshal(msg, out); err != nil {
-		return grpcstatus.Errorf(codes.Internal, "%s reply: %v", method, err)
+	if err := proto.Unmarshal(resp.Msg.b, out); err != nil {
+		return violationf(codes.Internal, "the reply to %s is not a valid %T: %v", method, out, err)
 	}
 	return nil
 }
@@ -186,108 +286,142 @@ func (s *supervisionConn) Invoke(ctx context.Context, method string, args, reply
 // NewStream implements grpc.ClientConnInterface; the supervision connection
 // carries unary calls only.
 func (s *supervisionConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, grpcstatus.Error(codes.Unimplemented, "streaming calls are not supported on the supervision connection")
+	return nil, status.Error(codes.Unimplemented, "streaming calls are not supported on the supervision connection")
 }
 
-// waitsForReady reports whether opts hold grpc.WaitForReady(true).
-func waitsForReady(opts []grpc.CallOption) bool {
-	wait := false
-	for _, o := range opts {
-		if ff, ok := o.(grpc.FailFastCallOption); ok {
-			wait = !ff.FailFast
+// validMethod reports whether method is a gRPC method path
+// ("/package.Service/Method") that needs no escaping in a URL.
+func validMethod(method string) bool {
+	if len(method) < 3 || method[0] != '/' || strings.Count(method, "/") != 2 {
+		return false
+	}
+	for _, r := range method {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '/':
+		default:
+			return false
 		}
 	}
-	return wait
+	return true
 }
 
-// callError turns a transport error into a gRPC status, as grpc-go does:
-// the caller's context decides first, anything else is Unavailable.
-func callError(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return grpcstatus.Error(codes.DeadlineExceeded, ctx.Err().Error())
-	case errors.Is(ctx.Err(), context.Canceled), errors.Is(err, errClosed):
-		return grpcstatus.Error(codes.Canceled, err.Error())
+// isReservedHeader reports whether a header belongs to gRPC or HTTP/2
+// rather than to the call's metadata; grpc-go neither sends such metadata
+// nor shows such headers as metadata.
+func isReservedHeader(name string) bool {
+	if strings.HasPrefix(name, ":") {
+		return true
 	}
-	return grpcstatus.Errorf(codes.Unavailable, "connection error: %v", err)
+	switch name {
+	case "content-type", "user-agent", "grpc-message-type", "grpc-encoding",
+		"grpc-message", "grpc-status", "grpc-timeout", "te":
+		return true
+	}
+	return false
 }
 
-// answerStatus reads grpc-status, grpc-message and grpc-status-details-bin
-// from the trailers, or from the headers of a trailers-only answer.
-func answerStatus(trailer, header http.Header) *grpcstatus.Status {
-	h := trailer
-	if h.Get("Grpc-Status") == "" {
-		h = header
+// outgoingHeader returns the call's outgoing metadata as request headers,
+// refusing what grpc-go refuses and capping its size: the plugin may
+// refuse a larger header list, and the caller should learn why.
+func outgoingHeader(ctx context.Context) (http.Header, error) {
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok {
+		return http.Header{"User-Agent": {userAgent}}, nil
 	}
-	raw := h.Get("Grpc-Status")
-	if raw == "" {
-		return grpcstatus.New(codes.Internal, "answer carries no grpc-status")
-	}
-	code, err := strconv.ParseUint(raw, 10, 32)
-	if err != nil {
-		return grpcstatus.Newf(codes.Internal, "malformed grpc-status %q", raw)
-	}
-	msg, err := url.PathUnescape(h.Get("Grpc-Message"))
-	if err != nil {
-		msg = h.Get("Grpc-Message")
-	}
-	if bin := h.Get("Grpc-Status-Details-Bin"); bin != "" && codes.Code(code) != codes.OK {
-		if raw, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(bin, "=")); err == nil {
-			var sp status.Status
-			if proto.Unmarshal(raw, &sp) == nil && sp.GetCode() == int32(code) {
-				return grpcstatus.FromProto(&sp)
+	h := make(http.Header, len(md)+1)
+	size := 0
+	for k, vs := range md {
+		if err := validMetadataKey(k); err != nil {
+			return nil, err
+		}
+		if isReservedHeader(k) {
+			continue
+		}
+		bin := strings.HasSuffix(k, "-bin")
+		name := http.CanonicalHeaderKey(k)
+		for _, v := range vs {
+			if bin {
+				v = connect.EncodeBinaryHeader([]byte(v))
+			} else if !printableASCII(v) {
+				return nil, status.Errorf(codes.Internal, "header key %q contains value with non-printable ASCII characters", k)
 			}
+			// HTTP/2 counts 32 bytes of overhead per field.
+			size += len(k) + len(v) + 32
+			h[name] = append(h[name], v)
 		}
 	}
-	return grpcstatus.New(codes.Code(code), msg)
+	if size > maxHeaderListSize {
+		return nil, status.Errorf(codes.ResourceExhausted, "outgoing metadata of %d bytes exceeds the %d-byte limit", size, maxHeaderListSize)
+	}
+	h.Set("User-Agent", userAgent)
+	return h, nil
 }
 
-// unframe returns the one uncompressed message of a unary gRPC answer.
-func unframe(data []byte) ([]byte, error) {
-	if len(data) < 5 {
-		return nil, fmt.Errorf("short message frame (%d bytes)", len(data))
+// validMetadataKey checks a metadata key as grpc-go does.
+func validMetadataKey(k string) error {
+	if k == "" {
+		return status.Error(codes.Internal, "there is an empty key in the header")
 	}
-	if data[0] != 0 {
-		return nil, errors.New("compressed message, but no compression was asked for")
-	}
-	n := binary.BigEndian.Uint32(data[1:5])
-	if n > maxSupervisionMessage || int(n) != len(data)-5 {
-		return nil, fmt.Errorf("message frame of %d bytes holds %d", n, len(data)-5)
-	}
-	return data[5:], nil
-}
-
-// encodeTimeout formats d as a grpc-timeout header value: at most eight
-// digits and a unit.
-func encodeTimeout(d time.Duration) string {
-	if d <= 0 {
-		return "1n"
-	}
-	for _, u := range []struct {
-		unit string
-		size time.Duration
-	}{{"n", time.Nanosecond}, {"u", time.Microsecond}, {"m", time.Millisecond}, {"S", time.Second}, {"M", time.Minute}} {
-		if v := (d + u.size - 1) / u.size; v < 1e8 {
-			return strconv.FormatInt(int64(v), 10) + u.unit
+	for i := range len(k) {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || i == 0 && c == ':') {
+			return status.Errorf(codes.Internal, "header key %q contains illegal characters not in [0-9a-z-_.]", k)
 		}
 	}
-	return strconv.FormatInt(int64((d+time.Hour-1)/time.Hour), 10) + "H"
+	return nil
 }
 
-// httpStatusCode maps a non-200 HTTP status to a gRPC code as the gRPC
-// HTTP/2 protocol document does.
-func httpStatusCode(code int) codes.Code {
-	switch code {
-	case http.StatusBadRequest:
-		return codes.Internal
-	case http.StatusUnauthorized:
-		return codes.Unauthenticated
-	case http.StatusForbidden:
-		return codes.PermissionDenied
-	case http.StatusNotFound:
-		return codes.Unimplemented
-	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return codes.Unavailable
+func printableASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
 	}
-	return codes.Unknown
+	return true
+}
+
+// fillMetadata hands the answer's header and trailer metadata to the
+// grpc.Header and grpc.Trailer options, as grpc-go shows them: reserved
+// headers left out, binary values decoded, and a trailers-only answer's
+// headers shown as trailers.
+func (c *call) fillMetadata(co callOptions) error {
+	if co.header == nil && co.trailer == nil || c.resp == nil {
+		return nil
+	}
+	header, trailer := c.resp.Header, c.resp.Trailer
+	if trailer.Get("Grpc-Status") == "" && header.Get("Grpc-Status") != "" {
+		header, trailer = nil, header // trailers-only
+	}
+	var err error
+	if co.header != nil {
+		if *co.header, err = toMetadata(header); err != nil {
+			return err
+		}
+	}
+	if co.trailer != nil {
+		*co.trailer, err = toMetadata(trailer)
+	}
+	return err
+}
+
+// toMetadata converts answer headers to metadata as grpc-go does.
+func toMetadata(h http.Header) (metadata.MD, error) {
+	md := make(metadata.MD, len(h))
+	for k, vs := range h {
+		k = strings.ToLower(k)
+		if isReservedHeader(k) && k != "content-type" && k != "user-agent" {
+			continue
+		}
+		for _, v := range vs {
+			if strings.HasSuffix(k, "-bin") {
+				b, err := connect.DecodeBinaryHeader(v)
+				if err != nil {
+					return nil, violationf(codes.Internal, "malformed binary metadata %s: %v", k, err)
+				}
+				v = string(b)
+			}
+			md[k] = append(md[k], v)
+		}
+	}
+	return md, nil
 }

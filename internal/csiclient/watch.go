@@ -8,9 +8,9 @@ import (
 
 // watchedConn tells its owner, once, that the plugin is gone: at the first
 // failed read, or when the connection is closed without its owner asking
-// (the HTTP/2 client closes it when the plugin sends GOAWAY, a graceful
-// stop). Watching costs nothing beyond the reads the connection makes
-// anyway.
+// (x/net closes it once a plugin that said GOAWAY, a graceful stop, has no
+// stream left, and when a write to it times out). Watching costs nothing
+// beyond the reads the connection makes anyway.
 type watchedConn struct {
 	net.Conn
 	onDisconnect func()

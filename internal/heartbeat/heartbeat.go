@@ -31,6 +31,22 @@ type Health struct {
 	LastProbe   time.Time `json:"last_probe"` // when the latest probe finished
 }
 
+// Pace is what Config.Pace decides after a probe.
+type Pace struct {
+	// Wait is the time until the next probe. Zero (or less) means the
+	// interval.
+	Wait time.Duration
+	// Backoff marks Wait as a backoff: a ProbeNow that arrived during the
+	// probe is dropped, because it reports the very failure being backed
+	// off (the failing probe broke the connection, and the broken
+	// connection asked for a probe). A ProbeNow after the probe still
+	// probes at once.
+	Backoff bool
+	// Description, when not empty, replaces the probe's health
+	// description, to say why the next probe waits.
+	Description string
+}
+
 // Config configures a Monitor.
 type Config struct {
 	// Identity is the plugin's Identity service. Required.
@@ -43,6 +59,13 @@ type Config struct {
 	// state changed (a transition). Called from the monitor's goroutine; it
 	// must not block for long.
 	OnProbe func(h Health, transition bool)
+	// Pace, when set, decides after every probe how long to wait before the
+	// next one, from that probe's error (nil when the plugin answered) and
+	// the current interval. The owner uses it to back off a plugin that
+	// misbehaves in a way probing faster cannot fix. Nil waits Interval
+	// after every probe. Called from the monitor's goroutine before
+	// OnProbe; it must not block.
+	Pace func(err error, interval time.Duration) Pace
 	// Logger receives debug lines about probes. Optional.
 	Logger hclog.Logger
 	// Now returns the current time. Optional, for tests.
@@ -128,8 +151,8 @@ func (m *Monitor) ProbeNow() {
 	}
 }
 
-// Run probes at once, then every interval and whenever ProbeNow is called,
-// until ctx ends. Callers wire ProbeNow to what tells them first that a
+// Run probes at once, then every interval (or after the wait Config.Pace
+// decides) and whenever ProbeNow is called, until ctx ends. Callers wire ProbeNow to what tells them first that a
 // plugin died (csiclient's OnDisconnect), so a death is noticed within
 // milliseconds rather than at the next interval.
 func (m *Monitor) Run(ctx context.Context) {
@@ -148,26 +171,45 @@ func (m *Monitor) Run(ctx context.Context) {
 				}
 			}
 		}
-		m.probe(ctx)
-		m.mu.Lock()
-		interval := m.interval
-		m.mu.Unlock()
-		timer.Reset(interval)
+		wait, ok := m.probe(ctx)
+		if !ok {
+			return
+		}
+		timer.Reset(wait)
 	}
 }
 
-func (m *Monitor) probe(ctx context.Context) {
+// probe probes once, reports the result and returns the wait until the
+// next probe. ok is false when ctx ended during the probe.
+func (m *Monitor) probe(ctx context.Context) (wait time.Duration, ok bool) {
 	m.mu.Lock()
-	timeout := m.timeout
+	timeout, interval := m.timeout, m.interval
 	m.mu.Unlock()
 
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	resp, err := m.cfg.Identity.Probe(pctx, &csi.ProbeRequest{})
 	cancel()
 	if ctx.Err() != nil {
-		return // shutting down: the result says nothing about the plugin
+		return 0, false // shutting down: the result says nothing about the plugin
 	}
 	state, desc := Classify(resp, err, timeout)
+	wait = interval
+	if m.cfg.Pace != nil {
+		p := m.cfg.Pace(err, interval)
+		if p.Wait > 0 {
+			wait = p.Wait
+		}
+		if p.Description != "" {
+			desc = p.Description
+		}
+		if p.Backoff {
+			// Drop the kick the failure itself caused; see Pace.Backoff.
+			select {
+			case <-m.kick:
+			default:
+			}
+		}
+	}
 
 	now := m.cfg.Now()
 	m.mu.Lock()
@@ -185,6 +227,7 @@ func (m *Monitor) probe(ctx context.Context) {
 		m.log.Debug("health changed", "state", string(state), "description", desc)
 	}
 	m.cfg.OnProbe(h, transition)
+	return wait, true
 }
 
 // Classify turns one Probe answer into a health state and description:

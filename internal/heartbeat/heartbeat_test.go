@@ -594,3 +594,165 @@ func TestCancelDuringProbeReportsNothing(t *testing.T) {
 		t.Fatalf("state after an aborted probe = %s, want unknown", got)
 	}
 }
+
+// probeTimes records when each probe reached the plugin.
+type probeTimes struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (p *probeTimes) add() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.times = append(p.times, time.Now())
+}
+
+func (p *probeTimes) all() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.times...)
+}
+
+func TestPaceDecidesTheNextProbe(t *testing.T) {
+	cases := []struct {
+		name     string
+		interval time.Duration
+		pace     Pace
+		// kick makes the plugin call ProbeNow during every probe, as a
+		// connection broken by the failing probe does.
+		kick     bool
+		wantDesc string
+		// The gap between the first two probes is at least minGap and below
+		// maxGap.
+		minGap, maxGap time.Duration
+	}{
+		{
+			name:     "longer wait and description",
+			interval: 20 * time.Millisecond,
+			pace:     Pace{Wait: 300 * time.Millisecond, Description: "backing off"},
+			wantDesc: "backing off",
+			minGap:   300 * time.Millisecond, maxGap: time.Hour,
+		},
+		{
+			name:     "zero wait means the interval",
+			interval: 200 * time.Millisecond,
+			pace:     Pace{},
+			wantDesc: "probe failed: Internal: broken",
+			minGap:   200 * time.Millisecond, maxGap: time.Hour,
+		},
+		{
+			name:     "a kick caused by the failure does not cut a backoff short",
+			interval: 20 * time.Millisecond,
+			pace:     Pace{Wait: 300 * time.Millisecond, Backoff: true},
+			kick:     true,
+			wantDesc: "probe failed: Internal: broken",
+			minGap:   300 * time.Millisecond, maxGap: time.Hour,
+		},
+		{
+			name:     "a backoff at the interval also drops the kick",
+			interval: 300 * time.Millisecond,
+			pace:     Pace{Backoff: true},
+			kick:     true,
+			wantDesc: "probe failed: Internal: broken",
+			minGap:   300 * time.Millisecond, maxGap: time.Hour,
+		},
+		{
+			name:     "a longer wait alone does not drop the kick",
+			interval: 20 * time.Millisecond,
+			pace:     Pace{Wait: time.Hour},
+			kick:     true,
+			wantDesc: "probe failed: Internal: broken",
+			minGap:   0, maxGap: 10 * time.Second,
+		},
+		{
+			name:     "without a backoff a kick probes at once",
+			interval: time.Hour,
+			pace:     Pace{},
+			kick:     true,
+			wantDesc: "probe failed: Internal: broken",
+			minGap:   0, maxGap: 10 * time.Second,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPlugin(t)
+			var times probeTimes
+			var mu sync.Mutex
+			var m *Monitor
+			p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
+				func(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+					times.add()
+					if tc.kick {
+						mu.Lock()
+						m.ProbeNow()
+						mu.Unlock()
+					}
+					return nil, status.Error(codes.Internal, "broken")
+				}).AnyTimes()
+			p.start()
+			c := p.client()
+
+			var paceErrs []error
+			var paceMu sync.Mutex
+			var r recorder
+			mu.Lock()
+			m = r.start(t, Config{
+				Identity: c.Identity, Interval: tc.interval, Timeout: tc.interval,
+				Pace: func(err error, interval time.Duration) Pace {
+					paceMu.Lock()
+					defer paceMu.Unlock()
+					paceErrs = append(paceErrs, err)
+					if interval != tc.interval {
+						t.Errorf("Pace got interval %s, want %s", interval, tc.interval)
+					}
+					return tc.pace
+				},
+			})
+			mu.Unlock()
+			testutil.WaitFor(t, 10*time.Second, "two probes", func() bool { return len(times.all()) >= 2 })
+			got := times.all()
+			if gap := got[1].Sub(got[0]); gap < tc.minGap || gap >= tc.maxGap {
+				t.Errorf("gap between the first two probes = %s, want [%s, %s)", gap, tc.minGap, tc.maxGap)
+			}
+			first := r.waitForState(t, 0, Unhealthy)
+			if first.health.Description != tc.wantDesc {
+				t.Errorf("description = %q, want %q", first.health.Description, tc.wantDesc)
+			}
+			paceMu.Lock()
+			defer paceMu.Unlock()
+			if len(paceErrs) == 0 || status.Code(paceErrs[0]) != codes.Internal {
+				t.Errorf("Pace got errors %v, want the probe's Internal error", paceErrs)
+			}
+		})
+	}
+}
+
+func TestPaceSeesSuccessAsNil(t *testing.T) {
+	p := newPlugin(t)
+	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(false), nil).AnyTimes()
+	p.start()
+	c := p.client()
+	got := make(chan error, 1)
+	var r recorder
+	r.start(t, Config{
+		Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second,
+		Pace: func(err error, _ time.Duration) Pace {
+			select {
+			case got <- err:
+			default:
+			}
+			return Pace{}
+		},
+	})
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("Pace got %v for a probe the plugin answered (not ready), want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Pace not called within 10s")
+	}
+	if res := r.waitForState(t, 0, Unhealthy); res.health.Description != "plugin reports not ready" {
+		t.Errorf("description = %q, want Classify's", res.health.Description)
+	}
+}

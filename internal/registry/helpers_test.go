@@ -2,8 +2,10 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,8 +18,37 @@ import (
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
+// testPluginBin is csi-testplugin, built once by TestMain, for tests that
+// need a plugin process to stop with SIGSTOP.
+var testPluginBin string
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	dir, err := os.MkdirTemp("", "csisupd-registry-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "temp dir:", err)
+		os.Exit(1)
+	}
+	testPluginBin = filepath.Join(dir, "csi-testplugin")
+	const pkg = "github.com/csisupd/csisupd/internal/testplugin/cmd/csi-testplugin"
+	if out, err := exec.Command("go", "build", "-o", testPluginBin, pkg).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(cleanupM{m, dir}) // exits
+}
+
+// cleanupM removes the binaries after the tests, before goleak's check
+// exits the process.
+type cleanupM struct {
+	m   *testing.M
+	dir string
+}
+
+func (c cleanupM) Run() int {
+	code := c.m.Run()
+	_ = os.RemoveAll(c.dir)
+	return code
 }
 
 // testLogger logs through t when -v is given, else discards.

@@ -14,8 +14,11 @@ import (
 	"github.com/csisupd/csisupd/internal/csiclient"
 )
 
-// ManagerConfig configures a Manager. Every duration is required; the
-// defaults live in the config package.
+// DefaultStopTimeout is ManagerConfig.StopTimeout when it is zero.
+const DefaultStopTimeout = 2 * time.Second
+
+// ManagerConfig configures a Manager. Every duration but StopTimeout is
+// required; the defaults live in the config package.
 type ManagerConfig struct {
 	// PluginDir is the directory plugins put their sockets in. It is
 	// created (mode 0755) when missing, and again if it is removed.
@@ -26,8 +29,11 @@ type ManagerConfig struct {
 	// ProbeInterval is the time between two probes of a plugin. It also
 	// caps the redial and fingerprint retry backoff.
 	ProbeInterval time.Duration
-	// ProbeTimeout bounds one probe and one fingerprint; at most
-	// ProbeInterval.
+	// ProbeTimeout bounds one probe and one fingerprint, and every write
+	// to a plugin (csiclient.Config.WriteTimeout): a plugin that stops
+	// reading fails the call instead of holding it. At most ProbeInterval.
+	// A new value (SetTiming) bounds the writes of supervisors started
+	// after it (new plugin instances); running ones keep theirs.
 	ProbeTimeout time.Duration
 	// FingerprintInterval is the time between two fingerprints of a
 	// healthy plugin.
@@ -37,6 +43,18 @@ type ManagerConfig struct {
 	DeregisterGrace time.Duration
 	// RescanInterval is the period of the backstop rescan of PluginDir.
 	RescanInterval time.Duration
+	// StopTimeout bounds the wait for a supervisor being stopped (its
+	// socket was removed or replaced), and for all of them together when
+	// Run returns. A supervisor still running then is abandoned: logged
+	// at warn and counted (AbandonedSupervisors). Zero means
+	// DefaultStopTimeout.
+	StopTimeout time.Duration
+	// MaxPluginMessageSize caps one reply from a plugin on the
+	// supervisor's connection, in bytes (csiclient.Config.MaxMessageSize);
+	// a larger reply is a protocol violation, and the plugin is backed
+	// off. Zero means csiclient's default (4 MiB). The agent sets it from
+	// client.max_plugin_message_size.
+	MaxPluginMessageSize int
 	// Registry is the store to fill. Nil creates a new one.
 	Registry *Registry
 	// Logger receives the manager's logs. Nil discards them.
@@ -57,6 +75,12 @@ func (c *ManagerConfig) validate() error {
 	}
 	if c.RescanInterval <= 0 {
 		errs = append(errs, fmt.Errorf("registry: RescanInterval must be positive, got %s", c.RescanInterval))
+	}
+	if c.StopTimeout < 0 {
+		errs = append(errs, fmt.Errorf("registry: StopTimeout must not be negative, got %s", c.StopTimeout))
+	}
+	if c.MaxPluginMessageSize < 0 {
+		errs = append(errs, fmt.Errorf("registry: MaxPluginMessageSize must not be negative, got %d", c.MaxPluginMessageSize))
 	}
 	return errors.Join(errs...)
 }
@@ -89,6 +113,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = New(Config{Logger: cfg.Logger})
 	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = DefaultStopTimeout
+	}
 	return &Manager{
 		cfg: cfg,
 		log: cfg.Logger,
@@ -101,7 +128,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 				ProbeTimeout:        cfg.ProbeTimeout,
 				FingerprintInterval: cfg.FingerprintInterval,
 			},
-			Logger: cfg.Logger,
+			StopTimeout:    cfg.StopTimeout,
+			MaxMessageSize: cfg.MaxPluginMessageSize,
+			Logger:         cfg.Logger,
 		}),
 		ready: make(chan struct{}),
 	}, nil
@@ -116,6 +145,7 @@ func (m *Manager) Ready() <-chan struct{} { return m.ready }
 
 // Run restores the registry from the data directory, then watches,
 // supervises and persists until ctx ends. It then stops every supervisor,
+// waiting for them for at most StopTimeout whatever the plugins do,
 // saves the registry and returns nil. It returns an error when it cannot
 // start: the plugin directory cannot be created or watched, or the data
 // directory is unusable. Run may be called once.
@@ -157,9 +187,16 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
+// AbandonedSupervisors returns how many plugin supervisors did not stop
+// within StopTimeout and were left behind. Each still holds a goroutine
+// and the connection to a plugin that does not let go; a growing count
+// means plugins that hang the agent's calls.
+func (m *Manager) AbandonedSupervisors() uint64 { return m.rec.abandonedCount() }
+
 // SetTiming applies new probe and fingerprint timing (a configuration
 // reload) to every running supervisor and to those started later. The redial
-// backoff of existing connections keeps its old cap.
+// backoff and the write timeout of existing connections keep their old
+// values.
 func (m *Manager) SetTiming(probeInterval, probeTimeout, fingerprintInterval time.Duration) error {
 	t := timing{ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, FingerprintInterval: fingerprintInterval}
 	if err := t.validate(); err != nil {

@@ -36,6 +36,9 @@ func TestNewManagerValidates(t *testing.T) {
 		{"no fingerprint interval", func(c *ManagerConfig) { c.FingerprintInterval = 0 }, "fingerprint interval"},
 		{"negative grace", func(c *ManagerConfig) { c.DeregisterGrace = -time.Second }, "DeregisterGrace"},
 		{"no rescan interval", func(c *ManagerConfig) { c.RescanInterval = 0 }, "RescanInterval"},
+		{"stop timeout and message cap", func(c *ManagerConfig) { c.StopTimeout, c.MaxPluginMessageSize = time.Second, 1<<10 }, ""},
+		{"negative stop timeout", func(c *ManagerConfig) { c.StopTimeout = -time.Second }, "StopTimeout must not be negative, got -1s"},
+		{"negative message cap", func(c *ManagerConfig) { c.MaxPluginMessageSize = -1 }, "MaxPluginMessageSize must not be negative, got -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +67,35 @@ func TestNewManagerReportsEveryProblem(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error = %v, want it to mention %s", err, want)
 		}
+	}
+}
+
+func TestManagerPassesBoundsOn(t *testing.T) {
+	tests := []struct {
+		name            string
+		stopTimeout     time.Duration
+		maxMessage      int
+		wantStopTimeout time.Duration
+	}{
+		{"defaults", 0, 0, DefaultStopTimeout},
+		{"given", 300 * time.Millisecond, 64 << 10, 300 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validManagerConfig("plugins")
+			cfg.StopTimeout, cfg.MaxPluginMessageSize = tt.stopTimeout, tt.maxMessage
+			m, err := NewManager(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.rec.stopTimeout != tt.wantStopTimeout || m.rec.maxMessage != tt.maxMessage {
+				t.Errorf("reconciler stop timeout %s, message cap %d; want %s, %d",
+					m.rec.stopTimeout, m.rec.maxMessage, tt.wantStopTimeout, tt.maxMessage)
+			}
+			if got := m.AbandonedSupervisors(); got != 0 {
+				t.Errorf("AbandonedSupervisors() = %d before Run", got)
+			}
+		})
 	}
 }
 

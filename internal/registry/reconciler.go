@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,7 +17,13 @@ type reconcilerConfig struct {
 	Registry *Registry
 	Grace    time.Duration
 	Timing   timing
-	Logger   hclog.Logger
+	// StopTimeout bounds the wait for one stopping supervisor, and for all
+	// of them at shutdown.
+	StopTimeout time.Duration
+	// MaxMessageSize caps one reply from a plugin; zero is csiclient's
+	// default.
+	MaxMessageSize int
+	Logger         hclog.Logger
 }
 
 // gone is a plugin whose socket is no longer in the desired set.
@@ -40,33 +47,64 @@ type gone struct {
 //     long; a socket back within the grace cancels that;
 //   - a record restored from disk without a socket is deregistered after
 //     the grace period too.
+//
+// It never waits for a plugin: starting a supervisor dials nothing, and a
+// supervisor to stop leaves the live set at once and is stopped in the
+// background (see retire), so a plugin that stopped reading cannot hold up
+// discovery, deregistration or shutdown. A supervisor that does not stop
+// within StopTimeout is abandoned: logged and counted, never waited for
+// again.
 type reconciler struct {
-	reg   *Registry
-	grace time.Duration
-	log   hclog.Logger
+	reg         *Registry
+	grace       time.Duration
+	stopTimeout time.Duration
+	maxMessage  int
+	log         hclog.Logger
 
 	// gone is touched only by the run goroutine.
 	gone map[string]gone
 
-	mu     sync.Mutex // guards timing and sups; held only briefly
+	// stopping counts the background stops in progress; each ends by its
+	// deadline.
+	stopping  sync.WaitGroup
+	abandoned atomic.Uint64
+
+	mu     sync.Mutex // guards timing, transport and sups; held only briefly
 	timing timing
 	sups   map[string]*supervisor
+	// transport is shared by the supervision connections of the plugins
+	// started with the current timing: writes to a plugin are bounded by
+	// the probe timeout, replies by maxMessage.
+	transport *csiclient.Transport
+}
+
+// newTransport is the supervision transport for timing t.
+func (r *reconciler) newTransport(t timing) *csiclient.Transport {
+	return csiclient.NewTransport(csiclient.TransportConfig{WriteTimeout: t.ProbeTimeout, MaxMessageSize: r.maxMessage})
 }
 
 func newReconciler(cfg reconcilerConfig) *reconciler {
-	return &reconciler{
-		reg:    cfg.Registry,
-		grace:  cfg.Grace,
-		log:    cfg.Logger,
-		gone:   make(map[string]gone),
-		timing: cfg.Timing,
-		sups:   make(map[string]*supervisor),
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = DefaultStopTimeout
 	}
+	r := &reconciler{
+		reg:         cfg.Registry,
+		grace:       cfg.Grace,
+		stopTimeout: cfg.StopTimeout,
+		maxMessage:  cfg.MaxMessageSize,
+		log:         cfg.Logger,
+		gone:        make(map[string]gone),
+		timing:      cfg.Timing,
+		sups:        make(map[string]*supervisor),
+	}
+	r.transport = r.newTransport(cfg.Timing)
+	return r
 }
 
 // run reconciles every desired state from updates and every expired grace
-// period until ctx ends, then stops all supervisors and waits for them.
-// ready is closed after the first desired state has been reconciled.
+// period until ctx ends, then stops all supervisors, waiting for them for
+// at most StopTimeout. ready is closed after the first desired state has
+// been reconciled.
 func (r *reconciler) run(ctx context.Context, updates <-chan desiredState, ready chan<- struct{}) {
 	defer r.stopAll()
 
@@ -117,8 +155,11 @@ func (r *reconciler) reconcile(ctx context.Context, desired map[string]SocketID,
 		if old != nil {
 			r.log.Info("plugin socket replaced; restarting its supervisor", "plugin", id,
 				"old", old.inst.String(), "new", inst.String())
+			// The new instance starts now, not when the old one has
+			// stopped; the old one is fenced before the new one starts,
+			// so it cannot write over the new record.
 			r.removeSupervisor(id, old)
-			old.stop()
+			r.retire(old, time.Now().Add(r.stopTimeout))
 		}
 		r.startSupervisor(ctx, id, inst)
 	}
@@ -170,8 +211,10 @@ func (r *reconciler) reconcile(ctx context.Context, desired map[string]SocketID,
 		s := r.sups[id]
 		r.mu.Unlock()
 		if s != nil {
+			// Fenced before the record goes, so it cannot register
+			// again; stopped in the background.
 			r.removeSupervisor(id, s)
-			s.stop()
+			r.retire(s, time.Now().Add(r.stopTimeout))
 		}
 		reason := fmt.Sprintf("socket %s removed %s ago", g.inst.Path, r.grace)
 		if g.restored {
@@ -191,11 +234,12 @@ func (r *reconciler) startSupervisor(ctx context.Context, id string, inst Socket
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, err := startSupervisor(ctx, supervisorConfig{
-		ID:       id,
-		Instance: inst,
-		Registry: r.reg,
-		Timing:   r.timing,
-		Logger:   r.log.Named(id),
+		ID:        id,
+		Instance:  inst,
+		Registry:  r.reg,
+		Timing:    r.timing,
+		Transport: r.transport,
+		Logger:    r.log.Named(id),
 	})
 	if err != nil {
 		// Retried with the next desired state (at the latest, the next rescan).
@@ -215,19 +259,42 @@ func (r *reconciler) removeSupervisor(id string, s *supervisor) {
 	}
 }
 
-// stopAll stops every supervisor at once and waits for all of them.
+// retire stops s, which has left the live set, in the background: it
+// closes s's connection and cancels it now (beginStop never waits for the
+// plugin) and waits for it until deadline on a goroutine of its own, then
+// abandons it.
+func (r *reconciler) retire(s *supervisor, deadline time.Time) {
+	s.beginStop()
+	r.stopping.Go(func() {
+		if s.awaitStop(deadline) {
+			return
+		}
+		r.abandoned.Add(1)
+		r.log.Warn("plugin supervisor did not stop in time; abandoned", "plugin", s.id,
+			"socket", s.inst.Path, "timeout", r.stopTimeout)
+	})
+}
+
+// stopAll stops every supervisor at once and waits for all of them, and for
+// the stops already in progress, for at most StopTimeout in all: every
+// connection is closed and every supervisor cancelled first, then they
+// share one deadline, and whatever has not stopped by then is abandoned.
 func (r *reconciler) stopAll() {
+	deadline := time.Now().Add(r.stopTimeout)
 	r.mu.Lock()
 	sups := r.sups
 	r.sups = make(map[string]*supervisor)
 	r.mu.Unlock()
 	for _, s := range sups {
-		s.signalStop()
+		r.retire(s, deadline)
 	}
-	for _, s := range sups {
-		s.wait()
-	}
+	// Bounded: each stop ends by its own deadline, none later than this
+	// one.
+	r.stopping.Wait()
 }
+
+// abandonedCount returns how many supervisors did not stop in time.
+func (r *reconciler) abandonedCount() uint64 { return r.abandoned.Load() }
 
 // lookup returns the live connection of plugin id's supervisor.
 func (r *reconciler) lookup(id string) (*csiclient.Client, bool) {
@@ -243,6 +310,12 @@ func (r *reconciler) lookup(id string) (*csiclient.Client, bool) {
 // setTiming applies new timing to every supervisor and to future ones.
 func (r *reconciler) setTiming(t timing) {
 	r.mu.Lock()
+	if t.ProbeTimeout != r.timing.ProbeTimeout {
+		// Plugins started from now on get writes bounded by the new
+		// timeout; running connections keep theirs until the plugin's
+		// next instance.
+		r.transport = r.newTransport(t)
+	}
 	r.timing = t
 	sups := make([]*supervisor, 0, len(r.sups))
 	for _, s := range r.sups {

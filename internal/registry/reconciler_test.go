@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -18,7 +20,7 @@ import (
 func newTestReconciler(t *testing.T, grace time.Duration) (*reconciler, *Registry, context.Context) {
 	t.Helper()
 	reg := New(Config{})
-	r := newReconciler(reconcilerConfig{Registry: reg, Grace: grace, Timing: fastTiming, Logger: testLogger(t)})
+	r := newReconciler(reconcilerConfig{Registry: reg, Grace: grace, Timing: fastTiming, StopTimeout: 200 * time.Millisecond, Logger: testLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
@@ -97,10 +99,16 @@ func TestReconcilerGracePeriod(t *testing.T) {
 	if supervisorOf(r, "a") != nil {
 		t.Error("supervisor still running after deregistration")
 	}
+	// Stopped in the background, not by reconcile itself.
+	testutil.WaitFor(t, 10*time.Second, "the deregistered plugin's supervisor stopped", func() bool { return isClosed(s.done) })
+}
+
+func isClosed(c <-chan struct{}) bool {
 	select {
-	case <-s.done:
+	case <-c:
+		return true
 	default:
-		t.Error("deregistered plugin's supervisor was not stopped")
+		return false
 	}
 }
 
@@ -122,11 +130,7 @@ func TestReconcilerRestartsOnNewSocketIdentity(t *testing.T) {
 	if s2 == nil || s2 == s1 || s2.inst != renewed {
 		t.Fatalf("supervisor after replacement = %+v, want a new one for %v", s2, renewed)
 	}
-	select {
-	case <-s1.done:
-	default:
-		t.Error("old supervisor still running")
-	}
+	testutil.WaitFor(t, 10*time.Second, "old supervisor stopped", func() bool { return isClosed(s1.done) })
 	testutil.WaitFor(t, 10*time.Second, "record of the new instance", func() bool {
 		p, _ := reg.Get("a")
 		return p.Instance == renewed
@@ -183,4 +187,192 @@ func TestReconcilerZeroGraceDeregistersAtOnce(t *testing.T) {
 	if _, found := reg.Get("a"); found {
 		t.Error("plugin a still registered with a zero grace")
 	}
+}
+
+// hangStop makes the stop of plugin id's supervisor hang, as closing a
+// connection whose writer is stuck on a plugin that does not read does,
+// until the returned release is called (also at the end of the test). It
+// returns the supervisor. The hook is set under the reconciler's lock,
+// which the reconciler takes before it stops a supervisor.
+func hangStop(t *testing.T, r *reconciler, id string) (*supervisor, func()) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sups[id]
+	if s == nil {
+		t.Fatalf("no supervisor for %s", id)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	closeConn := s.closeConn
+	s.closeConn = func() error {
+		<-release
+		return closeConn()
+	}
+	releaseFn := func() {
+		once.Do(func() { close(release) })
+		s.beginStop() // when the test failed before stopping it
+		// Let the abandoned supervisor finish before goleak looks.
+		testutil.WaitFor(t, 10*time.Second, "the released supervisor stopped", func() bool {
+			return isClosed(s.done) && isClosed(s.closed)
+		})
+	}
+	t.Cleanup(releaseFn)
+	return s, releaseFn
+}
+
+// reconcileWithin runs one reconcile and fails the test unless it returns
+// within bound: the reconciler must never wait for a plugin.
+func reconcileWithin(t *testing.T, r *reconciler, ctx context.Context, bound time.Duration, desired map[string]SocketID, now time.Time) {
+	t.Helper()
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		r.reconcile(ctx, desired, now)
+	}()
+	select {
+	case <-done:
+		t.Logf("reconcile took %s", time.Since(start))
+	case <-time.After(bound):
+		t.Fatalf("reconcile did not return within %s: it waits for a stuck supervisor", bound)
+	}
+}
+
+func TestReconcilerNeverWaitsForAStuckSupervisor(t *testing.T) {
+	tests := []struct {
+		name string
+		// next is the desired state after the stuck supervisor's socket
+		// changed, and when.
+		next func(dir string) map[string]SocketID
+		at   time.Duration
+		// wantInstance is a's record afterwards, or nil for none.
+		wantInstance func(next map[string]SocketID) *SocketID
+	}{
+		{
+			name: "socket replaced",
+			next: func(dir string) map[string]SocketID {
+				return map[string]SocketID{
+					"a": {Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 2},
+					"b": {Path: filepath.Join(dir, "b.sock"), Inode: 3},
+				}
+			},
+			wantInstance: func(next map[string]SocketID) *SocketID { si := next["a"]; return &si },
+		},
+		{
+			name: "socket removed past the grace period",
+			next: func(dir string) map[string]SocketID {
+				return map[string]SocketID{"b": {Path: filepath.Join(dir, "b.sock"), Inode: 3}}
+			},
+			at:           time.Second, // the grace
+			wantInstance: func(map[string]SocketID) *SocketID { return nil },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, reg, ctx := newTestReconciler(t, time.Second)
+			dir := testutil.TempDir(t)
+			old := SocketID{Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 1}
+			t0 := time.Now()
+			r.reconcile(ctx, map[string]SocketID{"a": old}, t0)
+			testutil.WaitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
+			stuck, release := hangStop(t, r, "a")
+
+			next := tt.next(dir)
+			if tt.at > 0 {
+				// The grace period starts, then ends.
+				reconcileWithin(t, r, ctx, time.Second, next, t0)
+			}
+			reconcileWithin(t, r, ctx, time.Second, next, t0.Add(tt.at))
+
+			// Whatever happened to a, b is supervised at once.
+			if s := supervisorOf(r, "b"); s == nil {
+				t.Error("plugin b has no supervisor")
+			}
+			testutil.WaitFor(t, 10*time.Second, "plugin b registered", func() bool { _, ok := reg.Get("b"); return ok })
+			want := tt.wantInstance(next)
+			checkRecord := func(when string) {
+				t.Helper()
+				p, ok := reg.Get("a")
+				switch {
+				case want == nil && ok:
+					t.Errorf("%s: record of a = %+v, want none", when, p.Instance)
+				case want != nil && (!ok || p.Instance != *want):
+					t.Errorf("%s: record of a = %+v (found %v), want instance %+v", when, p.Instance, ok, *want)
+				}
+			}
+			if want != nil {
+				testutil.WaitFor(t, 10*time.Second, "the new instance's record", func() bool {
+					p, ok := reg.Get("a")
+					return ok && p.Instance == *want
+				})
+				if s := supervisorOf(r, "a"); s == nil || s == stuck || s.inst != *want {
+					t.Errorf("supervisor of a = %+v, want a new one for %+v", s, *want)
+				}
+			}
+			checkRecord("after the change")
+
+			testutil.WaitFor(t, 10*time.Second, "the stuck supervisor abandoned", func() bool { return r.abandonedCount() == 1 })
+
+			// The stuck instance is fenced: nothing it would still write
+			// reaches the registry, not even a registration, which would
+			// otherwise take the record over.
+			version := r.reg.Version()
+			if stuck.write(func() { reg.Register("a", old, nil) }) {
+				t.Error("a stopping supervisor could still write to the registry")
+			}
+			stuck.write(func() { reg.SetHealth("a", old, heartbeat.Health{State: heartbeat.Unhealthy, Description: "stale"}) })
+			if v := reg.Version(); v != version {
+				t.Errorf("the stuck supervisor changed the registry %d times", v-version)
+			}
+			checkRecord("after the stuck instance's writes")
+
+			release()
+			if got := r.abandonedCount(); got != 1 {
+				t.Errorf("abandoned = %d, want 1", got)
+			}
+		})
+	}
+}
+
+func TestReconcilerStopAllIsBounded(t *testing.T) {
+	const stopTimeout = 200 * time.Millisecond
+	r, reg, ctx := newTestReconciler(t, time.Minute)
+	dir := testutil.TempDir(t)
+	desired := map[string]SocketID{
+		"stuck": {Path: filepath.Join(dir, "stuck.sock"), Inode: 1},
+		"fine":  {Path: filepath.Join(dir, "fine.sock"), Inode: 2},
+	}
+	r.reconcile(ctx, desired, time.Now())
+	for id := range desired {
+		testutil.WaitFor(t, 10*time.Second, id+" registered", func() bool { _, ok := reg.Get(id); return ok })
+	}
+	stuck, release := hangStop(t, r, "stuck")
+	fine := supervisorOf(r, "fine")
+
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.stopAll()
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopTimeout + slack):
+		release() // lets stopAll, and the test, end
+		t.Fatalf("stopAll did not return within %s while a supervisor hangs", stopTimeout+slack)
+	}
+	took := time.Since(start)
+	t.Logf("stopAll took %s with a hanging supervisor (StopTimeout %s)", took, stopTimeout)
+	if took < stopTimeout {
+		t.Errorf("stopAll returned after %s, before the stop timeout: it did not wait for the hanging supervisor", took)
+	}
+	if got := r.abandonedCount(); got != 1 {
+		t.Errorf("abandoned = %d, want 1 (the hanging one)", got)
+	}
+	if !isClosed(fine.done) || !isClosed(fine.closed) {
+		t.Error("the well-behaved supervisor had not stopped when stopAll returned")
+	}
+	// Cancelled at once, though its connection does not close.
+	testutil.WaitFor(t, 10*time.Second, "the hanging supervisor's goroutine returned", func() bool { return isClosed(stuck.done) })
 }

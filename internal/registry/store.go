@@ -96,13 +96,14 @@ type Registry struct {
 	mu       sync.Mutex
 	plugins  map[string]*Plugin
 	ignored  []Ignored
-	events   []Event // ring buffer
-	next     int     // ring position of the next event
-	full     bool
-	index    uint64 // index of the latest event
 	version  uint64 // bumped on every visible change, events or not
 	subs     map[*Subscription]struct{}
 	modified chan struct{} // closed and replaced on every change; for waiters
+
+	// ev is the event ring. It has its own lock, taken inside mu by
+	// writers and alone by readers, so that hundreds of event streams
+	// reading it never queue behind plugin writes on mu.
+	ev eventRing
 }
 
 // New returns an empty registry.
@@ -120,9 +121,9 @@ func New(cfg Config) *Registry {
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		plugins:  make(map[string]*Plugin),
-		events:   make([]Event, cfg.EventBuffer),
 		subs:     make(map[*Subscription]struct{}),
 		modified: make(chan struct{}),
+		ev:       eventRing{buf: make([]Event, cfg.EventBuffer), next: make(chan struct{})},
 	}
 }
 
@@ -287,34 +288,116 @@ func (r *Registry) Version() uint64 {
 	return r.version
 }
 
-// Events returns buffered events with an index greater than after, oldest
-// first, and the index of the latest event. When the buffer no longer holds
-// every event after `after`, the oldest buffered ones are returned.
-func (r *Registry) Events(after uint64) ([]Event, uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []Event
-	n := len(r.events)
-	start, count := 0, r.next
-	if r.full {
-		start, count = r.next, n
-	}
-	for i := 0; i < count; i++ {
-		e := r.events[(start+i)%n]
-		if e.Index > after {
-			out = append(out, e)
-		}
-	}
-	return out, r.index
+// eventRing keeps the latest len(buf) events. Indexes are consecutive from
+// 1, so the event with index i sits at buf[(i-1) % len(buf)] and a read
+// finds its start by arithmetic, without scanning the ring.
+type eventRing struct {
+	mu     sync.RWMutex
+	buf    []Event
+	latest uint64        // index of the latest event; 0 before the first
+	next   chan struct{} // closed and replaced when an event is emitted
 }
 
-// LastEvents returns up to n of the most recent events, oldest first.
-func (r *Registry) LastEvents(n int) []Event {
-	all, _ := r.Events(0)
-	if n >= 0 && len(all) > n {
-		all = all[len(all)-n:]
+// oldestLocked is the index of the oldest buffered event, or latest+1 when
+// the ring is empty.
+func (g *eventRing) oldestLocked() uint64 {
+	if n := uint64(len(g.buf)); g.latest > n {
+		return g.latest - n + 1
 	}
-	return all
+	return 1
+}
+
+// DefaultEventBatch is a sensible limit for EventsAfter: a batch of 32 events
+// is about 2.5 KiB however long the backlog is.
+const DefaultEventBatch = 32
+
+// EventsAfter returns at most limit buffered events with an index greater
+// than after, oldest first, together with the index range the ring holds:
+// oldest is the index of the oldest buffered event (latest+1 when none is
+// buffered) and latest the index of the latest event (0 before the first).
+//
+// When after+1 < oldest, the events after+1 to oldest-1 were overwritten
+// before the caller read them; the batch then starts at oldest. Callers
+// that must not miss events compare after+1 with oldest themselves.
+//
+// The work and the memory are proportional to limit, never to the backlog:
+// a stream reads the backlog batch by batch. limit <= 0 copies nothing
+// and only reports the range.
+func (r *Registry) EventsAfter(after uint64, limit int) (events []Event, oldest, latest uint64) {
+	g := &r.ev
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	oldest, latest = g.oldestLocked(), g.latest
+	if limit <= 0 || after >= latest {
+		return nil, oldest, latest
+	}
+	first := max(after+1, oldest)
+	count := min(latest-first+1, uint64(limit))
+	events = make([]Event, 0, count)
+	return g.appendLocked(events, first, count), oldest, latest
+}
+
+// ReadEvents is EventsAfter into the caller's buffer: it copies at most
+// len(buf) events into buf and returns how many. A stream that follows
+// the log reuses one buffer and allocates nothing per read.
+func (r *Registry) ReadEvents(buf []Event, after uint64) (n int, oldest, latest uint64) {
+	g := &r.ev
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	oldest, latest = g.oldestLocked(), g.latest
+	if len(buf) == 0 || after >= latest {
+		return 0, oldest, latest
+	}
+	first := max(after+1, oldest)
+	count := min(latest-first+1, uint64(len(buf)))
+	return len(g.appendLocked(buf[:0], first, count)), oldest, latest
+}
+
+// appendLocked appends count events starting at index first, which must
+// be buffered.
+func (g *eventRing) appendLocked(dst []Event, first, count uint64) []Event {
+	n := uint64(len(g.buf))
+	for i := first; i < first+count; i++ {
+		dst = append(dst, g.buf[(i-1)%n])
+	}
+	return dst
+}
+
+// NextEvent returns a channel closed when the next event is emitted. Take
+// it before reading with EventsAfter, so that an event emitted in between
+// is not missed. Waiting on it never holds up the registry: emitting an
+// event only closes the channel.
+func (r *Registry) NextEvent() <-chan struct{} {
+	r.ev.mu.RLock()
+	defer r.ev.mu.RUnlock()
+	return r.ev.next
+}
+
+// Events returns every buffered event with an index greater than after,
+// oldest first, and the index of the latest event. When the buffer no
+// longer holds every event after `after`, the oldest buffered ones are
+// returned. It copies the whole backlog: a caller that follows the log
+// should read it in batches with EventsAfter instead.
+func (r *Registry) Events(after uint64) ([]Event, uint64) {
+	evs, _, latest := r.EventsAfter(after, len(r.ev.buf))
+	return evs, latest
+}
+
+// LastEvents returns up to n of the most recent events, oldest first; a
+// negative n returns every buffered event.
+func (r *Registry) LastEvents(n int) []Event {
+	g := &r.ev
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	oldest := g.oldestLocked()
+	count := g.latest + 1 - oldest
+	if n >= 0 && uint64(n) < count {
+		count = uint64(n)
+	}
+	if count == 0 {
+		return nil
+	}
+	return g.appendLocked(make([]Event, 0, count), g.latest-count+1, count)
 }
 
 // Changed returns a channel closed at the next visible change.
@@ -362,13 +445,19 @@ func (r *Registry) currentLocked(id string, inst SocketID) *Plugin {
 }
 
 func (r *Registry) emitLocked(t EventType, id, desc string) {
-	r.index++
-	e := Event{Index: r.index, Time: r.now(), Type: t, PluginID: id, Description: desc}
-	r.events[r.next] = e
-	r.next = (r.next + 1) % len(r.events)
-	if r.next == 0 {
-		r.full = true
-	}
+	g := &r.ev
+	g.mu.Lock()
+	g.latest++
+	e := Event{Index: g.latest, Time: r.now(), Type: t, PluginID: id, Description: desc}
+	g.buf[(e.Index-1)%uint64(len(g.buf))] = e
+	woken := g.next
+	g.next = make(chan struct{})
+	g.mu.Unlock()
+	// Wake every stream waiting for an event. Closing never blocks, but it
+	// readies each waiter in turn, about 0.3 ms per thousand: done on its
+	// own goroutine, that work never holds up this writer (which holds
+	// r.mu), however many streams wait.
+	go close(woken)
 	r.log.Info("plugin event", "type", string(t), "plugin", id, "description", desc)
 }
 

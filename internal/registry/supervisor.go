@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -45,18 +46,30 @@ type supervisorConfig struct {
 	Instance SocketID
 	Registry *Registry
 	Timing   timing
-	Logger   hclog.Logger
+	// Transport is the supervision transport shared by the plugins: its
+	// write timeout and reply cap bound what a plugin can make the
+	// supervisor wait for or read. Nil gives the plugin csiclient's
+	// defaults.
+	Transport *csiclient.Transport
+	Logger    hclog.Logger
 }
 
 // supervisor runs one plugin instance: it fingerprints the plugin until it
 // answers, registers it, probes it with a heartbeat.Monitor and
 // fingerprints it again every FingerprintInterval and after every recovery.
-// It is the only writer of its plugin's health.
+// It is the only writer of its plugin's health, until it is stopped: from
+// then on nothing it learns reaches the registry (see beginStop).
+//
+// A plugin that violates the gRPC protocol is backed off: consecutive
+// violations space its probes (through the monitor's Pace) and its
+// fingerprints exponentially, up to maxViolationBackoff, and its health
+// description says why.
 //
 // A supervisor costs one goroutine: the monitor's probe loop also does the
 // refingerprinting, and a broken connection is reported by the connection
 // itself (csiclient's OnDisconnect), not by a watcher goroutine. Thousands
-// of plugins per node stay cheap.
+// of plugins per node stay cheap. Stopping costs one more, briefly, to
+// close the connection.
 type supervisor struct {
 	id     string
 	inst   SocketID
@@ -67,12 +80,36 @@ type supervisor struct {
 	fpClients fingerprint.Clients
 	cancel    context.CancelFunc
 	done      chan struct{} // closed when the supervisor's goroutine returned
+	// closed is closed when closeConn returned.
+	closed chan struct{}
+	// closeConn closes the plugin connection: client.Close, which tests
+	// replace with one that hangs.
+	closeConn func() error
+	stopOnce  sync.Once
 
-	// Only the monitor's goroutine (onProbe) touches these two.
+	// fenceMu orders the registry writes with beginStop: once fenced,
+	// the supervisor writes nothing more, so an old instance that stops
+	// slowly can never take its successor's record back (Register of a
+	// known id with another instance takes the record over).
+	fenceMu sync.Mutex
+	fenced  bool
+
+	// Only the supervisor's goroutine (run, and within the monitor onProbe
+	// and pace) touches these.
 	lastState       heartbeat.State
 	lastFingerprint time.Time // of the latest successful fingerprint
+	refingerprint   bool      // a fingerprint is due (the plugin recovered)
+	fpRetryAt       time.Time // no fingerprint before then: backing off
+	// fpViolation says why refingerprints of a healthy plugin are backed
+	// off, for its health description; "" when they are not.
+	fpViolation  string
+	probeBackoff violationBackoff
+	fpBackoff    violationBackoff
 
-	closeOnce sync.Once
+	// backingOff is set while probes are backed off for a protocol
+	// violation; a broken connection then asks for no probe, which would
+	// cut the backoff short. Read by csiclient's reader goroutine.
+	backingOff atomic.Bool
 
 	mu     sync.Mutex
 	timing timing
@@ -87,6 +124,10 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 		Socket:       cfg.Instance.Path,
 		MaxBackoff:   cfg.Timing.ProbeInterval,
 		OnDisconnect: s.onDisconnect,
+		// Bounded replies and writes (the transport's limits): a plugin
+		// that sends too much or stops reading must not hold the
+		// supervisor.
+		Transport: cfg.Transport,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: %w", cfg.ID, err)
@@ -107,32 +148,67 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 			Controller: csi.NewControllerClient(cc),
 			Node:       csi.NewNodeClient(cc),
 		},
-		cancel:    cancel,
-		done:      make(chan struct{}),
-		lastState: heartbeat.Unknown,
-		timing:    cfg.Timing,
+		cancel:       cancel,
+		done:         make(chan struct{}),
+		closed:       make(chan struct{}),
+		closeConn:    client.Close,
+		lastState:    heartbeat.Unknown,
+		probeBackoff: violationBackoff{what: "probe"},
+		fpBackoff:    violationBackoff{what: "fingerprint"},
+		timing:       cfg.Timing,
 	}
 	go s.run(ctx)
 	return s, nil
 }
 
-// signalStop asks the supervisor to stop without waiting.
-func (s *supervisor) signalStop() { s.cancel() }
-
-// wait waits until the supervisor stopped, then closes its connection.
-func (s *supervisor) wait() {
-	<-s.done
-	s.closeOnce.Do(func() {
-		if err := s.client.Close(); err != nil {
-			s.log.Debug("closing plugin connection", "error", err)
-		}
+// beginStop stops the supervisor without waiting for anything a plugin
+// controls. It fences the supervisor's registry writes, closes the plugin
+// connection first, so that calls blocked on the plugin (a write to a
+// plugin that stopped reading) fail instead of waiting for it, then cancels
+// the supervisor. The close runs on its own goroutine because it can block
+// as well: the connection's lock may be held by the very write that is
+// stuck. It may be called again.
+func (s *supervisor) beginStop() {
+	s.stopOnce.Do(func() {
+		s.fenceMu.Lock()
+		s.fenced = true
+		s.fenceMu.Unlock()
+		go func() {
+			defer close(s.closed)
+			if err := s.closeConn(); err != nil {
+				s.log.Debug("closing plugin connection", "error", err)
+			}
+		}()
+		s.cancel()
 	})
 }
 
-// stop stops the supervisor and waits for it. It may be called again.
-func (s *supervisor) stop() {
-	s.signalStop()
-	s.wait()
+// awaitStop waits until the supervisor's goroutine returned and its
+// connection is closed, or until deadline. It reports whether both
+// happened.
+func (s *supervisor) awaitStop(deadline time.Time) bool {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for _, c := range []chan struct{}{s.done, s.closed} {
+		select {
+		case <-c:
+		case <-timer.C:
+			return false
+		}
+	}
+	return true
+}
+
+// write runs f, a registry write, unless the supervisor is stopping. It
+// reports whether f ran.
+func (s *supervisor) write(f func()) bool {
+	s.fenceMu.Lock()
+	defer s.fenceMu.Unlock()
+	if s.fenced {
+		return false
+	}
+	f()
+	return true
 }
 
 // setTiming applies new probe and fingerprint timing.
@@ -149,8 +225,13 @@ func (s *supervisor) setTiming(t timing) {
 }
 
 // onDisconnect runs on gRPC's reader goroutine the moment the plugin's
-// connection breaks: probe now instead of at the next interval.
+// connection breaks: probe now instead of at the next interval, unless
+// probes are backed off: the plugin is known to be broken, and probing it
+// at once is what the backoff is there to prevent.
 func (s *supervisor) onDisconnect() {
+	if s.backingOff.Load() {
+		return
+	}
 	s.mu.Lock()
 	mon := s.mon
 	s.mu.Unlock()
@@ -178,6 +259,7 @@ func (s *supervisor) run(ctx context.Context) {
 		Interval: t.ProbeInterval,
 		Timeout:  t.ProbeTimeout,
 		OnProbe:  func(h heartbeat.Health, transition bool) { s.onProbe(ctx, h, transition) },
+		Pace:     s.pace,
 		Logger:   s.log,
 	})
 	s.mon = mon
@@ -191,10 +273,11 @@ func (s *supervisor) run(ctx context.Context) {
 }
 
 // fingerprintUntilAnswered fingerprints the plugin, retrying with a backoff
-// capped at the probe interval, and registers it. When the first attempt
-// fails the plugin is registered at once, unhealthy with the error, so an
-// operator sees a socket that does not answer as CSI. It returns false when
-// ctx ended first.
+// capped at the probe interval (longer for a plugin that violates the gRPC
+// protocol), and registers it. When the first attempt fails the plugin is
+// registered at once, unhealthy with the error, so an operator sees a
+// socket that does not answer as CSI. It returns false when ctx ended
+// first or the supervisor is stopping.
 func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 	delay := firstFingerprintRetry
 	var since time.Time
@@ -203,36 +286,58 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+		interval := s.currentTiming().ProbeInterval
 		if err == nil {
-			s.reg.Register(s.id, s.inst, &fp)
+			s.fpBackoff.observe(nil, interval)
+			if !s.write(func() { s.reg.Register(s.id, s.inst, &fp) }) {
+				return false
+			}
 			s.log.Info("plugin fingerprinted", "socket", s.inst.Path, "type", string(fp.Type),
 				"vendor", fp.VendorName, "version", fp.VendorVersion, "node_id", fp.NodeID)
 			return true
 		}
-		now := time.Now()
-		if attempt == 1 {
-			since = now
-			s.reg.Register(s.id, s.inst, nil)
-			s.log.Warn("plugin does not answer fingerprinting; retrying", "socket", s.inst.Path, "error", err)
+		wait, why := s.fpBackoff.observe(err, interval)
+		desc := "fingerprint failed: " + err.Error()
+		if why != "" {
+			desc = "fingerprint failed: " + why
 		} else {
+			delay = min(delay, interval)
+			wait = delay
+			delay *= 2
+		}
+		now := time.Now()
+		switch {
+		case attempt == 1:
+			since = now
+			if !s.write(func() { s.reg.Register(s.id, s.inst, nil) }) {
+				return false
+			}
+			s.log.Warn("plugin does not answer fingerprinting; retrying", "socket", s.inst.Path, "error", err)
+		case why != "":
+			// Bounded by the backoff: at most one line per wait.
+			s.log.Warn("plugin violates the gRPC protocol; backing off fingerprints", "socket", s.inst.Path,
+				"violations", s.fpBackoff.violations(), "next_attempt", wait, "error", err)
+		default:
 			s.log.Debug("fingerprint failed", "attempt", attempt, "error", err)
 		}
-		s.reg.SetHealth(s.id, s.inst, heartbeat.Health{
-			State:       heartbeat.Unhealthy,
-			Description: "fingerprint failed: " + err.Error(),
-			Since:       since,
-			LastProbe:   now,
-		})
+		if !s.write(func() {
+			s.reg.SetHealth(s.id, s.inst, heartbeat.Health{
+				State:       heartbeat.Unhealthy,
+				Description: desc,
+				Since:       since,
+				LastProbe:   now,
+			})
+		}) {
+			return false
+		}
 
-		delay = min(delay, s.currentTiming().ProbeInterval)
-		timer := time.NewTimer(delay)
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return false
 		case <-timer.C:
 		}
-		delay *= 2
 	}
 }
 
@@ -260,27 +365,83 @@ func (w waitForReady) NewStream(ctx context.Context, desc *grpc.StreamDesc, meth
 	return w.ClientConnInterface.NewStream(ctx, desc, method, append(opts, grpc.WaitForReady(true))...)
 }
 
+// pace is the monitor's Pace: it backs probes off while they keep
+// violating the gRPC protocol and lets the monitor's interval rule
+// otherwise.
+func (s *supervisor) pace(err error, interval time.Duration) heartbeat.Pace {
+	wait, why := s.probeBackoff.observe(err, interval)
+	s.backingOff.Store(why != "")
+	if why == "" {
+		return heartbeat.Pace{}
+	}
+	// Bounded by the backoff: at most one line per wait.
+	s.log.Warn("plugin violates the gRPC protocol; backing off probes", "socket", s.inst.Path,
+		"violations", s.probeBackoff.violations(), "next_probe", wait, "error", err)
+	return heartbeat.Pace{Wait: wait, Backoff: true, Description: why}
+}
+
 // onProbe records a probe result, then fingerprints a healthy plugin again
-// when it just recovered (it may have been upgraded in place) or when the
+// when it recovered (it may have been upgraded in place) or when the
 // fingerprint interval has passed. A failed fingerprint is retried at the
-// next probe.
+// next probe; one that violated the gRPC protocol when its backoff ends,
+// and until then the healthy plugin's description says so.
 func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Health, transition bool) {
-	s.reg.SetHealth(s.id, s.inst, h)
-	recovered := transition && h.State == heartbeat.Healthy && s.lastState == heartbeat.Unhealthy
+	if !s.setHealth(h) {
+		return
+	}
+	if transition && h.State == heartbeat.Healthy && s.lastState == heartbeat.Unhealthy {
+		s.refingerprint = true
+	}
 	s.lastState = h.State
 	if h.State != heartbeat.Healthy {
 		return
 	}
-	if !recovered && time.Since(s.lastFingerprint) < s.currentTiming().FingerprintInterval {
+	t := s.currentTiming()
+	now := time.Now()
+	if !s.refingerprint && now.Sub(s.lastFingerprint) < t.FingerprintInterval {
+		return
+	}
+	if now.Before(s.fpRetryAt) {
 		return
 	}
 	fp, err := s.fingerprint(ctx)
 	switch {
 	case ctx.Err() != nil:
 	case err != nil:
-		s.log.Warn("fingerprint failed; retrying at the next probe", "socket", s.inst.Path, "error", err)
+		wait, why := s.fpBackoff.observe(err, t.ProbeInterval)
+		if why == "" {
+			s.log.Warn("fingerprint failed; retrying at the next probe", "socket", s.inst.Path, "error", err)
+			if s.fpViolation != "" {
+				// The series of violations ended.
+				s.fpViolation = ""
+				s.setHealth(h)
+			}
+			return
+		}
+		s.fpRetryAt = time.Now().Add(wait)
+		s.fpViolation = why
+		s.setHealth(h)
+		s.log.Warn("plugin violates the gRPC protocol; backing off fingerprints", "socket", s.inst.Path,
+			"violations", s.fpBackoff.violations(), "next_attempt", wait, "error", err)
 	default:
+		s.fpBackoff.observe(nil, t.ProbeInterval)
+		s.fpRetryAt = time.Time{}
+		s.refingerprint = false
 		s.lastFingerprint = time.Now()
-		s.reg.SetFingerprint(s.id, s.inst, fp)
+		s.write(func() { s.reg.SetFingerprint(s.id, s.inst, fp) })
+		if s.fpViolation != "" {
+			s.fpViolation = ""
+			s.setHealth(h)
+		}
 	}
+}
+
+// setHealth records h, with a healthy plugin's description saying why its
+// fingerprints are backed off, if they are: its recorded fingerprint may be
+// stale. It reports false when the supervisor is stopping.
+func (s *supervisor) setHealth(h heartbeat.Health) bool {
+	if h.State == heartbeat.Healthy && s.fpViolation != "" {
+		h.Description = "healthy, but fingerprint failed: " + s.fpViolation
+	}
+	return s.write(func() { s.reg.SetHealth(s.id, s.inst, h) })
 }

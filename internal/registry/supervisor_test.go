@@ -26,8 +26,18 @@ func superviseSocket(t *testing.T, reg *Registry, id string, si SocketID, tm tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.stop)
+	t.Cleanup(func() { stopSupervisor(t, s) })
 	return s
+}
+
+// stopSupervisor stops s and fails the test when it does not stop within
+// 10s.
+func stopSupervisor(t *testing.T, s *supervisor) {
+	t.Helper()
+	s.beginStop()
+	if !s.awaitStop(time.Now().Add(10 * time.Second)) {
+		t.Errorf("supervisor of %s did not stop within 10s", s.id)
+	}
 }
 
 func TestSupervisorRegistersAndProbes(t *testing.T) {
@@ -46,7 +56,7 @@ func TestSupervisorRegistersAndProbes(t *testing.T) {
 		t.Errorf("events = %v, want [plugin-registered plugin-healthy]", got)
 	}
 
-	s.stop()
+	stopSupervisor(t, s)
 	select {
 	case <-s.done:
 	default:
@@ -164,7 +174,7 @@ func TestSupervisorStopsWhileDialingNothing(t *testing.T) {
 	if !strings.Contains(p.Health.Description, "fingerprint failed") {
 		t.Errorf("description = %q", p.Health.Description)
 	}
-	s.stop() // goleak in TestMain checks that nothing stays behind
+	stopSupervisor(t, s) // goleak in TestMain checks that nothing stays behind
 	if _, err := net.Dial("unix", sock); err == nil {
 		t.Error("a socket appeared from nowhere")
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/csisupd/csisupd/internal/csiclient"
 )
 
 // SocketName is the socket file name inside a plugin's own directory:
@@ -137,7 +139,7 @@ func invalidIDReason(id string) string {
 }
 
 // lstatSocket returns the identity of the unix socket at path, or a reason
-// why the file there is not one.
+// why the file there is not one csisupd can connect to.
 func lstatSocket(path string) (SocketID, string, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -146,7 +148,31 @@ func lstatSocket(path string) (SocketID, string, error) {
 	if fi.Mode().Type() != fs.ModeSocket {
 		return SocketID{}, fmt.Sprintf("not a unix socket (%s)", describeMode(fi.Mode().Type())), nil
 	}
+	if reason := socketPathProblem(path); reason != "" {
+		return SocketID{}, reason, nil
+	}
 	return socketIDOf(path, fi)
+}
+
+// unixSocketPathMax is the longest path a unix socket address holds:
+// sun_path is 108 bytes on Linux, the last one a NUL.
+const unixSocketPathMax = 107
+
+// socketPathProblem returns why no connection can be made to a socket at
+// path, or "". A plugin can bind such a socket (through a relative path,
+// from its own working directory) that nobody can connect to by its full
+// path: supervising it would only ever time out, so it is reported as
+// ignored instead, with what to change.
+func socketPathProblem(path string) string {
+	err := csiclient.CheckSocketPath(path)
+	if err == nil {
+		return ""
+	}
+	if len(path) > unixSocketPathMax {
+		return fmt.Sprintf("socket path too long: %d bytes, over the %d-byte limit of a unix socket address; "+
+			"shorten the plugin directory or the plugin id", len(path), unixSocketPathMax)
+	}
+	return "unusable socket path: " + err.Error()
 }
 
 // socketIDOf builds a SocketID from the stat data of a socket file.

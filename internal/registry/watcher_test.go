@@ -141,6 +141,20 @@ func TestScanPluginDir(t *testing.T) {
 			wantWatched: []string{"h"},
 		},
 		{
+			name: "socket paths too long to connect to",
+			setup: func(t *testing.T, dir string) {
+				listenUnixLong(t, filepath.Join(dir, "l"+strings.Repeat("x", 100)+".sock"))
+				listenUnixLong(t, filepath.Join(dir, "m"+strings.Repeat("x", 100), "csi.sock"))
+				socketFile(t, filepath.Join(dir, "short.sock"))
+			},
+			wantSockets: map[string]string{"short": "short.sock"},
+			wantIgnored: map[string]string{
+				"l" + strings.Repeat("x", 100) + ".sock":     "over the 107-byte limit of a unix socket address",
+				"m" + strings.Repeat("x", 100) + "/csi.sock": "over the 107-byte limit of a unix socket address",
+			},
+			wantWatched: []string{"m" + strings.Repeat("x", 100)},
+		},
+		{
 			name: "other entries",
 			setup: func(t *testing.T, dir string) {
 				writeFile(t, filepath.Join(dir, "README"))

@@ -8,7 +8,15 @@
 // plugin, and otherwise passes the plugin's responses and errors through
 // unchanged.
 //
-// The Agent service reports the registry. TLS loads server and client
-// credentials from PEM files. Redact removes the fields CSI marks as secret
-// from a copy of a message, so that nothing logged or reported carries them.
+// The Agent service reports the registry and streams its events: each
+// stream reads the event ring one small batch at a time, streams beyond
+// client.max_event_subscribers (in all) or
+// client.max_event_subscribers_per_connection (on one transport
+// connection, recognised by ConnTagger) are refused with
+// ResourceExhausted, and a stream that falls further behind than the ring
+// holds ends with ResourceExhausted naming the events it lost.
+//
+// TLS loads server and client credentials from PEM files. Redact removes
+// the fields CSI marks as secret from a copy of a message, so that nothing
+// logged or reported carries them.
 package rpc

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -233,6 +234,54 @@ client {
 	testutil.WaitFor(t, 10*time.Second, "a debug line after the reload", func() bool {
 		return strings.Contains(a.stderr.String(), "[DEBUG]")
 	})
+	if a.exited() {
+		t.Fatalf("agent exited on SIGHUP: %s", a.stderr)
+	}
+}
+
+// SIGHUP with changes the agent cannot apply live: the keys that need a
+// restart are named in one warning, an added tls block is refused at error
+// level saying TLS stays off, nothing claims the configuration was
+// reloaded, and the API still serves plain text.
+func TestReloadOnSIGHUPNamesWhatItDoesNotApply(t *testing.T) {
+	dir := testutil.TempDir(t)
+	ca := testutil.NewCA(t, dir, "ca")
+	cert, key := ca.Issue(t, "agent", x509.ExtKeyUsageServerAuth)
+	cfgFile := writeFile(t, dir, "agent.hcl", `log_level = "info"`+"\n")
+	a := startAgent(t, nil, "--dev", "--config", cfgFile)
+	a.waitHealthy(t, "demo")
+
+	writeFile(t, dir, "agent.hcl", fmt.Sprintf(`
+log_level = "info"
+name      = "renamed"
+client {
+  rpc_timeout = "30s"
+}
+tls {
+  cert_file = %q
+  key_file  = %q
+}
+`, cert, key))
+	a.signal(t, syscall.SIGHUP)
+	testutil.WaitFor(t, 10*time.Second, `"configuration partly reloaded" log line`, func() bool {
+		return strings.Contains(a.stderr.String(), "configuration partly reloaded")
+	})
+	logs := a.stderr.String()
+	for _, want := range []string{
+		"[WARN]  csisupd: reload: name, client.rpc_timeout changed but take effect only after a restart",
+		"[ERROR] csisupd: reload: tls: changing tls.cert_file, tls.key_file by reload is not supported; " +
+			"TLS stays as it was (off: the gRPC API serves plain text); restart the agent to change it",
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no log line %q in:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, "configuration reloaded") {
+		t.Errorf("the agent logged \"configuration reloaded\" although it applied neither tls nor name:\n%s", logs)
+	}
+	if r := runCLI(t, "--address", a.addr(), "status"); r.code != 0 {
+		t.Errorf("plain-text status after the refused tls reload: exit %d: %s", r.code, r.stderr)
+	}
 	if a.exited() {
 		t.Fatalf("agent exited on SIGHUP: %s", a.stderr)
 	}

@@ -17,6 +17,13 @@
 // leaves the sockets behind, as does --exit-after, which simulates a crash:
 // after the given time the process exits with status 3 without any cleanup.
 // Usage errors exit 2, other errors 1.
+//
+// With --probe-log FILE every Probe call a plugin serves appends the line
+// "<plugin id> <unix nanoseconds>" to FILE, stamped when the answer is
+// ready; the id is what csisupd calls the plugin (the directory of a
+// csi.sock socket, else the socket's name without ".sock"). Lines are
+// buffered and written at least every 100 ms and at exit, so soak tests
+// can tell how regularly an agent probed.
 package main
 
 import (
@@ -64,6 +71,7 @@ type options struct {
 	probeDelay   time.Duration
 	exitAfter    time.Duration
 	logLevel     string
+	probeLog     string
 }
 
 // errUsage marks errors in the command line.
@@ -86,6 +94,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.probeDelay, "probe-delay", 0, "delay every Probe answer")
 	fs.DurationVar(&o.exitAfter, "exit-after", 0, "crash: exit with status 3 after this time, leaving sockets behind")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: trace, debug, info, warn or error")
+	fs.StringVar(&o.probeLog, "probe-log", "", "append \"<plugin id> <unix ns>\" to this file for every Probe served")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -149,6 +158,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer os.RemoveAll(stateDir)
 	}
 
+	var probes *probeLog
+	if o.probeLog != "" {
+		probes, err = openProbeLog(o.probeLog, probeLogFlushInterval)
+		if err != nil {
+			fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
+			return exitError
+		}
+		// Deferred before stopAll, so it runs after it: probes served
+		// while the plugins stop are still written.
+		defer func() {
+			if err := probes.Close(); err != nil {
+				fmt.Fprintf(stderr, "csi-testplugin: probe log: %v\n", err)
+			}
+		}()
+	}
+
 	var plugins []*testplugin.Plugin
 	defer func() { stopAll(plugins) }()
 	for i := range o.count {
@@ -168,6 +193,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cfg.Socket = filepath.Join(o.dir, id, "csi.sock")
 			cfg.StateDir = filepath.Join(stateDir, id)
 			cfg.Name = id + "." + o.name
+		}
+		if probes != nil {
+			cfg.Logger = probes.logger(logger, socketPluginID(cfg.Socket))
 		}
 		p, err := testplugin.New(cfg)
 		if err != nil {
@@ -194,7 +222,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		logger.Info("stopping on signal")
 		return exitOK
 	case <-crash:
-		// Like a crash: no deferred cleanup, sockets stay behind.
+		// Like a crash: no deferred cleanup, sockets stay behind. The
+		// probe log is the test's record, not plugin state: keep it whole.
+		if probes != nil {
+			_ = probes.Close()
+		}
 		os.Exit(exitCrash)
 	}
 	return exitOK

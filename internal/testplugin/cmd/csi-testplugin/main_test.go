@@ -10,12 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -204,5 +207,163 @@ func TestBadConfigIsAnError(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "Config.Type") {
 		t.Fatalf("stderr %q does not name the bad field", stderr.String())
+	}
+}
+
+// probe calls Probe on socket n times over one connection.
+func probe(t *testing.T, socket string, n int) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range n {
+		if _, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}); err != nil {
+			t.Fatalf("Probe on %s: %v", socket, err)
+		}
+	}
+}
+
+// readProbeLog returns the lines of a probe log, split into id and time;
+// a malformed line fails the test.
+func readProbeLog(t *testing.T, path string) (ids []string, times []time.Time) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		id, ns, ok := strings.Cut(line, " ")
+		n, err := strconv.ParseInt(ns, 10, 64)
+		if !ok || err != nil || id == "" {
+			t.Fatalf("probe log line %q is not \"<id> <unix ns>\"", line)
+		}
+		ids = append(ids, id)
+		times = append(times, time.Unix(0, n))
+	}
+	return ids, times
+}
+
+// --probe-log records every Probe, and only Probe, with the plugin id and
+// the time, and writes it while the plugins run, not only at exit.
+func TestProbeLog(t *testing.T) {
+	dir := shortDir(t)
+	logFile := filepath.Join(t.TempDir(), "probes.log")
+	cmd := start(t, "--dir", dir, "--count", "2", "--state-dir", t.TempDir(), "--probe-log", logFile)
+	before := time.Now()
+	probe(t, filepath.Join(dir, "p0000", "csi.sock"), 3)
+	probe(t, filepath.Join(dir, "p0001", "csi.sock"), 1)
+	pluginInfo(t, filepath.Join(dir, "p0000", "csi.sock")) // not a probe: not logged
+	after := time.Now()
+
+	// The command keeps running: the lines must come from the periodic
+	// flush. 5 s is far above the 100 ms flush interval, for slow CI.
+	deadline := time.Now().Add(5 * time.Second)
+	var ids []string
+	var times []time.Time
+	for {
+		ids, times = readProbeLog(t, logFile)
+		if len(ids) >= 4 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
+	}
+	check := func(when string) {
+		t.Helper()
+		count := map[string]int{}
+		for i, id := range ids {
+			count[id]++
+			if times[i].Before(before) || times[i].After(after) {
+				t.Errorf("%s: probe of %s logged at %v, outside the calls (%v to %v)", when, id, times[i], before, after)
+			}
+		}
+		if len(ids) != 4 || count["p0000"] != 3 || count["p0001"] != 1 {
+			t.Errorf("%s: probe log holds %v, want p0000 three times and p0001 once", when, ids)
+		}
+	}
+	check("while running")
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cmd); code != exitOK {
+		t.Fatalf("exit status %d after SIGTERM, want %d", code, exitOK)
+	}
+	ids, times = readProbeLog(t, logFile)
+	check("after exit")
+}
+
+// Concurrent plugins share one log: no line is lost or torn, Close writes
+// what is buffered, and records after Close are dropped, not written to a
+// closed file.
+func TestProbeLogConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "probes.log")
+	// An hour-long flush interval: only Close can write the buffer's tail.
+	l, err := openProbeLog(path, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := hclog.NewNullLogger()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		lg := l.logger(logger, fmt.Sprintf("p%04d", g)).Named("testplugin").With("socket", "x")
+		wg.Go(func() {
+			for range 100 {
+				lg.Debug("call", "method", "Probe", "code", "OK")
+				lg.Debug("call", "method", "GetPluginInfo", "code", "OK")
+				lg.Debug("serving", "type", "node")
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l.record("late", time.Now())
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	ids, _ := readProbeLog(t, path)
+	count := map[string]int{}
+	for _, id := range ids {
+		count[id]++
+	}
+	for g := range 8 {
+		if id := fmt.Sprintf("p%04d", g); count[id] != 100 {
+			t.Errorf("%s logged %d times, want 100", id, count[id])
+		}
+	}
+	if len(ids) != 800 {
+		t.Errorf("probe log has %d lines, want 800", len(ids))
+	}
+}
+
+func TestSocketPluginID(t *testing.T) {
+	for socket, want := range map[string]string{
+		"/run/csi/plugins/ebs/csi.sock": "ebs",
+		"/run/csi/plugins/nfs.sock":     "nfs",
+		"relative/p0001/csi.sock":       "p0001",
+	} {
+		if got := socketPluginID(socket); got != want {
+			t.Errorf("socketPluginID(%q) = %q, want %q", socket, got, want)
+		}
+	}
+}
+
+func TestProbeLogUnwritable(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"--socket", filepath.Join(shortDir(t), "csi.sock"), "--state-dir", t.TempDir(),
+		"--probe-log", filepath.Join(t.TempDir(), "missing", "probes.log")}
+	if code := run(args, &stdout, &stderr); code != exitError {
+		t.Fatalf("exit status %d, want %d; stderr: %s", code, exitError, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "probe log") {
+		t.Fatalf("stderr %q does not name the probe log", stderr.String())
 	}
 }

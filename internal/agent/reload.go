@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/csisupd/csisupd/internal/config"
+)
+
+// Reload applies the parts of a new configuration that can change while
+// running:
+//
+//   - log_level;
+//   - client.probe_interval, client.probe_timeout and
+//     client.fingerprint_interval;
+//   - the consul block except consul.enabled;
+//   - client.max_event_subscribers and
+//     client.max_event_subscribers_per_connection (for streams opened from
+//     then on).
+//
+// Every other key is compared with the running value, and each one that
+// changed is logged by name at warn level as taking effect only after a
+// restart; it keeps its running value, so the next reload names it again
+// until the agent restarts. A change to the tls block is refused: TLS stays
+// exactly as the agent started with it, and Reload returns (and logs at
+// error level) an error saying so, since an operator who added or changed
+// a certificate must not believe the API now uses it.
+//
+// Reload logs every problem itself; the returned error joins them for the
+// caller to act on.
+func (a *Agent) Reload(next *config.Config) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev := a.cfg
+	want := *next
+	// Directories the agent chose at start (dev mode creates temporary
+	// ones) stay: a dev configuration that names none leaves them empty.
+	if want.Dev && want.DataDir == "" {
+		want.DataDir = prev.DataDir
+	}
+	if want.Dev && want.Client.PluginDir == "" {
+		want.Client.PluginDir = prev.Client.PluginDir
+	}
+
+	// applied is the running configuration with every live change made.
+	applied := *prev
+	var errs []error
+	var failed []string // keys whose live change failed; reported by errs
+	fail := func(err error, keys ...string) {
+		a.log.Error("reload: " + err.Error())
+		errs = append(errs, err)
+		failed = append(failed, keys...)
+	}
+
+	a.log.SetLevel(hclog.LevelFromString(want.LogLevel))
+	applied.LogLevel = want.LogLevel
+
+	c := want.Client
+	if err := a.manager.SetTiming(c.ProbeInterval, c.ProbeTimeout, c.FingerprintInterval); err != nil {
+		fail(fmt.Errorf("reload probe settings: %w", err),
+			"client.probe_interval", "client.probe_timeout", "client.fingerprint_interval")
+	} else {
+		applied.Client.ProbeInterval, applied.Client.ProbeTimeout = c.ProbeInterval, c.ProbeTimeout
+		applied.Client.FingerprintInterval = c.FingerprintInterval
+	}
+
+	// Consul: everything but consul.enabled, which starts or stops a
+	// component. The registration is rebuilt from the running values of the
+	// other keys (name, addresses, TLS), which do not change live.
+	consulNext := applied
+	consulNext.Consul = want.Consul
+	consulNext.Consul.Enabled = prev.Consul.Enabled
+	var consulErr error
+	if a.consul != nil {
+		consulCfg, err := a.consulConfig(&consulNext)
+		if err == nil {
+			err = a.consul.Reload(consulCfg)
+		}
+		consulErr = err
+	}
+	if consulErr != nil {
+		fail(fmt.Errorf("reload consul settings: %w", consulErr), "consul.")
+	} else {
+		// With Consul registration off at start there is nothing to
+		// apply; the values wait for consul.enabled, which needs a restart.
+		applied.Consul = consulNext.Consul
+	}
+
+	a.agentService.SetSubscriberLimits(c.MaxEventSubscribers, c.MaxEventSubscribersPerConn)
+	applied.Client.MaxEventSubscribers = c.MaxEventSubscribers
+	applied.Client.MaxEventSubscribersPerConn = c.MaxEventSubscribersPerConn
+
+	// What still differs was not applied.
+	pending := changedKeys(&applied, &want)
+	var restart, tls []string
+	for _, key := range pending {
+		switch {
+		case hasPrefix(key, failed):
+			// Reported with its error above.
+		case strings.HasPrefix(key, "tls."):
+			tls = append(tls, key)
+		default:
+			restart = append(restart, key)
+		}
+	}
+	if len(restart) > 0 {
+		verb := "takes"
+		if len(restart) > 1 {
+			verb = "take"
+		}
+		a.log.Warn(fmt.Sprintf("reload: %s changed but %s effect only after a restart", strings.Join(restart, ", "), verb))
+	}
+	if len(tls) > 0 {
+		err := fmt.Errorf("tls: changing %s by reload is not supported; TLS stays as it was (%s); restart the agent to change it",
+			strings.Join(tls, ", "), describeTLS(prev.TLS))
+		a.log.Error("reload: " + err.Error())
+		errs = append(errs, err)
+	}
+	a.cfg = &applied
+
+	fields := []any{"log_level", applied.LogLevel, "probe_interval", applied.Client.ProbeInterval,
+		"probe_timeout", applied.Client.ProbeTimeout}
+	if len(pending) > 0 || len(errs) > 0 {
+		// Not "configuration reloaded": the operator must not read that
+		// everything took effect.
+		a.log.Warn("configuration partly reloaded; the lines above say what did not change",
+			append(fields, "not_applied", strings.Join(pending, ", "))...)
+	} else {
+		a.log.Info("configuration reloaded", fields...)
+	}
+	return errors.Join(errs...)
+}
+
+// describeTLS says what TLS the API serves with t.
+func describeTLS(t config.TLSConfig) string {
+	if !t.Enabled() {
+		return "off: the gRPC API serves plain text"
+	}
+	s := "on, cert " + t.CertFile
+	if t.CAFile != "" {
+		s += ", client CA " + t.CAFile
+	}
+	return s
+}
+
+// hasPrefix reports whether key starts with one of prefixes ("consul."
+// names the whole block, "client.probe_timeout" one key).
+func hasPrefix(key string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// changedKeys returns the configuration keys ("name", "client.rpc_timeout")
+// whose values differ between a and b, in the order of Config.String.
+//
+// It compares the String renderings, the one place that lists every key
+// with its value: a key added to the configuration is compared here (and,
+// unless Reload learns to apply it, reported as needing a restart) without
+// a change to this file. The Consul token renders redacted, so a change of
+// one token to another is not seen; the token is applied live with the
+// rest of the consul block.
+func changedKeys(a, b *config.Config) []string {
+	keysA, valuesA := configValues(a)
+	_, valuesB := configValues(b)
+	var out []string
+	for _, k := range keysA {
+		if valuesA[k] != valuesB[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// configValues parses Config.String: "key = value" lines at the top level
+// and in "block {" ... "}" sections. Values are HCL literals, quoted with
+// strconv.Quote, so none spans lines.
+func configValues(c *config.Config) (keys []string, values map[string]string) {
+	values = make(map[string]string)
+	block := ""
+	for _, line := range strings.Split(c.String(), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasSuffix(line, "{"):
+			block = strings.TrimSpace(strings.TrimSuffix(line, "{")) + "."
+		case line == "}":
+			block = ""
+		default:
+			if k, v, ok := strings.Cut(line, " = "); ok {
+				keys = append(keys, block+k)
+				values[block+k] = v
+			}
+		}
+	}
+	return keys, values
+}

@@ -1,0 +1,733 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// serveAgent serves svc with a real gRPC server, with the ConnTagger the
+// agent installs, on a loopback TCP port or a unix socket ("tcp" or
+// "unix"), and returns the address to dial. It stops with the test.
+func serveAgent(t testing.TB, svc *AgentService, network string) string {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(testutil.TempDir(t), "agent.sock")
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.StatsHandler(&ConnTagger{}))
+	svc.Register(srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+	if network == "unix" {
+		return "unix://" + addr
+	}
+	return ln.Addr().String()
+}
+
+// dialAgent opens a new transport connection to addr; it closes with the
+// test.
+func dialAgent(t testing.TB, addr string, opts ...grpc.DialOption) csisupdv1.AgentClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return csisupdv1.NewAgentClient(conn)
+}
+
+// emit adds n events to reg, each a new instance of plugin p<i%plugins>
+// with a description of about descLen bytes, and returns the latest index.
+func emit(reg *registry.Registry, n, plugins, descLen int) uint64 {
+	_, _, latest := reg.EventsAfter(0, 0)
+	for i := range n {
+		id := fmt.Sprintf("p%d", i%plugins)
+		path := "/var/lib/csisupd/plugins/" + id + "/csi.sock"
+		if pad := descLen - len(path); pad > 0 {
+			path += strings.Repeat("x", pad)
+		}
+		reg.Register(id, registry.SocketID{Path: path, Inode: latest + uint64(i) + 1}, nil)
+	}
+	_, _, latest = reg.EventsAfter(0, 0)
+	return latest
+}
+
+// recvIndexes receives n events and returns their indexes.
+func recvIndexes(t *testing.T, s grpc.ServerStreamingClient[csisupdv1.Event], n int) []uint64 {
+	t.Helper()
+	var got []uint64
+	for range n {
+		e, err := s.Recv()
+		if err != nil {
+			t.Fatalf("after events %v: Recv: %v", got, err)
+		}
+		got = append(got, e.GetIndex())
+	}
+	return got
+}
+
+func span(from, to uint64) []uint64 {
+	var out []uint64
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// A stream replays what it asked for from the ring, batch after batch,
+// then follows new events, each exactly once and in order.
+func TestWatchEventsReplayAndFollow(t *testing.T) {
+	// 100 events in a ring of 64: 37 to 100 are buffered, more than one
+	// batch, so replays cross batch boundaries.
+	tests := []struct {
+		name   string
+		replay int32
+		plugin string
+		want   []uint64 // before the 3 followed events 101-103
+	}{
+		{"all buffered", 0, "", span(37, 100)},
+		{"none", -1, "", nil},
+		{"last 5", 5, "", span(96, 100)},
+		{"more than buffered", 1000, "", span(37, 100)},
+		{"one plugin", 0, "p3", []uint64{44, 54, 64, 74, 84, 94}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := registry.New(registry.Config{EventBuffer: 64})
+			emit(reg, 100, 10, 40)
+			svc := NewAgentService(AgentServiceConfig{Registry: reg})
+			cl := dialAgent(t, serveAgent(t, svc, "tcp"))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{Replay: tt.replay, PluginId: tt.plugin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := recvIndexes(t, s, len(tt.want))
+			// The replay is sent; events emitted from now on are followed.
+			testutil.WaitFor(t, 10*time.Second, "the stream to wait for new events", func() bool {
+				return svc.caughtUp.Load() == 1
+			})
+			emit(reg, 3, 10, 40)                                                // 101 (p0), 102 (p1), 103 (p2)
+			reg.Register("p3", registry.SocketID{Path: "/p3", Inode: 999}, nil) // 104
+			want := append(slices.Clone(tt.want), 101, 102, 103, 104)
+			if tt.plugin != "" {
+				want = append(slices.Clone(tt.want), 104)
+			}
+			got = append(got, recvIndexes(t, s, len(want)-len(got))...)
+			if !slices.Equal(got, want) {
+				t.Errorf("indexes = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// Streams beyond client.max_event_subscribers, or beyond
+// client.max_event_subscribers_per_connection on one transport connection,
+// end at once with ResourceExhausted naming the cap and its key; accepted
+// ones stay within both caps, and a closed stream frees its slot.
+func TestWatchEventsCaps(t *testing.T) {
+	const totalKey, connKey = "client.max_event_subscribers)", "client.max_event_subscribers_per_connection)"
+	tests := []struct {
+		name       string
+		network    string
+		max, per   int
+		streams    []int // streams opened on each connection, in order
+		wantOpen   []int // accepted per connection
+		wantRefuse map[string]int
+	}{
+		{"total cap", "tcp", 3, 3, []int{5}, []int{3}, map[string]int{totalKey: 2}},
+		{"per connection cap", "tcp", 10, 2, []int{3, 2}, []int{2, 2}, map[string]int{connKey: 1}},
+		{"both", "tcp", 5, 3, []int{4, 4}, []int{3, 2}, map[string]int{connKey: 1, totalKey: 2}},
+		// Every unix socket peer has the same address: the ConnTagger
+		// still tells the connections apart.
+		{"per connection cap on a unix socket", "unix", 10, 2, []int{3, 3}, []int{2, 2}, map[string]int{connKey: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := registry.New(registry.Config{})
+			svc := NewAgentService(AgentServiceConfig{Registry: reg, MaxSubscribers: tt.max, MaxSubscribersPerConn: tt.per})
+			addr := serveAgent(t, svc, tt.network)
+			type result struct {
+				conn int
+				err  error
+			}
+			results := make(chan result, 100)
+			var cancels []context.CancelFunc
+			defer func() {
+				for _, c := range cancels {
+					c()
+				}
+			}()
+			var lastOpen context.CancelFunc
+			for c, n := range tt.streams {
+				cl := dialAgent(t, addr)
+				for range n {
+					ctx, cancel := context.WithCancel(context.Background())
+					cancels = append(cancels, cancel)
+					// Streams are opened one by one, so which are refused
+					// is determined: wait for each to be accepted (the
+					// count rises) or refused (Recv fails).
+					before, _ := svc.Subscribers()
+					s, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{Replay: -1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					done := make(chan error, 1)
+					go func() {
+						_, err := s.Recv()
+						done <- err
+					}()
+					testutil.WaitFor(t, 10*time.Second, "the stream to be served or refused", func() bool {
+						n, _ := svc.Subscribers()
+						return len(done) > 0 || n > before
+					})
+					if len(done) > 0 {
+						results <- result{c, <-done}
+					} else {
+						lastOpen = cancel
+						results <- result{c, nil}
+					}
+				}
+			}
+			close(results)
+			open := make([]int, len(tt.streams))
+			refused := map[string]int{}
+			for r := range results {
+				if r.err == nil {
+					open[r.conn]++
+					continue
+				}
+				st := status.Convert(r.err)
+				if st.Code() != codes.ResourceExhausted {
+					t.Errorf("refused with %v, want ResourceExhausted", r.err)
+				}
+				key := "no key"
+				for _, k := range []string{totalKey, connKey} {
+					if strings.Contains(st.Message(), k) {
+						key = k
+					}
+				}
+				refused[key]++
+			}
+			if !slices.Equal(open, tt.wantOpen) {
+				t.Errorf("accepted per connection = %v, want %v", open, tt.wantOpen)
+			}
+			if fmt.Sprint(refused) != fmt.Sprint(tt.wantRefuse) {
+				t.Errorf("refusals by cap = %v, want %v", refused, tt.wantRefuse)
+			}
+			if n, conns := svc.Subscribers(); n > tt.max || n != sum(tt.wantOpen) || conns != len(tt.streams) {
+				t.Errorf("server counts %d streams on %d connections, want %d on %d", n, conns, sum(tt.wantOpen), len(tt.streams))
+			}
+			// Closing a stream frees its slot on the server.
+			lastOpen()
+			testutil.WaitFor(t, 10*time.Second, "the closed stream's slot to be freed", func() bool {
+				n, _ := svc.Subscribers()
+				return n == sum(tt.wantOpen)-1
+			})
+		})
+	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// A subscriber that does not read while the ring wraps past its position
+// ends with ResourceExhausted naming the events it lost, after every event
+// it was sent before; the registry never waited for it.
+func TestWatchEventsFellBehind(t *testing.T) {
+	reg := registry.New(registry.Config{EventBuffer: 64})
+	svc := NewAgentService(AgentServiceConfig{Registry: reg})
+	// A fixed 64 KiB window (no BDP growth): the server can send only so
+	// much to a client that does not read.
+	cl := dialAgent(t, serveAgent(t, svc, "tcp"),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	emit(reg, 1, 10, 4096)
+	// Bounded: a stream that skipped the lost events instead of ending
+	// would otherwise keep the Recv loop below waiting for ever.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recvIndexes(t, s, 1)
+
+	// 299 events of 4 KiB while the client reads nothing: the stream
+	// blocks in Send after about 128 KiB (window plus gRPC's write
+	// quota), long before the ring of 64 wraps past it.
+	emitted := make(chan uint64, 1)
+	go func() { emitted <- emit(reg, 299, 10, 4096) }()
+	var latest uint64
+	select {
+	case latest = <-emitted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("emitting 299 events took over 10s: the registry waited for a subscriber")
+	}
+	if latest != 300 {
+		t.Fatalf("latest index %d, want 300", latest)
+	}
+
+	var recvErr error
+	for {
+		e, err := s.Recv()
+		if err != nil {
+			recvErr = err
+			break
+		}
+		got = append(got, e.GetIndex())
+	}
+	last := got[len(got)-1]
+	if !slices.Equal(got, span(1, last)) {
+		t.Errorf("received %v, want every index from 1 to %d", got, last)
+	}
+	st := status.Convert(recvErr)
+	var from, to uint64
+	_, scanErr := fmt.Sscanf(st.Message(), "subscriber fell behind: events %d to %d were dropped before it read them; reconnect (with replay) to continue", &from, &to)
+	switch {
+	case st.Code() != codes.ResourceExhausted || scanErr != nil:
+		t.Fatalf("stream ended with %v, want ResourceExhausted: subscriber fell behind: events N to M ...", recvErr)
+	case from != last+1:
+		t.Errorf("dropped range starts at %d, want %d (the event after the last one received)", from, last+1)
+	case to < from || to > latest-64:
+		t.Errorf("dropped range %d to %d, want an end between %d and %d (older than the ring)", from, to, from, latest-64)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the dropped subscriber's slot to be freed", func() bool {
+		n, _ := svc.Subscribers()
+		return n == 0
+	})
+}
+
+// blockedStream is a WatchEvents stream whose client never reads: Send
+// blocks until the stream's context ends.
+type blockedStream struct {
+	grpc.ServerStream
+	ctx     context.Context
+	blocked chan struct{} // closed when Send first blocks
+	once    sync.Once
+}
+
+func (s *blockedStream) Context() context.Context { return s.ctx }
+
+func (s *blockedStream) Send(*csisupdv1.Event) error {
+	s.once.Do(func() { close(s.blocked) })
+	<-s.ctx.Done()
+	return s.ctx.Err()
+}
+
+// A stream blocked in Send holds one batch of events, not the backlog:
+// 2,000 of them over a full ring of 1,024 events cost less than 8 MiB of
+// heap (a copy of the backlog each would be 160 MiB). gRPC's own buffers
+// are left out here; TestWatchEventsIdleSubscribers measures the whole.
+func TestWatchEventsBlockedSendHoldsOneBatch(t *testing.T) {
+	const streams = 2000
+	reg := registry.New(registry.Config{EventBuffer: 1024})
+	emit(reg, 1024, 20, 80)
+	svc := NewAgentService(AgentServiceConfig{Registry: reg, MaxSubscribers: streams, MaxSubscribersPerConn: streams})
+	before := heapInUse()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for i := range streams {
+		s := &blockedStream{ctx: context.WithValue(ctx, connIDKey{}, uint64(i)), blocked: make(chan struct{})}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = svc.WatchEvents(&csisupdv1.WatchEventsRequest{}, s)
+		}()
+		select {
+		case <-s.blocked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("stream did not send within 10s")
+		}
+	}
+	growth := heapInUse() - before
+	t.Logf("%d streams blocked in Send: heap +%.1f MiB, %.1f KiB per stream", streams, mib(growth), float64(growth)/streams/1024)
+	if growth > 8<<20 {
+		t.Errorf("heap grew by %.1f MiB for %d blocked streams, want < 8 MiB", mib(growth), streams)
+	}
+}
+
+// heapInUse is the live heap after a full collection.
+func heapInUse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// Environment of the helper process of TestWatchEventsIdleSubscribers.
+const (
+	helperAddrEnv    = "CSISUPD_TEST_WATCH_ADDR"
+	helperStreamsEnv = "CSISUPD_TEST_WATCH_STREAMS"
+)
+
+// TestWatchEventsHelperProcess is not a test: run by
+// TestWatchEventsIdleSubscribers in a child process, it opens event
+// streams that never read, like the outside tester's clients, so that the
+// parent's heap holds the agent's side only.
+func TestWatchEventsHelperProcess(t *testing.T) {
+	addr := os.Getenv(helperAddrEnv)
+	if addr == "" {
+		t.Skip("helper process of TestWatchEventsIdleSubscribers")
+	}
+	n, err := strconv.Atoi(os.Getenv(helperStreamsEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const conns = 20
+	// Fixed 64 KiB windows, the smallest a gRPC client announces and no
+	// growth by BDP estimation: once a stream's window is full the agent
+	// can send it nothing more.
+	var clients []csisupdv1.AgentClient
+	for range conns {
+		clients = append(clients, dialAgent(t, addr,
+			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range n {
+		if _, err := clients[i%conns].WatchEvents(ctx, &csisupdv1.WatchEventsRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Println("ready")
+	// Hold the streams until the parent closes stdin, at most 5 minutes.
+	eof := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
+	select {
+	case <-eof:
+	case <-time.After(5 * time.Minute):
+	}
+	os.Exit(0) // the parent only waits for the exit; skip goleak's wait
+}
+
+// startHelper runs TestWatchEventsHelperProcess against addr with n
+// streams and waits until it has opened them. It ends with the test.
+func startHelper(t *testing.T, addr string, n int) {
+	t.Helper()
+	helper := exec.Command(os.Args[0], "-test.run=^TestWatchEventsHelperProcess$", "-test.count=1")
+	helper.Env = append(os.Environ(), helperAddrEnv+"="+addr, helperStreamsEnv+"="+strconv.Itoa(n))
+	helper.Stderr = os.Stderr
+	stdin, err := helper.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := helper.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = helper.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = helper.Process.Kill()
+			<-exited
+		}
+	})
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err == nil && line != "ready\n" {
+			err = fmt.Errorf("helper said %q", line)
+		}
+		ready <- err
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("helper process: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("helper process not ready after 60s")
+	}
+}
+
+// 2,000 event streams that never read:
+//   - with the default caps, all but 256 are refused with
+//     ResourceExhausted, and none of 10 connections holds more than 32;
+//   - with the caps raised to 2,000, all are served: each replays a full
+//     ring, fills its client's window and gRPC's write quota, and blocks in
+//     Send holding one batch. The agent's heap grows by less than 64 MiB
+//     (the clients run in another process, as the outside tester's did),
+//     and a subscriber that reads sees each new event within 10 ms at the
+//     99th percentile: stalled streams cost nothing per event.
+//
+// The events are 1 KiB: a stream stalls only once its replay exceeds the
+// client's window and gRPC's write quota (128 KiB in all), and the
+// memory of a stalled stream is mostly gRPC's bookkeeping of the frames
+// it queued (the messages themselves are shared), so it grows with the
+// number of queued messages, not the backlog: about 11 KiB per stream
+// here, about 38 KiB with 150-byte events (74 MiB for 2,000 streams; the
+// default cap of 256 bounds it to about 10 MiB).
+func TestWatchEventsIdleSubscribers(t *testing.T) {
+	const streams = 2000
+	t.Run("default caps", func(t *testing.T) {
+		reg := registry.New(registry.Config{})
+		svc := NewAgentService(AgentServiceConfig{Registry: reg})
+		addr := serveAgent(t, svc, "tcp")
+		ctx, cancel := context.WithCancel(context.Background())
+		const conns = 10
+		refused := make([]int, conns)
+		var mu sync.Mutex
+		var other []error
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		for c := range conns {
+			cl := dialAgent(t, addr)
+			for range streams / conns {
+				s, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{Replay: -1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := s.Recv() // returns at once if refused, else when ctx ends
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case status.Code(err) == codes.ResourceExhausted:
+						refused[c]++
+					case ctx.Err() == nil:
+						other = append(other, err)
+					}
+				}()
+			}
+		}
+		testutil.WaitFor(t, 30*time.Second, "256 streams served and the rest refused", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			n, _ := svc.Subscribers()
+			return n == config.DefaultMaxEventSubscribers && sum(refused) == streams-n
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		for c, r := range refused {
+			if open := streams/conns - r; open > config.DefaultMaxEventSubscribersPerConn {
+				t.Errorf("connection %d holds %d streams, over the per-connection cap %d", c, open, config.DefaultMaxEventSubscribersPerConn)
+			}
+		}
+		if len(other) > 0 {
+			t.Errorf("streams ended with %v, want ResourceExhausted or nothing", other)
+		}
+	})
+
+	t.Run("caps raised", func(t *testing.T) {
+		reg := registry.New(registry.Config{EventBuffer: 1024})
+		emit(reg, 1024, 20, 1024)
+		svc := NewAgentService(AgentServiceConfig{Registry: reg,
+			MaxSubscribers: streams + 1, MaxSubscribersPerConn: streams + 1})
+		addr := serveAgent(t, svc, "tcp")
+		before := heapInUse()
+
+		startHelper(t, addr, streams)
+		// Every stream ends blocked in Send; wait until all are in Send
+		// and no event went out for 200 ms.
+		var lastSent uint64
+		stable := 0
+		testutil.WaitFor(t, 60*time.Second, "2,000 streams to stall in Send", func() bool {
+			n, _ := svc.Subscribers()
+			sent := svc.sent.Load()
+			if n != streams || svc.sending.Load() != streams || sent != lastSent {
+				lastSent, stable = sent, 0
+				return false
+			}
+			stable++
+			return stable >= 40 // 40 polls of testutil.WaitFor: 200 ms
+		})
+		growth := heapInUse() - before
+		t.Logf("%d stalled subscribers (%d events sent): agent heap +%.1f MiB, %.1f KiB per subscriber",
+			streams, svc.sent.Load(), mib(growth), float64(growth)/streams/1024)
+		if growth > 64<<20 {
+			t.Errorf("agent heap grew by %.1f MiB for %d stalled subscribers, want < 64 MiB", mib(growth), streams)
+		}
+
+		// One subscriber that reads, among the 2,000 that do not.
+		p99 := eventLatency(t, reg, svc, addr)
+		if p99 > 10*time.Millisecond {
+			t.Errorf("p99 event latency %s with %d stalled subscribers, want < 10ms", p99, streams)
+		}
+	})
+}
+
+// eventLatency emits 200 events, one every 2 ms, to a new subscriber that
+// reads, and returns the 99th percentile of emit-to-receive time.
+func eventLatency(t *testing.T, reg *registry.Registry, svc *AgentService, addr string) time.Duration {
+	t.Helper()
+	const events = 200
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := dialAgent(t, addr).WatchEvents(ctx, &csisupdv1.WatchEventsRequest{Replay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the reading subscriber to follow", func() bool {
+		return svc.caughtUp.Load() == 1
+	})
+	received := make(chan []time.Duration, 1)
+	go func() {
+		var lat []time.Duration
+		defer func() { received <- lat }()
+		for range events {
+			e, err := s.Recv()
+			if err != nil {
+				return
+			}
+			lat = append(lat, time.Since(e.GetTime().AsTime()))
+		}
+	}()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for i := range events {
+		<-tick.C
+		reg.Register("lat", registry.SocketID{Path: "/var/lib/csisupd/plugins/lat/csi.sock", Inode: uint64(1e6 + i)}, nil)
+	}
+	var lat []time.Duration
+	select {
+	case lat = <-received:
+	case <-time.After(30 * time.Second):
+		t.Fatal("reading subscriber got fewer than 200 events in 30s")
+	}
+	if len(lat) != events {
+		t.Fatalf("reading subscriber got %d events, want %d", len(lat), events)
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("event latency: p50 %s, p99 %s, max %s", p50, p99, lat[len(lat)-1])
+	return p99
+}
+
+// A plugin directory whose name is not UTF-8 (Linux file names are bytes)
+// reaches clients with its invalid bytes written \xNN: Status, ListPlugins
+// and the event stream keep working instead of failing to marshal.
+func TestInvalidUTF8NamesReachClients(t *testing.T) {
+	reg := registry.New(registry.Config{})
+	reg.Register("caf\xe9", registry.SocketID{Path: "/plugins/caf\xe9/csi.sock", Inode: 1}, nil)
+	reg.SetIgnored([]registry.Ignored{{Path: "/plugins/\xff\xfe", Reason: "not a socket"}})
+	svc := NewAgentService(AgentServiceConfig{Registry: reg, PluginDir: "/plugins"})
+	cl := dialAgent(t, serveAgent(t, svc, "tcp"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	st, err := cl.Status(ctx, &csisupdv1.StatusRequest{})
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if got := st.GetIgnored()[0].GetPath(); got != `/plugins/\xff\xfe` {
+		t.Errorf("ignored path = %q, want %q", got, `/plugins/\xff\xfe`)
+	}
+	if got := st.GetPlugins()[0].GetSocket(); got != `/plugins/caf\xe9/csi.sock` {
+		t.Errorf("socket = %q", got)
+	}
+	list, err := cl.ListPlugins(ctx, &csisupdv1.ListPluginsRequest{})
+	if err != nil || len(list.GetPlugins()) != 1 || list.GetPlugins()[0].GetId() != `caf\xe9` {
+		t.Fatalf("ListPlugins = %v, %v; want plugin caf\\xe9", list, err)
+	}
+	s, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Recv()
+	if err != nil || e.GetPluginId() != `caf\xe9` || !strings.Contains(e.GetDescription(), `caf\xe9`) {
+		t.Fatalf("event = %v, %v; want one of caf\\xe9", e, err)
+	}
+}
+
+// Events encoded once are shared only by streams that encode alike: a
+// client whose requests are gzip-compressed (so its responses are too) and
+// a plain one, served together in either order, both decode every event.
+func TestWatchEventsCompressedAndPlainClients(t *testing.T) {
+	for _, order := range [][]bool{{false, true}, {true, false}} {
+		t.Run(fmt.Sprintf("gzip first %v", order[0]), func(t *testing.T) {
+			reg := registry.New(registry.Config{})
+			emit(reg, 50, 5, 60)
+			svc := NewAgentService(AgentServiceConfig{Registry: reg})
+			addr := serveAgent(t, svc, "tcp")
+			want := registry.New(registry.Config{}) // the same events, for comparison
+			emit(want, 50, 5, 60)
+			evs, _ := want.Events(0)
+			for _, gz := range order {
+				var opts []grpc.DialOption
+				if gz {
+					opts = append(opts, grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				s, err := dialAgent(t, addr, opts...).WatchEvents(ctx, &csisupdv1.WatchEventsRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range evs {
+					got, err := s.Recv()
+					if err != nil {
+						t.Fatalf("gzip %v: event %d: %v", gz, e.Index, err)
+					}
+					if got.GetIndex() != e.Index || got.GetPluginId() != e.PluginID || got.GetDescription() != e.Description {
+						t.Fatalf("gzip %v: got %v, want %+v", gz, got, e)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,459 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// Paths of the binaries built once by TestMain. agentBin is built with the
+// race detector when the tests run with it.
+var (
+	binDir        string
+	agentBin      string
+	testPluginBin string
+	hostileBin    string
+)
+
+const (
+	agentPkg      = "github.com/csisupd/csisupd/cmd/csisupd"
+	testPluginPkg = "github.com/csisupd/csisupd/internal/testplugin/cmd/csi-testplugin"
+	hostilePkg    = "github.com/csisupd/csisupd/test/soak/cmd/csi-hostile"
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "csisupd-soak-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "temp dir:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	agentBin = filepath.Join(dir, "csisupd")
+	testPluginBin = filepath.Join(dir, "csi-testplugin")
+	hostileBin = filepath.Join(dir, "csi-hostile")
+	for _, b := range []struct {
+		out, pkg string
+		race     bool
+	}{
+		// The agent is the code under test: with -race it must run
+		// with the race detector too. The plugins are tools.
+		{agentBin, agentPkg, raceEnabled},
+		{testPluginBin, testPluginPkg, false},
+		{hostileBin, hostilePkg, false},
+	} {
+		if err := build(b.out, b.pkg, b.race); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			_ = os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
+	goleak.VerifyTestMain(cleanupM{m, dir}) // exits
+}
+
+func build(out, pkg string, race bool) error {
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(append(args, pkg), " "), err, b)
+	}
+	return nil
+}
+
+// cleanupM removes the binaries after the tests, before goleak's check
+// exits the process.
+type cleanupM struct {
+	m   *testing.M
+	dir string
+}
+
+func (c cleanupM) Run() int {
+	code := c.m.Run()
+	_ = os.RemoveAll(c.dir)
+	return code
+}
+
+// process is a started subprocess, killed at cleanup.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	stdout *testutil.SyncBuffer
+	stderr *testutil.SyncBuffer
+	done   chan struct{}
+	err    error // set before done is closed
+}
+
+// startProcess starts bin with args.
+func startProcess(t testing.TB, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{
+		name:   filepath.Base(bin),
+		stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{},
+		done: make(chan struct{}),
+	}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout = p.stdout
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		// A stopped (SIGSTOP) process is continued first, so it dies
+		// like any other and its sockets' peers see it go.
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s %s\nstdout:\n%s\nstderr:\n%s", p.name, strings.Join(args, " "), p.stdout, p.stderr)
+		}
+	})
+	return p
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitCode is the process's exit code; it must have exited.
+func (p *process) exitCode() int {
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode()
+	}
+	if p.err != nil {
+		return -1
+	}
+	return 0
+}
+
+// wait waits for the process to exit and returns its exit code, or fails
+// the test after timeout.
+func (p *process) wait(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.exitCode()
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %s", p.name, timeout)
+		return -1
+	}
+}
+
+func (p *process) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v to %s: %v", sig, p.name, err)
+	}
+}
+
+// waitOutput waits until the process's standard output contains s and
+// returns when it saw it.
+func (p *process) waitOutput(t testing.TB, s string, timeout time.Duration) time.Time {
+	t.Helper()
+	testutil.WaitFor(t, timeout, fmt.Sprintf("%s to print %q", p.name, s), func() bool {
+		if p.exited() {
+			t.Fatalf("%s exited with %d before printing %q:\n%s", p.name, p.exitCode(), s, p.stderr)
+		}
+		return strings.Contains(p.stdout.String(), s)
+	})
+	return time.Now()
+}
+
+// timing is the agent's client timing.
+type timing struct {
+	probeInterval, probeTimeout, deregisterGrace time.Duration
+}
+
+// agent is a running `csisupd agent` with its own data and plugin
+// directories, and an Agent API client.
+type agent struct {
+	*process
+	dataDir   string
+	pluginDir string
+	rpcPort   int
+	httpPort  int
+	client    csisupdv1.AgentClient
+}
+
+// startAgent runs bin as a non-dev agent (consul disabled, log level warn)
+// on free loopback ports, with its plugin directory under dir, and waits
+// until /v1/health answers 200. A start that lost a port to another process
+// is retried once with new ports. At cleanup the agent is killed (if still
+// running) and its output is checked for panics and data races.
+func startAgent(t testing.TB, bin, dir string, tm timing) *agent {
+	t.Helper()
+	a := &agent{dataDir: filepath.Join(dir, "data"), pluginDir: filepath.Join(dir, "plugins")}
+	if err := os.MkdirAll(a.pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; ; attempt++ {
+		ports := testutil.FreePorts(t, 3)
+		a.rpcPort, a.httpPort = ports[0], ports[1]
+		cfg := filepath.Join(dir, "agent.hcl")
+		writeFile(t, cfg, fmt.Sprintf(`
+name      = "soak"
+data_dir  = %q
+log_level = "warn"
+ports {
+  rpc  = %d
+  http = %d
+  raft = %d
+}
+client {
+  plugin_dir       = %q
+  probe_interval   = %q
+  probe_timeout    = %q
+  deregister_grace = %q
+}
+consul {
+  enabled = false
+}
+`, a.dataDir, ports[0], ports[1], ports[2], a.pluginDir, tm.probeInterval, tm.probeTimeout, tm.deregisterGrace))
+		a.process = startProcess(t, bin, "agent", "--config", cfg)
+		if a.waitServing(t) {
+			break
+		}
+		if attempt > 1 || !strings.Contains(a.stderr.String(), "address already in use") {
+			t.Fatalf("agent exited with code %d before serving:\n%s", a.exitCode(), a.stderr)
+		}
+	}
+	// Registered after startProcess's cleanup, so it runs before it: the
+	// agent is stopped here and its whole output checked.
+	t.Cleanup(func() {
+		_ = a.cmd.Process.Kill()
+		<-a.done
+		checkAgentOutput(t, a.stderr.String())
+	})
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", a.rpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	a.client = csisupdv1.NewAgentClient(conn)
+	return a
+}
+
+// checkAgentOutput fails the test when the agent panicked or the race
+// detector reported a race.
+func checkAgentOutput(t testing.TB, stderr string) {
+	t.Helper()
+	for _, bad := range []string{"panic", "DATA RACE"} {
+		if strings.Contains(stderr, bad) {
+			t.Errorf("agent output contains %q:\n%s", bad, stderr)
+		}
+	}
+}
+
+// waitServing waits until /v1/health answers 200; false when the agent
+// exited first.
+func (a *agent) waitServing(t testing.TB) bool {
+	t.Helper()
+	c := http.Client{Timeout: 2 * time.Second}
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/health", a.httpPort)
+	serving := false
+	// A race-enabled build starts slower; 30 s is far above either.
+	testutil.WaitFor(t, 30*time.Second, "agent serving /v1/health", func() bool {
+		if a.exited() {
+			return true
+		}
+		resp, err := c.Get(url)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		serving = resp.StatusCode == http.StatusOK
+		return serving
+	})
+	return serving
+}
+
+// plugins returns the agent's plugins by id. The call is bounded: an agent
+// that cannot answer within 2 s fails it.
+func (a *agent) plugins() (map[string]*csisupdv1.Plugin, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := a.client.ListPlugins(ctx, &csisupdv1.ListPluginsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*csisupdv1.Plugin, len(resp.GetPlugins()))
+	for _, p := range resp.GetPlugins() {
+		out[p.GetId()] = p
+	}
+	return out, nil
+}
+
+// mustPlugins is plugins failing the test on error.
+func (a *agent) mustPlugins(t testing.TB) map[string]*csisupdv1.Plugin {
+	t.Helper()
+	ps, err := a.plugins()
+	if err != nil {
+		t.Fatalf("ListPlugins: %v", err)
+	}
+	return ps
+}
+
+// waitPlugins polls ListPlugins until cond holds for the plugins and
+// returns when it first held, with the plugins seen then.
+func (a *agent) waitPlugins(t testing.TB, timeout time.Duration, what string, cond func(map[string]*csisupdv1.Plugin) bool) (time.Time, map[string]*csisupdv1.Plugin) {
+	t.Helper()
+	var ps map[string]*csisupdv1.Plugin
+	var lastErr error
+	deadline := time.Now().Add(timeout)
+	for {
+		var err error
+		ps, err = a.plugins()
+		now := time.Now()
+		if err == nil && cond(ps) {
+			return now, ps
+		}
+		if err != nil {
+			lastErr = err
+		}
+		if a.exited() {
+			t.Fatalf("agent exited with %d while waiting for %s:\n%s", a.exitCode(), what, a.stderr)
+		}
+		if now.After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s (last ListPlugins error: %v); plugins:\n%s", timeout, what, lastErr, describe(ps))
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+}
+
+// describe lists plugins one a line, sorted by id, for failure messages.
+func describe(ps map[string]*csisupdv1.Plugin) string {
+	ids := make([]string, 0, len(ps))
+	for id := range ps {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var b strings.Builder
+	for _, id := range ids {
+		p := ps[id]
+		fmt.Fprintf(&b, "  %s: %s %q\n", id, p.GetHealthState(), p.GetHealthDescription())
+	}
+	return b.String()
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat times;
+// 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// processCPU returns the user plus system CPU time of pid.
+func processCPU(t testing.TB, pid int) time.Duration {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 of the whole line.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest)
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: cannot parse utime %q and stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// processRSS returns the resident set size of pid in bytes.
+func processRSS(t testing.TB, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, err := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/status: %q: %v", pid, line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mib formats bytes as MiB.
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// lazyBuild builds a binary at most once per test binary run.
+type lazyBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func (l *lazyBuild) get(t testing.TB, name, pkg string, race bool) string {
+	t.Helper()
+	l.once.Do(func() {
+		l.path = filepath.Join(binDir, name)
+		l.err = build(l.path, pkg, race)
+	})
+	if l.err != nil {
+		t.Fatal(l.err)
+	}
+	return l.path
+}
+
+// waitEach polls ListPlugins until cond held for every id (p is nil for a
+// plugin the agent does not list) and returns, per id, when it first held
+// and the plugin then.
+func (a *agent) waitEach(t testing.TB, timeout time.Duration, what string, ids []string, cond func(p *csisupdv1.Plugin) bool) (map[string]time.Time, map[string]*csisupdv1.Plugin) {
+	t.Helper()
+	at := make(map[string]time.Time, len(ids))
+	seen := make(map[string]*csisupdv1.Plugin, len(ids))
+	a.waitPlugins(t, timeout, what, func(ps map[string]*csisupdv1.Plugin) bool {
+		now := time.Now()
+		for _, id := range ids {
+			if _, done := at[id]; !done && cond(ps[id]) {
+				at[id], seen[id] = now, ps[id]
+			}
+		}
+		return len(at) == len(ids)
+	})
+	return at, seen
+}
