@@ -2,17 +2,14 @@ package registry
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"go.uber.org/goleak"
 
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -23,32 +20,8 @@ import (
 var testPluginBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "csisupd-registry-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "temp dir:", err)
-		os.Exit(1)
-	}
-	testPluginBin = filepath.Join(dir, "csi-testplugin")
-	const pkg = "github.com/csisupd/csisupd/internal/testplugin/cmd/csi-testplugin"
-	if out, err := exec.Command("go", "build", "-o", testPluginBin, pkg).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(cleanupM{m, dir}) // exits
-}
-
-// cleanupM removes the binaries after the tests, before goleak's check
-// exits the process.
-type cleanupM struct {
-	m   *testing.M
-	dir string
-}
-
-func (c cleanupM) Run() int {
-	code := c.m.Run()
-	_ = os.RemoveAll(c.dir)
-	return code
+	testutil.RunWithBinaries(m, testutil.Binary{
+		Pkg: "github.com/csisupd/csisupd/internal/testplugin/cmd/csi-testplugin", Path: &testPluginBin})
 }
 
 // testLogger logs through t when -v is given, else discards.

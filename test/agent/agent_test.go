@@ -56,13 +56,13 @@ func TestDevAgentStatus(t *testing.T) {
 
 	// Text output names the plugin and its type.
 	r := runCLI(t, "--address", a.addr(), "status")
-	if r.code != 0 || !regexp.MustCompile(`(?m)^demo\s+monolith\s+healthy`).MatchString(r.stdout) {
-		t.Errorf("status: exit %d, output:\n%s%s", r.code, r.stdout, r.stderr)
+	if r.code != 0 || !regexp.MustCompile(`(?m)^demo\s+monolith\s+healthy`).MatchString(r.Stdout) {
+		t.Errorf("status: exit %d, output:\n%s%s", r.code, r.Stdout, r.Stderr)
 	}
 	// CSISUPD_ADDR is the default address.
 	cmd := runCLIEnv(t, []string{"CSISUPD_ADDR=" + a.addr()}, "status", "--json")
-	if cmd.code != 0 || !strings.Contains(cmd.stdout, `"demo"`) {
-		t.Errorf("status with CSISUPD_ADDR: exit %d: %s%s", cmd.code, cmd.stdout, cmd.stderr)
+	if cmd.code != 0 || !strings.Contains(cmd.Stdout, `"demo"`) {
+		t.Errorf("status with CSISUPD_ADDR: exit %d: %s%s", cmd.code, cmd.Stdout, cmd.Stderr)
 	}
 
 	code, body := a.health()
@@ -105,8 +105,8 @@ client {
 	plugin := startTestPlugin(t, sock, "--node-id", "n1")
 	ev.waitTypes(t, "extra", "plugin-registered", "plugin-healthy")
 
-	plugin.signal(t, syscall.SIGKILL)
-	plugin.wait(t, 10*time.Second)
+	plugin.Signal(t, syscall.SIGKILL)
+	plugin.Wait(t, 10*time.Second)
 	ev.waitTypes(t, "extra", "plugin-registered", "plugin-healthy", "plugin-unhealthy")
 
 	startTestPlugin(t, sock, "--node-id", "n1")
@@ -152,8 +152,8 @@ func TestStopOnSignal(t *testing.T) {
 			a.waitHealthy(t, "demo")
 
 			start := time.Now()
-			a.signal(t, sig)
-			code := a.wait(t, 10*time.Second)
+			a.Signal(t, sig)
+			code := a.Wait(t, 10*time.Second)
 			took := time.Since(start)
 			if code != 0 {
 				t.Errorf("exit code after %v = %d, want 0", sig, code)
@@ -202,8 +202,8 @@ client {
 `)
 	a := startAgent(t, nil, "--dev", "--config", cfgFile)
 	first := a.waitHealthy(t, "demo")["last_probe"]
-	if strings.Contains(a.stderr.String(), "[DEBUG]") {
-		t.Fatalf("debug lines logged at log_level info:\n%s", a.stderr)
+	if strings.Contains(a.Stderr.String(), "[DEBUG]") {
+		t.Fatalf("debug lines logged at log_level info:\n%s", a.Stderr)
 	}
 
 	writeFile(t, dir, "agent.hcl", `
@@ -213,9 +213,9 @@ client {
   probe_timeout  = "100ms"
 }
 `)
-	a.signal(t, syscall.SIGHUP)
+	a.Signal(t, syscall.SIGHUP)
 	testutil.WaitFor(t, 10*time.Second, `"configuration reloaded" log line`, func() bool {
-		return strings.Contains(a.stderr.String(), "configuration reloaded")
+		return strings.Contains(a.Stderr.String(), "configuration reloaded")
 	})
 	// The new probe interval applies: the demo plugin is probed again long
 	// before the old interval of one hour.
@@ -232,10 +232,10 @@ client {
 	startTestPlugin(t, sock)
 	a.waitHealthy(t, "late")
 	testutil.WaitFor(t, 10*time.Second, "a debug line after the reload", func() bool {
-		return strings.Contains(a.stderr.String(), "[DEBUG]")
+		return strings.Contains(a.Stderr.String(), "[DEBUG]")
 	})
-	if a.exited() {
-		t.Fatalf("agent exited on SIGHUP: %s", a.stderr)
+	if a.Exited() {
+		t.Fatalf("agent exited on SIGHUP: %s", a.Stderr)
 	}
 }
 
@@ -262,11 +262,11 @@ tls {
   key_file  = %q
 }
 `, cert, key))
-	a.signal(t, syscall.SIGHUP)
+	a.Signal(t, syscall.SIGHUP)
 	testutil.WaitFor(t, 10*time.Second, `"configuration partly reloaded" log line`, func() bool {
-		return strings.Contains(a.stderr.String(), "configuration partly reloaded")
+		return strings.Contains(a.Stderr.String(), "configuration partly reloaded")
 	})
-	logs := a.stderr.String()
+	logs := a.Stderr.String()
 	for _, want := range []string{
 		"[WARN]  csisupd: reload: name, client.rpc_timeout changed but take effect only after a restart",
 		"[ERROR] csisupd: reload: tls: changing tls.cert_file, tls.key_file by reload is not supported; " +
@@ -280,10 +280,10 @@ tls {
 		t.Errorf("the agent logged \"configuration reloaded\" although it applied neither tls nor name:\n%s", logs)
 	}
 	if r := runCLI(t, "--address", a.addr(), "status"); r.code != 0 {
-		t.Errorf("plain-text status after the refused tls reload: exit %d: %s", r.code, r.stderr)
+		t.Errorf("plain-text status after the refused tls reload: exit %d: %s", r.code, r.Stderr)
 	}
-	if a.exited() {
-		t.Fatalf("agent exited on SIGHUP: %s", a.stderr)
+	if a.Exited() {
+		t.Fatalf("agent exited on SIGHUP: %s", a.Stderr)
 	}
 }
 
@@ -300,8 +300,8 @@ func TestRestartRecoversRegistry(t *testing.T) {
 
 	a := startAgent(t, nil, args...)
 	before := a.waitHealthy(t, "keep")
-	a.signal(t, syscall.SIGTERM)
-	if code := a.wait(t, 10*time.Second); code != 0 {
+	a.Signal(t, syscall.SIGTERM)
+	if code := a.Wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("first agent exit code = %d", code)
 	}
 
@@ -341,15 +341,15 @@ func TestConfigErrors(t *testing.T) {
 			r := runCLI(t, "agent", "--config", cfg, "--data-dir", dataDir,
 				"--rpc-port", fmt.Sprint(ports[0]), "--http-port", fmt.Sprint(ports[1]), "--raft-port", fmt.Sprint(ports[2]))
 			if r.code != 1 {
-				t.Errorf("exit code = %d, want 1; stderr:\n%s", r.code, r.stderr)
+				t.Errorf("exit code = %d, want 1; stderr:\n%s", r.code, r.Stderr)
 			}
 			for _, w := range tt.want {
-				if !strings.Contains(r.stderr, w) {
-					t.Errorf("stderr does not name %q:\n%s", w, r.stderr)
+				if !strings.Contains(r.Stderr, w) {
+					t.Errorf("stderr does not name %q:\n%s", w, r.Stderr)
 				}
 			}
-			if n := strings.Count(r.stderr, tt.want[0]); n != 1 {
-				t.Errorf("%q reported %d times, want once:\n%s", tt.want[0], n, r.stderr)
+			if n := strings.Count(r.Stderr, tt.want[0]); n != 1 {
+				t.Errorf("%q reported %d times, want once:\n%s", tt.want[0], n, r.Stderr)
 			}
 			if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 				t.Errorf("data dir was created for a bad config (err %v)", err)
@@ -386,10 +386,10 @@ func TestExitCodes(t *testing.T) {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			r := runCLI(t, tt.args...)
 			if r.code != tt.code {
-				t.Errorf("exit code = %d, want %d; stderr:\n%s", r.code, tt.code, r.stderr)
+				t.Errorf("exit code = %d, want %d; stderr:\n%s", r.code, tt.code, r.Stderr)
 			}
-			if !strings.Contains(r.stderr, tt.want) {
-				t.Errorf("stderr does not mention %q:\n%s", tt.want, r.stderr)
+			if !strings.Contains(r.Stderr, tt.want) {
+				t.Errorf("stderr does not mention %q:\n%s", tt.want, r.Stderr)
 			}
 		})
 	}
@@ -397,13 +397,13 @@ func TestExitCodes(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	r := runCLI(t, "version")
-	if r.code != 0 || !regexp.MustCompile(`^csisupd \S+ \(commit \S+, go[\d.]+`).MatchString(r.stdout) {
-		t.Errorf("version: exit %d, output %q", r.code, r.stdout)
+	if r.code != 0 || !regexp.MustCompile(`^csisupd \S+ \(commit \S+, go[\d.]+`).MatchString(r.Stdout) {
+		t.Errorf("version: exit %d, output %q", r.code, r.Stdout)
 	}
 	r = runCLI(t, "version", "--json")
 	var v map[string]string
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
-		t.Fatalf("version --json: exit %d, output %q", r.code, r.stdout)
+	if r.code != 0 || json.Unmarshal([]byte(r.Stdout), &v) != nil {
+		t.Fatalf("version --json: exit %d, output %q", r.code, r.Stdout)
 	}
 	for _, key := range []string{"version", "commit", "go"} {
 		if v[key] == "" {

@@ -46,26 +46,26 @@ consul {
 	a := startAgent(t, nil, "--config", cfgFile)
 
 	start := time.Now()
-	a.signal(t, syscall.SIGTERM)
-	code := a.wait(t, 10*time.Second)
+	a.Signal(t, syscall.SIGTERM)
+	code := a.Wait(t, 10*time.Second)
 	took := time.Since(start)
 	if code != 0 {
-		t.Errorf("exit code = %d, want 0\n%s", code, a.stderr)
+		t.Errorf("exit code = %d, want 0\n%s", code, a.Stderr)
 	}
 	if took >= 5*time.Second {
 		t.Errorf("stop took %s, want < 5s", took)
 	}
 	var warning string
-	for _, line := range strings.Split(a.stderr.String(), "\n") {
+	for _, line := range strings.Split(a.Stderr.String(), "\n") {
 		if strings.Contains(line, "[WARN]") && strings.Contains(line, "could not deregister") {
 			warning = line
 		}
 	}
 	if !strings.Contains(warning, consulsync.AgentServiceID) {
-		t.Errorf("no warning naming the services left behind (%s); stderr:\n%s", consulsync.AgentServiceID, a.stderr)
+		t.Errorf("no warning naming the services left behind (%s); stderr:\n%s", consulsync.AgentServiceID, a.Stderr)
 	}
-	if strings.Contains(a.stderr.String(), "Error:") {
-		t.Errorf("a successful stop printed an error:\n%s", a.stderr)
+	if strings.Contains(a.Stderr.String(), "Error:") {
+		t.Errorf("a successful stop printed an error:\n%s", a.Stderr)
 	}
 }
 
@@ -98,8 +98,8 @@ consul {
 
 	consul.ResetCounts()
 	killed := time.Now()
-	a.signal(t, syscall.SIGKILL)
-	a.wait(t, 10*time.Second)
+	a.Signal(t, syscall.SIGKILL)
+	a.Wait(t, 10*time.Second)
 	bound := 2 * interval // interval plus timeout
 	testutil.WaitFor(t, 10*time.Second, "the plugin service critical", func() bool {
 		c, ok := consul.Check(consulsync.AliasCheckID(pluginSvc))
@@ -158,7 +158,7 @@ consul {
 				Leader   bool   `json:"leader"`
 			} `json:"peers"`
 		}
-		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &doc) != nil || len(doc.Peers) != 3 {
+		if r.code != 0 || json.Unmarshal([]byte(r.Stdout), &doc) != nil || len(doc.Peers) != 3 {
 			return false
 		}
 		leaders := 0
@@ -191,7 +191,7 @@ consul {
 				Status string `json:"status"`
 			} `json:"nodes"`
 		}
-		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &doc) != nil {
+		if r.code != 0 || json.Unmarshal([]byte(r.Stdout), &doc) != nil {
 			return false
 		}
 		for _, n := range doc.Nodes {

@@ -15,12 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/csisupd/csisupd/internal/testutil"
-	"go.uber.org/goleak"
 )
 
 // Paths of the binaries built once by TestMain.
@@ -30,38 +28,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "csisupd-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "temp dir:", err)
-		os.Exit(1)
-	}
-	csisupdBin = filepath.Join(dir, "csisupd")
-	testPluginBin = filepath.Join(dir, "csi-testplugin")
-	for bin, pkg := range map[string]string{
-		csisupdBin:    "github.com/csisupd/csisupd/cmd/csisupd",
-		testPluginBin: "github.com/csisupd/csisupd/internal/testplugin/cmd/csi-testplugin",
-	} {
-		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-			_ = os.RemoveAll(dir)
-			os.Exit(1)
-		}
-	}
-	goleak.VerifyTestMain(cleanupM{m, dir}) // exits
-}
-
-// cleanupM removes the binaries after the tests, before goleak's check
-// exits the process.
-type cleanupM struct {
-	m   *testing.M
-	dir string
-}
-
-func (c cleanupM) Run() int {
-	code := c.m.Run()
-	_ = os.RemoveAll(c.dir)
-	return code
+	testutil.RunWithBinaries(m,
+		testutil.Binary{Pkg: "github.com/csisupd/csisupd/cmd/csisupd", Path: &csisupdBin},
+		testutil.Binary{Pkg: "github.com/csisupd/csisupd/internal/testplugin/cmd/csi-testplugin", Path: &testPluginBin})
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
@@ -79,84 +48,13 @@ func portFree(port int) bool {
 	return true
 }
 
-// process is a started subprocess that is killed at cleanup.
-type process struct {
-	cmd    *exec.Cmd
-	stdout *testutil.SyncBuffer
-	stderr *testutil.SyncBuffer
-	done   chan struct{}
-	err    error // set before done is closed
-}
-
-// startProcess starts bin with args and env added to the environment.
-func startProcess(t *testing.T, env []string, bin string, args ...string) *process {
-	t.Helper()
-	p := &process{stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout = p.stdout
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s %s\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), p.stdout, p.stderr)
-		}
-	})
-	return p
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// exitCode is the process's exit code; it must have exited.
-func (p *process) exitCode() int {
-	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
-		return ee.ExitCode()
-	}
-	if p.err != nil {
-		return -1
-	}
-	return 0
-}
-
-// wait waits for the process to exit and returns its exit code.
-func (p *process) wait(t *testing.T, timeout time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.exitCode()
-	case <-time.After(timeout):
-		t.Fatalf("%s did not exit within %s", p.cmd.Path, timeout)
-		return -1
-	}
-}
-
-func (p *process) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v: %v", sig, err)
-	}
-}
+// process is a started subprocess of a test.
+type process = testutil.Process
 
 // result is the outcome of a command run to completion.
 type result struct {
 	code           int
-	stdout, stderr string
+	Stdout, Stderr string
 }
 
 // runCLI runs csisupd with args to completion.
@@ -181,7 +79,7 @@ func runCLIEnv(t *testing.T, env []string, args ...string) result {
 	case err != nil:
 		t.Fatalf("run csisupd %v: %v", args, err)
 	}
-	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	return result{code: code, Stdout: stdout.String(), Stderr: stderr.String()}
 }
 
 // agentProc is a running `csisupd agent`.
@@ -203,20 +101,20 @@ func startAgent(t *testing.T, env []string, args ...string) *agentProc {
 		full := append([]string{"agent",
 			"--rpc-port", strconv.Itoa(a.rpc), "--http-port", strconv.Itoa(a.http), "--raft-port", strconv.Itoa(a.raft)},
 			args...)
-		a.process = startProcess(t, env, csisupdBin, full...)
+		a.process = testutil.StartProcess(t, env, csisupdBin, full...)
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			if code, _ := a.health(); code == http.StatusOK {
 				return a
 			}
-			if a.exited() {
-				if attempt == 1 && strings.Contains(a.stderr.String(), "address already in use") {
+			if a.Exited() {
+				if attempt == 1 && strings.Contains(a.Stderr.String(), "address already in use") {
 					break // retry with new ports
 				}
-				t.Fatalf("agent exited with code %d before serving:\n%s", a.exitCode(), a.stderr)
+				t.Fatalf("agent exited with code %d before serving:\n%s", a.ExitCode(), a.Stderr)
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("agent not serving after 20s:\n%s", a.stderr)
+				t.Fatalf("agent not serving after 20s:\n%s", a.Stderr)
 			}
 			time.Sleep(20 * time.Millisecond) // poll interval
 		}
@@ -252,11 +150,11 @@ func (a *agentProc) status(t *testing.T) statusDoc {
 	t.Helper()
 	r := runCLI(t, "--address", a.addr(), "status", "--json")
 	if r.code != 0 {
-		t.Fatalf("status --json: exit %d: %s", r.code, r.stderr)
+		t.Fatalf("status --json: exit %d: %s", r.code, r.Stderr)
 	}
 	var doc statusDoc
-	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
-		t.Fatalf("status --json is not one JSON object: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &doc); err != nil {
+		t.Fatalf("status --json is not one JSON object: %v\n%s", err, r.Stdout)
 	}
 	return doc
 }
@@ -385,12 +283,12 @@ func (s *eventStream) waitTypes(t *testing.T, id string, want ...string) {
 // startTestPlugin runs csi-testplugin on socket and waits until it serves.
 func startTestPlugin(t *testing.T, socket string, args ...string) *process {
 	t.Helper()
-	p := startProcess(t, nil, testPluginBin, append([]string{"--socket", socket}, args...)...)
+	p := testutil.StartProcess(t, nil, testPluginBin, append([]string{"--socket", socket}, args...)...)
 	testutil.WaitFor(t, 10*time.Second, "csi-testplugin serving", func() bool {
-		if p.exited() {
-			t.Fatalf("csi-testplugin exited: %s", p.stderr)
+		if p.Exited() {
+			t.Fatalf("csi-testplugin exited: %s", p.Stderr)
 		}
-		return strings.Contains(p.stdout.String(), "serving")
+		return strings.Contains(p.Stdout.String(), "serving")
 	})
 	return p
 }

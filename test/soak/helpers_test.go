@@ -2,7 +2,6 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,11 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -28,7 +25,6 @@ import (
 // Paths of the binaries built once by TestMain. agentBin is built with the
 // race detector when the tests run with it.
 var (
-	binDir        string
 	agentBin      string
 	testPluginBin string
 	hostileBin    string
@@ -41,154 +37,16 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "csisupd-soak-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "temp dir:", err)
-		os.Exit(1)
-	}
-	binDir = dir
-	agentBin = filepath.Join(dir, "csisupd")
-	testPluginBin = filepath.Join(dir, "csi-testplugin")
-	hostileBin = filepath.Join(dir, "csi-hostile")
-	for _, b := range []struct {
-		out, pkg string
-		race     bool
-	}{
-		// The agent is the code under test: with -race it must run
-		// with the race detector too. The plugins are tools.
-		{agentBin, agentPkg, raceEnabled},
-		{testPluginBin, testPluginPkg, false},
-		{hostileBin, hostilePkg, false},
-	} {
-		if err := build(b.out, b.pkg, b.race); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			_ = os.RemoveAll(dir)
-			os.Exit(1)
-		}
-	}
-	goleak.VerifyTestMain(cleanupM{m, dir}) // exits
+	testutil.RunWithBinaries(m,
+		// The agent is the code under test: with -race it runs with the
+		// race detector too. The plugins are tools.
+		testutil.Binary{Pkg: agentPkg, Race: raceEnabled, Path: &agentBin},
+		testutil.Binary{Pkg: testPluginPkg, Path: &testPluginBin},
+		testutil.Binary{Pkg: hostilePkg, Path: &hostileBin})
 }
 
-func build(out, pkg string, race bool) error {
-	args := []string{"build", "-o", out}
-	if race {
-		args = append(args, "-race")
-	}
-	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("go %s: %v\n%s", strings.Join(append(args, pkg), " "), err, b)
-	}
-	return nil
-}
-
-// cleanupM removes the binaries after the tests, before goleak's check
-// exits the process.
-type cleanupM struct {
-	m   *testing.M
-	dir string
-}
-
-func (c cleanupM) Run() int {
-	code := c.m.Run()
-	_ = os.RemoveAll(c.dir)
-	return code
-}
-
-// process is a started subprocess, killed at cleanup.
-type process struct {
-	name   string
-	cmd    *exec.Cmd
-	stdout *testutil.SyncBuffer
-	stderr *testutil.SyncBuffer
-	done   chan struct{}
-	err    error // set before done is closed
-}
-
-// startProcess starts bin with args.
-func startProcess(t testing.TB, bin string, args ...string) *process {
-	t.Helper()
-	p := &process{
-		name:   filepath.Base(bin),
-		stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{},
-		done: make(chan struct{}),
-	}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout = p.stdout
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		// A stopped (SIGSTOP) process is continued first, so it dies
-		// like any other and its sockets' peers see it go.
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s %s\nstdout:\n%s\nstderr:\n%s", p.name, strings.Join(args, " "), p.stdout, p.stderr)
-		}
-	})
-	return p
-}
-
-func (p *process) pid() int { return p.cmd.Process.Pid }
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// exitCode is the process's exit code; it must have exited.
-func (p *process) exitCode() int {
-	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
-		return ee.ExitCode()
-	}
-	if p.err != nil {
-		return -1
-	}
-	return 0
-}
-
-// wait waits for the process to exit and returns its exit code, or fails
-// the test after timeout.
-func (p *process) wait(t testing.TB, timeout time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.exitCode()
-	case <-time.After(timeout):
-		t.Fatalf("%s did not exit within %s", p.name, timeout)
-		return -1
-	}
-}
-
-func (p *process) signal(t testing.TB, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v to %s: %v", sig, p.name, err)
-	}
-}
-
-// waitOutput waits until the process's standard output contains s and
-// returns when it saw it.
-func (p *process) waitOutput(t testing.TB, s string, timeout time.Duration) time.Time {
-	t.Helper()
-	testutil.WaitFor(t, timeout, fmt.Sprintf("%s to print %q", p.name, s), func() bool {
-		if p.exited() {
-			t.Fatalf("%s exited with %d before printing %q:\n%s", p.name, p.exitCode(), s, p.stderr)
-		}
-		return strings.Contains(p.stdout.String(), s)
-	})
-	return time.Now()
-}
+// process is a started subprocess of a test.
+type process = testutil.Process
 
 // timing is the agent's client timing.
 type timing struct {
@@ -240,20 +98,20 @@ consul {
   enabled = false
 }
 `, a.dataDir, ports[0], ports[1], ports[2], a.pluginDir, tm.probeInterval, tm.probeTimeout, tm.deregisterGrace))
-		a.process = startProcess(t, bin, "agent", "--config", cfg)
+		a.process = testutil.StartProcess(t, nil, bin, "agent", "--config", cfg)
 		if a.waitServing(t) {
 			break
 		}
-		if attempt > 1 || !strings.Contains(a.stderr.String(), "address already in use") {
-			t.Fatalf("agent exited with code %d before serving:\n%s", a.exitCode(), a.stderr)
+		if attempt > 1 || !strings.Contains(a.Stderr.String(), "address already in use") {
+			t.Fatalf("agent exited with code %d before serving:\n%s", a.ExitCode(), a.Stderr)
 		}
 	}
 	// Registered after startProcess's cleanup, so it runs before it: the
 	// agent is stopped here and its whole output checked.
 	t.Cleanup(func() {
-		_ = a.cmd.Process.Kill()
-		<-a.done
-		checkAgentOutput(t, a.stderr.String())
+		_ = a.Cmd.Process.Kill()
+		<-a.Done()
+		checkAgentOutput(t, a.Stderr.String())
 	})
 	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", a.rpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -284,7 +142,7 @@ func (a *agent) waitServing(t testing.TB) bool {
 	serving := false
 	// A race-enabled build starts slower; 30 s is far above either.
 	testutil.WaitFor(t, 30*time.Second, "agent serving /v1/health", func() bool {
-		if a.exited() {
+		if a.Exited() {
 			return true
 		}
 		resp, err := c.Get(url)
@@ -342,8 +200,8 @@ func (a *agent) waitPlugins(t testing.TB, timeout time.Duration, what string, co
 		if err != nil {
 			lastErr = err
 		}
-		if a.exited() {
-			t.Fatalf("agent exited with %d while waiting for %s:\n%s", a.exitCode(), what, a.stderr)
+		if a.Exited() {
+			t.Fatalf("agent exited with %d while waiting for %s:\n%s", a.ExitCode(), what, a.Stderr)
 		}
 		if now.After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s (last ListPlugins error: %v); plugins:\n%s", timeout, what, lastErr, describe(ps))
@@ -430,7 +288,7 @@ type lazyBuild struct {
 func (l *lazyBuild) get(t testing.TB, name, pkg string, race bool) string {
 	t.Helper()
 	l.once.Do(func() {
-		l.path = filepath.Join(binDir, name)
+		l.path = filepath.Join(filepath.Dir(agentBin), name)
 		l.err = build(l.path, pkg, race)
 	})
 	if l.err != nil {
@@ -456,4 +314,16 @@ func (a *agent) waitEach(t testing.TB, timeout time.Duration, what string, ids [
 		return len(at) == len(ids)
 	})
 	return at, seen
+}
+
+// build runs go build of pkg into out, with the race detector if asked.
+func build(out, pkg string, race bool) error {
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(append(args, pkg), " "), err, b)
+	}
+	return nil
 }

@@ -52,11 +52,11 @@ func TestHostilePluginsDoNotStallSupervision(t *testing.T) {
 	dir := testutil.TempDir(t)
 	probeLog := filepath.Join(dir, "probes.log")
 	a := startAgent(t, bin, dir, hostileTiming)
-	pid := a.pid()
+	pid := a.Pid()
 
-	good := startProcess(t, testPluginBin, "--dir", a.pluginDir, "--count", strconv.Itoa(goodPlugins),
+	good := testutil.StartProcess(t, nil, testPluginBin, "--dir", a.pluginDir, "--count", strconv.Itoa(goodPlugins),
 		"--state-dir", filepath.Join(dir, "state"), "--node-id", "n1", "--probe-log", probeLog)
-	good.waitOutput(t, "csi-testplugin: serving", 30*time.Second)
+	good.WaitOutput(t, "csi-testplugin: serving", 30*time.Second)
 	goodIDs := make([]string, goodPlugins)
 	for i := range goodIDs {
 		goodIDs[i] = fmt.Sprintf("p%04d", i)
@@ -88,8 +88,8 @@ func TestHostilePluginsDoNotStallSupervision(t *testing.T) {
 
 	var hostileIDs []string
 	for _, kind := range hostileKinds {
-		p := startProcess(t, hostileBin, "--dir", a.pluginDir, "--kind", kind, "--count", strconv.Itoa(hostilePerKind))
-		p.waitOutput(t, fmt.Sprintf("csi-hostile: serving %d", hostilePerKind), 30*time.Second)
+		p := testutil.StartProcess(t, nil, hostileBin, "--dir", a.pluginDir, "--kind", kind, "--count", strconv.Itoa(hostilePerKind))
+		p.WaitOutput(t, fmt.Sprintf("csi-hostile: serving %d", hostilePerKind), 30*time.Second)
 		for i := range hostilePerKind {
 			hostileIDs = append(hostileIDs, fmt.Sprintf("h-%s-%04d", kind, i))
 		}
@@ -108,9 +108,9 @@ func TestHostilePluginsDoNotStallSupervision(t *testing.T) {
 	tick := time.NewTicker(time.Second)
 	for range tick.C {
 		elapsed := time.Since(windowStart)
-		if a.exited() {
+		if a.Exited() {
 			tick.Stop()
-			t.Fatalf("agent exited with %d %s into the window:\n%s", a.exitCode(), elapsed, a.stderr)
+			t.Fatalf("agent exited with %d %s into the window:\n%s", a.ExitCode(), elapsed, a.Stderr)
 		}
 		rssSamples = append(rssSamples, processRSS(t, pid))
 		ps, err := a.plugins()
@@ -215,8 +215,8 @@ func TestHostilePluginsDoNotStallSupervision(t *testing.T) {
 
 	// The agent still stops promptly.
 	termAt := time.Now()
-	a.signal(t, syscall.SIGTERM)
-	code := a.wait(t, 30*time.Second)
+	a.Signal(t, syscall.SIGTERM)
+	code := a.Wait(t, 30*time.Second)
 	took := time.Since(termAt)
 	t.Logf("agent exited %d after SIGTERM in %s", code, took.Round(time.Millisecond))
 	if code != 0 || took > 5*time.Second {

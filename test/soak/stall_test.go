@@ -40,9 +40,9 @@ func TestStalledPluginsDoNotStallSupervision(t *testing.T) {
 	stallSock := filepath.Join(a.pluginDir, stallID, "csi.sock")
 	lateSock := filepath.Join(a.pluginDir, lateID, "csi.sock")
 
-	stopped := startProcess(t, testPluginBin, "--socket", stoppedSock, "--node-id", "n1",
+	stopped := testutil.StartProcess(t, nil, testPluginBin, "--socket", stoppedSock, "--node-id", "n1",
 		"--state-dir", filepath.Join(dir, "state-"+stoppedID))
-	stopped.waitOutput(t, "csi-testplugin: serving", 10*time.Second)
+	stopped.WaitOutput(t, "csi-testplugin: serving", 10*time.Second)
 	a.waitPlugins(t, 10*time.Second, stoppedID+" healthy", func(ps map[string]*csisupdv1.Plugin) bool {
 		return ps[stoppedID].GetHealthy()
 	})
@@ -51,10 +51,10 @@ func TestStalledPluginsDoNotStallSupervision(t *testing.T) {
 	// listens, which is after its process started: taking the start as
 	// the stall instant can only overstate its detection time.
 	stalledAt := map[string]time.Time{stallID: time.Now()}
-	hostile := startProcess(t, hostileBin, "--dir", a.pluginDir, "--kind", "stall", "--count", "1")
+	hostile := testutil.StartProcess(t, nil, hostileBin, "--dir", a.pluginDir, "--kind", "stall", "--count", "1")
 	stalledAt[stoppedID] = time.Now()
-	stopped.signal(t, syscall.SIGSTOP)
-	hostile.waitOutput(t, "csi-hostile: serving 1", 10*time.Second)
+	stopped.Signal(t, syscall.SIGSTOP)
+	hostile.WaitOutput(t, "csi-hostile: serving 1", 10*time.Second)
 
 	limit := stallTiming.probeTimeout + stallTiming.probeInterval + schedulingMargin
 	stalled := []string{stoppedID, stallID}
@@ -80,9 +80,9 @@ func TestStalledPluginsDoNotStallSupervision(t *testing.T) {
 
 	// A plugin that arrives while the two hang is supervised at once.
 	lateStart := time.Now()
-	late := startProcess(t, testPluginBin, "--socket", lateSock, "--node-id", "n1",
+	late := testutil.StartProcess(t, nil, testPluginBin, "--socket", lateSock, "--node-id", "n1",
 		"--state-dir", filepath.Join(dir, "state-"+lateID))
-	lateReady := late.waitOutput(t, "csi-testplugin: serving", 10*time.Second)
+	lateReady := late.WaitOutput(t, "csi-testplugin: serving", 10*time.Second)
 	healthyAt, ps := a.waitPlugins(t, 10*time.Second, lateID+" healthy", func(ps map[string]*csisupdv1.Plugin) bool {
 		return ps[lateID].GetHealthy()
 	})
@@ -125,8 +125,8 @@ func TestStalledPluginsDoNotStallSupervision(t *testing.T) {
 	// SIGTERM stops the agent promptly with the stopped plugin's process
 	// still frozen, and the registry it leaves holds the remaining plugin.
 	termAt := time.Now()
-	a.signal(t, syscall.SIGTERM)
-	code := a.wait(t, 10*time.Second)
+	a.Signal(t, syscall.SIGTERM)
+	code := a.Wait(t, 10*time.Second)
 	took := time.Since(termAt)
 	t.Logf("agent exited %d after SIGTERM in %s", code, took.Round(time.Millisecond))
 	if code != 0 || took > 5*time.Second {
