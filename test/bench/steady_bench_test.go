@@ -26,10 +26,6 @@ const steadyPlugins = 1000
 // plugin is healthy: six probe rounds at the production 5 s interval.
 const steadyWindow = 30 * time.Second
 
-// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat times;
-// 100 on every Linux architecture Go supports.
-const clockTicks = 100
-
 // BenchmarkSteadyState1000 runs the real csisupd agent binary against 1,000
 // plugins served by a separate csi-testplugin process, with production probe
 // settings, and reports the agent's CPU (percent of one core) and resident
@@ -76,14 +72,14 @@ consul {
 	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 2*time.Minute)
 	b.ReportMetric(time.Since(start).Seconds(), "all_healthy_s")
 
-	cpu0 := processCPU(b, agent.Process.Pid)
+	cpu0 := testutil.ProcessCPU(b, agent.Process.Pid)
 	t0 := time.Now()
 	time.Sleep(steadyWindow) // the measurement window itself, not synchronisation
-	cpu1 := processCPU(b, agent.Process.Pid)
+	cpu1 := testutil.ProcessCPU(b, agent.Process.Pid)
 	elapsed := time.Since(t0)
 
 	b.ReportMetric(100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), "cpu_%core")
-	b.ReportMetric(float64(processRSS(b, agent.Process.Pid))/(1<<20), "rss_MiB")
+	b.ReportMetric(float64(testutil.ProcessRSS(b, agent.Process.Pid))/(1<<20), "rss_MiB")
 	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 10*time.Second)
 }
 
@@ -177,39 +173,6 @@ func waitAllHealthy(b *testing.B, addr string, n int, timeout time.Duration) {
 		time.Sleep(200 * time.Millisecond) // polling interval of an external process
 	}
 	b.Fatalf("only %d of %d plugins healthy after %s", healthy, n, timeout)
-}
-
-// processCPU returns the user plus system CPU time of pid.
-func processCPU(b *testing.B, pid int) time.Duration {
-	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 of the whole line.
-	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
-	f := strings.Fields(rest)
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / clockTicks
-}
-
-// processRSS returns the resident set size of pid in bytes.
-func processRSS(b *testing.B, pid int) int64 {
-	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmRSS in /proc status")
-	return 0
 }
 
 func writeFile(b *testing.B, path, content string) {

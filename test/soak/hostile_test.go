@@ -76,14 +76,14 @@ func TestHostilePluginsDoNotStallSupervision(t *testing.T) {
 	// garbage collector's sawtooth is part of the baseline, not of the
 	// growth.
 	var baseline int64
-	cpu0, t0 := processCPU(t, pid), time.Now()
+	cpu0, t0 := testutil.ProcessCPU(t, pid), time.Now()
 	for i := range baselineSamples {
 		if i > 0 {
 			time.Sleep(hostileTiming.probeInterval / 2) // sampling period
 		}
-		baseline = max(baseline, processRSS(t, pid))
+		baseline = max(baseline, testutil.ProcessRSS(t, pid))
 	}
-	baseCPU := cpuPercent(processCPU(t, pid)-cpu0, time.Since(t0))
+	baseCPU := cpuPercent(testutil.ProcessCPU(t, pid)-cpu0, time.Since(t0))
 	t.Logf("baseline with %d good plugins: RSS %s, CPU %.1f%% of one core", goodPlugins, mib(baseline), baseCPU)
 
 	var hostileIDs []string
@@ -97,7 +97,7 @@ func TestHostilePluginsDoNotStallSupervision(t *testing.T) {
 
 	// The window: RSS and status every second, CPU over the whole.
 	windowStart := time.Now()
-	cpuStart := processCPU(t, pid)
+	cpuStart := testutil.ProcessCPU(t, pid)
 	var (
 		rssSamples  []int64
 		unhealthy   []string // good plugins seen not healthy, with when
@@ -112,7 +112,7 @@ func TestHostilePluginsDoNotStallSupervision(t *testing.T) {
 			tick.Stop()
 			t.Fatalf("agent exited with %d %s into the window:\n%s", a.ExitCode(), elapsed, a.Stderr)
 		}
-		rssSamples = append(rssSamples, processRSS(t, pid))
+		rssSamples = append(rssSamples, testutil.ProcessRSS(t, pid))
 		ps, err := a.plugins()
 		if err != nil {
 			statusFails = append(statusFails, fmt.Sprintf("%s: %v", elapsed.Round(time.Millisecond), err))
@@ -133,7 +133,7 @@ func TestHostilePluginsDoNotStallSupervision(t *testing.T) {
 	}
 	tick.Stop()
 	windowEnd := time.Now()
-	cpu := cpuPercent(processCPU(t, pid)-cpuStart, windowEnd.Sub(windowStart))
+	cpu := cpuPercent(testutil.ProcessCPU(t, pid)-cpuStart, windowEnd.Sub(windowStart))
 	window := windowEnd.Sub(windowStart)
 
 	// Memory.
