@@ -207,16 +207,10 @@ func (a *Agent) wireCheckLocked(c *localCheck) wireCheck {
 // agentCheckLocked is a local check as consul/api decodes it from
 // /v1/agent/checks.
 func (a *Agent) agentCheckLocked(c *localCheck) api.AgentCheck {
+	w := a.wireCheckLocked(c)
 	return api.AgentCheck{
-		Node:        a.node,
-		CheckID:     c.id,
-		Name:        c.name,
-		Status:      c.status,
-		Notes:       c.notes,
-		Output:      c.output,
-		ServiceID:   c.serviceID,
-		ServiceName: c.serviceName,
-		Type:        c.typ,
+		Node: w.Node, CheckID: w.CheckID, Name: w.Name, Status: w.Status, Notes: w.Notes,
+		Output: w.Output, ServiceID: w.ServiceID, ServiceName: w.ServiceName, Type: w.Type,
 	}
 }
 
