@@ -18,7 +18,7 @@ client {
   plugin_dir           = "/var/lib/csisupd/plugins"  # <plugin_dir>/<id>/csi.sock or <plugin_dir>/<id>.sock
   probe_interval       = "5s"
   probe_timeout        = "3s"
-  fingerprint_interval = "60s"
+  fingerprint_interval = "5m"
   deregister_grace     = "10s"
   rescan_interval      = "30s"
   rpc_timeout          = "2m"     # ClientCSI calls that carry no deadline

@@ -21,7 +21,7 @@ const (
 
 	DefaultProbeInterval          = 5 * time.Second
 	DefaultProbeTimeout           = 3 * time.Second
-	DefaultFingerprintInterval    = 60 * time.Second
+	DefaultFingerprintInterval    = 5 * time.Minute
 	DefaultDeregisterGrace        = 10 * time.Second
 	DefaultRescanInterval         = 30 * time.Second
 	DefaultRPCTimeout             = 2 * time.Minute
@@ -104,7 +104,10 @@ type ClientConfig struct {
 	ProbeInterval time.Duration
 	// ProbeTimeout bounds one probe; it never exceeds ProbeInterval.
 	ProbeTimeout time.Duration
-	// FingerprintInterval is the time between two fingerprints of a plugin.
+	// FingerprintInterval is the time between two fingerprints of a plugin
+	// that stays connected. A plugin is also fingerprinted whenever its
+	// connection is new (it may be a new process), so this only catches a
+	// plugin that changes what it reports without restarting.
 	FingerprintInterval time.Duration
 	// DeregisterGrace is how long a socket may be gone before its plugin is
 	// deregistered.

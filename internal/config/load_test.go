@@ -85,7 +85,7 @@ func TestDefault(t *testing.T) {
 			PluginDir:                  "/var/lib/csisupd/plugins",
 			ProbeInterval:              5 * time.Second,
 			ProbeTimeout:               3 * time.Second,
-			FingerprintInterval:        time.Minute,
+			FingerprintInterval:        5 * time.Minute,
 			DeregisterGrace:            10 * time.Second,
 			RescanInterval:             30 * time.Second,
 			RPCTimeout:                 2 * time.Minute,

@@ -64,6 +64,10 @@ func TestBrokenAnswers(t *testing.T) {
 			want: codes.NotFound, text: "gone"},
 		{name: "HTTP 404", answer: reply([]string{":status", "404", "content-type", "text/plain"}, []byte("no such page"), nil),
 			want: codes.Unimplemented, text: "HTTP status", violation: true},
+		// A redirect followed would send the request again and succeed
+		// (the plugin answers the next request); it must fail the call.
+		{name: "HTTP 302", answer: reply([]string{":status", "302", "location", "/csi.v1.Identity/GetPluginInfo"}, nil, nil),
+			want: codes.Unknown, text: "HTTP status", violation: true},
 		{name: "HTTP 503", answer: reply([]string{":status", "503", "content-type", "application/grpc"}, nil, nil),
 			want: codes.Unavailable, text: "HTTP status", violation: true},
 		{name: "not gRPC: text/plain", answer: reply([]string{":status", "200", "content-type", "text/plain"}, []byte("hello"), nil),

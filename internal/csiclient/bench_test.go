@@ -114,3 +114,37 @@ func BenchmarkIdleConnections(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProbe measures one Probe call on a warm connection, the call
+// the agent makes most: "supervision" is the supervision connection,
+// "grpc-go" the full connection (the direct path), in the same run.
+func BenchmarkProbe(b *testing.B) {
+	sock := filepath.Join(testutil.TempDir(b), "csi.sock")
+	startPluginProcess(b, sock)
+	c, err := New(Config{Socket: sock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	for _, kind := range []struct {
+		name string
+		cc   grpc.ClientConnInterface
+	}{{"supervision", c.Supervision()}, {"grpc-go", c.conn}} {
+		b.Run(kind.name, func(b *testing.B) {
+			id := csi.NewIdentityClient(kind.cc)
+			ctx := context.Background()
+			b.ReportAllocs()
+			cpu0 := testutil.ProcessCPU(b, os.Getpid())
+			for b.Loop() {
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := id.Probe(pctx, &csi.ProbeRequest{})
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu := testutil.ProcessCPU(b, os.Getpid()) - cpu0
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}

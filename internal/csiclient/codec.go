@@ -71,7 +71,7 @@ func (t *Transport) connectClient(method string, recvLimit int) *connect.Client[
 		return c
 	}
 	// The authority is only a name here: callRouter picks the connection.
-	c := connect.NewClient[rawMsg, rawMsg](t.http, "http://localhost"+method,
+	c := connect.NewClient[rawMsg, rawMsg](callRouter{}, "http://localhost"+method,
 		connect.WithGRPC(),
 		connect.WithCodec(rawCodec{}),
 		connect.WithReadMaxBytes(recvLimit),

@@ -67,7 +67,6 @@ type Transport struct {
 	// live maps each open *http2.ClientConn to its pluginConn, for
 	// goAwayWatcher.
 	live *sync.Map
-	http *http.Client
 
 	mu      sync.Mutex
 	clients map[clientKey]*connect.Client[rawMsg, rawMsg]
@@ -87,16 +86,7 @@ func NewTransport(cfg TransportConfig) *Transport {
 		maxMessage:   cfg.MaxMessageSize,
 		h2:           newHTTP2Transport(cfg.WriteTimeout, cfg.MaxMessageSize, live),
 		live:         live,
-		// connect's HTTP client never follows redirects: a plugin
-		// answering 3xx is not speaking gRPC, and following would send the
-		// request again.
-		http: &http.Client{
-			Transport: callRouter{},
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		},
-		clients: make(map[clientKey]*connect.Client[rawMsg, rawMsg]),
+		clients:      make(map[clientKey]*connect.Client[rawMsg, rawMsg]),
 	}
 }
 
@@ -224,16 +214,20 @@ type call struct {
 	overCap      bool           // the reply body outgrew recvLimit
 }
 
-// callRouter is the RoundTripper of a Transport's http.Client, which
-// connect uses for every plugin of the Transport: it sends each request on
-// the ClientConn of the call it belongs to, and records what came back.
-// Sharing one http.Client and one connect client per method across plugins
-// keeps a plugin's cost at its connection.
+// callRouter is the connect.HTTPClient of every connect client of a
+// Transport: it sends each request on the ClientConn of the call it belongs
+// to, and records what came back. Sharing one connect client per method
+// across plugins keeps a plugin's cost at its connection. It hands the
+// request straight to x/net rather than through an http.Client, whose
+// redirect, cookie and timeout handling a gRPC call never needs (a plugin
+// answering 3xx is not speaking gRPC; its answer fails the call), and which
+// costs every probe.
 type callRouter struct{}
 
 var errNoCall = errors.New("csiclient: request outside a supervision call")
 
-func (callRouter) RoundTrip(req *http.Request) (*http.Response, error) {
+// Do implements connect.HTTPClient.
+func (callRouter) Do(req *http.Request) (*http.Response, error) {
 	c, ok := req.Context().Value(callKey{}).(*call)
 	if !ok {
 		return nil, errNoCall

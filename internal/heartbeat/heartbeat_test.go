@@ -756,3 +756,53 @@ func TestPaceSeesSuccessAsNil(t *testing.T) {
 		t.Errorf("description = %q, want Classify's", res.health.Description)
 	}
 }
+
+func TestAlignedWait(t *testing.T) {
+	base := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		now  time.Time
+		wait time.Duration
+		want time.Duration
+	}{
+		{"short wait kept", base.Add(7 * time.Millisecond), minAlignedWait - time.Millisecond, minAlignedWait - time.Millisecond},
+		{"on the grid already", base, 5 * time.Second, 5 * time.Second},
+		{"rounded down", base.Add(100 * time.Millisecond), 5 * time.Second, 4900 * time.Millisecond},
+		{"rounded up", base.Add(130 * time.Millisecond), 5 * time.Second, 5120 * time.Millisecond},
+		{"half way rounds up", base.Add(125 * time.Millisecond), 5 * time.Second, 5125 * time.Millisecond},
+		{"shortest aligned wait", base.Add(1 * time.Millisecond), minAlignedWait, minAlignedWait - time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := alignedWait(tt.now, tt.wait)
+			if got != tt.want {
+				t.Fatalf("alignedWait(+%s, %s) = %s, want %s", tt.now.Sub(base), tt.wait, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestAlignedWaitKeepsTheInterval checks, over every phase of the grid,
+// that an aligned wait ends on the grid, moves by at most half of it, and
+// keeps the interval on average.
+func TestAlignedWaitKeepsTheInterval(t *testing.T) {
+	const wait = 5 * time.Second
+	base := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	var sum time.Duration
+	n := 0
+	for phase := time.Duration(0); phase < alignGrid; phase += time.Millisecond {
+		now := base.Add(phase)
+		got := alignedWait(now, wait)
+		if due := now.Add(got); due.Truncate(alignGrid) != due {
+			t.Fatalf("phase %s: the wait ends at %s, off the %s grid", phase, due.Format(time.RFC3339Nano), alignGrid)
+		}
+		if d := got - wait; d > alignGrid/2 || d < -alignGrid/2 {
+			t.Fatalf("phase %s: wait moved by %s, more than half the grid", phase, d)
+		}
+		sum += got
+		n++
+	}
+	if mean := sum / time.Duration(n); mean-wait > time.Millisecond || wait-mean > time.Millisecond {
+		t.Fatalf("mean aligned wait %s, want %s within 1ms", mean, wait)
+	}
+}

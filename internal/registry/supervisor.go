@@ -110,6 +110,11 @@ type supervisor struct {
 	// violation; a broken connection then asks for no probe, which would
 	// cut the backoff short. Read by csiclient's reader goroutine.
 	backingOff atomic.Bool
+	// connLost is set when the plugin's connection broke: the next
+	// healthy probe is answered by a new connection, perhaps to a new
+	// process, so it is fingerprinted again. Set by csiclient's reader
+	// goroutine.
+	connLost atomic.Bool
 
 	mu     sync.Mutex
 	timing timing
@@ -229,6 +234,9 @@ func (s *supervisor) setTiming(t timing) {
 // probes are backed off: the plugin is known to be broken, and probing it
 // at once is what the backoff is there to prevent.
 func (s *supervisor) onDisconnect() {
+	// Whoever answers on the next connection may be another process (the
+	// plugin restarted or was upgraded in place): fingerprint it again.
+	s.connLost.Store(true)
 	if s.backingOff.Load() {
 		return
 	}
@@ -381,8 +389,9 @@ func (s *supervisor) pace(err error, interval time.Duration) heartbeat.Pace {
 }
 
 // onProbe records a probe result, then fingerprints a healthy plugin again
-// when it recovered (it may have been upgraded in place) or when the
-// fingerprint interval has passed. A failed fingerprint is retried at the
+// when it recovered or answered on a new connection (either way it may be
+// a new process, upgraded in place) or when the fingerprint interval has
+// passed. A failed fingerprint is retried at the
 // next probe; one that violated the gRPC protocol when its backoff ends,
 // and until then the healthy plugin's description says so.
 func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Health, transition bool) {
@@ -390,6 +399,9 @@ func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Health, transition
 		return
 	}
 	if transition && h.State == heartbeat.Healthy && s.lastState == heartbeat.Unhealthy {
+		s.refingerprint = true
+	}
+	if h.State == heartbeat.Healthy && s.connLost.Swap(false) {
 		s.refingerprint = true
 	}
 	s.lastState = h.State

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -106,17 +107,24 @@ func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
 	}
 }
 
-func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
-	dir := testutil.TempDir(t)
-	sock := filepath.Join(dir, "a.sock")
-	state := filepath.Join(dir, "state")
-	v1 := startPlugin(t, sock, testplugin.Config{StateDir: state, VendorVersion: "1.0.0"})
-	reg := New(Config{})
-	// A long fingerprint interval: only the recovery explains a new one.
+// superviseVersion1 starts plugin "a" at version 1.0.0 in dir and
+// supervises it until healthy, with an hour between fingerprints: any
+// later fingerprint has another cause.
+func superviseVersion1(t *testing.T, dir string) (sock, state string, v1 *testplugin.Plugin, reg *Registry) {
+	t.Helper()
+	sock = filepath.Join(dir, "a.sock")
+	state = filepath.Join(dir, "state")
+	v1 = startPlugin(t, sock, testplugin.Config{StateDir: state, VendorVersion: "1.0.0"})
+	reg = New(Config{})
 	tm := testTiming
 	tm.FingerprintInterval = time.Hour
 	superviseSocket(t, reg, "a", statSocket(t, sock), tm)
 	testutil.WaitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
+	return sock, state, v1, reg
+}
+
+func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
+	sock, state, v1, reg := superviseVersion1(t, testutil.TempDir(t))
 
 	v1.Kill()
 	testutil.WaitFor(t, 10*time.Second, "plugin a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
@@ -133,6 +141,32 @@ func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
 	}
 	if healthOf(reg, "a") != "healthy" {
 		t.Errorf("health = %s, want healthy", healthOf(reg, "a"))
+	}
+}
+
+// TestSupervisorRefingerprintsANewConnection replaces a plugin between two
+// probes, so that no probe ever fails: the broken connection alone must
+// make the supervisor fingerprint whoever answers the next one.
+func TestSupervisorRefingerprintsANewConnection(t *testing.T) {
+	dir := testutil.TempDir(t)
+	sock, state, v1, reg := superviseVersion1(t, dir)
+
+	// v2 listens first, then takes the path over, and only then does v1
+	// die: every probe finds a plugin that answers.
+	next := filepath.Join(dir, "next.sock")
+	startPlugin(t, next, testplugin.Config{StateDir: state, VendorVersion: "2.0.0"})
+	if err := os.Rename(next, sock); err != nil {
+		t.Fatal(err)
+	}
+	v1.Kill()
+
+	testutil.WaitFor(t, 10*time.Second, "fingerprint 2.0.0", func() bool {
+		p, _ := reg.Get("a")
+		return p.Fingerprint.VendorVersion == "2.0.0"
+	})
+	want := []EventType{EventRegistered, EventHealthy, EventFingerprintChanged}
+	if got := eventsOf(reg, "a"); !slices.Equal(got, want) {
+		t.Errorf("events = %v, want %v", got, want)
 	}
 }
 

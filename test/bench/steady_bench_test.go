@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -30,6 +35,8 @@ const steadyWindow = 30 * time.Second
 // plugins served by a separate csi-testplugin process, with production probe
 // settings, and reports the agent's CPU (percent of one core) and resident
 // memory once all plugins are healthy. The plugins' own CPU is not counted.
+// Beside it, it reports the direct path measured on the same plugins right
+// after: the same probe loop over full grpc-go connections.
 func BenchmarkSteadyState1000(b *testing.B) {
 	if testing.Short() {
 		b.Skip("starts 1,000 plugins and measures for 30 s")
@@ -78,9 +85,71 @@ consul {
 	cpu1 := testutil.ProcessCPU(b, agent.Process.Pid)
 	elapsed := time.Since(t0)
 
-	b.ReportMetric(100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), "cpu_%core")
+	cpu := 100 * (cpu1 - cpu0).Seconds() / elapsed.Seconds()
+	b.ReportMetric(cpu, "cpu_%core")
 	b.ReportMetric(float64(testutil.ProcessRSS(b, agent.Process.Pid))/(1<<20), "rss_MiB")
 	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 10*time.Second)
+	stopProcess(agent)
+
+	// The direct path, on the same plugins in the same run: the same
+	// probe loop (heartbeat.Monitor, same interval and timeout) over a
+	// full grpc-go connection per plugin, as a supervisor without the
+	// supervision connection would probe. This process's own CPU is
+	// measured.
+	direct, directRSS := measureDirectSteadyState(b, pluginDir)
+	b.ReportMetric(direct, "direct_cpu_%core")
+	b.ReportMetric(cpu/direct, "cpu/direct_cpu")
+	b.ReportMetric(directRSS, "direct_rss_growth_MiB")
+}
+
+// measureDirectSteadyState probes every plugin under pluginDir from this
+// process over grpc-go connections and returns this process's CPU, in
+// percent of one core, over steadyWindow once every plugin answered, and
+// how much its RSS grew (MiB) for the connections and probe loops.
+func measureDirectSteadyState(b *testing.B, pluginDir string) (cpuPercent, rssGrowth float64) {
+	b.Helper()
+	rss0 := testutil.ProcessRSS(b, os.Getpid())
+	socks, err := filepath.Glob(filepath.Join(pluginDir, "*", "csi.sock"))
+	if err != nil || len(socks) != steadyPlugins {
+		b.Fatalf("found %d plugin sockets (%v), want %d", len(socks), err, steadyPlugins)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	var healthy atomic.Int64
+	for _, sock := range socks {
+		c, err := csiclient.New(csiclient.Config{Socket: sock})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		var counted atomic.Bool
+		mon, err := heartbeat.New(heartbeat.Config{
+			Identity: c.Identity,
+			Interval: config.DefaultProbeInterval,
+			Timeout:  config.DefaultProbeTimeout,
+			OnProbe: func(h heartbeat.Health, _ bool) {
+				if h.State == heartbeat.Healthy && !counted.Swap(true) {
+					healthy.Add(1)
+				}
+			},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() { mon.Run(ctx) })
+	}
+	testutil.WaitFor(b, 2*time.Minute, "every plugin probed directly", func() bool { return healthy.Load() == steadyPlugins })
+
+	cpu0 := testutil.ProcessCPU(b, os.Getpid())
+	t0 := time.Now()
+	time.Sleep(steadyWindow) // the measurement window itself, not synchronisation
+	cpu1 := testutil.ProcessCPU(b, os.Getpid())
+	rssGrowth = float64(testutil.ProcessRSS(b, os.Getpid())-rss0) / (1 << 20)
+	return 100 * (cpu1 - cpu0).Seconds() / time.Since(t0).Seconds(), rssGrowth
 }
 
 // buildBinaries builds csisupd and csi-testplugin into dir/bin.
