@@ -208,16 +208,27 @@ func (m *Manager) SetTiming(probeInterval, probeTimeout, fingerprintInterval tim
 
 // Lookup returns plugin id's record and its supervisor's live connection,
 // so calls to the plugin share the connection the supervisor watches. ok is
-// false when the plugin is not registered. The connection is nil when
-// nothing supervises the plugin (a record restored from disk whose socket
-// has not been found). The connection closes when the supervisor stops (the
-// socket was replaced or removed); calls on it then fail with
-// codes.Canceled.
+// false when the plugin is not registered.
+//
+// The two always belong to one plugin instance: the connection is nil when
+// the supervisor runs another instance than the record describes (the
+// socket was replaced and the new instance is not fingerprinted yet), so a
+// caller never reads one instance's capabilities and calls another. It is
+// nil too when nothing supervises the plugin (a record restored from disk
+// whose socket has not been found). The connection closes when the
+// supervisor stops (the socket was replaced or removed); calls on it then
+// fail with codes.Canceled.
 func (m *Manager) Lookup(id string) (Plugin, *csiclient.Client, bool) {
+	// The record is read first: a supervisor registers its own instance,
+	// so once the record names it the supervisor read after it is either
+	// that one or a successor, which the instance check then refuses.
 	p, ok := m.reg.Get(id)
 	if !ok {
 		return Plugin{}, nil, false
 	}
-	c, _ := m.rec.lookup(id)
+	inst, c, ok := m.rec.lookup(id)
+	if !ok || inst != p.Instance {
+		return p, nil, true
+	}
 	return p, c, true
 }

@@ -296,15 +296,16 @@ func (r *reconciler) stopAll() {
 // abandonedCount returns how many supervisors did not stop in time.
 func (r *reconciler) abandonedCount() uint64 { return r.abandoned.Load() }
 
-// lookup returns the live connection of plugin id's supervisor.
-func (r *reconciler) lookup(id string) (*csiclient.Client, bool) {
+// lookup returns the instance plugin id's supervisor runs and its live
+// connection.
+func (r *reconciler) lookup(id string) (SocketID, *csiclient.Client, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.sups[id]
 	if !ok {
-		return nil, false
+		return SocketID{}, nil, false
 	}
-	return s.client, true
+	return s.inst, s.client, true
 }
 
 // setTiming applies new timing to every supervisor and to future ones.

@@ -1,0 +1,91 @@
+package registry
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// TestLookupPairsRecordAndConnectionOfOneInstance replaces a plugin's socket
+// with another instance while callers keep looking the plugin up and
+// calling it, as ClientCSI does. The new instance is slow to fingerprint,
+// so for a while the record still describes the old instance while the
+// supervisor already watches the new one. Whatever answers a call made on
+// the connection Lookup returned must be the instance the record returned
+// with it describes: never the new instance with the old one's
+// capabilities, nor the reverse. Run it with -race.
+func TestLookupPairsRecordAndConnectionOfOneInstance(t *testing.T) {
+	dir := testutil.TempDir(t)
+	sock := filepath.Join(dir, "a.sock")
+	startPlugin(t, sock, testplugin.Config{VendorVersion: "1.0.0"})
+	m := startManager(t, ManagerConfig{PluginDir: dir})
+	testutil.WaitFor(t, 10*time.Second, "version 1.0.0 registered and healthy", func() bool {
+		p, c, ok := m.Lookup("a")
+		return ok && c != nil && p.Healthy() && p.Fingerprint.VendorVersion == "1.0.0"
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mismatches, answered, withheld atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				p, c, ok := m.Lookup("a")
+				if !ok {
+					continue
+				}
+				if c == nil {
+					withheld.Add(1)
+					continue
+				}
+				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+				info, err := c.Identity.GetPluginInfo(cctx, &csi.GetPluginInfoRequest{})
+				ccancel()
+				if err != nil {
+					continue // the old instance's connection closed under the call
+				}
+				answered.Add(1)
+				if info.GetVendorVersion() != p.Fingerprint.VendorVersion {
+					mismatches.Add(1)
+					t.Errorf("the connection of the record of version %s reached version %s",
+						p.Fingerprint.VendorVersion, info.GetVendorVersion())
+				}
+			}
+		})
+	}
+
+	// The new instance listens elsewhere, then takes the path over; the
+	// old one keeps serving its open connections.
+	next := filepath.Join(testutil.TempDir(t), "next.sock")
+	v2 := newPlugin(t, next, testplugin.Config{VendorVersion: "2.0.0"})
+	v2.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"GetPluginCapabilities": 1500 * time.Millisecond}})
+	if err := v2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, sock); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 20*time.Second, "version 2.0.0 registered", func() bool {
+		p, c, ok := m.Lookup("a")
+		return ok && c != nil && p.Fingerprint.VendorVersion == "2.0.0"
+	})
+	cancel()
+	wg.Wait()
+
+	if mismatches.Load() > 0 {
+		t.Fatalf("%d of %d answered calls reached another instance than their record's", mismatches.Load(), answered.Load())
+	}
+	if withheld.Load() == 0 {
+		t.Error("no lookup fell between the two instances; the test did not exercise the replacement")
+	}
+	t.Logf("%d calls answered, %d lookups without a connection during the replacement", answered.Load(), withheld.Load())
+}
