@@ -250,8 +250,8 @@ func (s *supervisionConn) Invoke(ctx context.Context, method string, args, reply
 	if len(payload) > sendLimit {
 		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(payload), sendLimit)
 	}
-	header, err := outgoingHeader(ctx)
-	if err != nil {
+	req := connect.NewRequest(&rawMsg{b: payload})
+	if err := setOutgoingHeader(ctx, req.Header()); err != nil {
 		return err
 	}
 
@@ -262,10 +262,6 @@ func (s *supervisionConn) Invoke(ctx context.Context, method string, args, reply
 	defer p.release()
 
 	c := &call{conn: p, recvLimit: recvLimit}
-	req := connect.NewRequest(&rawMsg{b: payload})
-	for k, v := range header {
-		req.Header()[k] = v
-	}
 	resp, err := s.transport.connectClient(method, recvLimit).CallUnary(withCall(ctx, c), req)
 	if mdErr := c.fillMetadata(co); mdErr != nil && err == nil {
 		return mdErr
@@ -320,19 +316,21 @@ func isReservedHeader(name string) bool {
 	return false
 }
 
-// outgoingHeader returns the call's outgoing metadata as request headers,
-// refusing what grpc-go refuses and capping its size: the plugin may
-// refuse a larger header list, and the caller should learn why.
-func outgoingHeader(ctx context.Context) (http.Header, error) {
+// setOutgoingHeader adds the call's outgoing metadata to the request
+// headers h, refusing what grpc-go refuses and capping its size: the
+// plugin may refuse a larger header list, and the caller should learn why.
+// It writes into connect's own header map, so a call without metadata (a
+// probe) allocates no header map of its own.
+func setOutgoingHeader(ctx context.Context, h http.Header) error {
+	h["User-Agent"] = []string{userAgent}
 	md, ok := metadata.FromOutgoingContext(ctx)
 	if !ok {
-		return http.Header{"User-Agent": {userAgent}}, nil
+		return nil
 	}
-	h := make(http.Header, len(md)+1)
 	size := 0
 	for k, vs := range md {
 		if err := validMetadataKey(k); err != nil {
-			return nil, err
+			return err
 		}
 		if isReservedHeader(k) {
 			continue
@@ -343,7 +341,7 @@ func outgoingHeader(ctx context.Context) (http.Header, error) {
 			if bin {
 				v = connect.EncodeBinaryHeader([]byte(v))
 			} else if !printableASCII(v) {
-				return nil, status.Errorf(codes.Internal, "header key %q contains value with non-printable ASCII characters", k)
+				return status.Errorf(codes.Internal, "header key %q contains value with non-printable ASCII characters", k)
 			}
 			// HTTP/2 counts 32 bytes of overhead per field.
 			size += len(k) + len(v) + 32
@@ -351,10 +349,9 @@ func outgoingHeader(ctx context.Context) (http.Header, error) {
 		}
 	}
 	if size > maxHeaderListSize {
-		return nil, status.Errorf(codes.ResourceExhausted, "outgoing metadata of %d bytes exceeds the %d-byte limit", size, maxHeaderListSize)
+		return status.Errorf(codes.ResourceExhausted, "outgoing metadata of %d bytes exceeds the %d-byte limit", size, maxHeaderListSize)
 	}
-	h.Set("User-Agent", userAgent)
-	return h, nil
+	return nil
 }
 
 // validMetadataKey checks a metadata key as grpc-go does.
