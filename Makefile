@@ -7,7 +7,16 @@ BIN     := bin/csisupd
 PROTOS  := $(wildcard api/csisupd/v1/*.proto)
 CSI_PROTO_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/container-storage-interface/spec)
 
-.PHONY: all build run test test-fault bench fuzz proto lint clean
+# Pinned tool versions: CI installs exactly these, so lint and generated code
+# do not depend on what a machine happens to have. protoc is Debian's
+# protobuf-compiler package; its version is written into every generated file.
+STATICCHECK_VERSION        := v0.8.2
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
+PROTOC_VERSION             := 3.21.12
+TOOLS                      := $(CURDIR)/bin/tools
+
+.PHONY: all build run test test-fault bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -43,17 +52,40 @@ FUZZTIME ?= 20s
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
-## proto: regenerate api/csisupd/v1 (needs protoc, protoc-gen-go, protoc-gen-go-grpc)
-proto:
-	protoc -I api -I /usr/include -I $(CSI_PROTO_DIR) \
+## tools: install the pinned staticcheck, protoc-gen-go and protoc-gen-go-grpc into bin/tools
+tools:
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+## proto: regenerate api/csisupd/v1 with protoc $(PROTOC_VERSION) and the pinned generators
+proto: tools
+	@v=$$(protoc --version 2>/dev/null); if [ "$$v" != "libprotoc $(PROTOC_VERSION)" ]; then \
+		echo "make proto: need protoc $(PROTOC_VERSION) (Debian's protobuf-compiler), found '$${v:-none}'"; exit 1; fi
+	PATH="$(TOOLS):$$PATH" protoc -I api -I /usr/include -I $(CSI_PROTO_DIR) \
 		--go_out=. --go_opt=module=github.com/csisupd/csisupd \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/csisupd/csisupd \
 		$(PROTOS)
 
-## lint: formatting and vet
-lint:
+## proto-check: fail when the generated code in api/ is not what make proto writes from the .proto files
+proto-check:
+	@before=$$(mktemp -d); trap 'rm -rf "$$before"' EXIT; \
+	cp api/csisupd/v1/*.pb.go "$$before"/; \
+	$(MAKE) --no-print-directory proto >/dev/null || exit 1; \
+	stale=; for f in api/csisupd/v1/*.pb.go; do cmp -s "$$f" "$$before/$${f##*/}" || stale="$$stale $$f"; done; \
+	if [ -n "$$stale" ]; then \
+		echo "generated code is not what make proto writes from the .proto files:$$stale"; \
+		echo "(make proto has rewritten them: review and commit)"; exit 1; fi
+
+## lint: gofmt, go vet and staticcheck (default and fault tags), go mod tidy, generated code up to date
+lint: tools
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags fault ./...
+	$(GO) mod tidy -diff
+	$(TOOLS)/staticcheck ./...
+	$(TOOLS)/staticcheck -tags fault ./...
+	$(MAKE) proto-check
 
 clean:
 	rm -rf bin bench.out

@@ -26,13 +26,13 @@ func TestTokenRedaction(t *testing.T) {
 		"%+v":               fmt.Sprintf("%+v", c),
 		"%#v":               fmt.Sprintf("%#v", c),
 		"%#v pointer":       fmt.Sprintf("%#v", &c),
-		"%s":                fmt.Sprintf("%s", c),
+		"%s":                fmt.Sprintf("%s", c), //lint:ignore S1025 the test checks what each verb prints
 		"%q":                fmt.Sprintf("%q", c),
 		"consul %v":         fmt.Sprintf("%v", c.Consul),
 		"consul %+v":        fmt.Sprintf("%+v", c.Consul),
 		"consul %#v":        fmt.Sprintf("%#v", c.Consul),
 		"token %v":          fmt.Sprintf("%v", c.Consul.Token),
-		"token %s":          fmt.Sprintf("%s", c.Consul.Token),
+		"token %s":          fmt.Sprintf("%s", c.Consul.Token), //lint:ignore S1025 the test checks what each verb prints
 		"token %x":          fmt.Sprintf("%x", c.Consul.Token),
 		"json":              string(js),
 		"consul in a slice": fmt.Sprint([]ConsulConfig{c.Consul}),

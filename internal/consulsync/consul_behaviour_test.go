@@ -184,7 +184,7 @@ func TestShutdownWithConsulUnreachable(t *testing.T) {
 	cfg := testConfig(reg, a.Addr(), logs)
 	cfg.DeregisterOnShutdown = true
 	r := start(t, cfg)
-	waitFor(t, "sync", func() bool { return synced(a, cfg, reg) })
+	waitFor(t, "sync", func() bool { return synced(a, reg) })
 	a.Close() // Consul goes away
 
 	if err := r.stop(t); err != nil {

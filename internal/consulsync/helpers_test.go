@@ -144,8 +144,7 @@ func addPlugin(reg *registry.Registry, id, version string, typ fingerprint.Plugi
 
 // synced reports whether the agent holds the service and TTL check csisupd
 // wants for every plugin in reg, plus the agent service.
-func synced(a *consultest.Agent, cfg Config, reg *registry.Registry) bool {
-	cfg = cfg.withDefaults()
+func synced(a *consultest.Agent, reg *registry.Registry) bool {
 	plugins := reg.List()
 	own := 0
 	for id := range a.Services() {

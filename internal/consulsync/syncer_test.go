@@ -35,7 +35,7 @@ func TestFirstRegistration(t *testing.T) {
 	logs := &logBuffer{}
 	cfg := testConfig(reg, a.Addr(), logs)
 	start(t, cfg)
-	waitFor(t, "first sync", func() bool { return synced(a, cfg, reg) })
+	waitFor(t, "first sync", func() bool { return synced(a, reg) })
 
 	agentSvc, _ := a.Service(AgentServiceID)
 	if agentSvc.Service != "csisupd" || agentSvc.Port != 4780 || agentSvc.Address != "10.1.2.3" ||
@@ -144,7 +144,7 @@ func TestSteadyStatePassMakesTwoGETs(t *testing.T) {
 			if err := s.pass(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if !synced(a, cfg, reg) {
+			if !synced(a, reg) {
 				t.Fatal("first pass did not sync")
 			}
 			a.AntiEntropy()
@@ -169,7 +169,7 @@ func TestSteadyStateUnderRunDoesNotWrite(t *testing.T) {
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	cfg.SyncInterval = 5 * time.Millisecond
 	start(t, cfg)
-	waitFor(t, "first sync", func() bool { return synced(a, cfg, reg) })
+	waitFor(t, "first sync", func() bool { return synced(a, reg) })
 	// The gRPC check of the agent service belongs to Consul: a status it
 	// sets must not make csisupd write.
 	if err := a.SetCheckStatus(GRPCCheckID, api.HealthPassing, "SERVING"); err != nil {
@@ -190,7 +190,7 @@ func TestHealthAndLifecycleReachConsul(t *testing.T) {
 	// No periodic passes: only registry changes can trigger what follows.
 	cfg.SyncInterval = time.Hour
 	start(t, cfg)
-	waitFor(t, "first sync", func() bool { return synced(a, cfg, reg) })
+	waitFor(t, "first sync", func() bool { return synced(a, reg) })
 	checkIs := func(status, output string) func() bool {
 		return func() bool {
 			c, ok := a.Check(PluginCheckID("alpha"))
@@ -214,7 +214,7 @@ func TestHealthAndLifecycleReachConsul(t *testing.T) {
 	inst2 := socket("alpha", 2)
 	reg.Register("alpha", inst2, fprint("1.1", fingerprint.TypeNode))
 	reg.SetHealth("alpha", inst2, heartbeat.Health{State: heartbeat.Healthy, Description: "back"})
-	waitFor(t, "plugin registered again", func() bool { return synced(a, cfg, reg) })
+	waitFor(t, "plugin registered again", func() bool { return synced(a, reg) })
 	if svc, _ := a.Service(PluginServiceID("alpha")); !slices.Contains(svc.Tags, "1.1") {
 		t.Errorf("re-registered plugin tags = %v, want version 1.1", svc.Tags)
 	}
@@ -238,7 +238,7 @@ func TestTagOverride(t *testing.T) {
 			cfg.EnableTagOverride = tt.override
 			cfg.SyncInterval = 5 * time.Millisecond
 			start(t, cfg)
-			waitFor(t, "first sync", func() bool { return synced(a, cfg, reg) })
+			waitFor(t, "first sync", func() bool { return synced(a, reg) })
 			id := PluginServiceID("alpha")
 			registrations := a.Count(consultest.RouteServiceRegister)
 
@@ -303,7 +303,7 @@ func TestTagOverrideLifecycleChangeRestoresTags(t *testing.T) {
 			cfg.EnableTagOverride = true
 			cfg.SyncInterval = 5 * time.Millisecond
 			start(t, cfg)
-			waitFor(t, "first sync", func() bool { return synced(a, cfg, reg) })
+			waitFor(t, "first sync", func() bool { return synced(a, reg) })
 			id := PluginServiceID("alpha")
 
 			op := newClient(t, a, "")
@@ -357,7 +357,7 @@ func TestReloadedConfigIsLifecycleChange(t *testing.T) {
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	cfg.EnableTagOverride = true
 	r := start(t, cfg)
-	waitFor(t, "first sync", func() bool { return synced(a, cfg, reg) })
+	waitFor(t, "first sync", func() bool { return synced(a, reg) })
 	id := PluginServiceID("alpha")
 
 	op := newClient(t, a, "")
@@ -418,7 +418,7 @@ func TestTokenSources(t *testing.T) {
 			cfg.Token = tt.token
 			cfg.Env = env(tt.env)
 			start(t, cfg)
-			waitFor(t, "sync", func() bool { return synced(a, cfg, reg) })
+			waitFor(t, "sync", func() bool { return synced(a, reg) })
 			seen := a.TokensSeen()
 			if len(seen) != 1 || seen[tt.want] == 0 {
 				t.Errorf("tokens received = %v, want only %q", seen, tt.want)
@@ -436,7 +436,7 @@ func TestTokenFromProcessEnvironment(t *testing.T) {
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	cfg.Env = nil // the real environment
 	start(t, cfg)
-	waitFor(t, "sync", func() bool { return synced(a, cfg, reg) })
+	waitFor(t, "sync", func() bool { return synced(a, reg) })
 	if seen := a.TokensSeen(); len(seen) != 1 || seen["proc-secret"] == 0 {
 		t.Errorf("tokens received = %v, want only the CONSUL_HTTP_TOKEN value", seen)
 	}
@@ -482,7 +482,7 @@ func TestWrongTokenIsRetriedUntilReload(t *testing.T) {
 			if err := r.s.Reload(cfg); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "sync with the fixed token", func() bool { return synced(a, cfg, reg) })
+			waitFor(t, "sync with the fixed token", func() bool { return synced(a, reg) })
 			waitFor(t, "recovery logged", func() bool { return logs.Count("consul sync recovered") == 1 })
 			for _, secret := range []string{tt.token, "good-secret-000"} {
 				if strings.Contains(logs.String(), secret) {
@@ -543,7 +543,7 @@ func TestConsulDownAtStart(t *testing.T) {
 	default:
 	}
 	a := newAgent(t, consultest.Config{Addr: addr})
-	waitFor(t, "sync after Consul came up", func() bool { return synced(a, cfg, reg) })
+	waitFor(t, "sync after Consul came up", func() bool { return synced(a, reg) })
 }
 
 func TestProbationOfUnknownServices(t *testing.T) {
@@ -624,7 +624,7 @@ func TestShutdownDeregistration(t *testing.T) {
 			cfg := testConfig(reg, a.Addr(), &logBuffer{})
 			cfg.DeregisterOnShutdown = tt.deregister
 			r := start(t, cfg)
-			waitFor(t, "sync", func() bool { return synced(a, cfg, reg) })
+			waitFor(t, "sync", func() bool { return synced(a, reg) })
 			if err := r.stop(t); err != nil {
 				t.Fatalf("Run: %v", err)
 			}

@@ -125,7 +125,7 @@ func TestBrokenAnswers(t *testing.T) {
 				p.serveUntilClosed(pluginInfo(t, "healthy"))
 			})
 			c := newClient(t, Config{Socket: sock})
-			_, err, _ := infoCall(c, 5*time.Second)
+			_, _, err := infoCall(c, 5*time.Second)
 			t.Logf("answer: %v", err)
 			if status.Code(err) != tc.want || !strings.Contains(err.Error(), tc.text) {
 				t.Fatalf("answer: %v, want %s containing %q", err, tc.want, tc.text)
@@ -142,7 +142,7 @@ func TestBrokenAnswers(t *testing.T) {
 			}
 			// Whatever the answer did to the connection, the plugin is
 			// reachable again at the next call.
-			if name, err, _ := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
+			if name, _, err := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
 				t.Fatalf("next call: %q, %v", name, err)
 			}
 		})

@@ -146,7 +146,6 @@ func New(cfg Config) (*Client, error) {
 		// connections of a busy node cheap.
 		grpc.WithReadBufferSize(4 << 10),
 		grpc.WithWriteBufferSize(4 << 10),
-		grpc.WithSharedWriteBuffer(true),
 		// An idle grpc-go connection releases its transport and goroutines;
 		// mediation traffic is bursty and the supervision connection keeps
 		// watching the plugin meanwhile.

@@ -1,5 +1,7 @@
 package csiclient
 
+//lint:file-ignore SA1019 x/net's HTTP/2 client is deprecated for net/http's, which does not export the error types this package classifies by (see doc.go).
+
 import (
 	"context"
 	"net"

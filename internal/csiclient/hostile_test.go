@@ -49,12 +49,12 @@ func (d *disconnectCounter) wait(t *testing.T, n int32) {
 
 // infoCall calls GetPluginInfo on the supervision connection with a
 // deadline and returns the name, the error and how long it took.
-func infoCall(c *Client, timeout time.Duration) (string, error, time.Duration) {
+func infoCall(c *Client, timeout time.Duration) (string, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
 	resp, err := csi.NewIdentityClient(c.Supervision()).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
-	return resp.GetName(), err, time.Since(start)
+	return resp.GetName(), time.Since(start), err
 }
 
 // unreadBytes returns how many bytes wait unread in c's receive queue.
@@ -223,7 +223,7 @@ func TestFrameSizeLimit(t *testing.T) {
 			})
 			var gone disconnectCounter
 			c := newClient(t, Config{Socket: sock, OnDisconnect: gone.onDisconnect})
-			name, err, took := infoCall(c, 5*time.Second)
+			name, took, err := infoCall(c, 5*time.Second)
 			if tc.violation {
 				if status.Code(err) != codes.Internal || !IsProtocolViolation(err) || !strings.Contains(err.Error(), "frame larger") {
 					t.Fatalf("reply with a 16 MiB frame: %v, want an Internal protocol violation about the frame size", err)
@@ -237,7 +237,7 @@ func TestFrameSizeLimit(t *testing.T) {
 			}
 			// The plugin behaves again: the next call works, over a new
 			// connection if the old one broke.
-			if name, err, _ := infoCall(c, 5*time.Second); err != nil || (tc.violation && name != "healthy") {
+			if name, _, err := infoCall(c, 5*time.Second); err != nil || (tc.violation && name != "healthy") {
 				t.Fatalf("next call: %q, %v", name, err)
 			}
 		})
@@ -294,7 +294,7 @@ func TestHugeReply(t *testing.T) {
 	})
 
 	c := newClient(t, Config{Socket: sock})
-	_, err, took := infoCall(c, 30*time.Second)
+	_, took, err := infoCall(c, 30*time.Second)
 	if status.Code(err) != codes.ResourceExhausted || !IsProtocolViolation(err) || !strings.Contains(err.Error(), "cap") {
 		t.Fatalf("100 MB reply: %v, want a ResourceExhausted protocol violation naming the cap", err)
 	}
@@ -319,7 +319,7 @@ func TestHugeReply(t *testing.T) {
 		t.Errorf("the plugin saw the stream end with %v, want a RST_STREAM CANCEL", res.reset)
 	}
 	// A stream-level refusal costs the connection nothing.
-	if name, err, _ := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
+	if name, _, err := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
 		t.Fatalf("next call: %q, %v", name, err)
 	}
 	if n := c.supervision.dials.Load(); n != 1 {
@@ -360,7 +360,7 @@ func TestPaddedReplies(t *testing.T) {
 	c := newClient(t, Config{Socket: sock})
 	// 500 replies carry 500 KiB of padding, twice the connection window.
 	for i := range calls {
-		if name, err, _ := infoCall(c, 5*time.Second); err != nil || name != "padded" {
+		if name, _, err := infoCall(c, 5*time.Second); err != nil || name != "padded" {
 			t.Fatalf("call %d: %q, %v", i, name, err)
 		}
 	}
@@ -440,7 +440,7 @@ func TestGoAway(t *testing.T) {
 			})
 			var gone disconnectCounter
 			c := newClient(t, Config{Socket: sock, OnDisconnect: gone.onDisconnect})
-			_, err, _ := infoCall(c, 5*time.Second)
+			_, _, err := infoCall(c, 5*time.Second)
 			if status.Code(err) != tc.wantCode || err != nil && !strings.Contains(err.Error(), tc.wantText) {
 				t.Fatalf("call during GOAWAY: %v, want %s containing %q", err, tc.wantCode, tc.wantText)
 			}
@@ -458,7 +458,7 @@ func TestGoAway(t *testing.T) {
 					t.Fatal("the client kept the connection the plugin told to go away")
 				}
 			}
-			if name, err, _ := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
+			if name, _, err := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
 				t.Fatalf("call after GOAWAY: %q, %v", name, err)
 			}
 			if n := c.supervision.dials.Load(); n != 2 {
@@ -505,7 +505,7 @@ func TestGoAwayWhileIdle(t *testing.T) {
 	})
 	var gone disconnectCounter
 	c := newClient(t, Config{Socket: sock, OnDisconnect: gone.onDisconnect})
-	if name, err, _ := infoCall(c, 5*time.Second); err != nil || name != "first" {
+	if name, _, err := infoCall(c, 5*time.Second); err != nil || name != "first" {
 		t.Fatalf("first call: %q, %v", name, err)
 	}
 	close(idle)
@@ -518,7 +518,7 @@ func TestGoAwayWhileIdle(t *testing.T) {
 	case <-time.After(peerTimeout):
 		t.Fatal("the client kept an idle connection the plugin told to go away")
 	}
-	if name, err, _ := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
+	if name, _, err := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
 		t.Fatalf("call after GOAWAY: %q, %v", name, err)
 	}
 	if n := gone.n.Load(); n != 1 {
@@ -572,14 +572,14 @@ func TestResetStreamCodes(t *testing.T) {
 					p.serveUntilClosed(pluginInfo(t, "healthy"))
 				})
 				c := newClient(t, Config{Socket: sock})
-				_, err, _ := infoCall(c, 5*time.Second)
+				_, _, err := infoCall(c, 5*time.Second)
 				if status.Code(err) != tc.want || !strings.Contains(err.Error(), tc.code.String()) {
 					t.Fatalf("RST_STREAM %v: %v, want %s naming the code", tc.code, err, tc.want)
 				}
 				if IsProtocolViolation(err) != tc.violation {
 					t.Errorf("IsProtocolViolation(%v) = %v, want %v", err, !tc.violation, tc.violation)
 				}
-				if name, err, _ := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
+				if name, _, err := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
 					t.Fatalf("call after the reset: %q, %v", name, err)
 				}
 			})
@@ -689,7 +689,7 @@ func TestCallEndResetsStream(t *testing.T) {
 			if tc.cancelAfterRequest && s.timeout != -1 {
 				t.Errorf("grpc-timeout %s sent for a call without deadline", s.timeout)
 			}
-			if name, err, _ := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
+			if name, _, err := infoCall(c, 5*time.Second); err != nil || name != "healthy" {
 				t.Fatalf("next call: %q, %v", name, err)
 			}
 		})

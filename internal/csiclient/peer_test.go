@@ -112,14 +112,6 @@ type request struct {
 	body   []byte
 }
 
-// message returns the request's one gRPC message.
-func (r *request) message() []byte {
-	if len(r.body) < 5 {
-		return nil
-	}
-	return r.body[5:]
-}
-
 // handshake reads the client preface and settings, acknowledges them and
 // sends settings (none: HTTP/2 defaults).
 func (p *peerConn) handshake(settings ...http2.Setting) error {

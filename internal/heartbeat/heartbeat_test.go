@@ -313,16 +313,6 @@ func (r *recorder) count() int {
 	return len(r.results)
 }
 
-// last returns the latest OnProbe call, if any.
-func (r *recorder) last() (probeResult, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.results) == 0 {
-		return probeResult{}, false
-	}
-	return r.results[len(r.results)-1], true
-}
-
 // start creates a monitor with cfg (OnProbe set to the recorder) and runs
 // it until the end of the test, checking that Run returns on cancel.
 func (r *recorder) start(t *testing.T, cfg Config) *Monitor {

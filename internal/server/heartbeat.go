@@ -110,13 +110,6 @@ type hbTimer struct {
 	t *time.Timer
 }
 
-// count returns the number of running timers.
-func (h *heartbeats) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.timers)
-}
-
 // rateScaledInterval returns the interval that keeps n events at or below
 // rate per second, and at least min.
 func rateScaledInterval(rate float64, min time.Duration, n int) time.Duration {

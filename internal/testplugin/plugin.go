@@ -293,7 +293,6 @@ func (p *Plugin) Start() error {
 		// Small buffers keep a thousand plugins in one process cheap.
 		grpc.ReadBufferSize(4<<10),
 		grpc.WriteBufferSize(4<<10),
-		grpc.SharedWriteBuffer(true),
 	)
 	csi.RegisterIdentityServer(srv, &identityServer{p: p})
 	if p.hasCtrl {

@@ -6,11 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -231,28 +229,6 @@ func writeFile(t testing.TB, path, content string) {
 	}
 }
 
-// mib formats bytes as MiB.
-func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-
-// lazyBuild builds a binary at most once per test binary run.
-type lazyBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func (l *lazyBuild) get(t testing.TB, name, pkg string, race bool) string {
-	t.Helper()
-	l.once.Do(func() {
-		l.path = filepath.Join(filepath.Dir(agentBin), name)
-		l.err = build(l.path, pkg, race)
-	})
-	if l.err != nil {
-		t.Fatal(l.err)
-	}
-	return l.path
-}
-
 // waitEach polls ListPlugins until cond held for every id (p is nil for a
 // plugin the agent does not list) and returns, per id, when it first held
 // and the plugin then.
@@ -270,16 +246,4 @@ func (a *agent) waitEach(t testing.TB, timeout time.Duration, what string, ids [
 		return len(at) == len(ids)
 	})
 	return at, seen
-}
-
-// build runs go build of pkg into out, with the race detector if asked.
-func build(out, pkg string, race bool) error {
-	args := []string{"build", "-o", out}
-	if race {
-		args = append(args, "-race")
-	}
-	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("go %s: %v\n%s", strings.Join(append(args, pkg), " "), err, b)
-	}
-	return nil
 }
