@@ -57,7 +57,7 @@
 // The cost was compared, too: with a bare length-prefix round trip in
 // place of connect (an experiment, without the checks above), 1,000
 // plugins cost the same CPU within the noise of the steady-state benchmark
-// and 4-9 MiB less RSS, and a probe 61 instead of 101 allocations
+// and 4-9 MiB less RSS, and a probe 61 instead of 99 allocations
 // (BenchmarkProbe). Almost all of a probe's CPU is x/net, the Go runtime and
 // the kernel; connect is about 2 % of it.
 //
