@@ -96,20 +96,20 @@ func TestPluginServiceName(t *testing.T) {
 	}
 }
 
-func TestEditDistance(t *testing.T) {
-	tests := []struct {
-		a, b string
-		want int
-	}{
-		{"", "", 0},
-		{"abc", "", 3},
-		{"probe_intervall", "probe_interval", 1},
-		{"clinet", "client", 2},
-		{"kitten", "sitting", 3},
+func TestSuggest(t *testing.T) {
+	fields := map[string]any{"probe_interval": nil, "probe_timeout": nil, "plugin_dir": nil}
+	blocks := map[string]map[string]any{"client": nil, "consul": nil}
+	tests := []struct{ name, want string }{
+		{"probe_intervall", `; did you mean "probe_interval"?`},
+		{"clinet", `; did you mean "client"?`},
+		{"consol", `; did you mean "consul"?`},
+		{"plugin_dirs", `; did you mean "plugin_dir"?`},
+		{"probe_timeout_seconds", ""}, // more than two edits from any name
+		{"tls", ""},
 	}
 	for _, tt := range tests {
-		if got := editDistance(tt.a, tt.b); got != tt.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		if got := suggest(tt.name, fields, blocks); got != tt.want {
+			t.Errorf("suggest(%q) = %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }

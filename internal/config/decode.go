@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agext/levenshtein"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
@@ -295,7 +296,7 @@ func unsupportedBlock(blk *hclsyntax.Block, block string, fields map[string]any,
 func suggest(name string, fields map[string]any, blocks map[string]map[string]any) string {
 	best, bestDist := "", 3 // suggest only names at most 2 edits away
 	consider := func(candidate string) {
-		d := editDistance(name, candidate)
+		d := levenshtein.Distance(name, candidate, nil)
 		if d < bestDist || (d == bestDist && candidate < best) {
 			best, bestDist = candidate, d
 		}
@@ -310,27 +311,6 @@ func suggest(name string, fields map[string]any, blocks map[string]map[string]an
 		return ""
 	}
 	return fmt.Sprintf("; did you mean %q?", best)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // diagsError turns HCL error diagnostics into one error per diagnostic,
