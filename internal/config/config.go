@@ -290,11 +290,6 @@ func (c *Config) ClientAutoJoin() bool {
 		c.Consul.Enabled && c.Consul.ClientAutoJoin
 }
 
-// PluginServiceName returns the Consul service name of plugin id.
-func (c *Config) PluginServiceName(id string) string {
-	return strings.ReplaceAll(c.Consul.PluginServiceName, PluginIDPlaceholder, id)
-}
-
 // Origin returns where the value of key (for example "client.plugin_dir")
 // was set: "FILE:LINE", "env NAME" or "flag --name". It returns "" for a
 // value left at its default.

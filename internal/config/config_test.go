@@ -77,25 +77,6 @@ func TestString(t *testing.T) {
 	}
 }
 
-func TestPluginServiceName(t *testing.T) {
-	tests := []struct {
-		template string
-		id       string
-		want     string
-	}{
-		{"csi-plugin-{{id}}", "ebs", "csi-plugin-ebs"},
-		{"{{id}}", "nfs.v2", "nfs.v2"},
-		{"{{id}}-{{id}}", "x", "x-x"},
-	}
-	for _, tt := range tests {
-		c := Default()
-		c.Consul.PluginServiceName = tt.template
-		if got := c.PluginServiceName(tt.id); got != tt.want {
-			t.Errorf("PluginServiceName(%q) with %q = %q, want %q", tt.id, tt.template, got, tt.want)
-		}
-	}
-}
-
 func TestSuggest(t *testing.T) {
 	fields := map[string]any{"probe_interval": nil, "probe_timeout": nil, "plugin_dir": nil}
 	blocks := map[string]map[string]any{"client": nil, "consul": nil}
