@@ -52,7 +52,8 @@ func newEventsCommand(opts *clientOptions) *cobra.Command {
 	return cmd
 }
 
-// eventJSON is one line of `events --json` (DESIGN.md section 6).
+// eventJSON is one line of `events --json` (README, "JSON output": a
+// stable contract).
 type eventJSON struct {
 	Time        string `json:"time"`
 	Type        string `json:"type"`

@@ -51,7 +51,8 @@ func agentError(addr string, err error) error {
 	return fmt.Errorf("agent at %s: %s", display(addr), display(status.Convert(err).Message()))
 }
 
-// statusJSON is the `status --json` document (DESIGN.md section 6).
+// statusJSON is the `status --json` document (README, "JSON output": a
+// stable contract).
 type statusJSON struct {
 	Name      string        `json:"name"`
 	Version   string        `json:"version"`
