@@ -453,7 +453,7 @@ func TestWatchEventsHelperProcess(t *testing.T) {
 
 // startHelper runs TestWatchEventsHelperProcess against addr with n
 // streams and waits until it has opened them. It ends with the test.
-func startHelper(t *testing.T, addr string, n int) {
+func startHelper(t testing.TB, addr string, n int) {
 	t.Helper()
 	helper := exec.Command(os.Args[0], "-test.run=^TestWatchEventsHelperProcess$", "-test.count=1")
 	helper.Env = append(os.Environ(), helperAddrEnv+"="+addr, helperStreamsEnv+"="+strconv.Itoa(n))
@@ -509,8 +509,9 @@ func startHelper(t *testing.T, addr string, n int) {
 //     ring, fills its client's window and gRPC's write quota, and blocks in
 //     Send holding one batch. The agent's heap grows by less than 64 MiB
 //     (the clients run in another process, as the outside tester's did),
-//     and a subscriber that reads sees each new event within 10 ms at the
-//     99th percentile: stalled streams cost nothing per event.
+//     and a subscriber that reads still gets every new event. How soon it
+//     gets them (the target: 10 ms at the 99th percentile) is a timing, so
+//     BenchmarkEventLatencyStalledSubscribers measures it (make bench).
 //
 // The events are 1 KiB: a stream stalls only once its replay exceeds the
 // client's window and gRPC's write quota (128 KiB in all), and the
@@ -574,46 +575,75 @@ func TestWatchEventsIdleSubscribers(t *testing.T) {
 	})
 
 	t.Run("caps raised", func(t *testing.T) {
-		reg := registry.New(registry.Config{EventBuffer: 1024})
-		emit(reg, 1024, 20, 1024)
-		svc := NewAgentService(AgentServiceConfig{Registry: reg,
-			MaxSubscribers: streams + 1, MaxSubscribersPerConn: streams + 1})
-		addr := serveAgent(t, svc, "tcp")
-		before := heapInUse()
-
-		startHelper(t, addr, streams)
-		// Every stream ends blocked in Send; wait until all are in Send
-		// and no event went out for 200 ms.
-		var lastSent uint64
-		stable := 0
-		testutil.WaitFor(t, 60*time.Second, "2,000 streams to stall in Send", func() bool {
-			n, _ := svc.Subscribers()
-			sent := svc.sent.Load()
-			if n != streams || svc.sending.Load() != streams || sent != lastSent {
-				lastSent, stable = sent, 0
-				return false
-			}
-			stable++
-			return stable >= 40 // 40 polls of testutil.WaitFor: 200 ms
-		})
-		growth := heapInUse() - before
-		t.Logf("%d stalled subscribers (%d events sent): agent heap +%.1f MiB, %.1f KiB per subscriber",
-			streams, svc.sent.Load(), mib(growth), float64(growth)/streams/1024)
+		reg, svc, addr, growth := stallSubscribers(t, streams)
 		if growth > 64<<20 {
 			t.Errorf("agent heap grew by %.1f MiB for %d stalled subscribers, want < 64 MiB", mib(growth), streams)
 		}
-
-		// One subscriber that reads, among the 2,000 that do not.
-		p99 := eventLatency(t, reg, svc, addr)
-		if p99 > 10*time.Millisecond {
-			t.Errorf("p99 event latency %s with %d stalled subscribers, want < 10ms", p99, streams)
-		}
+		// One subscriber that reads, among the 2,000 that do not, gets
+		// every event.
+		p50, p99 := eventLatency(t, reg, svc, addr)
+		t.Logf("event latency: p50 %s, p99 %s", p50, p99)
 	})
 }
 
+// BenchmarkEventLatencyStalledSubscribers reports how soon a subscriber that
+// reads sees each new event while 2,000 others stall in Send (target: p99
+// <= 10 ms), beside the same subscriber's latency with no stalled ones, and
+// what the stalled streams cost the agent's heap.
+func BenchmarkEventLatencyStalledSubscribers(b *testing.B) {
+	const streams = 2000
+	for b.Loop() {
+		reg := registry.New(registry.Config{EventBuffer: 1024})
+		svc := NewAgentService(AgentServiceConfig{Registry: reg})
+		_, direct := eventLatency(b, reg, svc, serveAgent(b, svc, "tcp"))
+
+		reg, svc, addr, growth := stallSubscribers(b, streams)
+		p50, p99 := eventLatency(b, reg, svc, addr)
+		b.ReportMetric(float64(p50.Microseconds())/1000, "p50_ms")
+		b.ReportMetric(float64(p99.Microseconds())/1000, "p99_ms")
+		b.ReportMetric(float64(direct.Microseconds())/1000, "direct_p99_ms")
+		b.ReportMetric(mib(growth), "stalled_heap_MiB")
+	}
+}
+
+// stallSubscribers serves a registry holding a full ring of 1 KiB events to
+// n streams of a helper process that never read, with the subscriber caps
+// raised to allow them, waits until every stream is blocked in Send, and
+// returns the registry, the service, its address and how much the heap grew.
+func stallSubscribers(tb testing.TB, n int) (*registry.Registry, *AgentService, string, int64) {
+	tb.Helper()
+	reg := registry.New(registry.Config{EventBuffer: 1024})
+	emit(reg, 1024, 20, 1024)
+	svc := NewAgentService(AgentServiceConfig{Registry: reg,
+		MaxSubscribers: n + 1, MaxSubscribersPerConn: n + 1})
+	addr := serveAgent(tb, svc, "tcp")
+	before := heapInUse()
+
+	startHelper(tb, addr, n)
+	// Every stream ends blocked in Send; wait until all are in Send and no
+	// event went out for 200 ms.
+	var lastSent uint64
+	stable := 0
+	testutil.WaitFor(tb, 60*time.Second, "the streams to stall in Send", func() bool {
+		subs, _ := svc.Subscribers()
+		sent := svc.sent.Load()
+		if subs != n || svc.sending.Load() != int64(n) || sent != lastSent {
+			lastSent, stable = sent, 0
+			return false
+		}
+		stable++
+		return stable >= 40 // 40 polls of testutil.WaitFor: 200 ms
+	})
+	growth := heapInUse() - before
+	tb.Logf("%d stalled subscribers (%d events sent): agent heap +%.1f MiB, %.1f KiB per subscriber",
+		n, svc.sent.Load(), mib(growth), float64(growth)/float64(n)/1024)
+	return reg, svc, addr, growth
+}
+
 // eventLatency emits 200 events, one every 2 ms, to a new subscriber that
-// reads, and returns the 99th percentile of emit-to-receive time.
-func eventLatency(t *testing.T, reg *registry.Registry, svc *AgentService, addr string) time.Duration {
+// reads, fails unless it receives all of them, and returns the median and
+// the 99th percentile of emit-to-receive time.
+func eventLatency(t testing.TB, reg *registry.Registry, svc *AgentService, addr string) (p50, p99 time.Duration) {
 	t.Helper()
 	const events = 200
 	ctx, cancel := context.WithCancel(context.Background())
@@ -653,9 +683,7 @@ func eventLatency(t *testing.T, reg *registry.Registry, svc *AgentService, addr 
 		t.Fatalf("reading subscriber got %d events, want %d", len(lat), events)
 	}
 	slices.Sort(lat)
-	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-	t.Logf("event latency: p50 %s, p99 %s, max %s", p50, p99, lat[len(lat)-1])
-	return p99
+	return lat[len(lat)/2], lat[len(lat)*99/100]
 }
 
 // A plugin directory whose name is not UTF-8 (Linux file names are bytes)
