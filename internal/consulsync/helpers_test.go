@@ -138,7 +138,7 @@ func fprint(version string, typ fingerprint.PluginType) *fingerprint.Fingerprint
 func addPlugin(reg *registry.Registry, id, version string, typ fingerprint.PluginType, state heartbeat.State, desc string) registry.SocketID {
 	inst := socket(id, 1)
 	reg.Register(id, inst, fprint(version, typ))
-	reg.SetHealth(id, inst, heartbeat.Health{State: state, Description: desc, Since: time.Now()})
+	reg.SetHealth(id, inst, heartbeat.Result{State: state, Description: desc})
 	return inst
 }
 

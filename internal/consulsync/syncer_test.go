@@ -198,10 +198,10 @@ func TestHealthAndLifecycleReachConsul(t *testing.T) {
 		}
 	}
 
-	reg.SetHealth("alpha", inst, heartbeat.Health{State: heartbeat.Unhealthy, Description: "probe: deadline exceeded"})
+	reg.SetHealth("alpha", inst, heartbeat.Result{State: heartbeat.Unhealthy, Description: "probe: deadline exceeded"})
 	waitFor(t, "check critical", checkIs(api.HealthCritical, "probe: deadline exceeded"))
 
-	reg.SetHealth("alpha", inst, heartbeat.Health{State: heartbeat.Healthy, Description: "ok again"})
+	reg.SetHealth("alpha", inst, heartbeat.Result{State: heartbeat.Healthy, Description: "ok again"})
 	waitFor(t, "check passing", checkIs(api.HealthPassing, "ok again"))
 
 	reg.Deregister("alpha", inst, "socket gone")
@@ -213,7 +213,7 @@ func TestHealthAndLifecycleReachConsul(t *testing.T) {
 
 	inst2 := socket("alpha", 2)
 	reg.Register("alpha", inst2, fprint("1.1", fingerprint.TypeNode))
-	reg.SetHealth("alpha", inst2, heartbeat.Health{State: heartbeat.Healthy, Description: "back"})
+	reg.SetHealth("alpha", inst2, heartbeat.Result{State: heartbeat.Healthy, Description: "back"})
 	waitFor(t, "plugin registered again", func() bool { return synced(a, reg) })
 	if svc, _ := a.Service(PluginServiceID("alpha")); !slices.Contains(svc.Tags, "1.1") {
 		t.Errorf("re-registered plugin tags = %v, want version 1.1", svc.Tags)

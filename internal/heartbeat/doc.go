@@ -3,9 +3,10 @@
 // A Monitor sends Probe every interval and also whenever its owner calls
 // ProbeNow — the supervisor does so the moment the plugin's connection
 // breaks — so a dead plugin is noticed within milliseconds instead of at the
-// next probe. Health moves between unknown,
-// healthy and unhealthy; only moves between states are transitions, and
-// steady state reports no transition.
+// next probe. Each probe's Result (healthy or unhealthy, and why) goes to
+// the owner, which holds the plugin's one Health and applies the result
+// with Health.Apply: Health moves between unknown, healthy and unhealthy,
+// only moves between states are transitions, and steady state has none.
 //
 // Scheduled probes fall due on a shared 250 ms grid of the clock (see
 // alignedWait): the probes of a node's plugins then wake the agent a few
@@ -16,7 +17,6 @@
 // The Monitor is the one owner of probe timing. Its owner may pass a Pace
 // function that decides, from each probe's error, how long to wait before
 // the next probe (the supervisor backs off plugins that violate the gRPC
-// protocol this way) and why. The backoff state stays with the owner: the
-// Monitor keeps only the latest health, which it needs to detect
-// transitions, and hands every result to OnProbe.
+// protocol this way) and why. The backoff state and the health stay with
+// the owner: the Monitor keeps neither and hands every result to OnProbe.
 package heartbeat

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -23,12 +22,32 @@ const (
 	Unhealthy State = "unhealthy"
 )
 
-// Health is the result of the latest probe.
+// Result is what one probe found.
+type Result struct {
+	State       State
+	Description string
+	At          time.Time // when the probe finished
+}
+
+// Health is a plugin's health as its owner records it: the latest probe's
+// result and since when its state holds. The Monitor keeps no Health; its
+// owner applies each Result to the one it holds (the registry record).
 type Health struct {
 	State       State     `json:"state"`
 	Description string    `json:"description"`
 	Since       time.Time `json:"since"`      // when State began
 	LastProbe   time.Time `json:"last_probe"` // when the latest probe finished
+}
+
+// Apply returns h after the probe result r, and whether r changed the state
+// (a transition). Since moves only on a transition.
+func (h Health) Apply(r Result) (Health, bool) {
+	transition := r.State != h.State
+	if transition {
+		h.Since = r.At
+	}
+	h.State, h.Description, h.LastProbe = r.State, r.Description, r.At
+	return h, transition
 }
 
 // Pace is what Config.Pace decides after a probe.
@@ -55,10 +74,9 @@ type Config struct {
 	Interval time.Duration
 	// Timeout of one probe. Required, at most Interval.
 	Timeout time.Duration
-	// OnProbe is called after every probe with the new health and whether its
-	// state changed (a transition). Called from the monitor's goroutine; it
-	// must not block for long.
-	OnProbe func(h Health, transition bool)
+	// OnProbe is called with the result of every probe. Called from the
+	// monitor's goroutine; it must not block for long.
+	OnProbe func(r Result)
 	// Pace, when set, decides after every probe how long to wait before the
 	// next one, from that probe's error (nil when the plugin answered) and
 	// the current interval. The owner uses it to back off a plugin that
@@ -66,8 +84,6 @@ type Config struct {
 	// after every probe. Called from the monitor's goroutine before
 	// OnProbe; it must not block.
 	Pace func(err error, interval time.Duration) Pace
-	// Logger receives debug lines about probes. Optional.
-	Logger hclog.Logger
 	// Now returns the current time. Optional, for tests.
 	Now func() time.Time
 }
@@ -92,41 +108,27 @@ func (c *Config) validate() error {
 // Monitor probes one plugin. Create it with New and run it with Run.
 type Monitor struct {
 	cfg  Config
-	log  hclog.Logger
 	kick chan struct{}
 
 	mu       sync.Mutex
-	health   Health
 	interval time.Duration
 	timeout  time.Duration
 }
 
-// New validates cfg and returns a Monitor in state Unknown.
+// New validates cfg and returns a Monitor.
 func New(cfg Config) (*Monitor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	return &Monitor{
 		cfg:      cfg,
-		log:      cfg.Logger,
 		kick:     make(chan struct{}, 1),
-		health:   Health{State: Unknown, Since: cfg.Now()},
 		interval: cfg.Interval,
 		timeout:  cfg.Timeout,
 	}, nil
-}
-
-// Health returns the latest health.
-func (m *Monitor) Health() Health {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.health
 }
 
 // SetTiming changes the probe interval and timeout (on config reload). It
@@ -235,22 +237,7 @@ func (m *Monitor) probe(ctx context.Context) (wait time.Duration, ok bool) {
 		}
 	}
 
-	now := m.cfg.Now()
-	m.mu.Lock()
-	transition := state != m.health.State
-	if transition {
-		m.health.Since = now
-	}
-	m.health.State = state
-	m.health.Description = desc
-	m.health.LastProbe = now
-	h := m.health
-	m.mu.Unlock()
-
-	if transition {
-		m.log.Debug("health changed", "state", string(state), "description", desc)
-	}
-	m.cfg.OnProbe(h, transition)
+	m.cfg.OnProbe(Result{State: state, Description: desc, At: m.cfg.Now()})
 	return wait, true
 }
 

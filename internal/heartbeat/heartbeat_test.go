@@ -104,7 +104,7 @@ func fakeIdentity(t *testing.T) csi.IdentityClient {
 
 func TestNewValidation(t *testing.T) {
 	id := fakeIdentity(t)
-	onProbe := func(Health, bool) {}
+	onProbe := func(Result) {}
 	valid := func() Config {
 		return Config{Identity: id, Interval: time.Second, Timeout: time.Second, OnProbe: onProbe}
 	}
@@ -133,11 +133,8 @@ func TestNewValidation(t *testing.T) {
 			tc.change(&cfg)
 			m, err := New(cfg)
 			if len(tc.wantErr) == 0 {
-				if err != nil {
-					t.Fatalf("New: %v", err)
-				}
-				if h := m.Health(); h.State != Unknown {
-					t.Fatalf("new monitor state = %s, want unknown", h.State)
+				if err != nil || m == nil {
+					t.Fatalf("New = %v, %v", m, err)
 				}
 				return
 			}
@@ -153,21 +150,29 @@ func TestNewValidation(t *testing.T) {
 	}
 }
 
-func TestInitialHealthUsesClock(t *testing.T) {
-	start := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
-	m, err := New(Config{
-		Identity: fakeIdentity(t),
-		Interval: time.Second,
-		Timeout:  time.Second,
-		OnProbe:  func(Health, bool) {},
-		Now:      func() time.Time { return start },
-	})
-	if err != nil {
-		t.Fatal(err)
+func TestHealthApply(t *testing.T) {
+	t0 := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	steps := []struct {
+		r          Result
+		transition bool
+		since      time.Time
+	}{
+		{Result{Healthy, "healthy", at(1)}, true, at(1)},
+		{Result{Healthy, "healthy", at(2)}, false, at(1)},
+		{Result{Healthy, "healthy, but slow", at(3)}, false, at(1)}, // a new description is no transition
+		{Result{Unhealthy, "plugin unreachable", at(4)}, true, at(4)},
+		{Result{Unhealthy, "plugin unreachable", at(5)}, false, at(4)},
+		{Result{Healthy, "healthy", at(6)}, true, at(6)},
 	}
-	want := Health{State: Unknown, Since: start}
-	if got := m.Health(); got != want {
-		t.Fatalf("Health() = %+v, want %+v", got, want)
+	h := Health{State: Unknown, Since: t0}
+	for i, st := range steps {
+		var transition bool
+		h, transition = h.Apply(st.r)
+		want := Health{State: st.r.State, Description: st.r.Description, Since: st.since, LastProbe: st.r.At}
+		if h != want || transition != st.transition {
+			t.Errorf("step %d: Apply(%+v) = %+v, %v; want %+v, %v", i, st.r, h, transition, want, st.transition)
+		}
 	}
 }
 
@@ -176,7 +181,7 @@ func TestSetTiming(t *testing.T) {
 		Identity: fakeIdentity(t),
 		Interval: time.Second,
 		Timeout:  time.Second,
-		OnProbe:  func(Health, bool) {},
+		OnProbe:  func(Result) {},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +211,7 @@ func TestSetTiming(t *testing.T) {
 }
 
 func TestProbeNowNeverBlocks(t *testing.T) {
-	m, err := New(Config{Identity: fakeIdentity(t), Interval: time.Second, Timeout: time.Second, OnProbe: func(Health, bool) {}})
+	m, err := New(Config{Identity: fakeIdentity(t), Interval: time.Second, Timeout: time.Second, OnProbe: func(Result) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,22 +288,37 @@ func (p *plugin) watchedClient(onDisconnect func()) *csiclient.Client {
 	return c
 }
 
-// probeResult is one OnProbe call.
+// probeResult is one OnProbe call: the health after it, as an owner
+// applying the result would hold it, and whether it was a transition.
 type probeResult struct {
 	health     Health
 	transition bool
 }
 
-// recorder collects OnProbe calls.
+// recorder collects OnProbe calls and applies them to one Health, as the
+// monitor's owner does.
 type recorder struct {
 	mu      sync.Mutex
+	current Health
 	results []probeResult
 }
 
-func (r *recorder) onProbe(h Health, transition bool) {
+func (r *recorder) onProbe(res Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.results = append(r.results, probeResult{h, transition})
+	if r.current.State == "" {
+		r.current.State = Unknown
+	}
+	var transition bool
+	r.current, transition = r.current.Apply(res)
+	r.results = append(r.results, probeResult{r.current, transition})
+}
+
+// health returns the health the recorded results add up to.
+func (r *recorder) health() Health {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current
 }
 
 func (r *recorder) all() []probeResult {
@@ -369,7 +389,7 @@ func TestFirstProbeAtOnce(t *testing.T) {
 
 	var r recorder
 	// With a one-hour interval, any probe seen here is the first one.
-	m := r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second})
+	r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second})
 	first := r.waitForState(t, 0, Healthy)
 	all := r.all()
 	if !all[0].transition {
@@ -381,8 +401,8 @@ func TestFirstProbeAtOnce(t *testing.T) {
 	if first.health.LastProbe.IsZero() || first.health.Since.IsZero() {
 		t.Errorf("first probe left times unset: %+v", first.health)
 	}
-	if got := m.Health(); got.State != Healthy {
-		t.Errorf("Health() = %+v after a healthy probe", got)
+	if got := r.health(); got.State != Healthy {
+		t.Errorf("health = %+v after a healthy probe", got)
 	}
 }
 
@@ -508,8 +528,8 @@ func TestConnectionLossAndRecovery(t *testing.T) {
 	if !back.transition {
 		t.Errorf("recovery was not reported as a transition: %+v", back)
 	}
-	if got := m.Health(); got.State != Healthy || got.Since.Before(lost.health.Since) {
-		t.Errorf("Health() after recovery = %+v", got)
+	if got := r.health(); got.State != Healthy || got.Since.Before(lost.health.Since) {
+		t.Errorf("health after recovery = %+v", got)
 	}
 }
 
@@ -579,9 +599,6 @@ func TestCancelDuringProbeReportsNothing(t *testing.T) {
 	}
 	if n := r.count(); n != 0 {
 		t.Fatalf("OnProbe called %d times for a probe cut short by shutdown: %+v", n, r.all())
-	}
-	if got := m.Health().State; got != Unknown {
-		t.Fatalf("state after an aborted probe = %s, want unknown", got)
 	}
 }
 

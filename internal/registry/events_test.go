@@ -99,7 +99,7 @@ func TestNextEventOnlyOnEvents(t *testing.T) {
 	r := New(Config{})
 	r.Register("a", inst(1), nil)
 	next := r.NextEvent()
-	r.SetHealth("a", inst(1), heartbeat.Health{State: heartbeat.Unknown, Description: "still starting"})
+	r.SetHealth("a", inst(1), heartbeat.Result{State: heartbeat.Unknown, Description: "still starting"})
 	select {
 	case <-next:
 		t.Fatal("NextEvent closed by a change without an event")

@@ -321,7 +321,7 @@ func TestReconcilerNeverWaitsForAStuckSupervisor(t *testing.T) {
 			if stuck.write(func() { reg.Register("a", old, nil) }) {
 				t.Error("a stopping supervisor could still write to the registry")
 			}
-			stuck.write(func() { reg.SetHealth("a", old, heartbeat.Health{State: heartbeat.Unhealthy, Description: "stale"}) })
+			stuck.write(func() { reg.SetHealth("a", old, heartbeat.Result{State: heartbeat.Unhealthy, Description: "stale"}) })
 			if v := reg.Version(); v != version {
 				t.Errorf("the stuck supervisor changed the registry %d times", v-version)
 			}

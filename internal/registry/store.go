@@ -191,27 +191,35 @@ func (r *Registry) setFingerprintLocked(p *Plugin, fp fingerprint.Fingerprint) {
 	r.changedLocked()
 }
 
-// SetHealth records a probe result. A change of health state emits
-// plugin-healthy or plugin-unhealthy; anything else updates the record
-// quietly (last probe time, a new description of the same state).
-func (r *Registry) SetHealth(id string, inst SocketID, h heartbeat.Health) {
+// SetHealth applies a probe result to the plugin's health, which only the
+// registry holds (heartbeat.Health.Apply: Since moves on a change of
+// state). A change of state emits plugin-healthy or plugin-unhealthy;
+// anything else updates the record quietly (last probe time, a new
+// description of the same state). It returns the health before the result,
+// and false, changing nothing, when inst is not the current instance.
+func (r *Registry) SetHealth(id string, inst SocketID, res heartbeat.Result) (heartbeat.Health, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.currentLocked(id, inst)
 	if p == nil {
-		return
+		return heartbeat.Health{}, false
+	}
+	if res.At.IsZero() {
+		res.At = r.now()
 	}
 	prev := p.Health
-	p.Health = h
+	next, transition := prev.Apply(res)
+	p.Health = next
 	switch {
-	case prev.State != h.State && h.State == heartbeat.Healthy:
-		r.emitLocked(EventHealthy, id, h.Description)
-	case prev.State != h.State && h.State == heartbeat.Unhealthy:
-		r.emitLocked(EventUnhealthy, id, h.Description)
-	case prev.Description == h.Description:
-		return // only the probe time moved: not a visible change
+	case transition && next.State == heartbeat.Healthy:
+		r.emitLocked(EventHealthy, id, next.Description)
+	case transition && next.State == heartbeat.Unhealthy:
+		r.emitLocked(EventUnhealthy, id, next.Description)
+	case !transition && prev.Description == next.Description:
+		return prev, true // only the probe time moved: not a visible change
 	}
 	r.changedLocked()
+	return prev, true
 }
 
 // Deregister removes a plugin instance and emits plugin-deregistered. It

@@ -15,12 +15,12 @@ func inst(inode uint64) SocketID {
 	return SocketID{Path: "/plugins/a/csi.sock", Dev: 1, Inode: inode, Mtime: int64(inode) * 1000}
 }
 
-func healthy(desc string) heartbeat.Health {
-	return heartbeat.Health{State: heartbeat.Healthy, Description: desc}
+func healthy(desc string) heartbeat.Result {
+	return heartbeat.Result{State: heartbeat.Healthy, Description: desc}
 }
 
-func unhealthy(desc string) heartbeat.Health {
-	return heartbeat.Health{State: heartbeat.Unhealthy, Description: desc}
+func unhealthy(desc string) heartbeat.Result {
+	return heartbeat.Result{State: heartbeat.Unhealthy, Description: desc}
 }
 
 func indexes(evs []Event) []uint64 {
@@ -127,7 +127,7 @@ func TestRegistrySetHealthEmitsOnlyStateChanges(t *testing.T) {
 	r := New(Config{})
 	r.Register("a", inst(1), nil)
 	steps := []struct {
-		h         heartbeat.Health
+		h         heartbeat.Result
 		wantEvent EventType // "" for none
 		wantBump  bool      // visible change (version bump)
 	}{
@@ -138,10 +138,11 @@ func TestRegistrySetHealthEmitsOnlyStateChanges(t *testing.T) {
 		{h: unhealthy("probe timed out after 1s"), wantBump: false},
 		{h: healthy("healthy"), wantEvent: EventHealthy, wantBump: true},
 	}
+	var since time.Time
 	for i, s := range steps {
 		_, before := r.Events(0)
 		v := r.Version()
-		s.h.LastProbe = time.Unix(int64(i), 0)
+		s.h.At = time.Unix(int64(i), 0)
 		r.SetHealth("a", inst(1), s.h)
 		evs, _ := r.Events(before)
 		switch {
@@ -153,8 +154,15 @@ func TestRegistrySetHealthEmitsOnlyStateChanges(t *testing.T) {
 		if bumped := r.Version() != v; bumped != s.wantBump {
 			t.Errorf("step %d: version bumped = %v, want %v", i, bumped, s.wantBump)
 		}
-		if p, _ := r.Get("a"); !p.Health.LastProbe.Equal(s.h.LastProbe) {
+		if s.wantEvent != "" {
+			since = s.h.At
+		}
+		p, _ := r.Get("a")
+		if !p.Health.LastProbe.Equal(s.h.At) {
 			t.Errorf("step %d: last probe not recorded", i)
+		}
+		if !p.Health.Since.Equal(since) {
+			t.Errorf("step %d: since = %s, want %s: it moves only with the state", i, p.Health.Since, since)
 		}
 	}
 }
@@ -220,8 +228,8 @@ func TestRegistrySubscriptionCoalesces(t *testing.T) {
 func TestRegistryRestoreIsQuietAndUnknown(t *testing.T) {
 	r := New(Config{})
 	r.Restore([]Plugin{
-		{ID: "a", Instance: inst(1), Health: healthy("healthy"), Fingerprinted: true},
-		{ID: "b", Instance: inst(2), Health: unhealthy("down")},
+		{ID: "a", Instance: inst(1), Health: heartbeat.Health{State: heartbeat.Healthy, Description: "healthy"}, Fingerprinted: true},
+		{ID: "b", Instance: inst(2), Health: heartbeat.Health{State: heartbeat.Unhealthy, Description: "down"}},
 	})
 	if evs, _ := r.Events(0); len(evs) != 0 {
 		t.Errorf("Restore emitted events: %+v", evs)

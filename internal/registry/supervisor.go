@@ -95,8 +95,8 @@ type supervisor struct {
 	fenced  bool
 
 	// Only the supervisor's goroutine (run, and within the monitor onProbe
-	// and pace) touches these.
-	lastState       heartbeat.State
+	// and pace) touches these. The plugin's health is not among them: it is
+	// held by the registry record alone.
 	lastFingerprint time.Time // of the latest successful fingerprint
 	refingerprint   bool      // a fingerprint is due (the plugin recovered)
 	fpRetryAt       time.Time // no fingerprint before then: backing off
@@ -157,7 +157,6 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 		done:         make(chan struct{}),
 		closed:       make(chan struct{}),
 		closeConn:    client.Close,
-		lastState:    heartbeat.Unknown,
 		probeBackoff: violationBackoff{what: "probe"},
 		fpBackoff:    violationBackoff{what: "fingerprint"},
 		timing:       cfg.Timing,
@@ -266,9 +265,8 @@ func (s *supervisor) run(ctx context.Context) {
 		Identity: csi.NewIdentityClient(s.client.Supervision()),
 		Interval: t.ProbeInterval,
 		Timeout:  t.ProbeTimeout,
-		OnProbe:  func(h heartbeat.Health, transition bool) { s.onProbe(ctx, h, transition) },
+		OnProbe:  func(r heartbeat.Result) { s.onProbe(ctx, r) },
 		Pace:     s.pace,
-		Logger:   s.log,
 	})
 	s.mon = mon
 	s.mu.Unlock()
@@ -288,7 +286,6 @@ func (s *supervisor) run(ctx context.Context) {
 // first or the supervisor is stopping.
 func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 	delay := firstFingerprintRetry
-	var since time.Time
 	for attempt := 1; ; attempt++ {
 		fp, err := s.fingerprint(ctx)
 		if ctx.Err() != nil {
@@ -316,7 +313,6 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 		now := time.Now()
 		switch {
 		case attempt == 1:
-			since = now
 			if !s.write(func() { s.reg.Register(s.id, s.inst, nil) }) {
 				return false
 			}
@@ -328,13 +324,9 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 		default:
 			s.log.Debug("fingerprint failed", "attempt", attempt, "error", err)
 		}
+		// Since stays at the first failure: the state does not change.
 		if !s.write(func() {
-			s.reg.SetHealth(s.id, s.inst, heartbeat.Health{
-				State:       heartbeat.Unhealthy,
-				Description: desc,
-				Since:       since,
-				LastProbe:   now,
-			})
+			s.reg.SetHealth(s.id, s.inst, heartbeat.Result{State: heartbeat.Unhealthy, Description: desc, At: now})
 		}) {
 			return false
 		}
@@ -389,22 +381,25 @@ func (s *supervisor) pace(err error, interval time.Duration) heartbeat.Pace {
 }
 
 // onProbe records a probe result, then fingerprints a healthy plugin again
-// when it recovered or answered on a new connection (either way it may be
-// a new process, upgraded in place) or when the fingerprint interval has
-// passed. A failed fingerprint is retried at the
-// next probe; one that violated the gRPC protocol when its backoff ends,
-// and until then the healthy plugin's description says so.
-func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Health, transition bool) {
-	if !s.setHealth(h) {
+// when it recovered without a fingerprint since it failed, or answered on a
+// new connection (either way it may be a new process, upgraded in place),
+// or when the fingerprint interval has passed. A failed fingerprint is
+// retried at the next probe; one that violated the gRPC protocol when its
+// backoff ends, and until then the healthy plugin's description says so.
+func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Result) {
+	prev, ok := s.setHealth(h)
+	if !ok {
 		return
 	}
-	if transition && h.State == heartbeat.Healthy && s.lastState == heartbeat.Unhealthy {
+	if prev.State != h.State {
+		s.log.Debug("health changed", "state", string(h.State), "description", h.Description)
+	}
+	if h.State == heartbeat.Healthy && prev.State == heartbeat.Unhealthy && !s.lastFingerprint.After(prev.Since) {
 		s.refingerprint = true
 	}
 	if h.State == heartbeat.Healthy && s.connLost.Swap(false) {
 		s.refingerprint = true
 	}
-	s.lastState = h.State
 	if h.State != heartbeat.Healthy {
 		return
 	}
@@ -448,12 +443,14 @@ func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Health, transition
 	}
 }
 
-// setHealth records h, with a healthy plugin's description saying why its
-// fingerprints are backed off, if they are: its recorded fingerprint may be
-// stale. It reports false when the supervisor is stopping.
-func (s *supervisor) setHealth(h heartbeat.Health) bool {
+// setHealth records the probe result h, with a healthy plugin's
+// description saying why its fingerprints are backed off, if they are: its
+// recorded fingerprint may be stale. It returns the health before h, and
+// false when the supervisor is stopping or no longer the plugin's.
+func (s *supervisor) setHealth(h heartbeat.Result) (prev heartbeat.Health, ok bool) {
 	if h.State == heartbeat.Healthy && s.fpViolation != "" {
 		h.Description = "healthy, but fingerprint failed: " + s.fpViolation
 	}
-	return s.write(func() { s.reg.SetHealth(s.id, s.inst, h) })
+	s.write(func() { prev, ok = s.reg.SetHealth(s.id, s.inst, h) })
+	return prev, ok
 }

@@ -191,11 +191,8 @@ func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
 	if got := eventsOf(reg, "a"); !slices.Equal(got, want) {
 		t.Errorf("events = %v, want %v: an unchanged fingerprint emits nothing", got, want)
 	}
-	s.mu.Lock()
-	got := s.mon.Health()
-	s.mu.Unlock()
-	if got.State != heartbeat.Healthy {
-		t.Errorf("monitor health = %s after a timing change", got.State)
+	if got, _ := reg.Get("a"); got.Health.State != heartbeat.Healthy {
+		t.Errorf("health = %s after a timing change", got.Health.State)
 	}
 }
 

@@ -529,7 +529,7 @@ func TestClientCSIRetryFindsPluginAgain(t *testing.T) {
 		DoAndReturn(func(context.Context, *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
 			calls.Add(1)
 			env.plugins.reg.SetHealth("mock", registry.SocketID{Path: env.socket},
-				heartbeat.Health{State: heartbeat.Unhealthy, Description: "probe: connection refused"})
+				heartbeat.Result{State: heartbeat.Unhealthy, Description: "probe: connection refused"})
 			return nil, status.Error(codes.Unavailable, "going down")
 		}).AnyTimes()
 	_, err := env.client.ControllerGetVolume(context.Background(), &csisupdv1.ControllerGetVolumeRequest{PluginId: "mock"})

@@ -120,7 +120,7 @@ func (f *fixedPlugins) add(t testing.TB, id, socket string, fp fingerprint.Finge
 	t.Cleanup(func() { _ = c.Close() })
 	inst := registry.SocketID{Path: socket}
 	f.reg.Register(id, inst, &fp)
-	f.reg.SetHealth(id, inst, heartbeat.Health{State: h, Description: "set by the test", Since: time.Now(), LastProbe: time.Now()})
+	f.reg.SetHealth(id, inst, heartbeat.Result{State: h, Description: "set by the test", At: time.Now()})
 	f.mu.Lock()
 	f.clients[id] = c
 	f.mu.Unlock()

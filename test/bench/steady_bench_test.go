@@ -131,7 +131,7 @@ func measureDirectSteadyState(b *testing.B, pluginDir string) (cpuPercent, rssGr
 			Identity: c.Identity,
 			Interval: config.DefaultProbeInterval,
 			Timeout:  config.DefaultProbeTimeout,
-			OnProbe: func(h heartbeat.Health, _ bool) {
+			OnProbe: func(h heartbeat.Result) {
 				if h.State == heartbeat.Healthy && !counted.Swap(true) {
 					healthy.Add(1)
 				}
