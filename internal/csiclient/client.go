@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"sync"
@@ -69,6 +70,16 @@ type Config struct {
 	// HTTP/2 receive windows are derived from it. Zero means
 	// DefaultMaxMessageSize.
 	MaxMessageSize int
+	// CheckConnected, when set, runs after every connect of the full gRPC
+	// connection, before anything is sent on it; an error closes it and
+	// fails the dial with it. A path names whatever socket is there now:
+	// the registry uses this so that calls allowed by one plugin instance's
+	// capabilities never reach an instance that replaced it. The
+	// supervision connection is not checked: it must reach whoever serves
+	// the path, which is how a plugin replaced in place (behind a socket
+	// that stays, as with systemd socket activation) is noticed and
+	// fingerprinted again.
+	CheckConnected func() error
 	// Transport, when set, is the supervision transport shared with other
 	// Clients: it carries its own write timeout and message cap, so
 	// WriteTimeout and MaxMessageSize must then be zero. Nil means the
@@ -139,6 +150,9 @@ func New(cfg Config) (*Client, error) {
 		idle = DefaultIdleTimeout
 	}
 	opts := []grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return dialSocket(ctx, abs, cfg.CheckConnected)
+		}),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: time.Second}),
 		grpc.WithDisableServiceConfig(),
@@ -169,6 +183,21 @@ func New(cfg Config) (*Client, error) {
 		Controller:  csi.NewControllerClient(conn),
 		Node:        csi.NewNodeClient(conn),
 	}, nil
+}
+
+// dialSocket connects to the unix socket at path and runs check, if set,
+// before the new connection is used.
+func dialSocket(ctx context.Context, path string, check func() error) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil || check == nil {
+		return nc, err
+	}
+	if err := check(); err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return nc, nil
 }
 
 // Socket returns the absolute socket path.

@@ -4,6 +4,7 @@ package csiclient
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -413,5 +414,42 @@ func TestSupervisionRecoversFromHangUpListener(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "a call to the real plugin", func() bool {
 		name, err := supervisedName(c)
 		return err == nil && name == "real.example.com"
+	})
+}
+
+// TestCheckConnectedGuardsTheFullConnection refuses every connection of
+// the full gRPC connection while the check fails: its calls fail with
+// Unavailable naming the check's error and never reach the plugin, while
+// the supervision connection, which is not checked, keeps answering. Once
+// the check passes, the full connection redials and answers.
+func TestCheckConnectedGuardsTheFullConnection(t *testing.T) {
+	socket := filepath.Join(testutil.TempDir(t), "csi.sock")
+	serve(t, socket, "plugin.example.com")
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var checks atomic.Int64
+	c := newClient(t, Config{Socket: socket, MaxBackoff: 50 * time.Millisecond, CheckConnected: func() error {
+		checks.Add(1)
+		if refuse.Load() {
+			return errors.New("socket replaced by another plugin instance")
+		}
+		return nil
+	}})
+
+	_, err := pluginName(c)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "socket replaced by another plugin instance") {
+		t.Fatalf("call with the check failing: %v, want Unavailable naming the check's error", err)
+	}
+	if name, err := supervisedName(c); err != nil || name != "plugin.example.com" {
+		t.Errorf("supervision call = %q, %v; want the plugin's answer: it is not checked", name, err)
+	}
+	if checks.Load() == 0 {
+		t.Fatal("CheckConnected never ran")
+	}
+
+	refuse.Store(false)
+	testutil.WaitFor(t, 10*time.Second, "the full connection to answer once the check passes", func() bool {
+		name, err := pluginName(c)
+		return err == nil && name == "plugin.example.com"
 	})
 }

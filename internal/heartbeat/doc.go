@@ -14,7 +14,9 @@
 // less CPU for the same probes. An interval changes by at most 125 ms and
 // keeps its mean; ProbeNow is never delayed.
 //
-// The Monitor is the one owner of probe timing. Its owner may pass a Pace
+// The Monitor holds no probe timing either: it reads the interval and
+// timeout from its owner (Config.Timing) before every probe, so a reload
+// changes them in one place. Its owner may also pass a Pace
 // function that decides, from each probe's error, how long to wait before
 // the next probe (the supervisor backs off plugins that violate the gRPC
 // protocol this way) and why. The backoff state and the health stay with

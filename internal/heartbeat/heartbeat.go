@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -70,10 +69,13 @@ type Pace struct {
 type Config struct {
 	// Identity is the plugin's Identity service. Required.
 	Identity csi.IdentityClient
-	// Interval between probes. Required.
-	Interval time.Duration
-	// Timeout of one probe. Required, at most Interval.
-	Timeout time.Duration
+	// Timing returns the interval between probes and the timeout of one
+	// probe, read before every probe. The owner holds them, so a reload
+	// changes them in one place; it calls ProbeNow after a change, so that
+	// a new interval starts now rather than after the current wait. It
+	// must return a positive interval and a timeout in (0, interval].
+	// Required.
+	Timing func() (interval, timeout time.Duration)
 	// OnProbe is called with the result of every probe. Called from the
 	// monitor's goroutine; it must not block for long.
 	OnProbe func(r Result)
@@ -93,14 +95,26 @@ func (c *Config) validate() error {
 	if c.Identity == nil {
 		errs = append(errs, errors.New("heartbeat: Identity is required"))
 	}
-	if c.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("heartbeat: Interval must be positive, got %s", c.Interval))
-	}
-	if c.Timeout <= 0 || c.Timeout > c.Interval {
-		errs = append(errs, fmt.Errorf("heartbeat: Timeout must be in (0, Interval], got %s", c.Timeout))
+	if c.Timing == nil {
+		errs = append(errs, errors.New("heartbeat: Timing is required"))
+	} else if err := ValidateTiming(c.Timing()); err != nil {
+		errs = append(errs, err)
 	}
 	if c.OnProbe == nil {
 		errs = append(errs, errors.New("heartbeat: OnProbe is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateTiming checks a probe interval and timeout as Config.Timing must
+// return them.
+func ValidateTiming(interval, timeout time.Duration) error {
+	var errs []error
+	if interval <= 0 {
+		errs = append(errs, fmt.Errorf("heartbeat: probe interval must be positive, got %s", interval))
+	}
+	if timeout <= 0 || timeout > interval {
+		errs = append(errs, fmt.Errorf("heartbeat: probe timeout must be in (0, interval %s], got %s", interval, timeout))
 	}
 	return errors.Join(errs...)
 }
@@ -109,10 +123,6 @@ func (c *Config) validate() error {
 type Monitor struct {
 	cfg  Config
 	kick chan struct{}
-
-	mu       sync.Mutex
-	interval time.Duration
-	timeout  time.Duration
 }
 
 // New validates cfg and returns a Monitor.
@@ -123,26 +133,7 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Monitor{
-		cfg:      cfg,
-		kick:     make(chan struct{}, 1),
-		interval: cfg.Interval,
-		timeout:  cfg.Timeout,
-	}, nil
-}
-
-// SetTiming changes the probe interval and timeout (on config reload). It
-// also asks for a probe at once, so the new interval starts now rather than
-// after the current wait, which may be long.
-func (m *Monitor) SetTiming(interval, timeout time.Duration) error {
-	if interval <= 0 || timeout <= 0 || timeout > interval {
-		return fmt.Errorf("heartbeat: invalid timing interval=%s timeout=%s", interval, timeout)
-	}
-	m.mu.Lock()
-	m.interval, m.timeout = interval, timeout
-	m.mu.Unlock()
-	m.ProbeNow()
-	return nil
+	return &Monitor{cfg: cfg, kick: make(chan struct{}, 1)}, nil
 }
 
 // ProbeNow asks the monitor to probe as soon as it can. It never blocks.
@@ -208,9 +199,7 @@ func alignedWait(now time.Time, wait time.Duration) time.Duration {
 // probe probes once, reports the result and returns the wait until the
 // next probe. ok is false when ctx ended during the probe.
 func (m *Monitor) probe(ctx context.Context) (wait time.Duration, ok bool) {
-	m.mu.Lock()
-	timeout, interval := m.timeout, m.interval
-	m.mu.Unlock()
+	interval, timeout := m.cfg.Timing()
 
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	resp, err := m.cfg.Identity.Probe(pctx, &csi.ProbeRequest{})

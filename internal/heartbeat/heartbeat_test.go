@@ -106,7 +106,7 @@ func TestNewValidation(t *testing.T) {
 	id := fakeIdentity(t)
 	onProbe := func(Result) {}
 	valid := func() Config {
-		return Config{Identity: id, Interval: time.Second, Timeout: time.Second, OnProbe: onProbe}
+		return Config{Identity: id, Timing: fixed(time.Second, time.Second), OnProbe: onProbe}
 	}
 	cases := []struct {
 		name    string
@@ -114,17 +114,18 @@ func TestNewValidation(t *testing.T) {
 		wantErr []string
 	}{
 		{name: "valid", change: func(*Config) {}},
-		{name: "timeout below interval", change: func(c *Config) { c.Timeout = time.Millisecond }},
+		{name: "timeout below interval", change: func(c *Config) { c.Timing = fixed(time.Second, time.Millisecond) }},
 		{name: "no identity", change: func(c *Config) { c.Identity = nil }, wantErr: []string{"Identity is required"}},
-		{name: "zero interval", change: func(c *Config) { c.Interval = 0 }, wantErr: []string{"Interval must be positive, got 0s"}},
-		{name: "negative interval", change: func(c *Config) { c.Interval = -time.Second }, wantErr: []string{"Interval must be positive, got -1s"}},
-		{name: "zero timeout", change: func(c *Config) { c.Timeout = 0 }, wantErr: []string{"Timeout must be in (0, Interval], got 0s"}},
-		{name: "timeout above interval", change: func(c *Config) { c.Timeout = 2 * time.Second }, wantErr: []string{"Timeout must be in (0, Interval], got 2s"}},
+		{name: "no timing", change: func(c *Config) { c.Timing = nil }, wantErr: []string{"Timing is required"}},
+		{name: "zero interval", change: func(c *Config) { c.Timing = fixed(0, 0) }, wantErr: []string{"probe interval must be positive, got 0s"}},
+		{name: "negative interval", change: func(c *Config) { c.Timing = fixed(-time.Second, time.Second) }, wantErr: []string{"probe interval must be positive, got -1s"}},
+		{name: "zero timeout", change: func(c *Config) { c.Timing = fixed(time.Second, 0) }, wantErr: []string{"probe timeout must be in (0, interval 1s], got 0s"}},
+		{name: "timeout above interval", change: func(c *Config) { c.Timing = fixed(time.Second, 2*time.Second) }, wantErr: []string{"probe timeout must be in (0, interval 1s], got 2s"}},
 		{name: "no OnProbe", change: func(c *Config) { c.OnProbe = nil }, wantErr: []string{"OnProbe is required"}},
 		{
 			name:    "all errors reported together",
 			change:  func(c *Config) { *c = Config{} },
-			wantErr: []string{"Identity is required", "Interval must be positive", "Timeout must be in", "OnProbe is required"},
+			wantErr: []string{"Identity is required", "Timing is required", "OnProbe is required"},
 		},
 	}
 	for _, tc := range cases {
@@ -176,16 +177,7 @@ func TestHealthApply(t *testing.T) {
 	}
 }
 
-func TestSetTiming(t *testing.T) {
-	m, err := New(Config{
-		Identity: fakeIdentity(t),
-		Interval: time.Second,
-		Timeout:  time.Second,
-		OnProbe:  func(Result) {},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestValidateTiming(t *testing.T) {
 	cases := []struct {
 		interval, timeout time.Duration
 		wantErr           bool
@@ -199,19 +191,39 @@ func TestSetTiming(t *testing.T) {
 		{interval: time.Second, timeout: 2 * time.Second, wantErr: true},
 	}
 	for _, tc := range cases {
-		err := m.SetTiming(tc.interval, tc.timeout)
+		err := ValidateTiming(tc.interval, tc.timeout)
 		if (err != nil) != tc.wantErr {
-			t.Errorf("SetTiming(%s, %s) error = %v, want error %v", tc.interval, tc.timeout, err, tc.wantErr)
-			continue
-		}
-		if err != nil && !strings.Contains(err.Error(), "interval="+tc.interval.String()) {
-			t.Errorf("SetTiming(%s, %s) error %q does not name the interval", tc.interval, tc.timeout, err)
+			t.Errorf("ValidateTiming(%s, %s) = %v, want error %v", tc.interval, tc.timeout, err, tc.wantErr)
 		}
 	}
 }
 
+// fixed is a Config.Timing that always returns interval and timeout.
+func fixed(interval, timeout time.Duration) func() (time.Duration, time.Duration) {
+	return func() (time.Duration, time.Duration) { return interval, timeout }
+}
+
+// changeable is a Config.Timing whose values a test changes, as a reload
+// does.
+type changeable struct {
+	mu                sync.Mutex
+	interval, timeout time.Duration
+}
+
+func (c *changeable) timing() (time.Duration, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.interval, c.timeout
+}
+
+func (c *changeable) set(interval, timeout time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.interval, c.timeout = interval, timeout
+}
+
 func TestProbeNowNeverBlocks(t *testing.T) {
-	m, err := New(Config{Identity: fakeIdentity(t), Interval: time.Second, Timeout: time.Second, OnProbe: func(Result) {}})
+	m, err := New(Config{Identity: fakeIdentity(t), Timing: fixed(time.Second, time.Second), OnProbe: func(Result) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +401,7 @@ func TestFirstProbeAtOnce(t *testing.T) {
 
 	var r recorder
 	// With a one-hour interval, any probe seen here is the first one.
-	r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second})
+	r.start(t, Config{Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second)})
 	first := r.waitForState(t, 0, Healthy)
 	all := r.all()
 	if !all[0].transition {
@@ -429,7 +441,7 @@ func TestTransitionsOnlyOnStateChange(t *testing.T) {
 	var r recorder
 	// No Conn: probes come from the interval alone, and the monitor must
 	// work without a connection to watch.
-	r.start(t, Config{Identity: c.Identity, Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	r.start(t, Config{Identity: c.Identity, Timing: fixed(100*time.Millisecond, 100*time.Millisecond)})
 	const probes = 9
 	testutil.WaitFor(t, 15*time.Second, "9 probes", func() bool { return r.count() >= probes })
 
@@ -470,7 +482,7 @@ func TestHangingProbeTimesOut(t *testing.T) {
 	c := p.client()
 
 	var r recorder
-	r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 100 * time.Millisecond})
+	r.start(t, Config{Identity: c.Identity, Timing: fixed(time.Hour, 100*time.Millisecond)})
 	got := r.waitForState(t, 0, Unhealthy)
 	if want := "probe timed out after 100ms"; got.health.Description != want {
 		t.Fatalf("description = %q, want %q", got.health.Description, want)
@@ -498,7 +510,7 @@ func TestConnectionLossAndRecovery(t *testing.T) {
 	// The interval is far longer than the test: every probe after the first
 	// comes from the disconnect notice or from ProbeNow.
 	mu.Lock()
-	m = r.start(t, Config{Identity: csi.NewIdentityClient(c.Supervision()), Interval: time.Hour, Timeout: 5 * time.Second})
+	m = r.start(t, Config{Identity: csi.NewIdentityClient(c.Supervision()), Timing: fixed(time.Hour, 5*time.Second)})
 	mu.Unlock()
 	r.waitForState(t, 0, Healthy)
 
@@ -533,23 +545,24 @@ func TestConnectionLossAndRecovery(t *testing.T) {
 	}
 }
 
-func TestProbeNowAndSetTimingTriggerProbes(t *testing.T) {
+func TestProbeNowAndTimingChangesTriggerProbes(t *testing.T) {
 	p := newPlugin(t)
 	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
 	p.start()
 	c := p.client()
 
 	var r recorder
-	m := r.start(t, Config{Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second})
+	tm := &changeable{interval: time.Hour, timeout: 5 * time.Second}
+	m := r.start(t, Config{Identity: c.Identity, Timing: tm.timing})
 	testutil.WaitFor(t, 5*time.Second, "the first probe", func() bool { return r.count() >= 1 })
 
 	m.ProbeNow()
 	testutil.WaitFor(t, 5*time.Second, "a probe after ProbeNow", func() bool { return r.count() >= 2 })
 
-	// A shorter interval takes effect at once, not after the hour.
-	if err := m.SetTiming(50*time.Millisecond, 50*time.Millisecond); err != nil {
-		t.Fatalf("SetTiming: %v", err)
-	}
+	// A shorter interval, with the owner's ProbeNow, takes effect at once,
+	// not after the hour.
+	tm.set(50*time.Millisecond, 50*time.Millisecond)
+	m.ProbeNow()
 	testutil.WaitFor(t, 10*time.Second, "probes at the new interval", func() bool { return r.count() >= 6 })
 	for i, res := range r.all() {
 		if i > 0 && res.transition {
@@ -574,7 +587,7 @@ func TestCancelDuringProbeReportsNothing(t *testing.T) {
 	c := p.client()
 
 	var r recorder
-	m, err := New(Config{Identity: c.Identity, Interval: time.Hour, Timeout: time.Hour, OnProbe: r.onProbe})
+	m, err := New(Config{Identity: c.Identity, Timing: fixed(time.Hour, time.Hour), OnProbe: r.onProbe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -704,7 +717,7 @@ func TestPaceDecidesTheNextProbe(t *testing.T) {
 			var r recorder
 			mu.Lock()
 			m = r.start(t, Config{
-				Identity: c.Identity, Interval: tc.interval, Timeout: tc.interval,
+				Identity: c.Identity, Timing: fixed(tc.interval, tc.interval),
 				Pace: func(err error, interval time.Duration) Pace {
 					paceMu.Lock()
 					defer paceMu.Unlock()
@@ -742,7 +755,7 @@ func TestPaceSeesSuccessAsNil(t *testing.T) {
 	got := make(chan error, 1)
 	var r recorder
 	r.start(t, Config{
-		Identity: c.Identity, Interval: time.Hour, Timeout: 5 * time.Second,
+		Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second),
 		Pace: func(err error, _ time.Duration) Pace {
 			select {
 			case got <- err:

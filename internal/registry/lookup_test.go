@@ -2,8 +2,10 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,4 +90,37 @@ func TestLookupPairsRecordAndConnectionOfOneInstance(t *testing.T) {
 		t.Error("no lookup fell between the two instances; the test did not exercise the replacement")
 	}
 	t.Logf("%d calls answered, %d lookups without a connection during the replacement", answered.Load(), withheld.Load())
+}
+
+// TestCheckInstance is the check ClientCSI's connection of a supervisor
+// runs after each connect: it passes while the socket at the path is the
+// supervised instance and fails, saying so, once another plugin replaced it
+// or it is gone.
+func TestCheckInstance(t *testing.T) {
+	dir := testutil.TempDir(t)
+	sock := filepath.Join(dir, "a.sock")
+	startPlugin(t, sock, testplugin.Config{VendorVersion: "1.0.0"})
+	v1 := statSocket(t, sock)
+	if err := checkInstance(v1); err != nil {
+		t.Fatalf("checkInstance of the socket itself: %v", err)
+	}
+
+	next := filepath.Join(dir, "next.sock")
+	startPlugin(t, next, testplugin.Config{VendorVersion: "2.0.0"})
+	if err := os.Rename(next, sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkInstance(v1); !errors.Is(err, errSocketReplaced) {
+		t.Errorf("checkInstance after the socket was replaced = %v, want %v", err, errSocketReplaced)
+	}
+	if err := checkInstance(statSocket(t, sock)); err != nil {
+		t.Errorf("checkInstance of the new socket: %v", err)
+	}
+
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkInstance(v1); err == nil || !strings.Contains(err.Error(), sock) {
+		t.Errorf("checkInstance of a removed socket = %v, want an error naming it", err)
+	}
 }

@@ -123,7 +123,7 @@ func TestManagerSetTimingValidates(t *testing.T) {
 	if err := m.SetTiming(2*time.Second, time.Second, time.Minute); err != nil {
 		t.Errorf("SetTiming: %v", err)
 	}
-	if got := m.rec.timing.ProbeInterval; got != 2*time.Second {
+	if got := m.rec.timing.get().ProbeInterval; got != 2*time.Second {
 		t.Errorf("probe interval after SetTiming = %s, want 2s", got)
 	}
 }

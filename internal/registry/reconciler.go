@@ -69,9 +69,12 @@ type reconciler struct {
 	stopping  sync.WaitGroup
 	abandoned atomic.Uint64
 
-	mu     sync.Mutex // guards timing, transport and sups; held only briefly
-	timing timing
-	sups   map[string]*supervisor
+	// timing is the one copy of the probe and fingerprint timing, read by
+	// every supervisor and monitor.
+	timing *probeTiming
+
+	mu   sync.Mutex // guards transport and sups; held only briefly
+	sups map[string]*supervisor
 	// transport is shared by the supervision connections of the plugins
 	// started with the current timing: writes to a plugin are bounded by
 	// the probe timeout, replies by maxMessage.
@@ -94,7 +97,7 @@ func newReconciler(cfg reconcilerConfig) *reconciler {
 		maxMessage:  cfg.MaxMessageSize,
 		log:         cfg.Logger,
 		gone:        make(map[string]gone),
-		timing:      cfg.Timing,
+		timing:      newProbeTiming(cfg.Timing),
 		sups:        make(map[string]*supervisor),
 	}
 	r.transport = r.newTransport(cfg.Timing)
@@ -308,22 +311,24 @@ func (r *reconciler) lookup(id string) (SocketID, *csiclient.Client, bool) {
 	return s.inst, s.client, true
 }
 
-// setTiming applies new timing to every supervisor and to future ones.
+// setTiming applies new timing to every supervisor and to future ones: it
+// replaces the one copy they all read, then has each probe at once so that
+// the new interval starts now.
 func (r *reconciler) setTiming(t timing) {
 	r.mu.Lock()
-	if t.ProbeTimeout != r.timing.ProbeTimeout {
+	if t.ProbeTimeout != r.timing.get().ProbeTimeout {
 		// Plugins started from now on get writes bounded by the new
 		// timeout; running connections keep theirs until the plugin's
 		// next instance.
 		r.transport = r.newTransport(t)
 	}
-	r.timing = t
+	r.timing.set(t)
 	sups := make([]*supervisor, 0, len(r.sups))
 	for _, s := range r.sups {
 		sups = append(sups, s)
 	}
 	r.mu.Unlock()
 	for _, s := range sups {
-		s.setTiming(t)
+		s.timingChanged()
 	}
 }

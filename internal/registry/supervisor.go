@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -28,11 +29,8 @@ type timing struct {
 }
 
 func (t timing) validate() error {
-	if t.ProbeInterval <= 0 {
-		return fmt.Errorf("probe interval must be positive, got %s", t.ProbeInterval)
-	}
-	if t.ProbeTimeout <= 0 || t.ProbeTimeout > t.ProbeInterval {
-		return fmt.Errorf("probe timeout must be positive and at most the probe interval (%s), got %s", t.ProbeInterval, t.ProbeTimeout)
+	if err := heartbeat.ValidateTiming(t.ProbeInterval, t.ProbeTimeout); err != nil {
+		return err
 	}
 	if t.FingerprintInterval <= 0 {
 		return fmt.Errorf("fingerprint interval must be positive, got %s", t.FingerprintInterval)
@@ -40,12 +38,33 @@ func (t timing) validate() error {
 	return nil
 }
 
+// probeTiming is the one copy of the timing of a registry's plugins: the
+// reconciler sets it (a configuration reload), and every supervisor and its
+// monitor read it when they need it, so nothing holds a copy that a reload
+// could miss.
+type probeTiming struct{ v atomic.Pointer[timing] }
+
+func newProbeTiming(t timing) *probeTiming {
+	p := &probeTiming{}
+	p.set(t)
+	return p
+}
+
+func (p *probeTiming) get() timing  { return *p.v.Load() }
+func (p *probeTiming) set(t timing) { p.v.Store(&t) }
+
+// probe returns the probe interval and timeout, as heartbeat.Config.Timing.
+func (p *probeTiming) probe() (interval, timeout time.Duration) {
+	t := p.get()
+	return t.ProbeInterval, t.ProbeTimeout
+}
+
 // supervisorConfig configures the supervisor of one plugin instance.
 type supervisorConfig struct {
 	ID       string
 	Instance SocketID
 	Registry *Registry
-	Timing   timing
+	Timing   *probeTiming // the registry's one copy
 	// Transport is the supervision transport shared by the plugins: its
 	// write timeout and reply cap bound what a plugin can make the
 	// supervisor wait for or read. Nil gives the plugin csiclient's
@@ -116,9 +135,10 @@ type supervisor struct {
 	// goroutine.
 	connLost atomic.Bool
 
-	mu     sync.Mutex
-	timing timing
-	mon    *heartbeat.Monitor // nil until the plugin is fingerprinted
+	timing *probeTiming // the registry's; read, never copied
+
+	mu  sync.Mutex
+	mon *heartbeat.Monitor // nil until the plugin is fingerprinted
 }
 
 // startSupervisor creates the plugin's connection (it dials lazily) and
@@ -127,8 +147,14 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 	s := &supervisor{}
 	client, err := csiclient.New(csiclient.Config{
 		Socket:       cfg.Instance.Path,
-		MaxBackoff:   cfg.Timing.ProbeInterval,
+		MaxBackoff:   cfg.Timing.get().ProbeInterval,
 		OnDisconnect: s.onDisconnect,
+		// ClientCSI's connection dials the path, which names whatever
+		// socket is there now: one that reached a plugin instance which
+		// replaced this one is refused, so calls allowed by this
+		// instance's record never reach the new one. The new instance gets
+		// a supervisor, a record and a connection of its own.
+		CheckConnected: func() error { return checkInstance(cfg.Instance) },
 		// Bounded replies and writes (the transport's limits): a plugin
 		// that sends too much or stops reading must not hold the
 		// supervisor.
@@ -215,16 +241,15 @@ func (s *supervisor) write(f func()) bool {
 	return true
 }
 
-// setTiming applies new probe and fingerprint timing.
-func (s *supervisor) setTiming(t timing) {
+// timingChanged probes at once after the registry's timing changed, so
+// that a new interval starts now rather than after the current wait, and a
+// new fingerprint interval is looked at now.
+func (s *supervisor) timingChanged() {
 	s.mu.Lock()
-	s.timing = t
 	mon := s.mon
 	s.mu.Unlock()
 	if mon != nil {
-		if err := mon.SetTiming(t.ProbeInterval, t.ProbeTimeout); err != nil {
-			s.log.Error("cannot apply probe timing", "error", err)
-		}
+		mon.ProbeNow()
 	}
 }
 
@@ -247,11 +272,7 @@ func (s *supervisor) onDisconnect() {
 	}
 }
 
-func (s *supervisor) currentTiming() timing {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.timing
-}
+func (s *supervisor) currentTiming() timing { return s.timing.get() }
 
 func (s *supervisor) run(ctx context.Context) {
 	defer close(s.done)
@@ -260,11 +281,9 @@ func (s *supervisor) run(ctx context.Context) {
 	}
 	s.lastFingerprint = time.Now()
 	s.mu.Lock()
-	t := s.timing
 	mon, err := heartbeat.New(heartbeat.Config{
 		Identity: csi.NewIdentityClient(s.client.Supervision()),
-		Interval: t.ProbeInterval,
-		Timeout:  t.ProbeTimeout,
+		Timing:   s.timing.probe,
 		OnProbe:  func(r heartbeat.Result) { s.onProbe(ctx, r) },
 		Pace:     s.pace,
 	})
@@ -349,6 +368,24 @@ func (s *supervisor) fingerprint(ctx context.Context) (fingerprint.Fingerprint, 
 	ctx, cancel := context.WithTimeout(ctx, s.currentTiming().ProbeTimeout)
 	defer cancel()
 	return fingerprint.Take(ctx, s.fpClients)
+}
+
+// errSocketReplaced fails a connection that reached another socket than the
+// supervised instance's.
+var errSocketReplaced = errors.New("socket replaced by another plugin instance")
+
+// checkInstance reports whether the socket at inst.Path is still inst.
+func checkInstance(inst SocketID) error {
+	now, reason, err := lstatSocket(inst.Path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("socket %s: %w", inst.Path, err)
+	case reason != "":
+		return fmt.Errorf("socket %s: %s", inst.Path, reason)
+	case now != inst:
+		return fmt.Errorf("%s: %w (inode %d, supervising inode %d)", inst.Path, errSocketReplaced, now.Inode, inst.Inode)
+	}
+	return nil
 }
 
 // waitForReady is a connection whose calls wait, within their deadline, for

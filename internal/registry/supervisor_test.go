@@ -22,7 +22,7 @@ import (
 func superviseSocket(t *testing.T, reg *Registry, id string, si SocketID, tm timing) *supervisor {
 	t.Helper()
 	s, err := startSupervisor(context.Background(), supervisorConfig{
-		ID: id, Instance: si, Registry: reg, Timing: tm, Logger: testLogger(t),
+		ID: id, Instance: si, Registry: reg, Timing: newProbeTiming(tm), Logger: testLogger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,8 @@ func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
 	// With an hour between fingerprints nothing would happen; the new
 	// interval applies to the running supervisor.
 	tm.FingerprintInterval = 100 * time.Millisecond
-	s.setTiming(tm)
+	s.timing.set(tm)
+	s.timingChanged()
 	testutil.WaitFor(t, 10*time.Second, "two more fingerprints", func() bool {
 		return plugin.Stats().Calls["GetPluginInfo"] >= before+2
 	})

@@ -129,8 +129,9 @@ func measureDirectSteadyState(b *testing.B, pluginDir string) (cpuPercent, rssGr
 		var counted atomic.Bool
 		mon, err := heartbeat.New(heartbeat.Config{
 			Identity: c.Identity,
-			Interval: config.DefaultProbeInterval,
-			Timeout:  config.DefaultProbeTimeout,
+			Timing: func() (time.Duration, time.Duration) {
+				return config.DefaultProbeInterval, config.DefaultProbeTimeout
+			},
 			OnProbe: func(h heartbeat.Result) {
 				if h.State == heartbeat.Healthy && !counted.Swap(true) {
 					healthy.Add(1)
