@@ -5,7 +5,6 @@ package csiclient
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -42,7 +41,6 @@ type supervisionConn struct {
 	socket       string
 	onDisconnect func()
 	transport    *Transport
-	dialer       net.Dialer
 
 	mu      sync.Mutex
 	cur     *pluginConn   // the connection calls use, if any
@@ -144,7 +142,9 @@ func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*pluginC
 func (s *supervisionConn) dial(ctx context.Context) (*pluginConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.transport.writeTimeout)
 	defer cancel()
-	nc, err := s.dialer.DialContext(ctx, "unix", s.socket)
+	// Unchecked: supervision follows whoever serves the path (see
+	// Config.CheckConnected).
+	nc, err := dialSocket(ctx, s.socket, nil)
 	if err != nil {
 		return nil, err
 	}
