@@ -11,8 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/registry"
-	"github.com/csisupd/csisupd/internal/rpc"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 // FuzzEventEncoding follows one registry event the whole way to the
@@ -26,8 +25,8 @@ func FuzzEventEncoding(f *testing.F) {
 	f.Add(uint64(1<<63), int64(-1), "plugin-healthy", hostile, "\x1b]0;title\a\r\n\u202e\u2066")
 	f.Add(uint64(0), int64(1<<62), "", "caf\xe9", "bad \xff\xfe utf8 \xed\xa0\x80 surrogate")
 	f.Fuzz(func(t *testing.T, index uint64, unixNano int64, typ, pluginID, desc string) {
-		e := registry.Event{Index: index, Time: time.Unix(0, unixNano), Type: registry.EventType(typ), PluginID: pluginID, Description: desc}
-		msg := rpc.EventToProto(e)
+		e := plugin.Event{Index: index, Time: time.Unix(0, unixNano), Type: plugin.EventType(typ), PluginID: pluginID, Description: desc}
+		msg := e.Proto()
 		wire, err := proto.Marshal(msg)
 		if err != nil {
 			t.Fatalf("the API message does not marshal: %v", err)

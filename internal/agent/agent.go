@@ -26,6 +26,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/consulsync"
+	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/server"
@@ -68,7 +69,7 @@ type Agent struct {
 	manager  *registry.Manager
 	consul   *consulsync.Syncer
 	server   *server.Server     // nil unless the server role is enabled
-	nodes    *server.NodeClient // nil unless the client has servers to report to
+	nodes    *nodeclient.Client // nil unless the client has servers to report to
 	nodeID   string
 	ready    chan struct{}
 	closers  []func()   // release what New opened, for Close
@@ -160,7 +161,8 @@ func New(c Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("agent: plugin registry: %w", err)
 	}
 	a.agentService = rpc.NewAgentService(rpc.AgentServiceConfig{
-		Registry:              a.manager.Registry(),
+		Plugins:               a.manager.Registry().Source(),
+		Events:                a.manager.Registry(),
 		Name:                  cfg.Name,
 		Version:               c.Version,
 		PluginDir:             cfg.Client.PluginDir,
@@ -227,12 +229,16 @@ func New(c Config) (a *Agent, err error) {
 	}
 	servers := a.nodeServers(&cfg, rpcAddr)
 	if discover := a.discoverServers(cfg.ClientAutoJoin()); len(servers) > 0 || discover != nil {
-		a.nodes, err = server.NewNodeClient(server.NodeClientConfig{
-			Servers:         servers,
-			DiscoverServers: discover,
-			Node:            server.NodeInfo{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
-			Plugins:         a.nodePlugins,
-			DialOptions:     dialOpts,
+		a.nodes, err = nodeclient.New(nodeclient.Config{
+			Servers:          servers,
+			DiscoverServers:  nodeclient.Discover(discover),
+			DiscoverInterval: config.DefaultServerDiscoverInterval,
+			Node:             nodeclient.Node{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
+			Plugins:          a.manager.Registry().Source(),
+			DialOptions:      dialOpts,
+			RPCTimeout:       config.DefaultNodeRPCTimeout,
+			MinRetry:         config.DefaultNodeMinRetry,
+			MaxRetry:         config.DefaultNodeMaxRetry,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: node registration: %w", err)
@@ -397,7 +403,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.nodes != nil {
 		run("node registration", func() error { return a.nodes.Run(ctx) })
-		run("plugin updates", func() error { a.pushPluginUpdates(ctx); return nil })
 	}
 
 	select {
@@ -472,7 +477,7 @@ func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 		port = tcp.Port
 	}
 	c := consulsync.Config{
-		Registry:             a.manager.Registry(),
+		Plugins:              a.manager.Registry().Source(),
 		Address:              cfg.Consul.Address,
 		Token:                string(cfg.Consul.Token),
 		ServiceName:          cfg.Consul.ServiceName,
@@ -576,46 +581,6 @@ func (a *Agent) clusterSummary() *csisupdv1.ClusterSummary {
 		}
 	}
 	return c
-}
-
-// nodePlugins reports the registry to the servers.
-func (a *Agent) nodePlugins() []server.NodePlugin {
-	ps := a.manager.Registry().List()
-	out := make([]server.NodePlugin, 0, len(ps))
-	for _, p := range ps {
-		fp := p.Fingerprint
-		out = append(out, server.NodePlugin{
-			ID:                     p.ID,
-			Type:                   string(fp.Type),
-			Healthy:                p.Healthy(),
-			HealthState:            string(p.Health.State),
-			HealthDescription:      p.Health.Description,
-			VendorName:             fp.VendorName,
-			VendorVersion:          fp.VendorVersion,
-			NodeID:                 fp.NodeID,
-			MaxVolumes:             fp.MaxVolumes,
-			AccessibleTopology:     fp.AccessibleTopology,
-			PluginCapabilities:     fp.PluginCapabilities,
-			ControllerCapabilities: fp.ControllerCapabilities,
-			NodeCapabilities:       fp.NodeCapabilities,
-		})
-	}
-	return out
-}
-
-// pushPluginUpdates tells the node client about every registry change; it
-// coalesces them itself.
-func (a *Agent) pushPluginUpdates(ctx context.Context) {
-	sub := a.manager.Registry().Subscribe()
-	defer sub.Close()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-sub.C():
-			a.nodes.PluginsChanged()
-		}
-	}
 }
 
 // prepareDirs creates the data and plugin directories; in dev mode they are

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 // Defaults of Config.
@@ -46,8 +46,9 @@ const (
 
 // Config configures a Syncer. Zero durations take the defaults above.
 type Config struct {
-	// Registry is the source of plugins. Required.
-	Registry *registry.Registry
+	// Plugins is the source of plugins (the registry's plugin.Source).
+	// Required.
+	Plugins plugin.Source
 
 	// Address of the Consul agent's HTTP API (host:port, or with an
 	// http://, https:// or unix:// scheme). Empty means CONSUL_HTTP_ADDR,
@@ -179,8 +180,8 @@ func (c Config) withDefaults() Config {
 // applied.
 func (c Config) validate() error {
 	switch {
-	case c.Registry == nil:
-		return errors.New("consulsync: Registry is required")
+	case c.Plugins == nil:
+		return errors.New("consulsync: Plugins is required")
 	case c.ServicePort <= 0 || c.ServicePort > 65535:
 		return fmt.Errorf("consulsync: ServicePort %d is not a port (1-65535)", c.ServicePort)
 	case strings.TrimSpace(c.ServiceName) == "":

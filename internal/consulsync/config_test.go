@@ -16,14 +16,14 @@ import (
 
 func TestConfigValidate(t *testing.T) {
 	reg := registry.New(registry.Config{})
-	valid := func() Config { return Config{Registry: reg, ServicePort: 4780} }
+	valid := func() Config { return Config{Plugins: reg.Source(), ServicePort: 4780} }
 	tests := []struct {
 		name   string
 		change func(c *Config)
 		want   string // substring of the error; "" means valid
 	}{
 		{"defaults", func(*Config) {}, ""},
-		{"no registry", func(c *Config) { c.Registry = nil }, "Registry"},
+		{"no plugin source", func(c *Config) { c.Plugins = nil }, "Plugins"},
 		{"no port", func(c *Config) { c.ServicePort = 0 }, "ServicePort"},
 		{"port too large", func(c *Config) { c.ServicePort = 70000 }, "ServicePort"},
 		{"blank service name", func(c *Config) { c.ServiceName = "  " }, "ServiceName"},

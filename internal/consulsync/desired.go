@@ -12,8 +12,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/heartbeat"
-	"github.com/csisupd/csisupd/internal/registry"
 )
 
 // Service and check IDs. Every ID csisupd registers starts with
@@ -125,7 +125,7 @@ func (c wantCheck) registration() *api.AgentCheckRegistration {
 
 // desired returns the services csisupd wants: the agent's first, then the
 // server role's when it is on, then plugins by ID.
-func desired(c Config, plugins []registry.Plugin) []*wantService {
+func desired(c Config, plugins []*csisupdv1.Plugin) []*wantService {
 	out := make([]*wantService, 0, len(plugins)+2)
 	out = append(out, agentService(c))
 	if c.ServerService {
@@ -179,39 +179,45 @@ func aliasCheck(serviceID string) wantCheck {
 	}
 }
 
-func pluginService(c Config, p registry.Plugin) *wantService {
-	fp := p.Fingerprint
-	typ := string(fp.Type)
+func pluginService(c Config, p *csisupdv1.Plugin) *wantService {
+	typ := p.GetType()
 	if typ == "" {
 		typ = "unknown"
 	}
 	meta := map[string]string{
 		metaExternalSource: externalSource,
-		metaPluginID:       p.ID,
+		metaPluginID:       p.GetId(),
 		metaPluginType:     typ,
 	}
-	if fp.VendorName != "" {
-		meta[metaVendorName] = clip(fp.VendorName, maxMetaValue)
+	if v := p.GetVendorName(); v != "" {
+		meta[metaVendorName] = clip(v, maxMetaValue)
 	}
-	if fp.VendorVersion != "" {
-		meta[metaVendorVersion] = clip(fp.VendorVersion, maxMetaValue)
+	if v := p.GetVendorVersion(); v != "" {
+		meta[metaVendorVersion] = clip(v, maxMetaValue)
 	}
 	if c.NodeName != "" {
 		meta[metaNode] = clip(c.NodeName, maxMetaValue)
 	}
-	id := PluginServiceID(p.ID)
+	id := PluginServiceID(p.GetId())
 	status, output := checkState(p)
 	chk := wantCheck{
-		id:        PluginCheckID(p.ID),
-		name:      "CSI plugin " + p.ID + " health",
+		id:        PluginCheckID(p.GetId()),
+		name:      "CSI plugin " + p.GetId() + " health",
 		notes:     "Follows csisupd's probes of the plugin.",
 		serviceID: id,
 		ttl:       c.CheckTTL,
 		status:    status,
 		output:    output,
 	}
-	t := tags(append([]string{typ, fp.VendorVersion}, c.Tags...))
-	return newWant(c, id, c.pluginServiceName(p.ID), t, meta, p.Instance.String(), chk, aliasCheck(id))
+	t := tags(append([]string{typ, p.GetVendorVersion()}, c.Tags...))
+	return newWant(c, id, c.pluginServiceName(p.GetId()), t, meta, instance(p), chk, aliasCheck(id))
+}
+
+// instance names the plugin instance a service was registered for: a new
+// instance (the socket was replaced) registers at a new time, so its
+// service is a lifecycle change even when nothing else differs.
+func instance(p *csisupdv1.Plugin) string {
+	return p.GetSocket() + "@" + p.GetRegisteredAt().AsTime().UTC().Format(time.RFC3339Nano)
 }
 
 func newWant(c Config, id, name string, tags []string, meta map[string]string, instance string, checks ...wantCheck) *wantService {
@@ -250,15 +256,16 @@ func identity(reg *api.AgentServiceRegistration, instance string) string {
 // checkState maps a plugin's health to a TTL check status and output. A
 // plugin that has not been probed yet is critical: it is not known to be
 // healthy.
-func checkState(p registry.Plugin) (status, output string) {
+func checkState(p *csisupdv1.Plugin) (status, output string) {
 	status = api.HealthCritical
-	if p.Health.State == heartbeat.Healthy {
+	if p.GetHealthy() {
 		status = api.HealthPassing
 	}
-	output = p.Health.Description
+	output = p.GetHealthDescription()
 	if output == "" {
-		output = "plugin is " + string(p.Health.State)
-		if p.Health.State == "" || p.Health.State == heartbeat.Unknown {
+		state := p.GetHealthState()
+		output = "plugin is " + state
+		if state == "" || state == string(heartbeat.Unknown) {
 			output = "plugin not probed yet"
 		}
 	}

@@ -157,7 +157,7 @@ func TestPluginService(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(&cfg)
 			}
-			w := pluginService(cfg, tt.plugin)
+			w := pluginService(cfg, tt.plugin.Proto())
 			if w.id != PluginServiceID(tt.plugin.ID) || !strings.HasPrefix(w.id, ServiceIDPrefix) {
 				t.Errorf("id = %q", w.id)
 			}
@@ -180,9 +180,9 @@ func TestPluginService(t *testing.T) {
 
 func TestIdentity(t *testing.T) {
 	cfg := Config{ServicePort: 4780}.withDefaults()
-	p := registry.Plugin{ID: "a", Instance: socket("a", 1), Fingerprint: fingerprint.Fingerprint{Type: fingerprint.TypeNode, VendorVersion: "1.0"},
+	p := registry.Plugin{ID: "a", Instance: socket("a", 1), RegisteredAt: time.Unix(1e9, 0), Fingerprint: fingerprint.Fingerprint{Type: fingerprint.TypeNode, VendorVersion: "1.0"},
 		Health: heartbeat.Health{State: heartbeat.Healthy, Description: "ok"}}
-	base := pluginService(cfg, p).identity
+	base := pluginService(cfg, p.Proto()).identity
 	tests := []struct {
 		name    string
 		change  func(c *Config, p *registry.Plugin)
@@ -191,7 +191,11 @@ func TestIdentity(t *testing.T) {
 		{"health", func(_ *Config, p *registry.Plugin) {
 			p.Health = heartbeat.Health{State: heartbeat.Unhealthy, Description: "down"}
 		}, false},
-		{"new instance", func(_ *Config, p *registry.Plugin) { p.Instance = socket("a", 2) }, true},
+		{"new instance", func(_ *Config, p *registry.Plugin) {
+			// As Registry.Register records a replaced socket.
+			p.Instance, p.RegisteredAt = socket("a", 2), p.RegisteredAt.Add(time.Second)
+		}, true},
+		{"new socket path", func(_ *Config, p *registry.Plugin) { p.Instance.Path = "/run/csi/a.sock" }, true},
 		{"vendor version", func(_ *Config, p *registry.Plugin) { p.Fingerprint.VendorVersion = "1.1" }, true},
 		{"plugin type", func(_ *Config, p *registry.Plugin) { p.Fingerprint.Type = fingerprint.TypeMonolith }, true},
 		{"configured tags", func(c *Config, _ *registry.Plugin) { c.Tags = []string{"x"} }, true},
@@ -202,7 +206,7 @@ func TestIdentity(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, pp := cfg, p
 			tt.change(&c, &pp)
-			if got := pluginService(c, pp).identity != base; got != tt.changed {
+			if got := pluginService(c, pp.Proto()).identity != base; got != tt.changed {
 				t.Errorf("identity changed = %v, want %v", got, tt.changed)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -69,7 +70,7 @@ func newClient(t testing.TB, a *consultest.Agent, token string) *api.Client {
 // gRPC check of the agent dials a loopback port nothing listens on.
 func testConfig(reg *registry.Registry, addr string, logs *logBuffer) Config {
 	return Config{
-		Registry:          reg,
+		Plugins:           reg.Source(),
 		Address:           addr,
 		ServiceAddress:    "10.1.2.3",
 		ServicePort:       4780,
@@ -126,8 +127,8 @@ func (r *running) stop(t testing.TB) error {
 	}
 }
 
-func socket(id string, inode uint64) registry.SocketID {
-	return registry.SocketID{Path: "/run/csi/" + id + "/csi.sock", Inode: inode}
+func socket(id string, inode uint64) plugin.Instance {
+	return plugin.Instance{Path: "/run/csi/" + id + "/csi.sock", Inode: inode}
 }
 
 func fprint(version string, typ fingerprint.PluginType) *fingerprint.Fingerprint {
@@ -135,7 +136,7 @@ func fprint(version string, typ fingerprint.PluginType) *fingerprint.Fingerprint
 }
 
 // addPlugin registers a fingerprinted plugin with a health state.
-func addPlugin(reg *registry.Registry, id, version string, typ fingerprint.PluginType, state heartbeat.State, desc string) registry.SocketID {
+func addPlugin(reg *registry.Registry, id, version string, typ fingerprint.PluginType, state heartbeat.State, desc string) plugin.Instance {
 	inst := socket(id, 1)
 	reg.Register(id, inst, fprint(version, typ))
 	reg.SetHealth(id, inst, heartbeat.Result{State: state, Description: desc})
@@ -164,7 +165,7 @@ func synced(a *consultest.Agent, reg *registry.Registry) bool {
 			return false
 		}
 		chk, ok := a.Check(PluginCheckID(p.ID))
-		status, output := checkState(p)
+		status, output := checkState(p.Proto())
 		if !ok || chk.Status != status || chk.Output != output {
 			return false
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 // failureLogEvery is how often an unchanged sync failure is logged again
@@ -28,9 +28,9 @@ const failureLogEvery = 5 * time.Minute
 // service for the csisupd agent and one per plugin, each with a health
 // check. Create it with New and drive it with Run.
 type Syncer struct {
-	reg *registry.Registry
-	log hclog.Logger
-	now func() time.Time
+	plugins plugin.Source
+	log     hclog.Logger
+	now     func() time.Time
 
 	mu                sync.Mutex
 	cfg               Config
@@ -73,7 +73,7 @@ func New(cfg Config) (*Syncer, error) {
 		return nil, err
 	}
 	s := &Syncer{
-		reg:             cfg.Registry,
+		plugins:         cfg.Plugins,
 		log:             cfg.Logger,
 		now:             time.Now,
 		cfg:             cfg,
@@ -91,17 +91,17 @@ func New(cfg Config) (*Syncer, error) {
 }
 
 // Reload replaces the configuration, for SIGHUP: token, address, names,
-// tags and intervals. The registry cannot change (a nil Registry keeps the
-// current one) and the logger stays the one given to New. Services whose
+// tags and intervals. The plugin source cannot change (a nil Plugins keeps
+// the current one) and the logger stays the one given to New. Services whose
 // registration changes with the new configuration have a lifecycle change:
 // they are registered again with csisupd's tags. A pass runs at once, even
 // while backing off after failures.
 func (s *Syncer) Reload(cfg Config) error {
-	if cfg.Registry == nil {
-		cfg.Registry = s.reg
+	if cfg.Plugins == nil {
+		cfg.Plugins = s.plugins
 	}
-	if cfg.Registry != s.reg {
-		return errors.New("consulsync: Reload cannot change the Registry")
+	if cfg.Plugins != s.plugins {
+		return errors.New("consulsync: Reload cannot change the plugin source (Plugins)")
 	}
 	cfg.Logger = s.log
 	cfg = cfg.withDefaults()
@@ -159,7 +159,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("consulsync: Run called twice")
 	}
-	sub := s.reg.Subscribe()
+	sub := s.plugins.Subscribe()
 	defer sub.Close()
 	s.start = s.now()
 
@@ -289,7 +289,7 @@ func (s *Syncer) pass(ctx context.Context) error {
 	}
 	var st passStats
 
-	want := desired(cfg, s.reg.List())
+	want := desired(cfg, s.plugins.List())
 	wanted := make(map[string]*wantService, len(want))
 	for _, w := range want {
 		wanted[w.id] = w

@@ -702,8 +702,8 @@ func TestRunOnceAndReloadChecks(t *testing.T) {
 		t.Errorf("second Run: err = %v, want an error", err)
 	}
 	other := cfg
-	other.Registry = registry.New(registry.Config{})
-	if err := s.Reload(other); err == nil || !strings.Contains(err.Error(), "Registry") {
+	other.Plugins = registry.New(registry.Config{}).Source()
+	if err := s.Reload(other); err == nil || !strings.Contains(err.Error(), "Plugins") {
 		t.Errorf("Reload with another registry: err = %v", err)
 	}
 	bad := cfg

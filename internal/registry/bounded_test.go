@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"io"
 	"net"
 	"os"
@@ -552,7 +553,7 @@ func TestIntegrationProtocolViolationsBackOff(t *testing.T) {
 			// A changing description is no new event: one unhealthy
 			// event per series.
 			evs := eventsOf(reg, "v")
-			if n := strings.Count(fmt.Sprint(evs), string(EventUnhealthy)); n > 2 {
+			if n := strings.Count(fmt.Sprint(evs), string(plugin.EventUnhealthy)); n > 2 {
 				t.Errorf("events %v: %d unhealthy events, want one per series of violations", evs, n)
 			}
 		})

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"slices"
 	"sync"
 	"testing"
@@ -64,7 +65,7 @@ func TestEventsAfterBatches(t *testing.T) {
 					t.Errorf("event %d is of %s, want %s", e.Index, e.PluginID, want)
 				}
 			}
-			buf := make([]Event, tt.limit)
+			buf := make([]plugin.Event, tt.limit)
 			n, oldest, latest := r.ReadEvents(buf, tt.after)
 			if got := indexes(buf[:n]); !slices.Equal(got, tt.want) || oldest != tt.oldest || latest != tt.latest {
 				t.Errorf("ReadEvents(len %d, %d) = %v, %d, %d; want %v, %d, %d",
@@ -79,7 +80,7 @@ func TestEventsAfterBatches(t *testing.T) {
 func TestEventsAfterCostIsOneBatch(t *testing.T) {
 	r := ring(1<<16, 1<<16+10)
 	_, oldest, _ := r.EventsAfter(0, 0)
-	var evs []Event
+	var evs []plugin.Event
 	allocs := testing.AllocsPerRun(100, func() {
 		evs, _, _ = r.EventsAfter(oldest-1, DefaultEventBatch)
 	})
@@ -87,7 +88,7 @@ func TestEventsAfterCostIsOneBatch(t *testing.T) {
 		t.Errorf("EventsAfter of a 65,536-event backlog: %v allocations, len %d cap %d; want 1 allocation of %d events",
 			allocs, len(evs), cap(evs), DefaultEventBatch)
 	}
-	buf := make([]Event, DefaultEventBatch)
+	buf := make([]plugin.Event, DefaultEventBatch)
 	if allocs := testing.AllocsPerRun(100, func() { r.ReadEvents(buf, oldest-1) }); allocs != 0 {
 		t.Errorf("ReadEvents into a buffer: %v allocations, want 0", allocs)
 	}

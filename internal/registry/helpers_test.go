@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"net"
 	"os"
 	"path/filepath"
@@ -200,8 +201,8 @@ func healthOf(reg *Registry, id string) string {
 }
 
 // eventsOf returns the types of the buffered events of plugin id.
-func eventsOf(reg *Registry, id string) []EventType {
-	var out []EventType
+func eventsOf(reg *Registry, id string) []plugin.EventType {
+	var out []plugin.EventType
 	evs, _ := reg.Events(0)
 	for _, e := range evs {
 		if e.PluginID == id {
@@ -212,18 +213,18 @@ func eventsOf(reg *Registry, id string) []EventType {
 }
 
 // findEvent returns the first buffered event of plugin id with type typ.
-func findEvent(reg *Registry, id string, typ EventType) (Event, bool) {
+func findEvent(reg *Registry, id string, typ plugin.EventType) (plugin.Event, bool) {
 	evs, _ := reg.Events(0)
 	for _, e := range evs {
 		if e.PluginID == id && e.Type == typ {
 			return e, true
 		}
 	}
-	return Event{}, false
+	return plugin.Event{}, false
 }
 
 // statSocket returns the identity of the socket at path.
-func statSocket(t *testing.T, path string) SocketID {
+func statSocket(t *testing.T, path string) plugin.Instance {
 	t.Helper()
 	si, reason, err := lstatSocket(path)
 	if err != nil {

@@ -32,7 +32,7 @@ func TestLookupPairsRecordAndConnectionOfOneInstance(t *testing.T) {
 	m := startManager(t, ManagerConfig{PluginDir: dir})
 	testutil.WaitFor(t, 10*time.Second, "version 1.0.0 registered and healthy", func() bool {
 		p, c, ok := m.Lookup("a")
-		return ok && c != nil && p.Healthy() && p.Fingerprint.VendorVersion == "1.0.0"
+		return ok && c != nil && p.GetHealthy() && p.GetVendorVersion() == "1.0.0"
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -56,10 +56,10 @@ func TestLookupPairsRecordAndConnectionOfOneInstance(t *testing.T) {
 					continue // the old instance's connection closed under the call
 				}
 				answered.Add(1)
-				if info.GetVendorVersion() != p.Fingerprint.VendorVersion {
+				if info.GetVendorVersion() != p.GetVendorVersion() {
 					mismatches.Add(1)
 					t.Errorf("the connection of the record of version %s reached version %s",
-						p.Fingerprint.VendorVersion, info.GetVendorVersion())
+						p.GetVendorVersion(), info.GetVendorVersion())
 				}
 			}
 		})
@@ -78,7 +78,7 @@ func TestLookupPairsRecordAndConnectionOfOneInstance(t *testing.T) {
 	}
 	testutil.WaitFor(t, 20*time.Second, "version 2.0.0 registered", func() bool {
 		p, c, ok := m.Lookup("a")
-		return ok && c != nil && p.Fingerprint.VendorVersion == "2.0.0"
+		return ok && c != nil && p.GetVendorVersion() == "2.0.0"
 	})
 	cancel()
 	wg.Wait()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/csiclient"
 )
 
@@ -206,29 +207,30 @@ func (m *Manager) SetTiming(probeInterval, probeTimeout, fingerprintInterval tim
 	return nil
 }
 
-// Lookup returns plugin id's record and its supervisor's live connection,
-// so calls to the plugin share the connection the supervisor watches. ok is
-// false when the plugin is not registered.
+// Lookup returns plugin id's read model and its supervisor's live
+// connection, so calls to the plugin share the connection the supervisor
+// watches. ok is false when the plugin is not registered.
 //
 // The two always belong to one plugin instance: the connection is nil when
 // the supervisor runs another instance than the record describes (the
 // socket was replaced and the new instance is not fingerprinted yet), so a
 // caller never reads one instance's capabilities and calls another. It is
-// nil too when nothing supervises the plugin (a record restored from disk
-// whose socket has not been found). The connection closes when the
-// supervisor stops (the socket was replaced or removed); calls on it then
-// fail with codes.Canceled.
-func (m *Manager) Lookup(id string) (Plugin, *csiclient.Client, bool) {
+// nil too when the instance has not answered a fingerprint yet (its
+// capabilities are not known), and when nothing supervises the plugin (a
+// record restored from disk whose socket has not been found). The
+// connection closes when the supervisor stops (the socket was replaced or
+// removed); calls on it then fail with codes.Canceled.
+func (m *Manager) Lookup(id string) (*csisupdv1.Plugin, *csiclient.Client, bool) {
 	// The record is read first: a supervisor registers its own instance,
 	// so once the record names it the supervisor read after it is either
 	// that one or a successor, which the instance check then refuses.
 	p, ok := m.reg.Get(id)
 	if !ok {
-		return Plugin{}, nil, false
+		return nil, nil, false
 	}
 	inst, c, ok := m.rec.lookup(id)
-	if !ok || inst != p.Instance {
-		return p, nil, true
+	if !ok || inst != p.Instance || !p.Fingerprinted {
+		return p.Proto(), nil, true
 	}
-	return p, c, true
+	return p.Proto(), c, true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestPersistRoundTrip(t *testing.T) {
 	}
 	reg.Register("a", inst(1), &fp)
 	reg.SetHealth("a", inst(1), healthy("healthy"))
-	reg.Register("b", SocketID{Path: "/plugins/b.sock", Inode: 2}, nil)
+	reg.Register("b", plugin.Instance{Path: "/plugins/b.sock", Inode: 2}, nil)
 
 	p := newPersister(dir, reg, testLogger(t))
 	if err := p.save(); err != nil {
@@ -117,8 +118,8 @@ func TestPersistSetsUnreadableFilesAside(t *testing.T) {
 func TestPersistSkipsInvalidRecords(t *testing.T) {
 	dir := testutil.TempDir(t)
 	f := stateFile{Version: stateFormatVersion, Plugins: []Plugin{
-		{ID: "ok", Instance: SocketID{Path: "/p/ok.sock"}},
-		{ID: "bad id", Instance: SocketID{Path: "/p/x.sock"}},
+		{ID: "ok", Instance: plugin.Instance{Path: "/p/ok.sock"}},
+		{ID: "bad id", Instance: plugin.Instance{Path: "/p/x.sock"}},
 		{ID: "nosocket"},
 	}}
 	data, _ := json.Marshal(f)

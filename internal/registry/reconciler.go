@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,7 @@ type reconcilerConfig struct {
 
 // gone is a plugin whose socket is no longer in the desired set.
 type gone struct {
-	inst  SocketID
+	inst  plugin.Instance
 	since time.Time
 	// restored is true for a record loaded from disk whose socket was not
 	// found after start-up.
@@ -114,7 +115,7 @@ func (r *reconciler) run(ctx context.Context, updates <-chan desiredState, ready
 	graceTimer := time.NewTimer(time.Hour)
 	graceTimer.Stop()
 	defer graceTimer.Stop()
-	var desired map[string]SocketID
+	var desired map[string]plugin.Instance
 	first := true
 	for {
 		select {
@@ -139,7 +140,7 @@ func (r *reconciler) run(ctx context.Context, updates <-chan desiredState, ready
 
 // reconcile applies one desired state at time now. It returns how long
 // until the next grace period ends, and false when none is running.
-func (r *reconciler) reconcile(ctx context.Context, desired map[string]SocketID, now time.Time) (time.Duration, bool) {
+func (r *reconciler) reconcile(ctx context.Context, desired map[string]plugin.Instance, now time.Time) (time.Duration, bool) {
 	// Desired plugins: start, restart on a new socket identity, and cancel
 	// a pending deregistration.
 	for id, inst := range desired {
@@ -233,7 +234,7 @@ func (r *reconciler) reconcile(ctx context.Context, desired map[string]SocketID,
 	return next, pending
 }
 
-func (r *reconciler) startSupervisor(ctx context.Context, id string, inst SocketID) {
+func (r *reconciler) startSupervisor(ctx context.Context, id string, inst plugin.Instance) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, err := startSupervisor(ctx, supervisorConfig{
@@ -301,12 +302,12 @@ func (r *reconciler) abandonedCount() uint64 { return r.abandoned.Load() }
 
 // lookup returns the instance plugin id's supervisor runs and its live
 // connection.
-func (r *reconciler) lookup(id string) (SocketID, *csiclient.Client, bool) {
+func (r *reconciler) lookup(id string) (plugin.Instance, *csiclient.Client, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.sups[id]
 	if !ok {
-		return SocketID{}, nil, false
+		return plugin.Instance{}, nil, false
 	}
 	return s.inst, s.client, true
 }

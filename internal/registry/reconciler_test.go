@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -52,10 +53,10 @@ func TestReconcilerGracePeriod(t *testing.T) {
 	const grace = 10 * time.Second
 	r, reg, ctx := newTestReconciler(t, grace)
 	dir := testutil.TempDir(t)
-	a := SocketID{Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 1}
+	a := plugin.Instance{Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 1}
 	t0 := time.Now()
 
-	next, ok := r.reconcile(ctx, map[string]SocketID{"a": a}, t0)
+	next, ok := r.reconcile(ctx, map[string]plugin.Instance{"a": a}, t0)
 	checkNext(t, "socket present", next, ok, -1)
 	s := supervisorOf(r, "a")
 	if s == nil || s.inst != a {
@@ -63,36 +64,36 @@ func TestReconcilerGracePeriod(t *testing.T) {
 	}
 	testutil.WaitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
 
-	next, ok = r.reconcile(ctx, map[string]SocketID{}, t0)
+	next, ok = r.reconcile(ctx, map[string]plugin.Instance{}, t0)
 	checkNext(t, "socket removed", next, ok, grace)
-	next, ok = r.reconcile(ctx, map[string]SocketID{}, t0.Add(4*time.Second))
+	next, ok = r.reconcile(ctx, map[string]plugin.Instance{}, t0.Add(4*time.Second))
 	checkNext(t, "4s later", next, ok, 6*time.Second)
 	if supervisorOf(r, "a") != s {
 		t.Error("supervisor replaced during the grace period")
 	}
 
 	// Back within the grace: the same instance keeps its supervisor.
-	next, ok = r.reconcile(ctx, map[string]SocketID{"a": a}, t0.Add(5*time.Second))
+	next, ok = r.reconcile(ctx, map[string]plugin.Instance{"a": a}, t0.Add(5*time.Second))
 	checkNext(t, "socket back", next, ok, -1)
 	if supervisorOf(r, "a") != s {
 		t.Error("supervisor replaced when the same socket came back")
 	}
 
 	// Gone again: the grace starts over.
-	next, ok = r.reconcile(ctx, map[string]SocketID{}, t0.Add(6*time.Second))
+	next, ok = r.reconcile(ctx, map[string]plugin.Instance{}, t0.Add(6*time.Second))
 	checkNext(t, "removed again", next, ok, grace)
-	next, ok = r.reconcile(ctx, map[string]SocketID{}, t0.Add(6*time.Second+grace-time.Nanosecond))
+	next, ok = r.reconcile(ctx, map[string]plugin.Instance{}, t0.Add(6*time.Second+grace-time.Nanosecond))
 	checkNext(t, "just before the deadline", next, ok, time.Nanosecond)
-	if _, found := findEvent(reg, "a", EventDeregistered); found {
+	if _, found := findEvent(reg, "a", plugin.EventDeregistered); found {
 		t.Fatal("deregistered before the grace period ended")
 	}
 
-	next, ok = r.reconcile(ctx, map[string]SocketID{}, t0.Add(6*time.Second+grace))
+	next, ok = r.reconcile(ctx, map[string]plugin.Instance{}, t0.Add(6*time.Second+grace))
 	checkNext(t, "deadline", next, ok, -1)
 	if _, found := reg.Get("a"); found {
 		t.Error("plugin a still registered after the grace period")
 	}
-	e, found := findEvent(reg, "a", EventDeregistered)
+	e, found := findEvent(reg, "a", plugin.EventDeregistered)
 	if want := "socket " + a.Path + " removed 10s ago"; !found || e.Description != want {
 		t.Errorf("deregistered event = %+v, want description %q", e, want)
 	}
@@ -115,16 +116,16 @@ func isClosed(c <-chan struct{}) bool {
 func TestReconcilerRestartsOnNewSocketIdentity(t *testing.T) {
 	r, reg, ctx := newTestReconciler(t, time.Minute)
 	path := filepath.Join(testutil.TempDir(t), "a.sock")
-	old := SocketID{Path: path, Inode: 1, Mtime: 1}
+	old := plugin.Instance{Path: path, Inode: 1, Mtime: 1}
 	// Same inode number, later mtime: a re-created socket reusing the inode.
-	renewed := SocketID{Path: path, Inode: 1, Mtime: 2}
+	renewed := plugin.Instance{Path: path, Inode: 1, Mtime: 2}
 	t0 := time.Now()
 
-	r.reconcile(ctx, map[string]SocketID{"a": old}, t0)
+	r.reconcile(ctx, map[string]plugin.Instance{"a": old}, t0)
 	s1 := supervisorOf(r, "a")
 	testutil.WaitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
 
-	next, ok := r.reconcile(ctx, map[string]SocketID{"a": renewed}, t0)
+	next, ok := r.reconcile(ctx, map[string]plugin.Instance{"a": renewed}, t0)
 	checkNext(t, "replaced", next, ok, -1)
 	s2 := supervisorOf(r, "a")
 	if s2 == nil || s2 == s1 || s2.inst != renewed {
@@ -135,11 +136,11 @@ func TestReconcilerRestartsOnNewSocketIdentity(t *testing.T) {
 		p, _ := reg.Get("a")
 		return p.Instance == renewed
 	})
-	want := []EventType{EventRegistered, EventUnhealthy, EventRegistered}
+	want := []plugin.EventType{plugin.EventRegistered, plugin.EventUnhealthy, plugin.EventRegistered}
 	if got := eventsOf(reg, "a"); len(got) < 3 || !slices.Equal(got[:3], want) {
 		t.Errorf("events = %v, want them to start with %v", got, want)
 	}
-	if _, found := findEvent(reg, "a", EventDeregistered); found {
+	if _, found := findEvent(reg, "a", plugin.EventDeregistered); found {
 		t.Error("a replaced socket deregistered its plugin")
 	}
 }
@@ -148,41 +149,41 @@ func TestReconcilerDeregistersRestoredWithoutSocket(t *testing.T) {
 	const grace = 3 * time.Second
 	r, reg, ctx := newTestReconciler(t, grace)
 	dir := testutil.TempDir(t)
-	present := SocketID{Path: filepath.Join(dir, "present.sock"), Inode: 1}
-	missing := SocketID{Path: filepath.Join(dir, "missing.sock"), Inode: 2}
+	present := plugin.Instance{Path: filepath.Join(dir, "present.sock"), Inode: 1}
+	missing := plugin.Instance{Path: filepath.Join(dir, "missing.sock"), Inode: 2}
 	reg.Restore([]Plugin{{ID: "present", Instance: present}, {ID: "missing", Instance: missing}})
 	t0 := time.Now()
 
-	next, ok := r.reconcile(ctx, map[string]SocketID{"present": present}, t0)
+	next, ok := r.reconcile(ctx, map[string]plugin.Instance{"present": present}, t0)
 	checkNext(t, "start-up", next, ok, grace)
 	if supervisorOf(r, "missing") != nil {
 		t.Error("a supervisor for a socket that does not exist")
 	}
-	next, ok = r.reconcile(ctx, map[string]SocketID{"present": present}, t0.Add(grace))
+	next, ok = r.reconcile(ctx, map[string]plugin.Instance{"present": present}, t0.Add(grace))
 	checkNext(t, "after the grace", next, ok, -1)
 
 	if _, found := reg.Get("missing"); found {
 		t.Error("restored plugin without a socket still registered")
 	}
-	e, _ := findEvent(reg, "missing", EventDeregistered)
+	e, _ := findEvent(reg, "missing", plugin.EventDeregistered)
 	if !strings.Contains(e.Description, missing.Path) || !strings.Contains(e.Description, "after restart") {
 		t.Errorf("deregistered event description = %q", e.Description)
 	}
 	if p, found := reg.Get("present"); !found || p.Instance != present {
 		t.Errorf("restored plugin with its socket = %+v (found %v)", p, found)
 	}
-	if got := eventsOf(reg, "present"); slices.Contains(got, EventRegistered) || slices.Contains(got, EventDeregistered) {
+	if got := eventsOf(reg, "present"); slices.Contains(got, plugin.EventRegistered) || slices.Contains(got, plugin.EventDeregistered) {
 		t.Errorf("restored plugin with its socket got events %v", got)
 	}
 }
 
 func TestReconcilerZeroGraceDeregistersAtOnce(t *testing.T) {
 	r, reg, ctx := newTestReconciler(t, 0)
-	a := SocketID{Path: filepath.Join(testutil.TempDir(t), "a.sock"), Inode: 1}
+	a := plugin.Instance{Path: filepath.Join(testutil.TempDir(t), "a.sock"), Inode: 1}
 	t0 := time.Now()
-	r.reconcile(ctx, map[string]SocketID{"a": a}, t0)
+	r.reconcile(ctx, map[string]plugin.Instance{"a": a}, t0)
 	testutil.WaitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
-	next, ok := r.reconcile(ctx, map[string]SocketID{}, t0)
+	next, ok := r.reconcile(ctx, map[string]plugin.Instance{}, t0)
 	checkNext(t, "removed", next, ok, -1)
 	if _, found := reg.Get("a"); found {
 		t.Error("plugin a still registered with a zero grace")
@@ -223,7 +224,7 @@ func hangStop(t *testing.T, r *reconciler, id string) (*supervisor, func()) {
 
 // reconcileWithin runs one reconcile and fails the test unless it returns
 // within bound: the reconciler must never wait for a plugin.
-func reconcileWithin(t *testing.T, r *reconciler, ctx context.Context, bound time.Duration, desired map[string]SocketID, now time.Time) {
+func reconcileWithin(t *testing.T, r *reconciler, ctx context.Context, bound time.Duration, desired map[string]plugin.Instance, now time.Time) {
 	t.Helper()
 	done := make(chan struct{})
 	start := time.Now()
@@ -244,37 +245,37 @@ func TestReconcilerNeverWaitsForAStuckSupervisor(t *testing.T) {
 		name string
 		// next is the desired state after the stuck supervisor's socket
 		// changed, and when.
-		next func(dir string) map[string]SocketID
+		next func(dir string) map[string]plugin.Instance
 		at   time.Duration
 		// wantInstance is a's record afterwards, or nil for none.
-		wantInstance func(next map[string]SocketID) *SocketID
+		wantInstance func(next map[string]plugin.Instance) *plugin.Instance
 	}{
 		{
 			name: "socket replaced",
-			next: func(dir string) map[string]SocketID {
-				return map[string]SocketID{
+			next: func(dir string) map[string]plugin.Instance {
+				return map[string]plugin.Instance{
 					"a": {Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 2},
 					"b": {Path: filepath.Join(dir, "b.sock"), Inode: 3},
 				}
 			},
-			wantInstance: func(next map[string]SocketID) *SocketID { si := next["a"]; return &si },
+			wantInstance: func(next map[string]plugin.Instance) *plugin.Instance { si := next["a"]; return &si },
 		},
 		{
 			name: "socket removed past the grace period",
-			next: func(dir string) map[string]SocketID {
-				return map[string]SocketID{"b": {Path: filepath.Join(dir, "b.sock"), Inode: 3}}
+			next: func(dir string) map[string]plugin.Instance {
+				return map[string]plugin.Instance{"b": {Path: filepath.Join(dir, "b.sock"), Inode: 3}}
 			},
 			at:           time.Second, // the grace
-			wantInstance: func(map[string]SocketID) *SocketID { return nil },
+			wantInstance: func(map[string]plugin.Instance) *plugin.Instance { return nil },
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, reg, ctx := newTestReconciler(t, time.Second)
 			dir := testutil.TempDir(t)
-			old := SocketID{Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 1}
+			old := plugin.Instance{Path: filepath.Join(dir, "a.sock"), Inode: 1, Mtime: 1}
 			t0 := time.Now()
-			r.reconcile(ctx, map[string]SocketID{"a": old}, t0)
+			r.reconcile(ctx, map[string]plugin.Instance{"a": old}, t0)
 			testutil.WaitFor(t, 10*time.Second, "plugin a registered", func() bool { _, ok := reg.Get("a"); return ok })
 			stuck, release := hangStop(t, r, "a")
 
@@ -339,7 +340,7 @@ func TestReconcilerStopAllIsBounded(t *testing.T) {
 	const stopTimeout = 200 * time.Millisecond
 	r, reg, ctx := newTestReconciler(t, time.Minute)
 	dir := testutil.TempDir(t)
-	desired := map[string]SocketID{
+	desired := map[string]plugin.Instance{
 		"stuck": {Path: filepath.Join(dir, "stuck.sock"), Inode: 1},
 		"fine":  {Path: filepath.Join(dir, "fine.sock"), Inode: 2},
 	}

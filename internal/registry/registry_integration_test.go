@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +43,7 @@ func TestIntegrationPluginsBeforeAndAfterStart(t *testing.T) {
 			t.Errorf("%s: type %s node id %q, want monolith on node-a", id, p.Fingerprint.Type, p.Fingerprint.NodeID)
 		}
 		// A new plugin: registered, then healthy at its first probe.
-		want := []EventType{EventRegistered, EventHealthy}
+		want := []plugin.EventType{plugin.EventRegistered, plugin.EventHealthy}
 		if got := eventsOf(reg, id); !slices.Equal(got, want) {
 			t.Errorf("%s: events %v, want %v", id, got, want)
 		}
@@ -50,7 +51,7 @@ func TestIntegrationPluginsBeforeAndAfterStart(t *testing.T) {
 
 	// Lookup hands out the supervisor's live connection.
 	p, client, ok := m.Lookup("late")
-	if !ok || p.ID != "late" || client == nil {
+	if !ok || p.GetId() != "late" || client == nil {
 		t.Fatalf("Lookup(late) = %+v, %v, %v", p, client, ok)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -67,24 +68,24 @@ func TestIntegrationKillIsNoticedWithoutWaitingForAProbe(t *testing.T) {
 	t.Parallel()
 	dir := testutil.TempDir(t)
 	sock := filepath.Join(dir, "a", SocketName)
-	plugin := startPlugin(t, sock, testplugin.Config{})
+	tp := startPlugin(t, sock, testplugin.Config{})
 	// One probe a minute: only the connection watch can notice in time.
 	m := startManager(t, ManagerConfig{PluginDir: dir, ProbeInterval: time.Minute, ProbeTimeout: 5 * time.Second})
 	reg := m.Registry()
 	testutil.WaitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 
-	plugin.Kill()
+	tp.Kill()
 	testutil.WaitFor(t, waitLong, "a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
 	p, _ := reg.Get("a")
 	if !strings.HasPrefix(p.Health.Description, "plugin unreachable") {
 		t.Errorf("description = %q, want plugin unreachable", p.Health.Description)
 	}
 
-	if err := plugin.Start(); err != nil {
+	if err := tp.Start(); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, waitLong, "a healthy again", func() bool { return healthOf(reg, "a") == "healthy" })
-	if _, found := findEvent(reg, "a", EventDeregistered); found {
+	if _, found := findEvent(reg, "a", plugin.EventDeregistered); found {
 		t.Error("a restarted plugin was deregistered")
 	}
 }
@@ -93,14 +94,14 @@ func TestIntegrationRemovedSocketIsDeregisteredAfterGrace(t *testing.T) {
 	t.Parallel()
 	dir := testutil.TempDir(t)
 	sock := filepath.Join(dir, "a"+SocketSuffix)
-	plugin := startPlugin(t, sock, testplugin.Config{})
+	tp := startPlugin(t, sock, testplugin.Config{})
 	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: 300 * time.Millisecond})
 	reg := m.Registry()
 	testutil.WaitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 
-	plugin.Stop() // removes the socket
+	tp.Stop() // removes the socket
 	testutil.WaitFor(t, waitLong, "a deregistered", func() bool { return healthOf(reg, "a") == "absent" })
-	e, ok := findEvent(reg, "a", EventDeregistered)
+	e, ok := findEvent(reg, "a", plugin.EventDeregistered)
 	if want := fmt.Sprintf("socket %s removed 300ms ago", sock); !ok || e.Description != want {
 		t.Errorf("deregistered event = %+v, want description %q", e, want)
 	}
@@ -113,15 +114,15 @@ func TestIntegrationSocketBackWithinGraceIsNotDeregistered(t *testing.T) {
 	t.Parallel()
 	const grace = time.Second
 	dir := testutil.TempDir(t)
-	plugin := startPlugin(t, filepath.Join(dir, "a", SocketName), testplugin.Config{})
+	tp := startPlugin(t, filepath.Join(dir, "a", SocketName), testplugin.Config{})
 	m := startManager(t, ManagerConfig{PluginDir: dir, DeregisterGrace: grace,
 		ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond})
 	reg := m.Registry()
 	testutil.WaitFor(t, waitLong, "a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 
 	removed := time.Now()
-	plugin.Stop()
-	if err := plugin.Start(); err != nil {
+	tp.Stop()
+	if err := tp.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until probes show the grace period is long over.
@@ -129,7 +130,7 @@ func TestIntegrationSocketBackWithinGraceIsNotDeregistered(t *testing.T) {
 		p, ok := reg.Get("a")
 		return ok && p.Healthy() && p.Health.LastProbe.After(removed.Add(2*grace))
 	})
-	if got := eventsOf(reg, "a"); slices.Contains(got, EventDeregistered) {
+	if got := eventsOf(reg, "a"); slices.Contains(got, plugin.EventDeregistered) {
 		t.Errorf("events %v: a socket back within the grace was deregistered", got)
 	}
 }
@@ -158,10 +159,10 @@ func TestIntegrationReplacedSocketRestartsInstance(t *testing.T) {
 		p, ok := reg.Get("a")
 		return ok && p.Instance == newID && p.Healthy() && p.Fingerprint.VendorVersion == "2.0.0"
 	})
-	var registered []Event
+	var registered []plugin.Event
 	evs, _ := reg.Events(0)
 	for _, e := range evs {
-		if e.PluginID == "a" && e.Type == EventRegistered {
+		if e.PluginID == "a" && e.Type == plugin.EventRegistered {
 			registered = append(registered, e)
 		}
 	}
@@ -169,7 +170,7 @@ func TestIntegrationReplacedSocketRestartsInstance(t *testing.T) {
 		!strings.Contains(registered[1].Description, fmt.Sprintf("replaces inode %d", old.Instance.Inode)) {
 		t.Errorf("registered events = %+v, want a second one for inode %d replacing %d", registered, newID.Inode, old.Instance.Inode)
 	}
-	if _, found := findEvent(reg, "a", EventDeregistered); found {
+	if _, found := findEvent(reg, "a", plugin.EventDeregistered); found {
 		t.Error("a replaced socket deregistered its plugin")
 	}
 }
@@ -202,7 +203,7 @@ func TestIntegrationChmodDoesNotRestartInstance(t *testing.T) {
 	if after.Instance != before.Instance {
 		t.Errorf("instance changed from %+v to %+v after chmod", before.Instance, after.Instance)
 	}
-	if got := eventsOf(reg, "a"); !slices.Equal(got, []EventType{EventRegistered, EventHealthy}) {
+	if got := eventsOf(reg, "a"); !slices.Equal(got, []plugin.EventType{plugin.EventRegistered, plugin.EventHealthy}) {
 		t.Errorf("events after chmod = %v, want only registration and health", got)
 	}
 }
@@ -284,7 +285,7 @@ func TestIntegrationNonCSISocketsAreUnhealthy(t *testing.T) {
 		if p.Fingerprint.Type != fingerprint.TypeUnknown || p.Fingerprinted {
 			t.Errorf("%s: fingerprint %+v, want none", tt.id, p.Fingerprint)
 		}
-		want := []EventType{EventRegistered, EventUnhealthy}
+		want := []plugin.EventType{plugin.EventRegistered, plugin.EventUnhealthy}
 		if got := eventsOf(reg, tt.id); !slices.Equal(got, want) {
 			t.Errorf("%s: events %v, want %v", tt.id, got, want)
 		}
@@ -318,10 +319,10 @@ func TestIntegrationHangingProbe(t *testing.T) {
 		o, _ := reg.Get("ok")
 		return h.Health.LastProbe.After(since.Add(1200*time.Millisecond)) && o.Health.LastProbe.After(since.Add(1200*time.Millisecond))
 	})
-	if got, want := eventsOf(reg, "ok"), []EventType{EventRegistered, EventHealthy}; !slices.Equal(got, want) {
+	if got, want := eventsOf(reg, "ok"), []plugin.EventType{plugin.EventRegistered, plugin.EventHealthy}; !slices.Equal(got, want) {
 		t.Errorf("ok: events %v, want %v", got, want)
 	}
-	if got, want := eventsOf(reg, "hang"), []EventType{EventRegistered, EventUnhealthy}; !slices.Equal(got, want) {
+	if got, want := eventsOf(reg, "hang"), []plugin.EventType{plugin.EventRegistered, plugin.EventUnhealthy}; !slices.Equal(got, want) {
 		t.Errorf("hang: events %v, want %v", got, want)
 	}
 }
@@ -367,10 +368,10 @@ func TestIntegrationManyPluginsAtOnce(t *testing.T) {
 	})
 	for i := range n {
 		id := fmt.Sprintf("p%03d", i)
-		if _, ok := findEvent(reg, id, EventRegistered); !ok {
+		if _, ok := findEvent(reg, id, plugin.EventRegistered); !ok {
 			t.Errorf("%s: no plugin-registered event", id)
 		}
-		if _, ok := findEvent(reg, id, EventHealthy); !ok {
+		if _, ok := findEvent(reg, id, plugin.EventHealthy); !ok {
 			t.Errorf("%s: no plugin-healthy event", id)
 		}
 	}
@@ -418,8 +419,8 @@ func TestIntegrationRestartRecoversRegistry(t *testing.T) {
 		}
 	}
 
-	if p, c, ok := second.Lookup("gone"); !ok || c != nil || p.ID != "gone" {
-		t.Errorf("Lookup(gone) = %v, %v, %v; want the record without a connection", p.ID, c, ok)
+	if p, c, ok := second.Lookup("gone"); !ok || c != nil || p.GetId() != "gone" {
+		t.Errorf("Lookup(gone) = %v, %v, %v; want the record without a connection", p.GetId(), c, ok)
 	}
 	if _, c, ok := second.Lookup("a"); !ok || c == nil {
 		t.Errorf("Lookup(a) = %v, %v; want the supervisor's connection", c, ok)
@@ -428,13 +429,13 @@ func TestIntegrationRestartRecoversRegistry(t *testing.T) {
 	pa.SetFaults(testplugin.Faults{})
 	pb.SetFaults(testplugin.Faults{})
 	testutil.WaitFor(t, waitLong, "gone deregistered", func() bool { return healthOf(reg, "gone") == "absent" })
-	if e, _ := findEvent(reg, "gone", EventDeregistered); !strings.Contains(e.Description, "after restart") {
+	if e, _ := findEvent(reg, "gone", plugin.EventDeregistered); !strings.Contains(e.Description, "after restart") {
 		t.Errorf("gone: deregistered event %+v", e)
 	}
 	for _, id := range []string{"a", "b"} {
 		testutil.WaitFor(t, waitLong, id+" healthy after restart", func() bool { return healthOf(reg, id) == "healthy" })
 		// Same socket, same instance: no new registration.
-		if got := eventsOf(reg, id); !slices.Equal(got, []EventType{EventHealthy}) {
+		if got := eventsOf(reg, id); !slices.Equal(got, []plugin.EventType{plugin.EventHealthy}) {
 			t.Errorf("%s: events after restart %v, want [plugin-healthy]", id, got)
 		}
 	}

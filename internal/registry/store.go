@@ -3,6 +3,7 @@ package registry
 import (
 	"cmp"
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"slices"
 	"strings"
 	"sync"
@@ -14,39 +15,10 @@ import (
 	"github.com/csisupd/csisupd/internal/heartbeat"
 )
 
-// EventType names a kind of registry event. The values are part of the
-// external contract (`csisupd events --json`).
-type EventType string
-
-// Event types.
-const (
-	EventRegistered         EventType = "plugin-registered"
-	EventHealthy            EventType = "plugin-healthy"
-	EventUnhealthy          EventType = "plugin-unhealthy"
-	EventDeregistered       EventType = "plugin-deregistered"
-	EventFingerprintChanged EventType = "plugin-fingerprint-changed"
-)
-
-// SocketID identifies one instance of a plugin's socket. A socket removed and
-// created again at the same path is a new instance: it has a new inode, or,
-// when the file system reuses the inode number, a new modification time.
-// The modification time of a socket is set by bind(2) and, unlike the
-// change time, is not touched by chmod or chown, so re-permissioning a
-// socket never restarts its plugin.
-type SocketID struct {
-	Path  string `json:"path"`
-	Dev   uint64 `json:"dev"`
-	Inode uint64 `json:"inode"`
-	Mtime int64  `json:"mtime_ns"`
-}
-
-// String formats the identity for logs.
-func (s SocketID) String() string { return fmt.Sprintf("%s (inode %d)", s.Path, s.Inode) }
-
 // Plugin is the registry's record of one plugin on this node.
 type Plugin struct {
 	ID           string                  `json:"id"`
-	Instance     SocketID                `json:"instance"`
+	Instance     plugin.Instance         `json:"instance"`
 	Fingerprint  fingerprint.Fingerprint `json:"fingerprint"`
 	Health       heartbeat.Health        `json:"health"`
 	RegisteredAt time.Time               `json:"registered_at"`
@@ -56,21 +28,6 @@ type Plugin struct {
 
 // Healthy reports whether the latest probe found the plugin healthy.
 func (p Plugin) Healthy() bool { return p.Health.State == heartbeat.Healthy }
-
-// Event is one change in the registry.
-type Event struct {
-	Index       uint64    `json:"index"`
-	Time        time.Time `json:"time"`
-	Type        EventType `json:"type"`
-	PluginID    string    `json:"plugin_id"`
-	Description string    `json:"description"`
-}
-
-// Ignored is a plugin directory entry that is not supervised, with why.
-type Ignored struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
 
 // Config configures a Registry.
 type Config struct {
@@ -95,7 +52,7 @@ type Registry struct {
 
 	mu       sync.Mutex
 	plugins  map[string]*Plugin
-	ignored  []Ignored
+	ignored  []plugin.Ignored
 	version  uint64 // bumped on every visible change, events or not
 	subs     map[*Subscription]struct{}
 	modified chan struct{} // closed and replaced on every change; for waiters
@@ -123,7 +80,7 @@ func New(cfg Config) *Registry {
 		plugins:  make(map[string]*Plugin),
 		subs:     make(map[*Subscription]struct{}),
 		modified: make(chan struct{}),
-		ev:       eventRing{buf: make([]Event, cfg.EventBuffer), next: make(chan struct{})},
+		ev:       eventRing{buf: make([]plugin.Event, cfg.EventBuffer), next: make(chan struct{})},
 	}
 }
 
@@ -133,7 +90,7 @@ func New(cfg Config) *Registry {
 // socket) takes over the record and emits plugin-registered again.
 // Re-registering the current instance only records fp as SetFingerprint
 // does.
-func (r *Registry) Register(id string, inst SocketID, fp *fingerprint.Fingerprint) {
+func (r *Registry) Register(id string, inst plugin.Instance, fp *fingerprint.Fingerprint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.plugins[id]
@@ -148,7 +105,7 @@ func (r *Registry) Register(id string, inst SocketID, fp *fingerprint.Fingerprin
 		p.Instance = inst
 		p.Health = heartbeat.Health{State: heartbeat.Unknown, Since: r.now()}
 		p.RegisteredAt = r.now()
-		r.emitLocked(EventRegistered, id, fmt.Sprintf("new plugin instance at %s (replaces inode %d)", inst, old.Inode))
+		r.emitLocked(plugin.EventRegistered, id, fmt.Sprintf("new plugin instance at %s (replaces inode %d)", inst, old.Inode))
 	default:
 		p = &Plugin{
 			ID:           id,
@@ -158,7 +115,7 @@ func (r *Registry) Register(id string, inst SocketID, fp *fingerprint.Fingerprin
 			RegisteredAt: r.now(),
 		}
 		r.plugins[id] = p
-		r.emitLocked(EventRegistered, id, "plugin registered at "+inst.Path)
+		r.emitLocked(plugin.EventRegistered, id, "plugin registered at "+inst.Path)
 	}
 	if fp != nil {
 		// Part of registration: the first fingerprint is no change.
@@ -171,7 +128,7 @@ func (r *Registry) Register(id string, inst SocketID, fp *fingerprint.Fingerprin
 // SetFingerprint records a fingerprint. A fingerprint different from a
 // previous one emits plugin-fingerprint-changed; the first one is part of
 // registration and emits nothing.
-func (r *Registry) SetFingerprint(id string, inst SocketID, fp fingerprint.Fingerprint) {
+func (r *Registry) SetFingerprint(id string, inst plugin.Instance, fp fingerprint.Fingerprint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p := r.currentLocked(id, inst); p != nil {
@@ -184,7 +141,7 @@ func (r *Registry) setFingerprintLocked(p *Plugin, fp fingerprint.Fingerprint) {
 		return
 	}
 	if p.Fingerprinted {
-		r.emitLocked(EventFingerprintChanged, p.ID, "changed: "+strings.Join(p.Fingerprint.Diff(fp), ", "))
+		r.emitLocked(plugin.EventFingerprintChanged, p.ID, "changed: "+strings.Join(p.Fingerprint.Diff(fp), ", "))
 	}
 	p.Fingerprint = fp
 	p.Fingerprinted = true
@@ -197,7 +154,7 @@ func (r *Registry) setFingerprintLocked(p *Plugin, fp fingerprint.Fingerprint) {
 // anything else updates the record quietly (last probe time, a new
 // description of the same state). It returns the health before the result,
 // and false, changing nothing, when inst is not the current instance.
-func (r *Registry) SetHealth(id string, inst SocketID, res heartbeat.Result) (heartbeat.Health, bool) {
+func (r *Registry) SetHealth(id string, inst plugin.Instance, res heartbeat.Result) (heartbeat.Health, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.currentLocked(id, inst)
@@ -212,9 +169,9 @@ func (r *Registry) SetHealth(id string, inst SocketID, res heartbeat.Result) (he
 	p.Health = next
 	switch {
 	case transition && next.State == heartbeat.Healthy:
-		r.emitLocked(EventHealthy, id, next.Description)
+		r.emitLocked(plugin.EventHealthy, id, next.Description)
 	case transition && next.State == heartbeat.Unhealthy:
-		r.emitLocked(EventUnhealthy, id, next.Description)
+		r.emitLocked(plugin.EventUnhealthy, id, next.Description)
 	case !transition && prev.Description == next.Description:
 		return prev, true // only the probe time moved: not a visible change
 	}
@@ -224,14 +181,14 @@ func (r *Registry) SetHealth(id string, inst SocketID, res heartbeat.Result) (he
 
 // Deregister removes a plugin instance and emits plugin-deregistered. It
 // returns false, changing nothing, when inst is not the current instance.
-func (r *Registry) Deregister(id string, inst SocketID, reason string) bool {
+func (r *Registry) Deregister(id string, inst plugin.Instance, reason string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.currentLocked(id, inst) == nil {
 		return false
 	}
 	delete(r.plugins, id)
-	r.emitLocked(EventDeregistered, id, reason)
+	r.emitLocked(plugin.EventDeregistered, id, reason)
 	r.changedLocked()
 	return true
 }
@@ -249,7 +206,7 @@ func (r *Registry) Restore(plugins []Plugin) {
 }
 
 // SetIgnored replaces the list of ignored directory entries.
-func (r *Registry) SetIgnored(ignored []Ignored) {
+func (r *Registry) SetIgnored(ignored []plugin.Ignored) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if slices.Equal(r.ignored, ignored) {
@@ -260,7 +217,7 @@ func (r *Registry) SetIgnored(ignored []Ignored) {
 }
 
 // Ignored returns the ignored directory entries.
-func (r *Registry) Ignored() []Ignored {
+func (r *Registry) Ignored() []plugin.Ignored {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.ignored)
@@ -301,7 +258,7 @@ func (r *Registry) Version() uint64 {
 // finds its start by arithmetic, without scanning the ring.
 type eventRing struct {
 	mu     sync.RWMutex
-	buf    []Event
+	buf    []plugin.Event
 	latest uint64        // index of the latest event; 0 before the first
 	next   chan struct{} // closed and replaced when an event is emitted
 }
@@ -331,7 +288,7 @@ const DefaultEventBatch = 32
 // The work and the memory are proportional to limit, never to the backlog:
 // a stream reads the backlog batch by batch. limit <= 0 copies nothing
 // and only reports the range.
-func (r *Registry) EventsAfter(after uint64, limit int) (events []Event, oldest, latest uint64) {
+func (r *Registry) EventsAfter(after uint64, limit int) (events []plugin.Event, oldest, latest uint64) {
 	g := &r.ev
 	g.mu.RLock()
 	defer g.mu.RUnlock()
@@ -341,14 +298,14 @@ func (r *Registry) EventsAfter(after uint64, limit int) (events []Event, oldest,
 	}
 	first := max(after+1, oldest)
 	count := min(latest-first+1, uint64(limit))
-	events = make([]Event, 0, count)
+	events = make([]plugin.Event, 0, count)
 	return g.appendLocked(events, first, count), oldest, latest
 }
 
 // ReadEvents is EventsAfter into the caller's buffer: it copies at most
 // len(buf) events into buf and returns how many. A stream that follows
 // the log reuses one buffer and allocates nothing per read.
-func (r *Registry) ReadEvents(buf []Event, after uint64) (n int, oldest, latest uint64) {
+func (r *Registry) ReadEvents(buf []plugin.Event, after uint64) (n int, oldest, latest uint64) {
 	g := &r.ev
 	g.mu.RLock()
 	defer g.mu.RUnlock()
@@ -363,7 +320,7 @@ func (r *Registry) ReadEvents(buf []Event, after uint64) (n int, oldest, latest 
 
 // appendLocked appends count events starting at index first, which must
 // be buffered.
-func (g *eventRing) appendLocked(dst []Event, first, count uint64) []Event {
+func (g *eventRing) appendLocked(dst []plugin.Event, first, count uint64) []plugin.Event {
 	n := uint64(len(g.buf))
 	for i := first; i < first+count; i++ {
 		dst = append(dst, g.buf[(i-1)%n])
@@ -386,14 +343,14 @@ func (r *Registry) NextEvent() <-chan struct{} {
 // longer holds every event after `after`, the oldest buffered ones are
 // returned. It copies the whole backlog: a caller that follows the log
 // should read it in batches with EventsAfter instead.
-func (r *Registry) Events(after uint64) ([]Event, uint64) {
+func (r *Registry) Events(after uint64) ([]plugin.Event, uint64) {
 	evs, _, latest := r.EventsAfter(after, len(r.ev.buf))
 	return evs, latest
 }
 
 // LastEvents returns up to n of the most recent events, oldest first; a
 // negative n returns every buffered event.
-func (r *Registry) LastEvents(n int) []Event {
+func (r *Registry) LastEvents(n int) []plugin.Event {
 	g := &r.ev
 	g.mu.RLock()
 	defer g.mu.RUnlock()
@@ -405,7 +362,7 @@ func (r *Registry) LastEvents(n int) []Event {
 	if count == 0 {
 		return nil
 	}
-	return g.appendLocked(make([]Event, 0, count), g.latest-count+1, count)
+	return g.appendLocked(make([]plugin.Event, 0, count), g.latest-count+1, count)
 }
 
 // Changed returns a channel closed at the next visible change.
@@ -444,7 +401,7 @@ func (s *Subscription) Close() {
 	s.r.mu.Unlock()
 }
 
-func (r *Registry) currentLocked(id string, inst SocketID) *Plugin {
+func (r *Registry) currentLocked(id string, inst plugin.Instance) *Plugin {
 	p, ok := r.plugins[id]
 	if !ok || p.Instance != inst {
 		return nil
@@ -452,11 +409,11 @@ func (r *Registry) currentLocked(id string, inst SocketID) *Plugin {
 	return p
 }
 
-func (r *Registry) emitLocked(t EventType, id, desc string) {
+func (r *Registry) emitLocked(t plugin.EventType, id, desc string) {
 	g := &r.ev
 	g.mu.Lock()
 	g.latest++
-	e := Event{Index: g.latest, Time: r.now(), Type: t, PluginID: id, Description: desc}
+	e := plugin.Event{Index: g.latest, Time: r.now(), Type: t, PluginID: id, Description: desc}
 	g.buf[(e.Index-1)%uint64(len(g.buf))] = e
 	woken := g.next
 	g.next = make(chan struct{})

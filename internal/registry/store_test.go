@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"slices"
 	"strings"
 	"testing"
@@ -11,8 +12,8 @@ import (
 	"github.com/csisupd/csisupd/internal/heartbeat"
 )
 
-func inst(inode uint64) SocketID {
-	return SocketID{Path: "/plugins/a/csi.sock", Dev: 1, Inode: inode, Mtime: int64(inode) * 1000}
+func inst(inode uint64) plugin.Instance {
+	return plugin.Instance{Path: "/plugins/a/csi.sock", Dev: 1, Inode: inode, Mtime: int64(inode) * 1000}
 }
 
 func healthy(desc string) heartbeat.Result {
@@ -23,7 +24,7 @@ func unhealthy(desc string) heartbeat.Result {
 	return heartbeat.Result{State: heartbeat.Unhealthy, Description: desc}
 }
 
-func indexes(evs []Event) []uint64 {
+func indexes(evs []plugin.Event) []uint64 {
 	var out []uint64
 	for _, e := range evs {
 		out = append(out, e.Index)
@@ -89,12 +90,12 @@ func TestRegistryIgnoresWritesFromStaleInstance(t *testing.T) {
 	if p.Health.State != heartbeat.Unknown {
 		t.Errorf("health after new instance = %s, want unknown", p.Health.State)
 	}
-	e, ok := findEvent(r, "a", EventRegistered)
+	e, ok := findEvent(r, "a", plugin.EventRegistered)
 	if !ok {
 		t.Fatal("no registered event")
 	}
 	last := r.LastEvents(1)[0]
-	if last.Type != EventRegistered || !strings.Contains(last.Description, "replaces inode 1") {
+	if last.Type != plugin.EventRegistered || !strings.Contains(last.Description, "replaces inode 1") {
 		t.Errorf("last event = %+v, want plugin-registered replacing inode 1 (first: %+v)", last, e)
 	}
 
@@ -128,15 +129,15 @@ func TestRegistrySetHealthEmitsOnlyStateChanges(t *testing.T) {
 	r.Register("a", inst(1), nil)
 	steps := []struct {
 		h         heartbeat.Result
-		wantEvent EventType // "" for none
-		wantBump  bool      // visible change (version bump)
+		wantEvent plugin.EventType // "" for none
+		wantBump  bool             // visible change (version bump)
 	}{
-		{h: healthy("healthy"), wantEvent: EventHealthy, wantBump: true},
+		{h: healthy("healthy"), wantEvent: plugin.EventHealthy, wantBump: true},
 		{h: healthy("healthy"), wantBump: false}, // only the probe time moved
-		{h: unhealthy("plugin reports not ready"), wantEvent: EventUnhealthy, wantBump: true},
+		{h: unhealthy("plugin reports not ready"), wantEvent: plugin.EventUnhealthy, wantBump: true},
 		{h: unhealthy("probe timed out after 1s"), wantBump: true}, // new description, same state
 		{h: unhealthy("probe timed out after 1s"), wantBump: false},
-		{h: healthy("healthy"), wantEvent: EventHealthy, wantBump: true},
+		{h: healthy("healthy"), wantEvent: plugin.EventHealthy, wantBump: true},
 	}
 	var since time.Time
 	for i, s := range steps {
@@ -173,12 +174,12 @@ func TestRegistryFingerprintChangeEvents(t *testing.T) {
 	fp := fingerprint.Fingerprint{VendorName: "v", VendorVersion: "1", Type: fingerprint.TypeNode}
 	r.SetFingerprint("a", inst(1), fp) // first fingerprint: part of registration
 	r.SetFingerprint("a", inst(1), fp) // same: nothing
-	if got := eventsOf(r, "a"); !slices.Equal(got, []EventType{EventRegistered}) {
+	if got := eventsOf(r, "a"); !slices.Equal(got, []plugin.EventType{plugin.EventRegistered}) {
 		t.Fatalf("events = %v, want only plugin-registered", got)
 	}
 	fp.VendorVersion = "2"
 	r.SetFingerprint("a", inst(1), fp)
-	e, ok := findEvent(r, "a", EventFingerprintChanged)
+	e, ok := findEvent(r, "a", plugin.EventFingerprintChanged)
 	if !ok || !strings.Contains(e.Description, "vendor_version") {
 		t.Fatalf("fingerprint-changed event = %+v (found %v), want one naming vendor_version", e, ok)
 	}
@@ -241,14 +242,14 @@ func TestRegistryRestoreIsQuietAndUnknown(t *testing.T) {
 	}
 	// The restored instance is current: its supervisor's writes count.
 	r.SetHealth("a", inst(1), healthy("healthy"))
-	if got := eventsOf(r, "a"); !slices.Equal(got, []EventType{EventHealthy}) {
+	if got := eventsOf(r, "a"); !slices.Equal(got, []plugin.EventType{plugin.EventHealthy}) {
 		t.Errorf("events = %v, want [plugin-healthy]", got)
 	}
 }
 
 func TestRegistrySetIgnoredOnlyChangesOnDifference(t *testing.T) {
 	r := New(Config{})
-	ign := []Ignored{{Path: "/p/x.sock", Reason: "not a unix socket (regular file)"}}
+	ign := []plugin.Ignored{{Path: "/p/x.sock", Reason: "not a unix socket (regular file)"}}
 	r.SetIgnored(ign)
 	v := r.Version()
 	r.SetIgnored(slices.Clone(ign))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,7 @@ func (p *probeTiming) probe() (interval, timeout time.Duration) {
 // supervisorConfig configures the supervisor of one plugin instance.
 type supervisorConfig struct {
 	ID       string
-	Instance SocketID
+	Instance plugin.Instance
 	Registry *Registry
 	Timing   *probeTiming // the registry's one copy
 	// Transport is the supervision transport shared by the plugins: its
@@ -91,7 +92,7 @@ type supervisorConfig struct {
 // close the connection.
 type supervisor struct {
 	id     string
-	inst   SocketID
+	inst   plugin.Instance
 	reg    *Registry
 	log    hclog.Logger
 	client *csiclient.Client
@@ -375,7 +376,7 @@ func (s *supervisor) fingerprint(ctx context.Context) (fingerprint.Fingerprint, 
 var errSocketReplaced = errors.New("socket replaced by another plugin instance")
 
 // checkInstance reports whether the socket at inst.Path is still inst.
-func checkInstance(inst SocketID) error {
+func checkInstance(inst plugin.Instance) error {
 	now, reason, err := lstatSocket(inst.Path)
 	switch {
 	case err != nil:

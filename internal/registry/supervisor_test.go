@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,7 +20,7 @@ import (
 
 // superviseSocket starts a supervisor for the socket at path (it need not
 // exist yet) and stops it when the test ends.
-func superviseSocket(t *testing.T, reg *Registry, id string, si SocketID, tm timing) *supervisor {
+func superviseSocket(t *testing.T, reg *Registry, id string, si plugin.Instance, tm timing) *supervisor {
 	t.Helper()
 	s, err := startSupervisor(context.Background(), supervisorConfig{
 		ID: id, Instance: si, Registry: reg, Timing: newProbeTiming(tm), Logger: testLogger(t),
@@ -53,7 +54,7 @@ func TestSupervisorRegistersAndProbes(t *testing.T) {
 		p.Fingerprint.MaxVolumes != 3 || p.Fingerprint.VendorName != testplugin.DefaultName || !p.Fingerprinted {
 		t.Errorf("fingerprint = %+v", p.Fingerprint)
 	}
-	if got := eventsOf(reg, "a"); !slices.Equal(got, []EventType{EventRegistered, EventHealthy}) {
+	if got := eventsOf(reg, "a"); !slices.Equal(got, []plugin.EventType{plugin.EventRegistered, plugin.EventHealthy}) {
 		t.Errorf("events = %v, want [plugin-registered plugin-healthy]", got)
 	}
 
@@ -101,7 +102,7 @@ func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
 	if p, _ := reg.Get("a"); p.Fingerprint.Type != fingerprint.TypeNode {
 		t.Errorf("type = %s, want node", p.Fingerprint.Type)
 	}
-	want := []EventType{EventRegistered, EventUnhealthy, EventHealthy}
+	want := []plugin.EventType{plugin.EventRegistered, plugin.EventUnhealthy, plugin.EventHealthy}
 	if got := eventsOf(reg, "a"); !slices.Equal(got, want) {
 		t.Errorf("events = %v, want %v", got, want)
 	}
@@ -135,7 +136,7 @@ func TestSupervisorRefingerprintsAfterRecovery(t *testing.T) {
 		p, _ := reg.Get("a")
 		return p.Fingerprint.VendorVersion == "2.0.0"
 	})
-	e, ok := findEvent(reg, "a", EventFingerprintChanged)
+	e, ok := findEvent(reg, "a", plugin.EventFingerprintChanged)
 	if !ok || !strings.Contains(e.Description, "vendor_version") {
 		t.Errorf("fingerprint-changed event = %+v (found %v)", e, ok)
 	}
@@ -164,7 +165,7 @@ func TestSupervisorRefingerprintsANewConnection(t *testing.T) {
 		p, _ := reg.Get("a")
 		return p.Fingerprint.VendorVersion == "2.0.0"
 	})
-	want := []EventType{EventRegistered, EventHealthy, EventFingerprintChanged}
+	want := []plugin.EventType{plugin.EventRegistered, plugin.EventHealthy, plugin.EventFingerprintChanged}
 	if got := eventsOf(reg, "a"); !slices.Equal(got, want) {
 		t.Errorf("events = %v, want %v", got, want)
 	}
@@ -172,13 +173,13 @@ func TestSupervisorRefingerprintsANewConnection(t *testing.T) {
 
 func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
 	sock := filepath.Join(testutil.TempDir(t), "a.sock")
-	plugin := startPlugin(t, sock, testplugin.Config{})
+	tp := startPlugin(t, sock, testplugin.Config{})
 	reg := New(Config{})
 	tm := testTiming
 	tm.FingerprintInterval = time.Hour
 	s := superviseSocket(t, reg, "a", statSocket(t, sock), tm)
 	testutil.WaitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
-	before := plugin.Stats().Calls["GetPluginInfo"]
+	before := tp.Stats().Calls["GetPluginInfo"]
 
 	// With an hour between fingerprints nothing would happen; the new
 	// interval applies to the running supervisor.
@@ -186,9 +187,9 @@ func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
 	s.timing.set(tm)
 	s.timingChanged()
 	testutil.WaitFor(t, 10*time.Second, "two more fingerprints", func() bool {
-		return plugin.Stats().Calls["GetPluginInfo"] >= before+2
+		return tp.Stats().Calls["GetPluginInfo"] >= before+2
 	})
-	want := []EventType{EventRegistered, EventHealthy}
+	want := []plugin.EventType{plugin.EventRegistered, plugin.EventHealthy}
 	if got := eventsOf(reg, "a"); !slices.Equal(got, want) {
 		t.Errorf("events = %v, want %v: an unchanged fingerprint emits nothing", got, want)
 	}
@@ -200,7 +201,7 @@ func TestSupervisorSetTimingReschedulesFingerprints(t *testing.T) {
 func TestSupervisorStopsWhileDialingNothing(t *testing.T) {
 	reg := New(Config{})
 	sock := filepath.Join(testutil.TempDir(t), "never.sock")
-	s := superviseSocket(t, reg, "a", SocketID{Path: sock, Inode: 1}, fastTiming)
+	s := superviseSocket(t, reg, "a", plugin.Instance{Path: sock, Inode: 1}, fastTiming)
 	testutil.WaitFor(t, 10*time.Second, "plugin a unhealthy", func() bool { return healthOf(reg, "a") == "unhealthy" })
 	p, _ := reg.Get("a")
 	if !strings.Contains(p.Health.Description, "fingerprint failed") {

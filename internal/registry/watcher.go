@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -46,9 +47,9 @@ const minCoalesce = 2 * time.Millisecond
 // desiredState is the result of one scan of the plugin directory.
 type desiredState struct {
 	// Sockets maps plugin id to the identity of its socket.
-	Sockets map[string]SocketID
+	Sockets map[string]plugin.Instance
 	// Ignored lists entries that are not supervised, sorted by path.
-	Ignored []Ignored
+	Ignored []plugin.Ignored
 }
 
 // scanPluginDir reads dir once (readdir plus one lstat per candidate) and
@@ -60,15 +61,15 @@ func scanPluginDir(dir string, watchSubdir func(path string)) (desiredState, err
 	if err != nil {
 		return desiredState{}, fmt.Errorf("read plugin directory %q: %w", dir, err)
 	}
-	st := desiredState{Sockets: make(map[string]SocketID)}
+	st := desiredState{Sockets: make(map[string]plugin.Instance)}
 	ignore := func(path, reason string) {
-		st.Ignored = append(st.Ignored, Ignored{Path: path, Reason: reason})
+		st.Ignored = append(st.Ignored, plugin.Ignored{Path: path, Reason: reason})
 	}
 	// Sockets of the <id>.sock form, added after the <id>/csi.sock form
 	// so that the latter wins when both exist.
 	type flat struct {
 		id string
-		si SocketID
+		si plugin.Instance
 	}
 	var flats []flat
 	for _, e := range entries {
@@ -130,7 +131,7 @@ func scanPluginDir(dir string, watchSubdir func(path string)) (desiredState, err
 		}
 		st.Sockets[f.id] = f.si
 	}
-	slices.SortFunc(st.Ignored, func(a, b Ignored) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(st.Ignored, func(a, b plugin.Ignored) int { return strings.Compare(a.Path, b.Path) })
 	return st, nil
 }
 
@@ -140,16 +141,16 @@ func invalidIDReason(id string) string {
 
 // lstatSocket returns the identity of the unix socket at path, or a reason
 // why the file there is not one csisupd can connect to.
-func lstatSocket(path string) (SocketID, string, error) {
+func lstatSocket(path string) (plugin.Instance, string, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return SocketID{}, "", err
+		return plugin.Instance{}, "", err
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return SocketID{}, fmt.Sprintf("not a unix socket (%s)", describeMode(fi.Mode().Type())), nil
+		return plugin.Instance{}, fmt.Sprintf("not a unix socket (%s)", describeMode(fi.Mode().Type())), nil
 	}
 	if reason := socketPathProblem(path); reason != "" {
-		return SocketID{}, reason, nil
+		return plugin.Instance{}, reason, nil
 	}
 	return socketIDOf(path, fi)
 }
@@ -176,12 +177,12 @@ func socketPathProblem(path string) string {
 }
 
 // socketIDOf builds a SocketID from the stat data of a socket file.
-func socketIDOf(path string, fi fs.FileInfo) (SocketID, string, error) {
+func socketIDOf(path string, fi fs.FileInfo) (plugin.Instance, string, error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return SocketID{}, "", fmt.Errorf("stat %q: no unix stat data", path)
+		return plugin.Instance{}, "", fmt.Errorf("stat %q: no unix stat data", path)
 	}
-	return SocketID{
+	return plugin.Instance{
 		Path: path,
 		// The conversions matter on platforms where these are not uint64.
 		Dev:   uint64(st.Dev),
@@ -376,7 +377,7 @@ func (w *watcher) scan() {
 	if errors.Is(err, fs.ErrNotExist) {
 		// Removed between the watch and the read: every socket is gone.
 		w.topOK = false
-		st, err = desiredState{Sockets: map[string]SocketID{}}, nil
+		st, err = desiredState{Sockets: map[string]plugin.Instance{}}, nil
 	}
 	if err != nil {
 		// Keep the previous desired state rather than report every

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"maps"
 	"os"
 	"path/filepath"
@@ -200,7 +201,7 @@ func TestScanPluginDir(t *testing.T) {
 					t.Errorf("ignored %s: reason %q, want it to contain %q", rel, ig.Reason, want)
 				}
 			}
-			if !slices.IsSortedFunc(st.Ignored, func(a, b Ignored) int { return strings.Compare(a.Path, b.Path) }) {
+			if !slices.IsSortedFunc(st.Ignored, func(a, b plugin.Ignored) int { return strings.Compare(a.Path, b.Path) }) {
 				t.Errorf("ignored list is not sorted: %+v", st.Ignored)
 			}
 			slices.Sort(watched)

@@ -25,6 +25,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -81,7 +82,7 @@ func emit(reg *registry.Registry, n, plugins, descLen int) uint64 {
 		if pad := descLen - len(path); pad > 0 {
 			path += strings.Repeat("x", pad)
 		}
-		reg.Register(id, registry.SocketID{Path: path, Inode: latest + uint64(i) + 1}, nil)
+		reg.Register(id, plugin.Instance{Path: path, Inode: latest + uint64(i) + 1}, nil)
 	}
 	_, _, latest = reg.EventsAfter(0, 0)
 	return latest
@@ -130,7 +131,7 @@ func TestWatchEventsReplayAndFollow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := registry.New(registry.Config{EventBuffer: 64})
 			emit(reg, 100, 10, 40)
-			svc := NewAgentService(AgentServiceConfig{Registry: reg})
+			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
 			cl := dialAgent(t, serveAgent(t, svc, "tcp"))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -143,8 +144,8 @@ func TestWatchEventsReplayAndFollow(t *testing.T) {
 			testutil.WaitFor(t, 10*time.Second, "the stream to wait for new events", func() bool {
 				return svc.caughtUp.Load() == 1
 			})
-			emit(reg, 3, 10, 40)                                                // 101 (p0), 102 (p1), 103 (p2)
-			reg.Register("p3", registry.SocketID{Path: "/p3", Inode: 999}, nil) // 104
+			emit(reg, 3, 10, 40)                                              // 101 (p0), 102 (p1), 103 (p2)
+			reg.Register("p3", plugin.Instance{Path: "/p3", Inode: 999}, nil) // 104
 			want := append(slices.Clone(tt.want), 101, 102, 103, 104)
 			if tt.plugin != "" {
 				want = append(slices.Clone(tt.want), 104)
@@ -181,7 +182,7 @@ func TestWatchEventsCaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := registry.New(registry.Config{})
-			svc := NewAgentService(AgentServiceConfig{Registry: reg, MaxSubscribers: tt.max, MaxSubscribersPerConn: tt.per})
+			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg, MaxSubscribers: tt.max, MaxSubscribersPerConn: tt.per})
 			addr := serveAgent(t, svc, tt.network)
 			type result struct {
 				conn int
@@ -277,7 +278,7 @@ func sum(xs []int) int {
 // it was sent before; the registry never waited for it.
 func TestWatchEventsFellBehind(t *testing.T) {
 	reg := registry.New(registry.Config{EventBuffer: 64})
-	svc := NewAgentService(AgentServiceConfig{Registry: reg})
+	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
 	// A fixed 64 KiB window (no BDP growth): the server can send only so
 	// much to a client that does not read.
 	cl := dialAgent(t, serveAgent(t, svc, "tcp"),
@@ -363,7 +364,7 @@ func TestWatchEventsBlockedSendHoldsOneBatch(t *testing.T) {
 	const streams = 2000
 	reg := registry.New(registry.Config{EventBuffer: 1024})
 	emit(reg, 1024, 20, 80)
-	svc := NewAgentService(AgentServiceConfig{Registry: reg, MaxSubscribers: streams, MaxSubscribersPerConn: streams})
+	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg, MaxSubscribers: streams, MaxSubscribersPerConn: streams})
 	before := heapInUse()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -524,7 +525,7 @@ func TestWatchEventsIdleSubscribers(t *testing.T) {
 	const streams = 2000
 	t.Run("default caps", func(t *testing.T) {
 		reg := registry.New(registry.Config{})
-		svc := NewAgentService(AgentServiceConfig{Registry: reg})
+		svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
 		addr := serveAgent(t, svc, "tcp")
 		ctx, cancel := context.WithCancel(context.Background())
 		const conns = 10
@@ -594,7 +595,7 @@ func BenchmarkEventLatencyStalledSubscribers(b *testing.B) {
 	const streams = 2000
 	for b.Loop() {
 		reg := registry.New(registry.Config{EventBuffer: 1024})
-		svc := NewAgentService(AgentServiceConfig{Registry: reg})
+		svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
 		_, direct := eventLatency(b, reg, svc, serveAgent(b, svc, "tcp"))
 
 		reg, svc, addr, growth := stallSubscribers(b, streams)
@@ -614,7 +615,7 @@ func stallSubscribers(tb testing.TB, n int) (*registry.Registry, *AgentService, 
 	tb.Helper()
 	reg := registry.New(registry.Config{EventBuffer: 1024})
 	emit(reg, 1024, 20, 1024)
-	svc := NewAgentService(AgentServiceConfig{Registry: reg,
+	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg,
 		MaxSubscribers: n + 1, MaxSubscribersPerConn: n + 1})
 	addr := serveAgent(tb, svc, "tcp")
 	before := heapInUse()
@@ -671,7 +672,7 @@ func eventLatency(t testing.TB, reg *registry.Registry, svc *AgentService, addr 
 	defer tick.Stop()
 	for i := range events {
 		<-tick.C
-		reg.Register("lat", registry.SocketID{Path: "/var/lib/csisupd/plugins/lat/csi.sock", Inode: uint64(1e6 + i)}, nil)
+		reg.Register("lat", plugin.Instance{Path: "/var/lib/csisupd/plugins/lat/csi.sock", Inode: uint64(1e6 + i)}, nil)
 	}
 	var lat []time.Duration
 	select {
@@ -691,9 +692,9 @@ func eventLatency(t testing.TB, reg *registry.Registry, svc *AgentService, addr 
 // and the event stream keep working instead of failing to marshal.
 func TestInvalidUTF8NamesReachClients(t *testing.T) {
 	reg := registry.New(registry.Config{})
-	reg.Register("caf\xe9", registry.SocketID{Path: "/plugins/caf\xe9/csi.sock", Inode: 1}, nil)
-	reg.SetIgnored([]registry.Ignored{{Path: "/plugins/\xff\xfe", Reason: "not a socket"}})
-	svc := NewAgentService(AgentServiceConfig{Registry: reg, PluginDir: "/plugins"})
+	reg.Register("caf\xe9", plugin.Instance{Path: "/plugins/caf\xe9/csi.sock", Inode: 1}, nil)
+	reg.SetIgnored([]plugin.Ignored{{Path: "/plugins/\xff\xfe", Reason: "not a socket"}})
+	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg, PluginDir: "/plugins"})
 	cl := dialAgent(t, serveAgent(t, svc, "tcp"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -730,7 +731,7 @@ func TestWatchEventsCompressedAndPlainClients(t *testing.T) {
 		t.Run(fmt.Sprintf("gzip first %v", order[0]), func(t *testing.T) {
 			reg := registry.New(registry.Config{})
 			emit(reg, 50, 5, 60)
-			svc := NewAgentService(AgentServiceConfig{Registry: reg})
+			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
 			addr := serveAgent(t, svc, "tcp")
 			want := registry.New(registry.Config{}) // the same events, for comparison
 			emit(want, 50, 5, 60)

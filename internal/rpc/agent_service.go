@@ -2,12 +2,9 @@ package rpc
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -17,13 +14,15 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 // AgentServiceConfig configures the Agent service.
 type AgentServiceConfig struct {
-	// Registry is the node's plugin registry. Required.
-	Registry *registry.Registry
+	// Plugins is the node's plugin state. Required.
+	Plugins plugin.Source
+	// Events is the node's plugin event log. Required.
+	Events EventLog
 	// Name is the agent's node name.
 	Name string
 	// Version is the agent's build version.
@@ -47,7 +46,23 @@ type AgentServiceConfig struct {
 	MaxSubscribersPerConn int
 }
 
-// AgentService implements csisupd.v1.Agent over the registry.
+// EventLog is the node's ring of recent plugin events, read by index. The
+// registry implements it.
+type EventLog interface {
+	// EventsAfter returns at most limit events with an index greater than
+	// after, and the index range the log holds (oldest, latest).
+	EventsAfter(after uint64, limit int) (events []plugin.Event, oldest, latest uint64)
+	// ReadEvents is EventsAfter into the caller's buffer.
+	ReadEvents(buf []plugin.Event, after uint64) (n int, oldest, latest uint64)
+	// NextEvent returns a channel closed when the next event is emitted.
+	NextEvent() <-chan struct{}
+}
+
+// DefaultEventBatch is how many events a stream reads from the log at a
+// time: a batch of 32 events is about 2.5 KiB however long the backlog is.
+const DefaultEventBatch = 32
+
+// AgentService implements csisupd.v1.Agent over the node's plugin state.
 type AgentService struct {
 	csisupdv1.UnimplementedAgentServer
 	cfg  AgentServiceConfig
@@ -89,21 +104,21 @@ func (a *AgentService) Status(context.Context, *csisupdv1.StatusRequest) (*csisu
 		Name:      a.cfg.Name,
 		Version:   a.cfg.Version,
 		StartedAt: timestamppb.New(a.cfg.StartedAt),
-		PluginDir: wireString(a.cfg.PluginDir),
-		Plugins:   PluginsToProto(a.cfg.Registry.List()),
+		PluginDir: plugin.WireString(a.cfg.PluginDir),
+		Plugins:   a.cfg.Plugins.List(),
 	}
 	if a.cfg.Cluster != nil {
 		resp.Cluster = a.cfg.Cluster()
 	}
-	for _, ig := range a.cfg.Registry.Ignored() {
-		resp.Ignored = append(resp.Ignored, &csisupdv1.IgnoredEntry{Path: wireString(ig.Path), Reason: wireString(ig.Reason)})
+	for _, ig := range a.cfg.Plugins.Ignored() {
+		resp.Ignored = append(resp.Ignored, &csisupdv1.IgnoredEntry{Path: plugin.WireString(ig.Path), Reason: plugin.WireString(ig.Reason)})
 	}
 	return resp, nil
 }
 
 // ListPlugins returns every plugin sorted by id.
 func (a *AgentService) ListPlugins(context.Context, *csisupdv1.ListPluginsRequest) (*csisupdv1.ListPluginsResponse, error) {
-	return &csisupdv1.ListPluginsResponse{Plugins: PluginsToProto(a.cfg.Registry.List())}, nil
+	return &csisupdv1.ListPluginsResponse{Plugins: a.cfg.Plugins.List()}, nil
 }
 
 // GetPlugin returns one plugin or NotFound.
@@ -111,18 +126,18 @@ func (a *AgentService) GetPlugin(_ context.Context, req *csisupdv1.GetPluginRequ
 	if req.GetId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "plugin id is required")
 	}
-	p, ok := a.cfg.Registry.Get(req.GetId())
+	p, ok := a.cfg.Plugins.Get(req.GetId())
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "plugin %q is not registered on this node", req.GetId())
 	}
-	return &csisupdv1.GetPluginResponse{Plugin: PluginToProto(p)}, nil
+	return &csisupdv1.GetPluginResponse{Plugin: p}, nil
 }
 
 // WatchEvents replays buffered events, then follows new ones until the
 // caller goes away.
 //
 // A stream reads the registry's event ring one batch of at most
-// registry.DefaultEventBatch events at a time, so it holds one small batch
+// DefaultEventBatch events at a time, so it holds one small batch
 // however long the backlog is, also while it is blocked in Send on a client
 // that does not read (gRPC then holds at most its per-stream write quota
 // of encoded messages, 64 KiB). The registry never waits for a stream: it
@@ -148,7 +163,7 @@ func (a *AgentService) WatchEvents(req *csisupdv1.WatchEventsRequest, stream grp
 	for {
 		// Take the channel before reading, so an event emitted in between
 		// wakes the wait below.
-		next := a.cfg.Registry.NextEvent()
+		next := a.cfg.Events.NextEvent()
 		latest, err := a.sendBatch(stream, shared, req.GetPluginId(), &after)
 		if err != nil {
 			return err
@@ -172,7 +187,7 @@ func (a *AgentService) WatchEvents(req *csisupdv1.WatchEventsRequest, stream grp
 // buffered event for 0 (all), else n events before the latest, but not
 // before the oldest buffered one.
 func (a *AgentService) replayFrom(replay int32) uint64 {
-	_, oldest, latest := a.cfg.Registry.EventsAfter(0, 0)
+	_, oldest, latest := a.cfg.Events.EventsAfter(0, 0)
 	switch {
 	case replay < 0:
 		return latest
@@ -186,7 +201,7 @@ func (a *AgentService) replayFrom(replay int32) uint64 {
 // batchPool holds the buffers streams read the event ring into: a stream
 // holds one only while it sends a batch, so an idle stream holds none and
 // a stream blocked in Send holds its own batch and nothing else.
-var batchPool = sync.Pool{New: func() any { return new([registry.DefaultEventBatch]registry.Event) }}
+var batchPool = sync.Pool{New: func() any { return new([DefaultEventBatch]plugin.Event) }}
 
 // sendBatch sends the next batch of events after *after that match
 // pluginID (all when empty), advances *after past every event it read, and
@@ -194,12 +209,12 @@ var batchPool = sync.Pool{New: func() any { return new([registry.DefaultEventBat
 // fell-behind status when the ring no longer holds the event after *after.
 // With shared, each event goes out encoded once for all streams.
 func (a *AgentService) sendBatch(stream grpc.ServerStreamingServer[csisupdv1.Event], shared bool, pluginID string, after *uint64) (latest uint64, err error) {
-	buf := batchPool.Get().(*[registry.DefaultEventBatch]registry.Event)
+	buf := batchPool.Get().(*[DefaultEventBatch]plugin.Event)
 	defer func() {
 		clear(buf[:]) // drop the strings before the buffer is reused
 		batchPool.Put(buf)
 	}()
-	n, oldest, latest := a.cfg.Registry.ReadEvents(buf[:], *after)
+	n, oldest, latest := a.cfg.Events.ReadEvents(buf[:], *after)
 	if *after+1 < oldest {
 		return latest, fellBehind(*after+1, oldest-1)
 	}
@@ -216,14 +231,14 @@ func (a *AgentService) sendBatch(stream grpc.ServerStreamingServer[csisupdv1.Eve
 }
 
 // send sends one event, encoded once for all streams when shared.
-func (a *AgentService) send(stream grpc.ServerStreamingServer[csisupdv1.Event], shared bool, e registry.Event) error {
+func (a *AgentService) send(stream grpc.ServerStreamingServer[csisupdv1.Event], shared bool, e plugin.Event) error {
 	a.sending.Add(1)
 	defer a.sending.Add(-1)
 	var err error
 	if msg := a.encoded.get(stream, shared, e); msg != nil {
 		err = stream.SendMsg(msg)
 	} else {
-		err = stream.Send(EventToProto(e))
+		err = stream.Send(e.Proto())
 	}
 	if err == nil {
 		a.sent.Add(1)
@@ -257,7 +272,7 @@ type encodedEvent struct {
 
 // get returns e encoded on stream's behalf, or nil when the stream must
 // encode it itself: when shared is false or encoding fails.
-func (c *encodedEvents) get(stream grpc.ServerStream, shared bool, e registry.Event) *grpc.PreparedMsg {
+func (c *encodedEvents) get(stream grpc.ServerStream, shared bool, e plugin.Event) *grpc.PreparedMsg {
 	if !shared {
 		return nil
 	}
@@ -266,7 +281,7 @@ func (c *encodedEvents) get(stream grpc.ServerStream, shared bool, e registry.Ev
 		return p.msg
 	}
 	msg := new(grpc.PreparedMsg)
-	if err := msg.Encode(stream, EventToProto(e)); err != nil {
+	if err := msg.Encode(stream, e.Proto()); err != nil {
 		return nil
 	}
 	slot.Store(&encodedEvent{index: e.Index, msg: msg})
@@ -291,82 +306,4 @@ func sharedEncoding(ctx context.Context) bool {
 	}
 	comp, sub := ts.SendCompress(), ts.ContentSubtype()
 	return (comp == "" || comp == encoding.Identity) && (sub == "" || sub == "proto")
-}
-
-// PluginsToProto converts registry records to API messages.
-func PluginsToProto(ps []registry.Plugin) []*csisupdv1.Plugin {
-	out := make([]*csisupdv1.Plugin, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, PluginToProto(p))
-	}
-	return out
-}
-
-// PluginToProto converts one registry record to its API message.
-func PluginToProto(p registry.Plugin) *csisupdv1.Plugin {
-	fp := p.Fingerprint
-	// Names, paths and descriptions come from the file system and from
-	// errors; maps and capabilities come from the plugin's own gRPC
-	// answers, which are valid UTF-8 already.
-	m := &csisupdv1.Plugin{
-		Id:                     wireString(p.ID),
-		Type:                   wireString(string(fp.Type)),
-		Healthy:                p.Healthy(),
-		HealthState:            wireString(string(p.Health.State)),
-		HealthDescription:      wireString(p.Health.Description),
-		Socket:                 wireString(p.Instance.Path),
-		VendorName:             wireString(fp.VendorName),
-		VendorVersion:          wireString(fp.VendorVersion),
-		Manifest:               fp.Manifest,
-		NodeId:                 wireString(fp.NodeID),
-		MaxVolumes:             fp.MaxVolumes,
-		AccessibleTopology:     fp.AccessibleTopology,
-		PluginCapabilities:     fp.PluginCapabilities,
-		ControllerCapabilities: fp.ControllerCapabilities,
-		NodeCapabilities:       fp.NodeCapabilities,
-		RegisteredAt:           timestamppb.New(p.RegisteredAt),
-		HealthSince:            timestamppb.New(p.Health.Since),
-	}
-	if m.Type == "" {
-		m.Type = "unknown"
-	}
-	if !p.Health.LastProbe.IsZero() {
-		m.LastProbe = timestamppb.New(p.Health.LastProbe)
-	}
-	return m
-}
-
-// EventToProto converts a registry event to its API message.
-func EventToProto(e registry.Event) *csisupdv1.Event {
-	return &csisupdv1.Event{
-		Index:       e.Index,
-		Time:        timestamppb.New(e.Time),
-		Type:        wireString(string(e.Type)),
-		PluginId:    wireString(e.PluginID),
-		Description: wireString(e.Description),
-	}
-}
-
-// wireString returns s as valid UTF-8, which proto3 requires of every
-// string field: the marshaller refuses a message with an invalid one, so a
-// single plugin directory with a name that is not UTF-8 (Linux file names
-// are bytes) would fail Status and ListPlugins and end every event stream
-// at its event, again on each reconnect. Each invalid byte becomes the
-// text \xNN, so the name stays recognisable; valid strings, the usual
-// case, are returned as they are.
-func wireString(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		} else {
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
 }

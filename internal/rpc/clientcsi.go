@@ -21,7 +21,6 @@ import (
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/heartbeat"
-	"github.com/csisupd/csisupd/internal/registry"
 )
 
 // MaxAttempts is how many times ClientCSI calls a plugin for one request at
@@ -35,10 +34,15 @@ const DefaultRetryBaseDelay = 100 * time.Millisecond
 // controllerService is the plugin capability every ClientCSI method needs.
 const controllerService = "CONTROLLER_SERVICE"
 
-// PluginLookup finds a plugin on this node: its registry record and the
-// supervisor's live connection to it.
+// PluginLookup finds a plugin on this node. The registry's Manager
+// implements it.
 type PluginLookup interface {
-	Lookup(id string) (registry.Plugin, *csiclient.Client, bool)
+	// Lookup returns plugin id's read model and the supervisor's live
+	// connection to the instance that read model describes; the
+	// connection is nil while no such connection exists (the instance is
+	// not fingerprinted yet, or not supervised). ok is false when no
+	// plugin has the id.
+	Lookup(id string) (p *csisupdv1.Plugin, conn *csiclient.Client, ok bool)
 }
 
 // ClientCSIConfig configures ClientCSI.
@@ -385,20 +389,19 @@ func (s *ClientCSI) resolve(m method, pluginID string) (*csiclient.Client, error
 	if !ok {
 		return nil, csisupdv1.NewPluginNotFoundError(pluginID, s.node)
 	}
-	if !p.Healthy() || client == nil {
-		state := p.Health.State
-		if state == heartbeat.Healthy {
-			state = heartbeat.Unknown // healthy record, no connection yet
-		}
-		return nil, csisupdv1.NewPluginUnhealthyError(pluginID, string(state), p.Health.Description)
+	if !p.GetHealthy() {
+		return nil, csisupdv1.NewPluginUnhealthyError(pluginID, p.GetHealthState(), p.GetHealthDescription())
 	}
-	if !p.Fingerprinted {
+	if client == nil {
+		// Healthy, but its capabilities are not known yet, or they are
+		// another instance's (Lookup pairs a connection only with its own
+		// instance's record).
 		return nil, csisupdv1.NewPluginUnhealthyError(pluginID, string(heartbeat.Unknown), "not fingerprinted yet")
 	}
-	if !slices.Contains(p.Fingerprint.PluginCapabilities, controllerService) {
+	if !slices.Contains(p.GetPluginCapabilities(), controllerService) {
 		return nil, csisupdv1.NewCapabilityMissingError(pluginID, m.name, controllerService)
 	}
-	if m.capability != "" && !p.Fingerprint.HasControllerCapability(m.capability) {
+	if m.capability != "" && !slices.Contains(p.GetControllerCapabilities(), m.capability) {
 		return nil, csisupdv1.NewCapabilityMissingError(pluginID, m.name, m.capability)
 	}
 	return client, nil

@@ -18,7 +18,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
-	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 // clientCSICall calls one ClientCSI method with an empty CSI request.
@@ -528,7 +528,7 @@ func TestClientCSIRetryFindsPluginAgain(t *testing.T) {
 	env.mock.EXPECT().ControllerGetVolume(gomock.Any(), gomock.Any()).
 		DoAndReturn(func(context.Context, *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
 			calls.Add(1)
-			env.plugins.reg.SetHealth("mock", registry.SocketID{Path: env.socket},
+			env.plugins.reg.SetHealth("mock", plugin.Instance{Path: env.socket},
 				heartbeat.Result{State: heartbeat.Unhealthy, Description: "probe: connection refused"})
 			return nil, status.Error(codes.Unavailable, "going down")
 		}).AnyTimes()

@@ -22,6 +22,7 @@ import (
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -98,15 +99,15 @@ func newFixedPlugins() *fixedPlugins {
 	return &fixedPlugins{reg: registry.New(registry.Config{}), clients: make(map[string]*csiclient.Client)}
 }
 
-func (f *fixedPlugins) Lookup(id string) (registry.Plugin, *csiclient.Client, bool) {
+func (f *fixedPlugins) Lookup(id string) (*csisupdv1.Plugin, *csiclient.Client, bool) {
 	p, ok := f.reg.Get(id)
 	if !ok {
-		return registry.Plugin{}, nil, false
+		return nil, nil, false
 	}
 	f.mu.Lock()
 	c := f.clients[id]
 	f.mu.Unlock()
-	return p, c, c != nil
+	return p.Proto(), c, c != nil
 }
 
 // add registers plugin id at socket with fingerprint fp and health state h,
@@ -118,7 +119,7 @@ func (f *fixedPlugins) add(t testing.TB, id, socket string, fp fingerprint.Finge
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	inst := registry.SocketID{Path: socket}
+	inst := plugin.Instance{Path: socket}
 	f.reg.Register(id, inst, &fp)
 	f.reg.SetHealth(id, inst, heartbeat.Result{State: h, Description: "set by the test", At: time.Now()})
 	f.mu.Lock()
@@ -275,7 +276,7 @@ func newManagedEnv(t testing.TB, id string, pcfg testplugin.Config, cfg ClientCS
 	})
 	testutil.WaitFor(t, 20*time.Second, "plugin "+id+" to be healthy and fingerprinted", func() bool {
 		rec, c, ok := m.Lookup(id)
-		return ok && c != nil && rec.Healthy() && rec.Fingerprinted
+		return ok && c != nil && rec.GetHealthy()
 	})
 
 	cfg.Plugins = m

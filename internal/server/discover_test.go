@@ -3,10 +3,12 @@ package server_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -42,11 +44,11 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 	checkFormed(t, c, 3)
 	a := startFakeAgent(t, "node-a")
 	catalog := &catalogStub{}
-	nc, err := server.NewNodeClient(server.NodeClientConfig{
+	nc, err := nodeclient.New(nodeclient.Config{
 		DiscoverServers:  catalog.discover,
 		DiscoverInterval: 50 * time.Millisecond,
-		Node:             server.NodeInfo{ID: "node-a", Address: a.addr},
-		Plugins:          func() []server.NodePlugin { return []server.NodePlugin{monolith("p1", "node-a")} },
+		Node:             nodeclient.Node{ID: "node-a", Address: a.addr},
+		Plugins:          testutil.NewPluginSource(monolith("p1", "node-a")),
 		RPCTimeout:       2 * time.Second,
 		MinRetry:         20 * time.Millisecond,
 		MaxRetry:         100 * time.Millisecond,
@@ -89,12 +91,13 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 }
 
 func TestNodeClientNeedsServersOrDiscovery(t *testing.T) {
-	_, err := server.NewNodeClient(server.NodeClientConfig{
-		Node:    server.NodeInfo{ID: "n", Address: "127.0.0.1:1"},
-		Plugins: func() []server.NodePlugin { return nil },
+	_, err := nodeclient.New(nodeclient.Config{
+		Node:       nodeclient.Node{ID: "n", Address: "127.0.0.1:1"},
+		Plugins:    testutil.NewPluginSource(),
+		RPCTimeout: time.Second, MinRetry: time.Millisecond, MaxRetry: time.Second,
 	}, nil)
-	if err == nil {
-		t.Fatal("NewNodeClient without servers or discovery succeeded")
+	if err == nil || !strings.Contains(err.Error(), "client.servers is empty") {
+		t.Fatalf("nodeclient.New without servers or discovery: err = %v, want the missing servers named", err)
 	}
 }
 

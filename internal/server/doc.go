@@ -18,7 +18,6 @@
 // Node heartbeats follow Nomad's model: the leader keeps one in-memory TTL
 // timer per node and writes to raft only when a node's status changes.
 //
-// NodeClient is the agent-side half: it keeps one node registered against
-// the servers, pushes coalesced plugin updates and heartbeats at the TTL the
-// servers return.
+// The agent-side half, which registers a node and reports its plugins, is
+// package nodeclient.
 package server

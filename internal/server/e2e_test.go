@@ -16,7 +16,6 @@ import (
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
-	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -28,11 +27,11 @@ type onePlugin struct {
 	client *csiclient.Client
 }
 
-func (o *onePlugin) Lookup(id string) (registry.Plugin, *csiclient.Client, bool) {
+func (o *onePlugin) Lookup(id string) (*csisupdv1.Plugin, *csiclient.Client, bool) {
 	if id != o.rec.ID {
-		return registry.Plugin{}, nil, false
+		return nil, nil, false
 	}
-	return o.rec, o.client, true
+	return o.rec.Proto(), o.client, true
 }
 
 // TestVolumeThroughClientCSI drives volume operations from the Control API
@@ -92,9 +91,9 @@ func TestVolumeThroughClientCSI(t *testing.T) {
 		<-served
 	})
 
-	startNode(t, "node-a", ln.Addr().String(), c.RPCAddrs(), server.NodePlugin{
-		ID: "tp", Type: string(fp.Type), Healthy: true, HealthState: "healthy",
-		VendorName: fp.VendorName, VendorVersion: fp.VendorVersion, NodeID: fp.NodeID,
+	startNode(t, "node-a", ln.Addr().String(), c.RPCAddrs(), &csisupdv1.Plugin{
+		Id: "tp", Type: string(fp.Type), Healthy: true, HealthState: "healthy",
+		VendorName: fp.VendorName, VendorVersion: fp.VendorVersion, NodeId: fp.NodeID,
 		PluginCapabilities: fp.PluginCapabilities, ControllerCapabilities: fp.ControllerCapabilities,
 		NodeCapabilities: fp.NodeCapabilities,
 	})

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -145,10 +145,10 @@ func (a *fakeAgent) ControllerDetachVolume(_ context.Context, in *csisupdv1.Cont
 }
 
 // monolith returns a healthy monolith plugin as a node reports it.
-func monolith(id, nodeID string) server.NodePlugin {
-	return server.NodePlugin{
-		ID: id, Type: "monolith", Healthy: true, HealthState: "healthy", HealthDescription: "probe ok",
-		VendorName: "csi.example", VendorVersion: "1.2.3", NodeID: "csi-" + nodeID,
+func monolith(id, nodeID string) *csisupdv1.Plugin {
+	return &csisupdv1.Plugin{
+		Id: id, Type: "monolith", Healthy: true, HealthState: "healthy", HealthDescription: "probe ok",
+		VendorName: "csi.example", VendorVersion: "1.2.3", NodeId: "csi-" + nodeID,
 		PluginCapabilities:     []string{"CONTROLLER_SERVICE"},
 		ControllerCapabilities: []string{"CREATE_DELETE_VOLUME", "PUBLISH_UNPUBLISH_VOLUME"},
 	}
@@ -157,22 +157,20 @@ func monolith(id, nodeID string) server.NodePlugin {
 // agentNode runs a NodeClient for one node until the test ends or stop is
 // called.
 type agentNode struct {
-	id     string
-	client *server.NodeClient
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu      sync.Mutex
-	plugins []server.NodePlugin
+	id      string
+	client  *nodeclient.Client
+	plugins *testutil.PluginSource
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
-func startNode(t testing.TB, id, addr string, servers []string, plugins ...server.NodePlugin) *agentNode {
+func startNode(t testing.TB, id, addr string, servers []string, plugins ...*csisupdv1.Plugin) *agentNode {
 	t.Helper()
-	n := &agentNode{id: id, plugins: plugins}
-	nc, err := server.NewNodeClient(server.NodeClientConfig{
+	n := &agentNode{id: id, plugins: testutil.NewPluginSource(plugins...)}
+	nc, err := nodeclient.New(nodeclient.Config{
 		Servers:    servers,
-		Node:       server.NodeInfo{ID: id, Name: "name-" + id, Address: addr},
-		Plugins:    n.currentPlugins,
+		Node:       nodeclient.Node{ID: id, Name: "name-" + id, Address: addr},
+		Plugins:    n.plugins,
 		RPCTimeout: 2 * time.Second,
 		MinRetry:   50 * time.Millisecond,
 		MaxRetry:   500 * time.Millisecond,
@@ -191,18 +189,7 @@ func startNode(t testing.TB, id, addr string, servers []string, plugins ...serve
 	return n
 }
 
-func (n *agentNode) currentPlugins() []server.NodePlugin {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return append([]server.NodePlugin(nil), n.plugins...)
-}
-
-func (n *agentNode) setPlugins(p ...server.NodePlugin) {
-	n.mu.Lock()
-	n.plugins = p
-	n.mu.Unlock()
-	n.client.PluginsChanged()
-}
+func (n *agentNode) setPlugins(p ...*csisupdv1.Plugin) { n.plugins.Set(p...) }
 
 func (n *agentNode) stop() {
 	n.cancel()

@@ -15,24 +15,25 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/csiclient"
-	"github.com/csisupd/csisupd/internal/registry"
-	"github.com/csisupd/csisupd/internal/rpc"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// noPlugins is a node without plugins.
-type noPlugins struct{}
-
-func (noPlugins) Lookup(string) (registry.Plugin, *csiclient.Client, bool) {
-	return registry.Plugin{}, nil, false
+// nodeWithoutPlugins answers every ClientCSI call as an agent without
+// plugins does: NotFound with the typed PluginNotFound detail. The test
+// serves it from this package alone, so that the API's tests depend on
+// nothing but the API (the real service's answers are tested in rpc).
+type nodeWithoutPlugins struct {
+	csisupdv1.UnimplementedClientCSIServer
 }
 
-// serveAgent serves the real ClientCSI service on a unix socket and returns
-// its address.
+func (nodeWithoutPlugins) ControllerListVolumes(_ context.Context, req *csisupdv1.ControllerListVolumesRequest) (*csisupdv1.ControllerListVolumesResponse, error) {
+	return nil, csisupdv1.NewPluginNotFoundError(req.GetPluginId(), "node-1")
+}
+
+// serveAgent serves ClientCSI on a unix socket and returns its address.
 func serveAgent(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "csi")
@@ -40,17 +41,13 @@ func serveAgent(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	svc, err := rpc.NewClientCSI(rpc.ClientCSIConfig{Plugins: noPlugins{}, NodeName: "node-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sock := filepath.Join(dir, "agent.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	svc.Register(srv)
+	csisupdv1.RegisterClientCSIServer(srv, nodeWithoutPlugins{})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

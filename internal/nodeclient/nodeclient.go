@@ -1,4 +1,4 @@
-package server
+package nodeclient
 
 import (
 	"context"
@@ -15,10 +15,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
-// NodeInfo identifies a node to the servers.
-type NodeInfo struct {
+// Node identifies a node to the servers.
+type Node struct {
 	// ID is the node's stable id.
 	ID string
 	// Name is the node's human name.
@@ -27,39 +28,12 @@ type NodeInfo struct {
 	Address string
 }
 
-// NodePlugin is one plugin on the node as the agent reports it.
-type NodePlugin struct {
-	ID string
-	// Type is one of controller, node, monolith, unknown.
-	Type string
-	// Healthy is the latest probe result; HealthState is one of unknown,
-	// healthy, unhealthy.
-	Healthy           bool
-	HealthState       string
-	HealthDescription string
-	VendorName        string
-	VendorVersion     string
-	// NodeID is the node id the plugin reports (NodeGetInfo).
-	NodeID                 string
-	MaxVolumes             int64
-	AccessibleTopology     map[string]string
-	PluginCapabilities     []string
-	ControllerCapabilities []string
-	NodeCapabilities       []string
-}
+// Discover returns the gRPC addresses (host:port) of the servers as they
+// are known now (Consul's catalog, for example).
+type Discover func(ctx context.Context) ([]string, error)
 
-func (p NodePlugin) proto() *csisupdv1.Plugin {
-	return &csisupdv1.Plugin{
-		Id: p.ID, Type: p.Type, Healthy: p.Healthy, HealthState: p.HealthState,
-		HealthDescription: p.HealthDescription, VendorName: p.VendorName, VendorVersion: p.VendorVersion,
-		NodeId: p.NodeID, MaxVolumes: p.MaxVolumes, AccessibleTopology: p.AccessibleTopology,
-		PluginCapabilities: p.PluginCapabilities, ControllerCapabilities: p.ControllerCapabilities,
-		NodeCapabilities: p.NodeCapabilities,
-	}
-}
-
-// NodeClientConfig configures a NodeClient.
-type NodeClientConfig struct {
+// Config configures a NodeClient.
+type Config struct {
 	// Servers are the gRPC addresses of the servers; the client fails over
 	// between them.
 	Servers []string
@@ -69,33 +43,32 @@ type NodeClientConfig struct {
 	// dropped.
 	DiscoverServers Discover
 	// DiscoverInterval is how long a discovered server list is used before
-	// it is refreshed (default 30 s).
+	// it is refreshed. Required with DiscoverServers.
 	DiscoverInterval time.Duration
 	// Node identifies this node.
-	Node NodeInfo
-	// Plugins returns the node's current plugins. It is called for every
-	// registration and plugin update, so updates always carry the latest
-	// state.
-	Plugins func() []NodePlugin
-	// DialOptions are used for the server connections. Defaults to
+	Node Node
+	// Plugins is the node's plugin state. The client subscribes to its
+	// changes and sends the latest List with every registration and
+	// plugin update.
+	Plugins plugin.Source
+	// DialOptions are used for the server connections. None means
 	// insecure transport credentials.
 	DialOptions []grpc.DialOption
-	// RPCTimeout bounds one call (default 10 s).
+	// RPCTimeout bounds one call. Required.
 	RPCTimeout time.Duration
-	// MinRetry and MaxRetry bound the backoff after a failed call
-	// (defaults 500 ms and 30 s).
+	// MinRetry and MaxRetry bound the backoff after a failed call.
+	// Required.
 	MinRetry, MaxRetry time.Duration
 }
 
-// NodeClient keeps one node registered with the servers: it registers,
+// Client keeps one node registered with the servers: it registers,
 // pushes coalesced plugin updates, heartbeats at the TTL the servers return,
 // re-registers when a server does not know the node, and fails over between
 // servers.
-type NodeClient struct {
-	cfg     NodeClientConfig
-	logger  hclog.Logger
-	conns   *connPool
-	changed chan struct{}
+type Client struct {
+	cfg    Config
+	logger hclog.Logger
+	conn   serverConn
 
 	mu         sync.Mutex
 	registered bool
@@ -108,8 +81,9 @@ type NodeClient struct {
 	rediscover   bool
 }
 
-// NewNodeClient validates cfg and returns a client; Run starts it.
-func NewNodeClient(cfg NodeClientConfig, logger hclog.Logger) (*NodeClient, error) {
+// validate checks cfg; it fills in nothing: the defaults live in the
+// config package.
+func (cfg *Config) validate() error {
 	var errs []error
 	if len(cfg.Servers) == 0 && cfg.DiscoverServers == nil {
 		errs = append(errs, errors.New("node client: client.servers is empty and no server discovery is configured"))
@@ -123,46 +97,38 @@ func NewNodeClient(cfg NodeClientConfig, logger hclog.Logger) (*NodeClient, erro
 	if cfg.Plugins == nil {
 		errs = append(errs, errors.New("node client: plugins source is required"))
 	}
-	if err := errors.Join(errs...); err != nil {
+	if cfg.RPCTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("node client: RPCTimeout must be positive, got %s", cfg.RPCTimeout))
+	}
+	if cfg.DiscoverServers != nil && cfg.DiscoverInterval <= 0 {
+		errs = append(errs, fmt.Errorf("node client: DiscoverInterval must be positive, got %s", cfg.DiscoverInterval))
+	}
+	if cfg.MinRetry <= 0 || cfg.MaxRetry < cfg.MinRetry {
+		errs = append(errs, fmt.Errorf("node client: retry bounds must be 0 < MinRetry <= MaxRetry, got %s and %s", cfg.MinRetry, cfg.MaxRetry))
+	}
+	return errors.Join(errs...)
+}
+
+// New validates cfg and returns a client; Run starts it.
+func New(cfg Config, logger hclog.Logger) (*Client, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Node.Name == "" {
-		cfg.Node.Name = cfg.Node.ID
-	}
-	if cfg.RPCTimeout == 0 {
-		cfg.RPCTimeout = 10 * time.Second
-	}
-	if cfg.MinRetry == 0 {
-		cfg.MinRetry = 500 * time.Millisecond
-	}
-	if cfg.MaxRetry == 0 {
-		cfg.MaxRetry = 30 * time.Second
-	}
-	if cfg.DiscoverInterval == 0 {
-		cfg.DiscoverInterval = 30 * time.Second
+		cfg.Node.Name = cfg.Node.ID // a node without a name is known by its id
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &NodeClient{
-		cfg:     cfg,
-		logger:  logger.Named("node-client"),
-		conns:   newConnPool(cfg.DialOptions),
-		changed: make(chan struct{}, 1),
+	return &Client{
+		cfg:    cfg,
+		logger: logger.Named("node-client"),
+		conn:   serverConn{opts: cfg.DialOptions},
 	}, nil
 }
 
-// PluginsChanged tells the client the plugin list changed. It never
-// blocks; several calls before the next push become one update.
-func (c *NodeClient) PluginsChanged() {
-	select {
-	case c.changed <- struct{}{}:
-	default:
-	}
-}
-
 // Registered reports whether the node is currently registered.
-func (c *NodeClient) Registered() bool {
+func (c *Client) Registered() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.registered
@@ -170,7 +136,7 @@ func (c *NodeClient) Registered() bool {
 
 // Servers returns the servers the client uses: Servers, or the ones it
 // discovered last.
-func (c *NodeClient) Servers() []string {
+func (c *Client) Servers() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.cfg.Servers) > 0 {
@@ -180,7 +146,7 @@ func (c *NodeClient) Servers() []string {
 }
 
 // TTL returns the heartbeat TTL the servers returned last.
-func (c *NodeClient) TTL() time.Duration {
+func (c *Client) TTL() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ttl
@@ -189,12 +155,12 @@ func (c *NodeClient) TTL() time.Duration {
 // errNoServers is a discovery that found no server.
 var errNoServers = errors.New("no servers found")
 
-func (c *NodeClient) client(ctx context.Context) (csisupdv1.ClusterClient, string, error) {
+func (c *Client) client(ctx context.Context) (csisupdv1.ClusterClient, string, error) {
 	addr, err := c.serverAddr(ctx)
 	if err != nil {
 		return nil, "", err
 	}
-	conn, err := c.conns.get(addr)
+	conn, err := c.conn.get(addr)
 	if err != nil {
 		return nil, addr, err
 	}
@@ -204,7 +170,7 @@ func (c *NodeClient) client(ctx context.Context) (csisupdv1.ClusterClient, strin
 // serverAddr is the server to call: from Servers, or from the discovered
 // list, which is refreshed when it is older than DiscoverInterval or a call
 // failed.
-func (c *NodeClient) serverAddr(ctx context.Context) (string, error) {
+func (c *Client) serverAddr(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.cfg.Servers) > 0 {
@@ -227,7 +193,7 @@ func (c *NodeClient) serverAddr(ctx context.Context) (string, error) {
 
 // setDiscoveredLocked replaces the discovered servers, staying with the
 // current server while it is still listed.
-func (c *NodeClient) setDiscoveredLocked(found []string) {
+func (c *Client) setDiscoveredLocked(found []string) {
 	var current string
 	if len(c.discovered) > 0 {
 		current = c.discovered[c.server%len(c.discovered)]
@@ -241,24 +207,30 @@ func (c *NodeClient) setDiscoveredLocked(found []string) {
 	}
 }
 
-func (c *NodeClient) failover() {
+func (c *Client) failover() {
 	c.mu.Lock()
 	c.server++
 	c.rediscover = true
 	c.mu.Unlock()
 }
 
-func (c *NodeClient) plugins() []*csisupdv1.Plugin {
-	var out []*csisupdv1.Plugin
-	for _, p := range c.cfg.Plugins() {
-		out = append(out, p.proto())
+// plugins is what the servers are told about the node's plugins: the
+// read model, without the time of the last probe. The servers keep no
+// probe times: replicating one would be a raft write per probe, and the
+// node's heartbeat already says that its agent is alive.
+func (c *Client) plugins() []*csisupdv1.Plugin {
+	ps := c.cfg.Plugins.List()
+	for _, p := range ps {
+		p.LastProbe = nil
 	}
-	return out
+	return ps
 }
 
 // Run keeps the node registered until ctx ends. It returns nil then.
-func (c *NodeClient) Run(ctx context.Context) error {
-	defer c.conns.close()
+func (c *Client) Run(ctx context.Context) error {
+	defer c.conn.close()
+	changes := c.cfg.Plugins.Subscribe()
+	defer changes.Close()
 	backoff := c.cfg.MinRetry
 	fail := func(op, addr string, err error) {
 		c.logger.Warn("server call failed", "op", op, "server", addr, "error", err)
@@ -285,7 +257,7 @@ func (c *NodeClient) Run(ctx context.Context) error {
 	for {
 		if !c.Registered() {
 			select {
-			case <-c.changed: // the registration carries the latest plugins
+			case <-changes.C(): // the registration carries the latest plugins
 			default:
 			}
 			ttl, addr, err := c.register(ctx)
@@ -306,7 +278,7 @@ func (c *NodeClient) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-c.changed:
+		case <-changes.C():
 			dirty = true
 		case <-retry:
 			retry = nil
@@ -346,13 +318,13 @@ func (c *NodeClient) Run(ctx context.Context) error {
 	}
 }
 
-func (c *NodeClient) setRegistered(ok bool, ttl time.Duration) {
+func (c *Client) setRegistered(ok bool, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.registered, c.ttl = ok, ttl
 }
 
-func (c *NodeClient) register(ctx context.Context) (time.Duration, string, error) {
+func (c *Client) register(ctx context.Context) (time.Duration, string, error) {
 	cl, addr, err := c.client(ctx)
 	if err != nil {
 		return 0, addr, err
@@ -371,7 +343,7 @@ func (c *NodeClient) register(ctx context.Context) (time.Duration, string, error
 	return ttl, addr, nil
 }
 
-func (c *NodeClient) heartbeat(ctx context.Context) (time.Duration, string, error) {
+func (c *Client) heartbeat(ctx context.Context) (time.Duration, string, error) {
 	cl, addr, err := c.client(ctx)
 	if err != nil {
 		return 0, addr, err
@@ -387,7 +359,7 @@ func (c *NodeClient) heartbeat(ctx context.Context) (time.Duration, string, erro
 	return ttl, addr, nil
 }
 
-func (c *NodeClient) update(ctx context.Context) (string, error) {
+func (c *Client) update(ctx context.Context) (string, error) {
 	cl, addr, err := c.client(ctx)
 	if err != nil {
 		return addr, err

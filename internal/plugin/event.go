@@ -1,0 +1,44 @@
+package plugin
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// EventType names a kind of plugin event. The values are part of the
+// external contract (`csisupd events --json`).
+type EventType string
+
+// Event types.
+const (
+	EventRegistered         EventType = "plugin-registered"
+	EventHealthy            EventType = "plugin-healthy"
+	EventUnhealthy          EventType = "plugin-unhealthy"
+	EventDeregistered       EventType = "plugin-deregistered"
+	EventFingerprintChanged EventType = "plugin-fingerprint-changed"
+)
+
+// Event is one change in the life of a plugin on this node. Index grows
+// by one with every event the node emits.
+type Event struct {
+	Index       uint64    `json:"index"`
+	Time        time.Time `json:"time"`
+	Type        EventType `json:"type"`
+	PluginID    string    `json:"plugin_id"`
+	Description string    `json:"description"`
+}
+
+// Proto returns the event's API message, with every string made valid
+// UTF-8 (WireString).
+func (e Event) Proto() *csisupdv1.Event {
+	return &csisupdv1.Event{
+		Index:       e.Index,
+		Time:        timestamppb.New(e.Time),
+		Type:        WireString(string(e.Type)),
+		PluginId:    WireString(e.PluginID),
+		Description: WireString(e.Description),
+	}
+}

@@ -1,0 +1,76 @@
+package registry
+
+import (
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
+)
+
+// Source returns the registry as a plugin.Source: the read model of its
+// records, its ignored entries and its change subscriptions.
+func (r *Registry) Source() plugin.Source { return source{r} }
+
+// source adapts a Registry to plugin.Source.
+type source struct{ r *Registry }
+
+func (s source) List() []*csisupdv1.Plugin {
+	recs := s.r.List()
+	out := make([]*csisupdv1.Plugin, len(recs))
+	for i, p := range recs {
+		out[i] = p.Proto()
+	}
+	return out
+}
+
+func (s source) Get(id string) (*csisupdv1.Plugin, bool) {
+	p, ok := s.r.Get(id)
+	if !ok {
+		return nil, false
+	}
+	return p.Proto(), true
+}
+
+func (s source) Ignored() []plugin.Ignored { return s.r.Ignored() }
+
+func (s source) Subscribe() plugin.Subscription { return s.r.Subscribe() }
+
+// Proto returns the record's read model, the one shape every consumer of
+// plugin state reads (the Agent API, the node client, the Consul sync, the
+// CLI). It is the only converter from a record. The message shares no
+// map or slice with the record, so its reader may keep or change it.
+func (p Plugin) Proto() *csisupdv1.Plugin {
+	fp := p.Fingerprint
+	// Names, paths and descriptions come from the file system and from
+	// errors; maps and capabilities come from the plugin's own gRPC
+	// answers, which are valid UTF-8 already.
+	m := &csisupdv1.Plugin{
+		Id:                     plugin.WireString(p.ID),
+		Type:                   plugin.WireString(string(fp.Type)),
+		Healthy:                p.Healthy(),
+		HealthState:            plugin.WireString(string(p.Health.State)),
+		HealthDescription:      plugin.WireString(p.Health.Description),
+		Socket:                 plugin.WireString(p.Instance.Path),
+		VendorName:             plugin.WireString(fp.VendorName),
+		VendorVersion:          plugin.WireString(fp.VendorVersion),
+		Manifest:               maps.Clone(fp.Manifest),
+		NodeId:                 plugin.WireString(fp.NodeID),
+		MaxVolumes:             fp.MaxVolumes,
+		AccessibleTopology:     maps.Clone(fp.AccessibleTopology),
+		PluginCapabilities:     slices.Clone(fp.PluginCapabilities),
+		ControllerCapabilities: slices.Clone(fp.ControllerCapabilities),
+		NodeCapabilities:       slices.Clone(fp.NodeCapabilities),
+		RegisteredAt:           timestamppb.New(p.RegisteredAt),
+		HealthSince:            timestamppb.New(p.Health.Since),
+	}
+	if m.Type == "" {
+		m.Type = "unknown"
+	}
+	if !p.Health.LastProbe.IsZero() {
+		m.LastProbe = timestamppb.New(p.Health.LastProbe)
+	}
+	return m
+}
