@@ -471,27 +471,37 @@ func (a *Agent) stopServers() {
 // unreachable Consul leaves time for the rest of a stop within 5 s.
 const consulShutdownTimeout = ShutdownTimeout / 2
 
+// consulConfig builds the Consul sync's configuration from cfg, which
+// holds every default: consulsync has none of its own.
 func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 	port := cfg.Ports.RPC
 	if tcp, ok := a.rpcLn.Addr().(*net.TCPAddr); ok {
 		port = tcp.Port
 	}
+	cs := cfg.Consul
 	c := consulsync.Config{
 		Plugins:              a.manager.Registry().Source(),
-		Address:              cfg.Consul.Address,
-		Token:                string(cfg.Consul.Token),
-		ServiceName:          cfg.Consul.ServiceName,
-		PluginServiceName:    cfg.Consul.PluginServiceName,
+		Address:              cs.Address,
+		Token:                string(cs.Token),
+		ServiceName:          cs.ServiceName,
+		PluginServiceName:    cs.PluginService,
 		ServerService:        cfg.Server.Enabled,
-		ServerServiceName:    cfg.Consul.ServerServiceName,
-		Tags:                 cfg.Consul.Tags,
-		EnableTagOverride:    cfg.Consul.EnableTagOverride,
-		DeregisterOnShutdown: cfg.Consul.DeregisterOnShutdown,
-		SyncInterval:         cfg.Consul.SyncInterval,
+		ServerServiceName:    cs.ServerServiceName,
+		Tags:                 cs.Tags,
+		EnableTagOverride:    cs.EnableTagOverride,
+		DeregisterOnShutdown: cs.DeregisterOnShutdown,
 		NodeName:             cfg.Name,
 		ServiceAddress:       cfg.AdvertiseAddr,
 		ServicePort:          port,
-		GRPCCheckInterval:    cfg.Consul.CheckInterval,
+		GRPCCheck:            net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(port)),
+		GRPCCheckInterval:    cs.CheckInterval,
+		GRPCCheckTimeout:     cs.CheckTimeout(),
+		SyncInterval:         cs.SyncInterval,
+		CheckTTL:             cs.CheckTTL(),
+		Probation:            config.DefaultConsulProbation,
+		RetryStep:            config.DefaultConsulRetryStep,
+		RetryMax:             config.DefaultConsulRetryMax,
+		RequestTimeout:       config.DefaultConsulRequestTimeout,
 		ShutdownTimeout:      consulShutdownTimeout,
 		Logger:               a.log.Named("consul"),
 	}

@@ -72,6 +72,16 @@ func TestAgentRegistersInConsul(t *testing.T) {
 	if n := consul.TokensSeen()[good]; n == 0 {
 		t.Errorf("the fixed token was never sent: %v", consul.TokensSeen())
 	}
+	// The checks carry the configuration's values: consulsync has no
+	// defaults of its own.
+	grpcDef, _ := consul.CheckDefinition(consulsync.GRPCCheckID)
+	if grpcDef.Interval != cfg.Consul.CheckInterval.String() || grpcDef.Timeout != cfg.Consul.CheckTimeout().String() {
+		t.Errorf("gRPC check every %s with timeout %s, want %s and %s",
+			grpcDef.Interval, grpcDef.Timeout, cfg.Consul.CheckInterval, cfg.Consul.CheckTimeout())
+	}
+	if ttlDef, _ := consul.CheckDefinition(consulsync.PluginCheckID("p1")); ttlDef.TTL != cfg.Consul.CheckTTL().String() {
+		t.Errorf("plugin check TTL %q, want %q", ttlDef.TTL, cfg.Consul.CheckTTL())
+	}
 }
 
 // With TLS on the gRPC port, the agent's check is registered with

@@ -52,6 +52,26 @@ const (
 	DefaultConsulSyncInterval      = 30 * time.Second
 	DefaultConsulServerServiceName = "csisupd-server"
 	DefaultConsulCheckInterval     = 10 * time.Second
+	// DefaultConsulCheckTimeout bounds one run of the agent's gRPC check;
+	// see ConsulConfig.CheckTimeout.
+	DefaultConsulCheckTimeout = 5 * time.Second
+	// DefaultConsulCheckTTL is the shortest TTL of the plugins' health
+	// checks; see ConsulConfig.CheckTTL.
+	DefaultConsulCheckTTL = 10 * time.Minute
+)
+
+// Values of the Consul sync that have no configuration key.
+const (
+	// DefaultConsulProbation is how long, after the agent starts, services
+	// with csisupd's ID prefix that it does not know are kept in Consul,
+	// so plugins being restored do not flap.
+	DefaultConsulProbation = time.Minute
+	// DefaultConsulRetryStep is the linear back-off step after a failed
+	// sync pass; DefaultConsulRetryMax caps the back-off.
+	DefaultConsulRetryStep = time.Second
+	DefaultConsulRetryMax  = 30 * time.Second
+	// DefaultConsulRequestTimeout bounds one request to Consul.
+	DefaultConsulRequestTimeout = 10 * time.Second
 )
 
 // PluginIDPlaceholder is replaced by the plugin ID in
@@ -162,15 +182,16 @@ type ConsulConfig struct {
 	// Enabled turns Consul registration on.
 	Enabled bool
 	// Address of the Consul agent. Empty means the consul/api default
-	// (CONSUL_HTTP_ADDR or 127.0.0.1:8500).
+	// (CONSUL_HTTP_ADDR, else localhost:8500).
 	Address string
-	// Token is the ACL token. Empty means the consul/api default
-	// (CONSUL_HTTP_TOKEN or CONSUL_HTTP_TOKEN_FILE). Never printed.
+	// Token is the ACL token. Empty means the consul/api default (the
+	// file named by CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN). Never
+	// printed.
 	Token Secret
 	// ServiceName is the Consul service of the agent itself.
 	ServiceName string
 	// PluginServiceName is the service name template of plugins; it
-	// contains PluginIDPlaceholder. See Config.PluginServiceName.
+	// contains PluginIDPlaceholder. See ConsulConfig.PluginService.
 	PluginServiceName string
 	// Tags are added to every service.
 	Tags []string
@@ -183,7 +204,7 @@ type ConsulConfig struct {
 	SyncInterval time.Duration
 	// CheckInterval is how often Consul runs the agent's gRPC health
 	// check. A killed agent's services turn critical within this interval
-	// plus the check's timeout.
+	// plus the check's timeout (ConsulConfig.CheckTimeout).
 	CheckInterval time.Duration
 	// CheckTLSServerName is the name Consul verifies in the agent's
 	// certificate when the gRPC port serves TLS. Empty means the first DNS
@@ -198,6 +219,26 @@ type ConsulConfig struct {
 	// ClientAutoJoin lets an agent with an empty client.servers find the
 	// servers through Consul's catalog.
 	ClientAutoJoin bool
+}
+
+// PluginService returns the Consul service name of the plugin with the
+// given ID: PluginServiceName with every PluginIDPlaceholder replaced by
+// the ID.
+func (c ConsulConfig) PluginService(pluginID string) string {
+	return strings.ReplaceAll(c.PluginServiceName, PluginIDPlaceholder, pluginID)
+}
+
+// CheckTimeout is the timeout of the agent's gRPC check:
+// DefaultConsulCheckTimeout, or CheckInterval when that is shorter.
+func (c ConsulConfig) CheckTimeout() time.Duration {
+	return min(DefaultConsulCheckTimeout, c.CheckInterval)
+}
+
+// CheckTTL is the TTL of the plugins' health checks:
+// DefaultConsulCheckTTL, or four sync intervals when that is longer, so a
+// check never expires between two passes that refresh it.
+func (c ConsulConfig) CheckTTL() time.Duration {
+	return max(DefaultConsulCheckTTL, 4*c.SyncInterval)
 }
 
 // TLSConfig configures TLS of the gRPC APIs. All fields are file paths.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTokenRedaction(t *testing.T) {
@@ -120,6 +121,48 @@ func TestAutoJoin(t *testing.T) {
 			}
 			if got := c.ClientAutoJoin(); got != tt.wantCl {
 				t.Errorf("ClientAutoJoin = %v, want %v", got, tt.wantCl)
+			}
+		})
+	}
+}
+
+func TestConsulPluginService(t *testing.T) {
+	tests := []struct {
+		template, id, want string
+	}{
+		{DefaultConsulPluginServiceName, "ebs", "csi-plugin-ebs"},
+		{"storage-{{id}}-csi", "nfs.example.com", "storage-nfs.example.com-csi"},
+		{"{{id}}-{{id}}", "a", "a-a"},
+		{"csi-{{ID}}-{{id}}", "b", "csi-{{ID}}-b"}, // the placeholder is lower case only
+	}
+	for _, tt := range tests {
+		t.Run(tt.template, func(t *testing.T) {
+			c := ConsulConfig{PluginServiceName: tt.template}
+			if got := c.PluginService(tt.id); got != tt.want {
+				t.Errorf("PluginService(%q) = %q, want %q", tt.id, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestConsulDerivedDurations(t *testing.T) {
+	tests := []struct {
+		name                   string
+		syncInterval, interval time.Duration
+		wantTTL, wantTimeout   time.Duration
+	}{
+		{"defaults", DefaultConsulSyncInterval, DefaultConsulCheckInterval, 10 * time.Minute, 5 * time.Second},
+		{"long sync interval raises the TTL", time.Hour, DefaultConsulCheckInterval, 4 * time.Hour, 5 * time.Second},
+		{"short check interval bounds the timeout", DefaultConsulSyncInterval, 2 * time.Second, 10 * time.Minute, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ConsulConfig{SyncInterval: tt.syncInterval, CheckInterval: tt.interval}
+			if got := c.CheckTTL(); got != tt.wantTTL {
+				t.Errorf("CheckTTL = %s, want %s", got, tt.wantTTL)
+			}
+			if got := c.CheckTimeout(); got != tt.wantTimeout {
+				t.Errorf("CheckTimeout = %s, want %s", got, tt.wantTimeout)
 			}
 		})
 	}

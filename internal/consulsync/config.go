@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,62 +15,41 @@ import (
 	"github.com/csisupd/csisupd/internal/plugin"
 )
 
-// Defaults of Config.
-const (
-	DefaultServiceName       = "csisupd"
-	DefaultPluginServiceName = "csi-plugin-" + PluginIDPlaceholder
-	DefaultSyncInterval      = 30 * time.Second
-	DefaultCheckTTL          = 10 * time.Minute
-	DefaultGRPCCheckInterval = 10 * time.Second
-	DefaultGRPCCheckTimeout  = 5 * time.Second
-	DefaultProbation         = time.Minute
-	DefaultRetryStep         = time.Second
-	DefaultRetryMax          = 30 * time.Second
-	DefaultRequestTimeout    = 10 * time.Second
-	DefaultShutdownTimeout   = 5 * time.Second
-)
+// envConsulToken is consul-template's token variable. consul/api and the
+// consul CLI do not read it, and neither does csisupd: a warning says so
+// when it is the only token given.
+const envConsulToken = "CONSUL_TOKEN"
 
-// PluginIDPlaceholder is replaced by the plugin ID in
-// Config.PluginServiceName.
-const PluginIDPlaceholder = "{{id}}"
-
-// Environment variables the token comes from when Config.Token is empty,
-// as the consul CLI reads them; envConsulToken belongs to consul-template
-// and is deliberately not read.
-const (
-	envHTTPAddr      = "CONSUL_HTTP_ADDR"
-	envHTTPToken     = "CONSUL_HTTP_TOKEN"
-	envHTTPTokenFile = "CONSUL_HTTP_TOKEN_FILE"
-	envConsulToken   = "CONSUL_TOKEN"
-)
-
-// Config configures a Syncer. Zero durations take the defaults above.
+// Config configures a Syncer. It has no defaults: every field that is not
+// marked optional must be set (the agent fills them from its validated
+// configuration, where all defaults live), and New and Reload reject a
+// Config with a field missing or out of range, naming the field.
 type Config struct {
 	// Plugins is the source of plugins (the registry's plugin.Source).
 	// Required.
 	Plugins plugin.Source
 
 	// Address of the Consul agent's HTTP API (host:port, or with an
-	// http://, https:// or unix:// scheme). Empty means CONSUL_HTTP_ADDR,
-	// else consul/api's default (127.0.0.1:8500).
+	// http://, https:// or unix:// scheme). Optional: empty means
+	// consul/api's own default (CONSUL_HTTP_ADDR, else localhost:8500).
 	Address string
-	// Token is the ACL token. Empty means CONSUL_HTTP_TOKEN_FILE, else
-	// CONSUL_HTTP_TOKEN, as the consul CLI reads them. It never appears in
+	// Token is the ACL token. Optional: empty means consul/api's own
+	// default, as the consul CLI reads it (the file named by
+	// CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN). It never appears in
 	// logs or errors.
 	Token string
-	// Scheme is "http" or "https". Empty means consul/api's default
-	// (CONSUL_HTTP_SSL decides).
+	// Scheme is "http" or "https". Optional: empty means consul/api's
+	// default (CONSUL_HTTP_SSL decides).
 	Scheme string
-	// TLS configures TLS to Consul. Empty fields take consul/api's
-	// defaults (CONSUL_CACERT, CONSUL_CLIENT_CERT, ...).
+	// TLS configures TLS to Consul. Optional: empty fields take
+	// consul/api's defaults (CONSUL_CACERT, CONSUL_CLIENT_CERT, ...).
 	TLS api.TLSConfig
 
-	// ServiceName is the Consul service of the agent itself (default
-	// "csisupd").
+	// ServiceName is the Consul service of the agent itself. Required.
 	ServiceName string
-	// PluginServiceName is the service name of a plugin; PluginIDPlaceholder
-	// is replaced by the plugin ID (default "csi-plugin-{{id}}").
-	PluginServiceName string
+	// PluginServiceName returns the Consul service name of the plugin with
+	// the given ID; distinct IDs must give distinct names. Required.
+	PluginServiceName func(pluginID string) string
 	// ServerService registers the server role's service (ServerServiceID,
 	// named ServerServiceName, on ServicePort), by which servers and agents
 	// find the servers (Syncer.ServerAddrs).
@@ -89,14 +68,14 @@ type Config struct {
 	// NodeName is this csisupd node's name, recorded in service meta.
 	NodeName string
 	// ServiceAddress is the address registered for the agent and plugin
-	// services. Empty means the Consul node's address.
+	// services. Optional: empty means the Consul node's address.
 	ServiceAddress string
 	// ServicePort is the agent's gRPC port, registered for the agent and
 	// plugin services (plugins are reached through the agent's ClientCSI
 	// service). Required.
 	ServicePort int
-	// GRPCCheck is the address Consul's gRPC health check dials. Empty
-	// means ServiceAddress (or 127.0.0.1) and ServicePort.
+	// GRPCCheck is the address (host:port) Consul's gRPC health check of
+	// the agent dials. Required.
 	GRPCCheck string
 	// GRPCCheckTLS makes the gRPC health check use TLS.
 	GRPCCheckTLS bool
@@ -105,10 +84,14 @@ type Config struct {
 	// Consul verifies the address it dials.
 	GRPCCheckTLSServerName string
 	// GRPCCheckInterval is the time between two gRPC health checks.
+	// Required.
 	GRPCCheckInterval time.Duration
+	// GRPCCheckTimeout bounds one gRPC health check; it must not exceed
+	// GRPCCheckInterval. Required.
+	GRPCCheckTimeout time.Duration
 
 	// SyncInterval is the time between two periodic passes. A pass also
-	// runs on every registry change.
+	// runs on every registry change. Required.
 	SyncInterval time.Duration
 	// CheckTTL is the TTL of the plugins' health checks. csisupd refreshes
 	// a check once per half TTL at most, so a steady-state pass does not
@@ -118,100 +101,102 @@ type Config struct {
 	CheckTTL time.Duration
 	// Probation is how long services with csisupd's ID prefix that this
 	// process never wanted are kept after Run starts, so plugins restored
-	// after a restart do not flap.
+	// after a restart do not flap. Required.
 	Probation time.Duration
 	// RetryStep is the linear back-off step after a failed pass: the n-th
-	// consecutive failure waits n*RetryStep, at most RetryMax.
+	// consecutive failure waits n*RetryStep, at most RetryMax. Required.
 	RetryStep time.Duration
-	// RetryMax caps the back-off.
+	// RetryMax caps the back-off; it must be at least RetryStep.
 	RetryMax time.Duration
-	// RequestTimeout bounds one request to Consul.
+	// RequestTimeout bounds one request to Consul. Required.
 	RequestTimeout time.Duration
-	// ShutdownTimeout bounds the deregistration at shutdown.
+	// ShutdownTimeout bounds the deregistration at shutdown. Required.
 	ShutdownTimeout time.Duration
 
-	// Logger receives the sync's log lines. Optional.
+	// Logger receives the sync's log lines. Optional: nil discards them.
 	Logger hclog.Logger
-	// Env looks up environment variables (default os.Getenv). consul/api
-	// itself also reads the process environment for its defaults.
-	Env func(string) string
 }
 
-// withDefaults returns c with defaults applied.
-func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	if c.ServiceName == "" {
-		c.ServiceName = DefaultServiceName
-	}
-	if c.PluginServiceName == "" {
-		c.PluginServiceName = DefaultPluginServiceName
-	}
-	def(&c.GRPCCheckInterval, DefaultGRPCCheckInterval)
-	def(&c.SyncInterval, DefaultSyncInterval)
-	if c.CheckTTL == 0 {
-		c.CheckTTL = max(DefaultCheckTTL, 4*c.SyncInterval)
-	}
-	def(&c.Probation, DefaultProbation)
-	def(&c.RetryStep, DefaultRetryStep)
-	def(&c.RetryMax, DefaultRetryMax)
-	def(&c.RequestTimeout, DefaultRequestTimeout)
-	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
-	if c.GRPCCheck == "" {
-		host := c.ServiceAddress
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		c.GRPCCheck = net.JoinHostPort(host, fmt.Sprint(c.ServicePort))
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
-	if c.Env == nil {
-		c.Env = os.Getenv
-	}
-	return c
-}
-
-// validate reports the first invalid field of a config with defaults
-// applied.
+// validate reports every missing or invalid field of c, each naming the
+// field, or nil.
 func (c Config) validate() error {
-	switch {
-	case c.Plugins == nil:
-		return errors.New("consulsync: Plugins is required")
-	case c.ServicePort <= 0 || c.ServicePort > 65535:
-		return fmt.Errorf("consulsync: ServicePort %d is not a port (1-65535)", c.ServicePort)
-	case strings.TrimSpace(c.ServiceName) == "":
-		return errors.New("consulsync: ServiceName is blank")
-	case strings.TrimSpace(c.pluginServiceName("x")) == "":
-		return errors.New("consulsync: PluginServiceName is blank")
-	case c.ServerService && strings.TrimSpace(c.ServerServiceName) == "":
-		return errors.New("consulsync: ServerServiceName is blank but ServerService is on")
-	case c.SyncInterval < 0, c.CheckTTL < 0, c.Probation < 0, c.RetryStep < 0, c.RetryMax < 0,
-		c.RequestTimeout < 0, c.ShutdownTimeout < 0, c.GRPCCheckInterval < 0:
-		return errors.New("consulsync: durations must not be negative")
-	case c.CheckTTL < 2*c.SyncInterval:
-		return fmt.Errorf("consulsync: CheckTTL %s is shorter than twice SyncInterval %s: checks would expire between passes", c.CheckTTL, c.SyncInterval)
-	case c.RetryMax < c.RetryStep:
-		return fmt.Errorf("consulsync: RetryMax %s is shorter than RetryStep %s", c.RetryMax, c.RetryStep)
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("consulsync: "+format, args...))
+	}
+	positive := func(field string, d time.Duration) bool {
+		switch {
+		case d < 0:
+			bad("%s %s is negative", field, d)
+		case d == 0:
+			bad("%s is required (greater than zero)", field)
+		default:
+			return true
+		}
+		return false
+	}
+
+	if c.Plugins == nil {
+		bad("Plugins is required")
+	}
+	if c.ServicePort <= 0 || c.ServicePort > 65535 {
+		bad("ServicePort %d is not a port (1-65535)", c.ServicePort)
+	}
+	if strings.TrimSpace(c.ServiceName) == "" {
+		bad("ServiceName is required")
+	}
+	if c.PluginServiceName == nil {
+		bad("PluginServiceName is required")
+	} else {
+		a, b := c.PluginServiceName("a"), c.PluginServiceName("b")
+		switch {
+		case strings.TrimSpace(a) == "" || strings.TrimSpace(b) == "":
+			bad("PluginServiceName gives a blank service name")
+		case a == b:
+			bad("PluginServiceName gives plugins a and b the same service name %q", a)
+		}
+	}
+	if c.ServerService && strings.TrimSpace(c.ServerServiceName) == "" {
+		bad("ServerServiceName is required with ServerService")
 	}
 	if ip := net.ParseIP(c.ServiceAddress); ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("consulsync: ServiceAddress %s is unspecified; Consul rejects it as a service address", c.ServiceAddress)
+		bad("ServiceAddress %s is unspecified; Consul rejects it as a service address", c.ServiceAddress)
 	}
-	for _, t := range c.Tags {
+	if c.GRPCCheck == "" {
+		bad("GRPCCheck is required")
+	} else if host, port, err := net.SplitHostPort(c.GRPCCheck); err != nil {
+		bad("GRPCCheck %q is not host:port: %w", c.GRPCCheck, err)
+	} else if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 {
+		bad("GRPCCheck %q needs a host and a port (1-65535)", c.GRPCCheck)
+	}
+	// Both durations of a pair are checked before the pair itself, so
+	// every missing field is reported.
+	intervalOK, timeoutOK := positive("GRPCCheckInterval", c.GRPCCheckInterval), positive("GRPCCheckTimeout", c.GRPCCheckTimeout)
+	if intervalOK && timeoutOK && c.GRPCCheckTimeout > c.GRPCCheckInterval {
+		bad("GRPCCheckTimeout %s exceeds GRPCCheckInterval %s", c.GRPCCheckTimeout, c.GRPCCheckInterval)
+	}
+	syncOK, ttlOK := positive("SyncInterval", c.SyncInterval), positive("CheckTTL", c.CheckTTL)
+	if syncOK && ttlOK && c.CheckTTL < 2*c.SyncInterval {
+		bad("CheckTTL %s is shorter than twice SyncInterval %s: checks would expire between passes", c.CheckTTL, c.SyncInterval)
+	}
+	positive("Probation", c.Probation)
+	stepOK, maxOK := positive("RetryStep", c.RetryStep), positive("RetryMax", c.RetryMax)
+	if stepOK && maxOK && c.RetryMax < c.RetryStep {
+		bad("RetryMax %s is shorter than RetryStep %s", c.RetryMax, c.RetryStep)
+	}
+	positive("RequestTimeout", c.RequestTimeout)
+	positive("ShutdownTimeout", c.ShutdownTimeout)
+	for i, t := range c.Tags {
 		if strings.TrimSpace(t) == "" {
-			return errors.New("consulsync: Tags contains a blank tag")
+			bad("Tags element %d is blank", i)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // pluginServiceName returns the Consul service name of a plugin.
 func (c Config) pluginServiceName(id string) string {
-	return strings.ReplaceAll(c.PluginServiceName, PluginIDPlaceholder, id)
+	return c.PluginServiceName(id)
 }
 
 // tokenSource names where the token came from, for logs.
@@ -219,34 +204,10 @@ type tokenSource string
 
 const (
 	tokenFromConfig tokenSource = "config"
-	tokenFromFile   tokenSource = envHTTPTokenFile
-	tokenFromEnv    tokenSource = envHTTPToken
+	tokenFromFile   tokenSource = api.HTTPTokenFileEnvName
+	tokenFromEnv    tokenSource = api.HTTPTokenEnvName
 	tokenNone       tokenSource = "none (anonymous)"
 )
-
-// resolveToken picks the ACL token with the consul CLI's precedence: the
-// configured token, then the file named by CONSUL_HTTP_TOKEN_FILE, then
-// CONSUL_HTTP_TOKEN.
-func resolveToken(c Config) (string, tokenSource, error) {
-	if c.Token != "" {
-		return c.Token, tokenFromConfig, nil
-	}
-	if path := c.Env(envHTTPTokenFile); path != "" {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return "", "", fmt.Errorf("consulsync: read the token file named by %s: %w", envHTTPTokenFile, err)
-		}
-		tok := strings.TrimSpace(string(data))
-		if tok == "" {
-			return "", "", fmt.Errorf("consulsync: token file %s (from %s) is empty", path, envHTTPTokenFile)
-		}
-		return tok, tokenFromFile, nil
-	}
-	if tok := c.Env(envHTTPToken); tok != "" {
-		return tok, tokenFromEnv, nil
-	}
-	return "", tokenNone, nil
-}
 
 // consulClient is one consul/api client with what is needed to redact its
 // token and release its connections.
@@ -258,29 +219,45 @@ type consulClient struct {
 	address   string
 }
 
-// newConsulClient builds a consul/api client for c. consul/api's defaults
-// (and the process environment they read) fill everything c leaves empty.
+// newConsulClient builds a consul/api client for c. consul/api's own
+// configuration reads the environment as the consul CLI does
+// (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_TOKEN,
+// CONSUL_HTTP_SSL, CONSUL_CACERT, ...); what c sets wins over it.
+//
+// The token follows consul/api's precedence: c.Token, else the file named
+// by CONSUL_HTTP_TOKEN_FILE (an empty file is skipped, a missing one is an
+// error), else CONSUL_HTTP_TOKEN, else none. consul/api tells a configured
+// token from the environment's by value: a c.Token equal to
+// CONSUL_HTTP_TOKEN counts as that variable, so a CONSUL_HTTP_TOKEN_FILE
+// beside both wins; the log line names the source actually used.
 func newConsulClient(c Config) (*consulClient, error) {
-	token, source, err := resolveToken(c)
-	if err != nil {
-		return nil, err
-	}
 	ac := api.DefaultConfigWithLogger(c.Logger.Named("consul-api"))
-	switch {
-	case c.Address != "":
+	envToken := ac.Token
+	if c.Address != "" {
 		ac.Address = c.Address
-	case c.Env(envHTTPAddr) != "":
-		ac.Address = c.Env(envHTTPAddr)
 	}
 	if c.Scheme != "" {
 		ac.Scheme = c.Scheme
 	}
 	mergeTLS(&ac.TLSConfig, c.TLS)
-	ac.Token, ac.TokenFile = token, ""
+	if c.Token != "" {
+		ac.Token = c.Token
+	}
 	tr := ac.Transport
 	client, err := api.NewClient(ac)
 	if err != nil {
-		return nil, fmt.Errorf("consulsync: consul client for %s: %w", ac.Address, redactErr(err, token))
+		return nil, fmt.Errorf("consulsync: consul client for %s: %w", ac.Address, redactErr(err, ac.Token))
+	}
+	// NewClient resolves the token file and the address's scheme into ac.
+	token := ac.Token
+	source := tokenFromFile
+	switch {
+	case token == "":
+		source = tokenNone
+	case c.Token != "" && token == c.Token:
+		source = tokenFromConfig
+	case token == envToken:
+		source = tokenFromEnv
 	}
 	return &consulClient{api: client, transport: tr, token: token, source: source, address: ac.Address}, nil
 }

@@ -2,44 +2,76 @@ package consulsync
 
 import (
 	"errors"
-	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/registry"
 )
 
 func TestConfigValidate(t *testing.T) {
 	reg := registry.New(registry.Config{})
-	valid := func() Config { return Config{Plugins: reg.Source(), ServicePort: 4780} }
+	valid := func() Config {
+		c := baseConfig()
+		c.Plugins = reg.Source()
+		return c
+	}
 	tests := []struct {
 		name   string
 		change func(c *Config)
 		want   string // substring of the error; "" means valid
 	}{
-		{"defaults", func(*Config) {}, ""},
+		{"the configuration's defaults", func(*Config) {}, ""},
 		{"no plugin source", func(c *Config) { c.Plugins = nil }, "Plugins"},
 		{"no port", func(c *Config) { c.ServicePort = 0 }, "ServicePort"},
 		{"port too large", func(c *Config) { c.ServicePort = 70000 }, "ServicePort"},
 		{"blank service name", func(c *Config) { c.ServiceName = "  " }, "ServiceName"},
-		{"blank plugin service name", func(c *Config) { c.PluginServiceName = " " }, "PluginServiceName"},
+		{"no plugin service name", func(c *Config) { c.PluginServiceName = nil }, "PluginServiceName is required"},
+		{"blank plugin service name", func(c *Config) { c.PluginServiceName = func(string) string { return " " } }, "PluginServiceName"},
+		{"plugin service name without the ID", func(c *Config) { c.PluginServiceName = func(string) string { return "csi" } }, `PluginServiceName gives plugins a and b the same service name "csi"`},
+		{"server service without a name", func(c *Config) { c.ServerService, c.ServerServiceName = true, " " }, "ServerServiceName"},
+		{"no gRPC check address", func(c *Config) { c.GRPCCheck = "" }, "GRPCCheck is required"},
+		{"gRPC check address without port", func(c *Config) { c.GRPCCheck = "10.0.0.1" }, "GRPCCheck"},
+		{"gRPC check address with a bad port", func(c *Config) { c.GRPCCheck = "10.0.0.1:0" }, "GRPCCheck"},
+		{"gRPC check timeout above its interval", func(c *Config) { c.GRPCCheckInterval, c.GRPCCheckTimeout = time.Second, 2*time.Second }, "GRPCCheckTimeout 2s exceeds GRPCCheckInterval 1s"},
 		{"TTL too short", func(c *Config) { c.SyncInterval = time.Minute; c.CheckTTL = 90 * time.Second }, "CheckTTL"},
 		{"retry max below step", func(c *Config) { c.RetryStep = time.Second; c.RetryMax = time.Millisecond }, "RetryMax"},
 		{"negative duration", func(c *Config) { c.Probation = -time.Second }, "negative"},
 		{"unspecified address", func(c *Config) { c.ServiceAddress = "0.0.0.0" }, "ServiceAddress"},
 		{"blank tag", func(c *Config) { c.Tags = []string{"a", ""} }, "Tags"},
-		{"long sync interval raises the default TTL", func(c *Config) { c.SyncInterval = time.Hour }, ""},
+		{"long sync interval with a TTL of four intervals", func(c *Config) { c.SyncInterval, c.CheckTTL = time.Hour, 4*time.Hour }, ""},
+	}
+	// A zero duration is missing, never a default.
+	durations := map[string]func(c *Config) *time.Duration{
+		"GRPCCheckInterval": func(c *Config) *time.Duration { return &c.GRPCCheckInterval },
+		"GRPCCheckTimeout":  func(c *Config) *time.Duration { return &c.GRPCCheckTimeout },
+		"SyncInterval":      func(c *Config) *time.Duration { return &c.SyncInterval },
+		"CheckTTL":          func(c *Config) *time.Duration { return &c.CheckTTL },
+		"Probation":         func(c *Config) *time.Duration { return &c.Probation },
+		"RetryStep":         func(c *Config) *time.Duration { return &c.RetryStep },
+		"RetryMax":          func(c *Config) *time.Duration { return &c.RetryMax },
+		"RequestTimeout":    func(c *Config) *time.Duration { return &c.RequestTimeout },
+		"ShutdownTimeout":   func(c *Config) *time.Duration { return &c.ShutdownTimeout },
+	}
+	for _, field := range slices.Sorted(maps.Keys(durations)) {
+		tests = append(tests, struct {
+			name   string
+			change func(c *Config)
+			want   string
+		}{"zero " + field, func(c *Config) { *durations[field](c) = 0 }, field + " is required"})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := valid()
 			tt.change(&c)
-			err := c.withDefaults().validate()
+			err := c.validate()
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("unexpected error: %v", err)
@@ -50,30 +82,43 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestConfigDefaults(t *testing.T) {
-	c := Config{ServicePort: 4780, ServiceAddress: "10.0.0.1"}.withDefaults()
-	if c.ServiceName != "csisupd" || c.pluginServiceName("x") != "csi-plugin-x" || c.SyncInterval != 30*time.Second ||
-		c.Probation != time.Minute || c.RetryMax != 30*time.Second || c.CheckTTL != DefaultCheckTTL {
-		t.Errorf("defaults = %+v", c)
+// consulsync fills in no value: a zero Config is rejected with every
+// required field named, and New refuses it.
+func TestConfigHasNoDefaults(t *testing.T) {
+	err := Config{}.validate()
+	if err == nil {
+		t.Fatal("a zero Config is valid")
 	}
-	if c.GRPCCheck != "10.0.0.1:4780" {
-		t.Errorf("GRPCCheck = %q, want the service address and port", c.GRPCCheck)
+	for _, field := range []string{"Plugins", "ServicePort", "ServiceName", "PluginServiceName", "GRPCCheck ",
+		"GRPCCheckInterval", "GRPCCheckTimeout", "SyncInterval", "CheckTTL", "Probation", "RetryStep", "RetryMax",
+		"RequestTimeout", "ShutdownTimeout"} {
+		if !strings.Contains(err.Error(), "consulsync: "+field) {
+			t.Errorf("the error does not name %s:\n%v", field, err)
+		}
 	}
-	if got := (Config{ServicePort: 1}).withDefaults().GRPCCheck; got != "127.0.0.1:1" {
-		t.Errorf("GRPCCheck without address = %q, want 127.0.0.1:1", got)
+	if s, err := New(Config{}); err == nil || s != nil {
+		t.Errorf("New(Config{}) = %v, %v; want an error", s, err)
 	}
 }
 
-func TestResolveToken(t *testing.T) {
+// The token comes from consul/api's own configuration, with the precedence
+// the README documents: consul.token, else CONSUL_HTTP_TOKEN_FILE's file,
+// else CONSUL_HTTP_TOKEN, else none; CONSUL_TOKEN is never read.
+func TestTokenResolution(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	empty := filepath.Join(dir, "empty")
+	missing := filepath.Join(dir, "missing")
 	if err := os.WriteFile(good, []byte("  file-token \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	const (
+		envToken = api.HTTPTokenEnvName
+		envFile  = api.HTTPTokenFileEnvName
+	)
 	tests := []struct {
 		name       string
 		token      string
@@ -83,37 +128,41 @@ func TestResolveToken(t *testing.T) {
 		wantErr    string
 	}{
 		{"none", "", nil, "", tokenNone, ""},
-		{"config", "c", map[string]string{envHTTPToken: "e", envHTTPTokenFile: good}, "c", tokenFromConfig, ""},
-		{"file", "", map[string]string{envHTTPToken: "e", envHTTPTokenFile: good}, "file-token", tokenFromFile, ""},
-		{"env", "", map[string]string{envHTTPToken: "e"}, "e", tokenFromEnv, ""},
-		{"CONSUL_TOKEN ignored", "", map[string]string{envConsulToken: "ct"}, "", tokenNone, ""},
-		{"missing file", "", map[string]string{envHTTPTokenFile: filepath.Join(dir, "nope")}, "", "", envHTTPTokenFile},
-		{"empty file", "", map[string]string{envHTTPTokenFile: empty}, "", "", "is empty"},
+		{"config", "conf-token", nil, "conf-token", tokenFromConfig, ""},
+		{"config over both variables", "conf-token", map[string]string{envToken: "env-token", envFile: good}, "conf-token", tokenFromConfig, ""},
+		{"config, the token file is not read", "conf-token", map[string]string{envFile: missing}, "conf-token", tokenFromConfig, ""},
+		{"CONSUL_HTTP_TOKEN", "", map[string]string{envToken: "env-token"}, "env-token", tokenFromEnv, ""},
+		{"CONSUL_HTTP_TOKEN_FILE", "", map[string]string{envFile: good}, "file-token", tokenFromFile, ""},
+		{"CONSUL_HTTP_TOKEN_FILE over CONSUL_HTTP_TOKEN", "", map[string]string{envToken: "env-token", envFile: good}, "file-token", tokenFromFile, ""},
+		{"empty token file is skipped", "", map[string]string{envToken: "env-token", envFile: empty}, "env-token", tokenFromEnv, ""},
+		{"empty token file alone", "", map[string]string{envFile: empty}, "", tokenNone, ""},
+		// consul/api tells a configured token from the variable's by value.
+		{"config equal to CONSUL_HTTP_TOKEN counts as it", "env-token", map[string]string{envToken: "env-token", envFile: good}, "file-token", tokenFromFile, ""},
+		{"CONSUL_TOKEN is not read", "", map[string]string{envConsulToken: "ct-token"}, "", tokenNone, ""},
+		{"missing token file", "", map[string]string{envToken: "env-token", envFile: missing}, "", "", missing},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tok, src, err := resolveToken(Config{Token: tt.token, Env: env(tt.env)})
+			setEnv(t, tt.env)
+			c := baseConfig()
+			c.Token = tt.token
+			c.Logger = hclog.NewNullLogger()
+			cc, err := newConsulClient(c)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want one mentioning %s", err, tt.wantErr)
+					t.Fatalf("err = %v, want one naming %s", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tok != tt.want || src != tt.wantSource {
-				t.Errorf("token %q from %q, want %q from %q", tok, src, tt.want, tt.wantSource)
+			defer cc.close()
+			if cc.token != tt.want || cc.source != tt.wantSource {
+				t.Errorf("token %q from %q, want %q from %q", cc.token, cc.source, tt.want, tt.wantSource)
 			}
 		})
 	}
-
-	t.Run("missing file error wraps the cause", func(t *testing.T) {
-		_, _, err := resolveToken(Config{Env: env(map[string]string{envHTTPTokenFile: filepath.Join(dir, "nope")})})
-		if !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("err = %v, want it to wrap fs.ErrNotExist", err)
-		}
-	})
 }
 
 func TestNewConsulClientAddress(t *testing.T) {
@@ -123,13 +172,17 @@ func TestNewConsulClientAddress(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"configured", "10.0.0.9:8500", map[string]string{envHTTPAddr: "10.0.0.8:8500"}, "10.0.0.9:8500"},
-		{"from CONSUL_HTTP_ADDR", "", map[string]string{envHTTPAddr: "10.0.0.8:8500"}, "10.0.0.8:8500"},
+		{"configured", "10.0.0.9:8500", map[string]string{api.HTTPAddrEnvName: "10.0.0.8:8500"}, "10.0.0.9:8500"},
+		{"from CONSUL_HTTP_ADDR", "", map[string]string{api.HTTPAddrEnvName: "10.0.0.8:8500"}, "10.0.0.8:8500"},
+		{"consul/api's default", "", nil, "localhost:8500"},
 		{"https scheme", "https://consul.example:8501", nil, "consul.example:8501"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := Config{ServicePort: 1, Address: tt.addr, Env: env(tt.env)}.withDefaults()
+			setEnv(t, tt.env)
+			c := baseConfig()
+			c.Address = tt.addr
+			c.Logger = hclog.NewNullLogger()
 			cc, err := newConsulClient(c)
 			if err != nil {
 				t.Fatal(err)

@@ -151,7 +151,7 @@ func agentService(c Config) *wantService {
 		grpcTLS:       c.GRPCCheckTLS,
 		tlsServerName: c.GRPCCheckTLSServerName,
 		interval:      c.GRPCCheckInterval,
-		timeout:       min(DefaultGRPCCheckTimeout, c.GRPCCheckInterval),
+		timeout:       c.GRPCCheckTimeout,
 	}
 	return newWant(c, AgentServiceID, c.ServiceName, tags(c.Tags), meta, "", chk)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
@@ -108,7 +109,8 @@ func TestCheckMatches(t *testing.T) {
 }
 
 func TestPluginService(t *testing.T) {
-	base := Config{ServicePort: 4780, Tags: []string{"team", "node"}, CheckTTL: time.Hour}.withDefaults()
+	base := baseConfig()
+	base.Tags, base.CheckTTL = []string{"team", "node"}, time.Hour
 	long := strings.Repeat("v", 600) + "é"
 	tests := []struct {
 		name       string
@@ -127,8 +129,10 @@ func TestPluginService(t *testing.T) {
 			wantStatus: api.HealthPassing, wantOutput: "ok",
 		},
 		{
-			name:     "custom template",
-			cfg:      func(c *Config) { c.PluginServiceName = "storage-{{id}}-csi" },
+			name: "custom template",
+			cfg: func(c *Config) {
+				c.PluginServiceName = config.ConsulConfig{PluginServiceName: "storage-{{id}}-csi"}.PluginService
+			},
 			plugin:   registry.Plugin{ID: "b", Fingerprint: fingerprint.Fingerprint{Type: fingerprint.TypeController}, Health: heartbeat.Health{State: heartbeat.Unhealthy, Description: "down"}},
 			wantName: "storage-b-csi", wantTags: []string{"controller", "team", "node"},
 			wantStatus: api.HealthCritical, wantOutput: "down",
@@ -179,7 +183,7 @@ func TestPluginService(t *testing.T) {
 }
 
 func TestIdentity(t *testing.T) {
-	cfg := Config{ServicePort: 4780}.withDefaults()
+	cfg := baseConfig()
 	p := registry.Plugin{ID: "a", Instance: socket("a", 1), RegisteredAt: time.Unix(1e9, 0), Fingerprint: fingerprint.Fingerprint{Type: fingerprint.TypeNode, VendorVersion: "1.0"},
 		Health: heartbeat.Health{State: heartbeat.Healthy, Description: "ok"}}
 	base := pluginService(cfg, p.Proto()).identity

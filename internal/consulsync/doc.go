@@ -3,11 +3,11 @@
 //
 // # What is registered
 //
-// One service for the agent's gRPC endpoint (Config.ServiceName, default
-// "csisupd", ID AgentServiceID) with a gRPC health check that Consul runs
-// against the agent's health service every GRPCCheckInterval (with TLS and
-// GRPCCheckTLSServerName when the port serves TLS). One service per plugin
-// (Config.PluginServiceName, default "csi-plugin-{{id}}", ID
+// One service for the agent's gRPC endpoint (Config.ServiceName, ID
+// AgentServiceID) with a gRPC health check that Consul runs against the
+// agent's health service every GRPCCheckInterval, within GRPCCheckTimeout
+// (with TLS and GRPCCheckTLSServerName when the port serves TLS). One
+// service per plugin (named Config.PluginServiceName(id), ID
 // PluginServiceID(id)) tagged with the plugin type, the vendor version and
 // Config.Tags, with meta plugin-id, plugin-type, vendor-name,
 // vendor-version, node and external-source = csisupd, and two checks: a TTL
@@ -56,8 +56,7 @@
 //
 // # TTL checks
 //
-// Plugin health checks are TTL checks with a long TTL (CheckTTL, default
-// 10 minutes). A pass refreshes a check only when its status or output
+// Plugin health checks are TTL checks with a long TTL (CheckTTL). A pass refreshes a check only when its status or output
 // changed or when its last write is older than a quarter to half of the
 // TTL (spread by check ID), so steady-state passes do not write.
 //
@@ -77,12 +76,21 @@
 // is kept as pending per service until a registration succeeds, so a
 // lifecycle change whose first attempt fails is not lost by the retry.
 //
+// # Configuration
+//
+// Config has no defaults: the agent fills every value from its validated
+// configuration (internal/config), where all defaults live, and New and
+// Reload reject a Config with a field missing or out of range. IDs, meta
+// keys and check names, csisupd's protocol with Consul, are defined here.
+//
 // # Authentication
 //
-// Config.Token, else CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN, as the
-// consul CLI reads them; consul/api's other defaults (CONSUL_HTTP_ADDR,
-// CONSUL_HTTP_SSL, CONSUL_CACERT, ...) apply too. CONSUL_TOKEN is not read;
-// a warning says so when it is set without CONSUL_HTTP_TOKEN. The token
-// never appears in logs or errors. A 403 is reported as an OpError naming
+// The Consul client is built from consul/api's own configuration, which
+// reads the environment as the consul CLI does: the token is Config.Token,
+// else the file named by CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN;
+// the address is Config.Address, else CONSUL_HTTP_ADDR; CONSUL_HTTP_SSL,
+// CONSUL_CACERT and the others apply too. CONSUL_TOKEN, consul-template's
+// variable, is not read; a warning says so when it is set and no token
+// comes from anywhere else. The token never appears in logs or errors. A 403 is reported as an OpError naming
 // the operation and retried with back-off.
 package consulsync

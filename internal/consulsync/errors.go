@@ -30,7 +30,7 @@ func (e *OpError) Error() string {
 		body := strings.TrimSpace(se.Body)
 		if strings.Contains(body, "ACL not found") {
 			msg = fmt.Sprintf("consul: %s: Consul does not know the ACL token (HTTP 403: %s); check consul.token, %s or %s",
-				e.Op, body, envHTTPToken, envHTTPTokenFile)
+				e.Op, body, api.HTTPTokenEnvName, api.HTTPTokenFileEnvName)
 		} else {
 			msg = fmt.Sprintf("consul: %s: permission denied by Consul ACLs (HTTP 403: %s); the token needs service:write on csisupd's services",
 				e.Op, body)

@@ -3,6 +3,7 @@ package consulsync
 import (
 	"context"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
@@ -20,6 +22,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// consul/api reads the process environment; the tests start from none
+	// of the CONSUL_* variables of whoever runs them, and set what they
+	// need with t.Setenv.
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "CONSUL_") {
+			os.Unsetenv(name)
+		}
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -37,10 +47,13 @@ type logBuffer struct{ testutil.SyncBuffer }
 
 func (l *logBuffer) Count(s string) int { return strings.Count(l.String(), s) }
 
-// env returns an Env function reading only m, so the process environment
-// never leaks into a test.
-func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
+// setEnv sets the environment variables of m for the test; the others
+// stay as TestMain left them (unset).
+func setEnv(t testing.TB, m map[string]string) {
+	t.Helper()
+	for k, v := range m {
+		t.Setenv(k, v)
+	}
 }
 
 func newAgent(t testing.TB, cfg consultest.Config) *consultest.Agent {
@@ -65,30 +78,52 @@ func newClient(t testing.TB, a *consultest.Agent, token string) *api.Client {
 	return c
 }
 
+// baseConfig is a valid Config with the values the agent passes at the
+// configuration's defaults, without a plugin source or an address of Consul.
+func baseConfig() Config {
+	def := config.Default().Consul
+	return Config{
+		ServiceName:       def.ServiceName,
+		PluginServiceName: def.PluginService,
+		ServerServiceName: def.ServerServiceName,
+		ServicePort:       4780,
+		GRPCCheck:         "127.0.0.1:4780",
+		GRPCCheckInterval: def.CheckInterval,
+		GRPCCheckTimeout:  def.CheckTimeout(),
+		SyncInterval:      def.SyncInterval,
+		CheckTTL:          def.CheckTTL(),
+		Probation:         config.DefaultConsulProbation,
+		RetryStep:         config.DefaultConsulRetryStep,
+		RetryMax:          config.DefaultConsulRetryMax,
+		RequestTimeout:    config.DefaultConsulRequestTimeout,
+		ShutdownTimeout:   5 * time.Second,
+	}
+}
+
 // testConfig is a Config with short retries and no periodic passes unless
 // a test sets SyncInterval. The service address is never dialled: Consul's
 // gRPC check of the agent dials a loopback port nothing listens on.
 func testConfig(reg *registry.Registry, addr string, logs *logBuffer) Config {
-	return Config{
-		Plugins:           reg.Source(),
-		Address:           addr,
-		ServiceAddress:    "10.1.2.3",
-		ServicePort:       4780,
-		GRPCCheck:         "127.0.0.1:9",
-		ServerServiceName: "csisupd-server",
-		NodeName:          "node-1",
-		Tags:              []string{"team-a"},
-		SyncInterval:      time.Hour,
-		RetryStep:         10 * time.Millisecond,
-		RetryMax:          50 * time.Millisecond,
-		Probation:         time.Hour,
-		Logger: hclog.New(&hclog.LoggerOptions{
-			Name:   "consul",
-			Level:  hclog.Debug,
-			Output: logs,
-		}),
-		Env: env(nil),
-	}
+	c := baseConfig()
+	c.Plugins = reg.Source()
+	c.Address = addr
+	c.ServiceAddress = "10.1.2.3"
+	c.GRPCCheck = "127.0.0.1:9"
+	c.NodeName = "node-1"
+	c.Tags = []string{"team-a"}
+	// The TTL the configuration derives for an hour between passes.
+	hourly := config.Default().Consul
+	hourly.SyncInterval = time.Hour
+	c.SyncInterval, c.CheckTTL = hourly.SyncInterval, hourly.CheckTTL()
+	c.RetryStep = 10 * time.Millisecond
+	c.RetryMax = 50 * time.Millisecond
+	c.Probation = time.Hour
+	c.Logger = hclog.New(&hclog.LoggerOptions{
+		Name:   "consul",
+		Level:  hclog.Debug,
+		Output: logs,
+	})
+	return c
 }
 
 // running is a Syncer whose Run goroutine ends with the test.

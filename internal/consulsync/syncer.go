@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,9 +65,11 @@ type serviceState struct {
 // New validates cfg and returns a Syncer. It does not contact Consul; Run
 // does, retrying until Consul answers.
 func New(cfg Config) (*Syncer, error) {
-	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
 	}
 	client, err := newConsulClient(cfg)
 	if err != nil {
@@ -84,7 +87,7 @@ func New(cfg Config) (*Syncer, error) {
 		probationLogged: make(map[string]bool),
 	}
 	s.start = s.now()
-	s.warnConsulToken(cfg)
+	s.warnConsulToken(client)
 	s.log.Info("consul sync configured", "address", client.address, "token_source", string(client.source),
 		"service", cfg.ServiceName, "tag_override", cfg.EnableTagOverride)
 	return s, nil
@@ -104,7 +107,6 @@ func (s *Syncer) Reload(cfg Config) error {
 		return errors.New("consulsync: Reload cannot change the plugin source (Plugins)")
 	}
 	cfg.Logger = s.log
-	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return err
 	}
@@ -117,7 +119,7 @@ func (s *Syncer) Reload(cfg Config) error {
 	s.cfg, s.client = cfg, client
 	s.mu.Unlock()
 	old.close()
-	s.warnConsulToken(cfg)
+	s.warnConsulToken(client)
 	s.log.Info("consul sync configuration reloaded", "address", client.address, "token_source", string(client.source))
 	select {
 	case s.reload <- struct{}{}:
@@ -126,9 +128,10 @@ func (s *Syncer) Reload(cfg Config) error {
 	return nil
 }
 
-// warnConsulToken logs, once per Syncer, that CONSUL_TOKEN is not read.
-func (s *Syncer) warnConsulToken(c Config) {
-	if c.Env(envConsulToken) == "" || c.Env(envHTTPToken) != "" {
+// warnConsulToken logs, once per Syncer, that CONSUL_TOKEN is not read
+// when it is set and the client has no token from anywhere else.
+func (s *Syncer) warnConsulToken(cc *consulClient) {
+	if os.Getenv(envConsulToken) == "" || cc.token != "" {
 		return
 	}
 	s.mu.Lock()
@@ -136,8 +139,8 @@ func (s *Syncer) warnConsulToken(c Config) {
 	s.warnedConsulToken = true
 	s.mu.Unlock()
 	if !warned {
-		s.log.Warn(envConsulToken + " is set but not read: it belongs to consul-template; set " +
-			envHTTPToken + ", " + envHTTPTokenFile + " or consul.token for csisupd")
+		s.log.Warn(envConsulToken + " is set but not read: it is consul-template's variable, and csisupd talks to Consul without a token; " +
+			"set consul.token, " + api.HTTPTokenEnvName + " or " + api.HTTPTokenFileEnvName + " instead")
 	}
 }
 

@@ -48,7 +48,7 @@ func TestFirstRegistration(t *testing.T) {
 	grpc, ok := a.Check(GRPCCheckID)
 	def, _ := a.CheckDefinition(GRPCCheckID)
 	if !ok || grpc.Type != "grpc" || grpc.ServiceID != AgentServiceID ||
-		def.GRPC != "127.0.0.1:9" || def.Interval != DefaultGRPCCheckInterval.String() || def.GRPCUseTLS {
+		def.GRPC != "127.0.0.1:9" || def.Interval != cfg.GRPCCheckInterval.String() || def.Timeout != cfg.GRPCCheckTimeout.String() || def.GRPCUseTLS {
 		t.Errorf("agent gRPC check = %+v, registered as %+v (found %v)", grpc, def, ok)
 	}
 
@@ -402,8 +402,10 @@ func TestTokenSources(t *testing.T) {
 		want  string
 	}{
 		{"CONSUL_HTTP_TOKEN", "", map[string]string{"CONSUL_HTTP_TOKEN": "env-secret"}, "env-secret"},
+		{"CONSUL_HTTP_TOKEN_FILE", "", map[string]string{"CONSUL_HTTP_TOKEN_FILE": tokenFile}, "file-secret"},
 		{"configured token wins", "conf-secret", map[string]string{"CONSUL_HTTP_TOKEN": "env-secret", "CONSUL_HTTP_TOKEN_FILE": tokenFile}, "conf-secret"},
 		{"token file before token", "", map[string]string{"CONSUL_HTTP_TOKEN": "env-secret", "CONSUL_HTTP_TOKEN_FILE": tokenFile}, "file-secret"},
+		{"no token", "", nil, ""},
 		{"CONSUL_TOKEN is not read", "", map[string]string{"CONSUL_TOKEN": "ct-secret"}, ""},
 	}
 	for _, tt := range tests {
@@ -416,7 +418,7 @@ func TestTokenSources(t *testing.T) {
 			addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
 			cfg := testConfig(reg, a.Addr(), &logBuffer{})
 			cfg.Token = tt.token
-			cfg.Env = env(tt.env)
+			setEnv(t, tt.env)
 			start(t, cfg)
 			waitFor(t, "sync", func() bool { return synced(a, reg) })
 			seen := a.TokensSeen()
@@ -434,7 +436,6 @@ func TestTokenFromProcessEnvironment(t *testing.T) {
 	reg := registry.New(registry.Config{})
 	addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
-	cfg.Env = nil // the real environment
 	start(t, cfg)
 	waitFor(t, "sync", func() bool { return synced(a, reg) })
 	if seen := a.TokensSeen(); len(seen) != 1 || seen["proc-secret"] == 0 {
@@ -494,20 +495,28 @@ func TestWrongTokenIsRetriedUntilReload(t *testing.T) {
 }
 
 func TestConsulTokenWarning(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("file-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		name string
-		env  map[string]string
-		want int
+		name  string
+		token string
+		env   map[string]string
+		want  int
 	}{
-		{"CONSUL_TOKEN alone", map[string]string{"CONSUL_TOKEN": "ct-secret-789"}, 1},
-		{"with CONSUL_HTTP_TOKEN", map[string]string{"CONSUL_TOKEN": "ct-secret-789", "CONSUL_HTTP_TOKEN": "h"}, 0},
-		{"neither", nil, 0},
+		{"CONSUL_TOKEN alone", "", map[string]string{"CONSUL_TOKEN": "ct-secret-789"}, 1},
+		{"with CONSUL_HTTP_TOKEN", "", map[string]string{"CONSUL_TOKEN": "ct-secret-789", "CONSUL_HTTP_TOKEN": "h"}, 0},
+		{"with CONSUL_HTTP_TOKEN_FILE", "", map[string]string{"CONSUL_TOKEN": "ct-secret-789", "CONSUL_HTTP_TOKEN_FILE": tokenFile}, 0},
+		{"with consul.token", "conf", map[string]string{"CONSUL_TOKEN": "ct-secret-789"}, 0},
+		{"neither", "", nil, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			logs := &logBuffer{}
 			cfg := testConfig(registry.New(registry.Config{}), "127.0.0.1:1", logs)
-			cfg.Env = env(tt.env)
+			cfg.Token = tt.token
+			setEnv(t, tt.env)
 			s, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -518,6 +527,13 @@ func TestConsulTokenWarning(t *testing.T) {
 			}
 			if got := logs.Count("CONSUL_TOKEN is set but not read"); got != tt.want {
 				t.Errorf("warnings = %d, want %d:\n%s", got, tt.want, logs)
+			}
+			if tt.want > 0 {
+				for _, w := range []string{"consul-template", "without a token", "consul.token", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE"} {
+					if logs.Count(w) == 0 {
+						t.Errorf("the warning does not say %q:\n%s", w, logs)
+					}
+				}
 			}
 			if strings.Contains(logs.String(), "ct-secret-789") {
 				t.Errorf("the logs show CONSUL_TOKEN's value:\n%s", logs)
