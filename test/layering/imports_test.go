@@ -1,0 +1,170 @@
+package layering
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/csisupd/csisupd/"
+
+// The tiers of the graph, top to bottom:
+//
+//	cmd -> agent -> {registry, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config}
+//
+// Each package may import the packages listed for it, and nothing else of
+// the module. The API (api/csisupd/v1) is importable by all. Test-only
+// packages (testutil, testplugin, testcluster, consultest) are imported
+// by tests, benchmarks and --dev only.
+var (
+	api    = "api/csisupd/v1"
+	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
+		"internal/fingerprint", "internal/csiclient", "internal/config"}
+	middle = []string{"internal/registry", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
+)
+
+// allowed lists the imports of the module each package's code may have.
+var allowed = map[string][]string{
+	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin"}, // testplugin: the --dev demo plugin
+	"internal/agent": append(append([]string{api}, middle...), bottom...),
+
+	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config"},
+	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config"},
+	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config"},
+	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config"},
+	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config"},
+
+	"internal/plugin":      {api, "internal/stream"},
+	"internal/stream":      {},
+	"internal/retry":       {},
+	"internal/heartbeat":   {"internal/csiclient"},
+	"internal/fingerprint": {"internal/csiclient"},
+	"internal/csiclient":   {},
+	"internal/config":      {"internal/retry"},
+	api:                    {},
+
+	"internal/testutil":                      {api, "internal/plugin"},
+	"internal/testplugin":                    {},
+	"internal/testplugin/cmd/csi-testplugin": {"internal/testplugin"},
+	"internal/testcluster":                   {api, "internal/agent", "internal/config", "internal/server", "internal/testplugin", "internal/testutil"},
+	"internal/consulsync/consultest":         {},
+
+	"test/agent":                {},
+	"test/bench":                {},
+	"test/e2e":                  {},
+	"test/layering":             {},
+	"test/soak":                 {},
+	"test/soak/cmd/csi-hostile": {"internal/testutil"},
+}
+
+// testHelpers may be imported by every package's tests.
+var testHelpers = []string{"internal/testutil", "internal/testplugin", "internal/consulsync/consultest"}
+
+// allowedInTests lists what a package's tests may import beyond its own
+// allowed imports and testHelpers, each with why. Tests run the real parts
+// they talk to rather than doubles of the project's own code.
+var allowedInTests = map[string][]string{
+	// Agent and ClientCSI tests read a real registry supervising a real
+	// plugin.
+	"internal/rpc": {"internal/registry", "internal/fingerprint"},
+	// Consul sync tests read a real registry.
+	"internal/consulsync": {"internal/registry", "internal/fingerprint"},
+	// Servers are tested with real node clients and a real ClientCSI.
+	"internal/server": {"internal/nodeclient", "internal/rpc", "internal/registry", "internal/csiclient",
+		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server"},
+	"internal/nodeclient": {"internal/server", "internal/testcluster"},
+	// The CLI is tested against real Agent services and clusters.
+	"cmd/csisupd":          {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster"},
+	"internal/agent":       {"internal/heartbeat", "internal/registry"},
+	"internal/heartbeat":   {"internal/csiclient"},
+	"internal/testcluster": {"internal/testcluster"},
+}
+
+// everything else a test/ package imports is allowed: end-to-end tests,
+// benchmarks and soak tests may drive any part, but nothing imports cmd.
+func isTestTree(pkg string) bool { return strings.HasPrefix(pkg, "test/") }
+
+type listed struct {
+	path                 string
+	imports, testImports []string
+}
+
+// goList returns the module's packages with their imports of the module.
+func goList(t *testing.T) []listed {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f",
+		"{{.ImportPath}}|{{join .Imports \",\"}}|{{join .TestImports \",\"}},{{join .XTestImports \",\"}}",
+		module+"...").Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []listed
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, "|")
+		if len(f) != 3 {
+			t.Fatalf("go list printed %q", line)
+		}
+		pkgs = append(pkgs, listed{path: strings.TrimPrefix(f[0], module), imports: ours(f[1]), testImports: ours(f[2])})
+	}
+	return pkgs
+}
+
+// ours returns the module's packages in a comma-separated import list,
+// without the module prefix.
+func ours(list string) []string {
+	var out []string
+	for _, imp := range strings.Split(list, ",") {
+		if p, ok := strings.CutPrefix(imp, module); ok && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestImports compares the imports `go list` reports with the table. A
+// forbidden import fails it, naming the arrow. Tried by adding an import
+// of internal/registry to internal/consulsync:
+//
+//	internal/consulsync imports internal/registry, which the package graph forbids
+//	    (allowed: api/csisupd/v1 internal/plugin internal/retry internal/heartbeat internal/config)
+//
+// A new package fails it too until it has a row in the table.
+func TestImports(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range goList(t) {
+		seen[p.path] = true
+		ok, listedPkg := allowed[p.path]
+		if !listedPkg {
+			t.Errorf("package %s has no row in the import table of this test: add it with the imports its tier allows", p.path)
+			continue
+		}
+		for _, imp := range p.imports {
+			switch {
+			case imp == "cmd/csisupd" || strings.HasPrefix(imp, "cmd/"):
+				t.Errorf("%s imports %s: nothing imports cmd", p.path, imp)
+			case isTestTree(p.path):
+			case !slices.Contains(ok, imp):
+				t.Errorf("%s imports %s, which the package graph forbids\n    (allowed: %s)", p.path, imp, strings.Join(ok, " "))
+			}
+		}
+		for _, imp := range p.testImports {
+			switch {
+			case strings.HasPrefix(imp, "cmd/"):
+				t.Errorf("the tests of %s import %s: nothing imports cmd", p.path, imp)
+			case isTestTree(p.path), imp == p.path, slices.Contains(ok, imp), slices.Contains(testHelpers, imp),
+				slices.Contains(allowedInTests[p.path], imp):
+			default:
+				t.Errorf("the tests of %s import %s, which neither the package graph nor this test's list of test-only arrows allows", p.path, imp)
+			}
+		}
+	}
+	for pkg := range allowed {
+		if !seen[pkg] && !slices.Contains([]string{"internal/stream", "internal/retry"}, pkg) {
+			t.Errorf("the import table lists %s, which does not exist: remove its row", pkg)
+		}
+	}
+}
