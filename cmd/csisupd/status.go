@@ -138,7 +138,7 @@ func pluginToJSON(p *csisupdv1.Plugin) pluginJSON {
 		VendorVersion:          p.GetVendorVersion(),
 		Manifest:               nonNilMap(p.GetManifest()),
 		NodeID:                 p.GetNodeId(),
-		MaxVolumes:             p.GetMaxVolumes(),
+		MaxVolumes:             int64(p.GetMaxVolumes()),
 		AccessibleTopology:     nonNilMap(p.GetAccessibleTopology()),
 		PluginCapabilities:     nonNilSlice(p.GetPluginCapabilities()),
 		ControllerCapabilities: nonNilSlice(p.GetControllerCapabilities()),

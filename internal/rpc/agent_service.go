@@ -319,7 +319,7 @@ func PluginToProto(p registry.Plugin) *csisupdv1.Plugin {
 		VendorVersion:          wireString(fp.VendorVersion),
 		Manifest:               fp.Manifest,
 		NodeId:                 wireString(fp.NodeID),
-		MaxVolumes:             fp.MaxVolumes,
+		MaxVolumes:             int32(min(max(fp.MaxVolumes, -1<<31), 1<<31-1)), // clamped to the int32 range
 		AccessibleTopology:     fp.AccessibleTopology,
 		PluginCapabilities:     fp.PluginCapabilities,
 		ControllerCapabilities: fp.ControllerCapabilities,

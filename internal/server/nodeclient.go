@@ -52,7 +52,7 @@ func (p NodePlugin) proto() *csisupdv1.Plugin {
 	return &csisupdv1.Plugin{
 		Id: p.ID, Type: p.Type, Healthy: p.Healthy, HealthState: p.HealthState,
 		HealthDescription: p.HealthDescription, VendorName: p.VendorName, VendorVersion: p.VendorVersion,
-		NodeId: p.NodeID, MaxVolumes: p.MaxVolumes, AccessibleTopology: p.AccessibleTopology,
+		NodeId: p.NodeID, MaxVolumes: int32(min(max(p.MaxVolumes, -1<<31), 1<<31-1)), AccessibleTopology: p.AccessibleTopology,
 		PluginCapabilities: p.PluginCapabilities, ControllerCapabilities: p.ControllerCapabilities,
 		NodeCapabilities: p.NodeCapabilities,
 	}
