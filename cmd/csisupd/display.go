@@ -25,7 +25,8 @@ import (
 // quotes say that the value was escaped. The result is always printable,
 // so display(display(s)) == display(s).
 //
-// JSON output needs none of this: encoding/json escapes control characters.
+// JSON output (--json) does not pass through display: it is meant for
+// programs, and its encoding escapes the C0 control characters itself.
 func display(s string) string {
 	if !utf8.ValidString(s) {
 		return strconv.Quote(s)

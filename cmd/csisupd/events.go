@@ -52,21 +52,11 @@ func newEventsCommand(opts *clientOptions) *cobra.Command {
 	return cmd
 }
 
-// eventJSON is one line of `events --json` (README, "JSON output": a
-// stable contract).
-type eventJSON struct {
-	Time        string `json:"time"`
-	Type        string `json:"type"`
-	PluginID    string `json:"plugin_id"`
-	Description string `json:"description"`
-	Index       uint64 `json:"index"`
-}
-
+// printEvent prints one event: a line of JSON (the Event message, README
+// "JSON output"), or a line of text.
 func printEvent(w io.Writer, e *csisupdv1.Event, asJSON bool) error {
 	if asJSON {
-		line := eventJSON{Time: formatTime(e.GetTime()), Type: e.GetType(), PluginID: e.GetPluginId(),
-			Description: e.GetDescription(), Index: e.GetIndex()}
-		return jsonLine(w, line)
+		return printProtoLine(w, e)
 	}
 	_, err := fmt.Fprintf(w, "%s  %-27s %-20s %s\n", formatTime(e.GetTime()),
 		display(e.GetType()), display(e.GetPluginId()), display(e.GetDescription()))

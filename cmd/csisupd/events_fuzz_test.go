@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -53,14 +55,19 @@ func FuzzEventEncoding(f *testing.F) {
 		if strings.Count(line, "\n") != 1 || !strings.HasSuffix(line, "\n") || !json.Valid([]byte(line)) {
 			t.Fatalf("events --json printed %q, want one line of valid JSON", line)
 		}
-		var decoded eventJSON
-		if err := json.Unmarshal([]byte(line), &decoded); err != nil {
+		var decoded csisupdv1.Event
+		if err := protojson.Unmarshal([]byte(line), &decoded); err != nil {
+			t.Fatalf("JSON line %q does not decode as an Event: %v", line, err)
+		}
+		if !proto.Equal(&decoded, &got) {
+			t.Errorf("JSON line %q decodes to %v, want %v", line, &decoded, &got)
+		}
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(line), &raw); err != nil {
 			t.Fatal(err)
 		}
-		want := eventJSON{Time: formatTime(got.GetTime()), Type: got.GetType(), PluginID: got.GetPluginId(),
-			Description: got.GetDescription(), Index: index}
-		if decoded != want {
-			t.Errorf("JSON line decodes to %+v, want %+v", decoded, want)
+		if raw["index"] != strconv.FormatUint(index, 10) {
+			t.Errorf("index = %#v, want the string %q", raw["index"], strconv.FormatUint(index, 10))
 		}
 
 		var text bytes.Buffer

@@ -92,46 +92,60 @@ func TestVersionCommand(t *testing.T) {
 }
 
 // status --json always carries every contract field, with empty lists and
-// objects rather than null, and last_probe null before the first probe.
+// objects rather than null, max_volumes a number, and last_probe null
+// before the first probe.
 func TestStatusJSONContract(t *testing.T) {
 	probe := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	tests := []struct {
-		name      string
-		plugin    *csisupdv1.Plugin
-		lastProbe any
+		name       string
+		plugin     *csisupdv1.Plugin
+		lastProbe  any
+		maxVolumes float64
 	}{
-		{"never probed", &csisupdv1.Plugin{Id: "a", Type: "unknown", HealthState: "unknown"}, nil},
+		{"never probed", &csisupdv1.Plugin{Id: "a", Type: "unknown", HealthState: "unknown"}, nil, 0},
 		{"probed", &csisupdv1.Plugin{Id: "b", Type: "monolith", Healthy: true, HealthState: "healthy",
-			NodeId: "n1", ControllerCapabilities: []string{"CREATE_DELETE_VOLUME"},
-			LastProbe: timestamppb.New(probe)}, "2026-01-02T03:04:05Z"},
+			NodeId: "n1", MaxVolumes: 1<<31 - 1, ControllerCapabilities: []string{"CREATE_DELETE_VOLUME"},
+			LastProbe: timestamppb.New(probe)}, "2026-01-02T03:04:05Z", 1<<31 - 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			data, err := json.Marshal(statusToJSON(&csisupdv1.StatusResponse{Plugins: []*csisupdv1.Plugin{tt.plugin}}))
-			if err != nil {
+			var out bytes.Buffer
+			if err := printProto(&out, &csisupdv1.StatusResponse{Plugins: []*csisupdv1.Plugin{tt.plugin}}); err != nil {
 				t.Fatal(err)
 			}
 			var doc struct {
 				Plugins []map[string]any `json:"plugins"`
+				Ignored []any            `json:"ignored"`
 			}
-			if err := json.Unmarshal(data, &doc); err != nil || len(doc.Plugins) != 1 {
-				t.Fatalf("status JSON %s: %v", data, err)
+			if err := json.Unmarshal(out.Bytes(), &doc); err != nil || len(doc.Plugins) != 1 {
+				t.Fatalf("status JSON %s: %v", out.Bytes(), err)
+			}
+			if doc.Ignored == nil {
+				t.Errorf("ignored is not a list: %s", out.Bytes())
 			}
 			p := doc.Plugins[0]
 			for _, key := range []string{"id", "type", "healthy", "health_description", "socket", "vendor_name",
 				"vendor_version", "node_id", "max_volumes", "accessible_topology", "controller_capabilities",
 				"node_capabilities", "last_probe"} {
 				if _, ok := p[key]; !ok {
-					t.Errorf("no %q in %s", key, data)
+					t.Errorf("no %q in %s", key, out.Bytes())
 				}
 			}
-			for _, key := range []string{"controller_capabilities", "node_capabilities"} {
+			for _, key := range []string{"plugin_capabilities", "controller_capabilities", "node_capabilities"} {
 				if _, ok := p[key].([]any); !ok {
 					t.Errorf("%s = %v, want a list", key, p[key])
 				}
 			}
-			if _, ok := p["accessible_topology"].(map[string]any); !ok {
-				t.Errorf("accessible_topology = %v, want an object", p["accessible_topology"])
+			for _, key := range []string{"accessible_topology", "manifest"} {
+				if _, ok := p[key].(map[string]any); !ok {
+					t.Errorf("%s = %v, want an object", key, p[key])
+				}
+			}
+			if p["id"] != tt.plugin.GetId() || p["healthy"] != tt.plugin.GetHealthy() {
+				t.Errorf("id, healthy = %v, %v; want %v, %v", p["id"], p["healthy"], tt.plugin.GetId(), tt.plugin.GetHealthy())
+			}
+			if p["max_volumes"] != tt.maxVolumes {
+				t.Errorf("max_volumes = %#v, want the number %v", p["max_volumes"], tt.maxVolumes)
 			}
 			if p["last_probe"] != tt.lastProbe {
 				t.Errorf("last_probe = %v, want %v", p["last_probe"], tt.lastProbe)
@@ -140,14 +154,16 @@ func TestStatusJSONContract(t *testing.T) {
 	}
 }
 
-// events --json prints one object per line with the contract fields.
+// events --json prints one object per line with the contract fields, the
+// index as a string (a uint64 in the proto3 JSON mapping).
 func TestEventJSONLine(t *testing.T) {
 	var out bytes.Buffer
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, e := range []*csisupdv1.Event{
+	events := []*csisupdv1.Event{
 		{Index: 1, Time: timestamppb.New(at), Type: "plugin-registered", PluginId: "p", Description: "registered"},
 		{Index: 2, Time: timestamppb.New(at), Type: "plugin-healthy", PluginId: "p"},
-	} {
+	}
+	for _, e := range events {
 		if err := printEvent(&out, e, true); err != nil {
 			t.Fatal(err)
 		}
@@ -161,13 +177,15 @@ func TestEventJSONLine(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("line %d %q: %v", i, line, err)
 		}
-		for _, key := range []string{"time", "type", "plugin_id", "description"} {
+		for _, key := range []string{"time", "type", "plugin_id", "description", "index"} {
 			if _, ok := e[key]; !ok {
 				t.Errorf("line %d has no %q: %s", i, key, line)
 			}
 		}
-		if e["time"] != "2026-01-02T03:04:05Z" {
-			t.Errorf("line %d time = %v", i, e["time"])
+		want := events[i]
+		if e["time"] != "2026-01-02T03:04:05Z" || e["type"] != want.GetType() || e["plugin_id"] != want.GetPluginId() ||
+			e["description"] != want.GetDescription() || e["index"] != fmt.Sprint(want.GetIndex()) {
+			t.Errorf("line %d = %v, want the values of %v", i, e, want)
 		}
 	}
 }

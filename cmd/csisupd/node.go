@@ -32,11 +32,7 @@ func newNodeCommand(opts *clientOptions) *cobra.Command {
 						return controlError(opts.address, err)
 					}
 					if opts.json {
-						out := nodeListJSON{Nodes: []nodeJSON{}, Index: resp.GetIndex()}
-						for _, n := range resp.GetNodes() {
-							out.Nodes = append(out.Nodes, nodeToJSON(n))
-						}
-						return printJSON(w, out)
+						return printProto(w, resp)
 					}
 					return printNodeList(w, resp.GetNodes())
 				}
@@ -45,7 +41,7 @@ func newNodeCommand(opts *clientOptions) *cobra.Command {
 					return controlError(opts.address, err)
 				}
 				if opts.json {
-					return printJSON(w, nodeToJSON(resp.GetNode()))
+					return printProto(w, resp.GetNode())
 				}
 				return printNode(w, resp.GetNode())
 			})
@@ -54,42 +50,6 @@ func newNodeCommand(opts *clientOptions) *cobra.Command {
 	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
 	cmd.AddCommand(statusCmd)
 	return cmd
-}
-
-// nodeListJSON is the `node status --json` document.
-type nodeListJSON struct {
-	Nodes []nodeJSON `json:"nodes"`
-	Index uint64     `json:"index"`
-}
-
-// nodeJSON is one node in `node status --json`. Its plugins have the shape
-// of `status --json`.
-type nodeJSON struct {
-	ID                string       `json:"id"`
-	Name              string       `json:"name"`
-	Address           string       `json:"address"`
-	Status            string       `json:"status"`
-	StatusDescription string       `json:"status_description"`
-	StatusUpdatedAt   string       `json:"status_updated_at"`
-	RegisteredAt      string       `json:"registered_at"`
-	Plugins           []pluginJSON `json:"plugins"`
-}
-
-func nodeToJSON(n *csisupdv1.ClusterNode) nodeJSON {
-	out := nodeJSON{
-		ID:                n.GetId(),
-		Name:              n.GetName(),
-		Address:           n.GetAddress(),
-		Status:            n.GetStatus(),
-		StatusDescription: n.GetStatusDescription(),
-		StatusUpdatedAt:   formatTime(n.GetStatusUpdatedAt()),
-		RegisteredAt:      formatTime(n.GetRegisteredAt()),
-		Plugins:           []pluginJSON{},
-	}
-	for _, p := range n.GetPlugins() {
-		out.Plugins = append(out.Plugins, pluginToJSON(p))
-	}
-	return out
 }
 
 func nodePluginIDs(n *csisupdv1.ClusterNode) string {

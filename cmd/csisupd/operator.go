@@ -39,21 +39,6 @@ func newOperatorCommand(opts *clientOptions) *cobra.Command {
 	return cmd
 }
 
-// raftPeersJSON is the `operator raft list-peers --json` document.
-type raftPeersJSON struct {
-	Peers []raftPeerJSON `json:"peers"`
-	Term  uint64         `json:"term"`
-	Index uint64         `json:"index"`
-}
-
-type raftPeerJSON struct {
-	ID          string `json:"id"`
-	RaftAddress string `json:"raft_address"`
-	RPCAddress  string `json:"rpc_address"`
-	Suffrage    string `json:"suffrage"`
-	Leader      bool   `json:"leader"`
-}
-
 func newRaftListPeersCommand(opts *clientOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list-peers",
@@ -67,14 +52,7 @@ func newRaftListPeersCommand(opts *clientOptions) *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
-					out := raftPeersJSON{Peers: []raftPeerJSON{}, Term: resp.GetTerm(), Index: resp.GetIndex()}
-					for _, p := range resp.GetPeers() {
-						out.Peers = append(out.Peers, raftPeerJSON{
-							ID: p.GetId(), RaftAddress: p.GetRaftAddress(), RPCAddress: p.GetRpcAddress(),
-							Suffrage: p.GetSuffrage(), Leader: p.GetLeader(),
-						})
-					}
-					return printJSON(w, out)
+					return printProto(w, resp)
 				}
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tRPC ADDRESS\tSUFFRAGE\tLEADER")
@@ -94,14 +72,16 @@ func newRaftRemovePeerCommand(opts *clientOptions) *cobra.Command {
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
-				if _, err := cl.RemovePeer(ctx, &csisupdv1.RaftRemovePeerRequest{Id: args[0]}); err != nil {
+				resp, err := cl.RemovePeer(ctx, &csisupdv1.RaftRemovePeerRequest{Id: args[0]})
+				if err != nil {
 					return controlError(opts.address, err)
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
-					return printJSON(w, map[string]any{"id": args[0], "removed": true})
+					// The call's response has no fields: {} and exit code 0.
+					return printProto(w, resp)
 				}
-				_, err := fmt.Fprintf(w, "Removed peer %s\n", display(args[0]))
+				_, err = fmt.Fprintf(w, "Removed peer %s\n", display(args[0]))
 				return err
 			})
 		},
@@ -122,7 +102,7 @@ func newSnapshotSaveCommand(opts *clientOptions) *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
-					return printJSON(w, map[string]any{"file": path, "bytes": n})
+					return printProto(w, &csisupdv1.SnapshotSaveResult{File: path, Bytes: n})
 				}
 				_, err = fmt.Fprintf(w, "Saved snapshot to %s (%d bytes)\n", display(path), n)
 				return err
@@ -214,7 +194,7 @@ func newSnapshotRestoreCommand(opts *clientOptions) *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
-					return printJSON(w, map[string]any{"file": path, "index": resp.GetIndex()})
+					return printProto(w, resp)
 				}
 				_, err = fmt.Fprintf(w, "Restored snapshot %s (raft index %d)\n", display(path), resp.GetIndex())
 				return err

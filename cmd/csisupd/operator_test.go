@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -31,7 +32,8 @@ func TestRaftPeersAndSnapshots(t *testing.T) {
 	file := filepath.Join(dir, "state.snap")
 	saved := mustJSON(t, "--address", addr, "operator", "snapshot", "save", file)
 	info, err := os.Stat(file)
-	if err != nil || info.Size() == 0 || saved["bytes"] != float64(info.Size()) {
+	// bytes is an int64: a string in the proto3 JSON mapping.
+	if err != nil || info.Size() == 0 || saved["file"] != file || saved["bytes"] != strconv.FormatInt(info.Size(), 10) {
 		t.Fatalf("snapshot file: %v, %v; reported %v", info, err, saved)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
@@ -41,7 +43,9 @@ func TestRaftPeersAndSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	restored := mustJSON(t, "--address", addr, "operator", "snapshot", "restore", file)
-	if idx, _ := restored["index"].(float64); idx == 0 {
+	// restore prints SnapshotRestoreResponse: the raft index, a uint64, as a string.
+	s, _ := restored["index"].(string)
+	if idx, err := strconv.ParseUint(s, 10, 64); err != nil || idx == 0 || len(restored) != 1 {
 		t.Fatalf("restore: %v", restored)
 	}
 	vol := mustJSON(t, "--address", addr, "volume", "status", "keep")

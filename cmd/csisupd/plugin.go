@@ -58,11 +58,7 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 						return controlError(opts.address, err)
 					}
 					if opts.json {
-						out := pluginListJSON{Plugins: []clusterPluginJSON{}, Index: resp.GetIndex()}
-						for _, p := range resp.GetPlugins() {
-							out.Plugins = append(out.Plugins, clusterPluginToJSON(p))
-						}
-						return printJSON(w, out)
+						return printProto(w, resp)
 					}
 					return printPluginList(w, resp.GetPlugins())
 				}
@@ -71,7 +67,7 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 					return controlError(opts.address, err)
 				}
 				if opts.json {
-					return printJSON(w, clusterPluginToJSON(resp.GetPlugin()))
+					return printProto(w, resp.GetPlugin())
 				}
 				return printPlugin(w, resp.GetPlugin())
 			})
@@ -80,60 +76,6 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
 	cmd.AddCommand(statusCmd)
 	return cmd
-}
-
-// pluginListJSON is the `plugin status --json` document.
-type pluginListJSON struct {
-	Plugins []clusterPluginJSON `json:"plugins"`
-	Index   uint64              `json:"index"`
-}
-
-// clusterPluginJSON is one plugin in `plugin status --json`.
-type clusterPluginJSON struct {
-	ID                  string               `json:"id"`
-	Provider            string               `json:"provider"`
-	Version             string               `json:"version"`
-	ControllersHealthy  uint32               `json:"controllers_healthy"`
-	ControllersExpected uint32               `json:"controllers_expected"`
-	NodesHealthy        uint32               `json:"nodes_healthy"`
-	NodesExpected       uint32               `json:"nodes_expected"`
-	Instances           []pluginInstanceJSON `json:"instances"`
-}
-
-// pluginInstanceJSON is one plugin on one node.
-type pluginInstanceJSON struct {
-	NodeID            string `json:"node_id"`
-	NodeName          string `json:"node_name"`
-	Type              string `json:"type"`
-	Healthy           bool   `json:"healthy"`
-	HealthDescription string `json:"health_description"`
-	CSINodeID         string `json:"csi_node_id"`
-	VendorVersion     string `json:"vendor_version"`
-}
-
-func clusterPluginToJSON(p *csisupdv1.ClusterPlugin) clusterPluginJSON {
-	out := clusterPluginJSON{
-		ID:                  p.GetId(),
-		Provider:            p.GetProvider(),
-		Version:             p.GetVersion(),
-		ControllersHealthy:  p.GetControllersHealthy(),
-		ControllersExpected: p.GetControllersExpected(),
-		NodesHealthy:        p.GetNodesHealthy(),
-		NodesExpected:       p.GetNodesExpected(),
-		Instances:           []pluginInstanceJSON{},
-	}
-	for _, in := range p.GetInstances() {
-		out.Instances = append(out.Instances, pluginInstanceJSON{
-			NodeID:            in.GetNodeId(),
-			NodeName:          in.GetNodeName(),
-			Type:              in.GetPlugin().GetType(),
-			Healthy:           in.GetHealthy(),
-			HealthDescription: in.GetHealthDescription(),
-			CSINodeID:         in.GetPlugin().GetNodeId(),
-			VendorVersion:     in.GetPlugin().GetVendorVersion(),
-		})
-	}
-	return out
 }
 
 func printPluginList(w io.Writer, plugins []*csisupdv1.ClusterPlugin) error {

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/encoding/protojson"
 
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -68,8 +70,8 @@ func oneNodeCluster(t *testing.T) (*testcluster.Cluster, string) {
 	addr := c.Member(0).RPCAddr
 	testutil.WaitFor(t, 30*time.Second, "plugin tp healthy", func() bool {
 		out, err := execute(t, "--address", addr, "plugin", "status", "tp", "--json")
-		var p clusterPluginJSON
-		return err == nil && json.Unmarshal([]byte(out), &p) == nil && p.ControllersHealthy == 1 && p.NodesHealthy == 1
+		var p csisupdv1.ClusterPlugin
+		return err == nil && protojson.Unmarshal([]byte(out), &p) == nil && p.GetControllersHealthy() == 1 && p.GetNodesHealthy() == 1
 	})
 	return c, addr
 }
@@ -97,8 +99,15 @@ func TestPluginAndNodeStatus(t *testing.T) {
 		t.Fatalf("instances: %v", inst)
 	}
 	in := inst[0].(map[string]any)
-	if in["node_id"] != a.NodeID() || in["node_name"] != a.Name || in["type"] != "monolith" ||
-		in["healthy"] != true || in["csi_node_id"] != "csi-a" {
+	const instanceKeys = "health_description,healthy,node_id,node_name,plugin"
+	if keys(in) != instanceKeys {
+		t.Fatalf("instance keys %s, want %s", keys(in), instanceKeys)
+	}
+	// The instance's plugin is the node's Plugin message: its node_id is
+	// the CSI node id, the instance's the cluster's node id.
+	ip, _ := in["plugin"].(map[string]any)
+	if in["node_id"] != a.NodeID() || in["node_name"] != a.Name || in["healthy"] != true ||
+		ip["id"] != "tp" || ip["type"] != "monolith" || ip["node_id"] != "csi-a" {
 		t.Fatalf("instance: %v", in)
 	}
 

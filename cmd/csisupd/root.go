@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // DefaultAddress is the agent address client commands use without
@@ -113,12 +114,28 @@ func (o *clientOptions) requestContext(parent context.Context) (context.Context,
 	return context.WithTimeout(parent, o.timeout)
 }
 
-// jsonLine writes v as one line of JSON.
-func jsonLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+// printProto writes msg as one indented JSON document. Every --json output
+// is an API message: the response of the command's call, the one object a
+// get or a write returns (ClusterPlugin, ClusterNode, Volume), or, where no
+// RPC returns the result, a message of cli.proto. The encoding is the
+// proto3 JSON mapping with the proto field names and every field present
+// (null, [], {}, 0, "" or false when unset), so that scripts find the same
+// keys whatever the values are. 64-bit integers are strings in it.
+func printProto(w io.Writer, msg proto.Message) error { return writeProto(w, msg, true) }
 
-// printJSON writes v as indented JSON.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// printProtoLine writes msg as printProto does, on one line; streams such
+// as `events --json` print one message per line.
+func printProtoLine(w io.Writer, msg proto.Message) error { return writeProto(w, msg, false) }
+
+func writeProto(w io.Writer, msg proto.Message, multiline bool) error {
+	opts := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+	if multiline {
+		opts.Multiline, opts.Indent = true, "  "
+	}
+	b, err := opts.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("JSON of %s: %w", msg.ProtoReflect().Descriptor().Name(), err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

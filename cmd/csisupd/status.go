@@ -34,7 +34,7 @@ func newStatusCommand(opts *clientOptions) *cobra.Command {
 				return agentError(opts.address, err)
 			}
 			if opts.json {
-				return printJSON(cmd.OutOrStdout(), statusToJSON(resp))
+				return printProto(cmd.OutOrStdout(), resp)
 			}
 			return printStatus(cmd.OutOrStdout(), resp)
 		},
@@ -49,108 +49,6 @@ func agentError(addr string, err error) error {
 	}
 	// The message is the server's: escape it like any outside string.
 	return fmt.Errorf("agent at %s: %s", display(addr), display(status.Convert(err).Message()))
-}
-
-// statusJSON is the `status --json` document (README, "JSON output": a
-// stable contract).
-type statusJSON struct {
-	Name      string        `json:"name"`
-	Version   string        `json:"version"`
-	StartedAt string        `json:"started_at"`
-	PluginDir string        `json:"plugin_dir"`
-	Plugins   []pluginJSON  `json:"plugins"`
-	Ignored   []ignoredJSON `json:"ignored"`
-	Cluster   *clusterJSON  `json:"cluster,omitempty"`
-}
-
-// clusterJSON is the agent's view of the control cluster.
-type clusterJSON struct {
-	NodeID         string   `json:"node_id"`
-	Server         bool     `json:"server"`
-	Servers        []string `json:"servers"`
-	NodeRegistered bool     `json:"node_registered"`
-	Leader         string   `json:"leader,omitempty"`
-	RaftPeers      int32    `json:"raft_peers,omitempty"`
-	Nodes          int32    `json:"nodes,omitempty"`
-	NodesReady     int32    `json:"nodes_ready,omitempty"`
-}
-
-type pluginJSON struct {
-	ID                     string            `json:"id"`
-	Type                   string            `json:"type"`
-	Healthy                bool              `json:"healthy"`
-	HealthState            string            `json:"health_state"`
-	HealthDescription      string            `json:"health_description"`
-	Socket                 string            `json:"socket"`
-	VendorName             string            `json:"vendor_name"`
-	VendorVersion          string            `json:"vendor_version"`
-	Manifest               map[string]string `json:"manifest"`
-	NodeID                 string            `json:"node_id"`
-	MaxVolumes             int64             `json:"max_volumes"`
-	AccessibleTopology     map[string]string `json:"accessible_topology"`
-	PluginCapabilities     []string          `json:"plugin_capabilities"`
-	ControllerCapabilities []string          `json:"controller_capabilities"`
-	NodeCapabilities       []string          `json:"node_capabilities"`
-	LastProbe              *string           `json:"last_probe"`
-	RegisteredAt           string            `json:"registered_at"`
-	HealthSince            string            `json:"health_since"`
-}
-
-type ignoredJSON struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
-
-func statusToJSON(r *csisupdv1.StatusResponse) statusJSON {
-	out := statusJSON{
-		Name:      r.GetName(),
-		Version:   r.GetVersion(),
-		StartedAt: formatTime(r.GetStartedAt()),
-		PluginDir: r.GetPluginDir(),
-		Plugins:   []pluginJSON{},
-		Ignored:   []ignoredJSON{},
-	}
-	for _, p := range r.GetPlugins() {
-		out.Plugins = append(out.Plugins, pluginToJSON(p))
-	}
-	for _, ig := range r.GetIgnored() {
-		out.Ignored = append(out.Ignored, ignoredJSON{Path: ig.GetPath(), Reason: ig.GetReason()})
-	}
-	if c := r.GetCluster(); c != nil {
-		out.Cluster = &clusterJSON{
-			NodeID: c.GetNodeId(), Server: c.GetServer(), Servers: nonNilSlice(c.GetServers()),
-			NodeRegistered: c.GetNodeRegistered(), Leader: c.GetLeader(), RaftPeers: c.GetRaftPeers(),
-			Nodes: c.GetNodes(), NodesReady: c.GetNodesReady(),
-		}
-	}
-	return out
-}
-
-func pluginToJSON(p *csisupdv1.Plugin) pluginJSON {
-	j := pluginJSON{
-		ID:                     p.GetId(),
-		Type:                   p.GetType(),
-		Healthy:                p.GetHealthy(),
-		HealthState:            p.GetHealthState(),
-		HealthDescription:      p.GetHealthDescription(),
-		Socket:                 p.GetSocket(),
-		VendorName:             p.GetVendorName(),
-		VendorVersion:          p.GetVendorVersion(),
-		Manifest:               nonNilMap(p.GetManifest()),
-		NodeID:                 p.GetNodeId(),
-		MaxVolumes:             p.GetMaxVolumes(),
-		AccessibleTopology:     nonNilMap(p.GetAccessibleTopology()),
-		PluginCapabilities:     nonNilSlice(p.GetPluginCapabilities()),
-		ControllerCapabilities: nonNilSlice(p.GetControllerCapabilities()),
-		NodeCapabilities:       nonNilSlice(p.GetNodeCapabilities()),
-		RegisteredAt:           formatTime(p.GetRegisteredAt()),
-		HealthSince:            formatTime(p.GetHealthSince()),
-	}
-	if p.GetLastProbe() != nil {
-		s := formatTime(p.GetLastProbe())
-		j.LastProbe = &s
-	}
-	return j
 }
 
 func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
@@ -235,20 +133,6 @@ func ago(ts *timestamppb.Timestamp) string {
 func dash(s string) string {
 	if strings.TrimSpace(s) == "" {
 		return "-"
-	}
-	return s
-}
-
-func nonNilMap(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
-func nonNilSlice(s []string) []string {
-	if s == nil {
-		return []string{}
 	}
 	return s
 }

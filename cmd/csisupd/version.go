@@ -5,6 +5,8 @@ import (
 	"runtime"
 
 	"github.com/spf13/cobra"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
 func newVersionCommand(opts *clientOptions) *cobra.Command {
@@ -14,8 +16,8 @@ func newVersionCommand(opts *clientOptions) *cobra.Command {
 		Args:  rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.json {
-				return printJSON(cmd.OutOrStdout(), map[string]string{
-					"version": version, "commit": commit, "go": runtime.Version(),
+				return printProto(cmd.OutOrStdout(), &csisupdv1.VersionInfo{
+					Version: version, Commit: commit, Go: runtime.Version(),
 				})
 			}
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "csisupd %s (commit %s, %s)\n", version, commit, runtime.Version())

@@ -283,13 +283,14 @@ func newVolumeDeleteCommand(opts *clientOptions) *cobra.Command {
 				return err
 			}
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
-				_, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: args[0], DeregisterOnly: deregisterOnly, Secrets: sec})
+				resp, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: args[0], DeregisterOnly: deregisterOnly, Secrets: sec})
 				if err != nil {
 					return controlError(opts.address, err)
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
-					return printJSON(w, volumeDeletedJSON{ID: args[0], Deleted: true, DeregisterOnly: deregisterOnly})
+					// The call's response has no fields: {} and exit code 0.
+					return printProto(w, resp)
 				}
 				verb := "Deleted"
 				if deregisterOnly {
@@ -366,7 +367,7 @@ func newVolumeAttachCommand(opts *clientOptions) *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
-					return printJSON(w, volumeAttachJSON{Volume: volumeToJSON(resp.GetVolume()), Claim: claimToJSON(resp.GetClaim())})
+					return printProto(w, resp)
 				}
 				_, err = fmt.Fprintf(w, "Attached volume %s to node %s (CSI node id %s)\n",
 					display(args[0]), display(nodeID), display(resp.GetClaim().GetCsiNodeId()))
@@ -432,11 +433,7 @@ func newVolumeListCommand(opts *clientOptions) *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
-					out := volumeListJSON{Volumes: []volumeJSON{}, Index: resp.GetIndex()}
-					for _, v := range resp.GetVolumes() {
-						out.Volumes = append(out.Volumes, volumeToJSON(v))
-					}
-					return printJSON(w, out)
+					return printProto(w, resp)
 				}
 				return printVolumeList(w, resp.GetVolumes())
 			})
@@ -460,7 +457,7 @@ func newVolumeStatusCommand(opts *clientOptions) *cobra.Command {
 					return controlError(opts.address, err)
 				}
 				if opts.json {
-					return printJSON(cmd.OutOrStdout(), volumeToJSON(resp.GetVolume()))
+					return printProto(cmd.OutOrStdout(), resp.GetVolume())
 				}
 				return printVolume(cmd.OutOrStdout(), resp.GetVolume())
 			})
@@ -470,91 +467,10 @@ func newVolumeStatusCommand(opts *clientOptions) *cobra.Command {
 	return cmd
 }
 
-// volumeJSON is one volume in `volume ... --json`.
-type volumeJSON struct {
-	ID               string            `json:"id"`
-	PluginID         string            `json:"plugin_id"`
-	ExternalID       string            `json:"external_id"`
-	CapacityBytes    int64             `json:"capacity_bytes"`
-	Context          map[string]string `json:"context"`
-	Parameters       map[string]string `json:"parameters"`
-	Capabilities     []capabilityJSON  `json:"capabilities"`
-	Claims           []claimJSON       `json:"claims"`
-	ControllerNodeID string            `json:"controller_node_id"`
-	CreatedAt        string            `json:"created_at"`
-	CreateIndex      uint64            `json:"create_index"`
-	ModifyIndex      uint64            `json:"modify_index"`
-}
-
-type capabilityJSON struct {
-	AccessType string   `json:"access_type"`
-	AccessMode string   `json:"access_mode"`
-	FSType     string   `json:"fs_type"`
-	MountFlags []string `json:"mount_flags"`
-}
-
-type claimJSON struct {
-	NodeID         string            `json:"node_id"`
-	CSINodeID      string            `json:"csi_node_id"`
-	ReadOnly       bool              `json:"read_only"`
-	PublishContext map[string]string `json:"publish_context"`
-	ClaimedAt      string            `json:"claimed_at"`
-}
-
-type volumeListJSON struct {
-	Volumes []volumeJSON `json:"volumes"`
-	Index   uint64       `json:"index"`
-}
-
-type volumeAttachJSON struct {
-	Volume volumeJSON `json:"volume"`
-	Claim  claimJSON  `json:"claim"`
-}
-
-type volumeDeletedJSON struct {
-	ID             string `json:"id"`
-	Deleted        bool   `json:"deleted"`
-	DeregisterOnly bool   `json:"deregister_only"`
-}
-
-func volumeToJSON(v *csisupdv1.Volume) volumeJSON {
-	out := volumeJSON{
-		ID:               v.GetId(),
-		PluginID:         v.GetPluginId(),
-		ExternalID:       v.GetExternalId(),
-		CapacityBytes:    v.GetCapacityBytes(),
-		Context:          nonNilMap(v.GetContext()),
-		Parameters:       nonNilMap(v.GetParameters()),
-		Capabilities:     []capabilityJSON{},
-		Claims:           []claimJSON{},
-		ControllerNodeID: v.GetControllerNodeId(),
-		CreatedAt:        formatTime(v.GetCreatedAt()),
-		CreateIndex:      v.GetCreateIndex(),
-		ModifyIndex:      v.GetModifyIndex(),
-	}
-	for _, c := range v.GetCapabilities() {
-		out.Capabilities = append(out.Capabilities, capabilityJSON{
-			AccessType: c.GetAccessType(), AccessMode: c.GetAccessMode(), FSType: c.GetFsType(),
-			MountFlags: nonNilSlice(c.GetMountFlags()),
-		})
-	}
-	for _, c := range v.GetClaims() {
-		out.Claims = append(out.Claims, claimToJSON(c))
-	}
-	return out
-}
-
-func claimToJSON(c *csisupdv1.VolumeClaim) claimJSON {
-	return claimJSON{
-		NodeID: c.GetNodeId(), CSINodeID: c.GetCsiNodeId(), ReadOnly: c.GetReadOnly(),
-		PublishContext: nonNilMap(c.GetPublishContext()), ClaimedAt: formatTime(c.GetClaimedAt()),
-	}
-}
-
 // printVolumeResult prints the volume a write returned.
 func printVolumeResult(w io.Writer, asJSON bool, verb string, v *csisupdv1.Volume) error {
 	if asJSON {
-		return printJSON(w, volumeToJSON(v))
+		return printProto(w, v)
 	}
 	_, err := fmt.Fprintf(w, "%s volume %s (plugin %s, external id %s)\n", verb,
 		display(v.GetId()), display(v.GetPluginId()), display(v.GetExternalId()))

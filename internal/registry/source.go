@@ -2,6 +2,7 @@ package registry
 
 import (
 	"maps"
+	"math"
 	"slices"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -58,7 +59,7 @@ func (p Plugin) Proto() *csisupdv1.Plugin {
 		VendorVersion:          plugin.WireString(fp.VendorVersion),
 		Manifest:               maps.Clone(fp.Manifest),
 		NodeId:                 plugin.WireString(fp.NodeID),
-		MaxVolumes:             fp.MaxVolumes,
+		MaxVolumes:             maxVolumes(fp.MaxVolumes),
 		AccessibleTopology:     maps.Clone(fp.AccessibleTopology),
 		PluginCapabilities:     slices.Clone(fp.PluginCapabilities),
 		ControllerCapabilities: slices.Clone(fp.ControllerCapabilities),
@@ -74,3 +75,8 @@ func (p Plugin) Proto() *csisupdv1.Plugin {
 	}
 	return m
 }
+
+// maxVolumes is CSI's int64 max_volumes_per_node in the API's int32, which
+// keeps it a JSON number in protojson (64-bit integers are strings there);
+// no node holds 2^31 volumes, so the clamp never loses a real value.
+func maxVolumes(n int64) int32 { return int32(min(max(n, math.MinInt32), math.MaxInt32)) }

@@ -58,7 +58,7 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 	}
 	for _, in := range p.Instances {
 		i, ok := agentOf[in.NodeID]
-		if !ok || in.CSINodeID != fmt.Sprintf("csi-node-%d", i) || in.NodeName != c.Agent(i).Name {
+		if !ok || in.Plugin.NodeID != fmt.Sprintf("csi-node-%d", i) || in.NodeName != c.Agent(i).Name {
 			t.Fatalf("instance %+v does not match its agent", in)
 		}
 	}

@@ -66,7 +66,7 @@ func TestDevAgent(t *testing.T) {
 	if plugin.ControllersExpected != 1 || plugin.NodesExpected != 1 || len(plugin.Instances) != 1 {
 		t.Fatalf("plugin status demo: %+v", plugin)
 	}
-	if in := plugin.Instances[0]; in.NodeName != nodeName || in.Type != testplugin.TypeMonolith || !in.Healthy || in.CSINodeID != nodeName {
+	if in := plugin.Instances[0]; in.NodeName != nodeName || in.Plugin.Type != testplugin.TypeMonolith || !in.Healthy || in.Plugin.NodeID != nodeName {
 		t.Fatalf("demo instance: %+v", in)
 	}
 

@@ -110,11 +110,15 @@ type (
 		NodesHealthy        int    `json:"nodes_healthy"`
 		NodesExpected       int    `json:"nodes_expected"`
 		Instances           []struct {
-			NodeID    string `json:"node_id"`
-			NodeName  string `json:"node_name"`
-			Type      string `json:"type"`
-			Healthy   bool   `json:"healthy"`
-			CSINodeID string `json:"csi_node_id"`
+			NodeID   string `json:"node_id"`
+			NodeName string `json:"node_name"`
+			Healthy  bool   `json:"healthy"`
+			// Plugin is the instance as its node reported it; its node_id
+			// is the CSI node id.
+			Plugin struct {
+				Type   string `json:"type"`
+				NodeID string `json:"node_id"`
+			} `json:"plugin"`
 		} `json:"instances"`
 	}
 	nodeDoc struct {
@@ -141,7 +145,7 @@ type (
 		ID               string            `json:"id"`
 		PluginID         string            `json:"plugin_id"`
 		ExternalID       string            `json:"external_id"`
-		CapacityBytes    int64             `json:"capacity_bytes"`
+		CapacityBytes    int64             `json:"capacity_bytes,string"` // an int64: a string in JSON
 		Parameters       map[string]string `json:"parameters"`
 		Claims           []claimDoc        `json:"claims"`
 		ControllerNodeID string            `json:"controller_node_id"`

@@ -33,14 +33,18 @@ type Plugin struct {
 	Type    string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	Healthy bool   `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	// health_state is one of unknown, healthy, unhealthy.
-	HealthState            string                 `protobuf:"bytes,4,opt,name=health_state,json=healthState,proto3" json:"health_state,omitempty"`
-	HealthDescription      string                 `protobuf:"bytes,5,opt,name=health_description,json=healthDescription,proto3" json:"health_description,omitempty"`
-	Socket                 string                 `protobuf:"bytes,6,opt,name=socket,proto3" json:"socket,omitempty"`
-	VendorName             string                 `protobuf:"bytes,7,opt,name=vendor_name,json=vendorName,proto3" json:"vendor_name,omitempty"`
-	VendorVersion          string                 `protobuf:"bytes,8,opt,name=vendor_version,json=vendorVersion,proto3" json:"vendor_version,omitempty"`
-	Manifest               map[string]string      `protobuf:"bytes,9,rep,name=manifest,proto3" json:"manifest,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	NodeId                 string                 `protobuf:"bytes,10,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	MaxVolumes             int64                  `protobuf:"varint,11,opt,name=max_volumes,json=maxVolumes,proto3" json:"max_volumes,omitempty"`
+	HealthState       string            `protobuf:"bytes,4,opt,name=health_state,json=healthState,proto3" json:"health_state,omitempty"`
+	HealthDescription string            `protobuf:"bytes,5,opt,name=health_description,json=healthDescription,proto3" json:"health_description,omitempty"`
+	Socket            string            `protobuf:"bytes,6,opt,name=socket,proto3" json:"socket,omitempty"`
+	VendorName        string            `protobuf:"bytes,7,opt,name=vendor_name,json=vendorName,proto3" json:"vendor_name,omitempty"`
+	VendorVersion     string            `protobuf:"bytes,8,opt,name=vendor_version,json=vendorVersion,proto3" json:"vendor_version,omitempty"`
+	Manifest          map[string]string `protobuf:"bytes,9,rep,name=manifest,proto3" json:"manifest,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	NodeId            string            `protobuf:"bytes,10,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// max_volumes is the plugin's max_volumes_per_node (0: the plugin sets no
+	// limit). CSI reports an int64; this is an int32, the same varint on the
+	// wire, so that the proto3 JSON mapping keeps it a number (64-bit integers
+	// are strings there). A value beyond the int32 range is clamped.
+	MaxVolumes             int32                  `protobuf:"varint,11,opt,name=max_volumes,json=maxVolumes,proto3" json:"max_volumes,omitempty"`
 	AccessibleTopology     map[string]string      `protobuf:"bytes,12,rep,name=accessible_topology,json=accessibleTopology,proto3" json:"accessible_topology,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	PluginCapabilities     []string               `protobuf:"bytes,13,rep,name=plugin_capabilities,json=pluginCapabilities,proto3" json:"plugin_capabilities,omitempty"`
 	ControllerCapabilities []string               `protobuf:"bytes,14,rep,name=controller_capabilities,json=controllerCapabilities,proto3" json:"controller_capabilities,omitempty"`
@@ -153,7 +157,7 @@ func (x *Plugin) GetNodeId() string {
 	return ""
 }
 
-func (x *Plugin) GetMaxVolumes() int64 {
+func (x *Plugin) GetMaxVolumes() int32 {
 	if x != nil {
 		return x.MaxVolumes
 	}
@@ -820,7 +824,7 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\bmanifest\x18\t \x03(\v2 .csisupd.v1.Plugin.ManifestEntryR\bmanifest\x12\x17\n" +
 	"\anode_id\x18\n" +
 	" \x01(\tR\x06nodeId\x12\x1f\n" +
-	"\vmax_volumes\x18\v \x01(\x03R\n" +
+	"\vmax_volumes\x18\v \x01(\x05R\n" +
 	"maxVolumes\x12[\n" +
 	"\x13accessible_topology\x18\f \x03(\v2*.csisupd.v1.Plugin.AccessibleTopologyEntryR\x12accessibleTopology\x12/\n" +
 	"\x13plugin_capabilities\x18\r \x03(\tR\x12pluginCapabilities\x127\n" +

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/testcluster"
+	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// documentedKeys are the keys the README's "JSON output (stable)" section
+// lists (DESIGN section 6 lists a subset of them), by command and by where
+// they are in its output: "" is the top-level object, "plugins[]" every
+// element of its list "plugins".
+func documentedKeys() map[string]map[string][]string {
+	return map[string]map[string][]string{
+		"status": {
+			"":          {"name", "version", "started_at", "plugin_dir", "ignored", "cluster", "plugins"},
+			"ignored[]": {"path", "reason"},
+			"plugins[]": {"id", "type", "healthy", "health_state", "health_description", "health_since", "socket",
+				"vendor_name", "vendor_version", "manifest", "node_id", "max_volumes", "accessible_topology",
+				"plugin_capabilities", "controller_capabilities", "node_capabilities", "last_probe", "registered_at"},
+		},
+		"events": {"": {"time", "type", "plugin_id", "description", "index"}},
+	}
+}
+
+// The README documents exactly the keys documentedKeys lists, so the live
+// test below checks the contract as the README states it.
+func TestREADMEListsTheDocumentedKeys(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "### JSON output (stable)\n")
+	if !ok {
+		t.Fatal(`README has no "### JSON output (stable)" section`)
+	}
+	if end := strings.Index(section, "\n#"); end >= 0 {
+		section = section[:end]
+	}
+	// A bullet starts at "- " and runs to the next one or a blank line.
+	bullets := regexp.MustCompile(`(?m)^- `).Split(section, -1)
+	field := regexp.MustCompile("`([a-z][a-z_]*)`")
+	for command, paths := range documentedKeys() {
+		var want []string
+		for _, ks := range paths {
+			want = append(want, ks...)
+		}
+		sort.Strings(want)
+		var bullet string
+		for _, b := range bullets {
+			if strings.HasPrefix(b, "`csisupd "+command+" --json`") {
+				bullet, _, _ = strings.Cut(b, "\n\n")
+			}
+		}
+		if bullet == "" {
+			t.Errorf("README's JSON section has no bullet for `csisupd %s --json`", command)
+			continue
+		}
+		var got []string
+		for _, m := range field.FindAllStringSubmatch(bullet, -1) {
+			got = append(got, m[1])
+		}
+		sort.Strings(got)
+		got = slices.Compact(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("README documents for %s the keys\n  %v\nthe contract test checks\n  %v", command, got, want)
+		}
+	}
+}
+
+// status --json and events --json against a live agent carry every key
+// the README documents, where it documents it, and the values have the
+// JSON types the contract promises.
+func TestDocumentedJSONKeys(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Agents: 1})
+	a := c.Agent(0)
+	a.StartPlugin("tp", testplugin.Config{NodeID: "csi-a", MaxVolumes: 5})
+	// A file that is not a socket is listed in `ignored`.
+	if err := os.WriteFile(filepath.Join(a.PluginDir, "notes.txt"), []byte("not a plugin"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := documentedKeys()
+
+	var status map[string]any
+	testutil.WaitFor(t, 30*time.Second, "plugin tp probed and notes.txt ignored in status", func() bool {
+		out, err := execute(t, "--address", a.RPCAddr, "status", "--json")
+		status = nil
+		if err != nil || json.Unmarshal([]byte(out), &status) != nil {
+			return false
+		}
+		plugins, _ := status["plugins"].([]any)
+		ignored, _ := status["ignored"].([]any)
+		if len(plugins) != 1 || len(ignored) != 1 {
+			return false
+		}
+		_, probed := plugins[0].(map[string]any)["last_probe"].(string)
+		return probed
+	})
+	checkKeys(t, "status", status, want["status"])
+	p := status["plugins"].([]any)[0].(map[string]any)
+	if p["id"] != "tp" || p["type"] != "monolith" || p["healthy"] != true || p["node_id"] != "csi-a" {
+		t.Errorf("status plugin: %v", p)
+	}
+	if p["max_volumes"] != float64(5) {
+		t.Errorf("max_volumes = %#v, want the number 5", p["max_volumes"])
+	}
+	for _, key := range []string{"last_probe", "registered_at", "health_since"} {
+		if s, _ := p[key].(string); !rfc3339(s) {
+			t.Errorf("%s = %#v, want an RFC 3339 time", key, p[key])
+		}
+	}
+	for _, key := range []string{"plugin_capabilities", "controller_capabilities", "node_capabilities"} {
+		if _, ok := p[key].([]any); !ok {
+			t.Errorf("%s = %#v, want a list", key, p[key])
+		}
+	}
+	for _, key := range []string{"manifest", "accessible_topology"} {
+		if _, ok := p[key].(map[string]any); !ok {
+			t.Errorf("%s = %#v, want an object", key, p[key])
+		}
+	}
+
+	lines := watchEventLines(t, a.RPCAddr, "plugin-registered", "plugin-healthy")
+	for _, line := range lines {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("events --json line %q: %v", line, err)
+		}
+		checkKeys(t, "events", e, want["events"])
+		if s, _ := e["time"].(string); !rfc3339(s) {
+			t.Errorf("event time = %#v, want an RFC 3339 time", e["time"])
+		}
+		// index is a uint64: a string in the proto3 JSON mapping.
+		if s, _ := e["index"].(string); !regexp.MustCompile(`^[1-9][0-9]*$`).MatchString(s) {
+			t.Errorf("event index = %#v, want a decimal string", e["index"])
+		}
+	}
+}
+
+// checkKeys fails the test for every key of want missing in doc. A path
+// "x[]" names every element of the list x, which must have one at least.
+func checkKeys(t *testing.T, command string, doc map[string]any, want map[string][]string) {
+	t.Helper()
+	for path, ks := range want {
+		objects, where := []any{doc}, "the object"
+		if list, ok := strings.CutSuffix(path, "[]"); ok {
+			where = "an element of " + list
+			objects, _ = doc[list].([]any)
+			if len(objects) == 0 {
+				t.Errorf("%s --json: %s is no list with elements: %v", command, list, doc[list])
+			}
+		}
+		for _, o := range objects {
+			m, _ := o.(map[string]any)
+			for _, k := range ks {
+				if _, ok := m[k]; !ok {
+					t.Errorf("%s --json: %s has no %q: %v", command, where, k, o)
+				}
+			}
+		}
+	}
+}
+
+// watchEventLines runs `events --json` against the agent at addr until
+// plugin tp's events of the given types have arrived, stops it, and
+// returns every line it printed.
+func watchEventLines(t *testing.T, addr string, types ...string) []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out testutil.SyncBuffer
+	root := newRootCommand()
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetArgs([]string{"--address", addr, "events", "--json", "--plugin", "tp"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	lines := func() []string { return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") }
+	testutil.WaitFor(t, 30*time.Second, "events "+strings.Join(types, ", ")+" of tp", func() bool {
+		seen := map[string]bool{}
+		for _, line := range lines() {
+			var e struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal([]byte(line), &e) == nil {
+				seen[e.Type] = true
+			}
+		}
+		for _, typ := range types {
+			if !seen[typ] {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("events --json: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("events --json did not stop within 10 s of its context's end")
+	}
+	return lines()
+}
+
+func rfc3339(s string) bool {
+	_, err := time.Parse(time.RFC3339Nano, s)
+	return err == nil
+}

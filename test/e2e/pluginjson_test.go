@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os/exec"
+	"reflect"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// TestStatusAndPluginStatusShowOnePlugin runs one `agent --dev` and
+// compares the demo plugin as `status --json` shows it (the agent's read
+// model) with the same plugin inside `plugin status demo --json` (the
+// servers' replicated copy, in the instance of this node): both are the
+// Plugin message, so they must have the same fields with the same values.
+func TestStatusAndPluginStatusShowOnePlugin(t *testing.T) {
+	const nodeName = "e2e-json"
+	addr := startDevAgent(t, nodeName)
+
+	// The replicated copy follows the agent's changes through the node
+	// client, a moment behind: the two are compared until they agree,
+	// and any field still different at the deadline fails the test.
+	var diffs []string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		local, replicated := demoPlugins(t, addr)
+		diffs = comparePlugins(local, replicated)
+		if local["healthy"] != true || replicated["healthy"] != true {
+			diffs = append(diffs, fmt.Sprintf("healthy: status %v, plugin status %v; want both true", local["healthy"], replicated["healthy"]))
+		}
+		if len(diffs) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval of a condition with a deadline
+	}
+	for _, d := range diffs {
+		t.Error(d)
+	}
+}
+
+// demoPlugins returns the demo plugin from `status --json` and from this
+// node's instance in `plugin status demo --json` (nil when absent).
+func demoPlugins(t *testing.T, addr string) (local, replicated map[string]any) {
+	var status struct {
+		Plugins []map[string]any `json:"plugins"`
+		Cluster struct {
+			NodeID string `json:"node_id"`
+		} `json:"cluster"`
+	}
+	if res := cli(t, addr, "status", "--json"); res.code != 0 || !jsonInto(res.stdout, &status) {
+		return nil, nil
+	}
+	for _, p := range status.Plugins {
+		if p["id"] == "demo" {
+			local = p
+		}
+	}
+	var plugin struct {
+		Instances []struct {
+			NodeID string         `json:"node_id"`
+			Plugin map[string]any `json:"plugin"`
+		} `json:"instances"`
+	}
+	if res := cli(t, addr, "plugin", "status", "demo", "--json"); res.code != 0 || !jsonInto(res.stdout, &plugin) {
+		return local, nil
+	}
+	for _, in := range plugin.Instances {
+		if status.Cluster.NodeID != "" && in.NodeID == status.Cluster.NodeID {
+			replicated = in.Plugin
+		}
+	}
+	return local, replicated
+}
+
+// comparePlugins returns every field in which the two plugin objects
+// differ: present in one only, or with another value.
+func comparePlugins(local, replicated map[string]any) []string {
+	// The servers do not replicate last_probe: it changes at every probe,
+	// and replicating it would be a raft write per probe.
+	const notReplicated = "last_probe"
+	names := map[string]bool{}
+	for k := range local {
+		names[k] = true
+	}
+	for k := range replicated {
+		names[k] = true
+	}
+	if len(names) == 0 {
+		return []string{"neither status nor plugin status shows the demo plugin"}
+	}
+	var sorted []string
+	for k := range names {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	var diffs []string
+	for _, k := range sorted {
+		lv, inLocal := local[k]
+		rv, inReplicated := replicated[k]
+		switch {
+		case !inLocal:
+			diffs = append(diffs, fmt.Sprintf("plugin status has %s = %v, status has no such field", k, rv))
+		case !inReplicated:
+			diffs = append(diffs, fmt.Sprintf("status has %s = %v, plugin status has no such field", k, lv))
+		case k == notReplicated:
+		case !reflect.DeepEqual(lv, rv):
+			diffs = append(diffs, fmt.Sprintf("%s: status %v, plugin status %v", k, lv, rv))
+		}
+	}
+	return diffs
+}
+
+// startDevAgent starts `csisupd agent --dev` named nodeName on free ports,
+// waits until its /v1/health answers, and returns its gRPC address. The
+// agent is killed when the test ends; its output is logged if the test
+// failed.
+func startDevAgent(t *testing.T, nodeName string) string {
+	t.Helper()
+	ports := testutil.FreePorts(t, 3)
+	var logs testutil.SyncBuffer
+	agent := exec.Command(binary, "agent", "--dev", "--name", nodeName, "--data-dir", testutil.TempDir(t),
+		"--rpc-port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--http-port", strconv.Itoa(ports[2]))
+	agent.Env = cleanEnv()
+	agent.Stdout, agent.Stderr = &logs, &logs
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	t.Cleanup(func() {
+		agent.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("agent output:\n%s", logs.String())
+		}
+	})
+	health := fmt.Sprintf("http://127.0.0.1:%d/v1/health", ports[2])
+	client := &http.Client{Timeout: 2 * time.Second}
+	testutil.WaitFor(t, 30*time.Second, "the dev agent's /v1/health", func() bool {
+		resp, err := client.Get(health)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return fmt.Sprintf("127.0.0.1:%d", ports[0])
+}
