@@ -99,6 +99,9 @@ type Config struct {
 	Server ServerConfig
 	Consul ConsulConfig
 	TLS    TLSConfig
+	// Retry holds the backoff policies of the retry loops. No key sets
+	// them; Default fills them in.
+	Retry Retry
 
 	// Dev is true when the agent runs in dev mode (--dev).
 	Dev bool
@@ -321,6 +324,7 @@ func Default() Config {
 			ServerAutoJoin:       true,
 			ClientAutoJoin:       true,
 		},
+		Retry: DefaultRetry(),
 	}
 }
 
