@@ -237,8 +237,7 @@ func New(c Config) (a *Agent, err error) {
 			Plugins:          a.manager.Registry().Source(),
 			DialOptions:      dialOpts,
 			RPCTimeout:       config.DefaultNodeRPCTimeout,
-			MinRetry:         config.DefaultNodeMinRetry,
-			MaxRetry:         config.DefaultNodeMaxRetry,
+			Retry:            cfg.Retry.NodeClient,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: node registration: %w", err)

@@ -42,10 +42,6 @@ const (
 	// DefaultServerDiscoverInterval is how long the node client uses a
 	// server list found through discovery before it looks again.
 	DefaultServerDiscoverInterval = 30 * time.Second
-	// DefaultNodeMinRetry and DefaultNodeMaxRetry bound the node client's
-	// backoff after a failed call to the servers.
-	DefaultNodeMinRetry = 500 * time.Millisecond
-	DefaultNodeMaxRetry = 30 * time.Second
 
 	DefaultConsulServiceName       = "csisupd"
 	DefaultConsulPluginServiceName = "csi-plugin-" + PluginIDPlaceholder

@@ -16,6 +16,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // Node identifies a node to the servers.
@@ -56,9 +57,11 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// RPCTimeout bounds one call. Required.
 	RPCTimeout time.Duration
-	// MinRetry and MaxRetry bound the backoff after a failed call.
-	// Required.
-	MinRetry, MaxRetry time.Duration
+	// Retry spaces the calls after a failed one (config.Retry.NodeClient).
+	// Its jitter spreads the nodes that lost their server in the same
+	// instant, so that they do not all come back to it in the same
+	// instant. Required.
+	Retry retry.Policy
 }
 
 // Client keeps one node registered with the servers: it registers,
@@ -103,8 +106,8 @@ func (cfg *Config) validate() error {
 	if cfg.DiscoverServers != nil && cfg.DiscoverInterval <= 0 {
 		errs = append(errs, fmt.Errorf("node client: DiscoverInterval must be positive, got %s", cfg.DiscoverInterval))
 	}
-	if cfg.MinRetry <= 0 || cfg.MaxRetry < cfg.MinRetry {
-		errs = append(errs, fmt.Errorf("node client: retry bounds must be 0 < MinRetry <= MaxRetry, got %s and %s", cfg.MinRetry, cfg.MaxRetry))
+	if err := cfg.Retry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("node client: Retry: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -231,28 +234,20 @@ func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.close()
 	changes := c.cfg.Plugins.Subscribe()
 	defer changes.Close()
-	backoff := c.cfg.MinRetry
+	backoff := c.cfg.Retry.NewBackOff()
 	fail := func(op, addr string, err error) {
 		c.logger.Warn("server call failed", "op", op, "server", addr, "error", err)
 		c.failover()
 	}
 	var (
 		heartbeat = time.NewTimer(time.Hour)
-		retry     <-chan time.Time
+		retryAt   <-chan time.Time
 		dirty     bool
 	)
 	heartbeat.Stop()
 	defer heartbeat.Stop()
 	wait := func() bool {
-		t := time.NewTimer(backoff)
-		defer t.Stop()
-		backoff = min(backoff*2, c.cfg.MaxRetry)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
+		return retry.Wait(ctx, backoff.NextBackOff()) == nil
 	}
 	for {
 		if !c.Registered() {
@@ -271,8 +266,8 @@ func (c *Client) Run(ctx context.Context) error {
 				}
 				continue
 			}
-			backoff = c.cfg.MinRetry
-			dirty, retry = false, nil
+			backoff.Reset()
+			dirty, retryAt = false, nil
 			heartbeat.Reset(ttl)
 		}
 		select {
@@ -280,8 +275,8 @@ func (c *Client) Run(ctx context.Context) error {
 			return nil
 		case <-changes.C():
 			dirty = true
-		case <-retry:
-			retry = nil
+		case <-retryAt:
+			retryAt = nil
 		case <-heartbeat.C:
 			ttl, addr, err := c.heartbeat(ctx)
 			switch {
@@ -293,14 +288,13 @@ func (c *Client) Run(ctx context.Context) error {
 				continue
 			case err != nil:
 				fail("heartbeat", addr, err)
-				heartbeat.Reset(backoff)
-				backoff = min(backoff*2, c.cfg.MaxRetry)
+				heartbeat.Reset(backoff.NextBackOff())
 			default:
-				backoff = c.cfg.MinRetry
+				backoff.Reset()
 				heartbeat.Reset(ttl)
 			}
 		}
-		if dirty && retry == nil {
+		if dirty && retryAt == nil {
 			addr, err := c.update(ctx)
 			switch {
 			case ctx.Err() != nil:
@@ -309,8 +303,7 @@ func (c *Client) Run(ctx context.Context) error {
 				c.setRegistered(false, 0)
 			case err != nil:
 				fail("update plugins", addr, err)
-				retry = time.After(backoff)
-				backoff = min(backoff*2, c.cfg.MaxRetry)
+				retryAt = time.After(backoff.NextBackOff())
 			default:
 				dirty = false
 			}

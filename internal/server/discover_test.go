@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -50,8 +51,7 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 		Node:             nodeclient.Node{ID: "node-a", Address: a.addr},
 		Plugins:          testutil.NewPluginSource(monolith("p1", "node-a")),
 		RPCTimeout:       2 * time.Second,
-		MinRetry:         20 * time.Millisecond,
-		MaxRetry:         100 * time.Millisecond,
+		Retry:            retry.Policy{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestNodeClientNeedsServersOrDiscovery(t *testing.T) {
 	_, err := nodeclient.New(nodeclient.Config{
 		Node:       nodeclient.Node{ID: "n", Address: "127.0.0.1:1"},
 		Plugins:    testutil.NewPluginSource(),
-		RPCTimeout: time.Second, MinRetry: time.Millisecond, MaxRetry: time.Second,
+		RPCTimeout: time.Second, Retry: retry.Policy{Base: time.Millisecond, Cap: time.Second, Multiplier: 2, Jitter: 0.5},
 	}, nil)
 	if err == nil || !strings.Contains(err.Error(), "client.servers is empty") {
 		t.Fatalf("nodeclient.New without servers or discovery: err = %v, want the missing servers named", err)

@@ -17,6 +17,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -172,8 +173,7 @@ func startNode(t testing.TB, id, addr string, servers []string, plugins ...*csis
 		Node:       nodeclient.Node{ID: id, Name: "name-" + id, Address: addr},
 		Plugins:    n.plugins,
 		RPCTimeout: 2 * time.Second,
-		MinRetry:   50 * time.Millisecond,
-		MaxRetry:   500 * time.Millisecond,
+		Retry:      retry.Policy{Base: 50 * time.Millisecond, Cap: 500 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

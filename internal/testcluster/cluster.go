@@ -38,6 +38,9 @@ type Config struct {
 	// Register, when set, registers extra services on each server's gRPC
 	// server.
 	Register func(i int, g *grpc.Server)
+	// ServerOptions, when set, returns extra options for each server's
+	// gRPC server (interceptors that observe the calls, for example).
+	ServerOptions func(i int) []grpc.ServerOption
 	// Agents is the number of client-only agents (see Agent) started once
 	// the servers have a leader. Each lists every server in client.servers.
 	Agents int
@@ -211,7 +214,11 @@ func (m *Member) start() error {
 		raftLn.Close()
 		return err
 	}
-	g := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if m.c.cfg.ServerOptions != nil {
+		opts = m.c.cfg.ServerOptions(m.Index)
+	}
+	g := grpc.NewServer(opts...)
 	srv.Register(g)
 	if m.c.cfg.Register != nil {
 		m.c.cfg.Register(m.Index, g)
