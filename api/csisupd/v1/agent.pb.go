@@ -676,7 +676,13 @@ type WatchEventsRequest struct {
 	// 0 sends every buffered event, a negative number sends none.
 	Replay int32 `protobuf:"varint,1,opt,name=replay,proto3" json:"replay,omitempty"`
 	// plugin_id, when set, limits the stream to one plugin.
-	PluginId      string `protobuf:"bytes,2,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	PluginId string `protobuf:"bytes,2,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	// from_index, when set, starts the stream after the event with this
+	// index, ignoring replay: a stream that ended because it fell behind
+	// resumes from the index its error names (EventsFellBehind), without a
+	// gap. Events that have left the buffer end the stream with OutOfRange
+	// (EventsGone).
+	FromIndex     *uint64 `protobuf:"varint,3,opt,name=from_index,json=fromIndex,proto3,oneof" json:"from_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -723,6 +729,13 @@ func (x *WatchEventsRequest) GetPluginId() string {
 		return x.PluginId
 	}
 	return ""
+}
+
+func (x *WatchEventsRequest) GetFromIndex() uint64 {
+	if x != nil && x.FromIndex != nil {
+		return *x.FromIndex
+	}
+	return 0
 }
 
 // Event is one change in the agent's registry.
@@ -871,10 +884,13 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\x10GetPluginRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"?\n" +
 	"\x11GetPluginResponse\x12*\n" +
-	"\x06plugin\x18\x01 \x01(\v2\x12.csisupd.v1.PluginR\x06plugin\"I\n" +
+	"\x06plugin\x18\x01 \x01(\v2\x12.csisupd.v1.PluginR\x06plugin\"|\n" +
 	"\x12WatchEventsRequest\x12\x16\n" +
 	"\x06replay\x18\x01 \x01(\x05R\x06replay\x12\x1b\n" +
-	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\"\xa0\x01\n" +
+	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\"\n" +
+	"\n" +
+	"from_index\x18\x03 \x01(\x04H\x00R\tfromIndex\x88\x01\x01B\r\n" +
+	"\v_from_index\"\xa0\x01\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
@@ -949,6 +965,7 @@ func file_csisupd_v1_agent_proto_init() {
 	if File_csisupd_v1_agent_proto != nil {
 		return
 	}
+	file_csisupd_v1_agent_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -81,6 +81,23 @@ func NewCapabilityMissingError(pluginID, method, capability string) error {
 		&CapabilityMissing{PluginId: pluginID, Method: method, Capability: capability})
 }
 
+// NewEventsFellBehindError returns the ResourceExhausted error that ends an
+// event stream whose reader is lag batches behind the newest event, more
+// than maxLag, with the EventsFellBehind detail naming where to resume.
+func NewEventsFellBehindError(resumeIndex, lag, maxLag uint64) error {
+	msg := fmt.Sprintf("fell behind: %d events behind the newest (at most %d); resume from index %d", lag, maxLag, resumeIndex)
+	return withDetails(codes.ResourceExhausted, msg,
+		&EventsFellBehind{ResumeIndex: resumeIndex, Lag: lag, MaxLag: maxLag})
+}
+
+// NewEventsGoneError returns the OutOfRange error of an event stream that
+// was to continue after index after, when the oldest event still buffered
+// is oldest: the events in between are lost to it.
+func NewEventsGoneError(after, oldest uint64) error {
+	msg := fmt.Sprintf("events after index %d are no longer buffered (the oldest is %d): read the state again, then follow the newest events", after, oldest)
+	return withDetails(codes.OutOfRange, msg, &EventsGone{After: after, OldestIndex: oldest})
+}
+
 // MarkIgnorable returns err with an Ignorable detail appended to its gRPC
 // status; code, message and the other details are kept. A nil err stays nil.
 func MarkIgnorable(err error, reason string) error {

@@ -301,6 +301,130 @@ func (x *CapabilityMissing) GetCapability() string {
 	return ""
 }
 
+// EventsFellBehind is the detail of the ResourceExhausted error that ends
+// an event stream whose reader fell too far behind the newest event. A new
+// stream from resume_index (its from_index) continues without a gap, as
+// long as it starts before those events leave the buffer.
+type EventsFellBehind struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ResumeIndex uint64                 `protobuf:"varint,1,opt,name=resume_index,json=resumeIndex,proto3" json:"resume_index,omitempty"`
+	// lag is how many batches of events the reader was behind the newest,
+	// max_lag how many it may be.
+	Lag           uint64 `protobuf:"varint,2,opt,name=lag,proto3" json:"lag,omitempty"`
+	MaxLag        uint64 `protobuf:"varint,3,opt,name=max_lag,json=maxLag,proto3" json:"max_lag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventsFellBehind) Reset() {
+	*x = EventsFellBehind{}
+	mi := &file_csisupd_v1_errors_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventsFellBehind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventsFellBehind) ProtoMessage() {}
+
+func (x *EventsFellBehind) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_errors_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventsFellBehind.ProtoReflect.Descriptor instead.
+func (*EventsFellBehind) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_errors_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *EventsFellBehind) GetResumeIndex() uint64 {
+	if x != nil {
+		return x.ResumeIndex
+	}
+	return 0
+}
+
+func (x *EventsFellBehind) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *EventsFellBehind) GetMaxLag() uint64 {
+	if x != nil {
+		return x.MaxLag
+	}
+	return 0
+}
+
+// EventsGone is the detail of the OutOfRange error that refuses, or ends,
+// an event stream whose next events have already left the buffer: the
+// reader missed them and should read the current state again, then follow
+// from the newest event.
+type EventsGone struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// after is the index the stream was to continue after.
+	After uint64 `protobuf:"varint,1,opt,name=after,proto3" json:"after,omitempty"`
+	// oldest_index is the oldest index still buffered.
+	OldestIndex   uint64 `protobuf:"varint,2,opt,name=oldest_index,json=oldestIndex,proto3" json:"oldest_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventsGone) Reset() {
+	*x = EventsGone{}
+	mi := &file_csisupd_v1_errors_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventsGone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventsGone) ProtoMessage() {}
+
+func (x *EventsGone) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_errors_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventsGone.ProtoReflect.Descriptor instead.
+func (*EventsGone) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_errors_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EventsGone) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *EventsGone) GetOldestIndex() uint64 {
+	if x != nil {
+		return x.OldestIndex
+	}
+	return 0
+}
+
 var File_csisupd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_errors_proto_rawDesc = "" +
@@ -323,7 +447,15 @@ const file_csisupd_v1_errors_proto_rawDesc = "" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x03 \x01(\tR\n" +
-	"capabilityB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"capability\"`\n" +
+	"\x10EventsFellBehind\x12!\n" +
+	"\fresume_index\x18\x01 \x01(\x04R\vresumeIndex\x12\x10\n" +
+	"\x03lag\x18\x02 \x01(\x04R\x03lag\x12\x17\n" +
+	"\amax_lag\x18\x03 \x01(\x04R\x06maxLag\"E\n" +
+	"\n" +
+	"EventsGone\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\x04R\x05after\x12!\n" +
+	"\foldest_index\x18\x02 \x01(\x04R\voldestIndexB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_errors_proto_rawDescOnce sync.Once
@@ -337,13 +469,15 @@ func file_csisupd_v1_errors_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_errors_proto_rawDescData
 }
 
-var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_csisupd_v1_errors_proto_goTypes = []any{
 	(*Retryable)(nil),         // 0: csisupd.v1.Retryable
 	(*Ignorable)(nil),         // 1: csisupd.v1.Ignorable
 	(*PluginNotFound)(nil),    // 2: csisupd.v1.PluginNotFound
 	(*PluginUnhealthy)(nil),   // 3: csisupd.v1.PluginUnhealthy
 	(*CapabilityMissing)(nil), // 4: csisupd.v1.CapabilityMissing
+	(*EventsFellBehind)(nil),  // 5: csisupd.v1.EventsFellBehind
+	(*EventsGone)(nil),        // 6: csisupd.v1.EventsGone
 }
 var file_csisupd_v1_errors_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -364,7 +498,7 @@ func file_csisupd_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_errors_proto_rawDesc), len(file_csisupd_v1_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -27,6 +27,8 @@ func TestTypedErrors(t *testing.T) {
 		{"marked ignorable", MarkIgnorable(plain, "already gone"), codes.NotFound, false, true, false},
 		{"marked retryable", MarkRetryable(status.Error(codes.Aborted, "conflict"), "try again"), codes.Aborted, true, false, false},
 		{"marked twice", MarkRetryable(MarkIgnorable(plain, "gone"), "again"), codes.NotFound, true, true, false},
+		{"events fell behind", NewEventsFellBehindError(7, 600, 512), codes.ResourceExhausted, false, false, false},
+		{"events gone", NewEventsGoneError(7, 1200), codes.OutOfRange, false, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,10 +73,23 @@ func TestErrorMessages(t *testing.T) {
 		{NewPluginNotFoundError("p1", ""), `plugin "p1" is not registered`},
 		{NewPluginUnhealthyError("p1", "unhealthy", "probe: connection refused"), `plugin "p1" is unhealthy: probe: connection refused`},
 		{NewCapabilityMissingError("p1", "ControllerExpandVolume", "EXPAND_VOLUME"), `plugin "p1" does not advertise the EXPAND_VOLUME capability that ControllerExpandVolume needs`},
+		{NewEventsFellBehindError(7, 600, 512), "fell behind: 600 events behind the newest (at most 512); resume from index 7"},
+		{NewEventsGoneError(7, 1200), "events after index 7 are no longer buffered (the oldest is 1200): read the state again, then follow the newest events"},
 	}
 	for _, tt := range tests {
 		if got := status.Convert(tt.err).Message(); got != tt.want {
 			t.Errorf("message = %q, want %q", got, tt.want)
 		}
+	}
+}
+
+func TestEventErrorDetails(t *testing.T) {
+	fb, ok := ErrorDetail[*EventsFellBehind](fmt.Errorf("watch: %w", NewEventsFellBehindError(7, 600, 512)))
+	if !ok || fb.GetResumeIndex() != 7 || fb.GetLag() != 600 || fb.GetMaxLag() != 512 {
+		t.Errorf("EventsFellBehind = %v, want resume 7, lag 600 of 512", fb)
+	}
+	g, ok := ErrorDetail[*EventsGone](NewEventsGoneError(7, 1200))
+	if !ok || g.GetAfter() != 7 || g.GetOldestIndex() != 1200 {
+		t.Errorf("EventsGone = %v, want after 7, oldest 1200", g)
 	}
 }
