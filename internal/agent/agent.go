@@ -162,7 +162,7 @@ func New(c Config) (a *Agent, err error) {
 	}
 	a.agentService = rpc.NewAgentService(rpc.AgentServiceConfig{
 		Plugins:               a.manager.Registry().Source(),
-		Events:                a.manager.Registry(),
+		Events:                a.manager.Registry().EventLog(),
 		Name:                  cfg.Name,
 		Version:               c.Version,
 		PluginDir:             cfg.Client.PluginDir,

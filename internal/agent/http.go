@@ -79,6 +79,6 @@ func (c *pluginCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, v,
 			p.ID, string(fp.Type), fp.VendorName, fp.VendorVersion)
 	}
-	_, _, last := c.reg.EventsAfter(^uint64(0), 0) // the latest index; copies nothing
+	_, last := c.reg.EventLog().Range() // the latest index; copies nothing
 	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(last))
 }

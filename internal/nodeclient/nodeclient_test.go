@@ -12,6 +12,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/plugin/plugintest"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -21,7 +22,7 @@ func validConfig() nodeclient.Config {
 	return nodeclient.Config{
 		Servers:    []string{"127.0.0.1:4780"},
 		Node:       nodeclient.Node{ID: "node-a", Address: "127.0.0.1:4790"},
-		Plugins:    testutil.NewPluginSource(),
+		Plugins:    plugintest.NewSource(),
 		RPCTimeout: time.Second,
 		Retry:      config.DefaultRetry().NodeClient,
 	}
@@ -91,7 +92,7 @@ func TestServersGetTheReadModel(t *testing.T) {
 		ControllerCapabilities: []string{"CREATE_DELETE_VOLUME"}, NodeCapabilities: []string{"STAGE_UNSTAGE_VOLUME"},
 		LastProbe: at, RegisteredAt: at, HealthSince: at,
 	}
-	src := testutil.NewPluginSource(p)
+	src := plugintest.NewSource(p)
 	cfg := validConfig()
 	cfg.Servers, cfg.Plugins = c.RPCAddrs(), src
 	cfg.Node.Address = testutil.FreeAddr(t)

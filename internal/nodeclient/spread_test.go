@@ -15,6 +15,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/plugin/plugintest"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -95,7 +96,7 @@ func TestRegistrationsSpreadAfterServerRestart(t *testing.T) {
 		cl, err := nodeclient.New(nodeclient.Config{
 			Servers:    c.RPCAddrs(),
 			Node:       nodeclient.Node{ID: id, Address: fmt.Sprintf("127.0.0.1:%d", 10000+i)},
-			Plugins:    testutil.NewPluginSource(&csisupdv1.Plugin{Id: "p", Type: "node", Healthy: true, HealthState: "healthy"}),
+			Plugins:    plugintest.NewSource(&csisupdv1.Plugin{Id: "p", Type: "node", Healthy: true, HealthState: "healthy"}),
 			RPCTimeout: 5 * time.Second,
 			Retry:      policy,
 		}, logger.With("node", id))

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/stream"
 )
 
 // EventType names a kind of plugin event. The values are part of the
@@ -20,6 +21,22 @@ const (
 	EventDeregistered       EventType = "plugin-deregistered"
 	EventFingerprintChanged EventType = "plugin-fingerprint-changed"
 )
+
+// EventTopic is the topic of plugin events in the event log; their key is
+// the plugin id.
+const EventTopic = "plugin"
+
+// EventLog is the node's ordered log of plugin events, read by
+// subscription (a stream.Buffer the registry publishes to). A subscriber
+// that falls too far behind is told where to resume; see package stream.
+type EventLog interface {
+	// Subscribe starts a subscription after req.After.
+	Subscribe(req stream.Request) (*stream.Subscription[Event], error)
+	// AfterLast returns the After that replays the last n events.
+	AfterLast(n int) uint64
+	// Range returns the oldest buffered and the latest index.
+	Range() (oldest, latest uint64)
+}
 
 // Event is one change in the life of a plugin on this node. Index grows
 // by one with every event the node emits.

@@ -1,17 +1,20 @@
 package registry
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"github.com/csisupd/csisupd/internal/plugin"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/stream"
 )
 
-// ring returns a registry with a ring of size holding events 1 to n.
+// ring returns a registry with a log of size holding events 1 to n.
 func ring(size, n int) *Registry {
 	r := New(Config{EventBuffer: size})
 	for i := range n {
@@ -28,161 +31,168 @@ func seq(from, to uint64) []uint64 {
 	return out
 }
 
-// EventsAfter and ReadEvents return one batch from after, never more than
-// the limit, with the range the ring holds; a gap shows as after+1 < oldest.
-func TestEventsAfterBatches(t *testing.T) {
-	tests := []struct {
-		name           string
-		size, n        int
-		after          uint64
-		limit          int
-		want           []uint64
-		oldest, latest uint64
-	}{
-		{"empty ring", 4, 0, 0, 10, nil, 1, 0},
-		{"before wrap, all", 8, 5, 0, 10, seq(1, 5), 1, 5},
-		{"before wrap, limited", 8, 5, 0, 2, seq(1, 2), 1, 5},
-		{"before wrap, from the middle", 8, 5, 3, 10, seq(4, 5), 1, 5},
-		{"caught up", 8, 5, 5, 10, nil, 1, 5},
-		{"ahead of latest", 8, 5, 9, 10, nil, 1, 5},
-		{"wrapped, all", 4, 10, 6, 10, seq(7, 10), 7, 10},
-		{"wrapped, gap", 4, 10, 2, 10, seq(7, 10), 7, 10},
-		{"wrapped, gap, limited", 4, 10, 0, 3, seq(7, 9), 7, 10},
-		{"wrapped, limited across the seam", 4, 10, 7, 2, seq(8, 9), 7, 10},
-		{"zero limit reports the range only", 4, 10, 0, 0, nil, 7, 10},
-		{"latest index only", 4, 10, ^uint64(0), 1, nil, 7, 10},
+// poll reads what sub can read now, without waiting.
+func poll(t *testing.T, sub *stream.Subscription[plugin.Event]) ([]stream.Event[plugin.Event], error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out []stream.Event[plugin.Event]
+	for {
+		evs, err := sub.Next(ctx, nil)
+		if err != nil || len(evs) == 0 {
+			if errors.Is(err, context.Canceled) {
+				err = nil
+			}
+			return out, err
+		}
+		out = append(out, evs...)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := ring(tt.size, tt.n)
-			evs, oldest, latest := r.EventsAfter(tt.after, tt.limit)
-			if got := indexes(evs); !slices.Equal(got, tt.want) || oldest != tt.oldest || latest != tt.latest {
-				t.Errorf("EventsAfter(%d, %d) = %v, %d, %d; want %v, %d, %d",
-					tt.after, tt.limit, got, oldest, latest, tt.want, tt.oldest, tt.latest)
-			}
-			for _, e := range evs {
-				if want := fmt.Sprintf("p%d", e.Index-1); e.PluginID != want {
-					t.Errorf("event %d is of %s, want %s", e.Index, e.PluginID, want)
+}
+
+// Every registry event is published to the log under the plugin topic,
+// keyed by the plugin id, with an index one above the previous one, so a
+// subscriber can follow one plugin.
+func TestEventLogCarriesPluginEvents(t *testing.T) {
+	r := New(Config{})
+	r.Register("a", inst(1), nil)
+	r.Register("b", inst(2), nil)
+	r.SetHealth("a", inst(1), healthy("ok"))
+	r.Deregister("b", inst(2), "socket gone")
+
+	all, err := r.EventLog().Subscribe(stream.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	evs, err := poll(t, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, e := range evs {
+		if e.Index != uint64(i+1) || e.Payload.Index != e.Index || e.Topic != plugin.EventTopic || e.Key != e.Payload.PluginID {
+			t.Errorf("event %d = index %d (payload %d), topic %q, key %q for plugin %q", i, e.Index, e.Payload.Index, e.Topic, e.Key, e.Payload.PluginID)
+		}
+		got = append(got, e.Key+" "+string(e.Payload.Type))
+	}
+	want := []string{"a plugin-registered", "b plugin-registered", "a plugin-healthy", "b plugin-deregistered"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+
+	onlyB, err := r.EventLog().Subscribe(stream.Request{Topics: map[string][]string{plugin.EventTopic: {"b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onlyB.Close()
+	evs, _ = poll(t, onlyB)
+	if len(evs) != 2 || evs[0].Index != 2 || evs[1].Index != 4 {
+		t.Errorf("plugin b's events: %v, want indexes 2 and 4", evs)
+	}
+	if got := indexes(r.LastEvents(2)); !slices.Equal(got, []uint64{3, 4}) {
+		t.Errorf("LastEvents(2) = %v, want [3 4]", got)
+	}
+	if oldest, latest := r.EventLog().Range(); oldest != 1 || latest != 4 {
+		t.Errorf("Range() = %d, %d; want 1, 4", oldest, latest)
+	}
+}
+
+// A change without an event (a new description of the same state) moves
+// nothing in the log.
+func TestEventLogOnlyOnEvents(t *testing.T) {
+	r := New(Config{})
+	r.Register("a", inst(1), nil)
+	r.SetHealth("a", inst(1), healthy("ok"))
+	_, before := r.EventLog().Range()
+	r.SetHealth("a", inst(1), heartbeat.Result{State: heartbeat.Healthy, Description: "still ok"})
+	if _, after := r.EventLog().Range(); after != before {
+		t.Errorf("latest index %d -> %d on a change without an event", before, after)
+	}
+}
+
+// Readers following the log while writers emit see every event once, in
+// order; one that falls behind is told where to resume and continues
+// from there with no gap, or is told that events were lost. Never a torn,
+// skipped or repeated event without an error.
+func TestEventsFollowedConcurrently(t *testing.T) {
+	r := New(Config{EventBuffer: 64, EventMaxLag: 32})
+	const writers, perWriter, readers = 4, 500, 8
+	const total = writers * perWriter
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	resumed := make(chan int, readers)
+	for reader := range readers {
+		wg.Go(func() {
+			var after uint64
+			resumes := 0
+			defer func() { resumed <- resumes }()
+			for after < total {
+				sub, err := r.EventLog().Subscribe(stream.Request{After: after})
+				var gone *stream.GoneError
+				if errors.As(err, &gone) {
+					after = gone.Oldest - 1 // events lost, and said so: carry on
+					continue
 				}
-			}
-			buf := make([]plugin.Event, tt.limit)
-			n, oldest, latest := r.ReadEvents(buf, tt.after)
-			if got := indexes(buf[:n]); !slices.Equal(got, tt.want) || oldest != tt.oldest || latest != tt.latest {
-				t.Errorf("ReadEvents(len %d, %d) = %v, %d, %d; want %v, %d, %d",
-					tt.limit, tt.after, got, oldest, latest, tt.want, tt.oldest, tt.latest)
+				if err != nil {
+					errs <- err
+					return
+				}
+				buf := make([]stream.Event[plugin.Event], 0, 7)
+				for after < total {
+					evs, err := sub.Next(ctx, buf)
+					var fell *stream.FellBehindError
+					switch {
+					case errors.As(err, &fell):
+						if fell.ResumeIndex != after {
+							errs <- fmt.Errorf("reader %d: resume from %d, but it read up to %d", reader, fell.ResumeIndex, after)
+						}
+					case errors.As(err, &gone):
+						after = gone.Oldest - 1
+					case err != nil:
+						errs <- fmt.Errorf("reader %d stopped at %d of %d: %w", reader, after, total, err)
+						sub.Close()
+						return
+					}
+					if err != nil {
+						resumes++
+						break
+					}
+					for _, e := range evs {
+						if e.Index != after+1 {
+							errs <- fmt.Errorf("reader %d: event %d after %d", reader, e.Index, after)
+							sub.Close()
+							return
+						}
+						after = e.Index
+					}
+					if reader%2 == 1 && after%50 == 0 {
+						time.Sleep(time.Millisecond) // a slow reader, so that some fall behind
+					}
+				}
+				sub.Close()
 			}
 		})
 	}
-}
-
-// A read copies its batch and nothing else, however long the backlog: the
-// cost of a stream does not grow with the ring.
-func TestEventsAfterCostIsOneBatch(t *testing.T) {
-	r := ring(1<<16, 1<<16+10)
-	_, oldest, _ := r.EventsAfter(0, 0)
-	var evs []plugin.Event
-	allocs := testing.AllocsPerRun(100, func() {
-		evs, _, _ = r.EventsAfter(oldest-1, DefaultEventBatch)
-	})
-	if allocs != 1 || len(evs) != DefaultEventBatch || cap(evs) != DefaultEventBatch {
-		t.Errorf("EventsAfter of a 65,536-event backlog: %v allocations, len %d cap %d; want 1 allocation of %d events",
-			allocs, len(evs), cap(evs), DefaultEventBatch)
-	}
-	buf := make([]plugin.Event, DefaultEventBatch)
-	if allocs := testing.AllocsPerRun(100, func() { r.ReadEvents(buf, oldest-1) }); allocs != 0 {
-		t.Errorf("ReadEvents into a buffer: %v allocations, want 0", allocs)
-	}
-}
-
-// NextEvent's channel closes when an event is emitted, and not on a change
-// that emits none (a new description of the same health state).
-func TestNextEventOnlyOnEvents(t *testing.T) {
-	r := New(Config{})
-	r.Register("a", inst(1), nil)
-	next := r.NextEvent()
-	r.SetHealth("a", inst(1), heartbeat.Result{State: heartbeat.Unknown, Description: "still starting"})
-	select {
-	case <-next:
-		t.Fatal("NextEvent closed by a change without an event")
-	default:
-	}
-	r.SetHealth("a", inst(1), healthy("ok"))
-	select {
-	case <-next:
-	case <-time.After(5 * time.Second):
-		t.Fatal("NextEvent not closed within 5s of an event")
-	}
-	if again := r.NextEvent(); again == next {
-		t.Error("NextEvent returned the closed channel again")
-	}
-}
-
-// Readers following the ring while writers emit see every event once, in
-// order, or a gap they can detect; never a torn or repeated one.
-func TestEventsFollowedConcurrently(t *testing.T) {
-	r := New(Config{EventBuffer: 64})
-	const writers, perWriter, readers = 4, 500, 8
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, readers)
-	for range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var after uint64
-			for {
-				next := r.NextEvent()
-				evs, oldest, latest := r.EventsAfter(after, 7)
-				if after+1 < oldest {
-					after = oldest - 1 // fell behind: a stream ends here; carry on
-					continue
-				}
-				for _, e := range evs {
-					if e.Index != after+1 {
-						errs <- fmt.Errorf("event %d after %d", e.Index, after)
-						return
-					}
-					after = e.Index
-				}
-				if after == writers*perWriter {
-					return
-				}
-				if after < latest {
-					continue
-				}
-				select {
-				case <-next:
-				case <-done:
-					errs <- fmt.Errorf("stopped at %d of %d", after, writers*perWriter)
-					return
-				}
-			}
-		}()
-	}
 	var ww sync.WaitGroup
 	for w := range writers {
-		ww.Add(1)
-		go func() {
-			defer ww.Done()
+		ww.Go(func() {
 			for i := range perWriter {
 				r.Register(fmt.Sprintf("w%d", w), inst(uint64(w*perWriter+i+1)), nil)
 			}
-		}()
+		})
 	}
 	ww.Wait()
-	finished := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(finished)
-	}()
-	select {
-	case <-finished:
-	case <-time.After(30 * time.Second):
-		close(done)
-		<-finished
-	}
+	wg.Wait()
 	close(errs)
+	close(resumed)
 	for err := range errs {
 		t.Error(err)
 	}
+	n := 0
+	for r := range resumed {
+		n += r
+	}
+	t.Logf("%d readers read %d events each, resuming %d times in all", readers, total, n)
 }

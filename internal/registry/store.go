@@ -2,8 +2,10 @@ package registry
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/stream"
 	"slices"
 	"strings"
 	"sync"
@@ -31,8 +33,15 @@ func (p Plugin) Healthy() bool { return p.Health.State == heartbeat.Healthy }
 
 // Config configures a Registry.
 type Config struct {
-	// EventBuffer is how many recent events are kept for replay (default 1024).
+	// EventBuffer is how many recent events are kept for replay (default
+	// DefaultEventBuffer).
 	EventBuffer int
+	// EventMaxLag is how many events a following subscriber may trail the
+	// newest by before its stream ends with "fell behind, resume from
+	// index N" (stream.FellBehindError). It is less than EventBuffer, so
+	// the events after N are still buffered when the subscriber resumes.
+	// Default: three quarters of EventBuffer.
+	EventMaxLag int
 	// Logger receives one line per event. Optional.
 	Logger hclog.Logger
 	// Now returns the current time. Optional, for tests.
@@ -57,16 +66,29 @@ type Registry struct {
 	subs     map[*Subscription]struct{}
 	modified chan struct{} // closed and replaced on every change; for waiters
 
-	// ev is the event ring. It has its own lock, taken inside mu by
-	// writers and alone by readers, so that hundreds of event streams
-	// reading it never queue behind plugin writes on mu.
-	ev eventRing
+	// events is the event log. It has its own lock, taken inside mu by
+	// writers (Publish) and alone by readers, so that hundreds of event
+	// streams reading it never queue behind plugin writes on mu.
+	events  *stream.Buffer[plugin.Event]
+	evIndex uint64 // index of the latest event; 0 before the first
 }
 
-// New returns an empty registry.
+// DefaultEventBuffer is Config.EventBuffer when it is zero.
+const DefaultEventBuffer = 1024
+
+// New returns an empty registry. It panics when cfg.EventBuffer or
+// cfg.EventMaxLag are negative, or the lag is not below the buffer: those
+// are programming errors, not configuration.
 func New(cfg Config) *Registry {
-	if cfg.EventBuffer <= 0 {
-		cfg.EventBuffer = 1024
+	if cfg.EventBuffer == 0 {
+		cfg.EventBuffer = DefaultEventBuffer
+	}
+	if cfg.EventMaxLag == 0 {
+		cfg.EventMaxLag = max(1, cfg.EventBuffer*3/4)
+	}
+	events, err := stream.New[plugin.Event](stream.Config{Size: cfg.EventBuffer, MaxLag: cfg.EventMaxLag})
+	if err != nil {
+		panic(fmt.Sprintf("registry: event log: %v", err))
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -80,7 +102,7 @@ func New(cfg Config) *Registry {
 		plugins:  make(map[string]*Plugin),
 		subs:     make(map[*Subscription]struct{}),
 		modified: make(chan struct{}),
-		ev:       eventRing{buf: make([]plugin.Event, cfg.EventBuffer), next: make(chan struct{})},
+		events:   events,
 	}
 }
 
@@ -253,117 +275,61 @@ func (r *Registry) Version() uint64 {
 	return r.version
 }
 
-// eventRing keeps the latest len(buf) events. Indexes are consecutive from
-// 1, so the event with index i sits at buf[(i-1) % len(buf)] and a read
-// finds its start by arithmetic, without scanning the ring.
-type eventRing struct {
-	mu     sync.RWMutex
-	buf    []plugin.Event
-	latest uint64        // index of the latest event; 0 before the first
-	next   chan struct{} // closed and replaced when an event is emitted
-}
+// EventLog returns the registry's event log, for subscribers; only the
+// registry publishes to it.
+func (r *Registry) EventLog() plugin.EventLog { return r.events }
 
-// oldestLocked is the index of the oldest buffered event, or latest+1 when
-// the ring is empty.
-func (g *eventRing) oldestLocked() uint64 {
-	if n := uint64(len(g.buf)); g.latest > n {
-		return g.latest - n + 1
+// LastEvents returns up to n of the most recent events, oldest first; a
+// negative n returns every buffered event. It copies what it returns, so
+// it is meant for small n (tests, a status page), not for following:
+// followers subscribe to EventLog.
+func (r *Registry) LastEvents(n int) []plugin.Event {
+	after := r.events.AfterLast(n)
+	if n < 0 {
+		after = 0
 	}
-	return 1
-}
-
-// DefaultEventBatch is a sensible limit for EventsAfter: a batch of 32 events
-// is about 2.5 KiB however long the backlog is.
-const DefaultEventBatch = 32
-
-// EventsAfter returns at most limit buffered events with an index greater
-// than after, oldest first, together with the index range the ring holds:
-// oldest is the index of the oldest buffered event (latest+1 when none is
-// buffered) and latest the index of the latest event (0 before the first).
-//
-// When after+1 < oldest, the events after+1 to oldest-1 were overwritten
-// before the caller read them; the batch then starts at oldest. Callers
-// that must not miss events compare after+1 with oldest themselves.
-//
-// The work and the memory are proportional to limit, never to the backlog:
-// a stream reads the backlog batch by batch. limit <= 0 copies nothing
-// and only reports the range.
-func (r *Registry) EventsAfter(after uint64, limit int) (events []plugin.Event, oldest, latest uint64) {
-	g := &r.ev
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	oldest, latest = g.oldestLocked(), g.latest
-	if limit <= 0 || after >= latest {
-		return nil, oldest, latest
-	}
-	first := max(after+1, oldest)
-	count := min(latest-first+1, uint64(limit))
-	events = make([]plugin.Event, 0, count)
-	return g.appendLocked(events, first, count), oldest, latest
-}
-
-// ReadEvents is EventsAfter into the caller's buffer: it copies at most
-// len(buf) events into buf and returns how many. A stream that follows
-// the log reuses one buffer and allocates nothing per read.
-func (r *Registry) ReadEvents(buf []plugin.Event, after uint64) (n int, oldest, latest uint64) {
-	g := &r.ev
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	oldest, latest = g.oldestLocked(), g.latest
-	if len(buf) == 0 || after >= latest {
-		return 0, oldest, latest
-	}
-	first := max(after+1, oldest)
-	count := min(latest-first+1, uint64(len(buf)))
-	return len(g.appendLocked(buf[:0], first, count)), oldest, latest
-}
-
-// appendLocked appends count events starting at index first, which must
-// be buffered.
-func (g *eventRing) appendLocked(dst []plugin.Event, first, count uint64) []plugin.Event {
-	n := uint64(len(g.buf))
-	for i := first; i < first+count; i++ {
-		dst = append(dst, g.buf[(i-1)%n])
-	}
-	return dst
-}
-
-// NextEvent returns a channel closed when the next event is emitted. Take
-// it before reading with EventsAfter, so that an event emitted in between
-// is not missed. Waiting on it never holds up the registry: emitting an
-// event only closes the channel.
-func (r *Registry) NextEvent() <-chan struct{} {
-	r.ev.mu.RLock()
-	defer r.ev.mu.RUnlock()
-	return r.ev.next
+	evs, _ := r.eventsAfter(after)
+	return evs
 }
 
 // Events returns every buffered event with an index greater than after,
-// oldest first, and the index of the latest event. When the buffer no
-// longer holds every event after `after`, the oldest buffered ones are
-// returned. It copies the whole backlog: a caller that follows the log
-// should read it in batches with EventsAfter instead.
+// oldest first (the oldest buffered ones when some after `after` were
+// dropped), and the index of the latest event. Like LastEvents it copies
+// the backlog.
 func (r *Registry) Events(after uint64) ([]plugin.Event, uint64) {
-	evs, _, latest := r.EventsAfter(after, len(r.ev.buf))
-	return evs, latest
+	if oldest, _ := r.events.Range(); oldest > 0 && after+1 < oldest {
+		after = oldest - 1
+	}
+	return r.eventsAfter(after)
 }
 
-// LastEvents returns up to n of the most recent events, oldest first; a
-// negative n returns every buffered event.
-func (r *Registry) LastEvents(n int) []plugin.Event {
-	g := &r.ev
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	oldest := g.oldestLocked()
-	count := g.latest + 1 - oldest
-	if n >= 0 && uint64(n) < count {
-		count = uint64(n)
+func (r *Registry) eventsAfter(after uint64) ([]plugin.Event, uint64) {
+	_, latest := r.events.Range()
+	sub, err := r.events.Subscribe(stream.Request{After: after})
+	if err != nil {
+		return nil, latest
 	}
-	if count == 0 {
-		return nil
+	defer sub.Close()
+	done, cancel := context.WithCancel(context.Background())
+	cancel() // Next only reads what is buffered: a poll
+	var out []plugin.Event
+	buf := make([]stream.Event[plugin.Event], 0, DefaultEventBatch)
+	for sub.Index() < latest {
+		evs, err := sub.Next(done, buf)
+		if err != nil || len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			if e.Index <= latest {
+				out = append(out, e.Payload)
+			}
+		}
 	}
-	return g.appendLocked(make([]plugin.Event, 0, count), g.latest-count+1, count)
+	return out, latest
 }
+
+// DefaultEventBatch is how many events LastEvents reads at a time.
+const DefaultEventBatch = 32
 
 // Changed returns a channel closed at the next visible change.
 func (r *Registry) Changed() <-chan struct{} {
@@ -410,19 +376,10 @@ func (r *Registry) currentLocked(id string, inst plugin.Instance) *Plugin {
 }
 
 func (r *Registry) emitLocked(t plugin.EventType, id, desc string) {
-	g := &r.ev
-	g.mu.Lock()
-	g.latest++
-	e := plugin.Event{Index: g.latest, Time: r.now(), Type: t, PluginID: id, Description: desc}
-	g.buf[(e.Index-1)%uint64(len(g.buf))] = e
-	woken := g.next
-	g.next = make(chan struct{})
-	g.mu.Unlock()
-	// Wake every stream waiting for an event. Closing never blocks, but it
-	// readies each waiter in turn, about 0.3 ms per thousand: done on its
-	// own goroutine, that work never holds up this writer (which holds
-	// r.mu), however many streams wait.
-	go close(woken)
+	r.evIndex++
+	e := plugin.Event{Index: r.evIndex, Time: r.now(), Type: t, PluginID: id, Description: desc}
+	// Indexes grow by one under mu, so Publish never refuses one.
+	_ = r.events.Publish(e.Index, stream.Event[plugin.Event]{Topic: plugin.EventTopic, Key: id, Payload: e})
 	r.log.Info("plugin event", "type", string(t), "plugin", id, "description", desc)
 }
 

@@ -75,7 +75,7 @@ func dialAgent(t testing.TB, addr string, opts ...grpc.DialOption) csisupdv1.Age
 // emit adds n events to reg, each a new instance of plugin p<i%plugins>
 // with a description of about descLen bytes, and returns the latest index.
 func emit(reg *registry.Registry, n, plugins, descLen int) uint64 {
-	_, _, latest := reg.EventsAfter(0, 0)
+	_, latest := reg.EventLog().Range()
 	for i := range n {
 		id := fmt.Sprintf("p%d", i%plugins)
 		path := "/var/lib/csisupd/plugins/" + id + "/csi.sock"
@@ -84,7 +84,7 @@ func emit(reg *registry.Registry, n, plugins, descLen int) uint64 {
 		}
 		reg.Register(id, plugin.Instance{Path: path, Inode: latest + uint64(i) + 1}, nil)
 	}
-	_, _, latest = reg.EventsAfter(0, 0)
+	_, latest = reg.EventLog().Range()
 	return latest
 }
 
@@ -131,7 +131,7 @@ func TestWatchEventsReplayAndFollow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := registry.New(registry.Config{EventBuffer: 64})
 			emit(reg, 100, 10, 40)
-			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
+			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 			cl := dialAgent(t, serveAgent(t, svc, "tcp"))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -182,7 +182,7 @@ func TestWatchEventsCaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := registry.New(registry.Config{})
-			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg, MaxSubscribers: tt.max, MaxSubscribersPerConn: tt.per})
+			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), MaxSubscribers: tt.max, MaxSubscribersPerConn: tt.per})
 			addr := serveAgent(t, svc, tt.network)
 			type result struct {
 				conn int
@@ -273,19 +273,23 @@ func sum(xs []int) int {
 	return n
 }
 
-// A subscriber that does not read while the ring wraps past its position
-// ends with ResourceExhausted naming the events it lost, after every event
-// it was sent before; the registry never waited for it.
-func TestWatchEventsFellBehind(t *testing.T) {
-	reg := registry.New(registry.Config{EventBuffer: 64})
-	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
+// A subscriber that stops reading while more events than the log's lag
+// limit are emitted ends with ResourceExhausted, "fell behind ... resume
+// from index N" and the EventsFellBehind detail, after every event it was
+// sent up to N; the registry never waited for it. A stream from N then
+// continues with no gap and no duplicate, and a resume that comes after
+// those events left the log is refused with OutOfRange and EventsGone.
+func TestWatchEventsFellBehindAndResume(t *testing.T) {
+	const size, maxLag = 256, 128
+	reg := registry.New(registry.Config{EventBuffer: size, EventMaxLag: maxLag})
+	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 	// A fixed 64 KiB window (no BDP growth): the server can send only so
 	// much to a client that does not read.
 	cl := dialAgent(t, serveAgent(t, svc, "tcp"),
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	emit(reg, 1, 10, 4096)
-	// Bounded: a stream that skipped the lost events instead of ending
-	// would otherwise keep the Recv loop below waiting for ever.
+	// Bounded: a stream that skipped events instead of ending would
+	// otherwise keep the Recv loops below waiting for ever.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{})
@@ -294,20 +298,18 @@ func TestWatchEventsFellBehind(t *testing.T) {
 	}
 	got := recvIndexes(t, s, 1)
 
-	// 299 events of 4 KiB while the client reads nothing: the stream
+	// 200 events of 4 KiB while the client reads nothing: the stream
 	// blocks in Send after about 128 KiB (window plus gRPC's write
-	// quota), long before the ring of 64 wraps past it.
+	// quota), far more than maxLag events behind, not yet size behind.
 	emitted := make(chan uint64, 1)
-	go func() { emitted <- emit(reg, 299, 10, 4096) }()
+	go func() { emitted <- emit(reg, 200, 10, 4096) }()
 	var latest uint64
 	select {
 	case latest = <-emitted:
 	case <-time.After(10 * time.Second):
-		t.Fatal("emitting 299 events took over 10s: the registry waited for a subscriber")
+		t.Fatal("emitting 200 events took over 10s: the registry waited for a subscriber")
 	}
-	if latest != 300 {
-		t.Fatalf("latest index %d, want 300", latest)
-	}
+	testutil.WaitFor(t, 10*time.Second, "the stream to block in Send", func() bool { return svc.sending.Load() == 1 })
 
 	var recvErr error
 	for {
@@ -323,20 +325,45 @@ func TestWatchEventsFellBehind(t *testing.T) {
 		t.Errorf("received %v, want every index from 1 to %d", got, last)
 	}
 	st := status.Convert(recvErr)
-	var from, to uint64
-	_, scanErr := fmt.Sscanf(st.Message(), "subscriber fell behind: events %d to %d were dropped before it read them; reconnect (with replay) to continue", &from, &to)
+	fell, ok := csisupdv1.ErrorDetail[*csisupdv1.EventsFellBehind](recvErr)
 	switch {
-	case st.Code() != codes.ResourceExhausted || scanErr != nil:
-		t.Fatalf("stream ended with %v, want ResourceExhausted: subscriber fell behind: events N to M ...", recvErr)
-	case from != last+1:
-		t.Errorf("dropped range starts at %d, want %d (the event after the last one received)", from, last+1)
-	case to < from || to > latest-64:
-		t.Errorf("dropped range %d to %d, want an end between %d and %d (older than the ring)", from, to, from, latest-64)
+	case st.Code() != codes.ResourceExhausted || !ok:
+		t.Fatalf("stream ended with %v, want ResourceExhausted with EventsFellBehind", recvErr)
+	case fell.GetResumeIndex() != last:
+		t.Errorf("resume index %d, want %d (the last event received)", fell.GetResumeIndex(), last)
+	case !strings.Contains(st.Message(), fmt.Sprintf("fell behind: %d events behind the newest (at most %d); resume from index %d", latest-last, maxLag, last)):
+		t.Errorf("message %q does not say how far behind and where to resume", st.Message())
 	}
 	testutil.WaitFor(t, 10*time.Second, "the dropped subscriber's slot to be freed", func() bool {
 		n, _ := svc.Subscribers()
 		return n == 0
 	})
+
+	// The resume: every event after the last one received, then new ones.
+	from := fell.GetResumeIndex()
+	resumed, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{FromIndex: &from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recvIndexes(t, resumed, int(latest-from)); !slices.Equal(got, span(from+1, latest)) {
+		t.Errorf("resumed stream: %v, want %d to %d", got, from+1, latest)
+	}
+	emit(reg, 1, 10, 10)
+	if got := recvIndexes(t, resumed, 1); got[0] != latest+1 {
+		t.Errorf("then followed %v, want %d", got, latest+1)
+	}
+
+	// Too late: the events after from have left the log.
+	emit(reg, size, 10, 10)
+	late, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{FromIndex: &from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = late.Recv()
+	gone, ok := csisupdv1.ErrorDetail[*csisupdv1.EventsGone](err)
+	if status.Code(err) != codes.OutOfRange || !ok || gone.GetAfter() != from {
+		t.Errorf("late resume: %v (detail %v), want OutOfRange with EventsGone after %d", err, gone, from)
+	}
 }
 
 // blockedStream is a WatchEvents stream whose client never reads: Send
@@ -364,7 +391,7 @@ func TestWatchEventsBlockedSendHoldsOneBatch(t *testing.T) {
 	const streams = 2000
 	reg := registry.New(registry.Config{EventBuffer: 1024})
 	emit(reg, 1024, 20, 80)
-	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg, MaxSubscribers: streams, MaxSubscribersPerConn: streams})
+	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), MaxSubscribers: streams, MaxSubscribersPerConn: streams})
 	before := heapInUse()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -525,7 +552,7 @@ func TestWatchEventsIdleSubscribers(t *testing.T) {
 	const streams = 2000
 	t.Run("default caps", func(t *testing.T) {
 		reg := registry.New(registry.Config{})
-		svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
+		svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 		addr := serveAgent(t, svc, "tcp")
 		ctx, cancel := context.WithCancel(context.Background())
 		const conns = 10
@@ -595,7 +622,7 @@ func BenchmarkEventLatencyStalledSubscribers(b *testing.B) {
 	const streams = 2000
 	for b.Loop() {
 		reg := registry.New(registry.Config{EventBuffer: 1024})
-		svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
+		svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 		_, direct := eventLatency(b, reg, svc, serveAgent(b, svc, "tcp"))
 
 		reg, svc, addr, growth := stallSubscribers(b, streams)
@@ -615,7 +642,7 @@ func stallSubscribers(tb testing.TB, n int) (*registry.Registry, *AgentService, 
 	tb.Helper()
 	reg := registry.New(registry.Config{EventBuffer: 1024})
 	emit(reg, 1024, 20, 1024)
-	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg,
+	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(),
 		MaxSubscribers: n + 1, MaxSubscribersPerConn: n + 1})
 	addr := serveAgent(tb, svc, "tcp")
 	before := heapInUse()
@@ -694,7 +721,7 @@ func TestInvalidUTF8NamesReachClients(t *testing.T) {
 	reg := registry.New(registry.Config{})
 	reg.Register("caf\xe9", plugin.Instance{Path: "/plugins/caf\xe9/csi.sock", Inode: 1}, nil)
 	reg.SetIgnored([]plugin.Ignored{{Path: "/plugins/\xff\xfe", Reason: "not a socket"}})
-	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg, PluginDir: "/plugins"})
+	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), PluginDir: "/plugins"})
 	cl := dialAgent(t, serveAgent(t, svc, "tcp"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -731,7 +758,7 @@ func TestWatchEventsCompressedAndPlainClients(t *testing.T) {
 		t.Run(fmt.Sprintf("gzip first %v", order[0]), func(t *testing.T) {
 			reg := registry.New(registry.Config{})
 			emit(reg, 50, 5, 60)
-			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg})
+			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 			addr := serveAgent(t, svc, "tcp")
 			want := registry.New(registry.Config{}) // the same events, for comparison
 			emit(want, 50, 5, 60)

@@ -2,7 +2,7 @@ package rpc
 
 import (
 	"context"
-	"sync"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/stream"
 )
 
 // AgentServiceConfig configures the Agent service.
@@ -22,7 +23,7 @@ type AgentServiceConfig struct {
 	// Plugins is the node's plugin state. Required.
 	Plugins plugin.Source
 	// Events is the node's plugin event log. Required.
-	Events EventLog
+	Events plugin.EventLog
 	// Name is the agent's node name.
 	Name string
 	// Version is the agent's build version.
@@ -45,22 +46,6 @@ type AgentServiceConfig struct {
 	MaxSubscribers        int
 	MaxSubscribersPerConn int
 }
-
-// EventLog is the node's ring of recent plugin events, read by index. The
-// registry implements it.
-type EventLog interface {
-	// EventsAfter returns at most limit events with an index greater than
-	// after, and the index range the log holds (oldest, latest).
-	EventsAfter(after uint64, limit int) (events []plugin.Event, oldest, latest uint64)
-	// ReadEvents is EventsAfter into the caller's buffer.
-	ReadEvents(buf []plugin.Event, after uint64) (n int, oldest, latest uint64)
-	// NextEvent returns a channel closed when the next event is emitted.
-	NextEvent() <-chan struct{}
-}
-
-// DefaultEventBatch is how many events a stream reads from the log at a
-// time: a batch of 32 events is about 2.5 KiB however long the backlog is.
-const DefaultEventBatch = 32
 
 // AgentService implements csisupd.v1.Agent over the node's plugin state.
 type AgentService struct {
@@ -136,98 +121,96 @@ func (a *AgentService) GetPlugin(_ context.Context, req *csisupdv1.GetPluginRequ
 // WatchEvents replays buffered events, then follows new ones until the
 // caller goes away.
 //
-// A stream reads the registry's event ring one batch of at most
-// DefaultEventBatch events at a time, so it holds one small batch
-// however long the backlog is, also while it is blocked in Send on a client
-// that does not read (gRPC then holds at most its per-stream write quota
-// of encoded messages, 64 KiB). The registry never waits for a stream: it
-// only closes a channel when it emits. A stream whose next event was
-// overwritten in the ring before it read it ends with ResourceExhausted
-// naming the dropped indexes (see fellBehind); it never silently skips.
+// A stream is a subscription to the node's event log (package stream): it
+// holds its position and one event, however long the backlog is, also
+// while it is blocked in Send on a client that does not read (gRPC then
+// holds at most its per-stream write quota of encoded messages, 64 KiB).
+// The log never waits for a stream. A stream that falls more than the
+// log's lag limit behind ends with ResourceExhausted, "fell behind ...
+// resume from index N" and the EventsFellBehind detail: a new stream with
+// from_index N continues without a gap. One whose next events have left
+// the log ends with OutOfRange and the EventsGone detail; it never
+// silently skips.
 //
 // Streams beyond client.max_event_subscribers, or beyond
 // client.max_event_subscribers_per_connection on one connection, are
 // refused at once with ResourceExhausted.
-func (a *AgentService) WatchEvents(req *csisupdv1.WatchEventsRequest, stream grpc.ServerStreamingServer[csisupdv1.Event]) error {
-	ctx := stream.Context()
+func (a *AgentService) WatchEvents(req *csisupdv1.WatchEventsRequest, out grpc.ServerStreamingServer[csisupdv1.Event]) error {
+	ctx := out.Context()
 	release, err := a.subs.acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
 
+	sub, err := a.cfg.Events.Subscribe(a.subscription(req))
+	if err != nil {
+		return eventsError(err)
+	}
+	defer sub.Close()
 	shared := sharedEncoding(ctx)
-	// after is the index of the last event this stream has dealt with
-	// (sent, or skipped by the plugin filter).
-	after := a.replayFrom(req.GetReplay())
+	// One event at a time: a stream holds no batch while it waits or
+	// while it is blocked in Send, and reading the log is a few
+	// nanoseconds per event.
+	var one [1]stream.Event[plugin.Event]
 	for {
-		// Take the channel before reading, so an event emitted in between
-		// wakes the wait below.
-		next := a.cfg.Events.NextEvent()
-		latest, err := a.sendBatch(stream, shared, req.GetPluginId(), &after)
-		if err != nil {
-			return err
+		_, latest := a.cfg.Events.Range()
+		caughtUp := sub.Index() >= latest
+		if caughtUp {
+			a.caughtUp.Add(1)
 		}
-		if after < latest {
-			continue // more backlog: read the next batch without waiting
-		}
-		a.caughtUp.Add(1)
-		select {
-		case <-ctx.Done():
+		evs, err := sub.Next(ctx, one[:0])
+		if caughtUp {
 			a.caughtUp.Add(-1)
+		}
+		switch {
+		case ctx.Err() != nil:
 			return nil
-		case <-next:
-			a.caughtUp.Add(-1)
+		case errors.Is(err, stream.ErrClosed):
+			return status.Error(codes.Unavailable, "the agent is shutting down; reconnect with from_index to continue")
+		case err != nil:
+			return eventsError(err)
+		}
+		for _, e := range evs {
+			if err := a.send(out, shared, e.Payload); err != nil {
+				return err
+			}
 		}
 	}
 }
 
-// replayFrom is the index after which a stream asking for replay starts:
-// the latest for a negative replay (follow only), before the oldest
-// buffered event for 0 (all), else n events before the latest, but not
-// before the oldest buffered one.
-func (a *AgentService) replayFrom(replay int32) uint64 {
-	_, oldest, latest := a.cfg.Events.EventsAfter(0, 0)
-	switch {
+// subscription is where a stream starts: after from_index when the request
+// has one; else the latest event for a negative replay (follow only), the
+// oldest buffered one for 0 (all), or the last n events. plugin_id limits
+// it to one plugin's events.
+func (a *AgentService) subscription(req *csisupdv1.WatchEventsRequest) stream.Request {
+	var r stream.Request
+	switch replay := req.GetReplay(); {
+	case req.FromIndex != nil:
+		r.After = req.GetFromIndex()
 	case replay < 0:
-		return latest
-	case replay == 0:
-		return oldest - 1
-	default:
-		return max(latest-min(uint64(replay), latest), oldest-1)
+		_, r.After = a.cfg.Events.Range()
+	case replay > 0:
+		r.After = a.cfg.Events.AfterLast(int(replay))
 	}
+	if id := req.GetPluginId(); id != "" {
+		r.Topics = map[string][]string{plugin.EventTopic: {id}}
+	}
+	return r
 }
 
-// batchPool holds the buffers streams read the event ring into: a stream
-// holds one only while it sends a batch, so an idle stream holds none and
-// a stream blocked in Send holds its own batch and nothing else.
-var batchPool = sync.Pool{New: func() any { return new([DefaultEventBatch]plugin.Event) }}
-
-// sendBatch sends the next batch of events after *after that match
-// pluginID (all when empty), advances *after past every event it read, and
-// returns the latest index at the time of the read. It returns the
-// fell-behind status when the ring no longer holds the event after *after.
-// With shared, each event goes out encoded once for all streams.
-func (a *AgentService) sendBatch(stream grpc.ServerStreamingServer[csisupdv1.Event], shared bool, pluginID string, after *uint64) (latest uint64, err error) {
-	buf := batchPool.Get().(*[DefaultEventBatch]plugin.Event)
-	defer func() {
-		clear(buf[:]) // drop the strings before the buffer is reused
-		batchPool.Put(buf)
-	}()
-	n, oldest, latest := a.cfg.Events.ReadEvents(buf[:], *after)
-	if *after+1 < oldest {
-		return latest, fellBehind(*after+1, oldest-1)
+// eventsError is the status that ends a stream for an error of the log.
+func eventsError(err error) error {
+	var fell *stream.FellBehindError
+	var gone *stream.GoneError
+	switch {
+	case errors.As(err, &fell):
+		return csisupdv1.NewEventsFellBehindError(fell.ResumeIndex, uint64(fell.Lag), uint64(fell.MaxLag))
+	case errors.As(err, &gone):
+		return csisupdv1.NewEventsGoneError(gone.After, gone.Oldest)
+	default:
+		return status.Errorf(codes.Internal, "event log: %v", err)
 	}
-	for _, e := range buf[:n] {
-		*after = e.Index
-		if pluginID != "" && e.PluginID != pluginID {
-			continue
-		}
-		if err := a.send(stream, shared, e); err != nil {
-			return latest, err
-		}
-	}
-	return latest, nil
 }
 
 // send sends one event, encoded once for all streams when shared.

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -122,20 +121,4 @@ func (l *subscriberLimits) open() (streams, conns int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.total, len(l.conns)
-}
-
-// fellBehind is the status that ends a stream whose next event was
-// overwritten in the ring before the stream read it.
-//
-// The code is ResourceExhausted, not DataLoss: nothing the agent stored is
-// lost or corrupt, the subscriber ran out of the buffer the agent keeps for
-// it (the ring), as a stream beyond a cap runs out of its quota. A client
-// reconnects with replay to continue from what is still buffered.
-func fellBehind(from, to uint64) error {
-	what := fmt.Sprintf("events %d to %d were dropped before it read them", from, to)
-	if from == to {
-		what = fmt.Sprintf("event %d was dropped before it read it", from)
-	}
-	return status.Errorf(codes.ResourceExhausted,
-		"subscriber fell behind: %s; reconnect (with replay) to continue", what)
 }

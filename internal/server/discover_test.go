@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/plugin/plugintest"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
@@ -49,7 +50,7 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 		DiscoverServers:  catalog.discover,
 		DiscoverInterval: 50 * time.Millisecond,
 		Node:             nodeclient.Node{ID: "node-a", Address: a.addr},
-		Plugins:          testutil.NewPluginSource(monolith("p1", "node-a")),
+		Plugins:          plugintest.NewSource(monolith("p1", "node-a")),
 		RPCTimeout:       2 * time.Second,
 		Retry:            retry.Policy{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
 	}, nil)
@@ -93,7 +94,7 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 func TestNodeClientNeedsServersOrDiscovery(t *testing.T) {
 	_, err := nodeclient.New(nodeclient.Config{
 		Node:       nodeclient.Node{ID: "n", Address: "127.0.0.1:1"},
-		Plugins:    testutil.NewPluginSource(),
+		Plugins:    plugintest.NewSource(),
 		RPCTimeout: time.Second, Retry: retry.Policy{Base: time.Millisecond, Cap: time.Second, Multiplier: 2, Jitter: 0.5},
 	}, nil)
 	if err == nil || !strings.Contains(err.Error(), "client.servers is empty") {

@@ -17,6 +17,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/plugin/plugintest"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -160,14 +161,14 @@ func monolith(id, nodeID string) *csisupdv1.Plugin {
 type agentNode struct {
 	id      string
 	client  *nodeclient.Client
-	plugins *testutil.PluginSource
+	plugins *plugintest.Source
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
 func startNode(t testing.TB, id, addr string, servers []string, plugins ...*csisupdv1.Plugin) *agentNode {
 	t.Helper()
-	n := &agentNode{id: id, plugins: testutil.NewPluginSource(plugins...)}
+	n := &agentNode{id: id, plugins: plugintest.NewSource(plugins...)}
 	nc, err := nodeclient.New(nodeclient.Config{
 		Servers:    servers,
 		Node:       nodeclient.Node{ID: id, Name: "name-" + id, Address: addr},

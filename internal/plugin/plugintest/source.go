@@ -1,4 +1,4 @@
-package testutil
+package plugintest
 
 import (
 	"slices"
@@ -10,25 +10,25 @@ import (
 	"github.com/csisupd/csisupd/internal/plugin"
 )
 
-// PluginSource is a plugin.Source whose plugins a test sets, for tests of
+// Source is a plugin.Source whose plugins a test sets, for tests of
 // the consumers of plugin state (the node client, the servers) that need
 // no plugin processes. It notifies its subscribers as the registry does:
 // coalesced, one notification pending from the start.
-type PluginSource struct {
+type Source struct {
 	mu      sync.Mutex
 	plugins []*csisupdv1.Plugin
 	subs    map[*sourceSub]struct{}
 }
 
-// NewPluginSource returns a source holding plugins.
-func NewPluginSource(plugins ...*csisupdv1.Plugin) *PluginSource {
-	s := &PluginSource{subs: make(map[*sourceSub]struct{})}
+// NewSource returns a source holding plugins.
+func NewSource(plugins ...*csisupdv1.Plugin) *Source {
+	s := &Source{subs: make(map[*sourceSub]struct{})}
 	s.Set(plugins...)
 	return s
 }
 
 // Set replaces the plugins and notifies every subscriber.
-func (s *PluginSource) Set(plugins ...*csisupdv1.Plugin) {
+func (s *Source) Set(plugins ...*csisupdv1.Plugin) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.plugins = clonePlugins(plugins)
@@ -41,14 +41,14 @@ func (s *PluginSource) Set(plugins ...*csisupdv1.Plugin) {
 }
 
 // List returns copies of the plugins.
-func (s *PluginSource) List() []*csisupdv1.Plugin {
+func (s *Source) List() []*csisupdv1.Plugin {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return clonePlugins(s.plugins)
 }
 
 // Get returns a copy of one plugin.
-func (s *PluginSource) Get(id string) (*csisupdv1.Plugin, bool) {
+func (s *Source) Get(id string) (*csisupdv1.Plugin, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := slices.IndexFunc(s.plugins, func(p *csisupdv1.Plugin) bool { return p.GetId() == id })
@@ -59,10 +59,10 @@ func (s *PluginSource) Get(id string) (*csisupdv1.Plugin, bool) {
 }
 
 // Ignored returns nothing: the source has no plugin directory.
-func (s *PluginSource) Ignored() []plugin.Ignored { return nil }
+func (s *Source) Ignored() []plugin.Ignored { return nil }
 
 // Subscribe returns a coalesced change subscription.
-func (s *PluginSource) Subscribe() plugin.Subscription {
+func (s *Source) Subscribe() plugin.Subscription {
 	sub := &sourceSub{src: s, c: make(chan struct{}, 1)}
 	sub.c <- struct{}{}
 	s.mu.Lock()
@@ -72,7 +72,7 @@ func (s *PluginSource) Subscribe() plugin.Subscription {
 }
 
 type sourceSub struct {
-	src *PluginSource
+	src *Source
 	c   chan struct{}
 }
 
