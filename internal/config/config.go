@@ -95,9 +95,6 @@ type Config struct {
 	Server ServerConfig
 	Consul ConsulConfig
 	TLS    TLSConfig
-	// Retry holds the backoff policies of the retry loops. No key sets
-	// them; Default fills them in.
-	Retry Retry
 
 	// Dev is true when the agent runs in dev mode (--dev).
 	Dev bool
@@ -320,7 +317,6 @@ func Default() Config {
 			ServerAutoJoin:       true,
 			ClientAutoJoin:       true,
 		},
-		Retry: DefaultRetry(),
 	}
 }
 

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-
-	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // input describes one Load call of a test. Paths are relative to a fresh
@@ -108,14 +106,6 @@ func TestDefault(t *testing.T) {
 			ServerAutoJoin:       true,
 			ClientAutoJoin:       true,
 		},
-		Retry: Retry{
-			PluginRedial: retry.Policy{Base: 5 * time.Millisecond, Cap: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
-			Fingerprint:  retry.Policy{Base: 50 * time.Millisecond, Cap: 5 * time.Second, Multiplier: 2, Jitter: 0.5},
-			ClientCSI:    retry.Policy{Base: 100 * time.Millisecond, Cap: 200 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
-			ConsulSync:   retry.Policy{Base: time.Second, Cap: 30 * time.Second, Multiplier: 2, Jitter: 0.5},
-			ServerJoin:   retry.Policy{Base: 2 * time.Second, Cap: 2 * time.Second, Multiplier: 2, Jitter: 0.5},
-			NodeClient:   retry.Policy{Base: 500 * time.Millisecond, Cap: 30 * time.Second, Multiplier: 2, Jitter: 0.5},
-		},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Default() =\n%#v\nwant\n%#v", got, want)
@@ -208,8 +198,6 @@ consul {
 						CheckInterval: 3 * time.Second, CheckTLSServerName: "client.global.csisupd",
 						ServerServiceName: "supd-server",
 					},
-					// No key sets the retry policies.
-					Retry:   DefaultRetry(),
 					Sources: []string{"agent.hcl"},
 				}
 				got := *c
