@@ -6,6 +6,7 @@ require (
 	connectrpc.com/connect v1.21.1
 	github.com/agext/levenshtein v1.2.1
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/container-storage-interface/spec v1.13.0
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/fsnotify/fsnotify v1.10.1
