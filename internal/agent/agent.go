@@ -59,6 +59,9 @@ type Agent struct {
 	version                  string
 	startedAt                time.Time
 	tempDir                  string // dev mode: removed at shutdown
+	// retry holds the backoff policies of the components' retry loops:
+	// the config package's, which no key changes.
+	retry config.Retry
 
 	rpcLn    net.Listener
 	httpLn   net.Listener
@@ -93,7 +96,7 @@ func New(c Config) (a *Agent, err error) {
 	}
 	log.SetLevel(hclog.LevelFromString(cfg.LogLevel))
 
-	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), ready: make(chan struct{})}
+	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), retry: config.DefaultRetry(), ready: make(chan struct{})}
 	// The closers undo what New opened when it fails. They capture the
 	// values, not a: a failing return sets the named result a to nil.
 	var closers []func()
@@ -154,6 +157,8 @@ func New(c Config) (a *Agent, err error) {
 		// so the registry stops well within the agent's 5 s.
 		StopTimeout:          ShutdownTimeout / 2,
 		MaxPluginMessageSize: cfg.Client.MaxPluginMessageSize,
+		PluginRedial:         a.retry.PluginRedial,
+		FingerprintRetry:     a.retry.Fingerprint,
 		Logger:               log.Named("registry"),
 	})
 	if err != nil {
@@ -177,6 +182,7 @@ func New(c Config) (a *Agent, err error) {
 		NodeName:               cfg.Name,
 		RPCTimeout:             cfg.Client.RPCTimeout,
 		MaxDestructiveInFlight: cfg.Client.MaxDestructiveInFlight,
+		Retry:                  a.retry.ClientCSI,
 		Logger:                 log.Named("clientcsi"),
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
@@ -40,7 +41,7 @@ func serveAgent(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	svc, err := rpc.NewClientCSI(rpc.ClientCSIConfig{Plugins: noPlugins{}, NodeName: "node-1"})
+	svc, err := rpc.NewClientCSI(rpc.ClientCSIConfig{Plugins: noPlugins{}, NodeName: "node-1", Retry: config.DefaultRetry().ClientCSI})
 	if err != nil {
 		t.Fatal(err)
 	}
