@@ -494,6 +494,7 @@ func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 		ServicePort:          port,
 		GRPCCheckInterval:    cfg.Consul.CheckInterval,
 		ShutdownTimeout:      consulShutdownTimeout,
+		Retry:                a.retry.ConsulSync,
 		Logger:               a.log.Named("consul"),
 	}
 	if cfg.TLS.Enabled() {

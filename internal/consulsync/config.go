@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // Defaults of Config.
@@ -24,8 +25,6 @@ const (
 	DefaultGRPCCheckInterval = 10 * time.Second
 	DefaultGRPCCheckTimeout  = 5 * time.Second
 	DefaultProbation         = time.Minute
-	DefaultRetryStep         = time.Second
-	DefaultRetryMax          = 30 * time.Second
 	DefaultRequestTimeout    = 10 * time.Second
 	DefaultShutdownTimeout   = 5 * time.Second
 )
@@ -44,7 +43,8 @@ const (
 	envConsulToken   = "CONSUL_TOKEN"
 )
 
-// Config configures a Syncer. Zero durations take the defaults above.
+// Config configures a Syncer. Zero durations take the defaults above;
+// Retry has none here (see its doc).
 type Config struct {
 	// Registry is the source of plugins. Required.
 	Registry *registry.Registry
@@ -119,11 +119,11 @@ type Config struct {
 	// process never wanted are kept after Run starts, so plugins restored
 	// after a restart do not flap.
 	Probation time.Duration
-	// RetryStep is the linear back-off step after a failed pass: the n-th
-	// consecutive failure waits n*RetryStep, at most RetryMax.
-	RetryStep time.Duration
-	// RetryMax caps the back-off.
-	RetryMax time.Duration
+	// Retry spaces the passes after a failed one: a jittered exponential
+	// backoff, reset by a pass that succeeds, so that the agents of a
+	// cluster whose Consul restarted do not all retry in one instant.
+	// Required: config.Retry.ConsulSync.
+	Retry retry.Policy
 	// RequestTimeout bounds one request to Consul.
 	RequestTimeout time.Duration
 	// ShutdownTimeout bounds the deregistration at shutdown.
@@ -155,8 +155,6 @@ func (c Config) withDefaults() Config {
 		c.CheckTTL = max(DefaultCheckTTL, 4*c.SyncInterval)
 	}
 	def(&c.Probation, DefaultProbation)
-	def(&c.RetryStep, DefaultRetryStep)
-	def(&c.RetryMax, DefaultRetryMax)
 	def(&c.RequestTimeout, DefaultRequestTimeout)
 	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	if c.GRPCCheck == "" {
@@ -189,13 +187,14 @@ func (c Config) validate() error {
 		return errors.New("consulsync: PluginServiceName is blank")
 	case c.ServerService && strings.TrimSpace(c.ServerServiceName) == "":
 		return errors.New("consulsync: ServerServiceName is blank but ServerService is on")
-	case c.SyncInterval < 0, c.CheckTTL < 0, c.Probation < 0, c.RetryStep < 0, c.RetryMax < 0,
+	case c.SyncInterval < 0, c.CheckTTL < 0, c.Probation < 0,
 		c.RequestTimeout < 0, c.ShutdownTimeout < 0, c.GRPCCheckInterval < 0:
 		return errors.New("consulsync: durations must not be negative")
 	case c.CheckTTL < 2*c.SyncInterval:
 		return fmt.Errorf("consulsync: CheckTTL %s is shorter than twice SyncInterval %s: checks would expire between passes", c.CheckTTL, c.SyncInterval)
-	case c.RetryMax < c.RetryStep:
-		return fmt.Errorf("consulsync: RetryMax %s is shorter than RetryStep %s", c.RetryMax, c.RetryStep)
+	}
+	if err := c.Retry.Validate(); err != nil {
+		return fmt.Errorf("consulsync: Retry: %w", err)
 	}
 	if ip := net.ParseIP(c.ServiceAddress); ip != nil && ip.IsUnspecified() {
 		return fmt.Errorf("consulsync: ServiceAddress %s is unspecified; Consul rejects it as a service address", c.ServiceAddress)

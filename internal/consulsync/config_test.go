@@ -12,11 +12,12 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 func TestConfigValidate(t *testing.T) {
 	reg := registry.New(registry.Config{})
-	valid := func() Config { return Config{Registry: reg, ServicePort: 4780} }
+	valid := func() Config { return Config{Registry: reg, ServicePort: 4780, Retry: shortRetry} }
 	tests := []struct {
 		name   string
 		change func(c *Config)
@@ -29,7 +30,8 @@ func TestConfigValidate(t *testing.T) {
 		{"blank service name", func(c *Config) { c.ServiceName = "  " }, "ServiceName"},
 		{"blank plugin service name", func(c *Config) { c.PluginServiceName = " " }, "PluginServiceName"},
 		{"TTL too short", func(c *Config) { c.SyncInterval = time.Minute; c.CheckTTL = 90 * time.Second }, "CheckTTL"},
-		{"retry max below step", func(c *Config) { c.RetryStep = time.Second; c.RetryMax = time.Millisecond }, "RetryMax"},
+		{"no retry policy: none of its own", func(c *Config) { c.Retry = retry.Policy{} }, "Retry: retry: Base must be positive"},
+		{"retry cap below base", func(c *Config) { c.Retry.Base = time.Second; c.Retry.Cap = time.Millisecond }, "Retry: retry: Cap"},
 		{"negative duration", func(c *Config) { c.Probation = -time.Second }, "negative"},
 		{"unspecified address", func(c *Config) { c.ServiceAddress = "0.0.0.0" }, "ServiceAddress"},
 		{"blank tag", func(c *Config) { c.Tags = []string{"a", ""} }, "Tags"},
@@ -53,11 +55,14 @@ func TestConfigValidate(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	c := Config{ServicePort: 4780, ServiceAddress: "10.0.0.1"}.withDefaults()
 	if c.ServiceName != "csisupd" || c.pluginServiceName("x") != "csi-plugin-x" || c.SyncInterval != 30*time.Second ||
-		c.Probation != time.Minute || c.RetryMax != 30*time.Second || c.CheckTTL != DefaultCheckTTL {
+		c.Probation != time.Minute || c.CheckTTL != DefaultCheckTTL {
 		t.Errorf("defaults = %+v", c)
 	}
 	if c.GRPCCheck != "10.0.0.1:4780" {
 		t.Errorf("GRPCCheck = %q, want the service address and port", c.GRPCCheck)
+	}
+	if c.Retry != (retry.Policy{}) {
+		t.Errorf("withDefaults filled in Retry %v, want it left to the caller (the config package)", c.Retry)
 	}
 	if got := (Config{ServicePort: 1}).withDefaults().GRPCCheck; got != "127.0.0.1:1" {
 		t.Errorf("GRPCCheck without address = %q, want 127.0.0.1:1", got)

@@ -11,10 +11,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -64,6 +66,14 @@ func newClient(t testing.TB, a *consultest.Agent, token string) *api.Client {
 	return c
 }
 
+// shortRetry is the syncer's default retry policy made short for tests:
+// from 10 ms up to 50 ms, jittered as by default.
+var shortRetry = func() retry.Policy {
+	p := config.DefaultRetry().ConsulSync
+	p.Base, p.Cap = 10*time.Millisecond, 50*time.Millisecond
+	return p
+}()
+
 // testConfig is a Config with short retries and no periodic passes unless
 // a test sets SyncInterval. The service address is never dialled: Consul's
 // gRPC check of the agent dials a loopback port nothing listens on.
@@ -78,8 +88,7 @@ func testConfig(reg *registry.Registry, addr string, logs *logBuffer) Config {
 		NodeName:          "node-1",
 		Tags:              []string{"team-a"},
 		SyncInterval:      time.Hour,
-		RetryStep:         10 * time.Millisecond,
-		RetryMax:          50 * time.Millisecond,
+		Retry:             shortRetry,
 		Probation:         time.Hour,
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Name:   "consul",
