@@ -222,6 +222,7 @@ func New(c Config) (a *Agent, err error) {
 			RetryJoin:       cfg.Server.RetryJoin,
 			DiscoverServers: a.discoverServers(cfg.ServerAutoJoin()),
 			RaftMultiplier:  cfg.Server.RaftMultiplier,
+			Join:            a.retry.ServerJoin,
 			DialOptions:     dialOpts,
 		}, log)
 		if err != nil {
