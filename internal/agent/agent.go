@@ -60,6 +60,9 @@ type Agent struct {
 	version                  string
 	startedAt                time.Time
 	tempDir                  string // dev mode: removed at shutdown
+	// retry holds the backoff policies of the components' retry loops:
+	// the config package's, which no key changes.
+	retry config.Retry
 
 	rpcLn    net.Listener
 	httpLn   net.Listener
@@ -94,7 +97,7 @@ func New(c Config) (a *Agent, err error) {
 	}
 	log.SetLevel(hclog.LevelFromString(cfg.LogLevel))
 
-	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), ready: make(chan struct{})}
+	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), retry: config.DefaultRetry(), ready: make(chan struct{})}
 	// The closers undo what New opened when it fails. They capture the
 	// values, not a: a failing return sets the named result a to nil.
 	var closers []func()
@@ -155,6 +158,8 @@ func New(c Config) (a *Agent, err error) {
 		// so the registry stops well within the agent's 5 s.
 		StopTimeout:          ShutdownTimeout / 2,
 		MaxPluginMessageSize: cfg.Client.MaxPluginMessageSize,
+		PluginRedial:         a.retry.PluginRedial,
+		FingerprintRetry:     a.retry.Fingerprint,
 		Logger:               log.Named("registry"),
 	})
 	if err != nil {
@@ -179,6 +184,7 @@ func New(c Config) (a *Agent, err error) {
 		NodeName:               cfg.Name,
 		RPCTimeout:             cfg.Client.RPCTimeout,
 		MaxDestructiveInFlight: cfg.Client.MaxDestructiveInFlight,
+		Retry:                  a.retry.ClientCSI,
 		Logger:                 log.Named("clientcsi"),
 	})
 	if err != nil {
@@ -218,6 +224,7 @@ func New(c Config) (a *Agent, err error) {
 			RetryJoin:       cfg.Server.RetryJoin,
 			DiscoverServers: a.discoverServers(cfg.ServerAutoJoin()),
 			RaftMultiplier:  cfg.Server.RaftMultiplier,
+			Join:            a.retry.ServerJoin,
 			DialOptions:     dialOpts,
 		}, log)
 		if err != nil {
@@ -237,7 +244,7 @@ func New(c Config) (a *Agent, err error) {
 			Plugins:          a.manager.Registry().Source(),
 			DialOptions:      dialOpts,
 			RPCTimeout:       config.DefaultNodeRPCTimeout,
-			Retry:            cfg.Retry.NodeClient,
+			Retry:            a.retry.NodeClient,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: node registration: %w", err)
@@ -498,10 +505,9 @@ func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 		SyncInterval:         cs.SyncInterval,
 		CheckTTL:             cs.CheckTTL(),
 		Probation:            config.DefaultConsulProbation,
-		RetryStep:            config.DefaultConsulRetryStep,
-		RetryMax:             config.DefaultConsulRetryMax,
 		RequestTimeout:       config.DefaultConsulRequestTimeout,
 		ShutdownTimeout:      consulShutdownTimeout,
+		Retry:                a.retry.ConsulSync,
 		Logger:               a.log.Named("consul"),
 	}
 	if cfg.TLS.Enabled() {

@@ -62,10 +62,6 @@ const (
 	// with csisupd's ID prefix that it does not know are kept in Consul,
 	// so plugins being restored do not flap.
 	DefaultConsulProbation = time.Minute
-	// DefaultConsulRetryStep is the linear back-off step after a failed
-	// sync pass; DefaultConsulRetryMax caps the back-off.
-	DefaultConsulRetryStep = time.Second
-	DefaultConsulRetryMax  = 30 * time.Second
 	// DefaultConsulRequestTimeout bounds one request to Consul.
 	DefaultConsulRequestTimeout = 10 * time.Second
 )

@@ -19,5 +19,9 @@
 // invalid duration "5x"", "flag --plugin-dir: client.plugin_dir: ..." or
 // "env CSISUPD_DATA_DIR: data_dir: ...". Unknown keys and blocks are errors.
 //
+// DefaultRetry returns the backoff policies of the agent's retry loops.
+// They are no part of Config, since no key sets them; the components
+// validate the policy they are given and never fill in one of their own.
+//
 // The Consul token is a Secret: it is redacted whenever a Config is printed.
 package config

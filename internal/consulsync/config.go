@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // envConsulToken is consul-template's token variable. consul/api and the
@@ -103,11 +104,11 @@ type Config struct {
 	// process never wanted are kept after Run starts, so plugins restored
 	// after a restart do not flap. Required.
 	Probation time.Duration
-	// RetryStep is the linear back-off step after a failed pass: the n-th
-	// consecutive failure waits n*RetryStep, at most RetryMax. Required.
-	RetryStep time.Duration
-	// RetryMax caps the back-off; it must be at least RetryStep.
-	RetryMax time.Duration
+	// Retry spaces the passes after a failed one: a jittered exponential
+	// backoff, reset by a pass that succeeds, so that the agents of a
+	// cluster whose Consul restarted do not all retry in one instant.
+	// Required: config.DefaultRetry().ConsulSync.
+	Retry retry.Policy
 	// RequestTimeout bounds one request to Consul. Required.
 	RequestTimeout time.Duration
 	// ShutdownTimeout bounds the deregistration at shutdown. Required.
@@ -180,9 +181,8 @@ func (c Config) validate() error {
 		bad("CheckTTL %s is shorter than twice SyncInterval %s: checks would expire between passes", c.CheckTTL, c.SyncInterval)
 	}
 	positive("Probation", c.Probation)
-	stepOK, maxOK := positive("RetryStep", c.RetryStep), positive("RetryMax", c.RetryMax)
-	if stepOK && maxOK && c.RetryMax < c.RetryStep {
-		bad("RetryMax %s is shorter than RetryStep %s", c.RetryMax, c.RetryStep)
+	if err := c.Retry.Validate(); err != nil {
+		bad("Retry: %w", err)
 	}
 	positive("RequestTimeout", c.RequestTimeout)
 	positive("ShutdownTimeout", c.ShutdownTimeout)

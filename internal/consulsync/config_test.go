@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -42,7 +43,8 @@ func TestConfigValidate(t *testing.T) {
 		{"gRPC check address with a bad port", func(c *Config) { c.GRPCCheck = "10.0.0.1:0" }, "GRPCCheck"},
 		{"gRPC check timeout above its interval", func(c *Config) { c.GRPCCheckInterval, c.GRPCCheckTimeout = time.Second, 2*time.Second }, "GRPCCheckTimeout 2s exceeds GRPCCheckInterval 1s"},
 		{"TTL too short", func(c *Config) { c.SyncInterval = time.Minute; c.CheckTTL = 90 * time.Second }, "CheckTTL"},
-		{"retry max below step", func(c *Config) { c.RetryStep = time.Second; c.RetryMax = time.Millisecond }, "RetryMax"},
+		{"no retry policy: none of its own", func(c *Config) { c.Retry = retry.Policy{} }, "Retry: retry: Base must be positive"},
+		{"retry cap below base", func(c *Config) { c.Retry.Base = time.Second; c.Retry.Cap = time.Millisecond }, "Retry: retry: Cap"},
 		{"negative duration", func(c *Config) { c.Probation = -time.Second }, "negative"},
 		{"unspecified address", func(c *Config) { c.ServiceAddress = "0.0.0.0" }, "ServiceAddress"},
 		{"blank tag", func(c *Config) { c.Tags = []string{"a", ""} }, "Tags"},
@@ -55,8 +57,6 @@ func TestConfigValidate(t *testing.T) {
 		"SyncInterval":      func(c *Config) *time.Duration { return &c.SyncInterval },
 		"CheckTTL":          func(c *Config) *time.Duration { return &c.CheckTTL },
 		"Probation":         func(c *Config) *time.Duration { return &c.Probation },
-		"RetryStep":         func(c *Config) *time.Duration { return &c.RetryStep },
-		"RetryMax":          func(c *Config) *time.Duration { return &c.RetryMax },
 		"RequestTimeout":    func(c *Config) *time.Duration { return &c.RequestTimeout },
 		"ShutdownTimeout":   func(c *Config) *time.Duration { return &c.ShutdownTimeout },
 	}
@@ -90,7 +90,7 @@ func TestConfigHasNoDefaults(t *testing.T) {
 		t.Fatal("a zero Config is valid")
 	}
 	for _, field := range []string{"Plugins", "ServicePort", "ServiceName", "PluginServiceName", "GRPCCheck ",
-		"GRPCCheckInterval", "GRPCCheckTimeout", "SyncInterval", "CheckTTL", "Probation", "RetryStep", "RetryMax",
+		"GRPCCheckInterval", "GRPCCheckTimeout", "SyncInterval", "CheckTTL", "Probation", "Retry: retry: Base",
 		"RequestTimeout", "ShutdownTimeout"} {
 		if !strings.Contains(err.Error(), "consulsync: "+field) {
 			t.Errorf("the error does not name %s:\n%v", field, err)

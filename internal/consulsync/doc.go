@@ -38,8 +38,10 @@
 // again once with all its checks (replace-existing-checks).
 //
 // Passes run on every registry change (coalesced), every SyncInterval and
-// after Reload. A failed pass is retried after a linear back-off; failures
-// are logged when they change and at most every few minutes otherwise.
+// after Reload. A failed pass is retried after Config.Retry's jittered
+// exponential backoff (agents whose Consul restarted do not retry in one
+// instant); failures are logged when they change and at most every few
+// minutes otherwise.
 // After a restart, services with csisupd's prefix that this process does
 // not know are kept for Probation, so plugins being restored do not flap.
 // On shutdown csisupd's services are deregistered if configured, within

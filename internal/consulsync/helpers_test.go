@@ -18,6 +18,7 @@ import (
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -78,6 +79,14 @@ func newClient(t testing.TB, a *consultest.Agent, token string) *api.Client {
 	return c
 }
 
+// shortRetry is the syncer's default retry policy made short for tests:
+// from 10 ms up to 50 ms, jittered as by default.
+var shortRetry = func() retry.Policy {
+	p := config.DefaultRetry().ConsulSync
+	p.Base, p.Cap = 10*time.Millisecond, 50*time.Millisecond
+	return p
+}()
+
 // baseConfig is a valid Config with the values the agent passes at the
 // configuration's defaults, without a plugin source or an address of Consul.
 func baseConfig() Config {
@@ -93,8 +102,7 @@ func baseConfig() Config {
 		SyncInterval:      def.SyncInterval,
 		CheckTTL:          def.CheckTTL(),
 		Probation:         config.DefaultConsulProbation,
-		RetryStep:         config.DefaultConsulRetryStep,
-		RetryMax:          config.DefaultConsulRetryMax,
+		Retry:             config.DefaultRetry().ConsulSync,
 		RequestTimeout:    config.DefaultConsulRequestTimeout,
 		ShutdownTimeout:   5 * time.Second,
 	}
@@ -115,8 +123,7 @@ func testConfig(reg *registry.Registry, addr string, logs *logBuffer) Config {
 	hourly := config.Default().Consul
 	hourly.SyncInterval = time.Hour
 	c.SyncInterval, c.CheckTTL = hourly.SyncInterval, hourly.CheckTTL()
-	c.RetryStep = 10 * time.Millisecond
-	c.RetryMax = 50 * time.Millisecond
+	c.Retry = shortRetry
 	c.Probation = time.Hour
 	c.Logger = hclog.New(&hclog.LoggerOptions{
 		Name:   "consul",

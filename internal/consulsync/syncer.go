@@ -152,8 +152,8 @@ func (s *Syncer) current() (Config, *consulClient) {
 
 // Run syncs until ctx ends: a pass at once, on every registry change
 // (coalesced), every SyncInterval and after Reload. A failed pass is
-// retried after a linear back-off (RetryStep per consecutive failure, at
-// most RetryMax); failures are logged, never returned. When ctx ends Run
+// retried after the Retry backoff, which grows with consecutive failures
+// and is jittered; failures are logged, never returned. When ctx ends Run
 // deregisters csisupd's services if DeregisterOnShutdown is set, within
 // ShutdownTimeout; a failed deregistration is logged as a warning naming
 // the services left behind, and does not make the stop fail. Run returns
@@ -170,6 +170,8 @@ func (s *Syncer) Run(ctx context.Context) error {
 	timer := time.NewTimer(cfg.SyncInterval)
 	defer timer.Stop()
 	failures := 0
+	policy := cfg.Retry
+	retries := policy.NewBackOff()
 	for {
 		var changes <-chan struct{}
 		if failures == 0 {
@@ -193,9 +195,12 @@ func (s *Syncer) Run(ctx context.Context) error {
 			return nil
 		}
 		cfg, _ = s.current()
+		if cfg.Retry != policy { // a Reload changed it
+			policy, retries = cfg.Retry, cfg.Retry.NewBackOff()
+		}
 		if err != nil {
 			failures++
-			wait := min(time.Duration(failures)*cfg.RetryStep, cfg.RetryMax)
+			wait := retries.NextBackOff()
 			s.logFailure(err, failures, wait)
 			timer.Reset(wait)
 			continue
@@ -205,6 +210,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 			s.lastErr = ""
 		}
 		failures = 0
+		retries.Reset()
 		timer.Reset(cfg.SyncInterval)
 	}
 }

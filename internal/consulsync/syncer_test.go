@@ -728,3 +728,63 @@ func TestRunOnceAndReloadChecks(t *testing.T) {
 		t.Errorf("Reload with a bad config: err = %v", err)
 	}
 }
+
+// retryWaits returns the retry_in values of the failure lines in logs.
+func retryWaits(t *testing.T, logs *logBuffer) []time.Duration {
+	t.Helper()
+	var out []time.Duration
+	for _, line := range strings.Split(logs.String(), "\n") {
+		_, after, ok := strings.Cut(line, "retry_in=")
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(strings.Trim(strings.Fields(after)[0], `"`))
+		if err != nil {
+			t.Fatalf("retry_in of %q: %v", line, err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func TestSyncersOfAgentsDoNotRetryInLockstep(t *testing.T) {
+	// The agents of a cluster lose their Consul agent together: their
+	// retries must spread, each wait within Jitter of its interval either
+	// way, growing from Retry.Base to Retry.Cap. The waits are read from
+	// the failure lines, not timed.
+	const want = 4 // waits per syncer: 10, 20, 40 and 50 ms before jitter
+	addr := testutil.FreeAddr(t)
+	var logs [2]*logBuffer
+	for i := range logs {
+		logs[i] = &logBuffer{}
+		start(t, testConfig(registry.New(registry.Config{}), addr, logs[i]))
+	}
+	var waits [2][]time.Duration
+	waitFor(t, "four failed passes of each syncer", func() bool {
+		for i := range logs {
+			if waits[i] = retryWaits(t, logs[i]); len(waits[i]) < want {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range waits {
+		for n, d := range waits[i][:want] {
+			around := min(shortRetry.Base<<n, shortRetry.Cap)
+			lo := time.Duration(float64(around) * (1 - shortRetry.Jitter))
+			hi := time.Duration(float64(around)*(1+shortRetry.Jitter)) + 1
+			if d < lo || d > hi {
+				t.Errorf("syncer %d: wait %d = %s, want one in [%s, %s]", i, n+1, d, lo, hi)
+			}
+		}
+	}
+	same := 0
+	for n := range want {
+		if waits[0][n] == waits[1][n] {
+			same++
+		}
+	}
+	if same == want {
+		t.Errorf("two syncers waited %v and %v: in lockstep", waits[0][:want], waits[1][:want])
+	}
+}

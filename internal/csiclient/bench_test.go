@@ -90,7 +90,7 @@ func BenchmarkIdleConnections(b *testing.B) {
 
 				clients := make([]*Client, n)
 				for i := range clients {
-					c, err := New(Config{Socket: sock})
+					c, err := New(Config{Socket: sock, Redial: testRedial})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -121,7 +121,7 @@ func BenchmarkIdleConnections(b *testing.B) {
 func BenchmarkProbe(b *testing.B) {
 	sock := filepath.Join(testutil.TempDir(b), "csi.sock")
 	startPluginProcess(b, sock)
-	c, err := New(Config{Socket: sock})
+	c, err := New(Config{Socket: sock, Redial: testRedial})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // DefaultMaxBackoff caps redial backoff when Config.MaxBackoff is zero.
@@ -45,6 +47,11 @@ type Config struct {
 	// MaxBackoff caps the delay between redial attempts of the full gRPC
 	// connection. (The supervision connection redials at its next call.)
 	MaxBackoff time.Duration
+	// Redial spaces the supervision connection's dials while the socket
+	// refuses connections or is missing, for calls made with
+	// grpc.WaitForReady: they retry until their context ends. Required;
+	// the default is config.Retry.PluginRedial.
+	Redial retry.Policy
 	// DialOptions are appended to the full gRPC connection's defaults.
 	DialOptions []grpc.DialOption
 	// OnDisconnect, when set, is called once each time the established
@@ -126,6 +133,9 @@ func New(cfg Config) (*Client, error) {
 	if err := CheckSocketPath(abs); err != nil {
 		return nil, err
 	}
+	if err := cfg.Redial.Validate(); err != nil {
+		return nil, fmt.Errorf("csiclient: Config.Redial: %w", err)
+	}
 	transport := cfg.Transport
 	switch {
 	case transport == nil:
@@ -178,7 +188,7 @@ func New(cfg Config) (*Client, error) {
 	return &Client{
 		socket:      abs,
 		conn:        conn,
-		supervision: newSupervisionConn(abs, cfg.OnDisconnect, transport),
+		supervision: newSupervisionConn(abs, cfg.OnDisconnect, transport, cfg.Redial),
 		Identity:    csi.NewIdentityClient(conn),
 		Controller:  csi.NewControllerClient(conn),
 		Node:        csi.NewNodeClient(conn),
@@ -214,11 +224,12 @@ func (c *Client) Close() error {
 // whose loss is reported through Config.OnDisconnect. Probes and
 // fingerprints use it; it redials on the next call after a loss. Calls made
 // with grpc.WaitForReady(true) wait, within their deadline, for a socket
-// that refuses connections to start listening. Besides WaitForReady, calls
-// honour grpc.Header, grpc.Trailer, grpc.MaxCallRecvMsgSize (up to
-// Config.MaxMessageSize) and grpc.MaxCallSendMsgSize; any other call option
-// fails the call with InvalidArgument. Errors are gRPC status errors; those
-// for which IsProtocolViolation is true mean the plugin broke the protocol.
+// that refuses connections to start listening, redialing as Config.Redial
+// says. Besides WaitForReady, calls honour grpc.Header, grpc.Trailer,
+// grpc.MaxCallRecvMsgSize (up to Config.MaxMessageSize) and
+// grpc.MaxCallSendMsgSize; any other call option fails the call with
+// InvalidArgument. Errors are gRPC status errors; those for which
+// IsProtocolViolation is true mean the plugin broke the protocol.
 func (c *Client) Supervision() grpc.ClientConnInterface { return c.supervision }
 
 // lazyConn creates its grpc-go connection at the first call: even an unused

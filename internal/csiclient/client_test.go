@@ -14,6 +14,8 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testutil"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -74,9 +76,17 @@ func serve(t *testing.T, socket, name string) (stop func()) {
 	return stop
 }
 
-// newClient creates a client and closes it at the end of the test.
+// testRedial is the supervision connection's redial policy in tests: the
+// agent's default.
+var testRedial = config.DefaultRetry().PluginRedial
+
+// newClient creates a client and closes it at the end of the test. A zero
+// Redial is testRedial.
 func newClient(t testing.TB, cfg Config) *Client {
 	t.Helper()
+	if cfg.Redial == (retry.Policy{}) {
+		cfg.Redial = testRedial
+	}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New(%+v): %v", cfg, err)
@@ -120,7 +130,7 @@ func TestNew(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := New(Config{Socket: tc.socket})
+			c, err := New(Config{Socket: tc.socket, Redial: testRedial})
 			if tc.wantErr != "" {
 				if err == nil {
 					c.Close()
@@ -270,7 +280,7 @@ func TestCloseEndsBothConnections(t *testing.T) {
 	socket := filepath.Join(dir, "csi.sock")
 	serve(t, socket, "close.example.com")
 
-	c, err := New(Config{Socket: socket})
+	c, err := New(Config{Socket: socket, Redial: testRedial})
 	if err != nil {
 		t.Fatal(err)
 	}

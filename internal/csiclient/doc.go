@@ -7,7 +7,8 @@
 //     end — the plugin died, or said GOAWAY to stop gracefully — is reported
 //     through Config.OnDisconnect the moment it happens, so the supervisor
 //     notices a dead plugin in milliseconds. It redials at the next call and
-//     never gives up.
+//     never gives up; calls that wait for it to be ready redial with the
+//     jittered backoff of Config.Redial.
 //   - the full grpc-go connection (Identity, Controller, Node) carries
 //     mediated controller calls (ClientCSI), with every status detail,
 //     deadline and retry behaviour of grpc-go. It is created at its first

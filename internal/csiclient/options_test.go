@@ -14,6 +14,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -293,5 +294,29 @@ func TestSocketPathLimit(t *testing.T) {
 		if _, err := New(Config{Socket: rel}); err == nil || !strings.Contains(err.Error(), "is 108 bytes") {
 			t.Errorf("New with a relative path of %d bytes (108 absolute): %v, want the length error", len(rel), err)
 		}
+	}
+}
+
+func TestNewRefusesAnInvalidRedialPolicy(t *testing.T) {
+	socket := filepath.Join(testutil.TempDir(t), "csi.sock")
+	tests := []struct {
+		name   string
+		redial retry.Policy
+		want   string
+	}{
+		{"none: there is no default of its own", retry.Policy{}, "Config.Redial: retry: Base must be positive"},
+		{"cap below base", retry.Policy{Base: time.Second, Cap: time.Millisecond, Multiplier: 2}, "Config.Redial: retry: Cap"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(Config{Socket: socket, Redial: tt.redial})
+			if err == nil {
+				c.Close()
+				t.Fatalf("New with Redial %v succeeded, want an error", tt.redial)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %q, want it to contain %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
@@ -17,18 +16,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // userAgent names the supervision connection in the plugin's logs.
 const userAgent = "csisupd-supervision"
-
-// Backoff of calls made with grpc.WaitForReady while the socket refuses
-// connections: plugins bind their socket a moment before they listen, so
-// the first retries come quickly.
-const (
-	firstRedialDelay = 5 * time.Millisecond
-	maxRedialDelay   = 100 * time.Millisecond
-)
 
 // supervisionConn makes unary gRPC calls over one HTTP/2 connection to the
 // plugin. It exists because a grpc-go ClientConn costs about 37 KiB and
@@ -41,6 +34,9 @@ type supervisionConn struct {
 	socket       string
 	onDisconnect func()
 	transport    *Transport
+	// redial spaces the dials of calls that wait for the connection to be
+	// ready (Config.Redial).
+	redial retry.Policy
 
 	mu      sync.Mutex
 	cur     *pluginConn   // the connection calls use, if any
@@ -50,11 +46,11 @@ type supervisionConn struct {
 	dials atomic.Int64 // successful dials, for tests
 }
 
-func newSupervisionConn(socket string, onDisconnect func(), t *Transport) *supervisionConn {
+func newSupervisionConn(socket string, onDisconnect func(), t *Transport, redial retry.Policy) *supervisionConn {
 	if onDisconnect == nil {
 		onDisconnect = func() {}
 	}
-	return &supervisionConn{socket: socket, onDisconnect: onDisconnect, transport: t}
+	return &supervisionConn{socket: socket, onDisconnect: onDisconnect, transport: t, redial: redial}
 }
 
 var errClosed = errors.New("client closed")
@@ -65,9 +61,10 @@ var errClosed = errors.New("client closed")
 // the others wait for it within their own context. With waitForReady, a
 // refused or missing socket is retried until ctx ends, as
 // grpc.WaitForReady does: plugins bind their socket a moment before they
-// listen.
+// listen. The retries are spaced by the redial policy, with jitter, so the
+// supervisors of plugins that restarted together do not dial in step.
 func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*pluginConn, error) {
-	delay := firstRedialDelay
+	var redial *retry.BackOff // made at the first failed dial: most calls need none
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -125,14 +122,12 @@ func (s *supervisionConn) conn(ctx context.Context, waitForReady bool) (*pluginC
 		case !waitForReady || ctx.Err() != nil:
 			return nil, err
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
+		if redial == nil {
+			redial = s.redial.NewBackOff()
 		}
-		delay = min(2*delay, maxRedialDelay)
+		if retry.Wait(ctx, redial.NextBackOff()) != nil {
+			return nil, err
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 )
 
@@ -89,7 +90,7 @@ func startPlugin(t *testing.T, svc services) (mocks, Clients) {
 	}
 	t.Cleanup(drv.Stop)
 
-	c, err := csiclient.New(csiclient.Config{Socket: socket})
+	c, err := csiclient.New(csiclient.Config{Socket: socket, Redial: config.DefaultRetry().PluginRedial})
 	if err != nil {
 		t.Fatalf("csiclient.New(%s): %v", socket, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -94,7 +95,7 @@ func TestClassify(t *testing.T) {
 // need a non-nil Identity.
 func fakeIdentity(t *testing.T) csi.IdentityClient {
 	t.Helper()
-	c, err := csiclient.New(csiclient.Config{Socket: "unused.sock"})
+	c, err := csiclient.New(csiclient.Config{Socket: "unused.sock", Redial: config.DefaultRetry().PluginRedial})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +293,7 @@ func (p *plugin) client() *csiclient.Client {
 // watchedClient is client with csiclient's OnDisconnect set.
 func (p *plugin) watchedClient(onDisconnect func()) *csiclient.Client {
 	p.t.Helper()
-	c, err := csiclient.New(csiclient.Config{Socket: p.socket, MaxBackoff: 50 * time.Millisecond, OnDisconnect: onDisconnect})
+	c, err := csiclient.New(csiclient.Config{Socket: p.socket, MaxBackoff: 50 * time.Millisecond, OnDisconnect: onDisconnect, Redial: config.DefaultRetry().PluginRedial})
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -124,20 +124,29 @@ func TestEventsFollowedConcurrently(t *testing.T) {
 	errs := make(chan error, readers)
 	resumed := make(chan int, readers)
 	for reader := range readers {
+		// Subscribed before the first event, so that the reader sees all.
+		first, err := r.EventLog().Subscribe(stream.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		wg.Go(func() {
 			var after uint64
 			resumes := 0
 			defer func() { resumed <- resumes }()
 			for after < total {
-				sub, err := r.EventLog().Subscribe(stream.Request{After: after})
+				sub := first
 				var gone *stream.GoneError
-				if errors.As(err, &gone) {
-					after = gone.Oldest - 1 // events lost, and said so: carry on
-					continue
-				}
-				if err != nil {
-					errs <- err
-					return
+				if after > 0 {
+					var err error
+					sub, err = r.EventLog().Subscribe(stream.Request{After: after})
+					if errors.As(err, &gone) {
+						after = gone.Oldest - 1 // events lost, and said so: carry on
+						continue
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
 				}
 				buf := make([]stream.Event[plugin.Event], 0, 7)
 				for after < total {

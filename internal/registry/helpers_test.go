@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -115,6 +117,10 @@ var testTiming = timing{
 	FingerprintInterval: time.Minute,
 }
 
+// testRetry holds the agent's default backoff policies, which the tests'
+// supervisors use.
+var testRetry = config.DefaultRetry()
+
 // fastTiming fails fast, for tests of sockets that do not answer, where a
 // slow machine changes no outcome.
 var fastTiming = timing{
@@ -161,6 +167,12 @@ func newTestManager(t *testing.T, cfg ManagerConfig) *Manager {
 	}
 	if cfg.RescanInterval == 0 {
 		cfg.RescanInterval = time.Second
+	}
+	if cfg.PluginRedial == (retry.Policy{}) {
+		cfg.PluginRedial = testRetry.PluginRedial
+	}
+	if cfg.FingerprintRetry == (retry.Policy{}) {
+		cfg.FingerprintRetry = testRetry.Fingerprint
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)

@@ -13,6 +13,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // DefaultStopTimeout is ManagerConfig.StopTimeout when it is zero.
@@ -28,7 +29,8 @@ type ManagerConfig struct {
 	// persistence.
 	DataDir string
 	// ProbeInterval is the time between two probes of a plugin. It also
-	// caps the redial and fingerprint retry backoff.
+	// caps the full gRPC connection's redial backoff and the fingerprint
+	// retry backoff (see FingerprintRetry).
 	ProbeInterval time.Duration
 	// ProbeTimeout bounds one probe and one fingerprint, and every write
 	// to a plugin (csiclient.Config.WriteTimeout): a plugin that stops
@@ -56,6 +58,16 @@ type ManagerConfig struct {
 	// off. Zero means csiclient's default (4 MiB). The agent sets it from
 	// client.max_plugin_message_size.
 	MaxPluginMessageSize int
+	// PluginRedial spaces a supervisor's redials of a socket that refuses
+	// connections while a probe or fingerprint waits for it
+	// (csiclient.Config.Redial). Required: config.Retry.PluginRedial.
+	PluginRedial retry.Policy
+	// FingerprintRetry spaces the fingerprint attempts of a plugin that
+	// has not answered yet. Its Cap is replaced by the probe interval in
+	// force, and its Base lowered to that interval when it is shorter, so
+	// that a plugin that does not answer is tried about as often as it
+	// would be probed. Required: config.Retry.Fingerprint.
+	FingerprintRetry retry.Policy
 	// Registry is the store to fill. Nil creates a new one.
 	Registry *Registry
 	// Logger receives the manager's logs. Nil discards them.
@@ -82,6 +94,12 @@ func (c *ManagerConfig) validate() error {
 	}
 	if c.MaxPluginMessageSize < 0 {
 		errs = append(errs, fmt.Errorf("registry: MaxPluginMessageSize must not be negative, got %d", c.MaxPluginMessageSize))
+	}
+	if err := c.PluginRedial.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("registry: PluginRedial: %w", err))
+	}
+	if err := c.FingerprintRetry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("registry: FingerprintRetry: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -129,9 +147,11 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 				ProbeTimeout:        cfg.ProbeTimeout,
 				FingerprintInterval: cfg.FingerprintInterval,
 			},
-			StopTimeout:    cfg.StopTimeout,
-			MaxMessageSize: cfg.MaxPluginMessageSize,
-			Logger:         cfg.Logger,
+			StopTimeout:      cfg.StopTimeout,
+			MaxMessageSize:   cfg.MaxPluginMessageSize,
+			Redial:           cfg.PluginRedial,
+			FingerprintRetry: cfg.FingerprintRetry,
+			Logger:           cfg.Logger,
 		}),
 		ready: make(chan struct{}),
 	}, nil

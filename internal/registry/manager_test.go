@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -18,6 +19,8 @@ func validManagerConfig(dir string) ManagerConfig {
 		FingerprintInterval: time.Minute,
 		DeregisterGrace:     time.Second,
 		RescanInterval:      time.Second,
+		PluginRedial:        testRetry.PluginRedial,
+		FingerprintRetry:    testRetry.Fingerprint,
 	}
 }
 
@@ -39,6 +42,9 @@ func TestNewManagerValidates(t *testing.T) {
 		{"stop timeout and message cap", func(c *ManagerConfig) { c.StopTimeout, c.MaxPluginMessageSize = time.Second, 1<<10 }, ""},
 		{"negative stop timeout", func(c *ManagerConfig) { c.StopTimeout = -time.Second }, "StopTimeout must not be negative, got -1s"},
 		{"negative message cap", func(c *ManagerConfig) { c.MaxPluginMessageSize = -1 }, "MaxPluginMessageSize must not be negative, got -1"},
+		{"no redial policy", func(c *ManagerConfig) { c.PluginRedial = retry.Policy{} }, "PluginRedial: retry: Base must be positive"},
+		{"no fingerprint retry policy", func(c *ManagerConfig) { c.FingerprintRetry = retry.Policy{} }, "FingerprintRetry: retry: Base must be positive"},
+		{"fingerprint retry without growth", func(c *ManagerConfig) { c.FingerprintRetry.Multiplier = 0.5 }, "FingerprintRetry: retry: Multiplier"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // reconcilerConfig configures a reconciler.
@@ -24,7 +25,11 @@ type reconcilerConfig struct {
 	// MaxMessageSize caps one reply from a plugin; zero is csiclient's
 	// default.
 	MaxMessageSize int
-	Logger         hclog.Logger
+	// Redial and FingerprintRetry are every supervisor's (see
+	// ManagerConfig.PluginRedial and FingerprintRetry).
+	Redial           retry.Policy
+	FingerprintRetry retry.Policy
+	Logger           hclog.Logger
 }
 
 // gone is a plugin whose socket is no longer in the desired set.
@@ -60,6 +65,8 @@ type reconciler struct {
 	grace       time.Duration
 	stopTimeout time.Duration
 	maxMessage  int
+	redial      retry.Policy
+	fpRetry     retry.Policy
 	log         hclog.Logger
 
 	// gone is touched only by the run goroutine.
@@ -96,6 +103,8 @@ func newReconciler(cfg reconcilerConfig) *reconciler {
 		grace:       cfg.Grace,
 		stopTimeout: cfg.StopTimeout,
 		maxMessage:  cfg.MaxMessageSize,
+		redial:      cfg.Redial,
+		fpRetry:     cfg.FingerprintRetry,
 		log:         cfg.Logger,
 		gone:        make(map[string]gone),
 		timing:      newProbeTiming(cfg.Timing),
@@ -238,12 +247,14 @@ func (r *reconciler) startSupervisor(ctx context.Context, id string, inst plugin
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, err := startSupervisor(ctx, supervisorConfig{
-		ID:        id,
-		Instance:  inst,
-		Registry:  r.reg,
-		Timing:    r.timing,
-		Transport: r.transport,
-		Logger:    r.log.Named(id),
+		ID:               id,
+		Instance:         inst,
+		Registry:         r.reg,
+		Timing:           r.timing,
+		Transport:        r.transport,
+		Redial:           r.redial,
+		FingerprintRetry: r.fpRetry,
+		Logger:           r.log.Named(id),
 	})
 	if err != nil {
 		// Retried with the next desired state (at the latest, the next rescan).

@@ -21,7 +21,8 @@ import (
 func newTestReconciler(t *testing.T, grace time.Duration) (*reconciler, *Registry, context.Context) {
 	t.Helper()
 	reg := New(Config{})
-	r := newReconciler(reconcilerConfig{Registry: reg, Grace: grace, Timing: fastTiming, StopTimeout: 200 * time.Millisecond, Logger: testLogger(t)})
+	r := newReconciler(reconcilerConfig{Registry: reg, Grace: grace, Timing: fastTiming, StopTimeout: 200 * time.Millisecond, Logger: testLogger(t),
+		Redial: testRetry.PluginRedial, FingerprintRetry: testRetry.Fingerprint})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()

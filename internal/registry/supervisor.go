@@ -16,11 +16,8 @@ import (
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/retry"
 )
-
-// firstFingerprintRetry is the delay before the second fingerprint attempt
-// of a plugin; later attempts double it up to the probe interval.
-const firstFingerprintRetry = 50 * time.Millisecond
 
 // timing is how often a supervisor probes and fingerprints its plugin.
 type timing struct {
@@ -71,7 +68,13 @@ type supervisorConfig struct {
 	// supervisor wait for or read. Nil gives the plugin csiclient's
 	// defaults.
 	Transport *csiclient.Transport
-	Logger    hclog.Logger
+	// Redial spaces the supervision connection's redials while a call
+	// waits for the socket (csiclient.Config.Redial).
+	Redial retry.Policy
+	// FingerprintRetry spaces the fingerprint attempts until the plugin
+	// first answers; the probe interval caps it (see fingerprintRetry).
+	FingerprintRetry retry.Policy
+	Logger           hclog.Logger
 }
 
 // supervisor runs one plugin instance: it fingerprints the plugin until it
@@ -125,6 +128,7 @@ type supervisor struct {
 	fpViolation  string
 	probeBackoff violationBackoff
 	fpBackoff    violationBackoff
+	fpRetry      retry.Policy // before the probe interval caps it
 
 	// backingOff is set while probes are backed off for a protocol
 	// violation; a broken connection then asks for no probe, which would
@@ -149,6 +153,7 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 	client, err := csiclient.New(csiclient.Config{
 		Socket:       cfg.Instance.Path,
 		MaxBackoff:   cfg.Timing.get().ProbeInterval,
+		Redial:       cfg.Redial,
 		OnDisconnect: s.onDisconnect,
 		// ClientCSI's connection dials the path, which names whatever
 		// socket is there now: one that reached a plugin instance which
@@ -186,6 +191,7 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 		closeConn:    client.Close,
 		probeBackoff: violationBackoff{what: "probe"},
 		fpBackoff:    violationBackoff{what: "fingerprint"},
+		fpRetry:      cfg.FingerprintRetry,
 		timing:       cfg.Timing,
 	}
 	go s.run(ctx)
@@ -298,14 +304,17 @@ func (s *supervisor) run(ctx context.Context) {
 	mon.Run(ctx)
 }
 
-// fingerprintUntilAnswered fingerprints the plugin, retrying with a backoff
-// capped at the probe interval (longer for a plugin that violates the gRPC
-// protocol), and registers it. When the first attempt fails the plugin is
-// registered at once, unhealthy with the error, so an operator sees a
-// socket that does not answer as CSI. It returns false when ctx ended
-// first or the supervisor is stopping.
+// fingerprintUntilAnswered fingerprints the plugin, retrying with the
+// jittered fingerprint retry backoff capped at the probe interval (longer
+// for a plugin that violates the gRPC protocol), and registers it. When the
+// first attempt fails the plugin is registered at once, unhealthy with the
+// error, so an operator sees a socket that does not answer as CSI. It
+// returns false when ctx ended first or the supervisor is stopping.
 func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
-	delay := firstFingerprintRetry
+	var (
+		retries  *retry.BackOff
+		cappedAt time.Duration // the probe interval retries is capped at
+	)
 	for attempt := 1; ; attempt++ {
 		fp, err := s.fingerprint(ctx)
 		if ctx.Err() != nil {
@@ -326,9 +335,11 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 		if why != "" {
 			desc = "fingerprint failed: " + why
 		} else {
-			delay = min(delay, interval)
-			wait = delay
-			delay *= 2
+			if retries == nil || cappedAt != interval {
+				// First, or the timing was reloaded: a new cap.
+				retries, cappedAt = fingerprintRetry(s.fpRetry, interval).NewBackOff(), interval
+			}
+			wait = retries.NextBackOff()
 		}
 		now := time.Now()
 		switch {
@@ -351,14 +362,21 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 			return false
 		}
 
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if retry.Wait(ctx, wait) != nil {
 			return false
-		case <-timer.C:
 		}
 	}
+}
+
+// fingerprintRetry is the fingerprint retry policy p under the probe
+// interval in force: the interval is its cap, and its base when shorter
+// than p's, so that a plugin that does not answer fingerprinting is tried
+// about as often as it would be probed, and never waits longer than the
+// interval before jitter.
+func fingerprintRetry(p retry.Policy, interval time.Duration) retry.Policy {
+	p.Cap = interval
+	p.Base = min(p.Base, interval)
+	return p
 }
 
 // fingerprint takes one fingerprint bounded by the probe timeout. Its calls

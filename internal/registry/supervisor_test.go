@@ -24,6 +24,7 @@ func superviseSocket(t *testing.T, reg *Registry, id string, si plugin.Instance,
 	t.Helper()
 	s, err := startSupervisor(context.Background(), supervisorConfig{
 		ID: id, Instance: si, Registry: reg, Timing: newProbeTiming(tm), Logger: testLogger(t),
+		Redial: testRetry.PluginRedial, FingerprintRetry: testRetry.Fingerprint,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -210,5 +211,63 @@ func TestSupervisorStopsWhileDialingNothing(t *testing.T) {
 	stopSupervisor(t, s) // goleak in TestMain checks that nothing stays behind
 	if _, err := net.Dial("unix", sock); err == nil {
 		t.Error("a socket appeared from nowhere")
+	}
+}
+
+func TestFingerprintRetryIsCappedByTheProbeInterval(t *testing.T) {
+	ms := time.Millisecond
+	plain := testRetry.Fingerprint
+	plain.Jitter = 0 // the intervals the waits are drawn around
+	tests := []struct {
+		name     string
+		interval time.Duration
+		want     []time.Duration
+	}{
+		{"doubles from the base up to the interval", time.Second,
+			[]time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, time.Second, time.Second}},
+		{"a long interval lets it grow further", 10 * time.Second,
+			[]time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 3200 * ms, 6400 * ms, 10 * time.Second}},
+		{"an interval below the base is base and cap", 20 * ms,
+			[]time.Duration{20 * ms, 20 * ms, 20 * ms}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fingerprintRetry(plain, tt.interval)
+			if err := p.Validate(); err != nil {
+				t.Fatalf("fingerprintRetry(%s) = %v: %v", tt.interval, p, err)
+			}
+			b := p.NewBackOff()
+			for i, want := range tt.want {
+				if got := b.NextBackOff(); got != want {
+					t.Fatalf("wait %d = %s, want %s", i+1, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestFingerprintRetriesOfPluginsStartedTogetherDoNotCoincide(t *testing.T) {
+	// Plugins that restart together (an upgrade of the node's plugins)
+	// are fingerprinted again together: their retries must spread, each
+	// within half its interval either way.
+	const interval = 2 * time.Second
+	p := fingerprintRetry(testRetry.Fingerprint, interval)
+	a, b := p.NewBackOff(), p.NewBackOff()
+	base := p.Base
+	equal := 0
+	for i := range 6 {
+		wa, wb := a.NextBackOff(), b.NextBackOff()
+		if wa == wb {
+			equal++
+		}
+		around := min(base<<i, interval)
+		for _, w := range []time.Duration{wa, wb} {
+			if w < around/2 || w > around*3/2+1 {
+				t.Errorf("wait %d = %s, want one within half of %s either way", i+1, w, around)
+			}
+		}
+	}
+	if equal == 6 {
+		t.Error("two supervisors' fingerprint retries wait alike: in lockstep")
 	}
 }

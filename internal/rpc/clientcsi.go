@@ -21,15 +21,13 @@ import (
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // MaxAttempts is how many times ClientCSI calls a plugin for one request at
-// most: the first attempt and up to two retries.
+// most: the first attempt and up to two retries, spaced by
+// ClientCSIConfig.Retry.
 const MaxAttempts = 3
-
-// DefaultRetryBaseDelay is the wait before the first retry; every further
-// retry waits twice as long as the one before.
-const DefaultRetryBaseDelay = 100 * time.Millisecond
 
 // controllerService is the plugin capability every ClientCSI method needs.
 const controllerService = "CONTROLLER_SERVICE"
@@ -61,9 +59,11 @@ type ClientCSIConfig struct {
 	// plugin at the same time (client.max_destructive_in_flight). Zero means
 	// config.DefaultMaxDestructiveInFlight.
 	MaxDestructiveInFlight int
-	// RetryBaseDelay is the wait before the first retry. Zero means
-	// DefaultRetryBaseDelay; tests make it short.
-	RetryBaseDelay time.Duration
+	// Retry spaces the attempts of one request, each request with a
+	// backoff of its own (jittered, so requests that failed together do
+	// not retry together). Required: config.Retry.ClientCSI; tests make it
+	// short.
+	Retry retry.Policy
 	// Logger receives one debug line per call, and at trace level the
 	// request with its secrets redacted. Optional.
 	Logger hclog.Logger
@@ -106,7 +106,7 @@ type ClientCSI struct {
 	timeout        time.Duration
 	methodTimeouts map[string]time.Duration
 	maxDestructive int
-	retryBase      time.Duration
+	retry          retry.Policy
 	log            hclog.Logger
 
 	mu    sync.Mutex
@@ -125,8 +125,8 @@ func NewClientCSI(cfg ClientCSIConfig) (*ClientCSI, error) {
 	if cfg.MaxDestructiveInFlight < 0 {
 		errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.MaxDestructiveInFlight (client.max_destructive_in_flight) must not be negative, got %d", cfg.MaxDestructiveInFlight))
 	}
-	if cfg.RetryBaseDelay < 0 {
-		errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.RetryBaseDelay must not be negative, got %s", cfg.RetryBaseDelay))
+	if err := cfg.Retry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.Retry: %w", err))
 	}
 	names := methodNames()
 	for _, name := range slices.Sorted(maps.Keys(cfg.MethodTimeouts)) {
@@ -147,9 +147,6 @@ func NewClientCSI(cfg ClientCSIConfig) (*ClientCSI, error) {
 	if cfg.MaxDestructiveInFlight == 0 {
 		cfg.MaxDestructiveInFlight = config.DefaultMaxDestructiveInFlight
 	}
-	if cfg.RetryBaseDelay == 0 {
-		cfg.RetryBaseDelay = DefaultRetryBaseDelay
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
@@ -159,7 +156,7 @@ func NewClientCSI(cfg ClientCSIConfig) (*ClientCSI, error) {
 		timeout:        cfg.RPCTimeout,
 		methodTimeouts: maps.Clone(cfg.MethodTimeouts),
 		maxDestructive: cfg.MaxDestructiveInFlight,
-		retryBase:      cfg.RetryBaseDelay,
+		retry:          cfg.Retry,
 		log:            cfg.Logger.Named("clientcsi"),
 		slots:          make(map[string]chan struct{}),
 	}, nil
@@ -325,7 +322,7 @@ func invoke[Req, Resp proto.Message](
 		defer cancel()
 	}
 
-	delay := s.retryBase
+	var retries *retry.BackOff // made at the first retry: most calls need none
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			// Look again: the plugin may have been replaced by a new
@@ -356,16 +353,20 @@ func invoke[Req, Resp proto.Message](
 			return resp, nil
 		}
 		code := status.Code(err)
-		if attempt < MaxAttempts && retryableCode(code) && deadlineAllows(ctx, delay) {
-			if s.log.IsDebug() {
-				s.log.Debug("attempt failed; retrying", "method", m.name, "plugin", pluginID, "code", code,
-					"attempt", attempt, "backoff", delay, "error", RedactString(status.Convert(err).Message(), req))
+		if attempt < MaxAttempts && retryableCode(code) {
+			if retries == nil {
+				retries = s.retry.NewBackOff()
 			}
-			if !sleepCtx(ctx, delay) {
-				return zero, contextError(ctx)
+			if delay := retries.NextBackOff(); deadlineAllows(ctx, delay) {
+				if s.log.IsDebug() {
+					s.log.Debug("attempt failed; retrying", "method", m.name, "plugin", pluginID, "code", code,
+						"attempt", attempt, "backoff", delay, "error", RedactString(status.Convert(err).Message(), req))
+				}
+				if retry.Wait(ctx, delay) != nil {
+					return zero, contextError(ctx)
+				}
+				continue
 			}
-			delay *= 2
-			continue
 		}
 		err = redactError(err, req)
 		if m.notFoundIgnorable && code == codes.NotFound {
@@ -440,19 +441,6 @@ func deadlineAllows(ctx context.Context, d time.Duration) bool {
 	}
 	dl, ok := ctx.Deadline()
 	return !ok || time.Until(dl) > d
-}
-
-// sleepCtx waits for d and reports true, or reports false when ctx ends
-// first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // redactedJSON formats m for logs with its secrets redacted.

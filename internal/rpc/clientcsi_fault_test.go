@@ -19,6 +19,7 @@ import (
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // clientCSICall calls one ClientCSI method with an empty CSI request.
@@ -392,7 +393,7 @@ func TestClientCSIRetries(t *testing.T) {
 func TestClientCSIRetryNeedsDeadlineRoom(t *testing.T) {
 	// The first retry would wait an hour; the caller's deadline is sooner,
 	// so the plugin's Unavailable comes back after one attempt.
-	env := newMockEnv(t, controllerFingerprint(allControllerCaps...), heartbeat.Healthy, ClientCSIConfig{RetryBaseDelay: time.Hour})
+	env := newMockEnv(t, controllerFingerprint(allControllerCaps...), heartbeat.Healthy, ClientCSIConfig{Retry: retry.Policy{Base: time.Hour, Cap: time.Hour, Multiplier: 2, Jitter: 0.5}})
 	var calls atomic.Int64
 	env.mock.EXPECT().ListVolumes(gomock.Any(), gomock.Any()).
 		DoAndReturn(func(context.Context, *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
@@ -492,11 +493,12 @@ func TestNewClientCSIConfig(t *testing.T) {
 		cfg     ClientCSIConfig
 		wantErr string // substring; "" = valid
 	}{
-		{"defaults", ClientCSIConfig{Plugins: plugins}, ""},
+		{"defaults", ClientCSIConfig{Plugins: plugins, Retry: testRetry.ClientCSI}, ""},
 		{"no plugins", ClientCSIConfig{}, "Plugins is required"},
 		{"negative timeout", ClientCSIConfig{Plugins: plugins, RPCTimeout: -time.Second}, "client.rpc_timeout"},
 		{"negative in flight", ClientCSIConfig{Plugins: plugins, MaxDestructiveInFlight: -1}, "client.max_destructive_in_flight"},
-		{"negative retry delay", ClientCSIConfig{Plugins: plugins, RetryBaseDelay: -1}, "RetryBaseDelay"},
+		{"no retry policy", ClientCSIConfig{Plugins: plugins}, "ClientCSIConfig.Retry: retry: Base must be positive"},
+		{"negative retry delay", ClientCSIConfig{Plugins: plugins, Retry: retry.Policy{Base: -1, Cap: time.Second, Multiplier: 2}}, "ClientCSIConfig.Retry: retry: Base"},
 		{"unknown method timeout", ClientCSIConfig{Plugins: plugins, MethodTimeouts: map[string]time.Duration{"CreateVolume": time.Second}}, `"CreateVolume" is not a ClientCSI method`},
 		{"zero method timeout", ClientCSIConfig{Plugins: plugins, MethodTimeouts: map[string]time.Duration{"ControllerCreateVolume": 0}}, `MethodTimeouts["ControllerCreateVolume"] must be positive`},
 	}
@@ -507,8 +509,8 @@ func TestNewClientCSIConfig(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s.timeout != 2*time.Minute || s.maxDestructive != 1 || s.retryBase != DefaultRetryBaseDelay {
-					t.Errorf("defaults: timeout %s, max destructive %d, retry base %s", s.timeout, s.maxDestructive, s.retryBase)
+				if s.timeout != 2*time.Minute || s.maxDestructive != 1 || s.retry != testRetry.ClientCSI {
+					t.Errorf("defaults: timeout %s, max destructive %d, retry %v", s.timeout, s.maxDestructive, s.retry)
 				}
 				return
 			}
@@ -539,5 +541,51 @@ func TestClientCSIRetryFindsPluginAgain(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the plugin saw %d attempts, want 1", n)
+	}
+}
+
+func TestClientCSIRetriesOfRequestsThatFailedTogetherDoNotCoincide(t *testing.T) {
+	// Each request has a backoff of its own, jittered: requests that met
+	// the same unavailable plugin do not come back to it in the same
+	// instant. The waits are read from the debug lines, not timed.
+	env := newMockEnv(t, controllerFingerprint(allControllerCaps...), heartbeat.Healthy, ClientCSIConfig{})
+	env.mock.EXPECT().ListVolumes(gomock.Any(), gomock.Any()).
+		Return(nil, status.Error(codes.Unavailable, "restarting")).AnyTimes()
+	const requests = 2
+	for range requests {
+		_, err := env.client.ControllerListVolumes(context.Background(), &csisupdv1.ControllerListVolumesRequest{PluginId: "mock"})
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("error = %v, want the plugin's Unavailable", err)
+		}
+	}
+	var waits []time.Duration
+	for _, line := range strings.Split(env.logs.String(), "\n") {
+		if !strings.Contains(line, "attempt failed; retrying") {
+			continue
+		}
+		_, after, ok := strings.Cut(line, "backoff=")
+		if !ok {
+			t.Fatalf("retry line without its backoff: %s", line)
+		}
+		d, err := time.ParseDuration(strings.Trim(strings.Fields(after)[0], `"`))
+		if err != nil {
+			t.Fatalf("backoff of %q: %v", line, err)
+		}
+		waits = append(waits, d)
+	}
+	// MaxAttempts attempts make MaxAttempts-1 waits per request.
+	if len(waits) != requests*(MaxAttempts-1) {
+		t.Fatalf("logged waits %v, want %d", waits, requests*(MaxAttempts-1))
+	}
+	for i, d := range waits {
+		around := shortRetry.Base << (i % (MaxAttempts - 1)) // 1 ms, then 2 ms
+		lo := time.Duration(float64(around) * (1 - shortRetry.Jitter))
+		hi := time.Duration(float64(around)*(1+shortRetry.Jitter)) + 1
+		if d < lo || d > hi {
+			t.Errorf("wait %d = %s, want one in [%s, %s]", i, d, lo, hi)
+		}
+	}
+	if first, second := waits[:MaxAttempts-1], waits[MaxAttempts-1:]; first[0] == second[0] && first[1] == second[1] {
+		t.Errorf("two requests waited %v and %v: in lockstep", first, second)
 	}
 }

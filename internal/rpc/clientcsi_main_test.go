@@ -19,11 +19,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -53,9 +55,13 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // serveClientCSI serves a ClientCSI over plugins on a unix socket in dir and
-// returns a client connected to it. Both end with the test.
+// returns a client connected to it. Both end with the test. A zero
+// cfg.Retry is shortRetry.
 func serveClientCSI(t testing.TB, dir string, cfg ClientCSIConfig) csisupdv1.ClientCSIClient {
 	t.Helper()
+	if cfg.Retry == (retry.Policy{}) {
+		cfg.Retry = shortRetry
+	}
 	svc, err := NewClientCSI(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +120,7 @@ func (f *fixedPlugins) Lookup(id string) (*csisupdv1.Plugin, *csiclient.Client, 
 // connected through a real csiclient.
 func (f *fixedPlugins) add(t testing.TB, id, socket string, fp fingerprint.Fingerprint, h heartbeat.State) {
 	t.Helper()
-	c, err := csiclient.New(csiclient.Config{Socket: socket})
+	c, err := csiclient.New(csiclient.Config{Socket: socket, Redial: testRetry.PluginRedial})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +199,17 @@ func startMockController(t *testing.T, dir string) (*driver.MockControllerServer
 
 // mockEnv is a ClientCSI over one gomock controller plugin registered as
 // "mock" in a real registry.
+// testRetry holds the agent's default backoff policies.
+var testRetry = config.DefaultRetry()
+
+// shortRetry is ClientCSI's default retry policy made short for tests:
+// waits of 1 ms and 2 ms before jitter, which stays as it is.
+var shortRetry = func() retry.Policy {
+	p := testRetry.ClientCSI
+	p.Base, p.Cap = time.Millisecond, 2*time.Millisecond
+	return p
+}()
+
 type mockEnv struct {
 	mock    *driver.MockControllerServer
 	plugins *fixedPlugins
@@ -213,9 +230,6 @@ func newMockEnv(t *testing.T, fp fingerprint.Fingerprint, h heartbeat.State, cfg
 	cfg.Plugins = plugins
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: logs})
-	}
-	if cfg.RetryBaseDelay == 0 {
-		cfg.RetryBaseDelay = time.Millisecond
 	}
 	client := serveClientCSI(t, dir, cfg)
 	return &mockEnv{mock: mc, plugins: plugins, client: client, socket: sock, logs: logs}
@@ -260,6 +274,8 @@ func newManagedEnv(t testing.TB, id string, pcfg testplugin.Config, cfg ClientCS
 		ProbeTimeout:        200 * time.Millisecond,
 		FingerprintInterval: 10 * time.Second,
 		RescanInterval:      time.Second,
+		PluginRedial:        testRetry.PluginRedial,
+		FingerprintRetry:    testRetry.Fingerprint,
 		Logger:              logger.Named("registry"),
 	})
 	if err != nil {

@@ -29,7 +29,7 @@ import (
 // descriptors, and calls the service with it.
 func TestClientCSIReflection(t *testing.T) {
 	dir := testutil.TempDir(t)
-	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "n1"})
+	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "n1", Retry: shortRetry})
 	if err != nil {
 		t.Fatal(err)
 	}

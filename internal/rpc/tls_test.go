@@ -25,7 +25,7 @@ import (
 // and returns its address.
 func serveTLS(t *testing.T, tc *tls.Config) string {
 	t.Helper()
-	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "tls-node"})
+	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "tls-node", Retry: shortRetry})
 	if err != nil {
 		t.Fatal(err)
 	}

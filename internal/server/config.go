@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // Discover returns the gRPC addresses (host:port) of the servers as they
@@ -52,9 +54,12 @@ type Config struct {
 	// gives a 1 s heartbeat timeout.
 	RaftMultiplier int
 
-	// RetryJoinInterval is the pause between join and bootstrap attempts
-	// (default 2 s).
-	RetryJoinInterval time.Duration
+	// Join spaces the join and bootstrap attempts, then the checks of this
+	// server's address record, and a new leader's barrier retries, with
+	// jitter so that servers started together do not ask each other in
+	// step. Its Base is also autopilot's reconcile and update interval.
+	// Required: config.Retry.ServerJoin; no default here.
+	Join retry.Policy
 	// RPCTimeout bounds one server-to-server or ClientCSI call (default 10 s).
 	RPCTimeout time.Duration
 	// ApplyTimeout bounds one raft apply (default 10 s).
@@ -112,7 +117,6 @@ func (c Config) withDefaults() Config {
 			*d = v
 		}
 	}
-	def(&c.RetryJoinInterval, 2*time.Second)
 	def(&c.RPCTimeout, 10*time.Second)
 	def(&c.ApplyTimeout, 10*time.Second)
 	def(&c.MinHeartbeatTTL, 10*time.Second)
@@ -166,6 +170,9 @@ func (c Config) Validate() error {
 	}
 	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
 		errs = append(errs, fmt.Errorf("server: raft_multiplier = %d, must be between 1 and 10", c.RaftMultiplier))
+	}
+	if err := c.Join.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("server: Join: %w", err))
 	}
 	if c.MaxHeartbeatsPerSecond < 0 {
 		errs = append(errs, fmt.Errorf("server: max heartbeats per second = %v, must not be negative", c.MaxHeartbeatsPerSecond))

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
@@ -57,7 +58,7 @@ func TestVolumeThroughClientCSI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(plugin.Stop)
-	cc, err := csiclient.New(csiclient.Config{Socket: plugin.Socket()})
+	cc, err := csiclient.New(csiclient.Config{Socket: plugin.Socket(), Redial: config.DefaultRetry().PluginRedial})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestVolumeThroughClientCSI(t *testing.T) {
 	lookup := &onePlugin{client: cc, rec: registry.Plugin{
 		ID: "tp", Fingerprint: fp, Fingerprinted: true, Health: heartbeat.Health{State: heartbeat.Healthy},
 	}}
-	ccsi, err := rpc.NewClientCSI(rpc.ClientCSIConfig{Plugins: lookup, NodeName: "node-a"})
+	ccsi, err := rpc.NewClientCSI(rpc.ClientCSIConfig{Plugins: lookup, NodeName: "node-a", Retry: config.DefaultRetry().ClientCSI})
 	if err != nil {
 		t.Fatal(err)
 	}

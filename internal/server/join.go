@@ -16,7 +16,8 @@ import (
 )
 
 // runJoin forms or joins the cluster, then keeps this server's address
-// record current in the replicated state.
+// record current in the replicated state. Its attempts are spaced by the
+// Join backoff, which starts again from its base once the cluster formed.
 func (s *Server) runJoin() {
 	base, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -27,6 +28,7 @@ func (s *Server) runJoin() {
 		case <-base.Done():
 		}
 	}()
+	retries := s.cfg.Join.NewBackOff()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -38,12 +40,15 @@ func (s *Server) runJoin() {
 		ctx, cancel := context.WithTimeout(base, s.cfg.RPCTimeout)
 		if !s.bootstrapped.Load() && !s.hasRaftState() {
 			s.tryJoinOrBootstrap(ctx)
+			if s.bootstrapped.Load() {
+				retries.Reset() // joined: the record checks start afresh
+			}
 		} else {
 			s.bootstrapped.Store(true)
 			s.ensureRecorded(ctx)
 		}
 		cancel()
-		t.Reset(s.cfg.RetryJoinInterval)
+		t.Reset(retries.NextBackOff())
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // Server is one csisupd server: a raft member with the replicated state
@@ -102,8 +103,8 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	s.ap = &autopilotDelegate{s: s, lastSeen: map[raft.ServerID]time.Time{}}
 	s.autopilot = autopilot.New(s.raft, s.ap,
 		autopilot.WithLogger(logger.Named("autopilot")),
-		autopilot.WithReconcileInterval(s.cfg.RetryJoinInterval),
-		autopilot.WithUpdateInterval(s.cfg.RetryJoinInterval),
+		autopilot.WithReconcileInterval(s.cfg.Join.Base),
+		autopilot.WithUpdateInterval(s.cfg.Join.Base),
 	)
 	return s, nil
 }
@@ -435,16 +436,15 @@ func (s *Server) monitorLeadership() {
 func (s *Server) leaderLoop(ctx context.Context) {
 	s.logger.Info("cluster leadership acquired")
 	defer s.logger.Info("cluster leadership lost")
+	retries := s.cfg.Join.NewBackOff()
 	for {
 		if err := s.raftOp(func() raft.Future { return s.raft.Barrier(s.cfg.ApplyTimeout) }); err == nil {
 			break
 		} else {
 			s.logger.Warn("leader barrier failed", "error", err)
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Wait(ctx, retries.NextBackOff()) != nil {
 			return
-		case <-time.After(s.cfg.RetryJoinInterval):
 		}
 	}
 	rec := &csisupdv1.ServerRecord{Id: s.cfg.ID, RaftAddress: s.raftAddr, RpcAddress: s.cfg.RPCAddr}

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 func plug(id, typ string, healthy bool) *csisupdv1.Plugin {
@@ -214,7 +216,8 @@ func (s *memSink) Cancel() error { return nil }
 func (s *memSink) Close() error  { return nil }
 
 func TestConfigValidate(t *testing.T) {
-	ok := Config{ID: "s1", DataDir: "d", RaftAddr: "127.0.0.1:4781", RPCAddr: "127.0.0.1:4780", BootstrapExpect: 1}
+	ok := Config{ID: "s1", DataDir: "d", RaftAddr: "127.0.0.1:4781", RPCAddr: "127.0.0.1:4780", BootstrapExpect: 1,
+		Join: config.DefaultRetry().ServerJoin}
 	tests := []struct {
 		name   string
 		mutate func(*Config)
@@ -229,6 +232,8 @@ func TestConfigValidate(t *testing.T) {
 		{"expect 3 without retry_join", func(c *Config) { c.BootstrapExpect = 3 }, "retry_join"},
 		{"bad retry_join address", func(c *Config) { c.BootstrapExpect = 3; c.RetryJoin = []string{"x"} }, `retry_join address "x"`},
 		{"raft multiplier too big", func(c *Config) { c.RaftMultiplier = 11 }, "raft_multiplier"},
+		{"no join policy: none of its own", func(c *Config) { c.Join = retry.Policy{} }, "Join: retry: Base must be positive"},
+		{"join jitter of one", func(c *Config) { c.Join.Jitter = 1 }, "Join: retry: Jitter"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

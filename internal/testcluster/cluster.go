@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -179,6 +180,10 @@ func (m *Member) start() error {
 		rpcLn.Close()
 		return fmt.Errorf("server %s: listen raft %s: %w", m.ID, m.RaftAddr, err)
 	}
+	// The production join policy at 100 ms instead of 2 s, so that
+	// clusters form quickly; its jitter is kept.
+	join := config.DefaultRetry().ServerJoin
+	join.Base, join.Cap = join.Base/20, join.Cap/20
 	cfg := server.Config{
 		ID:                   m.ID,
 		DataDir:              m.DataDir,
@@ -187,7 +192,7 @@ func (m *Member) start() error {
 		BootstrapExpect:      m.c.cfg.BootstrapExpect,
 		RetryJoin:            m.c.retryJoin(),
 		RaftMultiplier:       2,
-		RetryJoinInterval:    100 * time.Millisecond,
+		Join:                 join,
 		RPCTimeout:           2 * time.Second,
 		ApplyTimeout:         5 * time.Second,
 		MinHeartbeatTTL:      time.Second,

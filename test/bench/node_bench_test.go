@@ -11,6 +11,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
@@ -47,7 +48,7 @@ func measureDirectProbe(b *testing.B, dir string) []time.Duration {
 	sock := filepath.Join(dir, "direct.sock")
 	p := startPlugin(b, sock, filepath.Join(dir, "direct-state"))
 	defer p.Stop()
-	c, err := csiclient.New(csiclient.Config{Socket: sock})
+	c, err := csiclient.New(csiclient.Config{Socket: sock, Redial: config.DefaultRetry().PluginRedial})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -125,6 +126,8 @@ func startManager(b *testing.B, pluginDir string) (*registry.Registry, func()) {
 		FingerprintInterval: time.Minute,
 		DeregisterGrace:     time.Second,
 		RescanInterval:      30 * time.Second,
+		PluginRedial:        config.DefaultRetry().PluginRedial,
+		FingerprintRetry:    config.DefaultRetry().Fingerprint,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -121,7 +121,7 @@ func measureDirectSteadyState(b *testing.B, pluginDir string) (cpuPercent, rssGr
 	}()
 	var healthy atomic.Int64
 	for _, sock := range socks {
-		c, err := csiclient.New(csiclient.Config{Socket: sock})
+		c, err := csiclient.New(csiclient.Config{Socket: sock, Redial: config.DefaultRetry().PluginRedial})
 		if err != nil {
 			b.Fatal(err)
 		}

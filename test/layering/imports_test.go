@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 	"internal/retry":       {},
 	"internal/heartbeat":   {"internal/csiclient"},
 	"internal/fingerprint": {"internal/csiclient"},
-	"internal/csiclient":   {},
+	"internal/csiclient":   {"internal/retry"},
 	"internal/config":      {"internal/retry"},
 	api:                    {},
 
@@ -76,9 +76,12 @@ var allowedInTests = map[string][]string{
 		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server"},
 	"internal/nodeclient": {"internal/server", "internal/testcluster"},
 	// The CLI is tested against real Agent services and clusters.
-	"cmd/csisupd":          {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster"},
-	"internal/agent":       {"internal/heartbeat", "internal/registry"},
-	"internal/heartbeat":   {"internal/csiclient"},
+	"cmd/csisupd":    {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster"},
+	"internal/agent": {"internal/heartbeat", "internal/registry"},
+	// Tests of the bottom tier take the retry policies' defaults from config.
+	"internal/heartbeat":   {"internal/csiclient", "internal/config"},
+	"internal/fingerprint": {"internal/config"},
+	"internal/csiclient":   {"internal/config"},
 	"internal/testcluster": {"internal/testcluster"},
 }
 
