@@ -14,8 +14,9 @@ import (
 
 func newEventsCommand(opts *clientOptions) *cobra.Command {
 	var (
-		replay   int32
-		pluginID string
+		replay    int32
+		pluginID  string
+		fromIndex uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "events",
@@ -27,8 +28,11 @@ func newEventsCommand(opts *clientOptions) *cobra.Command {
 				return err
 			}
 			defer conn.Close()
-			stream, err := csisupdv1.NewAgentClient(conn).WatchEvents(cmd.Context(),
-				&csisupdv1.WatchEventsRequest{Replay: replay, PluginId: pluginID})
+			req := &csisupdv1.WatchEventsRequest{Replay: replay, PluginId: pluginID}
+			if cmd.Flags().Changed("index") {
+				req.FromIndex = &fromIndex
+			}
+			stream, err := csisupdv1.NewAgentClient(conn).WatchEvents(cmd.Context(), req)
 			if err != nil {
 				return agentError(opts.address, err)
 			}
@@ -39,7 +43,7 @@ func newEventsCommand(opts *clientOptions) *cobra.Command {
 				case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled:
 					return nil
 				case err != nil:
-					return agentError(opts.address, err)
+					return eventsError(opts.address, err)
 				}
 				if err := printEvent(w, e, opts.json); err != nil {
 					return err
@@ -49,7 +53,17 @@ func newEventsCommand(opts *clientOptions) *cobra.Command {
 	}
 	cmd.Flags().Int32Var(&replay, "replay", 0, "buffered events to print first: 0 all, -1 none")
 	cmd.Flags().StringVar(&pluginID, "plugin", "", "only events of this plugin id")
+	cmd.Flags().Uint64Var(&fromIndex, "index", 0, "start after the event with this index (instead of --replay): continues a stream that fell behind")
 	return cmd
+}
+
+// eventsError is agentError, plus the command that continues a stream
+// that fell behind.
+func eventsError(addr string, err error) error {
+	if fell, ok := csisupdv1.ErrorDetail[*csisupdv1.EventsFellBehind](err); ok {
+		return fmt.Errorf("%w; run `csisupd events --index %d` to continue without a gap", agentError(addr, err), fell.GetResumeIndex())
+	}
+	return agentError(addr, err)
 }
 
 // printEvent prints one event: a line of JSON (the Event message, README

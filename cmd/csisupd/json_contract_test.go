@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -132,7 +133,7 @@ func TestDocumentedJSONKeys(t *testing.T) {
 		}
 	}
 
-	lines := watchEventLines(t, a.RPCAddr, "plugin-registered", "plugin-healthy")
+	lines := watchEventLines(t, a.RPCAddr, nil, "plugin-registered", "plugin-healthy")
 	for _, line := range lines {
 		var e map[string]any
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
@@ -173,10 +174,10 @@ func checkKeys(t *testing.T, command string, doc map[string]any, want map[string
 	}
 }
 
-// watchEventLines runs `events --json` against the agent at addr until
-// plugin tp's events of the given types have arrived, stops it, and
-// returns every line it printed.
-func watchEventLines(t *testing.T, addr string, types ...string) []string {
+// watchEventLines runs `events --json --plugin tp` with the extra flags
+// against the agent at addr until plugin tp's events of the given types
+// have arrived, stops it, and returns every line it printed.
+func watchEventLines(t *testing.T, addr string, flags []string, types ...string) []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -184,7 +185,7 @@ func watchEventLines(t *testing.T, addr string, types ...string) []string {
 	root := newRootCommand()
 	root.SetOut(&out)
 	root.SetErr(io.Discard)
-	root.SetArgs([]string{"--address", addr, "events", "--json", "--plugin", "tp"})
+	root.SetArgs(append([]string{"--address", addr, "events", "--json", "--plugin", "tp"}, flags...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
 	lines := func() []string { return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") }
@@ -220,4 +221,30 @@ func watchEventLines(t *testing.T, addr string, types ...string) []string {
 func rfc3339(s string) bool {
 	_, err := time.Parse(time.RFC3339Nano, s)
 	return err == nil
+}
+
+// `events --index N` starts after event N: a stream that fell behind
+// continues where it was told to, without a gap; the error that ends it
+// names the command.
+func TestEventsFromIndex(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Agents: 1})
+	a := c.Agent(0)
+	a.StartPlugin("tp", testplugin.Config{})
+	all := watchEventLines(t, a.RPCAddr, nil, "plugin-registered", "plugin-healthy")
+	var first struct {
+		Index string `json:"index"`
+	}
+	if err := json.Unmarshal([]byte(all[0]), &first); err != nil || first.Index == "" {
+		t.Fatalf("first event %q: %v", all[0], err)
+	}
+	resumed := watchEventLines(t, a.RPCAddr, []string{"--index", first.Index}, "plugin-healthy")
+	if !slices.Equal(resumed, all[1:]) {
+		t.Errorf("events --index %s printed\n%s\nwant the events after it\n%s", first.Index,
+			strings.Join(resumed, "\n"), strings.Join(all[1:], "\n"))
+	}
+
+	err := eventsError("127.0.0.1:4780", csisupdv1.NewEventsFellBehindError(41, 800, 768))
+	if err == nil || !strings.Contains(err.Error(), "resume from index 41") || !strings.Contains(err.Error(), "csisupd events --index 41") {
+		t.Errorf("fell-behind error %q does not name the index and the command", err)
+	}
 }
