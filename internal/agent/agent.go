@@ -165,7 +165,7 @@ func New(c Config) (a *Agent, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: plugin registry: %w", err)
 	}
-	a.agentService = rpc.NewAgentService(rpc.AgentServiceConfig{
+	a.agentService, err = rpc.NewAgentService(rpc.AgentServiceConfig{
 		Plugins:               a.manager.Registry().Source(),
 		Events:                a.manager.Registry().EventLog(),
 		Name:                  cfg.Name,
@@ -177,6 +177,9 @@ func New(c Config) (a *Agent, err error) {
 		MaxSubscribers:        cfg.Client.MaxEventSubscribers,
 		MaxSubscribersPerConn: cfg.Client.MaxEventSubscribersPerConn,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: Agent API: %w", err)
+	}
 	a.agentService.Register(a.grpc)
 
 	clientCSI, err := rpc.NewClientCSI(rpc.ClientCSIConfig{

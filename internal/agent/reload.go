@@ -89,9 +89,13 @@ func (a *Agent) Reload(next *config.Config) error {
 		applied.Consul = consulNext.Consul
 	}
 
-	a.agentService.SetSubscriberLimits(c.MaxEventSubscribers, c.MaxEventSubscribersPerConn)
-	applied.Client.MaxEventSubscribers = c.MaxEventSubscribers
-	applied.Client.MaxEventSubscribersPerConn = c.MaxEventSubscribersPerConn
+	// The configuration is validated: the caps are positive.
+	if err := a.agentService.SetSubscriberLimits(c.MaxEventSubscribers, c.MaxEventSubscribersPerConn); err != nil {
+		fail(fmt.Errorf("reload event stream caps: %w", err), "client.max_event_subscribers")
+	} else {
+		applied.Client.MaxEventSubscribers = c.MaxEventSubscribers
+		applied.Client.MaxEventSubscribersPerConn = c.MaxEventSubscribersPerConn
+	}
 
 	// What still differs was not applied.
 	pending := changedKeys(&applied, &want)

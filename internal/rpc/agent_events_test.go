@@ -72,6 +72,23 @@ func dialAgent(t testing.TB, addr string, opts ...grpc.DialOption) csisupdv1.Age
 	return csisupdv1.NewAgentClient(conn)
 }
 
+// newAgentService is NewAgentService with the configuration's subscriber
+// caps where cfg has none; it fails the test on an error.
+func newAgentService(tb testing.TB, cfg AgentServiceConfig) *AgentService {
+	tb.Helper()
+	if cfg.MaxSubscribers == 0 {
+		cfg.MaxSubscribers = config.DefaultMaxEventSubscribers
+	}
+	if cfg.MaxSubscribersPerConn == 0 {
+		cfg.MaxSubscribersPerConn = config.DefaultMaxEventSubscribersPerConn
+	}
+	svc, err := NewAgentService(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return svc
+}
+
 // emit adds n events to reg, each a new instance of plugin p<i%plugins>
 // with a description of about descLen bytes, and returns the latest index.
 func emit(reg *registry.Registry, n, plugins, descLen int) uint64 {
@@ -131,7 +148,7 @@ func TestWatchEventsReplayAndFollow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := registry.New(registry.Config{EventBuffer: 64})
 			emit(reg, 100, 10, 40)
-			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
+			svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 			cl := dialAgent(t, serveAgent(t, svc, "tcp"))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -182,7 +199,7 @@ func TestWatchEventsCaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := registry.New(registry.Config{})
-			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), MaxSubscribers: tt.max, MaxSubscribersPerConn: tt.per})
+			svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), MaxSubscribers: tt.max, MaxSubscribersPerConn: tt.per})
 			addr := serveAgent(t, svc, tt.network)
 			type result struct {
 				conn int
@@ -282,7 +299,7 @@ func sum(xs []int) int {
 func TestWatchEventsFellBehindAndResume(t *testing.T) {
 	const size, maxLag = 256, 128
 	reg := registry.New(registry.Config{EventBuffer: size, EventMaxLag: maxLag})
-	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
+	svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 	// A fixed 64 KiB window (no BDP growth): the server can send only so
 	// much to a client that does not read.
 	cl := dialAgent(t, serveAgent(t, svc, "tcp"),
@@ -391,7 +408,7 @@ func TestWatchEventsBlockedSendHoldsOneBatch(t *testing.T) {
 	const streams = 2000
 	reg := registry.New(registry.Config{EventBuffer: 1024})
 	emit(reg, 1024, 20, 80)
-	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), MaxSubscribers: streams, MaxSubscribersPerConn: streams})
+	svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), MaxSubscribers: streams, MaxSubscribersPerConn: streams})
 	before := heapInUse()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -552,7 +569,7 @@ func TestWatchEventsIdleSubscribers(t *testing.T) {
 	const streams = 2000
 	t.Run("default caps", func(t *testing.T) {
 		reg := registry.New(registry.Config{})
-		svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
+		svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 		addr := serveAgent(t, svc, "tcp")
 		ctx, cancel := context.WithCancel(context.Background())
 		const conns = 10
@@ -622,7 +639,7 @@ func BenchmarkEventLatencyStalledSubscribers(b *testing.B) {
 	const streams = 2000
 	for b.Loop() {
 		reg := registry.New(registry.Config{EventBuffer: 1024})
-		svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
+		svc := newAgentService(b, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 		_, direct := eventLatency(b, reg, svc, serveAgent(b, svc, "tcp"))
 
 		reg, svc, addr, growth := stallSubscribers(b, streams)
@@ -642,7 +659,7 @@ func stallSubscribers(tb testing.TB, n int) (*registry.Registry, *AgentService, 
 	tb.Helper()
 	reg := registry.New(registry.Config{EventBuffer: 1024})
 	emit(reg, 1024, 20, 1024)
-	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(),
+	svc := newAgentService(tb, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(),
 		MaxSubscribers: n + 1, MaxSubscribersPerConn: n + 1})
 	addr := serveAgent(tb, svc, "tcp")
 	before := heapInUse()
@@ -721,7 +738,7 @@ func TestInvalidUTF8NamesReachClients(t *testing.T) {
 	reg := registry.New(registry.Config{})
 	reg.Register("caf\xe9", plugin.Instance{Path: "/plugins/caf\xe9/csi.sock", Inode: 1}, nil)
 	reg.SetIgnored([]plugin.Ignored{{Path: "/plugins/\xff\xfe", Reason: "not a socket"}})
-	svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), PluginDir: "/plugins"})
+	svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), PluginDir: "/plugins"})
 	cl := dialAgent(t, serveAgent(t, svc, "tcp"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -758,7 +775,7 @@ func TestWatchEventsCompressedAndPlainClients(t *testing.T) {
 		t.Run(fmt.Sprintf("gzip first %v", order[0]), func(t *testing.T) {
 			reg := registry.New(registry.Config{})
 			emit(reg, 50, 5, 60)
-			svc := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
+			svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
 			addr := serveAgent(t, svc, "tcp")
 			want := registry.New(registry.Config{}) // the same events, for comparison
 			emit(want, 50, 5, 60)

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +41,8 @@ type AgentServiceConfig struct {
 	// MaxSubscribers caps the WatchEvents streams open at a time
 	// (client.max_event_subscribers), MaxSubscribersPerConn those on one
 	// transport connection (client.max_event_subscribers_per_connection).
-	// A stream beyond either cap ends at once with ResourceExhausted. Zero
-	// means the configuration default. Per connection means per HTTP/2
+	// A stream beyond either cap ends at once with ResourceExhausted.
+	// Both are required. Per connection means per HTTP/2
 	// transport: see ConnTagger for how a connection is recognised.
 	MaxSubscribers        int
 	MaxSubscribersPerConn int
@@ -62,19 +63,50 @@ type AgentService struct {
 	encoded           encodedEvents
 }
 
-// NewAgentService returns the Agent service.
-func NewAgentService(cfg AgentServiceConfig) *AgentService {
+// NewAgentService validates cfg and returns the Agent service.
+func NewAgentService(cfg AgentServiceConfig) (*AgentService, error) {
+	var errs []error
+	if cfg.Plugins == nil {
+		errs = append(errs, errors.New("rpc: AgentServiceConfig.Plugins is required"))
+	}
+	if cfg.Events == nil {
+		errs = append(errs, errors.New("rpc: AgentServiceConfig.Events is required"))
+	}
+	if err := validateSubscriberLimits(cfg.MaxSubscribers, cfg.MaxSubscribersPerConn); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	return &AgentService{cfg: cfg, log: cfg.Logger,
-		subs: newSubscriberLimits(cfg.MaxSubscribers, cfg.MaxSubscribersPerConn)}
+		subs: newSubscriberLimits(cfg.MaxSubscribers, cfg.MaxSubscribersPerConn)}, nil
 }
 
 // SetSubscriberLimits changes the caps on WatchEvents streams (see
 // AgentServiceConfig.MaxSubscribers) for the streams opened from now on;
-// open streams beyond a lowered cap are left to end on their own.
-func (a *AgentService) SetSubscriberLimits(total, perConn int) { a.subs.set(total, perConn) }
+// open streams beyond a lowered cap are left to end on their own. It
+// changes nothing when a cap is not positive.
+func (a *AgentService) SetSubscriberLimits(total, perConn int) error {
+	if err := validateSubscriberLimits(total, perConn); err != nil {
+		return err
+	}
+	a.subs.set(total, perConn)
+	return nil
+}
+
+func validateSubscriberLimits(total, perConn int) error {
+	var errs []error
+	if total <= 0 {
+		errs = append(errs, fmt.Errorf("rpc: the cap of event streams (client.max_event_subscribers) must be positive, got %d", total))
+	}
+	if perConn <= 0 {
+		errs = append(errs, fmt.Errorf("rpc: the cap of event streams per connection (client.max_event_subscribers_per_connection) must be positive, got %d", perConn))
+	}
+	return errors.Join(errs...)
+}
 
 // Subscribers returns the number of open WatchEvents streams and of
 // transport connections that have one.

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/retry"
@@ -50,18 +49,17 @@ type ClientCSIConfig struct {
 	// NodeName names this node in PluginNotFound errors. Optional.
 	NodeName string
 	// RPCTimeout is the deadline of calls that arrive without one
-	// (client.rpc_timeout). Zero means config.DefaultRPCTimeout.
+	// (client.rpc_timeout). Required.
 	RPCTimeout time.Duration
 	// MethodTimeouts overrides RPCTimeout per ClientCSI method name, for
 	// example "ControllerCreateVolume". Optional.
 	MethodTimeouts map[string]time.Duration
 	// MaxDestructiveInFlight is how many destructive calls may run at one
-	// plugin at the same time (client.max_destructive_in_flight). Zero means
-	// config.DefaultMaxDestructiveInFlight.
+	// plugin at the same time (client.max_destructive_in_flight). Required.
 	MaxDestructiveInFlight int
 	// Retry spaces the attempts of one request, each request with a
 	// backoff of its own (jittered, so requests that failed together do
-	// not retry together). Required: config.Retry.ClientCSI; tests make it
+	// not retry together). Required: config.DefaultRetry().ClientCSI; tests make it
 	// short.
 	Retry retry.Policy
 	// Logger receives one debug line per call, and at trace level the
@@ -119,11 +117,11 @@ func NewClientCSI(cfg ClientCSIConfig) (*ClientCSI, error) {
 	if cfg.Plugins == nil {
 		errs = append(errs, errors.New("rpc: ClientCSIConfig.Plugins is required"))
 	}
-	if cfg.RPCTimeout < 0 {
-		errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.RPCTimeout (client.rpc_timeout) must not be negative, got %s", cfg.RPCTimeout))
+	if cfg.RPCTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.RPCTimeout (client.rpc_timeout) must be positive, got %s", cfg.RPCTimeout))
 	}
-	if cfg.MaxDestructiveInFlight < 0 {
-		errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.MaxDestructiveInFlight (client.max_destructive_in_flight) must not be negative, got %d", cfg.MaxDestructiveInFlight))
+	if cfg.MaxDestructiveInFlight <= 0 {
+		errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.MaxDestructiveInFlight (client.max_destructive_in_flight) must be positive, got %d", cfg.MaxDestructiveInFlight))
 	}
 	if err := cfg.Retry.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.Retry: %w", err))
@@ -140,12 +138,6 @@ func NewClientCSI(cfg ClientCSIConfig) (*ClientCSI, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
-	}
-	if cfg.RPCTimeout == 0 {
-		cfg.RPCTimeout = config.DefaultRPCTimeout
-	}
-	if cfg.MaxDestructiveInFlight == 0 {
-		cfg.MaxDestructiveInFlight = config.DefaultMaxDestructiveInFlight
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()

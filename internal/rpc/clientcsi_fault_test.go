@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/plugin"
@@ -493,9 +494,12 @@ func TestNewClientCSIConfig(t *testing.T) {
 		cfg     ClientCSIConfig
 		wantErr string // substring; "" = valid
 	}{
-		{"defaults", ClientCSIConfig{Plugins: plugins, Retry: testRetry.ClientCSI}, ""},
+		{"the configuration's defaults", ClientCSIConfig{Plugins: plugins, Retry: testRetry.ClientCSI,
+			RPCTimeout: config.DefaultRPCTimeout, MaxDestructiveInFlight: config.DefaultMaxDestructiveInFlight}, ""},
 		{"no plugins", ClientCSIConfig{}, "Plugins is required"},
+		{"no timeout", ClientCSIConfig{Plugins: plugins}, "client.rpc_timeout) must be positive"},
 		{"negative timeout", ClientCSIConfig{Plugins: plugins, RPCTimeout: -time.Second}, "client.rpc_timeout"},
+		{"no in-flight limit", ClientCSIConfig{Plugins: plugins}, "client.max_destructive_in_flight) must be positive"},
 		{"negative in flight", ClientCSIConfig{Plugins: plugins, MaxDestructiveInFlight: -1}, "client.max_destructive_in_flight"},
 		{"no retry policy", ClientCSIConfig{Plugins: plugins}, "ClientCSIConfig.Retry: retry: Base must be positive"},
 		{"negative retry delay", ClientCSIConfig{Plugins: plugins, Retry: retry.Policy{Base: -1, Cap: time.Second, Multiplier: 2}}, "ClientCSIConfig.Retry: retry: Base"},

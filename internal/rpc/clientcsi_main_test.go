@@ -56,11 +56,17 @@ func (w logWriter) Write(p []byte) (int, error) {
 
 // serveClientCSI serves a ClientCSI over plugins on a unix socket in dir and
 // returns a client connected to it. Both end with the test. A zero
-// cfg.Retry is shortRetry.
+// cfg.Retry is shortRetry; zero limits are the configuration's defaults.
 func serveClientCSI(t testing.TB, dir string, cfg ClientCSIConfig) csisupdv1.ClientCSIClient {
 	t.Helper()
 	if cfg.Retry == (retry.Policy{}) {
 		cfg.Retry = shortRetry
+	}
+	if cfg.RPCTimeout == 0 {
+		cfg.RPCTimeout = config.DefaultRPCTimeout
+	}
+	if cfg.MaxDestructiveInFlight == 0 {
+		cfg.MaxDestructiveInFlight = config.DefaultMaxDestructiveInFlight
 	}
 	svc, err := NewClientCSI(cfg)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -29,7 +30,8 @@ import (
 // descriptors, and calls the service with it.
 func TestClientCSIReflection(t *testing.T) {
 	dir := testutil.TempDir(t)
-	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "n1", Retry: shortRetry})
+	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "n1", Retry: shortRetry,
+		RPCTimeout: config.DefaultRPCTimeout, MaxDestructiveInFlight: config.DefaultMaxDestructiveInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}

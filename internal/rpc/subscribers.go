@@ -9,8 +9,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
-
-	"github.com/csisupd/csisupd/internal/config"
 )
 
 // ConnTagger is a gRPC stats.Handler that gives every transport connection
@@ -75,15 +73,9 @@ func newSubscriberLimits(total, perConn int) *subscriberLimits {
 	return l
 }
 
-// set changes the caps; zero or less means the configuration default.
+// set changes the caps, which the caller has validated (positive).
 // Streams already open stay open even when they are now beyond a cap.
 func (l *subscriberLimits) set(total, perConn int) {
-	if total <= 0 {
-		total = config.DefaultMaxEventSubscribers
-	}
-	if perConn <= 0 {
-		perConn = config.DefaultMaxEventSubscribersPerConn
-	}
 	l.mu.Lock()
 	l.max, l.perConn = total, perConn
 	l.mu.Unlock()

@@ -25,7 +25,8 @@ import (
 // and returns its address.
 func serveTLS(t *testing.T, tc *tls.Config) string {
 	t.Helper()
-	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "tls-node", Retry: shortRetry})
+	svc, err := NewClientCSI(ClientCSIConfig{Plugins: newFixedPlugins(), NodeName: "tls-node", Retry: shortRetry,
+		RPCTimeout: config.DefaultRPCTimeout, MaxDestructiveInFlight: config.DefaultMaxDestructiveInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,8 @@ func TestVolumeThroughClientCSI(t *testing.T) {
 	lookup := &onePlugin{client: cc, rec: registry.Plugin{
 		ID: "tp", Fingerprint: fp, Fingerprinted: true, Health: heartbeat.Health{State: heartbeat.Healthy},
 	}}
-	ccsi, err := rpc.NewClientCSI(rpc.ClientCSIConfig{Plugins: lookup, NodeName: "node-a", Retry: config.DefaultRetry().ClientCSI})
+	ccsi, err := rpc.NewClientCSI(rpc.ClientCSIConfig{Plugins: lookup, NodeName: "node-a", Retry: config.DefaultRetry().ClientCSI,
+		RPCTimeout: config.DefaultRPCTimeout, MaxDestructiveInFlight: config.DefaultMaxDestructiveInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}
