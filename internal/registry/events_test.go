@@ -14,23 +14,6 @@ import (
 	"github.com/csisupd/csisupd/internal/stream"
 )
 
-// ring returns a registry with a log of size holding events 1 to n.
-func ring(size, n int) *Registry {
-	r := New(Config{EventBuffer: size})
-	for i := range n {
-		r.Register(fmt.Sprintf("p%d", i), inst(uint64(i+1)), nil)
-	}
-	return r
-}
-
-func seq(from, to uint64) []uint64 {
-	var out []uint64
-	for i := from; i <= to; i++ {
-		out = append(out, i)
-	}
-	return out
-}
-
 // poll reads what sub can read now, without waiting.
 func poll(t *testing.T, sub *stream.Subscription[plugin.Event]) ([]stream.Event[plugin.Event], error) {
 	t.Helper()
