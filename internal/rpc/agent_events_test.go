@@ -127,11 +127,10 @@ func span(from, to uint64) []uint64 {
 	return out
 }
 
-// A stream replays what it asked for from the ring, batch after batch,
-// then follows new events, each exactly once and in order.
+// A stream replays what it asked for from the log, then follows new
+// events, each exactly once and in order.
 func TestWatchEventsReplayAndFollow(t *testing.T) {
-	// 100 events in a ring of 64: 37 to 100 are buffered, more than one
-	// batch, so replays cross batch boundaries.
+	// 100 events in a log of 64: 37 to 100 are buffered.
 	tests := []struct {
 		name   string
 		replay int32
@@ -401,7 +400,7 @@ func (s *blockedStream) Send(*csisupdv1.Event) error {
 }
 
 // A stream blocked in Send holds one batch of events, not the backlog:
-// 2,000 of them over a full ring of 1,024 events cost less than 8 MiB of
+// 2,000 of them over a full log of 1,024 events cost less than 8 MiB of
 // heap (a copy of the backlog each would be 160 MiB). gRPC's own buffers
 // are left out here; TestWatchEventsIdleSubscribers measures the whole.
 func TestWatchEventsBlockedSendHoldsOneBatch(t *testing.T) {
@@ -551,8 +550,8 @@ func startHelper(t testing.TB, addr string, n int) {
 //   - with the default caps, all but 256 are refused with
 //     ResourceExhausted, and none of 10 connections holds more than 32;
 //   - with the caps raised to 2,000, all are served: each replays a full
-//     ring, fills its client's window and gRPC's write quota, and blocks in
-//     Send holding one batch. The agent's heap grows by less than 64 MiB
+//     log, fills its client's window and gRPC's write quota, and blocks in
+//     Send holding one event. The agent's heap grows by less than 64 MiB
 //     (the clients run in another process, as the outside tester's did),
 //     and a subscriber that reads still gets every new event. How soon it
 //     gets them (the target: 10 ms at the 99th percentile) is a timing, so

@@ -262,7 +262,7 @@ func (a *AgentService) send(stream grpc.ServerStreamingServer[csisupdv1.Event], 
 }
 
 // encodedEventSlots is how many encoded events encodedEvents keeps: as
-// many as the registry's default ring, so that streams replaying it and
+// many as the registry's default event log, so that streams replaying it and
 // streams following new events rarely evict each other's entries.
 const encodedEventSlots = 1024
 

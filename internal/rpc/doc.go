@@ -8,13 +8,15 @@
 // plugin, and otherwise passes the plugin's responses and errors through
 // unchanged.
 //
-// The Agent service reports the registry and streams its events: each
-// stream reads the event ring one small batch at a time, streams beyond
+// The Agent service reports the node's plugins (a plugin.Source) and
+// streams their events: each stream is a subscription to the node's event
+// log (package stream) and holds one event at a time; streams beyond
 // client.max_event_subscribers (in all) or
 // client.max_event_subscribers_per_connection (on one transport
 // connection, recognised by ConnTagger) are refused with
-// ResourceExhausted, and a stream that falls further behind than the ring
-// holds ends with ResourceExhausted naming the events it lost.
+// ResourceExhausted; a stream that falls too far behind ends with
+// ResourceExhausted and the index to resume from (EventsFellBehind), from
+// which a new stream (from_index) continues without a gap.
 //
 // TLS loads server and client credentials from PEM files. Redact removes
 // the fields CSI marks as secret from a copy of a message, so that nothing

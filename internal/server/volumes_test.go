@@ -225,8 +225,22 @@ func TestHeartbeatsDoNotWriteToRaft(t *testing.T) {
 			t.Logf("window %d had a leader election (term %d -> %d); measuring again", attempt, term, leader.Server().Term())
 			continue
 		}
+		// A node whose record changed in the window missed its TTL: the
+		// loaded machine did not send its heartbeat in time, and the
+		// status writes (down, then ready again) are transitions, not
+		// steady-state heartbeats. Measured again, like an election.
+		var expired []string
+		for _, n := range leader.Server().State().Nodes() {
+			if n.GetModifyIndex() > before {
+				expired = append(expired, n.GetId())
+			}
+		}
+		if after != before && len(expired) > 0 && attempt < 3 {
+			t.Logf("window %d: nodes %v changed status (a TTL expired on a loaded machine); measuring again", attempt, expired)
+			continue
+		}
 		if after != before {
-			t.Fatalf("applied index grew from %d to %d with steady-state heartbeats", before, after)
+			t.Fatalf("applied index grew from %d to %d with steady-state heartbeats (node records changed: %v)", before, after, expired)
 		}
 		break
 	}
