@@ -172,6 +172,11 @@ func TestEventJSONLine(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("got %d lines, want 2:\n%s", len(lines), out.String())
 	}
+	// The layout is encoding/json's, the same for every build (protojson
+	// alone varies its spaces).
+	if want := `{"index":"1","time":"2026-01-02T03:04:05Z","type":"plugin-registered","plugin_id":"p","description":"registered"}`; lines[0] != want {
+		t.Errorf("line 0 = %s\nwant      %s", lines[0], want)
+	}
 	for i, line := range lines {
 		var e map[string]any
 		if err := json.Unmarshal([]byte(line), &e); err != nil {

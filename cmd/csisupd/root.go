@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -127,15 +129,26 @@ func printProto(w io.Writer, msg proto.Message) error { return writeProto(w, msg
 // as `events --json` print one message per line.
 func printProtoLine(w io.Writer, msg proto.Message) error { return writeProto(w, msg, false) }
 
+// writeProto writes msg's protojson. protojson varies its whitespace from
+// build to build on purpose; the output is laid out again by encoding/json
+// (compact, or indented by two spaces), so that it is the same for every
+// build and a line of `events --json` reads "key":"value".
 func writeProto(w io.Writer, msg proto.Message, multiline bool) error {
 	opts := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
-	if multiline {
-		opts.Multiline, opts.Indent = true, "  "
-	}
 	b, err := opts.Marshal(msg)
 	if err != nil {
 		return fmt.Errorf("JSON of %s: %w", msg.ProtoReflect().Descriptor().Name(), err)
 	}
-	_, err = w.Write(append(b, '\n'))
+	var out bytes.Buffer
+	if multiline {
+		err = json.Indent(&out, b, "", "  ")
+	} else {
+		err = json.Compact(&out, b)
+	}
+	if err != nil {
+		return fmt.Errorf("JSON of %s: %w", msg.ProtoReflect().Descriptor().Name(), err)
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
 	return err
 }
