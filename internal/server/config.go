@@ -21,6 +21,9 @@ type Discover func(ctx context.Context) ([]string, error)
 // DefaultRaftPort is the default raft port of a server.
 const DefaultRaftPort = 4781
 
+// DefaultEventBufferSize is the default of Config.EventBufferSize.
+const DefaultEventBufferSize = 1024
+
 // Config configures one server. Zero durations take the production defaults
 // listed on each field; tests shrink them.
 type Config struct {
@@ -93,6 +96,18 @@ type Config struct {
 	// slow follower can catch up without a snapshot (default 10240).
 	TrailingLogs uint64
 
+	// EventBufferSize is how many applied raft entries with cluster events
+	// the server keeps for WatchEvents to replay and to resume from
+	// (default 1024). Entries without events take no room.
+	EventBufferSize int
+	// EventMaxLag is how many entries a WatchEvents stream that followed
+	// the newest may trail them by before it is ended with the
+	// EventsFellBehind error naming the index to resume from (default three
+	// quarters of EventBufferSize, 768). It must be less than
+	// EventBufferSize, so that the entries after the resume index are still
+	// buffered when a stream is ended.
+	EventMaxLag int
+
 	// Controllers calls controller RPCs on a node's agent. Defaults to the
 	// gRPC ClientCSI client.
 	Controllers ControllerClient
@@ -133,6 +148,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 10240
+	}
+	if c.EventBufferSize == 0 {
+		c.EventBufferSize = DefaultEventBufferSize
+	}
+	if c.EventMaxLag == 0 {
+		c.EventMaxLag = c.EventBufferSize * 3 / 4
 	}
 	if c.IsRetryable == nil {
 		c.IsRetryable = DefaultIsRetryable
@@ -176,6 +197,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHeartbeatsPerSecond < 0 {
 		errs = append(errs, fmt.Errorf("server: max heartbeats per second = %v, must not be negative", c.MaxHeartbeatsPerSecond))
+	}
+	if c.EventBufferSize < 0 {
+		errs = append(errs, fmt.Errorf("server: event_buffer_size = %d, must not be negative", c.EventBufferSize))
+	}
+	if c.EventMaxLag < 0 {
+		errs = append(errs, fmt.Errorf("server: event_max_lag = %d, must not be negative", c.EventMaxLag))
+	}
+	if d := c.withDefaults(); c.EventBufferSize >= 0 && c.EventMaxLag >= 0 && (d.EventMaxLag < 1 || d.EventMaxLag >= d.EventBufferSize) {
+		errs = append(errs, fmt.Errorf("server: event_max_lag = %d with event_buffer_size = %d, must be at least 1 and less than the buffer size, so that a stream ended for lagging can resume without a gap", d.EventMaxLag, d.EventBufferSize))
 	}
 	return errors.Join(errs...)
 }

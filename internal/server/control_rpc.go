@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/stream"
 )
 
 // maxSnapshotBytes bounds a snapshot accepted by SnapshotRestore.
@@ -382,28 +383,52 @@ func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
 	return s.raft.LastIndex(), nil
 }
 
-func (c *controlService) WatchEvents(req *csisupdv1.ClusterEventWatchRequest, stream grpc.ServerStreamingServer[csisupdv1.ClusterEvent]) error {
-	replay, sub := c.s.events.subscribe(req.GetFromIndex(), req.GetNoReplay())
-	defer c.s.events.unsubscribe(sub)
-	for _, e := range replay {
-		if err := stream.Send(e); err != nil {
-			return err
-		}
+// eventsPerSend is how many events WatchEvents reads from the buffer at
+// once (a larger batch is read whole).
+const eventsPerSend = 64
+
+// WatchEvents streams the cluster events this server applies: those after
+// from_index first (0: every buffered one; no_replay: none), then each new
+// batch as it is applied. A stream that trails the newest by more than
+// EventMaxLag batches ends with EventsFellBehind naming the index to resume
+// from; one whose events are no longer buffered, or predate a snapshot
+// restore, ends with EventsGone.
+func (c *controlService) WatchEvents(req *csisupdv1.ClusterEventWatchRequest, srv grpc.ServerStreamingServer[csisupdv1.ClusterEvent]) error {
+	ctx := srv.Context()
+	sub, err := c.s.events.subscribe(req.GetFromIndex(), req.GetNoReplay())
+	if err != nil {
+		return eventsStatus(err)
 	}
+	defer sub.Close()
+	dst := make([]clusterEvent, 0, eventsPerSend)
 	for {
-		select {
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		case e, ok := <-sub.ch:
-			if !ok {
-				if c.s.events.isLagged(sub) {
-					return status.Error(codes.ResourceExhausted, "event stream fell behind; resume with from_index set to the last index received")
-				}
-				return status.Error(codes.Unavailable, "server is shutting down")
-			}
-			if err := stream.Send(e); err != nil {
+		dst, err = sub.Next(ctx, dst)
+		if err != nil {
+			return eventsStatus(c.s.events.ended(sub, err))
+		}
+		for i := range dst {
+			if err := srv.Send(dst[i].Payload); err != nil {
 				return err
 			}
 		}
+		clear(dst) // let the payloads go while waiting
 	}
+}
+
+// eventsStatus turns the error that ended an event stream into its gRPC
+// status.
+func eventsStatus(err error) error {
+	var behind *stream.FellBehindError
+	var gone *stream.GoneError
+	switch {
+	case errors.As(err, &behind):
+		return csisupdv1.NewEventsFellBehindError(behind.ResumeIndex, uint64(behind.Lag), uint64(behind.MaxLag))
+	case errors.As(err, &gone):
+		return csisupdv1.NewEventsGoneError(gone.After, gone.Oldest)
+	case errors.Is(err, errEventsClosed):
+		return status.Error(codes.Unavailable, "server is shutting down")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Errorf(codes.Internal, "cluster events: %v", err)
 }

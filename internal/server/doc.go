@@ -18,6 +18,21 @@
 // Node heartbeats follow Nomad's model: the leader keeps one in-memory TTL
 // timer per node and writes to raft only when a node's status changes.
 //
+// Cluster events are kept in an event buffer (package stream): the FSM
+// publishes the events of each applied raft entry as one batch at the
+// entry's raft index, on the topics "node", "plugin" and "volume" keyed by
+// the id. Control.WatchEvents reads it at the reader's pace: the buffer
+// keeps the newest Config.EventBufferSize batches, and a stream that trails
+// the newest by more than Config.EventMaxLag batches is ended with the
+// EventsFellBehind error naming the index to resume from; the batches after
+// it are still buffered then, so a prompt resume has no gap. A stream whose
+// events were dropped is ended with EventsGone. A snapshot restore
+// replaces the state without events, so it starts a new buffer: the
+// streams open at that moment get what was buffered and then EventsGone,
+// and so does a later stream from an index before the restore. The
+// restored state's index is past every index applied before, so a reader
+// that reads the state again follows from its index.
+//
 // The agent-side half, which registers a node and reports its plugins, is
 // package nodeclient.
 package server

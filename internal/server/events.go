@@ -1,108 +1,178 @@
 package server
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
 
+	"github.com/hashicorp/go-hclog"
+
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/stream"
 )
 
-// eventBroker keeps a bounded ring of recent cluster events and fans new ones
-// out to subscribers. A subscriber that falls a full buffer behind is closed
-// rather than allowed to block the FSM; it can resume from the last index it
-// saw.
-type eventBroker struct {
-	mu     sync.Mutex
-	ring   []*csisupdv1.ClusterEvent // circular once full
-	next   int                       // slot of the next event once full
-	size   int
-	subs   map[*eventSub]struct{}
+// Topics of cluster events in the event buffer; the key of an event is
+// the id of the node, plugin or volume it is about.
+const (
+	topicNode   = "node"
+	topicPlugin = "plugin"
+	topicVolume = "volume"
+)
+
+// clusterEvent is a cluster event as the buffer holds it.
+type clusterEvent = stream.Event[*csisupdv1.ClusterEvent]
+
+// eventTopic returns the topic and key of e, from its type.
+func eventTopic(e *csisupdv1.ClusterEvent) (topic, key string) {
+	switch typ := e.GetType(); {
+	case strings.HasPrefix(typ, "volume-"):
+		return topicVolume, e.GetVolumeId()
+	case strings.HasPrefix(typ, "plugin-"):
+		return topicPlugin, e.GetPluginId()
+	default:
+		return topicNode, e.GetNodeId()
+	}
+}
+
+// clusterEvents holds the events of the entries the FSM applied, for
+// WatchEvents. The FSM publishes the events of each applied raft entry as
+// one batch whose index is the entry's raft index.
+//
+// A snapshot restore replaces the state without events, so the events
+// buffered before it no longer lead up to the state: restore closes the
+// buffer and starts a new one. A subscription of the closed buffer is
+// given the batches it had not read, then ends as gone (read the state
+// again), and so does a new subscription that wants events after an
+// index older than the restore: the restore point is the floor under
+// which the current history does not reach.
+//
+// It is safe for concurrent use; publish and restore are called from the
+// FSM's one goroutine.
+type clusterEvents struct {
+	cfg    stream.Config
+	logger hclog.Logger
+
+	mu  sync.RWMutex
+	buf *stream.Buffer[*csisupdv1.ClusterEvent]
+	// floor is the index of the latest restore: a subscription after a
+	// non-zero index below it is gone. 0 before any restore.
+	floor  uint64
 	closed bool
 }
 
+// eventSub is one subscription of the cluster events, with the buffer it
+// reads, which a restore may replace.
 type eventSub struct {
-	ch     chan *csisupdv1.ClusterEvent
-	lagged bool
+	*stream.Subscription[*csisupdv1.ClusterEvent]
+	buf *stream.Buffer[*csisupdv1.ClusterEvent]
 }
 
-func newEventBroker(size int) *eventBroker {
-	return &eventBroker{size: size, subs: map[*eventSub]struct{}{}}
+// errEventsClosed is returned for a subscription that ended because the
+// server is shutting down.
+var errEventsClosed = errors.New("cluster events closed: the server is shutting down")
+
+// newClusterEvents returns an empty event holder with buffers of cfg.
+func newClusterEvents(cfg stream.Config, logger hclog.Logger) (*clusterEvents, error) {
+	buf, err := stream.New[*csisupdv1.ClusterEvent](cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster event buffer: %w", err)
+	}
+	return &clusterEvents{cfg: cfg, logger: logger, buf: buf}, nil
 }
 
-func (b *eventBroker) publish(events []*csisupdv1.ClusterEvent) {
-	if len(events) == 0 {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range events {
-		if len(b.ring) < b.size {
-			b.ring = append(b.ring, e)
-			continue
-		}
-		b.ring[b.next] = e
-		b.next = (b.next + 1) % b.size
-	}
-	for s := range b.subs {
-		for _, e := range events {
-			select {
-			case s.ch <- e:
-			default:
-				s.lagged = true
-				close(s.ch)
-				delete(b.subs, s)
-			}
-			if s.lagged {
-				break
-			}
-		}
+// publish publishes the events of the raft entry at index as one batch; an
+// entry without events only moves the latest index. A refused publish is
+// logged: events are a view of the state, and the FSM goes on without
+// them.
+func (c *clusterEvents) publish(index uint64, events ...clusterEvent) {
+	c.mu.RLock()
+	buf := c.buf
+	c.mu.RUnlock()
+	if err := buf.Publish(index, events...); err != nil {
+		c.logger.Error("cluster events not published", "index", index, "events", len(events), "error", err)
 	}
 }
 
-// subscribe returns buffered events with an index above fromIndex (none when
-// noReplay) and a subscription for new events.
-func (b *eventBroker) subscribe(fromIndex uint64, noReplay bool) ([]*csisupdv1.ClusterEvent, *eventSub) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var replay []*csisupdv1.ClusterEvent
-	if !noReplay {
-		for i := range b.ring {
-			e := b.ring[(b.next+i)%len(b.ring)]
-			if e.GetIndex() > fromIndex {
-				replay = append(replay, e)
-			}
-		}
+// restore starts a new buffer after a snapshot restore at index: every
+// subscription of the old buffer ends as gone once it has read what was
+// buffered, and so does every later one after an index below index.
+func (c *clusterEvents) restore(index uint64) error {
+	buf, err := stream.New[*csisupdv1.ClusterEvent](c.cfg)
+	if err != nil {
+		return fmt.Errorf("cluster event buffer: %w", err)
 	}
-	s := &eventSub{ch: make(chan *csisupdv1.ClusterEvent, 256)}
-	if b.closed {
-		close(s.ch)
-		return replay, s
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
 	}
-	b.subs[s] = struct{}{}
-	return replay, s
+	old := c.buf
+	c.buf = buf
+	c.floor = max(c.floor, index)
+	c.mu.Unlock()
+	old.Close()
+	return nil
 }
 
-func (b *eventBroker) unsubscribe(s *eventSub) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.subs[s]; ok {
-		delete(b.subs, s)
-		close(s.ch)
+// subscribe starts a subscription of the events after index after, or of
+// the events published from now on when noReplay is set. It returns a
+// *stream.GoneError when after is older than the buffer or than the
+// latest restore (after == 0 is never gone).
+func (c *clusterEvents) subscribe(after uint64, noReplay bool) (*eventSub, error) {
+	c.mu.RLock()
+	buf, floor, closed := c.buf, c.floor, c.closed
+	c.mu.RUnlock()
+	if closed {
+		return nil, errEventsClosed
 	}
+	if noReplay {
+		_, after = buf.Range()
+	}
+	if after != 0 && after < floor {
+		return nil, fmt.Errorf("subscribe after index %d: %w", after, c.goneAfterRestore(after))
+	}
+	sub, err := buf.Subscribe(stream.Request{After: after})
+	if err != nil {
+		return nil, err
+	}
+	return &eventSub{Subscription: sub, buf: buf}, nil
 }
 
-// isLagged reports whether the broker closed s because it fell behind.
-func (b *eventBroker) isLagged(s *eventSub) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return s.lagged
+// ended translates the error that ended sub's Next: ErrClosed means a
+// restore replaced sub's buffer (gone: the state changed without events)
+// or the server is shutting down (errEventsClosed). Other errors are
+// returned as they are.
+func (c *clusterEvents) ended(sub *eventSub, err error) error {
+	if !errors.Is(err, stream.ErrClosed) {
+		return err
+	}
+	c.mu.RLock()
+	closed, replaced := c.closed, c.buf != sub.buf
+	c.mu.RUnlock()
+	if closed || !replaced {
+		return errEventsClosed
+	}
+	return fmt.Errorf("cluster events after index %d: %w", sub.Index(), c.goneAfterRestore(sub.Index()))
 }
 
-func (b *eventBroker) close() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.closed = true
-	for s := range b.subs {
-		close(s.ch)
-		delete(b.subs, s)
-	}
+// goneAfterRestore is the GoneError of a subscription after index after,
+// which a restore left behind: the history starts at the restore, or at the
+// oldest batch buffered since.
+func (c *clusterEvents) goneAfterRestore(after uint64) *stream.GoneError {
+	c.mu.RLock()
+	buf, floor := c.buf, c.floor
+	c.mu.RUnlock()
+	oldest, _ := buf.Range()
+	return &stream.GoneError{After: after, Oldest: max(oldest, floor)}
+}
+
+// close closes the buffer for shutdown: subscriptions are given what is
+// buffered, then end with errEventsClosed.
+func (c *clusterEvents) close() {
+	c.mu.Lock()
+	c.closed = true
+	buf := c.buf
+	c.mu.Unlock()
+	buf.Close()
 }

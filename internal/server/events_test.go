@@ -1,54 +1,363 @@
 package server
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/stream"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
-func TestEventBrokerRingAndLag(t *testing.T) {
-	b := newEventBroker(3)
-	for i := uint64(1); i <= 5; i++ {
-		b.publish([]*csisupdv1.ClusterEvent{{Index: i}})
+// testEvents returns an event holder closed when the test ends.
+func testEvents(t testing.TB, size, maxLag int) *clusterEvents {
+	t.Helper()
+	c, err := newClusterEvents(stream.Config{Size: size, MaxLag: maxLag}, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(c.close)
+	return c
+}
+
+// doneCtx is a done context: Next with it returns what is available
+// without waiting.
+func doneCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// readBatches returns the batches buffered after index after, one slice
+// per batch, read without waiting.
+func readBatches(t testing.TB, c *clusterEvents, after uint64) [][]clusterEvent {
+	t.Helper()
+	sub, err := c.subscribe(after, false)
+	if err != nil {
+		t.Fatalf("subscribe after %d: %v", after, err)
+	}
+	defer sub.Close()
+	var out [][]clusterEvent
+	for {
+		batch, err := sub.Next(doneCtx(), nil) // nil dst: one batch a call
+		if errors.Is(err, context.Canceled) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("next after %d: %v", after, err)
+		}
+		out = append(out, batch)
+	}
+}
+
+// readAll returns the events buffered after index after.
+func readAll(t testing.TB, c *clusterEvents, after uint64) []clusterEvent {
+	t.Helper()
+	var out []clusterEvent
+	for _, b := range readBatches(t, c, after) {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// describe renders events as "index topic/key type" lines.
+func describe(events []clusterEvent) string {
+	var b strings.Builder
+	for _, e := range events {
+		fmt.Fprintf(&b, "%d %s/%s %s\n", e.Index, e.Topic, e.Key, e.Payload.GetType())
+	}
+	return b.String()
+}
+
+func TestEventTopic(t *testing.T) {
 	tests := []struct {
-		from     uint64
-		noReplay bool
-		want     []uint64
+		event      *csisupdv1.ClusterEvent
+		topic, key string
 	}{
-		{0, false, []uint64{3, 4, 5}},
-		{3, false, []uint64{4, 5}},
-		{5, false, nil},
-		{0, true, nil},
+		{&csisupdv1.ClusterEvent{Type: "node-registered", NodeId: "n"}, topicNode, "n"},
+		{&csisupdv1.ClusterEvent{Type: "node-plugins-updated", NodeId: "n"}, topicNode, "n"},
+		{&csisupdv1.ClusterEvent{Type: "node-down", NodeId: "n"}, topicNode, "n"},
+		{&csisupdv1.ClusterEvent{Type: "node-ready", NodeId: "n"}, topicNode, "n"},
+		{&csisupdv1.ClusterEvent{Type: "plugin-gc", NodeId: "n", PluginId: "p"}, topicPlugin, "p"},
+		{&csisupdv1.ClusterEvent{Type: "volume-created", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
+		{&csisupdv1.ClusterEvent{Type: "volume-attached", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
+		{&csisupdv1.ClusterEvent{Type: "volume-deleted", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
 	}
 	for _, tt := range tests {
-		replay, sub := b.subscribe(tt.from, tt.noReplay)
-		b.unsubscribe(sub)
-		var got []uint64
-		for _, e := range replay {
-			got = append(got, e.GetIndex())
-		}
-		if len(got) != len(tt.want) {
-			t.Fatalf("from %d: replay %v, want %v", tt.from, got, tt.want)
-		}
-		for i := range got {
-			if got[i] != tt.want[i] {
-				t.Fatalf("from %d: replay %v, want %v", tt.from, got, tt.want)
+		t.Run(tt.event.GetType(), func(t *testing.T) {
+			if topic, key := eventTopic(tt.event); topic != tt.topic || key != tt.key {
+				t.Fatalf("eventTopic = %s/%s, want %s/%s", topic, key, tt.topic, tt.key)
 			}
+		})
+	}
+}
+
+// commandLog encodes e as the raft log at index.
+func commandLog(t testing.TB, index uint64, e *csisupdv1.LogEntry) *raft.Log {
+	t.Helper()
+	data, err := proto.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &raft.Log{Index: index, Type: raft.LogCommand, Data: data}
+}
+
+func TestFSMPublishesOneBatchPerEntry(t *testing.T) {
+	events := testEvents(t, 16, 8)
+	f, err := newFSM(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	volume := &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: &csisupdv1.Volume{Id: "v", PluginId: "p", ExternalId: "x"}}}
+	batch := &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Batch{Batch: &csisupdv1.LogBatch{Entries: []*csisupdv1.LogEntry{
+		setPlugins("a"), volume,
+	}}}}
+	// One ApplyBatch of several entries, as raft hands them over: each
+	// entry with events is one batch at its raft index, whatever the
+	// number of events; entries without events publish nothing.
+	f.ApplyBatch([]*raft.Log{
+		{Index: 3, Type: raft.LogConfiguration},
+		commandLog(t, 5, register("a", plug("p", "monolith", true))),
+		commandLog(t, 6, batch),
+		commandLog(t, 7, &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: &csisupdv1.ServerRecord{Id: "s1"}}}),
+		commandLog(t, 9, setStatus("a", NodeStatusDown)),
+	})
+	f.ApplyBatch([]*raft.Log{commandLog(t, 10, &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Noop{}})})
+
+	var got []string
+	for _, b := range readBatches(t, events, 0) {
+		got = append(got, describe(b))
+	}
+	want := []string{
+		"5 node/a node-registered\n",
+		"6 node/a node-plugins-updated\n6 plugin/p plugin-gc\n6 volume/v volume-created\n",
+		"9 node/a node-down\n",
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("batches:\n%s\nwant:\n%s", strings.Join(got, "|"), strings.Join(want, "|"))
+	}
+	for _, e := range readAll(t, events, 0) {
+		if e.Payload.GetIndex() != e.Index {
+			t.Errorf("event %s has index %d in a batch at %d", e.Payload.GetType(), e.Payload.GetIndex(), e.Index)
 		}
 	}
+	// The latest index is the last applied entry's, events or not: a
+	// subscription without replay starts there.
+	if _, latest := events.buf.Range(); latest != 10 {
+		t.Fatalf("latest published index %d, want 10", latest)
+	}
+	sub, err := events.subscribe(0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if sub.Index() != 10 {
+		t.Fatalf("no-replay subscription starts at %d, want 10", sub.Index())
+	}
+}
 
-	// A subscriber that never reads is dropped, not waited for.
-	_, slow := b.subscribe(0, true)
-	for i := range 300 {
-		b.publish([]*csisupdv1.ClusterEvent{{Index: uint64(10 + i)}})
+func TestClusterEventsRefusedPublishIsLogged(t *testing.T) {
+	var logs testutil.SyncBuffer
+	c, err := newClusterEvents(stream.Config{Size: 4, MaxLag: 2}, hclog.New(&hclog.LoggerOptions{Output: &logs}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	n := 0
-	for range slow.ch {
-		n++
+	defer c.close()
+	ev := clusterEvent{Topic: topicNode, Key: "a", Payload: &csisupdv1.ClusterEvent{Index: 5, Type: "node-down", NodeId: "a"}}
+	c.publish(5, ev)
+	c.publish(5, ev) // not greater than the latest: refused
+	if n := len(readAll(t, c, 0)); n != 1 {
+		t.Fatalf("%d events buffered, want 1", n)
 	}
-	if !b.isLagged(slow) || n != cap(slow.ch) {
-		t.Fatalf("slow subscriber: lagged %v after %d events, want dropped after %d", b.isLagged(slow), n, cap(slow.ch))
+	if !strings.Contains(logs.String(), "cluster events not published") {
+		t.Fatalf("refused publish not logged: %q", logs.String())
 	}
-	b.close()
+}
+
+// snapshotOf returns the encoded snapshot of f's state.
+func snapshotOf(t testing.TB, f *fsm) string {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	return sink.String()
+}
+
+func TestFSMRestoreEndsEvents(t *testing.T) {
+	tests := []struct {
+		name string
+		// newer restores a snapshot newer than the state, as a follower
+		// installs one from the leader; else an older one, as an
+		// operator restores a backup.
+		newer bool
+	}{
+		{"older snapshot", false},
+		{"newer snapshot", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			events := testEvents(t, 16, 8)
+			f, err := newFSM(events)
+			if err != nil {
+				t.Fatal(err)
+			}
+			applyAll(t, f, register("a", plug("p", "monolith", true)))
+			snapIndex := f.State().LatestIndex()
+			snap := snapshotOf(t, f)
+			if tt.newer {
+				// The snapshot comes from another FSM that went further.
+				g, err := newFSM(testEvents(t, 16, 8))
+				if err != nil {
+					t.Fatal(err)
+				}
+				applyAll(t, g, register("a", plug("p", "monolith", true)), register("b"), register("c"), register("d"), register("e"))
+				snapIndex = g.State().LatestIndex()
+				snap = snapshotOf(t, g)
+			}
+			applyAll(t, f, register("b"), setStatus("b", NodeStatusDown))
+			before := f.State().LatestIndex()
+			sub, err := events.subscribe(0, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+
+			if err := f.Restore(io.NopCloser(strings.NewReader(snap))); err != nil {
+				t.Fatal(err)
+			}
+			// The restore is a write at an index never handed out before.
+			at := max(snapIndex, before+1)
+			if got := f.State().LatestIndex(); got != at {
+				t.Fatalf("restored state index %d, want %d", got, at)
+			}
+
+			// An open subscription is given what was buffered, then is
+			// gone: the state changed without events.
+			var got []clusterEvent
+			for {
+				dst, err := sub.Next(doneCtx(), nil)
+				if err == nil {
+					got = append(got, dst...)
+					continue
+				}
+				var gone *stream.GoneError
+				if err := events.ended(sub, err); !errors.As(err, &gone) || gone.After != before || gone.Oldest != at {
+					t.Fatalf("open subscription ended with %v, want gone after %d, oldest %d", err, before, at)
+				}
+				break
+			}
+			if len(got) != 3 {
+				t.Fatalf("open subscription read %d events before the end, want the 3 published:\n%s", len(got), describe(got))
+			}
+
+			// A new subscription after an index the restore left behind is
+			// gone; after the restore point, or after 0, it follows.
+			var gone *stream.GoneError
+			if _, err := events.subscribe(at-1, false); !errors.As(err, &gone) || gone.After != at-1 || gone.Oldest != at {
+				t.Fatalf("subscribe after %d: %v, want gone (oldest %d)", at-1, err, at)
+			}
+			applyAll(t, f, setStatus("a", NodeStatusDown))
+			want := fmt.Sprintf("%d node/a node-down\n", at+1)
+			for _, after := range []uint64{0, at} {
+				if got := describe(readAll(t, events, after)); got != want {
+					t.Fatalf("after %d, events:\n%s\nwant:\n%s", after, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestClusterEventsClose(t *testing.T) {
+	events := testEvents(t, 4, 2)
+	events.publish(1, clusterEvent{Topic: topicNode, Key: "a", Payload: &csisupdv1.ClusterEvent{Index: 1, Type: "node-down", NodeId: "a"}})
+	sub, err := events.subscribe(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	events.close()
+	// What was published before is still given, then the end.
+	if dst, err := sub.Next(context.Background(), nil); err != nil || len(dst) != 1 {
+		t.Fatalf("next after close: %d events, %v; want the one buffered", len(dst), err)
+	}
+	_, err = sub.Next(context.Background(), nil)
+	if err = events.ended(sub, err); !errors.Is(err, errEventsClosed) {
+		t.Fatalf("end after close: %v, want %v", err, errEventsClosed)
+	}
+	if _, err := events.subscribe(0, false); !errors.Is(err, errEventsClosed) {
+		t.Fatalf("subscribe after close: %v, want %v", err, errEventsClosed)
+	}
+	if err := events.restore(9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.subscribe(0, false); !errors.Is(err, errEventsClosed) {
+		t.Fatalf("subscribe after a restore after close: %v, want %v", err, errEventsClosed)
+	}
+}
+
+func TestEventsStatus(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		code codes.Code
+		msg  string
+	}{
+		{"fell behind", fmt.Errorf("x: %w", &stream.FellBehindError{ResumeIndex: 7, Lag: 9, MaxLag: 4}), codes.ResourceExhausted, "resume from index 7"},
+		{"gone", &stream.GoneError{After: 7, Oldest: 20}, codes.OutOfRange, "events after index 7 are no longer buffered (the oldest is 20)"},
+		{"shutting down", errEventsClosed, codes.Unavailable, "shutting down"},
+		{"canceled", context.Canceled, codes.Canceled, ""},
+		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, ""},
+		{"other", errors.New("boom"), codes.Internal, "boom"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := eventsStatus(tt.err)
+			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {
+				t.Fatalf("eventsStatus(%v) = %v, want %v mentioning %q", tt.err, err, tt.code, tt.msg)
+			}
+		})
+	}
+	fb, ok := csisupdv1.ErrorDetail[*csisupdv1.EventsFellBehind](eventsStatus(&stream.FellBehindError{ResumeIndex: 7, Lag: 9, MaxLag: 4}))
+	if !ok || fb.GetResumeIndex() != 7 || fb.GetLag() != 9 || fb.GetMaxLag() != 4 {
+		t.Fatalf("fell behind detail %v, want resume 7, lag 9 of 4", fb)
+	}
+	g, ok := csisupdv1.ErrorDetail[*csisupdv1.EventsGone](eventsStatus(&stream.GoneError{After: 7, Oldest: 20}))
+	if !ok || g.GetAfter() != 7 || g.GetOldestIndex() != 20 {
+		t.Fatalf("gone detail %v, want after 7, oldest 20", g)
+	}
+}
+
+func TestConfigEventDefaults(t *testing.T) {
+	tests := []struct {
+		size, maxLag         int
+		wantSize, wantMaxLag int
+	}{
+		{0, 0, DefaultEventBufferSize, 768},
+		{16, 0, 16, 12},
+		{16, 4, 16, 4},
+		{0, 100, DefaultEventBufferSize, 100},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d/%d", tt.size, tt.maxLag), func(t *testing.T) {
+			c := Config{EventBufferSize: tt.size, EventMaxLag: tt.maxLag}.withDefaults()
+			if c.EventBufferSize != tt.wantSize || c.EventMaxLag != tt.wantMaxLag {
+				t.Fatalf("defaults %d/%d, want %d/%d", c.EventBufferSize, c.EventMaxLag, tt.wantSize, tt.wantMaxLag)
+			}
+		})
+	}
 }

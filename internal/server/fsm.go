@@ -17,12 +17,15 @@ import (
 type fsm struct {
 	mu     sync.RWMutex // guards state replacement on restore
 	state  *StateStore
-	events *eventBroker
+	events *clusterEvents
+	// scratch holds the events of one entry while they are published; the
+	// buffer copies them. Only raft's FSM goroutine uses it.
+	scratch []clusterEvent
 }
 
 var _ raft.BatchingFSM = (*fsm)(nil)
 
-func newFSM(events *eventBroker) (*fsm, error) {
+func newFSM(events *clusterEvents) (*fsm, error) {
 	st, err := NewStateStore()
 	if err != nil {
 		return nil, err
@@ -48,10 +51,13 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 
 	out := make([]interface{}, len(logs))
 	var events []*csisupdv1.ClusterEvent
+	// ends[i] is the end in events of the events of logs[i].
+	ends := make([]int, len(logs))
 	txn := st.db.Txn(true)
 	var last uint64
 	for i, l := range logs {
 		last = l.Index
+		ends[i] = len(events)
 		if l.Type != raft.LogCommand {
 			out[i] = applyResult{Index: l.Index}
 			continue
@@ -72,9 +78,11 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 				res.Errs[j] = applyEntry(txn, l.Index, sub, &events)
 			}
 			out[i] = res
+			ends[i] = len(events)
 			continue
 		}
 		out[i] = applyResult{Index: l.Index, Err: applyEntry(txn, l.Index, &e, &events)}
+		ends[i] = len(events)
 	}
 	if last > 0 {
 		if err := txn.Insert(tableIndex, &indexRow{Key: "latest", Value: last}); err != nil {
@@ -82,7 +90,19 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 	}
 	txn.Commit()
-	f.events.publish(events)
+	// Published after the commit, so that a reader that looks at the state
+	// on an event finds the write that caused it.
+	start := 0
+	for i, l := range logs {
+		f.scratch = f.scratch[:0]
+		for _, e := range events[start:ends[i]] {
+			topic, key := eventTopic(e)
+			f.scratch = append(f.scratch, clusterEvent{Topic: topic, Key: key, Payload: e})
+		}
+		start = ends[i]
+		f.events.publish(l.Index, f.scratch...)
+	}
+	clear(f.scratch) // let the payloads go
 	return out
 }
 
@@ -104,13 +124,20 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	if err := st.restore(&snap, snap.GetIndex()); err != nil {
+	// The restore is a write: its index is the snapshot's, but never one
+	// already applied, so that indexes handed out never go backwards (a
+	// backup restored by an operator is older than the state it replaces).
+	// Only raft's FSM goroutine writes the state, so it cannot change
+	// between this read and the swap.
+	at := max(snap.GetIndex(), f.State().LatestIndex()+1)
+	if err := st.restore(&snap, at); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	f.state = st
 	f.mu.Unlock()
-	return nil
+	// The events buffered so far do not lead up to the restored state.
+	return f.events.restore(at)
 }
 
 type fsmSnapshot struct {

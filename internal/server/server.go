@@ -22,6 +22,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/stream"
 )
 
 // Server is one csisupd server: a raft member with the replicated state
@@ -33,7 +34,7 @@ type Server struct {
 
 	raft      *raft.Raft
 	fsm       *fsm
-	events    *eventBroker
+	events    *clusterEvents
 	logStore  *raftboltdb.BoltStore
 	trans     *raft.NetworkTransport
 	raftAddr  string
@@ -80,11 +81,15 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		logger = hclog.NewNullLogger()
 	}
 	logger = logger.Named("server").With("server", cfg.Name)
+	events, err := newClusterEvents(stream.Config{Size: cfg.EventBufferSize, MaxLag: cfg.EventMaxLag}, logger.Named("events"))
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 
 	s := &Server{
 		cfg:         cfg,
 		logger:      logger,
-		events:      newEventBroker(1024),
+		events:      events,
 		leaderCh:    make(chan bool, 10),
 		conns:       newConnPool(cfg.DialOptions),
 		pluginLocks: newKeyedMutex(),

@@ -100,7 +100,7 @@ func TestPluginAggregation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, err := newFSM(newEventBroker(16))
+			f, err := newFSM(testEvents(t, 16, 8))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +129,7 @@ func TestPluginAggregation(t *testing.T) {
 }
 
 func TestFSMErrorsAndEvents(t *testing.T) {
-	events := newEventBroker(16)
+	events := testEvents(t, 16, 8)
 	f, err := newFSM(events)
 	if err != nil {
 		t.Fatal(err)
@@ -152,11 +152,9 @@ func TestFSMErrorsAndEvents(t *testing.T) {
 			t.Errorf("entry %d: %v", i, res[i].Err)
 		}
 	}
-	replay, sub := events.subscribe(0, false)
-	events.unsubscribe(sub)
 	var types []string
-	for _, e := range replay {
-		types = append(types, e.GetType())
+	for _, e := range readAll(t, events, 0) {
+		types = append(types, e.Payload.GetType())
 	}
 	if got, want := strings.Join(types, ","), "node-registered,node-down"; got != want {
 		t.Fatalf("events %s, want %s", got, want)
@@ -167,7 +165,7 @@ func TestFSMErrorsAndEvents(t *testing.T) {
 }
 
 func TestFSMSnapshotRestore(t *testing.T) {
-	f, err := newFSM(newEventBroker(16))
+	f, err := newFSM(testEvents(t, 16, 8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +184,7 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	if err := snap.Persist(sink); err != nil {
 		t.Fatal(err)
 	}
-	g, err := newFSM(newEventBroker(16))
+	g, err := newFSM(testEvents(t, 16, 8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +232,13 @@ func TestConfigValidate(t *testing.T) {
 		{"raft multiplier too big", func(c *Config) { c.RaftMultiplier = 11 }, "raft_multiplier"},
 		{"no join policy: none of its own", func(c *Config) { c.Join = retry.Policy{} }, "Join: retry: Base must be positive"},
 		{"join jitter of one", func(c *Config) { c.Join.Jitter = 1 }, "Join: retry: Jitter"},
+		{"small event buffer", func(c *Config) { c.EventBufferSize = 2 }, ""},
+		{"event buffer and lag", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 15 }, ""},
+		{"negative event buffer", func(c *Config) { c.EventBufferSize = -1 }, "event_buffer_size = -1"},
+		{"negative event lag", func(c *Config) { c.EventMaxLag = -1 }, "event_max_lag = -1"},
+		{"event buffer of one", func(c *Config) { c.EventBufferSize = 1 }, "event_max_lag = 0 with event_buffer_size = 1"},
+		{"event lag as large as the buffer", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 16 }, "event_max_lag = 16 with event_buffer_size = 16"},
+		{"event lag beyond the default buffer", func(c *Config) { c.EventMaxLag = 2000 }, "event_max_lag = 2000 with event_buffer_size = 1024"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

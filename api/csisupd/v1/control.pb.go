@@ -2154,7 +2154,8 @@ func (x *SnapshotRestoreResponse) GetIndex() uint64 {
 type ClusterEventWatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// from_index replays the buffered events with a greater index first;
-	// 0 replays every buffered event.
+	// 0 replays every buffered event. An index older than the buffer ends
+	// the call with EventsGone rather than skip events.
 	FromIndex uint64 `protobuf:"varint,1,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
 	// no_replay sends only events applied after the call.
 	NoReplay      bool `protobuf:"varint,2,opt,name=no_replay,json=noReplay,proto3" json:"no_replay,omitempty"`

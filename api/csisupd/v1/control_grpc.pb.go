@@ -83,7 +83,14 @@ type ControlClient interface {
 	// produced by SnapshotSave.
 	SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error)
 	// WatchEvents streams cluster events (nodes, plugins, volumes) as the
-	// receiving server applies them.
+	// receiving server applies them, in raft index order; the events of one
+	// write arrive together. A reader that trails the newest writes by more
+	// than the server's limit is ended with ResourceExhausted and the
+	// EventsFellBehind detail: a new call with from_index set to its
+	// resume_index continues without a gap or a duplicate. A call whose
+	// events are no longer buffered, or predate a snapshot restore, is ended
+	// with OutOfRange and the EventsGone detail: read the state again and
+	// follow from its index.
 	WatchEvents(ctx context.Context, in *ClusterEventWatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ClusterEvent], error)
 }
 
@@ -322,7 +329,14 @@ type ControlServer interface {
 	// produced by SnapshotSave.
 	SnapshotRestore(grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]) error
 	// WatchEvents streams cluster events (nodes, plugins, volumes) as the
-	// receiving server applies them.
+	// receiving server applies them, in raft index order; the events of one
+	// write arrive together. A reader that trails the newest writes by more
+	// than the server's limit is ended with ResourceExhausted and the
+	// EventsFellBehind detail: a new call with from_index set to its
+	// resume_index continues without a gap or a duplicate. A call whose
+	// events are no longer buffered, or predate a snapshot restore, is ended
+	// with OutOfRange and the EventsGone detail: read the state again and
+	// follow from its index.
 	WatchEvents(*ClusterEventWatchRequest, grpc.ServerStreamingServer[ClusterEvent]) error
 	mustEmbedUnimplementedControlServer()
 }
