@@ -228,6 +228,7 @@ func New(c Config) (a *Agent, err error) {
 			DiscoverServers: a.discoverServers(cfg.ServerAutoJoin()),
 			RaftMultiplier:  cfg.Server.RaftMultiplier,
 			Join:            a.retry.ServerJoin,
+			ServerTuning:    config.DefaultServerTuning(),
 			DialOptions:     dialOpts,
 		}, log)
 		if err != nil {

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/retry"
 )
 
@@ -20,9 +20,6 @@ type Discover func(ctx context.Context) ([]string, error)
 
 // DefaultRaftPort is the default raft port of a server.
 const DefaultRaftPort = 4781
-
-// DefaultEventBufferSize is the default of Config.EventBufferSize.
-const DefaultEventBufferSize = 1024
 
 // Config configures one server. Zero durations take the production defaults
 // listed on each field; tests shrink them.
@@ -53,8 +50,8 @@ type Config struct {
 	// Addresses may include this server's own. BootstrapExpect still
 	// decides when the cluster forms.
 	DiscoverServers Discover
-	// RaftMultiplier scales raft timings (1 fastest .. 10); default 5, which
-	// gives a 1 s heartbeat timeout.
+	// RaftMultiplier scales raft timings (1 fastest .. 10; server.raft_multiplier).
+	// Required.
 	RaftMultiplier int
 
 	// Join spaces the join and bootstrap attempts, then the checks of this
@@ -63,50 +60,11 @@ type Config struct {
 	// step. Its Base is also autopilot's reconcile and update interval.
 	// Required: config.Retry.ServerJoin; no default here.
 	Join retry.Policy
-	// RPCTimeout bounds one server-to-server or ClientCSI call (default 10 s).
-	RPCTimeout time.Duration
-	// ApplyTimeout bounds one raft apply (default 10 s).
-	ApplyTimeout time.Duration
-
-	// MinHeartbeatTTL is the smallest node heartbeat TTL (default 10 s).
-	MinHeartbeatTTL time.Duration
-	// HeartbeatGrace is added to the TTL before a node is marked down
-	// (default 10 s).
-	HeartbeatGrace time.Duration
-	// FailoverHeartbeatTTL is the TTL a new leader gives every node before
-	// it has heard from them (default 5 min).
-	FailoverHeartbeatTTL time.Duration
-	// MaxHeartbeatsPerSecond scales the TTL with the node count (default 50).
-	MaxHeartbeatsPerSecond float64
-
-	// DeadServerTimeout is how long a server must be unreachable before
-	// autopilot may remove it from the configuration (default 30 s).
-	DeadServerTimeout time.Duration
-	// ServerStabilizationTime is how long a server must be healthy before
-	// autopilot considers it stable (default 10 s).
-	ServerStabilizationTime time.Duration
-
-	// SnapshotThreshold is the number of log entries between raft snapshots
-	// (default 8192).
-	SnapshotThreshold uint64
-	// SnapshotInterval is how often raft checks whether to snapshot
-	// (default 120 s).
-	SnapshotInterval time.Duration
-	// TrailingLogs is how many log entries stay after a snapshot, so a
-	// slow follower can catch up without a snapshot (default 10240).
-	TrailingLogs uint64
-
-	// EventBufferSize is how many applied raft entries with cluster events
-	// the server keeps for WatchEvents to replay and to resume from
-	// (default 1024). Entries without events take no room.
-	EventBufferSize int
-	// EventMaxLag is how many entries a WatchEvents stream that followed
-	// the newest may trail them by before it is ended with the
-	// EventsFellBehind error naming the index to resume from (default three
-	// quarters of EventBufferSize, 768). It must be less than
-	// EventBufferSize, so that the entries after the resume index are still
-	// buffered when a stream is ended.
-	EventMaxLag int
+	// ServerTuning holds the timings and sizes (RPC and apply timeouts,
+	// heartbeat TTLs, autopilot, snapshots, the event buffer): the
+	// agent passes config.DefaultServerTuning, tests shorten it. The
+	// server fills in none of them. Required.
+	config.ServerTuning
 
 	// Controllers calls controller RPCs on a node's agent. Defaults to the
 	// gRPC ClientCSI client.
@@ -119,41 +77,12 @@ type Config struct {
 	DialOptions []grpc.DialOption
 }
 
-// withDefaults returns a copy of c with defaults filled in.
+// withDefaults returns a copy of c with what is derived filled in: the
+// name from the id, the retry rule. Timings and sizes have no defaults
+// here (ServerTuning).
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = c.ID
-	}
-	if c.RaftMultiplier == 0 {
-		c.RaftMultiplier = 5
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.RPCTimeout, 10*time.Second)
-	def(&c.ApplyTimeout, 10*time.Second)
-	def(&c.MinHeartbeatTTL, 10*time.Second)
-	def(&c.HeartbeatGrace, 10*time.Second)
-	def(&c.FailoverHeartbeatTTL, 5*time.Minute)
-	def(&c.DeadServerTimeout, 30*time.Second)
-	def(&c.ServerStabilizationTime, 10*time.Second)
-	def(&c.SnapshotInterval, 120*time.Second)
-	if c.MaxHeartbeatsPerSecond == 0 {
-		c.MaxHeartbeatsPerSecond = 50
-	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 8192
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
-	}
-	if c.EventBufferSize == 0 {
-		c.EventBufferSize = DefaultEventBufferSize
-	}
-	if c.EventMaxLag == 0 {
-		c.EventMaxLag = c.EventBufferSize * 3 / 4
 	}
 	if c.IsRetryable == nil {
 		c.IsRetryable = DefaultIsRetryable
@@ -189,23 +118,14 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("server: retry_join address %q: %w", a, err))
 		}
 	}
-	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
+	if c.RaftMultiplier < 1 || c.RaftMultiplier > 10 {
 		errs = append(errs, fmt.Errorf("server: raft_multiplier = %d, must be between 1 and 10", c.RaftMultiplier))
 	}
 	if err := c.Join.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("server: Join: %w", err))
 	}
-	if c.MaxHeartbeatsPerSecond < 0 {
-		errs = append(errs, fmt.Errorf("server: max heartbeats per second = %v, must not be negative", c.MaxHeartbeatsPerSecond))
-	}
-	if c.EventBufferSize < 0 {
-		errs = append(errs, fmt.Errorf("server: event_buffer_size = %d, must not be negative", c.EventBufferSize))
-	}
-	if c.EventMaxLag < 0 {
-		errs = append(errs, fmt.Errorf("server: event_max_lag = %d, must not be negative", c.EventMaxLag))
-	}
-	if d := c.withDefaults(); c.EventBufferSize >= 0 && c.EventMaxLag >= 0 && (d.EventMaxLag < 1 || d.EventMaxLag >= d.EventBufferSize) {
-		errs = append(errs, fmt.Errorf("server: event_max_lag = %d with event_buffer_size = %d, must be at least 1 and less than the buffer size, so that a stream ended for lagging can resume without a gap", d.EventMaxLag, d.EventBufferSize))
+	if err := c.ServerTuning.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

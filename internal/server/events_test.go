@@ -341,23 +341,3 @@ func TestEventsStatus(t *testing.T) {
 		t.Fatalf("gone detail %v, want after 7, oldest 20", g)
 	}
 }
-
-func TestConfigEventDefaults(t *testing.T) {
-	tests := []struct {
-		size, maxLag         int
-		wantSize, wantMaxLag int
-	}{
-		{0, 0, DefaultEventBufferSize, 768},
-		{16, 0, 16, 12},
-		{16, 4, 16, 4},
-		{0, 100, DefaultEventBufferSize, 100},
-	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%d/%d", tt.size, tt.maxLag), func(t *testing.T) {
-			c := Config{EventBufferSize: tt.size, EventMaxLag: tt.maxLag}.withDefaults()
-			if c.EventBufferSize != tt.wantSize || c.EventMaxLag != tt.wantMaxLag {
-				t.Fatalf("defaults %d/%d, want %d/%d", c.EventBufferSize, c.EventMaxLag, tt.wantSize, tt.wantMaxLag)
-			}
-		})
-	}
-}

@@ -215,7 +215,7 @@ func (s *memSink) Close() error  { return nil }
 
 func TestConfigValidate(t *testing.T) {
 	ok := Config{ID: "s1", DataDir: "d", RaftAddr: "127.0.0.1:4781", RPCAddr: "127.0.0.1:4780", BootstrapExpect: 1,
-		Join: config.DefaultRetry().ServerJoin}
+		RaftMultiplier: 1, Join: config.DefaultRetry().ServerJoin, ServerTuning: config.DefaultServerTuning()}
 	tests := []struct {
 		name   string
 		mutate func(*Config)
@@ -232,13 +232,11 @@ func TestConfigValidate(t *testing.T) {
 		{"raft multiplier too big", func(c *Config) { c.RaftMultiplier = 11 }, "raft_multiplier"},
 		{"no join policy: none of its own", func(c *Config) { c.Join = retry.Policy{} }, "Join: retry: Base must be positive"},
 		{"join jitter of one", func(c *Config) { c.Join.Jitter = 1 }, "Join: retry: Jitter"},
-		{"small event buffer", func(c *Config) { c.EventBufferSize = 2 }, ""},
+		{"no raft multiplier: none of its own", func(c *Config) { c.RaftMultiplier = 0 }, "raft_multiplier = 0"},
+		{"no tuning: none of its own", func(c *Config) { c.ServerTuning = config.ServerTuning{} }, "server tuning: RPCTimeout must be positive"},
 		{"event buffer and lag", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 15 }, ""},
-		{"negative event buffer", func(c *Config) { c.EventBufferSize = -1 }, "event_buffer_size = -1"},
-		{"negative event lag", func(c *Config) { c.EventMaxLag = -1 }, "event_max_lag = -1"},
-		{"event buffer of one", func(c *Config) { c.EventBufferSize = 1 }, "event_max_lag = 0 with event_buffer_size = 1"},
-		{"event lag as large as the buffer", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 16 }, "event_max_lag = 16 with event_buffer_size = 16"},
-		{"event lag beyond the default buffer", func(c *Config) { c.EventMaxLag = 2000 }, "event_max_lag = 2000 with event_buffer_size = 1024"},
+		{"event lag as large as the buffer", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 16 }, "EventMaxLag = 16 with EventBufferSize = 16"},
+		{"event lag beyond the default buffer", func(c *Config) { c.EventMaxLag = 2000 }, "EventMaxLag = 2000 with EventBufferSize = 1024"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -184,21 +184,21 @@ func (m *Member) start() error {
 	// clusters form quickly; its jitter is kept.
 	join := config.DefaultRetry().ServerJoin
 	join.Base, join.Cap = join.Base/20, join.Cap/20
+	// Production sizes; timings short enough for tests.
+	tuning := config.DefaultServerTuning()
+	tuning.RPCTimeout, tuning.ApplyTimeout = 2*time.Second, 5*time.Second
+	tuning.MinHeartbeatTTL, tuning.HeartbeatGrace = time.Second, time.Second
+	tuning.FailoverHeartbeatTTL, tuning.DeadServerTimeout = 5*time.Second, 5*time.Second
 	cfg := server.Config{
-		ID:                   m.ID,
-		DataDir:              m.DataDir,
-		RPCAddr:              m.RPCAddr,
-		RaftLayer:            &raftLayer{gatedListener: &gatedListener{Listener: raftLn, gate: m.gate}, gate: m.gate, lookup: m.c.gateFor},
-		BootstrapExpect:      m.c.cfg.BootstrapExpect,
-		RetryJoin:            m.c.retryJoin(),
-		RaftMultiplier:       2,
-		Join:                 join,
-		RPCTimeout:           2 * time.Second,
-		ApplyTimeout:         5 * time.Second,
-		MinHeartbeatTTL:      time.Second,
-		HeartbeatGrace:       time.Second,
-		FailoverHeartbeatTTL: 5 * time.Second,
-		DeadServerTimeout:    5 * time.Second,
+		ID:              m.ID,
+		DataDir:         m.DataDir,
+		RPCAddr:         m.RPCAddr,
+		RaftLayer:       &raftLayer{gatedListener: &gatedListener{Listener: raftLn, gate: m.gate}, gate: m.gate, lookup: m.c.gateFor},
+		BootstrapExpect: m.c.cfg.BootstrapExpect,
+		RetryJoin:       m.c.retryJoin(),
+		RaftMultiplier:  2,
+		Join:            join,
+		ServerTuning:    tuning,
 		DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{

@@ -1,0 +1,106 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ServerTuning holds the server role's timings and sizes. No key sets
+// them: DefaultServerTuning fills them in, the agent passes them to the
+// server, and the server validates them and fills in none of its own.
+// Tests shorten them.
+type ServerTuning struct {
+	// RPCTimeout bounds one server-to-server or ClientCSI call.
+	RPCTimeout time.Duration
+	// ApplyTimeout bounds one raft apply.
+	ApplyTimeout time.Duration
+
+	// MinHeartbeatTTL is the smallest node heartbeat TTL.
+	MinHeartbeatTTL time.Duration
+	// HeartbeatGrace is added to the TTL before a node is marked down.
+	HeartbeatGrace time.Duration
+	// FailoverHeartbeatTTL is the TTL a new leader gives every node before
+	// it has heard from them: generous, so that a failover does not mark
+	// nodes down in bulk.
+	FailoverHeartbeatTTL time.Duration
+	// MaxHeartbeatsPerSecond scales the TTL with the node count.
+	MaxHeartbeatsPerSecond float64
+
+	// DeadServerTimeout is how long a server must be unreachable before
+	// autopilot may remove it from the configuration.
+	DeadServerTimeout time.Duration
+	// ServerStabilizationTime is how long a server must be healthy before
+	// autopilot considers it stable.
+	ServerStabilizationTime time.Duration
+
+	// SnapshotThreshold is the number of log entries between raft
+	// snapshots; SnapshotInterval how often raft checks whether to take
+	// one; TrailingLogs how many entries stay after a snapshot, so that a
+	// slow follower catches up without one.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+
+	// EventBufferSize is how many applied raft entries with cluster events
+	// the server keeps for WatchEvents to replay and to resume from.
+	// Entries without events take no room.
+	EventBufferSize int
+	// EventMaxLag is how many entries a WatchEvents stream that followed
+	// the newest may trail them by before it is ended with the
+	// EventsFellBehind error naming the index to resume from. It is less
+	// than EventBufferSize, so that the entries after the resume index are
+	// still buffered when a stream is ended.
+	EventMaxLag int
+}
+
+// DefaultServerTuning returns the production timings and sizes of the
+// server role.
+func DefaultServerTuning() ServerTuning {
+	return ServerTuning{
+		RPCTimeout:              10 * time.Second,
+		ApplyTimeout:            10 * time.Second,
+		MinHeartbeatTTL:         10 * time.Second,
+		HeartbeatGrace:          10 * time.Second,
+		FailoverHeartbeatTTL:    5 * time.Minute,
+		MaxHeartbeatsPerSecond:  50,
+		DeadServerTimeout:       30 * time.Second,
+		ServerStabilizationTime: 10 * time.Second,
+		SnapshotThreshold:       8192,
+		SnapshotInterval:        120 * time.Second,
+		TrailingLogs:            10240,
+		EventBufferSize:         1024,
+		EventMaxLag:             768,
+	}
+}
+
+// Validate reports every field of t that is out of range, by name.
+func (t ServerTuning) Validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{
+		{"RPCTimeout", t.RPCTimeout}, {"ApplyTimeout", t.ApplyTimeout},
+		{"MinHeartbeatTTL", t.MinHeartbeatTTL}, {"HeartbeatGrace", t.HeartbeatGrace},
+		{"FailoverHeartbeatTTL", t.FailoverHeartbeatTTL}, {"DeadServerTimeout", t.DeadServerTimeout},
+		{"ServerStabilizationTime", t.ServerStabilizationTime}, {"SnapshotInterval", t.SnapshotInterval},
+	} {
+		if d.value <= 0 {
+			errs = append(errs, fmt.Errorf("server tuning: %s must be positive, got %s", d.name, d.value))
+		}
+	}
+	if !(t.MaxHeartbeatsPerSecond > 0) {
+		errs = append(errs, fmt.Errorf("server tuning: MaxHeartbeatsPerSecond must be positive, got %v", t.MaxHeartbeatsPerSecond))
+	}
+	if t.SnapshotThreshold == 0 {
+		errs = append(errs, errors.New("server tuning: SnapshotThreshold must be positive"))
+	}
+	if t.TrailingLogs == 0 {
+		errs = append(errs, errors.New("server tuning: TrailingLogs must be positive"))
+	}
+	if t.EventMaxLag < 1 || t.EventMaxLag >= t.EventBufferSize {
+		errs = append(errs, fmt.Errorf("server tuning: EventMaxLag = %d with EventBufferSize = %d: the lag must be at least 1 and less than the buffer, so that a stream ended for lagging can resume without a gap", t.EventMaxLag, t.EventBufferSize))
+	}
+	return errors.Join(errs...)
+}
