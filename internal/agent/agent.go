@@ -228,6 +228,7 @@ func New(c Config) (a *Agent, err error) {
 			DiscoverServers: a.discoverServers(cfg.ServerAutoJoin()),
 			RaftMultiplier:  cfg.Server.RaftMultiplier,
 			Join:            a.retry.ServerJoin,
+			Connect:         a.retry.ServerConnect,
 			ServerTuning:    config.DefaultServerTuning(),
 			DialOptions:     dialOpts,
 		}, log)
@@ -249,6 +250,7 @@ func New(c Config) (a *Agent, err error) {
 			DialOptions:      dialOpts,
 			RPCTimeout:       config.DefaultNodeRPCTimeout,
 			Retry:            a.retry.NodeClient,
+			Connect:          a.retry.ServerConnect,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: node registration: %w", err)

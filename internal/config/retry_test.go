@@ -21,6 +21,8 @@ func TestDefaultRetry(t *testing.T) {
 		ConsulSync:   policy(time.Second, 30*time.Second),
 		ServerJoin:   policy(2*time.Second, 2*time.Second),
 		NodeClient:   policy(500*time.Millisecond, 30*time.Second),
+		// gRPC's reconnect shape, with a cap of seconds.
+		ServerConnect: retry.Policy{Base: 100 * time.Millisecond, Cap: 3 * time.Second, Multiplier: 1.6, Jitter: 0.2},
 	}
 	if got := DefaultRetry(); got != want {
 		t.Errorf("DefaultRetry() =\n%+v\nwant\n%+v", got, want)

@@ -6,23 +6,28 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // serverConn is the client's connection to the server it talks to. A
 // node talks to one server at a time, so it holds one connection, and
 // replaces it when it fails over to another server.
 type serverConn struct {
-	opts []grpc.DialOption
+	connect retry.Policy
+	opts    []grpc.DialOption
 
 	mu     sync.Mutex
 	addr   string
 	conn   *grpc.ClientConn
 	closed bool
 }
+
+// minConnectTimeout is the least time one connection attempt is given.
+const minConnectTimeout = 5 * time.Second
 
 func (s *serverConn) get(addr string) (*grpc.ClientConn, error) {
 	s.mu.Lock()
@@ -39,10 +44,7 @@ func (s *serverConn) get(addr string) (*grpc.ClientConn, error) {
 	}
 	// Reconnect to a restarted server within seconds, not gRPC's default
 	// two minutes. Options given by the caller come later and win.
-	opts = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
-		MinConnectTimeout: 5 * time.Second,
-	})}, opts...)
+	opts = append([]grpc.DialOption{grpc.WithConnectParams(s.connect.ConnectParams(minConnectTimeout))}, opts...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial server %s: %w", addr, err)

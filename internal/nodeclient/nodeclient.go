@@ -62,6 +62,9 @@ type Config struct {
 	// instant, so that they do not all come back to it in the same
 	// instant. Required.
 	Retry retry.Policy
+	// Connect spaces gRPC's reconnects of the connection to a server
+	// (config.DefaultRetry().ServerConnect). Required.
+	Connect retry.Policy
 }
 
 // Client keeps one node registered with the servers: it registers,
@@ -109,6 +112,9 @@ func (cfg *Config) validate() error {
 	if err := cfg.Retry.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("node client: Retry: %w", err))
 	}
+	if err := cfg.Connect.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("node client: Connect: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -126,7 +132,7 @@ func New(cfg Config, logger hclog.Logger) (*Client, error) {
 	return &Client{
 		cfg:    cfg,
 		logger: logger.Named("node-client"),
-		conn:   serverConn{opts: cfg.DialOptions},
+		conn:   serverConn{connect: cfg.Connect, opts: cfg.DialOptions},
 	}, nil
 }
 

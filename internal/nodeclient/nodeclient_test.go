@@ -25,6 +25,7 @@ func validConfig() nodeclient.Config {
 		Plugins:    plugintest.NewSource(),
 		RPCTimeout: time.Second,
 		Retry:      config.DefaultRetry().NodeClient,
+		Connect:    config.DefaultRetry().ServerConnect,
 	}
 }
 

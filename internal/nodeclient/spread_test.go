@@ -99,6 +99,7 @@ func TestRegistrationsSpreadAfterServerRestart(t *testing.T) {
 			Plugins:    plugintest.NewSource(&csisupdv1.Plugin{Id: "p", Type: "node", Healthy: true, HealthState: "healthy"}),
 			RPCTimeout: 5 * time.Second,
 			Retry:      policy,
+			Connect:    config.DefaultRetry().ServerConnect,
 		}, logger.With("node", id))
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 )
 
 // Policy describes the waits of one kind of retry loop. The zero Policy is
@@ -43,6 +45,20 @@ func (p Policy) Validate() error {
 // String shows the policy as it is written in logs and errors.
 func (p Policy) String() string {
 	return fmt.Sprintf("base %s, cap %s, multiplier %v, jitter %v", p.Base, p.Cap, p.Multiplier, p.Jitter)
+}
+
+// GRPC returns p as gRPC's reconnect backoff, for connections whose
+// redials gRPC itself schedules. gRPC applies the jitter the same way:
+// each wait is drawn from interval*(1±Jitter).
+func (p Policy) GRPC() grpcbackoff.Config {
+	return grpcbackoff.Config{BaseDelay: p.Base, Multiplier: p.Multiplier, Jitter: p.Jitter, MaxDelay: p.Cap}
+}
+
+// ConnectParams returns gRPC's connect parameters with p as the reconnect
+// backoff, giving each connection attempt at least minConnect
+// (grpc.WithConnectParams).
+func (p Policy) ConnectParams(minConnect time.Duration) grpc.ConnectParams {
+	return grpc.ConnectParams{Backoff: p.GRPC(), MinConnectTimeout: minConnect}
 }
 
 // NewBackOff returns a fresh backoff state for one loop, at Base. p must

@@ -229,3 +229,13 @@ func TestWaitEndsWhenContextIsCancelledDuringIt(t *testing.T) {
 		t.Fatal("Wait of an hour did not end within 10s of its context's cancellation")
 	}
 }
+
+// gRPC's reconnect backoff gets the policy field for field.
+func TestPolicyAsGRPCBackoff(t *testing.T) {
+	p := Policy{Base: 100 * time.Millisecond, Cap: 3 * time.Second, Multiplier: 1.6, Jitter: 0.2}
+	cp := p.ConnectParams(5 * time.Second)
+	b := cp.Backoff
+	if b.BaseDelay != p.Base || b.MaxDelay != p.Cap || b.Multiplier != p.Multiplier || b.Jitter != p.Jitter || cp.MinConnectTimeout != 5*time.Second {
+		t.Errorf("ConnectParams = %+v, want the policy %s and a 5s attempt", cp, p)
+	}
+}

@@ -60,6 +60,9 @@ type Config struct {
 	// step. Its Base is also autopilot's reconcile and update interval.
 	// Required: config.Retry.ServerJoin; no default here.
 	Join retry.Policy
+	// Connect spaces gRPC's reconnects of this server's connections to
+	// the other servers and to agents. Required: config.DefaultRetry().ServerConnect.
+	Connect retry.Policy
 	// ServerTuning holds the timings and sizes (RPC and apply timeouts,
 	// heartbeat TTLs, autopilot, snapshots, the event buffer): the
 	// agent passes config.DefaultServerTuning, tests shorten it. The
@@ -123,6 +126,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Join.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("server: Join: %w", err))
+	}
+	if err := c.Connect.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("server: Connect: %w", err))
 	}
 	if err := c.ServerTuning.Validate(); err != nil {
 		errs = append(errs, err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/plugin/plugintest"
 	"github.com/csisupd/csisupd/internal/retry"
@@ -53,6 +54,7 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 		Plugins:          plugintest.NewSource(monolith("p1", "node-a")),
 		RPCTimeout:       2 * time.Second,
 		Retry:            retry.Policy{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
+		Connect:          config.DefaultRetry().ServerConnect,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +98,7 @@ func TestNodeClientNeedsServersOrDiscovery(t *testing.T) {
 		Node:       nodeclient.Node{ID: "n", Address: "127.0.0.1:1"},
 		Plugins:    plugintest.NewSource(),
 		RPCTimeout: time.Second, Retry: retry.Policy{Base: time.Millisecond, Cap: time.Second, Multiplier: 2, Jitter: 0.5},
+		Connect: config.DefaultRetry().ServerConnect,
 	}, nil)
 	if err == nil || !strings.Contains(err.Error(), "client.servers is empty") {
 		t.Fatalf("nodeclient.New without servers or discovery: err = %v, want the missing servers named", err)

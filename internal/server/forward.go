@@ -9,11 +9,12 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/csisupd/csisupd/internal/retry"
 )
 
 // forwardedKey marks a request a follower forwarded to the leader, so it is
@@ -28,18 +29,20 @@ type connPool struct {
 	closed bool
 }
 
-func newConnPool(opts []grpc.DialOption) *connPool {
+// newConnPool dials with opts (insecure transport credentials when none),
+// reconnecting on the connect policy: a restarted server or agent is
+// reached again within seconds, not gRPC's default two minutes. Options
+// given by the caller come later and win.
+func newConnPool(connect retry.Policy, opts []grpc.DialOption) *connPool {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	// Reconnect to a restarted server within seconds, not gRPC's default
-	// two minutes. Options given by the caller come later and win.
-	opts = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
-		MinConnectTimeout: 5 * time.Second,
-	})}, opts...)
+	opts = append([]grpc.DialOption{grpc.WithConnectParams(connect.ConnectParams(minConnectTimeout))}, opts...)
 	return &connPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
+
+// minConnectTimeout is the least time one connection attempt is given.
+const minConnectTimeout = 5 * time.Second
 
 func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()

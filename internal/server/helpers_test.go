@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/plugin/plugintest"
 	"github.com/csisupd/csisupd/internal/retry"
@@ -175,6 +176,7 @@ func startNode(t testing.TB, id, addr string, servers []string, plugins ...*csis
 		Plugins:    n.plugins,
 		RPCTimeout: 2 * time.Second,
 		Retry:      retry.Policy{Base: 50 * time.Millisecond, Cap: 500 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
+		Connect:    config.DefaultRetry().ServerConnect,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

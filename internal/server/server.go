@@ -91,7 +91,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		logger:      logger,
 		events:      events,
 		leaderCh:    make(chan bool, 10),
-		conns:       newConnPool(cfg.DialOptions),
+		conns:       newConnPool(cfg.Connect, cfg.DialOptions),
 		pluginLocks: newKeyedMutex(),
 		shutdownCh:  make(chan struct{}),
 		peerAddrs:   map[string]string{},

@@ -215,7 +215,8 @@ func (s *memSink) Close() error  { return nil }
 
 func TestConfigValidate(t *testing.T) {
 	ok := Config{ID: "s1", DataDir: "d", RaftAddr: "127.0.0.1:4781", RPCAddr: "127.0.0.1:4780", BootstrapExpect: 1,
-		RaftMultiplier: 1, Join: config.DefaultRetry().ServerJoin, ServerTuning: config.DefaultServerTuning()}
+		RaftMultiplier: 1, Join: config.DefaultRetry().ServerJoin, Connect: config.DefaultRetry().ServerConnect,
+		ServerTuning: config.DefaultServerTuning()}
 	tests := []struct {
 		name   string
 		mutate func(*Config)

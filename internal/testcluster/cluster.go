@@ -198,6 +198,7 @@ func (m *Member) start() error {
 		RetryJoin:       m.c.retryJoin(),
 		RaftMultiplier:  2,
 		Join:            join,
+		Connect:         config.DefaultRetry().ServerConnect,
 		ServerTuning:    tuning,
 		DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -20,41 +20,8 @@ import (
 // whole life with the CLI, checking each step in the demo plugin's state.
 func TestDevAgent(t *testing.T) {
 	const nodeName = "e2e-dev"
-	dataDir := testutil.TempDir(t)
-	ports := testutil.FreePorts(t, 3)
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-
-	var logs testutil.SyncBuffer
-	agent := exec.Command(binary, "agent", "--dev", "--name", nodeName, "--data-dir", dataDir,
-		"--rpc-port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--http-port", strconv.Itoa(ports[2]))
-	agent.Env = cleanEnv()
-	agent.Stdout, agent.Stderr = &logs, &logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- agent.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			agent.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("agent output:\n%s", logs.String())
-		}
-	})
-
-	health := fmt.Sprintf("http://127.0.0.1:%d/v1/health", ports[2])
-	client := &http.Client{Timeout: 2 * time.Second}
-	testutil.WaitFor(t, 30*time.Second, "the dev agent's /v1/health", func() bool {
-		resp, err := client.Get(health)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	agent := startDevAgent(t, nodeName)
+	addr, dataDir := agent.addr, agent.dataDir
 
 	// The demo plugin registers through the node registration and raft.
 	var plugin pluginDoc
@@ -156,7 +123,7 @@ func TestDevAgent(t *testing.T) {
 	}
 
 	// Secrets are sent, never printed or logged.
-	if strings.Contains(logs.String(), "hunter2") {
+	if strings.Contains(agent.logs.String(), "hunter2") {
 		t.Fatal("the agent logged a secret")
 	}
 
@@ -166,21 +133,78 @@ func TestDevAgent(t *testing.T) {
 	}
 
 	// SIGTERM stops the agent cleanly.
-	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := agent.stop(15 * time.Second); err != nil {
 		t.Fatal(err)
-	}
-	timer := time.NewTimer(15 * time.Second)
-	defer timer.Stop()
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			t.Fatalf("agent exited with %v after SIGTERM", err)
-		}
-	case <-timer.C:
-		t.Fatal("agent did not exit within 15 s of SIGTERM")
 	}
 	if _, err := os.Stat(dataDir); err != nil {
 		t.Fatalf("the configured data dir must survive a dev agent: %v", err)
+	}
+}
+
+// devAgent is one `csisupd agent --dev` process.
+type devAgent struct {
+	addr    string // its gRPC address
+	dataDir string
+	logs    *testutil.SyncBuffer // its output
+	cmd     *exec.Cmd
+	exited  chan error // receives the process's exit, once
+	stopped bool       // stop saw it exit
+}
+
+// startDevAgent starts `csisupd agent --dev` named nodeName on free ports
+// with a data dir of its own, waits until its /v1/health answers, and
+// returns it. It is killed when the test ends unless stop saw it exit; its
+// output is logged if the test failed.
+func startDevAgent(t *testing.T, nodeName string) *devAgent {
+	t.Helper()
+	ports := testutil.FreePorts(t, 3)
+	a := &devAgent{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dataDir: testutil.TempDir(t),
+		logs: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
+	a.cmd = exec.Command(binary, "agent", "--dev", "--name", nodeName, "--data-dir", a.dataDir,
+		"--rpc-port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--http-port", strconv.Itoa(ports[2]))
+	a.cmd.Env = cleanEnv()
+	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.exited <- a.cmd.Wait() }()
+	t.Cleanup(func() {
+		if !a.stopped {
+			a.cmd.Process.Kill()
+			<-a.exited
+		}
+		if t.Failed() {
+			t.Logf("agent output:\n%s", a.logs.String())
+		}
+	})
+	health := fmt.Sprintf("http://127.0.0.1:%d/v1/health", ports[2])
+	client := &http.Client{Timeout: 2 * time.Second}
+	testutil.WaitFor(t, 30*time.Second, "the dev agent's /v1/health", func() bool {
+		resp, err := client.Get(health)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return a
+}
+
+// stop sends SIGTERM and waits, at most timeout, for a clean exit.
+func (a *devAgent) stop(timeout time.Duration) error {
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-a.exited:
+		a.stopped = true
+		if err != nil {
+			return fmt.Errorf("agent exited with %v after SIGTERM", err)
+		}
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("agent did not exit within %s of SIGTERM", timeout)
 	}
 }

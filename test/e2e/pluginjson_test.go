@@ -2,15 +2,10 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
-	"os/exec"
 	"reflect"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // TestStatusAndPluginStatusShowOnePlugin runs one `agent --dev` and
@@ -20,7 +15,7 @@ import (
 // Plugin message, so they must have the same fields with the same values.
 func TestStatusAndPluginStatusShowOnePlugin(t *testing.T) {
 	const nodeName = "e2e-json"
-	addr := startDevAgent(t, nodeName)
+	addr := startDevAgent(t, nodeName).addr
 
 	// The replicated copy follows the agent's changes through the node
 	// client, a moment behind: the two are compared until they agree,
@@ -113,41 +108,4 @@ func comparePlugins(local, replicated map[string]any) []string {
 		}
 	}
 	return diffs
-}
-
-// startDevAgent starts `csisupd agent --dev` named nodeName on free ports,
-// waits until its /v1/health answers, and returns its gRPC address. The
-// agent is killed when the test ends; its output is logged if the test
-// failed.
-func startDevAgent(t *testing.T, nodeName string) string {
-	t.Helper()
-	ports := testutil.FreePorts(t, 3)
-	var logs testutil.SyncBuffer
-	agent := exec.Command(binary, "agent", "--dev", "--name", nodeName, "--data-dir", testutil.TempDir(t),
-		"--rpc-port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--http-port", strconv.Itoa(ports[2]))
-	agent.Env = cleanEnv()
-	agent.Stdout, agent.Stderr = &logs, &logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- agent.Wait() }()
-	t.Cleanup(func() {
-		agent.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("agent output:\n%s", logs.String())
-		}
-	})
-	health := fmt.Sprintf("http://127.0.0.1:%d/v1/health", ports[2])
-	client := &http.Client{Timeout: 2 * time.Second}
-	testutil.WaitFor(t, 30*time.Second, "the dev agent's /v1/health", func() bool {
-		resp, err := client.Get(health)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return fmt.Sprintf("127.0.0.1:%d", ports[0])
 }
