@@ -6,6 +6,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // TestStatusAndPluginStatusShowOnePlugin runs one `agent --dev` and
@@ -19,23 +21,24 @@ func TestStatusAndPluginStatusShowOnePlugin(t *testing.T) {
 
 	// The replicated copy follows the agent's changes through the node
 	// client, a moment behind: the two are compared until they agree,
-	// and any field still different at the deadline fails the test.
+	// and the fields still different at the deadline are logged with the
+	// failure.
 	var diffs []string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, d := range diffs {
+				t.Log(d)
+			}
+		}
+	})
+	testutil.WaitFor(t, 60*time.Second, "status and plugin status to show plugin demo healthy and alike", func() bool {
 		local, replicated := demoPlugins(t, addr)
 		diffs = comparePlugins(local, replicated)
 		if local["healthy"] != true || replicated["healthy"] != true {
 			diffs = append(diffs, fmt.Sprintf("healthy: status %v, plugin status %v; want both true", local["healthy"], replicated["healthy"]))
 		}
-		if len(diffs) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval of a condition with a deadline
-	}
-	for _, d := range diffs {
-		t.Error(d)
-	}
+		return len(diffs) == 0
+	})
 }
 
 // demoPlugins returns the demo plugin from `status --json` and from this
