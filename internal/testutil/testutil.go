@@ -49,7 +49,9 @@ func TempDir(t testing.TB) string {
 
 // FreePorts returns n distinct free loopback TCP ports. Every listener
 // stays open until all ports are chosen, so the kernel cannot hand out one
-// twice.
+// twice, and every port stays claimed until the process ends (see
+// portClaims), so no other call, in this test process or another, returns
+// it again.
 //
 // The ports come from outside the kernel's ephemeral range whenever there
 // is room. A port freed by its reservation and bound again a moment later
@@ -125,22 +127,40 @@ func portPicker(low, high int) func() int {
 	}
 }
 
-// reservePort binds a loopback port from pick, trying others while the
-// ones drawn are taken; with a nil pick the kernel chooses.
+// reservePort binds a loopback port from pick that no test process has
+// claimed, and claims it; it tries others while the ones drawn are taken.
+// With a nil pick the kernel chooses.
 func reservePort(pick func() int) (net.Listener, error) {
-	if pick == nil {
-		return net.Listen("tcp", "127.0.0.1:0")
-	}
 	var err error
 	for range pickAttempts {
 		var ln net.Listener
-		ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(pick())))
-		if err == nil {
+		if pick == nil {
+			ln, err = net.Listen("tcp", "127.0.0.1:0")
+		} else {
+			ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(pick())))
+		}
+		if err != nil {
+			continue
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ok, claimErr := portClaims.claim(port)
+		if claimErr != nil {
+			portClaimWarning.Do(func() {
+				fmt.Fprintf(os.Stderr, "testutil: ports are claimed within this process only: %v\n", claimErr)
+			})
+		}
+		if ok {
 			return ln, nil
 		}
+		ln.Close()
+		err = fmt.Errorf("port %d is claimed by another test", port)
 	}
 	return nil, fmt.Errorf("no free port in %d attempts: %w", pickAttempts, err)
 }
+
+// portClaimWarning says once per process that claims cannot reach other
+// processes.
+var portClaimWarning sync.Once
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use, for capturing the
 // logs of code that runs in other goroutines or processes.

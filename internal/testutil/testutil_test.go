@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,4 +105,54 @@ func TestFreeAddrBindable(t *testing.T) {
 		t.Fatalf("FreeAddr %s: %v", addr, err)
 	}
 	ln.Close()
+}
+
+func TestPortClaimHoldsAgainstOtherClaimers(t *testing.T) {
+	dir := t.TempDir()
+	// Two claimers on one directory stand for two test processes: flock
+	// locks of two open files conflict even within one process.
+	first, second := newPortClaimer(dir), newPortClaimer(dir)
+	const port = 20001
+	if ok, err := first.claim(port); !ok || err != nil {
+		t.Fatalf("first claim of %d: ok %v, err %v", port, ok, err)
+	}
+	if ok, err := first.claim(port); ok || err != nil {
+		t.Fatalf("second claim of %d in the same claimer: ok %v, err %v; want refused", port, ok, err)
+	}
+	if ok, err := second.claim(port); ok || err != nil {
+		t.Fatalf("claim of %d by another claimer: ok %v, err %v; want refused", port, ok, err)
+	}
+	if ok, err := second.claim(port + 1); !ok || err != nil {
+		t.Fatalf("claim of the free port %d: ok %v, err %v", port+1, ok, err)
+	}
+}
+
+func TestPortClaimWithoutLockDirectory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newPortClaimer(filepath.Join(file, "ports"))
+	ok, err := c.claim(20001)
+	if !ok || err == nil || !strings.Contains(err.Error(), "port lock directory") {
+		t.Fatalf("claim without a lock directory: ok %v, err %v; want claimed with an error naming the directory", ok, err)
+	}
+	if ok, _ := c.claim(20001); ok {
+		t.Fatal("a port claimed within the process only was claimed twice")
+	}
+}
+
+func TestFreePortsNeverRepeatAcrossCalls(t *testing.T) {
+	seen := map[int]bool{}
+	for range 50 {
+		for _, p := range FreePorts(t, 2) {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+			if ok, _ := portClaims.claim(p); ok {
+				t.Fatalf("port %d handed out but not claimed", p)
+			}
+		}
+	}
 }
