@@ -245,3 +245,80 @@ func TestSupervisionLongLivedConnection(t *testing.T) {
 		t.Errorf("%d disconnects on a healthy plugin", n)
 	}
 }
+
+// namedIdentity answers GetPluginInfo with its name.
+type namedIdentity struct {
+	csi.UnimplementedIdentityServer
+	name string
+}
+
+func (n namedIdentity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: n.name, VendorVersion: "1"}, nil
+}
+
+// A call made the moment the connection is reported lost (the supervisor
+// probes at once) must dial the plugin that now serves the path, not go out
+// on the dead connection that x/net has not seen fail yet. It once failed
+// with "write: broken pipe" (1 run in 15-40 of the supervisor's test), which
+// made a plugin replaced in place look unhealthy for a probe.
+func TestSupervisionCallOnDisconnectUsesANewConnection(t *testing.T) {
+	dir := testutil.TempDir(t)
+	sock := filepath.Join(dir, "csi.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old plugin must not remove the socket its successor took over.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	old := grpc.NewServer()
+	csi.RegisterIdentityServer(old, namedIdentity{name: "old.example.com"})
+	oldDone := make(chan struct{})
+	go func() { defer close(oldDone); _ = old.Serve(l) }()
+	t.Cleanup(func() { old.Stop(); <-oldDone })
+
+	var once atomic.Bool
+	got := make(chan error, 1)
+	var c *Client
+	c = newClient(t, Config{Socket: sock, OnDisconnect: func() {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		// As the supervisor's ProbeNow: the call starts at once, on
+		// another goroutine, while the failed read is still on its way
+		// back to x/net.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			info, err := csi.NewIdentityClient(c.Supervision()).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+			if err == nil && info.GetName() != "new.example.com" {
+				err = status.Errorf(codes.Internal, "answered by %q, want new.example.com", info.GetName())
+			}
+			got <- err
+		}()
+	}})
+	lean := csi.NewIdentityClient(c.Supervision())
+	if _, err := lean.GetPluginInfo(context.Background(), &csi.GetPluginInfoRequest{}); err != nil {
+		t.Fatalf("call to the old plugin: %v", err)
+	}
+
+	// The new plugin listens first and takes the path over; then the old
+	// one dies.
+	next := filepath.Join(dir, "next.sock")
+	serveIdentity(t, next, namedIdentity{name: "new.example.com"})
+	if err := os.Rename(next, sock); err != nil {
+		t.Fatal(err)
+	}
+	old.Stop()
+
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("call made on disconnect: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no disconnect reported within 10s of the plugin's stop")
+	}
+	if n := c.supervision.dials.Load(); n != 2 {
+		t.Errorf("%d connections dialled, want 2 (the old plugin's, then the new one's)", n)
+	}
+}

@@ -142,8 +142,12 @@ type pluginConn struct {
 // a connection closed before its first request can take one (so that the
 // request reports the early error); that request fails with "client conn
 // could not be established" every time, so a closed connection is never
-// reused here: the next call dials.
+// reused here: the next call dials. Nor is one whose read failed: x/net
+// learns of that a moment after OnDisconnect has already been told.
 func (p *pluginConn) usable() bool {
+	if p.wc.isBroken() {
+		return false
+	}
 	st := p.cc.State()
 	return !st.Closed && !st.Closing && p.cc.CanTakeNewRequest()
 }

@@ -15,7 +15,11 @@ type watchedConn struct {
 	net.Conn
 	onDisconnect func()
 	owned        atomic.Bool // the owner is closing the connection
-	gone         sync.Once
+	// broken is set before the owner is told: a call that the news sends
+	// at once (the supervisor probes right away) must not take this
+	// connection, which x/net may not have seen fail yet.
+	broken atomic.Bool
+	gone   sync.Once
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
@@ -34,7 +38,11 @@ func (c *watchedConn) Close() error {
 // closeOwned marks the coming close as the owner's own doing: no news.
 func (c *watchedConn) closeOwned() { c.owned.Store(true) }
 
+// isBroken reports whether a read failed or the connection was closed.
+func (c *watchedConn) isBroken() bool { return c.broken.Load() }
+
 func (c *watchedConn) ended() {
+	c.broken.Store(true)
 	if !c.owned.Load() {
 		c.gone.Do(c.onDisconnect)
 	}
