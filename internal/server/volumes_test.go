@@ -264,16 +264,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "v1", DeregisterOnly: true}); err != nil {
 		t.Fatal(err)
 	}
-	up, err := cl.SnapshotRestore(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := up.Send(&csisupdv1.SnapshotChunk{Data: snap}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := up.CloseAndRecv(); err != nil {
-		t.Fatal(err)
-	}
+	restoreSnapshot(t, cl, snap)
 	for _, m := range c.Members() {
 		testutil.WaitFor(t, 10*time.Second, "restored volume on "+m.ID, func() bool {
 			return m.Server().State().Volume("v1") != nil && m.Server().State().Volume("v2") != nil
@@ -372,6 +363,23 @@ func saveSnapshot(t testing.TB, cl csisupdv1.ControlClient) []byte {
 		t.Fatal("empty snapshot")
 	}
 	return buf.Bytes()
+}
+
+// restoreSnapshot restores snap, a snapshot from saveSnapshot, in one chunk.
+func restoreSnapshot(t testing.TB, cl csisupdv1.ControlClient, snap []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	up, err := cl.SnapshotRestore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Send(&csisupdv1.SnapshotChunk{Data: snap}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func joinAll(lists ...[]string) string {

@@ -228,16 +228,7 @@ func TestWatchEventsEndAtSnapshotRestore(t *testing.T) {
 		t.Fatalf("events before the restore: %v, want v1 and v2", got)
 	}
 
-	up, err := cl.SnapshotRestore(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := up.Send(&csisupdv1.SnapshotChunk{Data: snap}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := up.CloseAndRecv(); err != nil {
-		t.Fatal(err)
-	}
+	restoreSnapshot(t, cl, snap)
 
 	// The open stream ends: the events it had do not lead to the state.
 	_, err = open.Recv()
