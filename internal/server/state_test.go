@@ -176,19 +176,12 @@ func TestFSMSnapshotRestore(t *testing.T) {
 		&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: &csisupdv1.Volume{Id: "v", PluginId: "p", ExternalId: "x"}}},
 		&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: &csisupdv1.ServerRecord{Id: "s1", RpcAddress: "h:1"}}},
 	)
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
+	snap := snapshotOf(t, f)
 	g, err := newFSM(testEvents(t, 16, 8))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Restore(io.NopCloser(strings.NewReader(sink.String()))); err != nil {
+	if err := g.Restore(io.NopCloser(strings.NewReader(snap))); err != nil {
 		t.Fatal(err)
 	}
 	st := g.State()
