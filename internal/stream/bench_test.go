@@ -49,16 +49,22 @@ func BenchmarkPublish(b *testing.B) {
 			for range n {
 				subscribe(b, buf, Request{})
 			}
-			e := ev("plugin", "a", 1)
-			b.ReportAllocs()
-			index := uint64(0)
-			for b.Loop() {
-				index++
-				if err := buf.Publish(index, e); err != nil {
-					b.Fatal(err)
-				}
-			}
+			publishEach(b, buf)
 		})
+	}
+}
+
+// publishEach publishes a one-event batch per benchmark iteration.
+func publishEach(b *testing.B, buf *Buffer[int]) {
+	b.Helper()
+	e := ev("plugin", "a", 1)
+	b.ReportAllocs()
+	index := uint64(0)
+	for b.Loop() {
+		index++
+		if err := buf.Publish(index, e); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -93,15 +99,7 @@ func BenchmarkPublishWaiting(b *testing.B) {
 			}
 		})
 	}
-	e := ev("plugin", "a", 1)
-	b.ReportAllocs()
-	index := uint64(0)
-	for b.Loop() {
-		index++
-		if err := buf.Publish(index, e); err != nil {
-			b.Fatal(err)
-		}
-	}
+	publishEach(b, buf)
 	b.StopTimer()
 	cancel()
 	buf.Close()
