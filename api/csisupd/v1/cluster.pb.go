@@ -22,6 +22,102 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ResolveTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SecretId      string                 `protobuf:"bytes,1,opt,name=secret_id,json=secretId,proto3" json:"secret_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveTokenRequest) Reset() {
+	*x = ResolveTokenRequest{}
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveTokenRequest) ProtoMessage() {}
+
+func (x *ResolveTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveTokenRequest.ProtoReflect.Descriptor instead.
+func (*ResolveTokenRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResolveTokenRequest) GetSecretId() string {
+	if x != nil {
+		return x.SecretId
+	}
+	return ""
+}
+
+type ResolveTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *ACLToken              `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Policies      []*ACLPolicy           `protobuf:"bytes,2,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveTokenResponse) Reset() {
+	*x = ResolveTokenResponse{}
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveTokenResponse) ProtoMessage() {}
+
+func (x *ResolveTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveTokenResponse.ProtoReflect.Descriptor instead.
+func (*ResolveTokenResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResolveTokenResponse) GetToken() *ACLToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *ResolveTokenResponse) GetPolicies() []*ACLPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
 type PeerInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -30,7 +126,7 @@ type PeerInfoRequest struct {
 
 func (x *PeerInfoRequest) Reset() {
 	*x = PeerInfoRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -42,7 +138,7 @@ func (x *PeerInfoRequest) String() string {
 func (*PeerInfoRequest) ProtoMessage() {}
 
 func (x *PeerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -55,7 +151,7 @@ func (x *PeerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInfoRequest.ProtoReflect.Descriptor instead.
 func (*PeerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 type PeerInfoResponse struct {
@@ -75,7 +171,7 @@ type PeerInfoResponse struct {
 
 func (x *PeerInfoResponse) Reset() {
 	*x = PeerInfoResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -87,7 +183,7 @@ func (x *PeerInfoResponse) String() string {
 func (*PeerInfoResponse) ProtoMessage() {}
 
 func (x *PeerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -100,7 +196,7 @@ func (x *PeerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInfoResponse.ProtoReflect.Descriptor instead.
 func (*PeerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PeerInfoResponse) GetServerId() string {
@@ -163,7 +259,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +271,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +284,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinRequest) GetServerId() string {
@@ -220,7 +316,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +328,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +341,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 type ServerStatsRequest struct {
@@ -256,7 +352,7 @@ type ServerStatsRequest struct {
 
 func (x *ServerStatsRequest) Reset() {
 	*x = ServerStatsRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +364,7 @@ func (x *ServerStatsRequest) String() string {
 func (*ServerStatsRequest) ProtoMessage() {}
 
 func (x *ServerStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,7 +377,7 @@ func (x *ServerStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatsRequest.ProtoReflect.Descriptor instead.
 func (*ServerStatsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 type ServerStatsResponse struct {
@@ -298,7 +394,7 @@ type ServerStatsResponse struct {
 
 func (x *ServerStatsResponse) Reset() {
 	*x = ServerStatsResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +406,7 @@ func (x *ServerStatsResponse) String() string {
 func (*ServerStatsResponse) ProtoMessage() {}
 
 func (x *ServerStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +419,7 @@ func (x *ServerStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatsResponse.ProtoReflect.Descriptor instead.
 func (*ServerStatsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ServerStatsResponse) GetServerId() string {
@@ -367,7 +463,7 @@ type NodeRegisterRequest struct {
 
 func (x *NodeRegisterRequest) Reset() {
 	*x = NodeRegisterRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +475,7 @@ func (x *NodeRegisterRequest) String() string {
 func (*NodeRegisterRequest) ProtoMessage() {}
 
 func (x *NodeRegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +488,7 @@ func (x *NodeRegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRegisterRequest.ProtoReflect.Descriptor instead.
 func (*NodeRegisterRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeRegisterRequest) GetNodeId() string {
@@ -433,7 +529,7 @@ type NodeRegisterResponse struct {
 
 func (x *NodeRegisterResponse) Reset() {
 	*x = NodeRegisterResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +541,7 @@ func (x *NodeRegisterResponse) String() string {
 func (*NodeRegisterResponse) ProtoMessage() {}
 
 func (x *NodeRegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +554,7 @@ func (x *NodeRegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRegisterResponse.ProtoReflect.Descriptor instead.
 func (*NodeRegisterResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeRegisterResponse) GetHeartbeatTtlMs() int64 {
@@ -486,7 +582,7 @@ type NodeUpdatePluginsRequest struct {
 
 func (x *NodeUpdatePluginsRequest) Reset() {
 	*x = NodeUpdatePluginsRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +594,7 @@ func (x *NodeUpdatePluginsRequest) String() string {
 func (*NodeUpdatePluginsRequest) ProtoMessage() {}
 
 func (x *NodeUpdatePluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +607,7 @@ func (x *NodeUpdatePluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUpdatePluginsRequest.ProtoReflect.Descriptor instead.
 func (*NodeUpdatePluginsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeUpdatePluginsRequest) GetNodeId() string {
@@ -537,7 +633,7 @@ type NodeUpdatePluginsResponse struct {
 
 func (x *NodeUpdatePluginsResponse) Reset() {
 	*x = NodeUpdatePluginsResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +645,7 @@ func (x *NodeUpdatePluginsResponse) String() string {
 func (*NodeUpdatePluginsResponse) ProtoMessage() {}
 
 func (x *NodeUpdatePluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +658,7 @@ func (x *NodeUpdatePluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUpdatePluginsResponse.ProtoReflect.Descriptor instead.
 func (*NodeUpdatePluginsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeUpdatePluginsResponse) GetIndex() uint64 {
@@ -581,7 +677,7 @@ type NodeHeartbeatRequest struct {
 
 func (x *NodeHeartbeatRequest) Reset() {
 	*x = NodeHeartbeatRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +689,7 @@ func (x *NodeHeartbeatRequest) String() string {
 func (*NodeHeartbeatRequest) ProtoMessage() {}
 
 func (x *NodeHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +702,7 @@ func (x *NodeHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeHeartbeatRequest) GetNodeId() string {
@@ -625,7 +721,7 @@ type NodeHeartbeatResponse struct {
 
 func (x *NodeHeartbeatResponse) Reset() {
 	*x = NodeHeartbeatResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +733,7 @@ func (x *NodeHeartbeatResponse) String() string {
 func (*NodeHeartbeatResponse) ProtoMessage() {}
 
 func (x *NodeHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +746,7 @@ func (x *NodeHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeHeartbeatResponse) GetHeartbeatTtlMs() int64 {
@@ -672,7 +768,7 @@ type ServerRecord struct {
 
 func (x *ServerRecord) Reset() {
 	*x = ServerRecord{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +780,7 @@ func (x *ServerRecord) String() string {
 func (*ServerRecord) ProtoMessage() {}
 
 func (x *ServerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +793,7 @@ func (x *ServerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerRecord.ProtoReflect.Descriptor instead.
 func (*ServerRecord) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ServerRecord) GetId() string {
@@ -735,6 +831,11 @@ type LogEntry struct {
 	//	*LogEntry_ServerUpsert
 	//	*LogEntry_Batch
 	//	*LogEntry_Noop
+	//	*LogEntry_AclPolicyUpsert
+	//	*LogEntry_AclPolicyDelete
+	//	*LogEntry_AclTokenUpsert
+	//	*LogEntry_AclTokenDelete
+	//	*LogEntry_AclBootstrap
 	Command       isLogEntry_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -742,7 +843,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +855,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +868,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LogEntry) GetTime() *timestamppb.Timestamp {
@@ -856,6 +957,51 @@ func (x *LogEntry) GetNoop() []byte {
 	return nil
 }
 
+func (x *LogEntry) GetAclPolicyUpsert() *ACLPolicy {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_AclPolicyUpsert); ok {
+			return x.AclPolicyUpsert
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetAclPolicyDelete() string {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_AclPolicyDelete); ok {
+			return x.AclPolicyDelete
+		}
+	}
+	return ""
+}
+
+func (x *LogEntry) GetAclTokenUpsert() *ACLTokenRecord {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_AclTokenUpsert); ok {
+			return x.AclTokenUpsert
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetAclTokenDelete() string {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_AclTokenDelete); ok {
+			return x.AclTokenDelete
+		}
+	}
+	return ""
+}
+
+func (x *LogEntry) GetAclBootstrap() *ACLBootstrapCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_AclBootstrap); ok {
+			return x.AclBootstrap
+		}
+	}
+	return nil
+}
+
 type isLogEntry_Command interface {
 	isLogEntry_Command()
 }
@@ -893,6 +1039,27 @@ type LogEntry_Noop struct {
 	Noop []byte `protobuf:"bytes,9,opt,name=noop,proto3,oneof"`
 }
 
+type LogEntry_AclPolicyUpsert struct {
+	AclPolicyUpsert *ACLPolicy `protobuf:"bytes,10,opt,name=acl_policy_upsert,json=aclPolicyUpsert,proto3,oneof"`
+}
+
+type LogEntry_AclPolicyDelete struct {
+	AclPolicyDelete string `protobuf:"bytes,11,opt,name=acl_policy_delete,json=aclPolicyDelete,proto3,oneof"`
+}
+
+type LogEntry_AclTokenUpsert struct {
+	AclTokenUpsert *ACLTokenRecord `protobuf:"bytes,12,opt,name=acl_token_upsert,json=aclTokenUpsert,proto3,oneof"`
+}
+
+type LogEntry_AclTokenDelete struct {
+	// acl_token_delete is an accessor id.
+	AclTokenDelete string `protobuf:"bytes,13,opt,name=acl_token_delete,json=aclTokenDelete,proto3,oneof"`
+}
+
+type LogEntry_AclBootstrap struct {
+	AclBootstrap *ACLBootstrapCommand `protobuf:"bytes,14,opt,name=acl_bootstrap,json=aclBootstrap,proto3,oneof"`
+}
+
 func (*LogEntry_NodeUpsert) isLogEntry_Command() {}
 
 func (*LogEntry_NodePlugins) isLogEntry_Command() {}
@@ -909,6 +1076,16 @@ func (*LogEntry_Batch) isLogEntry_Command() {}
 
 func (*LogEntry_Noop) isLogEntry_Command() {}
 
+func (*LogEntry_AclPolicyUpsert) isLogEntry_Command() {}
+
+func (*LogEntry_AclPolicyDelete) isLogEntry_Command() {}
+
+func (*LogEntry_AclTokenUpsert) isLogEntry_Command() {}
+
+func (*LogEntry_AclTokenDelete) isLogEntry_Command() {}
+
+func (*LogEntry_AclBootstrap) isLogEntry_Command() {}
+
 // NodePluginsCommand replaces a node's plugins.
 type NodePluginsCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -920,7 +1097,7 @@ type NodePluginsCommand struct {
 
 func (x *NodePluginsCommand) Reset() {
 	*x = NodePluginsCommand{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1109,7 @@ func (x *NodePluginsCommand) String() string {
 func (*NodePluginsCommand) ProtoMessage() {}
 
 func (x *NodePluginsCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1122,7 @@ func (x *NodePluginsCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodePluginsCommand.ProtoReflect.Descriptor instead.
 func (*NodePluginsCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodePluginsCommand) GetNodeId() string {
@@ -974,7 +1151,7 @@ type NodeStatusCommand struct {
 
 func (x *NodeStatusCommand) Reset() {
 	*x = NodeStatusCommand{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1163,7 @@ func (x *NodeStatusCommand) String() string {
 func (*NodeStatusCommand) ProtoMessage() {}
 
 func (x *NodeStatusCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1176,7 @@ func (x *NodeStatusCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusCommand.ProtoReflect.Descriptor instead.
 func (*NodeStatusCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeStatusCommand) GetNodeId() string {
@@ -1033,7 +1210,7 @@ type LogBatch struct {
 
 func (x *LogBatch) Reset() {
 	*x = LogBatch{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1222,7 @@ func (x *LogBatch) String() string {
 func (*LogBatch) ProtoMessage() {}
 
 func (x *LogBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1235,7 @@ func (x *LogBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBatch.ProtoReflect.Descriptor instead.
 func (*LogBatch) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LogBatch) GetEntries() []*LogEntry {
@@ -1076,14 +1253,20 @@ type StateSnapshot struct {
 	Volumes []*Volume              `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	Servers []*ServerRecord        `protobuf:"bytes,4,rep,name=servers,proto3" json:"servers,omitempty"`
 	// index is the raft index of the latest write in the snapshot.
-	Index         uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Index       uint64       `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	AclPolicies []*ACLPolicy `protobuf:"bytes,6,rep,name=acl_policies,json=aclPolicies,proto3" json:"acl_policies,omitempty"`
+	// acl_tokens hold hashes of secret ids, never the secrets.
+	AclTokens []*ACLTokenRecord `protobuf:"bytes,7,rep,name=acl_tokens,json=aclTokens,proto3" json:"acl_tokens,omitempty"`
+	// acl_bootstrap_index is the raft index of the ACL bootstrap; 0 when the
+	// cluster was never bootstrapped.
+	AclBootstrapIndex uint64 `protobuf:"varint,8,opt,name=acl_bootstrap_index,json=aclBootstrapIndex,proto3" json:"acl_bootstrap_index,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1278,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1291,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StateSnapshot) GetVersion() uint32 {
@@ -1146,12 +1329,38 @@ func (x *StateSnapshot) GetIndex() uint64 {
 	return 0
 }
 
+func (x *StateSnapshot) GetAclPolicies() []*ACLPolicy {
+	if x != nil {
+		return x.AclPolicies
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetAclTokens() []*ACLTokenRecord {
+	if x != nil {
+		return x.AclTokens
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetAclBootstrapIndex() uint64 {
+	if x != nil {
+		return x.AclBootstrapIndex
+	}
+	return 0
+}
+
 var File_csisupd_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/cluster.proto\x12\n" +
-	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x11\n" +
+	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n" +
+	"\x13ResolveTokenRequest\x12\x1b\n" +
+	"\tsecret_id\x18\x01 \x01(\tR\bsecretId\"u\n" +
+	"\x14ResolveTokenResponse\x12*\n" +
+	"\x05token\x18\x01 \x01(\v2\x14.csisupd.v1.ACLTokenR\x05token\x121\n" +
+	"\bpolicies\x18\x02 \x03(\v2\x15.csisupd.v1.ACLPolicyR\bpolicies\"\x11\n" +
 	"\x0fPeerInfoRequest\"\x8f\x02\n" +
 	"\x10PeerInfoResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12!\n" +
@@ -1196,7 +1405,7 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
 	"\vrpc_address\x18\x03 \x01(\tR\n" +
-	"rpcAddress\"\xef\x03\n" +
+	"rpcAddress\"\x9e\x06\n" +
 	"\bLogEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12:\n" +
 	"\vnode_upsert\x18\x02 \x01(\v2\x17.csisupd.v1.ClusterNodeH\x00R\n" +
@@ -1208,7 +1417,13 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\rvolume_delete\x18\x06 \x01(\tH\x00R\fvolumeDelete\x12?\n" +
 	"\rserver_upsert\x18\a \x01(\v2\x18.csisupd.v1.ServerRecordH\x00R\fserverUpsert\x12,\n" +
 	"\x05batch\x18\b \x01(\v2\x14.csisupd.v1.LogBatchH\x00R\x05batch\x12\x14\n" +
-	"\x04noop\x18\t \x01(\fH\x00R\x04noopB\t\n" +
+	"\x04noop\x18\t \x01(\fH\x00R\x04noop\x12C\n" +
+	"\x11acl_policy_upsert\x18\n" +
+	" \x01(\v2\x15.csisupd.v1.ACLPolicyH\x00R\x0faclPolicyUpsert\x12,\n" +
+	"\x11acl_policy_delete\x18\v \x01(\tH\x00R\x0faclPolicyDelete\x12F\n" +
+	"\x10acl_token_upsert\x18\f \x01(\v2\x1a.csisupd.v1.ACLTokenRecordH\x00R\x0eaclTokenUpsert\x12*\n" +
+	"\x10acl_token_delete\x18\r \x01(\tH\x00R\x0eaclTokenDelete\x12F\n" +
+	"\racl_bootstrap\x18\x0e \x01(\v2\x1f.csisupd.v1.ACLBootstrapCommandH\x00R\faclBootstrapB\t\n" +
 	"\acommand\"[\n" +
 	"\x12NodePluginsCommand\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12,\n" +
@@ -1218,20 +1433,25 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\":\n" +
 	"\bLogBatch\x12.\n" +
-	"\aentries\x18\x01 \x03(\v2\x14.csisupd.v1.LogEntryR\aentries\"\xd0\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x14.csisupd.v1.LogEntryR\aentries\"\xf5\x02\n" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x17.csisupd.v1.ClusterNodeR\x05nodes\x12,\n" +
 	"\avolumes\x18\x03 \x03(\v2\x12.csisupd.v1.VolumeR\avolumes\x122\n" +
 	"\aservers\x18\x04 \x03(\v2\x18.csisupd.v1.ServerRecordR\aservers\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index2\xe6\x03\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\x128\n" +
+	"\facl_policies\x18\x06 \x03(\v2\x15.csisupd.v1.ACLPolicyR\vaclPolicies\x129\n" +
+	"\n" +
+	"acl_tokens\x18\a \x03(\v2\x1a.csisupd.v1.ACLTokenRecordR\taclTokens\x12.\n" +
+	"\x13acl_bootstrap_index\x18\b \x01(\x04R\x11aclBootstrapIndex2\xb9\x04\n" +
 	"\aCluster\x12E\n" +
 	"\bPeerInfo\x12\x1b.csisupd.v1.PeerInfoRequest\x1a\x1c.csisupd.v1.PeerInfoResponse\x129\n" +
 	"\x04Join\x12\x17.csisupd.v1.JoinRequest\x1a\x18.csisupd.v1.JoinResponse\x12N\n" +
 	"\vServerStats\x12\x1e.csisupd.v1.ServerStatsRequest\x1a\x1f.csisupd.v1.ServerStatsResponse\x12Q\n" +
 	"\fNodeRegister\x12\x1f.csisupd.v1.NodeRegisterRequest\x1a .csisupd.v1.NodeRegisterResponse\x12`\n" +
 	"\x11NodeUpdatePlugins\x12$.csisupd.v1.NodeUpdatePluginsRequest\x1a%.csisupd.v1.NodeUpdatePluginsResponse\x12T\n" +
-	"\rNodeHeartbeat\x12 .csisupd.v1.NodeHeartbeatRequest\x1a!.csisupd.v1.NodeHeartbeatResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\rNodeHeartbeat\x12 .csisupd.v1.NodeHeartbeatRequest\x1a!.csisupd.v1.NodeHeartbeatResponse\x12Q\n" +
+	"\fResolveToken\x12\x1f.csisupd.v1.ResolveTokenRequest\x1a .csisupd.v1.ResolveTokenResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_cluster_proto_rawDescOnce sync.Once
@@ -1245,63 +1465,78 @@ func file_csisupd_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_cluster_proto_rawDescData
 }
 
-var file_csisupd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_csisupd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_csisupd_v1_cluster_proto_goTypes = []any{
-	(*PeerInfoRequest)(nil),           // 0: csisupd.v1.PeerInfoRequest
-	(*PeerInfoResponse)(nil),          // 1: csisupd.v1.PeerInfoResponse
-	(*JoinRequest)(nil),               // 2: csisupd.v1.JoinRequest
-	(*JoinResponse)(nil),              // 3: csisupd.v1.JoinResponse
-	(*ServerStatsRequest)(nil),        // 4: csisupd.v1.ServerStatsRequest
-	(*ServerStatsResponse)(nil),       // 5: csisupd.v1.ServerStatsResponse
-	(*NodeRegisterRequest)(nil),       // 6: csisupd.v1.NodeRegisterRequest
-	(*NodeRegisterResponse)(nil),      // 7: csisupd.v1.NodeRegisterResponse
-	(*NodeUpdatePluginsRequest)(nil),  // 8: csisupd.v1.NodeUpdatePluginsRequest
-	(*NodeUpdatePluginsResponse)(nil), // 9: csisupd.v1.NodeUpdatePluginsResponse
-	(*NodeHeartbeatRequest)(nil),      // 10: csisupd.v1.NodeHeartbeatRequest
-	(*NodeHeartbeatResponse)(nil),     // 11: csisupd.v1.NodeHeartbeatResponse
-	(*ServerRecord)(nil),              // 12: csisupd.v1.ServerRecord
-	(*LogEntry)(nil),                  // 13: csisupd.v1.LogEntry
-	(*NodePluginsCommand)(nil),        // 14: csisupd.v1.NodePluginsCommand
-	(*NodeStatusCommand)(nil),         // 15: csisupd.v1.NodeStatusCommand
-	(*LogBatch)(nil),                  // 16: csisupd.v1.LogBatch
-	(*StateSnapshot)(nil),             // 17: csisupd.v1.StateSnapshot
-	(*Plugin)(nil),                    // 18: csisupd.v1.Plugin
-	(*timestamppb.Timestamp)(nil),     // 19: google.protobuf.Timestamp
-	(*ClusterNode)(nil),               // 20: csisupd.v1.ClusterNode
-	(*Volume)(nil),                    // 21: csisupd.v1.Volume
+	(*ResolveTokenRequest)(nil),       // 0: csisupd.v1.ResolveTokenRequest
+	(*ResolveTokenResponse)(nil),      // 1: csisupd.v1.ResolveTokenResponse
+	(*PeerInfoRequest)(nil),           // 2: csisupd.v1.PeerInfoRequest
+	(*PeerInfoResponse)(nil),          // 3: csisupd.v1.PeerInfoResponse
+	(*JoinRequest)(nil),               // 4: csisupd.v1.JoinRequest
+	(*JoinResponse)(nil),              // 5: csisupd.v1.JoinResponse
+	(*ServerStatsRequest)(nil),        // 6: csisupd.v1.ServerStatsRequest
+	(*ServerStatsResponse)(nil),       // 7: csisupd.v1.ServerStatsResponse
+	(*NodeRegisterRequest)(nil),       // 8: csisupd.v1.NodeRegisterRequest
+	(*NodeRegisterResponse)(nil),      // 9: csisupd.v1.NodeRegisterResponse
+	(*NodeUpdatePluginsRequest)(nil),  // 10: csisupd.v1.NodeUpdatePluginsRequest
+	(*NodeUpdatePluginsResponse)(nil), // 11: csisupd.v1.NodeUpdatePluginsResponse
+	(*NodeHeartbeatRequest)(nil),      // 12: csisupd.v1.NodeHeartbeatRequest
+	(*NodeHeartbeatResponse)(nil),     // 13: csisupd.v1.NodeHeartbeatResponse
+	(*ServerRecord)(nil),              // 14: csisupd.v1.ServerRecord
+	(*LogEntry)(nil),                  // 15: csisupd.v1.LogEntry
+	(*NodePluginsCommand)(nil),        // 16: csisupd.v1.NodePluginsCommand
+	(*NodeStatusCommand)(nil),         // 17: csisupd.v1.NodeStatusCommand
+	(*LogBatch)(nil),                  // 18: csisupd.v1.LogBatch
+	(*StateSnapshot)(nil),             // 19: csisupd.v1.StateSnapshot
+	(*ACLToken)(nil),                  // 20: csisupd.v1.ACLToken
+	(*ACLPolicy)(nil),                 // 21: csisupd.v1.ACLPolicy
+	(*Plugin)(nil),                    // 22: csisupd.v1.Plugin
+	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
+	(*ClusterNode)(nil),               // 24: csisupd.v1.ClusterNode
+	(*Volume)(nil),                    // 25: csisupd.v1.Volume
+	(*ACLTokenRecord)(nil),            // 26: csisupd.v1.ACLTokenRecord
+	(*ACLBootstrapCommand)(nil),       // 27: csisupd.v1.ACLBootstrapCommand
 }
 var file_csisupd_v1_cluster_proto_depIdxs = []int32{
-	18, // 0: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
-	18, // 1: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
-	19, // 2: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	20, // 3: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
-	14, // 4: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
-	15, // 5: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
-	21, // 6: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
-	12, // 7: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
-	16, // 8: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
-	18, // 9: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
-	13, // 10: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
-	20, // 11: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
-	21, // 12: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
-	12, // 13: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
-	0,  // 14: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
-	2,  // 15: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
-	4,  // 16: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
-	6,  // 17: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
-	8,  // 18: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
-	10, // 19: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
-	1,  // 20: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
-	3,  // 21: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
-	5,  // 22: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
-	7,  // 23: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
-	9,  // 24: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
-	11, // 25: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	20, // 0: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
+	21, // 1: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
+	22, // 2: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
+	22, // 3: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
+	23, // 4: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	24, // 5: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
+	16, // 6: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
+	17, // 7: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
+	25, // 8: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
+	14, // 9: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
+	18, // 10: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
+	21, // 11: csisupd.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.v1.ACLPolicy
+	26, // 12: csisupd.v1.LogEntry.acl_token_upsert:type_name -> csisupd.v1.ACLTokenRecord
+	27, // 13: csisupd.v1.LogEntry.acl_bootstrap:type_name -> csisupd.v1.ACLBootstrapCommand
+	22, // 14: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
+	15, // 15: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
+	24, // 16: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
+	25, // 17: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
+	14, // 18: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
+	21, // 19: csisupd.v1.StateSnapshot.acl_policies:type_name -> csisupd.v1.ACLPolicy
+	26, // 20: csisupd.v1.StateSnapshot.acl_tokens:type_name -> csisupd.v1.ACLTokenRecord
+	2,  // 21: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
+	4,  // 22: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
+	6,  // 23: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
+	8,  // 24: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
+	10, // 25: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
+	12, // 26: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
+	0,  // 27: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
+	3,  // 28: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
+	5,  // 29: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
+	7,  // 30: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
+	9,  // 31: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
+	11, // 32: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
+	13, // 33: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
+	1,  // 34: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
+	28, // [28:35] is the sub-list for method output_type
+	21, // [21:28] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_cluster_proto_init() }
@@ -1309,9 +1544,10 @@ func file_csisupd_v1_cluster_proto_init() {
 	if File_csisupd_v1_cluster_proto != nil {
 		return
 	}
+	file_csisupd_v1_acl_proto_init()
 	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_control_proto_init()
-	file_csisupd_v1_cluster_proto_msgTypes[13].OneofWrappers = []any{
+	file_csisupd_v1_cluster_proto_msgTypes[15].OneofWrappers = []any{
 		(*LogEntry_NodeUpsert)(nil),
 		(*LogEntry_NodePlugins)(nil),
 		(*LogEntry_NodeStatus)(nil),
@@ -1320,6 +1556,11 @@ func file_csisupd_v1_cluster_proto_init() {
 		(*LogEntry_ServerUpsert)(nil),
 		(*LogEntry_Batch)(nil),
 		(*LogEntry_Noop)(nil),
+		(*LogEntry_AclPolicyUpsert)(nil),
+		(*LogEntry_AclPolicyDelete)(nil),
+		(*LogEntry_AclTokenUpsert)(nil),
+		(*LogEntry_AclTokenDelete)(nil),
+		(*LogEntry_AclBootstrap)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1327,7 +1568,7 @@ func file_csisupd_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_cluster_proto_rawDesc), len(file_csisupd_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

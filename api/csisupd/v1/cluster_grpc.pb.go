@@ -25,6 +25,7 @@ const (
 	Cluster_NodeRegister_FullMethodName      = "/csisupd.v1.Cluster/NodeRegister"
 	Cluster_NodeUpdatePlugins_FullMethodName = "/csisupd.v1.Cluster/NodeUpdatePlugins"
 	Cluster_NodeHeartbeat_FullMethodName     = "/csisupd.v1.Cluster/NodeHeartbeat"
+	Cluster_ResolveToken_FullMethodName      = "/csisupd.v1.Cluster/ResolveToken"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -53,6 +54,11 @@ type ClusterClient interface {
 	// writes to raft when the node's status changes. NotFound means the node
 	// must register again.
 	NodeHeartbeat(ctx context.Context, in *NodeHeartbeatRequest, opts ...grpc.CallOption) (*NodeHeartbeatResponse, error)
+	// ResolveToken returns the token whose secret id is given, without its
+	// secret, and the policies it names, so that an agent without the
+	// replicated state can check the capabilities of its callers. Unknown
+	// secrets are NotFound.
+	ResolveToken(ctx context.Context, in *ResolveTokenRequest, opts ...grpc.CallOption) (*ResolveTokenResponse, error)
 }
 
 type clusterClient struct {
@@ -123,6 +129,16 @@ func (c *clusterClient) NodeHeartbeat(ctx context.Context, in *NodeHeartbeatRequ
 	return out, nil
 }
 
+func (c *clusterClient) ResolveToken(ctx context.Context, in *ResolveTokenRequest, opts ...grpc.CallOption) (*ResolveTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveTokenResponse)
+	err := c.cc.Invoke(ctx, Cluster_ResolveToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -149,6 +165,11 @@ type ClusterServer interface {
 	// writes to raft when the node's status changes. NotFound means the node
 	// must register again.
 	NodeHeartbeat(context.Context, *NodeHeartbeatRequest) (*NodeHeartbeatResponse, error)
+	// ResolveToken returns the token whose secret id is given, without its
+	// secret, and the policies it names, so that an agent without the
+	// replicated state can check the capabilities of its callers. Unknown
+	// secrets are NotFound.
+	ResolveToken(context.Context, *ResolveTokenRequest) (*ResolveTokenResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -176,6 +197,9 @@ func (UnimplementedClusterServer) NodeUpdatePlugins(context.Context, *NodeUpdate
 }
 func (UnimplementedClusterServer) NodeHeartbeat(context.Context, *NodeHeartbeatRequest) (*NodeHeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NodeHeartbeat not implemented")
+}
+func (UnimplementedClusterServer) ResolveToken(context.Context, *ResolveTokenRequest) (*ResolveTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveToken not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -306,6 +330,24 @@ func _Cluster_NodeHeartbeat_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_ResolveToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ResolveToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ResolveToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ResolveToken(ctx, req.(*ResolveTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -336,6 +378,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeHeartbeat",
 			Handler:    _Cluster_NodeHeartbeat_Handler,
+		},
+		{
+			MethodName: "ResolveToken",
+			Handler:    _Cluster_ResolveToken_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
