@@ -14,6 +14,8 @@ const (
 	DefaultPluginDir = DefaultDataDir + "/plugins"
 	DefaultBindAddr  = "127.0.0.1"
 	DefaultLogLevel  = "info"
+	// DefaultRegion is the region of certificates' role names.
+	DefaultRegion = "global"
 
 	DefaultRPCPort  = 4780
 	DefaultRaftPort = 4781
@@ -85,12 +87,17 @@ type Config struct {
 	LogLevel string
 	// LogJSON selects JSON log lines.
 	LogJSON bool
+	// Region names the group of servers and agents that trust each other's
+	// certificates: it is part of the role names certificates carry
+	// (server.<region>.csisupd, client.<region>.csisupd). Default "global".
+	Region string
 
 	Ports  Ports
 	Client ClientConfig
 	Server ServerConfig
 	Consul ConsulConfig
 	TLS    TLSConfig
+	ACL    ACLConfig
 
 	// Dev is true when the agent runs in dev mode (--dev).
 	Dev bool
@@ -233,11 +240,37 @@ func (c ConsulConfig) CheckTTL() time.Duration {
 	return max(DefaultConsulCheckTTL, 4*c.SyncInterval)
 }
 
-// TLSConfig configures TLS of the gRPC APIs. All fields are file paths.
+// TLSConfig configures TLS of every port: the gRPC APIs and raft. Once
+// cert_file and key_file are set, TLS is on and ca_file is required.
 type TLSConfig struct {
+	// CAFile, CertFile and KeyFile are PEM file paths. CAFile may hold
+	// several CA certificates (during a CA rotation).
 	CAFile   string
 	CertFile string
 	KeyFile  string
+	// VerifyIncoming requires callers of the gRPC port to present a
+	// certificate signed by the CA (the CLI uses a --cli certificate).
+	// The raft port always requires a server certificate. Default true.
+	VerifyIncoming bool
+	// VerifyOutgoing verifies the certificate of every server and agent
+	// this process calls against the CA. Default true.
+	VerifyOutgoing bool
+	// VerifyServerHostname checks that a server called carries the server
+	// role name (server.<region>.csisupd) and an agent called the client
+	// role name, so that a node's certificate cannot act as a server.
+	// Default true.
+	VerifyServerHostname bool
+}
+
+// ACLConfig configures ACL tokens.
+type ACLConfig struct {
+	// Enabled turns ACLs on: every API method then needs a token that
+	// allows it (or the anonymous policy does). Needs TLS.
+	Enabled bool
+	// AgentToken is the token the agent presents to the servers
+	// (acl.tokens.agent, else CSISUPD_AGENT_TOKEN). Its policy needs
+	// node = write.
+	AgentToken Secret
 }
 
 // Enabled reports whether a certificate and key are configured.
@@ -280,6 +313,7 @@ func Default() Config {
 		BindAddr:      DefaultBindAddr,
 		AdvertiseAddr: DefaultBindAddr,
 		LogLevel:      DefaultLogLevel,
+		Region:        DefaultRegion,
 		Ports: Ports{
 			RPC:  DefaultRPCPort,
 			HTTP: DefaultHTTPPort,
@@ -312,6 +346,11 @@ func Default() Config {
 			ServerServiceName:    DefaultConsulServerServiceName,
 			ServerAutoJoin:       true,
 			ClientAutoJoin:       true,
+		},
+		TLS: TLSConfig{
+			VerifyIncoming:       true,
+			VerifyOutgoing:       true,
+			VerifyServerHostname: true,
 		},
 	}
 }
@@ -365,6 +404,7 @@ func (c Config) String() string {
 	w("", "advertise_addr", c.AdvertiseAddr)
 	w("", "log_level", c.LogLevel)
 	w("", "log_json", c.LogJSON)
+	w("", "region", c.Region)
 	const in = "  "
 	b.WriteString("ports {\n")
 	w(in, "rpc", c.Ports.RPC)
@@ -408,7 +448,14 @@ func (c Config) String() string {
 	w(in, "ca_file", c.TLS.CAFile)
 	w(in, "cert_file", c.TLS.CertFile)
 	w(in, "key_file", c.TLS.KeyFile)
-	b.WriteString("}\n")
+	w(in, "verify_incoming", c.TLS.VerifyIncoming)
+	w(in, "verify_outgoing", c.TLS.VerifyOutgoing)
+	w(in, "verify_server_hostname", c.TLS.VerifyServerHostname)
+	b.WriteString("}\nacl {\n")
+	w(in, "enabled", c.ACL.Enabled)
+	b.WriteString(in + "tokens {\n")
+	w(in+in, "agent", c.ACL.AgentToken.String())
+	b.WriteString(in + "}\n}\n")
 	return b.String()
 }
 

@@ -26,6 +26,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 		"advertise_addr": &c.AdvertiseAddr,
 		"log_level":      &c.LogLevel,
 		"log_json":       &c.LogJSON,
+		"region":         &c.Region,
 	}
 	blocks = map[string]map[string]any{
 		"ports": {
@@ -71,9 +72,19 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"client_auto_join":       &c.Consul.ClientAutoJoin,
 		},
 		"tls": {
-			"ca_file":   &c.TLS.CAFile,
-			"cert_file": &c.TLS.CertFile,
-			"key_file":  &c.TLS.KeyFile,
+			"ca_file":                &c.TLS.CAFile,
+			"cert_file":              &c.TLS.CertFile,
+			"key_file":               &c.TLS.KeyFile,
+			"verify_incoming":        &c.TLS.VerifyIncoming,
+			"verify_outgoing":        &c.TLS.VerifyOutgoing,
+			"verify_server_hostname": &c.TLS.VerifyServerHostname,
+		},
+		"acl": {
+			"enabled": &c.ACL.Enabled,
+		},
+		// A nested block is named "outer.inner".
+		"acl.tokens": {
+			"agent": &c.ACL.AgentToken,
 		},
 	}
 	return top, blocks
@@ -118,10 +129,7 @@ func (c *Config) decodeFile(filename string, src []byte) error {
 			continue
 		}
 		seen[blk.Type] = blk.TypeRange
-		errs = append(errs, c.decodeAttrs(blk.Body.Attributes, blk.Type, fields, nil)...)
-		for _, inner := range blk.Body.Blocks {
-			errs = append(errs, unsupportedBlock(inner, blk.Type, fields, nil))
-		}
+		errs = append(errs, c.decodeBlock(blk, blk.Type, fields, blocks, seen)...)
 	}
 
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].at.Start.Byte < errs[j].at.Start.Byte })
@@ -130,6 +138,40 @@ func (c *Config) decodeFile(filename string, src []byte) error {
 		joined[i] = e.err
 	}
 	return errors.Join(joined...)
+}
+
+// decodeBlock applies the arguments of one block and of the blocks nested
+// in it that the schema names "outer.inner".
+func (c *Config) decodeBlock(blk *hclsyntax.Block, name string, fields map[string]any, blocks map[string]map[string]any, seen map[string]hcl.Range) []fileError {
+	nested := map[string]map[string]any{}
+	for key, f := range blocks {
+		if inner, ok := strings.CutPrefix(key, name+"."); ok && !strings.Contains(inner, ".") {
+			nested[inner] = f
+		}
+	}
+	errs := c.decodeAttrs(blk.Body.Attributes, name, fields, nested)
+	for _, inner := range blk.Body.Blocks {
+		innerFields, ok := nested[inner.Type]
+		full := name + "." + inner.Type
+		switch {
+		case !ok:
+			errs = append(errs, unsupportedBlock(inner, name, fields, nested))
+			continue
+		case len(inner.Labels) > 0:
+			errs = append(errs, fileError{inner.LabelRanges[0],
+				fmt.Errorf("%s: block %s takes no labels", pos(inner.LabelRanges[0]), full)})
+			continue
+		}
+		if first, dup := seen[full]; dup {
+			errs = append(errs, fileError{inner.TypeRange,
+				fmt.Errorf("%s: duplicate block %s (first at line %d): merge them into one",
+					pos(inner.TypeRange), full, first.Start.Line)})
+			continue
+		}
+		seen[full] = inner.TypeRange
+		errs = append(errs, c.decodeBlock(inner, full, innerFields, blocks, seen)...)
+	}
+	return errs
 }
 
 // decodeAttrs applies the arguments of one body (the file's top level when
@@ -305,7 +347,9 @@ func suggest(name string, fields map[string]any, blocks map[string]map[string]an
 		consider(k)
 	}
 	for k := range blocks {
-		consider(k)
+		if !strings.Contains(k, ".") { // nested blocks are offered inside their block
+			consider(k)
+		}
 	}
 	if best == "" {
 		return ""

@@ -16,6 +16,9 @@ const (
 	EnvBindAddr  = "CSISUPD_BIND_ADDR"
 	EnvLogLevel  = "CSISUPD_LOG_LEVEL"
 	EnvPluginDir = "CSISUPD_PLUGIN_DIR"
+	// EnvAgentToken is the token the agent presents to the servers when
+	// acl.tokens.agent is not set.
+	EnvAgentToken = "CSISUPD_AGENT_TOKEN"
 )
 
 // LoadInput is what Load reads.
@@ -144,6 +147,13 @@ func (c *Config) applyEnv(env func(string) string) {
 		*v.dst = val
 		c.setOrigin(v.key, "env "+v.name)
 		c.Sources = append(c.Sources, "env "+v.name)
+	}
+	// The agent token in a file wins over the environment, as consul.token
+	// does over CONSUL_HTTP_TOKEN.
+	if val := env(EnvAgentToken); val != "" && !c.isSet("acl.tokens.agent") {
+		c.ACL.AgentToken = Secret(val)
+		c.setOrigin("acl.tokens.agent", "env "+EnvAgentToken)
+		c.Sources = append(c.Sources, "env "+EnvAgentToken)
 	}
 }
 

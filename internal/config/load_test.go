@@ -106,6 +106,8 @@ func TestDefault(t *testing.T) {
 			ServerAutoJoin:       true,
 			ClientAutoJoin:       true,
 		},
+		Region: "global",
+		TLS:    TLSConfig{VerifyIncoming: true, VerifyOutgoing: true, VerifyServerHostname: true},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Default() =\n%#v\nwant\n%#v", got, want)
@@ -168,6 +170,15 @@ consul {
   server_auto_join       = false
   client_auto_join       = false
 }
+region = "eu-west-1"
+tls {
+  verify_incoming        = false
+  verify_outgoing        = false
+  verify_server_hostname = false
+}
+acl {
+  enabled = false
+}
 `
 	tests := []struct {
 		name  string
@@ -198,6 +209,7 @@ consul {
 						CheckInterval: 3 * time.Second, CheckTLSServerName: "client.global.csisupd",
 						ServerServiceName: "supd-server",
 					},
+					Region:  "eu-west-1",
 					Sources: []string{"agent.hcl"},
 				}
 				got := *c
@@ -309,6 +321,30 @@ client {
 			},
 			check: func(t *testing.T, c *Config) {
 				assertEqual(t, "client.plugin_dir", c.Client.PluginDir, "/run/csi")
+			},
+		},
+		{
+			name: "acl tokens block nested in acl, token file wins over env",
+			in: input{
+				files: map[string]string{"a.hcl": "acl {\n  enabled = false\n  tokens {\n    agent = \"from-file\"\n  }\n}"},
+				paths: []string{"a.hcl"},
+				env:   map[string]string{EnvAgentToken: "from-env"},
+			},
+			check: func(t *testing.T, c *Config) {
+				assertEqual(t, "acl.tokens.agent", string(c.ACL.AgentToken), "from-file")
+				assertEqual(t, "origin", c.Origin("acl.tokens.agent"), "a.hcl:4")
+				if strings.Contains(c.String(), "from-file") {
+					t.Errorf("rendered config shows the agent token:\n%s", c.String())
+				}
+			},
+		},
+		{
+			name: "agent token from env",
+			in:   input{env: map[string]string{EnvAgentToken: "from-env"}},
+			check: func(t *testing.T, c *Config) {
+				assertEqual(t, "acl.tokens.agent", string(c.ACL.AgentToken), "from-env")
+				assertEqual(t, "origin", c.Origin("acl.tokens.agent"), "env "+EnvAgentToken)
+				assertEqual(t, "warnings", c.Warnings, []string{"acl.tokens.agent is set but acl.enabled is false: the token is not used"})
 			},
 		},
 		{
@@ -506,6 +542,21 @@ func TestLoadDecodeErrors(t *testing.T) {
 			name: "duplicate block",
 			src:  "client {\n}\nclient {\n}",
 			want: `agent.hcl:3: duplicate block client (first at line 1): merge them into one`,
+		},
+		{
+			name: "unknown block nested in acl",
+			src:  "acl {\n  token {\n  }\n}",
+			want: `agent.hcl:2: unsupported block "token" in block acl; did you mean "tokens"?`,
+		},
+		{
+			name: "unknown key in acl.tokens",
+			src:  "acl {\n  tokens {\n    agnet = \"x\"\n  }\n}",
+			want: `agent.hcl:3: unsupported argument "agnet" in block acl.tokens; did you mean "agent"?`,
+		},
+		{
+			name: "duplicate nested block",
+			src:  "acl {\n  tokens {\n  }\n  tokens {\n  }\n}",
+			want: `agent.hcl:4: duplicate block acl.tokens (first at line 2): merge them into one`,
 		},
 		{
 			name: "string for a number",

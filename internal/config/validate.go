@@ -140,6 +140,20 @@ func (c *Config) Validate() error {
 	v.file("tls.ca_file", t.CAFile)
 	v.file("tls.cert_file", t.CertFile)
 	v.file("tls.key_file", t.KeyFile)
+	if t.Enabled() && t.CAFile == "" {
+		v.add("tls.ca_file", "is required with tls.cert_file: peers are verified against it, and roles come from the certificates it signed")
+	}
+	if !validRegion(c.Region) {
+		v.add("region", "%q is not a region name: use 1 to 63 lower-case letters, digits and dashes, starting with a letter or digit", c.Region)
+	}
+
+	// ACL.
+	if c.ACL.Enabled && !t.Enabled() {
+		v.add("acl.enabled", "needs TLS (tls.ca_file, tls.cert_file, tls.key_file): servers and agents prove their role by certificate, and tokens must not cross the network in plain text")
+	}
+	if c.ACL.AgentToken != "" && !c.ACL.Enabled {
+		c.warn("acl.tokens.agent is set but acl.enabled is false: the token is not used")
+	}
 
 	if !cl.Enabled && !sv.Enabled {
 		v.add("client.enabled", "client and server are both disabled: enable at least one role")
@@ -246,6 +260,20 @@ func validName(s string) bool {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
 		case i > 0 && (r == '.' || r == '_' || r == '-'):
 		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validRegion reports whether r can be a label of a certificate's DNS
+// name: 1 to 63 of a-z, 0-9 and '-', not starting with '-'.
+func validRegion(r string) bool {
+	if r == "" || len(r) > 63 || r[0] == '-' {
+		return false
+	}
+	for _, ch := range r {
+		if (ch < 'a' || ch > 'z') && (ch < '0' || ch > '9') && ch != '-' {
 			return false
 		}
 	}

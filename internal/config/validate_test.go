@@ -30,6 +30,10 @@ func TestValidateErrors(t *testing.T) {
 			`agent.hcl:1: advertise_addr: 0.0.0.0 cannot be reached by other nodes: set advertise_addr to an address of this node`},
 		{"log_level", `log_level = "verbose"`, nil,
 			`agent.hcl:1: log_level: "verbose" is not one of trace, debug, info, warn, error`},
+		{"region", `region = "EU_West"`, nil,
+			`agent.hcl:1: region: "EU_West" is not a region name: use 1 to 63 lower-case letters, digits and dashes, starting with a letter or digit`},
+		{"acl without tls", "acl {\n  enabled = true\n}", nil,
+			`agent.hcl:2: acl.enabled: needs TLS (tls.ca_file, tls.cert_file, tls.key_file): servers and agents prove their role by certificate, and tokens must not cross the network in plain text`},
 		{"port range", "ports {\n  http = 0\n}", nil,
 			`agent.hcl:2: ports.http: 0 is not a port number (1-65535)`},
 		{"port clash", "ports {\n  rpc = 5000\n  raft = 5000\n}", nil,
@@ -198,7 +202,9 @@ func TestTLS(t *testing.T) {
 			want: "tls.key_file: is set but tls.cert_file is not: set both or neither"},
 		{name: "missing CA", tls: TLSConfig{CAFile: missing},
 			want: "tls.ca_file: stat " + missing + ": no such file or directory", wantMissing: true},
-		{name: "directory as key", tls: TLSConfig{CertFile: cert, KeyFile: dir},
+		{name: "cert without CA", tls: TLSConfig{CertFile: cert, KeyFile: key},
+			want: "tls.ca_file: is required with tls.cert_file: peers are verified against it, and roles come from the certificates it signed"},
+		{name: "directory as key", tls: TLSConfig{CertFile: cert, KeyFile: dir, CAFile: cert},
 			want: `tls.key_file: "` + dir + `" is not a regular file`},
 	}
 	for _, tt := range tests {
