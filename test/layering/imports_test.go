@@ -26,7 +26,7 @@ var (
 
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
-	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin"}, // testplugin: the --dev demo plugin
+	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
 	"internal/agent": append(append([]string{api}, middle...), bottom...),
 
 	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config"},
