@@ -65,6 +65,7 @@ func newRootCommand() *cobra.Command {
 		newNodeCommand(opts),
 		newVolumeCommand(opts),
 		newOperatorCommand(opts),
+		newTLSCommand(),
 	)
 	return root
 }

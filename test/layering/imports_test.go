@@ -11,7 +11,7 @@ const module = "github.com/csisupd/csisupd/"
 
 // The tiers of the graph, top to bottom:
 //
-//	cmd -> agent -> {registry, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config}
+//	cmd -> agent -> {registry, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, tlsutil}
 //
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
@@ -20,13 +20,13 @@ const module = "github.com/csisupd/csisupd/"
 var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
-		"internal/fingerprint", "internal/csiclient", "internal/config"}
+		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/tlsutil"}
 	middle = []string{"internal/registry", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
-	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin"}, // testplugin: the --dev demo plugin
+	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
 	"internal/agent": append(append([]string{api}, middle...), bottom...),
 
 	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config"},
@@ -42,6 +42,7 @@ var allowed = map[string][]string{
 	"internal/fingerprint": {"internal/csiclient"},
 	"internal/csiclient":   {"internal/retry"},
 	"internal/config":      {"internal/retry"},
+	"internal/tlsutil":     {},
 	api:                    {},
 
 	"internal/testutil":                      {},
