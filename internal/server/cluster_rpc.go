@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/acl"
 )
 
 // clusterService implements csisupd.v1.Cluster.
@@ -116,4 +118,24 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 	}
 	ttl := c.s.heartbeats.reset(req.GetNodeId())
 	return &csisupdv1.NodeHeartbeatResponse{HeartbeatTtlMs: ttl.Milliseconds()}, nil
+}
+
+// ResolveToken answers from this server's replicated state, so any server
+// can: the token of secret_id, without its secret, and the policies it
+// names that exist, in its order. An empty secret_id resolves the
+// anonymous policy: no token, and the policy named acl.AnonymousPolicy
+// when there is one. An unknown secret is NotFound.
+func (c *clusterService) ResolveToken(ctx context.Context, req *csisupdv1.ResolveTokenRequest) (*csisupdv1.ResolveTokenResponse, error) {
+	_, tok, rows, err := c.s.State().resolveToken(req.GetSecretId())
+	if err != nil {
+		if errors.Is(err, acl.ErrTokenNotFound) {
+			return nil, status.Error(codes.NotFound, "acl token not found")
+		}
+		return nil, toStatus(err)
+	}
+	out := &csisupdv1.ResolveTokenResponse{Token: tok}
+	for _, r := range rows {
+		out.Policies = append(out.Policies, r.Policy)
+	}
+	return out, nil
 }

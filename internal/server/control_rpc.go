@@ -32,6 +32,17 @@ func route[Resp any](ctx context.Context, s *Server, stale, read bool,
 	remote func(context.Context, csisupdv1.ControlClient) (Resp, error),
 	local func() (Resp, error),
 ) (Resp, error) {
+	return routeVia(ctx, s, stale, read, csisupdv1.NewControlClient, remote, local)
+}
+
+// routeVia is route for the client of any service: newClient makes it on
+// the connection to the leader. A forwarded request carries this server's
+// identity (its connection's credentials), never the caller's token.
+func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool,
+	newClient func(grpc.ClientConnInterface) Client,
+	remote func(context.Context, Client) (Resp, error),
+	local func() (Resp, error),
+) (Resp, error) {
 	var zero Resp
 	if stale {
 		return local()
@@ -41,7 +52,7 @@ func route[Resp any](ctx context.Context, s *Server, stale, read bool,
 		return zero, err
 	}
 	if conn != nil {
-		return remote(fctx, csisupdv1.NewControlClient(conn))
+		return remote(fctx, newClient(conn))
 	}
 	if read {
 		if err := s.consistentRead(); err != nil {

@@ -2,11 +2,12 @@
 // hashicorp/raft cluster that knows every node, plugin and volume.
 //
 // A Server owns a raft instance (raft-boltdb log store, file snapshot store,
-// TCP transport), a finite state machine over a go-memdb state store, and two
-// gRPC services registered on a grpc.Server owned by the caller: the public
-// Control API (csisupd.v1.Control) and the internal Cluster API
-// (csisupd.v1.Cluster) that servers use to find each other and agents use to
-// register their node.
+// TCP transport), a finite state machine over a go-memdb state store, and
+// three gRPC services registered on a grpc.Server owned by the caller: the
+// public Control API (csisupd.v1.Control), the ACL API (csisupd.v1.ACL),
+// and the internal Cluster API (csisupd.v1.Cluster) that servers use to
+// find each other and agents use to register their node and resolve
+// tokens.
 //
 // Clusters form only through BootstrapExpect: a server first tries to join a
 // cluster that already has a leader, and bootstraps only when BootstrapExpect
@@ -32,6 +33,19 @@
 // and so does a later stream from an index before the restore. The
 // restored state's index is past every index applied before, so a reader
 // that reads the state again follows from its index.
+//
+// ACL policies and tokens are replicated state like nodes and volumes;
+// a token's secret id is kept only as its SHA-256, so no secret is in a
+// raft entry, a snapshot or an event (ACL writes cause no events).
+// Writes and consistent reads of the ACL service run on the leader, like
+// Control's. ResolveToken, TokenSelf and Cluster.ResolveToken answer from
+// the local state of whichever server is asked. The first management
+// token comes from ACL.Bootstrap, once per cluster; a second is refused
+// with the bootstrap index, and an operator who lost the token writes that
+// index into ACLBootstrapResetFile in the leader's data dir to allow one
+// more (the file is removed once used). Which caller may call which
+// method is checked by the gRPC interceptor (package acl has the table),
+// not by these services.
 //
 // The agent-side half, which registers a node and reports its plugins, is
 // package nodeclient.

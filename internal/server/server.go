@@ -26,8 +26,8 @@ import (
 )
 
 // Server is one csisupd server: a raft member with the replicated state
-// store, the Control and Cluster gRPC services, node heartbeat timers while
-// it leads, and controller routing for volume operations.
+// store, the Control, Cluster and ACL gRPC services, node heartbeat timers
+// while it leads, and controller routing for volume operations.
 type Server struct {
 	cfg    Config
 	logger hclog.Logger
@@ -193,10 +193,11 @@ func (s *Server) setupRaft() (err error) {
 	return nil
 }
 
-// Register registers the Control and Cluster services on g.
+// Register registers the Control, Cluster and ACL services on g.
 func (s *Server) Register(g *grpc.Server) {
 	csisupdv1.RegisterControlServer(g, &controlService{s: s})
 	csisupdv1.RegisterClusterServer(g, &clusterService{s: s})
+	csisupdv1.RegisterACLServer(g, &aclService{s: s})
 }
 
 // Start begins joining or bootstrapping the cluster and watching

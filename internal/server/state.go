@@ -54,7 +54,7 @@ func stateSchema() *memdb.DBSchema {
 	id := func(field string) *memdb.IndexSchema {
 		return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
 	}
-	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
+	tables := map[string]*memdb.TableSchema{
 		tableNodes: {Name: tableNodes, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
 		tablePlugins: {Name: tablePlugins, Indexes: map[string]*memdb.IndexSchema{
 			"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
@@ -68,11 +68,16 @@ func stateSchema() *memdb.DBSchema {
 		}},
 		tableServers: {Name: tableServers, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
 		tableIndex:   {Name: tableIndex, Indexes: map[string]*memdb.IndexSchema{"id": id("Key")}},
-	}}
+	}
+	for name, t := range aclTables() {
+		tables[name] = t
+	}
+	return &memdb.DBSchema{Tables: tables}
 }
 
-// StateStore is the replicated state of the cluster: nodes, plugins, volumes
-// and servers, held in go-memdb. Only the FSM writes to it. Objects returned
+// StateStore is the replicated state of the cluster: nodes, plugins, volumes,
+// servers, and ACL policies and tokens (secrets only as hashes), held in
+// go-memdb. Only the FSM writes to it. Objects returned
 // by its read methods are shared and must not be modified.
 type StateStore struct {
 	db *memdb.MemDB
@@ -290,6 +295,10 @@ func (s *StateStore) snapshot() *csisupdv1.StateSnapshot {
 		Volumes: s.Volumes(""),
 		Servers: s.Servers(),
 		Index:   s.LatestIndex(),
+
+		AclPolicies:       s.ACLPolicies(),
+		AclTokens:         s.ACLTokens(),
+		AclBootstrapIndex: s.ACLBootstrapIndex(),
 	}
 }
 
@@ -321,6 +330,9 @@ func (s *StateStore) restore(snap *csisupdv1.StateSnapshot, index uint64) error 
 		if err := txn.Insert(tableServers, r); err != nil {
 			return fmt.Errorf("restore server %q: %w", r.GetId(), err)
 		}
+	}
+	if err := restoreACL(txn, snap); err != nil {
+		return err
 	}
 	if err := txn.Insert(tableIndex, &indexRow{Key: "latest", Value: index}); err != nil {
 		return fmt.Errorf("restore index: %w", err)
@@ -500,6 +512,9 @@ func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*
 			return fmt.Errorf("delete volume %q: %w", c.VolumeDelete, err)
 		}
 		ev("volume-deleted", "", old.GetPluginId(), old.GetId(), "")
+	case *csisupdv1.LogEntry_AclPolicyUpsert, *csisupdv1.LogEntry_AclPolicyDelete, *csisupdv1.LogEntry_AclTokenUpsert,
+		*csisupdv1.LogEntry_AclTokenDelete, *csisupdv1.LogEntry_AclBootstrap:
+		return applyACL(txn, index, ts, c)
 	case *csisupdv1.LogEntry_ServerUpsert:
 		if err := txn.Insert(tableServers, c.ServerUpsert); err != nil {
 			return fmt.Errorf("write server %q: %w", c.ServerUpsert.GetId(), err)

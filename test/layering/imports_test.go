@@ -11,7 +11,7 @@ const module = "github.com/csisupd/csisupd/"
 
 // The tiers of the graph, top to bottom:
 //
-//	cmd -> agent -> {registry, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, tlsutil}
+//	cmd -> agent -> {registry, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil}
 //
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
@@ -20,7 +20,7 @@ const module = "github.com/csisupd/csisupd/"
 var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
-		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/tlsutil"}
+		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"}
 	middle = []string{"internal/registry", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
@@ -31,7 +31,7 @@ var allowed = map[string][]string{
 
 	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config"},
 	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config"},
-	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config"},
+	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl"},
 	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config"},
 	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config"},
 
@@ -42,6 +42,7 @@ var allowed = map[string][]string{
 	"internal/fingerprint": {"internal/csiclient"},
 	"internal/csiclient":   {"internal/retry"},
 	"internal/config":      {"internal/retry"},
+	"internal/acl":         {api},
 	"internal/tlsutil":     {},
 	api:                    {},
 

@@ -1,0 +1,76 @@
+// Package acl holds csisupd's access control model: policies, tokens,
+// the capabilities a token grants and the capability each gRPC method
+// needs. It is pure: it keeps no state and starts no goroutines. The
+// servers keep policies and tokens in their replicated state (package
+// server) and the gRPC interceptor checks each call (package rpc).
+//
+// # Policies
+//
+// A policy is a named set of rules in HCL, one block per resource:
+//
+//	volume   { policy = "write" }
+//	plugin   { policy = "read" }
+//	operator { policy = "deny" }
+//
+// The resources are plugin, volume, node, operator and agent; the levels
+// deny, read and write. Write implies read. A resource without a block has
+// no rule, which denies it. ParsePolicy checks a policy and names the
+// file and line of every problem.
+//
+// # Tokens
+//
+// A token has an accessor id, which names it (in logs, in the API), and a
+// secret id, which proves it and travels in the gRPC metadata key
+// TokenMetadataKey. Both are random UUIDs. Only the SHA-256 of a secret
+// id is ever stored (HashSecret); SecretMatches compares in constant time.
+// A management token allows everything (Management); a client token gets
+// the rules of its policies compiled into one ACL (Compile): per resource,
+// an explicit deny in any policy wins, otherwise the highest level.
+// Requests without a token get the rules of the policy named
+// AnonymousPolicy, or nothing when there is no such policy.
+//
+// # Method rules
+//
+// RuleFor returns what a gRPC method requires: which caller roles (Peers,
+// proven by TLS certificates) may call it at all, and what its token must
+// allow. A caller proven to be a server passes without a token where the
+// rule says ServerIdentity: servers forwarding to the leader and servers
+// calling agents act with their own identity and never carry a user's
+// token. The table, one row per method of every service a csisupd process
+// serves:
+//
+//	grpc.health.v1.Health       Check, Watch, List                    any peer, no token
+//	Agent                       Status                                agent:read
+//	                            ListPlugins, GetPlugin, WatchEvents   plugin:read
+//	                            (any peer; server identity passes)
+//	ClientCSI                   ControllerGetCapabilities, ControllerValidateVolume,
+//	                            ControllerListVolumes, ControllerGetVolume,
+//	                            ControllerGetCapacity, ControllerListSnapshots     volume:read
+//	                            ControllerAttachVolume, ControllerDetachVolume,
+//	                            ControllerCreateVolume, ControllerDeleteVolume,
+//	                            ControllerExpandVolume, ControllerCreateSnapshot,
+//	                            ControllerDeleteSnapshot                           volume:write
+//	                            (servers and CLIs, never a client certificate;
+//	                            server identity passes)
+//	Cluster                     PeerInfo, Join, ServerStats           servers only, no token
+//	                            NodeRegister, NodeUpdatePlugins,
+//	                            NodeHeartbeat, ResolveToken           node:write (servers and clients;
+//	                                                                  server identity passes; agents
+//	                                                                  present their own agent token)
+//	Control                     ListPlugins, GetPlugin                plugin:read
+//	                            ListNodes, GetNode, WatchEvents       node:read
+//	                            ListVolumes, GetVolume                volume:read
+//	                            CreateVolume, RegisterVolume, DeleteVolume,
+//	                            AttachVolume, DetachVolume            volume:write
+//	                            RaftPeers                             operator:read
+//	                            RemovePeer, SnapshotSave,
+//	                            SnapshotRestore                       operator:write
+//	                            (servers and CLIs; server identity passes)
+//	ACL                         Bootstrap                             no token
+//	                            TokenSelf                             any valid token
+//	                            every other method                    a management token
+//	                            (servers and CLIs; server identity passes)
+//	grpc.reflection.v1 and v1alpha ServerReflection/ServerReflectionInfo  any peer, any valid token
+//
+// A method missing from the table has no rule: the interceptor refuses it.
+package acl

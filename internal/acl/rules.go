@@ -1,0 +1,239 @@
+package acl
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// Peers is a set of caller roles, proven by TLS certificates.
+type Peers uint8
+
+// The caller roles.
+const (
+	// PeerServer is a server (a server certificate).
+	PeerServer Peers = 1 << iota
+	// PeerClient is a client agent (a client certificate).
+	PeerClient
+	// PeerCLI is an operator's CLI or control plane (a CLI certificate).
+	PeerCLI
+)
+
+// PeersAny is every role.
+const PeersAny = PeerServer | PeerClient | PeerCLI
+
+// Has reports whether p includes every role of q.
+func (p Peers) Has(q Peers) bool { return q != 0 && p&q == q }
+
+// String names the roles of p joined by "|", "server|cli" for example;
+// "none" for the empty set.
+func (p Peers) String() string {
+	var names []string
+	for _, r := range []struct {
+		p    Peers
+		name string
+	}{{PeerServer, "server"}, {PeerClient, "client"}, {PeerCLI, "cli"}} {
+		if p&r.p != 0 {
+			names = append(names, r.name)
+		}
+	}
+	if rest := p &^ PeersAny; rest != 0 {
+		names = append(names, fmt.Sprintf("Peers(%#x)", uint8(rest)))
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, "|")
+}
+
+// TokenNeed says what token a method needs.
+type TokenNeed uint8
+
+// What a method needs of the caller's token.
+const (
+	// TokenCapability needs a token (or, without one, the anonymous
+	// policy) that allows the rule's Capability.
+	TokenCapability TokenNeed = iota
+	// TokenNone needs no token (health, Bootstrap, server-only cluster
+	// calls).
+	TokenNone
+	// TokenAny needs any valid token (ACL/TokenSelf).
+	TokenAny
+	// TokenManagement needs a management token (ACL administration).
+	TokenManagement
+)
+
+// String names the need.
+func (n TokenNeed) String() string {
+	switch n {
+	case TokenCapability:
+		return "capability"
+	case TokenNone:
+		return "none"
+	case TokenAny:
+		return "any"
+	case TokenManagement:
+		return "management"
+	}
+	return fmt.Sprintf("TokenNeed(%d)", uint8(n))
+}
+
+// Rule is what one gRPC method requires.
+type Rule struct {
+	// Peers are the roles that may call the method at all (checked when
+	// TLS is on).
+	Peers Peers
+	// Capability is what a token must allow; zero with Token ==
+	// TokenCapability is invalid.
+	Capability Capability
+	// Token is what the caller's token must be.
+	Token TokenNeed
+	// ServerIdentity lets a caller proven to be a server (a server
+	// certificate) pass without a token: servers forwarding to the leader,
+	// servers calling agents. Servers never use a user's token.
+	ServerIdentity bool
+}
+
+// Validate reports what is inconsistent in r: no peers, an unknown token
+// need, a capability that is not read or write on a known resource where
+// one is needed, or one where none is used.
+func (r Rule) Validate() error {
+	var errs []error
+	if r.Peers == 0 || r.Peers&^PeersAny != 0 {
+		errs = append(errs, fmt.Errorf("peers %s: want a non-empty set of server, client and cli", r.Peers))
+	}
+	switch r.Token {
+	case TokenCapability:
+		if !r.Capability.valid() {
+			errs = append(errs, fmt.Errorf("token need capability with capability %q: want read or write on one of %s", r.Capability, resourceList()))
+		}
+	case TokenNone, TokenAny, TokenManagement:
+		if !r.Capability.IsZero() {
+			errs = append(errs, fmt.Errorf("token need %s with capability %s, which it does not use", r.Token, r.Capability))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown token need %s", r.Token))
+	}
+	return errors.Join(errs...)
+}
+
+// Full method names of the gRPC services csisupd serves that are not in
+// its API: health checks and server reflection.
+const (
+	// HealthCheckMethod is grpc.health.v1.Health/Check.
+	HealthCheckMethod = "/grpc.health.v1.Health/Check"
+	// HealthWatchMethod is grpc.health.v1.Health/Watch.
+	HealthWatchMethod = "/grpc.health.v1.Health/Watch"
+	// HealthListMethod is grpc.health.v1.Health/List.
+	HealthListMethod = "/grpc.health.v1.Health/List"
+	// ReflectionInfoMethod is server reflection, version 1.
+	ReflectionInfoMethod = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+	// ReflectionInfoAlphaMethod is server reflection, version 1alpha.
+	ReflectionInfoAlphaMethod = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+)
+
+// RuleFor returns the rule of a gRPC method, named as gRPC names it
+// ("/csisupd.v1.Control/DeleteVolume"); false when the method has none and
+// must be refused.
+func RuleFor(fullMethod string) (Rule, bool) {
+	r, ok := methodRules[fullMethod]
+	return r, ok
+}
+
+// Rules returns a copy of the whole table, keyed by full method name.
+func Rules() map[string]Rule { return maps.Clone(methodRules) }
+
+// noToken is the rule of a method that needs no token.
+func noToken(p Peers) Rule { return Rule{Peers: p, Token: TokenNone} }
+
+// needs is the rule of a method that needs capability r:l of a token, or
+// a server's identity.
+func needs(p Peers, r Resource, l Level) Rule {
+	return Rule{Peers: p, Capability: Capability{Resource: r, Level: l}, ServerIdentity: true}
+}
+
+// agentRule is the rule of an Agent method: every role may call it.
+func agentRule(r Resource, l Level) Rule { return needs(PeersAny, r, l) }
+
+// csiRule is the rule of a ClientCSI method: servers and CLIs, never
+// another node.
+func csiRule(l Level) Rule { return needs(PeerServer|PeerCLI, ResourceVolume, l) }
+
+// nodeRule is the rule of the Cluster methods agents call.
+func nodeRule() Rule { return needs(PeerServer|PeerClient, ResourceNode, LevelWrite) }
+
+// controlRule is the rule of a Control method.
+func controlRule(r Resource, l Level) Rule { return needs(PeerServer|PeerCLI, r, l) }
+
+// aclRule is the rule of an ACL method.
+func aclRule(t TokenNeed) Rule {
+	return Rule{Peers: PeerServer | PeerCLI, Token: t, ServerIdentity: true}
+}
+
+// methodRules is the table RuleFor reads. It is never modified.
+var methodRules = map[string]Rule{
+	HealthCheckMethod: noToken(PeersAny),
+	HealthWatchMethod: noToken(PeersAny),
+	HealthListMethod:  noToken(PeersAny),
+
+	csisupdv1.Agent_Status_FullMethodName:      agentRule(ResourceAgent, LevelRead),
+	csisupdv1.Agent_ListPlugins_FullMethodName: agentRule(ResourcePlugin, LevelRead),
+	csisupdv1.Agent_GetPlugin_FullMethodName:   agentRule(ResourcePlugin, LevelRead),
+	csisupdv1.Agent_WatchEvents_FullMethodName: agentRule(ResourcePlugin, LevelRead),
+
+	csisupdv1.ClientCSI_ControllerGetCapabilities_FullMethodName: csiRule(LevelRead),
+	csisupdv1.ClientCSI_ControllerValidateVolume_FullMethodName:  csiRule(LevelRead),
+	csisupdv1.ClientCSI_ControllerListVolumes_FullMethodName:     csiRule(LevelRead),
+	csisupdv1.ClientCSI_ControllerGetVolume_FullMethodName:       csiRule(LevelRead),
+	csisupdv1.ClientCSI_ControllerGetCapacity_FullMethodName:     csiRule(LevelRead),
+	csisupdv1.ClientCSI_ControllerListSnapshots_FullMethodName:   csiRule(LevelRead),
+	csisupdv1.ClientCSI_ControllerAttachVolume_FullMethodName:    csiRule(LevelWrite),
+	csisupdv1.ClientCSI_ControllerDetachVolume_FullMethodName:    csiRule(LevelWrite),
+	csisupdv1.ClientCSI_ControllerCreateVolume_FullMethodName:    csiRule(LevelWrite),
+	csisupdv1.ClientCSI_ControllerDeleteVolume_FullMethodName:    csiRule(LevelWrite),
+	csisupdv1.ClientCSI_ControllerExpandVolume_FullMethodName:    csiRule(LevelWrite),
+	csisupdv1.ClientCSI_ControllerCreateSnapshot_FullMethodName:  csiRule(LevelWrite),
+	csisupdv1.ClientCSI_ControllerDeleteSnapshot_FullMethodName:  csiRule(LevelWrite),
+
+	csisupdv1.Cluster_PeerInfo_FullMethodName:          noToken(PeerServer),
+	csisupdv1.Cluster_Join_FullMethodName:              noToken(PeerServer),
+	csisupdv1.Cluster_ServerStats_FullMethodName:       noToken(PeerServer),
+	csisupdv1.Cluster_NodeRegister_FullMethodName:      nodeRule(),
+	csisupdv1.Cluster_NodeUpdatePlugins_FullMethodName: nodeRule(),
+	csisupdv1.Cluster_NodeHeartbeat_FullMethodName:     nodeRule(),
+	csisupdv1.Cluster_ResolveToken_FullMethodName:      nodeRule(),
+
+	csisupdv1.Control_ListPlugins_FullMethodName:     controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_GetPlugin_FullMethodName:       controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_ListNodes_FullMethodName:       controlRule(ResourceNode, LevelRead),
+	csisupdv1.Control_GetNode_FullMethodName:         controlRule(ResourceNode, LevelRead),
+	csisupdv1.Control_ListVolumes_FullMethodName:     controlRule(ResourceVolume, LevelRead),
+	csisupdv1.Control_GetVolume_FullMethodName:       controlRule(ResourceVolume, LevelRead),
+	csisupdv1.Control_CreateVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_RegisterVolume_FullMethodName:  controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_DeleteVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_AttachVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_DetachVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_RaftPeers_FullMethodName:       controlRule(ResourceOperator, LevelRead),
+	csisupdv1.Control_RemovePeer_FullMethodName:      controlRule(ResourceOperator, LevelWrite),
+	csisupdv1.Control_SnapshotSave_FullMethodName:    controlRule(ResourceOperator, LevelWrite),
+	csisupdv1.Control_SnapshotRestore_FullMethodName: controlRule(ResourceOperator, LevelWrite),
+	csisupdv1.Control_WatchEvents_FullMethodName:     controlRule(ResourceNode, LevelRead),
+
+	csisupdv1.ACL_Bootstrap_FullMethodName:    aclRule(TokenNone),
+	csisupdv1.ACL_TokenSelf_FullMethodName:    aclRule(TokenAny),
+	csisupdv1.ACL_UpsertPolicy_FullMethodName: aclRule(TokenManagement),
+	csisupdv1.ACL_ListPolicies_FullMethodName: aclRule(TokenManagement),
+	csisupdv1.ACL_GetPolicy_FullMethodName:    aclRule(TokenManagement),
+	csisupdv1.ACL_DeletePolicy_FullMethodName: aclRule(TokenManagement),
+	csisupdv1.ACL_CreateToken_FullMethodName:  aclRule(TokenManagement),
+	csisupdv1.ACL_ListTokens_FullMethodName:   aclRule(TokenManagement),
+	csisupdv1.ACL_GetToken_FullMethodName:     aclRule(TokenManagement),
+	csisupdv1.ACL_DeleteToken_FullMethodName:  aclRule(TokenManagement),
+
+	ReflectionInfoMethod:      {Peers: PeersAny, Token: TokenAny},
+	ReflectionInfoAlphaMethod: {Peers: PeersAny, Token: TokenAny},
+}
