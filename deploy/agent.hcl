@@ -16,6 +16,11 @@ ports {
 client {
   enabled              = true
   plugin_dir           = "/var/lib/csisupd/plugins"  # <plugin_dir>/<id>/csi.sock or <plugin_dir>/<id>.sock
+  # Sockets there are trusted with volume secrets: the agent refuses a plugin_dir that users other
+  # than root and its own can write to, and dials only sockets owned by root, its own user or
+  # plugin_owners (user names or uids). Symlinks there are never followed.
+  allow_insecure_plugin_dir = false
+  plugin_owners        = []
   probe_interval       = "5s"
   probe_timeout        = "3s"
   fingerprint_interval = "5m"

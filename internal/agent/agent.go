@@ -109,13 +109,15 @@ func New(c Config) (a *Agent, err error) {
 		a.closers = closers
 	}()
 
-	if err := a.prepareDirs(); err != nil {
-		return nil, err
-	}
-	a.name, a.dataDir, a.pluginDir = cfg.Name, cfg.DataDir, cfg.Client.PluginDir
+	err = a.prepareDirs()
+	// A dev mode directory goes when New fails, even in prepareDirs.
 	if tempDir := a.tempDir; tempDir != "" {
 		closers = append(closers, func() { _ = os.RemoveAll(tempDir) })
 	}
+	if err != nil {
+		return nil, err
+	}
+	a.name, a.dataDir, a.pluginDir = cfg.Name, cfg.DataDir, cfg.Client.PluginDir
 
 	a.rpcLn = c.RPCListener
 	if a.rpcLn == nil {
@@ -156,11 +158,13 @@ func New(c Config) (a *Agent, err error) {
 		RescanInterval:      cfg.Client.RescanInterval,
 		// A supervisor that does not stop within this bound is abandoned,
 		// so the registry stops well within the agent's 5 s.
-		StopTimeout:          ShutdownTimeout / 2,
-		MaxPluginMessageSize: cfg.Client.MaxPluginMessageSize,
-		PluginRedial:         a.retry.PluginRedial,
-		FingerprintRetry:     a.retry.Fingerprint,
-		Logger:               log.Named("registry"),
+		StopTimeout:            ShutdownTimeout / 2,
+		MaxPluginMessageSize:   cfg.Client.MaxPluginMessageSize,
+		PluginOwners:           cfg.Client.PluginOwnerUIDs,
+		AllowInsecurePluginDir: cfg.Client.AllowInsecurePluginDir,
+		PluginRedial:           a.retry.PluginRedial,
+		FingerprintRetry:       a.retry.Fingerprint,
+		Logger:                 log.Named("registry"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: plugin registry: %w", err)
@@ -623,11 +627,38 @@ func (a *Agent) prepareDirs() error {
 		return fmt.Errorf("agent: data_dir %q: %w", cfg.DataDir, err)
 	}
 	if cfg.Client.Enabled {
-		if err := os.MkdirAll(cfg.Client.PluginDir, 0o755); err != nil {
+		if err := os.MkdirAll(cfg.Client.PluginDir, 0o750); err != nil {
 			return fmt.Errorf("agent: client.plugin_dir %q: %w", cfg.Client.PluginDir, err)
+		}
+		if err := a.checkPluginDir(); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// checkPluginDir refuses a plugin directory that users the agent does not
+// trust can write to (registry.CheckPluginDir): a socket there is trusted
+// with volume secrets. With client.allow_insecure_plugin_dir it logs a
+// warning instead.
+func (a *Agent) checkPluginDir() error {
+	cl := a.cfg.Client
+	err := registry.CheckPluginDir(cl.PluginDir)
+	var untrusted *registry.UntrustedDirError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &untrusted):
+		return fmt.Errorf("agent: client.plugin_dir %q: %w", cl.PluginDir, err)
+	case cl.AllowInsecurePluginDir:
+		a.log.Warn("client.plugin_dir can be written by users the agent does not trust; "+
+			"starting anyway because client.allow_insecure_plugin_dir = true: any socket there is trusted with volume secrets",
+			"plugin_dir", cl.PluginDir, "problem", err.Error())
+		return nil
+	default:
+		return fmt.Errorf("agent: client.plugin_dir %q is not safe for plugin sockets, which are trusted with volume secrets: %w "+
+			"(or set client.allow_insecure_plugin_dir = true to start anyway)", cl.PluginDir, err)
+	}
 }
 
 func listen(key, host string, port int) (net.Listener, error) {

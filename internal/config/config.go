@@ -128,8 +128,27 @@ type ClientConfig struct {
 	// Enabled turns the client role on.
 	Enabled bool
 	// PluginDir is the directory watched for plugin sockets. Empty only in
-	// dev mode (the agent then creates a temporary directory).
+	// dev mode (the agent then creates a temporary directory). The agent
+	// creates it with mode 0750 and refuses to start when it, or a parent,
+	// can be written by users it does not trust (see
+	// AllowInsecurePluginDir).
 	PluginDir string
+	// AllowInsecurePluginDir lets the agent start, with a warning, when
+	// PluginDir is writable by its group or others, owned by a user other
+	// than root and the agent's, or has a parent writable by others
+	// without the sticky bit; plugin subdirectories are then not checked
+	// either. Socket owners (PluginOwners) and the rule that symlinks are
+	// never followed still apply.
+	AllowInsecurePluginDir bool
+	// PluginOwners are the users, besides root and the agent's own, that
+	// may own plugin sockets and plugin subdirectories: user names or
+	// numeric uids, as written in the configuration. A socket owned by
+	// anyone else is ignored.
+	PluginOwners []string
+	// PluginOwnerUIDs are PluginOwners resolved to uids by Validate (a
+	// name through the system's user database, a number as it is). No
+	// key sets it.
+	PluginOwnerUIDs []uint32
 	// ProbeInterval is the time between two health probes of a plugin.
 	ProbeInterval time.Duration
 	// ProbeTimeout bounds one probe; it never exceeds ProbeInterval.
@@ -413,6 +432,8 @@ func (c Config) String() string {
 	b.WriteString("}\nclient {\n")
 	w(in, "enabled", c.Client.Enabled)
 	w(in, "plugin_dir", c.Client.PluginDir)
+	w(in, "allow_insecure_plugin_dir", c.Client.AllowInsecurePluginDir)
+	w(in, "plugin_owners", c.Client.PluginOwners)
 	w(in, "probe_interval", c.Client.ProbeInterval)
 	w(in, "probe_timeout", c.Client.ProbeTimeout)
 	w(in, "fingerprint_interval", c.Client.FingerprintInterval)

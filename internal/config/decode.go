@@ -37,6 +37,8 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 		"client": {
 			"enabled":                              &c.Client.Enabled,
 			"plugin_dir":                           &c.Client.PluginDir,
+			"allow_insecure_plugin_dir":            &c.Client.AllowInsecurePluginDir,
+			"plugin_owners":                        &c.Client.PluginOwners,
 			"probe_interval":                       &c.Client.ProbeInterval,
 			"probe_timeout":                        &c.Client.ProbeTimeout,
 			"fingerprint_interval":                 &c.Client.FingerprintInterval,

@@ -23,5 +23,9 @@
 // They are no part of Config, since no key sets them; the components
 // validate the policy they are given and never fill in one of their own.
 //
+// Validate resolves client.plugin_owners (user names or numeric uids) to
+// ClientConfig.PluginOwnerUIDs through the system's user database, so an
+// unknown name stops the agent before anything starts.
+//
 // The Consul token is a Secret: it is redacted whenever a Config is printed.
 package config

@@ -147,6 +147,8 @@ client {
   max_event_subscribers     = 100
   max_event_subscribers_per_connection = 10
   servers                   = ["10.0.0.1:4780", "[fd00::1]:4780"]
+  allow_insecure_plugin_dir = true
+  plugin_owners             = ["root", "65534"]
 }
 server {
   enabled          = true
@@ -200,6 +202,7 @@ acl {
 						RescanInterval: time.Minute, RPCTimeout: 90 * time.Second,
 						MaxDestructiveInFlight: 2, MaxPluginMessageSize: 1 << 20,
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
+						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
 					},
 					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5},
 					Consul: ConsulConfig{

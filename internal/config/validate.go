@@ -66,6 +66,7 @@ func (c *Config) Validate() error {
 	} else if cl.Enabled {
 		v.pluginDir(cl.PluginDir)
 	}
+	c.Client.PluginOwnerUIDs = v.pluginOwners(cl.PluginOwners)
 	v.positive("client.probe_interval", cl.ProbeInterval)
 	if v.positive("client.probe_timeout", cl.ProbeTimeout) && cl.ProbeInterval > 0 && cl.ProbeTimeout > cl.ProbeInterval {
 		v.add("client.probe_timeout", "%s must not exceed client.probe_interval (%s)", cl.ProbeTimeout, cl.ProbeInterval)

@@ -20,6 +20,12 @@ const (
 	EventUnhealthy          EventType = "plugin-unhealthy"
 	EventDeregistered       EventType = "plugin-deregistered"
 	EventFingerprintChanged EventType = "plugin-fingerprint-changed"
+	// EventSocketIgnored reports a socket in the plugin directory (or a
+	// plugin subdirectory) that is not dialled because it is not trusted:
+	// a symlink, an owner that may not serve plugins, or a directory
+	// writable by others. The description names the path and says why.
+	// It is emitted once per path, and again when the reason changes.
+	EventSocketIgnored EventType = "plugin-socket-ignored"
 )
 
 // EventTopic is the topic of plugin events in the event log; their key is

@@ -6,7 +6,8 @@
 //     periodic rescan as backstop) into the desired set: plugin id -> socket
 //     identity. Entries it cannot supervise are listed as ignored with the
 //     reason, among them sockets whose path is too long for a unix socket
-//     address (over 107 bytes): nobody can connect to those;
+//     address (over 107 bytes): nobody can connect to those; and entries it
+//     does not trust (see Trust below);
 //   - the reconciler compares the desired set with the running supervisors,
 //     starts, restarts (new socket identity) and stops them, and deregisters a
 //     plugin whose socket has been gone for longer than the grace period;
@@ -14,6 +15,32 @@
 //     writes what it learns into the store;
 //   - the store (Registry) holds the records, the event log and the
 //     subscriptions, and is persisted in the data directory.
+//
+// # Trust
+//
+// Whatever answers on a plugin socket receives the volume secrets of its
+// plugin's calls, so the watcher dials only sockets nobody untrusted can
+// have put there:
+//
+//   - the plugin directory must be writable by neither its group nor others
+//     and owned by root or the agent's user (checked at every scan; the
+//     agent also refuses to start without it, see CheckPluginDir, which
+//     checks the parents too: none may be writable by others unless it is
+//     sticky). While it fails, no socket in it is dialled;
+//   - a plugin subdirectory <id>/ must pass the same checks, with the plugin
+//     owners (client.plugin_owners) allowed as owners too; one that fails is
+//     ignored;
+//   - a socket must be owned by root, the agent's user or a plugin owner;
+//   - symlinks are never followed, as <id>.sock, as <id>/ or as
+//     <id>/csi.sock, whether they point inside the plugin directory or out
+//     of it: the socket layout has no need for them.
+//
+// The directory checks can be turned off (client.allow_insecure_plugin_dir);
+// the owner and symlink rules cannot. Each refused entry is listed as ignored
+// and reported by one plugin-socket-ignored event, emitted again only when
+// the reason changes (say, the owner) or the entry was fixed and broke again.
+// Owners are read from lstat(2) (Linux stat data). The parents' owners and
+// group write bits are not checked.
 //
 // # Bounded lifecycle
 //

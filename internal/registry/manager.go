@@ -23,8 +23,28 @@ const DefaultStopTimeout = 2 * time.Second
 // required; the defaults live in the config package.
 type ManagerConfig struct {
 	// PluginDir is the directory plugins put their sockets in. It is
-	// created (mode 0755) when missing, and again if it is removed.
+	// created (mode 0750) when missing, and again if it is removed.
+	//
+	// A socket found there is trusted with volume secrets, so only trusted
+	// entries are dialled (see CheckPluginDir for the directory itself):
+	// while PluginDir is writable by its group or others, or owned by a
+	// user other than root and the agent's, no socket in it is; a plugin
+	// subdirectory that fails the same checks (with PluginOwners allowed
+	// as owners too) is ignored; a socket owned by a user other than
+	// root, the agent's and PluginOwners is ignored; a symlink is never
+	// followed. Each ignored entry is reported once by a
+	// plugin-socket-ignored event. The manager does not refuse to run on
+	// an untrusted PluginDir: the agent checks it at start.
 	PluginDir string
+	// PluginOwners are users, besides root and the agent's own, that may
+	// own plugin sockets and plugin subdirectories (client.plugin_owners,
+	// resolved to uids).
+	PluginOwners []uint32
+	// AllowInsecurePluginDir turns the directory checks off: PluginDir and
+	// its subdirectories are used whoever owns them and may write to them
+	// (client.allow_insecure_plugin_dir). Socket owners are still checked
+	// and symlinks still never followed.
+	AllowInsecurePluginDir bool
 	// DataDir holds the registry file (registry.json). Empty disables
 	// persistence.
 	DataDir string
@@ -185,6 +205,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		Dir:            m.cfg.PluginDir,
 		RescanInterval: m.cfg.RescanInterval,
 		Registry:       m.reg,
+		Trust:          newTrustPolicy(m.cfg.PluginOwners, m.cfg.AllowInsecurePluginDir),
 		Logger:         m.log,
 	})
 	if err != nil {

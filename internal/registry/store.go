@@ -238,6 +238,14 @@ func (r *Registry) SetIgnored(ignored []plugin.Ignored) {
 	r.changedLocked()
 }
 
+// socketIgnored emits plugin-socket-ignored for plugin id: the entry at
+// path (a socket, or the plugin's subdirectory) is not dialled, for reason.
+func (r *Registry) socketIgnored(id, path, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.emitLocked(plugin.EventSocketIgnored, id, path+" ignored: "+reason)
+}
+
 // Ignored returns the ignored directory entries.
 func (r *Registry) Ignored() []plugin.Ignored {
 	r.mu.Lock()

@@ -50,13 +50,28 @@ type desiredState struct {
 	Sockets map[string]plugin.Instance
 	// Ignored lists entries that are not supervised, sorted by path.
 	Ignored []plugin.Ignored
+	// Refused are the entries of Ignored that are not trusted (see
+	// trustPolicy), with their plugin id, sorted by path. Each is
+	// reported by a plugin-socket-ignored event.
+	Refused []refusal
+	// TopProblem is why the plugin directory itself is not trusted, or
+	// "". While it is set no socket is dialled.
+	TopProblem string
 }
 
-// scanPluginDir reads dir once (readdir plus one lstat per candidate) and
-// returns the desired set. watchSubdir is called for every plugin
-// subdirectory before the socket inside it is looked at, so a socket
-// created right after the look still produces a file system event.
-func scanPluginDir(dir string, watchSubdir func(path string)) (desiredState, error) {
+// refusal is a candidate plugin socket, or plugin subdirectory, that is not
+// dialled because it is not trusted.
+type refusal struct {
+	ID, Path, Reason string
+}
+
+// scanPluginDir reads dir once (readdir, plus one lstat per candidate
+// socket and per plugin subdirectory, plus one stat of dir) and returns the
+// desired set. Entries that pol does not trust are ignored and listed as
+// refused. watchSubdir is called for every plugin subdirectory before the
+// socket inside it is looked at, so a socket created right after the look
+// still produces a file system event.
+func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (desiredState, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return desiredState{}, fmt.Errorf("read plugin directory %q: %w", dir, err)
@@ -64,6 +79,10 @@ func scanPluginDir(dir string, watchSubdir func(path string)) (desiredState, err
 	st := desiredState{Sockets: make(map[string]plugin.Instance)}
 	ignore := func(path, reason string) {
 		st.Ignored = append(st.Ignored, plugin.Ignored{Path: path, Reason: reason})
+	}
+	refuse := func(id, path, reason string) {
+		ignore(path, reason)
+		st.Refused = append(st.Refused, refusal{ID: id, Path: path, Reason: reason})
 	}
 	// Sockets of the <id>.sock form, added after the <id>/csi.sock form
 	// so that the latter wins when both exist.
@@ -91,12 +110,26 @@ func scanPluginDir(dir string, watchSubdir func(path string)) (desiredState, err
 				}
 				continue
 			}
-			si, reason, err := lstatSocket(sock)
+			fi, err := e.Info()
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				continue // removed since readdir
+			case err != nil:
+				ignore(path, "cannot stat: "+err.Error())
+				continue
+			}
+			if reason := pol.subdirProblem(path, fi); reason != "" {
+				refuse(name, path, reason)
+				continue
+			}
+			si, reason, refused, err := pol.inspectSocket(sock, dir)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				// A plugin directory whose socket is not there (yet).
 			case err != nil:
 				ignore(sock, "cannot stat: "+err.Error())
+			case refused:
+				refuse(name, sock, reason)
 			case reason != "":
 				ignore(sock, reason)
 			default:
@@ -108,17 +141,22 @@ func scanPluginDir(dir string, watchSubdir func(path string)) (desiredState, err
 				ignore(path, invalidIDReason(id))
 				continue
 			}
-			si, reason, err := lstatSocket(path)
+			si, reason, refused, err := pol.inspectSocket(path, dir)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				// Removed since readdir.
 			case err != nil:
 				ignore(path, "cannot stat: "+err.Error())
+			case refused:
+				refuse(id, path, reason)
 			case reason != "":
 				ignore(path, reason)
 			default:
 				flats = append(flats, flat{id: id, si: si})
 			}
+		case e.Type()&fs.ModeSymlink != 0 && ValidPluginID(name):
+			// A symlink as the <id> directory: never followed.
+			refuse(name, path, symlinkReason(path, dir))
 		default:
 			ignore(path, fmt.Sprintf("not a plugin socket (%s): expected <id>%s or <id>/%s",
 				describeMode(e.Type()), SocketSuffix, SocketName))
@@ -131,7 +169,14 @@ func scanPluginDir(dir string, watchSubdir func(path string)) (desiredState, err
 		}
 		st.Sockets[f.id] = f.si
 	}
+	if st.TopProblem = pol.topProblem(dir); st.TopProblem != "" {
+		for id, si := range st.Sockets {
+			refuse(id, si.Path, "the plugin directory is not trusted: "+st.TopProblem)
+		}
+		clear(st.Sockets)
+	}
 	slices.SortFunc(st.Ignored, func(a, b plugin.Ignored) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(st.Refused, func(a, b refusal) int { return strings.Compare(a.Path, b.Path) })
 	return st, nil
 }
 
@@ -140,12 +185,40 @@ func invalidIDReason(id string) string {
 }
 
 // lstatSocket returns the identity of the unix socket at path, or a reason
-// why the file there is not one csisupd can connect to.
+// why the file there is not one csisupd can connect to (a symlink is not
+// one).
 func lstatSocket(path string) (plugin.Instance, string, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return plugin.Instance{}, "", err
 	}
+	return socketOf(path, fi)
+}
+
+// inspectSocket is lstatSocket for a candidate socket of the plugin
+// directory dir, with the trust checks: refused is true, with the reason,
+// for a symlink and for a socket whose owner is not allowed.
+func (p trustPolicy) inspectSocket(path, dir string) (si plugin.Instance, reason string, refused bool, err error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return plugin.Instance{}, "", false, err
+	}
+	if fi.Mode().Type() == fs.ModeSymlink {
+		return plugin.Instance{}, symlinkReason(path, dir), true, nil
+	}
+	si, reason, err = socketOf(path, fi)
+	if err != nil || reason != "" {
+		return plugin.Instance{}, reason, false, err
+	}
+	if reason := p.socketProblem(fi); reason != "" {
+		return plugin.Instance{}, reason, true, nil
+	}
+	return si, "", false, nil
+}
+
+// socketOf returns the identity of the unix socket at path that fi (from
+// lstat) describes, or a reason why it is not one csisupd can connect to.
+func socketOf(path string, fi fs.FileInfo) (plugin.Instance, string, error) {
 	if fi.Mode().Type() != fs.ModeSocket {
 		return plugin.Instance{}, fmt.Sprintf("not a unix socket (%s)", describeMode(fi.Mode().Type())), nil
 	}
@@ -219,9 +292,12 @@ type watcherConfig struct {
 	Dir string
 	// RescanInterval is the period of the backstop rescan.
 	RescanInterval time.Duration
-	// Registry receives the ignored entries of every scan.
+	// Registry receives the ignored entries of every scan, and the
+	// plugin-socket-ignored events.
 	Registry *Registry
-	Logger   hclog.Logger
+	// Trust decides which entries may be dialled.
+	Trust  trustPolicy
+	Logger hclog.Logger
 }
 
 // watcher turns the plugin directory into desired states. It watches the
@@ -230,8 +306,12 @@ type watcherConfig struct {
 // backstop against lost events. The latest state waits in a one-slot
 // mailbox, so a slow reader only ever sees the newest one.
 //
-// The plugin directory is created (mode 0755) when it does not exist, at
+// The plugin directory is created (mode 0750) when it does not exist, at
 // start and again when it is removed while running.
+//
+// Every entry the trust policy refuses is reported once by a
+// plugin-socket-ignored event, and again when its reason changes (a new
+// owner, a new symlink target) or after it was fixed and broke again.
 type watcher struct {
 	cfg    watcherConfig
 	log    hclog.Logger
@@ -240,6 +320,10 @@ type watcher struct {
 	topOK  bool            // the plugin directory itself is watched
 	subdir map[string]bool // watched plugin subdirectories
 	scans  int             // number of scans, for tests
+	// reported maps each refused path of the latest scan to the reason
+	// its event gave; topProblem is the latest scan's TopProblem.
+	reported   map[string]string
+	topProblem string
 }
 
 // newWatcher creates the plugin directory when needed and starts
@@ -250,11 +334,12 @@ func newWatcher(cfg watcherConfig) (*watcher, error) {
 		return nil, fmt.Errorf("watch plugin directory %q: %w", cfg.Dir, err)
 	}
 	w := &watcher{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		fsw:    fsw,
-		out:    make(chan desiredState, 1),
-		subdir: make(map[string]bool),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		fsw:      fsw,
+		out:      make(chan desiredState, 1),
+		subdir:   make(map[string]bool),
+		reported: make(map[string]string),
 	}
 	if err := w.watchTop(); err != nil {
 		_ = fsw.Close()
@@ -268,7 +353,7 @@ func (w *watcher) updates() <-chan desiredState { return w.out }
 
 // watchTop creates the plugin directory when missing and watches it.
 func (w *watcher) watchTop() error {
-	if err := os.MkdirAll(w.cfg.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(w.cfg.Dir, 0o750); err != nil {
 		return fmt.Errorf("create plugin directory %q: %w", w.cfg.Dir, err)
 	}
 	if err := w.fsw.Add(w.cfg.Dir); err != nil {
@@ -362,7 +447,7 @@ func (w *watcher) scan() {
 		w.log.Warn("plugin directory was removed; created it again", "dir", w.cfg.Dir)
 	}
 	seen := make(map[string]bool, len(w.subdir))
-	st, err := scanPluginDir(w.cfg.Dir, func(path string) {
+	st, err := scanPluginDir(w.cfg.Dir, w.cfg.Trust, func(path string) {
 		seen[path] = true
 		if w.subdir[path] {
 			return
@@ -392,9 +477,36 @@ func (w *watcher) scan() {
 		}
 	}
 	w.cfg.Registry.SetIgnored(st.Ignored)
+	w.report(st)
 	select {
 	case <-w.out: // replace an unread state with the newer one
 	default:
 	}
 	w.out <- st
+}
+
+// report logs a change of the plugin directory's own trust, and emits
+// plugin-socket-ignored for every refused entry that is new or refused for
+// a new reason since the previous scan: once per offending path, not once
+// per scan.
+func (w *watcher) report(st desiredState) {
+	if st.TopProblem != w.topProblem {
+		if st.TopProblem != "" {
+			w.log.Error("plugin directory is not trusted; no socket in it is dialled until it is fixed",
+				"dir", w.cfg.Dir, "problem", st.TopProblem)
+		} else {
+			w.log.Info("plugin directory is trusted again", "dir", w.cfg.Dir)
+		}
+		w.topProblem = st.TopProblem
+	}
+	next := make(map[string]string, len(st.Refused))
+	for _, r := range st.Refused {
+		next[r.Path] = r.Reason
+		if prev, ok := w.reported[r.Path]; ok && prev == r.Reason {
+			continue
+		}
+		w.log.Warn("plugin socket ignored: not trusted", "plugin", r.ID, "path", r.Path, "reason", r.Reason)
+		w.cfg.Registry.socketIgnored(r.ID, r.Path, r.Reason)
+	}
+	w.reported = next
 }

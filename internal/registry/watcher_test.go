@@ -100,7 +100,7 @@ func TestScanPluginDir(t *testing.T) {
 				}
 			},
 			wantSockets: map[string]string{"real": "real/csi.sock"},
-			wantIgnored: map[string]string{"f.sock": "not a unix socket (symlink)"},
+			wantIgnored: map[string]string{"f.sock": "not a unix socket (symlink to "},
 			wantWatched: []string{"e.sock", "real"},
 		},
 		{
@@ -173,7 +173,7 @@ func TestScanPluginDir(t *testing.T) {
 			dir := testutil.TempDir(t)
 			tt.setup(t, dir)
 			var watched []string
-			st, err := scanPluginDir(dir, func(path string) {
+			st, err := scanPluginDir(dir, newTrustPolicy(nil, false), func(path string) {
 				rel, _ := filepath.Rel(dir, path)
 				watched = append(watched, rel)
 			})
@@ -213,7 +213,7 @@ func TestScanPluginDir(t *testing.T) {
 }
 
 func TestScanPluginDirMissing(t *testing.T) {
-	_, err := scanPluginDir(filepath.Join(testutil.TempDir(t), "nope"), nil)
+	_, err := scanPluginDir(filepath.Join(testutil.TempDir(t), "nope"), newTrustPolicy(nil, false), nil)
 	if err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("error = %v, want one naming the directory", err)
 	}
@@ -223,7 +223,8 @@ func TestScanPluginDirMissing(t *testing.T) {
 // only file system events can explain what it sees.
 func runWatcher(t *testing.T, dir string, reg *Registry) (*watcher, func()) {
 	t.Helper()
-	w, err := newWatcher(watcherConfig{Dir: dir, RescanInterval: time.Hour, Registry: reg, Logger: testLogger(t)})
+	w, err := newWatcher(watcherConfig{Dir: dir, RescanInterval: time.Hour, Registry: reg,
+		Trust: newTrustPolicy(nil, false), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

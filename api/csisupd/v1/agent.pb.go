@@ -745,7 +745,7 @@ type Event struct {
 	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// type is one of plugin-registered, plugin-healthy, plugin-unhealthy,
-	// plugin-deregistered, plugin-fingerprint-changed.
+	// plugin-deregistered, plugin-fingerprint-changed, plugin-socket-ignored.
 	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	PluginId      string `protobuf:"bytes,4,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
 	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
