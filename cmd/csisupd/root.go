@@ -6,9 +6,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,6 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
 // DefaultAddress is the agent address client commands use without
@@ -31,8 +35,16 @@ type clientOptions struct {
 	certFile   string
 	keyFile    string
 	serverName string
+	token      string
 	timeout    time.Duration
 }
+
+// Environment variables of the CLI's token, read in this order after
+// --token.
+const (
+	EnvToken     = "CSISUPD_TOKEN"
+	EnvTokenFile = "CSISUPD_TOKEN_FILE"
+)
 
 func newRootCommand() *cobra.Command {
 	opts := &clientOptions{}
@@ -53,6 +65,7 @@ func newRootCommand() *cobra.Command {
 	pf.StringVar(&opts.certFile, "client-cert", "", "client certificate for mutual TLS")
 	pf.StringVar(&opts.keyFile, "client-key", "", "client key for mutual TLS")
 	pf.StringVar(&opts.serverName, "tls-server-name", "", "server name to verify in the agent's certificate")
+	pf.StringVar(&opts.token, "token", "", "ACL token secret id (else env CSISUPD_TOKEN, else the file named by CSISUPD_TOKEN_FILE)")
 	pf.DurationVar(&opts.timeout, "timeout", 10*time.Second, "timeout of one request")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -65,6 +78,7 @@ func newRootCommand() *cobra.Command {
 		newNodeCommand(opts),
 		newVolumeCommand(opts),
 		newOperatorCommand(opts),
+		newACLCommand(opts),
 		newTLSCommand(),
 	)
 	return root
@@ -105,11 +119,46 @@ func (o *clientOptions) dial() (*grpc.ClientConn, error) {
 		}
 		creds = credentials.NewTLS(tc)
 	}
-	conn, err := grpc.NewClient(o.address, grpc.WithTransportCredentials(creds))
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	token, err := o.resolveToken(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		if o.caFile == "" && o.certFile == "" {
+			return nil, usageError{errors.New("a token is set but the connection has no TLS (--ca-file): refusing to send the token in plain text")}
+		}
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(csisupdv1.TokenCredentials{Secret: token}))
+	}
+	conn, err := grpc.NewClient(o.address, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("agent address %q: %w", o.address, err)
 	}
 	return conn, nil
+}
+
+// resolveToken returns the ACL token of the call: --token, else
+// CSISUPD_TOKEN, else the first line of the file CSISUPD_TOKEN_FILE names.
+func (o *clientOptions) resolveToken(getenv func(string) string) (string, error) {
+	if o.token != "" {
+		return o.token, nil
+	}
+	if t := getenv(EnvToken); t != "" {
+		return t, nil
+	}
+	file := getenv(EnvTokenFile)
+	if file == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", EnvTokenFile, err)
+	}
+	t := strings.TrimSpace(string(data))
+	if t == "" {
+		return "", fmt.Errorf("%s: %s is empty", EnvTokenFile, file)
+	}
+	return t, nil
 }
 
 // requestContext bounds one request by --timeout.

@@ -10,6 +10,8 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/metadata"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
 // AnonymousPolicy is the name of the policy that applies to requests
@@ -27,7 +29,7 @@ const (
 
 // TokenMetadataKey is the gRPC metadata key a token's secret id travels
 // in.
-const TokenMetadataKey = "csisupd-token"
+const TokenMetadataKey = csisupdv1.TokenMetadataKey
 
 // ErrTokenNotFound means that no token has the secret id presented.
 var ErrTokenNotFound = errors.New("acl: token not found")

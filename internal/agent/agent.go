@@ -30,6 +30,7 @@ import (
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
 // ShutdownTimeout bounds the graceful part of a stop; the agent must exit
@@ -82,6 +83,11 @@ type Agent struct {
 
 	// agentService serves WatchEvents; Reload changes its stream caps.
 	agentService *rpc.AgentService
+	// tls holds the certificates of every port; nil without TLS. Reload
+	// re-reads its files.
+	tls *tlsutil.Configurator
+	// tokens resolves ACL tokens on an agent without the server role.
+	tokens *rpc.TokenCache
 }
 
 // New validates what it needs, creates directories and opens listeners, but
@@ -137,15 +143,29 @@ func New(c Config) (a *Agent, err error) {
 	closers = append(closers, func() { _ = httpLn.Close() })
 
 	opts := serverOptions()
-	if tc, err := rpc.ServerTLSConfig(cfg.TLS); err != nil {
-		return nil, fmt.Errorf("agent: tls: %w", err)
-	} else if tc != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	if cfg.TLS.Enabled() {
+		if a.tls, err = tlsutil.New(tlsConfig(&cfg), log.Named("tls")); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(a.tls.IncomingConfig())))
 	}
+	auth, err := rpc.NewAuthorizer(rpc.AuthConfig{
+		TLS:      a.tls != nil,
+		Region:   cfg.Region,
+		ACL:      cfg.ACL.Enabled,
+		Resolver: rpc.TokenResolverFunc(a.resolveToken),
+		Logger:   log.Named("auth"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	opts = append(opts, auth.ServerOptions()...)
 	a.grpc = grpc.NewServer(opts...)
 	a.health = health.NewServer()
 	a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(a.grpc, a.health)
+	// With ACLs on, reflection answers only callers with a valid token
+	// (its rule in package acl).
 	reflection.Register(a.grpc)
 
 	a.manager, err = registry.NewManager(registry.ManagerConfig{
@@ -212,29 +232,31 @@ func New(c Config) (a *Agent, err error) {
 		}
 	}
 	rpcAddr := a.advertised(cfg.Ports.RPC, a.rpcLn)
-	var dialOpts []grpc.DialOption
-	if cfg.TLS.Enabled() {
-		tc, err := rpc.ClientTLSConfig(cfg.TLS, "")
-		if err != nil {
-			return nil, fmt.Errorf("agent: tls: %w", err)
-		}
-		dialOpts = append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	// Connections to servers prove that the peer is a server; connections
+	// a server makes to agents prove the chain only (an agent that is also
+	// a server has a server certificate).
+	var dialOpts, agentDialOpts []grpc.DialOption
+	if a.tls != nil {
+		dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(a.tls.OutgoingConfig(tlsutil.RoleServer)))}
+		agentDialOpts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(a.tls.OutgoingConfig("")))}
 	}
 	if cfg.Server.Enabled {
 		a.server, err = server.New(server.Config{
-			ID:              a.nodeID,
-			Name:            cfg.Name,
-			DataDir:         filepath.Join(cfg.DataDir, "server"),
-			RaftAddr:        net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(cfg.Ports.Raft)),
-			RPCAddr:         rpcAddr,
-			BootstrapExpect: cfg.Server.BootstrapExpect,
-			RetryJoin:       cfg.Server.RetryJoin,
-			DiscoverServers: a.discoverServers(cfg.ServerAutoJoin()),
-			RaftMultiplier:  cfg.Server.RaftMultiplier,
-			Join:            a.retry.ServerJoin,
-			Connect:         a.retry.ServerConnect,
-			ServerTuning:    config.DefaultServerTuning(),
-			DialOptions:     dialOpts,
+			ID:               a.nodeID,
+			Name:             cfg.Name,
+			DataDir:          filepath.Join(cfg.DataDir, "server"),
+			RaftAddr:         net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(cfg.Ports.Raft)),
+			RPCAddr:          rpcAddr,
+			BootstrapExpect:  cfg.Server.BootstrapExpect,
+			RetryJoin:        cfg.Server.RetryJoin,
+			DiscoverServers:  a.discoverServers(cfg.ServerAutoJoin()),
+			RaftMultiplier:   cfg.Server.RaftMultiplier,
+			Join:             a.retry.ServerJoin,
+			Connect:          a.retry.ServerConnect,
+			ServerTuning:     config.DefaultServerTuning(),
+			DialOptions:      dialOpts,
+			AgentDialOptions: agentDialOpts,
+			TLS:              a.tls,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: server role: %w", err)
@@ -251,13 +273,19 @@ func New(c Config) (a *Agent, err error) {
 			DiscoverInterval: config.DefaultServerDiscoverInterval,
 			Node:             nodeclient.Node{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
 			Plugins:          a.manager.Registry().Source(),
-			DialOptions:      dialOpts,
+			DialOptions:      append(dialOpts, agentTokenOption(&cfg)...),
 			RPCTimeout:       config.DefaultNodeRPCTimeout,
 			Retry:            a.retry.NodeClient,
 			Connect:          a.retry.ServerConnect,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: node registration: %w", err)
+		}
+	}
+
+	if cfg.ACL.Enabled {
+		if err := a.setupTokenResolver(); err != nil {
+			return nil, err
 		}
 	}
 
@@ -419,6 +447,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.nodes != nil {
 		run("node registration", func() error { return a.nodes.Run(ctx) })
+	}
+	if a.tls != nil {
+		run("certificate expiry", func() error { return a.watchExpiry(ctx) })
 	}
 
 	select {

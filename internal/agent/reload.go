@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -24,10 +25,16 @@ import (
 // Every other key is compared with the running value, and each one that
 // changed is logged by name at warn level as taking effect only after a
 // restart; it keeps its running value, so the next reload names it again
-// until the agent restarts. A change to the tls block is refused: TLS stays
-// exactly as the agent started with it, and Reload returns (and logs at
-// error level) an error saying so, since an operator who added or changed
-// a certificate must not believe the API now uses it.
+// until the agent restarts.
+//
+// The certificate files are read again (rotation without a restart): new
+// connections on every port use the new certificates, open ones keep
+// theirs; a file that cannot be used keeps the previous certificates and
+// fails the reload naming the file. A change to the tls block itself (a
+// file path, a verify_* key, or TLS turned on or off) is refused: TLS
+// stays as the agent started with it, and Reload returns (and logs at
+// error level) an error saying so, since an operator who changed a path
+// must not believe the API now uses it.
 //
 // Reload logs every problem itself; the returned error joins them for the
 // caller to act on.
@@ -87,6 +94,16 @@ func (a *Agent) Reload(next *config.Config) error {
 		// With Consul registration off at start there is nothing to
 		// apply; the values wait for consul.enabled, which needs a restart.
 		applied.Consul = consulNext.Consul
+	}
+
+	if a.tls != nil {
+		if err := a.tls.Reload(); err != nil {
+			fail(fmt.Errorf("reload certificates: %w", err), "tls.")
+		} else {
+			leaf := a.tls.Certificate()
+			a.log.Info("certificates reloaded", "cert_file", prev.TLS.CertFile, "serial", leaf.SerialNumber.Text(16),
+				"not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
 	}
 
 	// The configuration is validated: the caps are positive.

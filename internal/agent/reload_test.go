@@ -145,10 +145,10 @@ func TestReloadNamesWhatItCannotApply(t *testing.T) {
 		},
 		{
 			name: "tls added",
-			edit: func(c *config.Config) { c.TLS.CertFile, c.TLS.KeyFile = cert, key },
-			wantErr: "tls: changing tls.cert_file, tls.key_file by reload is not supported; " +
+			edit: func(c *config.Config) { c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile = ca.File, cert, key },
+			wantErr: "tls: changing tls.ca_file, tls.cert_file, tls.key_file by reload is not supported; " +
 				"TLS stays as it was (off: the gRPC API serves plain text); restart the agent to change it",
-			wantLines: []string{"[ERROR] test: reload: tls: changing tls.cert_file, tls.key_file by reload is not supported",
+			wantLines: []string{"[ERROR] test: reload: tls: changing tls.ca_file, tls.cert_file, tls.key_file by reload is not supported",
 				"configuration partly reloaded"},
 			notLogged: []string{"configuration reloaded"},
 		},
@@ -157,7 +157,7 @@ func TestReloadNamesWhatItCannotApply(t *testing.T) {
 			tls:  true,
 			edit: func(c *config.Config) { c.TLS.CertFile, c.TLS.KeyFile = cert2, key2 },
 			wantErr: "tls: changing tls.cert_file, tls.key_file by reload is not supported; " +
-				"TLS stays as it was (on, cert " + cert + "); restart the agent to change it",
+				"TLS stays as it was (on, cert " + cert + ", client CA " + ca.File + "); restart the agent to change it",
 		},
 		{
 			name:      "bad probe timing",
@@ -171,7 +171,7 @@ func TestReloadNamesWhatItCannotApply(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(t)
 			if tt.tls {
-				cfg.TLS.CertFile, cfg.TLS.KeyFile = cert, key
+				cfg.TLS.CAFile, cfg.TLS.CertFile, cfg.TLS.KeyFile = ca.File, cert, key
 			}
 			var logs testutil.SyncBuffer
 			a, err := New(Config{Config: cfg, Logger: hclog.New(&hclog.LoggerOptions{Name: "test", Output: &logs})})

@@ -371,3 +371,30 @@ func (c *Client) update(ctx context.Context) (string, error) {
 	}
 	return addr, nil
 }
+
+// ResolveToken asks a server what the token with secret grants
+// (Cluster/ResolveToken), for the agent's API when ACLs are on. A server
+// that cannot be reached is failed over from, and the next one asked, up
+// to two servers per call. The secret is never logged.
+func (c *Client) ResolveToken(ctx context.Context, secret string) (*csisupdv1.ResolveTokenResponse, error) {
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var cl csisupdv1.ClusterClient
+		var addr string
+		if cl, addr, err = c.client(ctx); err != nil {
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+		resp, callErr := cl.ResolveToken(cctx, &csisupdv1.ResolveTokenRequest{SecretId: secret})
+		cancel()
+		if callErr == nil {
+			return resp, nil
+		}
+		err = fmt.Errorf("resolve token on %s: %w", addr, callErr)
+		if status.Code(callErr) != codes.Unavailable {
+			return nil, err
+		}
+		c.failover()
+	}
+	return nil, err
+}

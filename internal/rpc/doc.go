@@ -18,7 +18,10 @@
 // ResourceExhausted and the index to resume from (EventsFellBehind), from
 // which a new stream (from_index) continues without a gap.
 //
-// TLS loads server and client credentials from PEM files. Redact removes
+// Authorizer decides every call in one interceptor: the caller's role
+// from its certificate and the capability its ACL token grants, by the
+// rules of package acl (TokenCache looks tokens up for agents without the
+// server role). Redact removes
 // the fields CSI marks as secret from a copy of a message, so that nothing
 // logged or reported carries them.
 package rpc

@@ -11,6 +11,7 @@ import (
 
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
 // Discover returns the gRPC addresses (host:port) of the servers as they
@@ -36,6 +37,11 @@ type Config struct {
 	// RaftLayer, when set, carries raft traffic instead of a TCP transport
 	// bound to RaftAddr. Its Addr() is advertised. Tests use it to partition.
 	RaftLayer raft.StreamLayer
+	// TLS, when set, protects the raft port: raft connections are TLS in
+	// both directions and only peers with a server certificate are
+	// accepted or dialled. The gRPC port's TLS is set up by whoever serves
+	// it (DialOptions for the outgoing side).
+	TLS *tlsutil.Configurator
 	// RPCAddr is the advertised gRPC address of this server (Control and
 	// Cluster services).
 	RPCAddr string
@@ -75,9 +81,22 @@ type Config struct {
 	// IsRetryable reports whether a ClientCSI error means the next
 	// controller candidate should be tried. Defaults to DefaultIsRetryable.
 	IsRetryable func(error) bool
-	// DialOptions are used for every outgoing gRPC connection (servers and
-	// agents). Defaults to insecure transport credentials.
+	// DialOptions are used for the gRPC connections to the other servers,
+	// and to agents unless AgentDialOptions is set. Defaults to insecure
+	// transport credentials.
 	DialOptions []grpc.DialOption
+	// AgentDialOptions, when set, are used for the connections to agents
+	// (ClientCSI) instead of DialOptions: with TLS, servers verify the
+	// server role of servers, and only the chain of agents.
+	AgentDialOptions []grpc.DialOption
+}
+
+// agentDialOptions are the options of connections to agents.
+func (c Config) agentDialOptions() []grpc.DialOption {
+	if c.AgentDialOptions != nil {
+		return c.AgentDialOptions
+	}
+	return c.DialOptions
 }
 
 // withDefaults returns a copy of c with what is derived filled in: the

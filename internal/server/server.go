@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -50,7 +49,8 @@ type Server struct {
 	bootstrapped atomic.Bool
 	leaderReady  atomic.Bool
 
-	conns       *connPool
+	conns       *connPool // to the other servers
+	agentConns  *connPool // to agents (ClientCSI)
 	heartbeats  *heartbeats
 	controllers ControllerClient
 	pluginLocks *keyedMutex
@@ -92,6 +92,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		events:      events,
 		leaderCh:    make(chan bool, 10),
 		conns:       newConnPool(cfg.Connect, cfg.DialOptions),
+		agentConns:  newConnPool(cfg.Connect, cfg.agentDialOptions()),
 		pluginLocks: newKeyedMutex(),
 		shutdownCh:  make(chan struct{}),
 		peerAddrs:   map[string]string{},
@@ -99,7 +100,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	}
 	s.controllers = cfg.Controllers
 	if s.controllers == nil {
-		s.controllers = &grpcControllers{conns: s.conns}
+		s.controllers = &grpcControllers{conns: s.agentConns}
 	}
 	s.heartbeats = newHeartbeats(s)
 	if err := s.setupRaft(); err != nil {
@@ -149,23 +150,21 @@ func (s *Server) setupRaft() (err error) {
 		return fmt.Errorf("server: read raft state in %s: %w", dir, err)
 	}
 
-	if s.cfg.RaftLayer != nil {
-		s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream:  s.cfg.RaftLayer,
-			MaxPool: 3,
-			Timeout: s.cfg.RPCTimeout,
-			Logger:  s.logger.Named("raft-net"),
-		})
-	} else {
-		adv, err := net.ResolveTCPAddr("tcp", s.cfg.RaftAddr)
-		if err != nil {
-			return fmt.Errorf("server: raft address %q: %w", s.cfg.RaftAddr, err)
-		}
-		s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, adv, 3, s.cfg.RPCTimeout, s.logger.Named("raft-net"))
-		if err != nil {
-			return fmt.Errorf("server: raft transport on %s: %w", s.cfg.RaftAddr, err)
+	layer := s.cfg.RaftLayer
+	if layer == nil {
+		if layer, err = newTCPLayer(s.cfg.RaftAddr); err != nil {
+			return err
 		}
 	}
+	if s.cfg.TLS != nil {
+		layer = newTLSLayer(layer, s.cfg.TLS, s.logger.Named("raft-tls"))
+	}
+	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  layer,
+		MaxPool: 3,
+		Timeout: s.cfg.RPCTimeout,
+		Logger:  s.logger.Named("raft-net"),
+	})
 	s.raftAddr = string(s.trans.LocalAddr())
 
 	rc := raft.DefaultConfig()
@@ -264,6 +263,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.heartbeats.stop()
 		s.events.close()
 		s.conns.close()
+		s.agentConns.close()
 		if cerr := s.logStore.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("server: close raft store: %w", cerr)
 		}

@@ -193,6 +193,48 @@ func TestOutgoingConfig(t *testing.T) {
 	}
 }
 
+// OutgoingConfig without a role (servers calling agents) verifies the
+// chain only: an agent with a server or a client certificate is reached,
+// one whose certificate another CA signed is not.
+func TestOutgoingConfigAnyRole(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "ca", CAOptions{})
+	other := newTestCA(t, dir, "other", CAOptions{})
+	serve := func(cfg Config) string {
+		srv := newConfigurator(t, cfg, nil)
+		ln := tls.NewListener(listen(t), srv.IncomingConfig())
+		serveOK(t, ln)
+		return ln.Addr().String()
+	}
+	both := filepath.Join(dir, "both.pem")
+	bundle(t, both, other, ca)
+	sc, sk := ca.issue(t, "server", RoleServer, 0)
+	cc, ck := ca.issue(t, "client", RoleClient, 0)
+	oc, ok := other.issue(t, "other", RoleClient, 0)
+	mine, mineKey := ca.issue(t, "me", RoleServer, 0)
+	dialer := newConfigurator(t, Config{CAFile: ca.file, CertFile: mine, KeyFile: mineKey,
+		VerifyOutgoing: true, VerifyServerHostname: true}, nil)
+	for _, tt := range []struct {
+		name, addr, wantErr string
+	}{
+		{"agent with a server certificate", serve(Config{CAFile: ca.file, CertFile: sc, KeyFile: sk, VerifyIncoming: true}), ""},
+		{"agent with a client certificate", serve(Config{CAFile: ca.file, CertFile: cc, KeyFile: ck, VerifyIncoming: true}), ""},
+		{"agent of another CA", serve(Config{CAFile: both, CertFile: oc, KeyFile: ok, VerifyIncoming: true}), "unknown authority"},
+	} {
+		cfg := dialer.OutgoingConfig("")
+		if cfg.ServerName != "" {
+			t.Errorf("ServerName = %q, want none", cfg.ServerName)
+		}
+		res := dialTLS(tt.addr, cfg)
+		switch {
+		case tt.wantErr == "" && res.err != nil:
+			t.Errorf("%s: dial: %v", tt.name, res.err)
+		case tt.wantErr != "" && (res.err == nil || !strings.Contains(res.err.Error(), tt.wantErr)):
+			t.Errorf("%s: dial = %v, want an error containing %q", tt.name, res.err, tt.wantErr)
+		}
+	}
+}
+
 // acceptState accepts one connection of ln, handshakes it and sends its
 // state (or nothing when the handshake failed) on the returned channel.
 func acceptState(t *testing.T, ln net.Listener) <-chan *tls.ConnectionState {

@@ -141,27 +141,30 @@ func TestDevAgent(t *testing.T) {
 	}
 }
 
-// devAgent is one `csisupd agent --dev` process.
-type devAgent struct {
-	addr    string // its gRPC address
-	dataDir string
+// agentProcess is one `csisupd agent` process.
+type agentProcess struct {
+	name    string               // for messages
 	logs    *testutil.SyncBuffer // its output
 	cmd     *exec.Cmd
 	exited  chan error // receives the process's exit, once
 	stopped bool       // stop saw it exit
 }
 
-// startDevAgent starts `csisupd agent --dev` named nodeName on free ports
-// with a data dir of its own, waits until its /v1/health answers, and
-// returns it. It is killed when the test ends unless stop saw it exit; its
-// output is logged if the test failed.
-func startDevAgent(t *testing.T, nodeName string) *devAgent {
+// devAgent is one `csisupd agent --dev` process.
+type devAgent struct {
+	*agentProcess
+	addr    string // its gRPC address
+	dataDir string
+}
+
+// startAgentProcess starts `csisupd agent` with args, waits until its
+// /v1/health on httpPort answers, and returns it. It is killed when the
+// test ends unless stop saw it exit; its output is logged if the test
+// failed.
+func startAgentProcess(t *testing.T, name string, httpPort int, args ...string) *agentProcess {
 	t.Helper()
-	ports := testutil.FreePorts(t, 3)
-	a := &devAgent{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dataDir: testutil.TempDir(t),
-		logs: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
-	a.cmd = exec.Command(binary, "agent", "--dev", "--name", nodeName, "--data-dir", a.dataDir,
-		"--rpc-port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--http-port", strconv.Itoa(ports[2]))
+	a := &agentProcess{name: name, logs: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
+	a.cmd = exec.Command(binary, append([]string{"agent"}, args...)...)
 	a.cmd.Env = cleanEnv()
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
@@ -174,12 +177,18 @@ func startDevAgent(t *testing.T, nodeName string) *devAgent {
 			<-a.exited
 		}
 		if t.Failed() {
-			t.Logf("agent output:\n%s", a.logs.String())
+			t.Logf("%s output:\n%s", a.name, a.logs.String())
 		}
 	})
-	health := fmt.Sprintf("http://127.0.0.1:%d/v1/health", ports[2])
+	health := fmt.Sprintf("http://127.0.0.1:%d/v1/health", httpPort)
 	client := &http.Client{Timeout: 2 * time.Second}
-	testutil.WaitFor(t, 30*time.Second, "the dev agent's /v1/health", func() bool {
+	testutil.WaitFor(t, 30*time.Second, name+"'s /v1/health", func() bool {
+		select {
+		case err := <-a.exited:
+			a.stopped = true
+			t.Fatalf("%s exited before serving: %v\n%s", name, err, a.logs.String())
+		default:
+		}
 		resp, err := client.Get(health)
 		if err != nil {
 			return false
@@ -190,8 +199,19 @@ func startDevAgent(t *testing.T, nodeName string) *devAgent {
 	return a
 }
 
+// startDevAgent starts `csisupd agent --dev` named nodeName on free ports
+// with a data dir of its own and waits until it serves.
+func startDevAgent(t *testing.T, nodeName string) *devAgent {
+	t.Helper()
+	ports := testutil.FreePorts(t, 3)
+	dataDir := testutil.TempDir(t)
+	a := startAgentProcess(t, "dev agent", ports[2], "--dev", "--name", nodeName, "--data-dir", dataDir,
+		"--rpc-port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--http-port", strconv.Itoa(ports[2]))
+	return &devAgent{agentProcess: a, addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), dataDir: dataDir}
+}
+
 // stop sends SIGTERM and waits, at most timeout, for a clean exit.
-func (a *devAgent) stop(timeout time.Duration) error {
+func (a *agentProcess) stop(timeout time.Duration) error {
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return err
 	}

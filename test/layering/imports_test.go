@@ -30,8 +30,8 @@ var allowed = map[string][]string{
 	"internal/agent": append(append([]string{api}, middle...), bottom...),
 
 	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config"},
-	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config"},
-	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl"},
+	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
+	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil"},
 	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config"},
 	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config"},
 

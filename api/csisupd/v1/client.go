@@ -1,6 +1,7 @@
 package csisupdv1
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -23,9 +24,41 @@ type ClientConfig struct {
 	// TLS secures the connection when not nil. TLSFiles.ClientConfig builds
 	// one from PEM files.
 	TLS *tls.Config
+	// Token is the ACL secret id sent with every call (in the
+	// TokenMetadataKey metadata) when not empty. It is sent only over TLS.
+	Token string
 	// DialOptions are appended to the defaults.
 	DialOptions []grpc.DialOption
 }
+
+// TokenMetadataKey is the gRPC metadata key that carries an ACL token's
+// secret id.
+const TokenMetadataKey = "csisupd-token"
+
+// TokenCredentials sends an ACL token with every call of a connection:
+// use it with grpc.WithPerRPCCredentials. It refuses to send the token over
+// a connection without TLS, where anyone on the path could read it;
+// InsecureToken allows that for tests on loopback.
+type TokenCredentials struct {
+	// Secret is the token's secret id. Empty sends nothing.
+	Secret string
+	// InsecureToken sends the token over connections without TLS too.
+	InsecureToken bool
+}
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (t TokenCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	if t.Secret == "" {
+		return nil, nil
+	}
+	return map[string]string{TokenMetadataKey: t.Secret}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials.
+func (t TokenCredentials) RequireTransportSecurity() bool { return !t.InsecureToken }
+
+// String hides the secret from logs and %v.
+func (t TokenCredentials) String() string { return "csisupd token [redacted]" }
 
 // Client is a connection to one csisupd agent with its service clients.
 // Errors from ClientCSI carry typed details: check them with IsRetryable,
@@ -51,7 +84,11 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.DialOptions...)
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(TokenCredentials{Secret: cfg.Token}))
+	}
+	opts = append(opts, cfg.DialOptions...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("csisupd: agent address %q: %w", addr, err)

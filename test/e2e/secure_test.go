@@ -1,0 +1,555 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// pki is a directory of certificates made with `csisupd tls`, as an
+// operator makes them.
+type pki struct{ dir string }
+
+// newPKI creates a CA, servers server certificates, one client and one
+// CLI certificate with the CLI.
+func newPKI(t *testing.T, servers int) pki {
+	t.Helper()
+	p := pki{dir: testutil.TempDir(t)}
+	p.tls(t, "ca", "create")
+	for range servers {
+		p.tls(t, "cert", "create", "--server")
+	}
+	p.tls(t, "cert", "create", "--client")
+	p.tls(t, "cert", "create", "--cli")
+	return p
+}
+
+func (p pki) tls(t *testing.T, args ...string) string {
+	t.Helper()
+	res := cli(t, "127.0.0.1:1", append(append([]string{"tls"}, args...), "--dir", p.dir)...)
+	if res.code != 0 || !strings.Contains(res.stdout, "==> Saved") {
+		t.Fatalf("csisupd tls %s: exit %d\n%s%s", strings.Join(args, " "), res.code, res.stdout, res.stderr)
+	}
+	return res.stdout
+}
+
+func (p pki) ca() string { return filepath.Join(p.dir, "csisupd-agent-ca.pem") }
+
+// cert returns the certificate and key files of the n-th certificate of
+// role (server, client, cli).
+func (p pki) cert(role string, n int) (cert, key string) {
+	base := filepath.Join(p.dir, fmt.Sprintf("global-%s-csisupd-%d", role, n))
+	return base + ".pem", base + "-key.pem"
+}
+
+// tlsBlock is the tls block of an agent with the n-th certificate of role.
+func (p pki) tlsBlock(role string, n int) string {
+	cert, key := p.cert(role, n)
+	return fmt.Sprintf("tls {\n  ca_file = %q\n  cert_file = %q\n  key_file = %q\n}\n", p.ca(), cert, key)
+}
+
+// cliFlags are the CLI's TLS flags with the --cli certificate.
+func (p pki) cliFlags() []string {
+	cert, key := p.cert("cli", 0)
+	return []string{"--ca-file", p.ca(), "--client-cert", cert, "--client-key", key}
+}
+
+// clientTLS is a TLS client configuration with the certificate of role.
+func (p pki) clientTLS(t *testing.T, role string) *tls.Config {
+	t.Helper()
+	pem, err := os.ReadFile(p.ca())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	certFile, keyFile := p.cert(role, 0)
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{pair}}
+}
+
+// secureCLI runs the CLI with the --cli certificate and token.
+func secureCLI(t *testing.T, p pki, addr, token string, args ...string) cliResult {
+	t.Helper()
+	flags := p.cliFlags()
+	if token != "" {
+		flags = append(flags, "--token", token)
+	}
+	return cli(t, addr, append(flags, args...)...)
+}
+
+func secureCLIJSON(t *testing.T, p pki, addr, token string, v any, args ...string) {
+	t.Helper()
+	res := secureCLI(t, p, addr, token, append(args, "--json")...)
+	if res.code != 0 {
+		t.Fatalf("csisupd %s: exit %d: %s", strings.Join(args, " "), res.code, res.stderr)
+	}
+	if err := json.Unmarshal([]byte(res.stdout), v); err != nil {
+		t.Fatalf("csisupd %s --json: %v\n%s", strings.Join(args, " "), err, res.stdout)
+	}
+}
+
+// tokenDoc is an ACL token as `--json` prints it.
+type tokenDoc struct {
+	AccessorID string `json:"accessor_id"`
+	SecretID   string `json:"secret_id"`
+	Type       string `json:"type"`
+}
+
+// secureServer is one server process of a TLS + ACL cluster.
+type secureServer struct {
+	*agentProcess
+	rpc, raft string
+}
+
+// startSecureCluster starts 3 servers with TLS and ACLs on, each with its
+// own server certificate, formed by bootstrap_expect = 3.
+func startSecureCluster(t *testing.T, p pki) []*secureServer {
+	t.Helper()
+	ports := testutil.FreePorts(t, 9)
+	var servers []*secureServer
+	var join []string
+	for i := range 3 {
+		join = append(join, fmt.Sprintf("127.0.0.1:%d", ports[3*i]))
+	}
+	for i := range 3 {
+		rpcPort, raftPort, httpPort := ports[3*i], ports[3*i+1], ports[3*i+2]
+		cfg := fmt.Sprintf(`name = "s%d"
+data_dir = %q
+bind_addr = "127.0.0.1"
+ports {
+  rpc  = %d
+  raft = %d
+  http = %d
+}
+client { enabled = false }
+server {
+  enabled          = true
+  bootstrap_expect = 3
+  retry_join       = %s
+}
+consul { enabled = false }
+acl { enabled = true }
+%s`, i, testutil.TempDir(t), rpcPort, raftPort, httpPort, hclList(join), p.tlsBlock("server", i))
+		a := startAgentProcess(t, fmt.Sprintf("server s%d", i), httpPort, "--config", writeConfig(t, cfg))
+		servers = append(servers, &secureServer{agentProcess: a, rpc: join[i], raft: fmt.Sprintf("127.0.0.1:%d", raftPort)})
+	}
+	return servers
+}
+
+func hclList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(testutil.TempDir(t), "agent.hcl")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSecureCluster builds a 3-server cluster with TLS and ACLs on from
+// certificates made with `csisupd tls`, bootstraps its ACLs, and checks
+// that only the right certificate with the right token gets anything
+// done: on the raft port, the server-only RPCs and the volume API.
+func TestSecureCluster(t *testing.T) {
+	p := newPKI(t, 3)
+	servers := startSecureCluster(t, p)
+	addr := servers[0].rpc
+
+	// Before the bootstrap nothing but the bootstrap works, and a
+	// plain-text client is not even spoken to.
+	if res := secureCLI(t, p, addr, "", "operator", "raft", "list-peers"); res.code != 1 || !strings.Contains(res.stderr, "needs a token that allows operator:read") {
+		t.Fatalf("list-peers without a token: exit %d: %s", res.code, res.stderr)
+	}
+	if res := cli(t, addr, "operator", "raft", "list-peers"); res.code != 1 {
+		t.Fatalf("list-peers over plain text: exit %d: %s", res.code, res.stderr)
+	}
+
+	// The cluster forms through bootstrap_expect; the bootstrap needs a
+	// leader, so it is retried until there is one.
+	var mgmt tokenDoc
+	testutil.WaitFor(t, 60*time.Second, "acl bootstrap", func() bool {
+		res := secureCLI(t, p, addr, "", "acl", "bootstrap", "--json")
+		return res.code == 0 && json.Unmarshal([]byte(res.stdout), &mgmt) == nil
+	})
+	if mgmt.Type != "management" || mgmt.SecretID == "" {
+		t.Fatalf("bootstrap token: %+v", mgmt)
+	}
+	if res := secureCLI(t, p, addr, "", "acl", "bootstrap"); res.code != 1 || !strings.Contains(res.stderr, "acl-bootstrap-reset") {
+		t.Fatalf("second bootstrap: exit %d: %s", res.code, res.stderr)
+	}
+	var peers peersDoc
+	secureCLIJSON(t, p, addr, mgmt.SecretID, &peers, "operator", "raft", "list-peers")
+	if len(peers.Peers) != 3 {
+		t.Fatalf("raft peers: %+v", peers)
+	}
+
+	// Policies and tokens for the agent, a writer and a reader.
+	policies := map[string]string{
+		"agent":  `node { policy = "write" }`,
+		"writer": "volume { policy = \"write\" }\nplugin { policy = \"read\" }\nnode { policy = \"read\" }",
+		"reader": "volume { policy = \"read\" }\nplugin { policy = \"read\" }\nnode { policy = \"read\" }",
+	}
+	tokens := map[string]tokenDoc{}
+	for name, rules := range policies {
+		file := filepath.Join(p.dir, name+".hcl")
+		if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if res := secureCLI(t, p, addr, mgmt.SecretID, "acl", "policy", "apply", name, file); res.code != 0 {
+			t.Fatalf("policy apply %s: exit %d: %s", name, res.code, res.stderr)
+		}
+		var tok tokenDoc
+		secureCLIJSON(t, p, addr, mgmt.SecretID, &tok, "acl", "token", "create", "--name", name, "--policy", name)
+		tokens[name] = tok
+	}
+
+	// An agent with a client certificate and its agent token, with a
+	// controller plugin.
+	pluginDir := testutil.TempDir(t)
+	plugin, err := testplugin.New(testplugin.Config{
+		Socket: filepath.Join(pluginDir, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
+		Type: testplugin.TypeMonolith, NodeID: "csi-node-0", KnownNodeIDs: []string{testplugin.AnyNode},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plugin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plugin.Stop)
+	agentPorts := testutil.FreePorts(t, 3)
+	agentCfg := fmt.Sprintf(`name = "a0"
+data_dir = %q
+bind_addr = "127.0.0.1"
+ports {
+  rpc  = %d
+  raft = %d
+  http = %d
+}
+client {
+  plugin_dir = %q
+  servers    = %s
+}
+consul { enabled = false }
+acl {
+  enabled = true
+  tokens { agent = %q }
+}
+%s`, testutil.TempDir(t), agentPorts[0], agentPorts[1], agentPorts[2], pluginDir, hclList([]string{servers[0].rpc, servers[1].rpc, servers[2].rpc}),
+		tokens["agent"].SecretID, p.tlsBlock("client", 0))
+	agent := startAgentProcess(t, "agent a0", agentPorts[2], "--config", writeConfig(t, agentCfg))
+	reader, writer := tokens["reader"].SecretID, tokens["writer"].SecretID
+	testutil.WaitFor(t, 60*time.Second, "plugin tp healthy in the cluster", func() bool {
+		var doc pluginDoc
+		res := secureCLI(t, p, addr, reader, "plugin", "status", "tp", "--json")
+		return res.code == 0 && json.Unmarshal([]byte(res.stdout), &doc) == nil && doc.ControllersHealthy == 1
+	})
+
+	// The writer creates and claims a volume.
+	var vol volumeDoc
+	secureCLIJSON(t, p, addr, writer, &vol, "volume", "create", "v1", "--plugin", "tp", "--capacity", "1MiB")
+	var att attachDoc
+	secureCLIJSON(t, p, addr, writer, &att, "volume", "attach", "v1", "--node", "a0")
+	if att.Claim.CSINodeID != "csi-node-0" {
+		t.Fatalf("attach: %+v", att.Claim)
+	}
+
+	// The reader is refused, and nothing changes.
+	before := plugin.Stats().Calls
+	for _, args := range [][]string{
+		{"volume", "create", "v2", "--plugin", "tp"},
+		{"volume", "detach", "v1", "--node", "a0"},
+		{"volume", "delete", "v1"},
+	} {
+		res := secureCLI(t, p, addr, reader, args...)
+		if res.code != 1 || !strings.Contains(res.stderr, "needs volume:write, which the token does not allow") {
+			t.Errorf("%s with the read token: exit %d: %s", strings.Join(args, " "), res.code, res.stderr)
+		}
+	}
+	var list volumeListDoc
+	secureCLIJSON(t, p, addr, reader, &list, "volume", "list")
+	if len(list.Volumes) != 1 || list.Volumes[0].ID != "v1" || len(list.Volumes[0].Claims) != 1 {
+		t.Fatalf("volumes after the refused writes: %+v", list)
+	}
+	after := plugin.Stats().Calls
+	for _, m := range []string{"CreateVolume", "DeleteVolume", "ControllerUnpublishVolume"} {
+		if after[m] != before[m] {
+			t.Errorf("the plugin saw %s %d times after the refused writes, %d before", m, after[m], before[m])
+		}
+	}
+
+	// The raft port: plain text and a client certificate are refused and
+	// logged; nothing they send reaches raft.
+	for _, s := range servers[:1] {
+		assertClosedWithoutReply(t, "plain text on the raft port", func() (net.Conn, error) {
+			c, err := net.DialTimeout("tcp", s.raft, 5*time.Second)
+			if err == nil {
+				_, err = c.Write([]byte{0, 0x81, 0xa4, 'T', 'e', 'r', 'm'}) // a raft AppendEntries header
+			}
+			return c, err
+		})
+		assertClosedWithoutReply(t, "a client certificate on the raft port", func() (net.Conn, error) {
+			return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.raft, withServerName(p.clientTLS(t, "client"), "localhost"))
+		})
+		testutil.WaitFor(t, 10*time.Second, "the refusals in the server's log", func() bool {
+			logs := s.logs.String()
+			return strings.Contains(logs, "reason=\"not TLS\"") && strings.Contains(logs, "certificate role client, want server")
+		})
+	}
+
+	// Server-only RPCs: a client and a CLI certificate are refused even
+	// with the management token; plain text is not served at all.
+	for _, role := range []string{"client", "cli"} {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(withServerName(p.clientTLS(t, role), "localhost"))),
+			grpc.WithPerRPCCredentials(csisupdv1.TokenCredentials{Secret: mgmt.SecretID}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = csisupdv1.NewClusterClient(conn).Join(ctx, &csisupdv1.JoinRequest{ServerId: "bogus", RaftAddress: "127.0.0.1:1", RpcAddress: "127.0.0.1:2"})
+		cancel()
+		conn.Close()
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("Cluster/Join with a %s certificate: %v, want PermissionDenied", role, err)
+		}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err = csisupdv1.NewClusterClient(conn).Join(ctx, &csisupdv1.JoinRequest{ServerId: "bogus", RaftAddress: "127.0.0.1:1", RpcAddress: "127.0.0.1:2"})
+	cancel()
+	conn.Close()
+	if err == nil || status.Code(err) == codes.OK {
+		t.Errorf("Cluster/Join over plain text: %v, want a failure", err)
+	}
+	secureCLIJSON(t, p, addr, mgmt.SecretID, &peers, "operator", "raft", "list-peers")
+	if len(peers.Peers) != 3 {
+		t.Fatalf("raft peers after the refused joins: %+v", peers)
+	}
+
+	// No secret id in any log.
+	for name, tok := range tokens {
+		for _, proc := range append([]*agentProcess{agent}, servers[0].agentProcess, servers[1].agentProcess, servers[2].agentProcess) {
+			if strings.Contains(proc.logs.String(), tok.SecretID) {
+				t.Errorf("the %s token's secret id is in the log of %s", name, proc.name)
+			}
+		}
+	}
+}
+
+func withServerName(c *tls.Config, name string) *tls.Config {
+	c = c.Clone()
+	c.ServerName = name
+	return c
+}
+
+// assertClosedWithoutReply opens a connection with open and checks that
+// the other end closes it without sending a byte.
+func assertClosedWithoutReply(t *testing.T, what string, open func() (net.Conn, error)) {
+	t.Helper()
+	c, err := open()
+	if err != nil {
+		// A TLS client may see the refusal as a failed handshake.
+		return
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	n, err := c.Read(make([]byte, 64))
+	if n > 0 || err == nil {
+		t.Fatalf("%s: read %d bytes, err %v: want the connection closed without a reply", what, n, err)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("%s: the connection stayed open", what)
+	}
+	if err != io.EOF && !strings.Contains(err.Error(), "reset") && !strings.Contains(err.Error(), "closed") &&
+		!strings.Contains(err.Error(), "certificate") && !strings.Contains(err.Error(), "tls") {
+		t.Logf("%s: %v", what, err)
+	}
+}
+
+// TestCertificateRotationBySIGHUP replaces a server's certificate files
+// and sends SIGHUP while clients keep calling: no call fails, and new
+// connections get the new certificate.
+func TestCertificateRotationBySIGHUP(t *testing.T) {
+	p := newPKI(t, 2)
+	live := testutil.TempDir(t)
+	certFile, keyFile := filepath.Join(live, "server.pem"), filepath.Join(live, "server-key.pem")
+	install := func(n int) {
+		c, k := p.cert("server", n)
+		for src, dst := range map[string]string{c: certFile, k: keyFile} {
+			data, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Written aside and renamed, as deployment tools do, so that a
+			// reload never reads half a file.
+			if err := os.WriteFile(dst+".new", data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(dst+".new", dst); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	install(0)
+	ports := testutil.FreePorts(t, 3)
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	cfg := fmt.Sprintf(`name = "rot"
+data_dir = %q
+bind_addr = "127.0.0.1"
+ports {
+  rpc  = %d
+  raft = %d
+  http = %d
+}
+client { plugin_dir = %q }
+server {
+  enabled          = true
+  bootstrap_expect = 1
+}
+consul { enabled = false }
+tls {
+  ca_file   = %q
+  cert_file = %q
+  key_file  = %q
+}
+`, testutil.TempDir(t), ports[0], ports[1], ports[2], testutil.TempDir(t), p.ca(), certFile, keyFile)
+	proc := startAgentProcess(t, "server rot", ports[2], "--config", writeConfig(t, cfg))
+	clientTLS := withServerName(p.clientTLS(t, "cli"), "localhost")
+
+	// servedSerial makes one call on a new connection and returns the
+	// serial number of the certificate the server presented.
+	servedSerial := func(ctx context.Context) (string, error) {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		var pr peer.Peer
+		if _, err := csisupdv1.NewAgentClient(conn).Status(ctx, &csisupdv1.StatusRequest{}, grpc.Peer(&pr)); err != nil {
+			return "", err
+		}
+		info, ok := pr.AuthInfo.(credentials.TLSInfo)
+		if !ok || len(info.State.PeerCertificates) == 0 {
+			return "", fmt.Errorf("no TLS peer certificate")
+		}
+		return info.State.PeerCertificates[0].SerialNumber.Text(16), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	oldSerial, err := servedSerial(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Two callers: one on a connection kept open, one on a new
+	// connection per call. Every failure is kept.
+	var (
+		mu       sync.Mutex
+		failures []error
+		calls    int
+		latest   string
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	record := func(serial string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if err != nil {
+			failures = append(failures, err)
+		}
+		if serial != "" {
+			latest = serial
+		}
+	}
+	kept, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	loop := func(call func(ctx context.Context) (string, error)) {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			serial, err := call(ctx)
+			cancel()
+			record(serial, err)
+		}
+	}
+	wg.Add(2)
+	go loop(func(ctx context.Context) (string, error) {
+		_, err := csisupdv1.NewAgentClient(kept).Status(ctx, &csisupdv1.StatusRequest{})
+		return "", err
+	})
+	go loop(servedSerial)
+	callsNow := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls
+	}
+	testutil.WaitFor(t, 30*time.Second, "20 calls before the rotation", func() bool { return callsNow() >= 20 })
+
+	install(1)
+	if err := proc.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the new certificate served on new connections", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return latest != "" && latest != oldSerial
+	})
+	after := callsNow()
+	testutil.WaitFor(t, 30*time.Second, "20 calls after the rotation", func() bool { return callsNow() >= after+20 })
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d calls failed during the rotation; first: %v", len(failures), calls, failures[0])
+	}
+	if !strings.Contains(proc.logs.String(), "certificates reloaded") {
+		t.Errorf("the agent did not log the reload:\n%s", proc.logs.String())
+	}
+}
