@@ -3,7 +3,10 @@
 
 name      = "node-1"              # default: the host name
 data_dir  = "/var/lib/csisupd"
-bind_addr = "0.0.0.0"             # default 127.0.0.1; servers must reach ClientCSI on this node
+# Default 127.0.0.1. Listen on all addresses only where others must reach this node: servers
+# call ClientCSI on agents, agents and operators call the servers. TLS and ACLs below keep
+# everyone else out.
+bind_addr = "0.0.0.0"
 log_level = "info"                # trace, debug, info, warn, error
 log_json  = false
 
@@ -49,8 +52,23 @@ consul {
   client_auto_join     = true      # agents with no client.servers find the servers in Consul
 }
 
-# tls {
-#   ca_file   = "/etc/csisupd.d/ca.pem"
-#   cert_file = "/etc/csisupd.d/agent.pem"
-#   key_file  = "/etc/csisupd.d/agent-key.pem"
-# }
+# TLS on every port (gRPC and raft). Make the files with `csisupd tls ca create` and
+# `csisupd tls cert create --client` (servers: --server, see server.hcl; operators: --cli).
+# The certificate's role name (client.<region>.csisupd) is what servers check.
+tls {
+  ca_file                = "/etc/csisupd.d/tls/csisupd-agent-ca.pem"
+  cert_file              = "/etc/csisupd.d/tls/global-client-csisupd-0.pem"
+  key_file               = "/etc/csisupd.d/tls/global-client-csisupd-0-key.pem"
+  verify_incoming        = true   # callers need a certificate from the CA (the CLI: a --cli one)
+  verify_outgoing        = true
+  verify_server_hostname = true   # a server must prove the server role
+}
+# region = "global"               # part of the role names in the certificates
+
+# ACLs: every API call needs a token that allows it. Bootstrap once with `csisupd acl bootstrap`.
+acl {
+  enabled = true
+  # The agent's own token (a policy with node = write), here or, better, as
+  # CSISUPD_AGENT_TOKEN in /etc/csisupd.d/csisupd.env (mode 0600):
+  # tokens { agent = "..." }
+}

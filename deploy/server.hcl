@@ -6,3 +6,10 @@ server {
   # catalog (consul.server_auto_join); bootstrap_expect alone decides when the cluster forms.
   retry_join       = ["10.0.0.11:4780", "10.0.0.12:4780", "10.0.0.13:4780"]
 }
+
+# A server presents a server certificate (`csisupd tls cert create --server`, one per server);
+# the other tls and acl keys come from agent.hcl.
+tls {
+  cert_file = "/etc/csisupd.d/tls/global-server-csisupd-0.pem"
+  key_file  = "/etc/csisupd.d/tls/global-server-csisupd-0-key.pem"
+}

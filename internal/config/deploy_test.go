@@ -2,7 +2,10 @@ package config
 
 import (
 	"net"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -15,10 +18,7 @@ func TestDeployExamplesLoad(t *testing.T) {
 		{"agent.hcl"},
 		{"agent.hcl", "server.hcl"},
 	} {
-		var paths []string
-		for _, f := range files {
-			paths = append(paths, filepath.Join("..", "..", "deploy", f))
-		}
+		paths := deployCopies(t, files)
 		c, err := Load(LoadInput{Files: paths, Env: func(string) string { return "" }, InterfaceAddrs: privateAddrs})
 		if err != nil {
 			t.Fatalf("%v: %v", files, err)
@@ -29,5 +29,50 @@ func TestDeployExamplesLoad(t *testing.T) {
 		if len(files) == 2 && (!c.Server.Enabled || c.Server.BootstrapExpect != 3) {
 			t.Errorf("%v: server block not applied: %+v", files, c.Server)
 		}
+		// The examples show the secure setup.
+		if !c.TLS.Enabled() || !c.TLS.VerifyIncoming || !c.TLS.VerifyServerHostname || !c.ACL.Enabled {
+			t.Errorf("%v: TLS or ACLs are off: %+v %+v", files, c.TLS, c.ACL)
+		}
+		wantCert := "global-client-csisupd-0.pem"
+		if len(files) == 2 {
+			wantCert = "global-server-csisupd-0.pem"
+		}
+		if filepath.Base(c.TLS.CertFile) != wantCert {
+			t.Errorf("%v: tls.cert_file = %s, want %s", files, c.TLS.CertFile, wantCert)
+		}
 	}
+}
+
+// deployTLSDir is where the examples expect the certificates.
+const deployTLSDir = "/etc/csisupd.d/tls/"
+
+// deployCopies copies the deploy examples into a temporary directory with
+// their certificate paths pointing at files created there (validation
+// checks that the files exist), and returns the copies' paths.
+func deployCopies(t *testing.T, files []string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	tlsDir := filepath.Join(dir, "tls") + "/"
+	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, f := range files {
+		src, err := os.ReadFile(filepath.Join("..", "..", "deploy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(src)
+		for _, m := range regexp.MustCompile(regexp.QuoteMeta(deployTLSDir)+`[^"]+`).FindAllString(text, -1) {
+			if err := os.WriteFile(filepath.Join(tlsDir, filepath.Base(m)), []byte("pem"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dst := filepath.Join(dir, f)
+		if err := os.WriteFile(dst, []byte(strings.ReplaceAll(text, deployTLSDir, tlsDir)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, dst)
+	}
+	return paths
 }

@@ -149,7 +149,7 @@ type matrixPKI struct {
 	certs map[tlsutil.Role][2][]byte // cert, key
 }
 
-func newMatrixPKI(t *testing.T) *matrixPKI {
+func newMatrixPKI(t testing.TB) *matrixPKI {
 	t.Helper()
 	caCert, caKey, err := tlsutil.GenerateCA(tlsutil.CAOptions{})
 	if err != nil {
@@ -169,7 +169,7 @@ func newMatrixPKI(t *testing.T) *matrixPKI {
 	return p
 }
 
-func (p *matrixPKI) write(t *testing.T, name string, data []byte) string {
+func (p *matrixPKI) write(t testing.TB, name string, data []byte) string {
 	t.Helper()
 	path := filepath.Join(p.dir, name)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -178,8 +178,9 @@ func (p *matrixPKI) write(t *testing.T, name string, data []byte) string {
 	return path
 }
 
-// dial connects with the certificate of role, or none for "".
-func (p *matrixPKI) dial(t *testing.T, addr string, role tlsutil.Role, token string) *grpc.ClientConn {
+// dialOptions connect with the certificate of role, or none for "", and
+// send token.
+func (p *matrixPKI) dialOptions(t testing.TB, role tlsutil.Role, token string) []grpc.DialOption {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(p.ca)
@@ -195,7 +196,32 @@ func (p *matrixPKI) dial(t *testing.T, addr string, role tlsutil.Role, token str
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(csisupdv1.TokenCredentials{Secret: token}))
 	}
-	conn, err := grpc.NewClient(addr, opts...)
+	return opts
+}
+
+// serverOptions are the TLS credentials (with the server certificate) and
+// the Authorizer, with ACLs on, of a server resolving tokens with resolve.
+func (p *matrixPKI) serverOptions(t testing.TB, verifyIncoming bool, resolve TokenResolver) []grpc.ServerOption {
+	t.Helper()
+	conf, err := tlsutil.New(tlsutil.Config{
+		CAFile: filepath.Join(p.dir, "ca.pem"), CertFile: filepath.Join(p.dir, "server.pem"),
+		KeyFile: filepath.Join(p.dir, "server-key.pem"), VerifyIncoming: verifyIncoming,
+		VerifyOutgoing: true, VerifyServerHostname: true,
+	}, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := NewAuthorizer(AuthConfig{TLS: true, ACL: true, Resolver: resolve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(auth.ServerOptions(), grpc.Creds(credentials.NewTLS(conf.IncomingConfig())))
+}
+
+// dial connects with the certificate of role, or none for "".
+func (p *matrixPKI) dial(t *testing.T, addr string, role tlsutil.Role, token string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, p.dialOptions(t, role, token)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,28 +234,13 @@ func (p *matrixPKI) dial(t *testing.T, addr string, role tlsutil.Role, token str
 // health and reflection, behind TLS and the Authorizer.
 func startMatrixServer(t *testing.T, pki *matrixPKI, verifyIncoming bool) string {
 	t.Helper()
-	conf, err := tlsutil.New(tlsutil.Config{
-		CAFile: filepath.Join(pki.dir, "ca.pem"), CertFile: filepath.Join(pki.dir, "server.pem"),
-		KeyFile: filepath.Join(pki.dir, "server-key.pem"), VerifyIncoming: verifyIncoming,
-		VerifyOutgoing: true, VerifyServerHostname: true,
-	}, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
 	tokens := matrixTokens(t)
-	auth, err := NewAuthorizer(AuthConfig{
-		TLS: true, ACL: true,
-		Resolver: TokenResolverFunc(func(_ context.Context, secret string) (*acl.ACL, error) {
-			if a, ok := tokens[secret]; ok {
-				return a, nil
-			}
-			return nil, fmt.Errorf("token: %w", acl.ErrTokenNotFound)
-		}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(append(auth.ServerOptions(), grpc.Creds(credentials.NewTLS(conf.IncomingConfig())))...)
+	g := grpc.NewServer(pki.serverOptions(t, verifyIncoming, TokenResolverFunc(func(_ context.Context, secret string) (*acl.ACL, error) {
+		if a, ok := tokens[secret]; ok {
+			return a, nil
+		}
+		return nil, fmt.Errorf("token: %w", acl.ErrTokenNotFound)
+	}))...)
 	csisupdv1.RegisterAgentServer(g, csisupdv1.UnimplementedAgentServer{})
 	csisupdv1.RegisterClientCSIServer(g, csisupdv1.UnimplementedClientCSIServer{})
 	csisupdv1.RegisterClusterServer(g, csisupdv1.UnimplementedClusterServer{})

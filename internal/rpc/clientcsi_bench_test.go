@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,7 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/acl"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
 // benchCallers is the number of concurrent callers in the benchmarks.
@@ -109,14 +112,16 @@ func BenchmarkClientCSIValidateVolume(b *testing.B) {
 		_, err := env.client.ControllerValidateVolume(ctx, viaReq)
 		return err
 	}
+	secureCall := secureClientCSICall(b, env, viaReq)
 	b.Run("direct", func(b *testing.B) { runCallers(b, directCall) })
 	b.Run("clientcsi", func(b *testing.B) { runCallers(b, viaCall) })
+	b.Run("clientcsi-tls-acl", func(b *testing.B) { runCallers(b, secureCall) })
 	// vs-direct alternates rounds of both paths so that both see the same
 	// load from the rest of the machine, and reports the ratios.
 	b.Run("vs-direct", func(b *testing.B) {
 		const round = 512
-		var d, v []time.Duration
-		var dt, vt time.Duration
+		var d, v, sec []time.Duration
+		var dt, vt, st time.Duration
 		b.ResetTimer()
 		for done := 0; done < b.N; done += round {
 			ld, el, err := measure(round, directCall)
@@ -129,12 +134,52 @@ func BenchmarkClientCSIValidateVolume(b *testing.B) {
 				b.Fatal(err)
 			}
 			v, vt = append(v, lv...), vt+el
+			ls, el, err := measure(round, secureCall)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sec, st = append(sec, ls...), st+el
 		}
 		b.StopTimer()
-		ds, vs := summarise(d, dt), summarise(v, vt)
+		ds, vs, ss := summarise(d, dt), summarise(v, vt), summarise(sec, st)
 		ds.report(b, "direct-")
 		vs.report(b, "clientcsi-")
+		ss.report(b, "tls-acl-")
 		b.ReportMetric(float64(vs.p50)/float64(ds.p50), "p50-x-direct")
 		b.ReportMetric(float64(vs.p99)/float64(ds.p99), "p99-x-direct")
+		// TLS and ACLs against the plain ClientCSI path (target p50 <= 1.3x).
+		b.ReportMetric(float64(ss.p50)/float64(vs.p50), "tls-acl-p50-x-plain")
+		b.ReportMetric(float64(ss.p99)/float64(vs.p99), "tls-acl-p99-x-plain")
 	})
+}
+
+// secureClientCSICall serves ClientCSI of env a second time, on its own
+// unix socket, with mutual TLS and ACLs on as an agent without the server
+// role runs it: the caller presents a CLI certificate and a token that
+// allows volume:read, which the agent resolves through its token cache
+// (the servers' answer is in the cache after the first call). It returns
+// the ValidateVolume call on that path.
+func secureClientCSICall(b *testing.B, env *managedEnv, req *csisupdv1.ControllerValidateVolumeRequest) func(context.Context) error {
+	b.Helper()
+	pki := newMatrixPKI(b)
+	const secret = "bench-reader-secret"
+	cache, err := NewTokenCache(TokenCacheConfig{Fetch: func(_ context.Context, s string) (*csisupdv1.ResolveTokenResponse, error) {
+		if s != secret {
+			return nil, acl.ErrTokenNotFound
+		}
+		return &csisupdv1.ResolveTokenResponse{
+			Token:    &csisupdv1.ACLToken{AccessorId: "bench", Type: acl.TypeClient, Policies: []string{"reader"}},
+			Policies: []*csisupdv1.ACLPolicy{{Name: "reader", Rules: `volume { policy = "read" }`}},
+		}, nil
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := serveClientCSIOn(b, filepath.Join(env.dir, "secure.sock"),
+		ClientCSIConfig{Plugins: env.manager, Logger: hclog.NewNullLogger()},
+		pki.serverOptions(b, true, cache), pki.dialOptions(b, tlsutil.RoleCLI, secret))
+	return func(ctx context.Context) error {
+		_, err := client.ControllerValidateVolume(ctx, req)
+		return err
+	}
 }

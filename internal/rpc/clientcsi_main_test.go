@@ -59,6 +59,14 @@ func (w logWriter) Write(p []byte) (int, error) {
 // cfg.Retry is shortRetry; zero limits are the configuration's defaults.
 func serveClientCSI(t testing.TB, dir string, cfg ClientCSIConfig) csisupdv1.ClientCSIClient {
 	t.Helper()
+	return serveClientCSIOn(t, filepath.Join(dir, "agent.sock"), cfg, nil,
+		[]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())})
+}
+
+// serveClientCSIOn serves ClientCSI on the unix socket sock of a gRPC
+// server with srvOpts and returns a client dialled with dialOpts.
+func serveClientCSIOn(t testing.TB, sock string, cfg ClientCSIConfig, srvOpts []grpc.ServerOption, dialOpts []grpc.DialOption) csisupdv1.ClientCSIClient {
+	t.Helper()
 	if cfg.Retry == (retry.Policy{}) {
 		cfg.Retry = shortRetry
 	}
@@ -72,19 +80,18 @@ func serveClientCSI(t testing.TB, dir string, cfg ClientCSIConfig) csisupdv1.Cli
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "agent.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(srvOpts...)
 	svc.Register(srv)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		_ = srv.Serve(l)
 	}()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+sock, dialOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
