@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -273,7 +274,7 @@ func New(c Config) (a *Agent, err error) {
 			DiscoverInterval: config.DefaultServerDiscoverInterval,
 			Node:             nodeclient.Node{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
 			Plugins:          a.manager.Registry().Source(),
-			DialOptions:      append(dialOpts, agentTokenOption(&cfg)...),
+			DialOptions:      slices.Concat(dialOpts, agentTokenOption(&cfg)),
 			RPCTimeout:       config.DefaultNodeRPCTimeout,
 			Retry:            a.retry.NodeClient,
 			Connect:          a.retry.ServerConnect,

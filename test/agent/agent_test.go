@@ -258,10 +258,11 @@ client {
   rpc_timeout = "30s"
 }
 tls {
+  ca_file   = %q
   cert_file = %q
   key_file  = %q
 }
-`, cert, key))
+`, ca.File, cert, key))
 	a.Signal(t, syscall.SIGHUP)
 	testutil.WaitFor(t, 10*time.Second, `"configuration partly reloaded" log line`, func() bool {
 		return strings.Contains(a.Stderr.String(), "configuration partly reloaded")
@@ -269,7 +270,7 @@ tls {
 	logs := a.Stderr.String()
 	for _, want := range []string{
 		"[WARN]  csisupd: reload: name, client.rpc_timeout changed but take effect only after a restart",
-		"[ERROR] csisupd: reload: tls: changing tls.cert_file, tls.key_file by reload is not supported; " +
+		"[ERROR] csisupd: reload: tls: changing tls.ca_file, tls.cert_file, tls.key_file by reload is not supported; " +
 			"TLS stays as it was (off: the gRPC API serves plain text); restart the agent to change it",
 	} {
 		if !strings.Contains(logs, want) {

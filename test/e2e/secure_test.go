@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,6 +126,7 @@ type tokenDoc struct {
 type secureServer struct {
 	*agentProcess
 	rpc, raft string
+	httpPort  int
 }
 
 // startSecureCluster starts 3 servers with TLS and ACLs on, each with its
@@ -157,7 +159,7 @@ consul { enabled = false }
 acl { enabled = true }
 %s`, i, testutil.TempDir(t), rpcPort, raftPort, httpPort, hclList(join), p.tlsBlock("server", i))
 		a := startAgentProcess(t, fmt.Sprintf("server s%d", i), httpPort, "--config", writeConfig(t, cfg))
-		servers = append(servers, &secureServer{agentProcess: a, rpc: join[i], raft: fmt.Sprintf("127.0.0.1:%d", raftPort)})
+		servers = append(servers, &secureServer{agentProcess: a, rpc: join[i], raft: fmt.Sprintf("127.0.0.1:%d", raftPort), httpPort: httpPort})
 	}
 	return servers
 }
@@ -362,14 +364,58 @@ acl {
 		t.Fatalf("raft peers after the refused joins: %+v", peers)
 	}
 
-	// No secret id in any log.
+	// No secret id in any log, metric, status output or snapshot.
+	tokens["management"] = mgmt
+	statusOf := func(addr string) string {
+		res := secureCLI(t, p, addr, mgmt.SecretID, "status", "--json")
+		if res.code != 0 {
+			t.Fatalf("status of %s: exit %d: %s", addr, res.code, res.stderr)
+		}
+		return res.stdout
+	}
+	var outputs []string
+	for _, s := range servers {
+		outputs = append(outputs, s.name+" log:"+s.logs.String(), s.name+" metrics:"+httpGet(t, s.httpPort, "/metrics"),
+			s.name+" status:"+statusOf(s.rpc))
+	}
+	outputs = append(outputs, "agent log:"+agent.logs.String(), "agent metrics:"+httpGet(t, agentPorts[2], "/metrics"),
+		"agent status:"+statusOf(fmt.Sprintf("127.0.0.1:%d", agentPorts[0])))
+	snap := filepath.Join(testutil.TempDir(t), "state.snap")
+	if res := secureCLI(t, p, addr, mgmt.SecretID, "operator", "snapshot", "save", snap); res.code != 0 {
+		t.Fatalf("snapshot save: exit %d: %s", res.code, res.stderr)
+	}
+	data, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outputs = append(outputs, "snapshot:"+string(data))
 	for name, tok := range tokens {
-		for _, proc := range append([]*agentProcess{agent}, servers[0].agentProcess, servers[1].agentProcess, servers[2].agentProcess) {
-			if strings.Contains(proc.logs.String(), tok.SecretID) {
-				t.Errorf("the %s token's secret id is in the log of %s", name, proc.name)
+		for _, out := range outputs {
+			if strings.Contains(out, tok.SecretID) {
+				what, _, _ := strings.Cut(out, ":")
+				t.Errorf("the %s token's secret id is in the %s", name, what)
 			}
 		}
+		if !strings.Contains(outputs[len(outputs)-1], tok.AccessorID) {
+			t.Errorf("the snapshot does not hold the %s token (accessor %s): the check above proves nothing", name, tok.AccessorID)
+		}
 	}
+}
+
+// httpGet returns the body of path on the HTTP port of an agent.
+func httpGet(t *testing.T, port int, path string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+	}
+	return string(body)
 }
 
 func withServerName(c *tls.Config, name string) *tls.Config {
