@@ -73,8 +73,9 @@ func ownerAllowed(uid, agentUID uint32, owners []uint32) bool {
 // dirProblems lists why a directory with file mode mode, owned by uid, is
 // not trusted to hold plugin sockets, or returns nil: it is writable by its
 // group or by others, or owned by a user other than root, agentUID and
-// owners. The problems read after "is" ("is writable by others"). The plugin directory itself is checked with no owners; a plugin
-// subdirectory with the plugin owners.
+// owners. The problems read after "is" ("is writable by others"). The
+// plugin directory itself is checked with no owners; a plugin subdirectory
+// with the plugin owners.
 func dirProblems(mode fs.FileMode, uid, agentUID uint32, owners []uint32) []string {
 	var out []string
 	if mode&0o020 != 0 {

@@ -364,6 +364,54 @@ acl {
 		t.Fatalf("raft peers after the refused joins: %+v", peers)
 	}
 
+	// The rest of the ACL CLI: self, list, info, and a deleted token that
+	// stops working at once.
+	var self tokenDoc
+	secureCLIJSON(t, p, addr, reader, &self, "acl", "token", "self")
+	if self.AccessorID != tokens["reader"].AccessorID || self.SecretID != "" {
+		t.Errorf("token self with the read token: %+v", self)
+	}
+	var tokenList struct {
+		Tokens []tokenDoc `json:"tokens"`
+	}
+	secureCLIJSON(t, p, addr, mgmt.SecretID, &tokenList, "acl", "token", "list")
+	if len(tokenList.Tokens) != 4 {
+		t.Errorf("token list: %d tokens, want 4 (bootstrap, agent, reader, writer): %+v", len(tokenList.Tokens), tokenList)
+	}
+	for _, tok := range tokenList.Tokens {
+		if tok.SecretID != "" {
+			t.Errorf("token list shows the secret of %s", tok.AccessorID)
+		}
+	}
+	var policyList struct {
+		Policies []struct {
+			Name string `json:"name"`
+		} `json:"policies"`
+	}
+	secureCLIJSON(t, p, addr, mgmt.SecretID, &policyList, "acl", "policy", "list")
+	if len(policyList.Policies) != 3 {
+		t.Errorf("policy list: %+v", policyList)
+	}
+	if res := secureCLI(t, p, addr, reader, "acl", "policy", "list"); res.code != 1 || !strings.Contains(res.stderr, "needs a management token") {
+		t.Errorf("policy list with the read token: exit %d: %s", res.code, res.stderr)
+	}
+	if res := secureCLI(t, p, addr, mgmt.SecretID, "acl", "policy", "info", "writer"); res.code != 0 || !strings.Contains(res.stdout, `volume { policy = "write" }`) {
+		t.Errorf("policy info writer: exit %d: %s%s", res.code, res.stdout, res.stderr)
+	}
+	if res := secureCLI(t, p, addr, mgmt.SecretID, "acl", "token", "delete", tokens["writer"].AccessorID); res.code != 0 {
+		t.Fatalf("token delete: exit %d: %s", res.code, res.stderr)
+	}
+	// Every server resolves tokens from its replicated state: the deletion
+	// reaches each within the replication lag.
+	for _, s := range servers {
+		testutil.WaitFor(t, 10*time.Second, "the deleted token refused by "+s.name, func() bool {
+			res := secureCLI(t, p, s.rpc, writer, "volume", "list")
+			return res.code == 1 && strings.Contains(res.stderr, "the token given is unknown")
+		})
+	}
+	deleted := tokens["writer"]
+	delete(tokens, "writer")
+
 	// No secret id in any log, metric, status output or snapshot.
 	tokens["management"] = mgmt
 	statusOf := func(addr string) string {
@@ -389,6 +437,7 @@ acl {
 		t.Fatal(err)
 	}
 	outputs = append(outputs, "snapshot:"+string(data))
+	tokens["deleted writer"] = deleted
 	for name, tok := range tokens {
 		for _, out := range outputs {
 			if strings.Contains(out, tok.SecretID) {
@@ -396,7 +445,7 @@ acl {
 				t.Errorf("the %s token's secret id is in the %s", name, what)
 			}
 		}
-		if !strings.Contains(outputs[len(outputs)-1], tok.AccessorID) {
+		if name != "deleted writer" && !strings.Contains(outputs[len(outputs)-1], tok.AccessorID) {
 			t.Errorf("the snapshot does not hold the %s token (accessor %s): the check above proves nothing", name, tok.AccessorID)
 		}
 	}

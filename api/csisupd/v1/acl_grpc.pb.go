@@ -64,7 +64,10 @@ type ACLClient interface {
 	ListTokens(ctx context.Context, in *ACLListTokensRequest, opts ...grpc.CallOption) (*ACLListTokensResponse, error)
 	// GetToken returns one token without its secret.
 	GetToken(ctx context.Context, in *ACLGetTokenRequest, opts ...grpc.CallOption) (*ACLGetTokenResponse, error)
-	// DeleteToken removes a token; it stops working at once on every server.
+	// DeleteToken removes a token. Each server resolves tokens from its
+	// replicated state, so the token stops working on every server as soon as
+	// the deletion reaches it (the replication lag, normally milliseconds),
+	// and on agents without the server role within their cache TTL (30 s).
 	DeleteToken(ctx context.Context, in *ACLDeleteTokenRequest, opts ...grpc.CallOption) (*ACLDeleteTokenResponse, error)
 	// TokenSelf returns the token the call was made with, without its secret.
 	TokenSelf(ctx context.Context, in *ACLTokenSelfRequest, opts ...grpc.CallOption) (*ACLTokenSelfResponse, error)
@@ -211,7 +214,10 @@ type ACLServer interface {
 	ListTokens(context.Context, *ACLListTokensRequest) (*ACLListTokensResponse, error)
 	// GetToken returns one token without its secret.
 	GetToken(context.Context, *ACLGetTokenRequest) (*ACLGetTokenResponse, error)
-	// DeleteToken removes a token; it stops working at once on every server.
+	// DeleteToken removes a token. Each server resolves tokens from its
+	// replicated state, so the token stops working on every server as soon as
+	// the deletion reaches it (the replication lag, normally milliseconds),
+	// and on agents without the server role within their cache TTL (30 s).
 	DeleteToken(context.Context, *ACLDeleteTokenRequest) (*ACLDeleteTokenResponse, error)
 	// TokenSelf returns the token the call was made with, without its secret.
 	TokenSelf(context.Context, *ACLTokenSelfRequest) (*ACLTokenSelfResponse, error)
