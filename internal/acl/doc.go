@@ -63,8 +63,9 @@
 //	                            CreateVolume, RegisterVolume, DeleteVolume,
 //	                            AttachVolume, DetachVolume            volume:write
 //	                            RaftPeers                             operator:read
-//	                            RemovePeer, SnapshotSave,
-//	                            SnapshotRestore                       operator:write
+//	                            RemovePeer, SnapshotSave              operator:write
+//	                            SnapshotRestore                       a management token (a restore
+//	                                                                  replaces the ACL state too)
 //	                            (servers and CLIs; server identity passes)
 //	ACL                         Bootstrap                             no token
 //	                            TokenSelf                             any valid token

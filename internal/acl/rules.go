@@ -168,6 +168,10 @@ func nodeRule() Rule { return needs(PeerServer|PeerClient, ResourceNode, LevelWr
 // controlRule is the rule of a Control method.
 func controlRule(r Resource, l Level) Rule { return needs(PeerServer|PeerCLI, r, l) }
 
+// managementRule is the rule of a method only a management token may
+// call.
+func managementRule() Rule { return aclRule(TokenManagement) }
+
 // aclRule is the rule of an ACL method.
 func aclRule(t TokenNeed) Rule {
 	return Rule{Peers: PeerServer | PeerCLI, Token: t, ServerIdentity: true}
@@ -206,21 +210,24 @@ var methodRules = map[string]Rule{
 	csisupdv1.Cluster_NodeHeartbeat_FullMethodName:     nodeRule(),
 	csisupdv1.Cluster_ResolveToken_FullMethodName:      nodeRule(),
 
-	csisupdv1.Control_ListPlugins_FullMethodName:     controlRule(ResourcePlugin, LevelRead),
-	csisupdv1.Control_GetPlugin_FullMethodName:       controlRule(ResourcePlugin, LevelRead),
-	csisupdv1.Control_ListNodes_FullMethodName:       controlRule(ResourceNode, LevelRead),
-	csisupdv1.Control_GetNode_FullMethodName:         controlRule(ResourceNode, LevelRead),
-	csisupdv1.Control_ListVolumes_FullMethodName:     controlRule(ResourceVolume, LevelRead),
-	csisupdv1.Control_GetVolume_FullMethodName:       controlRule(ResourceVolume, LevelRead),
-	csisupdv1.Control_CreateVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_RegisterVolume_FullMethodName:  controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_DeleteVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_AttachVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_DetachVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_RaftPeers_FullMethodName:       controlRule(ResourceOperator, LevelRead),
-	csisupdv1.Control_RemovePeer_FullMethodName:      controlRule(ResourceOperator, LevelWrite),
-	csisupdv1.Control_SnapshotSave_FullMethodName:    controlRule(ResourceOperator, LevelWrite),
-	csisupdv1.Control_SnapshotRestore_FullMethodName: controlRule(ResourceOperator, LevelWrite),
+	csisupdv1.Control_ListPlugins_FullMethodName:    controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_GetPlugin_FullMethodName:      controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_ListNodes_FullMethodName:      controlRule(ResourceNode, LevelRead),
+	csisupdv1.Control_GetNode_FullMethodName:        controlRule(ResourceNode, LevelRead),
+	csisupdv1.Control_ListVolumes_FullMethodName:    controlRule(ResourceVolume, LevelRead),
+	csisupdv1.Control_GetVolume_FullMethodName:      controlRule(ResourceVolume, LevelRead),
+	csisupdv1.Control_CreateVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_RegisterVolume_FullMethodName: controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_DeleteVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_AttachVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_DetachVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_RaftPeers_FullMethodName:      controlRule(ResourceOperator, LevelRead),
+	csisupdv1.Control_RemovePeer_FullMethodName:     controlRule(ResourceOperator, LevelWrite),
+	csisupdv1.Control_SnapshotSave_FullMethodName:   controlRule(ResourceOperator, LevelWrite),
+	// A restore replaces the ACL state too: with operator:write alone a
+	// token could restore a snapshot holding a management token of its
+	// own making.
+	csisupdv1.Control_SnapshotRestore_FullMethodName: managementRule(),
 	csisupdv1.Control_WatchEvents_FullMethodName:     controlRule(ResourceNode, LevelRead),
 
 	csisupdv1.ACL_Bootstrap_FullMethodName:    aclRule(TokenNone),

@@ -103,6 +103,7 @@ func TestRuleTable(t *testing.T) {
 		{csisupdv1.Cluster_ResolveToken_FullMethodName, Rule{PeerServer | PeerClient, cap(ResourceNode, LevelWrite), TokenCapability, true}},
 		{csisupdv1.Control_WatchEvents_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceNode, LevelRead), TokenCapability, true}},
 		{csisupdv1.Control_SnapshotSave_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceOperator, LevelWrite), TokenCapability, true}},
+		{csisupdv1.Control_SnapshotRestore_FullMethodName, Rule{Peers: PeerServer | PeerCLI, Token: TokenManagement, ServerIdentity: true}},
 		{csisupdv1.Control_RaftPeers_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceOperator, LevelRead), TokenCapability, true}},
 		{csisupdv1.Control_AttachVolume_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true}},
 		{csisupdv1.ACL_Bootstrap_FullMethodName, Rule{Peers: PeerServer | PeerCLI, Token: TokenNone, ServerIdentity: true}},

@@ -90,7 +90,7 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/RaftPeers":       "operator:read:ops",
 	"/csisupd.v1.Control/RemovePeer":      "operator:write:ops",
 	"/csisupd.v1.Control/SnapshotSave":    "operator:write:ops",
-	"/csisupd.v1.Control/SnapshotRestore": "operator:write:ops",
+	"/csisupd.v1.Control/SnapshotRestore": "management:ops",
 	"/csisupd.v1.Control/WatchEvents":     "node:read:ops",
 
 	"/csisupd.v1.ACL/Bootstrap":    "open:ops",
