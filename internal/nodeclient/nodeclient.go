@@ -223,6 +223,25 @@ func (c *Client) failover() {
 	c.mu.Unlock()
 }
 
+// failoverFrom moves on from the server at addr unless another caller
+// already did, so that two calls failing on the same server move one
+// step, not two (which could bring them back to it).
+func (c *Client) failoverFrom(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var current string
+	switch {
+	case len(c.cfg.Servers) > 0:
+		current = c.cfg.Servers[c.server%len(c.cfg.Servers)]
+	case len(c.discovered) > 0:
+		current = c.discovered[c.server%len(c.discovered)]
+	}
+	if current == addr {
+		c.server++
+		c.rediscover = true
+	}
+}
+
 // plugins is what the servers are told about the node's plugins: the
 // read model, without the time of the last probe. The servers keep no
 // probe times: replicating one would be a raft write per probe, and the
@@ -243,7 +262,11 @@ func (c *Client) Run(ctx context.Context) error {
 	backoff := c.cfg.Retry.NewBackOff()
 	fail := func(op, addr string, err error) {
 		c.logger.Warn("server call failed", "op", op, "server", addr, "error", err)
-		c.failover()
+		if addr == "" { // no server to call: look again
+			c.failover()
+			return
+		}
+		c.failoverFrom(addr)
 	}
 	var (
 		heartbeat = time.NewTimer(time.Hour)
@@ -394,7 +417,7 @@ func (c *Client) ResolveToken(ctx context.Context, secret string) (*csisupdv1.Re
 		if status.Code(callErr) != codes.Unavailable {
 			return nil, err
 		}
-		c.failover()
+		c.failoverFrom(addr)
 	}
 	return nil, err
 }
