@@ -15,17 +15,9 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
-// withACL dials the agent named by the global flags and calls fn with an
-// ACL client bounded by --timeout.
+// withACL calls fn with an ACL client (see withClient).
 func (o *clientOptions) withACL(parent context.Context, fn func(context.Context, csisupdv1.ACLClient) error) error {
-	conn, err := o.dial()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := o.requestContext(parent)
-	defer cancel()
-	return fn(ctx, csisupdv1.NewACLClient(conn))
+	return withClient(o, parent, csisupdv1.NewACLClient, fn)
 }
 
 func newACLCommand(opts *clientOptions) *cobra.Command {

@@ -8,16 +8,23 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
-// withControl dials the agent at --address and calls fn with a Control
-// client and a context bounded by --timeout. Errors of fn are returned as
-// they are; wrap RPC errors with controlError.
+// withControl calls fn with a Control client (see withClient).
 func (o *clientOptions) withControl(parent context.Context, fn func(context.Context, csisupdv1.ControlClient) error) error {
+	return withClient(o, parent, csisupdv1.NewControlClient, fn)
+}
+
+// withClient dials the agent named by the global flags and calls fn with
+// the client newClient makes on the connection and a context bounded by
+// --timeout. Errors of fn are returned as they are; wrap RPC errors with
+// controlError.
+func withClient[C any](o *clientOptions, parent context.Context, newClient func(grpc.ClientConnInterface) C, fn func(context.Context, C) error) error {
 	conn, err := o.dial()
 	if err != nil {
 		return err
@@ -25,7 +32,7 @@ func (o *clientOptions) withControl(parent context.Context, fn func(context.Cont
 	defer conn.Close()
 	ctx, cancel := o.requestContext(parent)
 	defer cancel()
-	return fn(ctx, csisupdv1.NewControlClient(conn))
+	return fn(ctx, newClient(conn))
 }
 
 // controlError makes a Control API failure readable: an agent without the

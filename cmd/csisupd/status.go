@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -22,21 +23,16 @@ func newStatusCommand(opts *clientOptions) *cobra.Command {
 		Short: "Show the agent and the plugins it supervises",
 		Args:  rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			conn, err := opts.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := opts.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := csisupdv1.NewAgentClient(conn).Status(ctx, &csisupdv1.StatusRequest{})
-			if err != nil {
-				return agentError(opts.address, err)
-			}
-			if opts.json {
-				return printProto(cmd.OutOrStdout(), resp)
-			}
-			return printStatus(cmd.OutOrStdout(), resp)
+			return withClient(opts, cmd.Context(), csisupdv1.NewAgentClient, func(ctx context.Context, cl csisupdv1.AgentClient) error {
+				resp, err := cl.Status(ctx, &csisupdv1.StatusRequest{})
+				if err != nil {
+					return agentError(opts.address, err)
+				}
+				if opts.json {
+					return printProto(cmd.OutOrStdout(), resp)
+				}
+				return printStatus(cmd.OutOrStdout(), resp)
+			})
 		},
 	}
 }
