@@ -141,24 +141,15 @@ func startSecureCluster(t *testing.T, p pki) []*secureServer {
 	}
 	for i := range 3 {
 		rpcPort, raftPort, httpPort := ports[3*i], ports[3*i+1], ports[3*i+2]
-		cfg := fmt.Sprintf(`name = "s%d"
-data_dir = %q
-bind_addr = "127.0.0.1"
-ports {
-  rpc  = %d
-  raft = %d
-  http = %d
-}
-client { enabled = false }
+		cfg := agentHCL(t, fmt.Sprintf("s%d", i), rpcPort, raftPort, httpPort, fmt.Sprintf(`client { enabled = false }
 server {
   enabled          = true
   bootstrap_expect = 3
   retry_join       = %s
 }
-consul { enabled = false }
 acl { enabled = true }
-%s`, i, testutil.TempDir(t), rpcPort, raftPort, httpPort, hclList(join), p.tlsBlock("server", i))
-		a := startAgentProcess(t, fmt.Sprintf("server s%d", i), httpPort, "--config", writeConfig(t, cfg))
+%s`, hclList(join), p.tlsBlock("server", i)))
+		a := startAgentProcess(t, fmt.Sprintf("server s%d", i), httpPort, "--config", cfg)
 		servers = append(servers, &secureServer{agentProcess: a, rpc: join[i], raft: fmt.Sprintf("127.0.0.1:%d", raftPort), httpPort: httpPort})
 	}
 	return servers
@@ -172,8 +163,21 @@ func hclList(items []string) string {
 	return "[" + strings.Join(quoted, ", ") + "]"
 }
 
-func writeConfig(t *testing.T, content string) string {
+// agentHCL writes the config file of an agent named name on loopback with
+// the given ports, a data dir of its own, no Consul, and body, and returns
+// its path.
+func agentHCL(t *testing.T, name string, rpcPort, raftPort, httpPort int, body string) string {
 	t.Helper()
+	content := fmt.Sprintf(`name = %q
+data_dir = %q
+bind_addr = "127.0.0.1"
+ports {
+  rpc  = %d
+  raft = %d
+  http = %d
+}
+consul { enabled = false }
+%s`, name, testutil.TempDir(t), rpcPort, raftPort, httpPort, body)
 	path := filepath.Join(testutil.TempDir(t), "agent.hcl")
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
@@ -253,26 +257,16 @@ func TestSecureCluster(t *testing.T) {
 	}
 	t.Cleanup(plugin.Stop)
 	agentPorts := testutil.FreePorts(t, 3)
-	agentCfg := fmt.Sprintf(`name = "a0"
-data_dir = %q
-bind_addr = "127.0.0.1"
-ports {
-  rpc  = %d
-  raft = %d
-  http = %d
-}
-client {
+	agentCfg := agentHCL(t, "a0", agentPorts[0], agentPorts[1], agentPorts[2], fmt.Sprintf(`client {
   plugin_dir = %q
   servers    = %s
 }
-consul { enabled = false }
 acl {
   enabled = true
   tokens { agent = %q }
 }
-%s`, testutil.TempDir(t), agentPorts[0], agentPorts[1], agentPorts[2], pluginDir, hclList([]string{servers[0].rpc, servers[1].rpc, servers[2].rpc}),
-		tokens["agent"].SecretID, p.tlsBlock("client", 0))
-	agent := startAgentProcess(t, "agent a0", agentPorts[2], "--config", writeConfig(t, agentCfg))
+%s`, pluginDir, hclList([]string{servers[0].rpc, servers[1].rpc, servers[2].rpc}), tokens["agent"].SecretID, p.tlsBlock("client", 0)))
+	agent := startAgentProcess(t, "agent a0", agentPorts[2], "--config", agentCfg)
 	reader, writer := tokens["reader"].SecretID, tokens["writer"].SecretID
 	testutil.WaitFor(t, 60*time.Second, "plugin tp healthy in the cluster", func() bool {
 		var doc pluginDoc
@@ -524,27 +518,18 @@ func TestCertificateRotationBySIGHUP(t *testing.T) {
 	install(0)
 	ports := testutil.FreePorts(t, 3)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	cfg := fmt.Sprintf(`name = "rot"
-data_dir = %q
-bind_addr = "127.0.0.1"
-ports {
-  rpc  = %d
-  raft = %d
-  http = %d
-}
-client { plugin_dir = %q }
+	cfg := agentHCL(t, "rot", ports[0], ports[1], ports[2], fmt.Sprintf(`client { plugin_dir = %q }
 server {
   enabled          = true
   bootstrap_expect = 1
 }
-consul { enabled = false }
 tls {
   ca_file   = %q
   cert_file = %q
   key_file  = %q
 }
-`, testutil.TempDir(t), ports[0], ports[1], ports[2], testutil.TempDir(t), p.ca(), certFile, keyFile)
-	proc := startAgentProcess(t, "server rot", ports[2], "--config", writeConfig(t, cfg))
+`, testutil.TempDir(t), p.ca(), certFile, keyFile))
+	proc := startAgentProcess(t, "server rot", ports[2], "--config", cfg)
 	clientTLS := withServerName(p.clientTLS(t, "cli"), "localhost")
 
 	// servedSerial makes one call on a new connection and returns the
