@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -552,35 +550,24 @@ func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 		Retry:                a.retry.ConsulSync,
 		Logger:               a.log.Named("consul"),
 	}
-	if cfg.TLS.Enabled() {
-		name, err := checkTLSServerName(cfg)
-		if err != nil {
-			return c, err
-		}
-		c.GRPCCheckTLS, c.GRPCCheckTLSServerName = true, name
+	if a.tls != nil {
+		c.GRPCCheckTLS, c.GRPCCheckTLSServerName = true, a.checkTLSServerName(cfg)
 	}
 	return c, nil
 }
 
 // checkTLSServerName is the name Consul's gRPC check verifies in the agent's
-// certificate: consul.check_tls_server_name, else the certificate's first DNS
-// name, else none (Consul then verifies the IP address it dials).
-func checkTLSServerName(cfg *config.Config) (string, error) {
+// certificate: consul.check_tls_server_name, else the first DNS name of the
+// certificate the agent serves (the role name of a `csisupd tls` one), else
+// "" (the address Consul dials).
+func (a *Agent) checkTLSServerName(cfg *config.Config) string {
 	if cfg.Consul.CheckTLSServerName != "" {
-		return cfg.Consul.CheckTLSServerName, nil
+		return cfg.Consul.CheckTLSServerName
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-	if err != nil {
-		return "", fmt.Errorf("agent: tls.cert_file %q: %w", cfg.TLS.CertFile, err)
+	if names := a.tls.Certificate().DNSNames; len(names) > 0 {
+		return names[0]
 	}
-	leaf, err := x509.ParseCertificate(cert.Certificate[0])
-	if err != nil {
-		return "", fmt.Errorf("agent: tls.cert_file %q: %w", cfg.TLS.CertFile, err)
-	}
-	if len(leaf.DNSNames) > 0 {
-		return leaf.DNSNames[0], nil
-	}
-	return "", nil
+	return ""
 }
 
 // discoverServers returns the server lookup in Consul's catalog when on is
