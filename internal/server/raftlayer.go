@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -51,7 +50,7 @@ func (l *tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 // server role. Certificates come from the Configurator at each handshake,
 // so a reload applies to new raft connections.
 type tlsLayer struct {
-	net.Listener // the role-checking TLS listener over inner
+	net.Listener // the role-checking TLS listener over inner; closing it closes inner
 	inner        raft.StreamLayer
 	conf         *tlsutil.Configurator
 }
@@ -89,13 +88,4 @@ func (l *tlsLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 		return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
 	}
 	return conn, nil
-}
-
-// Close closes the TLS listener, which closes inner's.
-func (l *tlsLayer) Close() error {
-	err := l.Listener.Close()
-	if ierr := l.inner.Close(); ierr != nil && !errors.Is(ierr, net.ErrClosed) {
-		err = errors.Join(err, ierr)
-	}
-	return err
 }
