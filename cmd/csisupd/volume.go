@@ -30,8 +30,6 @@ func newVolumeCommand(opts *clientOptions) *cobra.Command {
 		newVolumeCreateCommand(opts),
 		newVolumeRegisterCommand(opts),
 		newVolumeDeleteCommand(opts),
-		newVolumeAttachCommand(opts),
-		newVolumeDetachCommand(opts),
 		newVolumeListCommand(opts),
 		newVolumeStatusCommand(opts),
 	)
@@ -334,86 +332,6 @@ func resolveNode(ctx context.Context, cl csisupdv1.ControlClient, arg string) (s
 	default:
 		return "", status.Errorf(codes.InvalidArgument, "node name %q is ambiguous (ids %s); pass a node id", arg, strings.Join(ids, ", "))
 	}
-}
-
-func newVolumeAttachCommand(opts *clientOptions) *cobra.Command {
-	var (
-		node     string
-		readOnly bool
-		secrets  []string
-	)
-	cmd := &cobra.Command{
-		Use:   "attach ID --node NODE",
-		Short: "Publish a volume to a node through the plugin's controller",
-		Args:  rangeArgs(1, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "node"); err != nil {
-				return err
-			}
-			sec, err := parseKeyValues("secret", secrets)
-			if err != nil {
-				return err
-			}
-			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
-				nodeID, err := resolveNode(ctx, cl, node)
-				if err != nil {
-					return controlError(opts.address, err)
-				}
-				resp, err := cl.AttachVolume(ctx, &csisupdv1.VolumeAttachRequest{
-					Id: args[0], NodeId: nodeID, ReadOnly: readOnly, Secrets: sec,
-				})
-				if err != nil {
-					return controlError(opts.address, err)
-				}
-				w := cmd.OutOrStdout()
-				if opts.json {
-					return printProto(w, resp)
-				}
-				_, err = fmt.Fprintf(w, "Attached volume %s to node %s (CSI node id %s)\n",
-					display(args[0]), display(nodeID), display(resp.GetClaim().GetCsiNodeId()))
-				return err
-			})
-		},
-	}
-	cmd.Flags().StringVar(&node, "node", "", "node id or name (required)")
-	cmd.Flags().BoolVar(&readOnly, "readonly", false, "publish read-only")
-	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
-	return cmd
-}
-
-func newVolumeDetachCommand(opts *clientOptions) *cobra.Command {
-	var (
-		node    string
-		secrets []string
-	)
-	cmd := &cobra.Command{
-		Use:   "detach ID --node NODE",
-		Short: "Unpublish a volume from a node",
-		Args:  rangeArgs(1, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "node"); err != nil {
-				return err
-			}
-			sec, err := parseKeyValues("secret", secrets)
-			if err != nil {
-				return err
-			}
-			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
-				nodeID, err := resolveNode(ctx, cl, node)
-				if err != nil {
-					return controlError(opts.address, err)
-				}
-				resp, err := cl.DetachVolume(ctx, &csisupdv1.VolumeDetachRequest{Id: args[0], NodeId: nodeID, Secrets: sec})
-				if err != nil {
-					return controlError(opts.address, err)
-				}
-				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Detached from node "+display(nodeID)+":", resp.GetVolume())
-			})
-		},
-	}
-	cmd.Flags().StringVar(&node, "node", "", "node id or name (required)")
-	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
-	return cmd
 }
 
 func newVolumeListCommand(opts *clientOptions) *cobra.Command {

@@ -209,6 +209,15 @@ var methodRules = map[string]Rule{
 	csisupdv1.Cluster_NodeUpdatePlugins_FullMethodName: nodeRule(),
 	csisupdv1.Cluster_NodeHeartbeat_FullMethodName:     nodeRule(),
 	csisupdv1.Cluster_ResolveToken_FullMethodName:      nodeRule(),
+	csisupdv1.Cluster_NodeClaims_FullMethodName:        nodeRule(),
+
+	// The scheduler agent next to csisupd calls NodeVolumes with a CLI
+	// certificate; servers call it for claims.
+	csisupdv1.NodeVolumes_MountVolume_FullMethodName:   csiRule(LevelWrite),
+	csisupdv1.NodeVolumes_UnmountVolume_FullMethodName: csiRule(LevelWrite),
+	csisupdv1.NodeVolumes_ExpandVolume_FullMethodName:  csiRule(LevelWrite),
+	csisupdv1.NodeVolumes_VolumeStats_FullMethodName:   csiRule(LevelRead),
+	csisupdv1.NodeVolumes_ListMounts_FullMethodName:    csiRule(LevelRead),
 
 	csisupdv1.Control_ListPlugins_FullMethodName:    controlRule(ResourcePlugin, LevelRead),
 	csisupdv1.Control_GetPlugin_FullMethodName:      controlRule(ResourcePlugin, LevelRead),
@@ -219,8 +228,8 @@ var methodRules = map[string]Rule{
 	csisupdv1.Control_CreateVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_RegisterVolume_FullMethodName: controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_DeleteVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_AttachVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_DetachVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_ClaimVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_ReleaseVolume_FullMethodName:  controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_RaftPeers_FullMethodName:      controlRule(ResourceOperator, LevelRead),
 	csisupdv1.Control_RemovePeer_FullMethodName:     controlRule(ResourceOperator, LevelWrite),
 	csisupdv1.Control_SnapshotSave_FullMethodName:   controlRule(ResourceOperator, LevelWrite),

@@ -26,6 +26,14 @@ const (
 	// writable by others. The description names the path and says why.
 	// It is emitted once per path, and again when the reason changes.
 	EventSocketIgnored EventType = "plugin-socket-ignored"
+
+	// Volume events, emitted by the node volume manager with the volume
+	// and workload set.
+	EventVolumeStaged      EventType = "volume-staged"
+	EventVolumePublished   EventType = "volume-published"
+	EventVolumeUnpublished EventType = "volume-unpublished"
+	EventVolumeUnstaged    EventType = "volume-unstaged"
+	EventVolumeMountFailed EventType = "volume-mount-failed"
 )
 
 // EventTopic is the topic of plugin events in the event log; their key is
@@ -52,6 +60,9 @@ type Event struct {
 	Type        EventType `json:"type"`
 	PluginID    string    `json:"plugin_id"`
 	Description string    `json:"description"`
+	// VolumeID and WorkloadID are set on volume events only.
+	VolumeID   string `json:"volume_id,omitempty"`
+	WorkloadID string `json:"workload_id,omitempty"`
 }
 
 // Proto returns the event's API message, with every string made valid
@@ -63,5 +74,7 @@ func (e Event) Proto() *csisupdv1.Event {
 		Type:        WireString(string(e.Type)),
 		PluginId:    WireString(e.PluginID),
 		Description: WireString(e.Description),
+		VolumeId:    WireString(e.VolumeID),
+		WorkloadId:  WireString(e.WorkloadID),
 	}
 }

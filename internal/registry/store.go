@@ -384,11 +384,28 @@ func (r *Registry) currentLocked(id string, inst plugin.Instance) *Plugin {
 }
 
 func (r *Registry) emitLocked(t plugin.EventType, id, desc string) {
+	r.publishLocked(plugin.Event{Type: t, PluginID: id, Description: desc})
+}
+
+// Emit adds an event that another part of the agent made (the node volume
+// manager's volume events) to the node's event log, after the registry's
+// own. Index and Time are set here.
+func (r *Registry) Emit(e plugin.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.publishLocked(e)
+}
+
+func (r *Registry) publishLocked(e plugin.Event) {
 	r.evIndex++
-	e := plugin.Event{Index: r.evIndex, Time: r.now(), Type: t, PluginID: id, Description: desc}
+	e.Index, e.Time = r.evIndex, r.now()
 	// Indexes grow by one under mu, so Publish never refuses one.
-	_ = r.events.Publish(e.Index, stream.Event[plugin.Event]{Topic: plugin.EventTopic, Key: id, Payload: e})
-	r.log.Info("plugin event", "type", string(t), "plugin", id, "description", desc)
+	_ = r.events.Publish(e.Index, stream.Event[plugin.Event]{Topic: plugin.EventTopic, Key: e.PluginID, Payload: e})
+	if e.VolumeID != "" {
+		r.log.Info("volume event", "type", string(e.Type), "plugin", e.PluginID, "volume", e.VolumeID, "workload", e.WorkloadID, "description", e.Description)
+		return
+	}
+	r.log.Info("plugin event", "type", string(e.Type), "plugin", e.PluginID, "description", e.Description)
 }
 
 func (r *Registry) changedLocked() {

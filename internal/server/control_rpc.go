@@ -181,34 +181,6 @@ func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.Volume
 		})
 }
 
-func (c *controlService) AttachVolume(ctx context.Context, req *csisupdv1.VolumeAttachRequest) (*csisupdv1.VolumeAttachResponse, error) {
-	return route(ctx, c.s, false, false,
-		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeAttachResponse, error) {
-			return cl.AttachVolume(ctx, req)
-		},
-		func() (*csisupdv1.VolumeAttachResponse, error) {
-			v, claim, err := c.s.attachVolume(ctx, req)
-			if err != nil {
-				return nil, err
-			}
-			return &csisupdv1.VolumeAttachResponse{Volume: v, Claim: claim}, nil
-		})
-}
-
-func (c *controlService) DetachVolume(ctx context.Context, req *csisupdv1.VolumeDetachRequest) (*csisupdv1.VolumeDetachResponse, error) {
-	return route(ctx, c.s, false, false,
-		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeDetachResponse, error) {
-			return cl.DetachVolume(ctx, req)
-		},
-		func() (*csisupdv1.VolumeDetachResponse, error) {
-			v, err := c.s.detachVolume(ctx, req)
-			if err != nil {
-				return nil, err
-			}
-			return &csisupdv1.VolumeDetachResponse{Volume: v}, nil
-		})
-}
-
 func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
 	return route(ctx, c.s, false, true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {

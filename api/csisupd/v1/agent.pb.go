@@ -745,10 +745,15 @@ type Event struct {
 	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// type is one of plugin-registered, plugin-healthy, plugin-unhealthy,
-	// plugin-deregistered, plugin-fingerprint-changed, plugin-socket-ignored.
-	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	PluginId      string `protobuf:"bytes,4,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
-	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// plugin-deregistered, plugin-fingerprint-changed, plugin-socket-ignored,
+	// volume-staged, volume-published, volume-unpublished, volume-unstaged,
+	// volume-mount-failed.
+	Type        string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	PluginId    string `protobuf:"bytes,4,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// volume_id and workload_id are set on volume events.
+	VolumeId      string `protobuf:"bytes,6,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId    string `protobuf:"bytes,7,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -814,6 +819,20 @@ func (x *Event) GetPluginId() string {
 func (x *Event) GetDescription() string {
 	if x != nil {
 		return x.Description
+	}
+	return ""
+}
+
+func (x *Event) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *Event) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
 	}
 	return ""
 }
@@ -890,13 +909,16 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\"\n" +
 	"\n" +
 	"from_index\x18\x03 \x01(\x04H\x00R\tfromIndex\x88\x01\x01B\r\n" +
-	"\v_from_index\"\xa0\x01\n" +
+	"\v_from_index\"\xde\x01\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1b\n" +
 	"\tplugin_id\x18\x04 \x01(\tR\bpluginId\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription2\xa6\x02\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x1b\n" +
+	"\tvolume_id\x18\x06 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\a \x01(\tR\n" +
+	"workloadId2\xa6\x02\n" +
 	"\x05Agent\x12?\n" +
 	"\x06Status\x12\x19.csisupd.v1.StatusRequest\x1a\x1a.csisupd.v1.StatusResponse\x12N\n" +
 	"\vListPlugins\x12\x1e.csisupd.v1.ListPluginsRequest\x1a\x1f.csisupd.v1.ListPluginsResponse\x12H\n" +

@@ -22,6 +22,165 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type NodeClaimsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeClaimsRequest) Reset() {
+	*x = NodeClaimsRequest{}
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeClaimsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeClaimsRequest) ProtoMessage() {}
+
+func (x *NodeClaimsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeClaimsRequest.ProtoReflect.Descriptor instead.
+func (*NodeClaimsRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *NodeClaimsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// NodeClaimRef names one claim of a node.
+type NodeClaimRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId    string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	ClaimIndex    uint64                 `protobuf:"varint,3,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeClaimRef) Reset() {
+	*x = NodeClaimRef{}
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeClaimRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeClaimRef) ProtoMessage() {}
+
+func (x *NodeClaimRef) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeClaimRef.ProtoReflect.Descriptor instead.
+func (*NodeClaimRef) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NodeClaimRef) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *NodeClaimRef) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *NodeClaimRef) GetClaimIndex() uint64 {
+	if x != nil {
+		return x.ClaimIndex
+	}
+	return 0
+}
+
+type NodeClaimsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Claims []*NodeClaimRef        `protobuf:"bytes,1,rep,name=claims,proto3" json:"claims,omitempty"`
+	// index is the state index the answer was read at: a mount whose
+	// claim_index is greater was claimed after it.
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeClaimsResponse) Reset() {
+	*x = NodeClaimsResponse{}
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeClaimsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeClaimsResponse) ProtoMessage() {}
+
+func (x *NodeClaimsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeClaimsResponse.ProtoReflect.Descriptor instead.
+func (*NodeClaimsResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeClaimsResponse) GetClaims() []*NodeClaimRef {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
+func (x *NodeClaimsResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type ResolveTokenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SecretId      string                 `protobuf:"bytes,1,opt,name=secret_id,json=secretId,proto3" json:"secret_id,omitempty"`
@@ -31,7 +190,7 @@ type ResolveTokenRequest struct {
 
 func (x *ResolveTokenRequest) Reset() {
 	*x = ResolveTokenRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +202,7 @@ func (x *ResolveTokenRequest) String() string {
 func (*ResolveTokenRequest) ProtoMessage() {}
 
 func (x *ResolveTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,7 +215,7 @@ func (x *ResolveTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveTokenRequest.ProtoReflect.Descriptor instead.
 func (*ResolveTokenRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ResolveTokenRequest) GetSecretId() string {
@@ -76,7 +235,7 @@ type ResolveTokenResponse struct {
 
 func (x *ResolveTokenResponse) Reset() {
 	*x = ResolveTokenResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -88,7 +247,7 @@ func (x *ResolveTokenResponse) String() string {
 func (*ResolveTokenResponse) ProtoMessage() {}
 
 func (x *ResolveTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -101,7 +260,7 @@ func (x *ResolveTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveTokenResponse.ProtoReflect.Descriptor instead.
 func (*ResolveTokenResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ResolveTokenResponse) GetToken() *ACLToken {
@@ -126,7 +285,7 @@ type PeerInfoRequest struct {
 
 func (x *PeerInfoRequest) Reset() {
 	*x = PeerInfoRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -138,7 +297,7 @@ func (x *PeerInfoRequest) String() string {
 func (*PeerInfoRequest) ProtoMessage() {}
 
 func (x *PeerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -151,7 +310,7 @@ func (x *PeerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInfoRequest.ProtoReflect.Descriptor instead.
 func (*PeerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 type PeerInfoResponse struct {
@@ -171,7 +330,7 @@ type PeerInfoResponse struct {
 
 func (x *PeerInfoResponse) Reset() {
 	*x = PeerInfoResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -183,7 +342,7 @@ func (x *PeerInfoResponse) String() string {
 func (*PeerInfoResponse) ProtoMessage() {}
 
 func (x *PeerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -196,7 +355,7 @@ func (x *PeerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInfoResponse.ProtoReflect.Descriptor instead.
 func (*PeerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PeerInfoResponse) GetServerId() string {
@@ -259,7 +418,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +430,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +443,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinRequest) GetServerId() string {
@@ -316,7 +475,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +487,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +500,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 type ServerStatsRequest struct {
@@ -352,7 +511,7 @@ type ServerStatsRequest struct {
 
 func (x *ServerStatsRequest) Reset() {
 	*x = ServerStatsRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +523,7 @@ func (x *ServerStatsRequest) String() string {
 func (*ServerStatsRequest) ProtoMessage() {}
 
 func (x *ServerStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +536,7 @@ func (x *ServerStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatsRequest.ProtoReflect.Descriptor instead.
 func (*ServerStatsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 type ServerStatsResponse struct {
@@ -394,7 +553,7 @@ type ServerStatsResponse struct {
 
 func (x *ServerStatsResponse) Reset() {
 	*x = ServerStatsResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +565,7 @@ func (x *ServerStatsResponse) String() string {
 func (*ServerStatsResponse) ProtoMessage() {}
 
 func (x *ServerStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +578,7 @@ func (x *ServerStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatsResponse.ProtoReflect.Descriptor instead.
 func (*ServerStatsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ServerStatsResponse) GetServerId() string {
@@ -463,7 +622,7 @@ type NodeRegisterRequest struct {
 
 func (x *NodeRegisterRequest) Reset() {
 	*x = NodeRegisterRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +634,7 @@ func (x *NodeRegisterRequest) String() string {
 func (*NodeRegisterRequest) ProtoMessage() {}
 
 func (x *NodeRegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +647,7 @@ func (x *NodeRegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRegisterRequest.ProtoReflect.Descriptor instead.
 func (*NodeRegisterRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeRegisterRequest) GetNodeId() string {
@@ -529,7 +688,7 @@ type NodeRegisterResponse struct {
 
 func (x *NodeRegisterResponse) Reset() {
 	*x = NodeRegisterResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +700,7 @@ func (x *NodeRegisterResponse) String() string {
 func (*NodeRegisterResponse) ProtoMessage() {}
 
 func (x *NodeRegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +713,7 @@ func (x *NodeRegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRegisterResponse.ProtoReflect.Descriptor instead.
 func (*NodeRegisterResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeRegisterResponse) GetHeartbeatTtlMs() int64 {
@@ -582,7 +741,7 @@ type NodeUpdatePluginsRequest struct {
 
 func (x *NodeUpdatePluginsRequest) Reset() {
 	*x = NodeUpdatePluginsRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +753,7 @@ func (x *NodeUpdatePluginsRequest) String() string {
 func (*NodeUpdatePluginsRequest) ProtoMessage() {}
 
 func (x *NodeUpdatePluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +766,7 @@ func (x *NodeUpdatePluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUpdatePluginsRequest.ProtoReflect.Descriptor instead.
 func (*NodeUpdatePluginsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeUpdatePluginsRequest) GetNodeId() string {
@@ -633,7 +792,7 @@ type NodeUpdatePluginsResponse struct {
 
 func (x *NodeUpdatePluginsResponse) Reset() {
 	*x = NodeUpdatePluginsResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +804,7 @@ func (x *NodeUpdatePluginsResponse) String() string {
 func (*NodeUpdatePluginsResponse) ProtoMessage() {}
 
 func (x *NodeUpdatePluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +817,7 @@ func (x *NodeUpdatePluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUpdatePluginsResponse.ProtoReflect.Descriptor instead.
 func (*NodeUpdatePluginsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeUpdatePluginsResponse) GetIndex() uint64 {
@@ -677,7 +836,7 @@ type NodeHeartbeatRequest struct {
 
 func (x *NodeHeartbeatRequest) Reset() {
 	*x = NodeHeartbeatRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +848,7 @@ func (x *NodeHeartbeatRequest) String() string {
 func (*NodeHeartbeatRequest) ProtoMessage() {}
 
 func (x *NodeHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +861,7 @@ func (x *NodeHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeHeartbeatRequest) GetNodeId() string {
@@ -721,7 +880,7 @@ type NodeHeartbeatResponse struct {
 
 func (x *NodeHeartbeatResponse) Reset() {
 	*x = NodeHeartbeatResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +892,7 @@ func (x *NodeHeartbeatResponse) String() string {
 func (*NodeHeartbeatResponse) ProtoMessage() {}
 
 func (x *NodeHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +905,7 @@ func (x *NodeHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeHeartbeatResponse) GetHeartbeatTtlMs() int64 {
@@ -768,7 +927,7 @@ type ServerRecord struct {
 
 func (x *ServerRecord) Reset() {
 	*x = ServerRecord{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +939,7 @@ func (x *ServerRecord) String() string {
 func (*ServerRecord) ProtoMessage() {}
 
 func (x *ServerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +952,7 @@ func (x *ServerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerRecord.ProtoReflect.Descriptor instead.
 func (*ServerRecord) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ServerRecord) GetId() string {
@@ -843,7 +1002,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +1014,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1027,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LogEntry) GetTime() *timestamppb.Timestamp {
@@ -1097,7 +1256,7 @@ type NodePluginsCommand struct {
 
 func (x *NodePluginsCommand) Reset() {
 	*x = NodePluginsCommand{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1268,7 @@ func (x *NodePluginsCommand) String() string {
 func (*NodePluginsCommand) ProtoMessage() {}
 
 func (x *NodePluginsCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1281,7 @@ func (x *NodePluginsCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodePluginsCommand.ProtoReflect.Descriptor instead.
 func (*NodePluginsCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodePluginsCommand) GetNodeId() string {
@@ -1151,7 +1310,7 @@ type NodeStatusCommand struct {
 
 func (x *NodeStatusCommand) Reset() {
 	*x = NodeStatusCommand{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1322,7 @@ func (x *NodeStatusCommand) String() string {
 func (*NodeStatusCommand) ProtoMessage() {}
 
 func (x *NodeStatusCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1335,7 @@ func (x *NodeStatusCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusCommand.ProtoReflect.Descriptor instead.
 func (*NodeStatusCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeStatusCommand) GetNodeId() string {
@@ -1210,7 +1369,7 @@ type LogBatch struct {
 
 func (x *LogBatch) Reset() {
 	*x = LogBatch{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1381,7 @@ func (x *LogBatch) String() string {
 func (*LogBatch) ProtoMessage() {}
 
 func (x *LogBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1394,7 @@ func (x *LogBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBatch.ProtoReflect.Descriptor instead.
 func (*LogBatch) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LogBatch) GetEntries() []*LogEntry {
@@ -1266,7 +1425,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1437,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1450,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StateSnapshot) GetVersion() uint32 {
@@ -1355,7 +1514,18 @@ var File_csisupd_v1_cluster_proto protoreflect.FileDescriptor
 const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/cluster.proto\x12\n" +
-	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n" +
+	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x1fgoogle/protobuf/timestamp.proto\",\n" +
+	"\x11NodeClaimsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"m\n" +
+	"\fNodeClaimRef\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x02 \x01(\tR\n" +
+	"workloadId\x12\x1f\n" +
+	"\vclaim_index\x18\x03 \x01(\x04R\n" +
+	"claimIndex\"\\\n" +
+	"\x12NodeClaimsResponse\x120\n" +
+	"\x06claims\x18\x01 \x03(\v2\x18.csisupd.v1.NodeClaimRefR\x06claims\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"2\n" +
 	"\x13ResolveTokenRequest\x12\x1b\n" +
 	"\tsecret_id\x18\x01 \x01(\tR\bsecretId\"u\n" +
 	"\x14ResolveTokenResponse\x12*\n" +
@@ -1443,7 +1613,7 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\facl_policies\x18\x06 \x03(\v2\x15.csisupd.v1.ACLPolicyR\vaclPolicies\x129\n" +
 	"\n" +
 	"acl_tokens\x18\a \x03(\v2\x1a.csisupd.v1.ACLTokenRecordR\taclTokens\x12.\n" +
-	"\x13acl_bootstrap_index\x18\b \x01(\x04R\x11aclBootstrapIndex2\xb9\x04\n" +
+	"\x13acl_bootstrap_index\x18\b \x01(\x04R\x11aclBootstrapIndex2\x86\x05\n" +
 	"\aCluster\x12E\n" +
 	"\bPeerInfo\x12\x1b.csisupd.v1.PeerInfoRequest\x1a\x1c.csisupd.v1.PeerInfoResponse\x129\n" +
 	"\x04Join\x12\x17.csisupd.v1.JoinRequest\x1a\x18.csisupd.v1.JoinResponse\x12N\n" +
@@ -1451,7 +1621,9 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\fNodeRegister\x12\x1f.csisupd.v1.NodeRegisterRequest\x1a .csisupd.v1.NodeRegisterResponse\x12`\n" +
 	"\x11NodeUpdatePlugins\x12$.csisupd.v1.NodeUpdatePluginsRequest\x1a%.csisupd.v1.NodeUpdatePluginsResponse\x12T\n" +
 	"\rNodeHeartbeat\x12 .csisupd.v1.NodeHeartbeatRequest\x1a!.csisupd.v1.NodeHeartbeatResponse\x12Q\n" +
-	"\fResolveToken\x12\x1f.csisupd.v1.ResolveTokenRequest\x1a .csisupd.v1.ResolveTokenResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\fResolveToken\x12\x1f.csisupd.v1.ResolveTokenRequest\x1a .csisupd.v1.ResolveTokenResponse\x12K\n" +
+	"\n" +
+	"NodeClaims\x12\x1d.csisupd.v1.NodeClaimsRequest\x1a\x1e.csisupd.v1.NodeClaimsResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_cluster_proto_rawDescOnce sync.Once
@@ -1465,78 +1637,84 @@ func file_csisupd_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_cluster_proto_rawDescData
 }
 
-var file_csisupd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_csisupd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_csisupd_v1_cluster_proto_goTypes = []any{
-	(*ResolveTokenRequest)(nil),       // 0: csisupd.v1.ResolveTokenRequest
-	(*ResolveTokenResponse)(nil),      // 1: csisupd.v1.ResolveTokenResponse
-	(*PeerInfoRequest)(nil),           // 2: csisupd.v1.PeerInfoRequest
-	(*PeerInfoResponse)(nil),          // 3: csisupd.v1.PeerInfoResponse
-	(*JoinRequest)(nil),               // 4: csisupd.v1.JoinRequest
-	(*JoinResponse)(nil),              // 5: csisupd.v1.JoinResponse
-	(*ServerStatsRequest)(nil),        // 6: csisupd.v1.ServerStatsRequest
-	(*ServerStatsResponse)(nil),       // 7: csisupd.v1.ServerStatsResponse
-	(*NodeRegisterRequest)(nil),       // 8: csisupd.v1.NodeRegisterRequest
-	(*NodeRegisterResponse)(nil),      // 9: csisupd.v1.NodeRegisterResponse
-	(*NodeUpdatePluginsRequest)(nil),  // 10: csisupd.v1.NodeUpdatePluginsRequest
-	(*NodeUpdatePluginsResponse)(nil), // 11: csisupd.v1.NodeUpdatePluginsResponse
-	(*NodeHeartbeatRequest)(nil),      // 12: csisupd.v1.NodeHeartbeatRequest
-	(*NodeHeartbeatResponse)(nil),     // 13: csisupd.v1.NodeHeartbeatResponse
-	(*ServerRecord)(nil),              // 14: csisupd.v1.ServerRecord
-	(*LogEntry)(nil),                  // 15: csisupd.v1.LogEntry
-	(*NodePluginsCommand)(nil),        // 16: csisupd.v1.NodePluginsCommand
-	(*NodeStatusCommand)(nil),         // 17: csisupd.v1.NodeStatusCommand
-	(*LogBatch)(nil),                  // 18: csisupd.v1.LogBatch
-	(*StateSnapshot)(nil),             // 19: csisupd.v1.StateSnapshot
-	(*ACLToken)(nil),                  // 20: csisupd.v1.ACLToken
-	(*ACLPolicy)(nil),                 // 21: csisupd.v1.ACLPolicy
-	(*Plugin)(nil),                    // 22: csisupd.v1.Plugin
-	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
-	(*ClusterNode)(nil),               // 24: csisupd.v1.ClusterNode
-	(*Volume)(nil),                    // 25: csisupd.v1.Volume
-	(*ACLTokenRecord)(nil),            // 26: csisupd.v1.ACLTokenRecord
-	(*ACLBootstrapCommand)(nil),       // 27: csisupd.v1.ACLBootstrapCommand
+	(*NodeClaimsRequest)(nil),         // 0: csisupd.v1.NodeClaimsRequest
+	(*NodeClaimRef)(nil),              // 1: csisupd.v1.NodeClaimRef
+	(*NodeClaimsResponse)(nil),        // 2: csisupd.v1.NodeClaimsResponse
+	(*ResolveTokenRequest)(nil),       // 3: csisupd.v1.ResolveTokenRequest
+	(*ResolveTokenResponse)(nil),      // 4: csisupd.v1.ResolveTokenResponse
+	(*PeerInfoRequest)(nil),           // 5: csisupd.v1.PeerInfoRequest
+	(*PeerInfoResponse)(nil),          // 6: csisupd.v1.PeerInfoResponse
+	(*JoinRequest)(nil),               // 7: csisupd.v1.JoinRequest
+	(*JoinResponse)(nil),              // 8: csisupd.v1.JoinResponse
+	(*ServerStatsRequest)(nil),        // 9: csisupd.v1.ServerStatsRequest
+	(*ServerStatsResponse)(nil),       // 10: csisupd.v1.ServerStatsResponse
+	(*NodeRegisterRequest)(nil),       // 11: csisupd.v1.NodeRegisterRequest
+	(*NodeRegisterResponse)(nil),      // 12: csisupd.v1.NodeRegisterResponse
+	(*NodeUpdatePluginsRequest)(nil),  // 13: csisupd.v1.NodeUpdatePluginsRequest
+	(*NodeUpdatePluginsResponse)(nil), // 14: csisupd.v1.NodeUpdatePluginsResponse
+	(*NodeHeartbeatRequest)(nil),      // 15: csisupd.v1.NodeHeartbeatRequest
+	(*NodeHeartbeatResponse)(nil),     // 16: csisupd.v1.NodeHeartbeatResponse
+	(*ServerRecord)(nil),              // 17: csisupd.v1.ServerRecord
+	(*LogEntry)(nil),                  // 18: csisupd.v1.LogEntry
+	(*NodePluginsCommand)(nil),        // 19: csisupd.v1.NodePluginsCommand
+	(*NodeStatusCommand)(nil),         // 20: csisupd.v1.NodeStatusCommand
+	(*LogBatch)(nil),                  // 21: csisupd.v1.LogBatch
+	(*StateSnapshot)(nil),             // 22: csisupd.v1.StateSnapshot
+	(*ACLToken)(nil),                  // 23: csisupd.v1.ACLToken
+	(*ACLPolicy)(nil),                 // 24: csisupd.v1.ACLPolicy
+	(*Plugin)(nil),                    // 25: csisupd.v1.Plugin
+	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
+	(*ClusterNode)(nil),               // 27: csisupd.v1.ClusterNode
+	(*Volume)(nil),                    // 28: csisupd.v1.Volume
+	(*ACLTokenRecord)(nil),            // 29: csisupd.v1.ACLTokenRecord
+	(*ACLBootstrapCommand)(nil),       // 30: csisupd.v1.ACLBootstrapCommand
 }
 var file_csisupd_v1_cluster_proto_depIdxs = []int32{
-	20, // 0: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
-	21, // 1: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
-	22, // 2: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
-	22, // 3: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
-	23, // 4: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	24, // 5: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
-	16, // 6: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
-	17, // 7: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
-	25, // 8: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
-	14, // 9: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
-	18, // 10: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
-	21, // 11: csisupd.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.v1.ACLPolicy
-	26, // 12: csisupd.v1.LogEntry.acl_token_upsert:type_name -> csisupd.v1.ACLTokenRecord
-	27, // 13: csisupd.v1.LogEntry.acl_bootstrap:type_name -> csisupd.v1.ACLBootstrapCommand
-	22, // 14: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
-	15, // 15: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
-	24, // 16: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
-	25, // 17: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
-	14, // 18: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
-	21, // 19: csisupd.v1.StateSnapshot.acl_policies:type_name -> csisupd.v1.ACLPolicy
-	26, // 20: csisupd.v1.StateSnapshot.acl_tokens:type_name -> csisupd.v1.ACLTokenRecord
-	2,  // 21: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
-	4,  // 22: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
-	6,  // 23: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
-	8,  // 24: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
-	10, // 25: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
-	12, // 26: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
-	0,  // 27: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
-	3,  // 28: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
-	5,  // 29: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
-	7,  // 30: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
-	9,  // 31: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
-	11, // 32: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
-	13, // 33: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
-	1,  // 34: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
-	28, // [28:35] is the sub-list for method output_type
-	21, // [21:28] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	1,  // 0: csisupd.v1.NodeClaimsResponse.claims:type_name -> csisupd.v1.NodeClaimRef
+	23, // 1: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
+	24, // 2: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
+	25, // 3: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
+	25, // 4: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
+	26, // 5: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	27, // 6: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
+	19, // 7: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
+	20, // 8: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
+	28, // 9: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
+	17, // 10: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
+	21, // 11: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
+	24, // 12: csisupd.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.v1.ACLPolicy
+	29, // 13: csisupd.v1.LogEntry.acl_token_upsert:type_name -> csisupd.v1.ACLTokenRecord
+	30, // 14: csisupd.v1.LogEntry.acl_bootstrap:type_name -> csisupd.v1.ACLBootstrapCommand
+	25, // 15: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
+	18, // 16: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
+	27, // 17: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
+	28, // 18: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
+	17, // 19: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
+	24, // 20: csisupd.v1.StateSnapshot.acl_policies:type_name -> csisupd.v1.ACLPolicy
+	29, // 21: csisupd.v1.StateSnapshot.acl_tokens:type_name -> csisupd.v1.ACLTokenRecord
+	5,  // 22: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
+	7,  // 23: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
+	9,  // 24: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
+	11, // 25: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
+	13, // 26: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
+	15, // 27: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
+	3,  // 28: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
+	0,  // 29: csisupd.v1.Cluster.NodeClaims:input_type -> csisupd.v1.NodeClaimsRequest
+	6,  // 30: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
+	8,  // 31: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
+	10, // 32: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
+	12, // 33: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
+	14, // 34: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
+	16, // 35: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
+	4,  // 36: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
+	2,  // 37: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_cluster_proto_init() }
@@ -1547,7 +1725,7 @@ func file_csisupd_v1_cluster_proto_init() {
 	file_csisupd_v1_acl_proto_init()
 	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_control_proto_init()
-	file_csisupd_v1_cluster_proto_msgTypes[15].OneofWrappers = []any{
+	file_csisupd_v1_cluster_proto_msgTypes[18].OneofWrappers = []any{
 		(*LogEntry_NodeUpsert)(nil),
 		(*LogEntry_NodePlugins)(nil),
 		(*LogEntry_NodeStatus)(nil),
@@ -1568,7 +1746,7 @@ func file_csisupd_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_cluster_proto_rawDesc), len(file_csisupd_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	Cluster_NodeUpdatePlugins_FullMethodName = "/csisupd.v1.Cluster/NodeUpdatePlugins"
 	Cluster_NodeHeartbeat_FullMethodName     = "/csisupd.v1.Cluster/NodeHeartbeat"
 	Cluster_ResolveToken_FullMethodName      = "/csisupd.v1.Cluster/ResolveToken"
+	Cluster_NodeClaims_FullMethodName        = "/csisupd.v1.Cluster/NodeClaims"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -59,6 +60,10 @@ type ClusterClient interface {
 	// replicated state can check the capabilities of its callers. Unknown
 	// secrets are NotFound.
 	ResolveToken(ctx context.Context, in *ResolveTokenRequest, opts ...grpc.CallOption) (*ResolveTokenResponse, error)
+	// NodeClaims returns the volume claims the cluster holds for a node, so
+	// that its agent can remove the cluster mounts whose claims were
+	// released without it. It is answered from the leader's state.
+	NodeClaims(ctx context.Context, in *NodeClaimsRequest, opts ...grpc.CallOption) (*NodeClaimsResponse, error)
 }
 
 type clusterClient struct {
@@ -139,6 +144,16 @@ func (c *clusterClient) ResolveToken(ctx context.Context, in *ResolveTokenReques
 	return out, nil
 }
 
+func (c *clusterClient) NodeClaims(ctx context.Context, in *NodeClaimsRequest, opts ...grpc.CallOption) (*NodeClaimsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeClaimsResponse)
+	err := c.cc.Invoke(ctx, Cluster_NodeClaims_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -170,6 +185,10 @@ type ClusterServer interface {
 	// replicated state can check the capabilities of its callers. Unknown
 	// secrets are NotFound.
 	ResolveToken(context.Context, *ResolveTokenRequest) (*ResolveTokenResponse, error)
+	// NodeClaims returns the volume claims the cluster holds for a node, so
+	// that its agent can remove the cluster mounts whose claims were
+	// released without it. It is answered from the leader's state.
+	NodeClaims(context.Context, *NodeClaimsRequest) (*NodeClaimsResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -200,6 +219,9 @@ func (UnimplementedClusterServer) NodeHeartbeat(context.Context, *NodeHeartbeatR
 }
 func (UnimplementedClusterServer) ResolveToken(context.Context, *ResolveTokenRequest) (*ResolveTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveToken not implemented")
+}
+func (UnimplementedClusterServer) NodeClaims(context.Context, *NodeClaimsRequest) (*NodeClaimsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NodeClaims not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -348,6 +370,24 @@ func _Cluster_ResolveToken_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_NodeClaims_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NodeClaimsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).NodeClaims(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_NodeClaims_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).NodeClaims(ctx, req.(*NodeClaimsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -382,6 +422,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveToken",
 			Handler:    _Cluster_ResolveToken_Handler,
+		},
+		{
+			MethodName: "NodeClaims",
+			Handler:    _Cluster_NodeClaims_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -394,17 +394,41 @@ func (x *VolumeCapability) GetMountFlags() []string {
 	return nil
 }
 
-// VolumeClaim is a volume published to one node.
+// VolumeClaim is a volume used by one workload on one node.
 type VolumeClaim struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// csi_node_id is the node id the plugin reported on that node.
-	CsiNodeId      string                 `protobuf:"bytes,2,opt,name=csi_node_id,json=csiNodeId,proto3" json:"csi_node_id,omitempty"`
-	ReadOnly       bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	CsiNodeId string `protobuf:"bytes,2,opt,name=csi_node_id,json=csiNodeId,proto3" json:"csi_node_id,omitempty"`
+	ReadOnly  bool   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// publish_context is what ControllerPublishVolume returned.
 	PublishContext map[string]string      `protobuf:"bytes,4,rep,name=publish_context,json=publishContext,proto3" json:"publish_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	ClaimedAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	WorkloadId     string                 `protobuf:"bytes,6,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	// state is one of taken, unpublishing, node-unpublished,
+	// controller-unpublished. A freed claim is removed from the volume.
+	State string       `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	Usage *VolumeUsage `protobuf:"bytes,8,opt,name=usage,proto3" json:"usage,omitempty"`
+	// host_path is where the workload finds the volume on its node, once
+	// mounted.
+	HostPath string `protobuf:"bytes,9,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
+	// controller_published is true once ControllerPublishVolume succeeded
+	// for this claim (or another claim on the node shares its publication).
+	ControllerPublished bool `protobuf:"varint,10,opt,name=controller_published,json=controllerPublished,proto3" json:"controller_published,omitempty"`
+	// mounted is true once the node's agent mounted the volume.
+	Mounted bool `protobuf:"varint,11,opt,name=mounted,proto3" json:"mounted,omitempty"`
+	// node_gone is set when the claim is released without the node (it was
+	// down for longer than server.claim_gc_grace): the node's agent cleans up
+	// when it returns.
+	NodeGone       bool                   `protobuf:"varint,12,opt,name=node_gone,json=nodeGone,proto3" json:"node_gone,omitempty"`
+	StateUpdatedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=state_updated_at,json=stateUpdatedAt,proto3" json:"state_updated_at,omitempty"`
+	// last_error describes the last failed step of a release; empty after a
+	// success.
+	LastError string `protobuf:"bytes,14,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// claim_index is the raft index at which the claim was taken.
+	ClaimIndex    uint64 `protobuf:"varint,15,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeClaim) Reset() {
@@ -472,6 +496,76 @@ func (x *VolumeClaim) GetClaimedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *VolumeClaim) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *VolumeClaim) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeClaim) GetUsage() *VolumeUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *VolumeClaim) GetHostPath() string {
+	if x != nil {
+		return x.HostPath
+	}
+	return ""
+}
+
+func (x *VolumeClaim) GetControllerPublished() bool {
+	if x != nil {
+		return x.ControllerPublished
+	}
+	return false
+}
+
+func (x *VolumeClaim) GetMounted() bool {
+	if x != nil {
+		return x.Mounted
+	}
+	return false
+}
+
+func (x *VolumeClaim) GetNodeGone() bool {
+	if x != nil {
+		return x.NodeGone
+	}
+	return false
+}
+
+func (x *VolumeClaim) GetStateUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StateUpdatedAt
+	}
+	return nil
+}
+
+func (x *VolumeClaim) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *VolumeClaim) GetClaimIndex() uint64 {
+	if x != nil {
+		return x.ClaimIndex
+	}
+	return 0
+}
+
 // Volume is one volume the cluster knows about.
 type Volume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -490,8 +584,13 @@ type Volume struct {
 	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	CreateIndex      uint64                 `protobuf:"varint,11,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex      uint64                 `protobuf:"varint,12,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// accessible_topology lists the topology segments the volume is
+	// reachable from, as CreateVolume returned them; empty means everywhere.
+	// A node can use the volume when its plugin's accessible_topology holds
+	// every key and value of one segment.
+	AccessibleTopology []*TopologySegment `protobuf:"bytes,13,rep,name=accessible_topology,json=accessibleTopology,proto3" json:"accessible_topology,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Volume) Reset() {
@@ -608,6 +707,58 @@ func (x *Volume) GetModifyIndex() uint64 {
 	return 0
 }
 
+func (x *Volume) GetAccessibleTopology() []*TopologySegment {
+	if x != nil {
+		return x.AccessibleTopology
+	}
+	return nil
+}
+
+// TopologySegment is one CSI topology segment: keys and values.
+type TopologySegment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Segments      map[string]string      `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopologySegment) Reset() {
+	*x = TopologySegment{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopologySegment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopologySegment) ProtoMessage() {}
+
+func (x *TopologySegment) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopologySegment.ProtoReflect.Descriptor instead.
+func (*TopologySegment) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TopologySegment) GetSegments() map[string]string {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
 type PluginListRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stale         bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
@@ -617,7 +768,7 @@ type PluginListRequest struct {
 
 func (x *PluginListRequest) Reset() {
 	*x = PluginListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[6]
+	mi := &file_csisupd_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +780,7 @@ func (x *PluginListRequest) String() string {
 func (*PluginListRequest) ProtoMessage() {}
 
 func (x *PluginListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[6]
+	mi := &file_csisupd_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +793,7 @@ func (x *PluginListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginListRequest.ProtoReflect.Descriptor instead.
 func (*PluginListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PluginListRequest) GetStale() bool {
@@ -662,7 +813,7 @@ type PluginListResponse struct {
 
 func (x *PluginListResponse) Reset() {
 	*x = PluginListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[7]
+	mi := &file_csisupd_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +825,7 @@ func (x *PluginListResponse) String() string {
 func (*PluginListResponse) ProtoMessage() {}
 
 func (x *PluginListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[7]
+	mi := &file_csisupd_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +838,7 @@ func (x *PluginListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginListResponse.ProtoReflect.Descriptor instead.
 func (*PluginListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PluginListResponse) GetPlugins() []*ClusterPlugin {
@@ -714,7 +865,7 @@ type PluginGetRequest struct {
 
 func (x *PluginGetRequest) Reset() {
 	*x = PluginGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[8]
+	mi := &file_csisupd_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +877,7 @@ func (x *PluginGetRequest) String() string {
 func (*PluginGetRequest) ProtoMessage() {}
 
 func (x *PluginGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[8]
+	mi := &file_csisupd_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +890,7 @@ func (x *PluginGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginGetRequest.ProtoReflect.Descriptor instead.
 func (*PluginGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PluginGetRequest) GetId() string {
@@ -766,7 +917,7 @@ type PluginGetResponse struct {
 
 func (x *PluginGetResponse) Reset() {
 	*x = PluginGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[9]
+	mi := &file_csisupd_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +929,7 @@ func (x *PluginGetResponse) String() string {
 func (*PluginGetResponse) ProtoMessage() {}
 
 func (x *PluginGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[9]
+	mi := &file_csisupd_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +942,7 @@ func (x *PluginGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginGetResponse.ProtoReflect.Descriptor instead.
 func (*PluginGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PluginGetResponse) GetPlugin() *ClusterPlugin {
@@ -817,7 +968,7 @@ type NodeListRequest struct {
 
 func (x *NodeListRequest) Reset() {
 	*x = NodeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[10]
+	mi := &file_csisupd_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +980,7 @@ func (x *NodeListRequest) String() string {
 func (*NodeListRequest) ProtoMessage() {}
 
 func (x *NodeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[10]
+	mi := &file_csisupd_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +993,7 @@ func (x *NodeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeListRequest.ProtoReflect.Descriptor instead.
 func (*NodeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeListRequest) GetStale() bool {
@@ -862,7 +1013,7 @@ type NodeListResponse struct {
 
 func (x *NodeListResponse) Reset() {
 	*x = NodeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[11]
+	mi := &file_csisupd_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1025,7 @@ func (x *NodeListResponse) String() string {
 func (*NodeListResponse) ProtoMessage() {}
 
 func (x *NodeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[11]
+	mi := &file_csisupd_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1038,7 @@ func (x *NodeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeListResponse.ProtoReflect.Descriptor instead.
 func (*NodeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeListResponse) GetNodes() []*ClusterNode {
@@ -914,7 +1065,7 @@ type NodeGetRequest struct {
 
 func (x *NodeGetRequest) Reset() {
 	*x = NodeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[12]
+	mi := &file_csisupd_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1077,7 @@ func (x *NodeGetRequest) String() string {
 func (*NodeGetRequest) ProtoMessage() {}
 
 func (x *NodeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[12]
+	mi := &file_csisupd_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1090,7 @@ func (x *NodeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGetRequest.ProtoReflect.Descriptor instead.
 func (*NodeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeGetRequest) GetId() string {
@@ -966,7 +1117,7 @@ type NodeGetResponse struct {
 
 func (x *NodeGetResponse) Reset() {
 	*x = NodeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[13]
+	mi := &file_csisupd_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1129,7 @@ func (x *NodeGetResponse) String() string {
 func (*NodeGetResponse) ProtoMessage() {}
 
 func (x *NodeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[13]
+	mi := &file_csisupd_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1142,7 @@ func (x *NodeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGetResponse.ProtoReflect.Descriptor instead.
 func (*NodeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeGetResponse) GetNode() *ClusterNode {
@@ -1024,7 +1175,7 @@ type VolumeCreateRequest struct {
 
 func (x *VolumeCreateRequest) Reset() {
 	*x = VolumeCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[14]
+	mi := &file_csisupd_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1187,7 @@ func (x *VolumeCreateRequest) String() string {
 func (*VolumeCreateRequest) ProtoMessage() {}
 
 func (x *VolumeCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[14]
+	mi := &file_csisupd_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1200,7 @@ func (x *VolumeCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VolumeCreateRequest) GetId() string {
@@ -1110,7 +1261,7 @@ type VolumeCreateResponse struct {
 
 func (x *VolumeCreateResponse) Reset() {
 	*x = VolumeCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[15]
+	mi := &file_csisupd_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1273,7 @@ func (x *VolumeCreateResponse) String() string {
 func (*VolumeCreateResponse) ProtoMessage() {}
 
 func (x *VolumeCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[15]
+	mi := &file_csisupd_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1286,7 @@ func (x *VolumeCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *VolumeCreateResponse) GetVolume() *Volume {
@@ -1154,7 +1305,7 @@ type VolumeRegisterRequest struct {
 
 func (x *VolumeRegisterRequest) Reset() {
 	*x = VolumeRegisterRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[16]
+	mi := &file_csisupd_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1317,7 @@ func (x *VolumeRegisterRequest) String() string {
 func (*VolumeRegisterRequest) ProtoMessage() {}
 
 func (x *VolumeRegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[16]
+	mi := &file_csisupd_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1330,7 @@ func (x *VolumeRegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRegisterRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRegisterRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *VolumeRegisterRequest) GetVolume() *Volume {
@@ -1198,7 +1349,7 @@ type VolumeRegisterResponse struct {
 
 func (x *VolumeRegisterResponse) Reset() {
 	*x = VolumeRegisterResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[17]
+	mi := &file_csisupd_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1361,7 @@ func (x *VolumeRegisterResponse) String() string {
 func (*VolumeRegisterResponse) ProtoMessage() {}
 
 func (x *VolumeRegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[17]
+	mi := &file_csisupd_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1374,7 @@ func (x *VolumeRegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRegisterResponse.ProtoReflect.Descriptor instead.
 func (*VolumeRegisterResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *VolumeRegisterResponse) GetVolume() *Volume {
@@ -1245,7 +1396,7 @@ type VolumeDeleteRequest struct {
 
 func (x *VolumeDeleteRequest) Reset() {
 	*x = VolumeDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[18]
+	mi := &file_csisupd_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1408,7 @@ func (x *VolumeDeleteRequest) String() string {
 func (*VolumeDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[18]
+	mi := &file_csisupd_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1421,7 @@ func (x *VolumeDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *VolumeDeleteRequest) GetId() string {
@@ -1302,7 +1453,7 @@ type VolumeDeleteResponse struct {
 
 func (x *VolumeDeleteResponse) Reset() {
 	*x = VolumeDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[19]
+	mi := &file_csisupd_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1465,7 @@ func (x *VolumeDeleteResponse) String() string {
 func (*VolumeDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[19]
+	mi := &file_csisupd_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,36 +1478,38 @@ func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
-type VolumeAttachRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	NodeId   string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	ReadOnly bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	// capability defaults to the volume's first capability.
-	Capability    *VolumeCapability `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
+type VolumeClaimRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	NodeId     string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	WorkloadId string                 `protobuf:"bytes,3,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	// usage defaults to the volume's first capability, read-write.
+	Usage *VolumeUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// secrets go to ControllerPublishVolume, NodeStageVolume and
+	// NodePublishVolume; they are never stored or logged.
 	Secrets       map[string]string `protobuf:"bytes,5,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *VolumeAttachRequest) Reset() {
-	*x = VolumeAttachRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+func (x *VolumeClaimRequest) Reset() {
+	*x = VolumeClaimRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *VolumeAttachRequest) String() string {
+func (x *VolumeClaimRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*VolumeAttachRequest) ProtoMessage() {}
+func (*VolumeClaimRequest) ProtoMessage() {}
 
-func (x *VolumeAttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+func (x *VolumeClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,47 +1520,47 @@ func (x *VolumeAttachRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use VolumeAttachRequest.ProtoReflect.Descriptor instead.
-func (*VolumeAttachRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{20}
+// Deprecated: Use VolumeClaimRequest.ProtoReflect.Descriptor instead.
+func (*VolumeClaimRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
-func (x *VolumeAttachRequest) GetId() string {
+func (x *VolumeClaimRequest) GetId() string {
 	if x != nil {
 		return x.Id
 	}
 	return ""
 }
 
-func (x *VolumeAttachRequest) GetNodeId() string {
+func (x *VolumeClaimRequest) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
 	}
 	return ""
 }
 
-func (x *VolumeAttachRequest) GetReadOnly() bool {
+func (x *VolumeClaimRequest) GetWorkloadId() string {
 	if x != nil {
-		return x.ReadOnly
+		return x.WorkloadId
 	}
-	return false
+	return ""
 }
 
-func (x *VolumeAttachRequest) GetCapability() *VolumeCapability {
+func (x *VolumeClaimRequest) GetUsage() *VolumeUsage {
 	if x != nil {
-		return x.Capability
+		return x.Usage
 	}
 	return nil
 }
 
-func (x *VolumeAttachRequest) GetSecrets() map[string]string {
+func (x *VolumeClaimRequest) GetSecrets() map[string]string {
 	if x != nil {
 		return x.Secrets
 	}
 	return nil
 }
 
-type VolumeAttachResponse struct {
+type VolumeClaimResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
 	Claim         *VolumeClaim           `protobuf:"bytes,2,opt,name=claim,proto3" json:"claim,omitempty"`
@@ -1415,21 +1568,21 @@ type VolumeAttachResponse struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *VolumeAttachResponse) Reset() {
-	*x = VolumeAttachResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+func (x *VolumeClaimResponse) Reset() {
+	*x = VolumeClaimResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *VolumeAttachResponse) String() string {
+func (x *VolumeClaimResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*VolumeAttachResponse) ProtoMessage() {}
+func (*VolumeClaimResponse) ProtoMessage() {}
 
-func (x *VolumeAttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+func (x *VolumeClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,49 +1593,53 @@ func (x *VolumeAttachResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use VolumeAttachResponse.ProtoReflect.Descriptor instead.
-func (*VolumeAttachResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{21}
+// Deprecated: Use VolumeClaimResponse.ProtoReflect.Descriptor instead.
+func (*VolumeClaimResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
-func (x *VolumeAttachResponse) GetVolume() *Volume {
+func (x *VolumeClaimResponse) GetVolume() *Volume {
 	if x != nil {
 		return x.Volume
 	}
 	return nil
 }
 
-func (x *VolumeAttachResponse) GetClaim() *VolumeClaim {
+func (x *VolumeClaimResponse) GetClaim() *VolumeClaim {
 	if x != nil {
 		return x.Claim
 	}
 	return nil
 }
 
-type VolumeDetachRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Secrets       map[string]string      `protobuf:"bytes,3,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+type VolumeReleaseRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	NodeId string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// workload_id empty releases every claim of the volume on the node.
+	WorkloadId string `protobuf:"bytes,3,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	// secrets go to ControllerUnpublishVolume; never stored or logged. A
+	// release the watcher resumes calls it without secrets.
+	Secrets       map[string]string `protobuf:"bytes,4,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *VolumeDetachRequest) Reset() {
-	*x = VolumeDetachRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[22]
+func (x *VolumeReleaseRequest) Reset() {
+	*x = VolumeReleaseRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *VolumeDetachRequest) String() string {
+func (x *VolumeReleaseRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*VolumeDetachRequest) ProtoMessage() {}
+func (*VolumeReleaseRequest) ProtoMessage() {}
 
-func (x *VolumeDetachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[22]
+func (x *VolumeReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,54 +1650,61 @@ func (x *VolumeDetachRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use VolumeDetachRequest.ProtoReflect.Descriptor instead.
-func (*VolumeDetachRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{22}
+// Deprecated: Use VolumeReleaseRequest.ProtoReflect.Descriptor instead.
+func (*VolumeReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
-func (x *VolumeDetachRequest) GetId() string {
+func (x *VolumeReleaseRequest) GetId() string {
 	if x != nil {
 		return x.Id
 	}
 	return ""
 }
 
-func (x *VolumeDetachRequest) GetNodeId() string {
+func (x *VolumeReleaseRequest) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
 	}
 	return ""
 }
 
-func (x *VolumeDetachRequest) GetSecrets() map[string]string {
+func (x *VolumeReleaseRequest) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *VolumeReleaseRequest) GetSecrets() map[string]string {
 	if x != nil {
 		return x.Secrets
 	}
 	return nil
 }
 
-type VolumeDetachResponse struct {
+type VolumeReleaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *VolumeDetachResponse) Reset() {
-	*x = VolumeDetachResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[23]
+func (x *VolumeReleaseResponse) Reset() {
+	*x = VolumeReleaseResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *VolumeDetachResponse) String() string {
+func (x *VolumeReleaseResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*VolumeDetachResponse) ProtoMessage() {}
+func (*VolumeReleaseResponse) ProtoMessage() {}
 
-func (x *VolumeDetachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[23]
+func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,12 +1715,12 @@ func (x *VolumeDetachResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use VolumeDetachResponse.ProtoReflect.Descriptor instead.
-func (*VolumeDetachResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{23}
+// Deprecated: Use VolumeReleaseResponse.ProtoReflect.Descriptor instead.
+func (*VolumeReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
-func (x *VolumeDetachResponse) GetVolume() *Volume {
+func (x *VolumeReleaseResponse) GetVolume() *Volume {
 	if x != nil {
 		return x.Volume
 	}
@@ -1574,7 +1738,7 @@ type VolumeListRequest struct {
 
 func (x *VolumeListRequest) Reset() {
 	*x = VolumeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[24]
+	mi := &file_csisupd_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1750,7 @@ func (x *VolumeListRequest) String() string {
 func (*VolumeListRequest) ProtoMessage() {}
 
 func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[24]
+	mi := &file_csisupd_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1763,7 @@ func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *VolumeListRequest) GetPluginId() string {
@@ -1626,7 +1790,7 @@ type VolumeListResponse struct {
 
 func (x *VolumeListResponse) Reset() {
 	*x = VolumeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[25]
+	mi := &file_csisupd_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1802,7 @@ func (x *VolumeListResponse) String() string {
 func (*VolumeListResponse) ProtoMessage() {}
 
 func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[25]
+	mi := &file_csisupd_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1815,7 @@ func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VolumeListResponse) GetVolumes() []*Volume {
@@ -1678,7 +1842,7 @@ type VolumeGetRequest struct {
 
 func (x *VolumeGetRequest) Reset() {
 	*x = VolumeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[26]
+	mi := &file_csisupd_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1854,7 @@ func (x *VolumeGetRequest) String() string {
 func (*VolumeGetRequest) ProtoMessage() {}
 
 func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[26]
+	mi := &file_csisupd_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1867,7 @@ func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VolumeGetRequest) GetId() string {
@@ -1730,7 +1894,7 @@ type VolumeGetResponse struct {
 
 func (x *VolumeGetResponse) Reset() {
 	*x = VolumeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[27]
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1906,7 @@ func (x *VolumeGetResponse) String() string {
 func (*VolumeGetResponse) ProtoMessage() {}
 
 func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[27]
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1919,7 @@ func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VolumeGetResponse) GetVolume() *Volume {
@@ -1787,7 +1951,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1963,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1976,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -1858,7 +2022,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2034,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2047,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 type RaftPeersResponse struct {
@@ -1897,7 +2061,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2073,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2086,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -1955,7 +2119,7 @@ type RaftRemovePeerRequest struct {
 
 func (x *RaftRemovePeerRequest) Reset() {
 	*x = RaftRemovePeerRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2131,7 @@ func (x *RaftRemovePeerRequest) String() string {
 func (*RaftRemovePeerRequest) ProtoMessage() {}
 
 func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2144,7 @@ func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RaftRemovePeerRequest) GetId() string {
@@ -1998,7 +2162,7 @@ type RaftRemovePeerResponse struct {
 
 func (x *RaftRemovePeerResponse) Reset() {
 	*x = RaftRemovePeerResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2174,7 @@ func (x *RaftRemovePeerResponse) String() string {
 func (*RaftRemovePeerResponse) ProtoMessage() {}
 
 func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2187,7 @@ func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 type SnapshotSaveRequest struct {
@@ -2034,7 +2198,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2210,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2223,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 // SnapshotChunk is one piece of a snapshot stream.
@@ -2072,7 +2236,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2248,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2261,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -2116,7 +2280,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2292,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2305,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -2165,7 +2329,7 @@ type ClusterEventWatchRequest struct {
 
 func (x *ClusterEventWatchRequest) Reset() {
 	*x = ClusterEventWatchRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2341,7 @@ func (x *ClusterEventWatchRequest) String() string {
 func (*ClusterEventWatchRequest) ProtoMessage() {}
 
 func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2354,7 @@ func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEventWatchRequest.ProtoReflect.Descriptor instead.
 func (*ClusterEventWatchRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ClusterEventWatchRequest) GetFromIndex() uint64 {
@@ -2216,7 +2380,8 @@ type ClusterEvent struct {
 	// type is one of node-registered, node-ready, node-down,
 	// node-plugins-updated, plugin-gc (a plugin lost its last instance),
 	// volume-created (created or registered), volume-updated,
-	// volume-attached, volume-detached, volume-deleted.
+	// volume-claimed, volume-claim-updated (a claim changed state),
+	// volume-claim-freed, volume-deleted.
 	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	PluginId      string `protobuf:"bytes,5,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
@@ -2228,7 +2393,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2405,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2418,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClusterEvent) GetIndex() uint64 {
@@ -2310,7 +2475,7 @@ var File_csisupd_v1_control_proto protoreflect.FileDescriptor
 const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/control.proto\x12\n" +
-	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x03\n" +
+	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x03\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -2345,17 +2510,31 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"accessMode\x12\x17\n" +
 	"\afs_type\x18\x03 \x01(\tR\x06fsType\x12\x1f\n" +
 	"\vmount_flags\x18\x04 \x03(\tR\n" +
-	"mountFlags\"\xb7\x02\n" +
+	"mountFlags\"\xaa\x05\n" +
 	"\vVolumeClaim\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\vcsi_node_id\x18\x02 \x01(\tR\tcsiNodeId\x12\x1b\n" +
 	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12T\n" +
 	"\x0fpublish_context\x18\x04 \x03(\v2+.csisupd.v1.VolumeClaim.PublishContextEntryR\x0epublishContext\x129\n" +
 	"\n" +
-	"claimed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\x1aA\n" +
+	"claimed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\x12\x1f\n" +
+	"\vworkload_id\x18\x06 \x01(\tR\n" +
+	"workloadId\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12-\n" +
+	"\x05usage\x18\b \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\x12\x1b\n" +
+	"\thost_path\x18\t \x01(\tR\bhostPath\x121\n" +
+	"\x14controller_published\x18\n" +
+	" \x01(\bR\x13controllerPublished\x12\x18\n" +
+	"\amounted\x18\v \x01(\bR\amounted\x12\x1b\n" +
+	"\tnode_gone\x18\f \x01(\bR\bnodeGone\x12D\n" +
+	"\x10state_updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0estateUpdatedAt\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x0e \x01(\tR\tlastError\x12\x1f\n" +
+	"\vclaim_index\x18\x0f \x01(\x04R\n" +
+	"claimIndex\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x05\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -2373,11 +2552,17 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\v \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x1a:\n" +
+	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x12L\n" +
+	"\x13accessible_topology\x18\r \x03(\v2\x1b.csisupd.v1.TopologySegmentR\x12accessibleTopology\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x0fTopologySegment\x12E\n" +
+	"\bsegments\x18\x01 \x03(\v2).csisupd.v1.TopologySegment.SegmentsEntryR\bsegments\x1a;\n" +
+	"\rSegmentsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
 	"\x11PluginListRequest\x12\x14\n" +
@@ -2431,29 +2616,30 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x16\n" +
-	"\x14VolumeDeleteResponse\"\x9d\x02\n" +
-	"\x13VolumeAttachRequest\x12\x0e\n" +
+	"\x14VolumeDeleteResponse\"\x90\x02\n" +
+	"\x12VolumeClaimRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
-	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12<\n" +
-	"\n" +
-	"capability\x18\x04 \x01(\v2\x1c.csisupd.v1.VolumeCapabilityR\n" +
-	"capability\x12F\n" +
-	"\asecrets\x18\x05 \x03(\v2,.csisupd.v1.VolumeAttachRequest.SecretsEntryR\asecrets\x1a:\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vworkload_id\x18\x03 \x01(\tR\n" +
+	"workloadId\x12-\n" +
+	"\x05usage\x18\x04 \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\x12E\n" +
+	"\asecrets\x18\x05 \x03(\v2+.csisupd.v1.VolumeClaimRequest.SecretsEntryR\asecrets\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
-	"\x14VolumeAttachResponse\x12*\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"p\n" +
+	"\x13VolumeClaimResponse\x12*\n" +
 	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\x12-\n" +
-	"\x05claim\x18\x02 \x01(\v2\x17.csisupd.v1.VolumeClaimR\x05claim\"\xc2\x01\n" +
-	"\x13VolumeDetachRequest\x12\x0e\n" +
+	"\x05claim\x18\x02 \x01(\v2\x17.csisupd.v1.VolumeClaimR\x05claim\"\xe5\x01\n" +
+	"\x14VolumeReleaseRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12F\n" +
-	"\asecrets\x18\x03 \x03(\v2,.csisupd.v1.VolumeDetachRequest.SecretsEntryR\asecrets\x1a:\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vworkload_id\x18\x03 \x01(\tR\n" +
+	"workloadId\x12G\n" +
+	"\asecrets\x18\x04 \x03(\v2-.csisupd.v1.VolumeReleaseRequest.SecretsEntryR\asecrets\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
-	"\x14VolumeDetachResponse\x12*\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
+	"\x15VolumeReleaseResponse\x12*\n" +
 	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"F\n" +
 	"\x11VolumeListRequest\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x14\n" +
@@ -2506,9 +2692,9 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\aGetNode\x12\x1a.csisupd.v1.NodeGetRequest\x1a\x1b.csisupd.v1.NodeGetResponse\x12Q\n" +
 	"\fCreateVolume\x12\x1f.csisupd.v1.VolumeCreateRequest\x1a .csisupd.v1.VolumeCreateResponse\x12W\n" +
 	"\x0eRegisterVolume\x12!.csisupd.v1.VolumeRegisterRequest\x1a\".csisupd.v1.VolumeRegisterResponse\x12Q\n" +
-	"\fDeleteVolume\x12\x1f.csisupd.v1.VolumeDeleteRequest\x1a .csisupd.v1.VolumeDeleteResponse\x12Q\n" +
-	"\fAttachVolume\x12\x1f.csisupd.v1.VolumeAttachRequest\x1a .csisupd.v1.VolumeAttachResponse\x12Q\n" +
-	"\fDetachVolume\x12\x1f.csisupd.v1.VolumeDetachRequest\x1a .csisupd.v1.VolumeDetachResponse\x12L\n" +
+	"\fDeleteVolume\x12\x1f.csisupd.v1.VolumeDeleteRequest\x1a .csisupd.v1.VolumeDeleteResponse\x12N\n" +
+	"\vClaimVolume\x12\x1e.csisupd.v1.VolumeClaimRequest\x1a\x1f.csisupd.v1.VolumeClaimResponse\x12T\n" +
+	"\rReleaseVolume\x12 .csisupd.v1.VolumeReleaseRequest\x1a!.csisupd.v1.VolumeReleaseResponse\x12L\n" +
 	"\vListVolumes\x12\x1d.csisupd.v1.VolumeListRequest\x1a\x1e.csisupd.v1.VolumeListResponse\x12H\n" +
 	"\tGetVolume\x12\x1c.csisupd.v1.VolumeGetRequest\x1a\x1d.csisupd.v1.VolumeGetResponse\x12H\n" +
 	"\tRaftPeers\x12\x1c.csisupd.v1.RaftPeersRequest\x1a\x1d.csisupd.v1.RaftPeersResponse\x12S\n" +
@@ -2530,7 +2716,7 @@ func file_csisupd_v1_control_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_control_proto_rawDescData
 }
 
-var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_csisupd_v1_control_proto_goTypes = []any{
 	(*ClusterNode)(nil),              // 0: csisupd.v1.ClusterNode
 	(*PluginInstance)(nil),           // 1: csisupd.v1.PluginInstance
@@ -2538,120 +2724,127 @@ var file_csisupd_v1_control_proto_goTypes = []any{
 	(*VolumeCapability)(nil),         // 3: csisupd.v1.VolumeCapability
 	(*VolumeClaim)(nil),              // 4: csisupd.v1.VolumeClaim
 	(*Volume)(nil),                   // 5: csisupd.v1.Volume
-	(*PluginListRequest)(nil),        // 6: csisupd.v1.PluginListRequest
-	(*PluginListResponse)(nil),       // 7: csisupd.v1.PluginListResponse
-	(*PluginGetRequest)(nil),         // 8: csisupd.v1.PluginGetRequest
-	(*PluginGetResponse)(nil),        // 9: csisupd.v1.PluginGetResponse
-	(*NodeListRequest)(nil),          // 10: csisupd.v1.NodeListRequest
-	(*NodeListResponse)(nil),         // 11: csisupd.v1.NodeListResponse
-	(*NodeGetRequest)(nil),           // 12: csisupd.v1.NodeGetRequest
-	(*NodeGetResponse)(nil),          // 13: csisupd.v1.NodeGetResponse
-	(*VolumeCreateRequest)(nil),      // 14: csisupd.v1.VolumeCreateRequest
-	(*VolumeCreateResponse)(nil),     // 15: csisupd.v1.VolumeCreateResponse
-	(*VolumeRegisterRequest)(nil),    // 16: csisupd.v1.VolumeRegisterRequest
-	(*VolumeRegisterResponse)(nil),   // 17: csisupd.v1.VolumeRegisterResponse
-	(*VolumeDeleteRequest)(nil),      // 18: csisupd.v1.VolumeDeleteRequest
-	(*VolumeDeleteResponse)(nil),     // 19: csisupd.v1.VolumeDeleteResponse
-	(*VolumeAttachRequest)(nil),      // 20: csisupd.v1.VolumeAttachRequest
-	(*VolumeAttachResponse)(nil),     // 21: csisupd.v1.VolumeAttachResponse
-	(*VolumeDetachRequest)(nil),      // 22: csisupd.v1.VolumeDetachRequest
-	(*VolumeDetachResponse)(nil),     // 23: csisupd.v1.VolumeDetachResponse
-	(*VolumeListRequest)(nil),        // 24: csisupd.v1.VolumeListRequest
-	(*VolumeListResponse)(nil),       // 25: csisupd.v1.VolumeListResponse
-	(*VolumeGetRequest)(nil),         // 26: csisupd.v1.VolumeGetRequest
-	(*VolumeGetResponse)(nil),        // 27: csisupd.v1.VolumeGetResponse
-	(*RaftPeer)(nil),                 // 28: csisupd.v1.RaftPeer
-	(*RaftPeersRequest)(nil),         // 29: csisupd.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),        // 30: csisupd.v1.RaftPeersResponse
-	(*RaftRemovePeerRequest)(nil),    // 31: csisupd.v1.RaftRemovePeerRequest
-	(*RaftRemovePeerResponse)(nil),   // 32: csisupd.v1.RaftRemovePeerResponse
-	(*SnapshotSaveRequest)(nil),      // 33: csisupd.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),            // 34: csisupd.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),  // 35: csisupd.v1.SnapshotRestoreResponse
-	(*ClusterEventWatchRequest)(nil), // 36: csisupd.v1.ClusterEventWatchRequest
-	(*ClusterEvent)(nil),             // 37: csisupd.v1.ClusterEvent
-	nil,                              // 38: csisupd.v1.VolumeClaim.PublishContextEntry
-	nil,                              // 39: csisupd.v1.Volume.ContextEntry
-	nil,                              // 40: csisupd.v1.Volume.ParametersEntry
-	nil,                              // 41: csisupd.v1.VolumeCreateRequest.ParametersEntry
-	nil,                              // 42: csisupd.v1.VolumeCreateRequest.SecretsEntry
-	nil,                              // 43: csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	nil,                              // 44: csisupd.v1.VolumeAttachRequest.SecretsEntry
-	nil,                              // 45: csisupd.v1.VolumeDetachRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),    // 46: google.protobuf.Timestamp
-	(*Plugin)(nil),                   // 47: csisupd.v1.Plugin
+	(*TopologySegment)(nil),          // 6: csisupd.v1.TopologySegment
+	(*PluginListRequest)(nil),        // 7: csisupd.v1.PluginListRequest
+	(*PluginListResponse)(nil),       // 8: csisupd.v1.PluginListResponse
+	(*PluginGetRequest)(nil),         // 9: csisupd.v1.PluginGetRequest
+	(*PluginGetResponse)(nil),        // 10: csisupd.v1.PluginGetResponse
+	(*NodeListRequest)(nil),          // 11: csisupd.v1.NodeListRequest
+	(*NodeListResponse)(nil),         // 12: csisupd.v1.NodeListResponse
+	(*NodeGetRequest)(nil),           // 13: csisupd.v1.NodeGetRequest
+	(*NodeGetResponse)(nil),          // 14: csisupd.v1.NodeGetResponse
+	(*VolumeCreateRequest)(nil),      // 15: csisupd.v1.VolumeCreateRequest
+	(*VolumeCreateResponse)(nil),     // 16: csisupd.v1.VolumeCreateResponse
+	(*VolumeRegisterRequest)(nil),    // 17: csisupd.v1.VolumeRegisterRequest
+	(*VolumeRegisterResponse)(nil),   // 18: csisupd.v1.VolumeRegisterResponse
+	(*VolumeDeleteRequest)(nil),      // 19: csisupd.v1.VolumeDeleteRequest
+	(*VolumeDeleteResponse)(nil),     // 20: csisupd.v1.VolumeDeleteResponse
+	(*VolumeClaimRequest)(nil),       // 21: csisupd.v1.VolumeClaimRequest
+	(*VolumeClaimResponse)(nil),      // 22: csisupd.v1.VolumeClaimResponse
+	(*VolumeReleaseRequest)(nil),     // 23: csisupd.v1.VolumeReleaseRequest
+	(*VolumeReleaseResponse)(nil),    // 24: csisupd.v1.VolumeReleaseResponse
+	(*VolumeListRequest)(nil),        // 25: csisupd.v1.VolumeListRequest
+	(*VolumeListResponse)(nil),       // 26: csisupd.v1.VolumeListResponse
+	(*VolumeGetRequest)(nil),         // 27: csisupd.v1.VolumeGetRequest
+	(*VolumeGetResponse)(nil),        // 28: csisupd.v1.VolumeGetResponse
+	(*RaftPeer)(nil),                 // 29: csisupd.v1.RaftPeer
+	(*RaftPeersRequest)(nil),         // 30: csisupd.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),        // 31: csisupd.v1.RaftPeersResponse
+	(*RaftRemovePeerRequest)(nil),    // 32: csisupd.v1.RaftRemovePeerRequest
+	(*RaftRemovePeerResponse)(nil),   // 33: csisupd.v1.RaftRemovePeerResponse
+	(*SnapshotSaveRequest)(nil),      // 34: csisupd.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),            // 35: csisupd.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),  // 36: csisupd.v1.SnapshotRestoreResponse
+	(*ClusterEventWatchRequest)(nil), // 37: csisupd.v1.ClusterEventWatchRequest
+	(*ClusterEvent)(nil),             // 38: csisupd.v1.ClusterEvent
+	nil,                              // 39: csisupd.v1.VolumeClaim.PublishContextEntry
+	nil,                              // 40: csisupd.v1.Volume.ContextEntry
+	nil,                              // 41: csisupd.v1.Volume.ParametersEntry
+	nil,                              // 42: csisupd.v1.TopologySegment.SegmentsEntry
+	nil,                              // 43: csisupd.v1.VolumeCreateRequest.ParametersEntry
+	nil,                              // 44: csisupd.v1.VolumeCreateRequest.SecretsEntry
+	nil,                              // 45: csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	nil,                              // 46: csisupd.v1.VolumeClaimRequest.SecretsEntry
+	nil,                              // 47: csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),    // 48: google.protobuf.Timestamp
+	(*Plugin)(nil),                   // 49: csisupd.v1.Plugin
+	(*VolumeUsage)(nil),              // 50: csisupd.v1.VolumeUsage
 }
 var file_csisupd_v1_control_proto_depIdxs = []int32{
-	46, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
-	46, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
-	47, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
-	47, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
+	48, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
+	48, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
+	49, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
+	49, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
 	1,  // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
-	38, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
-	46, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
-	39, // 7: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
-	40, // 8: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
-	3,  // 9: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
-	4,  // 10: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
-	46, // 11: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 12: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
-	2,  // 13: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
-	0,  // 14: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
-	0,  // 15: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
-	3,  // 16: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
-	41, // 17: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
-	42, // 18: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
-	5,  // 19: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
-	5,  // 20: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
-	5,  // 21: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
-	43, // 22: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	3,  // 23: csisupd.v1.VolumeAttachRequest.capability:type_name -> csisupd.v1.VolumeCapability
-	44, // 24: csisupd.v1.VolumeAttachRequest.secrets:type_name -> csisupd.v1.VolumeAttachRequest.SecretsEntry
-	5,  // 25: csisupd.v1.VolumeAttachResponse.volume:type_name -> csisupd.v1.Volume
-	4,  // 26: csisupd.v1.VolumeAttachResponse.claim:type_name -> csisupd.v1.VolumeClaim
-	45, // 27: csisupd.v1.VolumeDetachRequest.secrets:type_name -> csisupd.v1.VolumeDetachRequest.SecretsEntry
-	5,  // 28: csisupd.v1.VolumeDetachResponse.volume:type_name -> csisupd.v1.Volume
-	5,  // 29: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
-	5,  // 30: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	28, // 31: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	46, // 32: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	6,  // 33: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	8,  // 34: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	10, // 35: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	12, // 36: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	14, // 37: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	16, // 38: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	18, // 39: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	20, // 40: csisupd.v1.Control.AttachVolume:input_type -> csisupd.v1.VolumeAttachRequest
-	22, // 41: csisupd.v1.Control.DetachVolume:input_type -> csisupd.v1.VolumeDetachRequest
-	24, // 42: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	26, // 43: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	29, // 44: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	31, // 45: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	33, // 46: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	34, // 47: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	36, // 48: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	7,  // 49: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	9,  // 50: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	11, // 51: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	13, // 52: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	15, // 53: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	17, // 54: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	19, // 55: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	21, // 56: csisupd.v1.Control.AttachVolume:output_type -> csisupd.v1.VolumeAttachResponse
-	23, // 57: csisupd.v1.Control.DetachVolume:output_type -> csisupd.v1.VolumeDetachResponse
-	25, // 58: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	27, // 59: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	30, // 60: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	32, // 61: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	34, // 62: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	35, // 63: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	37, // 64: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	49, // [49:65] is the sub-list for method output_type
-	33, // [33:49] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	39, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
+	48, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
+	50, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
+	48, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
+	40, // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
+	41, // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
+	3,  // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
+	4,  // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
+	48, // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	42, // 15: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
+	2,  // 16: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
+	2,  // 17: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
+	0,  // 18: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
+	0,  // 19: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
+	3,  // 20: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
+	43, // 21: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
+	44, // 22: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
+	5,  // 23: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
+	5,  // 24: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
+	5,  // 25: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
+	45, // 26: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	50, // 27: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	46, // 28: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
+	5,  // 29: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
+	4,  // 30: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
+	47, // 31: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	5,  // 32: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
+	5,  // 33: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
+	5,  // 34: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
+	29, // 35: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	48, // 36: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	7,  // 37: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	9,  // 38: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	11, // 39: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	13, // 40: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	15, // 41: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	17, // 42: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	19, // 43: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	21, // 44: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	23, // 45: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	25, // 46: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	27, // 47: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	30, // 48: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	32, // 49: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	34, // 50: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	35, // 51: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	37, // 52: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	8,  // 53: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	10, // 54: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	12, // 55: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	14, // 56: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	16, // 57: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	18, // 58: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	20, // 59: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	22, // 60: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	24, // 61: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	26, // 62: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	28, // 63: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	31, // 64: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	33, // 65: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	35, // 66: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	36, // 67: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	38, // 68: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	53, // [53:69] is the sub-list for method output_type
+	37, // [37:53] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
@@ -2660,13 +2853,14 @@ func file_csisupd_v1_control_proto_init() {
 		return
 	}
 	file_csisupd_v1_agent_proto_init()
+	file_csisupd_v1_volumes_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_control_proto_rawDesc), len(file_csisupd_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

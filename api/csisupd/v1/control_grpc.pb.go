@@ -26,8 +26,8 @@ const (
 	Control_CreateVolume_FullMethodName    = "/csisupd.v1.Control/CreateVolume"
 	Control_RegisterVolume_FullMethodName  = "/csisupd.v1.Control/RegisterVolume"
 	Control_DeleteVolume_FullMethodName    = "/csisupd.v1.Control/DeleteVolume"
-	Control_AttachVolume_FullMethodName    = "/csisupd.v1.Control/AttachVolume"
-	Control_DetachVolume_FullMethodName    = "/csisupd.v1.Control/DetachVolume"
+	Control_ClaimVolume_FullMethodName     = "/csisupd.v1.Control/ClaimVolume"
+	Control_ReleaseVolume_FullMethodName   = "/csisupd.v1.Control/ReleaseVolume"
 	Control_ListVolumes_FullMethodName     = "/csisupd.v1.Control/ListVolumes"
 	Control_GetVolume_FullMethodName       = "/csisupd.v1.Control/GetVolume"
 	Control_RaftPeers_FullMethodName       = "/csisupd.v1.Control/RaftPeers"
@@ -63,11 +63,26 @@ type ControlClient interface {
 	// DeleteVolume deletes a volume through the plugin (unless deregister_only)
 	// and forgets it. A volume with claims is refused with FailedPrecondition.
 	DeleteVolume(ctx context.Context, in *VolumeDeleteRequest, opts ...grpc.CallOption) (*VolumeDeleteResponse, error)
-	// AttachVolume publishes a volume to a node through the controller and
-	// records the claim with its publish context.
-	AttachVolume(ctx context.Context, in *VolumeAttachRequest, opts ...grpc.CallOption) (*VolumeAttachResponse, error)
-	// DetachVolume unpublishes a volume from a node and removes the claim.
-	DetachVolume(ctx context.Context, in *VolumeDetachRequest, opts ...grpc.CallOption) (*VolumeDetachResponse, error)
+	// ClaimVolume claims a volume for a workload on a node: it checks the
+	// usage's access mode against the volume's claims, the volume's
+	// capabilities, its accessible topology against the node's, and the
+	// node's max_volumes_per_node, records the claim (state taken), publishes
+	// the volume to the node through a healthy controller when the plugin
+	// has PUBLISH_UNPUBLISH_VOLUME, and mounts it through the node's
+	// NodeVolumes service. A refused claim is FailedPrecondition with a
+	// ClaimRefused detail naming the rule. Claiming an existing claim again
+	// (same node and workload) finishes it and returns it. A claim whose
+	// publish or mount fails is released, and the error returned.
+	ClaimVolume(ctx context.Context, in *VolumeClaimRequest, opts ...grpc.CallOption) (*VolumeClaimResponse, error)
+	// ReleaseVolume releases the claims of a workload (or, with workload_id
+	// empty, every claim) on a node: node unpublish and unstage, then
+	// controller unpublish when no other claim keeps the volume published on
+	// that node, each step recorded through raft before the next begins
+	// (taken -> unpublishing -> node-unpublished -> controller-unpublished
+	// -> freed; a freed claim is removed). It returns when the claims are
+	// freed, or with the error of the step that failed: the leader's volume
+	// watcher keeps retrying that step with backoff.
+	ReleaseVolume(ctx context.Context, in *VolumeReleaseRequest, opts ...grpc.CallOption) (*VolumeReleaseResponse, error)
 	// ListVolumes returns the recorded volumes, sorted by id.
 	ListVolumes(ctx context.Context, in *VolumeListRequest, opts ...grpc.CallOption) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
@@ -172,20 +187,20 @@ func (c *controlClient) DeleteVolume(ctx context.Context, in *VolumeDeleteReques
 	return out, nil
 }
 
-func (c *controlClient) AttachVolume(ctx context.Context, in *VolumeAttachRequest, opts ...grpc.CallOption) (*VolumeAttachResponse, error) {
+func (c *controlClient) ClaimVolume(ctx context.Context, in *VolumeClaimRequest, opts ...grpc.CallOption) (*VolumeClaimResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(VolumeAttachResponse)
-	err := c.cc.Invoke(ctx, Control_AttachVolume_FullMethodName, in, out, cOpts...)
+	out := new(VolumeClaimResponse)
+	err := c.cc.Invoke(ctx, Control_ClaimVolume_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (c *controlClient) DetachVolume(ctx context.Context, in *VolumeDetachRequest, opts ...grpc.CallOption) (*VolumeDetachResponse, error) {
+func (c *controlClient) ReleaseVolume(ctx context.Context, in *VolumeReleaseRequest, opts ...grpc.CallOption) (*VolumeReleaseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(VolumeDetachResponse)
-	err := c.cc.Invoke(ctx, Control_DetachVolume_FullMethodName, in, out, cOpts...)
+	out := new(VolumeReleaseResponse)
+	err := c.cc.Invoke(ctx, Control_ReleaseVolume_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -309,11 +324,26 @@ type ControlServer interface {
 	// DeleteVolume deletes a volume through the plugin (unless deregister_only)
 	// and forgets it. A volume with claims is refused with FailedPrecondition.
 	DeleteVolume(context.Context, *VolumeDeleteRequest) (*VolumeDeleteResponse, error)
-	// AttachVolume publishes a volume to a node through the controller and
-	// records the claim with its publish context.
-	AttachVolume(context.Context, *VolumeAttachRequest) (*VolumeAttachResponse, error)
-	// DetachVolume unpublishes a volume from a node and removes the claim.
-	DetachVolume(context.Context, *VolumeDetachRequest) (*VolumeDetachResponse, error)
+	// ClaimVolume claims a volume for a workload on a node: it checks the
+	// usage's access mode against the volume's claims, the volume's
+	// capabilities, its accessible topology against the node's, and the
+	// node's max_volumes_per_node, records the claim (state taken), publishes
+	// the volume to the node through a healthy controller when the plugin
+	// has PUBLISH_UNPUBLISH_VOLUME, and mounts it through the node's
+	// NodeVolumes service. A refused claim is FailedPrecondition with a
+	// ClaimRefused detail naming the rule. Claiming an existing claim again
+	// (same node and workload) finishes it and returns it. A claim whose
+	// publish or mount fails is released, and the error returned.
+	ClaimVolume(context.Context, *VolumeClaimRequest) (*VolumeClaimResponse, error)
+	// ReleaseVolume releases the claims of a workload (or, with workload_id
+	// empty, every claim) on a node: node unpublish and unstage, then
+	// controller unpublish when no other claim keeps the volume published on
+	// that node, each step recorded through raft before the next begins
+	// (taken -> unpublishing -> node-unpublished -> controller-unpublished
+	// -> freed; a freed claim is removed). It returns when the claims are
+	// freed, or with the error of the step that failed: the leader's volume
+	// watcher keeps retrying that step with backoff.
+	ReleaseVolume(context.Context, *VolumeReleaseRequest) (*VolumeReleaseResponse, error)
 	// ListVolumes returns the recorded volumes, sorted by id.
 	ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
@@ -369,11 +399,11 @@ func (UnimplementedControlServer) RegisterVolume(context.Context, *VolumeRegiste
 func (UnimplementedControlServer) DeleteVolume(context.Context, *VolumeDeleteRequest) (*VolumeDeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteVolume not implemented")
 }
-func (UnimplementedControlServer) AttachVolume(context.Context, *VolumeAttachRequest) (*VolumeAttachResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method AttachVolume not implemented")
+func (UnimplementedControlServer) ClaimVolume(context.Context, *VolumeClaimRequest) (*VolumeClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClaimVolume not implemented")
 }
-func (UnimplementedControlServer) DetachVolume(context.Context, *VolumeDetachRequest) (*VolumeDetachResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method DetachVolume not implemented")
+func (UnimplementedControlServer) ReleaseVolume(context.Context, *VolumeReleaseRequest) (*VolumeReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseVolume not implemented")
 }
 func (UnimplementedControlServer) ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListVolumes not implemented")
@@ -543,38 +573,38 @@ func _Control_DeleteVolume_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Control_AttachVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(VolumeAttachRequest)
+func _Control_ClaimVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeClaimRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(ControlServer).AttachVolume(ctx, in)
+		return srv.(ControlServer).ClaimVolume(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Control_AttachVolume_FullMethodName,
+		FullMethod: Control_ClaimVolume_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ControlServer).AttachVolume(ctx, req.(*VolumeAttachRequest))
+		return srv.(ControlServer).ClaimVolume(ctx, req.(*VolumeClaimRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Control_DetachVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(VolumeDetachRequest)
+func _Control_ReleaseVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeReleaseRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(ControlServer).DetachVolume(ctx, in)
+		return srv.(ControlServer).ReleaseVolume(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Control_DetachVolume_FullMethodName,
+		FullMethod: Control_ReleaseVolume_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ControlServer).DetachVolume(ctx, req.(*VolumeDetachRequest))
+		return srv.(ControlServer).ReleaseVolume(ctx, req.(*VolumeReleaseRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -716,12 +746,12 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Control_DeleteVolume_Handler,
 		},
 		{
-			MethodName: "AttachVolume",
-			Handler:    _Control_AttachVolume_Handler,
+			MethodName: "ClaimVolume",
+			Handler:    _Control_ClaimVolume_Handler,
 		},
 		{
-			MethodName: "DetachVolume",
-			Handler:    _Control_DetachVolume_Handler,
+			MethodName: "ReleaseVolume",
+			Handler:    _Control_ReleaseVolume_Handler,
 		},
 		{
 			MethodName: "ListVolumes",

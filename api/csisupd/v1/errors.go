@@ -81,6 +81,24 @@ func NewCapabilityMissingError(pluginID, method, capability string) error {
 		&CapabilityMissing{PluginId: pluginID, Method: method, Capability: capability})
 }
 
+// Rules a claim can break, as ClaimRefused.rule names them.
+const (
+	ClaimRuleAccessMode   = "access-mode"
+	ClaimRuleCapability   = "capability"
+	ClaimRuleTopology     = "topology"
+	ClaimRuleMaxVolumes   = "max-volumes"
+	ClaimRuleNodeNotReady = "node-not-ready"
+	ClaimRulePlugin       = "plugin-missing"
+	ClaimRuleReleasing    = "releasing"
+)
+
+// NewClaimRefusedError returns the FailedPrecondition error that refuses a
+// volume claim, with the ClaimRefused detail naming the rule it broke.
+func NewClaimRefusedError(rule, description string) error {
+	msg := fmt.Sprintf("claim refused (%s): %s", rule, description)
+	return withDetails(codes.FailedPrecondition, msg, &ClaimRefused{Rule: rule, Description: description})
+}
+
 // NewEventsFellBehindError returns the ResourceExhausted error that ends an
 // event stream whose reader is lag batches behind the newest event, more
 // than maxLag, with the EventsFellBehind detail naming where to resume.

@@ -425,6 +425,63 @@ func (x *EventsGone) GetOldestIndex() uint64 {
 	return 0
 }
 
+// ClaimRefused is the detail of the FailedPrecondition error that refuses
+// a volume claim.
+type ClaimRefused struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rule is one of access-mode, capability, topology, max-volumes,
+	// node-not-ready, plugin-missing, releasing.
+	Rule string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	// description says which claim or value broke the rule, for people.
+	Description   string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimRefused) Reset() {
+	*x = ClaimRefused{}
+	mi := &file_csisupd_v1_errors_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimRefused) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimRefused) ProtoMessage() {}
+
+func (x *ClaimRefused) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_errors_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimRefused.ProtoReflect.Descriptor instead.
+func (*ClaimRefused) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_errors_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ClaimRefused) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ClaimRefused) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
 var File_csisupd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_errors_proto_rawDesc = "" +
@@ -455,7 +512,10 @@ const file_csisupd_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"EventsGone\x12\x14\n" +
 	"\x05after\x18\x01 \x01(\x04R\x05after\x12!\n" +
-	"\foldest_index\x18\x02 \x01(\x04R\voldestIndexB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\foldest_index\x18\x02 \x01(\x04R\voldestIndex\"D\n" +
+	"\fClaimRefused\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescriptionB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_errors_proto_rawDescOnce sync.Once
@@ -469,7 +529,7 @@ func file_csisupd_v1_errors_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_errors_proto_rawDescData
 }
 
-var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_csisupd_v1_errors_proto_goTypes = []any{
 	(*Retryable)(nil),         // 0: csisupd.v1.Retryable
 	(*Ignorable)(nil),         // 1: csisupd.v1.Ignorable
@@ -478,6 +538,7 @@ var file_csisupd_v1_errors_proto_goTypes = []any{
 	(*CapabilityMissing)(nil), // 4: csisupd.v1.CapabilityMissing
 	(*EventsFellBehind)(nil),  // 5: csisupd.v1.EventsFellBehind
 	(*EventsGone)(nil),        // 6: csisupd.v1.EventsGone
+	(*ClaimRefused)(nil),      // 7: csisupd.v1.ClaimRefused
 }
 var file_csisupd_v1_errors_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -498,7 +559,7 @@ func file_csisupd_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_errors_proto_rawDesc), len(file_csisupd_v1_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
