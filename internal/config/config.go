@@ -2,7 +2,11 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +41,9 @@ const (
 	DefaultMaxEventSubscribersPerConn = 32
 
 	DefaultRaftMultiplier = 1
+	// DefaultClaimGCGrace is how long a node may be down before the
+	// servers release its volume claims through the controller alone.
+	DefaultClaimGCGrace = 5 * time.Minute
 
 	// DefaultNodeRPCTimeout bounds one call of the node client to a
 	// server (registration, heartbeat, plugin update).
@@ -98,6 +105,9 @@ type Config struct {
 	Consul ConsulConfig
 	TLS    TLSConfig
 	ACL    ACLConfig
+	// Plugins holds the settings of plugin "<id>" { ... } blocks, by
+	// plugin id.
+	Plugins map[string]PluginConfig
 
 	// Dev is true when the agent runs in dev mode (--dev).
 	Dev bool
@@ -192,6 +202,48 @@ type ServerConfig struct {
 	RetryJoin []string
 	// RaftMultiplier scales raft timeouts, from 1 (fastest) to 10.
 	RaftMultiplier int
+	// ClaimGCGrace is how long a node may be down before the leader
+	// releases its volume claims through the controller only; the node's
+	// agent unmounts what is left when it returns.
+	ClaimGCGrace time.Duration
+}
+
+// PluginIDPattern is the rule every plugin id follows: the name of its
+// socket or socket directory, its key in plugin blocks, and a directory
+// name under the mount roots.
+const PluginIDPattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
+
+var pluginIDRE = regexp.MustCompile(PluginIDPattern)
+
+// ValidPluginID reports whether id follows PluginIDPattern. The same rule
+// keeps volume and workload ids safe as directory names ("." and ".."
+// excepted: see ValidPathID).
+func ValidPluginID(id string) bool { return pluginIDRE.MatchString(id) }
+
+// ValidPathID reports whether id follows PluginIDPattern and is neither
+// "." nor "..": safe as one directory name.
+func ValidPathID(id string) bool { return id != "." && id != ".." && ValidPluginID(id) }
+
+// PluginConfig is one plugin "<id>" { ... } block: the settings of one
+// plugin on this node.
+type PluginConfig struct {
+	// MountDir is the root under which the agent stages and publishes the
+	// plugin's volumes. Empty means <data_dir>/volumes/<id>
+	// (Config.MountDir).
+	MountDir string
+	// PluginMountDir is the path at which the plugin sees MountDir, when
+	// it runs with another view of the file system (in a container).
+	// Empty means the same path.
+	PluginMountDir string
+}
+
+// MountDir returns the mount root of plugin id: its plugin block's
+// mount_dir, else <data_dir>/volumes/<id>.
+func (c *Config) MountDir(id string) string {
+	if d := c.Plugins[id].MountDir; d != "" {
+		return d
+	}
+	return filepath.Join(c.DataDir, "volumes", id)
 }
 
 // ConsulConfig configures the registration of the agent and its plugins in
@@ -354,6 +406,7 @@ func Default() Config {
 		},
 		Server: ServerConfig{
 			RaftMultiplier: DefaultRaftMultiplier,
+			ClaimGCGrace:   DefaultClaimGCGrace,
 		},
 		Consul: ConsulConfig{
 			Enabled:              true,
@@ -450,6 +503,7 @@ func (c Config) String() string {
 	w(in, "bootstrap_expect", c.Server.BootstrapExpect)
 	w(in, "retry_join", c.Server.RetryJoin)
 	w(in, "raft_multiplier", c.Server.RaftMultiplier)
+	w(in, "claim_gc_grace", c.Server.ClaimGCGrace)
 	b.WriteString("}\nconsul {\n")
 	w(in, "enabled", c.Consul.Enabled)
 	w(in, "address", c.Consul.Address)
@@ -477,6 +531,13 @@ func (c Config) String() string {
 	b.WriteString(in + "tokens {\n")
 	w(in+in, "agent", c.ACL.AgentToken.String())
 	b.WriteString(in + "}\n}\n")
+	for _, id := range slices.Sorted(maps.Keys(c.Plugins)) {
+		p := c.Plugins[id]
+		fmt.Fprintf(&b, "plugin %q {\n", id)
+		w(in, "mount_dir", p.MountDir)
+		w(in, "plugin_mount_dir", p.PluginMountDir)
+		b.WriteString("}\n")
+	}
 	return b.String()
 }
 

@@ -56,6 +56,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"bootstrap_expect": &c.Server.BootstrapExpect,
 			"retry_join":       &c.Server.RetryJoin,
 			"raft_multiplier":  &c.Server.RaftMultiplier,
+			"claim_gc_grace":   &c.Server.ClaimGCGrace,
 		},
 		"consul": {
 			"enabled":                &c.Consul.Enabled,
@@ -114,6 +115,10 @@ func (c *Config) decodeFile(filename string, src []byte) error {
 	errs := c.decodeAttrs(body.Attributes, "", top, blocks)
 	seen := make(map[string]hcl.Range)
 	for _, blk := range body.Blocks {
+		if blk.Type == pluginBlock {
+			errs = append(errs, c.decodePluginBlock(blk, seen)...)
+			continue
+		}
 		fields, ok := blocks[blk.Type]
 		switch {
 		case !ok:
@@ -140,6 +145,47 @@ func (c *Config) decodeFile(filename string, src []byte) error {
 		joined[i] = e.err
 	}
 	return errors.Join(joined...)
+}
+
+// pluginBlock is the labelled block of one plugin's settings:
+// plugin "<id>" { ... }.
+const pluginBlock = "plugin"
+
+// pluginFields are the arguments of a plugin block, as pointers into p.
+func pluginFields(p *PluginConfig) map[string]any {
+	return map[string]any{
+		"mount_dir":        &p.MountDir,
+		"plugin_mount_dir": &p.PluginMountDir,
+	}
+}
+
+// decodePluginBlock applies one plugin "<id>" block. A later file's block
+// for the same id sets its keys over the earlier one's.
+func (c *Config) decodePluginBlock(blk *hclsyntax.Block, seen map[string]hcl.Range) []fileError {
+	if len(blk.Labels) != 1 {
+		return []fileError{{blk.TypeRange, fmt.Errorf("%s: block plugin takes one label, the plugin id: plugin \"<id>\" { ... }", pos(blk.TypeRange))}}
+	}
+	id := blk.Labels[0]
+	if !ValidPluginID(id) {
+		return []fileError{{blk.LabelRanges[0], fmt.Errorf("%s: plugin %q: a plugin id must match %s", pos(blk.LabelRanges[0]), id, PluginIDPattern)}}
+	}
+	name := pluginBlock + "." + id
+	if first, dup := seen[name]; dup {
+		return []fileError{{blk.TypeRange, fmt.Errorf("%s: duplicate block plugin %q (first at line %d): merge them into one",
+			pos(blk.TypeRange), id, first.Start.Line)}}
+	}
+	seen[name] = blk.TypeRange
+	p := c.Plugins[id]
+	var errs []fileError
+	for _, inner := range blk.Body.Blocks {
+		errs = append(errs, fileError{inner.TypeRange, fmt.Errorf("%s: unsupported block %q in block plugin %q", pos(inner.TypeRange), inner.Type, id)})
+	}
+	errs = append(errs, c.decodeAttrs(blk.Body.Attributes, name, pluginFields(&p), nil)...)
+	if c.Plugins == nil {
+		c.Plugins = make(map[string]PluginConfig)
+	}
+	c.Plugins[id] = p
+	return errs
 }
 
 // decodeBlock applies the arguments of one block and of the blocks nested

@@ -94,7 +94,7 @@ func TestDefault(t *testing.T) {
 			MaxEventSubscribers:        256,
 			MaxEventSubscribersPerConn: 32,
 		},
-		Server: ServerConfig{RaftMultiplier: 1},
+		Server: ServerConfig{RaftMultiplier: 1, ClaimGCGrace: 5 * time.Minute},
 		Consul: ConsulConfig{
 			Enabled:              true,
 			ServiceName:          "csisupd",
@@ -155,6 +155,11 @@ server {
   bootstrap_expect = 3
   retry_join       = ["10.0.0.2:4780"]
   raft_multiplier  = 5
+  claim_gc_grace   = "90s"
+}
+plugin "ebs.csi" {
+  mount_dir        = "/srv/volumes/ebs"
+  plugin_mount_dir = "/var/lib/kubelet/plugins"
 }
 consul {
   enabled                = false
@@ -204,7 +209,8 @@ acl {
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
 					},
-					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5},
+					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second},
+					Plugins: map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins"}},
 					Consul: ConsulConfig{
 						Enabled: false, Address: "127.0.0.1:8501", Token: "abc", ServiceName: "supd",
 						PluginServiceName: "plugin-{{id}}-csi", Tags: []string{"a", "b"},
@@ -522,6 +528,26 @@ func TestLoadDecodeErrors(t *testing.T) {
 			want: `agent.hcl:1: unsupported block "clinet"; did you mean "client"?`,
 		},
 		{
+			name: "plugin block without label",
+			src:  "plugin {\n}",
+			want: `agent.hcl:1: block plugin takes one label, the plugin id: plugin "<id>" { ... }`,
+		},
+		{
+			name: "plugin block with a bad id",
+			src:  "plugin \"../x\" {\n}",
+			want: `agent.hcl:1: plugin "../x": a plugin id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`,
+		},
+		{
+			name: "plugin block twice",
+			src:  "plugin \"a\" {\n}\nplugin \"a\" {\n}",
+			want: `agent.hcl:3: duplicate block plugin "a" (first at line 1): merge them into one`,
+		},
+		{
+			name: "unknown key in plugin block",
+			src:  "plugin \"a\" {\n  mount_dri = \"/x\"\n}",
+			want: `agent.hcl:2: unsupported argument "mount_dri" in block plugin.a; did you mean "mount_dir"?`,
+		},
+		{
 			name: "nested block",
 			src:  "client {\n  extra {\n  }\n}",
 			want: `agent.hcl:2: unsupported block "extra" in block client`,
@@ -804,5 +830,38 @@ func assertEqual[T any](t *testing.T, what string, got, want T) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("%s = %#v, want %#v", what, got, want)
+	}
+}
+
+func TestPluginBlocks(t *testing.T) {
+	c := mustLoad(t, input{
+		files: map[string]string{
+			"a.hcl": "data_dir = \"/var/lib/csisupd\"\nplugin \"ebs\" {\n  mount_dir = \"/mnt/ebs\"\n}\nplugin \"nfs\" {\n  plugin_mount_dir = \"/csi\"\n}\n",
+			"b.hcl": "plugin \"ebs\" {\n  plugin_mount_dir = \"/plugin/mnt\"\n}\n",
+		},
+		paths: []string{"a.hcl", "b.hcl"},
+	})
+	want := map[string]PluginConfig{
+		"ebs": {MountDir: "/mnt/ebs", PluginMountDir: "/plugin/mnt"},
+		"nfs": {PluginMountDir: "/csi"},
+	}
+	if !reflect.DeepEqual(c.Plugins, want) {
+		t.Errorf("Plugins = %+v, want %+v", c.Plugins, want)
+	}
+	for id, dir := range map[string]string{"ebs": "/mnt/ebs", "nfs": "/var/lib/csisupd/volumes/nfs", "other": "/var/lib/csisupd/volumes/other"} {
+		if got := c.MountDir(id); got != dir {
+			t.Errorf("MountDir(%q) = %q, want %q", id, got, dir)
+		}
+	}
+	if got := c.Origin("plugin.ebs.plugin_mount_dir"); got != "b.hcl:2" {
+		t.Errorf("origin of plugin.ebs.plugin_mount_dir = %q, want b.hcl:2", got)
+	}
+	if c.Server.ClaimGCGrace != DefaultClaimGCGrace {
+		t.Errorf("server.claim_gc_grace = %s, want the default %s", c.Server.ClaimGCGrace, DefaultClaimGCGrace)
+	}
+	// The printed form loads back to the same plugin settings.
+	again := mustLoad(t, input{files: map[string]string{"c.hcl": c.String()}, paths: []string{"c.hcl"}})
+	if !reflect.DeepEqual(again.Plugins, want) {
+		t.Errorf("printed config loads back as %+v, want %+v", again.Plugins, want)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -107,6 +109,22 @@ func (c *Config) Validate() error {
 	}
 	if sv.RaftMultiplier < 1 || sv.RaftMultiplier > 10 {
 		v.add("server.raft_multiplier", "must be between 1 and 10, got %d", sv.RaftMultiplier)
+	}
+	v.positive("server.claim_gc_grace", sv.ClaimGCGrace)
+
+	// Plugin blocks.
+	for _, id := range slices.Sorted(maps.Keys(c.Plugins)) {
+		p := c.Plugins[id]
+		key := pluginBlock + "." + id
+		if p.MountDir != "" && !filepath.IsAbs(p.MountDir) {
+			v.add(key+".mount_dir", "%q must be an absolute path", p.MountDir)
+		}
+		if p.PluginMountDir != "" && !filepath.IsAbs(p.PluginMountDir) {
+			v.add(key+".plugin_mount_dir", "%q must be an absolute path", p.PluginMountDir)
+		}
+		if p.MountDir != "" && cl.PluginDir != "" && within(p.MountDir, cl.PluginDir) {
+			v.add(key+".mount_dir", "%q is inside client.plugin_dir (%s): the watcher would see every mount", p.MountDir, cl.PluginDir)
+		}
 	}
 
 	// Consul.
@@ -279,4 +297,10 @@ func validRegion(r string) bool {
 		}
 	}
 	return true
+}
+
+// within reports whether path is dir or below it, comparing cleaned paths.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/csisupd/csisupd/internal/plugin"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -17,7 +15,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 // SocketName is the socket file name inside a plugin's own directory:
@@ -28,13 +28,9 @@ const SocketName = "csi.sock"
 // <plugin_dir>/<id>.sock.
 const SocketSuffix = ".sock"
 
-// pluginIDPattern is the rule every plugin id must follow.
-const pluginIDPattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
-
-var pluginIDRE = regexp.MustCompile(pluginIDPattern)
-
-// ValidPluginID reports whether id is a valid plugin id.
-func ValidPluginID(id string) bool { return pluginIDRE.MatchString(id) }
+// ValidPluginID reports whether id is a valid plugin id
+// (config.PluginIDPattern).
+func ValidPluginID(id string) bool { return config.ValidPluginID(id) }
 
 // minCoalesce is the shortest time between two event-driven scans. After a
 // scan the watcher waits at least this long, and at least twice as long as
@@ -181,7 +177,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 }
 
 func invalidIDReason(id string) string {
-	return fmt.Sprintf("invalid plugin id %q: must match %s", id, pluginIDPattern)
+	return fmt.Sprintf("invalid plugin id %q: must match %s", id, config.PluginIDPattern)
 }
 
 // lstatSocket returns the identity of the unix socket at path, or a reason
