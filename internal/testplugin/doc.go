@@ -40,7 +40,10 @@
 // Plugin.SetFaults makes Probe report not-ready, fail, answer late or hang,
 // and delays or fails any method by name. Plugin.Stats counts calls and the
 // highest number of calls in flight per method, so tests can check how many
-// calls a client runs at once. Plugin.Kill stops like a crashed process: the
+// calls a client runs at once. Plugin.NodeLog lists the successful stage,
+// unstage, publish and unpublish calls in order, and Plugin.NodeVolumes
+// the plugin's own record of what is staged and published, so tests check
+// a node's volume steps against the plugin rather than against the caller. Plugin.Kill stops like a crashed process: the
 // socket file stays and dialing it is refused until Start runs again.
 //
 // # Conformance

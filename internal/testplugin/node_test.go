@@ -3,6 +3,7 @@ package testplugin
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -181,5 +182,49 @@ func TestNodeArguments(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantCode(t, tt.call(), codes.InvalidArgument) })
+	}
+}
+
+func TestNodeLogAndRecords(t *testing.T) {
+	p := startPlugin(t, Config{})
+	c := dial(t, p.Socket())
+	id := createVolume(t, c, "log-vol", 1<<20).GetVolumeId()
+	staging, targetPath := nodePaths(t)
+
+	// A block usage is refused: the plugin's volumes are directories.
+	block := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: snw.GetAccessMode(),
+	}
+	_, err := c.node.NodeStageVolume(ctx(t), &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: block})
+	wantCode(t, err, codes.InvalidArgument)
+
+	if _, err := c.node.NodeStageVolume(ctx(t), &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: snw}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.node.NodePublishVolume(ctx(t), &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: targetPath, VolumeCapability: snw}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.NodeVolumes(), map[string]NodeVolume{id: {StagingPath: staging, Targets: []string{targetPath}}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("NodeVolumes = %+v, want %+v", got, want)
+	}
+	if _, err := c.node.NodeUnpublishVolume(ctx(t), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: targetPath}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.node.NodeUnstageVolume(ctx(t), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.NodeVolumes(); len(got) != 0 {
+		t.Fatalf("NodeVolumes after unstage = %+v, want none", got)
+	}
+	// Only successful calls are logged, in order.
+	want := []NodeCall{
+		{Method: "NodeStageVolume", VolumeID: id, Path: staging},
+		{Method: "NodePublishVolume", VolumeID: id, Path: targetPath, StagingPath: staging},
+		{Method: "NodeUnpublishVolume", VolumeID: id, Path: targetPath},
+		{Method: "NodeUnstageVolume", VolumeID: id, Path: staging},
+	}
+	if got := p.NodeLog(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("NodeLog = %+v, want %+v", got, want)
 	}
 }

@@ -163,6 +163,78 @@ type Plugin struct {
 	faults   Faults
 	statsMu  sync.Mutex
 	stats    Stats
+	nodeLog  []NodeCall // guarded by statsMu
+}
+
+// maxNodeLog bounds the node call log; older calls are dropped.
+const maxNodeLog = 10000
+
+// NodeCall is one successful node call that changes a volume's place on
+// the node: NodeStageVolume, NodeUnstageVolume, NodePublishVolume or
+// NodeUnpublishVolume, as the plugin received it.
+type NodeCall struct {
+	Method   string
+	VolumeID string
+	// Path is the staging target path of stage and unstage calls and the
+	// target path of publish and unpublish calls.
+	Path string
+	// StagingPath is the staging target path of a publish call.
+	StagingPath string
+}
+
+// NodeLog returns the successful node calls in the order they ended, the
+// oldest first (at most the last 10000).
+func (p *Plugin) NodeLog() []NodeCall {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	return slices.Clone(p.nodeLog)
+}
+
+// NodeVolume is the node record of one volume: where it is staged and
+// published on this node.
+type NodeVolume struct {
+	StagingPath string
+	// Targets are the target paths it is published at, sorted.
+	Targets []string
+}
+
+// NodeVolumes returns the node records of the volumes staged or published
+// on this node, by volume id. Volumes neither staged nor published are
+// left out.
+func (p *Plugin) NodeVolumes() map[string]NodeVolume {
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
+	out := make(map[string]NodeVolume)
+	for id, n := range p.st.node {
+		if n.StagingPath == "" && len(n.Targets) == 0 {
+			continue
+		}
+		out[id] = NodeVolume{StagingPath: n.StagingPath, Targets: slices.Sorted(maps.Keys(n.Targets))}
+	}
+	return out
+}
+
+// logNodeCall records a successful node call in the node log.
+func (p *Plugin) logNodeCall(req any) {
+	var c NodeCall
+	switch r := req.(type) {
+	case *csi.NodeStageVolumeRequest:
+		c = NodeCall{Method: "NodeStageVolume", VolumeID: r.GetVolumeId(), Path: r.GetStagingTargetPath()}
+	case *csi.NodeUnstageVolumeRequest:
+		c = NodeCall{Method: "NodeUnstageVolume", VolumeID: r.GetVolumeId(), Path: r.GetStagingTargetPath()}
+	case *csi.NodePublishVolumeRequest:
+		c = NodeCall{Method: "NodePublishVolume", VolumeID: r.GetVolumeId(), Path: r.GetTargetPath(), StagingPath: r.GetStagingTargetPath()}
+	case *csi.NodeUnpublishVolumeRequest:
+		c = NodeCall{Method: "NodeUnpublishVolume", VolumeID: r.GetVolumeId(), Path: r.GetTargetPath()}
+	default:
+		return
+	}
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	if len(p.nodeLog) == maxNodeLog {
+		p.nodeLog = slices.Delete(p.nodeLog, 0, 1)
+	}
+	p.nodeLog = append(p.nodeLog, c)
 }
 
 // New validates cfg, applies defaults and loads the state directory. It does
@@ -426,6 +498,9 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 			return nil, status.Errorf(code, "testplugin: injected %s error for %s", code, method)
 		}
 		resp, err := handler(ctx, req)
+		if err == nil {
+			p.logNodeCall(req)
+		}
 		p.logger.Debug("call", "method", method, "code", status.Code(err))
 		return resp, err
 	}
