@@ -74,6 +74,17 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 			return err
 		}
 	}
+	if len(r.GetMounts()) > 0 {
+		fmt.Fprintln(w, "\nMounts")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "PLUGIN\tVOLUME\tWORKLOAD\tUSAGE\tSTATE\tHOST PATH")
+		for _, m := range r.GetMounts() {
+			row(tw, m.GetPluginId(), m.GetVolumeId(), m.GetWorkloadId(), m.GetUsageKey(), m.GetState(), m.GetHostPath())
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(r.GetIgnored()) > 0 {
 		fmt.Fprintln(w, "\nIgnored entries in the plugin directory:")
 		ignored := append([]*csisupdv1.IgnoredEntry(nil), r.GetIgnored()...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +24,7 @@ import (
 func newVolumeCommand(opts *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "volume",
-		Short: "Create, attach, detach, delete and inspect volumes",
+		Short: "Create, claim, release, delete and inspect volumes",
 		Args:  rangeArgs(0, 0),
 	}
 	cmd.AddCommand(
@@ -32,6 +33,9 @@ func newVolumeCommand(opts *clientOptions) *cobra.Command {
 		newVolumeDeleteCommand(opts),
 		newVolumeListCommand(opts),
 		newVolumeStatusCommand(opts),
+		newVolumeClaimCommand(opts),
+		newVolumeReleaseCommand(opts),
+		newVolumeDetachCommand(opts),
 	)
 	return cmd
 }
@@ -415,7 +419,9 @@ func formatBytes(n int64) string {
 func claimNodes(v *csisupdv1.Volume) string {
 	var nodes []string
 	for _, c := range v.GetClaims() {
-		nodes = append(nodes, display(c.GetNodeId()))
+		if !slices.Contains(nodes, display(c.GetNodeId())) {
+			nodes = append(nodes, display(c.GetNodeId()))
+		}
 	}
 	if len(nodes) == 0 {
 		return "-"
@@ -429,7 +435,7 @@ func printVolumeList(w io.Writer, vols []*csisupdv1.Volume) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tPLUGIN\tEXTERNAL ID\tCAPACITY\tATTACHED TO")
+	fmt.Fprintln(tw, "ID\tPLUGIN\tEXTERNAL ID\tCAPACITY\tCLAIMED ON")
 	for _, v := range vols {
 		row(tw, v.GetId(), v.GetPluginId(), dash(v.GetExternalId()), formatBytes(v.GetCapacityBytes()), claimNodes(v))
 	}
@@ -447,14 +453,15 @@ func printVolume(w io.Writer, v *csisupdv1.Volume) error {
 		fmt.Fprintf(w, "Capability:  %s %s %s\n", display(c.GetAccessType()), display(c.GetAccessMode()), display(c.GetFsType()))
 	}
 	if len(v.GetClaims()) == 0 {
-		_, err := fmt.Fprintln(w, "\nNot attached.")
+		_, err := fmt.Fprintln(w, "\nNo claims.")
 		return err
 	}
 	fmt.Fprintln(w, "\nClaims")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tCSI NODE ID\tREAD ONLY\tCLAIMED")
+	fmt.Fprintln(tw, "NODE\tWORKLOAD\tSTATE\tMODE\tREAD ONLY\tHOST PATH\tCLAIMED\tLAST ERROR")
 	for _, c := range v.GetClaims() {
-		row(tw, c.GetNodeId(), dash(c.GetCsiNodeId()), fmt.Sprint(c.GetReadOnly()), dash(formatTime(c.GetClaimedAt())))
+		row(tw, c.GetNodeId(), dash(c.GetWorkloadId()), dash(c.GetState()), dash(c.GetUsage().GetAccessMode()),
+			fmt.Sprint(c.GetReadOnly()), dash(c.GetHostPath()), dash(formatTime(c.GetClaimedAt())), dash(c.GetLastError()))
 	}
 	return tw.Flush()
 }

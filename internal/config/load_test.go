@@ -209,7 +209,7 @@ acl {
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
 					},
-					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second},
+					Server:  ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second},
 					Plugins: map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins"}},
 					Consul: ConsulConfig{
 						Enabled: false, Address: "127.0.0.1:8501", Token: "abc", ServiceName: "supd",

@@ -400,24 +400,47 @@ func (c *Client) update(ctx context.Context) (string, error) {
 // that cannot be reached is failed over from, and the next one asked, up
 // to two servers per call. The secret is never logged.
 func (c *Client) ResolveToken(ctx context.Context, secret string) (*csisupdv1.ResolveTokenResponse, error) {
+	return callWithFailover(ctx, c, "resolve token", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.ResolveTokenResponse, error) {
+		return cl.ResolveToken(ctx, &csisupdv1.ResolveTokenRequest{SecretId: secret})
+	})
+}
+
+// NodeClaims asks the servers for the volume claims they hold for this
+// node, moving on to the next server once when one is unreachable. The
+// node volume manager removes the cluster mounts the answer lacks.
+func (c *Client) NodeClaims(ctx context.Context) ([]*csisupdv1.NodeClaimRef, uint64, error) {
+	resp, err := callWithFailover(ctx, c, "read node claims", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.NodeClaimsResponse, error) {
+		return cl.NodeClaims(ctx, &csisupdv1.NodeClaimsRequest{NodeId: c.cfg.Node.ID})
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.GetClaims(), resp.GetIndex(), nil
+}
+
+// callWithFailover makes one call to the current server, and once more to
+// the next server when the first is unavailable. what names the call in
+// errors.
+func callWithFailover[Resp any](ctx context.Context, c *Client, what string, call func(context.Context, csisupdv1.ClusterClient) (Resp, error)) (Resp, error) {
+	var zero Resp
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var cl csisupdv1.ClusterClient
 		var addr string
 		if cl, addr, err = c.client(ctx); err != nil {
-			return nil, err
+			return zero, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
-		resp, callErr := cl.ResolveToken(cctx, &csisupdv1.ResolveTokenRequest{SecretId: secret})
+		resp, callErr := call(cctx, cl)
 		cancel()
 		if callErr == nil {
 			return resp, nil
 		}
-		err = fmt.Errorf("resolve token on %s: %w", addr, callErr)
+		err = fmt.Errorf("%s on %s: %w", what, addr, callErr)
 		if status.Code(callErr) != codes.Unavailable {
-			return nil, err
+			return zero, err
 		}
 		c.failoverFrom(addr)
 	}
-	return nil, err
+	return zero, err
 }

@@ -36,6 +36,8 @@ type AgentServiceConfig struct {
 	// Cluster, when set, summarises the agent's place in the cluster for
 	// Status.
 	Cluster func() *csisupdv1.ClusterSummary
+	// Mounts, when set, lists the node's volume mounts for Status.
+	Mounts func() []*csisupdv1.Mount
 	// Logger is optional.
 	Logger hclog.Logger
 	// MaxSubscribers caps the WatchEvents streams open at a time
@@ -126,6 +128,9 @@ func (a *AgentService) Status(context.Context, *csisupdv1.StatusRequest) (*csisu
 	}
 	if a.cfg.Cluster != nil {
 		resp.Cluster = a.cfg.Cluster()
+	}
+	if a.cfg.Mounts != nil {
+		resp.Mounts = a.cfg.Mounts()
 	}
 	for _, ig := range a.cfg.Plugins.Ignored() {
 		resp.Ignored = append(resp.Ignored, &csisupdv1.IgnoredEntry{Path: plugin.WireString(ig.Path), Reason: plugin.WireString(ig.Reason)})

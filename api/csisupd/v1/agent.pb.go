@@ -311,7 +311,10 @@ type StatusResponse struct {
 	Plugins   []*Plugin              `protobuf:"bytes,5,rep,name=plugins,proto3" json:"plugins,omitempty"`
 	Ignored   []*IgnoredEntry        `protobuf:"bytes,6,rep,name=ignored,proto3" json:"ignored,omitempty"`
 	// cluster summarises the agent's place in the control cluster.
-	Cluster       *ClusterSummary `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Cluster *ClusterSummary `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// mounts are the volumes staged and published on this node
+	// (NodeVolumes.ListMounts).
+	Mounts        []*Mount `protobuf:"bytes,8,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +394,13 @@ func (x *StatusResponse) GetIgnored() []*IgnoredEntry {
 func (x *StatusResponse) GetCluster() *ClusterSummary {
 	if x != nil {
 		return x.Cluster
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetMounts() []*Mount {
+	if x != nil {
+		return x.Mounts
 	}
 	return nil
 }
@@ -842,7 +852,7 @@ var File_csisupd_v1_agent_proto protoreflect.FileDescriptor
 const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x16csisupd/v1/agent.proto\x12\n" +
-	"csisupd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\a\n" +
+	"csisupd.v1\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\a\n" +
 	"\x06Plugin\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -875,7 +885,7 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\fIgnoredEntry\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x0f\n" +
-	"\rStatusRequest\"\xb0\x02\n" +
+	"\rStatusRequest\"\xdb\x02\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x129\n" +
@@ -885,7 +895,8 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"plugin_dir\x18\x04 \x01(\tR\tpluginDir\x12,\n" +
 	"\aplugins\x18\x05 \x03(\v2\x12.csisupd.v1.PluginR\aplugins\x122\n" +
 	"\aignored\x18\x06 \x03(\v2\x18.csisupd.v1.IgnoredEntryR\aignored\x124\n" +
-	"\acluster\x18\a \x01(\v2\x1a.csisupd.v1.ClusterSummaryR\acluster\"\xf2\x01\n" +
+	"\acluster\x18\a \x01(\v2\x1a.csisupd.v1.ClusterSummaryR\acluster\x12)\n" +
+	"\x06mounts\x18\b \x03(\v2\x11.csisupd.v1.MountR\x06mounts\"\xf2\x01\n" +
 	"\x0eClusterSummary\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\bR\x06server\x12\x18\n" +
@@ -953,6 +964,7 @@ var file_csisupd_v1_agent_proto_goTypes = []any{
 	nil,                           // 11: csisupd.v1.Plugin.ManifestEntry
 	nil,                           // 12: csisupd.v1.Plugin.AccessibleTopologyEntry
 	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*Mount)(nil),                 // 14: csisupd.v1.Mount
 }
 var file_csisupd_v1_agent_proto_depIdxs = []int32{
 	11, // 0: csisupd.v1.Plugin.manifest:type_name -> csisupd.v1.Plugin.ManifestEntry
@@ -964,22 +976,23 @@ var file_csisupd_v1_agent_proto_depIdxs = []int32{
 	0,  // 6: csisupd.v1.StatusResponse.plugins:type_name -> csisupd.v1.Plugin
 	1,  // 7: csisupd.v1.StatusResponse.ignored:type_name -> csisupd.v1.IgnoredEntry
 	4,  // 8: csisupd.v1.StatusResponse.cluster:type_name -> csisupd.v1.ClusterSummary
-	0,  // 9: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
-	0,  // 10: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
-	13, // 11: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
-	2,  // 12: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
-	5,  // 13: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
-	7,  // 14: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
-	9,  // 15: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
-	3,  // 16: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
-	6,  // 17: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
-	8,  // 18: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
-	10, // 19: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	14, // 9: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
+	0,  // 10: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
+	0,  // 11: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
+	13, // 12: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
+	2,  // 13: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
+	5,  // 14: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
+	7,  // 15: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
+	9,  // 16: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
+	3,  // 17: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
+	6,  // 18: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
+	8,  // 19: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
+	10, // 20: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_agent_proto_init() }
@@ -987,6 +1000,7 @@ func file_csisupd_v1_agent_proto_init() {
 	if File_csisupd_v1_agent_proto != nil {
 		return
 	}
+	file_csisupd_v1_volumes_proto_init()
 	file_csisupd_v1_agent_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

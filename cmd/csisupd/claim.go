@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+func newVolumeClaimCommand(opts *clientOptions) *cobra.Command {
+	var (
+		node, workload, accessMode, fsType string
+		readOnly, block                    bool
+		mountFlags, secrets                []string
+	)
+	cmd := &cobra.Command{
+		Use:   "claim ID --node NODE --workload W",
+		Short: "Claim a volume for a workload on a node: publish, stage and mount it there",
+		Long: `Claim a volume for a workload on a node. The servers check the access mode
+against the volume's other claims, the volume's topology and the node's volume
+limit, publish the volume to the node through a controller, and have the
+node's agent stage and publish it. The claim's host path is where the workload
+finds the volume.`,
+		Args: rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "node", "workload"); err != nil {
+				return err
+			}
+			usage := &csisupdv1.VolumeUsage{ReadOnly: readOnly, AccessType: "mount", FsType: fsType, MountFlags: mountFlags}
+			if block {
+				if fsType != "" || len(mountFlags) > 0 {
+					return usageError{fmt.Errorf("--fs-type and --mount-flag do not apply to --block")}
+				}
+				usage.AccessType = "block"
+			}
+			if accessMode != "" {
+				mode, err := parseAccessMode(accessMode)
+				if err != nil {
+					return err
+				}
+				usage.AccessMode = mode
+			}
+			sec, err := parseKeyValues("secret", secrets)
+			if err != nil {
+				return err
+			}
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				nodeID, err := resolveNode(ctx, cl, node)
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				resp, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{
+					Id: args[0], NodeId: nodeID, WorkloadId: workload, Usage: usage, Secrets: sec,
+				})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					return printProto(w, resp.GetClaim())
+				}
+				return printClaim(w, resp.GetVolume(), resp.GetClaim())
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&node, "node", "", "node id or name to claim the volume on (required)")
+	f.StringVar(&workload, "workload", "", "id of the workload that uses the volume (required)")
+	f.BoolVar(&readOnly, "read-only", false, "claim for reading only")
+	f.StringVar(&accessMode, "access-mode", "", "CSI access mode, e.g. single-node-writer, multi-node-reader-only (default: the volume's first capability)")
+	f.BoolVar(&block, "block", false, "use the volume as a block device rather than a file system")
+	f.StringVar(&fsType, "fs-type", "", "file system type to mount, e.g. ext4")
+	f.StringArrayVar(&mountFlags, "mount-flag", nil, "mount flag; repeatable")
+	f.StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	return cmd
+}
+
+func newVolumeReleaseCommand(opts *clientOptions) *cobra.Command {
+	var (
+		node, workload string
+		secrets        []string
+	)
+	cmd := &cobra.Command{
+		Use:   "release ID --node NODE --workload W",
+		Short: "Release a workload's claim: unpublish and unstage on the node, then unpublish in the controller",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "node", "workload"); err != nil {
+				return err
+			}
+			return releaseClaims(cmd, opts, args[0], node, workload, secrets)
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node id or name of the claim (required)")
+	cmd.Flags().StringVar(&workload, "workload", "", "workload id of the claim (required)")
+	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	return cmd
+}
+
+func newVolumeDetachCommand(opts *clientOptions) *cobra.Command {
+	var (
+		node    string
+		secrets []string
+	)
+	cmd := &cobra.Command{
+		Use:   "detach ID --node NODE",
+		Short: "Release every claim of a volume on a node",
+		Args:  rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "node"); err != nil {
+				return err
+			}
+			return releaseClaims(cmd, opts, args[0], node, "", secrets)
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node id or name (required)")
+	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	return cmd
+}
+
+// releaseClaims releases the claims of workload (every claim when empty)
+// of volume id on node, and prints the volume.
+func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload string, secrets []string) error {
+	sec, err := parseKeyValues("secret", secrets)
+	if err != nil {
+		return err
+	}
+	return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+		nodeID, err := resolveNode(ctx, cl, node)
+		if err != nil {
+			return controlError(opts.address, err)
+		}
+		resp, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: id, NodeId: nodeID, WorkloadId: workload, Secrets: sec})
+		if err != nil {
+			return controlError(opts.address, err)
+		}
+		return printVolumeResult(cmd.OutOrStdout(), opts.json, "Released claims of", resp.GetVolume())
+	})
+}
+
+// printClaim prints the claim ClaimVolume returned.
+func printClaim(w io.Writer, v *csisupdv1.Volume, c *csisupdv1.VolumeClaim) error {
+	_, err := fmt.Fprintf(w, "Claimed volume %s for workload %s on node %s (%s, %s)\nHost path: %s\n",
+		display(v.GetId()), display(c.GetWorkloadId()), display(c.GetNodeId()), display(c.GetState()),
+		display(c.GetUsage().GetAccessMode()), display(dash(c.GetHostPath())))
+	return err
+}
