@@ -158,7 +158,7 @@ func TestVolumeCommands(t *testing.T) {
 		t.Fatalf("create: %q", out)
 	}
 	vol := mustJSON(t, "--address", addr, "volume", "status", "data")
-	const volumeKeys = "capabilities,capacity_bytes,claims,context,controller_node_id,create_index,created_at,external_id,id,modify_index,parameters,plugin_id"
+	const volumeKeys = "accessible_topology,capabilities,capacity_bytes,claims,context,controller_node_id,create_index,created_at,external_id,id,modify_index,parameters,plugin_id"
 	if keys(vol) != volumeKeys {
 		t.Fatalf("volume keys %s, want %s", keys(vol), volumeKeys)
 	}
@@ -172,24 +172,34 @@ func TestVolumeCommands(t *testing.T) {
 		t.Fatalf("volume: %v", vol)
 	}
 
-	att := mustJSON(t, "--address", addr, "volume", "attach", "data", "--node", a.Name)
-	claim := att["claim"].(map[string]any)
-	if claim["node_id"] != a.NodeID() || claim["csi_node_id"] != "csi-a" || claim["read_only"] != false {
-		t.Fatalf("attach claim: %v", claim)
+	claim := mustJSON(t, "--address", addr, "volume", "claim", "data", "--node", a.Name, "--workload", "job-1")
+	if claim["node_id"] != a.NodeID() || claim["csi_node_id"] != "csi-a" || claim["read_only"] != false ||
+		claim["state"] != "taken" || claim["workload_id"] != "job-1" || claim["host_path"] == "" {
+		t.Fatalf("claim: %v", claim)
+	}
+	if out := run("volume", "claim", "data", "--node", a.Name, "--workload", "job-1"); !strings.Contains(out, "Host path: "+claim["host_path"].(string)) {
+		t.Fatalf("claim again (human): %q", out)
 	}
 	if out := run("volume", "list"); !strings.Contains(out, "data") || !strings.Contains(out, a.NodeID()) || !strings.Contains(out, "2.0 MiB") {
 		t.Fatalf("volume list: %q", out)
 	}
-	if out := run("volume", "status", "data"); !strings.Contains(out, "csi-a") {
+	if out := run("volume", "status", "data"); !strings.Contains(out, "job-1") || !strings.Contains(out, "taken") {
 		t.Fatalf("volume status: %q", out)
 	}
-	if _, err := execute(t, "--address", addr, "volume", "attach", "data", "--node", "nowhere"); err == nil ||
-		!strings.Contains(err.Error(), `node "nowhere" not found`) {
-		t.Fatalf("attach to an unknown node: %v", err)
+	if out, err := execute(t, "--address", a.RPCAddr, "status"); err != nil || !strings.Contains(out, "Mounts") || !strings.Contains(out, claim["host_path"].(string)) {
+		t.Fatalf("status of the agent lists no mount: %q, %v", out, err)
 	}
-	run("volume", "detach", "data", "--node", a.NodeID())
+	if _, err := execute(t, "--address", addr, "volume", "claim", "data", "--node", "nowhere", "--workload", "w"); err == nil ||
+		!strings.Contains(err.Error(), `node "nowhere" not found`) {
+		t.Fatalf("claim on an unknown node: %v", err)
+	}
+	if _, err := execute(t, "--address", addr, "volume", "claim", "data", "--node", a.Name, "--workload", "job-2", "--block"); err == nil ||
+		!strings.Contains(err.Error(), "claim refused (capability)") {
+		t.Fatalf("block claim of a mount volume: %v", err)
+	}
+	run("volume", "release", "data", "--node", a.NodeID(), "--workload", "job-1")
 	if v := mustJSON(t, "--address", addr, "volume", "status", "data"); len(v["claims"].([]any)) != 0 {
-		t.Fatalf("claims after detach: %v", v["claims"])
+		t.Fatalf("claims after release: %v", v["claims"])
 	}
 
 	run("volume", "register", "old", "--plugin", "tp", "--external-id", "ext-1", "--context", "k=v")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,8 +42,10 @@ func followerAddr(t *testing.T, c *testcluster.Cluster) string {
 }
 
 // TestClusterVolumeLifecycle drives a volume through 3 servers and 2 agents
-// with the CLI: the controller on one node publishes it to the other with
-// that node's CSI node id.
+// with the CLI: created by one controller, claimed by a writer on one node
+// (published with that node's CSI node id, staged and published there), a
+// second writer refused, a reader allowed, and released step by step, as
+// the plugins' own records show.
 func TestClusterVolumeLifecycle(t *testing.T) {
 	c, plugins := clusterWithPlugins(t)
 	addr := followerAddr(t, c)
@@ -80,7 +83,7 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 
 	// create: one controller instance makes the volume.
 	var vol volumeDoc
-	cliJSON(t, addr, &vol, "volume", "create", "v1", "--plugin", "tp", "--capacity", "4MiB")
+	cliJSON(t, addr, &vol, "volume", "create", "v1", "--plugin", "tp", "--capacity", "4MiB", "--access-mode", "multi-node-single-writer")
 	ctrl, ok := agentOf[vol.ControllerNodeID]
 	if !ok || vol.ExternalID == "" || vol.CapacityBytes < 4<<20 {
 		t.Fatalf("volume create: %+v", vol)
@@ -93,36 +96,85 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 		t.Fatalf("plugins saw %d CreateVolume calls, want 1", n)
 	}
 
-	// attach to node 2 (agent-1), by name: the publish carries its CSI node id.
-	target := c.Agent(1)
-	var att attachDoc
-	cliJSON(t, addr, &att, "volume", "attach", "v1", "--node", target.Name)
-	if att.Claim.NodeID != target.NodeID() || att.Claim.CSINodeID != "csi-node-1" ||
-		att.Claim.PublishContext[testplugin.PublishContextNodeID] != "csi-node-1" {
-		t.Fatalf("volume attach: %+v", att.Claim)
+	// claim on node A (agent-0), by name: the controller publish carries
+	// its CSI node id; the node stages and publishes at the host path.
+	nodeA, nodeB := c.Agent(0), c.Agent(1)
+	var writer claimDoc
+	cliJSON(t, addr, &writer, "volume", "claim", "v1", "--node", nodeA.Name, "--workload", "web-1")
+	if writer.NodeID != nodeA.NodeID() || writer.CSINodeID != "csi-node-0" || writer.State != "taken" || !writer.Mounted ||
+		writer.PublishContext[testplugin.PublishContextNodeID] != "csi-node-0" || writer.HostPath == "" {
+		t.Fatalf("volume claim: %+v", writer)
 	}
-	if rec, _ := readPluginVolume(t, ctrlState, vol.ExternalID); len(rec.Published) != 1 || rec.Published["csi-node-1"] == nil {
-		t.Fatalf("controller plugin record after attach: published to %v, want csi-node-1", rec.Published)
+	if rec, _ := readPluginVolume(t, ctrlState, vol.ExternalID); rec.Published["csi-node-0"] == nil {
+		t.Fatalf("controller plugin record after claim: published to %v, want csi-node-0", rec.Published)
 	}
-	if n := plugins[ctrl].Stats().Calls["ControllerPublishVolume"]; n != 1 {
-		t.Fatalf("controller plugin saw %d ControllerPublishVolume calls, want 1", n)
+	// The host path is the plugin's publish target: what the workload
+	// writes there lands in the volume.
+	log := plugins[0].NodeLog()
+	if len(log) != 2 || log[0].Method != "NodeStageVolume" || log[1].Method != "NodePublishVolume" || log[1].Path != writer.HostPath {
+		t.Fatalf("node plugin on node A saw %+v, want stage then publish at %s", log, writer.HostPath)
+	}
+	if err := os.WriteFile(filepath.Join(writer.HostPath, "hello"), []byte("hi"), 0o600); err != nil {
+		t.Fatalf("write through the host path: %v", err)
+	}
+
+	// A second writer, on node B, is refused with the rule it breaks.
+	res := cli(t, addr, "volume", "claim", "v1", "--node", nodeB.Name, "--workload", "web-2")
+	if res.code != 1 || !strings.Contains(res.stderr, "claim refused (access-mode)") {
+		t.Fatalf("second writer: exit %d, %q; want a refusal naming access-mode", res.code, res.stderr)
+	}
+	if n := len(plugins[1].NodeLog()); n != 0 {
+		t.Fatalf("the refused claim reached node B's plugin: %d node calls", n)
+	}
+	// A reader on node B is allowed by multi-node-single-writer.
+	var reader claimDoc
+	cliJSON(t, addr, &reader, "volume", "claim", "v1", "--node", nodeB.Name, "--workload", "report-1", "--read-only")
+	if !reader.ReadOnly || reader.State != "taken" || reader.HostPath == "" {
+		t.Fatalf("reader claim: %+v", reader)
 	}
 	var got volumeDoc
 	cliJSON(t, addr, &got, "volume", "status", "v1")
-	if len(got.Claims) != 1 || got.Claims[0].NodeID != target.NodeID() {
-		t.Fatalf("volume status after attach: %+v", got)
+	if len(got.Claims) != 2 {
+		t.Fatalf("volume status after two claims: %+v", got)
 	}
-	// The leader applied the write before answering, so its local state
-	// already has it: a stale read there must show the claim.
+	// The leader applied the write before answering: a stale read there
+	// shows both claims.
 	got = volumeDoc{}
 	cliJSON(t, c.WaitForLeader(t, 30*time.Second).RPCAddr, &got, "volume", "status", "v1", "--stale")
-	if len(got.Claims) != 1 || got.Claims[0].CSINodeID != "csi-node-1" {
-		t.Fatalf("stale volume status on the leader after attach: %+v", got)
+	if len(got.Claims) != 2 {
+		t.Fatalf("stale volume status on the leader: %+v", got)
+	}
+	if res := cli(t, addr, "volume", "delete", "v1"); res.code != 1 || !strings.Contains(res.stderr, "claims") {
+		t.Fatalf("delete of a claimed volume: exit %d, %q; want a refusal", res.code, res.stderr)
 	}
 
-	// detach and delete undo it.
-	if res := cli(t, addr, "volume", "detach", "v1", "--node", target.NodeID()); res.code != 0 {
+	// release the writer: node unpublish, then unstage, then the
+	// controller unpublish from node A; the claim is freed.
+	if res := cli(t, addr, "volume", "release", "v1", "--node", nodeA.NodeID(), "--workload", "web-1"); res.code != 0 {
+		t.Fatalf("volume release: exit %d: %s", res.code, res.stderr)
+	}
+	log = plugins[0].NodeLog()
+	if len(log) != 4 || log[2].Method != "NodeUnpublishVolume" || log[2].Path != writer.HostPath || log[3].Method != "NodeUnstageVolume" {
+		t.Fatalf("node plugin on node A saw %+v, want unpublish then unstage after the release", log)
+	}
+	if left := plugins[0].NodeVolumes(); len(left) != 0 {
+		t.Fatalf("node A's plugin still has %+v staged or published", left)
+	}
+	if rec, _ := readPluginVolume(t, ctrlState, vol.ExternalID); rec.Published["csi-node-0"] != nil || rec.Published["csi-node-1"] == nil {
+		t.Fatalf("controller plugin record after the release: published to %v, want only csi-node-1", rec.Published)
+	}
+	got = volumeDoc{}
+	cliJSON(t, addr, &got, "volume", "status", "v1")
+	if len(got.Claims) != 1 || got.Claims[0].WorkloadID != "report-1" {
+		t.Fatalf("volume status after the release: %+v", got)
+	}
+
+	// detach releases what is left; then the volume can go.
+	if res := cli(t, addr, "volume", "detach", "v1", "--node", nodeB.Name); res.code != 0 {
 		t.Fatalf("volume detach: exit %d: %s", res.code, res.stderr)
+	}
+	if left := plugins[1].NodeVolumes(); len(left) != 0 {
+		t.Fatalf("node B's plugin still has %+v staged or published", left)
 	}
 	if rec, _ := readPluginVolume(t, ctrlState, vol.ExternalID); len(rec.Published) != 0 {
 		t.Fatalf("controller plugin record after detach: still published to %v", rec.Published)
@@ -133,9 +185,9 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 	if _, ok := readPluginVolume(t, ctrlState, vol.ExternalID); ok {
 		t.Fatal("controller plugin still has the volume after delete")
 	}
-	for _, m := range []string{"ControllerUnpublishVolume", "DeleteVolume"} {
-		if n := calls(plugins, m); n != 1 {
-			t.Errorf("plugins saw %d %s calls, want 1", n, m)
+	for m, want := range map[string]int64{"ControllerPublishVolume": 2, "ControllerUnpublishVolume": 2, "DeleteVolume": 1} {
+		if n := calls(plugins, m); n != want {
+			t.Errorf("plugins saw %d %s calls, want %d", n, m, want)
 		}
 	}
 	var list volumeListDoc
@@ -145,7 +197,7 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 	}
 
 	// A client-only agent has no Control service.
-	res := cli(t, c.Agent(0).RPCAddr, "plugin", "status")
+	res = cli(t, c.Agent(0).RPCAddr, "plugin", "status")
 	if want := "the agent at " + c.Agent(0).RPCAddr + " is not a server; point --address at a server"; res.code != 1 || !strings.Contains(res.stderr, want) {
 		t.Fatalf("plugin status against a client: exit %d, %q, want %q", res.code, res.stderr, want)
 	}
@@ -186,12 +238,12 @@ func TestClusterNodeDown(t *testing.T) {
 		t.Fatalf("node list: %+v", nodes)
 	}
 
-	// Attaching to the down node is refused.
+	// A claim on the down node is refused, naming the rule.
 	var vol volumeDoc
 	cliJSON(t, addr, &vol, "volume", "create", "v2", "--plugin", "tp")
-	res := cli(t, addr, "volume", "attach", "v2", "--node", down.NodeID())
-	if res.code != 1 || !strings.Contains(res.stderr, "is down") {
-		t.Fatalf("attach to a down node: exit %d, %q", res.code, res.stderr)
+	res := cli(t, addr, "volume", "claim", "v2", "--node", down.NodeID(), "--workload", "w")
+	if res.code != 1 || !strings.Contains(res.stderr, "claim refused (node-not-ready)") {
+		t.Fatalf("claim on a down node: exit %d, %q", res.code, res.stderr)
 	}
 }
 

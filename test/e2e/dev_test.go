@@ -82,30 +82,49 @@ func TestDevAgent(t *testing.T) {
 		t.Fatalf("volume status after create: %+v", got)
 	}
 
-	// attach: ControllerPublishVolume with the node's CSI node id.
-	var att attachDoc
-	cliJSON(t, addr, &att, "volume", "attach", "v1", "--node", nodeID)
-	if att.Claim.NodeID != nodeID || att.Claim.CSINodeID != nodeName ||
-		att.Claim.PublishContext[testplugin.PublishContextNodeID] != nodeName {
-		t.Fatalf("volume attach: %+v", att)
+	// claim: ControllerPublishVolume with the node's CSI node id, then
+	// stage and publish on the node for the workload.
+	var claim claimDoc
+	cliJSON(t, addr, &claim, "volume", "claim", "v1", "--node", nodeID, "--workload", "job-1")
+	if claim.NodeID != nodeID || claim.CSINodeID != nodeName || claim.State != "taken" || claim.HostPath == "" ||
+		claim.PublishContext[testplugin.PublishContextNodeID] != nodeName {
+		t.Fatalf("volume claim: %+v", claim)
 	}
 	if rec, _ := readPluginVolume(t, stateDir, vol.ExternalID); len(rec.Published) != 1 || rec.Published[nodeName] == nil {
-		t.Fatalf("plugin record after attach: published to %v, want %s", rec.Published, nodeName)
+		t.Fatalf("plugin record after claim: published to %v, want %s", rec.Published, nodeName)
+	}
+	if fi, err := os.Lstat(claim.HostPath); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("host path %s after claim: %v, %v; want the plugin's publish target", claim.HostPath, fi, err)
 	}
 	cliJSON(t, addr, &got, "volume", "status", "v1")
-	if len(got.Claims) != 1 || got.Claims[0].CSINodeID != nodeName {
-		t.Fatalf("volume status after attach: %+v", got)
+	if len(got.Claims) != 1 || got.Claims[0].CSINodeID != nodeName || got.Claims[0].WorkloadID != "job-1" {
+		t.Fatalf("volume status after claim: %+v", got)
 	}
-	if res := cli(t, addr, "volume", "delete", "v1"); res.code != 1 || !strings.Contains(res.stderr, "detach it first") {
-		t.Fatalf("delete of an attached volume: exit %d, %q", res.code, res.stderr)
+	var mounts struct {
+		Mounts []struct {
+			VolumeID   string `json:"volume_id"`
+			WorkloadID string `json:"workload_id"`
+			HostPath   string `json:"host_path"`
+			State      string `json:"state"`
+		} `json:"mounts"`
+	}
+	cliJSON(t, addr, &mounts, "status")
+	if len(mounts.Mounts) != 1 || mounts.Mounts[0].VolumeID != "v1" || mounts.Mounts[0].HostPath != claim.HostPath || mounts.Mounts[0].State != "published" {
+		t.Fatalf("status mounts after claim: %+v", mounts)
+	}
+	if res := cli(t, addr, "volume", "delete", "v1"); res.code != 1 || !strings.Contains(res.stderr, "release them first") {
+		t.Fatalf("delete of a claimed volume: exit %d, %q", res.code, res.stderr)
 	}
 
-	// detach (by node name) and delete undo it.
-	if res := cli(t, addr, "volume", "detach", "v1", "--node", nodeName); res.code != 0 {
-		t.Fatalf("volume detach: exit %d: %s", res.code, res.stderr)
+	// release (by node name) and delete undo it.
+	if res := cli(t, addr, "volume", "release", "v1", "--node", nodeName, "--workload", "job-1"); res.code != 0 {
+		t.Fatalf("volume release: exit %d: %s", res.code, res.stderr)
 	}
 	if rec, _ := readPluginVolume(t, stateDir, vol.ExternalID); len(rec.Published) != 0 {
-		t.Fatalf("plugin record after detach: still published to %v", rec.Published)
+		t.Fatalf("plugin record after release: still published to %v", rec.Published)
+	}
+	if _, err := os.Lstat(claim.HostPath); !os.IsNotExist(err) {
+		t.Fatalf("host path after release: %v, want it gone", err)
 	}
 	if res := cli(t, addr, "volume", "delete", "v1"); res.code != 0 || !strings.Contains(res.stdout, "Deleted volume v1") {
 		t.Fatalf("volume delete: exit %d: %s %s", res.code, res.stdout, res.stderr)
@@ -128,8 +147,8 @@ func TestDevAgent(t *testing.T) {
 	}
 
 	// A usage error exits 2.
-	if res := cli(t, addr, "volume", "attach", "v1"); res.code != 2 || !strings.Contains(res.stderr, "--node") {
-		t.Fatalf("attach without --node: exit %d, %q", res.code, res.stderr)
+	if res := cli(t, addr, "volume", "claim", "v1", "--workload", "w"); res.code != 2 || !strings.Contains(res.stderr, "--node") {
+		t.Fatalf("claim without --node: exit %d, %q", res.code, res.stderr)
 	}
 
 	// SIGTERM stops the agent cleanly.

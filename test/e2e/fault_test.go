@@ -19,8 +19,8 @@ func TestClusterLeaderLoss(t *testing.T) {
 	addr := followerAddr(t, c)
 	var vol volumeDoc
 	cliJSON(t, addr, &vol, "volume", "create", "v1", "--plugin", "tp")
-	var att attachDoc
-	cliJSON(t, addr, &att, "volume", "attach", "v1", "--node", c.Agent(1).Name)
+	var claim claimDoc
+	cliJSON(t, addr, &claim, "volume", "claim", "v1", "--node", c.Agent(1).Name, "--workload", "w1")
 
 	old := c.WaitForLeader(t, 30*time.Second)
 	c.Kill(old.Index)
@@ -39,8 +39,11 @@ func TestClusterLeaderLoss(t *testing.T) {
 		t.Fatalf("CLI against a killed server: exit %d, %q", res.code, res.stderr)
 	}
 
-	if r := cli(t, next.RPCAddr, "volume", "detach", "v1", "--node", c.Agent(1).NodeID()); r.code != 0 {
-		t.Fatalf("detach after leader loss: exit %d: %s", r.code, r.stderr)
+	if r := cli(t, next.RPCAddr, "volume", "release", "v1", "--node", c.Agent(1).NodeID(), "--workload", "w1"); r.code != 0 {
+		t.Fatalf("release after leader loss: exit %d: %s", r.code, r.stderr)
+	}
+	if left := plugins[1].NodeVolumes(); len(left) != 0 {
+		t.Fatalf("agent-1's plugin still has %+v after the release", left)
 	}
 	if r := cli(t, next.RPCAddr, "volume", "delete", "v1"); r.code != 0 {
 		t.Fatalf("delete after leader loss: exit %d: %s", r.code, r.stderr)

@@ -136,10 +136,16 @@ type (
 		Nodes []nodeDoc `json:"nodes"`
 	}
 	claimDoc struct {
-		NodeID         string            `json:"node_id"`
-		CSINodeID      string            `json:"csi_node_id"`
-		ReadOnly       bool              `json:"read_only"`
-		PublishContext map[string]string `json:"publish_context"`
+		NodeID              string            `json:"node_id"`
+		CSINodeID           string            `json:"csi_node_id"`
+		ReadOnly            bool              `json:"read_only"`
+		PublishContext      map[string]string `json:"publish_context"`
+		WorkloadID          string            `json:"workload_id"`
+		State               string            `json:"state"`
+		HostPath            string            `json:"host_path"`
+		ControllerPublished bool              `json:"controller_published"`
+		Mounted             bool              `json:"mounted"`
+		LastError           string            `json:"last_error"`
 	}
 	volumeDoc struct {
 		ID               string            `json:"id"`
@@ -152,10 +158,6 @@ type (
 	}
 	volumeListDoc struct {
 		Volumes []volumeDoc `json:"volumes"`
-	}
-	attachDoc struct {
-		Volume volumeDoc `json:"volume"`
-		Claim  claimDoc  `json:"claim"`
 	}
 	peersDoc struct {
 		Peers []struct {

@@ -277,17 +277,20 @@ acl {
 	// The writer creates and claims a volume.
 	var vol volumeDoc
 	secureCLIJSON(t, p, addr, writer, &vol, "volume", "create", "v1", "--plugin", "tp", "--capacity", "1MiB")
-	var att attachDoc
-	secureCLIJSON(t, p, addr, writer, &att, "volume", "attach", "v1", "--node", "a0")
-	if att.Claim.CSINodeID != "csi-node-0" {
-		t.Fatalf("attach: %+v", att.Claim)
+	// The servers mount it through the agent's NodeVolumes with their
+	// server certificates, without the writer's token.
+	var claim claimDoc
+	secureCLIJSON(t, p, addr, writer, &claim, "volume", "claim", "v1", "--node", "a0", "--workload", "w1")
+	if claim.CSINodeID != "csi-node-0" || claim.State != "taken" || claim.HostPath == "" {
+		t.Fatalf("claim: %+v", claim)
 	}
 
 	// The reader is refused, and nothing changes.
 	before := plugin.Stats().Calls
 	for _, args := range [][]string{
 		{"volume", "create", "v2", "--plugin", "tp"},
-		{"volume", "detach", "v1", "--node", "a0"},
+		{"volume", "release", "v1", "--node", "a0", "--workload", "w1"},
+		{"volume", "claim", "v1", "--node", "a0", "--workload", "w2"},
 		{"volume", "delete", "v1"},
 	} {
 		res := secureCLI(t, p, addr, reader, args...)
@@ -301,7 +304,7 @@ acl {
 		t.Fatalf("volumes after the refused writes: %+v", list)
 	}
 	after := plugin.Stats().Calls
-	for _, m := range []string{"CreateVolume", "DeleteVolume", "ControllerUnpublishVolume"} {
+	for _, m := range []string{"CreateVolume", "DeleteVolume", "ControllerUnpublishVolume", "NodeUnpublishVolume", "NodePublishVolume"} {
 		if after[m] != before[m] {
 			t.Errorf("the plugin saw %s %d times after the refused writes, %d before", m, after[m], before[m])
 		}
