@@ -1,0 +1,259 @@
+//go:build fault
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// claimNode is a two-process cluster for killing an agent in the middle of
+// a volume step: a server agent with the controller of plugin "tp", and a
+// client agent with its node service, both real `csisupd agent`
+// processes. The plugins run in the test, so they outlive a killed agent
+// and keep their own record of what is staged and published.
+type claimNode struct {
+	serverAddr string
+	controller *testplugin.Plugin
+	ctrlState  string
+	node       *testplugin.Plugin
+
+	clientCfg  string
+	clientHTTP int
+	clientData string
+	client     *agentProcess
+}
+
+func startClaimNode(t *testing.T) *claimNode {
+	t.Helper()
+	ports := testutil.FreePorts(t, 6)
+	n := &claimNode{serverAddr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+
+	serverPlugins := testutil.TempDir(t)
+	n.ctrlState = testutil.TempDir(t)
+	n.controller = startTestPlugin(t, testplugin.Config{
+		Socket: filepath.Join(serverPlugins, "tp", "csi.sock"), StateDir: n.ctrlState,
+		Type: testplugin.TypeController, NodeID: "csi-server", KnownNodeIDs: []string{testplugin.AnyNode},
+	})
+	serverCfg := agentHCL(t, "s0", ports[0], ports[1], ports[2], fmt.Sprintf(`client { plugin_dir = %q }
+server {
+  enabled          = true
+  bootstrap_expect = 1
+  claim_gc_grace   = "2s"
+}`, serverPlugins))
+	startAgentProcess(t, "server s0", ports[2], "--config", serverCfg)
+
+	clientPlugins := testutil.TempDir(t)
+	n.node = startTestPlugin(t, testplugin.Config{
+		Socket: filepath.Join(clientPlugins, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
+		Type: testplugin.TypeNode, NodeID: "csi-c0",
+	})
+	n.clientData = testutil.TempDir(t)
+	n.clientHTTP = ports[5]
+	// The client's data dir is kept across its restarts.
+	n.clientCfg = filepath.Join(testutil.TempDir(t), "agent.hcl")
+	if err := os.WriteFile(n.clientCfg, []byte(fmt.Sprintf(`name      = "c0"
+data_dir  = %q
+bind_addr = "127.0.0.1"
+ports {
+  rpc  = %d
+  raft = %d
+  http = %d
+}
+consul { enabled = false }
+client {
+  plugin_dir     = %q
+  servers        = [%q]
+  probe_interval = "1s"
+  probe_timeout  = "1s"
+}
+`, n.clientData, ports[3], ports[4], ports[5], clientPlugins, n.serverAddr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.startClient(t)
+	testutil.WaitFor(t, 60*time.Second, "plugin tp with a controller and a node", func() bool {
+		p, ok := tryPlugin(t, n.serverAddr, "tp")
+		return ok && p.ControllersHealthy == 1 && p.NodesHealthy == 1
+	})
+	return n
+}
+
+// startClient starts the client agent from its config file.
+func (n *claimNode) startClient(t *testing.T) {
+	t.Helper()
+	n.client = startAgentProcess(t, "client c0", n.clientHTTP, "--config", n.clientCfg)
+}
+
+// killClient kills the client agent with SIGKILL and waits for it to exit.
+func (n *claimNode) killClient(t *testing.T) {
+	t.Helper()
+	if err := n.client.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-n.client.exited
+	n.client.stopped = true
+}
+
+func startTestPlugin(t *testing.T, cfg testplugin.Config) *testplugin.Plugin {
+	t.Helper()
+	p, err := testplugin.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// startCLI runs the CLI in the background and returns a channel that
+// receives its combined output and error when it exits.
+func startCLI(t *testing.T, addr string, args ...string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cmd := exec.CommandContext(ctx, binary, append([]string{"--address", addr, "--timeout", "90s"}, args...)...)
+	cmd.Env = cleanEnv()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		defer cancel()
+		err := cmd.Wait()
+		done <- fmt.Sprintf("%s (exit: %v)", out.String(), err)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return done
+}
+
+// waitCalling waits until the plugin is in a call of method.
+func waitCalling(t *testing.T, p *testplugin.Plugin, method string) {
+	t.Helper()
+	testutil.WaitFor(t, 30*time.Second, "a "+method+" call in flight", func() bool {
+		return p.Stats().InFlight[method] == 1
+	})
+}
+
+// waitAllUndone waits until the volume has no claims, the node plugin has
+// nothing staged or published, the controller has it published nowhere,
+// and the client agent keeps no mount record.
+func (n *claimNode) waitAllUndone(t *testing.T, volumeID, externalID string) {
+	t.Helper()
+	testutil.WaitFor(t, 90*time.Second, "the claim released everywhere", func() bool {
+		var v volumeDoc
+		res := cli(t, n.serverAddr, "volume", "status", volumeID, "--json")
+		if res.code != 0 || !jsonInto(res.stdout, &v) || len(v.Claims) != 0 {
+			return false
+		}
+		rec, _ := readPluginVolume(t, n.ctrlState, externalID)
+		return len(n.node.NodeVolumes()) == 0 && len(rec.Published) == 0
+	})
+	records, err := os.ReadDir(filepath.Join(n.clientData, "volumes", "mounts"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if len(records) != 0 {
+		t.Fatalf("the client agent keeps %d mount records after the release", len(records))
+	}
+}
+
+// TestAgentKilledBetweenStageAndPublish kills the node's agent while the
+// plugin publishes a volume it has staged: the claim fails, and once the
+// agent is back the staging is undone and the claim released.
+func TestAgentKilledBetweenStageAndPublish(t *testing.T) {
+	n := startClaimNode(t)
+	var vol volumeDoc
+	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
+
+	n.node.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"NodePublishVolume": 10 * time.Minute}})
+	claim := startCLI(t, n.serverAddr, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
+	waitCalling(t, n.node, "NodePublishVolume")
+	if log := n.node.NodeLog(); len(log) != 1 || log[0].Method != "NodeStageVolume" {
+		t.Fatalf("node plugin log before the kill: %+v, want one stage", log)
+	}
+	n.killClient(t)
+	n.node.SetFaults(testplugin.Faults{})
+	if out := <-claim; !strings.Contains(out, "exit status 1") {
+		t.Fatalf("the claim interrupted by the agent's death: %s; want it to fail", out)
+	}
+
+	n.startClient(t)
+	n.waitAllUndone(t, "v1", vol.ExternalID)
+	log := n.node.NodeLog()
+	if last := log[len(log)-1]; last.Method != "NodeUnstageVolume" {
+		t.Fatalf("node plugin log after the restart: %+v, want the staging undone", log)
+	}
+	if res := cli(t, n.serverAddr, "volume", "delete", "v1"); res.code != 0 {
+		t.Fatalf("delete after the release: exit %d: %s", res.code, res.stderr)
+	}
+}
+
+// TestAgentKilledBetweenUnpublishAndUnstage kills the node's agent while
+// the plugin unstages a volume it has unpublished: once the agent is back
+// it finishes the unstage and the servers finish the release.
+func TestAgentKilledBetweenUnpublishAndUnstage(t *testing.T) {
+	n := startClaimNode(t)
+	var vol volumeDoc
+	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
+	var claim claimDoc
+	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
+
+	n.node.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"NodeUnstageVolume": 10 * time.Minute}})
+	release := startCLI(t, n.serverAddr, "volume", "release", "v1", "--node", "c0", "--workload", "w1")
+	waitCalling(t, n.node, "NodeUnstageVolume")
+	if vols := n.node.NodeVolumes(); len(vols[vol.ExternalID].Targets) != 0 || vols[vol.ExternalID].StagingPath == "" {
+		t.Fatalf("node plugin before the kill: %+v, want unpublished and still staged", vols)
+	}
+	n.killClient(t)
+	n.node.SetFaults(testplugin.Faults{})
+	<-release // fails or not: the servers' watcher finishes the release
+
+	n.startClient(t)
+	n.waitAllUndone(t, "v1", vol.ExternalID)
+}
+
+// TestNodeDownLongerThanClaimGCGrace kills the node's agent and leaves it
+// down: after claim_gc_grace the servers release its claim through the
+// controller alone, and the agent, when it returns, unmounts what it
+// still had.
+func TestNodeDownLongerThanClaimGCGrace(t *testing.T) {
+	n := startClaimNode(t)
+	var vol volumeDoc
+	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
+	var claim claimDoc
+	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
+	n.killClient(t)
+
+	testutil.WaitFor(t, 90*time.Second, "the claim of the down node released", func() bool {
+		var v volumeDoc
+		res := cli(t, n.serverAddr, "volume", "status", "v1", "--json")
+		return res.code == 0 && jsonInto(res.stdout, &v) && len(v.Claims) == 0
+	})
+	if rec, _ := readPluginVolume(t, n.ctrlState, vol.ExternalID); len(rec.Published) != 0 {
+		t.Fatalf("the controller still has the volume published to %v", rec.Published)
+	}
+	// The node could not be asked: its plugin still has the volume.
+	if vols := n.node.NodeVolumes(); len(vols[vol.ExternalID].Targets) != 1 {
+		t.Fatalf("node plugin while its agent is down: %+v, want the publication left", vols)
+	}
+
+	n.startClient(t)
+	n.waitAllUndone(t, "v1", vol.ExternalID)
+}
