@@ -48,6 +48,7 @@ bench:
 	$(GO) test -run '^$$' -bench EventLatencyStalledSubscribers -benchtime 1x -count 1 ./internal/rpc/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./internal/consulsync/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench PluginUpdates -benchtime 50000x -count 1 ./internal/server/ | tee -a bench.out
+	$(GO) test -run '^$$' -bench ClaimRelease -benchtime 50x -count 1 ./internal/server/ | tee -a bench.out
 
 ## fuzz: run every fuzz target of the repository for FUZZTIME each (default 20s); see scripts/fuzz.sh
 FUZZTIME ?= 20s

@@ -75,6 +75,13 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Cluster/NodeUpdatePlugins": "node:write:agents",
 	"/csisupd.v1.Cluster/NodeHeartbeat":     "node:write:agents",
 	"/csisupd.v1.Cluster/ResolveToken":      "node:write:agents",
+	"/csisupd.v1.Cluster/NodeClaims":        "node:write:agents",
+
+	"/csisupd.v1.NodeVolumes/MountVolume":   "volume:write:ops",
+	"/csisupd.v1.NodeVolumes/UnmountVolume": "volume:write:ops",
+	"/csisupd.v1.NodeVolumes/ExpandVolume":  "volume:write:ops",
+	"/csisupd.v1.NodeVolumes/VolumeStats":   "volume:read:ops",
+	"/csisupd.v1.NodeVolumes/ListMounts":    "volume:read:ops",
 
 	"/csisupd.v1.Control/ListPlugins":     "plugin:read:ops",
 	"/csisupd.v1.Control/GetPlugin":       "plugin:read:ops",
@@ -85,8 +92,8 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/CreateVolume":    "volume:write:ops",
 	"/csisupd.v1.Control/RegisterVolume":  "volume:write:ops",
 	"/csisupd.v1.Control/DeleteVolume":    "volume:write:ops",
-	"/csisupd.v1.Control/AttachVolume":    "volume:write:ops",
-	"/csisupd.v1.Control/DetachVolume":    "volume:write:ops",
+	"/csisupd.v1.Control/ClaimVolume":     "volume:write:ops",
+	"/csisupd.v1.Control/ReleaseVolume":   "volume:write:ops",
 	"/csisupd.v1.Control/RaftPeers":       "operator:read:ops",
 	"/csisupd.v1.Control/RemovePeer":      "operator:write:ops",
 	"/csisupd.v1.Control/SnapshotSave":    "operator:write:ops",
@@ -246,6 +253,7 @@ func startMatrixServer(t *testing.T, pki *matrixPKI, verifyIncoming bool) string
 	csisupdv1.RegisterClusterServer(g, csisupdv1.UnimplementedClusterServer{})
 	csisupdv1.RegisterControlServer(g, csisupdv1.UnimplementedControlServer{})
 	csisupdv1.RegisterACLServer(g, csisupdv1.UnimplementedACLServer{})
+	csisupdv1.RegisterNodeVolumesServer(g, csisupdv1.UnimplementedNodeVolumesServer{})
 	healthpb.RegisterHealthServer(g, health.NewServer())
 	reflection.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
