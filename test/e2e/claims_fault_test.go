@@ -165,7 +165,7 @@ func (n *claimNode) waitAllUndone(t *testing.T, volumeID, externalID string) {
 		rec, _ := readPluginVolume(t, n.ctrlState, externalID)
 		return len(n.node.NodeVolumes()) == 0 && len(rec.Published) == 0
 	})
-	records, err := os.ReadDir(filepath.Join(n.clientData, "volumes", "mounts"))
+	records, err := os.ReadDir(filepath.Join(n.clientData, "volume-mounts"))
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}

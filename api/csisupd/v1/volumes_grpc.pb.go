@@ -47,7 +47,7 @@ const (
 // <usage> is the usage key (Mount.usage_key), for example
 // "rw-file-system-single-node-writer". Directories are created 0700.
 //
-// Every step is recorded in <data_dir>/volumes/mounts before it starts
+// Every step is recorded in <data_dir>/volume-mounts before it starts
 // (intent) and after it ends (result), so an agent that was killed knows
 // every staged and published volume when it starts again and finishes or
 // undoes the step it was in. Records never hold secrets.
@@ -175,7 +175,7 @@ func (c *nodeVolumesClient) ListMounts(ctx context.Context, in *ListMountsReques
 // <usage> is the usage key (Mount.usage_key), for example
 // "rw-file-system-single-node-writer". Directories are created 0700.
 //
-// Every step is recorded in <data_dir>/volumes/mounts before it starts
+// Every step is recorded in <data_dir>/volume-mounts before it starts
 // (intent) and after it ends (result), so an agent that was killed knows
 // every staged and published volume when it starts again and finishes or
 // undoes the step it was in. Records never hold secrets.
