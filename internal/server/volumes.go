@@ -278,4 +278,3 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 	_, err = s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
 	return toStatus(err)
 }
-
