@@ -302,6 +302,11 @@ func (j *journal) get() []string {
 	return append([]string(nil), j.calls...)
 }
 
+// claimCalls returns the calls so far that claims and releases make.
+func (j *journal) claimCalls() []string {
+	return j.matching("publish ", "unpublish ", "mount ", "unmount ")
+}
+
 // matching returns the calls so far that start with one of prefixes.
 func (j *journal) matching(prefixes ...string) []string {
 	var out []string
