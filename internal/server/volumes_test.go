@@ -213,6 +213,11 @@ func TestHeartbeatsDoNotWriteToRaft(t *testing.T) {
 	// with a fresh TTL; only the rounds after it are measured.
 	for attempt := 1; ; attempt++ {
 		leader := checkFormed(t, c, 3)
+		// A follower records its address through a Join to the leader
+		// once formed: a write that is no heartbeat's, so it is waited for.
+		testutil.WaitFor(t, 10*time.Second, "every server's address record", func() bool {
+			return len(leader.Server().State().Servers()) == 3
+		})
 		beatAll(0)
 		testutil.WaitFor(t, 10*time.Second, "the leader to apply its whole log", func() bool {
 			last, _ := strconv.ParseUint(leader.Server().RaftStats()["last_log_index"], 10, 64)
