@@ -52,7 +52,22 @@ type ServerTuning struct {
 	// than EventBufferSize, so that the entries after the resume index are
 	// still buffered when a stream is ended.
 	EventMaxLag int
+
+	// ClaimGCGrace is how long a node may be down before the leader
+	// releases its volume claims without it: through the controller only,
+	// leaving the node's agent to clean up its mounts when it returns.
+	// The agent fills it from server.claim_gc_grace.
+	ClaimGCGrace time.Duration
+	// VolumeWatchInterval is how often the leader's volume watcher looks
+	// for releases to resume and claims to collect. It is also the first
+	// delay of a claim whose release step failed; the delay doubles with
+	// each failure, up to MaxVolumeWatchBackoff.
+	VolumeWatchInterval time.Duration
 }
+
+// MaxVolumeWatchBackoff caps the delay between two attempts of a failing
+// release step.
+const MaxVolumeWatchBackoff = 30 * time.Second
 
 // DefaultServerTuning returns the production timings and sizes of the
 // server role.
@@ -71,6 +86,8 @@ func DefaultServerTuning() ServerTuning {
 		TrailingLogs:            10240,
 		EventBufferSize:         1024,
 		EventMaxLag:             768,
+		ClaimGCGrace:            5 * time.Minute,
+		VolumeWatchInterval:     time.Second,
 	}
 }
 
@@ -85,6 +102,7 @@ func (t ServerTuning) Validate() error {
 		{"MinHeartbeatTTL", t.MinHeartbeatTTL}, {"HeartbeatGrace", t.HeartbeatGrace},
 		{"FailoverHeartbeatTTL", t.FailoverHeartbeatTTL}, {"DeadServerTimeout", t.DeadServerTimeout},
 		{"ServerStabilizationTime", t.ServerStabilizationTime}, {"SnapshotInterval", t.SnapshotInterval},
+		{"ClaimGCGrace", t.ClaimGCGrace}, {"VolumeWatchInterval", t.VolumeWatchInterval},
 	} {
 		if d.value <= 0 {
 			errs = append(errs, fmt.Errorf("server tuning: %s must be positive, got %s", d.name, d.value))
@@ -98,6 +116,9 @@ func (t ServerTuning) Validate() error {
 	}
 	if t.TrailingLogs == 0 {
 		errs = append(errs, errors.New("server tuning: TrailingLogs must be positive"))
+	}
+	if t.VolumeWatchInterval > MaxVolumeWatchBackoff {
+		errs = append(errs, fmt.Errorf("server tuning: VolumeWatchInterval = %s is more than the watcher's backoff cap %s", t.VolumeWatchInterval, MaxVolumeWatchBackoff))
 	}
 	if t.EventMaxLag < 1 || t.EventMaxLag >= t.EventBufferSize {
 		errs = append(errs, fmt.Errorf("server tuning: EventMaxLag = %d with EventBufferSize = %d: the lag must be at least 1 and less than the buffer, so that a stream ended for lagging can resume without a gap", t.EventMaxLag, t.EventBufferSize))

@@ -21,6 +21,10 @@ func TestServerTuningValidate(t *testing.T) {
 		{"small buffer", func(s *ServerTuning) { s.EventBufferSize, s.EventMaxLag = 2, 1 }, ""},
 		{"lag as large as the buffer", func(s *ServerTuning) { s.EventBufferSize, s.EventMaxLag = 16, 16 }, "EventMaxLag = 16 with EventBufferSize = 16"},
 		{"no lag", func(s *ServerTuning) { s.EventMaxLag = 0 }, "EventMaxLag = 0"},
+		{"no claim gc grace", func(s *ServerTuning) { s.ClaimGCGrace = 0 }, "ClaimGCGrace must be positive"},
+		{"no volume watch interval", func(s *ServerTuning) { s.VolumeWatchInterval = 0 }, "VolumeWatchInterval must be positive"},
+		{"volume watch interval above the backoff cap", func(s *ServerTuning) { s.VolumeWatchInterval = time.Minute }, "VolumeWatchInterval = 1m0s is more than"},
+		{"volume watch interval at the cap", func(s *ServerTuning) { s.VolumeWatchInterval = MaxVolumeWatchBackoff }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,6 +38,9 @@ func TestServerTuningValidate(t *testing.T) {
 				t.Fatalf("Validate: err = %v, want one naming %q", err, tt.want)
 			}
 		})
+	}
+	if d := DefaultServerTuning(); d.ClaimGCGrace != 5*time.Minute || d.VolumeWatchInterval != time.Second {
+		t.Errorf("defaults: ClaimGCGrace %s, VolumeWatchInterval %s; want 5m and 1s", d.ClaimGCGrace, d.VolumeWatchInterval)
 	}
 	if err := (ServerTuning{}).Validate(); err == nil {
 		t.Error("a zero ServerTuning is valid: the server would run on defaults of its own")

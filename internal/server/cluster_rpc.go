@@ -120,6 +120,21 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 	return &csisupdv1.NodeHeartbeatResponse{HeartbeatTtlMs: ttl.Milliseconds()}, nil
 }
 
+// NodeClaims answers from the leader's state: the claims of the node
+// that are not released without it, and the index they were read at.
+func (c *clusterService) NodeClaims(ctx context.Context, req *csisupdv1.NodeClaimsRequest) (*csisupdv1.NodeClaimsResponse, error) {
+	if req.GetNodeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node claims: node_id is required")
+	}
+	return routeVia(ctx, c.s, false, true, csisupdv1.NewClusterClient,
+		func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.NodeClaimsResponse, error) {
+			return cl.NodeClaims(ctx, req)
+		},
+		func() (*csisupdv1.NodeClaimsResponse, error) {
+			return c.s.nodeClaims(req.GetNodeId()), nil
+		})
+}
+
 // ResolveToken answers from this server's replicated state, so any server
 // can: the token of secret_id, without its secret, and the policies it
 // names that exist, in its order. An empty secret_id resolves the

@@ -78,6 +78,9 @@ type Config struct {
 	// Controllers calls controller RPCs on a node's agent. Defaults to the
 	// gRPC ClientCSI client.
 	Controllers ControllerClient
+	// NodeVolumes mounts and unmounts claimed volumes on a node's agent.
+	// Defaults to the gRPC NodeVolumes client.
+	NodeVolumes NodeVolumesClient
 	// IsRetryable reports whether a ClientCSI error means the next
 	// controller candidate should be tried. Defaults to DefaultIsRetryable.
 	IsRetryable func(error) bool

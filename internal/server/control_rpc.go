@@ -181,6 +181,34 @@ func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.Volume
 		})
 }
 
+func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.VolumeClaimResponse, error) {
+	return route(ctx, c.s, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeClaimResponse, error) {
+			return cl.ClaimVolume(ctx, req)
+		},
+		func() (*csisupdv1.VolumeClaimResponse, error) {
+			v, claim, err := c.s.claimVolume(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return &csisupdv1.VolumeClaimResponse{Volume: v, Claim: claim}, nil
+		})
+}
+
+func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*csisupdv1.VolumeReleaseResponse, error) {
+	return route(ctx, c.s, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeReleaseResponse, error) {
+			return cl.ReleaseVolume(ctx, req)
+		},
+		func() (*csisupdv1.VolumeReleaseResponse, error) {
+			v, err := c.s.releaseVolume(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return &csisupdv1.VolumeReleaseResponse{Volume: v}, nil
+		})
+}
+
 func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
 	return route(ctx, c.s, false, true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {

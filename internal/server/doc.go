@@ -34,6 +34,26 @@
 // restored state's index is past every index applied before, so a reader
 // that reads the state again follows from its index.
 //
+// Volume claims run on the leader, one volume at a time (a lock per
+// volume, which create and delete take too). A claim is admitted against
+// the node (ready, plugin healthy there), the volume's capabilities and
+// accessible topology, the node plugin's max_volumes and the access modes
+// of the volume's other claims (both claims' modes are respected), then
+// recorded taken; the raft index of that write becomes its claim_index,
+// set by the FSM. Controller publish (shared by the claims of one node)
+// and the mount through the node's NodeVolumes service follow, each
+// result recorded through raft before the next step. A release walks back
+// (unpublishing, node-unpublished, controller-unpublished, then the claim
+// is removed), also recorded step by step, so that the leader's volume
+// watcher (Config.VolumeWatchInterval, with a per-claim backoff after a
+// failure) finishes any release that a failed step, a failed claim or a
+// leader change left behind, from the replicated state alone. A claim
+// whose node has been down for longer than Config.ClaimGCGrace is marked
+// node_gone and released through the controller only; the node's agent
+// removes its mounts when it returns (Cluster.NodeClaims). Secrets of
+// claims and releases go to the plugin only: never into raft, events or
+// logs.
+//
 // ACL policies and tokens are replicated state like nodes and volumes;
 // a token's secret id is kept only as its SHA-256, so no secret is in a
 // raft entry, a snapshot or an event (ACL writes cause no events).

@@ -17,6 +17,7 @@ import (
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
+	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -37,9 +38,13 @@ func (o *onePlugin) Lookup(id string) (*csisupdv1.Plugin, *csiclient.Client, boo
 
 // TestVolumeThroughClientCSI drives volume operations from the Control API
 // through the leader's routing, a node's real ClientCSI service and the
-// test plugin over its unix socket.
+// test plugin over its unix socket. The node side of claims is the fake
+// NodeVolumes client given to every server.
 func TestVolumeThroughClientCSI(t *testing.T) {
-	c := testcluster.New(t, testcluster.Config{Servers: 3})
+	nv := newFakeNodeVolumes()
+	c := testcluster.New(t, testcluster.Config{Servers: 3, Configure: func(_ int, cfg *server.Config) {
+		cfg.NodeVolumes = nv
+	}})
 	leader := checkFormed(t, c, 3)
 	ctx := context.Background()
 
@@ -112,15 +117,21 @@ func TestVolumeThroughClientCSI(t *testing.T) {
 	if vol.GetVolume().GetExternalId() == "" || vol.GetVolume().GetCapacityBytes() < 1<<20 {
 		t.Fatalf("created volume: %v", vol.GetVolume())
 	}
-	att, err := cl.AttachVolume(ctx, &csisupdv1.VolumeAttachRequest{Id: "data", NodeId: "node-a"})
+	claimed, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "data", NodeId: "node-a", WorkloadId: "w1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if att.GetClaim().GetCsiNodeId() != "csi-node-a" {
-		t.Fatalf("claim uses CSI node id %q, want the plugin's csi-node-a", att.GetClaim().GetCsiNodeId())
+	if cl := claimed.GetClaim(); cl.GetCsiNodeId() != "csi-node-a" || !cl.GetMounted() || cl.GetHostPath() == "" {
+		t.Fatalf("claim %v: want the plugin's CSI node id csi-node-a, mounted", cl)
 	}
-	if _, err := cl.DetachVolume(ctx, &csisupdv1.VolumeDetachRequest{Id: "data", NodeId: "node-a"}); err != nil {
+	if got := nv.journal.get(); len(got) != 1 || got[0] != "mount data w1 "+ln.Addr().String() {
+		t.Fatalf("node volume calls %q, want one mount on node-a", got)
+	}
+	if _, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: "data", NodeId: "node-a", WorkloadId: "w1"}); err != nil {
 		t.Fatal(err)
+	}
+	if nv.mounted() != 0 {
+		t.Fatalf("%d mounts left after the release", nv.mounted())
 	}
 	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "data"}); err != nil {
 		t.Fatal(err)

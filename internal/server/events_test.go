@@ -90,7 +90,7 @@ func TestEventTopic(t *testing.T) {
 		{&csisupdv1.ClusterEvent{Type: "node-ready", NodeId: "n"}, topicNode, "n"},
 		{&csisupdv1.ClusterEvent{Type: "plugin-gc", NodeId: "n", PluginId: "p"}, topicPlugin, "p"},
 		{&csisupdv1.ClusterEvent{Type: "volume-created", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
-		{&csisupdv1.ClusterEvent{Type: "volume-attached", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
+		{&csisupdv1.ClusterEvent{Type: "volume-claimed", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
 		{&csisupdv1.ClusterEvent{Type: "volume-deleted", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
 	}
 	for _, tt := range tests {

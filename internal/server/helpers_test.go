@@ -25,12 +25,15 @@ import (
 
 // fakeAgent is a node agent's ClientCSI service over real gRPC with an
 // in-memory controller, so tests can see which node the servers route to
-// and inject failures.
+// and inject failures. With a fakeNodeVolumes it serves NodeVolumes too,
+// and writes its controller calls into the fake's journal.
 type fakeAgent struct {
 	csisupdv1.UnimplementedClientCSIServer
+	csisupdv1.UnimplementedNodeVolumesServer
 	name string
 	addr string
 	g    *grpc.Server
+	nv   *fakeNodeVolumes
 
 	mu        sync.Mutex
 	volumes   map[string]int64
@@ -42,13 +45,23 @@ type fakeAgent struct {
 
 func startFakeAgent(t testing.TB, name string) *fakeAgent {
 	t.Helper()
+	return startFakeAgentNV(t, name, nil)
+}
+
+// startFakeAgentNV starts a fake agent whose NodeVolumes service is nv's
+// (none when nv is nil).
+func startFakeAgentNV(t testing.TB, name string, nv *fakeNodeVolumes) *fakeAgent {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &fakeAgent{name: name, addr: ln.Addr().String(), g: grpc.NewServer(),
+	a := &fakeAgent{name: name, addr: ln.Addr().String(), g: grpc.NewServer(), nv: nv,
 		volumes: map[string]int64{}, published: map[string]string{}}
 	csisupdv1.RegisterClientCSIServer(a.g, a)
+	if nv != nil {
+		csisupdv1.RegisterNodeVolumesServer(a.g, a)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -62,6 +75,9 @@ func startFakeAgent(t testing.TB, name string) *fakeAgent {
 }
 
 func (a *fakeAgent) record(call string, secrets map[string]string) error {
+	if a.nv != nil {
+		a.nv.journal.add(call)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.calls = append(a.calls, call)
@@ -69,6 +85,21 @@ func (a *fakeAgent) record(call string, secrets map[string]string) error {
 		a.secrets = append(a.secrets, v)
 	}
 	return a.failWith
+}
+
+func (a *fakeAgent) MountVolume(ctx context.Context, in *csisupdv1.MountVolumeRequest) (*csisupdv1.MountVolumeResponse, error) {
+	m, err := a.nv.MountVolume(ctx, a.addr, in)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.MountVolumeResponse{Mount: m}, nil
+}
+
+func (a *fakeAgent) UnmountVolume(ctx context.Context, in *csisupdv1.UnmountVolumeRequest) (*csisupdv1.UnmountVolumeResponse, error) {
+	if err := a.nv.UnmountVolume(ctx, a.addr, in); err != nil {
+		return nil, err
+	}
+	return &csisupdv1.UnmountVolumeResponse{}, nil
 }
 
 func (a *fakeAgent) setFail(err error) {
@@ -107,9 +138,10 @@ func (a *fakeAgent) ControllerCreateVolume(_ context.Context, in *csisupdv1.Cont
 	}
 	a.volumes[in.GetRequest().GetName()] = size
 	return &csisupdv1.ControllerCreateVolumeResponse{Response: &csi.CreateVolumeResponse{Volume: &csi.Volume{
-		VolumeId:      "ext-" + in.GetRequest().GetName(),
-		CapacityBytes: size,
-		VolumeContext: map[string]string{"created-by": a.name},
+		VolumeId:           "ext-" + in.GetRequest().GetName(),
+		CapacityBytes:      size,
+		VolumeContext:      map[string]string{"created-by": a.name},
+		AccessibleTopology: topologyOf(in.GetRequest().GetParameters()),
 	}}}, nil
 }
 
@@ -125,7 +157,7 @@ func (a *fakeAgent) ControllerDeleteVolume(_ context.Context, in *csisupdv1.Cont
 
 func (a *fakeAgent) ControllerAttachVolume(_ context.Context, in *csisupdv1.ControllerAttachVolumeRequest) (*csisupdv1.ControllerAttachVolumeResponse, error) {
 	r := in.GetRequest()
-	if err := a.record("attach "+r.GetVolumeId()+" "+r.GetNodeId(), r.GetSecrets()); err != nil {
+	if err := a.record("publish "+r.GetVolumeId()+" "+r.GetNodeId(), r.GetSecrets()); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
@@ -138,13 +170,22 @@ func (a *fakeAgent) ControllerAttachVolume(_ context.Context, in *csisupdv1.Cont
 
 func (a *fakeAgent) ControllerDetachVolume(_ context.Context, in *csisupdv1.ControllerDetachVolumeRequest) (*csisupdv1.ControllerDetachVolumeResponse, error) {
 	r := in.GetRequest()
-	if err := a.record("detach "+r.GetVolumeId()+" "+r.GetNodeId(), r.GetSecrets()); err != nil {
+	if err := a.record("unpublish "+r.GetVolumeId()+" "+r.GetNodeId(), r.GetSecrets()); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.published, r.GetVolumeId()+"/"+r.GetNodeId())
 	return &csisupdv1.ControllerDetachVolumeResponse{Response: &csi.ControllerUnpublishVolumeResponse{}}, nil
+}
+
+// topologyOf is the accessible topology the fake controller gives a
+// volume created with a "zone" parameter: that zone.
+func topologyOf(params map[string]string) []*csi.Topology {
+	if z := params["zone"]; z != "" {
+		return []*csi.Topology{{Segments: map[string]string{"zone": z}}}
+	}
+	return nil
 }
 
 // monolith returns a healthy monolith plugin as a node reports it.
@@ -238,4 +279,171 @@ func pluginOf(t testing.TB, cl csisupdv1.ControlClient, id string) *csisupdv1.Cl
 
 func retryable(reason string) error {
 	return status.Error(codes.Unavailable, fmt.Sprintf("fake agent: %s", reason))
+}
+
+// journal is the ordered record of the calls the fakes of one test saw,
+// across agents: "publish <external id> <csi node id>", "unpublish ...",
+// "mount <volume> <workload> <node address>", "unmount ...".
+type journal struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (j *journal) add(call string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.calls = append(j.calls, call)
+}
+
+// get returns the calls so far.
+func (j *journal) get() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]string(nil), j.calls...)
+}
+
+// claimCalls returns the calls so far that claims and releases make.
+func (j *journal) claimCalls() []string {
+	return j.matching("publish ", "unpublish ", "mount ", "unmount ")
+}
+
+// matching returns the calls so far that start with one of prefixes.
+func (j *journal) matching(prefixes ...string) []string {
+	var out []string
+	for _, c := range j.get() {
+		for _, p := range prefixes {
+			if strings.HasPrefix(c, p) {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// fakeNodeVolumes implements server.NodeVolumesClient, and the NodeVolumes
+// service of fake agents, with in-memory mounts. It answers as the
+// NodeVolumes service documented in api/csisupd/v1/volumes.proto of this
+// API version does: ids are checked (no "/", no ".."), a mount is keyed by
+// volume, workload and usage key, MountVolume of a published mount
+// returns it unchanged, UnmountVolume of a mount that does not exist
+// succeeds and, with a usage, removes only that usage. It records every
+// call in its journal, in order, and the secrets it was given.
+type fakeNodeVolumes struct {
+	journal journal
+
+	mu          sync.Mutex
+	mounts      map[string]*csisupdv1.Mount // addr + "|" + volume + "|" + workload + "|" + usage key
+	mountReqs   []*csisupdv1.MountVolumeRequest
+	secrets     []string
+	failMount   error
+	failUnmount error
+}
+
+func newFakeNodeVolumes() *fakeNodeVolumes {
+	return &fakeNodeVolumes{mounts: map[string]*csisupdv1.Mount{}}
+}
+
+// usageKey names a usage as the agent does, e.g.
+// "rw-file-system-single-node-writer".
+func usageKey(u *csisupdv1.VolumeUsage) string {
+	access := "rw"
+	if u.GetReadOnly() {
+		access = "ro"
+	}
+	typ := "file-system"
+	if u.GetAccessType() == "block" {
+		typ = "block"
+	}
+	mode := u.GetAccessMode()
+	if mode == "" {
+		mode = "SINGLE_NODE_WRITER"
+	}
+	return access + "-" + typ + "-" + strings.ToLower(strings.ReplaceAll(mode, "_", "-"))
+}
+
+func checkID(what, id string) error {
+	if id == "" || strings.Contains(id, "/") || strings.Contains(id, "..") {
+		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id", what, id)
+	}
+	return nil
+}
+
+func (f *fakeNodeVolumes) setFail(mount, unmount error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failMount, f.failUnmount = mount, unmount
+}
+
+func (f *fakeNodeVolumes) MountVolume(_ context.Context, addr string, req *csisupdv1.MountVolumeRequest) (*csisupdv1.Mount, error) {
+	f.journal.add(fmt.Sprintf("mount %s %s %s", req.GetVolumeId(), req.GetWorkloadId(), addr))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mountReqs = append(f.mountReqs, req)
+	for _, v := range req.GetSecrets() {
+		f.secrets = append(f.secrets, v)
+	}
+	if f.failMount != nil {
+		return nil, f.failMount
+	}
+	for what, id := range map[string]string{"plugin_id": req.GetPluginId(), "volume_id": req.GetVolumeId(), "workload_id": req.GetWorkloadId()} {
+		if err := checkID(what, id); err != nil {
+			return nil, err
+		}
+	}
+	uk := usageKey(req.GetUsage())
+	key := addr + "|" + req.GetVolumeId() + "|" + req.GetWorkloadId() + "|" + uk
+	if m, ok := f.mounts[key]; ok {
+		return m, nil
+	}
+	ext := req.GetExternalId()
+	if ext == "" {
+		ext = req.GetVolumeId()
+	}
+	m := &csisupdv1.Mount{
+		PluginId: req.GetPluginId(), VolumeId: req.GetVolumeId(), ExternalId: ext, WorkloadId: req.GetWorkloadId(),
+		Usage: req.GetUsage(), UsageKey: uk, State: "published", Cluster: req.GetCluster(), ClaimIndex: req.GetClaimIndex(),
+		HostPath: fmt.Sprintf("/var/lib/csisupd/volumes/%s/per-workload/%s/%s/%s", req.GetPluginId(), req.GetWorkloadId(), req.GetVolumeId(), uk),
+	}
+	f.mounts[key] = m
+	return m, nil
+}
+
+func (f *fakeNodeVolumes) UnmountVolume(_ context.Context, addr string, req *csisupdv1.UnmountVolumeRequest) error {
+	f.journal.add(fmt.Sprintf("unmount %s %s %s", req.GetVolumeId(), req.GetWorkloadId(), addr))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failUnmount != nil {
+		return f.failUnmount
+	}
+	prefix := addr + "|" + req.GetVolumeId() + "|" + req.GetWorkloadId() + "|"
+	for key := range f.mounts {
+		if strings.HasPrefix(key, prefix) && (req.GetUsage() == nil || strings.TrimPrefix(key, prefix) == usageKey(req.GetUsage())) {
+			delete(f.mounts, key)
+		}
+	}
+	return nil
+}
+
+// mounted returns how many mounts the fake holds.
+func (f *fakeNodeVolumes) mounted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.mounts)
+}
+
+// lastMount returns the last MountVolume request.
+func (f *fakeNodeVolumes) lastMount() *csisupdv1.MountVolumeRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.mountReqs) == 0 {
+		return nil
+	}
+	return f.mountReqs[len(f.mountReqs)-1]
+}
+
+func (f *fakeNodeVolumes) seenSecrets() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.secrets...)
 }

@@ -53,7 +53,13 @@ type Server struct {
 	agentConns  *connPool // to agents (ClientCSI)
 	heartbeats  *heartbeats
 	controllers ControllerClient
+	nodeVolumes NodeVolumesClient
 	pluginLocks *keyedMutex
+	// volumeLocks serialise the work on one volume: claims, releases, the
+	// volume watcher, and the writes of create, register and delete.
+	volumeLocks *keyedMutex
+	// volumeKick wakes the volume watcher before its next interval.
+	volumeKick chan struct{}
 
 	// opsMu, closing and ops let Shutdown wait for callers blocked on raft
 	// futures before raft stops: a future queued at the moment raft shuts
@@ -94,6 +100,8 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		conns:       newConnPool(cfg.Connect, cfg.DialOptions),
 		agentConns:  newConnPool(cfg.Connect, cfg.agentDialOptions()),
 		pluginLocks: newKeyedMutex(),
+		volumeLocks: newKeyedMutex(),
+		volumeKick:  make(chan struct{}, 1),
 		shutdownCh:  make(chan struct{}),
 		peerAddrs:   map[string]string{},
 		batchCh:     make(chan batchReq),
@@ -101,6 +109,10 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	s.controllers = cfg.Controllers
 	if s.controllers == nil {
 		s.controllers = &grpcControllers{conns: s.agentConns}
+	}
+	s.nodeVolumes = cfg.NodeVolumes
+	if s.nodeVolumes == nil {
+		s.nodeVolumes = &grpcNodeVolumes{conns: s.agentConns}
 	}
 	s.heartbeats = newHeartbeats(s)
 	if err := s.setupRaft(); err != nil {
@@ -438,7 +450,8 @@ func (s *Server) monitorLeadership() {
 }
 
 // leaderLoop runs the leader's duties until ctx ends: make the state
-// current, record this server, start heartbeat timers and autopilot.
+// current, record this server, start heartbeat timers, autopilot and the
+// volume watcher.
 func (s *Server) leaderLoop(ctx context.Context) {
 	s.logger.Info("cluster leadership acquired")
 	defer s.logger.Info("cluster leadership lost")
@@ -464,11 +477,17 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	s.heartbeats.initialize()
 	s.leaderReady.Store(true)
 	s.autopilot.Start(ctx)
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		s.runVolumeWatcher(ctx)
+	}()
 
 	<-ctx.Done()
 	s.leaderReady.Store(false)
 	s.heartbeats.clear()
 	<-s.autopilot.Stop()
+	<-watcherDone
 }
 
 // keyedMutex serialises work per key.
@@ -493,6 +512,24 @@ func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 		return func() { <-ch }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// tryLock takes key when it is free and returns the unlock function; ok
+// is false when someone else holds it.
+func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	ch, found := k.locks[key]
+	if !found {
+		ch = make(chan struct{}, 1)
+		k.locks[key] = ch
+	}
+	k.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, true
+	default:
+		return nil, false
 	}
 }
 

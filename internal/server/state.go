@@ -487,22 +487,31 @@ func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*
 	case *csisupdv1.LogEntry_VolumeUpsert:
 		v := c.VolumeUpsert
 		v.ModifyIndex = index
+		// A claim is given the index of the write that added it.
+		for _, cl := range v.GetClaims() {
+			if cl.GetClaimIndex() == 0 {
+				cl.ClaimIndex = index
+			}
+		}
 		old := getVolume(txn, v.GetId())
-		typ := "volume-created"
+		var changes []volumeEvent
 		if old != nil {
 			v.CreateIndex = old.GetCreateIndex()
 			v.CreatedAt = old.GetCreatedAt()
-			typ = volumeChange(old, v)
+			changes = volumeChanges(old, v)
 		} else {
 			v.CreateIndex = index
 			if v.CreatedAt == nil {
 				v.CreatedAt = ts
 			}
+			changes = []volumeEvent{{typ: "volume-created"}}
 		}
 		if err := txn.Insert(tableVolumes, v); err != nil {
 			return fmt.Errorf("write volume %q: %w", v.GetId(), err)
 		}
-		ev(typ, "", v.GetPluginId(), v.GetId(), "")
+		for _, ch := range changes {
+			ev(ch.typ, ch.nodeID, v.GetPluginId(), v.GetId(), ch.desc)
+		}
 	case *csisupdv1.LogEntry_VolumeDelete:
 		old := getVolume(txn, c.VolumeDelete)
 		if old == nil {
@@ -525,13 +534,61 @@ func applyEntry(txn *memdb.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*
 	return nil
 }
 
-// volumeChange names the event for a volume update.
-func volumeChange(old, new *csisupdv1.Volume) string {
-	switch {
-	case len(new.GetClaims()) > len(old.GetClaims()):
-		return "volume-attached"
-	case len(new.GetClaims()) < len(old.GetClaims()):
-		return "volume-detached"
+// volumeEvent is one event of a volume update.
+type volumeEvent struct {
+	typ, nodeID, desc string
+}
+
+// volumeChanges names the events of a volume update: volume-claimed for
+// each claim added, volume-claim-updated for each claim changed,
+// volume-claim-freed for each claim removed, and volume-updated when no
+// claim changed. Claims are matched by node and workload.
+func volumeChanges(old, new *csisupdv1.Volume) []volumeEvent {
+	type key struct{ node, workload string }
+	before := make(map[key]*csisupdv1.VolumeClaim, len(old.GetClaims()))
+	for _, c := range old.GetClaims() {
+		before[key{c.GetNodeId(), c.GetWorkloadId()}] = c
 	}
-	return "volume-updated"
+	var out []volumeEvent
+	for _, c := range new.GetClaims() {
+		k := key{c.GetNodeId(), c.GetWorkloadId()}
+		prev, had := before[k]
+		delete(before, k)
+		switch {
+		case !had:
+			out = append(out, volumeEvent{"volume-claimed", c.GetNodeId(), claimDescription("claimed", c)})
+		case !proto.Equal(prev, c):
+			out = append(out, volumeEvent{"volume-claim-updated", c.GetNodeId(), claimDescription("updated", c)})
+		}
+	}
+	for _, c := range old.GetClaims() {
+		if _, gone := before[key{c.GetNodeId(), c.GetWorkloadId()}]; gone {
+			out = append(out, volumeEvent{"volume-claim-freed", c.GetNodeId(),
+				fmt.Sprintf("claim of workload %s on node %s freed", c.GetWorkloadId(), c.GetNodeId())})
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, volumeEvent{typ: "volume-updated"})
+	}
+	return out
+}
+
+// claimDescription describes a claim for an event: node, workload, state
+// and what is done. It holds no secret: a claim has none.
+func claimDescription(what string, c *csisupdv1.VolumeClaim) string {
+	d := fmt.Sprintf("claim of workload %s on node %s %s: state %s, %s %s",
+		c.GetWorkloadId(), c.GetNodeId(), what, c.GetState(), c.GetUsage().GetAccessMode(), rw(c.GetReadOnly()))
+	if c.GetControllerPublished() {
+		d += ", controller published"
+	}
+	if c.GetMounted() {
+		d += ", mounted"
+	}
+	if c.GetNodeGone() {
+		d += ", released without its node"
+	}
+	if c.GetLastError() != "" {
+		d += ", last error: " + c.GetLastError()
+	}
+	return d
 }

@@ -135,6 +135,11 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 		return nil, toStatus(err)
 	}
 	defer unlock()
+	unlockVolume, err := s.volumeLocks.lock(ctx, req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer unlockVolume()
 
 	if v := s.State().Volume(req.GetId()); v != nil {
 		if v.GetPluginId() != req.GetPluginId() {
@@ -178,6 +183,9 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 		ControllerNodeId: used.nodeID,
 		CreatedAt:        timestamppb.Now(),
 	}
+	for _, t := range resp.GetVolume().GetAccessibleTopology() {
+		v.AccessibleTopology = append(v.AccessibleTopology, &csisupdv1.TopologySegment{Segments: t.GetSegments()})
+	}
 	return s.writeVolume(v)
 }
 
@@ -209,6 +217,11 @@ func (s *Server) registerVolume(ctx context.Context, v *csisupdv1.Volume) (*csis
 		return nil, toStatus(err)
 	}
 	defer unlock()
+	unlockVolume, err := s.volumeLocks.lock(ctx, v.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer unlockVolume()
 	if old := s.State().Volume(v.GetId()); old != nil {
 		if old.GetPluginId() != v.GetPluginId() || old.GetExternalId() != v.GetExternalId() {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q already exists as %s/%s", v.GetId(), old.GetPluginId(), old.GetExternalId())
@@ -229,12 +242,18 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 		return toStatus(err)
 	}
 	defer unlock()
-	// Read again under the lock: another call may have changed it.
+	// The volume lock keeps claims out until the volume is gone.
+	unlockVolume, err := s.volumeLocks.lock(ctx, req.GetId())
+	if err != nil {
+		return toStatus(err)
+	}
+	defer unlockVolume()
+	// Read again under the locks: another call may have changed it.
 	if v = s.State().Volume(req.GetId()); v == nil {
 		return status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
 	if n := len(v.GetClaims()); n > 0 {
-		return status.Errorf(codes.FailedPrecondition, "volume %q has %d claims; detach it first", v.GetId(), n)
+		return status.Errorf(codes.FailedPrecondition, "volume %q has %d claims; release them first", v.GetId(), n)
 	}
 	if !req.GetDeregisterOnly() {
 		cands, err := s.controllerCandidates(v.GetPluginId())
@@ -259,4 +278,3 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 	_, err = s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
 	return toStatus(err)
 }
-

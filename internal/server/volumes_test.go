@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ func TestVolumeLifecycleThroughFollower(t *testing.T) {
 	cl := c.Control(follower)
 	ctx := context.Background()
 
-	a, b := startFakeAgent(t, "node-a"), startFakeAgent(t, "node-b")
+	nv := newFakeNodeVolumes()
+	a, b := startFakeAgentNV(t, "node-a", nv), startFakeAgentNV(t, "node-b", nv)
 	startNode(t, "node-a", a.addr, c.RPCAddrs(), monolith("p1", "node-a"))
 	startNode(t, "node-b", b.addr, c.RPCAddrs(), monolith("p1", "node-b"))
 	testutil.WaitFor(t, 10*time.Second, "two healthy controllers", func() bool {
@@ -74,29 +76,32 @@ func TestVolumeLifecycleThroughFollower(t *testing.T) {
 		t.Fatalf("repeated create: %v, %v", again, err)
 	}
 
-	att, err := cl.AttachVolume(ctx, &csisupdv1.VolumeAttachRequest{Id: "vol-1", NodeId: "node-b", Secrets: map[string]string{"token": "s3cr3t-value"}})
+	claimed, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "vol-1", NodeId: "node-b", WorkloadId: "w1",
+		Secrets: map[string]string{"token": "s3cr3t-value"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := att.GetClaim(); got.GetCsiNodeId() != "csi-node-b" || got.GetPublishContext()["device"] != "/dev/fake-csi-node-b" {
+	if got := claimed.GetClaim(); got.GetCsiNodeId() != "csi-node-b" || got.GetPublishContext()["device"] != "/dev/fake-csi-node-b" ||
+		got.GetState() != server.ClaimStateTaken || got.GetHostPath() == "" {
 		t.Fatalf("claim: %v", got)
 	}
-	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "vol-1"}); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("delete of a claimed volume: %v, want FailedPrecondition", err)
+	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "vol-1"}); status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), "release them first") {
+		t.Fatalf("delete of a claimed volume: %v, want FailedPrecondition naming the release", err)
 	}
 
 	// Secrets reach the plugin but are never stored.
-	if !bytes.Contains([]byte(joinAll(a.seenSecrets(), b.seenSecrets())), []byte("s3cr3t-value")) {
-		t.Fatal("secrets did not reach the controller")
+	if !bytes.Contains([]byte(joinAll(a.seenSecrets(), b.seenSecrets(), nv.seenSecrets())), []byte("s3cr3t-value")) {
+		t.Fatal("secrets did not reach the controller and the node")
 	}
 	snap := saveSnapshot(t, cl)
 	if bytes.Contains(snap, []byte("s3cr3t-value")) {
 		t.Fatal("a secret was stored in the replicated state")
 	}
 
-	det, err := cl.DetachVolume(ctx, &csisupdv1.VolumeDetachRequest{Id: "vol-1", NodeId: "node-b"})
-	if err != nil || len(det.GetVolume().GetClaims()) != 0 {
-		t.Fatalf("detach: %v, %v", det, err)
+	rel, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: "vol-1", NodeId: "node-b", WorkloadId: "w1"})
+	if err != nil || len(rel.GetVolume().GetClaims()) != 0 {
+		t.Fatalf("release: %v, %v", rel, err)
 	}
 	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "vol-1"}); err != nil {
 		t.Fatal(err)
@@ -208,6 +213,11 @@ func TestHeartbeatsDoNotWriteToRaft(t *testing.T) {
 	// with a fresh TTL; only the rounds after it are measured.
 	for attempt := 1; ; attempt++ {
 		leader := checkFormed(t, c, 3)
+		// A follower records its address through a Join to the leader
+		// once formed: a write that is no heartbeat's, so it is waited for.
+		testutil.WaitFor(t, 10*time.Second, "every server's address record", func() bool {
+			return len(leader.Server().State().Servers()) == 3
+		})
 		beatAll(0)
 		testutil.WaitFor(t, 10*time.Second, "the leader to apply its whole log", func() bool {
 			last, _ := strconv.ParseUint(leader.Server().RaftStats()["last_log_index"], 10, 64)
