@@ -345,7 +345,7 @@ func invoke[Req, Resp proto.Message](
 			return resp, nil
 		}
 		code := status.Code(err)
-		if attempt < MaxAttempts && retryableCode(code) {
+		if attempt < MaxAttempts && RetryableCode(code) {
 			if retries == nil {
 				retries = s.retry.NewBackOff()
 			}

@@ -8,10 +8,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// retryableCode reports whether an attempt that failed with c may be
+// RetryableCode reports whether a plugin call that failed with c may be
 // repeated: the plugin was unreachable, overloaded, or ran out of time on its
-// own.
-func retryableCode(c codes.Code) bool {
+// own. ClientCSI and the node volume manager retry the same codes.
+func RetryableCode(c codes.Code) bool {
 	switch c {
 	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
 		return true

@@ -14,8 +14,8 @@ import (
 func TestRetryableCode(t *testing.T) {
 	retryable := map[codes.Code]bool{codes.Unavailable: true, codes.ResourceExhausted: true, codes.DeadlineExceeded: true}
 	for c := codes.OK; c <= codes.Unauthenticated; c++ {
-		if got := retryableCode(c); got != retryable[c] {
-			t.Errorf("retryableCode(%s) = %t, want %t", c, got, retryable[c])
+		if got := RetryableCode(c); got != retryable[c] {
+			t.Errorf("RetryableCode(%s) = %t, want %t", c, got, retryable[c])
 		}
 	}
 }

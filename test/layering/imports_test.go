@@ -11,7 +11,7 @@ const module = "github.com/csisupd/csisupd/"
 
 // The tiers of the graph, top to bottom:
 //
-//	cmd -> agent -> {registry, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil}
+//	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil}
 //
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
@@ -21,7 +21,7 @@ var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
 		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"}
-	middle = []string{"internal/registry", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
+	middle = []string{"internal/registry", "internal/volumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
 // allowed lists the imports of the module each package's code may have.
@@ -34,6 +34,8 @@ var allowed = map[string][]string{
 	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil"},
 	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config"},
 	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config"},
+	// volumes uses rpc's redaction and retryable codes, as ClientCSI does.
+	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},

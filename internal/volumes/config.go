@@ -1,0 +1,128 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/retry"
+)
+
+// DefaultReconcileInterval is how often the manager compares its cluster
+// mounts with the servers' claims when Config.ReconcileInterval is zero.
+const DefaultReconcileInterval = time.Minute
+
+// idRE is the form of plugin, volume and workload ids: one safe path
+// element.
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// PluginLookup finds a plugin on this node. The registry's Manager
+// implements it (the same method as rpc.PluginLookup).
+type PluginLookup interface {
+	// Lookup returns plugin id's read model and the live connection to the
+	// instance it describes; the connection is nil while the instance is
+	// not fingerprinted. ok is false when no plugin has the id.
+	Lookup(id string) (p *csisupdv1.Plugin, conn *csiclient.Client, ok bool)
+}
+
+// EventSink receives the manager's volume events. The registry
+// implements it and adds them to the node's event log.
+type EventSink interface {
+	Emit(plugin.Event)
+}
+
+// ClaimSource returns the claims the servers hold for this node and the
+// state index they were read at. A cluster mount whose claim index is at
+// most index and whose volume and workload are not among claims has been
+// released by the servers without this node.
+type ClaimSource func(ctx context.Context) (claims []*csisupdv1.NodeClaimRef, index uint64, err error)
+
+// PluginDirs are the mount directories of one plugin.
+type PluginDirs struct {
+	// MountDir is the plugin's mount root on the host (config plugin
+	// "<id>" { mount_dir }). Empty means <DataDir>/volumes/<id>.
+	MountDir string
+	// PluginMountDir is the path at which the plugin sees the mount root,
+	// when it differs (a plugin in a container). Every path sent to the
+	// plugin is the host path with the mount root replaced by it. Empty
+	// means the plugin sees host paths.
+	PluginMountDir string
+}
+
+// Config configures a Manager.
+type Config struct {
+	// DataDir is the agent's data directory. Required, absolute. Records
+	// live in <DataDir>/volumes/mounts; a plugin's default mount root is
+	// <DataDir>/volumes/<plugin id>.
+	DataDir string
+	// Plugins finds the plugins of this node. Required.
+	Plugins PluginLookup
+	// PluginDirs overrides the mount directories by plugin id. Optional.
+	PluginDirs map[string]PluginDirs
+	// NodeName names this node in PluginNotFound errors. Optional.
+	NodeName string
+	// RPCTimeout is the deadline of plugin calls whose context has none
+	// (client.rpc_timeout). Required.
+	RPCTimeout time.Duration
+	// Retry spaces the attempts of one plugin call (3 at most, as
+	// ClientCSI's) and the background attempts at finishing or undoing a
+	// step (unbounded). Required: config.DefaultRetry().ClientCSI.
+	Retry retry.Policy
+	// Events receives a volume event for every step done and every mount
+	// that failed. Optional.
+	Events EventSink
+	// Logger receives the manager's logs. Optional.
+	Logger hclog.Logger
+	// Claims, when set, makes Run remove the cluster mounts whose claim
+	// the servers released (see ClaimSource). Optional.
+	Claims ClaimSource
+	// ReconcileInterval is how often Run asks Claims; zero means
+	// DefaultReconcileInterval.
+	ReconcileInterval time.Duration
+}
+
+// validate checks every field of cfg and reports all problems at once.
+func (cfg *Config) validate() error {
+	var errs []error
+	switch {
+	case cfg.DataDir == "":
+		errs = append(errs, errors.New("volumes: Config.DataDir (data_dir) is required"))
+	case !filepath.IsAbs(cfg.DataDir):
+		errs = append(errs, fmt.Errorf("volumes: Config.DataDir (data_dir) %q is not absolute", cfg.DataDir))
+	}
+	if cfg.Plugins == nil {
+		errs = append(errs, errors.New("volumes: Config.Plugins is required"))
+	}
+	if cfg.RPCTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("volumes: Config.RPCTimeout (client.rpc_timeout) must be positive, got %s", cfg.RPCTimeout))
+	}
+	if err := cfg.Retry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("volumes: Config.Retry: %w", err))
+	}
+	if cfg.ReconcileInterval < 0 {
+		errs = append(errs, fmt.Errorf("volumes: Config.ReconcileInterval must not be negative, got %s", cfg.ReconcileInterval))
+	}
+	for _, id := range slices.Sorted(maps.Keys(cfg.PluginDirs)) {
+		d := cfg.PluginDirs[id]
+		if err := checkID("plugin id", id); err != nil {
+			errs = append(errs, fmt.Errorf("volumes: Config.PluginDirs[%q]: %s", id, statusMessage(err)))
+		}
+		if d.MountDir != "" && !filepath.IsAbs(d.MountDir) {
+			errs = append(errs, fmt.Errorf("volumes: Config.PluginDirs[%q].MountDir %q is not absolute", id, d.MountDir))
+		}
+		if d.PluginMountDir != "" && !filepath.IsAbs(d.PluginMountDir) {
+			errs = append(errs, fmt.Errorf("volumes: Config.PluginDirs[%q].PluginMountDir %q is not absolute", id, d.PluginMountDir))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,96 @@
+// Package volumes is the node volume manager: it stages, publishes,
+// unpublishes and unstages volumes through the node service of this node's
+// CSI plugins, for the NodeVolumes service (see api/csisupd/v1
+// volumes.proto, which is its contract), and keeps a record of every mount
+// on disk so that an agent that stops in the middle of a step knows, when it
+// starts again, what to finish or undo.
+//
+// # Mounts and usages
+//
+// A mount is one volume used by one workload with one usage (access mode,
+// file system or block, read-only, mount options). The usage key names a
+// usage: <rw|ro>-<file-system|block>-<access mode>, for example
+// rw-file-system-single-node-writer, followed by 8 hex digits of a hash of
+// the file system type and mount flags when any are set. A volume is staged
+// once per (volume, usage) when the plugin has STAGE_UNSTAGE_VOLUME,
+// published once per workload, and unstaged when the last mount using that
+// staging is gone. Calls for one (plugin, volume) never overlap (a lock per
+// volume that honours the caller's context); different volumes proceed at
+// the same time. Plugin calls are retried as ClientCSI's are: 3 attempts in
+// all while the plugin answers Unavailable, ResourceExhausted or
+// DeadlineExceeded and the deadline leaves room, spaced by Config.Retry.
+// NotFound from NodeUnpublishVolume or NodeUnstageVolume counts as done.
+//
+// # Directories
+//
+// A plugin's mount root is Config.PluginDirs[id].MountDir, by default
+// <data_dir>/volumes/<plugin id>:
+//
+//	<root>/staging/<volume>/<usage>                  staging target
+//	<root>/per-workload/<workload>/<volume>/<usage>  publish target
+//
+// The manager creates the staging target and the parent of the publish
+// target (0700); the plugin creates the publish target. When a mount is
+// undone the manager removes those directories when they are empty. When
+// PluginDirs[id].PluginMountDir is set, the plugin sees the root there: every
+// path sent to it is the host path with the root replaced.
+//
+// # Records
+//
+// Each mount has one JSON file in <data_dir>/volumes/mounts, mode 0600,
+// named by a hash of (plugin, volume, workload, usage key) and written
+// atomically (temporary file, fsync, rename, fsync of the directory). It
+// holds: version, plugin_id, volume_id, external_id (the id the plugin
+// knows), workload_id, usage and usage_key, roots (the mount root on the
+// host and as the plugin sees it), host_path, staging_path (empty when the
+// plugin does not stage), plugin_path and plugin_staging_path (the same
+// paths as sent to the plugin), state, cluster and claim_index (set for
+// mounts the servers made for a claim), error (the last failed step,
+// redacted) and created_at, updated_at. It never holds a secret, a volume
+// context or a publish context. New refuses to start on a record it cannot
+// read, naming the file, and removes nothing.
+//
+// The state is written before each step starts and after it ends:
+//
+//	staging       NodeStageVolume in progress
+//	publishing    staged (or no staging needed), NodePublishVolume in progress
+//	published     the workload can use host_path
+//	unpublishing  NodeUnpublishVolume in progress
+//	unstaging     unpublished, NodeUnstageVolume in progress
+//
+// A mount fully undone is forgotten: its record is removed.
+//
+// # Failures and the crash rule
+//
+// A Mount whose step fails undoes what it did (unpublish, and unstage when
+// no other mount uses the staging) and removes its record, so nothing
+// half-done stays; a step the plugin refused outright (InvalidArgument,
+// NotFound, FailedPrecondition and the like) needs no undo of its own. The
+// failure is reported as a volume-mount-failed event with the secrets of the
+// request removed from the message.
+//
+// When an undo or an unmount fails too, or the agent stopped in the middle,
+// the record stays and Run resolves it, retrying with Config.Retry until it
+// succeeds: a mount that never answered its caller (staging, publishing) is
+// UNDONE, an unmount (unpublishing, unstaging) is FINISHED. Published mounts
+// stay. Plugins may start after the agent: each record is retried on its
+// own, without holding up the other volumes. Recovered tells when the
+// records New found are resolved. A Mount of a mount in such a state answers
+// Aborted with the Retryable detail.
+//
+// # Cluster reconcile
+//
+// With Config.Claims set, Run asks the servers for this node's claims at
+// start, every Config.ReconcileInterval and on TriggerReconcile, and
+// unmounts every cluster mount whose claim_index is at most the answer's
+// index and whose (volume, workload) is not among the claims: the servers
+// released the claim while the node could not hear it. Mounts that a local
+// scheduler made (cluster false) are never touched. A failed round is
+// logged and the next one tries again.
+//
+// # Events
+//
+// With Config.Events set, the manager emits volume-staged,
+// volume-published, volume-unpublished and volume-unstaged as each step
+// succeeds, and volume-mount-failed when a Mount fails.
+package volumes

@@ -1,0 +1,727 @@
+package volumes
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/retry"
+)
+
+// Node capabilities and plugin types the manager reads from a plugin's
+// read model.
+const (
+	capStageUnstage = "STAGE_UNSTAGE_VOLUME"
+	capVolumeStats  = "GET_VOLUME_STATS"
+	capExpand       = "EXPAND_VOLUME"
+	// capNodeService names the node service in CapabilityMissing errors:
+	// a controller plugin has none.
+	capNodeService = "NODE_SERVICE"
+
+	typeNode     = "node"
+	typeMonolith = "monolith"
+
+	// healthUnknown is the health state of a plugin that is not
+	// fingerprinted yet.
+	healthUnknown = "unknown"
+)
+
+// NodeVolumes method names, as CapabilityMissing errors name them.
+const (
+	methodMount   = "MountVolume"
+	methodUnmount = "UnmountVolume"
+	methodExpand  = "ExpandVolume"
+	methodStats   = "VolumeStats"
+)
+
+// Manager stages, publishes, unpublishes and unstages volumes through the
+// node service of this node's plugins, and keeps a record of every mount
+// on disk. Create it with New and start its background work with Run. All
+// methods are safe for concurrent use.
+type Manager struct {
+	dataDir  string
+	store    store
+	plugins  PluginLookup
+	dirs     map[string]PluginDirs
+	node     string
+	timeout  time.Duration
+	retry    retry.Policy
+	events   EventSink
+	log      hclog.Logger
+	claims   ClaimSource
+	interval time.Duration
+
+	locks keyedMutex // one per (plugin, volume)
+	dirMu sync.Mutex // serialises creating and removing mount directories
+
+	mu      sync.Mutex
+	records map[string]*record // by file name; each changed only under its volume's lock
+	// pending are the records whose step must be finished or undone in
+	// the background; initial those among them that New found, which
+	// Recovered waits for.
+	pending   map[string]bool
+	initial   map[string]bool
+	runCtx    context.Context // set while Run runs
+	wg        sync.WaitGroup  // Run's goroutines
+	ran       bool
+	recovered chan struct{}
+	trigger   chan struct{}
+}
+
+// New validates cfg and loads every mount record of cfg.DataDir. A record
+// that cannot be read is an error naming its file; no record is removed.
+// Records of steps that were in progress are finished or undone by Run.
+func New(cfg Config) (*Manager, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = DefaultReconcileInterval
+	}
+	dataDir := filepath.Clean(cfg.DataDir)
+	dirs := make(map[string]PluginDirs, len(cfg.PluginDirs))
+	for id, d := range cfg.PluginDirs {
+		if d.MountDir != "" {
+			d.MountDir = filepath.Clean(d.MountDir)
+		}
+		if d.PluginMountDir != "" {
+			d.PluginMountDir = filepath.Clean(d.PluginMountDir)
+		}
+		dirs[id] = d
+	}
+	if err := os.MkdirAll(filepath.Join(dataDir, "volumes"), dirMode); err != nil {
+		return nil, fmt.Errorf("volumes: create %q: %w", filepath.Join(dataDir, "volumes"), err)
+	}
+	st := store{dir: filepath.Join(dataDir, "volumes", "mounts")}
+	recs, err := st.load()
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		dataDir:   dataDir,
+		store:     st,
+		plugins:   cfg.Plugins,
+		dirs:      dirs,
+		node:      cfg.NodeName,
+		timeout:   cfg.RPCTimeout,
+		retry:     cfg.Retry,
+		events:    cfg.Events,
+		log:       cfg.Logger.Named("volumes"),
+		claims:    cfg.Claims,
+		interval:  cfg.ReconcileInterval,
+		locks:     keyedMutex{locks: make(map[string]*keyLock)},
+		records:   recs,
+		pending:   make(map[string]bool),
+		initial:   make(map[string]bool),
+		recovered: make(chan struct{}),
+		trigger:   make(chan struct{}, 1),
+	}
+	for name, r := range recs {
+		if r.State != StatePublished {
+			m.pending[name] = true
+			m.log.Info("mount step unfinished at start; Run will finish or undo it",
+				"plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID, "usage", r.UsageKey, "state", r.State)
+		}
+	}
+	m.log.Debug("loaded mount records", "records", len(recs), "unfinished", len(m.pending))
+	return m, nil
+}
+
+// Mount stages the volume when the plugin stages and no other mount of
+// the same usage has staged it, publishes it for the workload, and returns
+// the mount. A published mount is returned as it is.
+func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) (*csisupdv1.Mount, error) {
+	if err := checkIDs(req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId()); err != nil {
+		return nil, err
+	}
+	u, err := normaliseUsage(req.GetUsage())
+	if err != nil {
+		return nil, err
+	}
+	pluginID, volumeID, workloadID, usageKey := req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId(), u.key()
+	externalID := cmp.Or(req.GetExternalId(), volumeID)
+
+	unlock, err := m.locks.lock(ctx, volumeKey(pluginID, volumeID))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	name := recordName(pluginID, volumeID, workloadID, usageKey)
+	m.mu.Lock()
+	existing := m.records[name]
+	var other *record
+	for _, r := range m.records {
+		if r.PluginID == pluginID && r.VolumeID == volumeID && r.ExternalID != externalID {
+			other = r
+			break
+		}
+	}
+	m.mu.Unlock()
+	if other != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q of plugin %q is mounted with external id %q, not %q",
+			volumeID, pluginID, other.ExternalID, externalID)
+	}
+	if existing != nil {
+		if existing.State == StatePublished {
+			return existing.proto(), nil
+		}
+		return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Aborted,
+			"the mount of volume %q for workload %q (usage %s) is %s: its step is being finished or undone",
+			volumeID, workloadID, usageKey, existing.State), "the step in progress ends by itself")
+	}
+
+	p, err := m.resolve(pluginID, methodMount, "")
+	if err != nil {
+		return nil, err
+	}
+	rts := m.rootsOf(pluginID)
+	now := time.Now().UTC()
+	r := &record{
+		Version:    recordVersion,
+		PluginID:   pluginID,
+		VolumeID:   volumeID,
+		ExternalID: externalID,
+		WorkloadID: workloadID,
+		Usage:      u,
+		UsageKey:   usageKey,
+		Roots:      rts,
+		HostPath:   rts.targetPath(workloadID, volumeID, usageKey),
+		State:      StatePublishing,
+		Cluster:    req.GetCluster(),
+		ClaimIndex: req.GetClaimIndex(),
+		CreatedAt:  now,
+		UpdatedAt:  now,
+	}
+	if r.PluginPath, err = rts.pluginPath(r.HostPath); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if slices.Contains(p.GetNodeCapabilities(), capStageUnstage) {
+		r.StagingPath = rts.stagingPath(volumeID, usageKey)
+		if r.PluginStagingPath, err = rts.pluginPath(r.StagingPath); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	if err := m.reserve(r, p.GetMaxVolumes()); err != nil {
+		return nil, err
+	}
+	log := m.log.With("plugin", pluginID, "volume", volumeID, "workload", workloadID, "usage", usageKey)
+	if err := m.save(r); err != nil {
+		m.forget(r)
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := m.makeDirs(r); err != nil {
+		return nil, m.failMount(ctx, log, r, status.Error(codes.Internal, err.Error()), true)
+	}
+
+	if r.State == StateStaging {
+		sreq := &csi.NodeStageVolumeRequest{
+			VolumeId:          externalID,
+			PublishContext:    req.GetPublishContext(),
+			StagingTargetPath: r.PluginStagingPath,
+			VolumeCapability:  u.capability(),
+			Secrets:           req.GetSecrets(),
+			VolumeContext:     req.GetVolumeContext(),
+		}
+		if _, err := call(ctx, m, pluginID, methodMount, "NodeStageVolume", sreq, csi.NodeClient.NodeStageVolume); err != nil {
+			return nil, m.failMount(ctx, log, r, err, rejected(status.Code(err)))
+		}
+		m.emit(plugin.EventVolumeStaged, r, fmt.Sprintf("volume %s staged at %s (usage %s)", volumeID, r.StagingPath, usageKey))
+		r.State = StatePublishing
+		if err := m.save(r); err != nil {
+			return nil, m.failMount(ctx, log, r, status.Error(codes.Internal, err.Error()), false)
+		}
+	}
+
+	preq := &csi.NodePublishVolumeRequest{
+		VolumeId:          externalID,
+		PublishContext:    req.GetPublishContext(),
+		StagingTargetPath: r.PluginStagingPath,
+		TargetPath:        r.PluginPath,
+		VolumeCapability:  u.capability(),
+		Readonly:          u.ReadOnly,
+		Secrets:           req.GetSecrets(),
+		VolumeContext:     req.GetVolumeContext(),
+	}
+	if _, err := call(ctx, m, pluginID, methodMount, "NodePublishVolume", preq, csi.NodeClient.NodePublishVolume); err != nil {
+		return nil, m.failMount(ctx, log, r, err, rejected(status.Code(err)))
+	}
+	r.State, r.Error = StatePublished, ""
+	if err := m.save(r); err != nil {
+		// The plugin published; the record says publishing, so a restart
+		// undoes it. Undo it now rather than answer with a mount whose
+		// record does not say so.
+		return nil, m.failMount(ctx, log, r, status.Error(codes.Internal, err.Error()), false)
+	}
+	m.emit(plugin.EventVolumePublished, r, fmt.Sprintf("volume %s published for workload %s at %s", volumeID, workloadID, r.HostPath))
+	log.Info("volume mounted", "path", r.HostPath, "staged", r.StagingPath != "")
+	return r.proto(), nil
+}
+
+// failMount undoes what a Mount did after its step failed with stepErr,
+// and returns stepErr. rejectedStep tells that the plugin refused the step
+// (it did nothing to undo). When the undo fails too, the record is kept
+// and Run undoes it in the background.
+func (m *Manager) failMount(ctx context.Context, log hclog.Logger, r *record, stepErr error, rejectedStep bool) error {
+	msg := statusMessage(stepErr)
+	r.Error = fmt.Sprintf("%s failed: %s", r.State, msg)
+	m.emit(plugin.EventVolumeMountFailed, r, fmt.Sprintf("mount of volume %s for workload %s failed while %s: %s", r.VolumeID, r.WorkloadID, r.State, msg))
+	log.Warn("mount failed; undoing it", "state", r.State, "code", status.Code(stepErr), "error", msg)
+	// The caller may have gone (its context ended): the undo runs on,
+	// each call with the default deadline.
+	undoCtx := context.WithoutCancel(ctx)
+	if _, err := m.teardown(undoCtx, r, rejectedStep); err != nil {
+		log.Warn("undoing a failed mount failed; retrying in the background", "state", r.State, "error", statusMessage(err))
+		m.schedule(r.name())
+	}
+	return stepErr
+}
+
+// Unmount unpublishes the volume for the workload (every usage, or the
+// request's usage only), unstages it when no other mount uses its staging,
+// and forgets the mounts. A mount that does not exist succeeds.
+func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeRequest) (*csisupdv1.UnmountVolumeResponse, error) {
+	if err := checkIDs(req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId()); err != nil {
+		return nil, err
+	}
+	usageKey := ""
+	if req.GetUsage() != nil {
+		u, err := normaliseUsage(req.GetUsage())
+		if err != nil {
+			return nil, err
+		}
+		usageKey = u.key()
+	}
+	unlock, err := m.locks.lock(ctx, volumeKey(req.GetPluginId(), req.GetVolumeId()))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	var recs []*record
+	m.mu.Lock()
+	for _, r := range m.records {
+		if r.PluginID == req.GetPluginId() && r.VolumeID == req.GetVolumeId() && r.WorkloadID == req.GetWorkloadId() &&
+			(usageKey == "" || r.UsageKey == usageKey) {
+			recs = append(recs, r.clone())
+		}
+	}
+	m.mu.Unlock()
+	resp := &csisupdv1.UnmountVolumeResponse{}
+	if len(recs) == 0 {
+		return resp, nil
+	}
+	if _, err := m.resolve(req.GetPluginId(), methodUnmount, ""); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(recs, compareRecords)
+	for _, r := range recs {
+		before := r.proto()
+		unstaged, err := m.teardown(ctx, r, false)
+		if err != nil {
+			m.log.Warn("unmount failed; finishing it in the background",
+				"plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID, "usage", r.UsageKey, "state", r.State, "error", statusMessage(err))
+			m.schedule(r.name())
+			return nil, err
+		}
+		resp.Unmounted = append(resp.Unmounted, before)
+		resp.Unstaged = resp.Unstaged || unstaged
+		m.log.Info("volume unmounted", "plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID, "usage", r.UsageKey, "unstaged", unstaged)
+	}
+	return resp, nil
+}
+
+// teardown finishes or undoes the mount r, whatever its state: it
+// unpublishes it when it may be published, unstages it when it may be
+// staged and no other mount uses that staging, removes the directories
+// and forgets the record. Each step is recorded before it starts.
+// skipCurrent tells that the plugin refused r's current step (staging or
+// publishing), so that step needs no undo. The caller holds r's volume
+// lock. unstaged reports whether NodeUnstageVolume was called and
+// succeeded.
+func (m *Manager) teardown(ctx context.Context, r *record, skipCurrent bool) (unstaged bool, err error) {
+	switch r.State {
+	case StatePublishing, StatePublished, StateUnpublishing:
+		if skipCurrent && r.State == StatePublishing {
+			break
+		}
+		r.State = StateUnpublishing
+		if err := m.save(r); err != nil {
+			return false, status.Error(codes.Internal, err.Error())
+		}
+		ureq := &csi.NodeUnpublishVolumeRequest{VolumeId: r.ExternalID, TargetPath: r.PluginPath}
+		if _, err := call(ctx, m, r.PluginID, methodUnmount, "NodeUnpublishVolume", ureq, csi.NodeClient.NodeUnpublishVolume); err != nil {
+			if status.Code(err) != codes.NotFound {
+				return false, m.stepFailed(r, err)
+			}
+		}
+		m.emit(plugin.EventVolumeUnpublished, r, fmt.Sprintf("volume %s unpublished for workload %s from %s", r.VolumeID, r.WorkloadID, r.HostPath))
+	}
+	m.removeTargetDirs(r)
+
+	if r.StagingPath != "" && !m.stagingInUse(r) {
+		if !(skipCurrent && r.State == StateStaging) {
+			r.State = StateUnstaging
+			if err := m.save(r); err != nil {
+				return false, status.Error(codes.Internal, err.Error())
+			}
+			ureq := &csi.NodeUnstageVolumeRequest{VolumeId: r.ExternalID, StagingTargetPath: r.PluginStagingPath}
+			if _, err := call(ctx, m, r.PluginID, methodUnmount, "NodeUnstageVolume", ureq, csi.NodeClient.NodeUnstageVolume); err != nil {
+				if status.Code(err) != codes.NotFound {
+					return false, m.stepFailed(r, err)
+				}
+			}
+			unstaged = true
+			m.emit(plugin.EventVolumeUnstaged, r, fmt.Sprintf("volume %s unstaged from %s (usage %s)", r.VolumeID, r.StagingPath, r.UsageKey))
+		}
+		m.removeStagingDirs(r)
+	}
+	if err := m.store.remove(r.name()); err != nil {
+		return unstaged, status.Error(codes.Internal, err.Error())
+	}
+	m.forget(r)
+	return unstaged, nil
+}
+
+// stepFailed records the failure of r's current step and returns err.
+func (m *Manager) stepFailed(r *record, err error) error {
+	r.Error = fmt.Sprintf("%s failed: %s", r.State, statusMessage(err))
+	if serr := m.save(r); serr != nil {
+		m.log.Warn("cannot record a failed step", "volume", r.VolumeID, "error", serr)
+	}
+	return err
+}
+
+// Expand calls NodeExpandVolume on a published mount of the volume: the
+// workload's, or any when the request names none.
+func (m *Manager) Expand(ctx context.Context, req *csisupdv1.ExpandVolumeRequest) (*csisupdv1.ExpandVolumeResponse, error) {
+	r, unlock, err := m.publishedMount(ctx, methodExpand, capExpand, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ereq := &csi.NodeExpandVolumeRequest{
+		VolumeId:          r.ExternalID,
+		VolumePath:        r.PluginPath,
+		StagingTargetPath: r.PluginStagingPath,
+		VolumeCapability:  r.Usage.capability(),
+		Secrets:           req.GetSecrets(),
+	}
+	if req.GetRequiredBytes() != 0 || req.GetLimitBytes() != 0 {
+		ereq.CapacityRange = &csi.CapacityRange{RequiredBytes: req.GetRequiredBytes(), LimitBytes: req.GetLimitBytes()}
+	}
+	resp, err := call(ctx, m, r.PluginID, methodExpand, "NodeExpandVolume", ereq, csi.NodeClient.NodeExpandVolume)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.ExpandVolumeResponse{CapacityBytes: resp.GetCapacityBytes()}, nil
+}
+
+// Stats calls NodeGetVolumeStats on a published mount of the volume: the
+// workload's, or any when the request names none.
+func (m *Manager) Stats(ctx context.Context, req *csisupdv1.VolumeStatsRequest) (*csisupdv1.VolumeStatsResponse, error) {
+	r, unlock, err := m.publishedMount(ctx, methodStats, capVolumeStats, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	sreq := &csi.NodeGetVolumeStatsRequest{VolumeId: r.ExternalID, VolumePath: r.PluginPath, StagingTargetPath: r.PluginStagingPath}
+	resp, err := call(ctx, m, r.PluginID, methodStats, "NodeGetVolumeStats", sreq, csi.NodeClient.NodeGetVolumeStats)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.VolumeStatsResponse{Response: resp, VolumePath: r.HostPath}, nil
+}
+
+// publishedMount checks the request, the plugin and its capability, takes
+// the volume's lock and returns the first published mount of the volume
+// (of the workload, when set) with the function that releases the lock.
+func (m *Manager) publishedMount(ctx context.Context, method, capability, pluginID, volumeID, workloadID string) (*record, func(), error) {
+	if err := checkID("plugin_id", pluginID); err != nil {
+		return nil, nil, err
+	}
+	if err := checkID("volume_id", volumeID); err != nil {
+		return nil, nil, err
+	}
+	if workloadID != "" {
+		if err := checkID("workload_id", workloadID); err != nil {
+			return nil, nil, err
+		}
+	}
+	if _, err := m.resolve(pluginID, method, capability); err != nil {
+		return nil, nil, err
+	}
+	unlock, err := m.locks.lock(ctx, volumeKey(pluginID, volumeID))
+	if err != nil {
+		return nil, nil, err
+	}
+	var found []*record
+	m.mu.Lock()
+	for _, r := range m.records {
+		if r.PluginID == pluginID && r.VolumeID == volumeID && r.State == StatePublished &&
+			(workloadID == "" || r.WorkloadID == workloadID) {
+			found = append(found, r.clone())
+		}
+	}
+	m.mu.Unlock()
+	if len(found) == 0 {
+		unlock()
+		if workloadID != "" {
+			return nil, nil, status.Errorf(codes.NotFound, "volume %q of plugin %q is not mounted for workload %q", volumeID, pluginID, workloadID)
+		}
+		return nil, nil, status.Errorf(codes.NotFound, "volume %q of plugin %q is not mounted", volumeID, pluginID)
+	}
+	slices.SortFunc(found, compareRecords)
+	return found[0], unlock, nil
+}
+
+// List returns the mounts, of plugin and volume when they are not empty,
+// sorted by plugin, volume, workload and usage key.
+func (m *Manager) List(pluginID, volumeID string) []*csisupdv1.Mount {
+	var recs []*record
+	m.mu.Lock()
+	for _, r := range m.records {
+		if (pluginID == "" || r.PluginID == pluginID) && (volumeID == "" || r.VolumeID == volumeID) {
+			recs = append(recs, r.clone())
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(recs, compareRecords)
+	out := make([]*csisupdv1.Mount, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, r.proto())
+	}
+	return out
+}
+
+// resolve finds the plugin and checks that it has a node service and
+// capability (when not empty). Its errors carry the typed details of the
+// api package.
+func (m *Manager) resolve(pluginID, method, capability string) (*csisupdv1.Plugin, error) {
+	p, _, err := m.resolveClient(pluginID, method, capability)
+	return p, err
+}
+
+func (m *Manager) rootsOf(pluginID string) roots {
+	d := m.dirs[pluginID]
+	return roots{
+		Host:   cmp.Or(d.MountDir, filepath.Join(m.dataDir, "volumes", pluginID)),
+		Plugin: d.PluginMountDir,
+	}
+}
+
+// reserve checks the plugin's volume limit and adds r to the records, in
+// one step so that two volumes mounted at once cannot both take the last
+// place. r is new: its volume's lock is held and it has no record.
+func (m *Manager) reserve(r *record, maxVolumes int32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	volumes := make(map[string]bool)
+	staged := false
+	for _, o := range m.records {
+		if o.PluginID != r.PluginID {
+			continue
+		}
+		volumes[o.VolumeID] = true
+		if r.sharesStaging(o) && o.State != StateStaging && o.State != StateUnstaging {
+			staged = true
+		}
+	}
+	if maxVolumes > 0 && !volumes[r.VolumeID] && len(volumes) >= int(maxVolumes) {
+		return status.Errorf(codes.FailedPrecondition,
+			"plugin %q allows %d volumes on this node (max_volumes_per_node) and %d are mounted; volume %q would exceed it",
+			r.PluginID, maxVolumes, len(volumes), r.VolumeID)
+	}
+	if r.StagingPath != "" && !staged {
+		r.State = StateStaging
+	}
+	m.records[r.name()] = r.clone()
+	return nil
+}
+
+// stagingInUse reports whether a mount other than r uses r's staging.
+func (m *Manager) stagingInUse(r *record) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, o := range m.records {
+		if name != r.name() && r.sharesStaging(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// save stamps r and writes it through: to its file, then to memory. The
+// memory copy changes even when the write fails, since it describes the
+// step the caller is taking.
+func (m *Manager) save(r *record) error {
+	r.UpdatedAt = time.Now().UTC()
+	err := m.store.write(r)
+	m.mu.Lock()
+	m.records[r.name()] = r.clone()
+	m.mu.Unlock()
+	return err
+}
+
+// forget removes r from memory.
+func (m *Manager) forget(r *record) {
+	m.mu.Lock()
+	delete(m.records, r.name())
+	m.mu.Unlock()
+}
+
+// makeDirs creates r's staging target and the parent of its publish
+// target. The plugin creates the publish target itself.
+func (m *Manager) makeDirs(r *record) error {
+	m.dirMu.Lock()
+	defer m.dirMu.Unlock()
+	if r.StagingPath != "" {
+		if err := os.MkdirAll(r.StagingPath, dirMode); err != nil {
+			return fmt.Errorf("volumes: create staging target: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(r.HostPath), dirMode); err != nil {
+		return fmt.Errorf("volumes: create parent of the publish target: %w", err)
+	}
+	return nil
+}
+
+// removeTargetDirs removes r's publish target (when the plugin left an
+// empty directory) and the volume's and workload's directories above it
+// when they are empty.
+func (m *Manager) removeTargetDirs(r *record) {
+	m.dirMu.Lock()
+	defer m.dirMu.Unlock()
+	volDir := filepath.Dir(r.HostPath)
+	removeEmpty(r.HostPath, volDir, filepath.Dir(volDir))
+}
+
+// removeStagingDirs removes r's staging target and the volume's staging
+// directory when they are empty.
+func (m *Manager) removeStagingDirs(r *record) {
+	m.dirMu.Lock()
+	defer m.dirMu.Unlock()
+	removeEmpty(r.StagingPath, filepath.Dir(r.StagingPath))
+}
+
+// removeEmpty removes each of dirs, in order, that is an empty directory.
+// Anything else (a file, a link, a directory with entries, a mount point)
+// is left alone.
+func removeEmpty(dirs ...string) {
+	for _, d := range dirs {
+		fi, err := os.Lstat(d)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		_ = os.Remove(d) // fails, as wanted, when not empty
+	}
+}
+
+// emit sends a volume event for r, when an EventSink is set.
+func (m *Manager) emit(t plugin.EventType, r *record, description string) {
+	if m.events == nil {
+		return
+	}
+	m.events.Emit(plugin.Event{Type: t, PluginID: r.PluginID, VolumeID: r.VolumeID, WorkloadID: r.WorkloadID, Description: description})
+}
+
+// checkIDs checks the ids of a mount request.
+func checkIDs(pluginID, volumeID, workloadID string) error {
+	if err := checkID("plugin_id", pluginID); err != nil {
+		return err
+	}
+	if err := checkID("volume_id", volumeID); err != nil {
+		return err
+	}
+	return checkID("workload_id", workloadID)
+}
+
+// volumeKey is the lock key of a plugin's volume.
+func volumeKey(pluginID, volumeID string) string { return pluginID + "\x00" + volumeID }
+
+func compareRecords(a, b *record) int {
+	return cmp.Or(cmp.Compare(a.PluginID, b.PluginID), cmp.Compare(a.VolumeID, b.VolumeID),
+		cmp.Compare(a.WorkloadID, b.WorkloadID), cmp.Compare(a.UsageKey, b.UsageKey))
+}
+
+// rejected reports whether a step that failed with c was refused by the
+// plugin without any effect, so that it needs no undo. Other failures
+// (deadline, cancellation, unavailable, internal errors) leave the outcome
+// unknown.
+func rejected(c codes.Code) bool {
+	switch c {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition,
+		codes.OutOfRange, codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
+}
+
+// statusMessage returns the message of err's gRPC status, or err's text.
+func statusMessage(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
+}
+
+// keyedMutex is a set of mutexes by key, each taken with a context.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	ch   chan struct{} // holds a token while locked
+	refs int           // holders and waiters
+}
+
+// lock takes key's mutex, or returns ctx's error as a gRPC status when
+// ctx ends first. The returned function releases it.
+func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+	k.mu.Lock()
+	l, ok := k.locks[key]
+	if !ok {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	done := func() {
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() {
+			<-l.ch
+			done()
+		}, nil
+	case <-ctx.Done():
+		done()
+		return nil, contextError(ctx)
+	}
+}
+
+// contextError turns the error of an ended context into a gRPC status.
+func contextError(ctx context.Context) error {
+	return status.FromContextError(ctx.Err()).Err()
+}

@@ -1,0 +1,180 @@
+package volumes
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// Access types of a usage, as VolumeUsage.access_type names them.
+const (
+	AccessTypeMount = "mount"
+	AccessTypeBlock = "block"
+)
+
+// DefaultAccessMode is the access mode of a usage that names none.
+const DefaultAccessMode = "SINGLE_NODE_WRITER"
+
+// Directories under a plugin's mount root.
+const (
+	stagingDir     = "staging"
+	perWorkloadDir = "per-workload"
+)
+
+// checkID returns InvalidArgument naming field unless id is a valid plugin,
+// volume or workload id: it must be usable as one path element.
+func checkID(field, id string) error {
+	switch {
+	case id == "":
+		return status.Errorf(codes.InvalidArgument, "%s is required", field)
+	case id == "." || id == "..":
+		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id", field, id)
+	case !idRE.MatchString(id):
+		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id: it must match %s", field, id, idRE)
+	}
+	return nil
+}
+
+// usage is a normalised VolumeUsage: defaults applied, names checked.
+type usage struct {
+	AccessMode string   `json:"access_mode"`
+	AccessType string   `json:"access_type"`
+	ReadOnly   bool     `json:"read_only,omitempty"`
+	FSType     string   `json:"fs_type,omitempty"`
+	MountFlags []string `json:"mount_flags,omitempty"`
+}
+
+// normaliseUsage checks u and applies its defaults. A nil u is the default
+// usage: a writable file system for a single node.
+func normaliseUsage(u *csisupdv1.VolumeUsage) (usage, error) {
+	n := usage{
+		AccessMode: u.GetAccessMode(),
+		AccessType: u.GetAccessType(),
+		ReadOnly:   u.GetReadOnly(),
+		FSType:     u.GetFsType(),
+		MountFlags: append([]string(nil), u.GetMountFlags()...),
+	}
+	if n.AccessMode == "" {
+		n.AccessMode = DefaultAccessMode
+	}
+	if v, ok := csi.VolumeCapability_AccessMode_Mode_value[n.AccessMode]; !ok || v == int32(csi.VolumeCapability_AccessMode_UNKNOWN) {
+		return usage{}, status.Errorf(codes.InvalidArgument, "usage.access_mode %q is not a CSI access mode name (for example %s)", n.AccessMode, DefaultAccessMode)
+	}
+	if n.AccessType == "" {
+		n.AccessType = AccessTypeMount
+	}
+	switch n.AccessType {
+	case AccessTypeMount:
+	case AccessTypeBlock:
+		if n.FSType != "" || len(n.MountFlags) > 0 {
+			return usage{}, status.Error(codes.InvalidArgument, "usage: fs_type and mount_flags apply to access_type mount only, not block")
+		}
+	default:
+		return usage{}, status.Errorf(codes.InvalidArgument, "usage.access_type %q is neither %q nor %q", n.AccessType, AccessTypeMount, AccessTypeBlock)
+	}
+	for i, f := range n.MountFlags {
+		if f == "" {
+			return usage{}, status.Errorf(codes.InvalidArgument, "usage.mount_flags[%d] is empty", i)
+		}
+	}
+	return n, nil
+}
+
+// key returns the usage key: <rw|ro>-<file-system|block>-<access mode>,
+// followed by 8 hex digits of a hash of the mount options when there are
+// any, so that two usages with other options never share a staging.
+func (u usage) key() string {
+	var b strings.Builder
+	if u.ReadOnly {
+		b.WriteString("ro-")
+	} else {
+		b.WriteString("rw-")
+	}
+	if u.AccessType == AccessTypeBlock {
+		b.WriteString("block-")
+	} else {
+		b.WriteString("file-system-")
+	}
+	b.WriteString(strings.ToLower(strings.ReplaceAll(u.AccessMode, "_", "-")))
+	if u.FSType != "" || len(u.MountFlags) > 0 {
+		h := sha256.New()
+		h.Write([]byte(u.FSType))
+		for _, f := range u.MountFlags {
+			h.Write([]byte{0})
+			h.Write([]byte(f))
+		}
+		b.WriteString("-")
+		b.WriteString(hex.EncodeToString(h.Sum(nil)[:4]))
+	}
+	return b.String()
+}
+
+// proto returns the usage as its API message.
+func (u usage) proto() *csisupdv1.VolumeUsage {
+	return &csisupdv1.VolumeUsage{
+		AccessMode: u.AccessMode,
+		AccessType: u.AccessType,
+		ReadOnly:   u.ReadOnly,
+		FsType:     u.FSType,
+		MountFlags: append([]string(nil), u.MountFlags...),
+	}
+}
+
+// capability returns the CSI volume capability of the usage.
+func (u usage) capability() *csi.VolumeCapability {
+	c := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{
+		Mode: csi.VolumeCapability_AccessMode_Mode(csi.VolumeCapability_AccessMode_Mode_value[u.AccessMode]),
+	}}
+	if u.AccessType == AccessTypeBlock {
+		c.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+	} else {
+		c.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
+			FsType:     u.FSType,
+			MountFlags: append([]string(nil), u.MountFlags...),
+		}}
+	}
+	return c
+}
+
+// roots are a plugin's mount root on the host and the same root as the
+// plugin sees it.
+type roots struct {
+	// Host is the mount root on the host (PluginDirs.MountDir or the
+	// default under the data directory).
+	Host string `json:"host"`
+	// Plugin is the path the plugin sees for Host; empty when it sees the
+	// host path.
+	Plugin string `json:"plugin,omitempty"`
+}
+
+// stagingPath returns the host staging target of volume with usage key.
+func (r roots) stagingPath(volume, usageKey string) string {
+	return filepath.Join(r.Host, stagingDir, volume, usageKey)
+}
+
+// targetPath returns the host publish target of volume for workload with
+// usage key.
+func (r roots) targetPath(workload, volume, usageKey string) string {
+	return filepath.Join(r.Host, perWorkloadDir, workload, volume, usageKey)
+}
+
+// pluginPath returns hostPath, a path under the host root, as the plugin
+// sees it. An empty hostPath stays empty.
+func (r roots) pluginPath(hostPath string) (string, error) {
+	if hostPath == "" || r.Plugin == "" {
+		return hostPath, nil
+	}
+	rel, err := filepath.Rel(r.Host, hostPath)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("volumes: path %q is not under the mount root %q", hostPath, r.Host)
+	}
+	return filepath.Join(r.Plugin, rel), nil
+}

@@ -1,0 +1,63 @@
+package volumes
+
+import (
+	"testing"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+func TestUsageKey(t *testing.T) {
+	cases := []struct {
+		usage *csisupdv1.VolumeUsage
+		want  string
+	}{
+		{nil, "rw-file-system-single-node-writer"},
+		{&csisupdv1.VolumeUsage{ReadOnly: true, AccessType: "block", AccessMode: "MULTI_NODE_READER_ONLY"}, "ro-block-multi-node-reader-only"},
+		{&csisupdv1.VolumeUsage{AccessMode: "MULTI_NODE_MULTI_WRITER"}, "rw-file-system-multi-node-multi-writer"},
+	}
+	for _, tc := range cases {
+		u, err := normaliseUsage(tc.usage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := u.key(); got != tc.want {
+			t.Errorf("key of %v = %q, want %q", tc.usage, got, tc.want)
+		}
+	}
+	// Mount options add a hash: other options, another key.
+	keys := map[string]bool{}
+	for _, u := range []*csisupdv1.VolumeUsage{
+		{FsType: "ext4"}, {FsType: "xfs"}, {MountFlags: []string{"noatime"}}, {FsType: "ext4", MountFlags: []string{"noatime"}},
+		{FsType: "ext4noatime"}, {MountFlags: []string{"a", "b"}}, {MountFlags: []string{"ab"}},
+	} {
+		n, err := normaliseUsage(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := n.key()
+		if len(k) != len("rw-file-system-single-node-writer-")+8 || keys[k] {
+			t.Errorf("key of %v = %q: want a distinct key with 8 hex digits", u, k)
+		}
+		keys[k] = true
+	}
+}
+
+func TestPluginPath(t *testing.T) {
+	r := roots{Host: "/data/volumes/p", Plugin: "/csi"}
+	for _, tc := range []struct{ host, want string }{
+		{"/data/volumes/p/staging/v/k", "/csi/staging/v/k"},
+		{"/data/volumes/p", "/csi"},
+		{"", ""},
+	} {
+		if got, err := r.pluginPath(tc.host); err != nil || got != tc.want {
+			t.Errorf("pluginPath(%q) = %q, %v; want %q", tc.host, got, err, tc.want)
+		}
+	}
+	if _, err := r.pluginPath("/data/volumes/other/x"); err == nil {
+		t.Error("a path outside the root was mapped")
+	}
+	same := roots{Host: "/data/volumes/p"}
+	if got, _ := same.pluginPath("/data/volumes/p/x"); got != "/data/volumes/p/x" {
+		t.Errorf("pluginPath without PluginMountDir = %q, want the host path", got)
+	}
+}

@@ -1,0 +1,235 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/retry"
+)
+
+// Run finishes or undoes, in the background, every step that New found
+// unfinished and every step whose Mount or Unmount failed halfway: mounts
+// that never answered their caller (staging, publishing) are undone,
+// unmounts (unpublishing, unstaging) are finished. Each is retried with
+// cfg.Retry until it succeeds or ctx ends, one goroutine per mount, so a
+// plugin that is not up yet holds up no other volume. With cfg.Claims set,
+// Run also removes the cluster mounts the servers released (see
+// TriggerReconcile). Run returns when ctx ends and its goroutines have
+// stopped; their plugin calls end with ctx. It may be called once.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.ran {
+		m.mu.Unlock()
+		return errors.New("volumes: Manager.Run called twice")
+	}
+	m.ran = true
+	m.runCtx = ctx
+	for name := range m.pending {
+		m.initial[name] = true
+		m.startFinish(ctx, name)
+	}
+	if len(m.initial) == 0 {
+		close(m.recovered)
+	}
+	m.mu.Unlock()
+	if m.claims != nil {
+		m.wg.Go(func() { m.reconcileLoop(ctx) })
+	}
+
+	<-ctx.Done()
+	m.mu.Lock()
+	m.runCtx = nil
+	m.mu.Unlock()
+	m.wg.Wait()
+	return nil
+}
+
+// Recovered is closed once Run has finished or undone every step that
+// New found unfinished.
+func (m *Manager) Recovered() <-chan struct{} { return m.recovered }
+
+// TriggerReconcile makes Run compare the cluster mounts with the servers'
+// claims now rather than at the next interval. It does not block.
+func (m *Manager) TriggerReconcile() {
+	select {
+	case m.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// schedule makes the record named name finish or undo its step in the
+// background: now when Run runs, else when it starts.
+func (m *Manager) schedule(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pending[name] {
+		return
+	}
+	m.pending[name] = true
+	if m.runCtx != nil {
+		m.startFinish(m.runCtx, name)
+	}
+}
+
+// startFinish starts the goroutine that finishes name. The caller holds
+// m.mu and Run runs.
+func (m *Manager) startFinish(ctx context.Context, name string) {
+	m.wg.Go(func() {
+		b := m.retry.NewBackOff()
+		for {
+			err := m.finish(ctx, name)
+			if err == nil {
+				m.finished(name)
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			delay := b.NextBackOff()
+			m.log.Warn("cannot finish an unfinished mount step yet; retrying", "record", name, "backoff", delay, "error", statusMessage(err))
+			if retry.Wait(ctx, delay) != nil {
+				return
+			}
+		}
+	})
+}
+
+// finished marks name as no longer pending, and closes Recovered when it
+// was the last of those New found.
+func (m *Manager) finished(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending, name)
+	if m.initial[name] {
+		delete(m.initial, name)
+		if len(m.initial) == 0 {
+			close(m.recovered)
+		}
+	}
+}
+
+// finish makes one attempt at finishing or undoing the step of the record
+// named name. A record that is gone or published needs nothing.
+func (m *Manager) finish(ctx context.Context, name string) error {
+	m.mu.Lock()
+	r := m.records[name]
+	m.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	unlock, err := m.locks.lock(ctx, volumeKey(r.PluginID, r.VolumeID))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	m.mu.Lock()
+	r = m.records[name]
+	if r != nil {
+		r = r.clone()
+	}
+	m.mu.Unlock()
+	if r == nil || r.State == StatePublished {
+		return nil
+	}
+	if _, err := m.resolve(r.PluginID, methodUnmount, ""); err != nil {
+		return err
+	}
+	state := r.State
+	unstaged, err := m.teardown(ctx, r, false)
+	if err != nil {
+		return err
+	}
+	m.log.Info("unfinished mount step resolved", "plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID,
+		"usage", r.UsageKey, "was", state, "unstaged", unstaged)
+	return nil
+}
+
+// reconcileLoop compares the cluster mounts with the servers' claims at
+// start, every interval and on TriggerReconcile, until ctx ends.
+func (m *Manager) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(m.interval)
+	defer t.Stop()
+	for {
+		m.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-m.trigger:
+		}
+	}
+}
+
+// reconcile removes every cluster mount whose claim index is at most the
+// answer's index and whose volume and workload the servers no longer
+// claim. Mounts made by a local scheduler (not cluster) are never touched.
+// Errors are logged; the next round tries again.
+func (m *Manager) reconcile(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, m.timeout)
+	claims, index, err := m.claims(cctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("cannot read the servers' claims of this node; trying again later", "error", err)
+		}
+		return
+	}
+	held := make(map[[2]string]bool, len(claims))
+	for _, c := range claims {
+		held[[2]string{c.GetVolumeId(), c.GetWorkloadId()}] = true
+	}
+	var released []*record
+	m.mu.Lock()
+	for _, r := range m.records {
+		if r.Cluster && r.ClaimIndex <= index && !held[[2]string{r.VolumeID, r.WorkloadID}] {
+			released = append(released, r.clone())
+		}
+	}
+	m.mu.Unlock()
+	for _, r := range released {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := m.removeReleased(ctx, r.name(), index); err != nil {
+			m.log.Warn("cannot unmount a mount whose claim the servers released; trying again later",
+				"plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID, "usage", r.UsageKey, "error", statusMessage(err))
+		}
+	}
+}
+
+// removeReleased unmounts the cluster mount named name, when it still is
+// one claimed at or before index.
+func (m *Manager) removeReleased(ctx context.Context, name string, index uint64) error {
+	m.mu.Lock()
+	r := m.records[name]
+	m.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	unlock, err := m.locks.lock(ctx, volumeKey(r.PluginID, r.VolumeID))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	m.mu.Lock()
+	r = m.records[name]
+	if r != nil {
+		r = r.clone()
+	}
+	m.mu.Unlock()
+	// The mount may have been made again for a newer claim meanwhile.
+	if r == nil || !r.Cluster || r.ClaimIndex > index {
+		return nil
+	}
+	if _, err := m.resolve(r.PluginID, methodUnmount, ""); err != nil {
+		return err
+	}
+	unstaged, err := m.teardown(ctx, r, false)
+	if err != nil {
+		return err
+	}
+	m.log.Info("unmounted a volume whose claim the servers released", "plugin", r.PluginID, "volume", r.VolumeID,
+		"workload", r.WorkloadID, "usage", r.UsageKey, "claim_index", r.ClaimIndex, "unstaged", unstaged)
+	return nil
+}
