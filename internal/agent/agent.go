@@ -30,6 +30,7 @@ import (
 	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/tlsutil"
+	"github.com/csisupd/csisupd/internal/volumes"
 )
 
 // ShutdownTimeout bounds the graceful part of a stop; the agent must exit
@@ -71,6 +72,7 @@ type Agent struct {
 	http     *http.Server
 	manager  *registry.Manager
 	consul   *consulsync.Syncer
+	volumes  *volumes.Manager   // stages and publishes volumes on this node
 	server   *server.Server     // nil unless the server role is enabled
 	nodes    *nodeclient.Client // nil unless the client has servers to report to
 	nodeID   string
@@ -196,6 +198,7 @@ func New(c Config) (a *Agent, err error) {
 		PluginDir:             cfg.Client.PluginDir,
 		StartedAt:             a.startedAt,
 		Cluster:               a.clusterSummary,
+		Mounts:                func() []*csisupdv1.Mount { return a.volumes.List("", "") },
 		Logger:                log.Named("rpc"),
 		MaxSubscribers:        cfg.Client.MaxEventSubscribers,
 		MaxSubscribersPerConn: cfg.Client.MaxEventSubscribersPerConn,
@@ -252,7 +255,7 @@ func New(c Config) (a *Agent, err error) {
 			RaftMultiplier:   cfg.Server.RaftMultiplier,
 			Join:             a.retry.ServerJoin,
 			Connect:          a.retry.ServerConnect,
-			ServerTuning:     config.DefaultServerTuning(),
+			ServerTuning:     serverTuning(&cfg),
 			DialOptions:      dialOpts,
 			AgentDialOptions: agentDialOpts,
 			TLS:              a.tls,
@@ -282,6 +285,10 @@ func New(c Config) (a *Agent, err error) {
 		}
 	}
 
+	if err := a.setupVolumes(&cfg); err != nil {
+		return nil, err
+	}
+
 	if cfg.ACL.Enabled {
 		if err := a.setupTokenResolver(); err != nil {
 			return nil, err
@@ -296,6 +303,43 @@ func New(c Config) (a *Agent, err error) {
 		log.Warn("configuration", "warning", w)
 	}
 	return a, nil
+}
+
+// serverTuning is the production tuning of the server role with what the
+// configuration sets of it.
+func serverTuning(cfg *config.Config) config.ServerTuning {
+	t := config.DefaultServerTuning()
+	t.ClaimGCGrace = cfg.Server.ClaimGCGrace
+	return t
+}
+
+// setupVolumes creates the node volume manager and adds its NodeVolumes
+// service. With servers to report to, it removes the cluster mounts whose
+// claims the servers released while the node was away.
+func (a *Agent) setupVolumes(cfg *config.Config) error {
+	dirs := make(map[string]volumes.PluginDirs, len(cfg.Plugins))
+	for id, p := range cfg.Plugins {
+		dirs[id] = volumes.PluginDirs{MountDir: cfg.MountDir(id), PluginMountDir: p.PluginMountDir}
+	}
+	vc := volumes.Config{
+		DataDir:    cfg.DataDir,
+		Plugins:    a.manager,
+		PluginDirs: dirs,
+		NodeName:   cfg.Name,
+		RPCTimeout: cfg.Client.RPCTimeout,
+		Retry:      a.retry.ClientCSI,
+		Events:     a.manager.Registry(),
+		Logger:     a.log.Named("volumes"),
+	}
+	if a.nodes != nil {
+		vc.Claims = a.nodes.NodeClaims
+	}
+	var err error
+	if a.volumes, err = volumes.New(vc); err != nil {
+		return fmt.Errorf("agent: node volumes: %w", err)
+	}
+	a.volumes.Register(a.grpc)
+	return nil
 }
 
 // Limits of the gRPC server. ports.rpc is reachable by whatever can reach
@@ -423,6 +467,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	serve := func(name string, f func() error) { start(&listeners, name, f) }
 
 	run("plugin registry", func() error { return a.manager.Run(ctx) })
+	run("node volumes", func() error { return a.volumes.Run(ctx) })
 	serve("grpc server", func() error {
 		if err := a.grpc.Serve(a.rpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return err

@@ -165,9 +165,9 @@ func TestClaimsShareOneStaging(t *testing.T) {
 	}
 }
 
-// TestClaimRefusals checks that a refused claim names its rule and leaves
+// TestClaimRefusalsInCluster checks that a refused claim names its rule and leaves
 // nothing behind on the node.
-func TestClaimRefusals(t *testing.T) {
+func TestClaimRefusalsInCluster(t *testing.T) {
 	cc := newClaimCluster(t)
 	cc.create(t, "one-writer", "SINGLE_NODE_WRITER")
 	if _, err := cc.claim(t, "one-writer", 0, "w1", nil); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"time"
 
@@ -18,13 +17,14 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 )
 
+// RecordsDir is the directory of the mount records under the data
+// directory. It is not under <data_dir>/volumes, where the default mount
+// roots are: a plugin may have any id.
+const RecordsDir = "volume-mounts"
+
 // DefaultReconcileInterval is how often the manager compares its cluster
 // mounts with the servers' claims when Config.ReconcileInterval is zero.
 const DefaultReconcileInterval = time.Minute
-
-// idRE is the form of plugin, volume and workload ids: one safe path
-// element.
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // PluginLookup finds a plugin on this node. The registry's Manager
 // implements it (the same method as rpc.PluginLookup).
@@ -62,7 +62,7 @@ type PluginDirs struct {
 // Config configures a Manager.
 type Config struct {
 	// DataDir is the agent's data directory. Required, absolute. Records
-	// live in <DataDir>/volumes/mounts; a plugin's default mount root is
+	// live in <DataDir>/volume-mounts (RecordsDir); a plugin's default mount root is
 	// <DataDir>/volumes/<plugin id>.
 	DataDir string
 	// Plugins finds the plugins of this node. Required.

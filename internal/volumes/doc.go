@@ -37,7 +37,7 @@
 //
 // # Records
 //
-// Each mount has one JSON file in <data_dir>/volumes/mounts, mode 0600,
+// Each mount has one JSON file in <data_dir>/volume-mounts, mode 0600,
 // named by a hash of (plugin, volume, workload, usage key) and written
 // atomically (temporary file, fsync, rename, fsync of the directory). It
 // holds: version, plugin_id, volume_id, external_id (the id the plugin

@@ -240,7 +240,7 @@ func startRun(t *testing.T, m *Manager) {
 // recordFiles returns the names of the files in the records directory.
 func (e *env) recordFiles(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(e.dataDir, "volumes", "mounts"))
+	entries, err := os.ReadDir(filepath.Join(e.dataDir, RecordsDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func (e *env) recordFiles(t *testing.T) []string {
 // readRecord reads the record of a mount from disk.
 func (e *env) readRecord(t *testing.T, plugin, volume, workload, usageKey string) (*record, bool) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(e.dataDir, "volumes", "mounts", recordName(plugin, volume, workload, usageKey)))
+	b, err := os.ReadFile(filepath.Join(e.dataDir, RecordsDir, recordName(plugin, volume, workload, usageKey)))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false
 	}

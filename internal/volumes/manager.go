@@ -107,7 +107,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(dataDir, "volumes"), dirMode); err != nil {
 		return nil, fmt.Errorf("volumes: create %q: %w", filepath.Join(dataDir, "volumes"), err)
 	}
-	st := store{dir: filepath.Join(dataDir, "volumes", "mounts")}
+	st := store{dir: filepath.Join(dataDir, RecordsDir)}
 	recs, err := st.load()
 	if err != nil {
 		return nil, err

@@ -57,11 +57,11 @@ func TestMountUnmountHappyPath(t *testing.T) {
 	if !ok || rec.State != StatePublished || rec.PluginPath != wantHost || rec.PluginStagingPath != wantStaging {
 		t.Fatalf("record = %+v, %t", rec, ok)
 	}
-	fi, err := os.Stat(filepath.Join(e.dataDir, "volumes", "mounts", rec.name()))
+	fi, err := os.Stat(filepath.Join(e.dataDir, RecordsDir, rec.name()))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("record file mode = %v, %v; want 0600", fi.Mode(), err)
 	}
-	for _, d := range []string{filepath.Join(e.dataDir, "volumes", "mounts"), wantStaging, filepath.Dir(wantHost)} {
+	for _, d := range []string{filepath.Join(e.dataDir, RecordsDir), wantStaging, filepath.Dir(wantHost)} {
 		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
 			t.Errorf("%s mode = %v, %v; want 0700", d, fi.Mode(), err)
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 )
 
 // Access types of a usage, as VolumeUsage.access_type names them.
@@ -37,8 +38,8 @@ func checkID(field, id string) error {
 		return status.Errorf(codes.InvalidArgument, "%s is required", field)
 	case id == "." || id == "..":
 		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id", field, id)
-	case !idRE.MatchString(id):
-		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id: it must match %s", field, id, idRE)
+	case !config.ValidPluginID(id):
+		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id: it must match %s", field, id, config.PluginIDPattern)
 	}
 	return nil
 }

@@ -23,8 +23,8 @@ import (
 // leave.
 func copyRecords(t *testing.T, from, to string) {
 	t.Helper()
-	src := filepath.Join(from, "volumes", "mounts")
-	dst := filepath.Join(to, "volumes", "mounts")
+	src := filepath.Join(from, RecordsDir)
+	dst := filepath.Join(to, RecordsDir)
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestRestartUndoesUnfinishedMount(t *testing.T) {
 			if got := m2.List("", ""); len(got) != 0 {
 				t.Errorf("mounts after the restart = %v, want none", got)
 			}
-			entries, err := os.ReadDir(filepath.Join(crashed, "volumes", "mounts"))
+			entries, err := os.ReadDir(filepath.Join(crashed, RecordsDir))
 			if err != nil || len(entries) != 0 {
 				t.Errorf("records after the restart: %v, %v", entries, err)
 			}
@@ -221,7 +221,7 @@ func TestCorruptRecordFailsNew(t *testing.T) {
 	if _, err := e.m.Mount(context.Background(), mountReq("v1", "w1")); err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(e.dataDir, "volumes", "mounts")
+	dir := filepath.Join(e.dataDir, RecordsDir)
 	good := recordName("tp", "v1", "w1", defaultKey)
 	bad := filepath.Join(dir, "0123456789abcdef0123456789abcdef.json")
 	if err := os.WriteFile(bad, []byte(`{"version": 1, "plugin_id": "tp", `), 0o600); err != nil {
