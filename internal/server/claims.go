@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 )
 
 // Volume claim states, as VolumeClaim.state names them. A claim walks
@@ -110,6 +111,10 @@ func setState(c *csisupdv1.VolumeClaim, state string) {
 func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.Volume, *csisupdv1.VolumeClaim, error) {
 	if req.GetId() == "" || req.GetNodeId() == "" || req.GetWorkloadId() == "" {
 		return nil, nil, status.Error(codes.InvalidArgument, "claim volume: id, node_id and workload_id are required")
+	}
+	// The agent names directories after them.
+	if !config.ValidPathID(req.GetWorkloadId()) {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "claim volume: workload_id %q must match %s and not be . or ..", req.GetWorkloadId(), config.PluginIDPattern)
 	}
 	// Registered first, so that it runs after the unlock below: the
 	// watcher can take the volume then.

@@ -151,7 +151,7 @@ func TestClaimsShareOneStaging(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := node.NodeLog()
-	if got := methods(log[3:]); !slices.Equal(got, []string{"NodeUnpublishVolume", "NodeUnstageVolume"}) {
+	if got := methods(log[4:]); !slices.Equal(got, []string{"NodeUnpublishVolume", "NodeUnstageVolume"}) {
 		t.Fatalf("node calls of the second release: %v, want unpublish then unstage", got)
 	}
 	if n := unpublishes(); n != 1 {
@@ -201,6 +201,17 @@ func TestClaimRefusalsInCluster(t *testing.T) {
 				t.Errorf("%s: detail %v, want rule %s", tt.name, d, tt.rule)
 			}
 		}
+	}
+	// A node that runs no instance of the plugin.
+	leader := cc.c.WaitForLeader(t, 30*time.Second)
+	if _, err := csisupdv1.NewClusterClient(cc.c.Conn(leader.Index)).NodeRegister(context.Background(), &csisupdv1.NodeRegisterRequest{
+		NodeId: "bare", Name: "bare", Address: "127.0.0.1:1",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cc.control(t).ClaimVolume(context.Background(), &csisupdv1.VolumeClaimRequest{Id: "one-writer", NodeId: "bare", WorkloadId: "w7"})
+	if d, ok := csisupdv1.ErrorDetail[*csisupdv1.ClaimRefused](err); !ok || d.GetRule() != csisupdv1.ClaimRulePlugin {
+		t.Errorf("claim on a node without the plugin: %v, want rule %s", err, csisupdv1.ClaimRulePlugin)
 	}
 	if got := methods(cc.plugins[0].NodeLog()); !slices.Equal(got, []string{"NodeStageVolume", "NodePublishVolume"}) {
 		t.Fatalf("node calls on agent 0: %v, want only the first claim's", got)

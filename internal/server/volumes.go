@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 )
 
 // Controller capabilities the volume operations need.
@@ -116,10 +117,22 @@ func defaultCapabilities(caps []*csisupdv1.VolumeCapability) []*csisupdv1.Volume
 	return []*csisupdv1.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}}
 }
 
+// checkVolumeID refuses a volume id that cannot name a directory: agents
+// stage and publish a volume under its id.
+func checkVolumeID(op, id string) error {
+	if !config.ValidPathID(id) {
+		return status.Errorf(codes.InvalidArgument, "%s: id %q must match %s and not be . or ..", op, id, config.PluginIDPattern)
+	}
+	return nil
+}
+
 // createVolume runs on the leader.
 func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRequest) (*csisupdv1.Volume, error) {
 	if req.GetId() == "" || req.GetPluginId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "create volume: id and plugin_id are required")
+	}
+	if err := checkVolumeID("create volume", req.GetId()); err != nil {
+		return nil, err
 	}
 	caps := defaultCapabilities(req.GetCapabilities())
 	var csiCaps []*csi.VolumeCapability
@@ -203,6 +216,9 @@ func (s *Server) writeVolume(v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
 func (s *Server) registerVolume(ctx context.Context, v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
 	if v.GetId() == "" || v.GetPluginId() == "" || v.GetExternalId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "register volume: id, plugin_id and external_id are required")
+	}
+	if err := checkVolumeID("register volume", v.GetId()); err != nil {
+		return nil, err
 	}
 	v = proto.Clone(v).(*csisupdv1.Volume)
 	v.Claims = nil

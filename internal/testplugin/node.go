@@ -50,14 +50,15 @@ func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 }
 
 // known reports whether the node can serve volume id. A plugin that creates
-// volumes itself knows exactly which exist; a node-only plugin trusts the
-// controller and accepts every well-formed id. Callers hold st.mu.
+// volumes itself knows exactly which exist; a node-only plugin, or one
+// with Config.ForeignVolumes, trusts the controller and accepts every
+// well-formed id. Callers hold st.mu.
 func (s *nodeServer) known(id string) bool {
 	st := s.p.st
 	if _, ok := st.node[id]; ok {
 		return true
 	}
-	if s.p.hasCtrl && slices.Contains(s.p.caps, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME) {
+	if s.p.hasCtrl && !s.p.cfg.ForeignVolumes && slices.Contains(s.p.caps, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME) {
 		_, ok := st.volumes[id]
 		return ok
 	}

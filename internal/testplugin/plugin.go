@@ -101,6 +101,12 @@ type Config struct {
 	// KnownNodeIDs are node ids, besides NodeID, that ControllerPublishVolume
 	// accepts. AnyNode accepts every id.
 	KnownNodeIDs []string
+	// ForeignVolumes makes the node service serve every well-formed volume
+	// id, as a node-only plugin does, rather than only the volumes this
+	// instance's controller created: the instances of one plugin on
+	// several nodes each keep their own state directory, and a volume
+	// created by one is staged on the others.
+	ForeignVolumes bool
 	// ControllerCapabilities overrides the advertised controller
 	// capabilities with a subset of SupportedControllerCapabilities; nil
 	// means DefaultControllerCapabilities. Controller RPCs whose capability
