@@ -406,7 +406,33 @@ func (s *Server) admitClaim(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimReque
 			return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode, why)
 		}
 	}
+	// Claims on one node share one controller publication: a read-write
+	// claim cannot use a read-only one.
+	if !claim.GetReadOnly() && s.publishesReadonly(v.GetPluginId()) {
+		for _, old := range v.GetClaims() {
+			if old.GetNodeId() == claim.GetNodeId() && old.GetControllerPublished() && old.GetReadOnly() &&
+				!slices.ContainsFunc(v.GetClaims(), func(c *csisupdv1.VolumeClaim) bool {
+					return c.GetNodeId() == claim.GetNodeId() && c.GetControllerPublished() && !c.GetReadOnly()
+				}) {
+				return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode,
+					fmt.Sprintf("volume %q is published read-only to node %q for workload %q; a read-write claim there needs the read-only claims released first",
+						v.GetId(), claim.GetNodeId(), old.GetWorkloadId()))
+			}
+		}
+	}
 	return claim, nil
+}
+
+// publishesReadonly reports whether a controller instance of the plugin
+// advertises PUBLISH_READONLY, so that read-only claims are published
+// read-only by the controller.
+func (s *Server) publishesReadonly(pluginID string) bool {
+	for _, inst := range s.State().Plugin(pluginID).GetInstances() {
+		if slices.Contains(inst.GetPlugin().GetControllerCapabilities(), capPublishReadonly) {
+			return true
+		}
+	}
+	return false
 }
 
 // pluginPublishes reports whether a controller instance of the plugin
@@ -442,11 +468,13 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 	ref := refOf(v.GetId(), claim)
 	var err error
 	if !claim.GetControllerPublished() {
+		// A read-write publication serves every claim; a read-only one
+		// serves read-only claims (admitClaim refused the others).
 		var shared *csisupdv1.VolumeClaim
 		for _, c := range v.GetClaims() {
-			if c != claim && c.GetNodeId() == claim.GetNodeId() && c.GetControllerPublished() {
+			if c != claim && c.GetNodeId() == claim.GetNodeId() && c.GetControllerPublished() &&
+				(shared == nil || !c.GetReadOnly()) {
 				shared = c
-				break
 			}
 		}
 		switch {
@@ -512,12 +540,16 @@ func (s *Server) controllerPublish(ctx context.Context, v *csisupdv1.Volume, cla
 	if err != nil {
 		return nil, err
 	}
-	csiReq := &csi.ControllerPublishVolumeRequest{
-		VolumeId: v.GetExternalId(), NodeId: claim.GetCsiNodeId(), VolumeCapability: csiCap,
-		Readonly: claim.GetReadOnly(), Secrets: secrets, VolumeContext: v.GetContext(),
-	}
 	var pc map[string]string
 	_, err = s.callControllers(ctx, "ControllerPublishVolume", cands, func(ctx context.Context, c candidate) error {
+		// A controller without PUBLISH_READONLY refuses the readonly
+		// flag; the node publishes read-only then (NodePublishVolume's
+		// readonly), as Kubernetes' attacher does.
+		csiReq := &csi.ControllerPublishVolumeRequest{
+			VolumeId: v.GetExternalId(), NodeId: claim.GetCsiNodeId(), VolumeCapability: csiCap,
+			Readonly: claim.GetReadOnly() && slices.Contains(c.plugin.GetControllerCapabilities(), capPublishReadonly),
+			Secrets:  secrets, VolumeContext: v.GetContext(),
+		}
 		resp, err := s.controllers.PublishVolume(ctx, c.addr, v.GetPluginId(), csiReq)
 		if err == nil {
 			pc = resp.GetPublishContext()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -27,12 +28,14 @@ type claimCluster struct {
 	plugins []*testplugin.Plugin
 }
 
-func newClaimCluster(t *testing.T) *claimCluster {
+func newClaimCluster(t *testing.T, controllerCaps ...csi.ControllerServiceCapability_RPC_Type) *claimCluster {
 	t.Helper()
 	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2, Configure: fastVolumeWatcher})
 	cc := &claimCluster{c: c}
 	for i, a := range c.Agents() {
-		cc.plugins = append(cc.plugins, a.StartPlugin("tp", testplugin.Config{NodeID: fmt.Sprintf("csi-node-%d", i)}))
+		cc.plugins = append(cc.plugins, a.StartPlugin("tp", testplugin.Config{
+			NodeID: fmt.Sprintf("csi-node-%d", i), ControllerCapabilities: controllerCaps,
+		}))
 	}
 	testutil.WaitFor(t, 30*time.Second, "plugin tp healthy on both agents", func() bool {
 		p, err := cc.control(t).GetPlugin(context.Background(), &csisupdv1.PluginGetRequest{Id: "tp"})
@@ -299,5 +302,34 @@ func TestLeaderKilledInEveryReleaseState(t *testing.T) {
 	}
 	if _, err := cc.control(t).DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "v-0"}); err != nil {
 		t.Fatalf("delete after the releases: %v", err)
+	}
+}
+
+// TestReadOnlyPublication claims a volume read-only on a node of a plugin
+// with PUBLISH_READONLY: the controller publishes it read-only, so a
+// read-write claim on that node is refused until the reader is released,
+// and one on another node is not.
+func TestReadOnlyPublication(t *testing.T) {
+	cc := newClaimCluster(t, append(slices.Clone(testplugin.DefaultControllerCapabilities),
+		csi.ControllerServiceCapability_RPC_PUBLISH_READONLY)...)
+	cc.create(t, "ro", "MULTI_NODE_MULTI_WRITER")
+	mm := func(readOnly bool) *csisupdv1.VolumeUsage {
+		return &csisupdv1.VolumeUsage{AccessMode: "MULTI_NODE_MULTI_WRITER", ReadOnly: readOnly}
+	}
+	if _, err := cc.claim(t, "ro", 1, "reader", mm(true)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cc.claim(t, "ro", 1, "writer", mm(false))
+	if d, ok := csisupdv1.ErrorDetail[*csisupdv1.ClaimRefused](err); !ok || d.GetRule() != csisupdv1.ClaimRuleAccessMode {
+		t.Fatalf("read-write claim beside a read-only publication: %v, want an access-mode refusal", err)
+	}
+	if _, err := cc.claim(t, "ro", 0, "writer", mm(false)); err != nil {
+		t.Fatalf("read-write claim on another node: %v", err)
+	}
+	if err := cc.release(t, "ro", 1, "reader"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.claim(t, "ro", 1, "writer", mm(false)); err != nil {
+		t.Fatalf("read-write claim once the reader is gone: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 const (
 	capCreateDelete     = "CREATE_DELETE_VOLUME"
 	capPublishUnpublish = "PUBLISH_UNPUBLISH_VOLUME"
+	capPublishReadonly  = "PUBLISH_READONLY"
 )
 
 // candidate is one controller instance a volume operation may use.

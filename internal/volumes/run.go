@@ -146,17 +146,30 @@ func (m *Manager) finish(ctx context.Context, name string) error {
 }
 
 // reconcileLoop compares the cluster mounts with the servers' claims at
-// start, every interval and on TriggerReconcile, until ctx ends.
+// start, every interval and on TriggerReconcile, until ctx ends. A round
+// that could not ask the servers (they are not reachable yet, say, at the
+// agent's start) is tried again with backoff, never later than the
+// interval.
 func (m *Manager) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(m.interval)
-	defer t.Stop()
+	var failures *retry.BackOff
 	for {
-		m.reconcile(ctx)
+		wait := m.interval
+		if m.reconcile(ctx) {
+			failures = nil
+		} else {
+			if failures == nil {
+				failures = m.retry.NewBackOff()
+			}
+			wait = min(failures.NextBackOff(), m.interval)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		case <-m.trigger:
+			t.Stop()
 		}
 	}
 }
@@ -164,16 +177,17 @@ func (m *Manager) reconcileLoop(ctx context.Context) {
 // reconcile removes every cluster mount whose claim index is at most the
 // answer's index and whose volume and workload the servers no longer
 // claim. Mounts made by a local scheduler (not cluster) are never touched.
-// Errors are logged; the next round tries again.
-func (m *Manager) reconcile(ctx context.Context) {
+// Errors are logged; the next round tries again. It reports whether the
+// round did all it had to.
+func (m *Manager) reconcile(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, m.timeout)
 	claims, index, err := m.claims(cctx)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			m.log.Warn("cannot read the servers' claims of this node; trying again later", "error", err)
+			m.log.Warn("cannot read the servers' claims of this node; trying again", "error", err)
 		}
-		return
+		return false
 	}
 	held := make(map[[2]string]bool, len(claims))
 	for _, c := range claims {
@@ -187,15 +201,18 @@ func (m *Manager) reconcile(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
+	ok := true
 	for _, r := range released {
 		if ctx.Err() != nil {
-			return
+			return true
 		}
 		if err := m.removeReleased(ctx, r.name(), index); err != nil {
-			m.log.Warn("cannot unmount a mount whose claim the servers released; trying again later",
+			ok = false
+			m.log.Warn("cannot unmount a mount whose claim the servers released; trying again",
 				"plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID, "usage", r.UsageKey, "error", statusMessage(err))
 		}
 	}
+	return ok
 }
 
 // removeReleased unmounts the cluster mount named name, when it still is

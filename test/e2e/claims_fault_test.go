@@ -131,14 +131,16 @@ func startCLI(t *testing.T, addr string, args ...string) <-chan string {
 		t.Fatal(err)
 	}
 	done := make(chan string, 1)
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		defer cancel()
 		err := cmd.Wait()
 		done <- fmt.Sprintf("%s (exit: %v)", out.String(), err)
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		<-exited
 	})
 	return done
 }
