@@ -467,7 +467,12 @@ func (s *Server) publishCandidates(pluginID string) ([]candidate, error) {
 func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *csisupdv1.VolumeClaim, secrets map[string]string) (*csisupdv1.Volume, *csisupdv1.VolumeClaim, error) {
 	ref := refOf(v.GetId(), claim)
 	var err error
-	if !claim.GetControllerPublished() {
+	// The publication and the mount are recorded together, in one write
+	// after both: a claim that stops between them is released (its
+	// controller publication with it) or claimed again, and both steps are
+	// idempotent. Only the taken claim must be in raft before they start.
+	pc, published := claim.GetPublishContext(), claim.GetControllerPublished()
+	if !published {
 		// A read-write publication serves every claim; a read-only one
 		// serves read-only claims (admitClaim refused the others).
 		var shared *csisupdv1.VolumeClaim
@@ -479,25 +484,16 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 		}
 		switch {
 		case shared != nil:
-			pc := maps.Clone(shared.GetPublishContext())
-			if v, claim, err = s.updateClaim(ref, func(c *csisupdv1.VolumeClaim) {
-				c.PublishContext, c.ControllerPublished = pc, true
-			}); err != nil {
-				return nil, nil, err
-			}
+			pc, published = maps.Clone(shared.GetPublishContext()), true
 		case s.pluginPublishes(v.GetPluginId()):
-			pc, err := s.controllerPublish(ctx, v, claim, secrets)
-			if err != nil {
+			if pc, err = s.controllerPublish(ctx, v, claim, secrets); err != nil {
 				return nil, nil, err
 			}
-			if v, claim, err = s.updateClaim(ref, func(c *csisupdv1.VolumeClaim) {
-				c.PublishContext, c.ControllerPublished = pc, true
-			}); err != nil {
-				return nil, nil, err
-			}
+			published = true
 		}
 	}
-	if !claim.GetMounted() {
+	hostPath, mounted := claim.GetHostPath(), claim.GetMounted()
+	if !mounted {
 		node := s.State().Node(claim.GetNodeId())
 		if node == nil {
 			return nil, nil, status.Errorf(codes.NotFound, "node %q not found", claim.GetNodeId())
@@ -510,7 +506,7 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 			WorkloadId:     claim.GetWorkloadId(),
 			Usage:          claim.GetUsage(),
 			VolumeContext:  v.GetContext(),
-			PublishContext: claim.GetPublishContext(),
+			PublishContext: pc,
 			Secrets:        secrets,
 			Cluster:        true,
 			ClaimIndex:     claim.GetClaimIndex(),
@@ -520,8 +516,12 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 			return nil, nil, fmt.Errorf("mount volume %q for workload %q on node %q (%s): %w",
 				v.GetId(), claim.GetWorkloadId(), node.GetId(), node.GetAddress(), err)
 		}
+		hostPath, mounted = m.GetHostPath(), true
+	}
+	if published != claim.GetControllerPublished() || mounted != claim.GetMounted() {
 		if v, claim, err = s.updateClaim(ref, func(c *csisupdv1.VolumeClaim) {
-			c.HostPath, c.Mounted = m.GetHostPath(), true
+			c.PublishContext, c.ControllerPublished = pc, published
+			c.HostPath, c.Mounted = hostPath, mounted
 		}); err != nil {
 			return nil, nil, err
 		}

@@ -247,8 +247,7 @@ func TestClaimAndReleaseThroughFollower(t *testing.T) {
 	}
 	wantSteps := []string{
 		"volume-claimed taken",
-		"volume-claim-updated taken", // controller published
-		"volume-claim-updated taken", // mounted
+		"volume-claim-updated taken", // controller published and mounted
 		"volume-claim-updated unpublishing",
 		"volume-claim-updated node-unpublished",
 		"volume-claim-updated controller-unpublished",
