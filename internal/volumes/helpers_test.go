@@ -24,7 +24,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// Ginkgo (csi-sanity) registers a signal handler for the process.
+		goleak.IgnoreTopFunction("github.com/onsi/ginkgo/v2/internal/interrupt_handler.(*InterruptHandler).registerForInterrupts.func2"),
+	)
 }
 
 // shortRetry keeps retries fast in tests.

@@ -14,16 +14,16 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
-// serve serves m's NodeVolumes on a unix socket in dir and returns a client;
-// both end with the test.
-func serve(t *testing.T, dir string, m *Manager) csisupdv1.NodeVolumesClient {
+// serve serves m's NodeVolumes on a unix socket in dir, with the server
+// options opts, and returns a client; both end with the test.
+func serve(t *testing.T, dir string, m *Manager, opts ...grpc.ServerOption) csisupdv1.NodeVolumesClient {
 	t.Helper()
 	sock := filepath.Join(dir, "agent.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	m.Register(srv)
 	served := make(chan struct{})
 	go func() {
