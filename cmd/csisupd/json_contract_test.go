@@ -26,13 +26,13 @@ import (
 func documentedKeys() map[string]map[string][]string {
 	return map[string]map[string][]string{
 		"status": {
-			"":          {"name", "version", "started_at", "plugin_dir", "ignored", "cluster", "plugins"},
+			"":          {"name", "version", "started_at", "plugin_dir", "ignored", "cluster", "plugins", "mounts"},
 			"ignored[]": {"path", "reason"},
 			"plugins[]": {"id", "type", "healthy", "health_state", "health_description", "health_since", "socket",
 				"vendor_name", "vendor_version", "manifest", "node_id", "max_volumes", "accessible_topology",
 				"plugin_capabilities", "controller_capabilities", "node_capabilities", "last_probe", "registered_at"},
 		},
-		"events": {"": {"time", "type", "plugin_id", "description", "index"}},
+		"events": {"": {"time", "type", "plugin_id", "description", "index", "volume_id", "workload_id"}},
 	}
 }
 

@@ -174,7 +174,7 @@ func TestEventJSONLine(t *testing.T) {
 	}
 	// The layout is encoding/json's, the same for every build (protojson
 	// alone varies its spaces).
-	if want := `{"index":"1","time":"2026-01-02T03:04:05Z","type":"plugin-registered","plugin_id":"p","description":"registered"}`; lines[0] != want {
+	if want := `{"index":"1","time":"2026-01-02T03:04:05Z","type":"plugin-registered","plugin_id":"p","description":"registered","volume_id":"","workload_id":""}`; lines[0] != want {
 		t.Errorf("line 0 = %s\nwant      %s", lines[0], want)
 	}
 	for i, line := range lines {

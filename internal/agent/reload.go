@@ -189,10 +189,16 @@ func hasPrefix(key string, prefixes []string) bool {
 // rest of the consul block.
 func changedKeys(a, b *config.Config) []string {
 	keysA, valuesA := configValues(a)
-	_, valuesB := configValues(b)
+	keysB, valuesB := configValues(b)
 	var out []string
 	for _, k := range keysA {
 		if valuesA[k] != valuesB[k] {
+			out = append(out, k)
+		}
+	}
+	// Keys only b has: a plugin block added.
+	for _, k := range keysB {
+		if _, ok := valuesA[k]; !ok {
 			out = append(out, k)
 		}
 	}

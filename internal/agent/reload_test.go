@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,8 @@ func TestChangedKeysSeesEveryField(t *testing.T) {
 				continue // not configuration keys
 			case name == "Client.PluginOwnerUIDs":
 				continue // derived from client.plugin_owners by Validate
+			case name == "Plugins":
+				continue // a map of blocks: see below
 			case f.Type.Kind() == reflect.Struct:
 				walk(v.Field(i), name+".")
 				continue
@@ -63,6 +66,18 @@ func TestChangedKeysSeesEveryField(t *testing.T) {
 	walk(reflect.ValueOf(base), "")
 	if fields != len(keys) || len(seen) != fields {
 		t.Errorf("%d fields, %d keys rendered, %d told apart; want all equal", fields, len(keys), len(seen))
+	}
+
+	// A plugin block added, or one of its keys changed, shows too.
+	withPlugin := base
+	withPlugin.Plugins = map[string]config.PluginConfig{"ebs": {MountDir: "/mnt/ebs"}}
+	if got := changedKeys(&base, &withPlugin); !slices.Equal(got, []string{`plugin "ebs".mount_dir`, `plugin "ebs".plugin_mount_dir`}) {
+		t.Errorf("adding a plugin block changes keys %v, want its two keys", got)
+	}
+	moved := withPlugin
+	moved.Plugins = map[string]config.PluginConfig{"ebs": {MountDir: "/srv/ebs"}}
+	if got := changedKeys(&withPlugin, &moved); !slices.Equal(got, []string{`plugin "ebs".mount_dir`}) {
+		t.Errorf("changing a plugin's mount_dir changes keys %v, want that one", got)
 	}
 }
 
