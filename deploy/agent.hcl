@@ -72,3 +72,11 @@ acl {
   # CSISUPD_AGENT_TOKEN in /etc/csisupd.d/csisupd.env (mode 0600):
   # tokens { agent = "..." }
 }
+
+# Where the agent stages and publishes a plugin's volumes (default
+# <data_dir>/volumes/<plugin id>). A plugin in a container that sees the
+# directory at another path says so with plugin_mount_dir.
+# plugin "ebs.csi.aws.com" {
+#   mount_dir        = "/var/lib/csisupd/volumes/ebs"
+#   plugin_mount_dir = "/csi/volumes"
+# }

@@ -5,6 +5,9 @@ server {
   # retry_join: the other servers' gRPC addresses. Leave it out to find them in Consul's
   # catalog (consul.server_auto_join); bootstrap_expect alone decides when the cluster forms.
   retry_join       = ["10.0.0.11:4780", "10.0.0.12:4780", "10.0.0.13:4780"]
+  # A node down for longer than this has its volume claims released through the
+  # controller alone; its agent unmounts what is left when it returns.
+  claim_gc_grace   = "5m"
 }
 
 # A server presents a server certificate (`csisupd tls cert create --server`, one per server);
