@@ -2,8 +2,6 @@ package rpc
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"slices"
@@ -13,15 +11,12 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	"github.com/onsi/ginkgo/v2"
-	"github.com/onsi/ginkgo/v2/types"
-	"github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/klog/v2"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil/sanitytest"
 )
 
 // controllerAdapter is a CSI Controller service that makes every call
@@ -152,12 +147,6 @@ func serveAdapter(t *testing.T, dir string, c csisupdv1.ClientCSIClient, plugin,
 	return sock
 }
 
-// sanityOutcome records a Ginkgo failure without failing the Go test, so
-// that the outcomes of the two runs can be compared first.
-type sanityOutcome struct{ failed bool }
-
-func (o *sanityOutcome) Fail() { o.failed = true }
-
 // TestClientCSISanity runs csi-sanity twice in one Ginkgo suite (Ginkgo runs
 // one suite per process): against testplugin directly, and with every
 // controller call going through ClientCSI on an agent that supervises the
@@ -190,55 +179,10 @@ func TestClientCSISanity(t *testing.T) {
 		return &cfg
 	}
 	const direct, mediated = "direct", "through ClientCSI"
-	var contexts []*sanity.TestContext
-	ginkgo.Describe(direct, func() {
-		contexts = append(contexts, sanity.GinkgoTest(newConfig("d", "")))
-	})
-	ginkgo.Describe(mediated, func() {
-		contexts = append(contexts, sanity.GinkgoTest(newConfig("m", "unix://"+adapter)))
-	})
-
-	// outcome[run][spec text] is "passed", "skipped" or the failure.
-	outcome := map[string]map[string]string{direct: {}, mediated: {}}
-	ginkgo.ReportAfterSuite("compare runs", func(r ginkgo.Report) {
-		for _, s := range r.SpecReports {
-			if s.LeafNodeType != types.NodeTypeIt || len(s.ContainerHierarchyTexts) == 0 {
-				continue
-			}
-			run := s.ContainerHierarchyTexts[0]
-			text := strings.Join(append(slices.Clone(s.ContainerHierarchyTexts[1:]), s.LeafNodeText), " ")
-			switch {
-			case s.State.Is(types.SpecStatePassed):
-				outcome[run][text] = "passed"
-			case s.State.Is(types.SpecStateSkipped | types.SpecStatePending):
-				outcome[run][text] = "skipped"
-			default:
-				outcome[run][text] = fmt.Sprintf("%s: %s", s.State, s.Failure.Message)
-			}
-		}
-	})
-
-	gomega.RegisterFailHandler(ginkgo.Fail)
-	suite, reporter := ginkgo.GinkgoConfiguration()
-	reporter.Succinct = true
-	reporter.NoColor = true
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
-	ginkgo.RunSpecs(&sanityOutcome{}, "csi-sanity: direct and through ClientCSI", suite, reporter)
-	for _, sc := range contexts {
-		sc.Finalize()
-	}
-
-	passed := func(run string) []string {
-		var out []string
-		for text, o := range outcome[run] {
-			if o == "passed" {
-				out = append(out, text)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	outcome := sanitytest.Run("csi-sanity: direct and through ClientCSI",
+		sanitytest.Target{Name: direct, Config: newConfig("d", "")},
+		sanitytest.Target{Name: mediated, Config: newConfig("m", "unix://"+adapter)})
+	passed := outcome.Passed
 	pd, pm := passed(direct), passed(mediated)
 	t.Logf("csi-sanity: %d specs pass directly, %d through ClientCSI (of %d); %d controller calls mediated",
 		len(pd), len(pm), len(outcome[direct]), mediatedCalls.Load())
@@ -249,17 +193,17 @@ func TestClientCSISanity(t *testing.T) {
 		t.Errorf("only %d csi-sanity specs pass against the plugin directly; the comparison proves little", len(pd))
 	}
 	for _, text := range pd {
-		if outcome[mediated][text] != "passed" {
+		if outcome[mediated][text] != sanitytest.Passed {
 			t.Errorf("passes directly but not through ClientCSI: %s\n  %s", text, outcome[mediated][text])
 		}
 	}
 	for _, text := range pm {
-		if outcome[direct][text] != "passed" {
+		if outcome[direct][text] != sanitytest.Passed {
 			t.Errorf("passes through ClientCSI but not directly: %s\n  %s", text, outcome[direct][text])
 		}
 	}
 	for text, o := range outcome[direct] {
-		if o != "passed" && o != "skipped" {
+		if o != sanitytest.Passed && o != sanitytest.Skipped {
 			t.Logf("fails directly too (a testplugin matter): %s\n  %s", text, o)
 		}
 	}

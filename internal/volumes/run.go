@@ -112,24 +112,12 @@ func (m *Manager) finished(name string) {
 // finish makes one attempt at finishing or undoing the step of the record
 // named name. A record that is gone or published needs nothing.
 func (m *Manager) finish(ctx context.Context, name string) error {
-	m.mu.Lock()
-	r := m.records[name]
-	m.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	unlock, err := m.locks.lock(ctx, volumeKey(r.PluginID, r.VolumeID))
-	if err != nil {
+	r, unlock, err := m.lockRecord(ctx, name)
+	if err != nil || r == nil {
 		return err
 	}
 	defer unlock()
-	m.mu.Lock()
-	r = m.records[name]
-	if r != nil {
-		r = r.clone()
-	}
-	m.mu.Unlock()
-	if r == nil || r.State == StatePublished {
+	if r.State == StatePublished {
 		return nil
 	}
 	if _, err := m.resolve(r.PluginID, methodUnmount, ""); err != nil {
@@ -218,25 +206,13 @@ func (m *Manager) reconcile(ctx context.Context) bool {
 // removeReleased unmounts the cluster mount named name, when it still is
 // one claimed at or before index.
 func (m *Manager) removeReleased(ctx context.Context, name string, index uint64) error {
-	m.mu.Lock()
-	r := m.records[name]
-	m.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	unlock, err := m.locks.lock(ctx, volumeKey(r.PluginID, r.VolumeID))
-	if err != nil {
+	r, unlock, err := m.lockRecord(ctx, name)
+	if err != nil || r == nil {
 		return err
 	}
 	defer unlock()
-	m.mu.Lock()
-	r = m.records[name]
-	if r != nil {
-		r = r.clone()
-	}
-	m.mu.Unlock()
 	// The mount may have been made again for a newer claim meanwhile.
-	if r == nil || !r.Cluster || r.ClaimIndex > index {
+	if !r.Cluster || r.ClaimIndex > index {
 		return nil
 	}
 	if _, err := m.resolve(r.PluginID, methodUnmount, ""); err != nil {
@@ -249,4 +225,32 @@ func (m *Manager) removeReleased(ctx context.Context, name string, index uint64)
 	m.log.Info("unmounted a volume whose claim the servers released", "plugin", r.PluginID, "volume", r.VolumeID,
 		"workload", r.WorkloadID, "usage", r.UsageKey, "claim_index", r.ClaimIndex, "unstaged", unstaged)
 	return nil
+}
+
+// lockRecord takes the volume lock of the record named name and returns a
+// copy of the record as it is under that lock, with the unlock function.
+// It returns a nil record (and nothing to unlock) when there is none, or
+// none any more once the lock is held.
+func (m *Manager) lockRecord(ctx context.Context, name string) (*record, func(), error) {
+	m.mu.Lock()
+	r := m.records[name]
+	m.mu.Unlock()
+	if r == nil {
+		return nil, nil, nil
+	}
+	unlock, err := m.locks.lock(ctx, volumeKey(r.PluginID, r.VolumeID))
+	if err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	r = m.records[name]
+	if r != nil {
+		r = r.clone()
+	}
+	m.mu.Unlock()
+	if r == nil {
+		unlock()
+		return nil, nil, nil
+	}
+	return r, unlock, nil
 }

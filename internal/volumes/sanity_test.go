@@ -5,34 +5,28 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"io"
 	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	"github.com/onsi/ginkgo/v2"
-	"github.com/onsi/ginkgo/v2/types"
-	"github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"k8s.io/klog/v2"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
+	"github.com/csisupd/csisupd/internal/testutil/sanitytest"
 )
 
 // nodeAdapter is a CSI Node service that makes every volume call through
@@ -404,10 +398,6 @@ func serveNodeAdapter(t *testing.T, dir string, nv csisupdv1.NodeVolumesClient, 
 }
 
 // sanityOutcome records a Ginkgo failure without failing the Go test, so
-// that the outcomes of the two runs can be compared first.
-type sanityOutcome struct{ failed bool }
-
-func (o *sanityOutcome) Fail() { o.failed = true }
 
 // sanityExceptions are the csi-sanity specs (text below the run's
 // container) that pass against the plugin directly but cannot pass through
@@ -492,58 +482,13 @@ func TestNodeVolumesSanity(t *testing.T) {
 		return &cfg
 	}
 	const direct, mediated = "direct", "through NodeVolumes"
-	var contexts []*sanity.TestContext
-	ginkgo.Describe(direct, func() {
-		contexts = append(contexts, sanity.GinkgoTest(newConfig("d", sock, "")))
-	})
-	ginkgo.Describe(mediated, func() {
-		contexts = append(contexts, sanity.GinkgoTest(newConfig("m", adapter, sock)))
-	})
-
-	// outcome[run][spec text] is "passed", "skipped" or the failure.
-	outcome := map[string]map[string]string{direct: {}, mediated: {}}
-	ginkgo.ReportAfterSuite("compare runs", func(r ginkgo.Report) {
-		for _, s := range r.SpecReports {
-			if s.LeafNodeType != types.NodeTypeIt || len(s.ContainerHierarchyTexts) == 0 {
-				continue
-			}
-			run := s.ContainerHierarchyTexts[0]
-			text := strings.Join(append(slices.Clone(s.ContainerHierarchyTexts[1:]), s.LeafNodeText), " ")
-			switch {
-			case s.State.Is(types.SpecStatePassed):
-				outcome[run][text] = "passed"
-			case s.State.Is(types.SpecStateSkipped | types.SpecStatePending):
-				outcome[run][text] = "skipped"
-			default:
-				outcome[run][text] = fmt.Sprintf("%s: %s", s.State, s.Failure.Message)
-			}
-		}
-	})
-
-	gomega.RegisterFailHandler(ginkgo.Fail)
-	suite, reporter := ginkgo.GinkgoConfiguration()
-	reporter.Succinct = true
-	reporter.NoColor = true
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
-	ginkgo.RunSpecs(&sanityOutcome{}, "csi-sanity: direct and through NodeVolumes", suite, reporter)
-	for _, sc := range contexts {
-		sc.Finalize()
-	}
-
-	passed := func(run string) []string {
-		var out []string
-		for text, o := range outcome[run] {
-			if o == "passed" {
-				out = append(out, text)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	outcome := sanitytest.Run("csi-sanity: direct and through NodeVolumes",
+		sanitytest.Target{Name: direct, Config: newConfig("d", sock, "")},
+		sanitytest.Target{Name: mediated, Config: newConfig("m", adapter, sock)})
+	passed := outcome.Passed
 	nodeRan := 0
 	for text, o := range outcome[mediated] {
-		if strings.HasPrefix(text, nodeGroup+" ") && o != "skipped" {
+		if strings.HasPrefix(text, nodeGroup+" ") && o != sanitytest.Skipped {
 			nodeRan++
 		}
 	}
@@ -565,7 +510,7 @@ func TestNodeVolumesSanity(t *testing.T) {
 		}
 	}
 	for _, text := range pd {
-		if outcome[mediated][text] == "passed" {
+		if outcome[mediated][text] == sanitytest.Passed {
 			continue
 		}
 		if reason, ok := sanityExceptions[text]; ok {
@@ -578,7 +523,7 @@ func TestNodeVolumesSanity(t *testing.T) {
 		if _, ok := sanityExceptions[text]; ok {
 			t.Errorf("listed as an exception but passes through NodeVolumes: %s", text)
 		}
-		if outcome[direct][text] != "passed" {
+		if outcome[direct][text] != sanitytest.Passed {
 			t.Errorf("passes through NodeVolumes but not directly: %s\n  %s", text, outcome[direct][text])
 		}
 	}
@@ -588,7 +533,7 @@ func TestNodeVolumesSanity(t *testing.T) {
 		}
 	}
 	for text, o := range outcome[direct] {
-		if o != "passed" && o != "skipped" {
+		if o != sanitytest.Passed && o != sanitytest.Skipped {
 			t.Logf("fails directly too (a testplugin matter): %s\n  %s", text, o)
 		}
 	}

@@ -49,6 +49,7 @@ var allowed = map[string][]string{
 	api:                    {},
 
 	"internal/testutil":                      {},
+	"internal/testutil/sanitytest":           {},
 	"internal/plugin/plugintest":             {api, "internal/plugin"},
 	"internal/testplugin":                    {},
 	"internal/testplugin/cmd/csi-testplugin": {"internal/testplugin"},
@@ -64,7 +65,7 @@ var allowed = map[string][]string{
 }
 
 // testHelpers may be imported by every package's tests.
-var testHelpers = []string{"internal/testutil", "internal/testplugin", "internal/plugin/plugintest", "internal/consulsync/consultest"}
+var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testplugin", "internal/plugin/plugintest", "internal/consulsync/consultest"}
 
 // allowedInTests lists what a package's tests may import beyond its own
 // allowed imports and testHelpers, each with why. Tests run the real parts
