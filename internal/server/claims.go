@@ -124,7 +124,7 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 			s.kickVolumeWatcher()
 		}
 	}()
-	unlock, err := s.volumeLocks.lock(ctx, req.GetId())
+	unlock, err := s.volumeLocks.Lock(ctx, req.GetId())
 	if err != nil {
 		return nil, nil, toStatus(err)
 	}
@@ -571,7 +571,7 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 	if req.GetId() == "" || req.GetNodeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "release volume: id and node_id are required")
 	}
-	unlock, err := s.volumeLocks.lock(ctx, req.GetId())
+	unlock, err := s.volumeLocks.Lock(ctx, req.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/stream"
 )
@@ -54,10 +55,10 @@ type Server struct {
 	heartbeats  *heartbeats
 	controllers ControllerClient
 	nodeVolumes NodeVolumesClient
-	pluginLocks *keyedMutex
+	pluginLocks keylock.Set
 	// volumeLocks serialise the work on one volume: claims, releases, the
 	// volume watcher, and the writes of create, register and delete.
-	volumeLocks *keyedMutex
+	volumeLocks keylock.Set
 	// volumeKick wakes the volume watcher before its next interval.
 	volumeKick chan struct{}
 
@@ -93,18 +94,16 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	}
 
 	s := &Server{
-		cfg:         cfg,
-		logger:      logger,
-		events:      events,
-		leaderCh:    make(chan bool, 10),
-		conns:       newConnPool(cfg.Connect, cfg.DialOptions),
-		agentConns:  newConnPool(cfg.Connect, cfg.agentDialOptions()),
-		pluginLocks: newKeyedMutex(),
-		volumeLocks: newKeyedMutex(),
-		volumeKick:  make(chan struct{}, 1),
-		shutdownCh:  make(chan struct{}),
-		peerAddrs:   map[string]string{},
-		batchCh:     make(chan batchReq),
+		cfg:        cfg,
+		logger:     logger,
+		events:     events,
+		leaderCh:   make(chan bool, 10),
+		conns:      newConnPool(cfg.Connect, cfg.DialOptions),
+		agentConns: newConnPool(cfg.Connect, cfg.agentDialOptions()),
+		volumeKick: make(chan struct{}, 1),
+		shutdownCh: make(chan struct{}),
+		peerAddrs:  map[string]string{},
+		batchCh:    make(chan batchReq),
 	}
 	s.controllers = cfg.Controllers
 	if s.controllers == nil {
@@ -488,49 +487,6 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	s.heartbeats.clear()
 	<-s.autopilot.Stop()
 	<-watcherDone
-}
-
-// keyedMutex serialises work per key.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]chan struct{}
-}
-
-func newKeyedMutex() *keyedMutex { return &keyedMutex{locks: map[string]chan struct{}{}} }
-
-// lock waits for key until ctx ends and returns the unlock function.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
-	k.mu.Lock()
-	ch, ok := k.locks[key]
-	if !ok {
-		ch = make(chan struct{}, 1)
-		k.locks[key] = ch
-	}
-	k.mu.Unlock()
-	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// tryLock takes key when it is free and returns the unlock function; ok
-// is false when someone else holds it.
-func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
-	k.mu.Lock()
-	ch, found := k.locks[key]
-	if !found {
-		ch = make(chan struct{}, 1)
-		k.locks[key] = ch
-	}
-	k.mu.Unlock()
-	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, true
-	default:
-		return nil, false
-	}
 }
 
 var errNoLeader = errors.New("no cluster leader")

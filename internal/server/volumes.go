@@ -144,12 +144,12 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 		}
 		csiCaps = append(csiCaps, cc)
 	}
-	unlock, err := s.pluginLocks.lock(ctx, req.GetPluginId())
+	unlock, err := s.pluginLocks.Lock(ctx, req.GetPluginId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	defer unlock()
-	unlockVolume, err := s.volumeLocks.lock(ctx, req.GetId())
+	unlockVolume, err := s.volumeLocks.Lock(ctx, req.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -229,12 +229,12 @@ func (s *Server) registerVolume(ctx context.Context, v *csisupdv1.Volume) (*csis
 			return nil, err
 		}
 	}
-	unlock, err := s.pluginLocks.lock(ctx, v.GetPluginId())
+	unlock, err := s.pluginLocks.Lock(ctx, v.GetPluginId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	defer unlock()
-	unlockVolume, err := s.volumeLocks.lock(ctx, v.GetId())
+	unlockVolume, err := s.volumeLocks.Lock(ctx, v.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -254,13 +254,13 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 	if v == nil {
 		return status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	unlock, err := s.pluginLocks.lock(ctx, v.GetPluginId())
+	unlock, err := s.pluginLocks.Lock(ctx, v.GetPluginId())
 	if err != nil {
 		return toStatus(err)
 	}
 	defer unlock()
 	// The volume lock keeps claims out until the volume is gone.
-	unlockVolume, err := s.volumeLocks.lock(ctx, req.GetId())
+	unlockVolume, err := s.volumeLocks.Lock(ctx, req.GetId())
 	if err != nil {
 		return toStatus(err)
 	}

@@ -107,7 +107,7 @@ func (w *volumeWatcher) release(ctx context.Context, volumeID string, c *csisupd
 	if r := w.retries[key]; r != nil && now.Before(r.next) {
 		return
 	}
-	unlock, ok := w.s.volumeLocks.tryLock(volumeID)
+	unlock, ok := w.s.volumeLocks.TryLock(volumeID)
 	if !ok {
 		return // a claim or release of the volume runs; look again next pass
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
 )
@@ -63,8 +64,8 @@ type Manager struct {
 	claims   ClaimSource
 	interval time.Duration
 
-	locks keyedMutex // one per (plugin, volume)
-	dirMu sync.Mutex // serialises creating and removing mount directories
+	locks keylock.Set // one per (plugin, volume)
+	dirMu sync.Mutex  // serialises creating and removing mount directories
 
 	mu      sync.Mutex
 	records map[string]*record // by file name; each changed only under its volume's lock
@@ -124,7 +125,6 @@ func New(cfg Config) (*Manager, error) {
 		log:       cfg.Logger.Named("volumes"),
 		claims:    cfg.Claims,
 		interval:  cfg.ReconcileInterval,
-		locks:     keyedMutex{locks: make(map[string]*keyLock)},
 		records:   recs,
 		pending:   make(map[string]bool),
 		initial:   make(map[string]bool),
@@ -156,7 +156,7 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 	pluginID, volumeID, workloadID, usageKey := req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId(), u.key()
 	externalID := cmp.Or(req.GetExternalId(), volumeID)
 
-	unlock, err := m.locks.lock(ctx, volumeKey(pluginID, volumeID))
+	unlock, err := m.lockVolume(ctx, pluginID, volumeID)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +307,7 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 		}
 		usageKey = u.key()
 	}
-	unlock, err := m.locks.lock(ctx, volumeKey(req.GetPluginId(), req.GetVolumeId()))
+	unlock, err := m.lockVolume(ctx, req.GetPluginId(), req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +466,7 @@ func (m *Manager) publishedMount(ctx context.Context, method, capability, plugin
 	if _, err := m.resolve(pluginID, method, capability); err != nil {
 		return nil, nil, err
 	}
-	unlock, err := m.locks.lock(ctx, volumeKey(pluginID, volumeID))
+	unlock, err := m.lockVolume(ctx, pluginID, volumeID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -680,45 +680,15 @@ func statusMessage(err error) string {
 	return err.Error()
 }
 
-// keyedMutex is a set of mutexes by key, each taken with a context.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	ch   chan struct{} // holds a token while locked
-	refs int           // holders and waiters
-}
-
-// lock takes key's mutex, or returns ctx's error as a gRPC status when
-// ctx ends first. The returned function releases it.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
-	k.mu.Lock()
-	l, ok := k.locks[key]
-	if !ok {
-		l = &keyLock{ch: make(chan struct{}, 1)}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	done := func() {
-		k.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-	select {
-	case l.ch <- struct{}{}:
-		return func() {
-			<-l.ch
-			done()
-		}, nil
-	case <-ctx.Done():
-		done()
+// lockVolume takes the mutex of one (plugin, volume), or returns ctx's
+// error as a gRPC status when ctx ends first. The returned function
+// releases it.
+func (m *Manager) lockVolume(ctx context.Context, pluginID, volumeID string) (func(), error) {
+	unlock, err := m.locks.Lock(ctx, volumeKey(pluginID, volumeID))
+	if err != nil {
 		return nil, contextError(ctx)
 	}
+	return unlock, nil
 }
 
 // contextError turns the error of an ended context into a gRPC status.

@@ -238,7 +238,7 @@ func (m *Manager) lockRecord(ctx context.Context, name string) (*record, func(),
 	if r == nil {
 		return nil, nil, nil
 	}
-	unlock, err := m.locks.lock(ctx, volumeKey(r.PluginID, r.VolumeID))
+	unlock, err := m.lockVolume(ctx, r.PluginID, r.VolumeID)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -11,7 +11,7 @@ const module = "github.com/csisupd/csisupd/"
 
 // The tiers of the graph, top to bottom:
 //
-//	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil}
+//	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock}
 //
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
@@ -20,7 +20,7 @@ const module = "github.com/csisupd/csisupd/"
 var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
-		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"}
+		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock"}
 	middle = []string{"internal/registry", "internal/volumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
@@ -31,11 +31,11 @@ var allowed = map[string][]string{
 
 	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config"},
 	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
-	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil"},
+	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock"},
 	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config"},
 	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config"},
 	// volumes uses rpc's redaction and retryable codes, as ClientCSI does.
-	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc"},
+	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc", "internal/keylock"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
@@ -46,6 +46,7 @@ var allowed = map[string][]string{
 	"internal/config":      {"internal/retry"},
 	"internal/acl":         {api},
 	"internal/tlsutil":     {},
+	"internal/keylock":     {},
 	api:                    {},
 
 	"internal/testutil":                      {},
