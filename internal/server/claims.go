@@ -408,7 +408,7 @@ func (s *Server) admitClaim(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimReque
 	}
 	// Claims on one node share one controller publication: a read-write
 	// claim cannot use a read-only one.
-	if !claim.GetReadOnly() && s.publishesReadonly(v.GetPluginId()) {
+	if !claim.GetReadOnly() && s.controllerAdvertises(v.GetPluginId(), capPublishReadonly) {
 		for _, old := range v.GetClaims() {
 			if old.GetNodeId() == claim.GetNodeId() && old.GetControllerPublished() && old.GetReadOnly() &&
 				!slices.ContainsFunc(v.GetClaims(), func(c *csisupdv1.VolumeClaim) bool {
@@ -423,24 +423,15 @@ func (s *Server) admitClaim(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimReque
 	return claim, nil
 }
 
-// publishesReadonly reports whether a controller instance of the plugin
-// advertises PUBLISH_READONLY, so that read-only claims are published
-// read-only by the controller.
-func (s *Server) publishesReadonly(pluginID string) bool {
-	for _, inst := range s.State().Plugin(pluginID).GetInstances() {
-		if slices.Contains(inst.GetPlugin().GetControllerCapabilities(), capPublishReadonly) {
-			return true
-		}
-	}
-	return false
-}
-
-// pluginPublishes reports whether a controller instance of the plugin
-// advertises PUBLISH_UNPUBLISH_VOLUME, healthy or not.
-func (s *Server) pluginPublishes(pluginID string) bool {
+// controllerAdvertises reports whether a controller instance of the
+// plugin, healthy or not, advertises a controller capability:
+// PUBLISH_UNPUBLISH_VOLUME (the plugin's claims are published by the
+// controller) or PUBLISH_READONLY (read-only claims are published
+// read-only).
+func (s *Server) controllerAdvertises(pluginID, capability string) bool {
 	for _, inst := range s.State().Plugin(pluginID).GetInstances() {
 		if ctrl, _ := pluginRoles(inst.GetPlugin().GetType()); ctrl &&
-			slices.Contains(inst.GetPlugin().GetControllerCapabilities(), capPublishUnpublish) {
+			slices.Contains(inst.GetPlugin().GetControllerCapabilities(), capability) {
 			return true
 		}
 	}
@@ -485,7 +476,7 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 		switch {
 		case shared != nil:
 			pc, published = maps.Clone(shared.GetPublishContext()), true
-		case s.pluginPublishes(v.GetPluginId()):
+		case s.controllerAdvertises(v.GetPluginId(), capPublishUnpublish):
 			if pc, err = s.controllerPublish(ctx, v, claim, secrets); err != nil {
 				return nil, nil, err
 			}
@@ -706,7 +697,7 @@ func (s *Server) controllerUnpublish(ctx context.Context, v *csisupdv1.Volume, c
 	others := slices.ContainsFunc(v.GetClaims(), func(o *csisupdv1.VolumeClaim) bool {
 		return o != c && o.GetNodeId() == c.GetNodeId()
 	})
-	if !others && (c.GetControllerPublished() || s.pluginPublishes(v.GetPluginId())) {
+	if !others && (c.GetControllerPublished() || s.controllerAdvertises(v.GetPluginId(), capPublishUnpublish)) {
 		cands, err := s.publishCandidates(v.GetPluginId())
 		if err != nil {
 			return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)

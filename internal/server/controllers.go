@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -49,11 +50,19 @@ type grpcControllers struct {
 }
 
 func (g *grpcControllers) client(addr string) (csisupdv1.ClientCSIClient, error) {
-	conn, err := g.conns.get(addr)
+	return agentClient(g.conns, addr, csisupdv1.NewClientCSIClient)
+}
+
+// agentClient makes a client of one of the agent's services on the pooled
+// connection to addr. A connection that cannot be made is Unavailable, so
+// that the next candidate is tried.
+func agentClient[C any](conns *connPool, addr string, newClient func(grpc.ClientConnInterface) C) (C, error) {
+	conn, err := conns.get(addr)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "agent %s: %v", addr, err)
+		var zero C
+		return zero, status.Errorf(codes.Unavailable, "agent %s: %v", addr, err)
 	}
-	return csisupdv1.NewClientCSIClient(conn), nil
+	return newClient(conn), nil
 }
 
 func (g *grpcControllers) CreateVolume(ctx context.Context, addr, pluginID string, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {

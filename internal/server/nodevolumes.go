@@ -3,9 +3,6 @@ package server
 import (
 	"context"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
@@ -28,11 +25,7 @@ type grpcNodeVolumes struct {
 }
 
 func (g *grpcNodeVolumes) client(addr string) (csisupdv1.NodeVolumesClient, error) {
-	conn, err := g.conns.get(addr)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "agent %s: %v", addr, err)
-	}
-	return csisupdv1.NewNodeVolumesClient(conn), nil
+	return agentClient(g.conns, addr, csisupdv1.NewNodeVolumesClient)
 }
 
 func (g *grpcNodeVolumes) MountVolume(ctx context.Context, addr string, req *csisupdv1.MountVolumeRequest) (*csisupdv1.Mount, error) {

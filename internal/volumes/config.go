@@ -12,9 +12,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/rpc"
 )
 
 // RecordsDir is the directory of the mount records under the data
@@ -25,15 +25,6 @@ const RecordsDir = "volume-mounts"
 // DefaultReconcileInterval is how often the manager compares its cluster
 // mounts with the servers' claims when Config.ReconcileInterval is zero.
 const DefaultReconcileInterval = time.Minute
-
-// PluginLookup finds a plugin on this node. The registry's Manager
-// implements it (the same method as rpc.PluginLookup).
-type PluginLookup interface {
-	// Lookup returns plugin id's read model and the live connection to the
-	// instance it describes; the connection is nil while the instance is
-	// not fingerprinted. ok is false when no plugin has the id.
-	Lookup(id string) (p *csisupdv1.Plugin, conn *csiclient.Client, ok bool)
-}
 
 // EventSink receives the manager's volume events. The registry
 // implements it and adds them to the node's event log.
@@ -65,8 +56,9 @@ type Config struct {
 	// live in <DataDir>/volume-mounts (RecordsDir); a plugin's default mount root is
 	// <DataDir>/volumes/<plugin id>.
 	DataDir string
-	// Plugins finds the plugins of this node. Required.
-	Plugins PluginLookup
+	// Plugins finds the plugins of this node (the registry's Manager).
+	// Required.
+	Plugins rpc.PluginLookup
 	// PluginDirs overrides the mount directories by plugin id. Optional.
 	PluginDirs map[string]PluginDirs
 	// NodeName names this node in PluginNotFound errors. Optional.

@@ -36,7 +36,7 @@ var shortRetry = retry.Policy{Base: time.Millisecond, Cap: 2 * time.Millisecond,
 // waitTime bounds every wait of the tests.
 const waitTime = 10 * time.Second
 
-// fixedPlugins is a PluginLookup whose read models the test writes, with a
+// fixedPlugins is an rpc.PluginLookup whose read models the test writes, with a
 // real csiclient connection per plugin socket.
 type fixedPlugins struct {
 	mu      sync.Mutex

@@ -19,6 +19,7 @@ import (
 	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/rpc"
 )
 
 // Node capabilities and plugin types the manager reads from a plugin's
@@ -54,7 +55,7 @@ const (
 type Manager struct {
 	dataDir  string
 	store    store
-	plugins  PluginLookup
+	plugins  rpc.PluginLookup
 	dirs     map[string]PluginDirs
 	node     string
 	timeout  time.Duration
