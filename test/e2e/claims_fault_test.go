@@ -104,19 +104,6 @@ func (n *claimNode) killClient(t *testing.T) {
 	n.client.stopped = true
 }
 
-func startTestPlugin(t *testing.T, cfg testplugin.Config) *testplugin.Plugin {
-	t.Helper()
-	p, err := testplugin.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Stop)
-	return p
-}
-
 // startCLI runs the CLI in the background and returns a channel that
 // receives its combined output and error when it exits.
 func startCLI(t *testing.T, addr string, args ...string) <-chan string {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/csisupd/csisupd/internal/testplugin"
 )
 
 // binary is the csisupd binary built once by TestMain.
@@ -206,4 +208,19 @@ func tryPlugin(t *testing.T, addr, id string) (pluginDoc, bool) {
 		return p, false
 	}
 	return p, true
+}
+
+// startTestPlugin starts a test plugin in the test process; it outlives
+// the agents the test kills, and stops when the test ends.
+func startTestPlugin(t *testing.T, cfg testplugin.Config) *testplugin.Plugin {
+	t.Helper()
+	p, err := testplugin.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p
 }

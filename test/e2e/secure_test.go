@@ -245,17 +245,10 @@ func TestSecureCluster(t *testing.T) {
 	// An agent with a client certificate and its agent token, with a
 	// controller plugin.
 	pluginDir := testutil.TempDir(t)
-	plugin, err := testplugin.New(testplugin.Config{
+	plugin := startTestPlugin(t, testplugin.Config{
 		Socket: filepath.Join(pluginDir, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
 		Type: testplugin.TypeMonolith, NodeID: "csi-node-0", KnownNodeIDs: []string{testplugin.AnyNode},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := plugin.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(plugin.Stop)
 	agentPorts := testutil.FreePorts(t, 3)
 	agentCfg := agentHCL(t, "a0", agentPorts[0], agentPorts[1], agentPorts[2], fmt.Sprintf(`client {
   plugin_dir = %q
