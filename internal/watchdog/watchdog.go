@@ -1,0 +1,238 @@
+// Package watchdog proves that the agent's supervision loops still turn.
+//
+// Each essential loop (the registry's watcher and reconciler, the Consul
+// sync, the node registration, the server's leader loops, ...) registers
+// a Loop and beats it on every turn, and at least every Interval while
+// idle. A Monitor pings systemd's watchdog (WATCHDOG=1) only while every
+// registered loop has beaten within the timeout: a deadlocked loop stops
+// the pings and systemd restarts the agent, where a ping from a goroutine
+// of its own would keep a wedged agent "active (running)" for ever.
+//
+// Per-plugin supervisors are deliberately not loops: a plugin that hangs
+// bounds its own calls with deadlines and must never restart the agent.
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultTimeout is the liveness timeout when systemd sets no watchdog:
+// loops still beat, so /v1/health and the metrics can tell a wedged loop.
+const DefaultTimeout = 30 * time.Second
+
+// Config configures a Monitor.
+type Config struct {
+	// Timeout is how long a loop may go without a beat before the agent
+	// counts as wedged: systemd's WatchdogSec (WATCHDOG_USEC) when set,
+	// else DefaultTimeout. Required.
+	Timeout time.Duration
+	// Notify sends one sd_notify message ("WATCHDOG=1"). Nil: the monitor
+	// tracks the loops but pings nothing (not under a systemd watchdog).
+	Notify func(state string) error
+	// Metrics receives csisupd_watchdog_* series. Nil registers nothing.
+	Metrics prometheus.Registerer
+	// Logger receives a warning naming the loops that stopped beating.
+	// Nil discards it.
+	Logger hclog.Logger
+	// Now is the clock; nil is time.Now. Tests only.
+	Now func() time.Time
+}
+
+// Monitor tracks the liveness of loops and pings systemd while all beat.
+type Monitor struct {
+	cfg Config
+	log hclog.Logger
+
+	mu    sync.Mutex
+	loops map[*Loop]struct{}
+	pings prometheus.Counter
+}
+
+// New validates cfg and returns a Monitor. Nothing runs until Run.
+func New(cfg Config) (*Monitor, error) {
+	if cfg.Timeout <= 0 {
+		return nil, fmt.Errorf("watchdog: Timeout must be positive, got %s", cfg.Timeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := &Monitor{cfg: cfg, log: cfg.Logger, loops: make(map[*Loop]struct{})}
+	m.pings = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "csisupd_watchdog_pings_total",
+		Help: "WATCHDOG=1 messages sent to systemd.",
+	})
+	if cfg.Metrics != nil {
+		if err := errors.Join(
+			cfg.Metrics.Register(m.pings),
+			cfg.Metrics.Register(&collector{m: m, timeout: timeoutDesc, age: ageDesc}),
+		); err != nil {
+			return nil, fmt.Errorf("watchdog: metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Timeout is the liveness timeout the monitor enforces.
+func (m *Monitor) Timeout() time.Duration { return m.cfg.Timeout }
+
+// Loop registers a loop under name and returns it, counted as having just
+// beaten. A nil Monitor returns a nil Loop, whose methods do nothing, so
+// components take an optional *Monitor.
+func (m *Monitor) Loop(name string) *Loop {
+	if m == nil {
+		return nil
+	}
+	interval := m.cfg.Timeout / 4
+	l := &Loop{m: m, name: name, ticker: time.NewTicker(interval), last: m.cfg.Now()}
+	m.mu.Lock()
+	m.loops[l] = struct{}{}
+	m.mu.Unlock()
+	return l
+}
+
+// Stale returns the names of the loops that have not beaten within the
+// timeout, sorted; empty when all are alive.
+func (m *Monitor) Stale() []string {
+	now := m.cfg.Now()
+	var stale []string
+	m.mu.Lock()
+	for l := range m.loops {
+		if now.Sub(l.lastBeat()) > m.cfg.Timeout {
+			stale = append(stale, l.name)
+		}
+	}
+	m.mu.Unlock()
+	slices.Sort(stale)
+	return stale
+}
+
+// Run pings systemd every half timeout while no loop is stale, until ctx
+// ends. Without Notify it returns at once.
+func (m *Monitor) Run(ctx context.Context) {
+	if m.cfg.Notify == nil {
+		return
+	}
+	t := time.NewTicker(m.cfg.Timeout / 2)
+	defer t.Stop()
+	wedged := false
+	for {
+		if stale := m.Stale(); len(stale) > 0 {
+			if !wedged {
+				m.log.Error("supervision loops stopped turning; not pinging the systemd watchdog, which will restart the agent",
+					"loops", stale, "timeout", m.cfg.Timeout)
+			}
+			wedged = true
+		} else {
+			wedged = false
+			if err := m.cfg.Notify("WATCHDOG=1"); err != nil {
+				m.log.Debug("watchdog ping failed", "error", err)
+			} else {
+				m.pings.Inc()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Loop is one registered loop. Its methods are safe for concurrent use and
+// do nothing on a nil Loop.
+type Loop struct {
+	m      *Monitor
+	name   string
+	ticker *time.Ticker
+
+	mu   sync.Mutex
+	last time.Time
+}
+
+// Beat records that the loop turned.
+func (l *Loop) Beat() {
+	if l == nil {
+		return
+	}
+	now := l.m.cfg.Now()
+	l.mu.Lock()
+	l.last = now
+	l.mu.Unlock()
+}
+
+// C fires every quarter timeout, so an idle loop wakes up to Beat (a
+// select arm `case <-loop.C(): loop.Beat()`). A nil Loop's channel never
+// fires.
+func (l *Loop) C() <-chan time.Time {
+	if l == nil {
+		return nil
+	}
+	return l.ticker.C
+}
+
+// Done unregisters the loop: call it when the loop returns normally (its
+// context ended), so a stopped loop does not count as wedged.
+func (l *Loop) Done() {
+	if l == nil {
+		return
+	}
+	l.ticker.Stop()
+	l.m.mu.Lock()
+	delete(l.m.loops, l)
+	l.m.mu.Unlock()
+}
+
+func (l *Loop) lastBeat() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
+}
+
+var (
+	timeoutDesc = prometheus.NewDesc("csisupd_watchdog_timeout_seconds",
+		"How long a supervision loop may go without a beat before the agent counts as wedged.", nil, nil)
+	ageDesc = prometheus.NewDesc("csisupd_watchdog_loop_beat_age_seconds",
+		"Seconds since the supervision loop last beat; the agent is wedged when one exceeds csisupd_watchdog_timeout_seconds.",
+		[]string{"loop"}, nil)
+)
+
+// collector reports the loops at scrape time.
+type collector struct {
+	m            *Monitor
+	timeout, age *prometheus.Desc
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.timeout
+	ch <- c.age
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.timeout, prometheus.GaugeValue, c.m.cfg.Timeout.Seconds())
+	now := c.m.cfg.Now()
+	// Loops sharing a name (a component started twice in one process)
+	// report their oldest beat.
+	ages := map[string]float64{}
+	c.m.mu.Lock()
+	for l := range c.m.loops {
+		age := now.Sub(l.lastBeat()).Seconds()
+		if cur, ok := ages[l.name]; !ok || age > cur {
+			ages[l.name] = age
+		}
+	}
+	c.m.mu.Unlock()
+	for name, age := range ages {
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, name)
+	}
+}
