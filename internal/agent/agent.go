@@ -15,6 +15,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -89,6 +90,9 @@ type Agent struct {
 	tls *tlsutil.Configurator
 	// tokens resolves ACL tokens on an agent without the server role.
 	tokens *rpc.TokenCache
+	// metrics is the agent's Prometheus registry: every component
+	// registers its collectors here, /metrics serves it.
+	metrics *prometheus.Registry
 }
 
 // New validates what it needs, creates directories and opens listeners, but
@@ -104,7 +108,8 @@ func New(c Config) (a *Agent, err error) {
 	}
 	log.SetLevel(hclog.LevelFromString(cfg.LogLevel))
 
-	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), retry: config.DefaultRetry(), ready: make(chan struct{})}
+	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), retry: config.DefaultRetry(),
+		ready: make(chan struct{}), metrics: prometheus.NewRegistry()}
 	// The closers undo what New opened when it fails. They capture the
 	// values, not a: a failing return sets the named result a to nil.
 	var closers []func()
@@ -296,7 +301,7 @@ func New(c Config) (a *Agent, err error) {
 	}
 
 	a.http = &http.Server{
-		Handler:           newHTTPHandler(a.manager.Registry(), a.ready),
+		Handler:           newHTTPHandler(a.metrics, a.manager.Registry(), a.ready),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	for _, w := range cfg.Warnings {

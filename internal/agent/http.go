@@ -13,8 +13,7 @@ import (
 
 // newHTTPHandler serves /v1/health (200 once the agent serves, with plugin
 // counts) and /metrics (Prometheus).
-func newHTTPHandler(reg *registry.Registry, ready <-chan struct{}) http.Handler {
-	pr := prometheus.NewRegistry()
+func newHTTPHandler(pr *prometheus.Registry, reg *registry.Registry, ready <-chan struct{}) http.Handler {
 	pr.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
