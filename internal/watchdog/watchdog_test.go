@@ -1,0 +1,196 @@
+package watchdog
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a manual clock for Config.Now.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, timeout := range []time.Duration{0, -time.Second} {
+		if _, err := New(Config{Timeout: timeout}); err == nil || !strings.Contains(err.Error(), "Timeout") {
+			t.Errorf("New(Timeout %s) = %v, want an error naming Timeout", timeout, err)
+		}
+	}
+}
+
+func TestStaleNamesLoopsWithoutBeat(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	m, err := New(Config{Timeout: 10 * time.Second, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watcher, reconciler := m.Loop("watcher"), m.Loop("reconciler")
+	defer watcher.Done()
+	defer reconciler.Done()
+
+	steps := []struct {
+		advance time.Duration
+		beat    []*Loop
+		want    string
+	}{
+		{0, nil, ""},
+		{10 * time.Second, nil, ""}, // exactly the timeout is still alive
+		{time.Second, []*Loop{watcher}, "reconciler"},
+		{0, []*Loop{reconciler}, ""},
+		{11 * time.Second, nil, "reconciler,watcher"},
+	}
+	for i, s := range steps {
+		c.Advance(s.advance)
+		for _, l := range s.beat {
+			l.Beat()
+		}
+		if got := strings.Join(m.Stale(), ","); got != s.want {
+			t.Errorf("step %d: Stale() = %q, want %q", i, got, s.want)
+		}
+	}
+	reconciler.Done()
+	if got := strings.Join(m.Stale(), ","); got != "watcher" {
+		t.Errorf("after Done, Stale() = %q, want only watcher", got)
+	}
+}
+
+func TestNilMonitorAndLoopAreNoOps(t *testing.T) {
+	var m *Monitor
+	l := m.Loop("x")
+	if l != nil {
+		t.Fatalf("nil Monitor returned a Loop")
+	}
+	l.Beat()
+	l.Done()
+	select {
+	case <-l.C():
+		t.Fatal("a nil Loop's channel fired")
+	default:
+	}
+}
+
+// pings collects the messages a Monitor sends.
+type pings struct{ ch chan string }
+
+func (p *pings) notify(state string) error {
+	select {
+	case p.ch <- state:
+	default:
+	}
+	return nil
+}
+
+func (p *pings) next(t *testing.T, within time.Duration) bool {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case s := <-p.ch:
+		if s != "WATCHDOG=1" {
+			t.Fatalf("sent %q, want WATCHDOG=1", s)
+		}
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+func TestRunPingsOnlyWhileAllLoopsBeat(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	c := &clock{now: time.Unix(1000, 0)}
+	p := &pings{ch: make(chan string, 1)}
+	reg := prometheus.NewRegistry()
+	logs := &testutil.SyncBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Output: logs})
+	m, err := New(Config{Timeout: timeout, Notify: p.notify, Now: c.Now, Metrics: reg, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive, wedged := m.Loop("alive"), m.Loop("wedged")
+	defer alive.Done()
+	defer wedged.Done()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	if !p.next(t, 10*timeout) {
+		t.Fatal("no ping while every loop beats")
+	}
+	// Time passes; only one loop beats. The clock is manual, so the
+	// monitor sees the other as stale at its very next tick.
+	c.Advance(2 * timeout)
+	alive.Beat()
+	// Once the monitor has logged the wedge, every later turn sees it;
+	// drain a ping sent before that.
+	testutil.WaitFor(t, 10*timeout, "the monitor to report the wedged loop", func() bool {
+		return strings.Contains(logs.String(), "stopped turning") && strings.Contains(logs.String(), "wedged")
+	})
+	for len(p.ch) > 0 {
+		<-p.ch
+	}
+	// Observe three ping intervals: a wedged loop allows no ping at all.
+	if p.next(t, 3*timeout/2) {
+		t.Fatal("pinged although loop \"wedged\" has not beaten for twice the timeout")
+	}
+	if got := promtest.ToFloat64(m.pings); got < 1 {
+		t.Errorf("csisupd_watchdog_pings_total = %v, want at least 1", got)
+	}
+	// The loop recovers: pings resume.
+	wedged.Beat()
+	if !p.next(t, 10*timeout) {
+		t.Fatal("no ping after the wedged loop beat again")
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	reg := prometheus.NewRegistry()
+	m, err := New(Config{Timeout: 30 * time.Second, Now: c.Now, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := m.Loop("reconciler"), m.Loop("reconciler")
+	defer a.Done()
+	defer b.Done()
+	c.Advance(7 * time.Second)
+	b.Beat()
+	want := `
+# HELP csisupd_watchdog_loop_beat_age_seconds Seconds since the supervision loop last beat; the agent is wedged when one exceeds csisupd_watchdog_timeout_seconds.
+# TYPE csisupd_watchdog_loop_beat_age_seconds gauge
+csisupd_watchdog_loop_beat_age_seconds{loop="reconciler"} 7
+# HELP csisupd_watchdog_timeout_seconds How long a supervision loop may go without a beat before the agent counts as wedged.
+# TYPE csisupd_watchdog_timeout_seconds gauge
+csisupd_watchdog_timeout_seconds 30
+`
+	if err := promtest.GatherAndCompare(reg, strings.NewReader(want),
+		"csisupd_watchdog_loop_beat_age_seconds", "csisupd_watchdog_timeout_seconds"); err != nil {
+		t.Error(err)
+	}
+}
