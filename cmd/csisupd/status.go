@@ -37,14 +37,28 @@ func newStatusCommand(opts *clientOptions) *cobra.Command {
 	}
 }
 
-// agentError makes an RPC failure say which agent could not answer.
+// agentError makes an RPC failure say what went wrong and where: the
+// cluster has no leader, the plugin is not known to the cluster (yet),
+// the token does not allow the call, or the agent cannot be reached. The
+// message is the server's, escaped like any outside string.
 func agentError(addr string, err error) error {
-	if status.Code(err) == codes.Unavailable {
-		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s",
-			display(addr), display(status.Convert(err).Message()))
+	st := status.Convert(err)
+	msg := display(st.Message())
+	if pnf, ok := csisupdv1.ErrorDetail[*csisupdv1.PluginNotFound](err); ok && pnf.GetNode() == "" {
+		return fmt.Errorf("plugin %s is not known to the cluster yet: no node has registered it (`csisupd plugin status` lists the plugins the cluster knows)",
+			display(pnf.GetPluginId()))
 	}
-	// The message is the server's: escape it like any outside string.
-	return fmt.Errorf("agent at %s: %s", display(addr), display(status.Convert(err).Message()))
+	switch {
+	case csisupdv1.IsNoLeader(err):
+		return fmt.Errorf("the cluster has no leader (%s): the servers may still be electing one; try again, or see `csisupd operator raft list-peers`", msg)
+	case st.Code() == codes.PermissionDenied:
+		return fmt.Errorf("permission denied by the agent at %s: %s (pass a token that allows it: --token, %s or %s)", display(addr), msg, EnvToken, EnvTokenFile)
+	case st.Code() == codes.Unauthenticated:
+		return fmt.Errorf("the agent at %s does not accept the credentials: %s", display(addr), msg)
+	case st.Code() == codes.Unavailable:
+		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s", display(addr), msg)
+	}
+	return fmt.Errorf("agent at %s: %s", display(addr), msg)
 }
 
 func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {

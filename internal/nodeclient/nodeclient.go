@@ -13,10 +13,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // Node identifies a node to the servers.
@@ -65,6 +67,14 @@ type Config struct {
 	// Connect spaces gRPC's reconnects of the connection to a server
 	// (config.DefaultRetry().ServerConnect). Required.
 	Connect retry.Policy
+	// QuietStart is how long after Run starts a server's "no cluster
+	// leader" answer is logged at debug rather than warn, until the node
+	// first registers: servers that are still electing their first leader
+	// are the expected start of a cluster, not a fault.
+	QuietStart time.Duration
+	// Watchdog, when set, watches the registration loop ("node
+	// registration").
+	Watchdog *watchdog.Monitor
 }
 
 // Client keeps one node registered with the servers: it registers,
@@ -78,8 +88,12 @@ type Client struct {
 
 	mu         sync.Mutex
 	registered bool
-	ttl        time.Duration
-	server     int
+	// sent is the plugin list the servers accepted last.
+	sent []*csisupdv1.Plugin
+	// everRegistered ends the quiet start.
+	everRegistered bool
+	ttl            time.Duration
+	server         int
 	// With DiscoverServers: the servers found last, when, and whether a
 	// failed call asks for a new look.
 	discovered   []string
@@ -254,14 +268,46 @@ func (c *Client) plugins() []*csisupdv1.Plugin {
 	return ps
 }
 
+// Synced reports whether the servers hold the node's plugins as they are
+// now: the node is registered and the plugin list the servers accepted
+// last is the current one.
+func (c *Client) Synced() bool {
+	now := c.plugins()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.registered && slices.EqualFunc(c.sent, now, func(a, b *csisupdv1.Plugin) bool { return proto.Equal(a, b) })
+}
+
+func (c *Client) setSent(ps []*csisupdv1.Plugin) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sent = ps
+}
+
+// logFailure logs a failed server call: at debug while the servers are
+// still electing their first leader (QuietStart), else at warn.
+func (c *Client) logFailure(started time.Time, op, addr string, err error) {
+	c.mu.Lock()
+	quiet := !c.everRegistered && csisupdv1.IsNoLeader(err) && time.Since(started) < c.cfg.QuietStart
+	c.mu.Unlock()
+	if quiet {
+		c.logger.Debug("waiting for the servers to elect a leader", "op", op, "server", addr, "error", err)
+		return
+	}
+	c.logger.Warn("server call failed", "op", op, "server", addr, "error", err)
+}
+
 // Run keeps the node registered until ctx ends. It returns nil then.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.close()
+	loop := c.cfg.Watchdog.Loop("node registration")
+	defer loop.Done()
 	changes := c.cfg.Plugins.Subscribe()
 	defer changes.Close()
 	backoff := c.cfg.Retry.NewBackOff()
+	started := time.Now()
 	fail := func(op, addr string, err error) {
-		c.logger.Warn("server call failed", "op", op, "server", addr, "error", err)
+		c.logFailure(started, op, addr, err)
 		if addr == "" { // no server to call: look again
 			c.failover()
 			return
@@ -276,9 +322,10 @@ func (c *Client) Run(ctx context.Context) error {
 	heartbeat.Stop()
 	defer heartbeat.Stop()
 	wait := func() bool {
-		return retry.Wait(ctx, backoff.NextBackOff()) == nil
+		return loop.Wait(ctx, backoff.NextBackOff()) == nil
 	}
 	for {
+		loop.Beat()
 		if !c.Registered() {
 			select {
 			case <-changes.C(): // the registration carries the latest plugins
@@ -302,6 +349,7 @@ func (c *Client) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-loop.C():
 		case <-changes.C():
 			dirty = true
 		case <-retryAt:
@@ -344,6 +392,7 @@ func (c *Client) setRegistered(ok bool, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.registered, c.ttl = ok, ttl
+	c.everRegistered = c.everRegistered || ok
 }
 
 func (c *Client) register(ctx context.Context) (time.Duration, string, error) {
@@ -353,12 +402,14 @@ func (c *Client) register(ctx context.Context) (time.Duration, string, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
+	plugins := c.plugins()
 	resp, err := cl.NodeRegister(cctx, &csisupdv1.NodeRegisterRequest{
-		NodeId: c.cfg.Node.ID, Name: c.cfg.Node.Name, Address: c.cfg.Node.Address, Plugins: c.plugins(),
+		NodeId: c.cfg.Node.ID, Name: c.cfg.Node.Name, Address: c.cfg.Node.Address, Plugins: plugins,
 	})
 	if err != nil {
 		return 0, addr, fmt.Errorf("register node %s with %s: %w", c.cfg.Node.ID, addr, err)
 	}
+	c.setSent(plugins)
 	ttl := time.Duration(resp.GetHeartbeatTtlMs()) * time.Millisecond
 	c.setRegistered(true, ttl)
 	c.logger.Info("node registered", "server", addr, "ttl", ttl)
@@ -388,10 +439,12 @@ func (c *Client) update(ctx context.Context) (string, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
-	_, err = cl.NodeUpdatePlugins(cctx, &csisupdv1.NodeUpdatePluginsRequest{NodeId: c.cfg.Node.ID, Plugins: c.plugins()})
+	plugins := c.plugins()
+	_, err = cl.NodeUpdatePlugins(cctx, &csisupdv1.NodeUpdatePluginsRequest{NodeId: c.cfg.Node.ID, Plugins: plugins})
 	if err != nil {
 		return addr, fmt.Errorf("update plugins of node %s on %s: %w", c.cfg.Node.ID, addr, err)
 	}
+	c.setSent(plugins)
 	return addr, nil
 }
 

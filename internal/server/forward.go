@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/csisupd/csisupd/internal/retry"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
 // forwardedKey marks a request a follower forwarded to the leader, so it is
@@ -110,16 +112,16 @@ func (s *Server) peerAddr(id string) string {
 func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientConn, error) {
 	if s.IsLeader() {
 		if !s.leaderReady.Load() {
-			return ctx, nil, status.Error(codes.Unavailable, "leader is not ready yet")
+			return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, "leader not ready yet")
 		}
 		return ctx, nil, nil
 	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
-		return ctx, nil, status.Errorf(codes.Unavailable, "server %s is not the leader", s.cfg.ID)
+		return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, "not the leader, and the request was forwarded already")
 	}
 	addr, err := s.leaderRPCAddr()
 	if err != nil {
-		return ctx, nil, status.Errorf(codes.Unavailable, "server %s: %v", s.cfg.ID, err)
+		return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, err.Error())
 	}
 	conn, err := s.conns.get(addr)
 	if err != nil {
@@ -132,7 +134,7 @@ func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientC
 func (s *Server) consistentRead() error {
 	done, err := s.beginOp()
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "verify leadership: %v", err)
+		return csisupdv1.NewNoLeaderError(s.cfg.ID, "verify leadership: "+err.Error())
 	}
 	defer done()
 	if err := s.raft.VerifyLeader().Error(); err != nil {

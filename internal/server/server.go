@@ -180,7 +180,7 @@ func (s *Server) setupRaft() (err error) {
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(s.cfg.ID)
-	rc.Logger = s.logger.Named("raft")
+	rc.Logger = raftLogger{s.logger.Named("raft")}
 	m := time.Duration(s.cfg.RaftMultiplier)
 	rc.HeartbeatTimeout = 200 * time.Millisecond * m
 	rc.ElectionTimeout = 200 * time.Millisecond * m

@@ -35,7 +35,7 @@ type candidate struct {
 func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 	p := s.State().Plugin(pluginID)
 	if p == nil {
-		return nil, status.Errorf(codes.NotFound, "plugin %q is not known to the cluster", pluginID)
+		return nil, csisupdv1.NewPluginNotKnownError(pluginID)
 	}
 	var out []candidate
 	for _, inst := range p.GetInstances() {

@@ -15,6 +15,7 @@ import (
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/rpc"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // RecordsDir is the directory of the mount records under the data
@@ -81,6 +82,13 @@ type Config struct {
 	// ReconcileInterval is how often Run asks Claims; zero means
 	// DefaultReconcileInterval.
 	ReconcileInterval time.Duration
+	// QuietStart is how long after Run starts a "no cluster leader" answer
+	// of Claims is logged at debug rather than warn, until a round first
+	// succeeds: servers electing their first leader are the expected start
+	// of a cluster.
+	QuietStart time.Duration
+	// Watchdog, when set, watches the reconcile loop ("volume reconcile").
+	Watchdog *watchdog.Monitor
 }
 
 // validate checks every field of cfg and reports all problems at once.

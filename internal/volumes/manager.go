@@ -20,6 +20,7 @@ import (
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/rpc"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // Node capabilities and plugin types the manager reads from a plugin's
@@ -64,6 +65,8 @@ type Manager struct {
 	log      hclog.Logger
 	claims   ClaimSource
 	interval time.Duration
+	quiet    time.Duration     // Config.QuietStart
+	watchdog *watchdog.Monitor // Config.Watchdog
 
 	locks keylock.Set // one per (plugin, volume)
 	dirMu sync.Mutex  // serialises creating and removing mount directories
@@ -126,6 +129,8 @@ func New(cfg Config) (*Manager, error) {
 		log:       cfg.Logger.Named("volumes"),
 		claims:    cfg.Claims,
 		interval:  cfg.ReconcileInterval,
+		quiet:     cfg.QuietStart,
+		watchdog:  cfg.Watchdog,
 		records:   recs,
 		pending:   make(map[string]bool),
 		initial:   make(map[string]bool),

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"time"
 
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // Run finishes or undoes, in the background, every step that New found
@@ -139,10 +141,15 @@ func (m *Manager) finish(ctx context.Context, name string) error {
 // agent's start) is tried again with backoff, never later than the
 // interval.
 func (m *Manager) reconcileLoop(ctx context.Context) {
+	loop := m.watchdog.Loop("volume reconcile")
+	defer loop.Done()
 	var failures *retry.BackOff
+	quietUntil := time.Now().Add(m.quiet)
 	for {
+		loop.Beat()
 		wait := m.interval
-		if m.reconcile(ctx) {
+		if m.reconcile(ctx, time.Now().Before(quietUntil)) {
+			quietUntil = time.Time{} // the servers answered: later failures are faults
 			failures = nil
 		} else {
 			if failures == nil {
@@ -150,14 +157,27 @@ func (m *Manager) reconcileLoop(ctx context.Context) {
 			}
 			wait = min(failures.NextBackOff(), m.interval)
 		}
-		t := time.NewTimer(wait)
+		if !m.waitRound(ctx, loop, wait) {
+			return
+		}
+	}
+}
+
+// waitRound waits wait, or for TriggerReconcile, beating loop meanwhile.
+// It returns false when ctx ended.
+func (m *Manager) waitRound(ctx context.Context, loop *watchdog.Loop, wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return
+			return false
 		case <-t.C:
+			return true
 		case <-m.trigger:
-			t.Stop()
+			return true
+		case <-loop.C():
+			loop.Beat()
 		}
 	}
 }
@@ -165,14 +185,19 @@ func (m *Manager) reconcileLoop(ctx context.Context) {
 // reconcile removes every cluster mount whose claim index is at most the
 // answer's index and whose volume and workload the servers no longer
 // claim. Mounts made by a local scheduler (not cluster) are never touched.
-// Errors are logged; the next round tries again. It reports whether the
-// round did all it had to.
-func (m *Manager) reconcile(ctx context.Context) bool {
+// Errors are logged (a "no cluster leader" answer at debug while quiet);
+// the next round tries again. It reports whether the round did all it had
+// to.
+func (m *Manager) reconcile(ctx context.Context, quiet bool) bool {
 	cctx, cancel := context.WithTimeout(ctx, m.timeout)
 	claims, index, err := m.claims(cctx)
 	cancel()
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case quiet && csisupdv1.IsNoLeader(err):
+			m.log.Debug("waiting for the servers to elect a leader before comparing this node's mounts with their claims", "error", err)
+		default:
 			m.log.Warn("cannot read the servers' claims of this node; trying again", "error", err)
 		}
 		return false

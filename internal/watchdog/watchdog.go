@@ -181,6 +181,27 @@ func (l *Loop) C() <-chan time.Time {
 	return l.ticker.C
 }
 
+// Wait waits d, or until ctx ends, beating meanwhile: a loop that waits
+// out a backoff is idle, not wedged. It returns ctx.Err() when ctx ended
+// first. With a nil Loop it is a plain wait.
+func (l *Loop) Wait(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		l.Beat()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.C():
+		}
+	}
+}
+
 // Done unregisters the loop: call it when the loop returns normally (its
 // context ended), so a stopped loop does not count as wedged.
 func (l *Loop) Done() {

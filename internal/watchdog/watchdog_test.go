@@ -194,3 +194,28 @@ csisupd_watchdog_timeout_seconds 30
 		t.Error(err)
 	}
 }
+
+func TestWaitBeatsWhileWaiting(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	m, err := New(Config{Timeout: 40 * time.Millisecond, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := m.Loop("backoff")
+	defer l.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx, time.Hour) }()
+	// The manual clock moves past the timeout; the waiting loop's next
+	// tick beats, so it is fresh again without returning.
+	c.Advance(time.Minute)
+	testutil.WaitFor(t, 5*time.Second, "the waiting loop to beat", func() bool { return len(m.Stale()) == 0 })
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+	var nilLoop *Loop
+	if err := nilLoop.Wait(context.Background(), time.Millisecond); err != nil {
+		t.Fatalf("nil Loop Wait = %v", err)
+	}
+}

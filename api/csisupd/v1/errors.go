@@ -61,6 +61,14 @@ func NewPluginNotFoundError(pluginID, node string) error {
 		&Retryable{Reason: "the plugin may run on another node"})
 }
 
+// NewPluginNotKnownError returns the NotFound error of a cluster request
+// for a plugin that no node has registered (yet), with a PluginNotFound
+// detail without node.
+func NewPluginNotKnownError(pluginID string) error {
+	msg := fmt.Sprintf("plugin %q is not known to the cluster: no node has registered it", pluginID)
+	return withDetails(codes.NotFound, msg, &PluginNotFound{PluginId: pluginID})
+}
+
 // NewPluginUnhealthyError returns an Unavailable error with the
 // PluginUnhealthy and Retryable details.
 func NewPluginUnhealthyError(pluginID, state, description string) error {
@@ -97,6 +105,21 @@ const (
 func NewClaimRefusedError(rule, description string) error {
 	msg := fmt.Sprintf("claim refused (%s): %s", rule, description)
 	return withDetails(codes.FailedPrecondition, msg, &ClaimRefused{Rule: rule, Description: description})
+}
+
+// IsNoLeader reports whether err carries a NoLeader detail: the server
+// that answered knows no leader that can serve the request.
+func IsNoLeader(err error) bool {
+	_, ok := ErrorDetail[*NoLeader](err)
+	return ok
+}
+
+// NewNoLeaderError returns the Unavailable error of a request that needs
+// the leader when server knows of none that can serve it, with the
+// NoLeader detail. It is retryable.
+func NewNoLeaderError(server, reason string) error {
+	msg := fmt.Sprintf("server %s: no cluster leader (%s)", server, reason)
+	return withDetails(codes.Unavailable, msg, &NoLeader{Server: server, Reason: reason}, &Retryable{Reason: reason})
 }
 
 // NewEventsFellBehindError returns the ResourceExhausted error that ends an

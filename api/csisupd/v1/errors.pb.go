@@ -482,6 +482,65 @@ func (x *ClaimRefused) GetDescription() string {
 	return ""
 }
 
+// NoLeader is the detail of the Unavailable error of a request that needs
+// the cluster leader when the answering server knows of none that can
+// serve it: the cluster is electing one (at start, after a failover) or
+// has lost its quorum. The request may succeed once a leader is elected.
+type NoLeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server is the id of the server that answered.
+	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// reason says why, for people: "no leader elected", "leader not ready
+	// yet", "leadership lost".
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NoLeader) Reset() {
+	*x = NoLeader{}
+	mi := &file_csisupd_v1_errors_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NoLeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NoLeader) ProtoMessage() {}
+
+func (x *NoLeader) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_errors_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NoLeader.ProtoReflect.Descriptor instead.
+func (*NoLeader) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_errors_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NoLeader) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *NoLeader) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_csisupd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_errors_proto_rawDesc = "" +
@@ -515,7 +574,10 @@ const file_csisupd_v1_errors_proto_rawDesc = "" +
 	"\foldest_index\x18\x02 \x01(\x04R\voldestIndex\"D\n" +
 	"\fClaimRefused\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescriptionB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\vdescription\x18\x02 \x01(\tR\vdescription\":\n" +
+	"\bNoLeader\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reasonB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_errors_proto_rawDescOnce sync.Once
@@ -529,7 +591,7 @@ func file_csisupd_v1_errors_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_errors_proto_rawDescData
 }
 
-var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_csisupd_v1_errors_proto_goTypes = []any{
 	(*Retryable)(nil),         // 0: csisupd.v1.Retryable
 	(*Ignorable)(nil),         // 1: csisupd.v1.Ignorable
@@ -539,6 +601,7 @@ var file_csisupd_v1_errors_proto_goTypes = []any{
 	(*EventsFellBehind)(nil),  // 5: csisupd.v1.EventsFellBehind
 	(*EventsGone)(nil),        // 6: csisupd.v1.EventsGone
 	(*ClaimRefused)(nil),      // 7: csisupd.v1.ClaimRefused
+	(*NoLeader)(nil),          // 8: csisupd.v1.NoLeader
 }
 var file_csisupd_v1_errors_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -559,7 +622,7 @@ func file_csisupd_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_errors_proto_rawDesc), len(file_csisupd_v1_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
