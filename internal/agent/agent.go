@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -32,6 +33,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/tlsutil"
 	"github.com/csisupd/csisupd/internal/volumes"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // ShutdownTimeout bounds the graceful part of a stop; the agent must exit
@@ -93,6 +95,11 @@ type Agent struct {
 	// metrics is the agent's Prometheus registry: every component
 	// registers its collectors here, /metrics serves it.
 	metrics *prometheus.Registry
+	// grpcMetrics measure the gRPC server and the agent's clients.
+	grpcMetrics *rpc.GRPCMetrics
+	// watchdog tracks the liveness of the agent's loops and pings
+	// systemd's watchdog while they all turn.
+	watchdog *watchdog.Monitor
 }
 
 // New validates what it needs, creates directories and opens listeners, but
@@ -148,7 +155,14 @@ func New(c Config) (a *Agent, err error) {
 	httpLn := a.httpLn
 	closers = append(closers, func() { _ = httpLn.Close() })
 
-	opts := serverOptions()
+	if a.watchdog, err = a.newWatchdog(); err != nil {
+		return nil, err
+	}
+	if a.grpcMetrics, err = rpc.NewGRPCMetrics(a.metrics); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	// Metrics first, so that refused calls are counted with their code.
+	opts := append(a.grpcMetrics.ServerOptions(), serverOptions()...)
 	if cfg.TLS.Enabled() {
 		if a.tls, err = tlsutil.New(tlsConfig(&cfg), log.Named("tls")); err != nil {
 			return nil, fmt.Errorf("agent: %w", err)
@@ -166,6 +180,7 @@ func New(c Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	opts = append(opts, auth.ServerOptions()...)
+	opts = append(opts, grpc.ChainUnaryInterceptor(a.startGateUnary), grpc.ChainStreamInterceptor(a.startGateStream))
 	a.grpc = grpc.NewServer(opts...)
 	a.health = health.NewServer()
 	a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -242,11 +257,13 @@ func New(c Config) (a *Agent, err error) {
 	// Connections to servers prove that the peer is a server; connections
 	// a server makes to agents prove the chain only (an agent that is also
 	// a server has a server certificate).
-	var dialOpts, agentDialOpts []grpc.DialOption
+	serverCreds, agentCreds := insecure.NewCredentials(), insecure.NewCredentials()
 	if a.tls != nil {
-		dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(a.tls.OutgoingConfig(tlsutil.RoleServer)))}
-		agentDialOpts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(a.tls.OutgoingConfig("")))}
+		serverCreds = credentials.NewTLS(a.tls.OutgoingConfig(tlsutil.RoleServer))
+		agentCreds = credentials.NewTLS(a.tls.OutgoingConfig(""))
 	}
+	dialOpts := append(a.grpcMetrics.DialOptions(), grpc.WithTransportCredentials(serverCreds))
+	agentDialOpts := append(a.grpcMetrics.DialOptions(), grpc.WithTransportCredentials(agentCreds))
 	if cfg.Server.Enabled {
 		a.server, err = server.New(server.Config{
 			ID:               a.nodeID,
@@ -284,6 +301,8 @@ func New(c Config) (a *Agent, err error) {
 			RPCTimeout:       config.DefaultNodeRPCTimeout,
 			Retry:            a.retry.NodeClient,
 			Connect:          a.retry.ServerConnect,
+			QuietStart:       config.DefaultQuietStart,
+			Watchdog:         a.watchdog,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: node registration: %w", err)
@@ -301,7 +320,7 @@ func New(c Config) (a *Agent, err error) {
 	}
 
 	a.http = &http.Server{
-		Handler:           newHTTPHandler(a.metrics, a.manager.Registry(), a.ready),
+		Handler:           a.newHTTPHandler(),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	for _, w := range cfg.Warnings {
@@ -334,7 +353,9 @@ func (a *Agent) setupVolumes(cfg *config.Config) error {
 		RPCTimeout: cfg.Client.RPCTimeout,
 		Retry:      a.retry.ClientCSI,
 		Events:     a.manager.Registry(),
-		Logger:     a.log.Named("volumes"),
+		Logger:     a.log, // the manager names its logger
+		QuietStart: config.DefaultQuietStart,
+		Watchdog:   a.watchdog,
 	}
 	if a.nodes != nil {
 		vc.Claims = a.nodes.NodeClaims
@@ -500,19 +521,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.tls != nil {
 		run("certificate expiry", func() error { return a.watchExpiry(ctx) })
 	}
+	run("watchdog", func() error { a.watchdog.Run(ctx); return nil })
+	run("systemd status", func() error { a.runSystemdStatus(ctx); return nil })
 
-	select {
-	case <-a.manager.Ready():
+	if a.waitReady(ctx) {
 		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		close(a.ready)
 		a.log.Info("agent serving", "name", a.name, "rpc", a.RPCAddr().String(),
 			"http", a.HTTPAddr().String(), "plugin_dir", a.pluginDir, "data_dir", a.dataDir)
-		notify(a.log, daemon.SdNotifyReady)
-	case <-ctx.Done():
+		a.notify(daemon.SdNotifyReady + "\nSTATUS=" + a.statusLine())
 	}
 
 	<-ctx.Done()
-	notify(a.log, daemon.SdNotifyStopping)
+	a.notify(daemon.SdNotifyStopping)
 	a.log.Info("agent stopping")
 	a.health.Shutdown()
 	workers.Wait() // registry persisted, Consul deregistered, node client stopped
@@ -739,9 +760,3 @@ func listen(key, host string, port int) (net.Listener, error) {
 	return ln, nil
 }
 
-// notify tells systemd about a state change when running under it.
-func notify(log hclog.Logger, state string) {
-	if _, err := daemon.SdNotify(false, state); err != nil {
-		log.Debug("sd_notify failed", "error", err)
-	}
-}

@@ -3,6 +3,8 @@ package agent
 import (
 	"encoding/json"
 	"net/http"
+	"runtime"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -11,37 +13,96 @@ import (
 	"github.com/csisupd/csisupd/internal/registry"
 )
 
-// newHTTPHandler serves /v1/health (200 once the agent serves, with plugin
-// counts) and /metrics (Prometheus).
-func newHTTPHandler(pr *prometheus.Registry, reg *registry.Registry, ready <-chan struct{}) http.Handler {
-	pr.MustRegister(
+// newHTTPHandler serves /v1/health (liveness), /v1/ready (readiness) and
+// /metrics (Prometheus).
+func (a *Agent) newHTTPHandler() http.Handler {
+	a.metrics.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPluginCollector(reg),
+		newPluginCollector(a.manager.Registry()),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "csisupd_agent_info",
+			Help: "Always 1; the labels describe the agent.",
+			ConstLabels: prometheus.Labels{
+				"version": a.version, "go_version": runtime.Version(),
+				"server": strconv.FormatBool(a.server != nil), "client": strconv.FormatBool(a.cfg.Client.Enabled),
+			},
+		}, func() float64 { return 1 }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "csisupd_agent_ready",
+			Help: "1 when /v1/ready answers 200, else 0.",
+		}, func() float64 {
+			if ok, _ := a.readiness(); ok {
+				return 1
+			}
+			return 0
+		}),
 	)
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(pr, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		body := map[string]any{"status": "starting"}
-		code := http.StatusServiceUnavailable
-		select {
-		case <-ready:
-			code = http.StatusOK
-			total, healthy := 0, 0
-			for _, p := range reg.List() {
-				total++
-				if p.Healthy() {
-					healthy++
-				}
-			}
-			body = map[string]any{"status": "ok", "plugins": total, "healthy_plugins": healthy}
-		default:
-		}
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(body)
-	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/health", a.serveHealth)
+	mux.HandleFunc("GET /v1/ready", a.serveReady)
 	return mux
+}
+
+// serveHealth is liveness: 200 while the agent serves and every
+// supervision loop turns, 503 while it starts or when a loop is wedged
+// (the case in which systemd's watchdog restarts it).
+func (a *Agent) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-a.ready:
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "starting"})
+		return
+	}
+	if stale := a.watchdog.Stale(); len(stale) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "stalled", "stalled_loops": stale})
+		return
+	}
+	total, healthy := a.pluginCounts()
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "plugins": total, "healthy_plugins": healthy})
+}
+
+// serveReady is readiness, for load balancers and probes: 200 once the
+// agent serves, its first plugin scan is done and, on a server, a leader
+// is known.
+func (a *Agent) serveReady(w http.ResponseWriter, _ *http.Request) {
+	ok, reason := a.readiness()
+	body := map[string]any{"ready": ok}
+	code := http.StatusOK
+	if !ok {
+		body["reason"], code = reason, http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, body)
+}
+
+// readiness reports whether the agent is ready, and why not.
+func (a *Agent) readiness() (bool, string) {
+	select {
+	case <-a.ready:
+	default:
+		return false, "starting: first plugin scan not done"
+	}
+	if a.server != nil && a.server.Leader() == "" {
+		return false, "no cluster leader"
+	}
+	return true, ""
+}
+
+func (a *Agent) pluginCounts() (total, healthy int) {
+	for _, p := range a.manager.Registry().List() {
+		total++
+		if p.Healthy() {
+			healthy++
+		}
+	}
+	return total, healthy
+}
+
+func writeJSON(w http.ResponseWriter, code int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // pluginCollector exports the registry at scrape time, so the registry

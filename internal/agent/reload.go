@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/config"
@@ -39,6 +40,8 @@ import (
 // Reload logs every problem itself; the returned error joins them for the
 // caller to act on.
 func (a *Agent) Reload(next *config.Config) error {
+	a.notifyReloading()
+	defer a.notify(daemon.SdNotifyReady)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	prev := a.cfg

@@ -48,6 +48,14 @@ const (
 	// DefaultNodeRPCTimeout bounds one call of the node client to a
 	// server (registration, heartbeat, plugin update).
 	DefaultNodeRPCTimeout = 10 * time.Second
+	// DefaultQuietStart is how long after start a "no cluster leader"
+	// answer is an expected wait, logged at debug: a new cluster elects
+	// its first leader within seconds.
+	DefaultQuietStart = 30 * time.Second
+	// DefaultDevReadyTimeout bounds how long a dev agent waits for its
+	// node and plugins to be registered with its own server before it
+	// reports ready anyway (with a warning).
+	DefaultDevReadyTimeout = 30 * time.Second
 	// DefaultServerDiscoverInterval is how long the node client uses a
 	// server list found through discovery before it looks again.
 	DefaultServerDiscoverInterval = 30 * time.Second

@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/sys/unix"
+
+	"github.com/csisupd/csisupd/internal/watchdog"
+)
+
+// statusInterval is how often the one-line STATUS= summary is refreshed
+// for `systemctl status` (only sent when it changed).
+const statusInterval = 2 * time.Second
+
+// newWatchdog creates the liveness monitor of the agent's loops. Under a
+// systemd watchdog (WATCHDOG_USEC for this process) it pings systemd while
+// every loop beats, at systemd's interval; without one it only tracks them
+// (for /v1/health and the metrics), with watchdog.DefaultTimeout.
+func (a *Agent) newWatchdog() (*watchdog.Monitor, error) {
+	cfg := watchdog.Config{Timeout: watchdog.DefaultTimeout, Metrics: a.metrics, Logger: a.log.Named("watchdog")}
+	timeout, err := daemon.SdWatchdogEnabled(false)
+	switch {
+	case err != nil:
+		a.log.Warn("systemd watchdog settings are invalid; not pinging the watchdog", "error", err)
+	case timeout > 0:
+		cfg.Timeout = timeout
+		cfg.Notify = func(state string) error {
+			_, err := daemon.SdNotify(false, state)
+			return err
+		}
+		a.log.Debug("systemd watchdog enabled", "interval", timeout)
+	}
+	m, err := watchdog.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return m, nil
+}
+
+// underSystemd reports whether systemd asked for notifications.
+func underSystemd() bool { return os.Getenv("NOTIFY_SOCKET") != "" }
+
+// notify tells systemd about a state change when running under it.
+func (a *Agent) notify(state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		a.log.Debug("sd_notify failed", "error", err)
+	}
+}
+
+// notifyReloading marks the start of a reload; systemd waits for the next
+// READY=1. MONOTONIC_USEC lets systemd (Type=notify-reload) match the two.
+func (a *Agent) notifyReloading() {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	a.notify(fmt.Sprintf("%s\nMONOTONIC_USEC=%d", daemon.SdNotifyReloading, ts.Nano()/1000))
+}
+
+// statusLine is the STATUS= summary: "3 plugins, 3 healthy; leader n1".
+func (a *Agent) statusLine() string {
+	total, healthy := 0, 0
+	for _, p := range a.manager.Registry().List() {
+		total++
+		if p.Healthy() {
+			healthy++
+		}
+	}
+	line := fmt.Sprintf("%d plugins, %d healthy", total, healthy)
+	switch {
+	case a.server != nil:
+		if leader := a.leaderName(); leader != "" {
+			line += "; leader " + leader
+		} else {
+			line += "; no cluster leader"
+		}
+	case a.nodes != nil:
+		if a.nodes.Registered() {
+			line += "; node registered"
+		} else {
+			line += "; node not registered"
+		}
+	}
+	if stale := a.watchdog.Stale(); len(stale) > 0 {
+		line += fmt.Sprintf("; stalled: %v", stale)
+	}
+	return line
+}
+
+// leaderName is the name of the cluster leader as this server knows it,
+// else its id; "" when there is none.
+func (a *Agent) leaderName() string {
+	id := a.server.Leader()
+	if id == "" {
+		return ""
+	}
+	if n := a.server.State().Node(id); n != nil && n.GetName() != "" {
+		return n.GetName()
+	}
+	return id
+}
+
+// runSystemdStatus keeps systemd's STATUS= line current until ctx ends.
+func (a *Agent) runSystemdStatus(ctx context.Context) {
+	if !underSystemd() {
+		return
+	}
+	t := time.NewTicker(statusInterval)
+	defer t.Stop()
+	last := ""
+	for {
+		if line := a.statusLine(); line != last {
+			a.notify("STATUS=" + line)
+			last = line
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
