@@ -529,7 +529,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		close(a.ready)
 		a.log.Info("agent serving", "name", a.name, "rpc", a.RPCAddr().String(),
 			"http", a.HTTPAddr().String(), "plugin_dir", a.pluginDir, "data_dir", a.dataDir)
-		a.notify(daemon.SdNotifyReady + "\nSTATUS=" + a.statusLine())
 	}
 
 	<-ctx.Done()

@@ -102,14 +102,21 @@ func (a *Agent) leaderName() string {
 	return id
 }
 
-// runSystemdStatus keeps systemd's STATUS= line current until ctx ends.
+// runSystemdStatus tells systemd READY=1 once the agent is ready, with a
+// first STATUS= line, then keeps that line current until ctx ends.
 func (a *Agent) runSystemdStatus(ctx context.Context) {
 	if !underSystemd() {
 		return
 	}
+	select {
+	case <-a.ready:
+	case <-ctx.Done():
+		return
+	}
+	last := a.statusLine()
+	a.notify(daemon.SdNotifyReady + "\nSTATUS=" + last)
 	t := time.NewTicker(statusInterval)
 	defer t.Stop()
-	last := ""
 	for {
 		if line := a.statusLine(); line != last {
 			a.notify("STATUS=" + line)
