@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,8 +37,12 @@ const steadyWindow = 30 * time.Second
 // plugins served by a separate csi-testplugin process, with production probe
 // settings, and reports the agent's CPU (percent of one core) and resident
 // memory once all plugins are healthy. The plugins' own CPU is not counted.
-// Beside it, it reports the direct path measured on the same plugins right
-// after: the same probe loop over full grpc-go connections.
+// It runs the agent twice: with telemetry.prometheus_metrics = false, and
+// with metrics on and /metrics scraped every metricsScrapeInterval (three
+// times Prometheus' usual rate), so the cost of the metrics is reported
+// beside the figure without them. Beside both, it reports the direct path
+// measured on the same plugins right after: the same probe loop over full
+// grpc-go connections.
 func BenchmarkSteadyState1000(b *testing.B) {
 	if testing.Short() {
 		b.Skip("starts 1,000 plugins and measures for 30 s")
@@ -50,8 +56,42 @@ func BenchmarkSteadyState1000(b *testing.B) {
 	waitForLine(b, plugins, "csi-testplugin: serving")
 	defer stopProcess(plugins)
 
+	offCPU, offRSS := runSteadyAgent(b, bin, filepath.Join(dir, "off"), pluginDir, false)
+	cpu, rss := runSteadyAgent(b, bin, filepath.Join(dir, "on"), pluginDir, true)
+	b.ReportMetric(cpu, "cpu_%core")
+	b.ReportMetric(rss, "rss_MiB")
+	b.ReportMetric(offCPU, "nometrics_cpu_%core")
+	b.ReportMetric(offRSS, "nometrics_rss_MiB")
+	b.ReportMetric(cpu/offCPU, "metrics_cpu/nometrics_cpu")
+	b.ReportMetric(rss-offRSS, "metrics_extra_rss_MiB")
+
+	// The direct path, on the same plugins in the same run: the same
+	// probe loop (heartbeat.Monitor, same interval and timeout) over a
+	// full grpc-go connection per plugin, as a supervisor without the
+	// supervision connection would probe. This process's own CPU is
+	// measured.
+	direct, directRSS := measureDirectSteadyState(b, pluginDir)
+	b.ReportMetric(direct, "direct_cpu_%core")
+	b.ReportMetric(cpu/direct, "cpu/direct_cpu")
+	b.ReportMetric(directRSS, "direct_rss_growth_MiB")
+}
+
+// metricsScrapeInterval is how often the steady-state benchmark scrapes
+// /metrics while it measures.
+const metricsScrapeInterval = 5 * time.Second
+
+// runSteadyAgent runs the agent against pluginDir with a data dir under
+// dir until every plugin is healthy, then measures its CPU (percent of one
+// core) over steadyWindow and its RSS (MiB). With metrics, /metrics is
+// scraped every metricsScrapeInterval during the window and must hold
+// the probe histograms; without, telemetry.prometheus_metrics is false.
+func runSteadyAgent(b *testing.B, bin, dir, pluginDir string, metrics bool) (cpuPercent, rssMiB float64) {
+	b.Helper()
 	ports := testutil.FreePorts(b, 2)
 	rpcPort, httpPort := ports[0], ports[1]
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		b.Fatal(err)
+	}
 	cfgFile := filepath.Join(dir, "agent.hcl")
 	writeFile(b, cfgFile, fmt.Sprintf(`
 name = "bench"
@@ -67,7 +107,10 @@ client {
 consul {
   enabled = false
 }
-`, filepath.Join(dir, "data"), rpcPort, httpPort, pluginDir))
+telemetry {
+  prometheus_metrics = %t
+}
+`, filepath.Join(dir, "data"), rpcPort, httpPort, pluginDir, metrics))
 	agent := exec.Command(filepath.Join(bin, "csisupd"), "agent", "--config", cfgFile)
 	agent.Stderr = os.Stderr
 	if err := agent.Start(); err != nil {
@@ -77,29 +120,60 @@ consul {
 
 	start := time.Now()
 	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 2*time.Minute)
-	b.ReportMetric(time.Since(start).Seconds(), "all_healthy_s")
+	if metrics {
+		b.ReportMetric(time.Since(start).Seconds(), "all_healthy_s")
+	}
 
+	ctx, cancel := context.WithCancel(context.Background())
+	scrapes := make(chan error, 1)
+	go func() {
+		scrapes <- scrapeMetrics(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort), metrics)
+	}()
 	cpu0 := testutil.ProcessCPU(b, agent.Process.Pid)
 	t0 := time.Now()
 	time.Sleep(steadyWindow) // the measurement window itself, not synchronisation
 	cpu1 := testutil.ProcessCPU(b, agent.Process.Pid)
 	elapsed := time.Since(t0)
-
-	cpu := 100 * (cpu1 - cpu0).Seconds() / elapsed.Seconds()
-	b.ReportMetric(cpu, "cpu_%core")
-	b.ReportMetric(float64(testutil.ProcessRSS(b, agent.Process.Pid))/(1<<20), "rss_MiB")
+	rssMiB = float64(testutil.ProcessRSS(b, agent.Process.Pid)) / (1 << 20)
+	cancel()
+	if err := <-scrapes; err != nil {
+		b.Fatal(err)
+	}
 	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 10*time.Second)
-	stopProcess(agent)
+	return 100 * (cpu1 - cpu0).Seconds() / elapsed.Seconds(), rssMiB
+}
 
-	// The direct path, on the same plugins in the same run: the same
-	// probe loop (heartbeat.Monitor, same interval and timeout) over a
-	// full grpc-go connection per plugin, as a supervisor without the
-	// supervision connection would probe. This process's own CPU is
-	// measured.
-	direct, directRSS := measureDirectSteadyState(b, pluginDir)
-	b.ReportMetric(direct, "direct_cpu_%core")
-	b.ReportMetric(cpu/direct, "cpu/direct_cpu")
-	b.ReportMetric(directRSS, "direct_rss_growth_MiB")
+// scrapeMetrics scrapes url every metricsScrapeInterval until ctx ends.
+// With want, every scrape must answer 200 with the probe histograms of
+// the plugins; without, /metrics must not be served.
+func scrapeMetrics(ctx context.Context, url string, want bool) error {
+	client := &http.Client{Timeout: 10 * time.Second}
+	t := time.NewTicker(metricsScrapeInterval)
+	defer t.Stop()
+	for {
+		resp, err := client.Get(url)
+		if err != nil {
+			return fmt.Errorf("scrape %s: %w", url, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			return fmt.Errorf("scrape %s: %w", url, err)
+		case want && (resp.StatusCode != http.StatusOK || strings.Count(string(body), "csisupd_plugin_probe_duration_seconds_count{") != steadyPlugins):
+			return fmt.Errorf("scrape %s: status %d without %d probe histograms", url, resp.StatusCode, steadyPlugins)
+		case !want && resp.StatusCode != http.StatusNotFound:
+			return fmt.Errorf("scrape %s with metrics off: status %d, want 404", url, resp.StatusCode)
+		}
+		if !want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // measureDirectSteadyState probes every plugin under pluginDir from this
