@@ -15,8 +15,8 @@ const module = "github.com/csisupd/csisupd/"
 //
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
-// packages (testutil, testplugin, testcluster, consultest) are imported
-// by tests, benchmarks and --dev only.
+// packages (testutil, testplugin, testcluster, consultest, metricsdoc) are
+// imported by tests, benchmarks and --dev only.
 var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
@@ -52,6 +52,7 @@ var allowed = map[string][]string{
 
 	"internal/testutil":                      {},
 	"internal/testutil/sanitytest":           {},
+	"internal/testutil/metricsdoc":           {},
 	"internal/plugin/plugintest":             {api, "internal/plugin"},
 	"internal/testplugin":                    {},
 	"internal/testplugin/cmd/csi-testplugin": {"internal/testplugin"},
@@ -60,6 +61,7 @@ var allowed = map[string][]string{
 
 	"test/agent":                {},
 	"test/bench":                {},
+	"test/deploy":               {},
 	"test/e2e":                  {},
 	"test/layering":             {},
 	"test/soak":                 {},
@@ -67,7 +69,7 @@ var allowed = map[string][]string{
 }
 
 // testHelpers may be imported by every package's tests.
-var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testplugin", "internal/plugin/plugintest", "internal/consulsync/consultest"}
+var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/plugin/plugintest", "internal/consulsync/consultest"}
 
 // allowedInTests lists what a package's tests may import beyond its own
 // allowed imports and testHelpers, each with why. Tests run the real parts
