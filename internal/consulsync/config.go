@@ -11,9 +11,11 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // envConsulToken is consul-template's token variable. consul/api and the
@@ -116,6 +118,14 @@ type Config struct {
 
 	// Logger receives the sync's log lines. Optional: nil discards them.
 	Logger hclog.Logger
+	// Metrics receives the csisupd_consul_sync_* series. Optional: nil
+	// registers them nowhere. Only New's counts; Reload keeps it.
+	Metrics prometheus.Registerer
+	// Watchdog tracks the liveness of Run's loop ("consul sync"), which
+	// beats on every turn, before every request to Consul and while it
+	// waits out a retry backoff. Optional: nil tracks nothing. Only New's
+	// counts; Reload keeps it.
+	Watchdog *watchdog.Monitor
 }
 
 // validate reports every missing or invalid field of c, each naming the

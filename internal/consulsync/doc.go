@@ -95,4 +95,15 @@
 // variable, is not read; a warning says so when it is set and no token
 // comes from anywhere else. The token never appears in logs or errors. A 403 is reported as an OpError naming
 // the operation and retried with back-off.
+//
+// # Metrics and liveness
+//
+// With Config.Metrics, passes, their duration, the writes Consul accepted
+// by endpoint (service_register, service_deregister, check_register,
+// check_update, check_deregister), failed passes by the reason of their
+// first failed request (unreachable, forbidden, rejected, timeout, other)
+// and the time of the last successful pass are exported as
+// csisupd_consul_sync_*. With Config.Watchdog, Run's loop beats the loop
+// "consul sync" on every turn, before every request and while it waits
+// out a retry backoff.
 package consulsync

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // failureLogEvery is how often an unchanged sync failure is logged again
@@ -29,9 +30,11 @@ const failureLogEvery = 5 * time.Minute
 // service for the csisupd agent and one per plugin, each with a health
 // check. Create it with New and drive it with Run.
 type Syncer struct {
-	plugins plugin.Source
-	log     hclog.Logger
-	now     func() time.Time
+	plugins  plugin.Source
+	log      hclog.Logger
+	now      func() time.Time
+	metrics  *syncMetrics
+	watchdog *watchdog.Monitor
 
 	mu                sync.Mutex
 	cfg               Config
@@ -43,6 +46,8 @@ type Syncer struct {
 
 	// The fields below belong to the goroutine running Run.
 
+	// loop is Run's watchdog loop; nil outside Run and without a Watchdog.
+	loop            *watchdog.Loop
 	start           time.Time
 	services        map[string]*serviceState
 	seen            map[string]bool // service IDs this process ever wanted
@@ -71,6 +76,10 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	metrics, err := newSyncMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
 	client, err := newConsulClient(cfg)
 	if err != nil {
 		return nil, err
@@ -79,6 +88,8 @@ func New(cfg Config) (*Syncer, error) {
 		plugins:         cfg.Plugins,
 		log:             cfg.Logger,
 		now:             time.Now,
+		metrics:         metrics,
+		watchdog:        cfg.Watchdog,
 		cfg:             cfg,
 		client:          client,
 		reload:          make(chan struct{}, 1),
@@ -95,7 +106,8 @@ func New(cfg Config) (*Syncer, error) {
 
 // Reload replaces the configuration, for SIGHUP: token, address, names,
 // tags and intervals. The plugin source cannot change (a nil Plugins keeps
-// the current one) and the logger stays the one given to New. Services whose
+// the current one), and the logger, metrics and watchdog stay the ones
+// given to New. Services whose
 // registration changes with the new configuration have a lifecycle change:
 // they are registered again with csisupd's tags. A pass runs at once, even
 // while backing off after failures.
@@ -107,6 +119,8 @@ func (s *Syncer) Reload(cfg Config) error {
 		return errors.New("consulsync: Reload cannot change the plugin source (Plugins)")
 	}
 	cfg.Logger = s.log
+	cur, _ := s.current()
+	cfg.Metrics, cfg.Watchdog = cur.Metrics, s.watchdog
 	if err := cfg.validate(); err != nil {
 		return err
 	}
@@ -158,6 +172,12 @@ func (s *Syncer) current() (Config, *consulClient) {
 // ShutdownTimeout; a failed deregistration is logged as a warning naming
 // the services left behind, and does not make the stop fail. Run returns
 // an error only when it is called a second time.
+//
+// Run's loop beats Config.Watchdog's loop "consul sync" on every turn,
+// before every request to Consul (each bounded by RequestTimeout) and while
+// it waits out a retry backoff, which may be longer than the watchdog's
+// timeout. It stops beating when ctx ends; the deregistration that follows
+// has its own deadline (ShutdownTimeout).
 func (s *Syncer) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("consulsync: Run called twice")
@@ -165,6 +185,12 @@ func (s *Syncer) Run(ctx context.Context) error {
 	sub := s.plugins.Subscribe()
 	defer sub.Close()
 	s.start = s.now()
+	s.loop = s.watchdog.Loop("consul sync")
+	defer s.loop.Done()
+	stop := func() {
+		s.loop.Done()
+		s.shutdown()
+	}
 
 	cfg, _ := s.current()
 	timer := time.NewTimer(cfg.SyncInterval)
@@ -177,10 +203,13 @@ func (s *Syncer) Run(ctx context.Context) error {
 		if failures == 0 {
 			changes = sub.C() // while backing off, changes wait for the retry
 		}
+		s.loop.Beat()
 		select {
 		case <-ctx.Done():
-			s.shutdown()
+			stop()
 			return nil
+		case <-s.loop.C():
+			continue // idle, or waiting out a backoff: still turning
 		case <-changes:
 		case <-timer.C:
 		case <-s.reload:
@@ -189,9 +218,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-sub.C():
 		default:
 		}
-		err := s.pass(ctx)
+		err := s.syncPass(ctx)
 		if ctx.Err() != nil {
-			s.shutdown()
+			stop()
 			return nil
 		}
 		cfg, _ = s.current()
@@ -262,6 +291,32 @@ func do(ctx context.Context, cfg Config, f func(ctx context.Context) error) erro
 	return f(ctx)
 }
 
+// request runs one request of a pass with RequestTimeout, after beating
+// Run's watchdog loop: a pass makes requests in proportion to the
+// services, so it may take longer in all than the watchdog's timeout.
+func (s *Syncer) request(ctx context.Context, cfg Config, f func(ctx context.Context) error) error {
+	s.loop.Beat()
+	return do(ctx, cfg, f)
+}
+
+// syncPass runs one pass and records it in the metrics. A pass cut short
+// because ctx ended (shutdown) is not recorded.
+func (s *Syncer) syncPass(ctx context.Context) error {
+	began := time.Now() // the real clock: s.now may be a test's
+	err := s.pass(ctx)
+	if ctx.Err() != nil {
+		return err
+	}
+	s.metrics.passes.Inc()
+	s.metrics.duration.Observe(time.Since(began).Seconds())
+	if err != nil {
+		s.metrics.failures.WithLabelValues(failureReason(err)).Inc()
+		return err
+	}
+	s.metrics.lastSuccess.Set(float64(s.now().UnixNano()) / float64(time.Second))
+	return nil
+}
+
 func query(ctx context.Context) *api.QueryOptions {
 	return (&api.QueryOptions{}).WithContext(ctx)
 }
@@ -319,7 +374,7 @@ func (s *Syncer) pass(ctx context.Context) error {
 	}
 
 	var current map[string]*api.AgentService
-	err := do(ctx, cfg, func(ctx context.Context) (err error) {
+	err := s.request(ctx, cfg, func(ctx context.Context) (err error) {
 		current, err = agent.ServicesWithFilterOpts("", query(ctx))
 		return err
 	})
@@ -345,7 +400,7 @@ func (s *Syncer) pass(ctx context.Context) error {
 				continue
 			}
 		}
-		err := do(ctx, cfg, func(ctx context.Context) error {
+		err := s.request(ctx, cfg, func(ctx context.Context) error {
 			return agent.ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx))
 		})
 		if err != nil {
@@ -353,6 +408,7 @@ func (s *Syncer) pass(ctx context.Context) error {
 			present[w.id] = cur != nil
 			continue
 		}
+		s.metrics.wrote(opServiceRegister)
 		state.pending = false
 		state.refreshed = now
 		present[w.id] = true
@@ -373,13 +429,16 @@ func (s *Syncer) pass(ctx context.Context) error {
 			}
 			continue
 		}
-		err := do(ctx, cfg, func(ctx context.Context) error {
+		err := s.request(ctx, cfg, func(ctx context.Context) error {
 			return agent.ServiceDeregisterOpts(id, query(ctx))
 		})
 		if err != nil && statusCode(err) != http.StatusNotFound {
 			fail(fmt.Sprintf("deregister service %q (id %s)", current[id].Service, id), err)
 			kept[id] = true
 			continue
+		}
+		if err == nil { // a 404: already gone, nothing written
+			s.metrics.wrote(opServiceDeregister)
 		}
 		delete(s.probationLogged, id)
 		st.deregistered++
@@ -388,7 +447,7 @@ func (s *Syncer) pass(ctx context.Context) error {
 
 	// Checks.
 	var checks map[string]*api.AgentCheck
-	err = do(ctx, cfg, func(ctx context.Context) (err error) {
+	err = s.request(ctx, cfg, func(ctx context.Context) (err error) {
 		checks, err = agent.ChecksWithFilterOpts("", query(ctx))
 		return err
 	})
@@ -410,13 +469,14 @@ func (s *Syncer) pass(ctx context.Context) error {
 				status, output = cur.Status, cur.Output
 			}
 			if cur == nil || !checkMatches(cur, c) {
-				err := do(ctx, cfg, func(ctx context.Context) error {
+				err := s.request(ctx, cfg, func(ctx context.Context) error {
 					return agent.CheckRegisterOpts(c.registration(), query(ctx))
 				})
 				if err != nil {
 					fail(fmt.Sprintf("register check %s", c.id), err)
 					continue
 				}
+				s.metrics.wrote(opCheckRegister)
 				st.checksRegistered++
 				state.refreshed = now
 				if cur == nil { // a new check starts with the status given, without output
@@ -429,13 +489,14 @@ func (s *Syncer) pass(ctx context.Context) error {
 			if status == c.status && output == c.output && now.Sub(state.refreshed) < refreshAfter(c.ttl, c.id) {
 				continue
 			}
-			err := do(ctx, cfg, func(ctx context.Context) error {
+			err := s.request(ctx, cfg, func(ctx context.Context) error {
 				return agent.UpdateTTLOpts(c.id, c.output, c.status, query(ctx))
 			})
 			if err != nil {
 				fail(fmt.Sprintf("update check %s", c.id), err)
 				continue
 			}
+			s.metrics.wrote(opCheckUpdate)
 			state.refreshed = now
 			st.checksUpdated++
 		}
@@ -445,12 +506,15 @@ func (s *Syncer) pass(ctx context.Context) error {
 		if !isOwn(id) || wantedChecks[id] || kept[cur.ServiceID] || (wanted[cur.ServiceID] != nil && !present[cur.ServiceID]) {
 			continue
 		}
-		err := do(ctx, cfg, func(ctx context.Context) error {
+		err := s.request(ctx, cfg, func(ctx context.Context) error {
 			return agent.CheckDeregisterOpts(id, query(ctx))
 		})
 		if err != nil && statusCode(err) != http.StatusNotFound {
 			fail(fmt.Sprintf("deregister check %s", id), err)
 			continue
+		}
+		if err == nil {
+			s.metrics.wrote(opCheckDeregister)
 		}
 		st.checksDeregistered++
 	}
@@ -497,6 +561,7 @@ func (s *Syncer) shutdown() {
 		err := agent.ServiceDeregisterOpts(id, query(ctx))
 		switch {
 		case err == nil:
+			s.metrics.wrote(opServiceDeregister)
 			removed++
 		case statusCode(err) != http.StatusNotFound:
 			left = append(left, id)

@@ -42,19 +42,32 @@ func (s *Server) applyBatched(e *csisupdv1.LogEntry) (uint64, error) {
 
 // runBatcher groups node writes until shutdown.
 func (s *Server) runBatcher() {
+	loop := s.cfg.Watchdog.Loop("server batcher")
+	defer loop.Done()
 	slots := make(chan struct{}, batchesInFlight)
 	for {
-		select {
-		case slots <- struct{}{}:
-		case <-s.shutdownCh:
-			return
+		// A slot frees when a batch in flight is answered, which raft
+		// bounds: it commits, or fails when leadership is lost.
+		for waiting := true; waiting; {
+			loop.Beat()
+			select {
+			case slots <- struct{}{}:
+				waiting = false
+			case <-loop.C():
+			case <-s.shutdownCh:
+				return
+			}
 		}
 		var batch []batchReq
-		select {
-		case r := <-s.batchCh:
-			batch = append(batch, r)
-		case <-s.shutdownCh:
-			return
+		for len(batch) == 0 {
+			loop.Beat()
+			select {
+			case r := <-s.batchCh:
+				batch = append(batch, r)
+			case <-loop.C():
+			case <-s.shutdownCh:
+				return
+			}
 		}
 	collect:
 		for len(batch) < maxBatch {

@@ -619,6 +619,7 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 // caller holds the volume's lock. A claim that is gone is done.
 func (s *Server) runRelease(ctx context.Context, ref claimRef, secrets map[string]string) error {
 	for {
+		beatCtx(ctx)
 		if err := ctx.Err(); err != nil {
 			return toStatus(err)
 		}

@@ -104,6 +104,7 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeHeartbeat(fctx, req)
 	}
+	c.s.metrics.heartbeats.Inc()
 	node := c.s.State().Node(req.GetNodeId())
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())

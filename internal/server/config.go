@@ -7,11 +7,13 @@ import (
 	"net"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/tlsutil"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // Discover returns the gRPC addresses (host:port) of the servers as they
@@ -92,6 +94,20 @@ type Config struct {
 	// (ClientCSI) instead of DialOptions: with TLS, servers verify the
 	// server role of servers, and only the chain of agents.
 	AgentDialOptions []grpc.DialOption
+
+	// Metrics, when set, receives the server's metrics (csisupd_server_*
+	// and csisupd_cluster_*, read from the state at scrape time) and
+	// raft's own (csisupd_raft_*). Raft reports those only to go-metrics'
+	// process-wide global, which New then points at a sink in Metrics:
+	// the last server created in a process owns it. Nil registers
+	// nothing and leaves that global alone. Shutdown unregisters
+	// everything New registered.
+	Metrics prometheus.Registerer
+	// Watchdog, when set, tracks the liveness of the server's loops: the
+	// leadership monitor, the write batcher, the join loop, and while this
+	// server leads, the leader loop and the volume watcher. Nil tracks
+	// nothing.
+	Watchdog *watchdog.Monitor
 }
 
 // agentDialOptions are the options of connections to agents.

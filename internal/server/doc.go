@@ -67,6 +67,18 @@
 // method is checked by the gRPC interceptor (package acl has the table),
 // not by these services.
 //
+// With Config.Metrics, the server exports its raft and cluster state as
+// gauges read at scrape time (csisupd_server_* and csisupd_cluster_*:
+// leadership, raft indexes and peers, nodes by status, plugins, volumes,
+// claims by state, heartbeat timers), counts the heartbeats it handles and
+// the requests it forwards to the leader, and routes raft's own go-metrics
+// to the same registry as csisupd_raft_*. Raft reports those to
+// go-metrics' process-wide global only, so the last server created in a
+// process owns that global. With Config.Watchdog, its long-running loops
+// beat a watchdog.Loop each: the leadership monitor, the write batcher and
+// the join loop for the server's life, the leader loop and the volume
+// watcher for each term this server leads.
+//
 // The agent-side half, which registers a node and reports its plugins, is
 // package nodeclient.
 package server

@@ -127,6 +127,7 @@ func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientC
 	if err != nil {
 		return ctx, nil, status.Errorf(codes.Unavailable, "forward to leader: %v", err)
 	}
+	s.metrics.countForwarded(ctx)
 	return metadata.AppendToOutgoingContext(ctx, forwardedKey, s.cfg.ID), conn, nil
 }
 

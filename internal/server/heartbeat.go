@@ -53,6 +53,13 @@ func (h *heartbeats) clear() {
 	}
 }
 
+// count returns the number of timers held.
+func (h *heartbeats) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.timers)
+}
+
 // stop clears the timers and waits for running expiry handlers.
 func (h *heartbeats) stop() {
 	h.clear()

@@ -338,6 +338,10 @@ type fakeNodeVolumes struct {
 	secrets     []string
 	failMount   error
 	failUnmount error
+	// held, while set, makes UnmountVolume wait until it is closed or the
+	// call's context ends; heldCalls receives a value as each call waits.
+	held      chan struct{}
+	heldCalls chan struct{}
 }
 
 func newFakeNodeVolumes() *fakeNodeVolumes {
@@ -375,6 +379,26 @@ func (f *fakeNodeVolumes) setFail(mount, unmount error) {
 	f.failMount, f.failUnmount = mount, unmount
 }
 
+// holdUnmounts clears the failures and makes every UnmountVolume wait, as
+// an agent that hangs does, until release is called. entered receives a
+// value as each call starts waiting.
+func (f *fakeNodeVolumes) holdUnmounts() (entered <-chan struct{}, release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	held, calls := make(chan struct{}), make(chan struct{}, 100)
+	f.failMount, f.failUnmount = nil, nil
+	f.held, f.heldCalls = held, calls
+	var once sync.Once
+	return calls, func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.held, f.heldCalls = nil, nil
+			f.mu.Unlock()
+			close(held)
+		})
+	}
+}
+
 func (f *fakeNodeVolumes) MountVolume(_ context.Context, addr string, req *csisupdv1.MountVolumeRequest) (*csisupdv1.Mount, error) {
 	f.journal.add(fmt.Sprintf("mount %s %s %s", req.GetVolumeId(), req.GetWorkloadId(), addr))
 	f.mu.Lock()
@@ -409,9 +433,22 @@ func (f *fakeNodeVolumes) MountVolume(_ context.Context, addr string, req *csisu
 	return m, nil
 }
 
-func (f *fakeNodeVolumes) UnmountVolume(_ context.Context, addr string, req *csisupdv1.UnmountVolumeRequest) error {
+func (f *fakeNodeVolumes) UnmountVolume(ctx context.Context, addr string, req *csisupdv1.UnmountVolumeRequest) error {
 	f.journal.add(fmt.Sprintf("unmount %s %s %s", req.GetVolumeId(), req.GetWorkloadId(), addr))
 	f.mu.Lock()
+	if held, calls := f.held, f.heldCalls; held != nil {
+		f.mu.Unlock()
+		select {
+		case calls <- struct{}{}:
+		default:
+		}
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		f.mu.Lock()
+	}
 	defer f.mu.Unlock()
 	if f.failUnmount != nil {
 		return f.failUnmount

@@ -28,15 +28,22 @@ func (s *Server) runJoin() {
 		case <-base.Done():
 		}
 	}()
+	loop := s.cfg.Watchdog.Loop("server join")
+	defer loop.Done()
 	retries := s.cfg.Join.NewBackOff()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
+		loop.Beat()
 		select {
 		case <-base.Done():
 			return
+		case <-loop.C():
+			continue
 		case <-t.C:
 		}
+		// One attempt is bounded by RPCTimeout (twice when it asks the
+		// peers who leads).
 		ctx, cancel := context.WithTimeout(base, s.cfg.RPCTimeout)
 		if !s.bootstrapped.Load() && !s.hasRaftState() {
 			s.tryJoinOrBootstrap(ctx)

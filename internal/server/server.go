@@ -21,8 +21,8 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/keylock"
-	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/stream"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // Server is one csisupd server: a raft member with the replicated state
@@ -71,6 +71,8 @@ type Server struct {
 
 	batchCh chan batchReq
 
+	metrics *serverMetrics
+
 	startOnce    sync.Once
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -114,7 +116,12 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		s.nodeVolumes = &grpcNodeVolumes{conns: s.agentConns}
 	}
 	s.heartbeats = newHeartbeats(s)
+	// Before raft starts, so raft's first metrics reach the sink.
+	if s.metrics, err = newServerMetrics(s, cfg.Metrics); err != nil {
+		return nil, err
+	}
 	if err := s.setupRaft(); err != nil {
+		s.metrics.close()
 		return nil, err
 	}
 	s.ap = &autopilotDelegate{s: s, lastSeen: map[raft.ServerID]time.Time{}}
@@ -191,6 +198,9 @@ func (s *Server) setupRaft() (err error) {
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 512
 	rc.NotifyCh = s.leaderCh
+	// Only the labelled form of raft's per-peer metrics: the legacy form
+	// puts the peer's server id into the metric's name.
+	rc.NoLegacyTelemetry = true
 	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, s.trans)
 	if err != nil {
 		s.trans.Close()
@@ -278,6 +288,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if cerr := s.logStore.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("server: close raft store: %w", cerr)
 		}
+		s.metrics.close()
 	})
 	return err
 }
@@ -416,6 +427,8 @@ func (s *Server) applyRaw(e *csisupdv1.LogEntry) (applyResult, error) {
 }
 
 func (s *Server) monitorLeadership() {
+	loop := s.cfg.Watchdog.Loop("server leadership monitor")
+	defer loop.Done()
 	type run struct {
 		cancel context.CancelFunc
 		done   chan struct{}
@@ -430,7 +443,9 @@ func (s *Server) monitorLeadership() {
 	}
 	defer stop()
 	for {
+		loop.Beat()
 		select {
+		case <-loop.C():
 		case isLeader := <-s.leaderCh:
 			if isLeader && cur == nil {
 				ctx, cancel := context.WithCancel(context.Background())
@@ -454,14 +469,19 @@ func (s *Server) monitorLeadership() {
 func (s *Server) leaderLoop(ctx context.Context) {
 	s.logger.Info("cluster leadership acquired")
 	defer s.logger.Info("cluster leadership lost")
+	// Registered for this term only; Done runs after the teardown below,
+	// so a teardown that hangs is seen.
+	loop := s.cfg.Watchdog.Loop("server leader loop")
+	defer loop.Done()
 	retries := s.cfg.Join.NewBackOff()
 	for {
+		loop.Beat()
 		if err := s.raftOp(func() raft.Future { return s.raft.Barrier(s.cfg.ApplyTimeout) }); err == nil {
 			break
 		} else {
 			s.logger.Warn("leader barrier failed", "error", err)
 		}
-		if retry.Wait(ctx, retries.NextBackOff()) != nil {
+		if waitBeating(ctx, loop, retries.NextBackOff()) != nil {
 			return
 		}
 	}
@@ -482,11 +502,33 @@ func (s *Server) leaderLoop(ctx context.Context) {
 		s.runVolumeWatcher(ctx)
 	}()
 
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		loop.Beat()
+		select {
+		case <-ctx.Done():
+		case <-loop.C():
+		}
+	}
 	s.leaderReady.Store(false)
 	s.heartbeats.clear()
 	<-s.autopilot.Stop()
 	<-watcherDone
+}
+
+// waitBeating waits for d like retry.Wait, beating loop meanwhile.
+func waitBeating(ctx context.Context, loop *watchdog.Loop, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		loop.Beat()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		case <-loop.C():
+		}
+	}
 }
 
 var errNoLeader = errors.New("no cluster leader")

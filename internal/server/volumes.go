@@ -72,6 +72,7 @@ func withCapability(cands []candidate, capability string) []candidate {
 func (s *Server) callControllers(ctx context.Context, op string, cands []candidate, fn func(ctx context.Context, c candidate) error) (candidate, error) {
 	var errs []error
 	for _, c := range cands {
+		beatCtx(ctx)
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
 		err := fn(cctx, c)
 		cancel()

@@ -7,6 +7,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // volumeWatcher is the leader's loop that finishes volume claim releases
@@ -15,7 +16,8 @@ import (
 // node has been down for longer than ClaimGCGrace. It holds no state that
 // matters beyond one term: a new leader's watcher starts from the state.
 type volumeWatcher struct {
-	s *Server
+	s    *Server
+	loop *watchdog.Loop
 	// retries holds the claims whose last step failed: when to try again
 	// and the delay after the next failure.
 	retries map[string]*claimRetry
@@ -39,16 +41,27 @@ func (s *Server) kickVolumeWatcher() {
 // runVolumeWatcher runs the volume watcher until ctx ends (leadership
 // ends or the server stops).
 func (s *Server) runVolumeWatcher(ctx context.Context) {
-	w := &volumeWatcher{s: s, retries: map[string]*claimRetry{}, resumed: map[string]bool{}}
+	loop := s.cfg.Watchdog.Loop("volume watcher")
+	defer loop.Done()
+	// The release steps beat the loop between their calls to agents.
+	ctx = withLoop(ctx, loop)
+	w := &volumeWatcher{s: s, loop: loop, retries: map[string]*claimRetry{}, resumed: map[string]bool{}}
 	t := time.NewTicker(s.cfg.VolumeWatchInterval)
 	defer t.Stop()
 	for {
+		loop.Beat()
 		w.pass(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.volumeKick:
+		for idle := true; idle; {
+			loop.Beat()
+			select {
+			case <-ctx.Done():
+				return
+			case <-loop.C():
+			case <-t.C:
+				idle = false
+			case <-s.volumeKick:
+				idle = false
+			}
 		}
 	}
 }
@@ -67,6 +80,7 @@ func (w *volumeWatcher) pass(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			w.loop.Beat()
 			key := watchKey(v.GetId(), c)
 			live[key] = true
 			if w.nodeGoneDue(c, time.Now()) || releasing(c.GetState()) {
