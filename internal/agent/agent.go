@@ -281,6 +281,8 @@ func New(c Config) (a *Agent, err error) {
 			DialOptions:      dialOpts,
 			AgentDialOptions: agentDialOpts,
 			TLS:              a.tls,
+			Metrics:          a.metrics,
+			Watchdog:         a.watchdog,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("agent: server role: %w", err)
@@ -619,6 +621,8 @@ func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 		ShutdownTimeout:      consulShutdownTimeout,
 		Retry:                a.retry.ConsulSync,
 		Logger:               a.log.Named("consul"),
+		Metrics:              a.metrics,
+		Watchdog:             a.watchdog,
 	}
 	if a.tls != nil {
 		c.GRPCCheckTLS, c.GRPCCheckTLSServerName = true, a.checkTLSServerName(cfg)
@@ -758,4 +762,3 @@ func listen(key, host string, port int) (net.Listener, error) {
 	}
 	return ln, nil
 }
-

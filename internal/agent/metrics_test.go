@@ -268,11 +268,11 @@ func TestMetricsOfADevAgent(t *testing.T) {
 	// And every row names a metric that exists, but for the families
 	// this scenario cannot produce.
 	notHere := map[string]string{
-		"csisupd_server_forwarded_requests_total": "one server forwards nothing",
-		"csisupd_consul_sync_failures_total":      "Consul answers",
-		"csisupd_event_subscribers_dropped_total": "no subscriber falls behind",
-		"csisupd_plugin_updates_coalesced_total":  "depends on timing",
-		"csisupd_watchdog_pings_total":            "not under systemd",
+		"csisupd_server_forwarded_requests_total":  "one server forwards nothing",
+		"csisupd_consul_sync_failures_total":       "Consul answers",
+		"csisupd_event_subscribers_dropped_total":  "no subscriber falls behind",
+		"csisupd_plugin_updates_coalesced_total":   "depends on timing",
+		"csisupd_watchdog_pings_total":             "not under systemd",
 		"csisupd_plugin_fingerprint_changes_total": "the plugin keeps its fingerprint",
 	}
 	for name := range table {
