@@ -158,8 +158,10 @@ func New(c Config) (a *Agent, err error) {
 	if a.watchdog, err = a.newWatchdog(); err != nil {
 		return nil, err
 	}
-	if a.grpcMetrics, err = rpc.NewGRPCMetrics(a.metrics); err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
+	if cfg.Telemetry.PrometheusMetrics {
+		if a.grpcMetrics, err = rpc.NewGRPCMetrics(a.metrics); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
 	}
 	// Metrics first, so that refused calls are counted with their code.
 	opts := append(a.grpcMetrics.ServerOptions(), serverOptions()...)
@@ -281,7 +283,7 @@ func New(c Config) (a *Agent, err error) {
 			DialOptions:      dialOpts,
 			AgentDialOptions: agentDialOpts,
 			TLS:              a.tls,
-			Metrics:          a.metrics,
+			Metrics:          a.registerer(),
 			Watchdog:         a.watchdog,
 		}, log)
 		if err != nil {
@@ -329,6 +331,16 @@ func New(c Config) (a *Agent, err error) {
 		log.Warn("configuration", "warning", w)
 	}
 	return a, nil
+}
+
+// registerer is where components register their collectors: the agent's
+// registry, or nil (register nothing) with telemetry.prometheus_metrics
+// off.
+func (a *Agent) registerer() prometheus.Registerer {
+	if !a.cfg.Telemetry.PrometheusMetrics {
+		return nil
+	}
+	return a.metrics
 }
 
 // serverTuning is the production tuning of the server role with what the
@@ -621,7 +633,7 @@ func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 		ShutdownTimeout:      consulShutdownTimeout,
 		Retry:                a.retry.ConsulSync,
 		Logger:               a.log.Named("consul"),
-		Metrics:              a.metrics,
+		Metrics:              a.registerer(),
 		Watchdog:             a.watchdog,
 	}
 	if a.tls != nil {

@@ -13,9 +13,15 @@ import (
 	"github.com/csisupd/csisupd/internal/registry"
 )
 
-// newHTTPHandler serves /v1/health (liveness), /v1/ready (readiness) and
-// /metrics (Prometheus).
+// newHTTPHandler serves /v1/health (liveness), /v1/ready (readiness) and,
+// with telemetry.prometheus_metrics, /metrics (Prometheus).
 func (a *Agent) newHTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", a.serveHealth)
+	mux.HandleFunc("GET /v1/ready", a.serveReady)
+	if !a.cfg.Telemetry.PrometheusMetrics {
+		return mux
+	}
 	a.metrics.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -38,10 +44,7 @@ func (a *Agent) newHTTPHandler() http.Handler {
 			return 0
 		}),
 	)
-	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /v1/health", a.serveHealth)
-	mux.HandleFunc("GET /v1/ready", a.serveReady)
 	return mux
 }
 

@@ -156,9 +156,9 @@ func TestMetricsOfADevAgent(t *testing.T) {
 	var volumeIDs []string
 	for i := range 3 {
 		id := fmt.Sprintf("metrics-vol-%d", i)
-		resp, err := control.CreateVolume(ctx, &csisupdv1.CreateVolumeRequest{
+		resp, err := control.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{
 			Id: id, PluginId: "p1",
-			Capabilities: []*csisupdv1.VolumeCapability{{AccessMode: "single-node-writer", Mount: &csisupdv1.MountCapability{}}},
+			Capabilities: []*csisupdv1.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}},
 		})
 		if err != nil {
 			t.Fatalf("CreateVolume %s: %v", id, err)
@@ -172,12 +172,12 @@ func TestMetricsOfADevAgent(t *testing.T) {
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}}
-	if _, err := clientCSI.ControllerValidateVolumeCapabilities(ctx, &csisupdv1.ControllerValidateVolumeCapabilitiesRequest{
+	if _, err := clientCSI.ControllerValidateVolume(ctx, &csisupdv1.ControllerValidateVolumeRequest{
 		PluginId: "p1", Request: &csi.ValidateVolumeCapabilitiesRequest{VolumeId: volumeIDs[1], VolumeCapabilities: caps},
 	}); err != nil {
 		t.Fatalf("ClientCSI call that should succeed: %v", err)
 	}
-	_, err = clientCSI.ControllerValidateVolumeCapabilities(ctx, &csisupdv1.ControllerValidateVolumeCapabilitiesRequest{
+	_, err = clientCSI.ControllerValidateVolume(ctx, &csisupdv1.ControllerValidateVolumeRequest{
 		PluginId: "no-such-plugin", Request: &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "x", VolumeCapabilities: caps},
 	})
 	if status.Code(err) != codes.NotFound {
@@ -199,7 +199,7 @@ func TestMetricsOfADevAgent(t *testing.T) {
 	}
 	atLeast := func(n float64) func(float64) bool { return func(v float64) bool { return v >= n } }
 	exactly := func(n float64) func(float64) bool { return func(v float64) bool { return v == n } }
-	const vvc = "ControllerValidateVolumeCapabilities"
+	const vvc = "ControllerValidateVolume"
 	checks := []series{
 		{"csisupd_plugin_healthy", map[string]string{"plugin_id": "p1", "type": "monolith"}, exactly(1), "1"},
 		{"csisupd_plugin_health_transitions_total", map[string]string{"plugin_id": "p1", "to": "unhealthy"}, exactly(1), "1"},

@@ -21,7 +21,7 @@ const statusInterval = 2 * time.Second
 // every loop beats, at systemd's interval; without one it only tracks them
 // (for /v1/health and the metrics), with watchdog.DefaultTimeout.
 func (a *Agent) newWatchdog() (*watchdog.Monitor, error) {
-	cfg := watchdog.Config{Timeout: watchdog.DefaultTimeout, Metrics: a.metrics, Logger: a.log.Named("watchdog")}
+	cfg := watchdog.Config{Timeout: watchdog.DefaultTimeout, Metrics: a.registerer(), Logger: a.log.Named("watchdog")}
 	timeout, err := daemon.SdWatchdogEnabled(false)
 	switch {
 	case err != nil:

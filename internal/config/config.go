@@ -113,6 +113,8 @@ type Config struct {
 	Consul ConsulConfig
 	TLS    TLSConfig
 	ACL    ACLConfig
+	// Telemetry is the telemetry { ... } block.
+	Telemetry TelemetryConfig
 	// Plugins holds the settings of plugin "<id>" { ... } blocks, by
 	// plugin id.
 	Plugins map[string]PluginConfig
@@ -432,7 +434,17 @@ func Default() Config {
 			VerifyOutgoing:       true,
 			VerifyServerHostname: true,
 		},
+		Telemetry: TelemetryConfig{PrometheusMetrics: true},
 	}
+}
+
+// TelemetryConfig is the telemetry { ... } block.
+type TelemetryConfig struct {
+	// PrometheusMetrics serves /metrics (default true). Off, the agent
+	// registers no collector and /metrics answers 404; the supervision
+	// loops still count what they observe, which costs next to nothing.
+	// A change takes effect at the next start.
+	PrometheusMetrics bool
 }
 
 // ServerAutoJoin reports whether a server finds the other servers through
@@ -534,6 +546,8 @@ func (c Config) String() string {
 	w(in, "verify_incoming", c.TLS.VerifyIncoming)
 	w(in, "verify_outgoing", c.TLS.VerifyOutgoing)
 	w(in, "verify_server_hostname", c.TLS.VerifyServerHostname)
+	b.WriteString("}\ntelemetry {\n")
+	w(in, "prometheus_metrics", c.Telemetry.PrometheusMetrics)
 	b.WriteString("}\nacl {\n")
 	w(in, "enabled", c.ACL.Enabled)
 	b.WriteString(in + "tokens {\n")

@@ -51,6 +51,9 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"max_event_subscribers_per_connection": &c.Client.MaxEventSubscribersPerConn,
 			"servers":                              &c.Client.Servers,
 		},
+		"telemetry": {
+			"prometheus_metrics": &c.Telemetry.PrometheusMetrics,
+		},
 		"server": {
 			"enabled":          &c.Server.Enabled,
 			"bootstrap_expect": &c.Server.BootstrapExpect,

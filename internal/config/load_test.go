@@ -106,8 +106,9 @@ func TestDefault(t *testing.T) {
 			ServerAutoJoin:       true,
 			ClientAutoJoin:       true,
 		},
-		Region: "global",
-		TLS:    TLSConfig{VerifyIncoming: true, VerifyOutgoing: true, VerifyServerHostname: true},
+		Region:    "global",
+		TLS:       TLSConfig{VerifyIncoming: true, VerifyOutgoing: true, VerifyServerHostname: true},
+		Telemetry: TelemetryConfig{PrometheusMetrics: true},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Default() =\n%#v\nwant\n%#v", got, want)
@@ -156,6 +157,9 @@ server {
   retry_join       = ["10.0.0.2:4780"]
   raft_multiplier  = 5
   claim_gc_grace   = "90s"
+}
+telemetry {
+  prometheus_metrics = false
 }
 plugin "ebs.csi" {
   mount_dir        = "/srv/volumes/ebs"
@@ -209,8 +213,9 @@ acl {
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
 					},
-					Server:  ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second},
-					Plugins: map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins"}},
+					Server:    ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second},
+					Telemetry: TelemetryConfig{PrometheusMetrics: false},
+					Plugins:   map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins"}},
 					Consul: ConsulConfig{
 						Enabled: false, Address: "127.0.0.1:8501", Token: "abc", ServiceName: "supd",
 						PluginServiceName: "plugin-{{id}}-csi", Tags: []string{"a", "b"},
