@@ -124,6 +124,15 @@ next:
 	return 0, false
 }
 
+// sum adds the values of every series of the counter or gauge family name.
+func sum(fams map[string]*dto.MetricFamily, name string) float64 {
+	total := 0.0
+	for _, m := range fams[name].GetMetric() {
+		total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return total
+}
+
 // TestMetricsOfADevAgent drives a dev agent through the life operators
 // watch, scrapes /metrics and checks the series that tell it: a plugin
 // healthy -> unhealthy -> healthy, a ClientCSI call that succeeds and one
@@ -141,6 +150,7 @@ func TestMetricsOfADevAgent(t *testing.T) {
 	})
 	p.SetFaults(testplugin.Faults{})
 	waitHealthy(t, a, "p1")
+	testutil.WaitFor(t, 10*time.Second, "the servers to hold p1 healthy again", a.nodes.Synced)
 
 	conn, err := grpc.NewClient(a.RPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -150,8 +160,6 @@ func TestMetricsOfADevAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	// The dev node and its plugin are known to the cluster before the
-	// agent is ready, so a volume create works at once.
 	control := csisupdv1.NewControlClient(conn)
 	var volumeIDs []string
 	for i := range 3 {
@@ -186,8 +194,12 @@ func TestMetricsOfADevAgent(t *testing.T) {
 
 	// A Consul pass has registered the agent and its plugin.
 	testutil.WaitFor(t, 10*time.Second, "the Consul pass", func() bool {
-		_, ok := consul.Service("csi-plugin-p1")
-		return ok
+		for _, svc := range consul.Services() {
+			if svc.Service == "csi-plugin-p1" {
+				return true
+			}
+		}
+		return false
 	})
 
 	var fams map[string]*dto.MetricFamily
@@ -222,7 +234,7 @@ func TestMetricsOfADevAgent(t *testing.T) {
 		{"csisupd_agent_ready", nil, exactly(1), "1"},
 		{"csisupd_watchdog_timeout_seconds", nil, atLeast(1), "> 0"},
 	}
-	testutil.WaitFor(t, 10*time.Second, "every checked series", func() bool {
+	allHold := func() bool {
 		fams = scrape(t, a)
 		for _, c := range checks {
 			if v, ok := value(fams, c.name, c.labels); !ok || !c.check(v) {
@@ -230,14 +242,18 @@ func TestMetricsOfADevAgent(t *testing.T) {
 			}
 		}
 		return true
-	})
-	for _, c := range checks { // says which, had the wait failed
+	}
+	// Scrapes until every series holds, for at most 10 s; then each one
+	// that does not is reported.
+	for deadline := time.Now().Add(10 * time.Second); !allHold() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // scrape interval
+	}
+	for _, c := range checks {
 		if v, ok := value(fams, c.name, c.labels); !ok || !c.check(v) {
 			t.Errorf("%s%v = %v (present %v), want %s", c.name, c.labels, v, ok, c.want)
 		}
 	}
-	writes, _ := value(fams, "csisupd_consul_sync_writes_total", nil)
-	if writes < 1 {
+	if writes := sum(fams, "csisupd_consul_sync_writes_total"); writes < 1 {
 		t.Errorf("csisupd_consul_sync_writes_total = %v, want the pass's writes", writes)
 	}
 
