@@ -12,12 +12,13 @@ import (
 )
 
 // newHTTPHandler serves /v1/health (200 once the agent serves, with plugin
-// counts) and /metrics (Prometheus).
+// counts) and /metrics (Prometheus): pr holds the runtime collectors
+// registered here and the series every component registered itself (the
+// registry's plugin series among them, see registry.ManagerConfig.Metrics).
 func newHTTPHandler(pr *prometheus.Registry, reg *registry.Registry, ready <-chan struct{}) http.Handler {
 	pr.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPluginCollector(reg),
 	)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(pr, promhttp.HandlerOpts{}))
@@ -42,42 +43,4 @@ func newHTTPHandler(pr *prometheus.Registry, reg *registry.Registry, ready <-cha
 		_ = json.NewEncoder(w).Encode(body)
 	})
 	return mux
-}
-
-// pluginCollector exports the registry at scrape time, so the registry
-// carries no metrics code and an unscraped agent pays nothing.
-type pluginCollector struct {
-	reg     *registry.Registry
-	healthy *prometheus.Desc
-	events  *prometheus.Desc
-}
-
-func newPluginCollector(reg *registry.Registry) *pluginCollector {
-	return &pluginCollector{
-		reg: reg,
-		healthy: prometheus.NewDesc("csisupd_plugin_healthy",
-			"1 when the plugin's latest probe was healthy, else 0.",
-			[]string{"plugin_id", "type", "vendor_name", "vendor_version"}, nil),
-		events: prometheus.NewDesc("csisupd_plugin_events_total",
-			"Plugin events emitted since the agent started.", nil, nil),
-	}
-}
-
-func (c *pluginCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.healthy
-	ch <- c.events
-}
-
-func (c *pluginCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range c.reg.List() {
-		v := 0.0
-		if p.Healthy() {
-			v = 1
-		}
-		fp := p.Fingerprint
-		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, v,
-			p.ID, string(fp.Type), fp.VendorName, fp.VendorVersion)
-	}
-	_, last := c.reg.EventLog().Range() // the latest index; copies nothing
-	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(last))
 }
