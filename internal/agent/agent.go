@@ -207,6 +207,8 @@ func New(c Config) (a *Agent, err error) {
 		AllowInsecurePluginDir: cfg.Client.AllowInsecurePluginDir,
 		PluginRedial:           a.retry.PluginRedial,
 		FingerprintRetry:       a.retry.Fingerprint,
+		Metrics:                a.registerer(),
+		Watchdog:               a.watchdog,
 		Logger:                 log.Named("registry"),
 	})
 	if err != nil {
@@ -224,6 +226,7 @@ func New(c Config) (a *Agent, err error) {
 		Logger:                log.Named("rpc"),
 		MaxSubscribers:        cfg.Client.MaxEventSubscribers,
 		MaxSubscribersPerConn: cfg.Client.MaxEventSubscribersPerConn,
+		Metrics:               a.registerer(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: Agent API: %w", err)

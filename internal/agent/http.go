@@ -9,8 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/csisupd/csisupd/internal/registry"
 )
 
 // newHTTPHandler serves /v1/health (liveness), /v1/ready (readiness) and,
@@ -25,7 +23,6 @@ func (a *Agent) newHTTPHandler() http.Handler {
 	a.metrics.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPluginCollector(a.manager.Registry()),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "csisupd_agent_info",
 			Help: "Always 1; the labels describe the agent.",
@@ -106,42 +103,4 @@ func writeJSON(w http.ResponseWriter, code int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(body)
-}
-
-// pluginCollector exports the registry at scrape time, so the registry
-// carries no metrics code and an unscraped agent pays nothing.
-type pluginCollector struct {
-	reg     *registry.Registry
-	healthy *prometheus.Desc
-	events  *prometheus.Desc
-}
-
-func newPluginCollector(reg *registry.Registry) *pluginCollector {
-	return &pluginCollector{
-		reg: reg,
-		healthy: prometheus.NewDesc("csisupd_plugin_healthy",
-			"1 when the plugin's latest probe was healthy, else 0.",
-			[]string{"plugin_id", "type", "vendor_name", "vendor_version"}, nil),
-		events: prometheus.NewDesc("csisupd_plugin_events_total",
-			"Plugin events emitted since the agent started.", nil, nil),
-	}
-}
-
-func (c *pluginCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.healthy
-	ch <- c.events
-}
-
-func (c *pluginCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range c.reg.List() {
-		v := 0.0
-		if p.Healthy() {
-			v = 1
-		}
-		fp := p.Fingerprint
-		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, v,
-			p.ID, string(fp.Type), fp.VendorName, fp.VendorVersion)
-	}
-	_, last := c.reg.EventLog().Range() // the latest index; copies nothing
-	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(last))
 }

@@ -20,5 +20,8 @@
 // function that decides, from each probe's error, how long to wait before
 // the next probe (the supervisor backs off plugins that violate the gRPC
 // protocol this way) and why. The backoff state and the health stay with
-// the owner: the Monitor keeps neither and hands every result to OnProbe.
+// the owner: the Monitor keeps neither and hands every result to OnProbe,
+// with the Probe call's error and duration, from which the owner counts
+// failures by reason and times probes (the registry's metrics): this
+// package exports no metrics of its own.
 package heartbeat

@@ -26,6 +26,13 @@ type Result struct {
 	State       State
 	Description string
 	At          time.Time // when the probe finished
+	// Duration is how long the Probe call took; zero in results that do
+	// not come from a probe.
+	Duration time.Duration
+	// Err is the Probe call's error: nil when the plugin answered, ready
+	// or not. The owner reads it to tell why a probe failed (its metrics
+	// count failures by reason); Health keeps only the description.
+	Err error
 }
 
 // Health is a plugin's health as its owner records it: the latest probe's
@@ -202,7 +209,9 @@ func (m *Monitor) probe(ctx context.Context) (wait time.Duration, ok bool) {
 	interval, timeout := m.cfg.Timing()
 
 	pctx, cancel := context.WithTimeout(ctx, timeout)
+	start := time.Now()
 	resp, err := m.cfg.Identity.Probe(pctx, &csi.ProbeRequest{})
+	took := time.Since(start)
 	cancel()
 	if ctx.Err() != nil {
 		return 0, false // shutting down: the result says nothing about the plugin
@@ -226,7 +235,7 @@ func (m *Monitor) probe(ctx context.Context) (wait time.Duration, ok bool) {
 		}
 	}
 
-	m.cfg.OnProbe(Result{State: state, Description: desc, At: m.cfg.Now()})
+	m.cfg.OnProbe(Result{State: state, Description: desc, At: m.cfg.Now(), Duration: took, Err: err})
 	return wait, true
 }
 

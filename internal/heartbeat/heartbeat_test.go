@@ -160,12 +160,12 @@ func TestHealthApply(t *testing.T) {
 		transition bool
 		since      time.Time
 	}{
-		{Result{Healthy, "healthy", at(1)}, true, at(1)},
-		{Result{Healthy, "healthy", at(2)}, false, at(1)},
-		{Result{Healthy, "healthy, but slow", at(3)}, false, at(1)}, // a new description is no transition
-		{Result{Unhealthy, "plugin unreachable", at(4)}, true, at(4)},
-		{Result{Unhealthy, "plugin unreachable", at(5)}, false, at(4)},
-		{Result{Healthy, "healthy", at(6)}, true, at(6)},
+		{Result{State: Healthy, Description: "healthy", At: at(1)}, true, at(1)},
+		{Result{State: Healthy, Description: "healthy", At: at(2)}, false, at(1)},
+		{Result{State: Healthy, Description: "healthy, but slow", At: at(3)}, false, at(1)}, // a new description is no transition
+		{Result{State: Unhealthy, Description: "plugin unreachable", At: at(4)}, true, at(4)},
+		{Result{State: Unhealthy, Description: "plugin unreachable", At: at(5)}, false, at(4)},
+		{Result{State: Healthy, Description: "healthy", At: at(6)}, true, at(6)},
 	}
 	h := Health{State: Unknown, Since: t0}
 	for i, st := range steps {
@@ -825,5 +825,57 @@ func TestAlignedWaitKeepsTheInterval(t *testing.T) {
 	}
 	if mean := sum / time.Duration(n); mean-wait > time.Millisecond || wait-mean > time.Millisecond {
 		t.Fatalf("mean aligned wait %s, want %s within 1ms", mean, wait)
+	}
+}
+
+// Every Result of a probe carries the Probe call's error and how long it
+// took, so the owner can tell why a probe failed: nil for a plugin that
+// answered not ready, the gRPC status for one that failed.
+func TestResultCarriesProbeErrorAndDuration(t *testing.T) {
+	p := newPlugin(t)
+	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(false), nil).Times(1)
+	p.identity.EXPECT().Probe(anyArg, anyArg).Return(nil, status.Error(codes.Internal, "disk on fire")).AnyTimes()
+	p.start()
+	c := p.client()
+
+	var (
+		mu      sync.Mutex
+		results []Result
+	)
+	m, err := New(Config{Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second), OnProbe: func(r Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		results = append(results, r)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(results)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the first probe", func() bool { return count() == 1 })
+	m.ProbeNow()
+	testutil.WaitFor(t, 5*time.Second, "the second probe", func() bool { return count() >= 2 })
+
+	mu.Lock()
+	defer mu.Unlock()
+	notReady, failed := results[0], results[1]
+	if notReady.State != Unhealthy || notReady.Err != nil || notReady.Duration <= 0 {
+		t.Errorf("not-ready probe: %+v, want unhealthy with no error and a duration", notReady)
+	}
+	if failed.State != Unhealthy || status.Code(failed.Err) != codes.Internal || failed.Duration <= 0 {
+		t.Errorf("failed probe: %+v, want unhealthy with the Internal status and a duration", failed)
 	}
 }

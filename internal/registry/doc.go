@@ -67,4 +67,26 @@
 //     probes, or fingerprints, exponentially from the probe interval up to
 //     two minutes, with jitter, and its health description says why and
 //     when the next attempt is. Any other result ends the series.
+//
+// # Metrics and liveness
+//
+// The registry counts what happens to its plugins as Prometheus series
+// (metrics.go), registered by the Manager with ManagerConfig.Metrics:
+// probe durations and failures by reason (timeout, unreachable,
+// not_ready, protocol, error, told apart by the Probe call's error that
+// heartbeat.Result carries), the time of the latest healthy probe, health
+// transitions, fingerprint durations and changes, full scans of the plugin
+// directory, and the change notifications coalesced for slow subscribers.
+// What the registry holds anyway (plugin health, events, size, abandoned
+// supervisors) is read at scrape time. Series labelled by plugin_id exist
+// only for registered plugins: they are created at registration, deleted
+// at deregistration, and written under the registry's lock only while the
+// writing instance is the registered one, so a late probe of a
+// deregistered plugin brings none back.
+//
+// The watcher, the reconciler and the persister are the manager's
+// essential loops: each beats a watchdog Loop (ManagerConfig.Watchdog) on
+// every turn, so a loop that wedges stops the systemd watchdog's pings
+// and the agent is restarted. Supervisors are not loops: a plugin that
+// hangs is bounded by its deadlines and never restarts the agent.
 package registry

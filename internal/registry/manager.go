@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // DefaultStopTimeout is ManagerConfig.StopTimeout when it is zero.
@@ -92,6 +94,17 @@ type ManagerConfig struct {
 	Registry *Registry
 	// Logger receives the manager's logs. Nil discards them.
 	Logger hclog.Logger
+	// Metrics receives the registry's series (csisupd_plugin_*,
+	// csisupd_registry_*, csisupd_watcher_*). Nil registers nothing; the
+	// series are kept all the same. Series labelled by plugin_id are
+	// deleted when the plugin is deregistered.
+	Metrics prometheus.Registerer
+	// Watchdog, when set, gets the manager's essential loops ("plugin
+	// watcher", "plugin reconciler" and, with a DataDir, "registry
+	// persister"), each beaten on every turn, so that a wedged loop stops
+	// the systemd watchdog's pings. Plugin supervisors are not loops: a
+	// plugin that hangs never stops the pings.
+	Watchdog *watchdog.Monitor
 }
 
 func (c *ManagerConfig) validate() error {
@@ -137,6 +150,8 @@ type Manager struct {
 }
 
 // NewManager validates cfg and returns a Manager. Nothing runs until Run.
+// It registers the registry's metrics with cfg.Metrics, and fails when
+// they cannot be (already registered there, say by another manager).
 func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -155,7 +170,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = DefaultStopTimeout
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg,
 		log: cfg.Logger,
 		reg: cfg.Registry,
@@ -172,9 +187,16 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 			Redial:           cfg.PluginRedial,
 			FingerprintRetry: cfg.FingerprintRetry,
 			Logger:           cfg.Logger,
+			Watchdog:         cfg.Watchdog,
 		}),
 		ready: make(chan struct{}),
-	}, nil
+	}
+	if cfg.Metrics != nil {
+		if err := registerMetrics(cfg.Metrics, m.reg.metrics, newManagerCollector(m.reg, m.rec.abandonedCount)); err != nil {
+			return nil, fmt.Errorf("registry: metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // Registry returns the store the manager fills.
@@ -207,6 +229,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		Registry:       m.reg,
 		Trust:          newTrustPolicy(m.cfg.PluginOwners, m.cfg.AllowInsecurePluginDir),
 		Logger:         m.log,
+		Watchdog:       m.cfg.Watchdog,
 	})
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
@@ -217,7 +240,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	wg.Go(func() { w.run(ctx) })
 	wg.Go(func() { m.rec.run(ctx, w.updates(), m.ready) })
 	if p != nil {
-		wg.Go(func() { p.run(ctx) })
+		wg.Go(func() { p.run(ctx, m.cfg.Watchdog) })
 	}
 	wg.Wait()
 

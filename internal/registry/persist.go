@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // StateFileName is the registry's file in the data directory.
@@ -100,14 +102,21 @@ func readStateFile(path string) ([]Plugin, error) {
 }
 
 // run writes the registry after changes, at most every minSaveInterval,
-// until ctx ends. The caller saves once more after the last change.
-func (p *persister) run(ctx context.Context) {
+// until ctx ends. The caller saves once more after the last change. With
+// wd set it runs as the "registry persister" loop: a write that hangs (a
+// stuck disk) stops its beats.
+func (p *persister) run(ctx context.Context, wd *watchdog.Monitor) {
+	l := wd.Loop("registry persister")
+	defer l.Done()
 	sub := p.reg.Subscribe()
 	defer sub.Close()
 	for {
+		l.Beat()
 		select {
 		case <-ctx.Done():
 			return
+		case <-l.C():
+			continue // idle: the beat above is the turn
 		case <-sub.C():
 		}
 		if err := p.save(); err != nil {

@@ -168,7 +168,7 @@ func TestPersisterWritesAfterChanges(t *testing.T) {
 	p := newPersister(dir, reg, testLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { p.run(ctx) })
+	wg.Go(func() { p.run(ctx, nil) })
 	defer func() {
 		cancel()
 		wg.Wait()

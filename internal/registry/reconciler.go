@@ -12,6 +12,7 @@ import (
 
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // reconcilerConfig configures a reconciler.
@@ -30,6 +31,9 @@ type reconcilerConfig struct {
 	Redial           retry.Policy
 	FingerprintRetry retry.Policy
 	Logger           hclog.Logger
+	// Watchdog, when set, gets the "plugin reconciler" loop, beaten on
+	// every turn of run.
+	Watchdog *watchdog.Monitor
 }
 
 // gone is a plugin whose socket is no longer in the desired set.
@@ -68,6 +72,7 @@ type reconciler struct {
 	redial      retry.Policy
 	fpRetry     retry.Policy
 	log         hclog.Logger
+	watchdog    *watchdog.Monitor
 
 	// gone is touched only by the run goroutine.
 	gone map[string]gone
@@ -106,6 +111,7 @@ func newReconciler(cfg reconcilerConfig) *reconciler {
 		redial:      cfg.Redial,
 		fpRetry:     cfg.FingerprintRetry,
 		log:         cfg.Logger,
+		watchdog:    cfg.Watchdog,
 		gone:        make(map[string]gone),
 		timing:      newProbeTiming(cfg.Timing),
 		sups:        make(map[string]*supervisor),
@@ -120,6 +126,9 @@ func newReconciler(cfg reconcilerConfig) *reconciler {
 // been reconciled.
 func (r *reconciler) run(ctx context.Context, updates <-chan desiredState, ready chan<- struct{}) {
 	defer r.stopAll()
+	// Done before stopAll, which is bounded by StopTimeout on its own.
+	l := r.watchdog.Loop("plugin reconciler")
+	defer l.Done()
 
 	graceTimer := time.NewTimer(time.Hour)
 	graceTimer.Stop()
@@ -127,9 +136,15 @@ func (r *reconciler) run(ctx context.Context, updates <-chan desiredState, ready
 	var desired map[string]plugin.Instance
 	first := true
 	for {
+		// Every turn ends here. A turn waits for no plugin, so only a
+		// wedged agent (a lock never released, a log sink that blocks)
+		// stops the beats.
+		l.Beat()
 		select {
 		case <-ctx.Done():
 			return
+		case <-l.C():
+			continue // idle: the beat above is the turn
 		case st := <-updates:
 			desired = st.Sockets
 		case <-graceTimer.C:
@@ -238,6 +253,11 @@ func (r *reconciler) reconcile(ctx context.Context, desired map[string]plugin.In
 		// supervisor never got to register its own instance).
 		if p, ok := r.reg.Get(id); ok {
 			r.reg.Deregister(id, p.Instance, reason)
+		} else {
+			// Nothing to deregister, but the plugin's metrics may have
+			// series (a supervisor stopped before it registered): the
+			// label set stays bounded by the live plugins.
+			r.reg.metrics.forget(id)
 		}
 	}
 	return next, pending

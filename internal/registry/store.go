@@ -71,6 +71,10 @@ type Registry struct {
 	// streams reading it never queue behind plugin writes on mu.
 	events  *stream.Buffer[plugin.Event]
 	evIndex uint64 // index of the latest event; 0 before the first
+
+	// metrics count what happens to the plugins; registered by the
+	// Manager that fills the registry (ManagerConfig.Metrics).
+	metrics *metrics
 }
 
 // DefaultEventBuffer is Config.EventBuffer when it is zero.
@@ -103,6 +107,7 @@ func New(cfg Config) *Registry {
 		subs:     make(map[*Subscription]struct{}),
 		modified: make(chan struct{}),
 		events:   events,
+		metrics:  newMetrics(),
 	}
 }
 
@@ -137,6 +142,7 @@ func (r *Registry) Register(id string, inst plugin.Instance, fp *fingerprint.Fin
 			RegisteredAt: r.now(),
 		}
 		r.plugins[id] = p
+		r.metrics.added(id)
 		r.emitLocked(plugin.EventRegistered, id, "plugin registered at "+inst.Path)
 	}
 	if fp != nil {
@@ -163,6 +169,7 @@ func (r *Registry) setFingerprintLocked(p *Plugin, fp fingerprint.Fingerprint) {
 		return
 	}
 	if p.Fingerprinted {
+		r.metrics.fingerprintChanged(p.ID)
 		r.emitLocked(plugin.EventFingerprintChanged, p.ID, "changed: "+strings.Join(p.Fingerprint.Diff(fp), ", "))
 	}
 	p.Fingerprint = fp
@@ -179,6 +186,39 @@ func (r *Registry) setFingerprintLocked(p *Plugin, fp fingerprint.Fingerprint) {
 func (r *Registry) SetHealth(id string, inst plugin.Instance, res heartbeat.Result) (heartbeat.Health, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.setHealthLocked(id, inst, res)
+}
+
+// probed is SetHealth for the result of a probe: it also records the
+// probe in the metrics (its duration, and a failure by reason or the time
+// of a healthy probe). Both happen under mu and only while inst is the
+// current instance, so a probe that ends after its plugin was deregistered
+// cannot bring back the series Deregister deleted.
+func (r *Registry) probed(id string, inst plugin.Instance, res heartbeat.Result) (heartbeat.Health, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if res.At.IsZero() {
+		res.At = r.now()
+	}
+	prev, ok := r.setHealthLocked(id, inst, res)
+	if ok {
+		r.metrics.probed(id, res)
+	}
+	return prev, ok
+}
+
+// fingerprinted records in the metrics that a fingerprint of plugin
+// instance inst took d; nothing when inst is not the current instance
+// (see probed).
+func (r *Registry) fingerprinted(id string, inst plugin.Instance, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.currentLocked(id, inst) != nil {
+		r.metrics.fingerprinted(id, d)
+	}
+}
+
+func (r *Registry) setHealthLocked(id string, inst plugin.Instance, res heartbeat.Result) (heartbeat.Health, bool) {
 	p := r.currentLocked(id, inst)
 	if p == nil {
 		return heartbeat.Health{}, false
@@ -189,6 +229,9 @@ func (r *Registry) SetHealth(id string, inst plugin.Instance, res heartbeat.Resu
 	prev := p.Health
 	next, transition := prev.Apply(res)
 	p.Health = next
+	if transition {
+		r.metrics.transition(id, next.State)
+	}
 	switch {
 	case transition && next.State == heartbeat.Healthy:
 		r.emitLocked(plugin.EventHealthy, id, next.Description)
@@ -210,6 +253,9 @@ func (r *Registry) Deregister(id string, inst plugin.Instance, reason string) bo
 		return false
 	}
 	delete(r.plugins, id)
+	// Under mu, with the record: a write of the plugin's that was
+	// refused because the record is gone cannot bring a series back.
+	r.metrics.forget(id)
 	r.emitLocked(plugin.EventDeregistered, id, reason)
 	r.changedLocked()
 	return true
@@ -223,6 +269,7 @@ func (r *Registry) Restore(plugins []Plugin) {
 	for _, p := range plugins {
 		p.Health = heartbeat.Health{State: heartbeat.Unknown, Description: "restored from disk; not probed yet", Since: r.now()}
 		r.plugins[p.ID] = &p
+		r.metrics.added(p.ID)
 	}
 	r.changedLocked()
 }
@@ -416,6 +463,9 @@ func (r *Registry) changedLocked() {
 		select {
 		case s.c <- struct{}{}:
 		default:
+			// The subscriber has not read the previous notification:
+			// this change folds into it.
+			r.metrics.coalesced.Inc()
 		}
 	}
 }

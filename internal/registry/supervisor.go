@@ -316,14 +316,17 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 		cappedAt time.Duration // the probe interval retries is capped at
 	)
 	for attempt := 1; ; attempt++ {
-		fp, err := s.fingerprint(ctx)
+		fp, took, err := s.fingerprint(ctx)
 		if ctx.Err() != nil {
 			return false
 		}
 		interval := s.currentTiming().ProbeInterval
 		if err == nil {
 			s.fpBackoff.observe(nil, interval)
-			if !s.write(func() { s.reg.Register(s.id, s.inst, &fp) }) {
+			if !s.write(func() {
+				s.reg.Register(s.id, s.inst, &fp)
+				s.reg.fingerprinted(s.id, s.inst, took)
+			}) {
 				return false
 			}
 			s.log.Info("plugin fingerprinted", "socket", s.inst.Path, "type", string(fp.Type),
@@ -356,8 +359,12 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 			s.log.Debug("fingerprint failed", "attempt", attempt, "error", err)
 		}
 		// Since stays at the first failure: the state does not change.
+		// The attempt is timed once the plugin is registered (attempt 1
+		// registered it above), as the metrics' series are kept only for
+		// registered plugins.
 		if !s.write(func() {
 			s.reg.SetHealth(s.id, s.inst, heartbeat.Result{State: heartbeat.Unhealthy, Description: desc, At: now})
+			s.reg.fingerprinted(s.id, s.inst, took)
 		}) {
 			return false
 		}
@@ -379,14 +386,16 @@ func fingerprintRetry(p retry.Policy, interval time.Duration) retry.Policy {
 	return p
 }
 
-// fingerprint takes one fingerprint bounded by the probe timeout. Its calls
-// wait for the connection to be ready: a plugin binds its socket a moment
-// before it listens, and a refused first dial within the timeout is no
-// reason to call it unhealthy.
-func (s *supervisor) fingerprint(ctx context.Context) (fingerprint.Fingerprint, error) {
+// fingerprint takes one fingerprint bounded by the probe timeout and
+// returns how long it took. Its calls wait for the connection to be ready:
+// a plugin binds its socket a moment before it listens, and a refused
+// first dial within the timeout is no reason to call it unhealthy.
+func (s *supervisor) fingerprint(ctx context.Context) (fingerprint.Fingerprint, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.currentTiming().ProbeTimeout)
 	defer cancel()
-	return fingerprint.Take(ctx, s.fpClients)
+	start := time.Now()
+	fp, err := fingerprint.Take(ctx, s.fpClients)
+	return fp, time.Since(start), err
 }
 
 // errSocketReplaced fails a connection that reached another socket than the
@@ -443,7 +452,7 @@ func (s *supervisor) pace(err error, interval time.Duration) heartbeat.Pace {
 // retried at the next probe; one that violated the gRPC protocol when its
 // backoff ends, and until then the healthy plugin's description says so.
 func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Result) {
-	prev, ok := s.setHealth(h)
+	prev, ok := s.setHealth(h, true)
 	if !ok {
 		return
 	}
@@ -467,7 +476,10 @@ func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Result) {
 	if now.Before(s.fpRetryAt) {
 		return
 	}
-	fp, err := s.fingerprint(ctx)
+	fp, took, err := s.fingerprint(ctx)
+	if ctx.Err() == nil {
+		s.write(func() { s.reg.fingerprinted(s.id, s.inst, took) })
+	}
 	switch {
 	case ctx.Err() != nil:
 	case err != nil:
@@ -477,13 +489,13 @@ func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Result) {
 			if s.fpViolation != "" {
 				// The series of violations ended.
 				s.fpViolation = ""
-				s.setHealth(h)
+				s.setHealth(h, false)
 			}
 			return
 		}
 		s.fpRetryAt = time.Now().Add(wait)
 		s.fpViolation = why
-		s.setHealth(h)
+		s.setHealth(h, false)
 		s.log.Warn("plugin violates the gRPC protocol; backing off fingerprints", "socket", s.inst.Path,
 			"violations", s.fpBackoff.violations(), "next_attempt", wait, "error", err)
 	default:
@@ -494,19 +506,27 @@ func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Result) {
 		s.write(func() { s.reg.SetFingerprint(s.id, s.inst, fp) })
 		if s.fpViolation != "" {
 			s.fpViolation = ""
-			s.setHealth(h)
+			s.setHealth(h, false)
 		}
 	}
 }
 
 // setHealth records the probe result h, with a healthy plugin's
 // description saying why its fingerprints are backed off, if they are: its
-// recorded fingerprint may be stale. It returns the health before h, and
-// false when the supervisor is stopping or no longer the plugin's.
-func (s *supervisor) setHealth(h heartbeat.Result) (prev heartbeat.Health, ok bool) {
+// recorded fingerprint may be stale. newProbe is true the first time h is
+// recorded, which also counts the probe in the metrics; false when h is
+// recorded again for a new description. It returns the health before h,
+// and false when the supervisor is stopping or no longer the plugin's.
+func (s *supervisor) setHealth(h heartbeat.Result, newProbe bool) (prev heartbeat.Health, ok bool) {
 	if h.State == heartbeat.Healthy && s.fpViolation != "" {
 		h.Description = "healthy, but fingerprint failed: " + s.fpViolation
 	}
-	s.write(func() { prev, ok = s.reg.SetHealth(s.id, s.inst, h) })
+	s.write(func() {
+		if newProbe {
+			prev, ok = s.reg.probed(s.id, s.inst, h)
+		} else {
+			prev, ok = s.reg.SetHealth(s.id, s.inst, h)
+		}
+	})
 	return prev, ok
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // SocketName is the socket file name inside a plugin's own directory:
@@ -294,6 +295,9 @@ type watcherConfig struct {
 	// Trust decides which entries may be dialled.
 	Trust  trustPolicy
 	Logger hclog.Logger
+	// Watchdog, when set, gets the "plugin watcher" loop, beaten on every
+	// turn of run.
+	Watchdog *watchdog.Monitor
 }
 
 // watcher turns the plugin directory into desired states. It watches the
@@ -363,6 +367,8 @@ func (w *watcher) watchTop() error {
 // ctx ends. It closes the file system watch before returning.
 func (w *watcher) run(ctx context.Context) {
 	defer func() { _ = w.fsw.Close() }()
+	l := w.cfg.Watchdog.Loop("plugin watcher")
+	defer l.Done()
 
 	// lastScan is when the latest scan ended; gap is the wait it earned.
 	lastScan, gap := w.timedScan()
@@ -387,10 +393,15 @@ func (w *watcher) run(ctx context.Context) {
 		lastScan, gap = w.timedScan()
 	}
 	for {
+		// Every turn ends here: a scan that hangs (a stuck file system)
+		// stops the beats.
+		l.Beat()
 		select {
 		case <-ctx.Done():
 			pending.Stop()
 			return
+		case <-l.C():
+			// Idle: the beat above is the turn.
 		case ev, ok := <-w.fsw.Events:
 			if !ok {
 				return
@@ -443,6 +454,8 @@ func (w *watcher) scan() {
 		w.log.Warn("plugin directory was removed; created it again", "dir", w.cfg.Dir)
 	}
 	seen := make(map[string]bool, len(w.subdir))
+	start := time.Now()
+	defer func() { w.cfg.Registry.metrics.scanned(time.Since(start)) }()
 	st, err := scanPluginDir(w.cfg.Dir, w.cfg.Trust, func(path string) {
 		seen[path] = true
 		if w.subdir[path] {

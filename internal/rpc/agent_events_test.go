@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -298,7 +300,8 @@ func sum(xs []int) int {
 func TestWatchEventsFellBehindAndResume(t *testing.T) {
 	const size, maxLag = 256, 128
 	reg := registry.New(registry.Config{EventBuffer: size, EventMaxLag: maxLag})
-	svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog()})
+	pr := prometheus.NewRegistry()
+	svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), Metrics: pr})
 	// A fixed 64 KiB window (no BDP growth): the server can send only so
 	// much to a client that does not read.
 	cl := dialAgent(t, serveAgent(t, svc, "tcp"),
@@ -356,6 +359,14 @@ func TestWatchEventsFellBehindAndResume(t *testing.T) {
 		n, _ := svc.Subscribers()
 		return n == 0
 	})
+	want := `
+# HELP csisupd_event_subscribers_dropped_total Event stream subscriptions ended because they fell behind the event log (EventsFellBehind, or EventsGone after they started).
+# TYPE csisupd_event_subscribers_dropped_total counter
+csisupd_event_subscribers_dropped_total 1
+`
+	if err := promtest.GatherAndCompare(pr, strings.NewReader(want), "csisupd_event_subscribers_dropped_total"); err != nil {
+		t.Errorf("the stream that fell behind: %v", err)
+	}
 
 	// The resume: every event after the last one received, then new ones.
 	from := fell.GetResumeIndex()
@@ -381,6 +392,71 @@ func TestWatchEventsFellBehindAndResume(t *testing.T) {
 	gone, ok := csisupdv1.ErrorDetail[*csisupdv1.EventsGone](err)
 	if status.Code(err) != codes.OutOfRange || !ok || gone.GetAfter() != from {
 		t.Errorf("late resume: %v (detail %v), want OutOfRange with EventsGone after %d", err, gone, from)
+	}
+}
+
+// csisupd_event_subscribers counts the open WatchEvents streams of real
+// clients: it goes up as streams open and down as they end.
+func TestWatchEventsSubscriberGauge(t *testing.T) {
+	reg := registry.New(registry.Config{})
+	pr := prometheus.NewRegistry()
+	svc := newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), Metrics: pr})
+	cl := dialAgent(t, serveAgent(t, svc, "tcp"))
+	gauge := func() float64 {
+		t.Helper()
+		families, err := pr.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "csisupd_event_subscribers" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("csisupd_event_subscribers not gathered")
+		return 0
+	}
+	if got := gauge(); got != 0 {
+		t.Fatalf("csisupd_event_subscribers = %v before any stream, want 0", got)
+	}
+
+	var cancels []context.CancelFunc
+	for i := range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cancels = append(cancels, cancel)
+		if _, err := cl.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{Replay: -1}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("%d streams counted", i+1), func() bool { return gauge() == float64(i+1) })
+	}
+	for i, cancel := range cancels {
+		cancel()
+		left := float64(len(cancels) - i - 1)
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("%v streams counted", left), func() bool { return gauge() == left })
+	}
+	want := `
+# HELP csisupd_event_subscribers Open event stream subscriptions (WatchEvents).
+# TYPE csisupd_event_subscribers gauge
+csisupd_event_subscribers 0
+# HELP csisupd_event_subscribers_dropped_total Event stream subscriptions ended because they fell behind the event log (EventsFellBehind, or EventsGone after they started).
+# TYPE csisupd_event_subscribers_dropped_total counter
+csisupd_event_subscribers_dropped_total 0
+`
+	if err := promtest.GatherAndCompare(pr, strings.NewReader(want)); err != nil {
+		t.Errorf("streams the clients closed: %v", err)
+	}
+}
+
+// NewAgentService fails when its series cannot be registered.
+func TestNewAgentServiceReturnsMetricsRegistrationErrors(t *testing.T) {
+	reg := registry.New(registry.Config{})
+	pr := prometheus.NewRegistry()
+	newAgentService(t, AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), Metrics: pr})
+	_, err := NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), Metrics: pr,
+		MaxSubscribers: config.DefaultMaxEventSubscribers, MaxSubscribersPerConn: config.DefaultMaxEventSubscribersPerConn})
+	if err == nil || !strings.Contains(err.Error(), "event stream metrics") {
+		t.Errorf("a second service on the same registry: %v, want a metrics registration error", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
@@ -48,14 +49,19 @@ type AgentServiceConfig struct {
 	// transport: see ConnTagger for how a connection is recognised.
 	MaxSubscribers        int
 	MaxSubscribersPerConn int
+	// Metrics receives the event stream series (csisupd_event_subscribers,
+	// csisupd_event_subscribers_dropped_total). Nil registers nothing;
+	// the series are kept all the same.
+	Metrics prometheus.Registerer
 }
 
 // AgentService implements csisupd.v1.Agent over the node's plugin state.
 type AgentService struct {
 	csisupdv1.UnimplementedAgentServer
-	cfg  AgentServiceConfig
-	log  hclog.Logger
-	subs *subscriberLimits
+	cfg     AgentServiceConfig
+	log     hclog.Logger
+	subs    *subscriberLimits
+	metrics *subscriberMetrics
 	// Event stream counters, so that tests wait for a state instead of
 	// sleeping: caughtUp counts the streams waiting for the next event,
 	// sending those inside Send (a stream whose client does not read stays
@@ -83,8 +89,12 @@ func NewAgentService(cfg AgentServiceConfig) (*AgentService, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &AgentService{cfg: cfg, log: cfg.Logger,
-		subs: newSubscriberLimits(cfg.MaxSubscribers, cfg.MaxSubscribersPerConn)}, nil
+	subs := newSubscriberLimits(cfg.MaxSubscribers, cfg.MaxSubscribersPerConn)
+	a := &AgentService{cfg: cfg, log: cfg.Logger, subs: subs, metrics: newSubscriberMetrics(subs)}
+	if err := a.metrics.register(cfg.Metrics); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // SetSubscriberLimits changes the caps on WatchEvents streams (see
@@ -206,6 +216,9 @@ func (a *AgentService) WatchEvents(req *csisupdv1.WatchEventsRequest, out grpc.S
 		case errors.Is(err, stream.ErrClosed):
 			return status.Error(codes.Unavailable, "the agent is shutting down; reconnect with from_index to continue")
 		case err != nil:
+			if fellBehind(err) {
+				a.metrics.dropped.Inc()
+			}
 			return eventsError(err)
 		}
 		for _, e := range evs {
@@ -234,6 +247,15 @@ func (a *AgentService) subscription(req *csisupdv1.WatchEventsRequest) stream.Re
 		r.Topics = map[string][]string{plugin.EventTopic: {id}}
 	}
 	return r
+}
+
+// fellBehind reports whether err, from Next, ends a stream that could not
+// keep up: it trailed the newest event by more than the log's lag limit,
+// or its next event left the log before it read it.
+func fellBehind(err error) bool {
+	var fell *stream.FellBehindError
+	var gone *stream.GoneError
+	return errors.As(err, &fell) || errors.As(err, &gone)
 }
 
 // eventsError is the status that ends a stream for an error of the log.

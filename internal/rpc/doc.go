@@ -16,7 +16,9 @@
 // connection, recognised by ConnTagger) are refused with
 // ResourceExhausted; a stream that falls too far behind ends with
 // ResourceExhausted and the index to resume from (EventsFellBehind), from
-// which a new stream (from_index) continues without a gap.
+// which a new stream (from_index) continues without a gap. The service
+// exports its open streams (csisupd_event_subscribers) and those ended
+// for falling behind (csisupd_event_subscribers_dropped_total).
 //
 // Authorizer decides every call in one interceptor: the caller's role
 // from its certificate and the capability its ACL token grants, by the

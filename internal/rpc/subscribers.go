@@ -2,9 +2,12 @@ package rpc
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
@@ -113,4 +116,45 @@ func (l *subscriberLimits) open() (streams, conns int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.total, len(l.conns)
+}
+
+// subscriberMetrics are the event streams' series: the open streams,
+// read from the limits at scrape time (they count them already), and the
+// streams ended because they fell behind.
+type subscriberMetrics struct {
+	limits  *subscriberLimits
+	open    *prometheus.Desc
+	dropped prometheus.Counter
+}
+
+func newSubscriberMetrics(limits *subscriberLimits) *subscriberMetrics {
+	return &subscriberMetrics{
+		limits: limits,
+		open: prometheus.NewDesc("csisupd_event_subscribers",
+			"Open event stream subscriptions (WatchEvents).", nil, nil),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "csisupd_event_subscribers_dropped_total",
+			Help: "Event stream subscriptions ended because they fell behind the event log (EventsFellBehind, or EventsGone after they started).",
+		}),
+	}
+}
+
+// register registers the series with r; nil registers nothing.
+func (m *subscriberMetrics) register(r prometheus.Registerer) error {
+	if r == nil {
+		return nil
+	}
+	if err := errors.Join(r.Register(m), r.Register(m.dropped)); err != nil {
+		return fmt.Errorf("rpc: event stream metrics: %w", err)
+	}
+	return nil
+}
+
+// Describe implements prometheus.Collector for the open streams.
+func (m *subscriberMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.open }
+
+// Collect implements prometheus.Collector for the open streams.
+func (m *subscriberMetrics) Collect(ch chan<- prometheus.Metric) {
+	streams, _ := m.limits.open()
+	ch <- prometheus.MustNewConstMetric(m.open, prometheus.GaugeValue, float64(streams))
 }
