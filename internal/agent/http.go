@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -12,8 +13,9 @@ import (
 )
 
 // newHTTPHandler serves /v1/health (200 once the agent serves, with plugin
-// counts) and /metrics (Prometheus).
-func newHTTPHandler(pr *prometheus.Registry, reg *registry.Registry, ready <-chan struct{}) http.Handler {
+// counts), /metrics (Prometheus) and, while debug reports true
+// (enable_debug), Go's runtime profiles under /debug/pprof/.
+func newHTTPHandler(pr *prometheus.Registry, reg *registry.Registry, ready <-chan struct{}, debug func() bool) http.Handler {
 	pr.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -21,6 +23,14 @@ func newHTTPHandler(pr *prometheus.Registry, reg *registry.Registry, ready <-cha
 	)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(pr, promhttp.HandlerOpts{}))
+	// net/http/pprof's handlers, on this mux only. The package also adds
+	// them to http.DefaultServeMux when imported (its init), which the
+	// agent never serves.
+	mux.Handle("/debug/pprof/", whenDebug(debug, http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/cmdline", whenDebug(debug, http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("/debug/pprof/profile", whenDebug(debug, http.HandlerFunc(pprof.Profile)))
+	mux.Handle("/debug/pprof/symbol", whenDebug(debug, http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("/debug/pprof/trace", whenDebug(debug, http.HandlerFunc(pprof.Trace)))
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		body := map[string]any{"status": "starting"}
@@ -42,6 +52,18 @@ func newHTTPHandler(pr *prometheus.Registry, reg *registry.Registry, ready <-cha
 		_ = json.NewEncoder(w).Encode(body)
 	})
 	return mux
+}
+
+// whenDebug serves h while debug reports true, else 404, as if the path
+// did not exist: enable_debug can change on reload.
+func whenDebug(debug func() bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !debug() {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // pluginCollector exports the registry at scrape time, so the registry
