@@ -9,6 +9,10 @@ data_dir  = "/var/lib/csisupd"
 bind_addr = "0.0.0.0"
 log_level = "info"                # trace, debug, info, warn, error
 log_json  = false
+# Serve Go's profiles under /debug/pprof/ on ports.http, without authentication, and
+# (ACLs off) to `csisupd operator debug`. With ACLs on, operator debug profiles with a
+# token that has agent = "write" whatever this says. A reload turns it on or off.
+enable_debug = false
 
 ports {
   rpc  = 4780                     # all gRPC APIs (Agent, ClientCSI, Control, health, reflection)

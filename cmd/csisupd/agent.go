@@ -22,9 +22,9 @@ func newAgentCommand() *cobra.Command {
 		Short: "Run the csisupd daemon",
 		Long: "Run the csisupd daemon. Configuration comes from HCL files (--config, repeatable; a\n" +
 			"directory loads its *.hcl files in order), then the environment, then flags.\n" +
-			"SIGHUP reloads log_level, the probe timing, the Consul settings and the event stream caps;\n" +
-			"other changed keys are logged as taking effect after a restart, and a tls change is\n" +
-			"refused (TLS stays as it started). SIGINT/SIGTERM stop gracefully.",
+			"SIGHUP reloads log_level, enable_debug, the probe timing, the Consul settings and the event\n" +
+			"stream caps; other changed keys are logged as taking effect after a restart, and a tls\n" +
+			"change is refused (TLS stays as it started). SIGINT/SIGTERM stop gracefully.",
 		Args: rangeArgs(0, 0),
 	}
 	flags := config.RegisterFlags(cmd.Flags())
@@ -44,7 +44,9 @@ func runAgent(parent context.Context, flags *config.Flags) error {
 	if err != nil {
 		return err
 	}
-	logger := hclog.New(&hclog.LoggerOptions{
+	// An InterceptLogger lets `csisupd monitor` stream the agent's logs at
+	// a level of its own.
+	logger := hclog.NewInterceptLogger(&hclog.LoggerOptions{
 		Name:       "csisupd",
 		Level:      hclog.LevelFromString(cfg.LogLevel),
 		JSONFormat: cfg.LogJSON,

@@ -20,7 +20,7 @@ const snapshotChunkSize = 64 << 10
 func newOperatorCommand(opts *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "operator",
-		Short: "Operate the server cluster: raft peers and snapshots",
+		Short: "Operate the server cluster: raft peers, snapshots, debug bundles",
 		Args:  rangeArgs(0, 0),
 	}
 	raftCmd := &cobra.Command{
@@ -35,7 +35,7 @@ func newOperatorCommand(opts *clientOptions) *cobra.Command {
 		Args:  rangeArgs(0, 0),
 	}
 	snapCmd.AddCommand(newSnapshotSaveCommand(opts), newSnapshotRestoreCommand(opts))
-	cmd.AddCommand(raftCmd, snapCmd)
+	cmd.AddCommand(raftCmd, snapCmd, newOperatorDebugCommand(opts))
 	return cmd
 }
 

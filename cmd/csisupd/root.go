@@ -73,6 +73,7 @@ func newRootCommand() *cobra.Command {
 		newAgentCommand(),
 		newStatusCommand(opts),
 		newEventsCommand(opts),
+		newMonitorCommand(opts),
 		newVersionCommand(opts),
 		newPluginCommand(opts),
 		newNodeCommand(opts),

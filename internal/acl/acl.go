@@ -19,7 +19,8 @@ const (
 	ResourceNode Resource = "node"
 	// ResourceOperator covers raft peers and snapshots.
 	ResourceOperator Resource = "operator"
-	// ResourceAgent covers an agent's own status.
+	// ResourceAgent covers an agent's own status, logs, metrics and
+	// configuration (read), and its runtime profiles (write).
 	ResourceAgent Resource = "agent"
 )
 

@@ -40,7 +40,10 @@
 // serves:
 //
 //	grpc.health.v1.Health       Check, Watch, List                    any peer, no token
-//	Agent                       Status                                agent:read
+//	Agent                       Status, Monitor, Metrics, Config      agent:read
+//	                            Profile                               agent:write (with ACLs off the
+//	                                                                  agent serves it only with
+//	                                                                  enable_debug = true)
 //	                            ListPlugins, GetPlugin, WatchEvents   plugin:read
 //	                            (any peer; server identity passes)
 //	ClientCSI                   ControllerGetCapabilities, ControllerValidateVolume,

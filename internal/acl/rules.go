@@ -187,6 +187,15 @@ var methodRules = map[string]Rule{
 	csisupdv1.Agent_ListPlugins_FullMethodName: agentRule(ResourcePlugin, LevelRead),
 	csisupdv1.Agent_GetPlugin_FullMethodName:   agentRule(ResourcePlugin, LevelRead),
 	csisupdv1.Agent_WatchEvents_FullMethodName: agentRule(ResourcePlugin, LevelRead),
+	// The agent's logs, metrics and configuration (secrets redacted) are
+	// its own state: agent:read, as Status.
+	csisupdv1.Agent_Monitor_FullMethodName: agentRule(ResourceAgent, LevelRead),
+	csisupdv1.Agent_Metrics_FullMethodName: agentRule(ResourceAgent, LevelRead),
+	csisupdv1.Agent_Config_FullMethodName:  agentRule(ResourceAgent, LevelRead),
+	// A profile costs the agent CPU and shows its memory: agent:write.
+	// With ACLs off the Agent service itself refuses it unless
+	// enable_debug is set.
+	csisupdv1.Agent_Profile_FullMethodName: agentRule(ResourceAgent, LevelWrite),
 
 	csisupdv1.ClientCSI_ControllerGetCapabilities_FullMethodName: csiRule(LevelRead),
 	csisupdv1.ClientCSI_ControllerValidateVolume_FullMethodName:  csiRule(LevelRead),

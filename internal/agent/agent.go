@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -47,7 +48,10 @@ type Config struct {
 	// Version is printed by status and registered in Consul.
 	Version string
 	// Logger is the root logger. Its level follows Config.LogLevel and is
-	// changed on Reload. Optional.
+	// changed on Reload. An hclog.InterceptLogger (hclog.NewInterceptLogger)
+	// lets the Agent API's Monitor stream the agent's logs at a level of
+	// the caller's; with another logger Monitor is refused. Optional: the
+	// default is an InterceptLogger on stderr.
 	Logger hclog.Logger
 	// RPCListener and HTTPListener, when set, replace the listeners New would
 	// open from the configured ports (tests pass ":0" listeners).
@@ -100,6 +104,9 @@ type Agent struct {
 	// watchdog tracks the liveness of the agent's loops and pings
 	// systemd's watchdog while they all turn.
 	watchdog *watchdog.Monitor
+	// debug is enable_debug, which Reload changes: /debug/pprof/ and, with
+	// ACLs off, the Agent API's Profile answer only while it is set.
+	debug atomic.Bool
 }
 
 // New validates what it needs, creates directories and opens listeners, but
@@ -111,12 +118,13 @@ func New(c Config) (a *Agent, err error) {
 	cfg := *c.Config
 	log := c.Logger
 	if log == nil {
-		log = hclog.New(&hclog.LoggerOptions{Name: "csisupd"})
+		log = hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "csisupd"})
 	}
 	log.SetLevel(hclog.LevelFromString(cfg.LogLevel))
 
 	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), retry: config.DefaultRetry(),
 		ready: make(chan struct{}), metrics: prometheus.NewRegistry()}
+	a.debug.Store(cfg.EnableDebug)
 	// The closers undo what New opened when it fails. They capture the
 	// values, not a: a failing return sets the named result a to nil.
 	var closers []func()
@@ -227,6 +235,11 @@ func New(c Config) (a *Agent, err error) {
 		MaxSubscribers:        cfg.Client.MaxEventSubscribers,
 		MaxSubscribersPerConn: cfg.Client.MaxEventSubscribersPerConn,
 		Metrics:               a.registerer(),
+		Logs:                  logSinks(log),
+		Gatherer:              a.metrics,
+		Config:                a.configString,
+		EnableDebug:           a.debug.Load,
+		ACL:                   cfg.ACL.Enabled,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: Agent API: %w", err)
@@ -344,6 +357,23 @@ func (a *Agent) registerer() prometheus.Registerer {
 		return nil
 	}
 	return a.metrics
+}
+
+// logSinks is log as the Agent service's Monitor needs it, or nil when
+// log is no InterceptLogger.
+func logSinks(log hclog.Logger) rpc.LogSinks {
+	if il, ok := log.(hclog.InterceptLogger); ok {
+		return il
+	}
+	return nil
+}
+
+// configString renders the running configuration with its secrets
+// redacted, for the Agent service's Config.
+func (a *Agent) configString() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg.String()
 }
 
 // serverTuning is the production tuning of the server role with what the

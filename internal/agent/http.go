@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"strconv"
 
@@ -11,12 +12,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// newHTTPHandler serves /v1/health (liveness), /v1/ready (readiness) and,
-// with telemetry.prometheus_metrics, /metrics (Prometheus).
+// newHTTPHandler serves /v1/health (liveness), /v1/ready (readiness),
+// with telemetry.prometheus_metrics /metrics (Prometheus) and, while
+// enable_debug is set, Go's runtime profiles under /debug/pprof/.
 func (a *Agent) newHTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", a.serveHealth)
 	mux.HandleFunc("GET /v1/ready", a.serveReady)
+	// net/http/pprof's handlers, on this mux only. The package also adds
+	// them to http.DefaultServeMux when imported (its init), which the
+	// agent never serves.
+	debug := a.debug.Load
+	mux.Handle("/debug/pprof/", whenDebug(debug, http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/cmdline", whenDebug(debug, http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("/debug/pprof/profile", whenDebug(debug, http.HandlerFunc(pprof.Profile)))
+	mux.Handle("/debug/pprof/symbol", whenDebug(debug, http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("/debug/pprof/trace", whenDebug(debug, http.HandlerFunc(pprof.Trace)))
 	if !a.cfg.Telemetry.PrometheusMetrics {
 		return mux
 	}
@@ -103,4 +114,16 @@ func writeJSON(w http.ResponseWriter, code int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// whenDebug serves h while debug reports true, else 404, as if the path
+// did not exist: enable_debug can change on reload.
+func whenDebug(debug func() bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !debug() {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -16,6 +16,8 @@ import (
 // running:
 //
 //   - log_level;
+//   - enable_debug (/debug/pprof/ and, with ACLs off, the Agent API's
+//     Profile follow it from then on);
 //   - client.probe_interval, client.probe_timeout and
 //     client.fingerprint_interval;
 //   - the consul block except consul.enabled;
@@ -67,6 +69,8 @@ func (a *Agent) Reload(next *config.Config) error {
 
 	a.log.SetLevel(hclog.LevelFromString(want.LogLevel))
 	applied.LogLevel = want.LogLevel
+	a.debug.Store(want.EnableDebug)
+	applied.EnableDebug = want.EnableDebug
 
 	c := want.Client
 	if err := a.manager.SetTiming(c.ProbeInterval, c.ProbeTimeout, c.FingerprintInterval); err != nil {

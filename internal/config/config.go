@@ -102,6 +102,12 @@ type Config struct {
 	LogLevel string
 	// LogJSON selects JSON log lines.
 	LogJSON bool
+	// EnableDebug serves Go's runtime profiles (net/http/pprof) under
+	// /debug/pprof/ on ports.http, without authentication, and lets the
+	// Agent API's Profile answer while ACLs are off. With ACLs on, Profile
+	// needs a token with agent:write whatever this is. Default false; a
+	// reload changes it.
+	EnableDebug bool
 	// Region names the group of servers and agents that trust each other's
 	// certificates: it is part of the role names certificates carry
 	// (server.<region>.csisupd, client.<region>.csisupd). Default "global".
@@ -496,6 +502,7 @@ func (c Config) String() string {
 	w("", "advertise_addr", c.AdvertiseAddr)
 	w("", "log_level", c.LogLevel)
 	w("", "log_json", c.LogJSON)
+	w("", "enable_debug", c.EnableDebug)
 	w("", "region", c.Region)
 	const in = "  "
 	b.WriteString("ports {\n")

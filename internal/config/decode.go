@@ -26,6 +26,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 		"advertise_addr": &c.AdvertiseAddr,
 		"log_level":      &c.LogLevel,
 		"log_json":       &c.LogJSON,
+		"enable_debug":   &c.EnableDebug,
 		"region":         &c.Region,
 	}
 	blocks = map[string]map[string]any{

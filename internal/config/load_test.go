@@ -129,6 +129,7 @@ bind_addr      = "10.0.0.5"
 advertise_addr = "10.0.0.6"
 log_level      = "WARN"
 log_json       = true
+enable_debug   = true
 ports {
   rpc  = 5780
   http = 5782
@@ -202,7 +203,7 @@ acl {
 			check: func(t *testing.T, c *Config) {
 				want := Config{
 					Name: "node-1", DataDir: "/srv/csisupd", BindAddr: "10.0.0.5", AdvertiseAddr: "10.0.0.6",
-					LogLevel: "warn", LogJSON: true,
+					LogLevel: "warn", LogJSON: true, EnableDebug: true,
 					Ports: Ports{RPC: 5780, HTTP: 5782, Raft: 5781},
 					Client: ClientConfig{
 						Enabled: true, PluginDir: "/run/csi",
@@ -225,14 +226,16 @@ acl {
 					},
 					Region:  "eu-west-1",
 					Sources: []string{"agent.hcl"},
+					Warnings: []string{"enable_debug = true serves /debug/pprof/ without authentication on ports.http at 10.0.0.5: " +
+						"whoever reaches that address can profile the agent"},
 				}
 				got := *c
 				got.origins = nil
 				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("got\n%#v\nwant\n%#v", got, want)
 				}
-				if o := c.Origin("client.probe_timeout"); o != "agent.hcl:17" {
-					t.Errorf("origin of client.probe_timeout = %q, want agent.hcl:17", o)
+				if o := c.Origin("client.probe_timeout"); o != "agent.hcl:18" {
+					t.Errorf("origin of client.probe_timeout = %q, want agent.hcl:18", o)
 				}
 			},
 		},

@@ -174,6 +174,12 @@ func (c *Config) Validate() error {
 		c.warn("acl.tokens.agent is set but acl.enabled is false: the token is not used")
 	}
 
+	// enable_debug.
+	if ip := net.ParseIP(c.BindAddr); c.EnableDebug && ip != nil && !ip.IsLoopback() {
+		c.warn(fmt.Sprintf("enable_debug = true serves /debug/pprof/ without authentication on ports.http at %s: "+
+			"whoever reaches that address can profile the agent", c.BindAddr))
+	}
+
 	if !cl.Enabled && !sv.Enabled {
 		v.add("client.enabled", "client and server are both disabled: enable at least one role")
 	}

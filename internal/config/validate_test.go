@@ -263,3 +263,30 @@ func TestBootstrapExpectWarnings(t *testing.T) {
 		assertEqual(t, "warnings", c.Warnings, tt.want)
 	}
 }
+
+// enable_debug warns when the unauthenticated /debug/pprof/ is reachable
+// beyond the host.
+func TestEnableDebugWarning(t *testing.T) {
+	tests := []struct {
+		bind  string
+		debug bool
+		want  []string
+	}{
+		{"127.0.0.1", true, nil},
+		{"::1", true, nil},
+		{"10.0.0.5", false, nil},
+		{"10.0.0.5", true, []string{"enable_debug = true serves /debug/pprof/ without authentication on ports.http at 10.0.0.5: " +
+			"whoever reaches that address can profile the agent"}},
+	}
+	for _, tt := range tests {
+		c := Default()
+		c.Name = "n"
+		c.Client.PluginDir = t.TempDir()
+		c.BindAddr, c.AdvertiseAddr = tt.bind, tt.bind
+		c.EnableDebug = tt.debug
+		if err := c.Validate(); err != nil {
+			t.Fatalf("bind_addr %s: %v", tt.bind, err)
+		}
+		assertEqual(t, "warnings of bind_addr "+tt.bind, c.Warnings, tt.want)
+	}
+}

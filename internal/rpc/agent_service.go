@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,24 @@ type AgentServiceConfig struct {
 	// csisupd_event_subscribers_dropped_total). Nil registers nothing;
 	// the series are kept all the same.
 	Metrics prometheus.Registerer
+
+	// The debugging methods (agent_debug.go); each one whose field is
+	// unset fails with FailedPrecondition.
+
+	// Logs are the agent's log sinks that Monitor streams from: its root
+	// logger as an hclog.InterceptLogger.
+	Logs LogSinks
+	// Gatherer is the agent's Prometheus registry, which Metrics returns.
+	Gatherer prometheus.Gatherer
+	// Config renders the effective configuration with secrets redacted
+	// (config.Config's String), for Config.
+	Config func() string
+	// EnableDebug reports whether the configuration has enable_debug =
+	// true: with ACLs off, Profile answers only then.
+	EnableDebug func() bool
+	// ACL is true when ACLs are on: the Authorizer then lets only tokens
+	// with agent:write (or servers) call Profile.
+	ACL bool
 }
 
 // AgentService implements csisupd.v1.Agent over the node's plugin state.
@@ -69,6 +88,12 @@ type AgentService struct {
 	caughtUp, sending atomic.Int64
 	sent              atomic.Uint64
 	encoded           encodedEvents
+
+	// monitors counts the Monitor streams admitted (for MaxMonitors),
+	// monitoring those whose sink is registered (for tests).
+	monitors, monitoring atomic.Int64
+	// cpuProfiling is held while Profile takes a CPU profile.
+	cpuProfiling sync.Mutex
 }
 
 // NewAgentService validates cfg and returns the Agent service.
@@ -182,6 +207,9 @@ func (a *AgentService) GetPlugin(_ context.Context, req *csisupdv1.GetPluginRequ
 // Streams beyond client.max_event_subscribers, or beyond
 // client.max_event_subscribers_per_connection on one connection, are
 // refused at once with ResourceExhausted.
+//
+// With no_follow the stream ends (OK) once nothing buffered is left to
+// send, instead of waiting for new events.
 func (a *AgentService) WatchEvents(req *csisupdv1.WatchEventsRequest, out grpc.ServerStreamingServer[csisupdv1.Event]) error {
 	ctx := out.Context()
 	release, err := a.subs.acquire(ctx)
@@ -196,6 +224,15 @@ func (a *AgentService) WatchEvents(req *csisupdv1.WatchEventsRequest, out grpc.S
 	}
 	defer sub.Close()
 	shared := sharedEncoding(ctx)
+	// With no_follow, Next is given a done context, which makes it a poll:
+	// it returns what is buffered, or the context's error when nothing is
+	// left.
+	next := ctx
+	if req.GetNoFollow() {
+		poll, cancel := context.WithCancel(ctx)
+		cancel()
+		next = poll
+	}
 	// One event at a time: a stream holds no batch while it waits or
 	// while it is blocked in Send, and reading the log is a few
 	// nanoseconds per event.
@@ -206,13 +243,15 @@ func (a *AgentService) WatchEvents(req *csisupdv1.WatchEventsRequest, out grpc.S
 		if caughtUp {
 			a.caughtUp.Add(1)
 		}
-		evs, err := sub.Next(ctx, one[:0])
+		evs, err := sub.Next(next, one[:0])
 		if caughtUp {
 			a.caughtUp.Add(-1)
 		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case req.GetNoFollow() && errors.Is(err, context.Canceled):
+			return nil // the poll found nothing left
 		case errors.Is(err, stream.ErrClosed):
 			return status.Error(codes.Unavailable, "the agent is shutting down; reconnect with from_index to continue")
 		case err != nil:

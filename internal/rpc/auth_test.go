@@ -53,6 +53,10 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Agent/ListPlugins": "plugin:read:all",
 	"/csisupd.v1.Agent/GetPlugin":   "plugin:read:all",
 	"/csisupd.v1.Agent/WatchEvents": "plugin:read:all",
+	"/csisupd.v1.Agent/Monitor":     "agent:read:all",
+	"/csisupd.v1.Agent/Metrics":     "agent:read:all",
+	"/csisupd.v1.Agent/Config":      "agent:read:all",
+	"/csisupd.v1.Agent/Profile":     "agent:write:all",
 
 	"/csisupd.v1.ClientCSI/ControllerGetCapabilities": "volume:read:ops",
 	"/csisupd.v1.ClientCSI/ControllerValidateVolume":  "volume:read:ops",

@@ -20,6 +20,15 @@
 // exports its open streams (csisupd_event_subscribers) and those ended
 // for falling behind (csisupd_event_subscribers_dropped_total).
 //
+// The Agent service's debugging methods (agent_debug.go) serve `csisupd
+// monitor` and `csisupd operator debug`: Monitor streams the agent's log
+// lines at a level of the caller's through a sink of the agent's
+// hclog.InterceptLogger (bounded, dropping rather than blocking the
+// logger; at most MaxMonitors at a time), Profile runtime/pprof profiles
+// (with ACLs off only when enable_debug is set), Metrics the agent's
+// Prometheus registry in the text format, and Config the effective
+// configuration with secrets redacted.
+//
 // Authorizer decides every call in one interceptor: the caller's role
 // from its certificate and the capability its ACL token grants, by the
 // rules of package acl (TokenCache looks tokens up for agents without the

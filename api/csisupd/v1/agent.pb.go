@@ -692,7 +692,10 @@ type WatchEventsRequest struct {
 	// resumes from the index its error names (EventsFellBehind), without a
 	// gap. Events that have left the buffer end the stream with OutOfRange
 	// (EventsGone).
-	FromIndex     *uint64 `protobuf:"varint,3,opt,name=from_index,json=fromIndex,proto3,oneof" json:"from_index,omitempty"`
+	FromIndex *uint64 `protobuf:"varint,3,opt,name=from_index,json=fromIndex,proto3,oneof" json:"from_index,omitempty"`
+	// no_follow ends the stream once every buffered event it asks for is
+	// sent, instead of waiting for new ones.
+	NoFollow      bool `protobuf:"varint,4,opt,name=no_follow,json=noFollow,proto3" json:"no_follow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,6 +749,13 @@ func (x *WatchEventsRequest) GetFromIndex() uint64 {
 		return *x.FromIndex
 	}
 	return 0
+}
+
+func (x *WatchEventsRequest) GetNoFollow() bool {
+	if x != nil {
+		return x.NoFollow
+	}
+	return false
 }
 
 // Event is one change in the agent's registry.
@@ -847,6 +857,383 @@ func (x *Event) GetWorkloadId() string {
 	return ""
 }
 
+type MonitorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// log_level is one of trace, debug, info, warn, error; empty means info.
+	// It sets what this stream receives only: the agent's own level stays.
+	LogLevel string `protobuf:"bytes,1,opt,name=log_level,json=logLevel,proto3" json:"log_level,omitempty"`
+	// json selects hclog's JSON lines instead of its text lines.
+	Json          bool `protobuf:"varint,2,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonitorRequest) Reset() {
+	*x = MonitorRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonitorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonitorRequest) ProtoMessage() {}
+
+func (x *MonitorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonitorRequest.ProtoReflect.Descriptor instead.
+func (*MonitorRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MonitorRequest) GetLogLevel() string {
+	if x != nil {
+		return x.LogLevel
+	}
+	return ""
+}
+
+func (x *MonitorRequest) GetJson() bool {
+	if x != nil {
+		return x.Json
+	}
+	return false
+}
+
+// MonitorResponse carries one or more whole log lines, each ending in a
+// newline.
+type MonitorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonitorResponse) Reset() {
+	*x = MonitorResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonitorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonitorResponse) ProtoMessage() {}
+
+func (x *MonitorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonitorResponse.ProtoReflect.Descriptor instead.
+func (*MonitorResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MonitorResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ProfileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// profile is one of cpu, heap, goroutine, allocs, block, mutex,
+	// threadcreate.
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// seconds is how long a cpu profile runs, 1 to 60; other profiles are
+	// snapshots and ignore it.
+	Seconds uint32 `protobuf:"varint,2,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	// debug is runtime/pprof's debug argument for the profiles other than
+	// cpu: 0 the gzipped protobuf that `go tool pprof` reads, 1 legacy text,
+	// 2 (goroutine only) every goroutine's stack as a panic prints it.
+	Debug         uint32 `protobuf:"varint,3,opt,name=debug,proto3" json:"debug,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileRequest) Reset() {
+	*x = ProfileRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileRequest) ProtoMessage() {}
+
+func (x *ProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileRequest.ProtoReflect.Descriptor instead.
+func (*ProfileRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ProfileRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ProfileRequest) GetSeconds() uint32 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *ProfileRequest) GetDebug() uint32 {
+	if x != nil {
+		return x.Debug
+	}
+	return 0
+}
+
+// ProfileChunk is up to 1 MiB of the profile, in order.
+type ProfileChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileChunk) Reset() {
+	*x = ProfileChunk{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileChunk) ProtoMessage() {}
+
+func (x *ProfileChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileChunk.ProtoReflect.Descriptor instead.
+func (*ProfileChunk) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ProfileChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type MetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsRequest) Reset() {
+	*x = MetricsRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsRequest) ProtoMessage() {}
+
+func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
+func (*MetricsRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+type MetricsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// text is the agent's metrics in the Prometheus text exposition format.
+	Text          []byte `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsResponse) Reset() {
+	*x = MetricsResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsResponse) ProtoMessage() {}
+
+func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
+func (*MetricsResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *MetricsResponse) GetText() []byte {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+type ConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigRequest) Reset() {
+	*x = ConfigRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigRequest) ProtoMessage() {}
+
+func (x *ConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigRequest.ProtoReflect.Descriptor instead.
+func (*ConfigRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+type ConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hcl is the effective configuration, every key with its value, in HCL
+	// syntax; secrets (the Consul token, the agent token) show as
+	// "[redacted]".
+	Hcl           string `protobuf:"bytes,1,opt,name=hcl,proto3" json:"hcl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigResponse) Reset() {
+	*x = ConfigResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigResponse) ProtoMessage() {}
+
+func (x *ConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigResponse.ProtoReflect.Descriptor instead.
+func (*ConfigResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ConfigResponse) GetHcl() string {
+	if x != nil {
+		return x.Hcl
+	}
+	return ""
+}
+
 var File_csisupd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_agent_proto_rawDesc = "" +
@@ -914,12 +1301,13 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\x10GetPluginRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"?\n" +
 	"\x11GetPluginResponse\x12*\n" +
-	"\x06plugin\x18\x01 \x01(\v2\x12.csisupd.v1.PluginR\x06plugin\"|\n" +
+	"\x06plugin\x18\x01 \x01(\v2\x12.csisupd.v1.PluginR\x06plugin\"\x99\x01\n" +
 	"\x12WatchEventsRequest\x12\x16\n" +
 	"\x06replay\x18\x01 \x01(\x05R\x06replay\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\"\n" +
 	"\n" +
-	"from_index\x18\x03 \x01(\x04H\x00R\tfromIndex\x88\x01\x01B\r\n" +
+	"from_index\x18\x03 \x01(\x04H\x00R\tfromIndex\x88\x01\x01\x12\x1b\n" +
+	"\tno_follow\x18\x04 \x01(\bR\bnoFollowB\r\n" +
 	"\v_from_index\"\xde\x01\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12.\n" +
@@ -929,12 +1317,33 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x1b\n" +
 	"\tvolume_id\x18\x06 \x01(\tR\bvolumeId\x12\x1f\n" +
 	"\vworkload_id\x18\a \x01(\tR\n" +
-	"workloadId2\xa6\x02\n" +
+	"workloadId\"A\n" +
+	"\x0eMonitorRequest\x12\x1b\n" +
+	"\tlog_level\x18\x01 \x01(\tR\blogLevel\x12\x12\n" +
+	"\x04json\x18\x02 \x01(\bR\x04json\"%\n" +
+	"\x0fMonitorResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"Z\n" +
+	"\x0eProfileRequest\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
+	"\aseconds\x18\x02 \x01(\rR\aseconds\x12\x14\n" +
+	"\x05debug\x18\x03 \x01(\rR\x05debug\"\"\n" +
+	"\fProfileChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x10\n" +
+	"\x0eMetricsRequest\"%\n" +
+	"\x0fMetricsResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\fR\x04text\"\x0f\n" +
+	"\rConfigRequest\"\"\n" +
+	"\x0eConfigResponse\x12\x10\n" +
+	"\x03hcl\x18\x01 \x01(\tR\x03hcl2\xb4\x04\n" +
 	"\x05Agent\x12?\n" +
 	"\x06Status\x12\x19.csisupd.v1.StatusRequest\x1a\x1a.csisupd.v1.StatusResponse\x12N\n" +
 	"\vListPlugins\x12\x1e.csisupd.v1.ListPluginsRequest\x1a\x1f.csisupd.v1.ListPluginsResponse\x12H\n" +
 	"\tGetPlugin\x12\x1c.csisupd.v1.GetPluginRequest\x1a\x1d.csisupd.v1.GetPluginResponse\x12B\n" +
-	"\vWatchEvents\x12\x1e.csisupd.v1.WatchEventsRequest\x1a\x11.csisupd.v1.Event0\x01B5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\vWatchEvents\x12\x1e.csisupd.v1.WatchEventsRequest\x1a\x11.csisupd.v1.Event0\x01\x12D\n" +
+	"\aMonitor\x12\x1a.csisupd.v1.MonitorRequest\x1a\x1b.csisupd.v1.MonitorResponse0\x01\x12A\n" +
+	"\aProfile\x12\x1a.csisupd.v1.ProfileRequest\x1a\x18.csisupd.v1.ProfileChunk0\x01\x12B\n" +
+	"\aMetrics\x12\x1a.csisupd.v1.MetricsRequest\x1a\x1b.csisupd.v1.MetricsResponse\x12?\n" +
+	"\x06Config\x12\x19.csisupd.v1.ConfigRequest\x1a\x1a.csisupd.v1.ConfigResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_agent_proto_rawDescOnce sync.Once
@@ -948,7 +1357,7 @@ func file_csisupd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_agent_proto_rawDescData
 }
 
-var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_csisupd_v1_agent_proto_goTypes = []any{
 	(*Plugin)(nil),                // 0: csisupd.v1.Plugin
 	(*IgnoredEntry)(nil),          // 1: csisupd.v1.IgnoredEntry
@@ -961,35 +1370,51 @@ var file_csisupd_v1_agent_proto_goTypes = []any{
 	(*GetPluginResponse)(nil),     // 8: csisupd.v1.GetPluginResponse
 	(*WatchEventsRequest)(nil),    // 9: csisupd.v1.WatchEventsRequest
 	(*Event)(nil),                 // 10: csisupd.v1.Event
-	nil,                           // 11: csisupd.v1.Plugin.ManifestEntry
-	nil,                           // 12: csisupd.v1.Plugin.AccessibleTopologyEntry
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*Mount)(nil),                 // 14: csisupd.v1.Mount
+	(*MonitorRequest)(nil),        // 11: csisupd.v1.MonitorRequest
+	(*MonitorResponse)(nil),       // 12: csisupd.v1.MonitorResponse
+	(*ProfileRequest)(nil),        // 13: csisupd.v1.ProfileRequest
+	(*ProfileChunk)(nil),          // 14: csisupd.v1.ProfileChunk
+	(*MetricsRequest)(nil),        // 15: csisupd.v1.MetricsRequest
+	(*MetricsResponse)(nil),       // 16: csisupd.v1.MetricsResponse
+	(*ConfigRequest)(nil),         // 17: csisupd.v1.ConfigRequest
+	(*ConfigResponse)(nil),        // 18: csisupd.v1.ConfigResponse
+	nil,                           // 19: csisupd.v1.Plugin.ManifestEntry
+	nil,                           // 20: csisupd.v1.Plugin.AccessibleTopologyEntry
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*Mount)(nil),                 // 22: csisupd.v1.Mount
 }
 var file_csisupd_v1_agent_proto_depIdxs = []int32{
-	11, // 0: csisupd.v1.Plugin.manifest:type_name -> csisupd.v1.Plugin.ManifestEntry
-	12, // 1: csisupd.v1.Plugin.accessible_topology:type_name -> csisupd.v1.Plugin.AccessibleTopologyEntry
-	13, // 2: csisupd.v1.Plugin.last_probe:type_name -> google.protobuf.Timestamp
-	13, // 3: csisupd.v1.Plugin.registered_at:type_name -> google.protobuf.Timestamp
-	13, // 4: csisupd.v1.Plugin.health_since:type_name -> google.protobuf.Timestamp
-	13, // 5: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
+	19, // 0: csisupd.v1.Plugin.manifest:type_name -> csisupd.v1.Plugin.ManifestEntry
+	20, // 1: csisupd.v1.Plugin.accessible_topology:type_name -> csisupd.v1.Plugin.AccessibleTopologyEntry
+	21, // 2: csisupd.v1.Plugin.last_probe:type_name -> google.protobuf.Timestamp
+	21, // 3: csisupd.v1.Plugin.registered_at:type_name -> google.protobuf.Timestamp
+	21, // 4: csisupd.v1.Plugin.health_since:type_name -> google.protobuf.Timestamp
+	21, // 5: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: csisupd.v1.StatusResponse.plugins:type_name -> csisupd.v1.Plugin
 	1,  // 7: csisupd.v1.StatusResponse.ignored:type_name -> csisupd.v1.IgnoredEntry
 	4,  // 8: csisupd.v1.StatusResponse.cluster:type_name -> csisupd.v1.ClusterSummary
-	14, // 9: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
+	22, // 9: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
 	0,  // 10: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
 	0,  // 11: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
-	13, // 12: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
+	21, // 12: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
 	2,  // 13: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
 	5,  // 14: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
 	7,  // 15: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
 	9,  // 16: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
-	3,  // 17: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
-	6,  // 18: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
-	8,  // 19: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
-	10, // 20: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
+	11, // 17: csisupd.v1.Agent.Monitor:input_type -> csisupd.v1.MonitorRequest
+	13, // 18: csisupd.v1.Agent.Profile:input_type -> csisupd.v1.ProfileRequest
+	15, // 19: csisupd.v1.Agent.Metrics:input_type -> csisupd.v1.MetricsRequest
+	17, // 20: csisupd.v1.Agent.Config:input_type -> csisupd.v1.ConfigRequest
+	3,  // 21: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
+	6,  // 22: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
+	8,  // 23: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
+	10, // 24: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
+	12, // 25: csisupd.v1.Agent.Monitor:output_type -> csisupd.v1.MonitorResponse
+	14, // 26: csisupd.v1.Agent.Profile:output_type -> csisupd.v1.ProfileChunk
+	16, // 27: csisupd.v1.Agent.Metrics:output_type -> csisupd.v1.MetricsResponse
+	18, // 28: csisupd.v1.Agent.Config:output_type -> csisupd.v1.ConfigResponse
+	21, // [21:29] is the sub-list for method output_type
+	13, // [13:21] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1008,7 +1433,7 @@ func file_csisupd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_agent_proto_rawDesc), len(file_csisupd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,10 @@ const (
 	Agent_ListPlugins_FullMethodName = "/csisupd.v1.Agent/ListPlugins"
 	Agent_GetPlugin_FullMethodName   = "/csisupd.v1.Agent/GetPlugin"
 	Agent_WatchEvents_FullMethodName = "/csisupd.v1.Agent/WatchEvents"
+	Agent_Monitor_FullMethodName     = "/csisupd.v1.Agent/Monitor"
+	Agent_Profile_FullMethodName     = "/csisupd.v1.Agent/Profile"
+	Agent_Metrics_FullMethodName     = "/csisupd.v1.Agent/Metrics"
+	Agent_Config_FullMethodName      = "/csisupd.v1.Agent/Config"
 )
 
 // AgentClient is the client API for Agent service.
@@ -42,6 +46,20 @@ type AgentClient interface {
 	GetPlugin(ctx context.Context, in *GetPluginRequest, opts ...grpc.CallOption) (*GetPluginResponse, error)
 	// WatchEvents replays buffered events, then streams new ones as they happen.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// Monitor streams the agent's log lines at log_level, whatever level the
+	// agent itself logs at, until the caller goes away. The agent never waits
+	// for a slow caller: lines it cannot take are dropped and counted in a
+	// warning line sent once it catches up.
+	Monitor(ctx context.Context, in *MonitorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MonitorResponse], error)
+	// Profile takes a Go runtime profile of the agent (runtime/pprof) and
+	// streams it in chunks. With ACLs on it needs agent:write; with ACLs off
+	// the agent answers only when its configuration has enable_debug = true.
+	Profile(ctx context.Context, in *ProfileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ProfileChunk], error)
+	// Metrics returns the agent's Prometheus metrics, as /metrics serves them.
+	Metrics(ctx context.Context, in *MetricsRequest, opts ...grpc.CallOption) (*MetricsResponse, error)
+	// Config returns the agent's effective configuration in HCL, with every
+	// secret redacted.
+	Config(ctx context.Context, in *ConfigRequest, opts ...grpc.CallOption) (*ConfigResponse, error)
 }
 
 type agentClient struct {
@@ -101,6 +119,64 @@ func (c *agentClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, o
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_WatchEventsClient = grpc.ServerStreamingClient[Event]
 
+func (c *agentClient) Monitor(ctx context.Context, in *MonitorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MonitorResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[1], Agent_Monitor_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[MonitorRequest, MonitorResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_MonitorClient = grpc.ServerStreamingClient[MonitorResponse]
+
+func (c *agentClient) Profile(ctx context.Context, in *ProfileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ProfileChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[2], Agent_Profile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ProfileRequest, ProfileChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_ProfileClient = grpc.ServerStreamingClient[ProfileChunk]
+
+func (c *agentClient) Metrics(ctx context.Context, in *MetricsRequest, opts ...grpc.CallOption) (*MetricsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetricsResponse)
+	err := c.cc.Invoke(ctx, Agent_Metrics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) Config(ctx context.Context, in *ConfigRequest, opts ...grpc.CallOption) (*ConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigResponse)
+	err := c.cc.Invoke(ctx, Agent_Config_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -115,6 +191,20 @@ type AgentServer interface {
 	GetPlugin(context.Context, *GetPluginRequest) (*GetPluginResponse, error)
 	// WatchEvents replays buffered events, then streams new ones as they happen.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error
+	// Monitor streams the agent's log lines at log_level, whatever level the
+	// agent itself logs at, until the caller goes away. The agent never waits
+	// for a slow caller: lines it cannot take are dropped and counted in a
+	// warning line sent once it catches up.
+	Monitor(*MonitorRequest, grpc.ServerStreamingServer[MonitorResponse]) error
+	// Profile takes a Go runtime profile of the agent (runtime/pprof) and
+	// streams it in chunks. With ACLs on it needs agent:write; with ACLs off
+	// the agent answers only when its configuration has enable_debug = true.
+	Profile(*ProfileRequest, grpc.ServerStreamingServer[ProfileChunk]) error
+	// Metrics returns the agent's Prometheus metrics, as /metrics serves them.
+	Metrics(context.Context, *MetricsRequest) (*MetricsResponse, error)
+	// Config returns the agent's effective configuration in HCL, with every
+	// secret redacted.
+	Config(context.Context, *ConfigRequest) (*ConfigResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -136,6 +226,18 @@ func (UnimplementedAgentServer) GetPlugin(context.Context, *GetPluginRequest) (*
 }
 func (UnimplementedAgentServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedAgentServer) Monitor(*MonitorRequest, grpc.ServerStreamingServer[MonitorResponse]) error {
+	return status.Error(codes.Unimplemented, "method Monitor not implemented")
+}
+func (UnimplementedAgentServer) Profile(*ProfileRequest, grpc.ServerStreamingServer[ProfileChunk]) error {
+	return status.Error(codes.Unimplemented, "method Profile not implemented")
+}
+func (UnimplementedAgentServer) Metrics(context.Context, *MetricsRequest) (*MetricsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Metrics not implemented")
+}
+func (UnimplementedAgentServer) Config(context.Context, *ConfigRequest) (*ConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Config not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -223,6 +325,64 @@ func _Agent_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_WatchEventsServer = grpc.ServerStreamingServer[Event]
 
+func _Agent_Monitor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(MonitorRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServer).Monitor(m, &grpc.GenericServerStream[MonitorRequest, MonitorResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_MonitorServer = grpc.ServerStreamingServer[MonitorResponse]
+
+func _Agent_Profile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ProfileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServer).Profile(m, &grpc.GenericServerStream[ProfileRequest, ProfileChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_ProfileServer = grpc.ServerStreamingServer[ProfileChunk]
+
+func _Agent_Metrics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MetricsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).Metrics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_Metrics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).Metrics(ctx, req.(*MetricsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_Config_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).Config(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_Config_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).Config(ctx, req.(*ConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -242,11 +402,29 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetPlugin",
 			Handler:    _Agent_GetPlugin_Handler,
 		},
+		{
+			MethodName: "Metrics",
+			Handler:    _Agent_Metrics_Handler,
+		},
+		{
+			MethodName: "Config",
+			Handler:    _Agent_Config_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "WatchEvents",
 			Handler:       _Agent_WatchEvents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Monitor",
+			Handler:       _Agent_Monitor_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Profile",
+			Handler:       _Agent_Profile_Handler,
 			ServerStreams: true,
 		},
 	},

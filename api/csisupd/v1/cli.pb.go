@@ -9,6 +9,7 @@ package csisupdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -138,19 +139,244 @@ func (x *SnapshotSaveResult) GetBytes() int64 {
 	return 0
 }
 
+// DebugManifest is manifest.json of the archive `csisupd operator debug`
+// writes: what it holds and what could not be collected.
+type DebugManifest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the version of the CLI that wrote the archive.
+	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// address is the agent the bundle was collected from.
+	Address   string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// duration and interval are the command's --duration and --interval, as
+	// Go durations ("30s").
+	Duration string `protobuf:"bytes,4,opt,name=duration,proto3" json:"duration,omitempty"`
+	Interval string `protobuf:"bytes,5,opt,name=interval,proto3" json:"interval,omitempty"`
+	// files are the paths of the other files in the archive, in the order
+	// they were written.
+	Files []string `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
+	// errors are the parts that failed; the bundle goes on without them.
+	Errors        []*DebugError `protobuf:"bytes,7,rep,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DebugManifest) Reset() {
+	*x = DebugManifest{}
+	mi := &file_csisupd_v1_cli_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DebugManifest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DebugManifest) ProtoMessage() {}
+
+func (x *DebugManifest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cli_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DebugManifest.ProtoReflect.Descriptor instead.
+func (*DebugManifest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cli_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DebugManifest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *DebugManifest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *DebugManifest) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *DebugManifest) GetDuration() string {
+	if x != nil {
+		return x.Duration
+	}
+	return ""
+}
+
+func (x *DebugManifest) GetInterval() string {
+	if x != nil {
+		return x.Interval
+	}
+	return ""
+}
+
+func (x *DebugManifest) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *DebugManifest) GetErrors() []*DebugError {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+// DebugError is one part of a debug bundle that could not be collected.
+type DebugError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// part is the file the part would have written (agent/pprof/cpu.prof).
+	Part          string `protobuf:"bytes,1,opt,name=part,proto3" json:"part,omitempty"`
+	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DebugError) Reset() {
+	*x = DebugError{}
+	mi := &file_csisupd_v1_cli_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DebugError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DebugError) ProtoMessage() {}
+
+func (x *DebugError) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cli_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DebugError.ProtoReflect.Descriptor instead.
+func (*DebugError) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cli_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DebugError) GetPart() string {
+	if x != nil {
+		return x.Part
+	}
+	return ""
+}
+
+func (x *DebugError) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// DebugResult is `csisupd operator debug --json`: the archive written and
+// its manifest.
+type DebugResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	Manifest      *DebugManifest         `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DebugResult) Reset() {
+	*x = DebugResult{}
+	mi := &file_csisupd_v1_cli_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DebugResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DebugResult) ProtoMessage() {}
+
+func (x *DebugResult) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cli_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DebugResult.ProtoReflect.Descriptor instead.
+func (*DebugResult) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cli_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DebugResult) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *DebugResult) GetManifest() *DebugManifest {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
 var File_csisupd_v1_cli_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_cli_proto_rawDesc = "" +
 	"\n" +
 	"\x14csisupd/v1/cli.proto\x12\n" +
-	"csisupd.v1\"O\n" +
+	"csisupd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"O\n" +
 	"\vVersionInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x0e\n" +
 	"\x02go\x18\x03 \x01(\tR\x02go\">\n" +
 	"\x12SnapshotSaveResult\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x03R\x05bytesB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"\xfc\x01\n" +
+	"\rDebugManifest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x129\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x1a\n" +
+	"\bduration\x18\x04 \x01(\tR\bduration\x12\x1a\n" +
+	"\binterval\x18\x05 \x01(\tR\binterval\x12\x14\n" +
+	"\x05files\x18\x06 \x03(\tR\x05files\x12.\n" +
+	"\x06errors\x18\a \x03(\v2\x16.csisupd.v1.DebugErrorR\x06errors\"6\n" +
+	"\n" +
+	"DebugError\x12\x12\n" +
+	"\x04part\x18\x01 \x01(\tR\x04part\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"X\n" +
+	"\vDebugResult\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x125\n" +
+	"\bmanifest\x18\x02 \x01(\v2\x19.csisupd.v1.DebugManifestR\bmanifestB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_cli_proto_rawDescOnce sync.Once
@@ -164,17 +390,24 @@ func file_csisupd_v1_cli_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_cli_proto_rawDescData
 }
 
-var file_csisupd_v1_cli_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_csisupd_v1_cli_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_csisupd_v1_cli_proto_goTypes = []any{
-	(*VersionInfo)(nil),        // 0: csisupd.v1.VersionInfo
-	(*SnapshotSaveResult)(nil), // 1: csisupd.v1.SnapshotSaveResult
+	(*VersionInfo)(nil),           // 0: csisupd.v1.VersionInfo
+	(*SnapshotSaveResult)(nil),    // 1: csisupd.v1.SnapshotSaveResult
+	(*DebugManifest)(nil),         // 2: csisupd.v1.DebugManifest
+	(*DebugError)(nil),            // 3: csisupd.v1.DebugError
+	(*DebugResult)(nil),           // 4: csisupd.v1.DebugResult
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_csisupd_v1_cli_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	5, // 0: csisupd.v1.DebugManifest.started_at:type_name -> google.protobuf.Timestamp
+	3, // 1: csisupd.v1.DebugManifest.errors:type_name -> csisupd.v1.DebugError
+	2, // 2: csisupd.v1.DebugResult.manifest:type_name -> csisupd.v1.DebugManifest
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_cli_proto_init() }
@@ -188,7 +421,7 @@ func file_csisupd_v1_cli_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_cli_proto_rawDesc), len(file_csisupd_v1_cli_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
