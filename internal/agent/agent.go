@@ -215,6 +215,7 @@ func New(c Config) (a *Agent, err error) {
 		AllowInsecurePluginDir: cfg.Client.AllowInsecurePluginDir,
 		PluginRedial:           a.retry.PluginRedial,
 		FingerprintRetry:       a.retry.Fingerprint,
+		PluginDialOptions:      a.grpcMetrics.DialOptions(),
 		Metrics:                a.registerer(),
 		Watchdog:               a.watchdog,
 		Logger:                 log.Named("registry"),

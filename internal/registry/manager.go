@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/csiclient"
@@ -90,6 +91,10 @@ type ManagerConfig struct {
 	// that a plugin that does not answer is tried about as often as it
 	// would be probed. Required: config.Retry.Fingerprint.
 	FingerprintRetry retry.Policy
+	// PluginDialOptions are added to every plugin's full gRPC connection,
+	// the one ClientCSI and the node volume manager call the plugin on
+	// (csiclient.Config.DialOptions): the agent's gRPC client metrics.
+	PluginDialOptions []grpc.DialOption
 	// Registry is the store to fill. Nil creates a new one.
 	Registry *Registry
 	// Logger receives the manager's logs. Nil discards them.
@@ -186,6 +191,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 			MaxMessageSize:   cfg.MaxPluginMessageSize,
 			Redial:           cfg.PluginRedial,
 			FingerprintRetry: cfg.FingerprintRetry,
+			DialOptions:      cfg.PluginDialOptions,
 			Logger:           cfg.Logger,
 			Watchdog:         cfg.Watchdog,
 		}),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
 
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/retry"
@@ -30,7 +31,9 @@ type reconcilerConfig struct {
 	// ManagerConfig.PluginRedial and FingerprintRetry).
 	Redial           retry.Policy
 	FingerprintRetry retry.Policy
-	Logger           hclog.Logger
+	// DialOptions are every plugin connection's (ManagerConfig.PluginDialOptions).
+	DialOptions []grpc.DialOption
+	Logger      hclog.Logger
 	// Watchdog, when set, gets the "plugin reconciler" loop, beaten on
 	// every turn of run.
 	Watchdog *watchdog.Monitor
@@ -71,6 +74,7 @@ type reconciler struct {
 	maxMessage  int
 	redial      retry.Policy
 	fpRetry     retry.Policy
+	dialOpts    []grpc.DialOption
 	log         hclog.Logger
 	watchdog    *watchdog.Monitor
 
@@ -110,6 +114,7 @@ func newReconciler(cfg reconcilerConfig) *reconciler {
 		maxMessage:  cfg.MaxMessageSize,
 		redial:      cfg.Redial,
 		fpRetry:     cfg.FingerprintRetry,
+		dialOpts:    cfg.DialOptions,
 		log:         cfg.Logger,
 		watchdog:    cfg.Watchdog,
 		gone:        make(map[string]gone),
@@ -274,6 +279,7 @@ func (r *reconciler) startSupervisor(ctx context.Context, id string, inst plugin
 		Transport:        r.transport,
 		Redial:           r.redial,
 		FingerprintRetry: r.fpRetry,
+		DialOptions:      r.dialOpts,
 		Logger:           r.log.Named(id),
 	})
 	if err != nil {

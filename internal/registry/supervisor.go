@@ -71,6 +71,9 @@ type supervisorConfig struct {
 	// Redial spaces the supervision connection's redials while a call
 	// waits for the socket (csiclient.Config.Redial).
 	Redial retry.Policy
+	// DialOptions are added to the full gRPC connection
+	// (csiclient.Config.DialOptions).
+	DialOptions []grpc.DialOption
 	// FingerprintRetry spaces the fingerprint attempts until the plugin
 	// first answers; the probe interval caps it (see fingerprintRetry).
 	FingerprintRetry retry.Policy
@@ -164,7 +167,8 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 		// Bounded replies and writes (the transport's limits): a plugin
 		// that sends too much or stops reading must not hold the
 		// supervisor.
-		Transport: cfg.Transport,
+		Transport:   cfg.Transport,
+		DialOptions: cfg.DialOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: %w", cfg.ID, err)
