@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -342,29 +341,11 @@ func TestMetricsRegistrationConflict(t *testing.T) {
 	}
 }
 
-// fakeClock is a clock for the watchdog that moves only when told.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // newMonitor returns a watchdog on a fake clock whose loops' tickers
 // fire every 25 ms of real time.
-func newMonitor(t *testing.T) (*watchdog.Monitor, *fakeClock) {
+func newMonitor(t *testing.T) (*watchdog.Monitor, *testutil.Clock) {
 	t.Helper()
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	m, err := watchdog.New(watchdog.Config{Timeout: 100 * time.Millisecond, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +370,7 @@ func TestSyncLoopBeatsWhileWaitingOutABackoff(t *testing.T) {
 		return v == 1
 	})
 	for i := range 3 {
-		clock.advance(time.Minute) // far past the timeout: stale until the loop beats again
+		clock.Advance(time.Minute) // far past the timeout: stale until the loop beats again
 		waitFor(t, fmt.Sprintf("a beat after advance %d", i), func() bool { return len(mon.Stale()) == 0 })
 	}
 	if got := value(t, reg, "csisupd_consul_sync_passes_total"); got != 1 {
@@ -400,7 +381,7 @@ func TestSyncLoopBeatsWhileWaitingOutABackoff(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	clock.advance(time.Hour)
+	clock.Advance(time.Hour)
 	if stale := mon.Stale(); len(stale) != 0 {
 		t.Errorf("stale after Run returned: %v", stale)
 	}
@@ -421,7 +402,7 @@ func TestWedgedSyncLoopIsStale(t *testing.T) {
 	}
 	// The loop is blocked in the request: it cannot beat, whatever its
 	// ticker does.
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	if stale := mon.Stale(); !slices.Equal(stale, []string{"consul sync"}) {
 		t.Errorf("stale loops = %q while the sync is stuck in a request, want [consul sync]", stale)
 	}

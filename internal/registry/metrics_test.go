@@ -390,29 +390,11 @@ func TestNewManagerReturnsMetricsRegistrationErrors(t *testing.T) {
 	}
 }
 
-// fakeClock is the watchdog's clock, moved by the test.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // newTestWatchdog returns a monitor on a fake clock whose timeout never
 // passes on its own; its loops' series go to pr when set.
-func newTestWatchdog(t *testing.T, pr prometheus.Registerer) (*watchdog.Monitor, *fakeClock) {
+func newTestWatchdog(t *testing.T, pr prometheus.Registerer) (*watchdog.Monitor, *testutil.Clock) {
 	t.Helper()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	wd, err := watchdog.New(watchdog.Config{Timeout: time.Hour, Now: clock.Now, Metrics: pr})
 	if err != nil {
 		t.Fatal(err)
@@ -495,7 +477,7 @@ func TestWatchdogNamesAWedgedReconciler(t *testing.T) {
 		t.Fatal("the reconciler did not log a new supervisor")
 	}
 
-	clock.advance(2 * wd.Timeout())
+	clock.Advance(2 * wd.Timeout())
 	if got := wd.Stale(); !slices.Contains(got, "plugin reconciler") {
 		t.Fatalf("stale = %v right after the clock moved past the timeout, want the reconciler among them", got)
 	}

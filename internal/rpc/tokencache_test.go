@@ -13,25 +13,8 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // servers answers Cluster/ResolveToken as the servers would, from a map
 // the test changes, and counts the calls.
@@ -84,7 +67,7 @@ func readerToken() *csisupdv1.ResolveTokenResponse {
 }
 
 func TestTokenCacheRemembersAnswersForTTL(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := testutil.NewClock(time.Unix(1000, 0))
 	srv := &servers{tokens: map[string]*csisupdv1.ResolveTokenResponse{
 		"reader": readerToken(),
 		"admin":  {Token: &csisupdv1.ACLToken{AccessorId: "a2", Type: acl.TypeManagement}},
@@ -123,14 +106,14 @@ func TestTokenCacheRemembersAnswersForTTL(t *testing.T) {
 	if _, err := cache.ResolveToken(ctx, "reader"); err != nil {
 		t.Fatalf("within the TTL the deleted token still resolves from the cache: %v", err)
 	}
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	if _, err := cache.ResolveToken(ctx, "reader"); !errors.Is(err, acl.ErrTokenNotFound) {
 		t.Fatalf("after the TTL the deleted token: %v, want ErrTokenNotFound", err)
 	}
 }
 
 func TestTokenCacheDoesNotRememberFailures(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := testutil.NewClock(time.Unix(1000, 0))
 	srv := &servers{tokens: map[string]*csisupdv1.ResolveTokenResponse{"reader": readerToken()},
 		failing: status.Error(codes.Unavailable, "no server reachable")}
 	cache, err := NewTokenCache(TokenCacheConfig{Fetch: srv.fetch, Now: clock.Now})
@@ -149,7 +132,7 @@ func TestTokenCacheDoesNotRememberFailures(t *testing.T) {
 }
 
 func TestTokenCacheIsBounded(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := testutil.NewClock(time.Unix(1000, 0))
 	srv := &servers{tokens: map[string]*csisupdv1.ResolveTokenResponse{}}
 	cache, err := NewTokenCache(TokenCacheConfig{Fetch: srv.fetch, Size: 8, Now: clock.Now})
 	if err != nil {

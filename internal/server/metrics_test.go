@@ -227,24 +227,6 @@ func TestForwardedRequestsCounted(t *testing.T) {
 	}
 }
 
-// fakeClock is the watchdog's clock; it moves only when told.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // loopNames returns the loops the monitor tracks, from its metrics.
 func loopNames(t testing.TB, g prometheus.Gatherer) []string {
 	t.Helper()
@@ -270,7 +252,7 @@ func loopNames(t testing.TB, g prometheus.Gatherer) []string {
 }
 
 func TestServerLoopsBeatAndAWedgedOneIsStale(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	monReg := prometheus.NewRegistry()
 	mon, err := watchdog.New(watchdog.Config{Timeout: 100 * time.Millisecond, Now: clock.Now, Metrics: monReg})
 	if err != nil {
@@ -287,7 +269,7 @@ func TestServerLoopsBeatAndAWedgedOneIsStale(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "every loop registered", func() bool { return slices.Equal(loopNames(t, monReg), want) })
 	// Idle loops beat on their own: far past the timeout, every loop is
 	// fresh again after its next tick.
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	testutil.WaitFor(t, 10*time.Second, "every idle loop beat", func() bool { return len(mon.Stale()) == 0 })
 
 	// A release whose unmount fails is left to the volume watcher; then
@@ -311,7 +293,7 @@ func TestServerLoopsBeatAndAWedgedOneIsStale(t *testing.T) {
 		t.Fatal("the volume watcher did not retry the unmount")
 	}
 	// The watcher waits in the call and cannot beat; the other loops can.
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	testutil.WaitFor(t, 10*time.Second, "only the volume watcher stale", func() bool {
 		return slices.Equal(mon.Stale(), []string{"volume watcher"})
 	})
@@ -321,7 +303,7 @@ func TestServerLoopsBeatAndAWedgedOneIsStale(t *testing.T) {
 
 	// Stopped loops are unregistered, not wedged.
 	e.c.Shutdown()
-	clock.advance(time.Hour)
+	clock.Advance(time.Hour)
 	if stale := mon.Stale(); len(stale) != 0 {
 		t.Errorf("stale after Shutdown: %v", stale)
 	}

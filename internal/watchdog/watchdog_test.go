@@ -3,7 +3,6 @@ package watchdog
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +16,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a manual clock for Config.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func TestNewValidates(t *testing.T) {
 	for _, timeout := range []time.Duration{0, -time.Second} {
 		if _, err := New(Config{Timeout: timeout}); err == nil || !strings.Contains(err.Error(), "Timeout") {
@@ -44,7 +25,7 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestStaleNamesLoopsWithoutBeat(t *testing.T) {
-	c := &clock{now: time.Unix(1000, 0)}
+	c := testutil.NewClock(time.Unix(1000, 0))
 	m, err := New(Config{Timeout: 10 * time.Second, Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +103,7 @@ func (p *pings) next(t *testing.T, within time.Duration) bool {
 
 func TestRunPingsOnlyWhileAllLoopsBeat(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	c := &clock{now: time.Unix(1000, 0)}
+	c := testutil.NewClock(time.Unix(1000, 0))
 	p := &pings{ch: make(chan string, 1)}
 	reg := prometheus.NewRegistry()
 	logs := &testutil.SyncBuffer{}
@@ -170,7 +151,7 @@ func TestRunPingsOnlyWhileAllLoopsBeat(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	c := &clock{now: time.Unix(1000, 0)}
+	c := testutil.NewClock(time.Unix(1000, 0))
 	reg := prometheus.NewRegistry()
 	m, err := New(Config{Timeout: 30 * time.Second, Now: c.Now, Metrics: reg})
 	if err != nil {
@@ -196,7 +177,7 @@ csisupd_watchdog_timeout_seconds 30
 }
 
 func TestWaitBeatsWhileWaiting(t *testing.T) {
-	c := &clock{now: time.Unix(1000, 0)}
+	c := testutil.NewClock(time.Unix(1000, 0))
 	m, err := New(Config{Timeout: 40 * time.Millisecond, Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
