@@ -32,12 +32,6 @@ const (
 	reasonError = "error"
 )
 
-// probeFailureReasons are every reason, in the order their series are
-// created for a new plugin.
-func probeFailureReasons() []string {
-	return []string{reasonTimeout, reasonUnreachable, reasonNotReady, reasonProtocol, reasonError}
-}
-
 // latencyBuckets are the histogram buckets of probes, fingerprints and
 // scans, in seconds: from half a millisecond (a local plugin answering
 // at once) to ten seconds (beyond any probe timeout worth having).
@@ -60,7 +54,7 @@ type metrics struct {
 	probeFailures      *prometheus.CounterVec   // plugin_id, reason
 	lastHealthy        *prometheus.GaugeVec     // plugin_id
 	transitions        *prometheus.CounterVec   // plugin_id, to
-	fingerprintTime    *prometheus.HistogramVec // plugin_id
+	fingerprintTime    prometheus.Histogram
 	fingerprintChanges *prometheus.CounterVec   // plugin_id
 	coalesced          prometheus.Counter
 	scans              prometheus.Counter
@@ -86,11 +80,14 @@ func newMetrics() *metrics {
 			Name: "csisupd_plugin_health_transitions_total",
 			Help: "Changes of the plugin's health state (plugin-healthy and plugin-unhealthy events), by the state changed to.",
 		}, []string{"plugin_id", "to"}),
-		fingerprintTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		// One histogram for every plugin: a fingerprint is taken every few
+		// minutes, and 17 series per plugin would be most of a large
+		// node's scrape.
+		fingerprintTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "csisupd_plugin_fingerprint_duration_seconds",
-			Help:    "Duration of each fingerprint of the plugin, failed ones included.",
+			Help:    "Duration of each fingerprint of a plugin, failed ones included, all plugins of the node together.",
 			Buckets: latencyBuckets(),
-		}, []string{"plugin_id"}),
+		}),
 		fingerprintChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "csisupd_plugin_fingerprint_changes_total",
 			Help: "Fingerprints that differed from the plugin's previous one (plugin-fingerprint-changed events).",
@@ -123,14 +120,14 @@ func (m *metrics) collectors() []prometheus.Collector {
 // need not be: their invalid bytes are written \xNN, as on the wire.
 func label(s string) string { return plugin.WireString(s) }
 
-// added creates the counters of a new plugin at zero, so that its first
-// failure or transition is an increase a rate or an alert sees, not the
-// appearance of a series.
+// added creates the transition and fingerprint-change counters of a new
+// plugin at zero, so that its first transition is an increase a rate or an
+// alert sees, not the appearance of a series. The failure counters appear
+// with a plugin's first failure of each reason (its first
+// transition to unhealthy is counted from zero): five zero series per
+// healthy plugin would be a large node's scrape for nothing.
 func (m *metrics) added(id string) {
 	id = label(id)
-	for _, r := range probeFailureReasons() {
-		m.probeFailures.WithLabelValues(id, r)
-	}
 	m.transitions.WithLabelValues(id, string(heartbeat.Healthy))
 	m.transitions.WithLabelValues(id, string(heartbeat.Unhealthy))
 	m.fingerprintChanges.WithLabelValues(id)
@@ -143,7 +140,6 @@ func (m *metrics) forget(id string) {
 	m.probeFailures.DeletePartialMatch(prometheus.Labels{"plugin_id": id})
 	m.lastHealthy.DeleteLabelValues(id)
 	m.transitions.DeletePartialMatch(prometheus.Labels{"plugin_id": id})
-	m.fingerprintTime.DeleteLabelValues(id)
 	m.fingerprintChanges.DeleteLabelValues(id)
 }
 
@@ -172,8 +168,8 @@ func (m *metrics) fingerprintChanged(id string) {
 }
 
 // fingerprinted records one fingerprint of plugin id that took d.
-func (m *metrics) fingerprinted(id string, d time.Duration) {
-	m.fingerprintTime.WithLabelValues(label(id)).Observe(d.Seconds())
+func (m *metrics) fingerprinted(_ string, d time.Duration) {
+	m.fingerprintTime.Observe(d.Seconds())
 }
 
 // scanned records one full scan of the plugin directory that took d.
