@@ -39,6 +39,14 @@ func latencyBuckets() []float64 {
 	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 }
 
+// probeBuckets are the buckets of the per-plugin probe histogram: fewer
+// than latencyBuckets, since each bucket is one series per plugin in
+// every scrape. A probe that times out is counted as a failure by reason
+// as well.
+func probeBuckets() []float64 {
+	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5}
+}
+
 // metrics are a registry's Prometheus series that are counted as things
 // happen. Every Registry has its own set, created by New and updated
 // whether or not anything scrapes it, so no code path asks whether
@@ -66,7 +74,7 @@ func newMetrics() *metrics {
 		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "csisupd_plugin_probe_duration_seconds",
 			Help:    "Duration of each probe of the plugin (CSI Probe), failed ones included.",
-			Buckets: latencyBuckets(),
+			Buckets: probeBuckets(),
 		}, []string{"plugin_id"}),
 		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "csisupd_plugin_probe_failures_total",
