@@ -44,7 +44,7 @@ func latencyBuckets() []float64 {
 // every scrape. A probe that times out is counted as a failure by reason
 // as well.
 func probeBuckets() []float64 {
-	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5}
+	return []float64{.001, .005, .01, .05, .25, 1, 5}
 }
 
 // metrics are a registry's Prometheus series that are counted as things
@@ -128,18 +128,11 @@ func (m *metrics) collectors() []prometheus.Collector {
 // need not be: their invalid bytes are written \xNN, as on the wire.
 func label(s string) string { return plugin.WireString(s) }
 
-// added creates the transition and fingerprint-change counters of a new
-// plugin at zero, so that its first transition is an increase a rate or an
-// alert sees, not the appearance of a series. The failure counters appear
-// with a plugin's first failure of each reason (its first
-// transition to unhealthy is counted from zero): five zero series per
-// healthy plugin would be a large node's scrape for nothing.
-func (m *metrics) added(id string) {
-	id = label(id)
-	m.transitions.WithLabelValues(id, string(heartbeat.Healthy))
-	m.transitions.WithLabelValues(id, string(heartbeat.Unhealthy))
-	m.fingerprintChanges.WithLabelValues(id)
-}
+// added is called when plugin id is registered. Its series appear with
+// their first observation: a zero series per plugin and counter would
+// be a large node's scrape for nothing (the alerts read
+// csisupd_plugin_healthy, which every plugin has).
+func (m *metrics) added(string) {}
 
 // forget deletes every series of plugin id: it was deregistered.
 func (m *metrics) forget(id string) {
