@@ -63,7 +63,7 @@ type metrics struct {
 	lastHealthy        *prometheus.GaugeVec     // plugin_id
 	transitions        *prometheus.CounterVec   // plugin_id, to
 	fingerprintTime    prometheus.Histogram
-	fingerprintChanges *prometheus.CounterVec   // plugin_id
+	fingerprintChanges *prometheus.CounterVec // plugin_id
 	coalesced          prometheus.Counter
 	scans              prometheus.Counter
 	scanDuration       prometheus.Histogram
