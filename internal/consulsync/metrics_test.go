@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
 	"github.com/csisupd/csisupd/internal/fingerprint"
@@ -26,54 +25,10 @@ import (
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
-// metricValue returns the value of the series of name with the given
-// label pairs (name, value, ...) gathered from reg, and whether it exists.
-func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) (float64, bool) {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !hasLabels(m, labels) {
-				continue
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue(), true
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue(), true
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount()), true
-			}
-		}
-	}
-	return 0, false
-}
-
-func hasLabels(m *dto.Metric, pairs []string) bool {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		found := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == pairs[i] && l.GetValue() == pairs[i+1] {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
-// value is metricValue for a series that must exist.
+// value is testutil.MetricValue for a series that must exist.
 func value(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
-	v, ok := metricValue(t, reg, name, labels...)
+	v, ok := testutil.MetricValue(t, reg, name, labels...)
 	if !ok {
 		t.Fatalf("no series %s%v", name, labels)
 	}
@@ -366,7 +321,7 @@ func TestSyncLoopBeatsWhileWaitingOutABackoff(t *testing.T) {
 	r := start(t, cfg)
 
 	waitFor(t, "the first pass failed", func() bool {
-		v, _ := metricValue(t, reg, "csisupd_consul_sync_failures_total", "reason", reasonUnreachable)
+		v, _ := testutil.MetricValue(t, reg, "csisupd_consul_sync_failures_total", "reason", reasonUnreachable)
 		return v == 1
 	})
 	for i := range 3 {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
@@ -42,43 +41,6 @@ func (r *registries) of(id string) *prometheus.Registry {
 	return r.byID[id]
 }
 
-// seriesValue returns the value of the series of name with the given
-// label pairs (name, value, ...) in g, and whether it exists.
-func seriesValue(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (float64, bool) {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if matches(m, labels) {
-				switch {
-				case m.GetCounter() != nil:
-					return m.GetCounter().GetValue(), true
-				case m.GetGauge() != nil:
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
-}
-
-func matches(m *dto.Metric, pairs []string) bool {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
-			return l.GetName() == pairs[i] && l.GetValue() == pairs[i+1]
-		}) {
-			return false
-		}
-	}
-	return true
-}
-
 // families returns the names of g's families that start with prefix.
 func families(t testing.TB, g prometheus.Gatherer, prefix string) []string {
 	t.Helper()
@@ -107,7 +69,7 @@ type series struct {
 func checkSeries(t testing.TB, g prometheus.Gatherer, want []series) {
 	t.Helper()
 	for _, w := range want {
-		got, ok := seriesValue(t, g, w.name, w.labels...)
+		got, ok := testutil.MetricValue(t, g, w.name, w.labels...)
 		if !ok {
 			t.Errorf("no series %s%v", w.name, w.labels)
 		} else if got != w.value {
@@ -143,21 +105,21 @@ func TestClusterMetrics(t *testing.T) {
 		{"csisupd_server_raft_peers", []string{"suffrage", "voter"}, 1},
 		{"csisupd_server_raft_peers", []string{"suffrage", "nonvoter"}, 0},
 	})
-	commit, _ := seriesValue(t, reg, "csisupd_server_raft_commit_index")
-	applied, _ := seriesValue(t, reg, "csisupd_server_raft_applied_index")
-	last, _ := seriesValue(t, reg, "csisupd_server_raft_last_index")
+	commit, _ := testutil.MetricValue(t, reg, "csisupd_server_raft_commit_index")
+	applied, _ := testutil.MetricValue(t, reg, "csisupd_server_raft_applied_index")
+	last, _ := testutil.MetricValue(t, reg, "csisupd_server_raft_last_index")
 	// The claim was applied before it was answered.
 	if claimed := e.volume(t, "vol-1").GetClaims()[0].GetClaimIndex(); commit < float64(claimed) || applied < float64(claimed) || last < commit {
 		t.Errorf("raft indexes: commit %v, applied %v, last %v; the claim's index is %d", commit, applied, last, claimed)
 	}
 	testutil.WaitFor(t, 10*time.Second, "a node heartbeat counted", func() bool {
-		n, _ := seriesValue(t, reg, "csisupd_cluster_heartbeats_total")
+		n, _ := testutil.MetricValue(t, reg, "csisupd_cluster_heartbeats_total")
 		return n >= 1
 	})
 
 	// Raft's own metrics reach the same registry, named csisupd_raft_*,
 	// and nothing of them lands in the default registry.
-	if got, _ := seriesValue(t, reg, "csisupd_raft_apply"); got < 1 {
+	if got, _ := testutil.MetricValue(t, reg, "csisupd_raft_apply"); got < 1 {
 		t.Errorf("csisupd_raft_apply = %v after raft writes; raft families: %v", got, families(t, reg, "csisupd_raft_"))
 	}
 	if leaked := families(t, prometheus.DefaultGatherer, "csisupd_"); len(leaked) > 0 {
@@ -183,7 +145,7 @@ func TestForwardedRequestsCounted(t *testing.T) {
 	follower := e.c.Member((leader.Index + 1) % 3) // e.cl's server
 	const method = "/csisupd.v1.Control/CreateVolume"
 	forwarded := func(m *testcluster.Member) float64 {
-		v, _ := seriesValue(t, regs.of(m.ID), "csisupd_server_forwarded_requests_total", "method", method)
+		v, _ := testutil.MetricValue(t, regs.of(m.ID), "csisupd_server_forwarded_requests_total", "method", method)
 		return v
 	}
 	if n := forwarded(follower); n != 0 {
@@ -206,21 +168,21 @@ func TestForwardedRequestsCounted(t *testing.T) {
 		if m == leader {
 			wantLeader = 1
 		}
-		if got, _ := seriesValue(t, reg, "csisupd_server_leader"); got != wantLeader {
+		if got, _ := testutil.MetricValue(t, reg, "csisupd_server_leader"); got != wantLeader {
 			t.Errorf("%s: leader = %v, want %v", m.ID, got, wantLeader)
 		}
-		if got, _ := seriesValue(t, reg, "csisupd_server_raft_peers", "suffrage", "voter"); got != 3 {
+		if got, _ := testutil.MetricValue(t, reg, "csisupd_server_raft_peers", "suffrage", "voter"); got != 3 {
 			t.Errorf("%s: voters = %v, want 3", m.ID, got)
 		}
 		testutil.WaitFor(t, 10*time.Second, m.ID+" has the volume", func() bool {
-			v, _ := seriesValue(t, reg, "csisupd_cluster_volumes")
+			v, _ := testutil.MetricValue(t, reg, "csisupd_cluster_volumes")
 			return v == 1
 		})
 		if m != leader {
-			if got, _ := seriesValue(t, reg, "csisupd_cluster_heartbeat_timers"); got != 0 {
+			if got, _ := testutil.MetricValue(t, reg, "csisupd_cluster_heartbeat_timers"); got != 0 {
 				t.Errorf("follower %s holds %v heartbeat timers", m.ID, got)
 			}
-			if _, ok := seriesValue(t, reg, "csisupd_server_raft_last_contact_seconds"); !ok {
+			if _, ok := testutil.MetricValue(t, reg, "csisupd_server_raft_last_contact_seconds"); !ok {
 				t.Errorf("follower %s reports no last contact", m.ID)
 			}
 		}
