@@ -61,13 +61,7 @@ func (a *Agent) notifyReloading() {
 
 // statusLine is the STATUS= summary: "3 plugins, 3 healthy; leader n1".
 func (a *Agent) statusLine() string {
-	total, healthy := 0, 0
-	for _, p := range a.manager.Registry().List() {
-		total++
-		if p.Healthy() {
-			healthy++
-		}
-	}
+	total, healthy := a.pluginCounts()
 	line := fmt.Sprintf("%d plugins, %d healthy", total, healthy)
 	switch {
 	case a.server != nil:

@@ -444,6 +444,15 @@ func Default() Config {
 	}
 }
 
+// LatencyBuckets are the histogram buckets, in seconds, of the latencies
+// csisupd measures (gRPC calls, fingerprints, scans, Consul passes): from
+// half a millisecond (a local plugin answering at once) to ten seconds
+// (beyond any call timeout worth having). A new slice each call: the
+// client library keeps what it is given.
+func LatencyBuckets() []float64 {
+	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+}
+
 // TelemetryConfig is the telemetry { ... } block.
 type TelemetryConfig struct {
 	// PrometheusMetrics serves /metrics (default true). Off, the agent

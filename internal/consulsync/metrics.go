@@ -9,6 +9,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/csisupd/csisupd/internal/config"
 )
 
 // Write operations, as csisupd_consul_sync_writes_total's operation label
@@ -31,9 +33,6 @@ const (
 	reasonOther       = "other"
 )
 
-// durationBuckets are the latency buckets shared by csisupd's histograms.
-var durationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-
 // syncMetrics are the syncer's collectors.
 type syncMetrics struct {
 	passes      prometheus.Counter
@@ -54,7 +53,7 @@ func newSyncMetrics(reg prometheus.Registerer) (*syncMetrics, error) {
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "csisupd_consul_sync_duration_seconds",
 			Help:    "Duration of each Consul sync pass.",
-			Buckets: durationBuckets,
+			Buckets: config.LatencyBuckets(),
 		}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "csisupd_consul_sync_writes_total",

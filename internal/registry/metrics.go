@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/plugin"
@@ -32,15 +33,8 @@ const (
 	reasonError = "error"
 )
 
-// latencyBuckets are the histogram buckets of probes, fingerprints and
-// scans, in seconds: from half a millisecond (a local plugin answering
-// at once) to ten seconds (beyond any probe timeout worth having).
-func latencyBuckets() []float64 {
-	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-}
-
 // probeBuckets are the buckets of the per-plugin probe histogram: fewer
-// than latencyBuckets, since each bucket is one series per plugin in
+// than config.LatencyBuckets, since each bucket is one series per plugin in
 // every scrape. A probe that times out is counted as a failure by reason
 // as well.
 func probeBuckets() []float64 {
@@ -94,7 +88,7 @@ func newMetrics() *metrics {
 		fingerprintTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "csisupd_plugin_fingerprint_duration_seconds",
 			Help:    "Duration of each fingerprint of a plugin, failed ones included, all plugins of the node together.",
-			Buckets: latencyBuckets(),
+			Buckets: config.LatencyBuckets(),
 		}),
 		fingerprintChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "csisupd_plugin_fingerprint_changes_total",
@@ -111,7 +105,7 @@ func newMetrics() *metrics {
 		scanDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "csisupd_watcher_scan_duration_seconds",
 			Help:    "Duration of each full scan of the plugin directory.",
-			Buckets: latencyBuckets(),
+			Buckets: config.LatencyBuckets(),
 		}),
 	}
 }

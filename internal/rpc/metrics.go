@@ -7,12 +7,9 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-)
 
-// LatencyBuckets are the histogram buckets, in seconds, of every latency
-// csisupd measures: a plugin probe on a local socket takes well under a
-// millisecond, a controller call through the cluster seconds.
-var LatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	"github.com/csisupd/csisupd/internal/config"
+)
 
 // GRPCMetrics count the requests of the agent's gRPC server (every API:
 // Agent, ClientCSI, NodeVolumes, Control and the cluster-internal
@@ -32,8 +29,8 @@ func NewGRPCMetrics(reg prometheus.Registerer) (*GRPCMetrics, error) {
 		return nil, errors.New("rpc: gRPC metrics need a Registerer")
 	}
 	m := &GRPCMetrics{
-		server: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(LatencyBuckets))),
-		client: grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramBuckets(LatencyBuckets))),
+		server: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(config.LatencyBuckets()))),
+		client: grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramBuckets(config.LatencyBuckets()))),
 	}
 	if err := errors.Join(reg.Register(m.server), reg.Register(m.client)); err != nil {
 		return nil, fmt.Errorf("rpc: gRPC metrics: %w", err)
