@@ -15,10 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 )
-
-// logLevels are the levels monitor takes, as the agent's log_level.
-var logLevels = []string{"trace", "debug", "info", "warn", "error"}
 
 func newMonitorCommand(opts *clientOptions) *cobra.Command {
 	var level string
@@ -31,7 +29,7 @@ func newMonitorCommand(opts *clientOptions) *cobra.Command {
 			"line says how many. With ACLs on the token needs agent:read.",
 		Args: rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !validLogLevel(level) {
+			if !config.ValidLogLevel(level) {
 				return usageError{fmt.Errorf("--log-level %s: want one of trace, debug, info, warn, error", display(level))}
 			}
 			conn, err := opts.dial()
@@ -62,15 +60,6 @@ func newMonitorCommand(opts *clientOptions) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&level, "log-level", "info", "level of the lines to stream: trace, debug, info, warn or error")
 	return cmd
-}
-
-func validLogLevel(level string) bool {
-	for _, l := range logLevels {
-		if level == l {
-			return true
-		}
-	}
-	return false
 }
 
 // writeLogLines writes the log lines of data. A text line that a terminal

@@ -444,6 +444,12 @@ func Default() Config {
 	}
 }
 
+// LogLevels are the values log_level takes, from the most verbose.
+func LogLevels() []string { return []string{"trace", "debug", "info", "warn", "error"} }
+
+// ValidLogLevel reports whether level is one of LogLevels.
+func ValidLogLevel(level string) bool { return slices.Contains(LogLevels(), level) }
+
 // LatencyBuckets are the histogram buckets, in seconds, of the latencies
 // csisupd measures (gRPC calls, fingerprints, scans, Consul passes): from
 // half a millisecond (a local plugin answering at once) to ten seconds

@@ -38,10 +38,8 @@ func (c *Config) Validate() error {
 			v.add("advertise_addr", "%s cannot be reached by other nodes: set advertise_addr to an address of this node", c.AdvertiseAddr)
 		}
 	}
-	switch c.LogLevel {
-	case "trace", "debug", "info", "warn", "error":
-	default:
-		v.add("log_level", "%q is not one of trace, debug, info, warn, error", c.LogLevel)
+	if !ValidLogLevel(c.LogLevel) {
+		v.add("log_level", "%q is not one of %s", c.LogLevel, strings.Join(LogLevels(), ", "))
 	}
 
 	// Ports: in range and distinct.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/plugin"
 )
 
@@ -117,13 +119,14 @@ func (a *AgentService) Monitor(req *csisupdv1.MonitorRequest, out grpc.ServerStr
 // monitorLevel parses MonitorRequest.log_level: one of the levels the
 // configuration's log_level takes, empty for info.
 func monitorLevel(s string) (hclog.Level, error) {
-	switch s {
-	case "":
+	switch {
+	case s == "":
 		return hclog.Info, nil
-	case "trace", "debug", "info", "warn", "error":
+	case config.ValidLogLevel(s):
 		return hclog.LevelFromString(s), nil
 	}
-	return hclog.NoLevel, status.Errorf(codes.InvalidArgument, "log_level: %q is not one of trace, debug, info, warn, error", plugin.WireString(s))
+	return hclog.NoLevel, status.Errorf(codes.InvalidArgument, "log_level: %q is not one of %s",
+		plugin.WireString(s), strings.Join(config.LogLevels(), ", "))
 }
 
 // droppedLine is the log line that tells a Monitor stream how many lines
