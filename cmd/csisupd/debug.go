@@ -204,9 +204,15 @@ func collectDebug(ctx context.Context, stop func(), o *clientOptions, d debugOpt
 	seconds := max(1, uint32(cpu/time.Second))
 	snapshots := 1
 	var wg sync.WaitGroup
+	// The log stream ends by cancellation, not by a deadline: a deadline
+	// travels to the agent, which may end the stream with RST_STREAM a
+	// moment before this side sees its own deadline pass.
+	logs, stopLogs := context.WithCancel(ctx)
+	defer stopLogs()
+	context.AfterFunc(timed, stopLogs)
 	wg.Go(func() {
 		b.part("agent/monitor.log", func() ([]byte, error) {
-			return monitorLog(timed, agent, addr, "debug", maxDebugLogBytes)
+			return monitorLog(logs, agent, addr, "debug", maxDebugLogBytes)
 		})
 	})
 	wg.Go(func() {
