@@ -134,7 +134,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 }
 
 func (s *Server) setupRaft() (err error) {
-	dir := filepath.Join(s.cfg.DataDir, "raft")
+	dir := RaftDir(s.cfg.DataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("server: create raft dir %s: %w", dir, err)
 	}
@@ -144,7 +144,7 @@ func (s *Server) setupRaft() (err error) {
 	}
 	s.fsm = fsm
 
-	dbPath := filepath.Join(dir, "raft.db")
+	dbPath := filepath.Join(dir, raftDBName)
 	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath})
 	if err != nil {
 		return fmt.Errorf("server: open raft store %s: %w", dbPath, err)
@@ -201,6 +201,11 @@ func (s *Server) setupRaft() (err error) {
 	// Only the labelled form of raft's per-peer metrics: the legacy form
 	// puts the peer's server id into the metric's name.
 	rc.NoLegacyTelemetry = true
+	// A peers.json replaces the configuration before raft reads it.
+	if err := s.recoverFromPeersFile(rc, dir, logs, store, snaps); err != nil {
+		s.trans.Close()
+		return err
+	}
 	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, s.trans)
 	if err != nil {
 		s.trans.Close()
