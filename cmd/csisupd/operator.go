@@ -29,6 +29,7 @@ func newOperatorCommand(opts *clientOptions) *cobra.Command {
 		Args:  rangeArgs(0, 0),
 	}
 	raftCmd.AddCommand(newRaftListPeersCommand(opts), newRaftRemovePeerCommand(opts))
+	raftCmd.AddCommand(newRaftOfflinePeersCommand(opts))
 	snapCmd := &cobra.Command{
 		Use:   "snapshot",
 		Short: "Save and restore snapshots of the replicated state",

@@ -287,7 +287,7 @@ func New(c Config) (a *Agent, err error) {
 		a.server, err = server.New(server.Config{
 			ID:               a.nodeID,
 			Name:             cfg.Name,
-			DataDir:          filepath.Join(cfg.DataDir, "server"),
+			DataDir:          ServerDataDir(cfg.DataDir),
 			RaftAddr:         net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(cfg.Ports.Raft)),
 			RPCAddr:          rpcAddr,
 			BootstrapExpect:  cfg.Server.BootstrapExpect,
