@@ -277,12 +277,14 @@ type OfflineRaftState struct {
 // are written as non-voters.
 func (st OfflineRaftState) PeersFile(keep []string) ([]RecoveryPeer, error) {
 	want := map[string]bool{}
-	for _, id := range keep {
-		want[id] = true
+	ids := make([]string, len(keep))
+	for i, id := range keep {
+		ids[i] = strings.TrimSpace(id) // "a, b" from a shell
+		want[ids[i]] = true
 	}
 	out := []RecoveryPeer{}
 	for _, p := range st.Servers {
-		if len(keep) > 0 && !want[p.ID] {
+		if len(ids) > 0 && !want[p.ID] {
 			continue
 		}
 		delete(want, p.ID)
@@ -290,7 +292,7 @@ func (st OfflineRaftState) PeersFile(keep []string) ([]RecoveryPeer, error) {
 	}
 	if len(want) > 0 {
 		var missing []string
-		for _, id := range keep {
+		for _, id := range ids {
 			if want[id] {
 				missing = append(missing, id)
 			}

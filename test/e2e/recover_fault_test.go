@@ -148,7 +148,8 @@ func runStep(t *testing.T, line string, env []string) cliResult {
 // TestOutageRecoveryByTheREADME loses two of three servers for good and
 // brings the cluster back by running the README's outage recovery steps
 // as written on the survivor: it then leads alone with the state intact,
-// and two fresh servers join it to make three voters again.
+// and two fresh servers join it to make three voters again. Before that,
+// a bad peers.json keeps the survivor's agent from starting.
 func TestOutageRecoveryByTheREADME(t *testing.T) {
 	steps := recoverySteps(t)
 	ports := testutil.FreePorts(t, 15)
@@ -194,6 +195,24 @@ func TestOutageRecoveryByTheREADME(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A bad peers.json keeps the survivor from starting at all, and stays.
+	if err := survivor.stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(survivor.dataDir, "server", "raft", "peers.json")
+	if err := os.WriteFile(bad, []byte(`[{"id": "", "address": "127.0.0.1:1"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testutil.StartProcess(t, cleanEnv(), binary, "agent", "--config", survivor.config)
+	code := p.Wait(t, 30*time.Second)
+	if out := p.Stdout.String() + p.Stderr.String(); code != 1 || !strings.Contains(out, bad) || !strings.Contains(out, "entry 1 has an empty id") {
+		t.Fatalf("agent with a bad peers.json: exit %d:\n%s", code, out)
+	}
+	if err := os.Remove(bad); err != nil {
+		t.Fatalf("the bad peers.json was not kept: %v", err)
+	}
+	survivor.start(t) // running again, without a quorum, as the README's steps find it
+
 	survivorID := survivor.nodeID(t)
 	env := []string{"DATA_DIR=" + survivor.dataDir, "SURVIVORS=" + survivorID, "CSISUPD_ADDR=" + survivor.rpc}
 	var started, stoppedOnce bool
