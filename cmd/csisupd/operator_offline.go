@@ -50,7 +50,7 @@ them; each server applies and removes it at start.`,
 			}
 			st, err := agent.ReadOfflineRaftState(o.dataDir, o.lockTimeout)
 			if errors.Is(err, agent.ErrServerRunning) {
-				return fmt.Errorf("data dir %s: the server is running (its raft store stayed locked for %s); stop it first: %w", o.dataDir, o.lockTimeout, err)
+				return fmt.Errorf("data dir %s: stop the server first (its raft store stayed locked for %s): %w", o.dataDir, o.lockTimeout, err)
 			}
 			if err != nil {
 				return fmt.Errorf("data dir %s: %w", o.dataDir, err)

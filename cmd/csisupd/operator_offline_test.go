@@ -37,7 +37,7 @@ func TestRecoverOfflinePeers(t *testing.T) {
 	dir := agentDirOf(t, m)
 
 	_, err := execute(t, "operator", "raft", "offline-peers", "--data-dir", dir, "--lock-timeout", "200ms")
-	if err == nil || !strings.Contains(err.Error(), "the server is running") || !strings.Contains(err.Error(), dir) {
+	if err == nil || !strings.Contains(err.Error(), "a server is running on this data dir") || !strings.Contains(err.Error(), "stop the server first") || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("offline-peers of a running server: %v", err)
 	}
 	for i := range 3 {

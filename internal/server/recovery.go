@@ -304,7 +304,7 @@ func (st OfflineRaftState) PeersFile(keep []string) ([]RecoveryPeer, error) {
 
 // ErrServerRunning is returned by ReadOfflineRaftState when the raft
 // store is locked: a server is running on the data dir.
-var ErrServerRunning = errors.New("the raft store is locked: a server is running on this data dir; stop it first")
+var ErrServerRunning = errors.New("the raft store is locked: a server is running on this data dir")
 
 // ReadOfflineRaftState reads the last known raft configuration and the
 // last index and term from the data dir of a stopped server (the
