@@ -207,3 +207,44 @@ func TestJoiningServerVotesOnlyOnceStable(t *testing.T) {
 		t.Fatalf("after the rejoin the server is %v, want a voter", got)
 	}
 }
+
+// A non-voter that stops answering is judged by how old its last answer
+// is: it turns unhealthy within moments, long before DeadServerTimeout,
+// and is not promoted on the strength of its last good stats.
+func TestJoiningServerThatDiesIsNotPromoted(t *testing.T) {
+	const stabilize = 3 * time.Second
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Configure: func(_ int, cfg *server.Config) {
+		cfg.ServerStabilizationTime = stabilize
+		cfg.DeadServerTimeout = time.Minute
+	}})
+	leader := checkFormed(t, c, 1)
+	m := c.AddServer()
+	var healthySince time.Time
+	testutil.WaitFor(t, 20*time.Second, "the new server to be healthy", func() bool {
+		p := peerOf(t, c, 0, m.ID)
+		if p.GetHealthy() && p.GetStableSince() != nil {
+			healthySince = p.GetStableSince().AsTime()
+			return true
+		}
+		return false
+	})
+	c.Kill(m.Index)
+	testutil.WaitFor(t, 10*time.Second, "the killed server to be judged unhealthy", func() bool {
+		p := peerOf(t, c, 0, m.ID)
+		if p.GetSuffrage() != "nonvoter" {
+			t.Fatalf("the killed server is %q", p.GetSuffrage())
+		}
+		return !p.GetHealthy()
+	})
+	// Past the time a promotion on stale stats would have happened.
+	deadline := healthySince.Add(2 * stabilize)
+	testutil.WaitFor(t, 20*time.Second, "twice the stabilization time", func() bool {
+		if got, ok := suffrageOf(t, leader.Server(), m.ID); !ok || got != raft.Nonvoter {
+			t.Fatalf("the killed server is %v (present %v), want a non-voter", got, ok)
+		}
+		return time.Now().After(deadline)
+	})
+	if p := peerOf(t, c, 0, m.ID); p.GetHealthy() || p.GetSuffrage() != "nonvoter" {
+		t.Fatalf("raft peers shows the killed server as %v", p)
+	}
+}
