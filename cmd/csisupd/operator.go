@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -56,14 +57,42 @@ func newRaftListPeersCommand(opts *clientOptions) *cobra.Command {
 					return printProto(w, resp)
 				}
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tRPC ADDRESS\tSUFFRAGE\tLEADER")
+				fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tRPC ADDRESS\tSUFFRAGE\tLEADER\tHEALTHY\tSTABLE SINCE\tLAST CONTACT\tLAST INDEX\tLAST TERM")
 				for _, p := range resp.GetPeers() {
-					row(tw, p.GetId(), p.GetRaftAddress(), dash(p.GetRpcAddress()), p.GetSuffrage(), fmt.Sprint(p.GetLeader()))
+					row(tw, p.GetId(), p.GetRaftAddress(), dash(p.GetRpcAddress()), p.GetSuffrage(), fmt.Sprint(p.GetLeader()),
+						peerHealthy(p), stableSince(p), lastContact(p), fmt.Sprint(p.GetLastIndex()), fmt.Sprint(p.GetLastTerm()))
 				}
 				return tw.Flush()
 			})
 		},
 	}
+}
+
+// peerHealthy is the HEALTHY cell: "-" before the leader's autopilot
+// first judged the server.
+func peerHealthy(p *csisupdv1.RaftPeer) string {
+	if p.GetStableSince() == nil {
+		return "-"
+	}
+	return fmt.Sprint(p.GetHealthy())
+}
+
+// stableSince is the STABLE SINCE cell: how long the server's health has
+// been what HEALTHY says.
+func stableSince(p *csisupdv1.RaftPeer) string {
+	if p.GetStableSince() == nil {
+		return "-"
+	}
+	return ago(p.GetStableSince())
+}
+
+// lastContact is the LAST CONTACT cell: how long ago the server last heard
+// from the leader.
+func lastContact(p *csisupdv1.RaftPeer) string {
+	if p.GetLastContactMs() < 0 {
+		return "-"
+	}
+	return (time.Duration(p.GetLastContactMs()) * time.Millisecond).String()
 }
 
 func newRaftRemovePeerCommand(opts *clientOptions) *cobra.Command {

@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestRaftPeersAndSnapshots(t *testing.T) {
@@ -18,6 +21,24 @@ func TestRaftPeersAndSnapshots(t *testing.T) {
 	p := ps[0].(map[string]any)
 	if p["id"] != c.Member(0).ID || p["rpc_address"] != addr || p["suffrage"] != "voter" || p["leader"] != true {
 		t.Fatalf("peer: %v", p)
+	}
+	// The leader's autopilot has judged itself healthy by now (or soon):
+	// the health fields are filled in, in the JSON and in the table.
+	testutil.WaitFor(t, 10*time.Second, "the leader judged healthy by autopilot", func() bool {
+		p := mustJSON(t, "--address", addr, "operator", "raft", "list-peers")["peers"].([]any)[0].(map[string]any)
+		return p["healthy"] == true && p["stable_since"] != nil && p["last_contact_ms"] == "0" &&
+			p["last_index"] != "0" && p["last_term"] != "0"
+	})
+	table, err := execute(t, "--address", addr, "operator", "raft", "list-peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID RAFT ADDRESS RPC ADDRESS SUFFRAGE LEADER HEALTHY STABLE SINCE LAST CONTACT LAST INDEX LAST TERM" {
+		t.Fatalf("list-peers table:\n%s", table)
+	}
+	if f := strings.Fields(lines[1]); len(f) < 8 || f[3] != "voter" || f[4] != "true" || f[5] != "true" {
+		t.Fatalf("list-peers row: %q", lines[1])
 	}
 	if _, err := execute(t, "--address", addr, "operator", "raft", "remove-peer", "no-such-server"); err == nil ||
 		!strings.Contains(err.Error(), "not in the raft configuration") {

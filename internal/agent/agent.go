@@ -382,6 +382,11 @@ func (a *Agent) configString() string {
 func serverTuning(cfg *config.Config) config.ServerTuning {
 	t := config.DefaultServerTuning()
 	t.ClaimGCGrace = cfg.Server.ClaimGCGrace
+	t.HeartbeatGrace = cfg.Server.HeartbeatGrace
+	t.MinHeartbeatTTL = cfg.Server.MinHeartbeatTTL
+	t.MaxHeartbeatsPerSecond = cfg.Server.MaxHeartbeatsPerSecond
+	t.FailoverHeartbeatTTL = cfg.Server.FailoverHeartbeatTTL
+	t.ServerStabilizationTime = cfg.Server.ServerStabilizationTime
 	return t
 }
 

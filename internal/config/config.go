@@ -44,6 +44,17 @@ const (
 	// DefaultClaimGCGrace is how long a node may be down before the
 	// servers release its volume claims through the controller alone.
 	DefaultClaimGCGrace = 5 * time.Minute
+	// Node heartbeat defaults, Nomad's: the smallest TTL a node is given,
+	// the grace added before a missed heartbeat marks it down, the rate
+	// of heartbeats the leader scales TTLs to, and the TTL a new leader
+	// gives every node before it has heard from it.
+	DefaultMinHeartbeatTTL        = 10 * time.Second
+	DefaultHeartbeatGrace         = 10 * time.Second
+	DefaultMaxHeartbeatsPerSecond = 50.0
+	DefaultFailoverHeartbeatTTL   = 5 * time.Minute
+	// DefaultServerStabilizationTime is how long a joining server must be
+	// healthy before autopilot gives it a vote, Consul's default.
+	DefaultServerStabilizationTime = 10 * time.Second
 
 	// DefaultNodeRPCTimeout bounds one call of the node client to a
 	// server (registration, heartbeat, plugin update).
@@ -222,6 +233,20 @@ type ServerConfig struct {
 	// releases its volume claims through the controller only; the node's
 	// agent unmounts what is left when it returns.
 	ClaimGCGrace time.Duration
+	// HeartbeatGrace is added to a node's heartbeat TTL before the leader
+	// marks the node down.
+	HeartbeatGrace time.Duration
+	// MinHeartbeatTTL is the smallest heartbeat TTL the leader gives a
+	// node; MaxHeartbeatsPerSecond is the rate of heartbeats the leader
+	// scales the TTLs to as the node count grows.
+	MinHeartbeatTTL        time.Duration
+	MaxHeartbeatsPerSecond float64
+	// FailoverHeartbeatTTL is the TTL a new leader gives every node before
+	// it has heard from it, so that a failover marks no node down.
+	FailoverHeartbeatTTL time.Duration
+	// ServerStabilizationTime is how long a joining server must be healthy
+	// before autopilot promotes it to a voter.
+	ServerStabilizationTime time.Duration
 }
 
 // PluginIDPattern is the rule every plugin id follows: the name of its
@@ -421,8 +446,13 @@ func Default() Config {
 			MaxEventSubscribersPerConn: DefaultMaxEventSubscribersPerConn,
 		},
 		Server: ServerConfig{
-			RaftMultiplier: DefaultRaftMultiplier,
-			ClaimGCGrace:   DefaultClaimGCGrace,
+			RaftMultiplier:          DefaultRaftMultiplier,
+			ClaimGCGrace:            DefaultClaimGCGrace,
+			HeartbeatGrace:          DefaultHeartbeatGrace,
+			MinHeartbeatTTL:         DefaultMinHeartbeatTTL,
+			MaxHeartbeatsPerSecond:  DefaultMaxHeartbeatsPerSecond,
+			FailoverHeartbeatTTL:    DefaultFailoverHeartbeatTTL,
+			ServerStabilizationTime: DefaultServerStabilizationTime,
 		},
 		Consul: ConsulConfig{
 			Enabled:              true,
@@ -546,6 +576,11 @@ func (c Config) String() string {
 	w(in, "retry_join", c.Server.RetryJoin)
 	w(in, "raft_multiplier", c.Server.RaftMultiplier)
 	w(in, "claim_gc_grace", c.Server.ClaimGCGrace)
+	w(in, "heartbeat_grace", c.Server.HeartbeatGrace)
+	w(in, "min_heartbeat_ttl", c.Server.MinHeartbeatTTL)
+	w(in, "max_heartbeats_per_second", c.Server.MaxHeartbeatsPerSecond)
+	w(in, "failover_heartbeat_ttl", c.Server.FailoverHeartbeatTTL)
+	w(in, "server_stabilization_time", c.Server.ServerStabilizationTime)
 	b.WriteString("}\nconsul {\n")
 	w(in, "enabled", c.Consul.Enabled)
 	w(in, "address", c.Consul.Address)
@@ -602,6 +637,9 @@ func hclValue(v any) string {
 		return strconv.Quote(v)
 	case time.Duration:
 		return strconv.Quote(v.String())
+	case float64:
+		// The shortest form that reads back as the same number.
+		return strconv.FormatFloat(v, 'g', -1, 64)
 	case []string:
 		q := make([]string, len(v))
 		for i, s := range v {

@@ -56,11 +56,16 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"prometheus_metrics": &c.Telemetry.PrometheusMetrics,
 		},
 		"server": {
-			"enabled":          &c.Server.Enabled,
-			"bootstrap_expect": &c.Server.BootstrapExpect,
-			"retry_join":       &c.Server.RetryJoin,
-			"raft_multiplier":  &c.Server.RaftMultiplier,
-			"claim_gc_grace":   &c.Server.ClaimGCGrace,
+			"enabled":                   &c.Server.Enabled,
+			"bootstrap_expect":          &c.Server.BootstrapExpect,
+			"retry_join":                &c.Server.RetryJoin,
+			"raft_multiplier":           &c.Server.RaftMultiplier,
+			"claim_gc_grace":            &c.Server.ClaimGCGrace,
+			"heartbeat_grace":           &c.Server.HeartbeatGrace,
+			"min_heartbeat_ttl":         &c.Server.MinHeartbeatTTL,
+			"max_heartbeats_per_second": &c.Server.MaxHeartbeatsPerSecond,
+			"failover_heartbeat_ttl":    &c.Server.FailoverHeartbeatTTL,
+			"server_stabilization_time": &c.Server.ServerStabilizationTime,
 		},
 		"consul": {
 			"enabled":                &c.Consul.Enabled,
@@ -293,6 +298,16 @@ func assign(ptr any, val cty.Value) error {
 			return fmt.Errorf("number %s is out of range", numText(bf))
 		}
 		*p = int(i)
+	case *float64:
+		v, err := convert.Convert(val, cty.Number)
+		if err != nil {
+			return fmt.Errorf("expected a number, got %s", describe(val))
+		}
+		f, _ := v.AsBigFloat().Float64()
+		if math.IsInf(f, 0) {
+			return fmt.Errorf("number %s is out of range", v.AsBigFloat().Text('g', 6))
+		}
+		*p = f
 	case *time.Duration:
 		s, err := toString(val)
 		if err != nil {

@@ -94,7 +94,10 @@ func TestDefault(t *testing.T) {
 			MaxEventSubscribers:        256,
 			MaxEventSubscribersPerConn: 32,
 		},
-		Server: ServerConfig{RaftMultiplier: 1, ClaimGCGrace: 5 * time.Minute},
+		Server: ServerConfig{RaftMultiplier: 1, ClaimGCGrace: 5 * time.Minute,
+			// Nomad's heartbeat defaults and Consul's stabilization time.
+			HeartbeatGrace: 10 * time.Second, MinHeartbeatTTL: 10 * time.Second, MaxHeartbeatsPerSecond: 50,
+			FailoverHeartbeatTTL: 5 * time.Minute, ServerStabilizationTime: 10 * time.Second},
 		Consul: ConsulConfig{
 			Enabled:              true,
 			ServiceName:          "csisupd",
@@ -158,6 +161,11 @@ server {
   retry_join       = ["10.0.0.2:4780"]
   raft_multiplier  = 5
   claim_gc_grace   = "90s"
+  heartbeat_grace           = "20s"
+  min_heartbeat_ttl         = "15s"
+  max_heartbeats_per_second = 12.5
+  failover_heartbeat_ttl    = "10m"
+  server_stabilization_time = "30s"
 }
 telemetry {
   prometheus_metrics = false
@@ -214,7 +222,9 @@ acl {
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
 					},
-					Server:    ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second},
+					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second,
+						HeartbeatGrace: 20 * time.Second, MinHeartbeatTTL: 15 * time.Second, MaxHeartbeatsPerSecond: 12.5,
+						FailoverHeartbeatTTL: 10 * time.Minute, ServerStabilizationTime: 30 * time.Second},
 					Telemetry: TelemetryConfig{PrometheusMetrics: false},
 					Plugins:   map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins"}},
 					Consul: ConsulConfig{
@@ -604,6 +614,16 @@ func TestLoadDecodeErrors(t *testing.T) {
 			name: "fraction for a number",
 			src:  "server { raft_multiplier = 1.5 }",
 			want: `agent.hcl:1: server.raft_multiplier: expected a whole number, got 1.5`,
+		},
+		{
+			name: "string for a fractional number",
+			src:  "server { max_heartbeats_per_second = \"fast\" }",
+			want: `agent.hcl:1: server.max_heartbeats_per_second: expected a number, got string "fast"`,
+		},
+		{
+			name: "fractional number beyond float64",
+			src:  "server { max_heartbeats_per_second = 1e400 }",
+			want: `agent.hcl:1: server.max_heartbeats_per_second: number 1e+400 is out of range`,
 		},
 		{
 			name: "huge number",

@@ -6,17 +6,20 @@ import (
 	"time"
 )
 
-// ServerTuning holds the server role's timings and sizes. No key sets
-// them: DefaultServerTuning fills them in, the agent passes them to the
-// server, and the server validates them and fills in none of its own.
-// Tests shorten them.
+// ServerTuning holds the server role's timings and sizes.
+// DefaultServerTuning fills them in; the agent sets the ones that server
+// keys configure (claim_gc_grace, the heartbeat keys,
+// server_stabilization_time) and passes them to the server, which
+// validates them and fills in none of its own. Tests shorten them.
 type ServerTuning struct {
 	// RPCTimeout bounds one server-to-server or ClientCSI call.
 	RPCTimeout time.Duration
 	// ApplyTimeout bounds one raft apply.
 	ApplyTimeout time.Duration
 
-	// MinHeartbeatTTL is the smallest node heartbeat TTL.
+	// MinHeartbeatTTL is the smallest node heartbeat TTL. It and the
+	// other heartbeat fields come from the server keys of the same names
+	// (server.min_heartbeat_ttl, ...).
 	MinHeartbeatTTL time.Duration
 	// HeartbeatGrace is added to the TTL before a node is marked down.
 	HeartbeatGrace time.Duration
@@ -31,7 +34,8 @@ type ServerTuning struct {
 	// autopilot may remove it from the configuration.
 	DeadServerTimeout time.Duration
 	// ServerStabilizationTime is how long a server must be healthy before
-	// autopilot considers it stable.
+	// autopilot considers it stable and promotes a non-voter to a voter
+	// (server.server_stabilization_time).
 	ServerStabilizationTime time.Duration
 
 	// SnapshotThreshold is the number of log entries between raft
@@ -75,18 +79,18 @@ func DefaultServerTuning() ServerTuning {
 	return ServerTuning{
 		RPCTimeout:              10 * time.Second,
 		ApplyTimeout:            10 * time.Second,
-		MinHeartbeatTTL:         10 * time.Second,
-		HeartbeatGrace:          10 * time.Second,
-		FailoverHeartbeatTTL:    5 * time.Minute,
-		MaxHeartbeatsPerSecond:  50,
+		MinHeartbeatTTL:         DefaultMinHeartbeatTTL,
+		HeartbeatGrace:          DefaultHeartbeatGrace,
+		FailoverHeartbeatTTL:    DefaultFailoverHeartbeatTTL,
+		MaxHeartbeatsPerSecond:  DefaultMaxHeartbeatsPerSecond,
 		DeadServerTimeout:       30 * time.Second,
-		ServerStabilizationTime: 10 * time.Second,
+		ServerStabilizationTime: DefaultServerStabilizationTime,
 		SnapshotThreshold:       8192,
 		SnapshotInterval:        120 * time.Second,
 		TrailingLogs:            10240,
 		EventBufferSize:         1024,
 		EventMaxLag:             768,
-		ClaimGCGrace:            5 * time.Minute,
+		ClaimGCGrace:            DefaultClaimGCGrace,
 		VolumeWatchInterval:     time.Second,
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,5 +45,38 @@ func TestServerTuningValidate(t *testing.T) {
 	}
 	if err := (ServerTuning{}).Validate(); err == nil {
 		t.Error("a zero ServerTuning is valid: the server would run on defaults of its own")
+	}
+}
+
+// The server keys default to DefaultServerTuning's values, and what a
+// config sets of them reads back from its printed form.
+func TestServerHeartbeatKeys(t *testing.T) {
+	d, tuning := Default().Server, DefaultServerTuning()
+	for _, c := range []struct {
+		key       string
+		got, want any
+	}{
+		{"heartbeat_grace", d.HeartbeatGrace, tuning.HeartbeatGrace},
+		{"min_heartbeat_ttl", d.MinHeartbeatTTL, tuning.MinHeartbeatTTL},
+		{"max_heartbeats_per_second", d.MaxHeartbeatsPerSecond, tuning.MaxHeartbeatsPerSecond},
+		{"failover_heartbeat_ttl", d.FailoverHeartbeatTTL, tuning.FailoverHeartbeatTTL},
+		{"server_stabilization_time", d.ServerStabilizationTime, tuning.ServerStabilizationTime},
+		{"claim_gc_grace", d.ClaimGCGrace, tuning.ClaimGCGrace},
+	} {
+		if c.got != c.want {
+			t.Errorf("server.%s defaults to %v, the server tuning to %v", c.key, c.got, c.want)
+		}
+	}
+
+	src := "server {\n  heartbeat_grace = \"3s\"\n  min_heartbeat_ttl = \"4s\"\n  max_heartbeats_per_second = 0.25\n" +
+		"  failover_heartbeat_ttl = \"6s\"\n  server_stabilization_time = \"7s\"\n}\n"
+	c := mustLoad(t, input{files: map[string]string{"a.hcl": src}, paths: []string{"a.hcl"}})
+	again := mustLoad(t, input{files: map[string]string{"b.hcl": c.String()}, paths: []string{"b.hcl"}})
+	keys := func(s ServerConfig) []any {
+		return []any{s.HeartbeatGrace, s.MinHeartbeatTTL, s.MaxHeartbeatsPerSecond, s.FailoverHeartbeatTTL, s.ServerStabilizationTime}
+	}
+	want := []any{3 * time.Second, 4 * time.Second, 0.25, 6 * time.Second, 7 * time.Second}
+	if !reflect.DeepEqual(keys(c.Server), want) || !reflect.DeepEqual(keys(again.Server), want) {
+		t.Errorf("server keys load as %v, their printed form as %v, want %v", keys(c.Server), keys(again.Server), want)
 	}
 }

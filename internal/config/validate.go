@@ -109,6 +109,17 @@ func (c *Config) Validate() error {
 		v.add("server.raft_multiplier", "must be between 1 and 10, got %d", sv.RaftMultiplier)
 	}
 	v.positive("server.claim_gc_grace", sv.ClaimGCGrace)
+	v.positive("server.heartbeat_grace", sv.HeartbeatGrace)
+	minTTL := v.positive("server.min_heartbeat_ttl", sv.MinHeartbeatTTL)
+	if !(sv.MaxHeartbeatsPerSecond > 0) {
+		v.add("server.max_heartbeats_per_second", "must be greater than zero, got %v", sv.MaxHeartbeatsPerSecond)
+	}
+	if v.positive("server.failover_heartbeat_ttl", sv.FailoverHeartbeatTTL) && minTTL && sv.FailoverHeartbeatTTL < sv.MinHeartbeatTTL {
+		// A new leader would give nodes less time than any later TTL, and
+		// mark down in bulk the nodes that did not reach it in time.
+		v.add("server.failover_heartbeat_ttl", "%s must be at least server.min_heartbeat_ttl (%s)", sv.FailoverHeartbeatTTL, sv.MinHeartbeatTTL)
+	}
+	v.positive("server.server_stabilization_time", sv.ServerStabilizationTime)
 
 	// Plugin blocks.
 	for _, id := range slices.Sorted(maps.Keys(c.Plugins)) {

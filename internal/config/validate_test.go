@@ -36,6 +36,19 @@ func TestValidateErrors(t *testing.T) {
 			`agent.hcl:2: acl.enabled: needs TLS (tls.ca_file, tls.cert_file, tls.key_file): servers and agents prove their role by certificate, and tokens must not cross the network in plain text`},
 		{"claim_gc_grace", "server {\n  claim_gc_grace = \"0s\"\n}", nil,
 			`agent.hcl:2: server.claim_gc_grace: must be greater than zero, got 0s`},
+		{"heartbeat durations", "server {\n  heartbeat_grace = \"0s\"\n  min_heartbeat_ttl = \"-1s\"\n  failover_heartbeat_ttl = \"0s\"\n  server_stabilization_time = \"0s\"\n}", nil,
+			`agent.hcl:2: server.heartbeat_grace: must be greater than zero, got 0s` + "\n" +
+				`agent.hcl:3: server.min_heartbeat_ttl: must be greater than zero, got -1s` + "\n" +
+				`agent.hcl:4: server.failover_heartbeat_ttl: must be greater than zero, got 0s` + "\n" +
+				`agent.hcl:5: server.server_stabilization_time: must be greater than zero, got 0s`},
+		{"max_heartbeats_per_second zero", "server {\n  max_heartbeats_per_second = 0\n}", nil,
+			`agent.hcl:2: server.max_heartbeats_per_second: must be greater than zero, got 0`},
+		{"max_heartbeats_per_second negative", "server {\n  max_heartbeats_per_second = -2.5\n}", nil,
+			`agent.hcl:2: server.max_heartbeats_per_second: must be greater than zero, got -2.5`},
+		{"failover_heartbeat_ttl below min_heartbeat_ttl", "server {\n  min_heartbeat_ttl = \"1m\"\n  failover_heartbeat_ttl = \"30s\"\n}", nil,
+			`agent.hcl:3: server.failover_heartbeat_ttl: 30s must be at least server.min_heartbeat_ttl (1m0s)`},
+		{"failover_heartbeat_ttl below the default min_heartbeat_ttl", "server {\n  failover_heartbeat_ttl = \"5s\"\n}", nil,
+			`agent.hcl:2: server.failover_heartbeat_ttl: 5s must be at least server.min_heartbeat_ttl (10s)`},
 		{"plugin mount_dir relative", "plugin \"ebs\" {\n  mount_dir = \"mnt\"\n}", nil,
 			`agent.hcl:2: plugin.ebs.mount_dir: "mnt" must be an absolute path`},
 		{"plugin plugin_mount_dir relative", "plugin \"ebs\" {\n  plugin_mount_dir = \"csi\"\n}", nil,

@@ -11,14 +11,24 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
-// autopilotDelegate lets raft-autopilot judge server health and remove dead
-// servers. A server is failed when its ServerStats RPC has not answered for
-// DeadServerTimeout.
+// autopilotDelegate lets raft-autopilot judge server health, promote
+// healthy non-voters and remove dead servers. A server is failed when its
+// ServerStats RPC has not answered for DeadServerTimeout.
 type autopilotDelegate struct {
 	s *Server
 
 	mu       sync.Mutex
 	lastSeen map[raft.ServerID]time.Time
+	// answers holds each server's last ServerStats answer, so that a server
+	// that stops answering is judged by how old its last answer is rather
+	// than by stats autopilot would otherwise carry over unchanged.
+	answers map[raft.ServerID]statsAnswer
+}
+
+// statsAnswer is one ServerStats answer and when it arrived.
+type statsAnswer struct {
+	stats autopilot.ServerStats
+	at    time.Time
 }
 
 func (d *autopilotDelegate) AutopilotConfig() *autopilot.Config {
@@ -44,7 +54,9 @@ func (d *autopilotDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[raft.ServerID]*autopilot.Server{}
+	present := make(map[raft.ServerID]bool, len(conf.Servers))
 	for _, srv := range conf.Servers {
+		present[srv.ID] = true
 		seen, ok := d.lastSeen[srv.ID]
 		if !ok {
 			// Count from the first time this leader saw the server.
@@ -62,7 +74,17 @@ func (d *autopilotDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
 			NodeStatus:  st,
 			RaftVersion: raft.ProtocolVersionMax,
 			IsLeader:    srv.ID == leader,
-			NodeType:    autopilot.NodeVoter,
+			// The type is what the server is meant to become, whatever its
+			// suffrage now (autopilot reads that from the configuration):
+			// every server is meant to vote once it proved stable.
+			NodeType: autopilot.NodeVoter,
+		}
+	}
+	// A server that left the configuration starts afresh if it comes back.
+	for id := range d.lastSeen {
+		if !present[id] {
+			delete(d.lastSeen, id)
+			delete(d.answers, id)
 		}
 	}
 	return out
@@ -99,10 +121,7 @@ func (d *autopilotDelegate) FetchServerStats(ctx context.Context, servers map[ra
 					return
 				}
 			}
-			d.mu.Lock()
-			d.lastSeen[id] = time.Now()
-			d.mu.Unlock()
-			stats := &autopilot.ServerStats{
+			stats := autopilot.ServerStats{
 				LastTerm:    resp.GetLastTerm(),
 				LastIndex:   resp.GetLastIndex(),
 				LastContact: time.Duration(resp.GetLastContactMs()) * time.Millisecond,
@@ -110,12 +129,37 @@ func (d *autopilotDelegate) FetchServerStats(ctx context.Context, servers map[ra
 			if resp.GetLastContactMs() < 0 {
 				stats.LastContact = -1
 			}
+			now := time.Now()
+			d.mu.Lock()
+			d.lastSeen[id] = now
+			d.answers[id] = statsAnswer{stats: stats, at: now}
+			d.mu.Unlock()
 			mu.Lock()
-			out[id] = stats
+			out[id] = &stats
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	// A server that did not answer this round gets its last answer aged by
+	// the time since: its contact with the leader is only known to be that
+	// old. One that never answered has no known contact. Either way stale
+	// stats cannot keep an unreachable server healthy, and so promotable.
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id := range servers {
+		if _, ok := out[id]; ok {
+			continue
+		}
+		a, ok := d.answers[id]
+		if !ok || a.stats.LastContact < 0 {
+			out[id] = &autopilot.ServerStats{LastTerm: a.stats.LastTerm, LastIndex: a.stats.LastIndex, LastContact: -1}
+			continue
+		}
+		st := a.stats
+		st.LastContact += now.Sub(a.at)
+		out[id] = &st
+	}
 	return out
 }
 
@@ -127,6 +171,7 @@ func (d *autopilotDelegate) RemoveFailedServer(srv *autopilot.Server) {
 	}
 	d.mu.Lock()
 	delete(d.lastSeen, srv.ID)
+	delete(d.answers, srv.ID)
 	d.mu.Unlock()
 }
 
@@ -136,4 +181,56 @@ func (d *autopilotDelegate) reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.lastSeen = map[raft.ServerID]time.Time{}
+	d.answers = map[raft.ServerID]statsAnswer{}
+}
+
+// stablePromoter promotes a non-voter once autopilot has seen it healthy
+// for ServerStabilizationTime, and never demotes. It differs from
+// autopilot's StablePromoter in one way: that one waits for no time at all
+// while its autopilot has run for less than the stabilization time, so a
+// server joining a freshly elected leader would vote after a single
+// healthy look. A joiner must prove itself first; a voter keeps its vote
+// across elections either way.
+type stablePromoter struct {
+	autopilot.StablePromoter
+}
+
+func (stablePromoter) CalculatePromotionsAndDemotions(c *autopilot.Config, s *autopilot.State) autopilot.RaftChanges {
+	var changes autopilot.RaftChanges
+	now := time.Now()
+	for id, srv := range s.Servers {
+		if srv.State == autopilot.RaftNonVoter && srv.Health.IsStable(now, c.ServerStabilizationTime) {
+			changes.Promotions = append(changes.Promotions, id)
+		}
+	}
+	return changes
+}
+
+// peerHealth is what the leader's autopilot last saw of one server.
+type peerHealth struct {
+	Healthy     bool
+	StableSince time.Time
+	LastContact time.Duration
+	LastIndex   uint64
+	LastTerm    uint64
+}
+
+// peerHealth returns autopilot's view of every server in its state; empty
+// before its first look, and on a server that does not lead.
+func (s *Server) peerHealth() map[raft.ServerID]peerHealth {
+	st := s.autopilot.GetState()
+	if st == nil {
+		return nil
+	}
+	out := make(map[raft.ServerID]peerHealth, len(st.Servers))
+	for id, srv := range st.Servers {
+		out[id] = peerHealth{
+			Healthy:     srv.Health.Healthy,
+			StableSince: srv.Health.StableSince,
+			LastContact: srv.Stats.LastContact,
+			LastIndex:   srv.Stats.LastIndex,
+			LastTerm:    srv.Stats.LastTerm,
+		}
+	}
+	return out
 }

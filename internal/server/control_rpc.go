@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/stream"
@@ -226,6 +227,8 @@ func (s *Server) raftPeers() (*csisupdv1.RaftPeersResponse, error) {
 	}
 	_, leader := s.raft.LeaderWithID()
 	out := &csisupdv1.RaftPeersResponse{Term: s.Term(), Index: s.raft.LastIndex()}
+	// This runs on the leader, whose autopilot judges every server.
+	health := s.peerHealth()
 	for _, srv := range conf.Servers {
 		p := &csisupdv1.RaftPeer{
 			Id:          string(srv.ID),
@@ -242,6 +245,16 @@ func (s *Server) raftPeers() (*csisupdv1.RaftPeersResponse, error) {
 		}
 		if rec := s.State().Server(string(srv.ID)); rec != nil {
 			p.RpcAddress = rec.GetRpcAddress()
+		}
+		p.LastContactMs = -1
+		if h, ok := health[srv.ID]; ok {
+			p.Healthy, p.LastIndex, p.LastTerm = h.Healthy, h.LastIndex, h.LastTerm
+			if !h.StableSince.IsZero() {
+				p.StableSince = timestamppb.New(h.StableSince)
+			}
+			if h.LastContact >= 0 {
+				p.LastContactMs = h.LastContact.Milliseconds()
+			}
 		}
 		out.Peers = append(out.Peers, p)
 	}

@@ -14,7 +14,10 @@
 // distinct servers are reachable through RetryJoin, all report the same
 // BootstrapExpect and none has raft state. The configuration is sorted by
 // server id, so every server computes the same one. A server with raft state
-// never bootstraps again.
+// never bootstraps again. A server that joins a formed cluster is added as a
+// non-voter; autopilot promotes it once it has been healthy for
+// ServerStabilizationTime, so a join naming an unreachable address never
+// counts toward the quorum.
 //
 // Node heartbeats follow Nomad's model: the leader keeps one in-memory TTL
 // timer per node and writes to raft only when a node's status changes.

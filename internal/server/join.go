@@ -215,7 +215,8 @@ func (s *Server) tryJoinOrBootstrap(ctx context.Context) {
 	s.bootstrapped.Store(true)
 }
 
-// joinVia asks the leader at addr to add this server as a voter.
+// joinVia asks the leader at addr to add this server (as a non-voter, until
+// autopilot finds it stable) or to update its addresses.
 func (s *Server) joinVia(ctx context.Context, addr string) error {
 	if addr == s.cfg.RPCAddr {
 		return fmt.Errorf("leader address %s is this server", addr)
@@ -259,8 +260,13 @@ func (s *Server) ensureRecorded(ctx context.Context) {
 	}
 }
 
-// handleJoin runs on the leader: add or update a voter and record its
-// addresses.
+// handleJoin runs on the leader: add a joining server as a non-voter, or
+// update a stale entry, and record its addresses. A new server gets no vote
+// here: autopilot promotes it once it has been healthy for
+// ServerStabilizationTime, so that a join naming an address that does not
+// answer, or a server that cannot keep up, never counts toward the quorum.
+// A server already in the configuration at the same address keeps its
+// suffrage.
 func (s *Server) handleJoin(req *csisupdv1.JoinRequest) error {
 	id, addr := raft.ServerID(req.GetServerId()), raft.ServerAddress(req.GetRaftAddress())
 	if id == "" || addr == "" || req.GetRpcAddress() == "" {
@@ -284,10 +290,11 @@ func (s *Server) handleJoin(req *csisupdv1.JoinRequest) error {
 		}
 	}
 	if !present {
-		if err := s.raftOp(func() raft.Future { return s.raft.AddVoter(id, addr, 0, 0) }); err != nil {
-			return fmt.Errorf("join: add voter %s at %s: %w", id, addr, err)
+		if err := s.raftOp(func() raft.Future { return s.raft.AddNonvoter(id, addr, 0, 0) }); err != nil {
+			return fmt.Errorf("join: add non-voter %s at %s: %w", id, addr, err)
 		}
-		s.logger.Info("added server", "id", id, "raft_address", addr)
+		s.logger.Info("added server as a non-voter; autopilot promotes it once it is stable",
+			"id", id, "raft_address", addr, "server_stabilization_time", s.cfg.ServerStabilizationTime)
 	}
 	rec := &csisupdv1.ServerRecord{Id: req.GetServerId(), RaftAddress: req.GetRaftAddress(), RpcAddress: req.GetRpcAddress()}
 	if !proto.Equal(s.State().Server(rec.Id), rec) {

@@ -124,9 +124,10 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		s.metrics.close()
 		return nil, err
 	}
-	s.ap = &autopilotDelegate{s: s, lastSeen: map[raft.ServerID]time.Time{}}
+	s.ap = &autopilotDelegate{s: s, lastSeen: map[raft.ServerID]time.Time{}, answers: map[raft.ServerID]statsAnswer{}}
 	s.autopilot = autopilot.New(s.raft, s.ap,
 		autopilot.WithLogger(logger.Named("autopilot")),
+		autopilot.WithPromoter(&stablePromoter{}),
 		autopilot.WithReconcileInterval(s.cfg.Join.Base),
 		autopilot.WithUpdateInterval(s.cfg.Join.Base),
 	)

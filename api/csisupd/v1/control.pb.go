@@ -1943,8 +1943,24 @@ type RaftPeer struct {
 	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	RpcAddress  string                 `protobuf:"bytes,3,opt,name=rpc_address,json=rpcAddress,proto3" json:"rpc_address,omitempty"`
 	// suffrage is one of voter, nonvoter, staging.
-	Suffrage      string `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
-	Leader        bool   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	Suffrage string `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	Leader   bool   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The fields below are the leader's autopilot's view of the server, as of
+	// its last look (every few seconds); unset before its first look.
+	// healthy: the server answers ServerStats, heard from the leader within
+	// the last-contact threshold, is on the leader's term and trails its log
+	// by no more than the allowed number of entries. A non-voter becomes a
+	// voter once it has been healthy for server_stabilization_time.
+	Healthy bool `protobuf:"varint,6,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// stable_since is when healthy last changed.
+	StableSince *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=stable_since,json=stableSince,proto3" json:"stable_since,omitempty"`
+	// last_contact_ms is the time since the server last heard from the
+	// leader, as it reported it (aged by the time since its last answer);
+	// -1 when unknown.
+	LastContactMs int64 `protobuf:"varint,8,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
+	// last_index and last_term are the server's last raft log index and term.
+	LastIndex     uint64 `protobuf:"varint,9,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	LastTerm      uint64 `protobuf:"varint,10,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2012,6 +2028,41 @@ func (x *RaftPeer) GetLeader() bool {
 		return x.Leader
 	}
 	return false
+}
+
+func (x *RaftPeer) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *RaftPeer) GetStableSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StableSince
+	}
+	return nil
+}
+
+func (x *RaftPeer) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
+}
+
+func (x *RaftPeer) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *RaftPeer) GetLastTerm() uint64 {
+	if x != nil {
+		return x.LastTerm
+	}
+	return 0
 }
 
 type RaftPeersRequest struct {
@@ -2652,14 +2703,21 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"U\n" +
 	"\x11VolumeGetResponse\x12*\n" +
 	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\x92\x01\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\xcf\x02\n" +
 	"\bRaftPeer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
 	"\vrpc_address\x18\x03 \x01(\tR\n" +
 	"rpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x12\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x18\n" +
+	"\ahealthy\x18\x06 \x01(\bR\ahealthy\x12=\n" +
+	"\fstable_since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vstableSince\x12&\n" +
+	"\x0flast_contact_ms\x18\b \x01(\x03R\rlastContactMs\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\t \x01(\x04R\tlastIndex\x12\x1b\n" +
+	"\tlast_term\x18\n" +
+	" \x01(\x04R\blastTerm\"\x12\n" +
 	"\x10RaftPeersRequest\"i\n" +
 	"\x11RaftPeersResponse\x12*\n" +
 	"\x05peers\x18\x01 \x03(\v2\x14.csisupd.v1.RaftPeerR\x05peers\x12\x12\n" +
@@ -2806,45 +2864,46 @@ var file_csisupd_v1_control_proto_depIdxs = []int32{
 	5,  // 32: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
 	5,  // 33: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
 	5,  // 34: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	29, // 35: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	48, // 36: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	7,  // 37: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	9,  // 38: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	11, // 39: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	13, // 40: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	15, // 41: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	17, // 42: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	19, // 43: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	21, // 44: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
-	23, // 45: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
-	25, // 46: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	27, // 47: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	30, // 48: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	32, // 49: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	34, // 50: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	35, // 51: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	37, // 52: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	8,  // 53: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	10, // 54: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	12, // 55: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	14, // 56: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	16, // 57: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	18, // 58: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	20, // 59: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	22, // 60: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
-	24, // 61: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
-	26, // 62: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	28, // 63: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	31, // 64: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	33, // 65: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	35, // 66: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	36, // 67: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	38, // 68: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	53, // [53:69] is the sub-list for method output_type
-	37, // [37:53] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	48, // 35: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
+	29, // 36: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	48, // 37: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	7,  // 38: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	9,  // 39: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	11, // 40: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	13, // 41: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	15, // 42: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	17, // 43: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	19, // 44: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	21, // 45: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	23, // 46: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	25, // 47: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	27, // 48: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	30, // 49: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	32, // 50: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	34, // 51: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	35, // 52: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	37, // 53: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	8,  // 54: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	10, // 55: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	12, // 56: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	14, // 57: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	16, // 58: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	18, // 59: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	20, // 60: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	22, // 61: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	24, // 62: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	26, // 63: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	28, // 64: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	31, // 65: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	33, // 66: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	35, // 67: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	36, // 68: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	38, // 69: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	54, // [54:70] is the sub-list for method output_type
+	38, // [38:54] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
