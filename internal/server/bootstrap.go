@@ -102,9 +102,9 @@ func decideBootstrap(self *csisupdv1.PeerInfoResponse, peers []*csisupdv1.PeerIn
 	}
 	if len(ids) > expect {
 		return bootstrapDecision{Action: bootstrapRefuse,
-			Reason: "more servers known than bootstrap_expect; not bootstrapping, as they could form two clusters: " +
-				"stop the surplus servers and restart the others (a server forgets the servers it knew only when it restarts), " +
-				"and start the surplus servers again once a leader exists: they join it",
+			Reason: "more servers known than bootstrap_expect; not bootstrapping, since they could form two clusters: " +
+				"stop the surplus servers, restart the others (a server forgets the servers it knew only by restarting), " +
+				"and start the surplus ones again once a leader exists, to join it",
 			Args: []any{"bootstrap_expect", expect, "known_servers", strings.Join(ids, ",")},
 		}, ids
 	}
