@@ -78,7 +78,9 @@ func decideBootstrap(self *csisupdv1.PeerInfoResponse, peers []*csisupdv1.PeerIn
 		}
 	}
 
-	for _, id := range sortedIDs(reached) {
+	// In id order, so that the same reports always give the same reason.
+	reachedIDs := sortedIDs(reached)
+	for _, id := range reachedIDs {
 		for _, p := range reached[id] {
 			if p.GetBootstrapExpect() != self.GetBootstrapExpect() {
 				return bootstrapDecision{Action: bootstrapRefuse,
@@ -90,7 +92,7 @@ func decideBootstrap(self *csisupdv1.PeerInfoResponse, peers []*csisupdv1.PeerIn
 			}
 		}
 	}
-	for _, id := range sortedIDs(reached) {
+	for _, id := range reachedIDs {
 		for _, p := range reached[id] {
 			if p.GetHasRaftState() {
 				return bootstrapDecision{Action: bootstrapWait,

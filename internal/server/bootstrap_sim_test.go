@@ -271,12 +271,16 @@ const simSeeds = 10_000
 // same schedules under the old rule must split, or the simulation would
 // prove nothing.
 func TestBootstrapSimulationNoSplit(t *testing.T) {
+	seeds := uint64(simSeeds)
+	if testing.Short() {
+		seeds /= 10
+	}
 	var runs, withBoot, withSurplusBoot, oldSplits int
 	var firstSplit string
 	// Per bootstrap_expect/n: runs, runs that bootstrapped, old-rule splits.
 	type tally struct{ runs, boots, oldSplits int }
 	byCase := map[string]*tally{}
-	for seed := range uint64(simSeeds) {
+	for seed := range seeds {
 		c := randomCase(seed)
 		key := fmt.Sprintf("%d/%d", c.expect, c.n)
 		if byCase[key] == nil {
