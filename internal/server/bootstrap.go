@@ -55,18 +55,26 @@ func decideBootstrap(self *csisupdv1.PeerInfoResponse, peers []*csisupdv1.PeerIn
 	for _, id := range self.GetKnownServerIds() {
 		known[id] = struct{}{}
 	}
-	// The reports of this attempt by server id; this server's own answer
-	// (retry_join may list it) is replaced by self.
 	for _, p := range peers {
+		if p.GetServerId() == "" {
+			continue // no server's answer
+		}
 		known[p.GetServerId()] = struct{}{}
 		for _, k := range p.GetKnownServerIds() {
-			known[k] = struct{}{}
+			if k != "" {
+				known[k] = struct{}{}
+			}
 		}
 	}
 	ids := sortedIDs(known)
+	// The reports of this attempt by server id; this server's own answer
+	// (retry_join may list it) is replaced by self.
 	reached := map[string][]*csisupdv1.PeerInfoResponse{self.GetServerId(): {self}}
 	for _, p := range peers {
 		id := p.GetServerId()
+		if id == "" {
+			continue
+		}
 		if prev := reached[id]; len(prev) > 0 && prev[0].GetRaftAddress() != p.GetRaftAddress() {
 			return bootstrapDecision{Action: bootstrapRefuse,
 				Reason: "two servers share one id; not bootstrapping",

@@ -380,6 +380,8 @@ func TestDecideBootstrap(t *testing.T) {
 		known  []string
 	}{
 		{"alone", self, nil, bootstrapWait, "waiting for servers", []string{"b"}},
+		{"an answer without id", self, []*csisupdv1.PeerInfoResponse{{BootstrapExpect: 2, KnownServerIds: []string{"x"}}},
+			bootstrapWait, "waiting for servers", []string{"b"}},
 		{"first contact", self, []*csisupdv1.PeerInfoResponse{peer("a", 3, false, "a"), peer("c", 3, false, "c")},
 			bootstrapWait, "know the same servers", []string{"a", "b", "c"}},
 		{"agreed", peer("b", 3, false, "a", "b", "c"),
