@@ -10,14 +10,34 @@
 // tokens.
 //
 // Clusters form only through BootstrapExpect: a server first tries to join a
-// cluster that already has a leader, and bootstraps only when BootstrapExpect
-// distinct servers are reachable through RetryJoin, all report the same
-// BootstrapExpect and none has raft state. The configuration is sorted by
-// server id, so every server computes the same one. A server with raft state
-// never bootstraps again. A server that joins a formed cluster is added as a
-// non-voter; autopilot promotes it once it has been healthy for
-// ServerStabilizationTime, so a join naming an unreachable address never
-// counts toward the quorum.
+// cluster that already has a leader, and otherwise bootstraps only by a rule
+// that cannot split. Each server keeps a known set in memory: its own id,
+// the ids of the servers it reached through RetryJoin (or DiscoverServers)
+// and the known sets those servers reported in PeerInfo. The set only grows
+// while the server runs. A server bootstraps when its known set has exactly
+// BootstrapExpect ids and, in one attempt, it reached every one of them and
+// each reported the same BootstrapExpect, no raft state and a known set
+// equal to its own; the configuration is that set sorted by server id, all
+// voters, so every server that bootstraps computes the same one. A server
+// whose known set grew past BootstrapExpect refuses to bootstrap and says
+// so once per change, naming the servers it knows: the operator stops the
+// surplus servers and restarts the others, and starts the surplus ones
+// again once a leader exists, when they join it. A server with raft state
+// never bootstraps again.
+// A server that joins a formed cluster is added as a non-voter; autopilot
+// promotes it once it has been healthy for ServerStabilizationTime, so a
+// join naming an unreachable address never counts toward the quorum.
+//
+// Why it is safe: if two servers bootstrap sets V and W that share a member
+// C, C reported V to one and W to the other as its known set; that set only
+// grows and V and W have the same size, so V = W. With fewer than twice
+// BootstrapExpect servers, any two sets of BootstrapExpect of them share a
+// member. The guarantee has two limits. With twice BootstrapExpect servers
+// or more, two groups that never hear of each other look exactly like two
+// separate clusters, and no rule can tell them apart: each group may form
+// its own cluster. And a server forgets its known set when it restarts, so
+// the argument covers only servers that do not restart while the cluster
+// forms.
 //
 // Node heartbeats follow Nomad's model: the leader keeps one in-memory TTL
 // timer per node and writes to raft only when a node's status changes.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +72,7 @@ func (s *Server) selfInfo() *csisupdv1.PeerInfoResponse {
 		RpcAddress:      s.cfg.RPCAddr,
 		BootstrapExpect: uint32(s.cfg.BootstrapExpect),
 		HasRaftState:    s.hasRaftState(),
+		KnownServerIds:  s.boot.knownIDs(s.cfg.ID),
 	}
 	if addr, id := s.raft.LeaderWithID(); addr != "" {
 		out.LeaderId = string(id)
@@ -139,7 +139,7 @@ func (s *Server) queryPeers(ctx context.Context) []peerInfo {
 }
 
 // tryJoinOrBootstrap makes one attempt: join a cluster that has a leader,
-// else bootstrap when exactly the expected conditions hold.
+// else bootstrap when decideBootstrap says so.
 func (s *Server) tryJoinOrBootstrap(ctx context.Context) {
 	peers := s.queryPeers(ctx)
 
@@ -158,56 +158,33 @@ func (s *Server) tryJoinOrBootstrap(ctx context.Context) {
 	}
 
 	self := s.selfInfo()
-	servers := map[string]*csisupdv1.PeerInfoResponse{self.GetServerId(): self}
+	var reports []*csisupdv1.PeerInfoResponse
 	var unreachable []string
 	for _, p := range peers {
 		if p.err != nil {
 			unreachable = append(unreachable, p.addr)
 			continue
 		}
-		if prev, ok := servers[p.info.GetServerId()]; ok && prev.GetRaftAddress() != p.info.GetRaftAddress() {
-			s.logger.Error("two servers share one id; not bootstrapping",
-				"id", p.info.GetServerId(), "raft_addresses", []string{prev.GetRaftAddress(), p.info.GetRaftAddress()})
-			return
-		}
-		servers[p.info.GetServerId()] = p.info
+		reports = append(reports, p.info)
 	}
-	for _, p := range servers {
-		if p.GetBootstrapExpect() != self.GetBootstrapExpect() {
-			s.logger.Error("bootstrap_expect mismatch; not bootstrapping: every server must use the same bootstrap_expect",
-				"bootstrap_expect", self.GetBootstrapExpect(),
-				"peer", p.GetServerId(), "peer_rpc_address", p.GetRpcAddress(),
-				"peer_bootstrap_expect", p.GetBootstrapExpect())
-			return
+	d, known := decideBootstrap(self, reports)
+	s.boot.setKnown(known)
+	switch d.Action {
+	case bootstrapRefuse:
+		// The operator has to act: say so once per change, not at
+		// every attempt.
+		if s.boot.refusalChanged(d) {
+			s.logger.Error(d.Reason, d.Args...)
+		} else {
+			s.logger.Debug(d.Reason, d.Args...)
 		}
-	}
-	for _, p := range servers {
-		if p.GetHasRaftState() {
-			s.logger.Info("a peer already has raft state; waiting to join its cluster", "peer", p.GetServerId())
-			return
-		}
-	}
-	if len(servers) < s.cfg.BootstrapExpect {
-		s.logger.Info("waiting for servers before bootstrapping",
-			"reachable", len(servers), "bootstrap_expect", s.cfg.BootstrapExpect,
-			"unreachable", strings.Join(unreachable, ","))
+		return
+	case bootstrapWait:
+		s.logger.Info(d.Reason, append(d.Args, "unreachable", strings.Join(unreachable, ","))...)
 		return
 	}
-
-	var conf raft.Configuration
-	for _, p := range servers {
-		conf.Servers = append(conf.Servers, raft.Server{
-			Suffrage: raft.Voter,
-			ID:       raft.ServerID(p.GetServerId()),
-			Address:  raft.ServerAddress(p.GetRaftAddress()),
-		})
-	}
-	sort.Slice(conf.Servers, func(i, j int) bool { return conf.Servers[i].ID < conf.Servers[j].ID })
-	ids := make([]string, 0, len(conf.Servers))
-	for _, c := range conf.Servers {
-		ids = append(ids, string(c.ID))
-	}
-	s.logger.Info("bootstrapping cluster", "servers", strings.Join(ids, ","))
+	s.logger.Info(d.Reason, d.Args...)
+	conf := raft.Configuration{Servers: d.Servers}
 	if err := s.raftOp(func() raft.Future { return s.raft.BootstrapCluster(conf) }); err != nil && err != raft.ErrCantBootstrap {
 		s.logger.Error("bootstrap failed", "error", err)
 		return

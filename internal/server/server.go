@@ -46,6 +46,7 @@ type Server struct {
 	peersMu        sync.Mutex
 	peerAddrs      map[string]string // server id -> rpc address, from PeerInfo
 	lastDiscovered []string          // what DiscoverServers found last, for logs
+	boot           bootstrapState    // known set and logged refusals, until formed
 
 	bootstrapped atomic.Bool
 	leaderReady  atomic.Bool

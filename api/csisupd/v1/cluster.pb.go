@@ -324,8 +324,13 @@ type PeerInfoResponse struct {
 	LeaderId     string `protobuf:"bytes,6,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	// leader_rpc_address is empty when the server knows no leader.
 	LeaderRpcAddress string `protobuf:"bytes,7,opt,name=leader_rpc_address,json=leaderRpcAddress,proto3" json:"leader_rpc_address,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// known_server_ids is the server's known set, sorted: its own id, the ids
+	// of the servers it reached and the known sets they reported. It only
+	// grows while the server runs; bootstrap requires every member to report
+	// the same set.
+	KnownServerIds []string `protobuf:"bytes,8,rep,name=known_server_ids,json=knownServerIds,proto3" json:"known_server_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PeerInfoResponse) Reset() {
@@ -405,6 +410,13 @@ func (x *PeerInfoResponse) GetLeaderRpcAddress() string {
 		return x.LeaderRpcAddress
 	}
 	return ""
+}
+
+func (x *PeerInfoResponse) GetKnownServerIds() []string {
+	if x != nil {
+		return x.KnownServerIds
+	}
+	return nil
 }
 
 type JoinRequest struct {
@@ -1531,7 +1543,7 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\x14ResolveTokenResponse\x12*\n" +
 	"\x05token\x18\x01 \x01(\v2\x14.csisupd.v1.ACLTokenR\x05token\x121\n" +
 	"\bpolicies\x18\x02 \x03(\v2\x15.csisupd.v1.ACLPolicyR\bpolicies\"\x11\n" +
-	"\x0fPeerInfoRequest\"\x8f\x02\n" +
+	"\x0fPeerInfoRequest\"\xb9\x02\n" +
 	"\x10PeerInfoResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -1540,7 +1552,8 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\x10bootstrap_expect\x18\x04 \x01(\rR\x0fbootstrapExpect\x12$\n" +
 	"\x0ehas_raft_state\x18\x05 \x01(\bR\fhasRaftState\x12\x1b\n" +
 	"\tleader_id\x18\x06 \x01(\tR\bleaderId\x12,\n" +
-	"\x12leader_rpc_address\x18\a \x01(\tR\x10leaderRpcAddress\"n\n" +
+	"\x12leader_rpc_address\x18\a \x01(\tR\x10leaderRpcAddress\x12(\n" +
+	"\x10known_server_ids\x18\b \x03(\tR\x0eknownServerIds\"n\n" +
 	"\vJoinRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
