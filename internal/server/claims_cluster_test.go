@@ -300,9 +300,15 @@ func TestLeaderKilledInEveryReleaseState(t *testing.T) {
 		}
 		cc.c.Restart(old.Index)
 	}
-	if _, err := cc.control(t).DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "v-0"}); err != nil {
-		t.Fatalf("delete after the releases: %v", err)
-	}
+	// The last leader may not have heard from the nodes yet: until they
+	// heartbeat to it, it refuses the delete as retryable.
+	testutil.WaitFor(t, 30*time.Second, "delete after the releases", func() bool {
+		_, err := cc.control(t).DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "v-0"})
+		if err != nil && !csisupdv1.IsRetryable(err) {
+			t.Fatalf("delete after the releases: %v", err)
+		}
+		return err == nil
+	})
 }
 
 // TestReadOnlyPublication claims a volume read-only on a node of a plugin
