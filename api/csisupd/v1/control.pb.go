@@ -29,7 +29,11 @@ type ClusterNode struct {
 	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// address is the gRPC address of the node's ClientCSI service.
 	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
-	// status is one of ready, down.
+	// status is one of ready, down, initializing. Only ready and down are
+	// stored; the leader reports a node stored ready that has not heartbeated
+	// to it since it became leader or restored a snapshot as initializing,
+	// with status_description saying since when. A stale read answered by a
+	// follower shows the stored status.
 	Status            string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
 	StatusDescription string                 `protobuf:"bytes,5,opt,name=status_description,json=statusDescription,proto3" json:"status_description,omitempty"`
 	StatusUpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=status_updated_at,json=statusUpdatedAt,proto3" json:"status_updated_at,omitempty"`
