@@ -146,10 +146,10 @@ func (h *heartbeats) confirmedNode(nodeID string) bool {
 	return h.enabled && ok
 }
 
-// unconfirmed is what the leader knows of the nodes' heartbeats, for
-// views of the state: leading is false on a server that does not lead,
-// whose views keep the stored status.
-type unconfirmed struct {
+// leaderView is what the leader knows of the nodes' heartbeats, for
+// answers from the state: leading is false on a server that does not lead,
+// whose answers keep the stored status.
+type leaderView struct {
 	leading bool
 	heard   func(nodeID string) bool
 	desc    string
@@ -157,17 +157,17 @@ type unconfirmed struct {
 }
 
 // view returns a snapshot of the confirmed nodes for one answer.
-func (h *heartbeats) view() unconfirmed {
+func (h *heartbeats) view() leaderView {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.enabled {
-		return unconfirmed{}
+		return leaderView{}
 	}
 	heard := make(map[string]struct{}, len(h.confirmed))
 	for id := range h.confirmed {
 		heard[id] = struct{}{}
 	}
-	return unconfirmed{
+	return leaderView{
 		leading: true,
 		heard: func(id string) bool {
 			_, ok := heard[id]
@@ -180,7 +180,7 @@ func (h *heartbeats) view() unconfirmed {
 
 // initializing reports whether a node is stored ready but the leader has
 // not heard from it yet.
-func (u unconfirmed) initializing(n *csisupdv1.ClusterNode) bool {
+func (u leaderView) initializing(n *csisupdv1.ClusterNode) bool {
 	return u.leading && n.GetStatus() == NodeStatusReady && !u.heard(n.GetId())
 }
 
@@ -223,10 +223,10 @@ func (s *Server) pluginsAsLeaderSees(plugins ...*csisupdv1.ClusterPlugin) {
 	if !u.leading {
 		return
 	}
-	st := s.State()
 	for _, p := range plugins {
 		for _, inst := range p.GetInstances() {
-			if !inst.GetHealthy() || !u.initializing(st.Node(inst.GetNodeId())) {
+			// A healthy instance's node is stored ready.
+			if !inst.GetHealthy() || u.heard(inst.GetNodeId()) {
 				continue
 			}
 			inst.Healthy = false
