@@ -151,7 +151,8 @@ type PluginInstance struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	NodeName string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
-	// healthy is true when the plugin reports healthy and its node is ready.
+	// healthy is true when the plugin reports healthy and its node is ready
+	// (not initializing, when the leader answers).
 	Healthy           bool   `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	HealthDescription string `protobuf:"bytes,4,opt,name=health_description,json=healthDescription,proto3" json:"health_description,omitempty"`
 	// plugin is the instance as the node's agent reported it.
