@@ -22,7 +22,15 @@ func newNodeCommand(opts *clientOptions) *cobra.Command {
 	statusCmd := &cobra.Command{
 		Use:   "status [ID]",
 		Short: "Show every node of the cluster, or one node with its plugins",
-		Args:  rangeArgs(0, 1),
+		Long: `Show every node of the cluster, or one node with its plugins.
+
+A node is ready, down, or initializing. The leader reports a node recorded
+ready as initializing until the node heartbeats to it: after a leader change
+or a snapshot restore the record is what an earlier leader or the snapshot
+saw. An initializing node gets no controller calls and no new claims until
+its next heartbeat. With --stale a follower answers from its own copy of the
+state and shows the recorded status instead.`,
+		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {

@@ -239,6 +239,14 @@ func TestLeaderKilledInEveryReleaseState(t *testing.T) {
 			p.SetFaults(f)
 		}
 	}
+	// A new leader counts, picks and admits claims on the nodes only once
+	// they have heartbeated to it.
+	heardFromBoth := func(when string) {
+		testutil.WaitFor(t, 30*time.Second, when+": both nodes heard from by the leader", func() bool {
+			p, err := cc.control(t).GetPlugin(ctx, &csisupdv1.PluginGetRequest{Id: "tp"})
+			return err == nil && p.GetPlugin().GetNodesHealthy() == 2 && p.GetPlugin().GetControllersHealthy() == 2
+		})
+	}
 	states := []struct {
 		state string
 		// stop makes the step after state fail; the last state is written
@@ -286,6 +294,10 @@ func TestLeaderKilledInEveryReleaseState(t *testing.T) {
 		}
 		old := cc.c.WaitForLeader(t, 30*time.Second)
 		cc.c.Kill(old.Index)
+		// The faults stay until the new leader has heard from both nodes:
+		// before, it calls only the controllers of the nodes it heard
+		// from, and each test plugin keeps its own publications.
+		heardFromBoth(st.state)
 		faultAll(testplugin.Faults{})
 		testutil.WaitFor(t, 60*time.Second, st.state+": the new leader frees the claim", func() bool {
 			l := cc.c.Leader()
@@ -299,6 +311,7 @@ func TestLeaderKilledInEveryReleaseState(t *testing.T) {
 			t.Fatalf("%s: the node plugin still has %+v", st.state, left)
 		}
 		cc.c.Restart(old.Index)
+		heardFromBoth(st.state + ", restarted")
 	}
 	if _, err := cc.control(t).DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "v-0"}); err != nil {
 		t.Fatalf("delete after the releases: %v", err)

@@ -70,7 +70,9 @@ func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginL
 		},
 		func() (*csisupdv1.PluginListResponse, error) {
 			st := c.s.State()
-			return &csisupdv1.PluginListResponse{Plugins: st.Plugins(), Index: st.LatestIndex()}, nil
+			plugins := st.Plugins()
+			c.s.pluginsAsLeaderSees(plugins...)
+			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: st.LatestIndex()}, nil
 		})
 }
 
@@ -85,10 +87,15 @@ func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGet
 			if p == nil {
 				return nil, status.Errorf(codes.NotFound, "plugin %q not found", req.GetId())
 			}
+			c.s.pluginsAsLeaderSees(p)
 			return &csisupdv1.PluginGetResponse{Plugin: p, Index: st.LatestIndex()}, nil
 		})
 }
 
+// ListNodes and GetNode answer with the status the leader knows: a node
+// stored ready that has not heartbeated to the leader since it took over or
+// restored a snapshot is initializing. A stale read answered by a follower
+// shows the stored status, which the follower cannot check.
 func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListRequest) (*csisupdv1.NodeListResponse, error) {
 	return route(ctx, c.s, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.NodeListResponse, error) {
@@ -96,7 +103,7 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 		},
 		func() (*csisupdv1.NodeListResponse, error) {
 			st := c.s.State()
-			return &csisupdv1.NodeListResponse{Nodes: st.Nodes(), Index: st.LatestIndex()}, nil
+			return &csisupdv1.NodeListResponse{Nodes: c.s.nodesAsLeaderSees(st.Nodes()...), Index: st.LatestIndex()}, nil
 		})
 }
 
@@ -111,7 +118,7 @@ func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequ
 			if n == nil {
 				return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetId())
 			}
-			return &csisupdv1.NodeGetResponse{Node: n, Index: st.LatestIndex()}, nil
+			return &csisupdv1.NodeGetResponse{Node: c.s.nodesAsLeaderSees(n)[0], Index: st.LatestIndex()}, nil
 		})
 }
 
@@ -400,9 +407,8 @@ func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
 	if err != nil {
 		return 0, toStatus(err)
 	}
-	// Re-arm heartbeat timers for the restored nodes.
-	s.heartbeats.clear()
-	s.heartbeats.initialize()
+	// The FSM's restore has re-armed the heartbeat timers for the restored
+	// nodes (heartbeats.restored), before raft.Restore returned.
 	s.logger.Info("restored snapshot", "nodes", len(snap.GetNodes()), "volumes", len(snap.GetVolumes()))
 	return s.raft.LastIndex(), nil
 }

@@ -21,6 +21,10 @@ type fsm struct {
 	// scratch holds the events of one entry while they are published; the
 	// buffer copies them. Only raft's FSM goroutine uses it.
 	scratch []clusterEvent
+	// onRestore, when set, runs after a restore replaced the state, on
+	// raft's FSM goroutine: the leader's heartbeat timers and what it
+	// knows of the nodes belong to the state replaced.
+	onRestore func()
 }
 
 var _ raft.BatchingFSM = (*fsm)(nil)
@@ -136,6 +140,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.state = st
 	f.mu.Unlock()
+	if f.onRestore != nil {
+		f.onRestore()
+	}
 	// The events buffered so far do not lead up to the restored state.
 	return f.events.restore(at)
 }

@@ -1,9 +1,12 @@
 package server
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
@@ -11,6 +14,12 @@ import (
 // heartbeats keeps one in-memory TTL timer per node while this server
 // leads. Heartbeats themselves are never written to raft; only a node's
 // transition to down (timer fired) or back to ready is.
+//
+// It also knows which nodes have heartbeated (or registered) to this server
+// since it became leader and since the last snapshot restore: the stored
+// status of the others, ready, is what an earlier leader or a backup said,
+// not what this leader has seen. That knowledge is kept in memory only, so
+// that steady-state heartbeats never write to raft.
 type heartbeats struct {
 	s *Server
 
@@ -18,33 +27,79 @@ type heartbeats struct {
 	timers  map[string]*hbTimer
 	enabled bool
 	wg      sync.WaitGroup
+	// confirmed holds the nodes heard from since since.
+	confirmed map[string]struct{}
+	// since is when this server took over or last restored a snapshot,
+	// and sinceWhat says which, for the status description.
+	since     time.Time
+	sinceWhat string
 }
 
 func newHeartbeats(s *Server) *heartbeats {
-	return &heartbeats{s: s, timers: map[string]*hbTimer{}}
+	return &heartbeats{s: s, timers: map[string]*hbTimer{}, confirmed: map[string]struct{}{}}
 }
 
 // initialize starts a timer with the failover TTL for every node that is
-// not down, so nodes get time to find the new leader.
+// not down, so nodes get time to find the new leader, and forgets which
+// nodes were heard from: a new leader has heard from none.
 func (h *heartbeats) initialize() {
+	h.rearm(true, "it became leader")
+}
+
+// restored is called after the state was replaced by a snapshot. On the
+// leader it restarts the timers for the restored nodes and forgets which
+// nodes were heard from: the restored state may hold nodes that are long
+// gone, recorded ready. Elsewhere it does nothing.
+func (h *heartbeats) restored() {
+	h.rearm(false, "the snapshot restore")
+}
+
+// rearm stops every timer, forgets the confirmed nodes and starts a
+// failover timer for every node not down. It enables the timers when
+// enable is set; otherwise it acts only when they are enabled already.
+func (h *heartbeats) rearm(enable bool, why string) {
 	nodes := h.s.State().Nodes()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !enable && !h.enabled {
+		return
+	}
 	h.enabled = true
+	h.stopAllLocked()
+	clear(h.confirmed)
+	h.since, h.sinceWhat = time.Now(), why
+	ttl := failoverTTL(h.s.cfg.FailoverHeartbeatTTL, h.s.cfg.MaxHeartbeatsPerSecond, h.s.cfg.MinHeartbeatTTL, len(nodes))
 	for _, n := range nodes {
 		if n.GetStatus() == NodeStatusDown {
 			continue
 		}
-		h.resetLocked(n.GetId(), h.s.cfg.FailoverHeartbeatTTL)
+		h.resetLocked(n.GetId(), ttl)
 	}
-	h.s.logger.Debug("heartbeat timers initialized", "nodes", len(h.timers), "ttl", h.s.cfg.FailoverHeartbeatTTL)
+	h.s.logger.Debug("heartbeat timers initialized", "after", why, "nodes", len(h.timers), "ttl", ttl)
 }
 
-// clear stops every timer; called when leadership is lost.
+// failoverTTL is the TTL a new leader, or a leader that restored a
+// snapshot, gives every node it has not heard from: the configured
+// failover TTL, but never less than the longest TTL a previous leader can
+// have handed out to n nodes, which is twice the rate-scaled TTL (reset
+// adds a random stagger of up to the same again). A node that heartbeats
+// on time is therefore never marked down by a leader change. The grace is
+// added to it like to any TTL.
+func failoverTTL(failover time.Duration, rate float64, min time.Duration, n int) time.Duration {
+	return max(failover, 2*rateScaledInterval(rate, min, n))
+}
+
+// clear stops every timer and forgets the confirmed nodes; called when
+// leadership is lost.
 func (h *heartbeats) clear() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.enabled = false
+	h.stopAllLocked()
+	clear(h.confirmed)
+}
+
+func (h *heartbeats) stopAllLocked() {
 	for id, t := range h.timers {
 		if t.t.Stop() {
 			h.wg.Done()
@@ -66,9 +121,10 @@ func (h *heartbeats) stop() {
 	h.wg.Wait()
 }
 
-// reset restarts the node's timer and returns the TTL the node must
-// heartbeat within. The TTL grows with the node count so the leader sees at
-// most MaxHeartbeatsPerSecond heartbeats, with a random stagger.
+// reset restarts the node's timer, records that the node was heard from,
+// and returns the TTL the node must heartbeat within. The TTL grows with
+// the node count so the leader sees at most MaxHeartbeatsPerSecond
+// heartbeats, with a random stagger.
 func (h *heartbeats) reset(nodeID string) time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -76,8 +132,114 @@ func (h *heartbeats) reset(nodeID string) time.Duration {
 	ttl += time.Duration(rand.Int64N(int64(ttl)))
 	if h.enabled {
 		h.resetLocked(nodeID, ttl)
+		h.confirmed[nodeID] = struct{}{}
 	}
 	return ttl
+}
+
+// confirmedNode reports whether this server leads and has heard from the
+// node since it took over and since its last snapshot restore.
+func (h *heartbeats) confirmedNode(nodeID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.confirmed[nodeID]
+	return h.enabled && ok
+}
+
+// leaderView is what the leader knows of the nodes' heartbeats, for
+// answers from the state: leading is false on a server that does not lead,
+// whose answers keep the stored status.
+type leaderView struct {
+	leading bool
+	heard   func(nodeID string) bool
+	desc    string
+	since   time.Time
+}
+
+// view returns a snapshot of the confirmed nodes for one answer.
+func (h *heartbeats) view() leaderView {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.enabled {
+		return leaderView{}
+	}
+	heard := make(map[string]struct{}, len(h.confirmed))
+	for id := range h.confirmed {
+		heard[id] = struct{}{}
+	}
+	return leaderView{
+		leading: true,
+		heard: func(id string) bool {
+			_, ok := heard[id]
+			return ok
+		},
+		desc:  fmt.Sprintf("no heartbeat to the current leader since %s at %s", h.sinceWhat, h.since.UTC().Format(time.RFC3339)),
+		since: h.since,
+	}
+}
+
+// initializing reports whether a node is stored ready but the leader has
+// not heard from it yet.
+func (u leaderView) initializing(n *csisupdv1.ClusterNode) bool {
+	return u.leading && n.GetStatus() == NodeStatusReady && !u.heard(n.GetId())
+}
+
+// nodesAsLeaderSees returns nodes with the status this leader knows: a
+// node stored ready that has not heartbeated to it since it took over or
+// restored a snapshot is initializing. The stored nodes are not modified;
+// changed ones are copies. A server that does not lead returns nodes as
+// they are: a stale read on a follower shows the stored status.
+func (s *Server) nodesAsLeaderSees(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
+	u := s.heartbeats.view()
+	if !u.leading {
+		return nodes
+	}
+	out := nodes
+	copied := false
+	for i, n := range nodes {
+		if !u.initializing(n) {
+			continue
+		}
+		if !copied {
+			out = append([]*csisupdv1.ClusterNode(nil), nodes...)
+			copied = true
+		}
+		c := copyNode(n)
+		c.Status = NodeStatusInitializing
+		c.StatusDescription = u.desc
+		c.StatusUpdatedAt = timestamppb.New(u.since)
+		out[i] = c
+	}
+	return out
+}
+
+// pluginsAsLeaderSees marks the instances on nodes this leader has not
+// heard from unhealthy and takes them out of the healthy counts. The
+// plugins must be fresh from the state store (built for this answer),
+// since they are changed in place. A server that does not lead leaves
+// them as stored.
+func (s *Server) pluginsAsLeaderSees(plugins ...*csisupdv1.ClusterPlugin) {
+	u := s.heartbeats.view()
+	if !u.leading {
+		return
+	}
+	for _, p := range plugins {
+		for _, inst := range p.GetInstances() {
+			// A healthy instance's node is stored ready.
+			if !inst.GetHealthy() || u.heard(inst.GetNodeId()) {
+				continue
+			}
+			inst.Healthy = false
+			inst.HealthDescription = "node is initializing: " + u.desc
+			controller, nodeService := pluginRoles(inst.GetPlugin().GetType())
+			if controller {
+				p.ControllersHealthy--
+			}
+			if nodeService {
+				p.NodesHealthy--
+			}
+		}
+	}
 }
 
 func (h *heartbeats) resetLocked(nodeID string, ttl time.Duration) {
@@ -101,6 +263,7 @@ func (h *heartbeats) expire(nodeID string, t *hbTimer) {
 		return
 	}
 	delete(h.timers, nodeID)
+	delete(h.confirmed, nodeID)
 	h.mu.Unlock()
 	h.s.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
 	_, err := h.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{

@@ -145,6 +145,9 @@ func (s *Server) setupRaft() (err error) {
 		return err
 	}
 	s.fsm = fsm
+	// A restore on the leader (an operator's snapshot restore) must make
+	// the leader forget which nodes it heard from.
+	fsm.onRestore = s.heartbeats.restored
 
 	dbPath := filepath.Join(dir, raftDBName)
 	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath})

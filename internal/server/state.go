@@ -11,10 +11,13 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
-// Node statuses.
+// Node statuses. Only ready and down are stored; initializing is how the
+// leader reports a node stored ready that has not heartbeated to it since
+// it took over or restored a snapshot.
 const (
-	NodeStatusReady = "ready"
-	NodeStatusDown  = "down"
+	NodeStatusReady        = "ready"
+	NodeStatusDown         = "down"
+	NodeStatusInitializing = "initializing"
 )
 
 // Plugin types as reported by agents.

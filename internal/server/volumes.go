@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -31,13 +32,17 @@ type candidate struct {
 }
 
 // controllerCandidates returns the healthy controller instances of a plugin
-// on ready nodes, in node id order.
+// on ready nodes that have heartbeated to this leader since it took over or
+// restored a snapshot, in node id order. When the only healthy instances
+// are on nodes not heard from yet, the error is Unavailable and retryable:
+// their next heartbeat, within the failover TTL, makes them candidates.
 func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 	p := s.State().Plugin(pluginID)
 	if p == nil {
 		return nil, csisupdv1.NewPluginNotKnownError(pluginID)
 	}
 	var out []candidate
+	var waiting []string
 	for _, inst := range p.GetInstances() {
 		if ctrl, _ := pluginRoles(inst.GetPlugin().GetType()); !ctrl || !inst.GetHealthy() {
 			continue
@@ -46,7 +51,16 @@ func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 		if node == nil || node.GetStatus() != NodeStatusReady {
 			continue
 		}
+		if !s.heartbeats.confirmedNode(node.GetId()) {
+			waiting = append(waiting, node.GetId())
+			continue
+		}
 		out = append(out, candidate{nodeID: node.GetId(), addr: node.GetAddress(), plugin: inst.GetPlugin()})
+	}
+	if len(out) == 0 && len(waiting) > 0 {
+		return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Unavailable,
+			"plugin %q has no healthy controller instance on a node that has heartbeated to the current leader: nodes %s are initializing",
+			pluginID, strings.Join(waiting, ", ")), "the nodes' next heartbeats make their controllers usable")
 	}
 	if len(out) == 0 {
 		return nil, status.Errorf(codes.FailedPrecondition,

@@ -29,7 +29,11 @@ type ClusterNode struct {
 	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// address is the gRPC address of the node's ClientCSI service.
 	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
-	// status is one of ready, down.
+	// status is one of ready, down, initializing. Only ready and down are
+	// stored; the leader reports a node stored ready that has not heartbeated
+	// to it since it became leader or restored a snapshot as initializing,
+	// with status_description saying since when. A stale read answered by a
+	// follower shows the stored status.
 	Status            string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
 	StatusDescription string                 `protobuf:"bytes,5,opt,name=status_description,json=statusDescription,proto3" json:"status_description,omitempty"`
 	StatusUpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=status_updated_at,json=statusUpdatedAt,proto3" json:"status_updated_at,omitempty"`
@@ -147,7 +151,8 @@ type PluginInstance struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	NodeName string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
-	// healthy is true when the plugin reports healthy and its node is ready.
+	// healthy is true when the plugin reports healthy and its node is ready
+	// (not initializing, when the leader answers).
 	Healthy           bool   `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	HealthDescription string `protobuf:"bytes,4,opt,name=health_description,json=healthDescription,proto3" json:"health_description,omitempty"`
 	// plugin is the instance as the node's agent reported it.

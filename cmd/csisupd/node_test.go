@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/testcluster"
+)
+
+// TestNodeStatusInitializingAfterRestore restores a snapshot that records
+// a node ready: node status shows it initializing, with why, until it
+// heartbeats.
+func TestNodeStatusInitializingAfterRestore(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Configure: func(_ int, cfg *server.Config) {
+		// The node heartbeats by hand: no TTL expires during the test.
+		cfg.MinHeartbeatTTL, cfg.FailoverHeartbeatTTL = 30*time.Second, 30*time.Second
+	}})
+	c.WaitForLeader(t, 30*time.Second)
+	addr := c.Member(0).RPCAddr
+	cluster := csisupdv1.NewClusterClient(c.Conn(0))
+	ctx := context.Background()
+	if _, err := cluster.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{NodeId: "node-a", Name: "a", Address: "127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	status := func() map[string]any {
+		t.Helper()
+		ns, _ := mustJSON(t, "--address", addr, "node", "status")["nodes"].([]any)
+		if len(ns) != 1 {
+			t.Fatalf("nodes: %v", ns)
+		}
+		n, _ := ns[0].(map[string]any)
+		return n
+	}
+	if n := status(); n["status"] != "ready" {
+		t.Fatalf("registered node: %v", n)
+	}
+	file := filepath.Join(t.TempDir(), "state.snap")
+	if _, err := execute(t, "--address", addr, "operator", "snapshot", "save", file); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, "--address", addr, "operator", "snapshot", "restore", file); err != nil {
+		t.Fatal(err)
+	}
+
+	if n := status(); n["status"] != "initializing" ||
+		!strings.Contains(n["status_description"].(string), "no heartbeat to the current leader since the snapshot restore") {
+		t.Fatalf("node after the restore: %v", n)
+	}
+	out, err := execute(t, "--address", addr, "node", "status")
+	if err != nil || !strings.Contains(out, "initializing") {
+		t.Fatalf("node status table after the restore: %v\n%s", err, out)
+	}
+	out, err = execute(t, "--address", addr, "node", "status", "node-a")
+	if err != nil || !strings.Contains(out, "Status:     initializing\n") || !strings.Contains(out, "no heartbeat to the current leader") {
+		t.Fatalf("node status node-a after the restore: %v\n%s", err, out)
+	}
+
+	if _, err := cluster.NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: "node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := status(); n["status"] != "ready" {
+		t.Fatalf("node after its heartbeat: %v", n)
+	}
+}
