@@ -46,7 +46,9 @@ func metricsDevAgent(t *testing.T) (*Agent, *testplugin.Plugin, *consultest.Agen
 	cfg.Ports.Raft = testutil.FreePorts(t, 1)[0]
 	cfg.Consul.Enabled, cfg.Consul.Address = true, consul.Addr()
 	cfg.Consul.SyncInterval = time.Hour // passes on change, not on time
-	cfg.Client.ProbeInterval, cfg.Client.ProbeTimeout = 50*time.Millisecond, 40*time.Millisecond
+	// A probe timeout far above a probe's cost, so that a loaded machine
+	// does not flap the plugin and add transitions the test does not cause.
+	cfg.Client.ProbeInterval, cfg.Client.ProbeTimeout = 500*time.Millisecond, 500*time.Millisecond
 
 	sock := filepath.Join(cfg.Client.PluginDir, "p1", "csi.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {

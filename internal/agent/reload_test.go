@@ -103,6 +103,8 @@ func mutate(t *testing.T, v reflect.Value, name string) {
 		v.SetBool(!v.Bool())
 	case reflect.Int, reflect.Int64:
 		v.SetInt(v.Int() + 1)
+	case reflect.Float64:
+		v.SetFloat(v.Float() + 1)
 	case reflect.Slice:
 		v.Set(reflect.Append(v, reflect.ValueOf("added")))
 	default:
