@@ -85,7 +85,7 @@ var allowedInTests = map[string][]string{
 		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server"},
 	"internal/nodeclient": {"internal/server", "internal/testcluster"},
 	// The CLI is tested against real Agent services and clusters.
-	"cmd/csisupd":    {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster"},
+	"cmd/csisupd":    {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster", "internal/server"},
 	"internal/agent": {"internal/heartbeat", "internal/registry"},
 	// Tests of the bottom tier take the retry policies' defaults from config.
 	"internal/heartbeat":   {"internal/csiclient", "internal/config"},
