@@ -68,8 +68,14 @@ func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginL
 			return cl.ListPlugins(ctx, req)
 		},
 		func() (*csisupdv1.PluginListResponse, error) {
+			page, err := parsePage(req.GetPageSize(), req.GetNextToken())
+			if err != nil {
+				return nil, err
+			}
 			st := c.s.State()
-			return &csisupdv1.PluginListResponse{Plugins: st.Plugins(), Index: st.LatestIndex()}, nil
+			index := st.LatestIndex()
+			plugins, next := st.PluginsPage(page.from, page.limit)
+			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: index, NextToken: pageToken(next)}, nil
 		})
 }
 
@@ -94,8 +100,19 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 			return cl.ListNodes(ctx, req)
 		},
 		func() (*csisupdv1.NodeListResponse, error) {
+			page, err := parsePage(req.GetPageSize(), req.GetNextToken())
+			if err != nil {
+				return nil, err
+			}
+			switch req.GetStatus() {
+			case "", NodeStatusReady, NodeStatusDown:
+			default:
+				return nil, status.Errorf(codes.InvalidArgument, "status %q is not one of %s, %s", req.GetStatus(), NodeStatusReady, NodeStatusDown)
+			}
 			st := c.s.State()
-			return &csisupdv1.NodeListResponse{Nodes: st.Nodes(), Index: st.LatestIndex()}, nil
+			index := st.LatestIndex()
+			nodes, next := st.NodesPage(page.from, page.limit, nodeFilter(req.GetPluginId(), req.GetStatus()))
+			return &csisupdv1.NodeListResponse{Nodes: nodes, Index: index, NextToken: pageToken(next)}, nil
 		})
 }
 
@@ -120,8 +137,14 @@ func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeL
 			return cl.ListVolumes(ctx, req)
 		},
 		func() (*csisupdv1.VolumeListResponse, error) {
+			page, err := parsePage(req.GetPageSize(), req.GetNextToken())
+			if err != nil {
+				return nil, err
+			}
 			st := c.s.State()
-			return &csisupdv1.VolumeListResponse{Volumes: st.Volumes(req.GetPluginId()), Index: st.LatestIndex()}, nil
+			index := st.LatestIndex()
+			volumes, next := st.VolumesPage(req.GetPluginId(), page.from, page.limit)
+			return &csisupdv1.VolumeListResponse{Volumes: volumes, Index: index, NextToken: pageToken(next)}, nil
 		})
 }
 
