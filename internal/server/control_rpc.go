@@ -75,7 +75,7 @@ func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginL
 			st := c.s.State()
 			index := st.LatestIndex()
 			plugins, next := st.PluginsPage(page.from, page.limit)
-			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: index, NextToken: pageToken(next)}, nil
+			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -112,7 +112,7 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 			st := c.s.State()
 			index := st.LatestIndex()
 			nodes, next := st.NodesPage(page.from, page.limit, nodeFilter(req.GetPluginId(), req.GetStatus()))
-			return &csisupdv1.NodeListResponse{Nodes: nodes, Index: index, NextToken: pageToken(next)}, nil
+			return &csisupdv1.NodeListResponse{Nodes: nodes, Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -144,7 +144,7 @@ func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeL
 			st := c.s.State()
 			index := st.LatestIndex()
 			volumes, next := st.VolumesPage(req.GetPluginId(), page.from, page.limit)
-			return &csisupdv1.VolumeListResponse{Volumes: volumes, Index: index, NextToken: pageToken(next)}, nil
+			return &csisupdv1.VolumeListResponse{Volumes: volumes, Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 

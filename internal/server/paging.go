@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
@@ -48,6 +49,15 @@ func pageToken(nextID string) string {
 		return ""
 	}
 	return base64.RawURLEncoding.EncodeToString([]byte(nextID))
+}
+
+// responseToken is the next_token field of a list response: unset on the
+// last page, so the JSON of a complete list keeps its fields.
+func responseToken(nextID string) *string {
+	if nextID == "" {
+		return nil
+	}
+	return proto.String(pageToken(nextID))
 }
 
 // NodesPage returns, sorted by id, up to limit nodes (0: every node) whose

@@ -826,8 +826,9 @@ type PluginListResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Plugins []*ClusterPlugin       `protobuf:"bytes,1,rep,name=plugins,proto3" json:"plugins,omitempty"`
 	Index   uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	// next_token is set when more plugins remain after this page.
-	NextToken     string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3" json:"next_token,omitempty"`
+	// next_token is set when more plugins remain after this page; unset
+	// (absent from JSON) on the last page.
+	NextToken     *string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3,oneof" json:"next_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -877,8 +878,8 @@ func (x *PluginListResponse) GetIndex() uint64 {
 }
 
 func (x *PluginListResponse) GetNextToken() string {
-	if x != nil {
-		return x.NextToken
+	if x != nil && x.NextToken != nil {
+		return *x.NextToken
 	}
 	return ""
 }
@@ -1072,8 +1073,9 @@ type NodeListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Nodes []*ClusterNode         `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Index uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	// next_token is set when more nodes remain after this page.
-	NextToken     string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3" json:"next_token,omitempty"`
+	// next_token is set when more nodes remain after this page; unset
+	// (absent from JSON) on the last page.
+	NextToken     *string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3,oneof" json:"next_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1123,8 +1125,8 @@ func (x *NodeListResponse) GetIndex() uint64 {
 }
 
 func (x *NodeListResponse) GetNextToken() string {
-	if x != nil {
-		return x.NextToken
+	if x != nil && x.NextToken != nil {
+		return *x.NextToken
 	}
 	return ""
 }
@@ -1877,8 +1879,9 @@ type VolumeListResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Volumes []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	Index   uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	// next_token is set when more volumes remain after this page.
-	NextToken     string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3" json:"next_token,omitempty"`
+	// next_token is set when more volumes remain after this page; unset
+	// (absent from JSON) on the last page.
+	NextToken     *string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3,oneof" json:"next_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1928,8 +1931,8 @@ func (x *VolumeListResponse) GetIndex() uint64 {
 }
 
 func (x *VolumeListResponse) GetNextToken() string {
-	if x != nil {
-		return x.NextToken
+	if x != nil && x.NextToken != nil {
+		return *x.NextToken
 	}
 	return ""
 }
@@ -2671,12 +2674,13 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05stale\x18\x01 \x01(\bR\x05stale\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"next_token\x18\x03 \x01(\tR\tnextToken\"~\n" +
+	"next_token\x18\x03 \x01(\tR\tnextToken\"\x92\x01\n" +
 	"\x12PluginListResponse\x123\n" +
 	"\aplugins\x18\x01 \x03(\v2\x19.csisupd.v1.ClusterPluginR\aplugins\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x1d\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\"\n" +
 	"\n" +
-	"next_token\x18\x03 \x01(\tR\tnextToken\"8\n" +
+	"next_token\x18\x03 \x01(\tH\x00R\tnextToken\x88\x01\x01B\r\n" +
+	"\v_next_token\"8\n" +
 	"\x10PluginGetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"\\\n" +
@@ -2689,12 +2693,13 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"next_token\x18\x03 \x01(\tR\tnextToken\x12\x1b\n" +
 	"\tplugin_id\x18\x04 \x01(\tR\bpluginId\x12\x16\n" +
-	"\x06status\x18\x05 \x01(\tR\x06status\"v\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\"\x8a\x01\n" +
 	"\x10NodeListResponse\x12-\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x17.csisupd.v1.ClusterNodeR\x05nodes\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x1d\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\"\n" +
 	"\n" +
-	"next_token\x18\x03 \x01(\tR\tnextToken\"6\n" +
+	"next_token\x18\x03 \x01(\tH\x00R\tnextToken\x88\x01\x01B\r\n" +
+	"\v_next_token\"6\n" +
 	"\x0eNodeGetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"T\n" +
@@ -2760,12 +2765,13 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"next_token\x18\x04 \x01(\tR\tnextToken\"w\n" +
+	"next_token\x18\x04 \x01(\tR\tnextToken\"\x8b\x01\n" +
 	"\x12VolumeListResponse\x12,\n" +
 	"\avolumes\x18\x01 \x03(\v2\x12.csisupd.v1.VolumeR\avolumes\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x1d\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\"\n" +
 	"\n" +
-	"next_token\x18\x03 \x01(\tR\tnextToken\"8\n" +
+	"next_token\x18\x03 \x01(\tH\x00R\tnextToken\x88\x01\x01B\r\n" +
+	"\v_next_token\"8\n" +
 	"\x10VolumeGetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"U\n" +
@@ -2973,6 +2979,9 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_volumes_proto_init()
+	file_csisupd_v1_control_proto_msgTypes[8].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[12].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
