@@ -176,7 +176,7 @@ func runCluster10000(b *testing.B) {
 		Configure: clusterTuning,
 		Logger:    hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: logs}),
 	})
-	leader := c.WaitForLeader(b, time.Minute)
+	c.WaitForLeader(b, time.Minute)
 	// Formed: every server joined and recorded (writes that would
 	// otherwise land in a measurement window).
 	testutil.WaitFor(b, time.Minute, "every server recorded", func() bool {
@@ -200,7 +200,7 @@ func runCluster10000(b *testing.B) {
 	b.ReportMetric(regSeconds, "registration_s")
 	b.ReportMetric(float64(clusterNodes)/regSeconds, "registrations/s")
 	b.ReportMetric(regCPU, "servers_registration_cpu_%core")
-	leader = c.WaitForLeader(b, time.Minute)
+	leader := c.WaitForLeader(b, time.Minute)
 	nodes := listAllNodes(ctx, b, c.Control(leader.Index))
 	if len(nodes) != clusterNodes {
 		b.Fatalf("%d nodes registered, want %d", len(nodes), clusterNodes)
