@@ -18,7 +18,12 @@ func newNodeCommand(opts *clientOptions) *cobra.Command {
 		Short: "Inspect the nodes registered with the cluster",
 		Args:  rangeArgs(0, 0),
 	}
-	var stale bool
+	var (
+		stale      bool
+		pageSize   uint32
+		pluginID   string
+		nodeStatus string
+	)
 	statusCmd := &cobra.Command{
 		Use:   "status [ID]",
 		Short: "Show every node of the cluster, or one node with its plugins",
@@ -35,9 +40,19 @@ state and shows the recorded status instead.`,
 			w := cmd.OutOrStdout()
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
 				if len(args) == 0 {
-					resp, err := cl.ListNodes(ctx, &csisupdv1.NodeListRequest{Stale: stale})
+					resp := &csisupdv1.NodeListResponse{}
+					err := listAllPages(func(token string) (string, error) {
+						page, err := cl.ListNodes(ctx, &csisupdv1.NodeListRequest{
+							Stale: stale, PageSize: pageSize, NextToken: token, PluginId: pluginID, Status: nodeStatus,
+						})
+						if err != nil {
+							return "", controlError(opts.address, err)
+						}
+						resp.Nodes, resp.Index = append(resp.Nodes, page.GetNodes()...), page.GetIndex()
+						return page.GetNextToken(), nil
+					})
 					if err != nil {
-						return controlError(opts.address, err)
+						return err
 					}
 					if opts.json {
 						return printProto(w, resp)
@@ -56,6 +71,9 @@ state and shows the recorded status instead.`,
 		},
 	}
 	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	pageFlag(statusCmd, &pageSize)
+	statusCmd.Flags().StringVar(&pluginID, "plugin", "", "only nodes running this plugin")
+	statusCmd.Flags().StringVar(&nodeStatus, "status", "", "only nodes in this status (ready, initializing, down)")
 	cmd.AddCommand(statusCmd)
 	return cmd
 }

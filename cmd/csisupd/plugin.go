@@ -51,7 +51,10 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 		Short: "Inspect the plugins known to the cluster",
 		Args:  rangeArgs(0, 0),
 	}
-	var stale bool
+	var (
+		stale    bool
+		pageSize uint32
+	)
 	statusCmd := &cobra.Command{
 		Use:   "status [ID]",
 		Short: "Show every plugin of the cluster, or one plugin with its instances per node",
@@ -60,9 +63,17 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 			w := cmd.OutOrStdout()
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
 				if len(args) == 0 {
-					resp, err := cl.ListPlugins(ctx, &csisupdv1.PluginListRequest{Stale: stale})
+					resp := &csisupdv1.PluginListResponse{}
+					err := listAllPages(func(token string) (string, error) {
+						page, err := cl.ListPlugins(ctx, &csisupdv1.PluginListRequest{Stale: stale, PageSize: pageSize, NextToken: token})
+						if err != nil {
+							return "", controlError(opts.address, err)
+						}
+						resp.Plugins, resp.Index = append(resp.Plugins, page.GetPlugins()...), page.GetIndex()
+						return page.GetNextToken(), nil
+					})
 					if err != nil {
-						return controlError(opts.address, err)
+						return err
 					}
 					if opts.json {
 						return printProto(w, resp)
@@ -81,6 +92,7 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 		},
 	}
 	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	pageFlag(statusCmd, &pageSize)
 	cmd.AddCommand(statusCmd)
 	return cmd
 }

@@ -342,6 +342,7 @@ func newVolumeListCommand(opts *clientOptions) *cobra.Command {
 	var (
 		pluginID string
 		stale    bool
+		pageSize uint32
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -349,9 +350,17 @@ func newVolumeListCommand(opts *clientOptions) *cobra.Command {
 		Args:  rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
-				resp, err := cl.ListVolumes(ctx, &csisupdv1.VolumeListRequest{PluginId: pluginID, Stale: stale})
+				resp := &csisupdv1.VolumeListResponse{}
+				err := listAllPages(func(token string) (string, error) {
+					page, err := cl.ListVolumes(ctx, &csisupdv1.VolumeListRequest{PluginId: pluginID, Stale: stale, PageSize: pageSize, NextToken: token})
+					if err != nil {
+						return "", controlError(opts.address, err)
+					}
+					resp.Volumes, resp.Index = append(resp.Volumes, page.GetVolumes()...), page.GetIndex()
+					return page.GetNextToken(), nil
+				})
 				if err != nil {
-					return controlError(opts.address, err)
+					return err
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
@@ -363,6 +372,7 @@ func newVolumeListCommand(opts *clientOptions) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&pluginID, "plugin", "", "only volumes of this plugin")
 	cmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	pageFlag(cmd, &pageSize)
 	return cmd
 }
 

@@ -69,10 +69,15 @@ func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginL
 			return cl.ListPlugins(ctx, req)
 		},
 		func() (*csisupdv1.PluginListResponse, error) {
+			page, err := parsePage(req.GetPageSize(), req.GetNextToken())
+			if err != nil {
+				return nil, err
+			}
 			st := c.s.State()
-			plugins := st.Plugins()
+			index := st.LatestIndex()
+			plugins, next := st.PluginsPage(page.from, page.limit)
 			c.s.pluginsAsLeaderSees(plugins...)
-			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: st.LatestIndex()}, nil
+			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -102,8 +107,22 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 			return cl.ListNodes(ctx, req)
 		},
 		func() (*csisupdv1.NodeListResponse, error) {
+			page, err := parsePage(req.GetPageSize(), req.GetNextToken())
+			if err != nil {
+				return nil, err
+			}
+			switch req.GetStatus() {
+			case "", NodeStatusReady, NodeStatusDown, NodeStatusInitializing:
+			default:
+				return nil, status.Errorf(codes.InvalidArgument, "status %q is not one of %s, %s, %s", req.GetStatus(), NodeStatusReady, NodeStatusDown, NodeStatusInitializing)
+			}
 			st := c.s.State()
-			return &csisupdv1.NodeListResponse{Nodes: c.s.nodesAsLeaderSees(st.Nodes()...), Index: st.LatestIndex()}, nil
+			index := st.LatestIndex()
+			// The status filter sees the status this server tells, so
+			// that --status initializing finds the nodes shown so.
+			view := c.s.heartbeats.view()
+			nodes, next := st.NodesPage(page.from, page.limit, nodeFilter(req.GetPluginId(), req.GetStatus(), view.status))
+			return &csisupdv1.NodeListResponse{Nodes: view.overlay(nodes...), Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -128,8 +147,14 @@ func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeL
 			return cl.ListVolumes(ctx, req)
 		},
 		func() (*csisupdv1.VolumeListResponse, error) {
+			page, err := parsePage(req.GetPageSize(), req.GetNextToken())
+			if err != nil {
+				return nil, err
+			}
 			st := c.s.State()
-			return &csisupdv1.VolumeListResponse{Volumes: st.Volumes(req.GetPluginId()), Index: st.LatestIndex()}, nil
+			index := st.LatestIndex()
+			volumes, next := st.VolumesPage(req.GetPluginId(), page.from, page.limit)
+			return &csisupdv1.VolumeListResponse{Volumes: volumes, Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 

@@ -190,7 +190,20 @@ func (u leaderView) initializing(n *csisupdv1.ClusterNode) bool {
 // changed ones are copies. A server that does not lead returns nodes as
 // they are: a stale read on a follower shows the stored status.
 func (s *Server) nodesAsLeaderSees(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
-	u := s.heartbeats.view()
+	return s.heartbeats.view().overlay(nodes...)
+}
+
+// status returns the status of n as this view tells it.
+func (u leaderView) status(n *csisupdv1.ClusterNode) string {
+	if u.initializing(n) {
+		return NodeStatusInitializing
+	}
+	return n.GetStatus()
+}
+
+// overlay returns nodes with the status this view tells; see
+// nodesAsLeaderSees.
+func (u leaderView) overlay(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
 	if !u.leading {
 		return nodes
 	}

@@ -124,6 +124,13 @@ func TestRestoreNodesInitializingUntilHeartbeat(t *testing.T) {
 	// node-b confirms; node-a, which sorts first, has not.
 	beatNode(t, cluster, "node-b")
 	wantStatuses(t, ctl, map[string]string{"node-a": server.NodeStatusInitializing, "node-b": server.NodeStatusReady})
+	// The status filter sees the status the leader tells.
+	for want, id := range map[string]string{server.NodeStatusInitializing: "node-a", server.NodeStatusReady: "node-b"} {
+		resp, err := ctl.ListNodes(ctx, &csisupdv1.NodeListRequest{Status: want})
+		if err != nil || len(resp.GetNodes()) != 1 || resp.GetNodes()[0].GetId() != id {
+			t.Fatalf("list nodes with status %s: %v, %v; want %s only", want, resp.GetNodes(), err, id)
+		}
+	}
 	if p := pluginOf(t, ctl, "p1"); p.GetControllersHealthy() != 1 || p.GetNodesHealthy() != 1 {
 		t.Fatalf("plugin with node-b confirmed: %v", p)
 	}

@@ -765,8 +765,13 @@ func (x *TopologySegment) GetSegments() map[string]string {
 }
 
 type PluginListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stale         bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Stale bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	// page_size bounds the plugins returned; 0 returns all, at most 1000.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_token resumes a listing where the previous page ended; it is the
+	// opaque next_token of that page's response.
+	NextToken     string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3" json:"next_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -808,10 +813,27 @@ func (x *PluginListRequest) GetStale() bool {
 	return false
 }
 
+func (x *PluginListRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *PluginListRequest) GetNextToken() string {
+	if x != nil {
+		return x.NextToken
+	}
+	return ""
+}
+
 type PluginListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plugins       []*ClusterPlugin       `protobuf:"bytes,1,rep,name=plugins,proto3" json:"plugins,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Plugins []*ClusterPlugin       `protobuf:"bytes,1,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	Index   uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// next_token is set when more plugins remain after this page; unset
+	// (absent from JSON) on the last page.
+	NextToken     *string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3,oneof" json:"next_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -858,6 +880,13 @@ func (x *PluginListResponse) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *PluginListResponse) GetNextToken() string {
+	if x != nil && x.NextToken != nil {
+		return *x.NextToken
+	}
+	return ""
 }
 
 type PluginGetRequest struct {
@@ -965,8 +994,17 @@ func (x *PluginGetResponse) GetIndex() uint64 {
 }
 
 type NodeListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stale         bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Stale bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	// page_size bounds the nodes returned; 0 returns all, at most 1000.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_token resumes a listing where the previous page ended; it is the
+	// opaque next_token of that page's response.
+	NextToken string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3" json:"next_token,omitempty"`
+	// plugin_id, when set, limits the list to nodes running that plugin.
+	PluginId string `protobuf:"bytes,4,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	// status, when set, limits the list to nodes in that status (ready, down).
+	Status        string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1008,10 +1046,41 @@ func (x *NodeListRequest) GetStale() bool {
 	return false
 }
 
+func (x *NodeListRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *NodeListRequest) GetNextToken() string {
+	if x != nil {
+		return x.NextToken
+	}
+	return ""
+}
+
+func (x *NodeListRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *NodeListRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 type NodeListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*ClusterNode         `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*ClusterNode         `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Index uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// next_token is set when more nodes remain after this page; unset
+	// (absent from JSON) on the last page.
+	NextToken     *string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3,oneof" json:"next_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1058,6 +1127,13 @@ func (x *NodeListResponse) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *NodeListResponse) GetNextToken() string {
+	if x != nil && x.NextToken != nil {
+		return *x.NextToken
+	}
+	return ""
 }
 
 type NodeGetRequest struct {
@@ -1735,8 +1811,13 @@ func (x *VolumeReleaseResponse) GetVolume() *Volume {
 type VolumeListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// plugin_id, when set, limits the list to one plugin.
-	PluginId      string `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
-	Stale         bool   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	PluginId string `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Stale    bool   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	// page_size bounds the volumes returned; 0 returns all, at most 1000.
+	PageSize uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_token resumes a listing where the previous page ended; it is the
+	// opaque next_token of that page's response.
+	NextToken     string `protobuf:"bytes,4,opt,name=next_token,json=nextToken,proto3" json:"next_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1785,10 +1866,27 @@ func (x *VolumeListRequest) GetStale() bool {
 	return false
 }
 
+func (x *VolumeListRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *VolumeListRequest) GetNextToken() string {
+	if x != nil {
+		return x.NextToken
+	}
+	return ""
+}
+
 type VolumeListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Volumes       []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Volumes []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Index   uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// next_token is set when more volumes remain after this page; unset
+	// (absent from JSON) on the last page.
+	NextToken     *string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3,oneof" json:"next_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1835,6 +1933,13 @@ func (x *VolumeListResponse) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *VolumeListResponse) GetNextToken() string {
+	if x != nil && x.NextToken != nil {
+		return *x.NextToken
+	}
+	return ""
 }
 
 type VolumeGetRequest struct {
@@ -2620,23 +2725,37 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\bsegments\x18\x01 \x03(\v2).csisupd.v1.TopologySegment.SegmentsEntryR\bsegments\x1a;\n" +
 	"\rSegmentsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
 	"\x11PluginListRequest\x12\x14\n" +
-	"\x05stale\x18\x01 \x01(\bR\x05stale\"_\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"next_token\x18\x03 \x01(\tR\tnextToken\"\x92\x01\n" +
 	"\x12PluginListResponse\x123\n" +
 	"\aplugins\x18\x01 \x03(\v2\x19.csisupd.v1.ClusterPluginR\aplugins\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"8\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\"\n" +
+	"\n" +
+	"next_token\x18\x03 \x01(\tH\x00R\tnextToken\x88\x01\x01B\r\n" +
+	"\v_next_token\"8\n" +
 	"\x10PluginGetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"\\\n" +
 	"\x11PluginGetResponse\x121\n" +
 	"\x06plugin\x18\x01 \x01(\v2\x19.csisupd.v1.ClusterPluginR\x06plugin\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"'\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x98\x01\n" +
 	"\x0fNodeListRequest\x12\x14\n" +
-	"\x05stale\x18\x01 \x01(\bR\x05stale\"W\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"next_token\x18\x03 \x01(\tR\tnextToken\x12\x1b\n" +
+	"\tplugin_id\x18\x04 \x01(\tR\bpluginId\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\"\x8a\x01\n" +
 	"\x10NodeListResponse\x12-\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x17.csisupd.v1.ClusterNodeR\x05nodes\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"6\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\"\n" +
+	"\n" +
+	"next_token\x18\x03 \x01(\tH\x00R\tnextToken\x88\x01\x01B\r\n" +
+	"\v_next_token\"6\n" +
 	"\x0eNodeGetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"T\n" +
@@ -2696,13 +2815,19 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
 	"\x15VolumeReleaseResponse\x12*\n" +
-	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"F\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"\x82\x01\n" +
 	"\x11VolumeListRequest\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale\"X\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"next_token\x18\x04 \x01(\tR\tnextToken\"\x8b\x01\n" +
 	"\x12VolumeListResponse\x12,\n" +
 	"\avolumes\x18\x01 \x03(\v2\x12.csisupd.v1.VolumeR\avolumes\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"8\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\"\n" +
+	"\n" +
+	"next_token\x18\x03 \x01(\tH\x00R\tnextToken\x88\x01\x01B\r\n" +
+	"\v_next_token\"8\n" +
 	"\x10VolumeGetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"U\n" +
@@ -2918,6 +3043,9 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_volumes_proto_init()
+	file_csisupd_v1_control_proto_msgTypes[8].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[12].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
