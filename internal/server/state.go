@@ -151,25 +151,8 @@ func (s *StateStore) Plugin(id string) *csisupdv1.ClusterPlugin {
 
 // Plugins returns the cluster-wide view of every plugin, sorted by id.
 func (s *StateStore) Plugins() []*csisupdv1.ClusterPlugin {
-	txn := s.db.Txn(false)
-	it, err := txn.Get(tablePlugins, "id")
-	if err != nil {
-		return nil
-	}
-	var out []*csisupdv1.ClusterPlugin
-	var rows []*instanceRow
-	for raw := it.Next(); ; raw = it.Next() {
-		if raw == nil || (len(rows) > 0 && raw.(*instanceRow).PluginID != rows[0].PluginID) {
-			if len(rows) > 0 {
-				out = append(out, buildPlugin(txn, rows))
-			}
-			rows = rows[:0]
-		}
-		if raw == nil {
-			return out
-		}
-		rows = append(rows, raw.(*instanceRow))
-	}
+	out, _ := s.PluginsPage("", 0)
+	return out
 }
 
 // buildPlugin aggregates the instance rows of one plugin, sorted by node

@@ -40,26 +40,13 @@ type recoveryServer struct {
 func startRecoveryServer(t *testing.T, name string, ports []int, join []string) *recoveryServer {
 	t.Helper()
 	s := &recoveryServer{name: name, dataDir: testutil.TempDir(t), rpc: fmt.Sprintf("127.0.0.1:%d", ports[0]), httpPort: ports[2]}
-	content := fmt.Sprintf(`name = %q
-data_dir = %q
-bind_addr = "127.0.0.1"
-ports {
-  rpc  = %d
-  raft = %d
-  http = %d
-}
-consul { enabled = false }
-client { enabled = false }
+	s.config = agentHCLIn(t, name, s.dataDir, ports[0], ports[1], ports[2], fmt.Sprintf(`client { enabled = false }
 server {
   enabled          = true
   bootstrap_expect = 3
   retry_join       = %s
 }
-`, name, s.dataDir, ports[0], ports[1], ports[2], hclList(join))
-	s.config = filepath.Join(testutil.TempDir(t), "agent.hcl")
-	if err := os.WriteFile(s.config, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, hclList(join)))
 	s.start(t)
 	return s
 }

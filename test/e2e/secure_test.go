@@ -168,6 +168,12 @@ func hclList(items []string) string {
 // its path.
 func agentHCL(t *testing.T, name string, rpcPort, raftPort, httpPort int, body string) string {
 	t.Helper()
+	return agentHCLIn(t, name, testutil.TempDir(t), rpcPort, raftPort, httpPort, body)
+}
+
+// agentHCLIn is agentHCL with the data dir given.
+func agentHCLIn(t *testing.T, name, dataDir string, rpcPort, raftPort, httpPort int, body string) string {
+	t.Helper()
 	content := fmt.Sprintf(`name = %q
 data_dir = %q
 bind_addr = "127.0.0.1"
@@ -177,7 +183,7 @@ ports {
   http = %d
 }
 consul { enabled = false }
-%s`, name, testutil.TempDir(t), rpcPort, raftPort, httpPort, body)
+%s`, name, dataDir, rpcPort, raftPort, httpPort, body)
 	path := filepath.Join(testutil.TempDir(t), "agent.hcl")
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
