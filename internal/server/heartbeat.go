@@ -156,25 +156,20 @@ type leaderView struct {
 	since   time.Time
 }
 
-// view returns a snapshot of the confirmed nodes for one answer.
+// view returns what this server knows of the nodes' heartbeats, for one
+// answer. It reads the confirmed nodes as they are when asked, rather than
+// copying them: an answer over 10,000 nodes would copy them on every call.
 func (h *heartbeats) view() leaderView {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.enabled {
 		return leaderView{}
 	}
-	heard := make(map[string]struct{}, len(h.confirmed))
-	for id := range h.confirmed {
-		heard[id] = struct{}{}
-	}
 	return leaderView{
 		leading: true,
-		heard: func(id string) bool {
-			_, ok := heard[id]
-			return ok
-		},
-		desc:  fmt.Sprintf("no heartbeat to the current leader since %s at %s", h.sinceWhat, h.since.UTC().Format(time.RFC3339)),
-		since: h.since,
+		heard:   h.confirmedNode,
+		desc:    fmt.Sprintf("no heartbeat to the current leader since %s at %s", h.sinceWhat, h.since.UTC().Format(time.RFC3339)),
+		since:   h.since,
 	}
 }
 
