@@ -11,7 +11,8 @@ import (
 )
 
 // TestClusterLeaderLoss kills the leader between volume operations: the CLI
-// keeps working through a surviving server once a new leader is elected,
+// keeps working through a surviving server once a new leader is elected and
+// the nodes have heartbeated to it,
 // the volume and its claim survive, and a restarted agent's node comes
 // back ready with its plugin healthy.
 func TestClusterLeaderLoss(t *testing.T) {
@@ -39,6 +40,13 @@ func TestClusterLeaderLoss(t *testing.T) {
 		t.Fatalf("CLI against a killed server: exit %d, %q", res.code, res.stderr)
 	}
 
+	// The new leader routes controller calls only to nodes that have
+	// heartbeated to it: until then they are initializing and their
+	// plugins' instances do not count as healthy.
+	testutil.WaitFor(t, 60*time.Second, "both nodes heard by the new leader", func() bool {
+		p, ok := tryPlugin(t, next.RPCAddr, "tp")
+		return ok && p.NodesHealthy == 2 && p.ControllersHealthy == 2
+	})
 	if r := cli(t, next.RPCAddr, "volume", "release", "v1", "--node", c.Agent(1).NodeID(), "--workload", "w1"); r.code != 0 {
 		t.Fatalf("release after leader loss: exit %d: %s", r.code, r.stderr)
 	}
