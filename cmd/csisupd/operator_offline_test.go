@@ -41,7 +41,7 @@ func TestRecoverOfflinePeers(t *testing.T) {
 		t.Fatalf("offline-peers of a running server: %v", err)
 	}
 	for i := range 3 {
-		c.Kill(i) // cuts the raft connections too, so none is left open
+		c.Stop(i)
 	}
 
 	out, err := execute(t, "operator", "raft", "offline-peers", "--data-dir", dir)

@@ -271,15 +271,29 @@ func (h *heartbeats) expire(nodeID string, t *hbTimer) {
 		return
 	}
 	delete(h.timers, nodeID)
-	delete(h.confirmed, nodeID)
 	h.mu.Unlock()
+	// The node stays confirmed until it is stored down: forgetting it first
+	// would show it initializing, as if this leader had just taken over,
+	// until the write applies. Once stored down, confirmation no longer
+	// changes what is shown, and a heartbeat confirms it again.
 	h.s.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
 	_, err := h.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
 		NodeId: nodeID, Status: NodeStatusDown, Description: "missed heartbeat",
 	}}})
-	if err != nil {
-		h.s.logger.Warn("mark node down failed", "node", nodeID, "error", err)
+	if err == nil {
+		return
 	}
+	h.s.logger.Warn("mark node down failed; retrying after the grace", "node", nodeID, "error", err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.timers[nodeID]; ok || !h.enabled {
+		// The node heartbeated meanwhile, or this server no longer leads.
+		return
+	}
+	// Not heard from and not stored down: it is no longer confirmed, and
+	// the write is tried again.
+	delete(h.confirmed, nodeID)
+	h.resetLocked(nodeID, 0)
 }
 
 // hbTimer is one node's timer; its identity tells a fired timer whether it

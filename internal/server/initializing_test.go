@@ -288,3 +288,38 @@ func TestHeartbeatsAfterRestoreDoNotWriteToRaft(t *testing.T) {
 	}
 	wantStatuses(t, ctl, all)
 }
+
+// TestMissedHeartbeatShowsDownNeverInitializing stops the heartbeats of
+// nodes this leader has heard from: each stays ready until its write to
+// down applies, and is never shown initializing on the way, which would
+// claim that this leader has just taken over.
+func TestMissedHeartbeatShowsDownNeverInitializing(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Configure: func(_ int, cfg *server.Config) {
+		cfg.MinHeartbeatTTL = 300 * time.Millisecond
+		cfg.HeartbeatGrace = 100 * time.Millisecond
+	}})
+	checkFormed(t, c, 1)
+	ctl := c.Control(0)
+	cluster := csisupdv1.NewClusterClient(c.Conn(0))
+	const nodes = 20
+	for i := range nodes {
+		registerNode(t, cluster, "node-"+strconv.Itoa(i), "127.0.0.1:1")
+	}
+	seen := map[string]int{}
+	testutil.WaitFor(t, 30*time.Second, "every node to be marked down", func() bool {
+		down := 0
+		for id, n := range nodeStatuses(t, ctl, false) {
+			seen[n.GetStatus()]++
+			switch n.GetStatus() {
+			case server.NodeStatusDown:
+				down++
+			case server.NodeStatusInitializing:
+				t.Fatalf("node %s shown initializing after a missed heartbeat: %s", id, n.GetStatusDescription())
+			}
+		}
+		return down == nodes
+	})
+	if seen[server.NodeStatusReady] == 0 {
+		t.Fatalf("statuses seen %v: the nodes were never seen ready, so the test watched nothing", seen)
+	}
+}

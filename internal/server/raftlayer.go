@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -88,4 +89,84 @@ func (l *tlsLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 		return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// closingLayer closes every connection it accepted or dialled when it is
+// closed. Raft's network transport closes only the listener at shutdown:
+// the goroutine serving each incoming connection would live on until the
+// peer hung up, and pooled outgoing connections would stay open, so a
+// stopped server would hold sockets and goroutines, and keep its peers'
+// goroutines blocked on them.
+type closingLayer struct {
+	raft.StreamLayer
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*layerConn]struct{}
+}
+
+func newClosingLayer(inner raft.StreamLayer) *closingLayer {
+	return &closingLayer{StreamLayer: inner, conns: map[*layerConn]struct{}{}}
+}
+
+// Accept returns the next incoming connection, tracked until it closes.
+func (l *closingLayer) Accept() (net.Conn, error) {
+	c, err := l.StreamLayer.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return l.track(c)
+}
+
+// Dial connects to a peer; the connection is tracked until it closes.
+func (l *closingLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := l.StreamLayer.Dial(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return l.track(c)
+}
+
+func (l *closingLayer) track(c net.Conn) (net.Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	tc := &layerConn{Conn: c, layer: l}
+	l.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+// Close closes the listener and every tracked connection.
+func (l *closingLayer) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	conns := make([]*layerConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	err := l.StreamLayer.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	return err
+}
+
+// layerConn is a connection of a closingLayer; closing it untracks it.
+type layerConn struct {
+	net.Conn
+	layer *closingLayer
+	once  sync.Once
+}
+
+func (c *layerConn) Close() error {
+	c.once.Do(func() {
+		c.layer.mu.Lock()
+		delete(c.layer.conns, c)
+		c.layer.mu.Unlock()
+	})
+	return c.Conn.Close()
 }

@@ -183,7 +183,7 @@ func (s *Server) setupRaft() (err error) {
 		layer = newTLSLayer(layer, s.cfg.TLS, s.logger.Named("raft-tls"))
 	}
 	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  layer,
+		Stream:  newClosingLayer(layer),
 		MaxPool: 3,
 		Timeout: s.cfg.RPCTimeout,
 		Logger:  s.logger.Named("raft-net"),
