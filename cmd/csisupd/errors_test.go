@@ -25,6 +25,8 @@ func TestAgentErrorNamesTheCondition(t *testing.T) {
 		{"permission denied", status.Error(codes.PermissionDenied, "token lacks volume:write"), "permission denied by the agent at 10.0.0.1:4780: token lacks volume:write", ""},
 		{"unauthenticated", status.Error(codes.Unauthenticated, "token not found"), "does not accept the credentials", ""},
 		{"unreachable", status.Error(codes.Unavailable, "connection refused"), "cannot reach the agent at 10.0.0.1:4780", "leader"},
+		{"retryable", csisupdv1.MarkRetryable(status.Error(codes.Unavailable, "node n1 has not heartbeated to the current leader yet"), "node-not-ready"),
+			"agent at 10.0.0.1:4780: node n1 has not heartbeated to the current leader yet (temporary; try again)", "cannot reach"},
 		{"other", status.Error(codes.Internal, "boom"), "agent at 10.0.0.1:4780: boom", ""},
 		{"plugin not on node", csisupdv1.NewPluginNotFoundError("ebs", "n1"), `plugin "ebs" is not registered on node "n1"`, "cluster"},
 	}

@@ -55,6 +55,10 @@ func agentError(addr string, err error) error {
 		return fmt.Errorf("permission denied by the agent at %s: %s (pass a token that allows it: --token, %s or %s)", display(addr), msg, EnvToken, EnvTokenFile)
 	case st.Code() == codes.Unauthenticated:
 		return fmt.Errorf("the agent at %s does not accept the credentials: %s", display(addr), msg)
+	case st.Code() == codes.Unavailable && csisupdv1.IsRetryable(err):
+		// The agent (or the server behind it) answered: the condition is
+		// temporary, and the message says what it waits for.
+		return fmt.Errorf("agent at %s: %s (temporary; try again)", display(addr), msg)
 	case st.Code() == codes.Unavailable:
 		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s", display(addr), msg)
 	}
