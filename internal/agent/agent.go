@@ -578,10 +578,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	run("systemd status", func() error { a.runSystemdStatus(ctx); return nil })
 
 	if a.waitReady(ctx) {
-		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		close(a.ready)
+		// Logged before Ready closes, so whoever waits on Ready sees the line
+		// in the log, not in a monitor it attaches afterwards.
 		a.log.Info("agent serving", "name", a.name, "rpc", a.RPCAddr().String(),
 			"http", a.HTTPAddr().String(), "plugin_dir", a.pluginDir, "data_dir", a.dataDir)
+		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		close(a.ready)
 	}
 
 	<-ctx.Done()
