@@ -428,21 +428,14 @@ func (s *Server) admitClaim(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimReque
 
 // nodeInitializingError refuses a claim on a node stored ready that has
 // not heartbeated to this leader yet: Unavailable and retryable, since the
-// node's next heartbeat, due within the failover TTL, admits it. It carries
-// the ClaimRefused detail of a node that is not ready.
+// node's next heartbeat, due within the failover TTL, admits it.
 func nodeInitializingError(nodeID, why string) error {
 	if why == "" {
 		why = "no heartbeat to the current leader yet"
 	}
-	desc := fmt.Sprintf("node %q is %s (%s)", nodeID, NodeStatusInitializing, why)
-	st, err := status.New(codes.Unavailable, fmt.Sprintf("claim refused (%s): %s", csisupdv1.ClaimRuleNodeNotReady, desc)).
-		WithDetails(&csisupdv1.ClaimRefused{Rule: csisupdv1.ClaimRuleNodeNotReady, Description: desc},
-			&csisupdv1.Retryable{Reason: "the node's next heartbeat to the leader confirms it"})
-	if err != nil {
-		// WithDetails fails only for codes.OK.
-		return status.Error(codes.Unavailable, desc)
-	}
-	return st.Err()
+	return csisupdv1.NewClaimDeferredError(csisupdv1.ClaimRuleNodeNotReady,
+		fmt.Sprintf("node %q is %s (%s)", nodeID, NodeStatusInitializing, why),
+		"the node's next heartbeat to the leader confirms it")
 }
 
 // controllerAdvertises reports whether a controller instance of the

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"unicode/utf8"
 
+	"github.com/hashicorp/go-memdb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -64,20 +65,27 @@ func responseToken(nextID string) *string {
 // id is at least from and for which keep (nil keeps all) is true, and the id
 // of the next such node when more remain.
 func (s *StateStore) NodesPage(from string, limit int, keep func(*csisupdv1.ClusterNode) bool) ([]*csisupdv1.ClusterNode, string) {
-	it, err := s.db.Txn(false).LowerBound(tableNodes, "id", from)
+	return tablePage(s.db.Txn(false), tableNodes, from, limit, keep, (*csisupdv1.ClusterNode).GetId)
+}
+
+// tablePage reads a table keyed by id from the first id at least from, and
+// returns up to limit rows (0: every row) for which keep (nil keeps all)
+// is true, and the id of the next such row when more remain.
+func tablePage[T any](txn *memdb.Txn, table, from string, limit int, keep func(T) bool, id func(T) string) ([]T, string) {
+	it, err := txn.LowerBound(table, "id", from)
 	if err != nil {
 		return nil, ""
 	}
-	var out []*csisupdv1.ClusterNode
+	var out []T
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		n := raw.(*csisupdv1.ClusterNode)
-		if keep != nil && !keep(n) {
+		row := raw.(T)
+		if keep != nil && !keep(row) {
 			continue
 		}
 		if limit > 0 && len(out) == limit {
-			return out, n.GetId()
+			return out, id(row)
 		}
-		out = append(out, n)
+		out = append(out, row)
 	}
 	return out, ""
 }
@@ -117,22 +125,11 @@ func (s *StateStore) PluginsPage(from string, limit int) ([]*csisupdv1.ClusterPl
 // of one plugin (all when pluginID is empty) whose id is at least from, and
 // the id of the next such volume when more remain.
 func (s *StateStore) VolumesPage(pluginID, from string, limit int) ([]*csisupdv1.Volume, string) {
-	it, err := s.db.Txn(false).LowerBound(tableVolumes, "id", from)
-	if err != nil {
-		return nil, ""
+	var keep func(*csisupdv1.Volume) bool
+	if pluginID != "" {
+		keep = func(v *csisupdv1.Volume) bool { return v.GetPluginId() == pluginID }
 	}
-	var out []*csisupdv1.Volume
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		v := raw.(*csisupdv1.Volume)
-		if pluginID != "" && v.GetPluginId() != pluginID {
-			continue
-		}
-		if limit > 0 && len(out) == limit {
-			return out, v.GetId()
-		}
-		out = append(out, v)
-	}
-	return out, ""
+	return tablePage(s.db.Txn(false), tableVolumes, from, limit, keep, (*csisupdv1.Volume).GetId)
 }
 
 // nodeFilter returns the filter of a node list request, nil when it

@@ -119,14 +119,7 @@ func getNode(txn *memdb.Txn, id string) *csisupdv1.ClusterNode {
 
 // Nodes returns every node sorted by id.
 func (s *StateStore) Nodes() []*csisupdv1.ClusterNode {
-	var out []*csisupdv1.ClusterNode
-	it, err := s.db.Txn(false).Get(tableNodes, "id")
-	if err != nil {
-		return nil
-	}
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*csisupdv1.ClusterNode))
-	}
+	out, _ := s.NodesPage("", 0, nil)
 	return out
 }
 
@@ -236,18 +229,7 @@ func getVolume(txn *memdb.Txn, id string) *csisupdv1.Volume {
 // Volumes returns the volumes of one plugin, or all when pluginID is empty,
 // sorted by id.
 func (s *StateStore) Volumes(pluginID string) []*csisupdv1.Volume {
-	txn := s.db.Txn(false)
-	it, err := txn.Get(tableVolumes, "id")
-	if err != nil {
-		return nil
-	}
-	var out []*csisupdv1.Volume
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		v := raw.(*csisupdv1.Volume)
-		if pluginID == "" || v.GetPluginId() == pluginID {
-			out = append(out, v)
-		}
-	}
+	out, _ := s.VolumesPage(pluginID, "", 0)
 	return out
 }
 

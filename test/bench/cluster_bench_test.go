@@ -98,14 +98,7 @@ func startSimAgents(b *testing.B, servers []string) *simProcess {
 	}()
 	b.Cleanup(func() {
 		stdin.Close() // the agents stop at the end of their input
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		waitOrKill(cmd, 20*time.Second)
 	})
 	return p
 }

@@ -285,11 +285,17 @@ func waitForLine(b *testing.B, cmd *exec.Cmd, prefix string) {
 
 func stopProcess(cmd *exec.Cmd) {
 	_ = cmd.Process.Signal(os.Interrupt)
+	waitOrKill(cmd, 10*time.Second)
+}
+
+// waitOrKill waits for a process asked to stop, and kills it if it has not
+// exited after grace.
+func waitOrKill(cmd *exec.Cmd, grace time.Duration) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(grace):
 		_ = cmd.Process.Kill()
 		<-done
 	}

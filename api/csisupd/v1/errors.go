@@ -103,8 +103,20 @@ const (
 // NewClaimRefusedError returns the FailedPrecondition error that refuses a
 // volume claim, with the ClaimRefused detail naming the rule it broke.
 func NewClaimRefusedError(rule, description string) error {
-	msg := fmt.Sprintf("claim refused (%s): %s", rule, description)
-	return withDetails(codes.FailedPrecondition, msg, &ClaimRefused{Rule: rule, Description: description})
+	return withDetails(codes.FailedPrecondition, claimRefusedMessage(rule, description), &ClaimRefused{Rule: rule, Description: description})
+}
+
+// NewClaimDeferredError returns the Unavailable error that refuses a
+// volume claim for now: the ClaimRefused detail names the rule, and the
+// Retryable detail says what will admit the claim (retry) without the
+// caller changing anything.
+func NewClaimDeferredError(rule, description, retry string) error {
+	return withDetails(codes.Unavailable, claimRefusedMessage(rule, description),
+		&ClaimRefused{Rule: rule, Description: description}, &Retryable{Reason: retry})
+}
+
+func claimRefusedMessage(rule, description string) string {
+	return fmt.Sprintf("claim refused (%s): %s", rule, description)
 }
 
 // IsNoLeader reports whether err carries a NoLeader detail: the server

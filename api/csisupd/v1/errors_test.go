@@ -29,6 +29,8 @@ func TestTypedErrors(t *testing.T) {
 		{"marked twice", MarkRetryable(MarkIgnorable(plain, "gone"), "again"), codes.NotFound, true, true, false},
 		{"events fell behind", NewEventsFellBehindError(7, 600, 512), codes.ResourceExhausted, false, false, false},
 		{"events gone", NewEventsGoneError(7, 1200), codes.OutOfRange, false, false, false},
+		{"claim refused", NewClaimRefusedError(ClaimRuleTopology, "not reachable from node n1"), codes.FailedPrecondition, false, false, false},
+		{"claim deferred", NewClaimDeferredError(ClaimRuleNodeNotReady, "node n1 is initializing", "its next heartbeat"), codes.Unavailable, true, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +77,8 @@ func TestErrorMessages(t *testing.T) {
 		{NewCapabilityMissingError("p1", "ControllerExpandVolume", "EXPAND_VOLUME"), `plugin "p1" does not advertise the EXPAND_VOLUME capability that ControllerExpandVolume needs`},
 		{NewEventsFellBehindError(7, 600, 512), "fell behind: 600 events behind the newest (at most 512); resume from index 7"},
 		{NewEventsGoneError(7, 1200), "events after index 7 are no longer buffered (the oldest is 1200): read the state again, then follow the newest events"},
+		{NewClaimRefusedError(ClaimRuleTopology, "not reachable from node n1"), "claim refused (topology): not reachable from node n1"},
+		{NewClaimDeferredError(ClaimRuleNodeNotReady, "node n1 is initializing", "its next heartbeat"), "claim refused (node-not-ready): node n1 is initializing"},
 	}
 	for _, tt := range tests {
 		if got := status.Convert(tt.err).Message(); got != tt.want {
