@@ -84,6 +84,9 @@ func newAgentService(tb testing.TB, cfg AgentServiceConfig) *AgentService {
 	if cfg.MaxSubscribersPerConn == 0 {
 		cfg.MaxSubscribersPerConn = config.DefaultMaxEventSubscribersPerConn
 	}
+	if cfg.LogLevels == nil {
+		cfg.LogLevels = config.LogLevels()
+	}
 	svc, err := NewAgentService(cfg)
 	if err != nil {
 		tb.Fatal(err)

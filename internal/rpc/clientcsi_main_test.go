@@ -151,7 +151,7 @@ func (f *fixedPlugins) add(t testing.TB, id, socket string, fp fingerprint.Finge
 func controllerFingerprint(caps ...csi.ControllerServiceCapability_RPC_Type) fingerprint.Fingerprint {
 	fp := fingerprint.Fingerprint{
 		VendorName:         "mock.csi.test",
-		Type:               fingerprint.TypeController,
+		Type:               plugin.TypeController,
 		PluginCapabilities: []string{"CONTROLLER_SERVICE"},
 	}
 	for _, c := range caps {

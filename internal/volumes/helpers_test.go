@@ -36,7 +36,7 @@ var shortRetry = retry.Policy{Base: time.Millisecond, Cap: 2 * time.Millisecond,
 // waitTime bounds every wait of the tests.
 const waitTime = 10 * time.Second
 
-// fixedPlugins is an rpc.PluginLookup whose read models the test writes, with a
+// fixedPlugins is a csiclient.PluginLookup whose read models the test writes, with a
 // real csiclient connection per plugin socket.
 type fixedPlugins struct {
 	mu      sync.Mutex
@@ -77,8 +77,8 @@ func (f *fixedPlugins) remove(id string) {
 // capability the test plugin has.
 func nodeModel(id string) *csisupdv1.Plugin {
 	return &csisupdv1.Plugin{
-		Id: id, Type: typeNode, Healthy: true, HealthState: "healthy", NodeId: "node-1",
-		NodeCapabilities: []string{capStageUnstage, capVolumeStats, capExpand},
+		Id: id, Type: string(plugin.TypeNode), Healthy: true, HealthState: "healthy", NodeId: "node-1",
+		NodeCapabilities: []string{plugin.CapStageUnstageVolume, plugin.CapGetVolumeStats, plugin.CapExpandVolume},
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 	"github.com/csisupd/csisupd/internal/testutil/sanitytest"
@@ -448,8 +449,8 @@ func TestNodeVolumesSanity(t *testing.T) {
 	// The read model the registry would make of this plugin.
 	plugins := newFixedPlugins()
 	plugins.set(&csisupdv1.Plugin{
-		Id: "tp", Type: typeMonolith, Healthy: true, HealthState: "healthy", NodeId: "sanity-node", MaxVolumes: 4,
-		NodeCapabilities: []string{capStageUnstage, capVolumeStats, capExpand},
+		Id: "tp", Type: string(plugin.TypeMonolith), Healthy: true, HealthState: "healthy", NodeId: "sanity-node", MaxVolumes: 4,
+		NodeCapabilities: []string{plugin.CapStageUnstageVolume, plugin.CapGetVolumeStats, plugin.CapExpandVolume},
 	}, client)
 	e := &env{dir: dir, dataDir: filepath.Join(dir, "data"), plugins: plugins, events: &events{}, logs: &testutil.SyncBuffer{}}
 	m := e.manager(t, Config{}, true)
