@@ -3,7 +3,6 @@ package csiclient
 import (
 	"context"
 	"errors"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -54,22 +53,10 @@ func (p *scriptedPlugin) NodePublishVolume(_ context.Context, req *csi.NodePubli
 func servePlugin(t *testing.T, p *scriptedPlugin) *Client {
 	t.Helper()
 	socket := filepath.Join(testutil.TempDir(t), "csi.sock")
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	csi.RegisterControllerServer(srv, p)
 	csi.RegisterNodeServer(srv, p)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
+	testutil.ServeGRPC(t, testutil.ListenUnix(t, socket), srv)
 	return newClient(t, Config{Socket: socket})
 }
 

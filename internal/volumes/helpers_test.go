@@ -21,13 +21,11 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
+	"github.com/csisupd/csisupd/internal/testutil/sanitytest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// Ginkgo (csi-sanity) registers a signal handler for the process.
-		goleak.IgnoreTopFunction("github.com/onsi/ginkgo/v2/internal/interrupt_handler.(*InterruptHandler).registerForInterrupts.func2"),
-	)
+	goleak.VerifyTestMain(m, sanitytest.IgnoreGinkgo())
 }
 
 // shortRetry keeps retries fast in tests.

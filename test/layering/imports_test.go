@@ -54,7 +54,7 @@ var allowed = map[string][]string{
 	api:                  {},
 
 	"internal/testutil":                      {},
-	"internal/testutil/sanitytest":           {},
+	"internal/testutil/sanitytest":           {"internal/testutil"},
 	"internal/testutil/metricsdoc":           {},
 	"internal/plugin/plugintest":             {api, "internal/plugin"},
 	"internal/testplugin":                    {},
