@@ -103,11 +103,11 @@ func NewClientCSI(cfg ClientCSIConfig) (*ClientCSI, error) {
 			errs = append(errs, fmt.Errorf("rpc: ClientCSIConfig.MethodTimeouts[%q] must be positive, got %s", name, d))
 		}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
 	}
 	calls, err := csiclient.NewInvoker(csiclient.InvokerConfig{Plugins: cfg.Plugins, NodeName: cfg.NodeName, Retry: cfg.Retry, Logger: cfg.Logger.Named("clientcsi")})
 	if err != nil {
