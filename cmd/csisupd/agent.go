@@ -109,7 +109,7 @@ func startDemoPlugin(a *agent.Agent, nodeName string, log hclog.Logger) (*testpl
 	p, err := testplugin.New(testplugin.Config{
 		Socket:   filepath.Join(dir, "csi.sock"),
 		StateDir: filepath.Join(a.DataDir(), "demo-plugin-state"),
-		Type:     "monolith",
+		Type:     testplugin.TypeMonolith,
 		NodeID:   nodeName,
 		Topology: map[string]string{"topology.csisupd.io/node": nodeName},
 		Logger:   log,

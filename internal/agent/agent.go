@@ -167,7 +167,7 @@ func New(c Config) (a *Agent, err error) {
 		return nil, err
 	}
 	if cfg.Telemetry.PrometheusMetrics {
-		if a.grpcMetrics, err = rpc.NewGRPCMetrics(a.metrics); err != nil {
+		if a.grpcMetrics, err = rpc.NewGRPCMetrics(a.metrics, config.LatencyBuckets()); err != nil {
 			return nil, fmt.Errorf("agent: %w", err)
 		}
 	}
@@ -237,6 +237,7 @@ func New(c Config) (a *Agent, err error) {
 		MaxSubscribersPerConn: cfg.Client.MaxEventSubscribersPerConn,
 		Metrics:               a.registerer(),
 		Logs:                  logSinks(log),
+		LogLevels:             config.LogLevels(),
 		Gatherer:              a.metrics,
 		Config:                a.configString,
 		EnableDebug:           a.debug.Load,

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
-	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 )
 
@@ -21,7 +21,7 @@ func benchSetup(b *testing.B, n int) (*consultest.Agent, *Syncer, *registry.Regi
 	a := newAgent(b, consultest.Config{})
 	reg := registry.New(registry.Config{})
 	for i := range n {
-		addPlugin(reg, fmt.Sprintf("plugin-%04d", i), "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+		addPlugin(reg, fmt.Sprintf("plugin-%04d", i), "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 	}
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	s, err := New(cfg)

@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
-	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -44,8 +44,8 @@ func mustPass(t *testing.T, s *Syncer) {
 func TestChangedCheckDefinitionWritesOnce(t *testing.T) {
 	a := newAgent(t, consultest.Config{})
 	reg := registry.New(registry.Config{})
-	addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
-	addPlugin(reg, "beta", "1.0", fingerprint.TypeController, heartbeat.Healthy, "ok")
+	addPlugin(reg, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
+	addPlugin(reg, "beta", "1.0", plugin.TypeController, heartbeat.Healthy, "ok")
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	s := newSyncer(t, cfg)
 	mustPass(t, s)
@@ -81,7 +81,7 @@ func TestPluginServicesFollowTheAgentCheck(t *testing.T) {
 	reg := registry.New(registry.Config{})
 	ids := []string{"alpha", "beta", "gamma"}
 	for _, id := range ids {
-		addPlugin(reg, id, "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+		addPlugin(reg, id, "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 	}
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	s := newSyncer(t, cfg)
@@ -179,7 +179,7 @@ func TestServerAddrsErrors(t *testing.T) {
 func TestShutdownWithConsulUnreachable(t *testing.T) {
 	a := newAgent(t, consultest.Config{ManualChecks: true})
 	reg := registry.New(registry.Config{})
-	addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+	addPlugin(reg, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 	logs := &logBuffer{}
 	cfg := testConfig(reg, a.Addr(), logs)
 	cfg.DeregisterOnShutdown = true

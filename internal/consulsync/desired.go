@@ -14,6 +14,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 // Service and check IDs. Every ID csisupd registers starts with
@@ -180,10 +181,7 @@ func aliasCheck(serviceID string) wantCheck {
 }
 
 func pluginService(c Config, p *csisupdv1.Plugin) *wantService {
-	typ := p.GetType()
-	if typ == "" {
-		typ = "unknown"
-	}
+	typ := string(plugin.Type(p.GetType()).OrUnknown())
 	meta := map[string]string{
 		metaExternalSource: externalSource,
 		metaPluginID:       p.GetId(),

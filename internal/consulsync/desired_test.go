@@ -12,6 +12,7 @@ import (
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 )
 
@@ -124,7 +125,7 @@ func TestPluginService(t *testing.T) {
 	}{
 		{
 			name:     "tags deduplicated",
-			plugin:   registry.Plugin{ID: "a", Fingerprint: fingerprint.Fingerprint{Type: fingerprint.TypeNode, VendorVersion: "1.0"}, Health: heartbeat.Health{State: heartbeat.Healthy, Description: "ok"}},
+			plugin:   registry.Plugin{ID: "a", Fingerprint: fingerprint.Fingerprint{Type: plugin.TypeNode, VendorVersion: "1.0"}, Health: heartbeat.Health{State: heartbeat.Healthy, Description: "ok"}},
 			wantName: "csi-plugin-a", wantTags: []string{"node", "1.0", "team"},
 			wantStatus: api.HealthPassing, wantOutput: "ok",
 		},
@@ -133,7 +134,7 @@ func TestPluginService(t *testing.T) {
 			cfg: func(c *Config) {
 				c.PluginServiceName = config.ConsulConfig{PluginServiceName: "storage-{{id}}-csi"}.PluginService
 			},
-			plugin:   registry.Plugin{ID: "b", Fingerprint: fingerprint.Fingerprint{Type: fingerprint.TypeController}, Health: heartbeat.Health{State: heartbeat.Unhealthy, Description: "down"}},
+			plugin:   registry.Plugin{ID: "b", Fingerprint: fingerprint.Fingerprint{Type: plugin.TypeController}, Health: heartbeat.Health{State: heartbeat.Unhealthy, Description: "down"}},
 			wantName: "storage-b-csi", wantTags: []string{"controller", "team", "node"},
 			wantStatus: api.HealthCritical, wantOutput: "down",
 		},
@@ -145,7 +146,7 @@ func TestPluginService(t *testing.T) {
 		},
 		{
 			name:     "long meta is clipped",
-			plugin:   registry.Plugin{ID: "d", Fingerprint: fingerprint.Fingerprint{Type: fingerprint.TypeNode, VendorName: long}, Health: heartbeat.Health{State: heartbeat.Healthy, Description: strings.Repeat("x", 5000)}},
+			plugin:   registry.Plugin{ID: "d", Fingerprint: fingerprint.Fingerprint{Type: plugin.TypeNode, VendorName: long}, Health: heartbeat.Health{State: heartbeat.Healthy, Description: strings.Repeat("x", 5000)}},
 			wantName: "csi-plugin-d", wantTags: []string{"node", "team"},
 			wantStatus: api.HealthPassing, wantOutput: strings.Repeat("x", maxOutput),
 			check: func(t *testing.T, w *wantService) {
@@ -184,7 +185,7 @@ func TestPluginService(t *testing.T) {
 
 func TestIdentity(t *testing.T) {
 	cfg := baseConfig()
-	p := registry.Plugin{ID: "a", Instance: socket("a", 1), RegisteredAt: time.Unix(1e9, 0), Fingerprint: fingerprint.Fingerprint{Type: fingerprint.TypeNode, VendorVersion: "1.0"},
+	p := registry.Plugin{ID: "a", Instance: socket("a", 1), RegisteredAt: time.Unix(1e9, 0), Fingerprint: fingerprint.Fingerprint{Type: plugin.TypeNode, VendorVersion: "1.0"},
 		Health: heartbeat.Health{State: heartbeat.Healthy, Description: "ok"}}
 	base := pluginService(cfg, p.Proto()).identity
 	tests := []struct {
@@ -201,7 +202,7 @@ func TestIdentity(t *testing.T) {
 		}, true},
 		{"new socket path", func(_ *Config, p *registry.Plugin) { p.Instance.Path = "/run/csi/a.sock" }, true},
 		{"vendor version", func(_ *Config, p *registry.Plugin) { p.Fingerprint.VendorVersion = "1.1" }, true},
-		{"plugin type", func(_ *Config, p *registry.Plugin) { p.Fingerprint.Type = fingerprint.TypeMonolith }, true},
+		{"plugin type", func(_ *Config, p *registry.Plugin) { p.Fingerprint.Type = plugin.TypeMonolith }, true},
 		{"configured tags", func(c *Config, _ *registry.Plugin) { c.Tags = []string{"x"} }, true},
 		{"check TTL", func(c *Config, _ *registry.Plugin) { c.CheckTTL = time.Hour }, true},
 		{"tag override", func(c *Config, _ *registry.Plugin) { c.EnableTagOverride = true }, true},

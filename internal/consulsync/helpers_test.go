@@ -173,12 +173,12 @@ func socket(id string, inode uint64) plugin.Instance {
 	return plugin.Instance{Path: "/run/csi/" + id + "/csi.sock", Inode: inode}
 }
 
-func fprint(version string, typ fingerprint.PluginType) *fingerprint.Fingerprint {
+func fprint(version string, typ plugin.Type) *fingerprint.Fingerprint {
 	return &fingerprint.Fingerprint{VendorName: "example.csi.io", VendorVersion: version, Type: typ}
 }
 
 // addPlugin registers a fingerprinted plugin with a health state.
-func addPlugin(reg *registry.Registry, id, version string, typ fingerprint.PluginType, state heartbeat.State, desc string) plugin.Instance {
+func addPlugin(reg *registry.Registry, id, version string, typ plugin.Type, state heartbeat.State, desc string) plugin.Instance {
 	inst := socket(id, 1)
 	reg.Register(id, inst, fprint(version, typ))
 	reg.SetHealth(id, inst, heartbeat.Result{State: state, Description: desc})

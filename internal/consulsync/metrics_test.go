@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
-	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -82,8 +82,8 @@ func newMetricsSyncer(t *testing.T, plugins *registry.Registry, addr string, con
 func TestMetricsCountPassesAndWrites(t *testing.T) {
 	a := newAgent(t, consultest.Config{})
 	plugins := registry.New(registry.Config{})
-	addPlugin(plugins, "alpha", "1.0", fingerprint.TypeMonolith, heartbeat.Healthy, "probe ok")
-	addPlugin(plugins, "beta", "1.0", fingerprint.TypeNode, heartbeat.Unhealthy, "not ready")
+	addPlugin(plugins, "alpha", "1.0", plugin.TypeMonolith, heartbeat.Healthy, "probe ok")
+	addPlugin(plugins, "beta", "1.0", plugin.TypeNode, heartbeat.Unhealthy, "not ready")
 	// A leftover csisupd service from before: deregistered once the
 	// probation is over.
 	op := newClient(t, a, "")
@@ -216,7 +216,7 @@ func TestMetricsFailureReasons(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := newAgent(t, consultest.Config{ACL: &consultest.ACL{Tokens: map[string]consultest.Policy{token: consultest.AllowAll()}}})
 			plugins := registry.New(registry.Config{})
-			addPlugin(plugins, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+			addPlugin(plugins, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 			s, reg, now := newMetricsSyncer(t, plugins, a.Addr(), func(c *Config) { c.Token = token })
 			ctx := context.Background()
 			if err := s.syncPass(ctx); err != nil {
@@ -311,7 +311,7 @@ func newMonitor(t *testing.T) (*watchdog.Monitor, *testutil.Clock) {
 func TestSyncLoopBeatsWhileWaitingOutABackoff(t *testing.T) {
 	mon, clock := newMonitor(t)
 	plugins := registry.New(registry.Config{})
-	addPlugin(plugins, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+	addPlugin(plugins, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 	reg := prometheus.NewRegistry()
 	cfg := testConfig(plugins, testutil.FreeAddr(t), &logBuffer{}) // Consul is down
 	cfg.Metrics, cfg.Watchdog = reg, mon

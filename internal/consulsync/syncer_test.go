@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
-	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -22,8 +22,8 @@ import (
 func TestFirstRegistration(t *testing.T) {
 	a := newAgent(t, consultest.Config{})
 	reg := registry.New(registry.Config{})
-	addPlugin(reg, "alpha", "1.2.0", fingerprint.TypeMonolith, heartbeat.Healthy, "probe ok")
-	addPlugin(reg, "beta", "0.9", fingerprint.TypeNode, heartbeat.Unhealthy, "probe failed: not ready")
+	addPlugin(reg, "alpha", "1.2.0", plugin.TypeMonolith, heartbeat.Healthy, "probe ok")
+	addPlugin(reg, "beta", "0.9", plugin.TypeNode, heartbeat.Unhealthy, "probe failed: not ready")
 	reg.Register("gamma", socket("gamma", 7), nil) // not fingerprinted, not probed
 
 	// A service of someone else must stay untouched.
@@ -131,7 +131,7 @@ func TestSteadyStatePassMakesTwoGETs(t *testing.T) {
 			a := newAgent(t, consultest.Config{})
 			reg := registry.New(registry.Config{})
 			for i := range tt.plugins {
-				addPlugin(reg, "p"+string(rune('a'+i)), "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+				addPlugin(reg, "p"+string(rune('a'+i)), "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 			}
 			cfg := testConfig(reg, a.Addr(), &logBuffer{})
 			cfg.EnableTagOverride = tt.tagOverride
@@ -165,7 +165,7 @@ func TestSteadyStatePassMakesTwoGETs(t *testing.T) {
 func TestSteadyStateUnderRunDoesNotWrite(t *testing.T) {
 	a := newAgent(t, consultest.Config{})
 	reg := registry.New(registry.Config{})
-	addPlugin(reg, "alpha", "1.0", fingerprint.TypeController, heartbeat.Healthy, "ok")
+	addPlugin(reg, "alpha", "1.0", plugin.TypeController, heartbeat.Healthy, "ok")
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	cfg.SyncInterval = 5 * time.Millisecond
 	start(t, cfg)
@@ -185,7 +185,7 @@ func TestSteadyStateUnderRunDoesNotWrite(t *testing.T) {
 func TestHealthAndLifecycleReachConsul(t *testing.T) {
 	a := newAgent(t, consultest.Config{})
 	reg := registry.New(registry.Config{})
-	inst := addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+	inst := addPlugin(reg, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	// No periodic passes: only registry changes can trigger what follows.
 	cfg.SyncInterval = time.Hour
@@ -212,7 +212,7 @@ func TestHealthAndLifecycleReachConsul(t *testing.T) {
 	})
 
 	inst2 := socket("alpha", 2)
-	reg.Register("alpha", inst2, fprint("1.1", fingerprint.TypeNode))
+	reg.Register("alpha", inst2, fprint("1.1", plugin.TypeNode))
 	reg.SetHealth("alpha", inst2, heartbeat.Result{State: heartbeat.Healthy, Description: "back"})
 	waitFor(t, "plugin registered again", func() bool { return synced(a, reg) })
 	if svc, _ := a.Service(PluginServiceID("alpha")); !slices.Contains(svc.Tags, "1.1") {
@@ -233,7 +233,7 @@ func TestTagOverride(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := newAgent(t, consultest.Config{})
 			reg := registry.New(registry.Config{})
-			addPlugin(reg, "alpha", "1.0", fingerprint.TypeMonolith, heartbeat.Healthy, "ok")
+			addPlugin(reg, "alpha", "1.0", plugin.TypeMonolith, heartbeat.Healthy, "ok")
 			cfg := testConfig(reg, a.Addr(), &logBuffer{})
 			cfg.EnableTagOverride = tt.override
 			cfg.SyncInterval = 5 * time.Millisecond
@@ -298,7 +298,7 @@ func TestTagOverrideLifecycleChangeRestoresTags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := newAgent(t, consultest.Config{})
 			reg := registry.New(registry.Config{})
-			inst := addPlugin(reg, "alpha", "1.0", fingerprint.TypeMonolith, heartbeat.Healthy, "ok")
+			inst := addPlugin(reg, "alpha", "1.0", plugin.TypeMonolith, heartbeat.Healthy, "ok")
 			cfg := testConfig(reg, a.Addr(), &logBuffer{})
 			cfg.EnableTagOverride = true
 			cfg.SyncInterval = 5 * time.Millisecond
@@ -324,7 +324,7 @@ func TestTagOverrideLifecycleChangeRestoresTags(t *testing.T) {
 				a.FailNext(consultest.RouteServiceRegister, 1, 500)
 			}
 			// The plugin is upgraded in place: a new vendor version.
-			reg.SetFingerprint("alpha", inst, *fprint("1.1", fingerprint.TypeMonolith))
+			reg.SetFingerprint("alpha", inst, *fprint("1.1", plugin.TypeMonolith))
 
 			want := []string{"monolith", "1.1", "team-a"}
 			waitFor(t, "csisupd's tags restored", func() bool {
@@ -353,7 +353,7 @@ func TestTagOverrideLifecycleChangeRestoresTags(t *testing.T) {
 func TestReloadedConfigIsLifecycleChange(t *testing.T) {
 	a := newAgent(t, consultest.Config{})
 	reg := registry.New(registry.Config{})
-	addPlugin(reg, "alpha", "1.0", fingerprint.TypeMonolith, heartbeat.Healthy, "ok")
+	addPlugin(reg, "alpha", "1.0", plugin.TypeMonolith, heartbeat.Healthy, "ok")
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	cfg.EnableTagOverride = true
 	r := start(t, cfg)
@@ -415,7 +415,7 @@ func TestTokenSources(t *testing.T) {
 				Anonymous: consultest.AllowAll(),
 			}})
 			reg := registry.New(registry.Config{})
-			addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+			addPlugin(reg, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 			cfg := testConfig(reg, a.Addr(), &logBuffer{})
 			cfg.Token = tt.token
 			setEnv(t, tt.env)
@@ -434,7 +434,7 @@ func TestTokenFromProcessEnvironment(t *testing.T) {
 	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
 	a := newAgent(t, consultest.Config{ACL: &consultest.ACL{Tokens: map[string]consultest.Policy{"proc-secret": consultest.AllowAll()}}})
 	reg := registry.New(registry.Config{})
-	addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+	addPlugin(reg, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	start(t, cfg)
 	waitFor(t, "sync", func() bool { return synced(a, reg) })
@@ -459,7 +459,7 @@ func TestWrongTokenIsRetriedUntilReload(t *testing.T) {
 				"reader-secret-456": {ServiceRead: []string{""}},
 			}}})
 			reg := registry.New(registry.Config{})
-			addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+			addPlugin(reg, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 			logs := &logBuffer{}
 			cfg := testConfig(reg, a.Addr(), logs)
 			cfg.Token = tt.token
@@ -545,7 +545,7 @@ func TestConsulTokenWarning(t *testing.T) {
 func TestConsulDownAtStart(t *testing.T) {
 	addr := testutil.FreeAddr(t)
 	reg := registry.New(registry.Config{})
-	addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+	addPlugin(reg, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 	logs := &logBuffer{}
 	cfg := testConfig(reg, addr, logs)
 	r := start(t, cfg)
@@ -590,7 +590,7 @@ func TestProbationOfUnknownServices(t *testing.T) {
 				t.Fatal(err)
 			}
 			reg := registry.New(registry.Config{})
-			addPlugin(reg, "back", "2.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+			addPlugin(reg, "back", "2.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 			cfg := testConfig(reg, a.Addr(), &logBuffer{})
 			cfg.Probation = tt.probation
 			cfg.SyncInterval = 5 * time.Millisecond
@@ -636,7 +636,7 @@ func TestShutdownDeregistration(t *testing.T) {
 				t.Fatal(err)
 			}
 			reg := registry.New(registry.Config{})
-			addPlugin(reg, "alpha", "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+			addPlugin(reg, "alpha", "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 			cfg := testConfig(reg, a.Addr(), &logBuffer{})
 			cfg.DeregisterOnShutdown = tt.deregister
 			r := start(t, cfg)
@@ -664,7 +664,7 @@ func TestTTLRefreshOnlyWhenDue(t *testing.T) {
 	a := newAgent(t, consultest.Config{})
 	reg := registry.New(registry.Config{})
 	for _, id := range []string{"a", "b", "c"} {
-		addPlugin(reg, id, "1.0", fingerprint.TypeNode, heartbeat.Healthy, "ok")
+		addPlugin(reg, id, "1.0", plugin.TypeNode, heartbeat.Healthy, "ok")
 	}
 	cfg := testConfig(reg, a.Addr(), &logBuffer{})
 	cfg.CheckTTL = 8 * time.Hour

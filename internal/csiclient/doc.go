@@ -1,4 +1,5 @@
-// Package csiclient connects to one CSI plugin's unix socket.
+// Package csiclient connects to one CSI plugin's unix socket, and holds
+// the node's one path for calling plugins (Invoker, see "The call path").
 //
 // A Client holds two connections to the plugin, for two kinds of traffic:
 //
@@ -81,6 +82,22 @@
 //     and per connection: the cap plus 5 bytes, between 64 KiB and 256 KiB.
 //     Reply headers and trailers, and the metadata a call sends, are capped
 //     at 64 KiB; the HPACK table the plugin may make us keep at 4 KiB.
+//
+// # The call path
+//
+// ClientCSI (package rpc) and the node volume manager (package volumes) call
+// plugins through one Invoker each, both the same code: Invoke finds the
+// plugin through a PluginLookup (the registry's Manager) and checks that it
+// is healthy, fingerprinted and has the service and capability the call
+// needs (Resolve, with the typed errors of the api package); gives a call
+// without a deadline the caller's default; retries Unavailable,
+// ResourceExhausted and DeadlineExceeded (RetryableCode) up to MaxAttempts
+// attempts, each after the retry policy's jittered backoff and only while the
+// deadline leaves room, finding the plugin again before each; and removes
+// every value of a field CSI marks secret (csi_secret) from the errors it
+// returns and the lines it logs (RedactError, RedactString, Redact). An
+// error that is not a gRPC status comes back as Unknown, redacted, as a gRPC
+// server would send it.
 //
 // # Errors
 //

@@ -11,19 +11,8 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-)
 
-// PluginType is what services a plugin offers.
-type PluginType string
-
-// Plugin types. A plugin is a controller when it advertises the
-// CONTROLLER_SERVICE capability, a node when NodeGetInfo answers, and a
-// monolith when both hold.
-const (
-	TypeUnknown    PluginType = "unknown"
-	TypeController PluginType = "controller"
-	TypeNode       PluginType = "node"
-	TypeMonolith   PluginType = "monolith"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 // Fingerprint is what a plugin reports about itself.
@@ -31,7 +20,7 @@ type Fingerprint struct {
 	VendorName             string            `json:"vendor_name"`
 	VendorVersion          string            `json:"vendor_version"`
 	Manifest               map[string]string `json:"manifest,omitempty"`
-	Type                   PluginType        `json:"type"`
+	Type                   plugin.Type       `json:"type"`
 	PluginCapabilities     []string          `json:"plugin_capabilities"`
 	ControllerCapabilities []string          `json:"controller_capabilities"`
 	NodeCapabilities       []string          `json:"node_capabilities"`
@@ -94,7 +83,7 @@ func (f Fingerprint) HasControllerCapability(name string) bool {
 // is not a CSI server fails at GetPluginInfo. An empty plugin name or an
 // empty node ID from a node plugin is an error: both are required by CSI.
 func Take(ctx context.Context, c Clients) (Fingerprint, error) {
-	fp := Fingerprint{Type: TypeUnknown}
+	fp := Fingerprint{Type: plugin.TypeUnknown}
 
 	info, err := c.Identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
 	if err != nil {
@@ -177,14 +166,7 @@ func Take(ctx context.Context, c Clients) (Fingerprint, error) {
 		fp.NodeCapabilities = sortedUnique(fp.NodeCapabilities)
 	}
 
-	switch {
-	case hasController && isNode:
-		fp.Type = TypeMonolith
-	case hasController:
-		fp.Type = TypeController
-	case isNode:
-		fp.Type = TypeNode
-	}
+	fp.Type = plugin.TypeOf(hasController, isNode)
 	return fp, nil
 }
 

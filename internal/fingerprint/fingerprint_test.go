@@ -19,6 +19,7 @@ import (
 
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/plugin"
 )
 
 func TestMain(m *testing.M) {
@@ -174,7 +175,7 @@ func TestTake(t *testing.T) {
 				VendorName:             "ctrl.example.com",
 				VendorVersion:          "0.9",
 				Manifest:               map[string]string{"commit": "abc"},
-				Type:                   TypeController,
+				Type:                   plugin.TypeController,
 				PluginCapabilities:     []string{"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS"},
 				ControllerCapabilities: []string{"CREATE_DELETE_VOLUME", "PUBLISH_UNPUBLISH_VOLUME"},
 			},
@@ -193,7 +194,7 @@ func TestTake(t *testing.T) {
 			want: Fingerprint{
 				VendorName:             "ctrl.example.com",
 				VendorVersion:          "1.2.3",
-				Type:                   TypeController,
+				Type:                   plugin.TypeController,
 				PluginCapabilities:     []string{"CONTROLLER_SERVICE"},
 				ControllerCapabilities: []string{"LIST_VOLUMES"},
 			},
@@ -214,7 +215,7 @@ func TestTake(t *testing.T) {
 			want: Fingerprint{
 				VendorName:         "node.example.com",
 				VendorVersion:      "1.2.3",
-				Type:               TypeNode,
+				Type:               plugin.TypeNode,
 				PluginCapabilities: []string{"VOLUME_ACCESSIBILITY_CONSTRAINTS"},
 				NodeCapabilities:   []string{"EXPAND_VOLUME", "GET_VOLUME_STATS", "STAGE_UNSTAGE_VOLUME"},
 				NodeID:             "node-1",
@@ -234,7 +235,7 @@ func TestTake(t *testing.T) {
 			want: Fingerprint{
 				VendorName:    "node.example.com",
 				VendorVersion: "1.2.3",
-				Type:          TypeNode,
+				Type:          plugin.TypeNode,
 				NodeID:        "node-2",
 			},
 		},
@@ -268,7 +269,7 @@ func TestTake(t *testing.T) {
 			want: Fingerprint{
 				VendorName:             "mono.example.com",
 				VendorVersion:          "1.2.3",
-				Type:                   TypeMonolith,
+				Type:                   plugin.TypeMonolith,
 				PluginCapabilities:     []string{"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS", "VOLUME_EXPANSION_ONLINE"},
 				ControllerCapabilities: []string{"CREATE_DELETE_VOLUME", "EXPAND_VOLUME"},
 				NodeCapabilities:       []string{"STAGE_UNSTAGE_VOLUME"},
@@ -287,7 +288,7 @@ func TestTake(t *testing.T) {
 			want: Fingerprint{
 				VendorName:    "bare.example.com",
 				VendorVersion: "1.2.3",
-				Type:          TypeUnknown,
+				Type:          plugin.TypeUnknown,
 			},
 		},
 		{
@@ -436,7 +437,7 @@ func full() Fingerprint {
 		VendorName:             "v.example.com",
 		VendorVersion:          "1.0.0",
 		Manifest:               map[string]string{"commit": "abc"},
-		Type:                   TypeMonolith,
+		Type:                   plugin.TypeMonolith,
 		PluginCapabilities:     []string{"CONTROLLER_SERVICE"},
 		ControllerCapabilities: []string{"CREATE_DELETE_VOLUME", "PUBLISH_UNPUBLISH_VOLUME"},
 		NodeCapabilities:       []string{"STAGE_UNSTAGE_VOLUME"},
@@ -456,7 +457,7 @@ func TestEqualAndDiff(t *testing.T) {
 		{name: "vendor name", change: func(f *Fingerprint) { f.VendorName = "other" }, want: []string{"vendor_name"}},
 		{name: "vendor version", change: func(f *Fingerprint) { f.VendorVersion = "2.0.0" }, want: []string{"vendor_version"}},
 		{name: "manifest value", change: func(f *Fingerprint) { f.Manifest = map[string]string{"commit": "def"} }, want: []string{"manifest"}},
-		{name: "type", change: func(f *Fingerprint) { f.Type = TypeNode }, want: []string{"type"}},
+		{name: "type", change: func(f *Fingerprint) { f.Type = plugin.TypeNode }, want: []string{"type"}},
 		{name: "plugin capabilities", change: func(f *Fingerprint) { f.PluginCapabilities = nil }, want: []string{"plugin_capabilities"}},
 		{name: "controller capability added", change: func(f *Fingerprint) {
 			f.ControllerCapabilities = append(slices.Clone(f.ControllerCapabilities), "LIST_VOLUMES")
@@ -495,9 +496,9 @@ func TestEqualAndDiff(t *testing.T) {
 func TestEqualNilAndEmpty(t *testing.T) {
 	// A fingerprint read back from JSON has empty slices where a fresh one
 	// has nil; that is not a change.
-	a := Fingerprint{Type: TypeNode}
+	a := Fingerprint{Type: plugin.TypeNode}
 	b := Fingerprint{
-		Type:                   TypeNode,
+		Type:                   plugin.TypeNode,
 		Manifest:               map[string]string{},
 		PluginCapabilities:     []string{},
 		ControllerCapabilities: []string{},

@@ -1,7 +1,9 @@
 // Package plugin is the plugin model every part of csisupd shares: a
-// plugin's identity (its id and the Instance of its socket), its read
-// model, the events of its life, and Source, the interface through which
-// consumers read plugin state.
+// plugin's identity (its id and the Instance of its socket), its type
+// (Type: controller, node, monolith or unknown, with TypeOf and Roles
+// between a type and the services it serves), the names of the
+// capabilities it is checked for, its read model, the events of its life,
+// and Source, the interface through which consumers read plugin state.
 //
 // The read model is the API message csisupdv1.Plugin: the Agent API, the
 // node client that reports plugins to the servers, the Consul sync and

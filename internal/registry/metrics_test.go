@@ -21,6 +21,7 @@ import (
 
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 	"github.com/csisupd/csisupd/internal/watchdog"
@@ -282,7 +283,7 @@ func TestMetricsSeriesBoundedByLivePlugins(t *testing.T) {
 	r := New(Config{})
 	pr := prometheus.NewRegistry()
 	pr.MustRegister(r.metrics.collectors()...)
-	fp := fingerprint.Fingerprint{Type: fingerprint.TypeNode, VendorName: "v", VendorVersion: "1"}
+	fp := fingerprint.Fingerprint{Type: plugin.TypeNode, VendorName: "v", VendorVersion: "1"}
 	const plugins, live = 100, 2
 	for i := range plugins {
 		id := fmt.Sprintf("p%d", i)
@@ -510,7 +511,7 @@ func TestMetricsLabelsOfInvalidUTF8Names(t *testing.T) {
 	}
 	const id = "caf\xe9"
 	in := inst(1)
-	fp := fingerprint.Fingerprint{Type: fingerprint.TypeNode, VendorName: "v\xff", VendorVersion: "1"}
+	fp := fingerprint.Fingerprint{Type: plugin.TypeNode, VendorName: "v\xff", VendorVersion: "1"}
 	r.Register(id, in, &fp)
 	r.probed(id, in, heartbeat.Result{State: heartbeat.Healthy, Description: "healthy", Duration: time.Millisecond})
 	r.fingerprinted(id, in, time.Millisecond)

@@ -23,7 +23,7 @@ func TestPersistRoundTrip(t *testing.T) {
 	dir := testutil.TempDir(t)
 	reg := New(Config{})
 	fp := fingerprint.Fingerprint{
-		VendorName: "csi.example.com", VendorVersion: "1.2.3", Type: fingerprint.TypeMonolith,
+		VendorName: "csi.example.com", VendorVersion: "1.2.3", Type: plugin.TypeMonolith,
 		NodeID: "node-1", MaxVolumes: 7, AccessibleTopology: map[string]string{"zone": "a"},
 		ControllerCapabilities: []string{"CREATE_DELETE_VOLUME"},
 	}

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -39,7 +38,7 @@ func TestIntegrationPluginsBeforeAndAfterStart(t *testing.T) {
 	for _, id := range []string{"early", "late"} {
 		testutil.WaitFor(t, waitLong, id+" healthy", func() bool { return healthOf(reg, id) == "healthy" })
 		p, _ := reg.Get(id)
-		if p.Fingerprint.Type != fingerprint.TypeMonolith || p.Fingerprint.NodeID != "node-a" {
+		if p.Fingerprint.Type != plugin.TypeMonolith || p.Fingerprint.NodeID != "node-a" {
 			t.Errorf("%s: type %s node id %q, want monolith on node-a", id, p.Fingerprint.Type, p.Fingerprint.NodeID)
 		}
 		// A new plugin: registered, then healthy at its first probe.
@@ -282,7 +281,7 @@ func TestIntegrationNonCSISocketsAreUnhealthy(t *testing.T) {
 		if !strings.HasPrefix(p.Health.Description, tt.want) {
 			t.Errorf("%s: description %q, want prefix %q", tt.id, p.Health.Description, tt.want)
 		}
-		if p.Fingerprint.Type != fingerprint.TypeUnknown || p.Fingerprinted {
+		if p.Fingerprint.Type != plugin.TypeUnknown || p.Fingerprinted {
 			t.Errorf("%s: fingerprint %+v, want none", tt.id, p.Fingerprint)
 		}
 		want := []plugin.EventType{plugin.EventRegistered, plugin.EventUnhealthy}
@@ -413,7 +412,7 @@ func TestIntegrationRestartRecoversRegistry(t *testing.T) {
 		t.Fatalf("restored %d plugins, want 3: %+v", len(got), got)
 	}
 	for _, p := range got {
-		if p.Health.State != heartbeat.Unknown || p.Fingerprint.NodeID != "node-r" || p.Fingerprint.Type != fingerprint.TypeMonolith {
+		if p.Health.State != heartbeat.Unknown || p.Fingerprint.NodeID != "node-r" || p.Fingerprint.Type != plugin.TypeMonolith {
 			t.Errorf("restored %s: health %s, fingerprint %+v; want unknown health and the saved fingerprint",
 				p.ID, p.Health.State, p.Fingerprint)
 		}

@@ -50,7 +50,7 @@ func (p Plugin) Proto() *csisupdv1.Plugin {
 	// answers, which are valid UTF-8 already.
 	m := &csisupdv1.Plugin{
 		Id:                     plugin.WireString(p.ID),
-		Type:                   plugin.WireString(string(fp.Type)),
+		Type:                   plugin.WireString(string(fp.Type.OrUnknown())),
 		Healthy:                p.Healthy(),
 		HealthState:            plugin.WireString(string(p.Health.State)),
 		HealthDescription:      plugin.WireString(p.Health.Description),
@@ -66,9 +66,6 @@ func (p Plugin) Proto() *csisupdv1.Plugin {
 		NodeCapabilities:       slices.Clone(fp.NodeCapabilities),
 		RegisteredAt:           timestamppb.New(p.RegisteredAt),
 		HealthSince:            timestamppb.New(p.Health.Since),
-	}
-	if m.Type == "" {
-		m.Type = "unknown"
 	}
 	if !p.Health.LastProbe.IsZero() {
 		m.LastProbe = timestamppb.New(p.Health.LastProbe)

@@ -137,7 +137,7 @@ func (r *Registry) Register(id string, inst plugin.Instance, fp *fingerprint.Fin
 		p = &Plugin{
 			ID:           id,
 			Instance:     inst,
-			Fingerprint:  fingerprint.Fingerprint{Type: fingerprint.TypeUnknown},
+			Fingerprint:  fingerprint.Fingerprint{Type: plugin.TypeUnknown},
 			Health:       heartbeat.Health{State: heartbeat.Unknown, Since: r.now()},
 			RegisteredAt: r.now(),
 		}

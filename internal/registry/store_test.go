@@ -78,7 +78,7 @@ func TestRegistryEventRingBeforeWrap(t *testing.T) {
 
 func TestRegistryIgnoresWritesFromStaleInstance(t *testing.T) {
 	r := New(Config{})
-	fp := fingerprint.Fingerprint{VendorName: "v", Type: fingerprint.TypeNode}
+	fp := fingerprint.Fingerprint{VendorName: "v", Type: plugin.TypeNode}
 	r.Register("a", inst(1), &fp)
 	r.SetHealth("a", inst(1), healthy("healthy"))
 	r.Register("a", inst(2), nil) // the socket was replaced
@@ -171,7 +171,7 @@ func TestRegistrySetHealthEmitsOnlyStateChanges(t *testing.T) {
 func TestRegistryFingerprintChangeEvents(t *testing.T) {
 	r := New(Config{})
 	r.Register("a", inst(1), nil)
-	fp := fingerprint.Fingerprint{VendorName: "v", VendorVersion: "1", Type: fingerprint.TypeNode}
+	fp := fingerprint.Fingerprint{VendorName: "v", VendorVersion: "1", Type: plugin.TypeNode}
 	r.SetFingerprint("a", inst(1), fp) // first fingerprint: part of registration
 	r.SetFingerprint("a", inst(1), fp) // same: nothing
 	if got := eventsOf(r, "a"); !slices.Equal(got, []plugin.EventType{plugin.EventRegistered}) {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -51,7 +50,7 @@ func TestSupervisorRegistersAndProbes(t *testing.T) {
 
 	testutil.WaitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
 	p, _ := reg.Get("a")
-	if p.Fingerprint.Type != fingerprint.TypeMonolith || p.Fingerprint.NodeID != "node-7" ||
+	if p.Fingerprint.Type != plugin.TypeMonolith || p.Fingerprint.NodeID != "node-7" ||
 		p.Fingerprint.MaxVolumes != 3 || p.Fingerprint.VendorName != testplugin.DefaultName || !p.Fingerprinted {
 		t.Errorf("fingerprint = %+v", p.Fingerprint)
 	}
@@ -90,7 +89,7 @@ func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
 	if !strings.HasPrefix(p.Health.Description, "fingerprint failed: GetPluginInfo") {
 		t.Errorf("health description = %q, want a fingerprint failure", p.Health.Description)
 	}
-	if p.Fingerprinted || p.Fingerprint.Type != fingerprint.TypeUnknown {
+	if p.Fingerprinted || p.Fingerprint.Type != plugin.TypeUnknown {
 		t.Errorf("fingerprint of a non-CSI socket = %+v", p.Fingerprint)
 	}
 
@@ -100,7 +99,7 @@ func TestSupervisorRetriesFingerprintOfNonCSISocket(t *testing.T) {
 	}
 	startPlugin(t, sock, testplugin.Config{Type: testplugin.TypeNode})
 	testutil.WaitFor(t, 10*time.Second, "plugin a healthy", func() bool { return healthOf(reg, "a") == "healthy" })
-	if p, _ := reg.Get("a"); p.Fingerprint.Type != fingerprint.TypeNode {
+	if p, _ := reg.Get("a"); p.Fingerprint.Type != plugin.TypeNode {
 		t.Errorf("type = %s, want node", p.Fingerprint.Type)
 	}
 	want := []plugin.EventType{plugin.EventRegistered, plugin.EventUnhealthy, plugin.EventHealthy}

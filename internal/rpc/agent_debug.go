@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/plugin"
 )
 
@@ -73,7 +73,7 @@ func (a *AgentService) Monitor(req *csisupdv1.MonitorRequest, out grpc.ServerStr
 	if a.cfg.Logs == nil {
 		return status.Error(codes.FailedPrecondition, "this agent's logger cannot be monitored")
 	}
-	level, err := monitorLevel(req.GetLogLevel())
+	level, err := monitorLevel(req.GetLogLevel(), a.cfg.LogLevels)
 	if err != nil {
 		return err
 	}
@@ -116,17 +116,17 @@ func (a *AgentService) Monitor(req *csisupdv1.MonitorRequest, out grpc.ServerStr
 	}
 }
 
-// monitorLevel parses MonitorRequest.log_level: one of the levels the
-// configuration's log_level takes, empty for info.
-func monitorLevel(s string) (hclog.Level, error) {
+// monitorLevel parses MonitorRequest.log_level: one of levels, the levels
+// the configuration's log_level takes, empty for info.
+func monitorLevel(s string, levels []string) (hclog.Level, error) {
 	switch {
 	case s == "":
 		return hclog.Info, nil
-	case config.ValidLogLevel(s):
+	case slices.Contains(levels, s):
 		return hclog.LevelFromString(s), nil
 	}
 	return hclog.NoLevel, status.Errorf(codes.InvalidArgument, "log_level: %q is not one of %s",
-		plugin.WireString(s), strings.Join(config.LogLevels(), ", "))
+		plugin.WireString(s), strings.Join(levels, ", "))
 }
 
 // droppedLine is the log line that tells a Monitor stream how many lines

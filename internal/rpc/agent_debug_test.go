@@ -132,6 +132,27 @@ func TestMonitorRefusals(t *testing.T) {
 	}
 }
 
+// Monitor validates levels against the list it is given, and needs one.
+func TestMonitorLogLevels(t *testing.T) {
+	_, cl := debugAgent(t, AgentServiceConfig{Logs: agentLogger(io.Discard), LogLevels: []string{"info", "error"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := cl.Monitor(ctx, &csisupdv1.MonitorRequest{LogLevel: "debug"})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if want := `log_level: "debug" is not one of info, error`; status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != want {
+		t.Errorf("Monitor at a level not listed: %v, want InvalidArgument %q", err, want)
+	}
+
+	reg := registry.New(registry.Config{})
+	_, err = NewAgentService(AgentServiceConfig{Plugins: reg.Source(), Events: reg.EventLog(), Logs: agentLogger(io.Discard),
+		MaxSubscribers: config.DefaultMaxEventSubscribers, MaxSubscribersPerConn: config.DefaultMaxEventSubscribersPerConn})
+	if err == nil || !strings.Contains(err.Error(), "LogLevels is required with Logs") {
+		t.Errorf("NewAgentService with Logs and no LogLevels: %v, want an error naming LogLevels", err)
+	}
+}
+
 // A client that does not read never blocks the logger: lines beyond the
 // stream's buffer are dropped and counted, and once the client reads it
 // gets every kept line and a warning with the number dropped, so that the

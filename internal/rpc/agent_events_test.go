@@ -47,15 +47,7 @@ func serveAgent(t testing.TB, svc *AgentService, network string) string {
 	}
 	srv := grpc.NewServer(grpc.StatsHandler(&ConnTagger{}))
 	svc.Register(srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
+	testutil.ServeGRPC(t, ln, srv)
 	if network == "unix" {
 		return "unix://" + addr
 	}
@@ -66,12 +58,7 @@ func serveAgent(t testing.TB, svc *AgentService, network string) string {
 // test.
 func dialAgent(t testing.TB, addr string, opts ...grpc.DialOption) csisupdv1.AgentClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return csisupdv1.NewAgentClient(conn)
+	return csisupdv1.NewAgentClient(testutil.DialGRPC(t, addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...))
 }
 
 // newAgentService is NewAgentService with the configuration's subscriber
@@ -83,6 +70,9 @@ func newAgentService(tb testing.TB, cfg AgentServiceConfig) *AgentService {
 	}
 	if cfg.MaxSubscribersPerConn == 0 {
 		cfg.MaxSubscribersPerConn = config.DefaultMaxEventSubscribersPerConn
+	}
+	if cfg.LogLevels == nil {
+		cfg.LogLevels = config.LogLevels()
 	}
 	svc, err := NewAgentService(cfg)
 	if err != nil {

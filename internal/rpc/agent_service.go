@@ -61,6 +61,10 @@ type AgentServiceConfig struct {
 	// Logs are the agent's log sinks that Monitor streams from: its root
 	// logger as an hclog.InterceptLogger.
 	Logs LogSinks
+	// LogLevels are the levels a Monitor stream may ask for, as the
+	// configuration's log_level takes them (config.LogLevels). Required
+	// with Logs.
+	LogLevels []string
 	// Gatherer is the agent's Prometheus registry, which Metrics returns.
 	Gatherer prometheus.Gatherer
 	// Config renders the effective configuration with secrets redacted
@@ -104,6 +108,9 @@ func NewAgentService(cfg AgentServiceConfig) (*AgentService, error) {
 	}
 	if cfg.Events == nil {
 		errs = append(errs, errors.New("rpc: AgentServiceConfig.Events is required"))
+	}
+	if cfg.Logs != nil && len(cfg.LogLevels) == 0 {
+		errs = append(errs, errors.New("rpc: AgentServiceConfig.LogLevels is required with Logs"))
 	}
 	if err := validateSubscriberLimits(cfg.MaxSubscribers, cfg.MaxSubscribersPerConn); err != nil {
 		errs = append(errs, err)

@@ -264,15 +264,7 @@ func startMatrixServer(t *testing.T, pki *matrixPKI, verifyIncoming bool) string
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		g.Stop()
-		<-done
-	})
+	testutil.ServeGRPC(t, ln, g)
 	return ln.Addr().String()
 }
 

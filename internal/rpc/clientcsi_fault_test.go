@@ -17,6 +17,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/plugin"
@@ -182,7 +183,7 @@ func TestClientCSIUnhealthyPlugin(t *testing.T) {
 }
 
 func TestClientCSIMissingCapability(t *testing.T) {
-	nodeOnly := fingerprint.Fingerprint{VendorName: "node.csi.test", Type: fingerprint.TypeNode, NodeID: "n1"}
+	nodeOnly := fingerprint.Fingerprint{VendorName: "node.csi.test", Type: plugin.TypeNode, NodeID: "n1"}
 	tests := []struct {
 		name string
 		fp   fingerprint.Fingerprint
@@ -578,18 +579,18 @@ func TestClientCSIRetriesOfRequestsThatFailedTogetherDoNotCoincide(t *testing.T)
 		waits = append(waits, d)
 	}
 	// MaxAttempts attempts make MaxAttempts-1 waits per request.
-	if len(waits) != requests*(MaxAttempts-1) {
-		t.Fatalf("logged waits %v, want %d", waits, requests*(MaxAttempts-1))
+	if len(waits) != requests*(csiclient.MaxAttempts-1) {
+		t.Fatalf("logged waits %v, want %d", waits, requests*(csiclient.MaxAttempts-1))
 	}
 	for i, d := range waits {
-		around := shortRetry.Base << (i % (MaxAttempts - 1)) // 1 ms, then 2 ms
+		around := shortRetry.Base << (i % (csiclient.MaxAttempts - 1)) // 1 ms, then 2 ms
 		lo := time.Duration(float64(around) * (1 - shortRetry.Jitter))
 		hi := time.Duration(float64(around)*(1+shortRetry.Jitter)) + 1
 		if d < lo || d > hi {
 			t.Errorf("wait %d = %s, want one in [%s, %s]", i, d, lo, hi)
 		}
 	}
-	if first, second := waits[:MaxAttempts-1], waits[MaxAttempts-1:]; first[0] == second[0] && first[1] == second[1] {
+	if first, second := waits[:csiclient.MaxAttempts-1], waits[csiclient.MaxAttempts-1:]; first[0] == second[0] && first[1] == second[1] {
 		t.Errorf("two requests waited %v and %v: in lockstep", first, second)
 	}
 }

@@ -28,15 +28,13 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
+	"github.com/csisupd/csisupd/internal/testutil/sanitytest"
 )
 
 // TestMain checks that no test leaves goroutines behind. It is the package's
 // only TestMain.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// Ginkgo (csi-sanity) registers a signal handler for the process.
-		goleak.IgnoreTopFunction("github.com/onsi/ginkgo/v2/internal/interrupt_handler.(*InterruptHandler).registerForInterrupts.func2"),
-	)
+	goleak.VerifyTestMain(m, sanitytest.IgnoreGinkgo())
 }
 
 // testLogger logs through t when -v is given, else discards.
@@ -80,27 +78,10 @@ func serveClientCSIOn(t testing.TB, sock string, cfg ClientCSIConfig, srvOpts []
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer(srvOpts...)
 	svc.Register(srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(l)
-	}()
-	conn, err := grpc.NewClient("unix://"+sock, dialOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		srv.Stop()
-		<-served
-	})
-	return csisupdv1.NewClientCSIClient(conn)
+	testutil.ServeGRPC(t, testutil.ListenUnix(t, sock), srv)
+	return csisupdv1.NewClientCSIClient(testutil.DialGRPC(t, "unix://"+sock, dialOpts...))
 }
 
 // fixedPlugins is a PluginLookup over a real registry store whose records
@@ -151,7 +132,7 @@ func (f *fixedPlugins) add(t testing.TB, id, socket string, fp fingerprint.Finge
 func controllerFingerprint(caps ...csi.ControllerServiceCapability_RPC_Type) fingerprint.Fingerprint {
 	fp := fingerprint.Fingerprint{
 		VendorName:         "mock.csi.test",
-		Type:               fingerprint.TypeController,
+		Type:               plugin.TypeController,
 		PluginCapabilities: []string{"CONTROLLER_SERVICE"},
 	}
 	for _, c := range caps {

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -36,27 +35,11 @@ func TestClientCSIReflection(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "agent.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	svc.Register(srv)
 	reflection.Register(srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(l)
-	}()
-	defer func() {
-		srv.Stop()
-		<-served
-	}()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	testutil.ServeGRPC(t, testutil.ListenUnix(t, sock), srv)
+	conn := testutil.DialGRPC(t, "unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 

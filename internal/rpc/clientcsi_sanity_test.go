@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/testplugin"
@@ -92,59 +90,20 @@ func (a *controllerAdapter) ControllerGetVolume(ctx context.Context, r *csi.Cont
 	return resp.GetResponse(), err
 }
 
-// identityForwarder answers the Identity service from the plugin itself:
-// ClientCSI has no Identity methods, but csi-sanity asks the controller
-// endpoint who it is.
-type identityForwarder struct {
-	csi.UnimplementedIdentityServer
-	c csi.IdentityClient
-}
-
-func (f *identityForwarder) GetPluginInfo(ctx context.Context, r *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return f.c.GetPluginInfo(ctx, r)
-}
-
-func (f *identityForwarder) GetPluginCapabilities(ctx context.Context, r *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return f.c.GetPluginCapabilities(ctx, r)
-}
-
-func (f *identityForwarder) Probe(ctx context.Context, r *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return f.c.Probe(ctx, r)
-}
-
 // serveAdapter serves the adapter for plugin on a unix socket in dir and
 // returns the socket. mediated counts the controller calls it receives.
 func serveAdapter(t *testing.T, dir string, c csisupdv1.ClientCSIClient, plugin, pluginSocket string, mediated *atomic.Int64) string {
 	t.Helper()
-	pconn, err := grpc.NewClient("unix://"+pluginSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "adapter.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+	count := grpc.ChainUnaryInterceptor(
 		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if strings.HasPrefix(info.FullMethod, "/csi.v1.Controller/") {
 				mediated.Add(1)
 			}
 			return h(ctx, req)
-		}))
-	csi.RegisterControllerServer(srv, &controllerAdapter{c: c, plugin: plugin})
-	csi.RegisterIdentityServer(srv, &identityForwarder{c: csi.NewIdentityClient(pconn)})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-		_ = pconn.Close()
+		})
+	return sanitytest.ServeAdapter(t, dir, pluginSocket, []grpc.ServerOption{count}, func(srv *grpc.Server, _ *grpc.ClientConn) {
+		csi.RegisterControllerServer(srv, &controllerAdapter{c: c, plugin: plugin})
 	})
-	return sock
 }
 
 // TestClientCSISanity runs csi-sanity twice in one Ginkgo suite (Ginkgo runs

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -108,7 +109,7 @@ func TestClientCSISecretsNotLogged(t *testing.T) {
 
 	out := logs.String()
 	// The log must show the requests, or the test proves nothing.
-	for _, want := range []string{"secret-test-vol", "secret-test-snap", "ControllerAttachVolume", Redacted} {
+	for _, want := range []string{"secret-test-vol", "secret-test-snap", "ControllerAttachVolume", csiclient.Redacted} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the agent's log does not contain %q; it logged:\n%s", want, out)
 		}
@@ -134,7 +135,7 @@ func TestClientCSISecretsNotEchoed(t *testing.T) {
 	env.mock.EXPECT().CreateVolume(gomock.Any(), gomock.Any()).
 		DoAndReturn(func(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 			return nil, status.Errorf(codes.Unavailable, "backend said: bad token %s", req.GetSecrets()["token"])
-		}).Times(MaxAttempts)
+		}).Times(csiclient.MaxAttempts)
 
 	_, err := env.client.ControllerAttachVolume(context.Background(), &csisupdv1.ControllerAttachVolumeRequest{PluginId: "mock",
 		Request: &csi.ControllerPublishVolumeRequest{VolumeId: "vol-9", NodeId: "n", Secrets: map[string]string{"token": secret}}})
@@ -142,7 +143,7 @@ func TestClientCSISecretsNotEchoed(t *testing.T) {
 	if st.Code() != codes.PermissionDenied {
 		t.Fatalf("error = %v, want the plugin's PermissionDenied", err)
 	}
-	if want := "credentials map[token:" + Redacted + "] rejected for vol-9"; st.Message() != want {
+	if want := "credentials map[token:" + csiclient.Redacted + "] rejected for vol-9"; st.Message() != want {
 		t.Errorf("message = %q, want %q", st.Message(), want)
 	}
 

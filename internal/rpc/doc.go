@@ -1,12 +1,16 @@
 // Package rpc holds csisupd's gRPC services and their shared plumbing.
 //
 // ClientCSI lets a control plane call the controller service of a CSI plugin
-// on this node. It looks the plugin up in the live registry, refuses calls the
-// plugin cannot serve with typed errors (see the api package: PluginNotFound,
-// PluginUnhealthy, CapabilityMissing, Retryable, Ignorable), applies a default
-// deadline, retries transient failures, serialises destructive calls per
-// plugin, and otherwise passes the plugin's responses and errors through
-// unchanged.
+// on this node. Its calls go through the node's one plugin call path
+// (csiclient.Invoke, shared with the node volume manager): it looks the
+// plugin up in the live registry, refuses calls the plugin cannot serve
+// with typed errors (see the api package: PluginNotFound,
+// PluginUnhealthy, CapabilityMissing, Retryable, Ignorable), applies a
+// default deadline, retries transient failures and redacts the request's
+// secrets from errors and logs. ClientCSI adds per-method deadlines,
+// serialises destructive calls per plugin, marks a NotFound of an
+// idempotent removal Ignorable, and otherwise passes the plugin's
+// responses and errors through unchanged.
 //
 // The Agent service reports the node's plugins (a plugin.Source) and
 // streams their events: each stream is a subscription to the node's event
@@ -32,7 +36,9 @@
 // Authorizer decides every call in one interceptor: the caller's role
 // from its certificate and the capability its ACL token grants, by the
 // rules of package acl (TokenCache looks tokens up for agents without the
-// server role). Redact removes
-// the fields CSI marks as secret from a copy of a message, so that nothing
-// logged or reported carries them.
+// server role).
+//
+// The package takes what it needs of the agent's configuration as
+// arguments (TLS, limits, log levels, latency buckets, retry policies); it
+// does not read the configuration itself.
 package rpc

@@ -3,12 +3,11 @@ package rpc
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-
-	"github.com/csisupd/csisupd/internal/config"
 )
 
 // GRPCMetrics count the requests of the agent's gRPC server (every API:
@@ -23,14 +22,18 @@ type GRPCMetrics struct {
 	client *grpcprom.ClientMetrics
 }
 
-// NewGRPCMetrics creates the collectors and registers them in reg.
-func NewGRPCMetrics(reg prometheus.Registerer) (*GRPCMetrics, error) {
+// NewGRPCMetrics creates the collectors, with latency histograms of
+// buckets (in seconds: config.LatencyBuckets), and registers them in reg.
+func NewGRPCMetrics(reg prometheus.Registerer, buckets []float64) (*GRPCMetrics, error) {
 	if reg == nil {
 		return nil, errors.New("rpc: gRPC metrics need a Registerer")
 	}
+	if len(buckets) == 0 {
+		return nil, errors.New("rpc: gRPC metrics need latency buckets")
+	}
 	m := &GRPCMetrics{
-		server: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(config.LatencyBuckets()))),
-		client: grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramBuckets(config.LatencyBuckets()))),
+		server: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(slices.Clone(buckets)))),
+		client: grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramBuckets(slices.Clone(buckets)))),
 	}
 	if err := errors.Join(reg.Register(m.server), reg.Register(m.client)); err != nil {
 		return nil, fmt.Errorf("rpc: gRPC metrics: %w", err)

@@ -1,8 +1,9 @@
 // Package testutil holds the few helpers that csisupd's tests share:
 // waiting on a condition with a deadline (never sleeping as
 // synchronisation), short temporary directories for unix sockets, distinct
-// free loopback ports outside the kernel's ephemeral range, and a log
-// buffer safe for concurrent writers. It is imported by tests only.
+// free loopback ports outside the kernel's ephemeral range, a log buffer
+// safe for concurrent writers, and serving and dialling gRPC for the
+// length of a test. It is imported by tests only.
 package testutil
 
 import (

@@ -12,9 +12,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
-	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
@@ -59,7 +59,7 @@ type Config struct {
 	DataDir string
 	// Plugins finds the plugins of this node (the registry's Manager).
 	// Required.
-	Plugins rpc.PluginLookup
+	Plugins csiclient.PluginLookup
 	// PluginDirs overrides the mount directories by plugin id. Optional.
 	PluginDirs map[string]PluginDirs
 	// NodeName names this node in PluginNotFound errors. Optional.
@@ -67,9 +67,10 @@ type Config struct {
 	// RPCTimeout is the deadline of plugin calls whose context has none
 	// (client.rpc_timeout). Required.
 	RPCTimeout time.Duration
-	// Retry spaces the attempts of one plugin call (3 at most, as
-	// ClientCSI's) and the background attempts at finishing or undoing a
-	// step (unbounded). Required: config.DefaultRetry().ClientCSI.
+	// Retry spaces the attempts of one plugin call (csiclient.MaxAttempts
+	// at most, as ClientCSI's) and the background attempts at finishing or
+	// undoing a step (unbounded). Required: the agent's ClientCSI retry
+	// policy.
 	Retry retry.Policy
 	// Events receives a volume event for every step done and every mount
 	// that failed. Optional.

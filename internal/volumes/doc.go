@@ -16,9 +16,11 @@
 // published once per workload, and unstaged when the last mount using that
 // staging is gone. Calls for one (plugin, volume) never overlap (a lock per
 // volume that honours the caller's context); different volumes proceed at
-// the same time. Plugin calls are retried as ClientCSI's are: 3 attempts in
-// all while the plugin answers Unavailable, ResourceExhausted or
-// DeadlineExceeded and the deadline leaves room, spaced by Config.Retry.
+// the same time. Plugin calls go through the call path ClientCSI uses
+// (csiclient.Invoke), so they are retried as ClientCSI's are: 3 attempts
+// in all while the plugin answers Unavailable, ResourceExhausted or
+// DeadlineExceeded and the deadline leaves room, spaced by Config.Retry,
+// with the request's secrets redacted from errors and logs.
 // NotFound from NodeUnpublishVolume or NodeUnstageVolume counts as done.
 //
 // # Directories

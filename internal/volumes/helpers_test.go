@@ -21,13 +21,11 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
+	"github.com/csisupd/csisupd/internal/testutil/sanitytest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// Ginkgo (csi-sanity) registers a signal handler for the process.
-		goleak.IgnoreTopFunction("github.com/onsi/ginkgo/v2/internal/interrupt_handler.(*InterruptHandler).registerForInterrupts.func2"),
-	)
+	goleak.VerifyTestMain(m, sanitytest.IgnoreGinkgo())
 }
 
 // shortRetry keeps retries fast in tests.
@@ -36,7 +34,7 @@ var shortRetry = retry.Policy{Base: time.Millisecond, Cap: 2 * time.Millisecond,
 // waitTime bounds every wait of the tests.
 const waitTime = 10 * time.Second
 
-// fixedPlugins is an rpc.PluginLookup whose read models the test writes, with a
+// fixedPlugins is a csiclient.PluginLookup whose read models the test writes, with a
 // real csiclient connection per plugin socket.
 type fixedPlugins struct {
 	mu      sync.Mutex
@@ -77,8 +75,8 @@ func (f *fixedPlugins) remove(id string) {
 // capability the test plugin has.
 func nodeModel(id string) *csisupdv1.Plugin {
 	return &csisupdv1.Plugin{
-		Id: id, Type: typeNode, Healthy: true, HealthState: "healthy", NodeId: "node-1",
-		NodeCapabilities: []string{capStageUnstage, capVolumeStats, capExpand},
+		Id: id, Type: string(plugin.TypeNode), Healthy: true, HealthState: "healthy", NodeId: "node-1",
+		NodeCapabilities: []string{plugin.CapStageUnstageVolume, plugin.CapGetVolumeStats, plugin.CapExpandVolume},
 	}
 }
 

@@ -16,29 +16,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
-	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/watchdog"
-)
-
-// Node capabilities and plugin types the manager reads from a plugin's
-// read model.
-const (
-	capStageUnstage = "STAGE_UNSTAGE_VOLUME"
-	capVolumeStats  = "GET_VOLUME_STATS"
-	capExpand       = "EXPAND_VOLUME"
-	// capNodeService names the node service in CapabilityMissing errors:
-	// a controller plugin has none.
-	capNodeService = "NODE_SERVICE"
-
-	typeNode     = "node"
-	typeMonolith = "monolith"
-
-	// healthUnknown is the health state of a plugin that is not
-	// fingerprinted yet.
-	healthUnknown = "unknown"
 )
 
 // NodeVolumes method names, as CapabilityMissing errors name them.
@@ -56,9 +38,8 @@ const (
 type Manager struct {
 	dataDir  string
 	store    store
-	plugins  rpc.PluginLookup
+	calls    *csiclient.Invoker
 	dirs     map[string]PluginDirs
-	node     string
 	timeout  time.Duration
 	retry    retry.Policy
 	events   EventSink
@@ -112,6 +93,10 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(dataDir, "volumes"), dirMode); err != nil {
 		return nil, fmt.Errorf("volumes: create %q: %w", filepath.Join(dataDir, "volumes"), err)
 	}
+	calls, err := csiclient.NewInvoker(csiclient.InvokerConfig{Plugins: cfg.Plugins, NodeName: cfg.NodeName, Retry: cfg.Retry, Logger: cfg.Logger.Named("volumes")})
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
 	st := store{dir: filepath.Join(dataDir, RecordsDir)}
 	recs, err := st.load()
 	if err != nil {
@@ -120,9 +105,8 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		dataDir:   dataDir,
 		store:     st,
-		plugins:   cfg.Plugins,
+		calls:     calls,
 		dirs:      dirs,
-		node:      cfg.NodeName,
 		timeout:   cfg.RPCTimeout,
 		retry:     cfg.Retry,
 		events:    cfg.Events,
@@ -217,7 +201,7 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 	if r.PluginPath, err = rts.pluginPath(r.HostPath); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	if slices.Contains(p.GetNodeCapabilities(), capStageUnstage) {
+	if slices.Contains(p.GetNodeCapabilities(), plugin.CapStageUnstageVolume) {
 		r.StagingPath = rts.stagingPath(volumeID, usageKey)
 		if r.PluginStagingPath, err = rts.pluginPath(r.StagingPath); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
@@ -416,7 +400,7 @@ func (m *Manager) stepFailed(r *record, err error) error {
 // Expand calls NodeExpandVolume on a published mount of the volume: the
 // workload's, or any when the request names none.
 func (m *Manager) Expand(ctx context.Context, req *csisupdv1.ExpandVolumeRequest) (*csisupdv1.ExpandVolumeResponse, error) {
-	r, unlock, err := m.publishedMount(ctx, methodExpand, capExpand, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
+	r, unlock, err := m.publishedMount(ctx, methodExpand, plugin.CapExpandVolume, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +425,7 @@ func (m *Manager) Expand(ctx context.Context, req *csisupdv1.ExpandVolumeRequest
 // Stats calls NodeGetVolumeStats on a published mount of the volume: the
 // workload's, or any when the request names none.
 func (m *Manager) Stats(ctx context.Context, req *csisupdv1.VolumeStatsRequest) (*csisupdv1.VolumeStatsResponse, error) {
-	r, unlock, err := m.publishedMount(ctx, methodStats, capVolumeStats, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
+	r, unlock, err := m.publishedMount(ctx, methodStats, plugin.CapGetVolumeStats, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
 	if err != nil {
 		return nil, err
 	}
@@ -513,14 +497,6 @@ func (m *Manager) List(pluginID, volumeID string) []*csisupdv1.Mount {
 		out = append(out, r.proto())
 	}
 	return out
-}
-
-// resolve finds the plugin and checks that it has a node service and
-// capability (when not empty). Its errors carry the typed details of the
-// api package.
-func (m *Manager) resolve(pluginID, method, capability string) (*csisupdv1.Plugin, error) {
-	p, _, err := m.resolveClient(pluginID, method, capability)
-	return p, err
 }
 
 func (m *Manager) rootsOf(pluginID string) roots {
@@ -692,12 +668,7 @@ func statusMessage(err error) string {
 func (m *Manager) lockVolume(ctx context.Context, pluginID, volumeID string) (func(), error) {
 	unlock, err := m.locks.Lock(ctx, volumeKey(pluginID, volumeID))
 	if err != nil {
-		return nil, contextError(ctx)
+		return nil, csiclient.ContextError(ctx)
 	}
 	return unlock, nil
-}
-
-// contextError turns the error of an ended context into a gRPC status.
-func contextError(ctx context.Context) error {
-	return status.FromContextError(ctx.Err()).Err()
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -398,15 +399,15 @@ func TestPluginStateErrors(t *testing.T) {
 	})
 	t.Run("controller plugin", func(t *testing.T) {
 		_, err := e.m.Mount(ctx, &csisupdv1.MountVolumeRequest{PluginId: "ctrl", VolumeId: "v", WorkloadId: "w"})
-		check(t, err, codes.FailedPrecondition, missing(capNodeService))
+		check(t, err, codes.FailedPrecondition, missing(plugin.CapNodeService))
 	})
 	t.Run("expand without EXPAND_VOLUME", func(t *testing.T) {
 		_, err := e.m.Expand(ctx, &csisupdv1.ExpandVolumeRequest{PluginId: "bare", VolumeId: "v"})
-		check(t, err, codes.FailedPrecondition, missing(capExpand))
+		check(t, err, codes.FailedPrecondition, missing(plugin.CapExpandVolume))
 	})
 	t.Run("stats without GET_VOLUME_STATS", func(t *testing.T) {
 		_, err := e.m.Stats(ctx, &csisupdv1.VolumeStatsRequest{PluginId: "bare", VolumeId: "v"})
-		check(t, err, codes.FailedPrecondition, missing(capVolumeStats))
+		check(t, err, codes.FailedPrecondition, missing(plugin.CapGetVolumeStats))
 	})
 	if len(e.plug.Stats().Calls) != 0 || len(e.recordFiles(t)) != 0 {
 		t.Errorf("refused requests reached the plugin or left records: %v, %v", e.plug.Stats().Calls, e.recordFiles(t))
@@ -430,8 +431,8 @@ func TestRetriesUnavailable(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("Mount: %v, want Unavailable", err)
 	}
-	if got := e.plug.calls("NodePublishVolume"); got != maxAttempts {
-		t.Errorf("NodePublishVolume calls = %d, want %d", got, maxAttempts)
+	if got := e.plug.calls("NodePublishVolume"); got != csiclient.MaxAttempts {
+		t.Errorf("NodePublishVolume calls = %d, want %d", got, csiclient.MaxAttempts)
 	}
 	// The failed mount was undone: unpublished and unstaged, no record.
 	if e.plug.calls("NodeUnpublishVolume") != 1 || e.plug.calls("NodeUnstageVolume") != 1 {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,13 +16,13 @@ import (
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 	"github.com/csisupd/csisupd/internal/testutil/sanitytest"
@@ -348,53 +347,13 @@ func (a *nodeAdapter) NodeGetInfo(ctx context.Context, r *csi.NodeGetInfoRequest
 	return a.plugin.NodeGetInfo(ctx, r)
 }
 
-// identityForwarder answers the Identity service from the plugin itself:
-// NodeVolumes has no Identity methods, but csi-sanity asks the node
-// endpoint who it is.
-type identityForwarder struct {
-	csi.UnimplementedIdentityServer
-	c csi.IdentityClient
-}
-
-func (f *identityForwarder) GetPluginInfo(ctx context.Context, r *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return f.c.GetPluginInfo(ctx, r)
-}
-
-func (f *identityForwarder) GetPluginCapabilities(ctx context.Context, r *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return f.c.GetPluginCapabilities(ctx, r)
-}
-
-func (f *identityForwarder) Probe(ctx context.Context, r *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return f.c.Probe(ctx, r)
-}
-
 // serveNodeAdapter serves the node adapter of plugin id over nv on a unix
 // socket in dir and returns the socket.
 func serveNodeAdapter(t *testing.T, dir string, nv csisupdv1.NodeVolumesClient, id, pluginSocket string) string {
 	t.Helper()
-	pconn, err := grpc.NewClient("unix://"+pluginSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "adapter.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	csi.RegisterNodeServer(srv, &nodeAdapter{nv: nv, plugin: csi.NewNodeClient(pconn), id: id, staged: make(map[string]stageCall)})
-	csi.RegisterIdentityServer(srv, &identityForwarder{c: csi.NewIdentityClient(pconn)})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-		_ = pconn.Close()
+	return sanitytest.ServeAdapter(t, dir, pluginSocket, nil, func(srv *grpc.Server, plugin *grpc.ClientConn) {
+		csi.RegisterNodeServer(srv, &nodeAdapter{nv: nv, plugin: csi.NewNodeClient(plugin), id: id, staged: make(map[string]stageCall)})
 	})
-	return sock
 }
 
 // sanityOutcome records a Ginkgo failure without failing the Go test, so
@@ -448,8 +407,8 @@ func TestNodeVolumesSanity(t *testing.T) {
 	// The read model the registry would make of this plugin.
 	plugins := newFixedPlugins()
 	plugins.set(&csisupdv1.Plugin{
-		Id: "tp", Type: typeMonolith, Healthy: true, HealthState: "healthy", NodeId: "sanity-node", MaxVolumes: 4,
-		NodeCapabilities: []string{capStageUnstage, capVolumeStats, capExpand},
+		Id: "tp", Type: string(plugin.TypeMonolith), Healthy: true, HealthState: "healthy", NodeId: "sanity-node", MaxVolumes: 4,
+		NodeCapabilities: []string{plugin.CapStageUnstageVolume, plugin.CapGetVolumeStats, plugin.CapExpandVolume},
 	}, client)
 	e := &env{dir: dir, dataDir: filepath.Join(dir, "data"), plugins: plugins, events: &events{}, logs: &testutil.SyncBuffer{}}
 	m := e.manager(t, Config{}, true)

@@ -2,7 +2,6 @@ package volumes
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // serve serves m's NodeVolumes on a unix socket in dir, with the server
@@ -19,27 +19,10 @@ import (
 func serve(t *testing.T, dir string, m *Manager, opts ...grpc.ServerOption) csisupdv1.NodeVolumesClient {
 	t.Helper()
 	sock := filepath.Join(dir, "agent.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer(opts...)
 	m.Register(srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(l)
-	}()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		srv.Stop()
-		<-served
-	})
-	return csisupdv1.NewNodeVolumesClient(conn)
+	testutil.ServeGRPC(t, testutil.ListenUnix(t, sock), srv)
+	return csisupdv1.NewNodeVolumesClient(testutil.DialGRPC(t, "unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials())))
 }
 
 func TestServiceOverGRPC(t *testing.T) {

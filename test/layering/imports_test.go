@@ -30,28 +30,31 @@ var allowed = map[string][]string{
 	"internal/agent": append(append([]string{api}, middle...), bottom...),
 
 	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
-	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
+	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
 	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog"},
 	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
 	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
-	// volumes uses rpc's redaction and retryable codes, as ClientCSI does.
-	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc", "internal/keylock", "internal/watchdog"},
+	"internal/volumes":    {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
 	"internal/retry":       {},
 	"internal/heartbeat":   {"internal/csiclient"},
-	"internal/fingerprint": {"internal/csiclient"},
-	"internal/csiclient":   {"internal/retry"},
-	"internal/config":      {"internal/retry"},
-	"internal/acl":         {api},
-	"internal/tlsutil":     {},
-	"internal/keylock":     {},
-	"internal/watchdog":    {},
-	api:                    {},
+	"internal/fingerprint": {"internal/csiclient", "internal/plugin"}, // plugin: the type it detects
+	// csiclient holds the one plugin call path of ClientCSI and the node
+	// volume manager, so that neither imports the other: it reads the
+	// plugin's read model and typed errors (api) and checks the plugin's
+	// type and capabilities by the plugin model's names (plugin).
+	"internal/csiclient": {api, "internal/plugin", "internal/retry"},
+	"internal/config":    {"internal/retry"},
+	"internal/acl":       {api},
+	"internal/tlsutil":   {},
+	"internal/keylock":   {},
+	"internal/watchdog":  {},
+	api:                  {},
 
 	"internal/testutil":                      {},
-	"internal/testutil/sanitytest":           {},
+	"internal/testutil/sanitytest":           {"internal/testutil"},
 	"internal/testutil/metricsdoc":           {},
 	"internal/plugin/plugintest":             {api, "internal/plugin"},
 	"internal/testplugin":                    {},
@@ -76,8 +79,9 @@ var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", 
 // they talk to rather than doubles of the project's own code.
 var allowedInTests = map[string][]string{
 	// Agent and ClientCSI tests read a real registry supervising a real
-	// plugin.
-	"internal/rpc": {"internal/registry", "internal/fingerprint"},
+	// plugin, and take the agent's defaults (limits, retry policies, log
+	// levels) from config, as the agent passes them.
+	"internal/rpc": {"internal/registry", "internal/fingerprint", "internal/config"},
 	// Consul sync tests read a real registry.
 	"internal/consulsync": {"internal/registry", "internal/fingerprint"},
 	// Servers are tested with real node clients and a real ClientCSI.

@@ -2,6 +2,8 @@
 // against several endpoints in one Ginkgo suite and reports the outcome of
 // every spec by run, so that a test can prove a mediated path answers as
 // the plugin does: the same specs must pass directly and through it.
+// ServeAdapter serves the endpoint of such a mediated path, and
+// IgnoreGinkgo is the goleak option the test binaries that run it need.
 //
 // Ginkgo runs one suite per process, so a test binary calls Run once, and
 // `go test -count` above 1 is refused by Ginkgo.

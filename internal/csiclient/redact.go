@@ -1,9 +1,12 @@
-package rpc
+package csiclient
 
 import (
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -136,4 +139,36 @@ func RedactString(s string, m proto.Message) string {
 		s = strings.ReplaceAll(s, v, Redacted)
 	}
 	return s
+}
+
+// RedactError returns err with every secret value of req removed from its
+// message (see RedactString). A gRPC status keeps its code and details,
+// and an error whose message carries no secret is returned as it is. An
+// error that is not a gRPC status becomes Unknown with the redacted text:
+// a gRPC server would send it as Unknown with its text anyway, so the
+// redaction must happen here, and the caller gets the code it would have
+// got.
+func RedactError(err error, req proto.Message) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return status.Error(codes.Unknown, RedactString(err.Error(), req))
+	}
+	msg := RedactString(st.Message(), req)
+	if msg == st.Message() {
+		return err
+	}
+	p := st.Proto()
+	p.Message = msg
+	return status.FromProto(p).Err()
+}
+
+// redactedJSON formats m for logs with its secrets redacted (see Redact).
+func redactedJSON(m proto.Message) string {
+	if m == nil || !m.ProtoReflect().IsValid() {
+		return "{}"
+	}
+	return protojson.MarshalOptions{UseProtoNames: true}.Format(Redact(m))
 }
