@@ -29,11 +29,14 @@ var allowed = map[string][]string{
 	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
 	"internal/agent": append(append([]string{api}, middle...), bottom...),
 
-	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
-	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
-	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog"},
-	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
-	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
+	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
+	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
+	"internal/server":   {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog"},
+	// statepb is the servers' storage format; it imports the API only to
+	// convert to and from it (state.proto itself imports no csisupd file).
+	"internal/server/statepb": {api},
+	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
+	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
 	// volumes uses rpc's redaction and retryable codes, as ClientCSI does.
 	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc", "internal/keylock", "internal/watchdog"},
 
