@@ -68,6 +68,7 @@ var allowed = map[string][]string{
 	"test/e2e":                  {},
 	"test/layering":             {},
 	"test/soak":                 {},
+	"test/upgrade":              {},
 	"test/soak/cmd/csi-hostile": {"internal/testutil"},
 }
 
