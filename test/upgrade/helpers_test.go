@@ -35,8 +35,7 @@ type member struct {
 	ip   string
 }
 
-func (m member) rpc() string  { return fmt.Sprintf("%s:%d", m.ip, rpcPort) }
-func (m member) raft() string { return fmt.Sprintf("%s:%d", m.ip, raftPort) }
+func (m member) rpc() string { return fmt.Sprintf("%s:%d", m.ip, rpcPort) }
 
 // fixtureServers are the three servers of the fixture.
 func fixtureServers() []member {
@@ -165,9 +164,11 @@ func cleanEnv() []string {
 }
 
 // serverConfig writes the configuration of server m (the n-th server
-// certificate) with its data_dir and returns its path. The servers form a
-// cluster of three through bootstrap_expect. claim_gc_grace is long so
-// that no claim of a node the test does not run is released without it.
+// certificate) with its data_dir and returns its path. The servers at
+// join form a cluster through bootstrap_expect = len(join); with no join
+// addresses the server forms a cluster of its own. claim_gc_grace is long
+// so that no claim of a node the test does not run is released without
+// it.
 func serverConfig(t *testing.T, p pki, m member, n int, dataDir string, join []string) string {
 	t.Helper()
 	quoted := make([]string, len(join))
@@ -182,7 +183,7 @@ server {
   claim_gc_grace   = "24h"
 }
 acl { enabled = true }
-%s`, len(join), strings.Join(quoted, ", "), p.tlsBlock("server", n)))
+%s`, max(1, len(join)), strings.Join(quoted, ", "), p.tlsBlock("server", n)))
 }
 
 // writeConfig writes the configuration file of agent m: its name,
@@ -211,20 +212,27 @@ consul { enabled = false }
 func startAgent(t *testing.T, bin string, m member, cfg string) *testutil.Process {
 	t.Helper()
 	proc := testutil.StartProcess(t, nil, bin, "agent", "--config", cfg)
-	health := fmt.Sprintf("http://%s:%d/v1/health", m.ip, httpPort)
+	waitHTTP(t, m, proc, "/v1/health")
+	return proc
+}
+
+// waitHTTP waits until path on m's HTTP port answers 200: /v1/health once
+// the agent serves, /v1/ready once a server also knows a leader.
+func waitHTTP(t *testing.T, m member, proc *testutil.Process, path string) {
+	t.Helper()
+	url := fmt.Sprintf("http://%s:%d%s", m.ip, httpPort, path)
 	client := &http.Client{Timeout: 2 * time.Second}
-	testutil.WaitFor(t, 60*time.Second, m.name+"'s /v1/health", func() bool {
+	testutil.WaitFor(t, 60*time.Second, m.name+"'s "+path, func() bool {
 		if proc.Exited() {
-			t.Fatalf("%s exited with %d before serving:\n%s", m.name, proc.ExitCode(), proc.Stderr)
+			t.Fatalf("%s exited with %d:\n%s", m.name, proc.ExitCode(), proc.Stderr)
 		}
-		resp, err := client.Get(health)
+		resp, err := client.Get(url)
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return proc
 }
 
 // stopAgent stops an agent with SIGTERM and requires a clean exit.
@@ -344,13 +352,53 @@ func readJSON(t *testing.T, path string, v any) {
 // each after normalise.
 func compareAnswers(t *testing.T, stage string, want, got answers, which ...string) {
 	t.Helper()
+	for _, d := range differences(t, want, got, which) {
+		t.Errorf("%s: %s", stage, d)
+	}
+}
+
+// differences describes each answer named in which that differs from the
+// golden one after normalise.
+func differences(t *testing.T, want, got answers, which []string) []string {
+	t.Helper()
+	var out []string
 	for _, name := range which {
 		w, g := normalise(t, name, want[name]), normalise(t, name, got[name])
 		if !reflect.DeepEqual(w, g) {
 			wj, _ := json.MarshalIndent(w, "", "  ")
 			gj, _ := json.MarshalIndent(g, "", "  ")
-			t.Errorf("%s: %s differs from the answer of the release that made the fixture:\n got  %s\n want %s", stage, name, gj, wj)
+			out = append(out, fmt.Sprintf("%s differs from the answer of the release that made the fixture:\n got  %s\n want %s", name, gj, wj))
 		}
+	}
+	return out
+}
+
+// compareEachServer compares the volumes and nodes every server answers
+// from its own state (--stale) with the golden answers, so that each
+// server, not only the leader, is shown to have loaded the old data. A
+// follower may trail the leader by a few entries, so each is read again
+// until it matches or 30 s pass.
+func compareEachServer(t *testing.T, stage string, p pki, members []member, want answers, cred credentials) {
+	t.Helper()
+	which := []string{"volumes", "nodes"}
+	for _, m := range members {
+		read := func() answers {
+			return answers{
+				"volumes": json.RawMessage(p.mustCLI(t, m.rpc(), cred.ManagementSecret, "volume", "list", "--stale", "--json")),
+				"nodes":   json.RawMessage(p.mustCLI(t, m.rpc(), cred.ManagementSecret, "node", "status", "--stale", "--json")),
+			}
+		}
+		var last []string
+		// Also when WaitFor ends the test: the differences are the reason.
+		defer func() {
+			for _, d := range last {
+				t.Logf("%s, read from %s's own state: %s", stage, m.name, d)
+			}
+		}()
+		testutil.WaitFor(t, 30*time.Second, stage+": "+m.name+"'s own state to match the golden answers", func() bool {
+			last = differences(t, want, read(), which)
+			return len(last) == 0
+		})
 	}
 }
 
