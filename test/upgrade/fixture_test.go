@@ -31,6 +31,7 @@ const fixtureCommit = "35545f8"
 // API's answers, stops everything and keeps the servers' parts of their
 // data_dirs. See testdata/README.md.
 func TestMakeFixture(t *testing.T) {
+	lockAddresses(t)
 	commit := fixtureCommit
 	if c := os.Getenv("CSISUPD_FIXTURE_COMMIT"); c != "" {
 		commit = c

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -36,6 +37,28 @@ type member struct {
 }
 
 func (m member) rpc() string { return fmt.Sprintf("%s:%d", m.ip, rpcPort) }
+
+// lockAddresses holds the fixture's fixed addresses for the rest of the
+// test against the tests of this package in other processes (another
+// checkout's `go test ./...` on the same machine), with an flock that the
+// kernel drops however the process ends. It waits for a holder at most
+// 10 minutes.
+func lockAddresses(t *testing.T) {
+	t.Helper()
+	name := filepath.Join(os.TempDir(), fmt.Sprintf("csisupd-upgrade-fixture-%d.lock", os.Getuid()))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatalf("lock file of the fixture's addresses: %v", err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	testutil.WaitFor(t, 10*time.Minute, "the fixture's addresses, held by another test process", func() bool {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != nil && !errors.Is(err, syscall.EWOULDBLOCK) {
+			t.Fatalf("lock %s: %v", name, err)
+		}
+		return err == nil
+	})
+}
 
 // fixtureServers are the three servers of the fixture.
 func fixtureServers() []member {

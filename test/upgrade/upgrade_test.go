@@ -53,6 +53,7 @@ func startFixtureCluster(t *testing.T, cred credentials) *fixtureCluster {
 // restart waiting for the cluster to be healthy), and a write must
 // succeed.
 func TestUpgradeFromFixture(t *testing.T) {
+	lockAddresses(t)
 	want, cred := readGolden(t)
 	c := startFixtureCluster(t, cred)
 	addr := c.members[1].rpc() // any server: reads go to the leader
@@ -96,6 +97,7 @@ func checkWrites(t *testing.T, p pki, addr string, cred credentials) {
 // release answered with (not the raft configuration, which is the new
 // server's own).
 func TestRestoreOldSnapshot(t *testing.T) {
+	lockAddresses(t)
 	want, cred := readGolden(t)
 	p := newPKI(t, binary, 1, 0)
 	m := fixtureServers()[0]
