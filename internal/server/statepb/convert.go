@@ -514,6 +514,21 @@ func ACLTokenRecordToAPI(in *ACLTokenRecord) *csisupdv1.ACLTokenRecord {
 	}
 }
 
+// ACLTokenView returns a stored token as the API shows it: without its
+// secret, whose hash is all the state holds.
+func ACLTokenView(in *ACLTokenRecord) *csisupdv1.ACLToken {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.ACLToken{
+		AccessorId: in.AccessorId,
+		Name:       in.Name,
+		Type:       in.Type,
+		Policies:   slices.Clone(in.Policies),
+		CreateTime: cloneTime(in.CreateTime),
+	}
+}
+
 // ACLBootstrapCommandFromAPI converts a public ACL bootstrap command to
 // its storage form.
 func ACLBootstrapCommandFromAPI(in *csisupdv1.ACLBootstrapCommand) *ACLBootstrapCommand {

@@ -292,3 +292,38 @@ func TestStorageDoesNotImportTheAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestACLTokenView requires the API's view of a stored token to carry
+// every field of the record that the public token has, by name, and
+// never a secret: a field added to both messages and not to the view
+// fails it.
+func TestACLTokenView(t *testing.T) {
+	if statepb.ACLTokenView(nil) != nil {
+		t.Error("ACLTokenView(nil) is not nil")
+	}
+	rec := full((&statepb.ACLTokenRecord{}).ProtoReflect().Type(), 0).(*statepb.ACLTokenRecord)
+	view := statepb.ACLTokenView(rec).ProtoReflect()
+	recFields := rec.ProtoReflect().Descriptor().Fields()
+	fields := view.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.Name() == "secret_id" {
+			if view.Has(fd) {
+				t.Errorf("the view of a stored token has a secret id")
+			}
+			continue
+		}
+		rf := recFields.ByName(fd.Name())
+		if rf == nil {
+			t.Errorf("the public token's field %s is not in the record: decide how the view fills it", fd.Name())
+			continue
+		}
+		if !view.Get(fd).Equal(rec.ProtoReflect().Get(rf)) {
+			t.Errorf("the view's %s is %v, the record's %v", fd.Name(), view.Get(fd), rec.ProtoReflect().Get(rf))
+		}
+	}
+	scribble(view)
+	if !proto.Equal(rec, full(rec.ProtoReflect().Type(), 0)) {
+		t.Error("ACLTokenView returned a value sharing parts with its input")
+	}
+}
