@@ -55,25 +55,7 @@ func TestMakeFixture(t *testing.T) {
 
 	// ACLs: the bootstrap (retried until there is a leader), a policy and
 	// token for the client agents, and a reader's policy and client token.
-	var cred credentials
-	var last cliResult
-	t.Cleanup(func() {
-		if cred.ManagementSecret == "" {
-			t.Logf("last acl bootstrap: exit %d: %s%s", last.code, last.stderr, last.stdout)
-		}
-	})
-	testutil.WaitFor(t, 90*time.Second, "acl bootstrap", func() bool {
-		res := p.cli(t, addr, "", "acl", "bootstrap", "--json")
-		last = res
-		var tok struct {
-			SecretID string `json:"secret_id"`
-		}
-		if res.code != 0 || json.Unmarshal([]byte(res.stdout), &tok) != nil {
-			return false
-		}
-		cred.ManagementSecret = tok.SecretID
-		return true
-	})
+	cred := credentials{ManagementSecret: bootstrapACL(t, p, addr)}
 	mgmt := cred.ManagementSecret
 	waitForCluster(t, p, addr, mgmt, 3, false)
 	applyPolicy(t, p, addr, mgmt, "agent", `node { policy = "write" }`)

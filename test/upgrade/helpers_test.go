@@ -305,6 +305,27 @@ func waitForCluster(t *testing.T, p pki, addr, token string, want int, healthy b
 	})
 }
 
+// bootstrapACL bootstraps the ACLs of the cluster of the server at addr,
+// retrying until the cluster has a leader, and returns the management
+// token's secret.
+func bootstrapACL(t *testing.T, p pki, addr string) string {
+	t.Helper()
+	var last cliResult
+	var tok struct {
+		SecretID string `json:"secret_id"`
+	}
+	defer func() { // also when WaitFor ends the test: the last answer says why
+		if tok.SecretID == "" {
+			t.Logf("last acl bootstrap: exit %d: %s%s", last.code, last.stderr, last.stdout)
+		}
+	}()
+	testutil.WaitFor(t, 90*time.Second, "acl bootstrap", func() bool {
+		last = p.cli(t, addr, "", "acl", "bootstrap", "--json")
+		return last.code == 0 && json.Unmarshal([]byte(last.stdout), &tok) == nil && tok.SecretID != ""
+	})
+	return tok.SecretID
+}
+
 // credentials are the fixture's ACL secrets, kept beside its golden
 // answers: the tests need them to read the cluster, and a token's secret
 // is nowhere in the replicated state (only its hash).

@@ -1,10 +1,8 @@
 package upgrade
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -103,18 +101,7 @@ func TestRestoreOldSnapshot(t *testing.T) {
 	m := fixtureServers()[0]
 	startAgent(t, binary, m, serverConfig(t, p, m, 0, testutil.TempDir(t), nil))
 	addr := m.rpc()
-	var fresh string
-	testutil.WaitFor(t, 60*time.Second, "acl bootstrap of the new server", func() bool {
-		res := p.cli(t, addr, "", "acl", "bootstrap", "--json")
-		var tok struct {
-			SecretID string `json:"secret_id"`
-		}
-		if res.code != 0 || json.Unmarshal([]byte(res.stdout), &tok) != nil {
-			return false
-		}
-		fresh = tok.SecretID
-		return true
-	})
+	fresh := bootstrapACL(t, p, addr)
 	snap, err := filepath.Abs(snapshotFile)
 	if err != nil {
 		t.Fatal(err)
