@@ -5,6 +5,10 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN     := bin/csisupd
 PROTOS  := $(wildcard api/csisupd/v1/*.proto)
+# The servers' storage format (raft log, snapshots, state rows); no services.
+STATE_PROTOS := $(wildcard internal/server/statepb/*.proto)
+# Every directory of generated code that proto-check compares.
+PROTO_GO_DIRS := api/csisupd/v1 internal/server/statepb
 CSI_PROTO_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/container-storage-interface/spec)
 
 # Pinned tool versions: CI installs exactly these, so lint and generated code
@@ -61,7 +65,7 @@ tools:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
-## proto: regenerate api/csisupd/v1 with protoc $(PROTOC_VERSION) and the pinned generators
+## proto: regenerate api/csisupd/v1 and internal/server/statepb with protoc $(PROTOC_VERSION) and the pinned generators
 proto: tools
 	@v=$$(protoc --version 2>/dev/null); if [ "$$v" != "libprotoc $(PROTOC_VERSION)" ]; then \
 		echo "make proto: need protoc $(PROTOC_VERSION) (Debian's protobuf-compiler), found '$${v:-none}'"; exit 1; fi
@@ -69,13 +73,16 @@ proto: tools
 		--go_out=. --go_opt=module=github.com/csisupd/csisupd \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/csisupd/csisupd \
 		$(PROTOS)
+	PATH="$(TOOLS):$$PATH" protoc -I . -I /usr/include \
+		--go_out=. --go_opt=module=github.com/csisupd/csisupd \
+		$(STATE_PROTOS)
 
-## proto-check: fail when the generated code in api/ is not what make proto writes from the .proto files
+## proto-check: fail when the generated code in $(PROTO_GO_DIRS) is not what make proto writes from the .proto files
 proto-check:
 	@before=$$(mktemp -d); trap 'rm -rf "$$before"' EXIT; \
-	cp api/csisupd/v1/*.pb.go "$$before"/; \
+	for d in $(PROTO_GO_DIRS); do mkdir -p "$$before/$$d" && cp $$d/*.pb.go "$$before/$$d"/; done; \
 	$(MAKE) --no-print-directory proto >/dev/null || exit 1; \
-	stale=; for f in api/csisupd/v1/*.pb.go; do cmp -s "$$f" "$$before/$${f##*/}" || stale="$$stale $$f"; done; \
+	stale=; for d in $(PROTO_GO_DIRS); do for f in $$d/*.pb.go; do cmp -s "$$f" "$$before/$$f" || stale="$$stale $$f"; done; done; \
 	if [ -n "$$stale" ]; then \
 		echo "generated code is not what make proto writes from the .proto files:$$stale"; \
 		echo "(make proto has rewritten them: review and commit)"; exit 1; fi

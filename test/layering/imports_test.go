@@ -29,12 +29,15 @@ var allowed = map[string][]string{
 	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
 	"internal/agent": append(append([]string{api}, middle...), bottom...),
 
-	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
-	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
-	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog"},
-	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
-	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
-	"internal/volumes":    {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog"},
+	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
+	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
+	"internal/server":   {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog"},
+	// statepb is the servers' storage format; it imports the API only to
+	// convert to and from it (state.proto itself imports no csisupd file).
+	"internal/server/statepb": {api},
+	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
+	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
+	"internal/volumes":        {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
@@ -68,6 +71,7 @@ var allowed = map[string][]string{
 	"test/e2e":                  {},
 	"test/layering":             {},
 	"test/soak":                 {},
+	"test/upgrade":              {},
 	"test/soak/cmd/csi-hostile": {"internal/testutil"},
 }
 

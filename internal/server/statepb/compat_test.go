@@ -1,0 +1,189 @@
+package statepb_test
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// TestSameWireLayout compares each storage message with the public
+// message it was split from, field by field and recursively: the same
+// field numbers with the same names, kinds, cardinalities, packing and
+// oneofs, and for enums the same numbers. Messages of other packages
+// (google.protobuf.Timestamp) must be the same message.
+func TestSameWireLayout(t *testing.T) {
+	seen := map[protoreflect.FullName]bool{}
+	for _, c := range conversions {
+		compareMessages(t, c.api.Descriptor(), c.stored.Descriptor(), seen)
+	}
+}
+
+func compareMessages(t *testing.T, api, st protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) {
+	t.Helper()
+	if seen[st.FullName()] {
+		return
+	}
+	seen[st.FullName()] = true
+	if api.Fields().Len() != st.Fields().Len() {
+		t.Errorf("%s has %d fields, %s %d", api.FullName(), api.Fields().Len(), st.FullName(), st.Fields().Len())
+	}
+	for i := range st.Fields().Len() {
+		if sf := st.Fields().Get(i); api.Fields().ByNumber(sf.Number()) == nil {
+			t.Errorf("%s has field %d (%s), %s has none", st.FullName(), sf.Number(), sf.Name(), api.FullName())
+		}
+	}
+	for i := range api.Fields().Len() {
+		af := api.Fields().Get(i)
+		sf := st.Fields().ByNumber(af.Number())
+		if sf == nil {
+			t.Errorf("%s has field %d (%s), %s has none", api.FullName(), af.Number(), af.Name(), st.FullName())
+			continue
+		}
+		if d := fieldDifference(af, sf); d != "" {
+			t.Errorf("field %d: %s is %s", af.Number(), af.FullName(), d)
+			continue
+		}
+		switch {
+		case af.IsMap():
+			compareMessages(t, af.Message(), sf.Message(), seen)
+		case af.Message() != nil:
+			compareNested(t, af.Message(), sf.Message(), seen)
+		case af.Enum() != nil:
+			compareEnums(t, af.Enum(), sf.Enum())
+		}
+	}
+}
+
+// compareNested compares the messages of two message fields: a message of
+// the public package must have its own storage message, anything else
+// must be the same message.
+func compareNested(t *testing.T, api, st protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) {
+	t.Helper()
+	if api.ParentFile().Package() == "csisupd.v1" {
+		if st.ParentFile().Package() != "csisupd.state.v1" {
+			t.Errorf("%s is stored as %s, not as a message of the storage package", api.FullName(), st.FullName())
+			return
+		}
+		compareMessages(t, api, st, seen)
+		return
+	}
+	if api.FullName() != st.FullName() {
+		t.Errorf("%s is stored as %s", api.FullName(), st.FullName())
+	}
+}
+
+func compareEnums(t *testing.T, api, st protoreflect.EnumDescriptor) {
+	t.Helper()
+	if api.Values().Len() != st.Values().Len() {
+		t.Errorf("enum %s has %d values, %s %d", api.FullName(), api.Values().Len(), st.FullName(), st.Values().Len())
+	}
+	for i := range api.Values().Len() {
+		av := api.Values().Get(i)
+		if sv := st.Values().ByNumber(av.Number()); sv == nil || sv.Name() != av.Name() {
+			t.Errorf("enum %s value %s = %d has no equal in %s", api.FullName(), av.Name(), av.Number(), st.FullName())
+		}
+	}
+}
+
+// fieldDifference describes how sf differs from af on the wire or in
+// name; empty when it does not.
+func fieldDifference(af, sf protoreflect.FieldDescriptor) string {
+	switch {
+	case af.Name() != sf.Name():
+		return fmt.Sprintf("named %s in the storage message", sf.Name())
+	case af.Kind() != sf.Kind():
+		return fmt.Sprintf("a %s, stored as a %s", af.Kind(), sf.Kind())
+	case af.Cardinality() != sf.Cardinality() || af.IsMap() != sf.IsMap():
+		return fmt.Sprintf("%s, stored as %s", af.Cardinality(), sf.Cardinality())
+	case af.IsPacked() != sf.IsPacked():
+		return fmt.Sprintf("packed %v, stored packed %v", af.IsPacked(), sf.IsPacked())
+	case af.HasPresence() != sf.HasPresence():
+		return fmt.Sprintf("with presence %v, stored with presence %v", af.HasPresence(), sf.HasPresence())
+	case oneofName(af) != oneofName(sf):
+		return fmt.Sprintf("in oneof %q, stored in oneof %q", oneofName(af), oneofName(sf))
+	}
+	return ""
+}
+
+func oneofName(fd protoreflect.FieldDescriptor) protoreflect.Name {
+	if od := fd.ContainingOneof(); od != nil {
+		return od.Name()
+	}
+	return ""
+}
+
+// TestOldEncodingDecodes encodes fully populated public messages as the
+// releases before the storage format did (every command of a log entry,
+// a snapshot, and each row), decodes the bytes as the storage message, and
+// requires what the converter makes of the public message, with no field
+// left unknown. The other way too: what a newer server writes, an older
+// one reads.
+func TestOldEncodingDecodes(t *testing.T) {
+	for _, c := range conversions {
+		for v := range variants(c.api) {
+			api := full(c.api, v)
+			b, err := proto.Marshal(api)
+			if err != nil {
+				t.Fatalf("encode %s: %v", name(c.api), err)
+			}
+			st := c.stored.New().Interface()
+			if err := proto.Unmarshal(b, st); err != nil {
+				t.Fatalf("decode %s as %s: %v", c.api.Descriptor().FullName(), c.stored.Descriptor().FullName(), err)
+			}
+			if want := c.fromAPI(api); !proto.Equal(st, want) {
+				t.Errorf("%s (case %d) decoded as %s:\n got  %v\n want %v", name(c.api), v, c.stored.Descriptor().FullName(), st, want)
+			}
+			if u := unknownFields(st.ProtoReflect()); u != "" {
+				t.Errorf("%s (case %d) decoded with unknown fields in %s", name(c.api), v, u)
+			}
+
+			back := c.api.New().Interface()
+			if err := proto.Unmarshal(mustMarshal(t, st), back); err != nil {
+				t.Fatalf("decode %s as %s: %v", c.stored.Descriptor().FullName(), c.api.Descriptor().FullName(), err)
+			}
+			if !proto.Equal(back, api) {
+				t.Errorf("%s (case %d) re-encoded from storage decodes as\n %v\nnot\n %v", name(c.api), v, back, api)
+			}
+			if u := unknownFields(back.ProtoReflect()); u != "" {
+				t.Errorf("%s (case %d) re-encoded from storage has unknown fields in %s", name(c.api), v, u)
+			}
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatalf("encode %T: %v", m, err)
+	}
+	return b
+}
+
+// unknownFields returns the name of the first message under m (m
+// included) that holds unknown fields, or "".
+func unknownFields(m protoreflect.Message) string {
+	if len(m.GetUnknown()) > 0 {
+		return string(m.Descriptor().FullName())
+	}
+	var found string
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			for i := 0; i < v.List().Len() && found == ""; i++ {
+				found = unknownFields(v.List().Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool {
+				found = unknownFields(e.Message())
+				return found == ""
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			found = unknownFields(v.Message())
+		}
+		return found == ""
+	})
+	return found
+}

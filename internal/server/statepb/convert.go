@@ -1,0 +1,568 @@
+package statepb
+
+import (
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// Every converter copies field by field, so that a field added to one side
+// and not to the converter shows in the package's round-trip test. The
+// results share nothing with their inputs.
+
+// LogEntryFromAPI converts a public log entry to its storage form. A
+// command this package does not know is dropped; the round-trip test keeps
+// the two lists of commands equal.
+func LogEntryFromAPI(in *csisupdv1.LogEntry) *LogEntry {
+	if in == nil {
+		return nil
+	}
+	out := &LogEntry{Time: cloneTime(in.Time)}
+	switch c := in.Command.(type) {
+	case *csisupdv1.LogEntry_NodeUpsert:
+		out.Command = &LogEntry_NodeUpsert{NodeUpsert: ClusterNodeFromAPI(c.NodeUpsert)}
+	case *csisupdv1.LogEntry_NodePlugins:
+		out.Command = &LogEntry_NodePlugins{NodePlugins: NodePluginsCommandFromAPI(c.NodePlugins)}
+	case *csisupdv1.LogEntry_NodeStatus:
+		out.Command = &LogEntry_NodeStatus{NodeStatus: NodeStatusCommandFromAPI(c.NodeStatus)}
+	case *csisupdv1.LogEntry_VolumeUpsert:
+		out.Command = &LogEntry_VolumeUpsert{VolumeUpsert: VolumeFromAPI(c.VolumeUpsert)}
+	case *csisupdv1.LogEntry_VolumeDelete:
+		out.Command = &LogEntry_VolumeDelete{VolumeDelete: c.VolumeDelete}
+	case *csisupdv1.LogEntry_ServerUpsert:
+		out.Command = &LogEntry_ServerUpsert{ServerUpsert: ServerRecordFromAPI(c.ServerUpsert)}
+	case *csisupdv1.LogEntry_Batch:
+		out.Command = &LogEntry_Batch{Batch: LogBatchFromAPI(c.Batch)}
+	case *csisupdv1.LogEntry_Noop:
+		out.Command = &LogEntry_Noop{Noop: slices.Clone(c.Noop)}
+	case *csisupdv1.LogEntry_AclPolicyUpsert:
+		out.Command = &LogEntry_AclPolicyUpsert{AclPolicyUpsert: ACLPolicyFromAPI(c.AclPolicyUpsert)}
+	case *csisupdv1.LogEntry_AclPolicyDelete:
+		out.Command = &LogEntry_AclPolicyDelete{AclPolicyDelete: c.AclPolicyDelete}
+	case *csisupdv1.LogEntry_AclTokenUpsert:
+		out.Command = &LogEntry_AclTokenUpsert{AclTokenUpsert: ACLTokenRecordFromAPI(c.AclTokenUpsert)}
+	case *csisupdv1.LogEntry_AclTokenDelete:
+		out.Command = &LogEntry_AclTokenDelete{AclTokenDelete: c.AclTokenDelete}
+	case *csisupdv1.LogEntry_AclBootstrap:
+		out.Command = &LogEntry_AclBootstrap{AclBootstrap: ACLBootstrapCommandFromAPI(c.AclBootstrap)}
+	}
+	return out
+}
+
+// LogEntryToAPI converts a stored log entry to its public form.
+func LogEntryToAPI(in *LogEntry) *csisupdv1.LogEntry {
+	if in == nil {
+		return nil
+	}
+	out := &csisupdv1.LogEntry{Time: cloneTime(in.Time)}
+	switch c := in.Command.(type) {
+	case *LogEntry_NodeUpsert:
+		out.Command = &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: ClusterNodeToAPI(c.NodeUpsert)}
+	case *LogEntry_NodePlugins:
+		out.Command = &csisupdv1.LogEntry_NodePlugins{NodePlugins: NodePluginsCommandToAPI(c.NodePlugins)}
+	case *LogEntry_NodeStatus:
+		out.Command = &csisupdv1.LogEntry_NodeStatus{NodeStatus: NodeStatusCommandToAPI(c.NodeStatus)}
+	case *LogEntry_VolumeUpsert:
+		out.Command = &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: VolumeToAPI(c.VolumeUpsert)}
+	case *LogEntry_VolumeDelete:
+		out.Command = &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: c.VolumeDelete}
+	case *LogEntry_ServerUpsert:
+		out.Command = &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: ServerRecordToAPI(c.ServerUpsert)}
+	case *LogEntry_Batch:
+		out.Command = &csisupdv1.LogEntry_Batch{Batch: LogBatchToAPI(c.Batch)}
+	case *LogEntry_Noop:
+		out.Command = &csisupdv1.LogEntry_Noop{Noop: slices.Clone(c.Noop)}
+	case *LogEntry_AclPolicyUpsert:
+		out.Command = &csisupdv1.LogEntry_AclPolicyUpsert{AclPolicyUpsert: ACLPolicyToAPI(c.AclPolicyUpsert)}
+	case *LogEntry_AclPolicyDelete:
+		out.Command = &csisupdv1.LogEntry_AclPolicyDelete{AclPolicyDelete: c.AclPolicyDelete}
+	case *LogEntry_AclTokenUpsert:
+		out.Command = &csisupdv1.LogEntry_AclTokenUpsert{AclTokenUpsert: ACLTokenRecordToAPI(c.AclTokenUpsert)}
+	case *LogEntry_AclTokenDelete:
+		out.Command = &csisupdv1.LogEntry_AclTokenDelete{AclTokenDelete: c.AclTokenDelete}
+	case *LogEntry_AclBootstrap:
+		out.Command = &csisupdv1.LogEntry_AclBootstrap{AclBootstrap: ACLBootstrapCommandToAPI(c.AclBootstrap)}
+	}
+	return out
+}
+
+// LogBatchFromAPI converts a public batch to its storage form.
+func LogBatchFromAPI(in *csisupdv1.LogBatch) *LogBatch {
+	if in == nil {
+		return nil
+	}
+	return &LogBatch{Entries: convertAll(in.Entries, LogEntryFromAPI)}
+}
+
+// LogBatchToAPI converts a stored batch to its public form.
+func LogBatchToAPI(in *LogBatch) *csisupdv1.LogBatch {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.LogBatch{Entries: convertAll(in.Entries, LogEntryToAPI)}
+}
+
+// NodePluginsCommandFromAPI converts a public node plugins command to its
+// storage form.
+func NodePluginsCommandFromAPI(in *csisupdv1.NodePluginsCommand) *NodePluginsCommand {
+	if in == nil {
+		return nil
+	}
+	return &NodePluginsCommand{NodeId: in.NodeId, Plugins: PluginsFromAPI(in.Plugins)}
+}
+
+// NodePluginsCommandToAPI converts a stored node plugins command to its
+// public form.
+func NodePluginsCommandToAPI(in *NodePluginsCommand) *csisupdv1.NodePluginsCommand {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.NodePluginsCommand{NodeId: in.NodeId, Plugins: PluginsToAPI(in.Plugins)}
+}
+
+// NodeStatusCommandFromAPI converts a public node status command to its
+// storage form.
+func NodeStatusCommandFromAPI(in *csisupdv1.NodeStatusCommand) *NodeStatusCommand {
+	if in == nil {
+		return nil
+	}
+	return &NodeStatusCommand{NodeId: in.NodeId, Status: in.Status, Description: in.Description}
+}
+
+// NodeStatusCommandToAPI converts a stored node status command to its
+// public form.
+func NodeStatusCommandToAPI(in *NodeStatusCommand) *csisupdv1.NodeStatusCommand {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.NodeStatusCommand{NodeId: in.NodeId, Status: in.Status, Description: in.Description}
+}
+
+// StateSnapshotFromAPI converts a public state snapshot to its storage
+// form.
+func StateSnapshotFromAPI(in *csisupdv1.StateSnapshot) *StateSnapshot {
+	if in == nil {
+		return nil
+	}
+	return &StateSnapshot{
+		Version:           in.Version,
+		Nodes:             convertAll(in.Nodes, ClusterNodeFromAPI),
+		Volumes:           convertAll(in.Volumes, VolumeFromAPI),
+		Servers:           convertAll(in.Servers, ServerRecordFromAPI),
+		Index:             in.Index,
+		AclPolicies:       convertAll(in.AclPolicies, ACLPolicyFromAPI),
+		AclTokens:         convertAll(in.AclTokens, ACLTokenRecordFromAPI),
+		AclBootstrapIndex: in.AclBootstrapIndex,
+	}
+}
+
+// StateSnapshotToAPI converts a stored state snapshot to its public form.
+func StateSnapshotToAPI(in *StateSnapshot) *csisupdv1.StateSnapshot {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.StateSnapshot{
+		Version:           in.Version,
+		Nodes:             convertAll(in.Nodes, ClusterNodeToAPI),
+		Volumes:           convertAll(in.Volumes, VolumeToAPI),
+		Servers:           convertAll(in.Servers, ServerRecordToAPI),
+		Index:             in.Index,
+		AclPolicies:       convertAll(in.AclPolicies, ACLPolicyToAPI),
+		AclTokens:         convertAll(in.AclTokens, ACLTokenRecordToAPI),
+		AclBootstrapIndex: in.AclBootstrapIndex,
+	}
+}
+
+// ServerRecordFromAPI converts a public server record to its storage form.
+func ServerRecordFromAPI(in *csisupdv1.ServerRecord) *ServerRecord {
+	if in == nil {
+		return nil
+	}
+	return &ServerRecord{Id: in.Id, RaftAddress: in.RaftAddress, RpcAddress: in.RpcAddress}
+}
+
+// ServerRecordToAPI converts a stored server record to its public form.
+func ServerRecordToAPI(in *ServerRecord) *csisupdv1.ServerRecord {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.ServerRecord{Id: in.Id, RaftAddress: in.RaftAddress, RpcAddress: in.RpcAddress}
+}
+
+// ClusterNodeFromAPI converts a public node to its storage row.
+func ClusterNodeFromAPI(in *csisupdv1.ClusterNode) *ClusterNode {
+	if in == nil {
+		return nil
+	}
+	return &ClusterNode{
+		Id:                in.Id,
+		Name:              in.Name,
+		Address:           in.Address,
+		Status:            in.Status,
+		StatusDescription: in.StatusDescription,
+		StatusUpdatedAt:   cloneTime(in.StatusUpdatedAt),
+		RegisteredAt:      cloneTime(in.RegisteredAt),
+		Plugins:           PluginsFromAPI(in.Plugins),
+		CreateIndex:       in.CreateIndex,
+		ModifyIndex:       in.ModifyIndex,
+	}
+}
+
+// ClusterNodeToAPI converts a stored node to its public form.
+func ClusterNodeToAPI(in *ClusterNode) *csisupdv1.ClusterNode {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.ClusterNode{
+		Id:                in.Id,
+		Name:              in.Name,
+		Address:           in.Address,
+		Status:            in.Status,
+		StatusDescription: in.StatusDescription,
+		StatusUpdatedAt:   cloneTime(in.StatusUpdatedAt),
+		RegisteredAt:      cloneTime(in.RegisteredAt),
+		Plugins:           PluginsToAPI(in.Plugins),
+		CreateIndex:       in.CreateIndex,
+		ModifyIndex:       in.ModifyIndex,
+	}
+}
+
+// PluginsFromAPI converts a list of public plugins to their storage form.
+func PluginsFromAPI(in []*csisupdv1.Plugin) []*Plugin { return convertAll(in, PluginFromAPI) }
+
+// PluginsToAPI converts a list of stored plugins to their public form.
+func PluginsToAPI(in []*Plugin) []*csisupdv1.Plugin { return convertAll(in, PluginToAPI) }
+
+// PluginFromAPI converts a public plugin instance to its storage form.
+func PluginFromAPI(in *csisupdv1.Plugin) *Plugin {
+	if in == nil {
+		return nil
+	}
+	return &Plugin{
+		Id:                     in.Id,
+		Type:                   in.Type,
+		Healthy:                in.Healthy,
+		HealthState:            in.HealthState,
+		HealthDescription:      in.HealthDescription,
+		Socket:                 in.Socket,
+		VendorName:             in.VendorName,
+		VendorVersion:          in.VendorVersion,
+		Manifest:               maps.Clone(in.Manifest),
+		NodeId:                 in.NodeId,
+		MaxVolumes:             in.MaxVolumes,
+		AccessibleTopology:     maps.Clone(in.AccessibleTopology),
+		PluginCapabilities:     slices.Clone(in.PluginCapabilities),
+		ControllerCapabilities: slices.Clone(in.ControllerCapabilities),
+		NodeCapabilities:       slices.Clone(in.NodeCapabilities),
+		LastProbe:              cloneTime(in.LastProbe),
+		RegisteredAt:           cloneTime(in.RegisteredAt),
+		HealthSince:            cloneTime(in.HealthSince),
+	}
+}
+
+// PluginToAPI converts a stored plugin instance to its public form.
+func PluginToAPI(in *Plugin) *csisupdv1.Plugin {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.Plugin{
+		Id:                     in.Id,
+		Type:                   in.Type,
+		Healthy:                in.Healthy,
+		HealthState:            in.HealthState,
+		HealthDescription:      in.HealthDescription,
+		Socket:                 in.Socket,
+		VendorName:             in.VendorName,
+		VendorVersion:          in.VendorVersion,
+		Manifest:               maps.Clone(in.Manifest),
+		NodeId:                 in.NodeId,
+		MaxVolumes:             in.MaxVolumes,
+		AccessibleTopology:     maps.Clone(in.AccessibleTopology),
+		PluginCapabilities:     slices.Clone(in.PluginCapabilities),
+		ControllerCapabilities: slices.Clone(in.ControllerCapabilities),
+		NodeCapabilities:       slices.Clone(in.NodeCapabilities),
+		LastProbe:              cloneTime(in.LastProbe),
+		RegisteredAt:           cloneTime(in.RegisteredAt),
+		HealthSince:            cloneTime(in.HealthSince),
+	}
+}
+
+// VolumeFromAPI converts a public volume to its storage row.
+func VolumeFromAPI(in *csisupdv1.Volume) *Volume {
+	if in == nil {
+		return nil
+	}
+	return &Volume{
+		Id:                 in.Id,
+		PluginId:           in.PluginId,
+		ExternalId:         in.ExternalId,
+		CapacityBytes:      in.CapacityBytes,
+		Context:            maps.Clone(in.Context),
+		Parameters:         maps.Clone(in.Parameters),
+		Capabilities:       convertAll(in.Capabilities, VolumeCapabilityFromAPI),
+		Claims:             convertAll(in.Claims, VolumeClaimFromAPI),
+		ControllerNodeId:   in.ControllerNodeId,
+		CreatedAt:          cloneTime(in.CreatedAt),
+		CreateIndex:        in.CreateIndex,
+		ModifyIndex:        in.ModifyIndex,
+		AccessibleTopology: convertAll(in.AccessibleTopology, TopologySegmentFromAPI),
+	}
+}
+
+// VolumeToAPI converts a stored volume to its public form.
+func VolumeToAPI(in *Volume) *csisupdv1.Volume {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.Volume{
+		Id:                 in.Id,
+		PluginId:           in.PluginId,
+		ExternalId:         in.ExternalId,
+		CapacityBytes:      in.CapacityBytes,
+		Context:            maps.Clone(in.Context),
+		Parameters:         maps.Clone(in.Parameters),
+		Capabilities:       convertAll(in.Capabilities, VolumeCapabilityToAPI),
+		Claims:             convertAll(in.Claims, VolumeClaimToAPI),
+		ControllerNodeId:   in.ControllerNodeId,
+		CreatedAt:          cloneTime(in.CreatedAt),
+		CreateIndex:        in.CreateIndex,
+		ModifyIndex:        in.ModifyIndex,
+		AccessibleTopology: convertAll(in.AccessibleTopology, TopologySegmentToAPI),
+	}
+}
+
+// VolumeCapabilityFromAPI converts a public volume capability to its
+// storage form.
+func VolumeCapabilityFromAPI(in *csisupdv1.VolumeCapability) *VolumeCapability {
+	if in == nil {
+		return nil
+	}
+	return &VolumeCapability{
+		AccessType: in.AccessType,
+		AccessMode: in.AccessMode,
+		FsType:     in.FsType,
+		MountFlags: slices.Clone(in.MountFlags),
+	}
+}
+
+// VolumeCapabilityToAPI converts a stored volume capability to its public
+// form.
+func VolumeCapabilityToAPI(in *VolumeCapability) *csisupdv1.VolumeCapability {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.VolumeCapability{
+		AccessType: in.AccessType,
+		AccessMode: in.AccessMode,
+		FsType:     in.FsType,
+		MountFlags: slices.Clone(in.MountFlags),
+	}
+}
+
+// VolumeClaimFromAPI converts a public claim to its storage form.
+func VolumeClaimFromAPI(in *csisupdv1.VolumeClaim) *VolumeClaim {
+	if in == nil {
+		return nil
+	}
+	return &VolumeClaim{
+		NodeId:              in.NodeId,
+		CsiNodeId:           in.CsiNodeId,
+		ReadOnly:            in.ReadOnly,
+		PublishContext:      maps.Clone(in.PublishContext),
+		ClaimedAt:           cloneTime(in.ClaimedAt),
+		WorkloadId:          in.WorkloadId,
+		State:               in.State,
+		Usage:               VolumeUsageFromAPI(in.Usage),
+		HostPath:            in.HostPath,
+		ControllerPublished: in.ControllerPublished,
+		Mounted:             in.Mounted,
+		NodeGone:            in.NodeGone,
+		StateUpdatedAt:      cloneTime(in.StateUpdatedAt),
+		LastError:           in.LastError,
+		ClaimIndex:          in.ClaimIndex,
+	}
+}
+
+// VolumeClaimToAPI converts a stored claim to its public form.
+func VolumeClaimToAPI(in *VolumeClaim) *csisupdv1.VolumeClaim {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.VolumeClaim{
+		NodeId:              in.NodeId,
+		CsiNodeId:           in.CsiNodeId,
+		ReadOnly:            in.ReadOnly,
+		PublishContext:      maps.Clone(in.PublishContext),
+		ClaimedAt:           cloneTime(in.ClaimedAt),
+		WorkloadId:          in.WorkloadId,
+		State:               in.State,
+		Usage:               VolumeUsageToAPI(in.Usage),
+		HostPath:            in.HostPath,
+		ControllerPublished: in.ControllerPublished,
+		Mounted:             in.Mounted,
+		NodeGone:            in.NodeGone,
+		StateUpdatedAt:      cloneTime(in.StateUpdatedAt),
+		LastError:           in.LastError,
+		ClaimIndex:          in.ClaimIndex,
+	}
+}
+
+// VolumeUsageFromAPI converts a public volume usage to its storage form.
+func VolumeUsageFromAPI(in *csisupdv1.VolumeUsage) *VolumeUsage {
+	if in == nil {
+		return nil
+	}
+	return &VolumeUsage{
+		AccessMode: in.AccessMode,
+		AccessType: in.AccessType,
+		ReadOnly:   in.ReadOnly,
+		FsType:     in.FsType,
+		MountFlags: slices.Clone(in.MountFlags),
+	}
+}
+
+// VolumeUsageToAPI converts a stored volume usage to its public form.
+func VolumeUsageToAPI(in *VolumeUsage) *csisupdv1.VolumeUsage {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.VolumeUsage{
+		AccessMode: in.AccessMode,
+		AccessType: in.AccessType,
+		ReadOnly:   in.ReadOnly,
+		FsType:     in.FsType,
+		MountFlags: slices.Clone(in.MountFlags),
+	}
+}
+
+// TopologySegmentFromAPI converts a public topology segment to its storage
+// form.
+func TopologySegmentFromAPI(in *csisupdv1.TopologySegment) *TopologySegment {
+	if in == nil {
+		return nil
+	}
+	return &TopologySegment{Segments: maps.Clone(in.Segments)}
+}
+
+// TopologySegmentToAPI converts a stored topology segment to its public
+// form.
+func TopologySegmentToAPI(in *TopologySegment) *csisupdv1.TopologySegment {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.TopologySegment{Segments: maps.Clone(in.Segments)}
+}
+
+// ACLPolicyFromAPI converts a public ACL policy to its storage row.
+func ACLPolicyFromAPI(in *csisupdv1.ACLPolicy) *ACLPolicy {
+	if in == nil {
+		return nil
+	}
+	return &ACLPolicy{
+		Name:        in.Name,
+		Description: in.Description,
+		Rules:       in.Rules,
+		CreateTime:  cloneTime(in.CreateTime),
+		ModifyTime:  cloneTime(in.ModifyTime),
+	}
+}
+
+// ACLPolicyToAPI converts a stored ACL policy to its public form.
+func ACLPolicyToAPI(in *ACLPolicy) *csisupdv1.ACLPolicy {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.ACLPolicy{
+		Name:        in.Name,
+		Description: in.Description,
+		Rules:       in.Rules,
+		CreateTime:  cloneTime(in.CreateTime),
+		ModifyTime:  cloneTime(in.ModifyTime),
+	}
+}
+
+// ACLTokenRecordFromAPI converts a public token record to its storage row.
+func ACLTokenRecordFromAPI(in *csisupdv1.ACLTokenRecord) *ACLTokenRecord {
+	if in == nil {
+		return nil
+	}
+	return &ACLTokenRecord{
+		AccessorId: in.AccessorId,
+		SecretHash: slices.Clone(in.SecretHash),
+		Name:       in.Name,
+		Type:       in.Type,
+		Policies:   slices.Clone(in.Policies),
+		CreateTime: cloneTime(in.CreateTime),
+	}
+}
+
+// ACLTokenRecordToAPI converts a stored token record to its public form.
+func ACLTokenRecordToAPI(in *ACLTokenRecord) *csisupdv1.ACLTokenRecord {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.ACLTokenRecord{
+		AccessorId: in.AccessorId,
+		SecretHash: slices.Clone(in.SecretHash),
+		Name:       in.Name,
+		Type:       in.Type,
+		Policies:   slices.Clone(in.Policies),
+		CreateTime: cloneTime(in.CreateTime),
+	}
+}
+
+// ACLTokenView returns a stored token as the API shows it: without its
+// secret, whose hash is all the state holds.
+func ACLTokenView(in *ACLTokenRecord) *csisupdv1.ACLToken {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.ACLToken{
+		AccessorId: in.AccessorId,
+		Name:       in.Name,
+		Type:       in.Type,
+		Policies:   slices.Clone(in.Policies),
+		CreateTime: cloneTime(in.CreateTime),
+	}
+}
+
+// ACLBootstrapCommandFromAPI converts a public ACL bootstrap command to
+// its storage form.
+func ACLBootstrapCommandFromAPI(in *csisupdv1.ACLBootstrapCommand) *ACLBootstrapCommand {
+	if in == nil {
+		return nil
+	}
+	return &ACLBootstrapCommand{Token: ACLTokenRecordFromAPI(in.Token), ResetIndex: in.ResetIndex}
+}
+
+// ACLBootstrapCommandToAPI converts a stored ACL bootstrap command to its
+// public form.
+func ACLBootstrapCommandToAPI(in *ACLBootstrapCommand) *csisupdv1.ACLBootstrapCommand {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.ACLBootstrapCommand{Token: ACLTokenRecordToAPI(in.Token), ResetIndex: in.ResetIndex}
+}
+
+// convertAll converts every element of in with f; nil stays nil.
+func convertAll[A, B any](in []A, f func(A) B) []B {
+	if in == nil {
+		return nil
+	}
+	out := make([]B, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
+}
+
+// cloneTime copies a timestamp; nil stays nil.
+func cloneTime(t *timestamppb.Timestamp) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return &timestamppb.Timestamp{Seconds: t.Seconds, Nanos: t.Nanos}
+}

@@ -1,0 +1,24 @@
+// Package statepb is the storage format of the servers' replicated state:
+// the raft log entries and their commands (LogEntry, LogBatch and the
+// command messages), the raft snapshot (StateSnapshot, also the format of
+// an operator's snapshot file), and the rows of the state store (Volume
+// with its claims, ClusterNode, Plugin, ServerRecord, ACLPolicy,
+// ACLTokenRecord).
+//
+// The messages are defined in state.proto, not borrowed from the public
+// API, so that a change to the public API does not change what a data_dir
+// holds. They are wire-compatible with the public messages that were
+// stored before they existed: same field numbers, same wire types. A raft
+// log and snapshots written by those releases decode into them directly.
+// state.proto says why a field number is never changed or reused.
+//
+// The converters (VolumeFromAPI, VolumeToAPI, ...) translate between a
+// storage message and its public counterpart, field by field, in both
+// directions; nil converts to nil. They copy: the result shares no maps,
+// slices or messages with its input, so a stored row never aliases a
+// message handed to a caller. A test builds every converted message with
+// every field set and requires both round trips to give it back, so a
+// field added on one side without the converter fails it.
+//
+// The .pb.go file is generated from state.proto (`make proto`).
+package statepb
