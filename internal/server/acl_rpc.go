@@ -15,6 +15,8 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // ACLBootstrapResetFile is the name, in a server's data dir, of the file an
@@ -50,7 +52,7 @@ func routeACL[Resp any](ctx context.Context, s *Server, read bool,
 // acl.Management; a client token the rules of its policies that exist.
 // The token returned has no secret id.
 func (s *Server) ResolveToken(secret string) (*acl.ACL, *csisupdv1.ACLToken, error) {
-	a, tok, _, err := s.State().resolveToken(secret)
+	a, tok, _, err := s.State().ResolveToken(secret)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resolve acl token: %w", err)
 	}
@@ -98,7 +100,7 @@ func (s *Server) aclBootstrap() (*csisupdv1.ACLToken, error) {
 		AclBootstrap: &csisupdv1.ACLBootstrapCommand{Token: rec, ResetIndex: reset},
 	}})
 	if err != nil {
-		var done *aclBootstrappedError
+		var done *fsm.BootstrappedError
 		if errors.As(err, &done) {
 			var why error
 			if reset != 0 {
@@ -116,7 +118,7 @@ func (s *Server) aclBootstrap() (*csisupdv1.ACLToken, error) {
 	} else {
 		s.logger.Info("ACL bootstrapped", "accessor_id", accessor, "index", idx)
 	}
-	tok := tokenView(rec)
+	tok := state.TokenView(rec)
 	tok.SecretId = secret
 	return tok, nil
 }
@@ -156,7 +158,7 @@ func (a *aclService) UpsertPolicy(ctx context.Context, req *csisupdv1.ACLUpsertP
 	if p == nil {
 		return nil, status.Error(codes.InvalidArgument, "acl policy upsert: policy is required")
 	}
-	if _, err := parsePolicyRules(p); err != nil {
+	if _, err := state.ParsePolicyRules(p); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "acl policy upsert: %v", err)
 	}
 	return routeACL(ctx, a.s, false,
@@ -227,8 +229,8 @@ func tokenRequest(req *csisupdv1.ACLCreateTokenRequest) (string, []string, error
 	if typ == "" {
 		typ = acl.TypeClient
 	}
-	if len(req.GetName()) > maxACLTokenName {
-		return "", nil, status.Errorf(codes.InvalidArgument, "acl token: name is %d bytes, at most %d are allowed", len(req.GetName()), maxACLTokenName)
+	if len(req.GetName()) > state.MaxACLTokenName {
+		return "", nil, status.Errorf(codes.InvalidArgument, "acl token: name is %d bytes, at most %d are allowed", len(req.GetName()), state.MaxACLTokenName)
 	}
 	var names []string
 	seen := map[string]bool{}
@@ -246,8 +248,8 @@ func tokenRequest(req *csisupdv1.ACLCreateTokenRequest) (string, []string, error
 		if len(names) == 0 {
 			return "", nil, status.Error(codes.InvalidArgument, "acl token: a client token needs at least one policy")
 		}
-		if len(names) > maxACLTokenPolicies {
-			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: %d policies, at most %d are allowed", len(names), maxACLTokenPolicies)
+		if len(names) > state.MaxACLTokenPolicies {
+			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: %d policies, at most %d are allowed", len(names), state.MaxACLTokenPolicies)
 		}
 	case acl.TypeManagement:
 		if len(names) > 0 {
@@ -291,7 +293,7 @@ func (a *aclService) CreateToken(ctx context.Context, req *csisupdv1.ACLCreateTo
 				return nil, toStatus(err)
 			}
 			a.s.logger.Info("ACL token created", "accessor_id", accessor, "type", typ, "policies", names, "index", idx)
-			tok := tokenView(rec)
+			tok := state.TokenView(rec)
 			tok.SecretId = secret
 			return &csisupdv1.ACLCreateTokenResponse{Token: tok}, nil
 		})
@@ -306,7 +308,7 @@ func (a *aclService) ListTokens(ctx context.Context, req *csisupdv1.ACLListToken
 			recs := a.s.State().ACLTokens()
 			out := make([]*csisupdv1.ACLToken, len(recs))
 			for i, r := range recs {
-				out[i] = tokenView(r)
+				out[i] = state.TokenView(r)
 			}
 			return &csisupdv1.ACLListTokensResponse{Tokens: out}, nil
 		})
@@ -322,7 +324,7 @@ func (a *aclService) GetToken(ctx context.Context, req *csisupdv1.ACLGetTokenReq
 			if r == nil {
 				return nil, status.Errorf(codes.NotFound, "acl token %q not found", req.GetAccessorId())
 			}
-			return &csisupdv1.ACLGetTokenResponse{Token: tokenView(r)}, nil
+			return &csisupdv1.ACLGetTokenResponse{Token: state.TokenView(r)}, nil
 		})
 }
 

@@ -16,6 +16,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // Volume claim states, as VolumeClaim.state names them. A claim walks
@@ -324,7 +325,7 @@ func (s *Server) admitClaim(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimReque
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId())
 	}
-	if node.GetStatus() != NodeStatusReady {
+	if node.GetStatus() != state.NodeStatusReady {
 		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleNodeNotReady,
 			fmt.Sprintf("node %q is %s (%s)", node.GetId(), node.GetStatus(), node.GetStatusDescription()))
 	}
@@ -332,7 +333,7 @@ func (s *Server) admitClaim(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimReque
 		return nil, nodeInitializingError(node.GetId(), s.heartbeats.view().desc)
 	}
 	p := nodePlugin(node, v.GetPluginId())
-	if _, nodeService := pluginRoles(p.GetType()); p == nil || !nodeService || !p.GetHealthy() || p.GetNodeId() == "" {
+	if _, nodeService := state.PluginRoles(p.GetType()); p == nil || !nodeService || !p.GetHealthy() || p.GetNodeId() == "" {
 		why := "does not run there"
 		switch {
 		case p == nil:
@@ -434,7 +435,7 @@ func nodeInitializingError(nodeID, why string) error {
 		why = "no heartbeat to the current leader yet"
 	}
 	return csisupdv1.NewClaimDeferredError(csisupdv1.ClaimRuleNodeNotReady,
-		fmt.Sprintf("node %q is %s (%s)", nodeID, NodeStatusInitializing, why),
+		fmt.Sprintf("node %q is %s (%s)", nodeID, state.NodeStatusInitializing, why),
 		"the node's next heartbeat to the leader confirms it")
 }
 
@@ -445,7 +446,7 @@ func nodeInitializingError(nodeID, why string) error {
 // read-only).
 func (s *Server) controllerAdvertises(pluginID, capability string) bool {
 	for _, inst := range s.State().Plugin(pluginID).GetInstances() {
-		if ctrl, _ := pluginRoles(inst.GetPlugin().GetType()); ctrl &&
+		if ctrl, _ := state.PluginRoles(inst.GetPlugin().GetType()); ctrl &&
 			slices.Contains(inst.GetPlugin().GetControllerCapabilities(), capability) {
 			return true
 		}

@@ -15,6 +15,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -53,7 +54,7 @@ func newClaimEnv(t *testing.T, servers int, configure func(*server.Config), plug
 	for id, ps := range plugins {
 		testutil.WaitFor(t, 10*time.Second, "node "+id+" ready with its plugins", func() bool {
 			resp, err := e.cl.GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: id})
-			return err == nil && resp.GetNode().GetStatus() == server.NodeStatusReady && len(resp.GetNode().GetPlugins()) == len(ps)
+			return err == nil && resp.GetNode().GetStatus() == state.NodeStatusReady && len(resp.GetNode().GetPlugins()) == len(ps)
 		})
 	}
 	return e
@@ -592,7 +593,7 @@ func TestClaimGCGraceReleasesWithoutTheNode(t *testing.T) {
 	e.nodes["node-b"].stop()
 	testutil.WaitFor(t, 20*time.Second, "node-b down", func() bool {
 		resp, err := e.cl.GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: "node-b"})
-		return err == nil && resp.GetNode().GetStatus() == server.NodeStatusDown
+		return err == nil && resp.GetNode().GetStatus() == state.NodeStatusDown
 	})
 	_, err := e.claim("v", "node-b", "w2", nil)
 	if d := refusal(t, err); d.GetRule() != csisupdv1.ClaimRuleNodeNotReady {

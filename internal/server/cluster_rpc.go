@@ -12,6 +12,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // clusterService implements csisupd.v1.Cluster.
@@ -109,9 +110,9 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
-	if node.GetStatus() != NodeStatusReady {
+	if node.GetStatus() != state.NodeStatusReady {
 		_, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
-			NodeId: node.GetId(), Status: NodeStatusReady, Description: "heartbeat received",
+			NodeId: node.GetId(), Status: state.NodeStatusReady, Description: "heartbeat received",
 		}}})
 		if err != nil {
 			return nil, toStatus(err)
@@ -142,16 +143,12 @@ func (c *clusterService) NodeClaims(ctx context.Context, req *csisupdv1.NodeClai
 // anonymous policy: no token, and the policy named acl.AnonymousPolicy
 // when there is one. An unknown secret is NotFound.
 func (c *clusterService) ResolveToken(ctx context.Context, req *csisupdv1.ResolveTokenRequest) (*csisupdv1.ResolveTokenResponse, error) {
-	_, tok, rows, err := c.s.State().resolveToken(req.GetSecretId())
+	_, tok, policies, err := c.s.State().ResolveToken(req.GetSecretId())
 	if err != nil {
 		if errors.Is(err, acl.ErrTokenNotFound) {
 			return nil, status.Error(codes.NotFound, "acl token not found")
 		}
 		return nil, toStatus(err)
 	}
-	out := &csisupdv1.ResolveTokenResponse{Token: tok}
-	for _, r := range rows {
-		out.Policies = append(out.Policies, r.Policy)
-	}
-	return out, nil
+	return &csisupdv1.ResolveTokenResponse{Token: tok, Policies: policies}, nil
 }

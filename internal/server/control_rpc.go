@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/stream"
 )
 
@@ -112,16 +114,16 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 				return nil, err
 			}
 			switch req.GetStatus() {
-			case "", NodeStatusReady, NodeStatusDown, NodeStatusInitializing:
+			case "", state.NodeStatusReady, state.NodeStatusDown, state.NodeStatusInitializing:
 			default:
-				return nil, status.Errorf(codes.InvalidArgument, "status %q is not one of %s, %s, %s", req.GetStatus(), NodeStatusReady, NodeStatusDown, NodeStatusInitializing)
+				return nil, status.Errorf(codes.InvalidArgument, "status %q is not one of %s, %s, %s", req.GetStatus(), state.NodeStatusReady, state.NodeStatusDown, state.NodeStatusInitializing)
 			}
 			st := c.s.State()
 			index := st.LatestIndex()
 			// The status filter sees the status this server tells, so
 			// that --status initializing finds the nodes shown so.
 			view := c.s.heartbeats.view()
-			nodes, next := st.NodesPage(page.from, page.limit, nodeFilter(req.GetPluginId(), req.GetStatus(), view.status))
+			nodes, next := st.NodesPage(page.from, page.limit, state.NodeFilter(req.GetPluginId(), req.GetStatus(), view.status))
 			return &csisupdv1.NodeListResponse{Nodes: view.overlay(nodes...), Index: index, NextToken: responseToken(next)}, nil
 		})
 }
@@ -345,7 +347,7 @@ func (c *controlService) SnapshotSave(req *csisupdv1.SnapshotSaveRequest, stream
 	if err := c.s.consistentRead(); err != nil {
 		return err
 	}
-	data, err := proto.Marshal(c.s.State().snapshot())
+	data, err := proto.Marshal(c.s.State().Snapshot())
 	if err != nil {
 		return status.Errorf(codes.Internal, "encode snapshot: %v", err)
 	}
@@ -415,11 +417,7 @@ func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
 	}
 	// Check that the state store accepts it before raft commits to it: a
 	// failing FSM restore inside raft is fatal.
-	st, err := NewStateStore()
-	if err != nil {
-		return 0, toStatus(err)
-	}
-	if err := st.restore(&snap, snap.GetIndex()); err != nil {
+	if _, err := state.FromSnapshot(&snap, snap.GetIndex()); err != nil {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot: %v", err)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: snap.GetIndex(), Size: int64(len(data))}
@@ -450,16 +448,16 @@ const eventsPerSend = 64
 // restore, ends with EventsGone.
 func (c *controlService) WatchEvents(req *csisupdv1.ClusterEventWatchRequest, srv grpc.ServerStreamingServer[csisupdv1.ClusterEvent]) error {
 	ctx := srv.Context()
-	sub, err := c.s.events.subscribe(req.GetFromIndex(), req.GetNoReplay())
+	sub, err := c.s.events.Subscribe(req.GetFromIndex(), req.GetNoReplay())
 	if err != nil {
 		return eventsStatus(err)
 	}
 	defer sub.Close()
-	dst := make([]clusterEvent, 0, eventsPerSend)
+	dst := make([]fsm.Event, 0, eventsPerSend)
 	for {
 		dst, err = sub.Next(ctx, dst)
 		if err != nil {
-			return eventsStatus(c.s.events.ended(sub, err))
+			return eventsStatus(c.s.events.Ended(sub, err))
 		}
 		for i := range dst {
 			if err := srv.Send(dst[i].Payload); err != nil {
@@ -480,7 +478,7 @@ func eventsStatus(err error) error {
 		return csisupdv1.NewEventsFellBehindError(behind.ResumeIndex, uint64(behind.Lag), uint64(behind.MaxLag))
 	case errors.As(err, &gone):
 		return csisupdv1.NewEventsGoneError(gone.After, gone.Oldest)
-	case errors.Is(err, errEventsClosed):
+	case errors.Is(err, fsm.ErrClosed):
 		return status.Error(codes.Unavailable, "server is shutting down")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()

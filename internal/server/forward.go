@@ -17,6 +17,7 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // forwardedKey marks a request a follower forwarded to the leader, so it is
@@ -153,7 +154,7 @@ func toStatus(err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, state.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // heartbeats keeps one in-memory TTL timer per node while this server
@@ -70,7 +71,7 @@ func (h *heartbeats) rearm(enable bool, why string) {
 	h.since, h.sinceWhat = time.Now(), why
 	ttl := failoverTTL(h.s.cfg.FailoverHeartbeatTTL, h.s.cfg.MaxHeartbeatsPerSecond, h.s.cfg.MinHeartbeatTTL, len(nodes))
 	for _, n := range nodes {
-		if n.GetStatus() == NodeStatusDown {
+		if n.GetStatus() == state.NodeStatusDown {
 			continue
 		}
 		h.resetLocked(n.GetId(), ttl)
@@ -176,7 +177,7 @@ func (h *heartbeats) view() leaderView {
 // initializing reports whether a node is stored ready but the leader has
 // not heard from it yet.
 func (u leaderView) initializing(n *csisupdv1.ClusterNode) bool {
-	return u.leading && n.GetStatus() == NodeStatusReady && !u.heard(n.GetId())
+	return u.leading && n.GetStatus() == state.NodeStatusReady && !u.heard(n.GetId())
 }
 
 // nodesAsLeaderSees returns nodes with the status this leader knows: a
@@ -191,7 +192,7 @@ func (s *Server) nodesAsLeaderSees(nodes ...*csisupdv1.ClusterNode) []*csisupdv1
 // status returns the status of n as this view tells it.
 func (u leaderView) status(n *csisupdv1.ClusterNode) string {
 	if u.initializing(n) {
-		return NodeStatusInitializing
+		return state.NodeStatusInitializing
 	}
 	return n.GetStatus()
 }
@@ -212,8 +213,8 @@ func (u leaderView) overlay(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.Cluste
 			out = append([]*csisupdv1.ClusterNode(nil), nodes...)
 			copied = true
 		}
-		c := copyNode(n)
-		c.Status = NodeStatusInitializing
+		c := state.CopyNode(n)
+		c.Status = state.NodeStatusInitializing
 		c.StatusDescription = u.desc
 		c.StatusUpdatedAt = timestamppb.New(u.since)
 		out[i] = c
@@ -239,7 +240,7 @@ func (s *Server) pluginsAsLeaderSees(plugins ...*csisupdv1.ClusterPlugin) {
 			}
 			inst.Healthy = false
 			inst.HealthDescription = "node is initializing: " + u.desc
-			controller, nodeService := pluginRoles(inst.GetPlugin().GetType())
+			controller, nodeService := state.PluginRoles(inst.GetPlugin().GetType())
 			if controller {
 				p.ControllersHealthy--
 			}
@@ -278,7 +279,7 @@ func (h *heartbeats) expire(nodeID string, t *hbTimer) {
 	// changes what is shown, and a heartbeat confirms it again.
 	h.s.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
 	_, err := h.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
-		NodeId: nodeID, Status: NodeStatusDown, Description: "missed heartbeat",
+		NodeId: nodeID, Status: state.NodeStatusDown, Description: "missed heartbeat",
 	}}})
 	if err == nil {
 		return

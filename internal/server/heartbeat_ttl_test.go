@@ -65,3 +65,22 @@ func TestHeartbeatFailoverTTLCoversEveryHandedOutTTL(t *testing.T) {
 		}
 	}
 }
+
+func TestRateScaledInterval(t *testing.T) {
+	tests := []struct {
+		rate float64
+		min  time.Duration
+		n    int
+		want time.Duration
+	}{
+		{50, 10 * time.Second, 0, 10 * time.Second},
+		{50, 10 * time.Second, 500, 10 * time.Second},
+		{50, 10 * time.Second, 2000, 40 * time.Second},
+		{0, time.Second, 1000, time.Second},
+	}
+	for _, tt := range tests {
+		if got := rateScaledInterval(tt.rate, tt.min, tt.n); got != tt.want {
+			t.Errorf("rateScaledInterval(%v, %v, %d) = %v, want %v", tt.rate, tt.min, tt.n, got, tt.want)
+		}
+	}
+}

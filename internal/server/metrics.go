@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
@@ -11,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
@@ -210,14 +211,20 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(timersDesc, float64(s.heartbeats.count()))
 
-	n := s.State().counts()
-	for status, count := range n.nodes {
+	// Every known status and state is reported, 0 when none is in it.
+	n := s.State().Counts()
+	nodes := map[string]int{state.NodeStatusReady: 0, state.NodeStatusDown: 0}
+	claims := map[string]int{ClaimStateTaken: 0, ClaimStateUnpublishing: 0,
+		ClaimStateNodeUnpublished: 0, ClaimStateControllerUnpublished: 0}
+	maps.Copy(nodes, n.Nodes)
+	maps.Copy(claims, n.Claims)
+	for status, count := range nodes {
 		gauge(nodesDesc, float64(count), status)
 	}
-	gauge(pluginsDesc, float64(n.plugins))
-	gauge(volumesDesc, float64(n.volumes))
-	for state, count := range n.claims {
-		gauge(claimsDesc, float64(count), state)
+	gauge(pluginsDesc, float64(n.Plugins))
+	gauge(volumesDesc, float64(n.Volumes))
+	for st, count := range claims {
+		gauge(claimsDesc, float64(count), st)
 	}
 }
 
@@ -226,50 +233,6 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// stateCounts is what the metrics count in the state.
-type stateCounts struct {
-	nodes   map[string]int // by status, every known status present
-	plugins int
-	volumes int
-	claims  map[string]int // by state, every known state present
-}
-
-// counts counts nodes, plugin ids, volumes and claims in one read
-// transaction, without copying any object.
-func (s *StateStore) counts() stateCounts {
-	out := stateCounts{
-		nodes: map[string]int{NodeStatusReady: 0, NodeStatusDown: 0},
-		claims: map[string]int{ClaimStateTaken: 0, ClaimStateUnpublishing: 0,
-			ClaimStateNodeUnpublished: 0, ClaimStateControllerUnpublished: 0},
-	}
-	txn := s.db.Txn(false)
-	if it, err := txn.Get(tableNodes, "id"); err == nil {
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			out.nodes[raw.(*csisupdv1.ClusterNode).GetStatus()]++
-		}
-	}
-	// The rows of one plugin are adjacent: the index sorts by plugin id,
-	// then node id.
-	if it, err := txn.Get(tablePlugins, "id"); err == nil {
-		last := ""
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			if id := raw.(*instanceRow).PluginID; out.plugins == 0 || id != last {
-				out.plugins++
-				last = id
-			}
-		}
-	}
-	if it, err := txn.Get(tableVolumes, "id"); err == nil {
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			out.volumes++
-			for _, c := range raw.(*csisupdv1.Volume).GetClaims() {
-				out.claims[c.GetState()]++
-			}
-		}
-	}
-	return out
 }
 
 // loopBeat is the context key of the watchdog loop that a long chain of

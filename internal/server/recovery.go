@@ -19,6 +19,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/stream"
 )
 
@@ -192,12 +193,12 @@ func (s *Server) recoverFromPeersFile(rc *raft.Config, dir string, logs raft.Log
 	// does not use it again; a scratch FSM keeps that replay out of the
 	// server's event buffer. NewRaft then restores the server's own FSM
 	// from the snapshot the recovery wrote.
-	events, err := newClusterEvents(stream.Config{Size: s.cfg.EventBufferSize, MaxLag: s.cfg.EventMaxLag}, hclog.NewNullLogger())
+	events, err := fsm.NewEvents(stream.Config{Size: s.cfg.EventBufferSize, MaxLag: s.cfg.EventMaxLag}, hclog.NewNullLogger())
 	if err != nil {
 		return fmt.Errorf("server: recover from %s: %w", path, err)
 	}
-	defer events.close()
-	scratch, err := newFSM(events)
+	defer events.Close()
+	scratch, err := fsm.New(fsm.Config{Events: events})
 	if err != nil {
 		return fmt.Errorf("server: recover from %s: %w", path, err)
 	}

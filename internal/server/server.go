@@ -21,6 +21,8 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/keylock"
+	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/stream"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
@@ -33,8 +35,8 @@ type Server struct {
 	logger hclog.Logger
 
 	raft      *raft.Raft
-	fsm       *fsm
-	events    *clusterEvents
+	fsm       *fsm.FSM
+	events    *fsm.Events
 	logStore  *raftboltdb.BoltStore
 	trans     *raft.NetworkTransport
 	raftAddr  string
@@ -91,7 +93,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		logger = hclog.NewNullLogger()
 	}
 	logger = logger.Named("server").With("server", cfg.Name)
-	events, err := newClusterEvents(stream.Config{Size: cfg.EventBufferSize, MaxLag: cfg.EventMaxLag}, logger.Named("events"))
+	events, err := fsm.NewEvents(stream.Config{Size: cfg.EventBufferSize, MaxLag: cfg.EventMaxLag}, logger.Named("events"))
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -140,14 +142,13 @@ func (s *Server) setupRaft() (err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("server: create raft dir %s: %w", dir, err)
 	}
-	fsm, err := newFSM(s.events)
-	if err != nil {
-		return err
-	}
-	s.fsm = fsm
 	// A restore on the leader (an operator's snapshot restore) must make
 	// the leader forget which nodes it heard from.
-	fsm.onRestore = s.heartbeats.restored
+	f, err := fsm.New(fsm.Config{Events: s.events, OnRestore: s.heartbeats.restored})
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	s.fsm = f
 
 	dbPath := filepath.Join(dir, raftDBName)
 	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath})
@@ -292,7 +293,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.wg.Wait()
 		s.heartbeats.stop()
-		s.events.close()
+		s.events.Close()
 		s.conns.close()
 		s.agentConns.close()
 		if cerr := s.logStore.Close(); cerr != nil && err == nil {
@@ -333,7 +334,7 @@ func (s *Server) Leader() string {
 
 // State returns the local replicated state. Reads from it may be stale on
 // a follower.
-func (s *Server) State() *StateStore { return s.fsm.State() }
+func (s *Server) State() *state.Store { return s.fsm.State() }
 
 // RaftStats returns raft's own counters (term, applied_index, ...).
 func (s *Server) RaftStats() map[string]string { return s.raft.Stats() }
@@ -412,26 +413,26 @@ func (s *Server) apply(e *csisupdv1.LogEntry) (uint64, error) {
 }
 
 // applyRaw writes one entry through raft and returns the FSM's result.
-func (s *Server) applyRaw(e *csisupdv1.LogEntry) (applyResult, error) {
+func (s *Server) applyRaw(e *csisupdv1.LogEntry) (fsm.Result, error) {
 	if e.Time == nil {
 		e.Time = timestamppb.Now()
 	}
 	data, err := proto.Marshal(e)
 	if err != nil {
-		return applyResult{}, fmt.Errorf("encode log entry: %w", err)
+		return fsm.Result{}, fmt.Errorf("encode log entry: %w", err)
 	}
 	done, err := s.beginOp()
 	if err != nil {
-		return applyResult{}, fmt.Errorf("raft apply: %w", err)
+		return fsm.Result{}, fmt.Errorf("raft apply: %w", err)
 	}
 	defer done()
 	f := s.raft.Apply(data, s.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
-		return applyResult{}, fmt.Errorf("raft apply: %w", err)
+		return fsm.Result{}, fmt.Errorf("raft apply: %w", err)
 	}
-	res, ok := f.Response().(applyResult)
+	res, ok := f.Response().(fsm.Result)
 	if !ok {
-		return applyResult{Index: f.Index()}, nil
+		return fsm.Result{Index: f.Index()}, nil
 	}
 	return res, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // Controller capabilities the volume operations need.
@@ -44,11 +45,11 @@ func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 	var out []candidate
 	var waiting []string
 	for _, inst := range p.GetInstances() {
-		if ctrl, _ := pluginRoles(inst.GetPlugin().GetType()); !ctrl || !inst.GetHealthy() {
+		if ctrl, _ := state.PluginRoles(inst.GetPlugin().GetType()); !ctrl || !inst.GetHealthy() {
 			continue
 		}
 		node := s.State().Node(inst.GetNodeId())
-		if node == nil || node.GetStatus() != NodeStatusReady {
+		if node == nil || node.GetStatus() != state.NodeStatusReady {
 			continue
 		}
 		if !s.heartbeats.confirmedNode(node.GetId()) {

@@ -14,6 +14,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -132,7 +133,7 @@ func TestNodeMissingHeartbeatGoesDown(t *testing.T) {
 	na.stop()
 	testutil.WaitFor(t, 20*time.Second, "node-a down", func() bool {
 		resp, err := cl.GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: "node-a"})
-		return err == nil && resp.GetNode().GetStatus() == server.NodeStatusDown
+		return err == nil && resp.GetNode().GetStatus() == state.NodeStatusDown
 	})
 	p := pluginOf(t, cl, "p1")
 	if p.GetControllersHealthy() != 1 || p.GetControllersExpected() != 2 || p.GetNodesHealthy() != 1 {

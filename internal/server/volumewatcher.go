@@ -7,6 +7,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
@@ -111,7 +112,7 @@ func (w *volumeWatcher) nodeGoneDue(c *csisupdv1.VolumeClaim, now time.Time) boo
 	if node == nil {
 		return true
 	}
-	return node.GetStatus() == NodeStatusDown && now.Sub(node.GetStatusUpdatedAt().AsTime()) > w.s.cfg.ClaimGCGrace
+	return node.GetStatus() == state.NodeStatusDown && now.Sub(node.GetStatusUpdatedAt().AsTime()) > w.s.cfg.ClaimGCGrace
 }
 
 // release runs the release steps of one claim, unless its last failure

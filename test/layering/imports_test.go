@@ -13,6 +13,10 @@ const module = "github.com/csisupd/csisupd/"
 //
 //	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog}
 //
+// and inside the server role:
+//
+//	server -> {claims, leader, raftnode} -> fsm -> state, fsm -> claims
+//
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
 // packages (testutil, testplugin, testcluster, consultest, metricsdoc) are
@@ -29,11 +33,16 @@ var allowed = map[string][]string{
 	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
 	"internal/agent": append(append([]string{api}, middle...), bottom...),
 
-	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
-	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
-	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog"},
-	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
-	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
+	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
+	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
+	"internal/server": {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
+		"internal/server/fsm", "internal/server/state"},
+	// The parts of the server role, bottom up: the state store, the FSM
+	// that writes it.
+	"internal/server/state": {api, "internal/acl"},
+	"internal/server/fsm":   {api, "internal/acl", "internal/stream", "internal/server/state"},
+	"internal/consulsync":   {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
+	"internal/nodeclient":   {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
 	// volumes uses rpc's redaction and retryable codes, as ClientCSI does.
 	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc", "internal/keylock", "internal/watchdog"},
 
@@ -66,6 +75,14 @@ var allowed = map[string][]string{
 	"test/layering":             {},
 	"test/soak":                 {},
 	"test/soak/cmd/csi-hostile": {"internal/testutil"},
+}
+
+// forbiddenOutside lists packages outside the module that a package must
+// not import, with the prefix that names them: the state store knows no
+// raft and no gRPC, so it can be read and tested without either.
+var forbiddenOutside = map[string][]string{
+	"internal/server/state": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
+	"internal/server/fsm":   {"google.golang.org/grpc"},
 }
 
 // testHelpers may be imported by every package's tests.
@@ -101,6 +118,8 @@ func isTestTree(pkg string) bool { return strings.HasPrefix(pkg, "test/") }
 type listed struct {
 	path                 string
 	imports, testImports []string
+	// outside holds the imports of packages outside the module.
+	outside []string
 }
 
 // goList returns the module's packages with their imports of the module.
@@ -121,7 +140,8 @@ func goList(t *testing.T) []listed {
 		if len(f) != 3 {
 			t.Fatalf("go list printed %q", line)
 		}
-		pkgs = append(pkgs, listed{path: strings.TrimPrefix(f[0], module), imports: ours(f[1]), testImports: ours(f[2])})
+		pkgs = append(pkgs, listed{path: strings.TrimPrefix(f[0], module), imports: ours(f[1]), testImports: ours(f[2]),
+			outside: theirs(f[1])})
 	}
 	return pkgs
 }
@@ -133,6 +153,18 @@ func ours(list string) []string {
 	for _, imp := range strings.Split(list, ",") {
 		if p, ok := strings.CutPrefix(imp, module); ok && !slices.Contains(out, p) {
 			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// theirs returns the imports of a comma-separated import list that are
+// outside the module.
+func theirs(list string) []string {
+	var out []string
+	for _, imp := range strings.Split(list, ",") {
+		if imp != "" && !strings.HasPrefix(imp, module) {
+			out = append(out, imp)
 		}
 	}
 	return out
@@ -162,6 +194,13 @@ func TestImports(t *testing.T) {
 			case isTestTree(p.path):
 			case !slices.Contains(ok, imp):
 				t.Errorf("%s imports %s, which the package graph forbids\n    (allowed: %s)", p.path, imp, strings.Join(ok, " "))
+			}
+		}
+		for _, imp := range p.outside {
+			for _, prefix := range forbiddenOutside[p.path] {
+				if imp == prefix || strings.HasPrefix(imp, prefix+"/") {
+					t.Errorf("%s imports %s, which it must not: it knows nothing of %s", p.path, imp, prefix)
+				}
 			}
 		}
 		for _, imp := range p.testImports {

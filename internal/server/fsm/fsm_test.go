@@ -1,18 +1,16 @@
-package server
+package fsm
 
 import (
 	"errors"
 	"io"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/config"
-	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 func plug(id, typ string, healthy bool) *csisupdv1.Plugin {
@@ -35,7 +33,7 @@ func setStatus(id, st string) *csisupdv1.LogEntry {
 
 // applyAll feeds entries through the FSM as raft would and returns the
 // results.
-func applyAll(t *testing.T, f *fsm, entries ...*csisupdv1.LogEntry) []applyResult {
+func applyAll(t *testing.T, f *FSM, entries ...*csisupdv1.LogEntry) []Result {
 	t.Helper()
 	var logs []*raft.Log
 	for i, e := range entries {
@@ -45,9 +43,9 @@ func applyAll(t *testing.T, f *fsm, entries ...*csisupdv1.LogEntry) []applyResul
 		}
 		logs = append(logs, &raft.Log{Index: f.State().LatestIndex() + uint64(i) + 1, Type: raft.LogCommand, Data: data})
 	}
-	var out []applyResult
+	var out []Result
 	for _, r := range f.ApplyBatch(logs) {
-		out = append(out, r.(applyResult))
+		out = append(out, r.(Result))
 	}
 	return out
 }
@@ -78,13 +76,13 @@ func TestPluginAggregation(t *testing.T) {
 		{
 			name: "down node stops counting",
 			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true)), register("b", plug("p", "monolith", true)),
-				setStatus("b", NodeStatusDown)},
+				setStatus("b", state.NodeStatusDown)},
 			plugin: "p", want: &counts{1, 2, 1, 2},
 		},
 		{
 			name: "node back to ready counts again",
-			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true)), setStatus("a", NodeStatusDown),
-				setStatus("a", NodeStatusReady)},
+			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true)), setStatus("a", state.NodeStatusDown),
+				setStatus("a", state.NodeStatusReady)},
 			plugin: "p", want: &counts{1, 1, 1, 1},
 		},
 		{
@@ -136,15 +134,15 @@ func TestFSMErrorsAndEvents(t *testing.T) {
 	}
 	res := applyAll(t, f,
 		setPlugins("ghost", plug("p", "node", true)),
-		setStatus("ghost", NodeStatusDown),
+		setStatus("ghost", state.NodeStatusDown),
 		&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: "nope"}},
 		register("a", plug("p", "node", true)),
-		setStatus("a", NodeStatusReady), // no change: no event
-		setStatus("a", NodeStatusDown),
+		setStatus("a", state.NodeStatusReady), // no change: no event
+		setStatus("a", state.NodeStatusDown),
 	)
 	for i := range 3 {
-		if !errors.Is(res[i].Err, ErrNotFound) {
-			t.Errorf("entry %d: error %v, want ErrNotFound", i, res[i].Err)
+		if !errors.Is(res[i].Err, state.ErrNotFound) {
+			t.Errorf("entry %d: error %v, want state.ErrNotFound", i, res[i].Err)
 		}
 	}
 	for i := 3; i < len(res); i++ {
@@ -172,7 +170,7 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	applyAll(t, f,
 		register("a", plug("p", "monolith", true)),
 		register("b", plug("p", "monolith", true)),
-		setStatus("b", NodeStatusDown),
+		setStatus("b", state.NodeStatusDown),
 		&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: &csisupdv1.Volume{Id: "v", PluginId: "p", ExternalId: "x"}}},
 		&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: &csisupdv1.ServerRecord{Id: "s1", RpcAddress: "h:1"}}},
 	)
@@ -206,65 +204,7 @@ func (s *memSink) ID() string    { return "mem" }
 func (s *memSink) Cancel() error { return nil }
 func (s *memSink) Close() error  { return nil }
 
-func TestConfigValidate(t *testing.T) {
-	ok := Config{ID: "s1", DataDir: "d", RaftAddr: "127.0.0.1:4781", RPCAddr: "127.0.0.1:4780", BootstrapExpect: 1,
-		RaftMultiplier: 1, Join: config.DefaultRetry().ServerJoin, Connect: config.DefaultRetry().ServerConnect,
-		ServerTuning: config.DefaultServerTuning()}
-	tests := []struct {
-		name   string
-		mutate func(*Config)
-		want   string // "" means valid
-	}{
-		{"valid single server", func(*Config) {}, ""},
-		{"missing id", func(c *Config) { c.ID = "" }, "id is required"},
-		{"missing data dir", func(c *Config) { c.DataDir = "" }, "data_dir"},
-		{"bad raft address", func(c *Config) { c.RaftAddr = "nope" }, "raft address"},
-		{"bad rpc address", func(c *Config) { c.RPCAddr = "" }, "rpc address"},
-		{"zero bootstrap_expect", func(c *Config) { c.BootstrapExpect = 0 }, "bootstrap_expect = 0"},
-		{"expect 3 without retry_join", func(c *Config) { c.BootstrapExpect = 3 }, "retry_join"},
-		{"bad retry_join address", func(c *Config) { c.BootstrapExpect = 3; c.RetryJoin = []string{"x"} }, `retry_join address "x"`},
-		{"raft multiplier too big", func(c *Config) { c.RaftMultiplier = 11 }, "raft_multiplier"},
-		{"no join policy: none of its own", func(c *Config) { c.Join = retry.Policy{} }, "Join: retry: Base must be positive"},
-		{"join jitter of one", func(c *Config) { c.Join.Jitter = 1 }, "Join: retry: Jitter"},
-		{"no raft multiplier: none of its own", func(c *Config) { c.RaftMultiplier = 0 }, "raft_multiplier = 0"},
-		{"no tuning: none of its own", func(c *Config) { c.ServerTuning = config.ServerTuning{} }, "server tuning: RPCTimeout must be positive"},
-		{"event buffer and lag", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 15 }, ""},
-		{"event lag as large as the buffer", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 16 }, "EventMaxLag = 16 with EventBufferSize = 16"},
-		{"event lag beyond the default buffer", func(c *Config) { c.EventMaxLag = 2000 }, "EventMaxLag = 2000 with EventBufferSize = 1024"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := ok
-			tt.mutate(&c)
-			err := c.Validate()
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %v, want it to mention %q", err, tt.want)
-			}
-		})
-	}
-}
-
-func TestRateScaledInterval(t *testing.T) {
-	tests := []struct {
-		rate float64
-		min  time.Duration
-		n    int
-		want time.Duration
-	}{
-		{50, 10 * time.Second, 0, 10 * time.Second},
-		{50, 10 * time.Second, 500, 10 * time.Second},
-		{50, 10 * time.Second, 2000, 40 * time.Second},
-		{0, time.Second, 1000, time.Second},
-	}
-	for _, tt := range tests {
-		if got := rateScaledInterval(tt.rate, tt.min, tt.n); got != tt.want {
-			t.Errorf("rateScaledInterval(%v, %v, %d) = %v, want %v", tt.rate, tt.min, tt.n, got, tt.want)
-		}
-	}
+// newFSM returns an FSM that publishes to events.
+func newFSM(events *Events) (*FSM, error) {
+	return New(Config{Events: events})
 }

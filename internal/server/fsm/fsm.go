@@ -1,6 +1,7 @@
-package server
+package fsm
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -9,46 +10,73 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
-// fsm applies raft log entries to the state store. It implements
+// Result is what the FSM returns for one log entry: the entry's raft
+// index and the error that refused it. For a LogBatch, Errs holds one
+// error per batched entry.
+type Result struct {
+	Index uint64
+	Err   error
+	Errs  []error
+}
+
+// FSM applies raft log entries to the state store. It implements
 // raft.BatchingFSM so a batch of committed entries is applied in one memdb
 // transaction.
-type fsm struct {
+type FSM struct {
 	mu     sync.RWMutex // guards state replacement on restore
-	state  *StateStore
-	events *clusterEvents
+	state  *state.Store
+	events *Events
 	// scratch holds the events of one entry while they are published; the
 	// buffer copies them. Only raft's FSM goroutine uses it.
-	scratch []clusterEvent
+	scratch []Event
 	// onRestore, when set, runs after a restore replaced the state, on
 	// raft's FSM goroutine: the leader's heartbeat timers and what it
 	// knows of the nodes belong to the state replaced.
 	onRestore func()
 }
 
-var _ raft.BatchingFSM = (*fsm)(nil)
+var _ raft.BatchingFSM = (*FSM)(nil)
 
-func newFSM(events *clusterEvents) (*fsm, error) {
-	st, err := NewStateStore()
-	if err != nil {
-		return nil, err
+// Config configures an FSM.
+type Config struct {
+	// Events receives the events of each applied entry. Required.
+	Events *Events
+	// OnRestore, when set, runs after a restore replaced the state, on
+	// raft's FSM goroutine.
+	OnRestore func()
+}
+
+// New returns an FSM over an empty state store.
+func New(cfg Config) (*FSM, error) {
+	if cfg.Events == nil {
+		return nil, errors.New("fsm: Events is required")
 	}
-	return &fsm{state: st, events: events}, nil
+	st, err := state.New()
+	if err != nil {
+		return nil, fmt.Errorf("fsm: %w", err)
+	}
+	return &FSM{state: st, events: cfg.Events, onRestore: cfg.OnRestore}, nil
 }
 
 // State returns the current state store.
-func (f *fsm) State() *StateStore {
+func (f *FSM) State() *state.Store {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.state
 }
 
-func (f *fsm) Apply(l *raft.Log) interface{} {
+// Apply applies one log entry; see ApplyBatch.
+func (f *FSM) Apply(l *raft.Log) interface{} {
 	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
-func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
+// ApplyBatch applies committed log entries in one state transaction and
+// then publishes their events, one batch per entry at its raft index. Each
+// result is a Result; a LogBatch entry's has one error per batched entry.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	f.mu.RLock()
 	st := f.state
 	f.mu.RUnlock()
@@ -57,40 +85,40 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	var events []*csisupdv1.ClusterEvent
 	// ends[i] is the end in events of the events of logs[i].
 	ends := make([]int, len(logs))
-	txn := st.db.Txn(true)
+	txn := st.Write()
 	var last uint64
 	for i, l := range logs {
 		last = l.Index
 		ends[i] = len(events)
 		if l.Type != raft.LogCommand {
-			out[i] = applyResult{Index: l.Index}
+			out[i] = Result{Index: l.Index}
 			continue
 		}
 		var e csisupdv1.LogEntry
 		if err := proto.Unmarshal(l.Data, &e); err != nil {
-			out[i] = applyResult{Index: l.Index, Err: fmt.Errorf("decode log entry %d: %w", l.Index, err)}
+			out[i] = Result{Index: l.Index, Err: fmt.Errorf("decode log entry %d: %w", l.Index, err)}
 			continue
 		}
-		// applyEntry checks before it writes, so a failed entry leaves no
+		// apply checks before it writes, so a failed entry leaves no
 		// partial writes behind.
 		if b, ok := e.GetCommand().(*csisupdv1.LogEntry_Batch); ok {
-			res := applyResult{Index: l.Index, Errs: make([]error, len(b.Batch.GetEntries()))}
+			res := Result{Index: l.Index, Errs: make([]error, len(b.Batch.GetEntries()))}
 			for j, sub := range b.Batch.GetEntries() {
 				if sub.Time == nil {
 					sub.Time = e.GetTime()
 				}
-				res.Errs[j] = applyEntry(txn, l.Index, sub, &events)
+				res.Errs[j] = apply(txn, l.Index, sub, &events)
 			}
 			out[i] = res
 			ends[i] = len(events)
 			continue
 		}
-		out[i] = applyResult{Index: l.Index, Err: applyEntry(txn, l.Index, &e, &events)}
+		out[i] = Result{Index: l.Index, Err: apply(txn, l.Index, &e, &events)}
 		ends[i] = len(events)
 	}
 	if last > 0 {
-		if err := txn.Insert(tableIndex, &indexRow{Key: "latest", Value: last}); err != nil {
-			panic(fmt.Sprintf("write state index: %v", err))
+		if err := txn.SetLatestIndex(last); err != nil {
+			panic(err.Error())
 		}
 	}
 	txn.Commit()
@@ -100,31 +128,31 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	for i, l := range logs {
 		f.scratch = f.scratch[:0]
 		for _, e := range events[start:ends[i]] {
-			topic, key := eventTopic(e)
-			f.scratch = append(f.scratch, clusterEvent{Topic: topic, Key: key, Payload: e})
+			topic, key := Topic(e)
+			f.scratch = append(f.scratch, Event{Topic: topic, Key: key, Payload: e})
 		}
 		start = ends[i]
-		f.events.publish(l.Index, f.scratch...)
+		f.events.Publish(l.Index, f.scratch...)
 	}
 	clear(f.scratch) // let the payloads go
 	return out
 }
 
-func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{snap: f.State().snapshot()}, nil
+// Snapshot captures the state for raft.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{snap: f.State().Snapshot()}, nil
 }
 
-func (f *fsm) Restore(rc io.ReadCloser) error {
+// Restore replaces the state with a snapshot's, at an index past every one
+// applied, and starts a new event buffer: the events buffered so far do
+// not lead up to the restored state.
+func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	data, err := io.ReadAll(rc)
 	if err != nil {
 		return fmt.Errorf("read snapshot: %w", err)
 	}
-	var snap csisupdv1.StateSnapshot
-	if err := proto.Unmarshal(data, &snap); err != nil {
-		return fmt.Errorf("decode snapshot: %w", err)
-	}
-	st, err := NewStateStore()
+	snap, err := state.DecodeSnapshot(data)
 	if err != nil {
 		return err
 	}
@@ -134,7 +162,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	// Only raft's FSM goroutine writes the state, so it cannot change
 	// between this read and the swap.
 	at := max(snap.GetIndex(), f.State().LatestIndex()+1)
-	if err := st.restore(&snap, at); err != nil {
+	st, err := state.FromSnapshot(snap, at)
+	if err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -144,18 +173,19 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		f.onRestore()
 	}
 	// The events buffered so far do not lead up to the restored state.
-	return f.events.restore(at)
+	return f.events.Restore(at)
 }
 
 type fsmSnapshot struct {
 	snap *csisupdv1.StateSnapshot
 }
 
+// Persist writes the snapshot to sink.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	data, err := proto.Marshal(s.snap)
+	data, err := state.EncodeSnapshot(s.snap)
 	if err != nil {
 		sink.Cancel()
-		return fmt.Errorf("encode snapshot: %w", err)
+		return err
 	}
 	if _, err := sink.Write(data); err != nil {
 		sink.Cancel()
@@ -164,4 +194,5 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
+// Release does nothing: the snapshot holds only immutable messages.
 func (s *fsmSnapshot) Release() {}

@@ -1,4 +1,4 @@
-package server
+package fsm
 
 import (
 	"context"
@@ -10,23 +10,22 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/stream"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // testEvents returns an event holder closed when the test ends.
-func testEvents(t testing.TB, size, maxLag int) *clusterEvents {
+func testEvents(t testing.TB, size, maxLag int) *Events {
 	t.Helper()
-	c, err := newClusterEvents(stream.Config{Size: size, MaxLag: maxLag}, hclog.NewNullLogger())
+	c, err := NewEvents(stream.Config{Size: size, MaxLag: maxLag}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.close)
+	t.Cleanup(c.Close)
 	return c
 }
 
@@ -40,14 +39,14 @@ func doneCtx() context.Context {
 
 // readBatches returns the batches buffered after index after, one slice
 // per batch, read without waiting.
-func readBatches(t testing.TB, c *clusterEvents, after uint64) [][]clusterEvent {
+func readBatches(t testing.TB, c *Events, after uint64) [][]Event {
 	t.Helper()
-	sub, err := c.subscribe(after, false)
+	sub, err := c.Subscribe(after, false)
 	if err != nil {
 		t.Fatalf("subscribe after %d: %v", after, err)
 	}
 	defer sub.Close()
-	var out [][]clusterEvent
+	var out [][]Event
 	for {
 		batch, err := sub.Next(doneCtx(), nil) // nil dst: one batch a call
 		if errors.Is(err, context.Canceled) {
@@ -61,9 +60,9 @@ func readBatches(t testing.TB, c *clusterEvents, after uint64) [][]clusterEvent 
 }
 
 // readAll returns the events buffered after index after.
-func readAll(t testing.TB, c *clusterEvents, after uint64) []clusterEvent {
+func readAll(t testing.TB, c *Events, after uint64) []Event {
 	t.Helper()
-	var out []clusterEvent
+	var out []Event
 	for _, b := range readBatches(t, c, after) {
 		out = append(out, b...)
 	}
@@ -71,7 +70,7 @@ func readAll(t testing.TB, c *clusterEvents, after uint64) []clusterEvent {
 }
 
 // describe renders events as "index topic/key type" lines.
-func describe(events []clusterEvent) string {
+func describe(events []Event) string {
 	var b strings.Builder
 	for _, e := range events {
 		fmt.Fprintf(&b, "%d %s/%s %s\n", e.Index, e.Topic, e.Key, e.Payload.GetType())
@@ -84,18 +83,18 @@ func TestEventTopic(t *testing.T) {
 		event      *csisupdv1.ClusterEvent
 		topic, key string
 	}{
-		{&csisupdv1.ClusterEvent{Type: "node-registered", NodeId: "n"}, topicNode, "n"},
-		{&csisupdv1.ClusterEvent{Type: "node-plugins-updated", NodeId: "n"}, topicNode, "n"},
-		{&csisupdv1.ClusterEvent{Type: "node-down", NodeId: "n"}, topicNode, "n"},
-		{&csisupdv1.ClusterEvent{Type: "node-ready", NodeId: "n"}, topicNode, "n"},
-		{&csisupdv1.ClusterEvent{Type: "plugin-gc", NodeId: "n", PluginId: "p"}, topicPlugin, "p"},
-		{&csisupdv1.ClusterEvent{Type: "volume-created", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
-		{&csisupdv1.ClusterEvent{Type: "volume-claimed", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
-		{&csisupdv1.ClusterEvent{Type: "volume-deleted", PluginId: "p", VolumeId: "v"}, topicVolume, "v"},
+		{&csisupdv1.ClusterEvent{Type: "node-registered", NodeId: "n"}, TopicNode, "n"},
+		{&csisupdv1.ClusterEvent{Type: "node-plugins-updated", NodeId: "n"}, TopicNode, "n"},
+		{&csisupdv1.ClusterEvent{Type: "node-down", NodeId: "n"}, TopicNode, "n"},
+		{&csisupdv1.ClusterEvent{Type: "node-ready", NodeId: "n"}, TopicNode, "n"},
+		{&csisupdv1.ClusterEvent{Type: "plugin-gc", NodeId: "n", PluginId: "p"}, TopicPlugin, "p"},
+		{&csisupdv1.ClusterEvent{Type: "volume-created", PluginId: "p", VolumeId: "v"}, TopicVolume, "v"},
+		{&csisupdv1.ClusterEvent{Type: "volume-claimed", PluginId: "p", VolumeId: "v"}, TopicVolume, "v"},
+		{&csisupdv1.ClusterEvent{Type: "volume-deleted", PluginId: "p", VolumeId: "v"}, TopicVolume, "v"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.event.GetType(), func(t *testing.T) {
-			if topic, key := eventTopic(tt.event); topic != tt.topic || key != tt.key {
+			if topic, key := Topic(tt.event); topic != tt.topic || key != tt.key {
 				t.Fatalf("eventTopic = %s/%s, want %s/%s", topic, key, tt.topic, tt.key)
 			}
 		})
@@ -130,7 +129,7 @@ func TestFSMPublishesOneBatchPerEntry(t *testing.T) {
 		commandLog(t, 5, register("a", plug("p", "monolith", true))),
 		commandLog(t, 6, batch),
 		commandLog(t, 7, &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: &csisupdv1.ServerRecord{Id: "s1"}}}),
-		commandLog(t, 9, setStatus("a", NodeStatusDown)),
+		commandLog(t, 9, setStatus("a", state.NodeStatusDown)),
 	})
 	f.ApplyBatch([]*raft.Log{commandLog(t, 10, &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Noop{}})})
 
@@ -156,7 +155,7 @@ func TestFSMPublishesOneBatchPerEntry(t *testing.T) {
 	if _, latest := events.buf.Range(); latest != 10 {
 		t.Fatalf("latest published index %d, want 10", latest)
 	}
-	sub, err := events.subscribe(0, true)
+	sub, err := events.Subscribe(0, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +167,14 @@ func TestFSMPublishesOneBatchPerEntry(t *testing.T) {
 
 func TestClusterEventsRefusedPublishIsLogged(t *testing.T) {
 	var logs testutil.SyncBuffer
-	c, err := newClusterEvents(stream.Config{Size: 4, MaxLag: 2}, hclog.New(&hclog.LoggerOptions{Output: &logs}))
+	c, err := NewEvents(stream.Config{Size: 4, MaxLag: 2}, hclog.New(&hclog.LoggerOptions{Output: &logs}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
-	ev := clusterEvent{Topic: topicNode, Key: "a", Payload: &csisupdv1.ClusterEvent{Index: 5, Type: "node-down", NodeId: "a"}}
-	c.publish(5, ev)
-	c.publish(5, ev) // not greater than the latest: refused
+	defer c.Close()
+	ev := Event{Topic: TopicNode, Key: "a", Payload: &csisupdv1.ClusterEvent{Index: 5, Type: "node-down", NodeId: "a"}}
+	c.Publish(5, ev)
+	c.Publish(5, ev) // not greater than the latest: refused
 	if n := len(readAll(t, c, 0)); n != 1 {
 		t.Fatalf("%d events buffered, want 1", n)
 	}
@@ -185,7 +184,7 @@ func TestClusterEventsRefusedPublishIsLogged(t *testing.T) {
 }
 
 // snapshotOf returns the encoded snapshot of f's state.
-func snapshotOf(t testing.TB, f *fsm) string {
+func snapshotOf(t testing.TB, f *FSM) string {
 	t.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {
@@ -229,9 +228,9 @@ func TestFSMRestoreEndsEvents(t *testing.T) {
 				snapIndex = g.State().LatestIndex()
 				snap = snapshotOf(t, g)
 			}
-			applyAll(t, f, register("b"), setStatus("b", NodeStatusDown))
+			applyAll(t, f, register("b"), setStatus("b", state.NodeStatusDown))
 			before := f.State().LatestIndex()
-			sub, err := events.subscribe(0, false)
+			sub, err := events.Subscribe(0, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +247,7 @@ func TestFSMRestoreEndsEvents(t *testing.T) {
 
 			// An open subscription is given what was buffered, then is
 			// gone: the state changed without events.
-			var got []clusterEvent
+			var got []Event
 			for {
 				dst, err := sub.Next(doneCtx(), nil)
 				if err == nil {
@@ -256,7 +255,7 @@ func TestFSMRestoreEndsEvents(t *testing.T) {
 					continue
 				}
 				var gone *stream.GoneError
-				if err := events.ended(sub, err); !errors.As(err, &gone) || gone.After != before || gone.Oldest != at {
+				if err := events.Ended(sub, err); !errors.As(err, &gone) || gone.After != before || gone.Oldest != at {
 					t.Fatalf("open subscription ended with %v, want gone after %d, oldest %d", err, before, at)
 				}
 				break
@@ -268,10 +267,10 @@ func TestFSMRestoreEndsEvents(t *testing.T) {
 			// A new subscription after an index the restore left behind is
 			// gone; after the restore point, or after 0, it follows.
 			var gone *stream.GoneError
-			if _, err := events.subscribe(at-1, false); !errors.As(err, &gone) || gone.After != at-1 || gone.Oldest != at {
+			if _, err := events.Subscribe(at-1, false); !errors.As(err, &gone) || gone.After != at-1 || gone.Oldest != at {
 				t.Fatalf("subscribe after %d: %v, want gone (oldest %d)", at-1, err, at)
 			}
-			applyAll(t, f, setStatus("a", NodeStatusDown))
+			applyAll(t, f, setStatus("a", state.NodeStatusDown))
 			want := fmt.Sprintf("%d node/a node-down\n", at+1)
 			for _, after := range []uint64{0, at} {
 				if got := describe(readAll(t, events, after)); got != want {
@@ -284,60 +283,28 @@ func TestFSMRestoreEndsEvents(t *testing.T) {
 
 func TestClusterEventsClose(t *testing.T) {
 	events := testEvents(t, 4, 2)
-	events.publish(1, clusterEvent{Topic: topicNode, Key: "a", Payload: &csisupdv1.ClusterEvent{Index: 1, Type: "node-down", NodeId: "a"}})
-	sub, err := events.subscribe(0, false)
+	events.Publish(1, Event{Topic: TopicNode, Key: "a", Payload: &csisupdv1.ClusterEvent{Index: 1, Type: "node-down", NodeId: "a"}})
+	sub, err := events.Subscribe(0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	events.close()
+	events.Close()
 	// What was published before is still given, then the end.
 	if dst, err := sub.Next(context.Background(), nil); err != nil || len(dst) != 1 {
 		t.Fatalf("next after close: %d events, %v; want the one buffered", len(dst), err)
 	}
 	_, err = sub.Next(context.Background(), nil)
-	if err = events.ended(sub, err); !errors.Is(err, errEventsClosed) {
-		t.Fatalf("end after close: %v, want %v", err, errEventsClosed)
+	if err = events.Ended(sub, err); !errors.Is(err, ErrClosed) {
+		t.Fatalf("end after close: %v, want %v", err, ErrClosed)
 	}
-	if _, err := events.subscribe(0, false); !errors.Is(err, errEventsClosed) {
-		t.Fatalf("subscribe after close: %v, want %v", err, errEventsClosed)
+	if _, err := events.Subscribe(0, false); !errors.Is(err, ErrClosed) {
+		t.Fatalf("subscribe after close: %v, want %v", err, ErrClosed)
 	}
-	if err := events.restore(9); err != nil {
+	if err := events.Restore(9); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := events.subscribe(0, false); !errors.Is(err, errEventsClosed) {
-		t.Fatalf("subscribe after a restore after close: %v, want %v", err, errEventsClosed)
-	}
-}
-
-func TestEventsStatus(t *testing.T) {
-	tests := []struct {
-		name string
-		err  error
-		code codes.Code
-		msg  string
-	}{
-		{"fell behind", fmt.Errorf("x: %w", &stream.FellBehindError{ResumeIndex: 7, Lag: 9, MaxLag: 4}), codes.ResourceExhausted, "resume from index 7"},
-		{"gone", &stream.GoneError{After: 7, Oldest: 20}, codes.OutOfRange, "events after index 7 are no longer buffered (the oldest is 20)"},
-		{"shutting down", errEventsClosed, codes.Unavailable, "shutting down"},
-		{"canceled", context.Canceled, codes.Canceled, ""},
-		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, ""},
-		{"other", errors.New("boom"), codes.Internal, "boom"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := eventsStatus(tt.err)
-			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {
-				t.Fatalf("eventsStatus(%v) = %v, want %v mentioning %q", tt.err, err, tt.code, tt.msg)
-			}
-		})
-	}
-	fb, ok := csisupdv1.ErrorDetail[*csisupdv1.EventsFellBehind](eventsStatus(&stream.FellBehindError{ResumeIndex: 7, Lag: 9, MaxLag: 4}))
-	if !ok || fb.GetResumeIndex() != 7 || fb.GetLag() != 9 || fb.GetMaxLag() != 4 {
-		t.Fatalf("fell behind detail %v, want resume 7, lag 9 of 4", fb)
-	}
-	g, ok := csisupdv1.ErrorDetail[*csisupdv1.EventsGone](eventsStatus(&stream.GoneError{After: 7, Oldest: 20}))
-	if !ok || g.GetAfter() != 7 || g.GetOldestIndex() != 20 {
-		t.Fatalf("gone detail %v, want after 7, oldest 20", g)
+	if _, err := events.Subscribe(0, false); !errors.Is(err, ErrClosed) {
+		t.Fatalf("subscribe after a restore after close: %v, want %v", err, ErrClosed)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package fsm
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 func policyUpsert(name, rules string) *csisupdv1.LogEntry {
@@ -84,8 +85,8 @@ func TestFSMACLPolicies(t *testing.T) {
 			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
 		}
 	}
-	if !errors.Is(res[5].Err, ErrNotFound) {
-		t.Errorf("delete of a missing policy: %v, want ErrNotFound", res[5].Err)
+	if !errors.Is(res[5].Err, state.ErrNotFound) {
+		t.Errorf("delete of a missing policy: %v, want state.ErrNotFound", res[5].Err)
 	}
 	st := f.State()
 	p := st.ACLPolicy("ops")
@@ -205,7 +206,7 @@ func TestFSMACLBootstrap(t *testing.T) {
 		t.Fatalf("bootstrap index %d, want the entry's index %d (3)", got, idx)
 	}
 	for i, r := range res[2:] {
-		var done *aclBootstrappedError
+		var done *BootstrappedError
 		if !errors.As(r.Err, &done) || done.Index != idx {
 			t.Fatalf("repeated bootstrap %d: %v, want refusal naming index %d", i, r.Err, idx)
 		}
@@ -235,11 +236,11 @@ func TestStateResolveToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := func() *StateStore { return f.State() }
+	st := func() *state.Store { return f.State() }
 	read := func(r acl.Resource) acl.Capability { return acl.Capability{Resource: r, Level: acl.LevelRead} }
 	write := func(r acl.Resource) acl.Capability { return acl.Capability{Resource: r, Level: acl.LevelWrite} }
 
-	a, tok, _, err := st().resolveToken("")
+	a, tok, _, err := st().ResolveToken("")
 	if err != nil || tok != nil || a.Allows(read(acl.ResourcePlugin)) || a.IsManagement() {
 		t.Fatalf("anonymous without a policy: %v %v %v", a, tok, err)
 	}
@@ -255,32 +256,32 @@ func TestStateResolveToken(t *testing.T) {
 			t.Fatalf("entry %d: %v", i, r.Err)
 		}
 	}
-	a, tok, rows, err := st().resolveToken("")
+	a, tok, rows, err := st().ResolveToken("")
 	if err != nil || tok != nil || !a.Allows(read(acl.ResourcePlugin)) || a.Allows(write(acl.ResourcePlugin)) || len(rows) != 1 {
 		t.Fatalf("anonymous with its policy: allows plugin:read %v, token %v, %d policies, %v", a.Allows(read(acl.ResourcePlugin)), tok, len(rows), err)
 	}
-	if _, _, _, err := st().resolveToken("not-a-secret"); !errors.Is(err, acl.ErrTokenNotFound) {
+	if _, _, _, err := st().ResolveToken("not-a-secret"); !errors.Is(err, acl.ErrTokenNotFound) {
 		t.Fatalf("unknown secret: %v", err)
 	}
-	a, tok, _, err = st().resolveToken(mgmtSecret)
+	a, tok, _, err = st().ResolveToken(mgmtSecret)
 	if err != nil || !a.IsManagement() || tok.GetAccessorId() != mgmt.AccessorId || tok.GetSecretId() != "" {
 		t.Fatalf("management: %v %v %v", a, tok, err)
 	}
-	a, tok, rows, err = st().resolveToken(clientSecret)
+	a, tok, rows, err = st().ResolveToken(clientSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !a.Allows(write(acl.ResourceVolume)) || a.Allows(read(acl.ResourceOperator)) || a.Allows(read(acl.ResourcePlugin)) {
 		t.Fatal("client token: want volume:write, operator denied by deny-ops, nothing from the anonymous policy")
 	}
-	if len(rows) != 2 || rows[0].Name != "vols" || rows[1].Name != "deny-ops" {
+	if len(rows) != 2 || rows[0].GetName() != "vols" || rows[1].GetName() != "deny-ops" {
 		t.Fatalf("client token policies %v, want the existing ones in the token's order", rows)
 	}
 	if tok.GetSecretId() != "" || strings.Join(tok.GetPolicies(), ",") != "vols,missing,deny-ops" {
 		t.Fatalf("client token view: %v", tok)
 	}
 	applyAll(t, f, policyDelete("deny-ops"))
-	if a, _, _, _ := st().resolveToken(clientSecret); !a.Allows(write(acl.ResourceOperator)) {
+	if a, _, _, _ := st().ResolveToken(clientSecret); !a.Allows(write(acl.ResourceOperator)) {
 		t.Fatal("a deleted policy still applies")
 	}
 }
@@ -321,11 +322,11 @@ func TestFSMSnapshotCarriesACL(t *testing.T) {
 	if p := st.ACLPolicy("ops"); p.GetCreateTime().GetSeconds() != 100 || p.GetRules() != `volume { policy = "write" }` {
 		t.Fatalf("restored policy %v", p)
 	}
-	a, tok, _, err := st.resolveToken(clientSecret)
+	a, tok, _, err := st.ResolveToken(clientSecret)
 	if err != nil || tok.GetAccessorId() != client.AccessorId || !a.Allows(acl.Capability{Resource: acl.ResourceVolume, Level: acl.LevelWrite}) {
 		t.Fatalf("restored client token: %v %v", tok, err)
 	}
-	if a, _, _, err := st.resolveToken(bootSecret); err != nil || !a.IsManagement() {
+	if a, _, _, err := st.ResolveToken(bootSecret); err != nil || !a.IsManagement() {
 		t.Fatalf("restored bootstrap token: %v", err)
 	}
 	// A second bootstrap is still refused after the restore.
@@ -339,7 +340,7 @@ func TestFSMSnapshotCarriesACL(t *testing.T) {
 // the ACL fields existed.
 func TestFSMRestoreSnapshotWithoutACL(t *testing.T) {
 	old := &csisupdv1.StateSnapshot{Version: 1, Index: 7,
-		Nodes:   []*csisupdv1.ClusterNode{{Id: "a", Name: "a", Status: NodeStatusReady}},
+		Nodes:   []*csisupdv1.ClusterNode{{Id: "a", Name: "a", Status: state.NodeStatusReady}},
 		Servers: []*csisupdv1.ServerRecord{{Id: "s1", RpcAddress: "h:1"}}}
 	data, err := proto.Marshal(old)
 	if err != nil {
@@ -369,17 +370,14 @@ func TestRestoreKeepsPolicyItNoLongerParses(t *testing.T) {
 	snap := &csisupdv1.StateSnapshot{Version: 1, Index: 3,
 		AclPolicies: []*csisupdv1.ACLPolicy{{Name: "odd", Rules: `secrets { policy = "write" }`}},
 		AclTokens:   []*csisupdv1.ACLTokenRecord{client}}
-	st, err := NewStateStore()
+	st, err := state.FromSnapshot(snap, 3)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.restore(snap, 3); err != nil {
 		t.Fatal(err)
 	}
 	if st.ACLPolicy("odd") == nil {
 		t.Fatal("policy dropped")
 	}
-	a, _, _, err := st.resolveToken(secret)
+	a, _, _, err := st.ResolveToken(secret)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package server
+package state
 
 import (
 	"crypto/sha256"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
@@ -24,10 +23,14 @@ const (
 
 // Limits of ACL objects; policy rules are capped by acl.MaxPolicyBytes.
 const (
-	maxACLDescription   = 4 << 10
-	maxACLTokenName     = 256
-	maxACLTokenPolicies = 128
-	maxACLAccessorID    = 128
+	// MaxACLDescription is the longest policy description, in bytes.
+	MaxACLDescription = 4 << 10
+	// MaxACLTokenName is the longest token name, in bytes.
+	MaxACLTokenName = 256
+	// MaxACLTokenPolicies is the most policies a client token names.
+	MaxACLTokenPolicies = 128
+	// MaxACLAccessorID is the longest accessor id.
+	MaxACLAccessorID = 128
 )
 
 // aclPolicyRow is one policy in the acl_policies table, with its parsed
@@ -60,23 +63,8 @@ func aclTables() map[string]*memdb.TableSchema {
 	}
 }
 
-// aclBootstrappedError is the FSM's refusal of a second ACL bootstrap.
-type aclBootstrappedError struct {
-	// Index is the current bootstrap index, the one a reset must name.
-	Index uint64
-	// ResetIndex is the index the refused command named, 0 for none.
-	ResetIndex uint64
-}
-
-func (e *aclBootstrappedError) Error() string {
-	if e.ResetIndex != 0 {
-		return fmt.Sprintf("ACL bootstrap already done at index %d; reset index %d is not the current one", e.Index, e.ResetIndex)
-	}
-	return fmt.Sprintf("ACL bootstrap already done at index %d", e.Index)
-}
-
 // ACLPolicy returns one policy or nil.
-func (s *StateStore) ACLPolicy(name string) *csisupdv1.ACLPolicy {
+func (s *Store) ACLPolicy(name string) *csisupdv1.ACLPolicy {
 	if row := getACLPolicy(s.db.Txn(false), name); row != nil {
 		return row.Policy
 	}
@@ -92,7 +80,7 @@ func getACLPolicy(txn *memdb.Txn, name string) *aclPolicyRow {
 }
 
 // ACLPolicies returns every policy sorted by name.
-func (s *StateStore) ACLPolicies() []*csisupdv1.ACLPolicy {
+func (s *Store) ACLPolicies() []*csisupdv1.ACLPolicy {
 	it, err := s.db.Txn(false).Get(tableACLPolicies, "id")
 	if err != nil {
 		return nil
@@ -105,7 +93,7 @@ func (s *StateStore) ACLPolicies() []*csisupdv1.ACLPolicy {
 }
 
 // ACLToken returns the token with the accessor id, or nil.
-func (s *StateStore) ACLToken(accessorID string) *csisupdv1.ACLTokenRecord {
+func (s *Store) ACLToken(accessorID string) *csisupdv1.ACLTokenRecord {
 	if row := getACLToken(s.db.Txn(false), accessorID); row != nil {
 		return row.Token
 	}
@@ -121,7 +109,7 @@ func getACLToken(txn *memdb.Txn, accessorID string) *aclTokenRow {
 }
 
 // ACLTokens returns every token sorted by accessor id.
-func (s *StateStore) ACLTokens() []*csisupdv1.ACLTokenRecord {
+func (s *Store) ACLTokens() []*csisupdv1.ACLTokenRecord {
 	it, err := s.db.Txn(false).Get(tableACLTokens, "id")
 	if err != nil {
 		return nil
@@ -136,7 +124,7 @@ func (s *StateStore) ACLTokens() []*csisupdv1.ACLTokenRecord {
 // ACLTokenBySecret returns the token whose secret id is secret, or nil.
 // It looks the token up by the secret's hash and compares the hashes in
 // constant time.
-func (s *StateStore) ACLTokenBySecret(secret string) *csisupdv1.ACLTokenRecord {
+func (s *Store) ACLTokenBySecret(secret string) *csisupdv1.ACLTokenRecord {
 	if row := getACLTokenBySecret(s.db.Txn(false), secret); row != nil {
 		return row.Token
 	}
@@ -160,7 +148,7 @@ func getACLTokenBySecret(txn *memdb.Txn, secret string) *aclTokenRow {
 
 // ACLBootstrapIndex returns the raft index of the ACL bootstrap, 0 when
 // the cluster was never bootstrapped.
-func (s *StateStore) ACLBootstrapIndex() uint64 {
+func (s *Store) ACLBootstrapIndex() uint64 {
 	return getIndex(s.db.Txn(false), indexACLBootstrap)
 }
 
@@ -172,45 +160,49 @@ func getIndex(txn *memdb.Txn, key string) uint64 {
 	return raw.(*indexRow).Value
 }
 
-// resolveToken resolves a secret id against the state in one read: see
-// Server.ResolveToken. The policies are those the token names that
-// exist, in the token's order; for an empty secret, the anonymous policy
-// when it exists.
-func (s *StateStore) resolveToken(secret string) (*acl.ACL, *csisupdv1.ACLToken, []*aclPolicyRow, error) {
+// ResolveToken resolves a secret id against the state in one read. An
+// empty secret gets the rules of the policy named acl.AnonymousPolicy, or
+// acl.DenyAll when there is none, and a nil token. An unknown secret is
+// acl.ErrTokenNotFound. A management token gets acl.Management; a client
+// token the rules of its policies that exist. The token returned has no
+// secret id. The policies are those the token names that exist, in the
+// token's order; for an empty secret, the anonymous policy when it
+// exists.
+func (s *Store) ResolveToken(secret string) (*acl.ACL, *csisupdv1.ACLToken, []*csisupdv1.ACLPolicy, error) {
 	txn := s.db.Txn(false)
 	if secret == "" {
 		row := getACLPolicy(txn, acl.AnonymousPolicy)
 		if row == nil {
 			return acl.DenyAll(), nil, nil, nil
 		}
-		return acl.Compile(row.Parsed), nil, []*aclPolicyRow{row}, nil
+		return acl.Compile(row.Parsed), nil, []*csisupdv1.ACLPolicy{row.Policy}, nil
 	}
 	tok := getACLTokenBySecret(txn, secret)
 	if tok == nil {
 		return nil, nil, nil, acl.ErrTokenNotFound
 	}
-	view := tokenView(tok.Token)
+	view := TokenView(tok.Token)
 	switch tok.Token.GetType() {
 	case acl.TypeManagement:
 		return acl.Management(), view, nil, nil
 	case acl.TypeClient:
-		var rows []*aclPolicyRow
+		var policies []*csisupdv1.ACLPolicy
 		var parsed []*acl.Policy
 		for _, name := range tok.Token.GetPolicies() {
 			if row := getACLPolicy(txn, name); row != nil {
-				rows = append(rows, row)
+				policies = append(policies, row.Policy)
 				parsed = append(parsed, row.Parsed)
 			}
 		}
-		return acl.Compile(parsed...), view, rows, nil
+		return acl.Compile(parsed...), view, policies, nil
 	}
 	// A type the state accepted but this version does not know grants
 	// nothing.
 	return acl.DenyAll(), view, nil, nil
 }
 
-// tokenView returns a token as the API shows it: without a secret.
-func tokenView(r *csisupdv1.ACLTokenRecord) *csisupdv1.ACLToken {
+// TokenView returns a token as the API shows it: without a secret.
+func TokenView(r *csisupdv1.ACLTokenRecord) *csisupdv1.ACLToken {
 	if r == nil {
 		return nil
 	}
@@ -223,13 +215,14 @@ func tokenView(r *csisupdv1.ACLTokenRecord) *csisupdv1.ACLToken {
 	}
 }
 
-// parsePolicyRules parses the rules of a stored or proposed policy.
-func parsePolicyRules(p *csisupdv1.ACLPolicy) (*acl.Policy, error) {
+// ParsePolicyRules checks the name and description of a stored or
+// proposed policy and parses its rules.
+func ParsePolicyRules(p *csisupdv1.ACLPolicy) (*acl.Policy, error) {
 	if err := acl.ValidatePolicyName(p.GetName()); err != nil {
 		return nil, err
 	}
-	if len(p.GetDescription()) > maxACLDescription {
-		return nil, fmt.Errorf("acl policy %q: description is %d bytes, at most %d are allowed", p.GetName(), len(p.GetDescription()), maxACLDescription)
+	if len(p.GetDescription()) > MaxACLDescription {
+		return nil, fmt.Errorf("acl policy %q: description is %d bytes, at most %d are allowed", p.GetName(), len(p.GetDescription()), MaxACLDescription)
 	}
 	parsed, err := acl.ParsePolicy(p.GetName(), "policy "+p.GetName(), []byte(p.GetRules()))
 	if err != nil {
@@ -239,17 +232,18 @@ func parsePolicyRules(p *csisupdv1.ACLPolicy) (*acl.Policy, error) {
 	return parsed, nil
 }
 
-// validateTokenRecord checks a token record before it is stored.
-func validateTokenRecord(r *csisupdv1.ACLTokenRecord) error {
+// ValidateTokenRecord checks a token record before it is stored: its
+// accessor id, secret hash, name, type and policies.
+func ValidateTokenRecord(r *csisupdv1.ACLTokenRecord) error {
 	var errs []error
-	if r.GetAccessorId() == "" || len(r.GetAccessorId()) > maxACLAccessorID {
-		errs = append(errs, fmt.Errorf("accessor id %q: want 1 to %d characters", r.GetAccessorId(), maxACLAccessorID))
+	if r.GetAccessorId() == "" || len(r.GetAccessorId()) > MaxACLAccessorID {
+		errs = append(errs, fmt.Errorf("accessor id %q: want 1 to %d characters", r.GetAccessorId(), MaxACLAccessorID))
 	}
 	if len(r.GetSecretHash()) != sha256.Size {
 		errs = append(errs, fmt.Errorf("secret hash is %d bytes, want %d (SHA-256)", len(r.GetSecretHash()), sha256.Size))
 	}
-	if len(r.GetName()) > maxACLTokenName {
-		errs = append(errs, fmt.Errorf("name is %d bytes, at most %d are allowed", len(r.GetName()), maxACLTokenName))
+	if len(r.GetName()) > MaxACLTokenName {
+		errs = append(errs, fmt.Errorf("name is %d bytes, at most %d are allowed", len(r.GetName()), MaxACLTokenName))
 	}
 	switch r.GetType() {
 	case acl.TypeManagement:
@@ -260,8 +254,8 @@ func validateTokenRecord(r *csisupdv1.ACLTokenRecord) error {
 		if len(r.GetPolicies()) == 0 {
 			errs = append(errs, errors.New("a client token needs at least one policy"))
 		}
-		if len(r.GetPolicies()) > maxACLTokenPolicies {
-			errs = append(errs, fmt.Errorf("%d policies, at most %d are allowed", len(r.GetPolicies()), maxACLTokenPolicies))
+		if len(r.GetPolicies()) > MaxACLTokenPolicies {
+			errs = append(errs, fmt.Errorf("%d policies, at most %d are allowed", len(r.GetPolicies()), MaxACLTokenPolicies))
 		}
 		for _, name := range r.GetPolicies() {
 			if err := acl.ValidatePolicyName(name); err != nil {
@@ -277,93 +271,12 @@ func validateTokenRecord(r *csisupdv1.ACLTokenRecord) error {
 	return nil
 }
 
-// putACLToken checks a token and writes it, keeping the create time of
-// the token it replaces. Another token's secret hash is refused.
-func putACLToken(txn *memdb.Txn, r *csisupdv1.ACLTokenRecord, ts *timestamppb.Timestamp) error {
-	if err := validateTokenRecord(r); err != nil {
-		return err
-	}
-	hash := hex.EncodeToString(r.GetSecretHash())
-	if raw, err := txn.First(tableACLTokens, "secret", hash); err != nil {
-		return fmt.Errorf("acl token %s: look up secret hash: %w", r.GetAccessorId(), err)
-	} else if raw != nil && raw.(*aclTokenRow).AccessorID != r.GetAccessorId() {
-		return fmt.Errorf("acl token %s: its secret belongs to another token", r.GetAccessorId())
-	}
-	if old := getACLToken(txn, r.GetAccessorId()); old != nil && old.Token.GetCreateTime() != nil {
-		r.CreateTime = old.Token.GetCreateTime()
-	}
-	if r.CreateTime == nil {
-		r.CreateTime = ts
-	}
-	if err := txn.Insert(tableACLTokens, &aclTokenRow{AccessorID: r.GetAccessorId(), SecretHash: hash, Token: r}); err != nil {
-		return fmt.Errorf("write acl token %s: %w", r.GetAccessorId(), err)
-	}
-	return nil
-}
-
-// applyACL applies one ACL command of a log entry at index. It checks
-// before it writes. ACL commands cause no cluster events.
-func applyACL(txn *memdb.Txn, index uint64, ts *timestamppb.Timestamp, cmd any) error {
-	switch c := cmd.(type) {
-	case *csisupdv1.LogEntry_AclPolicyUpsert:
-		p := c.AclPolicyUpsert
-		parsed, err := parsePolicyRules(p)
-		if err != nil {
-			return fmt.Errorf("acl policy %q: %w", p.GetName(), err)
-		}
-		p.CreateTime = ts
-		if old := getACLPolicy(txn, p.GetName()); old != nil && old.Policy.GetCreateTime() != nil {
-			p.CreateTime = old.Policy.GetCreateTime()
-		}
-		p.ModifyTime = ts
-		if err := txn.Insert(tableACLPolicies, &aclPolicyRow{Name: p.GetName(), Policy: p, Parsed: parsed}); err != nil {
-			return fmt.Errorf("write acl policy %q: %w", p.GetName(), err)
-		}
-	case *csisupdv1.LogEntry_AclPolicyDelete:
-		old := getACLPolicy(txn, c.AclPolicyDelete)
-		if old == nil {
-			return fmt.Errorf("acl policy %q: %w", c.AclPolicyDelete, ErrNotFound)
-		}
-		if err := txn.Delete(tableACLPolicies, old); err != nil {
-			return fmt.Errorf("delete acl policy %q: %w", c.AclPolicyDelete, err)
-		}
-	case *csisupdv1.LogEntry_AclTokenUpsert:
-		return putACLToken(txn, c.AclTokenUpsert, ts)
-	case *csisupdv1.LogEntry_AclTokenDelete:
-		old := getACLToken(txn, c.AclTokenDelete)
-		if old == nil {
-			return fmt.Errorf("acl token %s: %w", c.AclTokenDelete, ErrNotFound)
-		}
-		if err := txn.Delete(tableACLTokens, old); err != nil {
-			return fmt.Errorf("delete acl token %s: %w", c.AclTokenDelete, err)
-		}
-	case *csisupdv1.LogEntry_AclBootstrap:
-		cur := getIndex(txn, indexACLBootstrap)
-		if cur != 0 && c.AclBootstrap.GetResetIndex() != cur {
-			return &aclBootstrappedError{Index: cur, ResetIndex: c.AclBootstrap.GetResetIndex()}
-		}
-		tok := c.AclBootstrap.GetToken()
-		if tok.GetType() != acl.TypeManagement {
-			return fmt.Errorf("acl bootstrap: token type %q, want %s", tok.GetType(), acl.TypeManagement)
-		}
-		if err := putACLToken(txn, tok, ts); err != nil {
-			return fmt.Errorf("acl bootstrap: %w", err)
-		}
-		if err := txn.Insert(tableIndex, &indexRow{Key: indexACLBootstrap, Value: index}); err != nil {
-			return fmt.Errorf("write acl bootstrap index: %w", err)
-		}
-	default:
-		return fmt.Errorf("unknown acl command %T", c)
-	}
-	return nil
-}
-
 // restoreACL writes the ACL state of a snapshot into txn. A policy whose
 // rules this version no longer accepts is kept, and grants nothing: a
 // restore must not fail on what was valid when it was written.
 func restoreACL(txn *memdb.Txn, snap *csisupdv1.StateSnapshot) error {
 	for _, p := range snap.GetAclPolicies() {
-		parsed, err := parsePolicyRules(p)
+		parsed, err := ParsePolicyRules(p)
 		if err != nil {
 			parsed = &acl.Policy{Name: p.GetName(), Description: p.GetDescription(), Rules: map[acl.Resource]acl.Level{}}
 		}
@@ -387,6 +300,82 @@ func restoreACL(txn *memdb.Txn, snap *csisupdv1.StateSnapshot) error {
 		if err := txn.Insert(tableIndex, &indexRow{Key: indexACLBootstrap, Value: idx}); err != nil {
 			return fmt.Errorf("restore acl bootstrap index: %w", err)
 		}
+	}
+	return nil
+}
+
+// ACLPolicy returns one policy as the transaction sees it, or nil.
+func (t *Txn) ACLPolicy(name string) *csisupdv1.ACLPolicy {
+	if row := getACLPolicy(t.txn, name); row != nil {
+		return row.Policy
+	}
+	return nil
+}
+
+// PutACLPolicy writes a policy with its parsed rules.
+func (t *Txn) PutACLPolicy(p *csisupdv1.ACLPolicy, parsed *acl.Policy) error {
+	if err := t.txn.Insert(tableACLPolicies, &aclPolicyRow{Name: p.GetName(), Policy: p, Parsed: parsed}); err != nil {
+		return fmt.Errorf("write acl policy %q: %w", p.GetName(), err)
+	}
+	return nil
+}
+
+// DeleteACLPolicy deletes a policy; a missing one is ErrNotFound.
+func (t *Txn) DeleteACLPolicy(name string) error {
+	old := getACLPolicy(t.txn, name)
+	if old == nil {
+		return fmt.Errorf("acl policy %q: %w", name, ErrNotFound)
+	}
+	if err := t.txn.Delete(tableACLPolicies, old); err != nil {
+		return fmt.Errorf("delete acl policy %q: %w", name, err)
+	}
+	return nil
+}
+
+// ACLToken returns the token with the accessor id as the transaction sees
+// it, or nil.
+func (t *Txn) ACLToken(accessorID string) *csisupdv1.ACLTokenRecord {
+	if row := getACLToken(t.txn, accessorID); row != nil {
+		return row.Token
+	}
+	return nil
+}
+
+// PutACLToken writes a token checked with ValidateTokenRecord. Another
+// token's secret hash is refused.
+func (t *Txn) PutACLToken(r *csisupdv1.ACLTokenRecord) error {
+	hash := hex.EncodeToString(r.GetSecretHash())
+	if raw, err := t.txn.First(tableACLTokens, "secret", hash); err != nil {
+		return fmt.Errorf("acl token %s: look up secret hash: %w", r.GetAccessorId(), err)
+	} else if raw != nil && raw.(*aclTokenRow).AccessorID != r.GetAccessorId() {
+		return fmt.Errorf("acl token %s: its secret belongs to another token", r.GetAccessorId())
+	}
+	if err := t.txn.Insert(tableACLTokens, &aclTokenRow{AccessorID: r.GetAccessorId(), SecretHash: hash, Token: r}); err != nil {
+		return fmt.Errorf("write acl token %s: %w", r.GetAccessorId(), err)
+	}
+	return nil
+}
+
+// DeleteACLToken deletes a token; a missing one is ErrNotFound.
+func (t *Txn) DeleteACLToken(accessorID string) error {
+	old := getACLToken(t.txn, accessorID)
+	if old == nil {
+		return fmt.Errorf("acl token %s: %w", accessorID, ErrNotFound)
+	}
+	if err := t.txn.Delete(tableACLTokens, old); err != nil {
+		return fmt.Errorf("delete acl token %s: %w", accessorID, err)
+	}
+	return nil
+}
+
+// ACLBootstrapIndex returns the raft index of the ACL bootstrap as the
+// transaction sees it, 0 for none.
+func (t *Txn) ACLBootstrapIndex() uint64 { return getIndex(t.txn, indexACLBootstrap) }
+
+// SetACLBootstrapIndex records the raft index of the ACL bootstrap.
+func (t *Txn) SetACLBootstrapIndex(index uint64) error {
+	if err := t.txn.Insert(tableIndex, &indexRow{Key: indexACLBootstrap, Value: index}); err != nil {
+		return fmt.Errorf("write acl bootstrap index: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package server
+package fsm
 
 import (
 	"errors"
@@ -15,27 +15,27 @@ import (
 // Topics of cluster events in the event buffer; the key of an event is
 // the id of the node, plugin or volume it is about.
 const (
-	topicNode   = "node"
-	topicPlugin = "plugin"
-	topicVolume = "volume"
+	TopicNode   = "node"
+	TopicPlugin = "plugin"
+	TopicVolume = "volume"
 )
 
-// clusterEvent is a cluster event as the buffer holds it.
-type clusterEvent = stream.Event[*csisupdv1.ClusterEvent]
+// Event is a cluster event as the buffer holds it.
+type Event = stream.Event[*csisupdv1.ClusterEvent]
 
-// eventTopic returns the topic and key of e, from its type.
-func eventTopic(e *csisupdv1.ClusterEvent) (topic, key string) {
+// Topic returns the topic and key of e, from its type.
+func Topic(e *csisupdv1.ClusterEvent) (topic, key string) {
 	switch typ := e.GetType(); {
 	case strings.HasPrefix(typ, "volume-"):
-		return topicVolume, e.GetVolumeId()
+		return TopicVolume, e.GetVolumeId()
 	case strings.HasPrefix(typ, "plugin-"):
-		return topicPlugin, e.GetPluginId()
+		return TopicPlugin, e.GetPluginId()
 	default:
-		return topicNode, e.GetNodeId()
+		return TopicNode, e.GetNodeId()
 	}
 }
 
-// clusterEvents holds the events of the entries the FSM applied, for
+// Events holds the events of the entries the FSM applied, for
 // WatchEvents. The FSM publishes the events of each applied raft entry as
 // one batch whose index is the entry's raft index.
 //
@@ -49,7 +49,7 @@ func eventTopic(e *csisupdv1.ClusterEvent) (topic, key string) {
 //
 // It is safe for concurrent use; publish and restore are called from the
 // FSM's one goroutine.
-type clusterEvents struct {
+type Events struct {
 	cfg    stream.Config
 	logger hclog.Logger
 
@@ -61,31 +61,31 @@ type clusterEvents struct {
 	closed bool
 }
 
-// eventSub is one subscription of the cluster events, with the buffer it
+// Sub is one subscription of the cluster events, with the buffer it
 // reads, which a restore may replace.
-type eventSub struct {
+type Sub struct {
 	*stream.Subscription[*csisupdv1.ClusterEvent]
 	buf *stream.Buffer[*csisupdv1.ClusterEvent]
 }
 
-// errEventsClosed is returned for a subscription that ended because the
-// server is shutting down.
-var errEventsClosed = errors.New("cluster events closed: the server is shutting down")
+// ErrClosed is returned for a subscription that ended because the server
+// is shutting down.
+var ErrClosed = errors.New("cluster events closed: the server is shutting down")
 
-// newClusterEvents returns an empty event holder with buffers of cfg.
-func newClusterEvents(cfg stream.Config, logger hclog.Logger) (*clusterEvents, error) {
+// NewEvents returns an empty event holder with buffers of cfg.
+func NewEvents(cfg stream.Config, logger hclog.Logger) (*Events, error) {
 	buf, err := stream.New[*csisupdv1.ClusterEvent](cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cluster event buffer: %w", err)
 	}
-	return &clusterEvents{cfg: cfg, logger: logger, buf: buf}, nil
+	return &Events{cfg: cfg, logger: logger, buf: buf}, nil
 }
 
-// publish publishes the events of the raft entry at index as one batch; an
+// Publish publishes the events of the raft entry at index as one batch; an
 // entry without events only moves the latest index. A refused publish is
 // logged: events are a view of the state, and the FSM goes on without
 // them.
-func (c *clusterEvents) publish(index uint64, events ...clusterEvent) {
+func (c *Events) Publish(index uint64, events ...Event) {
 	c.mu.RLock()
 	buf := c.buf
 	c.mu.RUnlock()
@@ -94,10 +94,10 @@ func (c *clusterEvents) publish(index uint64, events ...clusterEvent) {
 	}
 }
 
-// restore starts a new buffer after a snapshot restore at index: every
+// Restore starts a new buffer after a snapshot restore at index: every
 // subscription of the old buffer ends as gone once it has read what was
 // buffered, and so does every later one after an index below index.
-func (c *clusterEvents) restore(index uint64) error {
+func (c *Events) Restore(index uint64) error {
 	buf, err := stream.New[*csisupdv1.ClusterEvent](c.cfg)
 	if err != nil {
 		return fmt.Errorf("cluster event buffer: %w", err)
@@ -115,16 +115,16 @@ func (c *clusterEvents) restore(index uint64) error {
 	return nil
 }
 
-// subscribe starts a subscription of the events after index after, or of
+// Subscribe starts a subscription of the events after index after, or of
 // the events published from now on when noReplay is set. It returns a
 // *stream.GoneError when after is older than the buffer or than the
 // latest restore (after == 0 is never gone).
-func (c *clusterEvents) subscribe(after uint64, noReplay bool) (*eventSub, error) {
+func (c *Events) Subscribe(after uint64, noReplay bool) (*Sub, error) {
 	c.mu.RLock()
 	buf, floor, closed := c.buf, c.floor, c.closed
 	c.mu.RUnlock()
 	if closed {
-		return nil, errEventsClosed
+		return nil, ErrClosed
 	}
 	if noReplay {
 		_, after = buf.Range()
@@ -136,14 +136,14 @@ func (c *clusterEvents) subscribe(after uint64, noReplay bool) (*eventSub, error
 	if err != nil {
 		return nil, err
 	}
-	return &eventSub{Subscription: sub, buf: buf}, nil
+	return &Sub{Subscription: sub, buf: buf}, nil
 }
 
-// ended translates the error that ended sub's Next: ErrClosed means a
+// Ended translates the error that ended sub's Next: stream.ErrClosed means a
 // restore replaced sub's buffer (gone: the state changed without events)
-// or the server is shutting down (errEventsClosed). Other errors are
+// or the server is shutting down (ErrClosed). Other errors are
 // returned as they are.
-func (c *clusterEvents) ended(sub *eventSub, err error) error {
+func (c *Events) Ended(sub *Sub, err error) error {
 	if !errors.Is(err, stream.ErrClosed) {
 		return err
 	}
@@ -151,7 +151,7 @@ func (c *clusterEvents) ended(sub *eventSub, err error) error {
 	closed, replaced := c.closed, c.buf != sub.buf
 	c.mu.RUnlock()
 	if closed || !replaced {
-		return errEventsClosed
+		return ErrClosed
 	}
 	return fmt.Errorf("cluster events after index %d: %w", sub.Index(), c.goneAfterRestore(sub.Index()))
 }
@@ -159,7 +159,7 @@ func (c *clusterEvents) ended(sub *eventSub, err error) error {
 // goneAfterRestore is the GoneError of a subscription after index after,
 // which a restore left behind: the history starts at the restore, or at the
 // oldest batch buffered since.
-func (c *clusterEvents) goneAfterRestore(after uint64) *stream.GoneError {
+func (c *Events) goneAfterRestore(after uint64) *stream.GoneError {
 	c.mu.RLock()
 	buf, floor := c.buf, c.floor
 	c.mu.RUnlock()
@@ -167,9 +167,9 @@ func (c *clusterEvents) goneAfterRestore(after uint64) *stream.GoneError {
 	return &stream.GoneError{After: after, Oldest: max(oldest, floor)}
 }
 
-// close closes the buffer for shutdown: subscriptions are given what is
-// buffered, then end with errEventsClosed.
-func (c *clusterEvents) close() {
+// Close closes the buffer for shutdown: subscriptions are given what is
+// buffered, then end with ErrClosed.
+func (c *Events) Close() {
 	c.mu.Lock()
 	c.closed = true
 	buf := c.buf
