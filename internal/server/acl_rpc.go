@@ -96,7 +96,7 @@ func (s *Server) aclBootstrap() (*csisupdv1.ACLToken, error) {
 	now := timestamppb.Now()
 	rec := &csisupdv1.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
 		Name: bootstrapTokenName, Type: acl.TypeManagement, CreateTime: now}
-	idx, err := s.apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclBootstrap{
+	idx, err := s.node.Apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclBootstrap{
 		AclBootstrap: &csisupdv1.ACLBootstrapCommand{Token: rec, ResetIndex: reset},
 	}})
 	if err != nil {
@@ -167,7 +167,7 @@ func (a *aclService) UpsertPolicy(ctx context.Context, req *csisupdv1.ACLUpsertP
 		},
 		func() (*csisupdv1.ACLUpsertPolicyResponse, error) {
 			entry := &csisupdv1.ACLPolicy{Name: p.GetName(), Description: p.GetDescription(), Rules: p.GetRules()}
-			idx, err := a.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyUpsert{AclPolicyUpsert: entry}})
+			idx, err := a.s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyUpsert{AclPolicyUpsert: entry}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
@@ -213,7 +213,7 @@ func (a *aclService) DeletePolicy(ctx context.Context, req *csisupdv1.ACLDeleteP
 			if a.s.State().ACLPolicy(req.GetName()) == nil {
 				return nil, status.Errorf(codes.NotFound, "acl policy %q not found", req.GetName())
 			}
-			idx, err := a.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyDelete{AclPolicyDelete: req.GetName()}})
+			idx, err := a.s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyDelete{AclPolicyDelete: req.GetName()}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
@@ -288,7 +288,7 @@ func (a *aclService) CreateToken(ctx context.Context, req *csisupdv1.ACLCreateTo
 			now := timestamppb.Now()
 			rec := &csisupdv1.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
 				Name: req.GetName(), Type: typ, Policies: names, CreateTime: now}
-			idx, err := a.s.apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclTokenUpsert{AclTokenUpsert: rec}})
+			idx, err := a.s.node.Apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclTokenUpsert{AclTokenUpsert: rec}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
@@ -337,7 +337,7 @@ func (a *aclService) DeleteToken(ctx context.Context, req *csisupdv1.ACLDeleteTo
 			if a.s.State().ACLToken(req.GetAccessorId()) == nil {
 				return nil, status.Errorf(codes.NotFound, "acl token %q not found", req.GetAccessorId())
 			}
-			idx, err := a.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclTokenDelete{AclTokenDelete: req.GetAccessorId()}})
+			idx, err := a.s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclTokenDelete{AclTokenDelete: req.GetAccessorId()}})
 			if err != nil {
 				return nil, toStatus(err)
 			}

@@ -3,10 +3,7 @@ package server
 import (
 	"context"
 	"errors"
-	"strconv"
-	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -22,38 +19,21 @@ type clusterService struct {
 }
 
 func (c *clusterService) PeerInfo(ctx context.Context, _ *csisupdv1.PeerInfoRequest) (*csisupdv1.PeerInfoResponse, error) {
-	return c.s.selfInfo(), nil
+	return c.s.node.SelfInfo(), nil
 }
 
 func (c *clusterService) Join(ctx context.Context, req *csisupdv1.JoinRequest) (*csisupdv1.JoinResponse, error) {
 	if !c.s.IsLeader() {
 		return nil, status.Errorf(codes.FailedPrecondition, "server %s is not the leader", c.s.cfg.ID)
 	}
-	if err := c.s.handleJoin(req); err != nil {
+	if err := c.s.node.HandleJoin(req); err != nil {
 		return nil, toStatus(err)
 	}
 	return &csisupdv1.JoinResponse{}, nil
 }
 
 func (c *clusterService) ServerStats(ctx context.Context, _ *csisupdv1.ServerStatsRequest) (*csisupdv1.ServerStatsResponse, error) {
-	return c.s.serverStats(), nil
-}
-
-func (s *Server) serverStats() *csisupdv1.ServerStatsResponse {
-	stats := s.raft.Stats()
-	term, _ := strconv.ParseUint(stats["last_log_term"], 10, 64)
-	out := &csisupdv1.ServerStatsResponse{
-		ServerId:      s.cfg.ID,
-		LastTerm:      term,
-		LastIndex:     s.raft.LastIndex(),
-		LastContactMs: -1,
-	}
-	if s.raft.State() == raft.Leader {
-		out.LastContactMs = 0
-	} else if lc := s.raft.LastContact(); !lc.IsZero() {
-		out.LastContactMs = time.Since(lc).Milliseconds()
-	}
-	return out
+	return c.s.node.ServerStats(), nil
 }
 
 func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRegisterRequest) (*csisupdv1.NodeRegisterResponse, error) {
@@ -67,7 +47,7 @@ func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRe
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeRegister(fctx, req)
 	}
-	idx, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
+	idx, err := c.s.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
 		Id: req.GetNodeId(), Name: req.GetName(), Address: req.GetAddress(), Plugins: req.GetPlugins(),
 	}}})
 	if err != nil {
@@ -88,7 +68,7 @@ func (c *clusterService) NodeUpdatePlugins(ctx context.Context, req *csisupdv1.N
 	if c.s.State().Node(req.GetNodeId()) == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
-	idx, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
+	idx, err := c.s.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
 		NodeId: req.GetNodeId(), Plugins: req.GetPlugins(),
 	}}})
 	if err != nil {
@@ -111,7 +91,7 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
 	if node.GetStatus() != state.NodeStatusReady {
-		_, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+		_, err := c.s.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
 			NodeId: node.GetId(), Status: state.NodeStatusReady, Description: "heartbeat received",
 		}}})
 		if err != nil {

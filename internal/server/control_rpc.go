@@ -15,6 +15,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/stream"
 )
@@ -259,23 +260,16 @@ func (s *Server) raftPeers() (*csisupdv1.RaftPeersResponse, error) {
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	_, leader := s.raft.LeaderWithID()
-	out := &csisupdv1.RaftPeersResponse{Term: s.Term(), Index: s.raft.LastIndex()}
+	_, leader := s.node.Raft().LeaderWithID()
+	out := &csisupdv1.RaftPeersResponse{Term: s.Term(), Index: s.node.Raft().LastIndex()}
 	// This runs on the leader, whose autopilot judges every server.
-	health := s.peerHealth()
+	health := s.node.PeerHealth()
 	for _, srv := range conf.Servers {
 		p := &csisupdv1.RaftPeer{
 			Id:          string(srv.ID),
 			RaftAddress: string(srv.Address),
 			Leader:      srv.ID == leader,
-		}
-		switch srv.Suffrage {
-		case raft.Voter:
-			p.Suffrage = "voter"
-		case raft.Nonvoter:
-			p.Suffrage = "nonvoter"
-		default:
-			p.Suffrage = "staging"
+			Suffrage:    raftnode.SuffrageName(srv.Suffrage),
 		}
 		if rec := s.State().Server(string(srv.ID)); rec != nil {
 			p.RpcAddress = rec.GetRpcAddress()
@@ -312,7 +306,7 @@ func (c *controlService) RemovePeer(ctx context.Context, req *csisupdv1.RaftRemo
 			if !found {
 				return nil, status.Errorf(codes.NotFound, "server %q is not in the raft configuration", req.GetId())
 			}
-			if err := c.s.raftOp(func() raft.Future { return c.s.raft.RemoveServer(raft.ServerID(req.GetId()), 0, 0) }); err != nil {
+			if err := c.s.node.RaftOp(func() raft.Future { return c.s.node.Raft().RemoveServer(raft.ServerID(req.GetId()), 0, 0) }); err != nil {
 				return nil, toStatus(err)
 			}
 			c.s.logger.Info("removed raft peer", "id", req.GetId())
@@ -421,11 +415,11 @@ func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot: %v", err)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: snap.GetIndex(), Size: int64(len(data))}
-	done, err := s.beginOp()
+	done, err := s.node.BeginOp()
 	if err != nil {
 		return 0, toStatus(err)
 	}
-	err = s.raft.Restore(meta, bytes.NewReader(data), s.cfg.ApplyTimeout)
+	err = s.node.Raft().Restore(meta, bytes.NewReader(data), s.cfg.ApplyTimeout)
 	done()
 	if err != nil {
 		return 0, toStatus(err)
@@ -433,7 +427,7 @@ func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
 	// The FSM's restore has re-armed the heartbeat timers for the restored
 	// nodes (heartbeats.restored), before raft.Restore returned.
 	s.logger.Info("restored snapshot", "nodes", len(snap.GetNodes()), "volumes", len(snap.GetVolumes()))
-	return s.raft.LastIndex(), nil
+	return s.node.Raft().LastIndex(), nil
 }
 
 // eventsPerSend is how many events WatchEvents reads from the buffer at

@@ -17,6 +17,7 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
 )
 
@@ -74,39 +75,6 @@ func (p *connPool) close() {
 	p.conns = nil
 }
 
-// leaderRPCAddr returns the gRPC address of the current leader.
-func (s *Server) leaderRPCAddr() (string, error) {
-	_, id := s.raft.LeaderWithID()
-	if id == "" {
-		return "", errNoLeader
-	}
-	if id == raft.ServerID(s.cfg.ID) {
-		return s.cfg.RPCAddr, nil
-	}
-	if rec := s.State().Server(string(id)); rec != nil && rec.GetRpcAddress() != "" {
-		return rec.GetRpcAddress(), nil
-	}
-	// The leader has not replicated its address record yet: ask the
-	// retry_join peers who they are.
-	if addr := s.peerAddr(string(id)); addr != "" {
-		return addr, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RPCTimeout)
-	defer cancel()
-	s.queryPeers(ctx)
-	if addr := s.peerAddr(string(id)); addr != "" {
-		return addr, nil
-	}
-	return "", fmt.Errorf("leader %s has no known rpc address yet: %w", id, errNoLeader)
-}
-
-// peerAddr returns the rpc address a retry_join peer reported for id.
-func (s *Server) peerAddr(id string) string {
-	s.peersMu.Lock()
-	defer s.peersMu.Unlock()
-	return s.peerAddrs[id]
-}
-
 // leaderConn decides where a leader-only request runs. It returns a nil
 // connection when this server is the ready leader; otherwise a connection to
 // the leader and a context marked as forwarded.
@@ -120,7 +88,7 @@ func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientC
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
 		return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, "not the leader, and the request was forwarded already")
 	}
-	addr, err := s.leaderRPCAddr()
+	addr, err := s.node.LeaderRPCAddr()
 	if err != nil {
 		return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, err.Error())
 	}
@@ -134,12 +102,12 @@ func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientC
 
 // consistentRead checks that this leader may serve a consistent read.
 func (s *Server) consistentRead() error {
-	done, err := s.beginOp()
+	done, err := s.node.BeginOp()
 	if err != nil {
 		return csisupdv1.NewNoLeaderError(s.cfg.ID, "verify leadership: "+err.Error())
 	}
 	defer done()
-	if err := s.raft.VerifyLeader().Error(); err != nil {
+	if err := s.node.Raft().VerifyLeader().Error(); err != nil {
 		return status.Errorf(codes.Unavailable, "verify leadership: %v", err)
 	}
 	return nil
@@ -158,7 +126,7 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errNoLeader):
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raftnode.ErrNoLeader):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())

@@ -278,7 +278,7 @@ func (h *heartbeats) expire(nodeID string, t *hbTimer) {
 	// until the write applies. Once stored down, confirmation no longer
 	// changes what is shown, and a heartbeat confirms it again.
 	h.s.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
-	_, err := h.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+	_, err := h.s.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
 		NodeId: nodeID, Status: state.NodeStatusDown, Description: "missed heartbeat",
 	}}})
 	if err == nil {

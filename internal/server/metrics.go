@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
@@ -160,12 +161,6 @@ var (
 		"Volume claims in the replicated state, by state.", []string{"state"}, nil)
 )
 
-// Raft suffrages as the csisupd_server_raft_peers label names them.
-const (
-	suffrageVoter    = "voter"
-	suffrageNonvoter = "nonvoter"
-)
-
 // stateCollector reports the server's raft and cluster state at scrape
 // time. Reads from the state are local, so a follower's may trail the
 // leader's.
@@ -187,22 +182,22 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	leader := s.IsLeader()
 	gauge(leaderDesc, boolGauge(leader))
-	gauge(commitIndexDesc, float64(s.raft.CommitIndex()))
-	gauge(appliedIndexDesc, float64(s.raft.AppliedIndex()))
-	gauge(lastIndexDesc, float64(s.raft.LastIndex()))
+	gauge(commitIndexDesc, float64(s.node.Raft().CommitIndex()))
+	gauge(appliedIndexDesc, float64(s.node.Raft().AppliedIndex()))
+	gauge(lastIndexDesc, float64(s.node.Raft().LastIndex()))
 	if leader {
 		gauge(lastContactDesc, 0)
-	} else if lc := s.raft.LastContact(); !lc.IsZero() {
+	} else if lc := s.node.Raft().LastContact(); !lc.IsZero() {
 		gauge(lastContactDesc, time.Since(lc).Seconds())
 	}
-	peers := map[string]int{suffrageVoter: 0, suffrageNonvoter: 0}
+	peers := map[string]int{raftnode.SuffrageVoter: 0, raftnode.SuffrageNonvoter: 0}
 	if conf, err := s.Configuration(); err == nil {
 		for _, srv := range conf.Servers {
 			if srv.Suffrage == raft.Voter {
-				peers[suffrageVoter]++
+				peers[raftnode.SuffrageVoter]++
 			} else {
 				// Staging, raft's old name for a nonvoter catching up.
-				peers[suffrageNonvoter]++
+				peers[raftnode.SuffrageNonvoter]++
 			}
 		}
 	}

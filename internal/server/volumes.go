@@ -220,7 +220,7 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 }
 
 func (s *Server) writeVolume(v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
-	if _, err := s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: v}}); err != nil {
+	if _, err := s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: v}}); err != nil {
 		return nil, toStatus(err)
 	}
 	if stored := s.State().Volume(v.GetId()); stored != nil {
@@ -308,6 +308,6 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 			return err
 		}
 	}
-	_, err = s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
+	_, err = s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
 	return toStatus(err)
 }

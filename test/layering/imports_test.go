@@ -30,19 +30,23 @@ var (
 
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
-	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
-	"internal/agent": append(append([]string{api}, middle...), bottom...),
+	"cmd/csisupd": {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
+	// agent reads a stopped server's raft state for the offline operator
+	// commands.
+	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
 	"internal/server": {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
-		"internal/server/fsm", "internal/server/state"},
+		"internal/server/raftnode", "internal/server/fsm", "internal/server/state"},
 	// The parts of the server role, bottom up: the state store, the FSM
-	// that writes it.
+	// that writes it, the raft member that runs the FSM.
 	"internal/server/state": {api, "internal/acl"},
 	"internal/server/fsm":   {api, "internal/acl", "internal/stream", "internal/server/state"},
-	"internal/consulsync":   {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
-	"internal/nodeclient":   {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
+	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog",
+		"internal/server/fsm", "internal/server/state"},
+	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
+	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
 	// volumes uses rpc's redaction and retryable codes, as ClientCSI does.
 	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc", "internal/keylock", "internal/watchdog"},
 

@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // healthy non-voters and remove dead servers. A server is failed when its
 // ServerStats RPC has not answered for DeadServerTimeout.
 type autopilotDelegate struct {
-	s *Server
+	n *Node
 
 	mu       sync.Mutex
 	lastSeen map[raft.ServerID]time.Time
@@ -32,24 +32,24 @@ type statsAnswer struct {
 }
 
 func (d *autopilotDelegate) AutopilotConfig() *autopilot.Config {
-	m := time.Duration(d.s.cfg.RaftMultiplier)
+	m := time.Duration(d.n.cfg.RaftMultiplier)
 	return &autopilot.Config{
 		CleanupDeadServers:      true,
 		LastContactThreshold:    200 * time.Millisecond * m,
 		MaxTrailingLogs:         250,
-		MinQuorum:               uint(d.s.cfg.BootstrapExpect),
-		ServerStabilizationTime: d.s.cfg.ServerStabilizationTime,
+		MinQuorum:               uint(d.n.cfg.BootstrapExpect),
+		ServerStabilizationTime: d.n.cfg.ServerStabilizationTime,
 	}
 }
 
 func (d *autopilotDelegate) NotifyState(*autopilot.State) {}
 
 func (d *autopilotDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
-	conf, err := d.s.Configuration()
+	conf, err := d.n.Configuration()
 	if err != nil {
 		return nil
 	}
-	_, leader := d.s.raft.LeaderWithID()
+	_, leader := d.n.raft.LeaderWithID()
 	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -64,7 +64,7 @@ func (d *autopilotDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
 			d.lastSeen[srv.ID] = now
 		}
 		st := autopilot.NodeAlive
-		if srv.ID != raft.ServerID(d.s.cfg.ID) && now.Sub(seen) > d.s.cfg.DeadServerTimeout {
+		if srv.ID != raft.ServerID(d.n.cfg.ID) && now.Sub(seen) > d.n.cfg.DeadServerTimeout {
 			st = autopilot.NodeFailed
 		}
 		out[srv.ID] = &autopilot.Server{
@@ -96,8 +96,8 @@ func (d *autopilotDelegate) FetchServerStats(ctx context.Context, servers map[ra
 	var wg sync.WaitGroup
 	for id := range servers {
 		var addr string
-		if id != raft.ServerID(d.s.cfg.ID) {
-			rec := d.s.State().Server(string(id))
+		if id != raft.ServerID(d.n.cfg.ID) {
+			rec := d.n.State().Server(string(id))
 			if rec == nil {
 				continue
 			}
@@ -108,13 +108,13 @@ func (d *autopilotDelegate) FetchServerStats(ctx context.Context, servers map[ra
 			defer wg.Done()
 			var resp *csisupdv1.ServerStatsResponse
 			if addr == "" {
-				resp = d.s.serverStats()
+				resp = d.n.ServerStats()
 			} else {
-				conn, err := d.s.conns.get(addr)
+				conn, err := d.n.cfg.Conn(addr)
 				if err != nil {
 					return
 				}
-				cctx, cancel := context.WithTimeout(ctx, d.s.cfg.RPCTimeout)
+				cctx, cancel := context.WithTimeout(ctx, d.n.cfg.RPCTimeout)
 				defer cancel()
 				resp, err = csisupdv1.NewClusterClient(conn).ServerStats(cctx, &csisupdv1.ServerStatsRequest{})
 				if err != nil || resp.GetServerId() != string(id) {
@@ -164,9 +164,9 @@ func (d *autopilotDelegate) FetchServerStats(ctx context.Context, servers map[ra
 }
 
 func (d *autopilotDelegate) RemoveFailedServer(srv *autopilot.Server) {
-	d.s.logger.Warn("removing dead server", "id", srv.ID, "address", srv.Address)
-	if err := d.s.raftOp(func() raft.Future { return d.s.raft.RemoveServer(srv.ID, 0, 0) }); err != nil {
-		d.s.logger.Error("remove dead server failed", "id", srv.ID, "error", err)
+	d.n.logger.Warn("removing dead server", "id", srv.ID, "address", srv.Address)
+	if err := d.n.RaftOp(func() raft.Future { return d.n.raft.RemoveServer(srv.ID, 0, 0) }); err != nil {
+		d.n.logger.Error("remove dead server failed", "id", srv.ID, "error", err)
 		return
 	}
 	d.mu.Lock()
@@ -174,6 +174,18 @@ func (d *autopilotDelegate) RemoveFailedServer(srv *autopilot.Server) {
 	delete(d.answers, srv.ID)
 	d.mu.Unlock()
 }
+
+// StartAutopilot starts the leader's autopilot for one term, until ctx
+// ends or StopAutopilot: it forgets when servers were last seen, so a new
+// leader starts counting from its own first look.
+func (n *Node) StartAutopilot(ctx context.Context) {
+	n.ap.reset()
+	n.autopilot.Start(ctx)
+}
+
+// StopAutopilot stops the autopilot; the channel is closed once it has
+// stopped.
+func (n *Node) StopAutopilot() <-chan struct{} { return n.autopilot.Stop() }
 
 // reset forgets when servers were last seen; a new leader starts counting
 // from its own first look.
@@ -206,8 +218,8 @@ func (stablePromoter) CalculatePromotionsAndDemotions(c *autopilot.Config, s *au
 	return changes
 }
 
-// peerHealth is what the leader's autopilot last saw of one server.
-type peerHealth struct {
+// Health is what the leader's autopilot last saw of one server.
+type Health struct {
 	Healthy     bool
 	StableSince time.Time
 	LastContact time.Duration
@@ -215,16 +227,16 @@ type peerHealth struct {
 	LastTerm    uint64
 }
 
-// peerHealth returns autopilot's view of every server in its state; empty
+// PeerHealth returns autopilot's view of every server in its state; empty
 // before its first look, and on a server that does not lead.
-func (s *Server) peerHealth() map[raft.ServerID]peerHealth {
-	st := s.autopilot.GetState()
+func (n *Node) PeerHealth() map[raft.ServerID]Health {
+	st := n.autopilot.GetState()
 	if st == nil {
 		return nil
 	}
-	out := make(map[raft.ServerID]peerHealth, len(st.Servers))
+	out := make(map[raft.ServerID]Health, len(st.Servers))
 	for id, srv := range st.Servers {
-		out[id] = peerHealth{
+		out[id] = Health{
 			Healthy:     srv.Health.Healthy,
 			StableSince: srv.Health.StableSince,
 			LastContact: srv.Stats.LastContact,

@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"bytes"
@@ -20,7 +20,6 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/csisupd/csisupd/internal/server/fsm"
-	"github.com/csisupd/csisupd/internal/stream"
 )
 
 // Names inside a server's data dir.
@@ -177,23 +176,23 @@ func checkRaftAddress(addr string) error {
 // only way back for a cluster that lost its quorum for good. The file is
 // removed once the recovery succeeded; a bad file is kept and stops the
 // server from starting, so that no half-recovered server runs.
-func (s *Server) recoverFromPeersFile(rc *raft.Config, dir string, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) error {
+func (n *Node) recoverFromPeersFile(rc *raft.Config, dir string, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) error {
 	path := filepath.Join(dir, PeersFileName)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("server: %s: %w", path, err)
 	}
-	conf, err := readPeersFile(path, s.cfg.ID, s.raftAddr)
+	conf, err := readPeersFile(path, n.cfg.ID, n.raftAddr)
 	if err != nil {
 		return err
 	}
-	s.logger.Warn("found peers.json: replacing the raft configuration (outage recovery)", "file", path, "servers", describeServers(conf))
+	n.logger.Warn("found peers.json: replacing the raft configuration (outage recovery)", "file", path, "servers", describeServers(conf))
 	// raft restores the FSM it is given from the state on disk and then
 	// does not use it again; a scratch FSM keeps that replay out of the
 	// server's event buffer. NewRaft then restores the server's own FSM
 	// from the snapshot the recovery wrote.
-	events, err := fsm.NewEvents(stream.Config{Size: s.cfg.EventBufferSize, MaxLag: s.cfg.EventMaxLag}, hclog.NewNullLogger())
+	events, err := fsm.NewEvents(n.cfg.ScratchEvents, hclog.NewNullLogger())
 	if err != nil {
 		return fmt.Errorf("server: recover from %s: %w", path, err)
 	}
@@ -202,7 +201,7 @@ func (s *Server) recoverFromPeersFile(rc *raft.Config, dir string, logs raft.Log
 	if err != nil {
 		return fmt.Errorf("server: recover from %s: %w", path, err)
 	}
-	if err := raft.RecoverCluster(rc, scratch, logs, stable, snaps, s.trans, conf); err != nil {
+	if err := raft.RecoverCluster(rc, scratch, logs, stable, snaps, n.trans, conf); err != nil {
 		return fmt.Errorf("server: recover the raft configuration from %s (the file is kept): %w", path, err)
 	}
 	last, err := logs.LastIndex()
@@ -214,7 +213,7 @@ func (s *Server) recoverFromPeersFile(rc *raft.Config, dir string, logs raft.Log
 		// at the next start, undoing the joins made since.
 		return fmt.Errorf("server: recovered from %s but could not remove it; remove it before starting again: %w", path, err)
 	}
-	s.logger.Warn("recovered the raft configuration from peers.json and removed the file",
+	n.logger.Warn("recovered the raft configuration from peers.json and removed the file",
 		"file", path, "servers", describeServers(conf), "last_index", last, "applied_index", scratch.State().LatestIndex())
 	return nil
 }
@@ -223,18 +222,25 @@ func (s *Server) recoverFromPeersFile(rc *raft.Config, dir string, logs raft.Log
 func describeServers(conf raft.Configuration) string {
 	parts := make([]string, len(conf.Servers))
 	for i, srv := range conf.Servers {
-		parts[i] = fmt.Sprintf("%s=%s(%s)", srv.ID, srv.Address, suffrageName(srv.Suffrage))
+		parts[i] = fmt.Sprintf("%s=%s(%s)", srv.ID, srv.Address, SuffrageName(srv.Suffrage))
 	}
 	return strings.Join(parts, ",")
 }
 
-// suffrageName is the name list-peers uses for a suffrage.
-func suffrageName(s raft.ServerSuffrage) string {
+// Names of suffrages, as list-peers and the metrics show them.
+const (
+	SuffrageVoter    = "voter"
+	SuffrageNonvoter = "nonvoter"
+)
+
+// SuffrageName is the name list-peers uses for a suffrage: voter,
+// nonvoter or staging.
+func SuffrageName(s raft.ServerSuffrage) string {
 	switch s {
 	case raft.Voter:
-		return suffrageVoter
+		return SuffrageVoter
 	case raft.Nonvoter:
-		return suffrageNonvoter
+		return SuffrageNonvoter
 	default:
 		return strings.ToLower(s.String())
 	}
@@ -289,7 +295,7 @@ func (st OfflineRaftState) PeersFile(keep []string) ([]RecoveryPeer, error) {
 			continue
 		}
 		delete(want, p.ID)
-		out = append(out, RecoveryPeer{ID: p.ID, Address: p.Address, NonVoter: p.Suffrage != suffrageVoter})
+		out = append(out, RecoveryPeer{ID: p.ID, Address: p.Address, NonVoter: p.Suffrage != SuffrageVoter})
 	}
 	if len(want) > 0 {
 		var missing []string
@@ -392,7 +398,7 @@ func ReadOfflineRaftState(dataDir string, lockTimeout time.Duration) (OfflineRaf
 		return st, fmt.Errorf("server: %s holds no raft configuration (the server never joined a cluster)", dir)
 	}
 	for _, srv := range conf.Servers {
-		st.Servers = append(st.Servers, OfflinePeer{ID: string(srv.ID), Address: string(srv.Address), Suffrage: suffrageName(srv.Suffrage)})
+		st.Servers = append(st.Servers, OfflinePeer{ID: string(srv.ID), Address: string(srv.Address), Suffrage: SuffrageName(srv.Suffrage)})
 	}
 	return st, nil
 }

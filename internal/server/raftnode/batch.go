@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"fmt"
@@ -29,11 +29,11 @@ type batchOutcome struct {
 
 // applyBatched writes one node entry through raft, grouped with other
 // concurrent node writes into a single log entry (group commit).
-func (s *Server) applyBatched(e *csisupdv1.LogEntry) (uint64, error) {
+func (n *Node) ApplyBatched(e *csisupdv1.LogEntry) (uint64, error) {
 	req := batchReq{entry: e, done: make(chan batchOutcome, 1)}
 	select {
-	case s.batchCh <- req:
-	case <-s.shutdownCh:
+	case n.batchCh <- req:
+	case <-n.stopCh:
 		return 0, fmt.Errorf("raft apply: %w", raft.ErrRaftShutdown)
 	}
 	out := <-req.done
@@ -41,8 +41,8 @@ func (s *Server) applyBatched(e *csisupdv1.LogEntry) (uint64, error) {
 }
 
 // runBatcher groups node writes until shutdown.
-func (s *Server) runBatcher() {
-	loop := s.cfg.Watchdog.Loop("server batcher")
+func (n *Node) runBatcher() {
+	loop := n.cfg.Watchdog.Loop("server batcher")
 	defer loop.Done()
 	slots := make(chan struct{}, batchesInFlight)
 	for {
@@ -54,7 +54,7 @@ func (s *Server) runBatcher() {
 			case slots <- struct{}{}:
 				waiting = false
 			case <-loop.C():
-			case <-s.shutdownCh:
+			case <-n.stopCh:
 				return
 			}
 		}
@@ -62,34 +62,34 @@ func (s *Server) runBatcher() {
 		for len(batch) == 0 {
 			loop.Beat()
 			select {
-			case r := <-s.batchCh:
+			case r := <-n.batchCh:
 				batch = append(batch, r)
 			case <-loop.C():
-			case <-s.shutdownCh:
+			case <-n.stopCh:
 				return
 			}
 		}
 	collect:
 		for len(batch) < maxBatch {
 			select {
-			case r := <-s.batchCh:
+			case r := <-n.batchCh:
 				batch = append(batch, r)
 			default:
 				break collect
 			}
 		}
-		s.wg.Add(1)
+		n.wg.Add(1)
 		go func() {
-			defer s.wg.Done()
+			defer n.wg.Done()
 			defer func() { <-slots }()
-			s.applyGroup(batch)
+			n.applyGroup(batch)
 		}()
 	}
 }
 
-func (s *Server) applyGroup(batch []batchReq) {
+func (n *Node) applyGroup(batch []batchReq) {
 	if len(batch) == 1 {
-		idx, err := s.apply(batch[0].entry)
+		idx, err := n.Apply(batch[0].entry)
 		batch[0].done <- batchOutcome{index: idx, err: err}
 		return
 	}
@@ -97,7 +97,7 @@ func (s *Server) applyGroup(batch []batchReq) {
 	for i, r := range batch {
 		entries[i] = r.entry
 	}
-	res, err := s.applyRaw(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Batch{Batch: &csisupdv1.LogBatch{Entries: entries}}})
+	res, err := n.ApplyRaw(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Batch{Batch: &csisupdv1.LogBatch{Entries: entries}}})
 	for i, r := range batch {
 		out := batchOutcome{index: res.Index, err: err}
 		if err == nil && i < len(res.Errs) {
