@@ -9,6 +9,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
 )
 
@@ -53,7 +54,7 @@ func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	ttl := c.s.heartbeats.reset(req.GetNodeId())
+	ttl := c.s.heartbeats.Reset(req.GetNodeId())
 	return &csisupdv1.NodeRegisterResponse{HeartbeatTtlMs: ttl.Milliseconds(), Index: idx}, nil
 }
 
@@ -98,7 +99,7 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 			return nil, toStatus(err)
 		}
 	}
-	ttl := c.s.heartbeats.reset(req.GetNodeId())
+	ttl := c.s.heartbeats.Reset(req.GetNodeId())
 	return &csisupdv1.NodeHeartbeatResponse{HeartbeatTtlMs: ttl.Milliseconds()}, nil
 }
 
@@ -113,7 +114,8 @@ func (c *clusterService) NodeClaims(ctx context.Context, req *csisupdv1.NodeClai
 			return cl.NodeClaims(ctx, req)
 		},
 		func() (*csisupdv1.NodeClaimsResponse, error) {
-			return c.s.nodeClaims(req.GetNodeId()), nil
+			st := c.s.State()
+			return claims.NodeClaims(st.LatestIndex(), st.Volumes(""), req.GetNodeId()), nil
 		})
 }
 

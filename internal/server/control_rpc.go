@@ -79,7 +79,7 @@ func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginL
 			st := c.s.State()
 			index := st.LatestIndex()
 			plugins, next := st.PluginsPage(page.from, page.limit)
-			c.s.pluginsAsLeaderSees(plugins...)
+			c.s.heartbeats.View().Plugins(plugins...)
 			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: index, NextToken: responseToken(next)}, nil
 		})
 }
@@ -95,7 +95,7 @@ func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGet
 			if p == nil {
 				return nil, status.Errorf(codes.NotFound, "plugin %q not found", req.GetId())
 			}
-			c.s.pluginsAsLeaderSees(p)
+			c.s.heartbeats.View().Plugins(p)
 			return &csisupdv1.PluginGetResponse{Plugin: p, Index: st.LatestIndex()}, nil
 		})
 }
@@ -123,9 +123,9 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 			index := st.LatestIndex()
 			// The status filter sees the status this server tells, so
 			// that --status initializing finds the nodes shown so.
-			view := c.s.heartbeats.view()
-			nodes, next := st.NodesPage(page.from, page.limit, state.NodeFilter(req.GetPluginId(), req.GetStatus(), view.status))
-			return &csisupdv1.NodeListResponse{Nodes: view.overlay(nodes...), Index: index, NextToken: responseToken(next)}, nil
+			view := c.s.heartbeats.View()
+			nodes, next := st.NodesPage(page.from, page.limit, state.NodeFilter(req.GetPluginId(), req.GetStatus(), view.Status))
+			return &csisupdv1.NodeListResponse{Nodes: view.Nodes(nodes...), Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -140,7 +140,7 @@ func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequ
 			if n == nil {
 				return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetId())
 			}
-			return &csisupdv1.NodeGetResponse{Node: c.s.nodesAsLeaderSees(n)[0], Index: st.LatestIndex()}, nil
+			return &csisupdv1.NodeGetResponse{Node: c.s.heartbeats.View().Nodes(n)[0], Index: st.LatestIndex()}, nil
 		})
 }
 

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
-	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // raftMetricsService prefixes the names of raft's own go-metrics:
@@ -204,13 +204,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for suffrage, n := range peers {
 		gauge(peersDesc, float64(n), suffrage)
 	}
-	gauge(timersDesc, float64(s.heartbeats.count()))
+	gauge(timersDesc, float64(s.heartbeats.Count()))
 
 	// Every known status and state is reported, 0 when none is in it.
 	n := s.State().Counts()
 	nodes := map[string]int{state.NodeStatusReady: 0, state.NodeStatusDown: 0}
-	claims := map[string]int{ClaimStateTaken: 0, ClaimStateUnpublishing: 0,
-		ClaimStateNodeUnpublished: 0, ClaimStateControllerUnpublished: 0}
+	claims := map[string]int{claims.StateTaken: 0, claims.StateUnpublishing: 0,
+		claims.StateNodeUnpublished: 0, claims.StateControllerUnpublished: 0}
 	maps.Copy(nodes, n.Nodes)
 	maps.Copy(claims, n.Claims)
 	for status, count := range nodes {
@@ -228,23 +228,4 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// loopBeat is the context key of the watchdog loop that a long chain of
-// calls made for a loop beats between calls (beatCtx).
-type loopBeat struct{}
-
-// withLoop returns ctx carrying l, so the calls made with it beat l
-// between steps. The volume watcher uses it: one release makes several
-// calls to agents, each bounded by RPCTimeout, and may take longer in all
-// than the watchdog timeout without being stuck.
-func withLoop(ctx context.Context, l *watchdog.Loop) context.Context {
-	return context.WithValue(ctx, loopBeat{}, l)
-}
-
-// beatCtx beats the loop ctx carries, if any. Requests carry none.
-func beatCtx(ctx context.Context) {
-	if l, ok := ctx.Value(loopBeat{}).(*watchdog.Loop); ok {
-		l.Beat()
-	}
 }

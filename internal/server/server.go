@@ -12,8 +12,10 @@ import (
 	"google.golang.org/grpc"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/watchdog"
@@ -34,15 +36,14 @@ type Server struct {
 
 	conns       *connPool // to the other servers
 	agentConns  *connPool // to agents (ClientCSI)
-	heartbeats  *heartbeats
+	heartbeats  *leader.Heartbeats
+	watcher     *leader.Watcher
 	controllers ControllerClient
 	nodeVolumes NodeVolumesClient
 	pluginLocks keylock.Set
 	// volumeLocks serialise the work on one volume: claims, releases, the
 	// volume watcher, and the writes of create, register and delete.
 	volumeLocks keylock.Set
-	// volumeKick wakes the volume watcher before its next interval.
-	volumeKick chan struct{}
 
 	metrics *serverMetrics
 
@@ -74,7 +75,6 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		events:     events,
 		conns:      newConnPool(cfg.Connect, cfg.DialOptions),
 		agentConns: newConnPool(cfg.Connect, cfg.agentDialOptions()),
-		volumeKick: make(chan struct{}, 1),
 		shutdownCh: make(chan struct{}),
 	}
 	s.controllers = cfg.Controllers
@@ -85,14 +85,33 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	if s.nodeVolumes == nil {
 		s.nodeVolumes = &grpcNodeVolumes{conns: s.agentConns}
 	}
-	s.heartbeats = newHeartbeats(s)
+	s.watcher = leader.NewWatcher(leader.WatcherConfig{
+		Interval:           cfg.VolumeWatchInterval,
+		MaxBackoff:         config.MaxVolumeWatchBackoff,
+		ClaimGCGrace:       cfg.ClaimGCGrace,
+		State:              s.State,
+		Locks:              &s.volumeLocks,
+		ReleaseWithoutNode: s.releaseWithoutNode,
+		Release:            s.resumeRelease,
+		Watchdog:           cfg.Watchdog,
+	}, logger)
 	// Before raft starts, so raft's first metrics reach the sink.
 	if s.metrics, err = newServerMetrics(s, cfg.Metrics); err != nil {
 		return nil, err
 	}
 	// A restore on the leader (an operator's snapshot restore) must make
 	// the leader forget which nodes it heard from.
-	if s.fsm, err = fsm.New(fsm.Config{Events: events, OnRestore: s.heartbeats.restored}); err != nil {
+	// The timers exist before raft starts, which may restore a snapshot;
+	// they write through the raft node once it exists.
+	s.heartbeats = leader.NewHeartbeats(leader.HeartbeatConfig{
+		MinTTL:       cfg.MinHeartbeatTTL,
+		MaxPerSecond: cfg.MaxHeartbeatsPerSecond,
+		FailoverTTL:  cfg.FailoverHeartbeatTTL,
+		Grace:        cfg.HeartbeatGrace,
+		State:        s.State,
+		Apply:        func(e *csisupdv1.LogEntry) (uint64, error) { return s.node.ApplyBatched(e) },
+	}, logger)
+	if s.fsm, err = fsm.New(fsm.Config{Events: events, OnRestore: s.heartbeats.Restored}); err != nil {
 		s.metrics.close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -140,7 +159,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = s.node.Shutdown(ctx)
 		close(s.shutdownCh)
 		s.wg.Wait()
-		s.heartbeats.stop()
+		s.heartbeats.Stop()
 		s.events.Close()
 		s.conns.close()
 		s.agentConns.close()
@@ -247,13 +266,13 @@ func (s *Server) leaderLoop(ctx context.Context) {
 		s.logger.Warn("record own server address", "error", err)
 	}
 	s.node.MarkBootstrapped()
-	s.heartbeats.initialize()
+	s.heartbeats.Initialize()
 	s.leaderReady.Store(true)
 	s.node.StartAutopilot(ctx)
 	watcherDone := make(chan struct{})
 	go func() {
 		defer close(watcherDone)
-		s.runVolumeWatcher(ctx)
+		s.watcher.Run(ctx)
 	}()
 
 	for ctx.Err() == nil {
@@ -264,7 +283,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 		}
 	}
 	s.leaderReady.Store(false)
-	s.heartbeats.clear()
+	s.heartbeats.Clear()
 	<-s.node.StopAutopilot()
 	<-watcherDone
 }

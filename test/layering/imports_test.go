@@ -38,15 +38,19 @@ var allowed = map[string][]string{
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
 	"internal/server": {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
-		"internal/server/raftnode", "internal/server/fsm", "internal/server/state"},
+		"internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state"},
 	// The parts of the server role, bottom up: the state store, the FSM
 	// that writes it, the raft member that runs the FSM.
 	"internal/server/state": {api, "internal/acl"},
-	"internal/server/fsm":   {api, "internal/acl", "internal/stream", "internal/server/state"},
+	// claims reads node statuses and plugin roles from state.
+	"internal/server/claims": {api, "internal/server/state"},
+	"internal/server/fsm":    {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state"},
 	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog",
 		"internal/server/fsm", "internal/server/state"},
-	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
-	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
+	// The leader's duties read the state and take what they call as funcs.
+	"internal/server/leader": {api, "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/state"},
+	"internal/consulsync":    {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
+	"internal/nodeclient":    {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
 	// volumes uses rpc's redaction and retryable codes, as ClientCSI does.
 	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc", "internal/keylock", "internal/watchdog"},
 
@@ -82,11 +86,16 @@ var allowed = map[string][]string{
 }
 
 // forbiddenOutside lists packages outside the module that a package must
-// not import, with the prefix that names them: the state store knows no
-// raft and no gRPC, so it can be read and tested without either.
+// not import: a path forbids the package and those under it, a path
+// ending in "=" the package alone. The state store knows no raft and no
+// gRPC, so it can be read and tested without either.
 var forbiddenOutside = map[string][]string{
 	"internal/server/state": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
 	"internal/server/fsm":   {"google.golang.org/grpc"},
+	// claims is pure rules: it builds gRPC status errors, as the API's
+	// error constructors do, but holds no connection and knows no raft.
+	"internal/server/claims": {"github.com/hashicorp/raft", "google.golang.org/grpc="},
+	"internal/server/leader": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
 }
 
 // testHelpers may be imported by every package's tests.
@@ -113,6 +122,8 @@ var allowedInTests = map[string][]string{
 	"internal/fingerprint": {"internal/config"},
 	"internal/csiclient":   {"internal/config"},
 	"internal/testcluster": {"internal/testcluster"},
+	// The heartbeat TTL tests check the production defaults.
+	"internal/server/leader": {"internal/config"},
 }
 
 // everything else a test/ package imports is allowed: end-to-end tests,
@@ -201,9 +212,10 @@ func TestImports(t *testing.T) {
 			}
 		}
 		for _, imp := range p.outside {
-			for _, prefix := range forbiddenOutside[p.path] {
-				if imp == prefix || strings.HasPrefix(imp, prefix+"/") {
-					t.Errorf("%s imports %s, which it must not: it knows nothing of %s", p.path, imp, prefix)
+			for _, bad := range forbiddenOutside[p.path] {
+				exact, alone := strings.CutSuffix(bad, "=")
+				if imp == exact || (!alone && strings.HasPrefix(imp, exact+"/")) {
+					t.Errorf("%s imports %s, which it must not: it knows nothing of %s", p.path, imp, exact)
 				}
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
 )
 
@@ -183,7 +184,7 @@ func volumeChanges(old, new *csisupdv1.Volume) []volumeEvent {
 // and what is done. It holds no secret: a claim has none.
 func claimDescription(what string, c *csisupdv1.VolumeClaim) string {
 	d := fmt.Sprintf("claim of workload %s on node %s %s: state %s, %s %s",
-		c.GetWorkloadId(), c.GetNodeId(), what, c.GetState(), c.GetUsage().GetAccessMode(), rw(c.GetReadOnly()))
+		c.GetWorkloadId(), c.GetNodeId(), what, c.GetState(), c.GetUsage().GetAccessMode(), claims.RW(c.GetReadOnly()))
 	if c.GetControllerPublished() {
 		d += ", controller published"
 	}
@@ -204,11 +205,4 @@ func claimDescription(what string, c *csisupdv1.VolumeClaim) string {
 func sortedPlugins(in []*csisupdv1.Plugin) []*csisupdv1.Plugin {
 	sort.Slice(in, func(i, j int) bool { return in[i].GetId() < in[j].GetId() })
 	return in
-}
-
-func rw(readOnly bool) string {
-	if readOnly {
-		return "read-only"
-	}
-	return "read-write"
 }

@@ -1,4 +1,4 @@
-package server
+package leader
 
 import (
 	"fmt"
@@ -36,21 +36,22 @@ func TestHeartbeatFailoverTTL(t *testing.T) {
 }
 
 // TestHeartbeatFailoverTTLCoversEveryHandedOutTTL checks failoverTTL
-// against the TTLs reset hands out: for any node count, a new leader's
+// against the TTLs Reset hands out: for any node count, a new leader's
 // timer outlasts the longest TTL the previous leader can have given.
 func TestHeartbeatFailoverTTLCoversEveryHandedOutTTL(t *testing.T) {
 	tuning := config.DefaultServerTuning()
 	tuning.FailoverHeartbeatTTL = time.Second // shorter than any TTL, so the bound is the scaled one
 	for _, nodes := range []int{0, 1, 499, 500, 501, 5000, 20000} {
-		h := newHeartbeats(&Server{cfg: Config{ServerTuning: tuning}})
-		// reset scales with the timers held; disabled, it starts none.
+		h := NewHeartbeats(HeartbeatConfig{MinTTL: tuning.MinHeartbeatTTL, MaxPerSecond: tuning.MaxHeartbeatsPerSecond,
+			FailoverTTL: tuning.FailoverHeartbeatTTL, Grace: tuning.HeartbeatGrace}, nil)
+		// Reset scales with the timers held; disabled, it starts none.
 		for i := range nodes {
 			h.timers[fmt.Sprint(i)] = &hbTimer{}
 		}
 		limit := failoverTTL(tuning.FailoverHeartbeatTTL, tuning.MaxHeartbeatsPerSecond, tuning.MinHeartbeatTTL, nodes)
 		var longest time.Duration
 		for range 2000 {
-			longest = max(longest, h.reset("n"))
+			longest = max(longest, h.Reset("n"))
 		}
 		if longest >= limit {
 			t.Fatalf("%d nodes: a TTL of %v was handed out, the failover TTL is %v", nodes, longest, limit)
@@ -60,8 +61,8 @@ func TestHeartbeatFailoverTTLCoversEveryHandedOutTTL(t *testing.T) {
 		if scaled := rateScaledInterval(tuning.MaxHeartbeatsPerSecond, tuning.MinHeartbeatTTL, nodes); longest < scaled*3/2 {
 			t.Fatalf("%d nodes: longest TTL %v of 2000 is under 1.5x the scaled %v", nodes, longest, scaled)
 		}
-		if h.count() != nodes || h.confirmedNode("n") {
-			t.Fatalf("a disabled reset changed the timers (%d) or confirmed the node", h.count())
+		if h.Count() != nodes || h.Confirmed("n") {
+			t.Fatalf("a disabled reset changed the timers (%d) or confirmed the node", h.Count())
 		}
 	}
 }

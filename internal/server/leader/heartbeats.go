@@ -1,4 +1,4 @@
-package server
+package leader
 
 import (
 	"fmt"
@@ -6,13 +6,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/state"
 )
 
-// heartbeats keeps one in-memory TTL timer per node while this server
+// Heartbeats keeps one in-memory TTL timer per node while this server
 // leads. Heartbeats themselves are never written to raft; only a node's
 // transition to down (timer fired) or back to ready is.
 //
@@ -21,8 +22,9 @@ import (
 // status of the others, ready, is what an earlier leader or a backup said,
 // not what this leader has seen. That knowledge is kept in memory only, so
 // that steady-state heartbeats never write to raft.
-type heartbeats struct {
-	s *Server
+type Heartbeats struct {
+	cfg    HeartbeatConfig
+	logger hclog.Logger
 
 	mu      sync.Mutex
 	timers  map[string]*hbTimer
@@ -36,30 +38,52 @@ type heartbeats struct {
 	sinceWhat string
 }
 
-func newHeartbeats(s *Server) *heartbeats {
-	return &heartbeats{s: s, timers: map[string]*hbTimer{}, confirmed: map[string]struct{}{}}
+// HeartbeatConfig configures the heartbeat timers.
+type HeartbeatConfig struct {
+	// MinTTL is the least TTL handed out; MaxPerSecond caps the heartbeats
+	// the leader sees, by scaling the TTL with the node count.
+	MinTTL       time.Duration
+	MaxPerSecond float64
+	// FailoverTTL is what a new leader gives the nodes it has not heard
+	// from (see failoverTTL).
+	FailoverTTL time.Duration
+	// Grace is added to every TTL before a node is marked down.
+	Grace time.Duration
+	// State returns the current replicated state. Required.
+	State func() *state.Store
+	// Apply writes a command through raft, grouped with other node
+	// writes; the timers mark nodes down with it. Required.
+	Apply func(e *csisupdv1.LogEntry) (uint64, error)
 }
 
-// initialize starts a timer with the failover TTL for every node that is
+// NewHeartbeats returns the heartbeat timers, disabled until Initialize.
+func NewHeartbeats(cfg HeartbeatConfig, logger hclog.Logger) *Heartbeats {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Heartbeats{cfg: cfg, logger: logger, timers: map[string]*hbTimer{}, confirmed: map[string]struct{}{}}
+}
+
+// Initialize starts a timer with the failover TTL for every node that is
 // not down, so nodes get time to find the new leader, and forgets which
 // nodes were heard from: a new leader has heard from none.
-func (h *heartbeats) initialize() {
+func (h *Heartbeats) Initialize() {
 	h.rearm(true, "it became leader")
 }
 
-// restored is called after the state was replaced by a snapshot. On the
+// Restored is called after the state was replaced by a snapshot. On the
 // leader it restarts the timers for the restored nodes and forgets which
 // nodes were heard from: the restored state may hold nodes that are long
 // gone, recorded ready. Elsewhere it does nothing.
-func (h *heartbeats) restored() {
+func (h *Heartbeats) Restored() {
 	h.rearm(false, "the snapshot restore")
 }
 
 // rearm stops every timer, forgets the confirmed nodes and starts a
 // failover timer for every node not down. It enables the timers when
 // enable is set; otherwise it acts only when they are enabled already.
-func (h *heartbeats) rearm(enable bool, why string) {
-	nodes := h.s.State().Nodes()
+func (h *Heartbeats) rearm(enable bool, why string) {
+	nodes := h.cfg.State().Nodes()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !enable && !h.enabled {
@@ -69,14 +93,14 @@ func (h *heartbeats) rearm(enable bool, why string) {
 	h.stopAllLocked()
 	clear(h.confirmed)
 	h.since, h.sinceWhat = time.Now(), why
-	ttl := failoverTTL(h.s.cfg.FailoverHeartbeatTTL, h.s.cfg.MaxHeartbeatsPerSecond, h.s.cfg.MinHeartbeatTTL, len(nodes))
+	ttl := failoverTTL(h.cfg.FailoverTTL, h.cfg.MaxPerSecond, h.cfg.MinTTL, len(nodes))
 	for _, n := range nodes {
 		if n.GetStatus() == state.NodeStatusDown {
 			continue
 		}
 		h.resetLocked(n.GetId(), ttl)
 	}
-	h.s.logger.Debug("heartbeat timers initialized", "after", why, "nodes", len(h.timers), "ttl", ttl)
+	h.logger.Debug("heartbeat timers initialized", "after", why, "nodes", len(h.timers), "ttl", ttl)
 }
 
 // failoverTTL is the TTL a new leader, or a leader that restored a
@@ -90,9 +114,9 @@ func failoverTTL(failover time.Duration, rate float64, min time.Duration, n int)
 	return max(failover, 2*rateScaledInterval(rate, min, n))
 }
 
-// clear stops every timer and forgets the confirmed nodes; called when
+// Clear stops every timer and forgets the confirmed nodes; called when
 // leadership is lost.
-func (h *heartbeats) clear() {
+func (h *Heartbeats) Clear() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.enabled = false
@@ -100,7 +124,7 @@ func (h *heartbeats) clear() {
 	clear(h.confirmed)
 }
 
-func (h *heartbeats) stopAllLocked() {
+func (h *Heartbeats) stopAllLocked() {
 	for id, t := range h.timers {
 		if t.t.Stop() {
 			h.wg.Done()
@@ -109,27 +133,27 @@ func (h *heartbeats) stopAllLocked() {
 	}
 }
 
-// count returns the number of timers held.
-func (h *heartbeats) count() int {
+// Count returns the number of timers held.
+func (h *Heartbeats) Count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.timers)
 }
 
-// stop clears the timers and waits for running expiry handlers.
-func (h *heartbeats) stop() {
-	h.clear()
+// Stop clears the timers and waits for running expiry handlers.
+func (h *Heartbeats) Stop() {
+	h.Clear()
 	h.wg.Wait()
 }
 
-// reset restarts the node's timer, records that the node was heard from,
+// Reset restarts the node's timer, records that the node was heard from,
 // and returns the TTL the node must heartbeat within. The TTL grows with
 // the node count so the leader sees at most MaxHeartbeatsPerSecond
 // heartbeats, with a random stagger.
-func (h *heartbeats) reset(nodeID string) time.Duration {
+func (h *Heartbeats) Reset(nodeID string) time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ttl := rateScaledInterval(h.s.cfg.MaxHeartbeatsPerSecond, h.s.cfg.MinHeartbeatTTL, len(h.timers))
+	ttl := rateScaledInterval(h.cfg.MaxPerSecond, h.cfg.MinTTL, len(h.timers))
 	ttl += time.Duration(rand.Int64N(int64(ttl)))
 	if h.enabled {
 		h.resetLocked(nodeID, ttl)
@@ -138,75 +162,81 @@ func (h *heartbeats) reset(nodeID string) time.Duration {
 	return ttl
 }
 
-// confirmedNode reports whether this server leads and has heard from the
+// Confirmed reports whether this server leads and has heard from the
 // node since it took over and since its last snapshot restore.
-func (h *heartbeats) confirmedNode(nodeID string) bool {
+func (h *Heartbeats) Confirmed(nodeID string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, ok := h.confirmed[nodeID]
 	return h.enabled && ok
 }
 
-// leaderView is what the leader knows of the nodes' heartbeats, for
-// answers from the state: leading is false on a server that does not lead,
-// whose answers keep the stored status.
-type leaderView struct {
-	leading bool
-	heard   func(nodeID string) bool
-	desc    string
-	since   time.Time
+// ConfirmedWhy is Confirmed with, for a node not confirmed, since when
+// this leader has waited to hear from it (claims.Confirmed).
+func (h *Heartbeats) ConfirmedWhy(nodeID string) (bool, string) {
+	if h.Confirmed(nodeID) {
+		return true, ""
+	}
+	return false, h.View().Desc
 }
 
-// view returns what this server knows of the nodes' heartbeats, for one
+// View is what the leader knows of the nodes' heartbeats, for answers
+// from the state: Leading is false on a server that does not lead, whose
+// answers keep the stored status.
+type View struct {
+	// Leading is set while this server leads.
+	Leading bool
+	heard   func(nodeID string) bool
+	// Desc says since when this leader has heard from the nodes: the
+	// status description of a node it has not heard from.
+	Desc  string
+	since time.Time
+}
+
+// View returns what this server knows of the nodes' heartbeats, for one
 // answer. It reads the confirmed nodes as they are when asked, rather than
 // copying them: an answer over 10,000 nodes would copy them on every call.
-func (h *heartbeats) view() leaderView {
+func (h *Heartbeats) View() View {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.enabled {
-		return leaderView{}
+		return View{}
 	}
-	return leaderView{
-		leading: true,
-		heard:   h.confirmedNode,
-		desc:    fmt.Sprintf("no heartbeat to the current leader since %s at %s", h.sinceWhat, h.since.UTC().Format(time.RFC3339)),
+	return View{
+		Leading: true,
+		heard:   h.Confirmed,
+		Desc:    fmt.Sprintf("no heartbeat to the current leader since %s at %s", h.sinceWhat, h.since.UTC().Format(time.RFC3339)),
 		since:   h.since,
 	}
 }
 
-// initializing reports whether a node is stored ready but the leader has
+// Initializing reports whether a node is stored ready but the leader has
 // not heard from it yet.
-func (u leaderView) initializing(n *csisupdv1.ClusterNode) bool {
-	return u.leading && n.GetStatus() == state.NodeStatusReady && !u.heard(n.GetId())
+func (u View) Initializing(n *csisupdv1.ClusterNode) bool {
+	return u.Leading && n.GetStatus() == state.NodeStatusReady && !u.heard(n.GetId())
 }
 
-// nodesAsLeaderSees returns nodes with the status this leader knows: a
-// node stored ready that has not heartbeated to it since it took over or
-// restored a snapshot is initializing. The stored nodes are not modified;
-// changed ones are copies. A server that does not lead returns nodes as
-// they are: a stale read on a follower shows the stored status.
-func (s *Server) nodesAsLeaderSees(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
-	return s.heartbeats.view().overlay(nodes...)
-}
-
-// status returns the status of n as this view tells it.
-func (u leaderView) status(n *csisupdv1.ClusterNode) string {
-	if u.initializing(n) {
+// Status returns the status of n as this view tells it.
+func (u View) Status(n *csisupdv1.ClusterNode) string {
+	if u.Initializing(n) {
 		return state.NodeStatusInitializing
 	}
 	return n.GetStatus()
 }
 
-// overlay returns nodes with the status this view tells; see
-// nodesAsLeaderSees.
-func (u leaderView) overlay(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
-	if !u.leading {
+// Nodes returns nodes with the status this leader knows: a node stored
+// ready that has not heartbeated to it since it took over or restored a
+// snapshot is initializing. The stored nodes are not modified; changed
+// ones are copies. A server that does not lead returns nodes as they are:
+// a stale read on a follower shows the stored status.
+func (u View) Nodes(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
+	if !u.Leading {
 		return nodes
 	}
 	out := nodes
 	copied := false
 	for i, n := range nodes {
-		if !u.initializing(n) {
+		if !u.Initializing(n) {
 			continue
 		}
 		if !copied {
@@ -215,21 +245,19 @@ func (u leaderView) overlay(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.Cluste
 		}
 		c := state.CopyNode(n)
 		c.Status = state.NodeStatusInitializing
-		c.StatusDescription = u.desc
+		c.StatusDescription = u.Desc
 		c.StatusUpdatedAt = timestamppb.New(u.since)
 		out[i] = c
 	}
 	return out
 }
 
-// pluginsAsLeaderSees marks the instances on nodes this leader has not
-// heard from unhealthy and takes them out of the healthy counts. The
-// plugins must be fresh from the state store (built for this answer),
-// since they are changed in place. A server that does not lead leaves
-// them as stored.
-func (s *Server) pluginsAsLeaderSees(plugins ...*csisupdv1.ClusterPlugin) {
-	u := s.heartbeats.view()
-	if !u.leading {
+// Plugins marks the instances on nodes this leader has not heard from
+// unhealthy and takes them out of the healthy counts. The plugins must be
+// fresh from the state store (built for this answer), since they are
+// changed in place. A server that does not lead leaves them as stored.
+func (u View) Plugins(plugins ...*csisupdv1.ClusterPlugin) {
+	if !u.Leading {
 		return
 	}
 	for _, p := range plugins {
@@ -239,7 +267,7 @@ func (s *Server) pluginsAsLeaderSees(plugins ...*csisupdv1.ClusterPlugin) {
 				continue
 			}
 			inst.Healthy = false
-			inst.HealthDescription = "node is initializing: " + u.desc
+			inst.HealthDescription = "node is initializing: " + u.Desc
 			controller, nodeService := state.PluginRoles(inst.GetPlugin().GetType())
 			if controller {
 				p.ControllersHealthy--
@@ -251,21 +279,21 @@ func (s *Server) pluginsAsLeaderSees(plugins ...*csisupdv1.ClusterPlugin) {
 	}
 }
 
-func (h *heartbeats) resetLocked(nodeID string, ttl time.Duration) {
+func (h *Heartbeats) resetLocked(nodeID string, ttl time.Duration) {
 	if old, ok := h.timers[nodeID]; ok && old.t.Stop() {
 		// A timer stopped before firing never runs its function.
 		h.wg.Done()
 	}
 	e := &hbTimer{}
 	h.wg.Add(1)
-	e.t = time.AfterFunc(ttl+h.s.cfg.HeartbeatGrace, func() {
+	e.t = time.AfterFunc(ttl+h.cfg.Grace, func() {
 		defer h.wg.Done()
 		h.expire(nodeID, e)
 	})
 	h.timers[nodeID] = e
 }
 
-func (h *heartbeats) expire(nodeID string, t *hbTimer) {
+func (h *Heartbeats) expire(nodeID string, t *hbTimer) {
 	h.mu.Lock()
 	if cur, ok := h.timers[nodeID]; !ok || cur != t || !h.enabled {
 		h.mu.Unlock()
@@ -277,14 +305,14 @@ func (h *heartbeats) expire(nodeID string, t *hbTimer) {
 	// would show it initializing, as if this leader had just taken over,
 	// until the write applies. Once stored down, confirmation no longer
 	// changes what is shown, and a heartbeat confirms it again.
-	h.s.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
-	_, err := h.s.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+	h.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
+	_, err := h.cfg.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
 		NodeId: nodeID, Status: state.NodeStatusDown, Description: "missed heartbeat",
 	}}})
 	if err == nil {
 		return
 	}
-	h.s.logger.Warn("mark node down failed; retrying after the grace", "node", nodeID, "error", err)
+	h.logger.Warn("mark node down failed; retrying after the grace", "node", nodeID, "error", err)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.timers[nodeID]; ok || !h.enabled {
