@@ -32,17 +32,17 @@ type controlService struct {
 // route runs local on the ready leader (after a leadership check for
 // consistent reads), or remote against the leader, or local directly for a
 // stale read.
-func route[Resp any](ctx context.Context, s *Server, stale, read bool,
+func route[Resp any](ctx context.Context, f *forwarder, stale, read bool,
 	remote func(context.Context, csisupdv1.ControlClient) (Resp, error),
 	local func() (Resp, error),
 ) (Resp, error) {
-	return routeVia(ctx, s, stale, read, csisupdv1.NewControlClient, remote, local)
+	return routeVia(ctx, f, stale, read, csisupdv1.NewControlClient, remote, local)
 }
 
 // routeVia is route for the client of any service: newClient makes it on
 // the connection to the leader. A forwarded request carries this server's
 // identity (its connection's credentials), never the caller's token.
-func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool,
+func routeVia[Client, Resp any](ctx context.Context, f *forwarder, stale, read bool,
 	newClient func(grpc.ClientConnInterface) Client,
 	remote func(context.Context, Client) (Resp, error),
 	local func() (Resp, error),
@@ -51,7 +51,7 @@ func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool
 	if stale {
 		return local()
 	}
-	fctx, conn, err := s.leaderConn(ctx)
+	fctx, conn, err := f.leaderConn(ctx)
 	if err != nil {
 		return zero, err
 	}
@@ -59,7 +59,7 @@ func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool
 		return remote(fctx, newClient(conn))
 	}
 	if read {
-		if err := s.consistentRead(); err != nil {
+		if err := f.consistentRead(); err != nil {
 			return zero, err
 		}
 	}
@@ -67,7 +67,7 @@ func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool
 }
 
 func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginListRequest) (*csisupdv1.PluginListResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginListResponse, error) {
 			return cl.ListPlugins(ctx, req)
 		},
@@ -85,7 +85,7 @@ func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginL
 }
 
 func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGetRequest) (*csisupdv1.PluginGetResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginGetResponse, error) {
 			return cl.GetPlugin(ctx, req)
 		},
@@ -105,7 +105,7 @@ func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGet
 // restored a snapshot is initializing. A stale read answered by a follower
 // shows the stored status, which the follower cannot check.
 func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListRequest) (*csisupdv1.NodeListResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.NodeListResponse, error) {
 			return cl.ListNodes(ctx, req)
 		},
@@ -130,7 +130,7 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 }
 
 func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequest) (*csisupdv1.NodeGetResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.NodeGetResponse, error) {
 			return cl.GetNode(ctx, req)
 		},
@@ -145,7 +145,7 @@ func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequ
 }
 
 func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeListRequest) (*csisupdv1.VolumeListResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeListResponse, error) {
 			return cl.ListVolumes(ctx, req)
 		},
@@ -162,7 +162,7 @@ func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeL
 }
 
 func (c *controlService) GetVolume(ctx context.Context, req *csisupdv1.VolumeGetRequest) (*csisupdv1.VolumeGetResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeGetResponse, error) {
 			return cl.GetVolume(ctx, req)
 		},
@@ -177,7 +177,7 @@ func (c *controlService) GetVolume(ctx context.Context, req *csisupdv1.VolumeGet
 }
 
 func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateRequest) (*csisupdv1.VolumeCreateResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeCreateResponse, error) {
 			return cl.CreateVolume(ctx, req)
 		},
@@ -191,7 +191,7 @@ func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.Volume
 }
 
 func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.VolumeRegisterRequest) (*csisupdv1.VolumeRegisterResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeRegisterResponse, error) {
 			return cl.RegisterVolume(ctx, req)
 		},
@@ -205,7 +205,7 @@ func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.Volu
 }
 
 func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRequest) (*csisupdv1.VolumeDeleteResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeDeleteResponse, error) {
 			return cl.DeleteVolume(ctx, req)
 		},
@@ -218,7 +218,7 @@ func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.Volume
 }
 
 func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.VolumeClaimResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeClaimResponse, error) {
 			return cl.ClaimVolume(ctx, req)
 		},
@@ -232,7 +232,7 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 }
 
 func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*csisupdv1.VolumeReleaseResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeReleaseResponse, error) {
 			return cl.ReleaseVolume(ctx, req)
 		},
@@ -246,7 +246,7 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 }
 
 func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
-	return route(ctx, c.s, false, true,
+	return route(ctx, c.s.fwd, false, true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {
 			return cl.RaftPeers(ctx, req)
 		},
@@ -290,7 +290,7 @@ func (s *Server) raftPeers() (*csisupdv1.RaftPeersResponse, error) {
 }
 
 func (c *controlService) RemovePeer(ctx context.Context, req *csisupdv1.RaftRemovePeerRequest) (*csisupdv1.RaftRemovePeerResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftRemovePeerResponse, error) {
 			return cl.RemovePeer(ctx, req)
 		},
@@ -316,7 +316,7 @@ func (c *controlService) RemovePeer(ctx context.Context, req *csisupdv1.RaftRemo
 
 func (c *controlService) SnapshotSave(req *csisupdv1.SnapshotSaveRequest, stream grpc.ServerStreamingServer[csisupdv1.SnapshotChunk]) error {
 	ctx := stream.Context()
-	fctx, conn, err := c.s.leaderConn(ctx)
+	fctx, conn, err := c.s.fwd.leaderConn(ctx)
 	if err != nil {
 		return err
 	}
@@ -338,7 +338,7 @@ func (c *controlService) SnapshotSave(req *csisupdv1.SnapshotSaveRequest, stream
 			}
 		}
 	}
-	if err := c.s.consistentRead(); err != nil {
+	if err := c.s.fwd.consistentRead(); err != nil {
 		return err
 	}
 	data, err := proto.Marshal(c.s.State().Snapshot())
@@ -370,7 +370,7 @@ func (c *controlService) SnapshotRestore(stream grpc.ClientStreamingServer[csisu
 		}
 		buf.Write(chunk.GetData())
 	}
-	fctx, conn, err := c.s.leaderConn(stream.Context())
+	fctx, conn, err := c.s.fwd.leaderConn(stream.Context())
 	if err != nil {
 		return err
 	}
@@ -425,7 +425,7 @@ func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
 		return 0, toStatus(err)
 	}
 	// The FSM's restore has re-armed the heartbeat timers for the restored
-	// nodes (heartbeats.restored), before raft.Restore returned.
+	// nodes (leader.Heartbeats.Restored), before raft.Restore returned.
 	s.logger.Info("restored snapshot", "nodes", len(snap.GetNodes()), "volumes", len(snap.GetVolumes()))
 	return s.node.Raft().LastIndex(), nil
 }

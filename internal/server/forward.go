@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -75,39 +76,53 @@ func (p *connPool) close() {
 	p.conns = nil
 }
 
+// forwarder decides where a leader-only request runs, and gives the
+// connection to the leader when that is not this server.
+type forwarder struct {
+	// id is this server's id, which a forwarded request carries.
+	id   string
+	node *raftnode.Node
+	// ready is set while this server leads and has taken over.
+	ready *atomic.Bool
+	// conns are the connections to the other servers.
+	conns *connPool
+	// count counts one forwarded request.
+	count func(ctx context.Context)
+}
+
 // leaderConn decides where a leader-only request runs. It returns a nil
 // connection when this server is the ready leader; otherwise a connection to
 // the leader and a context marked as forwarded.
-func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientConn, error) {
-	if s.IsLeader() {
-		if !s.leaderReady.Load() {
-			return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, "leader not ready yet")
+func (f *forwarder) leaderConn(ctx context.Context) (context.Context, *grpc.ClientConn, error) {
+	if f.node.IsLeader() {
+		if !f.ready.Load() {
+			return ctx, nil, csisupdv1.NewNoLeaderError(f.id, "leader not ready yet")
 		}
 		return ctx, nil, nil
 	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
-		return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, "not the leader, and the request was forwarded already")
+		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, "not the leader, and the request was forwarded already")
 	}
-	addr, err := s.node.LeaderRPCAddr()
+	addr, err := f.node.LeaderRPCAddr()
 	if err != nil {
-		return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, err.Error())
+		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, err.Error())
 	}
-	conn, err := s.conns.get(addr)
+	conn, err := f.conns.get(addr)
 	if err != nil {
 		return ctx, nil, status.Errorf(codes.Unavailable, "forward to leader: %v", err)
 	}
-	s.metrics.countForwarded(ctx)
-	return metadata.AppendToOutgoingContext(ctx, forwardedKey, s.cfg.ID), conn, nil
+	f.count(ctx)
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, f.id), conn, nil
 }
 
 // consistentRead checks that this leader may serve a consistent read.
-func (s *Server) consistentRead() error {
-	done, err := s.node.BeginOp()
+func (f *forwarder) consistentRead() error {
+	done, err := f.node.BeginOp()
 	if err != nil {
-		return csisupdv1.NewNoLeaderError(s.cfg.ID, "verify leadership: "+err.Error())
+		return csisupdv1.NewNoLeaderError(f.id, "verify leadership: "+err.Error())
 	}
 	defer done()
-	if err := s.node.Raft().VerifyLeader().Error(); err != nil {
+	if err := f.node.Raft().VerifyLeader().Error(); err != nil {
 		return status.Errorf(codes.Unavailable, "verify leadership: %v", err)
 	}
 	return nil

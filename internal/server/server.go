@@ -19,6 +19,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/watchdog"
+	"path/filepath"
 )
 
 // Server is one csisupd server: a raft member with the replicated state
@@ -29,6 +30,7 @@ type Server struct {
 	logger hclog.Logger
 
 	node   *raftnode.Node
+	fwd    *forwarder
 	fsm    *fsm.FSM
 	events *fsm.Events
 
@@ -119,6 +121,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		s.metrics.close()
 		return nil, err
 	}
+	s.fwd = &forwarder{id: cfg.ID, node: s.node, ready: &s.leaderReady, conns: s.conns, count: s.metrics.countForwarded}
 	return s, nil
 }
 
@@ -130,8 +133,10 @@ func (s *Server) serverConn(addr string) (grpc.ClientConnInterface, error) {
 // Register registers the Control, Cluster and ACL services on g.
 func (s *Server) Register(g *grpc.Server) {
 	csisupdv1.RegisterControlServer(g, &controlService{s: s})
-	csisupdv1.RegisterClusterServer(g, &clusterService{s: s})
-	csisupdv1.RegisterACLServer(g, &aclService{s: s})
+	csisupdv1.RegisterClusterServer(g, &clusterService{id: s.cfg.ID, fwd: s.fwd, node: s.node, state: s.State,
+		heartbeats: s.heartbeats, beats: s.metrics.heartbeats})
+	csisupdv1.RegisterACLServer(g, &aclService{fwd: s.fwd, node: s.node, state: s.State, logger: s.logger,
+		resetPath: filepath.Join(s.cfg.DataDir, ACLBootstrapResetFile)})
 }
 
 // Start begins joining or bootstrapping the cluster and watching
