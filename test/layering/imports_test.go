@@ -15,8 +15,9 @@ const module = "github.com/csisupd/csisupd/"
 //
 // and inside the server role:
 //
-//	server -> {claims, leader, raftnode} -> fsm -> state, fsm -> claims
+//	server -> {claims, leader, raftnode} -> fsm -> state, fsm -> claims -> state
 //
+// with leader -> {claims, state}: the leader's duties never see the Server.
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
 // packages (testutil, testplugin, testcluster, consultest, metricsdoc) are
@@ -30,29 +31,26 @@ var (
 
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
-	"cmd/csisupd": {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
-	// agent reads a stopped server's raft state for the offline operator
-	// commands.
-	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),
+	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
+	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),       // raftnode: a stopped server's raft state, for the offline operator commands
 
-	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
-	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
-	"internal/server": {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
-		"internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state"},
-	// The parts of the server role, bottom up: the state store, the FSM
-	// that writes it, the raft member that runs the FSM.
-	"internal/server/state": {api, "internal/acl"},
-	// claims reads node statuses and plugin roles from state.
-	"internal/server/claims": {api, "internal/server/state"},
-	"internal/server/fsm":    {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state"},
-	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog",
-		"internal/server/fsm", "internal/server/state"},
-	// The leader's duties read the state and take what they call as funcs.
-	"internal/server/leader": {api, "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/state"},
-	"internal/consulsync":    {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
-	"internal/nodeclient":    {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
+	"internal/registry":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
+	"internal/rpc":        {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil"},
+	"internal/server":     {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state"},
+	"internal/consulsync": {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
+	"internal/nodeclient": {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
 	// volumes uses rpc's redaction and retryable codes, as ClientCSI does.
 	"internal/volumes": {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/rpc", "internal/keylock", "internal/watchdog"},
+
+	// The parts of the server role, bottom up: the state store; the claim
+	// rules, which read node statuses and plugin roles from it; the FSM
+	// that writes it; the raft member that runs the FSM; the leader's
+	// duties, which read the state and take what they call as funcs.
+	"internal/server/state":    {api, "internal/acl"},
+	"internal/server/claims":   {api, "internal/server/state"},
+	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state"},
+	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state"},
+	"internal/server/leader":   {api, "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/state"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
