@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -341,9 +340,9 @@ func (c *controlService) SnapshotSave(req *csisupdv1.SnapshotSaveRequest, stream
 	if err := c.s.fwd.consistentRead(); err != nil {
 		return err
 	}
-	data, err := proto.Marshal(c.s.State().Snapshot())
+	data, err := state.EncodeSnapshot(c.s.State().Snapshot())
 	if err != nil {
-		return status.Errorf(codes.Internal, "encode snapshot: %v", err)
+		return status.Error(codes.Internal, err.Error())
 	}
 	for len(data) > 0 {
 		n := min(len(data), 64<<10)
@@ -402,16 +401,16 @@ func (c *controlService) SnapshotRestore(stream grpc.ClientStreamingServer[csisu
 
 // restoreSnapshot replaces the replicated state on the leader.
 func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
-	var snap csisupdv1.StateSnapshot
-	if err := proto.Unmarshal(data, &snap); err != nil {
+	snap, err := state.DecodeSnapshot(data)
+	if err != nil {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot is not a csisupd snapshot: %v", err)
 	}
-	if snap.GetVersion() != 1 {
+	if snap.GetVersion() != state.SnapshotVersion {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot version %d is not supported", snap.GetVersion())
 	}
 	// Check that the state store accepts it before raft commits to it: a
 	// failing FSM restore inside raft is fatal.
-	if _, err := state.FromSnapshot(&snap, snap.GetIndex()); err != nil {
+	if _, err := state.FromSnapshot(snap, snap.GetIndex()); err != nil {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot: %v", err)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: snap.GetIndex(), Size: int64(len(data))}

@@ -13,6 +13,15 @@ import (
 	"github.com/csisupd/csisupd/internal/server/state"
 )
 
+// Encode encodes a log entry for raft.Apply.
+func Encode(e *csisupdv1.LogEntry) ([]byte, error) {
+	data, err := proto.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode log entry: %w", err)
+	}
+	return data, nil
+}
+
 // Result is what the FSM returns for one log entry: the entry's raft
 // index and the error that refused it. For a LogBatch, Errs holds one
 // error per batched entry.

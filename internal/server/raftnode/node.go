@@ -426,9 +426,9 @@ func (n *Node) ApplyRaw(e *csisupdv1.LogEntry) (fsm.Result, error) {
 	if e.Time == nil {
 		e.Time = timestamppb.Now()
 	}
-	data, err := proto.Marshal(e)
+	data, err := fsm.Encode(e)
 	if err != nil {
-		return fsm.Result{}, fmt.Errorf("encode log entry: %w", err)
+		return fsm.Result{}, err
 	}
 	done, err := n.BeginOp()
 	if err != nil {
