@@ -36,8 +36,8 @@ type Discover func(ctx context.Context) ([]string, error)
 // ErrNoLeader is returned (wrapped) when no cluster leader is known.
 var ErrNoLeader = errors.New("no cluster leader")
 
-// Config configures a Node. The server fills it from its own config;
-// every field without a default named here is required.
+// Config configures a Node. The server fills it from its own config,
+// which it has validated; fields marked optional may be left zero.
 type Config struct {
 	// ID is the raft server id, unique in the cluster and stable across
 	// restarts.
@@ -47,20 +47,21 @@ type Config struct {
 	// RaftAddr is the host:port raft binds to and advertises, unless
 	// RaftLayer is set.
 	RaftAddr string
-	// RaftLayer, when set, carries raft traffic instead of a TCP transport
+	// RaftLayer, optional, carries raft traffic instead of a TCP transport
 	// bound to RaftAddr. Its Addr() is advertised.
 	RaftLayer raft.StreamLayer
-	// TLS, when set, makes every raft connection TLS with server
+	// TLS, optional, makes every raft connection TLS with server
 	// certificates.
 	TLS *tlsutil.Configurator
 	// RPCAddr is the advertised gRPC address of this server.
 	RPCAddr string
 	// BootstrapExpect is the number of servers the cluster forms with.
 	BootstrapExpect int
-	// RetryJoin lists the gRPC addresses of the other servers.
+	// RetryJoin lists the gRPC addresses of the other servers; empty for
+	// a single server or with DiscoverServers.
 	RetryJoin []string
-	// DiscoverServers, when RetryJoin is empty, finds them at each
-	// attempt.
+	// DiscoverServers, optional, finds them at each attempt when
+	// RetryJoin is empty.
 	DiscoverServers Discover
 	// RaftMultiplier scales raft's timings (1 fastest .. 10).
 	RaftMultiplier int
@@ -92,7 +93,7 @@ type Config struct {
 	// Conn returns a connection to the server at a gRPC address, for the
 	// Cluster calls of joins and autopilot. Required.
 	Conn func(addr string) (grpc.ClientConnInterface, error)
-	// Watchdog, when set, tracks the write batcher and the join loop.
+	// Watchdog, optional, tracks the write batcher and the join loop.
 	Watchdog *watchdog.Monitor
 }
 
