@@ -4,28 +4,28 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
 )
 
 // serverDir is the server role's directory inside the agent's data_dir.
 const serverDir = "server"
 
 // OfflineRaftState is the raft state read from a stopped server's data
-// dir; see server.OfflineRaftState.
-type OfflineRaftState = server.OfflineRaftState
+// dir; see raftnode.OfflineRaftState.
+type OfflineRaftState = raftnode.OfflineRaftState
 
 // RecoveryPeer is one server of a peers.json file.
-type RecoveryPeer = server.RecoveryPeer
+type RecoveryPeer = raftnode.RecoveryPeer
 
 // ErrServerRunning means a server is running on the data dir that was to
 // be read offline.
-var ErrServerRunning = server.ErrServerRunning
+var ErrServerRunning = raftnode.ErrServerRunning
 
 // ReadOfflineRaftState reads the last known raft configuration of the
 // stopped server whose agent data_dir is dataDir, waiting at most
 // lockTimeout for the raft store's lock.
 func ReadOfflineRaftState(dataDir string, lockTimeout time.Duration) (OfflineRaftState, error) {
-	return server.ReadOfflineRaftState(ServerDataDir(dataDir), lockTimeout)
+	return raftnode.ReadOfflineRaftState(ServerDataDir(dataDir), lockTimeout)
 }
 
 // ServerDataDir is the server role's data dir inside the agent's data_dir.
@@ -34,5 +34,5 @@ func ServerDataDir(dataDir string) string { return filepath.Join(dataDir, server
 // PeersFilePath is where the server of the agent data_dir dataDir reads a
 // peers.json at start.
 func PeersFilePath(dataDir string) string {
-	return filepath.Join(server.RaftDir(ServerDataDir(dataDir)), server.PeersFileName)
+	return filepath.Join(raftnode.RaftDir(ServerDataDir(dataDir)), raftnode.PeersFileName)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -15,6 +14,10 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/hashicorp/go-hclog"
 )
 
 // ACLBootstrapResetFile is the name, in a server's data dir, of the file an
@@ -31,15 +34,20 @@ const bootstrapTokenName = "Bootstrap Token"
 // Who may call which method is checked by the gRPC interceptor, not here.
 type aclService struct {
 	csisupdv1.UnimplementedACLServer
-	s *Server
+	fwd    *forwarder
+	node   *raftnode.Node
+	state  func() *state.Store
+	logger hclog.Logger
+	// resetPath is the ACL bootstrap reset file in this server's data dir.
+	resetPath string
 }
 
 // routeACL is route for the ACL service.
-func routeACL[Resp any](ctx context.Context, s *Server, read bool,
+func routeACL[Resp any](ctx context.Context, f *forwarder, read bool,
 	remote func(context.Context, csisupdv1.ACLClient) (Resp, error),
 	local func() (Resp, error),
 ) (Resp, error) {
-	return routeVia(ctx, s, false, read, csisupdv1.NewACLClient, remote, local)
+	return routeVia(ctx, f, false, read, csisupdv1.NewACLClient, remote, local)
 }
 
 // ResolveToken resolves a secret id against this server's replicated
@@ -50,7 +58,7 @@ func routeACL[Resp any](ctx context.Context, s *Server, read bool,
 // acl.Management; a client token the rules of its policies that exist.
 // The token returned has no secret id.
 func (s *Server) ResolveToken(secret string) (*acl.ACL, *csisupdv1.ACLToken, error) {
-	a, tok, _, err := s.State().resolveToken(secret)
+	a, tok, _, err := s.State().ResolveToken(secret)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resolve acl token: %w", err)
 	}
@@ -58,12 +66,12 @@ func (s *Server) ResolveToken(secret string) (*acl.ACL, *csisupdv1.ACLToken, err
 }
 
 func (a *aclService) Bootstrap(ctx context.Context, req *csisupdv1.ACLBootstrapRequest) (*csisupdv1.ACLBootstrapResponse, error) {
-	return routeACL(ctx, a.s, false,
+	return routeACL(ctx, a.fwd, false,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLBootstrapResponse, error) {
 			return cl.Bootstrap(ctx, req)
 		},
 		func() (*csisupdv1.ACLBootstrapResponse, error) {
-			tok, err := a.s.aclBootstrap()
+			tok, err := a.bootstrap()
 			if err != nil {
 				return nil, err
 			}
@@ -71,12 +79,12 @@ func (a *aclService) Bootstrap(ctx context.Context, req *csisupdv1.ACLBootstrapR
 		})
 }
 
-// aclBootstrap creates the first management token on the leader, or one
+// bootstrap creates the first management token on the leader, or one
 // more when the reset file names the current bootstrap index.
-func (s *Server) aclBootstrap() (*csisupdv1.ACLToken, error) {
-	resetPath := filepath.Join(s.cfg.DataDir, ACLBootstrapResetFile)
+func (a *aclService) bootstrap() (*csisupdv1.ACLToken, error) {
+	resetPath := a.resetPath
 	var reset uint64
-	if cur := s.State().ACLBootstrapIndex(); cur != 0 {
+	if cur := a.state().ACLBootstrapIndex(); cur != 0 {
 		named, err := readResetIndex(resetPath)
 		if err != nil {
 			return nil, bootstrapDoneStatus(cur, resetPath, err)
@@ -94,11 +102,11 @@ func (s *Server) aclBootstrap() (*csisupdv1.ACLToken, error) {
 	now := timestamppb.Now()
 	rec := &csisupdv1.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
 		Name: bootstrapTokenName, Type: acl.TypeManagement, CreateTime: now}
-	idx, err := s.apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclBootstrap{
+	idx, err := a.node.Apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclBootstrap{
 		AclBootstrap: &csisupdv1.ACLBootstrapCommand{Token: rec, ResetIndex: reset},
 	}})
 	if err != nil {
-		var done *aclBootstrappedError
+		var done *fsm.BootstrappedError
 		if errors.As(err, &done) {
 			var why error
 			if reset != 0 {
@@ -110,13 +118,13 @@ func (s *Server) aclBootstrap() (*csisupdv1.ACLToken, error) {
 	}
 	if reset != 0 {
 		if err := os.Remove(resetPath); err != nil && !os.IsNotExist(err) {
-			s.logger.Warn("remove the ACL bootstrap reset file", "path", resetPath, "error", err)
+			a.logger.Warn("remove the ACL bootstrap reset file", "path", resetPath, "error", err)
 		}
-		s.logger.Warn("ACL bootstrap reset: created a new management token", "accessor_id", accessor, "index", idx, "reset_index", reset)
+		a.logger.Warn("ACL bootstrap reset: created a new management token", "accessor_id", accessor, "index", idx, "reset_index", reset)
 	} else {
-		s.logger.Info("ACL bootstrapped", "accessor_id", accessor, "index", idx)
+		a.logger.Info("ACL bootstrapped", "accessor_id", accessor, "index", idx)
 	}
-	tok := tokenView(rec)
+	tok := state.TokenView(rec)
 	tok.SecretId = secret
 	return tok, nil
 }
@@ -156,21 +164,21 @@ func (a *aclService) UpsertPolicy(ctx context.Context, req *csisupdv1.ACLUpsertP
 	if p == nil {
 		return nil, status.Error(codes.InvalidArgument, "acl policy upsert: policy is required")
 	}
-	if _, err := parsePolicyRules(p); err != nil {
+	if _, err := state.ParsePolicyRules(p); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "acl policy upsert: %v", err)
 	}
-	return routeACL(ctx, a.s, false,
+	return routeACL(ctx, a.fwd, false,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLUpsertPolicyResponse, error) {
 			return cl.UpsertPolicy(ctx, req)
 		},
 		func() (*csisupdv1.ACLUpsertPolicyResponse, error) {
 			entry := &csisupdv1.ACLPolicy{Name: p.GetName(), Description: p.GetDescription(), Rules: p.GetRules()}
-			idx, err := a.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyUpsert{AclPolicyUpsert: entry}})
+			idx, err := a.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyUpsert{AclPolicyUpsert: entry}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
-			a.s.logger.Info("ACL policy written", "policy", p.GetName(), "index", idx)
-			stored := a.s.State().ACLPolicy(p.GetName())
+			a.logger.Info("ACL policy written", "policy", p.GetName(), "index", idx)
+			stored := a.state().ACLPolicy(p.GetName())
 			if stored == nil {
 				return nil, status.Errorf(codes.Aborted, "acl policy %q was deleted while it was written", p.GetName())
 			}
@@ -179,22 +187,22 @@ func (a *aclService) UpsertPolicy(ctx context.Context, req *csisupdv1.ACLUpsertP
 }
 
 func (a *aclService) ListPolicies(ctx context.Context, req *csisupdv1.ACLListPoliciesRequest) (*csisupdv1.ACLListPoliciesResponse, error) {
-	return routeACL(ctx, a.s, true,
+	return routeACL(ctx, a.fwd, true,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLListPoliciesResponse, error) {
 			return cl.ListPolicies(ctx, req)
 		},
 		func() (*csisupdv1.ACLListPoliciesResponse, error) {
-			return &csisupdv1.ACLListPoliciesResponse{Policies: a.s.State().ACLPolicies()}, nil
+			return &csisupdv1.ACLListPoliciesResponse{Policies: a.state().ACLPolicies()}, nil
 		})
 }
 
 func (a *aclService) GetPolicy(ctx context.Context, req *csisupdv1.ACLGetPolicyRequest) (*csisupdv1.ACLGetPolicyResponse, error) {
-	return routeACL(ctx, a.s, true,
+	return routeACL(ctx, a.fwd, true,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLGetPolicyResponse, error) {
 			return cl.GetPolicy(ctx, req)
 		},
 		func() (*csisupdv1.ACLGetPolicyResponse, error) {
-			p := a.s.State().ACLPolicy(req.GetName())
+			p := a.state().ACLPolicy(req.GetName())
 			if p == nil {
 				return nil, status.Errorf(codes.NotFound, "acl policy %q not found", req.GetName())
 			}
@@ -203,19 +211,19 @@ func (a *aclService) GetPolicy(ctx context.Context, req *csisupdv1.ACLGetPolicyR
 }
 
 func (a *aclService) DeletePolicy(ctx context.Context, req *csisupdv1.ACLDeletePolicyRequest) (*csisupdv1.ACLDeletePolicyResponse, error) {
-	return routeACL(ctx, a.s, false,
+	return routeACL(ctx, a.fwd, false,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLDeletePolicyResponse, error) {
 			return cl.DeletePolicy(ctx, req)
 		},
 		func() (*csisupdv1.ACLDeletePolicyResponse, error) {
-			if a.s.State().ACLPolicy(req.GetName()) == nil {
+			if a.state().ACLPolicy(req.GetName()) == nil {
 				return nil, status.Errorf(codes.NotFound, "acl policy %q not found", req.GetName())
 			}
-			idx, err := a.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyDelete{AclPolicyDelete: req.GetName()}})
+			idx, err := a.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyDelete{AclPolicyDelete: req.GetName()}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
-			a.s.logger.Info("ACL policy deleted", "policy", req.GetName(), "index", idx)
+			a.logger.Info("ACL policy deleted", "policy", req.GetName(), "index", idx)
 			return &csisupdv1.ACLDeletePolicyResponse{}, nil
 		})
 }
@@ -227,8 +235,8 @@ func tokenRequest(req *csisupdv1.ACLCreateTokenRequest) (string, []string, error
 	if typ == "" {
 		typ = acl.TypeClient
 	}
-	if len(req.GetName()) > maxACLTokenName {
-		return "", nil, status.Errorf(codes.InvalidArgument, "acl token: name is %d bytes, at most %d are allowed", len(req.GetName()), maxACLTokenName)
+	if len(req.GetName()) > state.MaxACLTokenName {
+		return "", nil, status.Errorf(codes.InvalidArgument, "acl token: name is %d bytes, at most %d are allowed", len(req.GetName()), state.MaxACLTokenName)
 	}
 	var names []string
 	seen := map[string]bool{}
@@ -246,8 +254,8 @@ func tokenRequest(req *csisupdv1.ACLCreateTokenRequest) (string, []string, error
 		if len(names) == 0 {
 			return "", nil, status.Error(codes.InvalidArgument, "acl token: a client token needs at least one policy")
 		}
-		if len(names) > maxACLTokenPolicies {
-			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: %d policies, at most %d are allowed", len(names), maxACLTokenPolicies)
+		if len(names) > state.MaxACLTokenPolicies {
+			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: %d policies, at most %d are allowed", len(names), state.MaxACLTokenPolicies)
 		}
 	case acl.TypeManagement:
 		if len(names) > 0 {
@@ -264,12 +272,12 @@ func (a *aclService) CreateToken(ctx context.Context, req *csisupdv1.ACLCreateTo
 	if err != nil {
 		return nil, err
 	}
-	return routeACL(ctx, a.s, false,
+	return routeACL(ctx, a.fwd, false,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLCreateTokenResponse, error) {
 			return cl.CreateToken(ctx, req)
 		},
 		func() (*csisupdv1.ACLCreateTokenResponse, error) {
-			st := a.s.State()
+			st := a.state()
 			for _, n := range names {
 				if st.ACLPolicy(n) == nil {
 					return nil, status.Errorf(codes.InvalidArgument, "acl token: policy %q does not exist", n)
@@ -286,60 +294,60 @@ func (a *aclService) CreateToken(ctx context.Context, req *csisupdv1.ACLCreateTo
 			now := timestamppb.Now()
 			rec := &csisupdv1.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
 				Name: req.GetName(), Type: typ, Policies: names, CreateTime: now}
-			idx, err := a.s.apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclTokenUpsert{AclTokenUpsert: rec}})
+			idx, err := a.node.Apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclTokenUpsert{AclTokenUpsert: rec}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
-			a.s.logger.Info("ACL token created", "accessor_id", accessor, "type", typ, "policies", names, "index", idx)
-			tok := tokenView(rec)
+			a.logger.Info("ACL token created", "accessor_id", accessor, "type", typ, "policies", names, "index", idx)
+			tok := state.TokenView(rec)
 			tok.SecretId = secret
 			return &csisupdv1.ACLCreateTokenResponse{Token: tok}, nil
 		})
 }
 
 func (a *aclService) ListTokens(ctx context.Context, req *csisupdv1.ACLListTokensRequest) (*csisupdv1.ACLListTokensResponse, error) {
-	return routeACL(ctx, a.s, true,
+	return routeACL(ctx, a.fwd, true,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLListTokensResponse, error) {
 			return cl.ListTokens(ctx, req)
 		},
 		func() (*csisupdv1.ACLListTokensResponse, error) {
-			recs := a.s.State().ACLTokens()
+			recs := a.state().ACLTokens()
 			out := make([]*csisupdv1.ACLToken, len(recs))
 			for i, r := range recs {
-				out[i] = tokenView(r)
+				out[i] = state.TokenView(r)
 			}
 			return &csisupdv1.ACLListTokensResponse{Tokens: out}, nil
 		})
 }
 
 func (a *aclService) GetToken(ctx context.Context, req *csisupdv1.ACLGetTokenRequest) (*csisupdv1.ACLGetTokenResponse, error) {
-	return routeACL(ctx, a.s, true,
+	return routeACL(ctx, a.fwd, true,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLGetTokenResponse, error) {
 			return cl.GetToken(ctx, req)
 		},
 		func() (*csisupdv1.ACLGetTokenResponse, error) {
-			r := a.s.State().ACLToken(req.GetAccessorId())
+			r := a.state().ACLToken(req.GetAccessorId())
 			if r == nil {
 				return nil, status.Errorf(codes.NotFound, "acl token %q not found", req.GetAccessorId())
 			}
-			return &csisupdv1.ACLGetTokenResponse{Token: tokenView(r)}, nil
+			return &csisupdv1.ACLGetTokenResponse{Token: state.TokenView(r)}, nil
 		})
 }
 
 func (a *aclService) DeleteToken(ctx context.Context, req *csisupdv1.ACLDeleteTokenRequest) (*csisupdv1.ACLDeleteTokenResponse, error) {
-	return routeACL(ctx, a.s, false,
+	return routeACL(ctx, a.fwd, false,
 		func(ctx context.Context, cl csisupdv1.ACLClient) (*csisupdv1.ACLDeleteTokenResponse, error) {
 			return cl.DeleteToken(ctx, req)
 		},
 		func() (*csisupdv1.ACLDeleteTokenResponse, error) {
-			if a.s.State().ACLToken(req.GetAccessorId()) == nil {
+			if a.state().ACLToken(req.GetAccessorId()) == nil {
 				return nil, status.Errorf(codes.NotFound, "acl token %q not found", req.GetAccessorId())
 			}
-			idx, err := a.s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclTokenDelete{AclTokenDelete: req.GetAccessorId()}})
+			idx, err := a.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclTokenDelete{AclTokenDelete: req.GetAccessorId()}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
-			a.s.logger.Info("ACL token deleted", "accessor_id", req.GetAccessorId(), "index", idx)
+			a.logger.Info("ACL token deleted", "accessor_id", req.GetAccessorId(), "index", idx)
 			return &csisupdv1.ACLDeleteTokenResponse{}, nil
 		})
 }
@@ -349,8 +357,9 @@ func (a *aclService) TokenSelf(ctx context.Context, _ *csisupdv1.ACLTokenSelfReq
 	if secret == "" {
 		return nil, status.Error(codes.Unauthenticated, "acl token self: the request carries no ACL token")
 	}
-	_, tok, err := a.s.ResolveToken(secret)
+	_, tok, _, err := a.state().ResolveToken(secret)
 	if err != nil {
+		err = fmt.Errorf("resolve acl token: %w", err)
 		if errors.Is(err, acl.ErrTokenNotFound) {
 			return nil, status.Error(codes.Unauthenticated, "acl token self: ACL token not found")
 		}

@@ -3,91 +3,82 @@ package server
 import (
 	"context"
 	"errors"
-	"strconv"
-	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/leader"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // clusterService implements csisupd.v1.Cluster.
 type clusterService struct {
 	csisupdv1.UnimplementedClusterServer
-	s *Server
+	id         string
+	fwd        *forwarder
+	node       *raftnode.Node
+	state      func() *state.Store
+	heartbeats *leader.Heartbeats
+	// beats counts the node heartbeats this server handles as leader.
+	beats prometheus.Counter
 }
 
 func (c *clusterService) PeerInfo(ctx context.Context, _ *csisupdv1.PeerInfoRequest) (*csisupdv1.PeerInfoResponse, error) {
-	return c.s.selfInfo(), nil
+	return c.node.SelfInfo(), nil
 }
 
 func (c *clusterService) Join(ctx context.Context, req *csisupdv1.JoinRequest) (*csisupdv1.JoinResponse, error) {
-	if !c.s.IsLeader() {
-		return nil, status.Errorf(codes.FailedPrecondition, "server %s is not the leader", c.s.cfg.ID)
+	if !c.node.IsLeader() {
+		return nil, status.Errorf(codes.FailedPrecondition, "server %s is not the leader", c.id)
 	}
-	if err := c.s.handleJoin(req); err != nil {
+	if err := c.node.HandleJoin(req); err != nil {
 		return nil, toStatus(err)
 	}
 	return &csisupdv1.JoinResponse{}, nil
 }
 
 func (c *clusterService) ServerStats(ctx context.Context, _ *csisupdv1.ServerStatsRequest) (*csisupdv1.ServerStatsResponse, error) {
-	return c.s.serverStats(), nil
-}
-
-func (s *Server) serverStats() *csisupdv1.ServerStatsResponse {
-	stats := s.raft.Stats()
-	term, _ := strconv.ParseUint(stats["last_log_term"], 10, 64)
-	out := &csisupdv1.ServerStatsResponse{
-		ServerId:      s.cfg.ID,
-		LastTerm:      term,
-		LastIndex:     s.raft.LastIndex(),
-		LastContactMs: -1,
-	}
-	if s.raft.State() == raft.Leader {
-		out.LastContactMs = 0
-	} else if lc := s.raft.LastContact(); !lc.IsZero() {
-		out.LastContactMs = time.Since(lc).Milliseconds()
-	}
-	return out
+	return c.node.ServerStats(), nil
 }
 
 func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRegisterRequest) (*csisupdv1.NodeRegisterResponse, error) {
 	if req.GetNodeId() == "" || req.GetAddress() == "" {
 		return nil, status.Error(codes.InvalidArgument, "node register: node_id and address are required")
 	}
-	fctx, conn, err := c.s.leaderConn(ctx)
+	fctx, conn, err := c.fwd.leaderConn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeRegister(fctx, req)
 	}
-	idx, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
+	idx, err := c.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
 		Id: req.GetNodeId(), Name: req.GetName(), Address: req.GetAddress(), Plugins: req.GetPlugins(),
 	}}})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	ttl := c.s.heartbeats.reset(req.GetNodeId())
+	ttl := c.heartbeats.Reset(req.GetNodeId())
 	return &csisupdv1.NodeRegisterResponse{HeartbeatTtlMs: ttl.Milliseconds(), Index: idx}, nil
 }
 
 func (c *clusterService) NodeUpdatePlugins(ctx context.Context, req *csisupdv1.NodeUpdatePluginsRequest) (*csisupdv1.NodeUpdatePluginsResponse, error) {
-	fctx, conn, err := c.s.leaderConn(ctx)
+	fctx, conn, err := c.fwd.leaderConn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeUpdatePlugins(fctx, req)
 	}
-	if c.s.State().Node(req.GetNodeId()) == nil {
+	if c.state().Node(req.GetNodeId()) == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
-	idx, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
+	idx, err := c.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
 		NodeId: req.GetNodeId(), Plugins: req.GetPlugins(),
 	}}})
 	if err != nil {
@@ -97,27 +88,27 @@ func (c *clusterService) NodeUpdatePlugins(ctx context.Context, req *csisupdv1.N
 }
 
 func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeHeartbeatRequest) (*csisupdv1.NodeHeartbeatResponse, error) {
-	fctx, conn, err := c.s.leaderConn(ctx)
+	fctx, conn, err := c.fwd.leaderConn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeHeartbeat(fctx, req)
 	}
-	c.s.metrics.heartbeats.Inc()
-	node := c.s.State().Node(req.GetNodeId())
+	c.beats.Inc()
+	node := c.state().Node(req.GetNodeId())
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
-	if node.GetStatus() != NodeStatusReady {
-		_, err := c.s.applyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
-			NodeId: node.GetId(), Status: NodeStatusReady, Description: "heartbeat received",
+	if node.GetStatus() != state.NodeStatusReady {
+		_, err := c.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+			NodeId: node.GetId(), Status: state.NodeStatusReady, Description: "heartbeat received",
 		}}})
 		if err != nil {
 			return nil, toStatus(err)
 		}
 	}
-	ttl := c.s.heartbeats.reset(req.GetNodeId())
+	ttl := c.heartbeats.Reset(req.GetNodeId())
 	return &csisupdv1.NodeHeartbeatResponse{HeartbeatTtlMs: ttl.Milliseconds()}, nil
 }
 
@@ -127,12 +118,13 @@ func (c *clusterService) NodeClaims(ctx context.Context, req *csisupdv1.NodeClai
 	if req.GetNodeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "node claims: node_id is required")
 	}
-	return routeVia(ctx, c.s, false, true, csisupdv1.NewClusterClient,
+	return routeVia(ctx, c.fwd, false, true, csisupdv1.NewClusterClient,
 		func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.NodeClaimsResponse, error) {
 			return cl.NodeClaims(ctx, req)
 		},
 		func() (*csisupdv1.NodeClaimsResponse, error) {
-			return c.s.nodeClaims(req.GetNodeId()), nil
+			st := c.state()
+			return claims.NodeClaims(st.LatestIndex(), st.Volumes(""), req.GetNodeId()), nil
 		})
 }
 
@@ -142,16 +134,12 @@ func (c *clusterService) NodeClaims(ctx context.Context, req *csisupdv1.NodeClai
 // anonymous policy: no token, and the policy named acl.AnonymousPolicy
 // when there is one. An unknown secret is NotFound.
 func (c *clusterService) ResolveToken(ctx context.Context, req *csisupdv1.ResolveTokenRequest) (*csisupdv1.ResolveTokenResponse, error) {
-	_, tok, rows, err := c.s.State().resolveToken(req.GetSecretId())
+	_, tok, policies, err := c.state().ResolveToken(req.GetSecretId())
 	if err != nil {
 		if errors.Is(err, acl.ErrTokenNotFound) {
 			return nil, status.Error(codes.NotFound, "acl token not found")
 		}
 		return nil, toStatus(err)
 	}
-	out := &csisupdv1.ResolveTokenResponse{Token: tok}
-	for _, r := range rows {
-		out.Policies = append(out.Policies, r.Policy)
-	}
-	return out, nil
+	return &csisupdv1.ResolveTokenResponse{Token: tok, Policies: policies}, nil
 }

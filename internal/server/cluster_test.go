@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 )
 
@@ -250,7 +251,7 @@ func TestNewLeaderKeepsNodesReady(t *testing.T) {
 	// node's next heartbeats reach it and keep the node ready.
 	testutil.WaitFor(t, 10*time.Second, "node ready on the new leader", func() bool {
 		node := next.Server().State().Node("node-a")
-		return node != nil && node.GetStatus() == server.NodeStatusReady && n.client.TTL() > 0
+		return node != nil && node.GetStatus() == state.NodeStatusReady && n.client.TTL() > 0
 	})
 	modified := next.Server().State().Node("node-a").GetModifyIndex()
 	// Past the failover TTL the node must still be ready and unwritten: its
@@ -259,7 +260,7 @@ func TestNewLeaderKeepsNodesReady(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "failover TTL to pass", func() bool { return time.Now().After(deadline) })
 	srv := c.WaitForLeader(t, 30*time.Second).Server()
 	node := srv.State().Node("node-a")
-	if node.GetStatus() != server.NodeStatusReady || node.GetModifyIndex() != modified {
+	if node.GetStatus() != state.NodeStatusReady || node.GetModifyIndex() != modified {
 		t.Fatalf("node changed after the leader changed: status %s, modify index %d -> %d",
 			node.GetStatus(), modified, node.GetModifyIndex())
 	}

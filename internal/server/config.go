@@ -12,6 +12,9 @@ import (
 
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/stream"
 	"github.com/csisupd/csisupd/internal/tlsutil"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
@@ -108,6 +111,40 @@ type Config struct {
 	// server leads, the leader loop and the volume watcher. Nil tracks
 	// nothing.
 	Watchdog *watchdog.Monitor
+}
+
+// eventBuffer sizes the cluster event buffer.
+func (c Config) eventBuffer() stream.Config {
+	return stream.Config{Size: c.EventBufferSize, MaxLag: c.EventMaxLag}
+}
+
+// raftNode is the configuration of the server's raft member, over f,
+// reaching the other servers through conn.
+func (c Config) raftNode(f *fsm.FSM, conn func(addr string) (grpc.ClientConnInterface, error)) raftnode.Config {
+	return raftnode.Config{
+		ID:                      c.ID,
+		DataDir:                 c.DataDir,
+		RaftAddr:                c.RaftAddr,
+		RaftLayer:               c.RaftLayer,
+		TLS:                     c.TLS,
+		RPCAddr:                 c.RPCAddr,
+		BootstrapExpect:         c.BootstrapExpect,
+		RetryJoin:               c.RetryJoin,
+		DiscoverServers:         raftnode.Discover(c.DiscoverServers),
+		RaftMultiplier:          c.RaftMultiplier,
+		Join:                    c.Join,
+		RPCTimeout:              c.RPCTimeout,
+		ApplyTimeout:            c.ApplyTimeout,
+		SnapshotThreshold:       c.SnapshotThreshold,
+		SnapshotInterval:        c.SnapshotInterval,
+		TrailingLogs:            c.TrailingLogs,
+		ServerStabilizationTime: c.ServerStabilizationTime,
+		DeadServerTimeout:       c.DeadServerTimeout,
+		FSM:                     f,
+		ScratchEvents:           c.eventBuffer(),
+		Conn:                    conn,
+		Watchdog:                c.Watchdog,
+	}
 }
 
 // agentDialOptions are the options of connections to agents.

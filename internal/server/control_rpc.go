@@ -10,10 +10,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/stream"
 )
 
@@ -29,17 +31,17 @@ type controlService struct {
 // route runs local on the ready leader (after a leadership check for
 // consistent reads), or remote against the leader, or local directly for a
 // stale read.
-func route[Resp any](ctx context.Context, s *Server, stale, read bool,
+func route[Resp any](ctx context.Context, f *forwarder, stale, read bool,
 	remote func(context.Context, csisupdv1.ControlClient) (Resp, error),
 	local func() (Resp, error),
 ) (Resp, error) {
-	return routeVia(ctx, s, stale, read, csisupdv1.NewControlClient, remote, local)
+	return routeVia(ctx, f, stale, read, csisupdv1.NewControlClient, remote, local)
 }
 
 // routeVia is route for the client of any service: newClient makes it on
 // the connection to the leader. A forwarded request carries this server's
 // identity (its connection's credentials), never the caller's token.
-func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool,
+func routeVia[Client, Resp any](ctx context.Context, f *forwarder, stale, read bool,
 	newClient func(grpc.ClientConnInterface) Client,
 	remote func(context.Context, Client) (Resp, error),
 	local func() (Resp, error),
@@ -48,7 +50,7 @@ func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool
 	if stale {
 		return local()
 	}
-	fctx, conn, err := s.leaderConn(ctx)
+	fctx, conn, err := f.leaderConn(ctx)
 	if err != nil {
 		return zero, err
 	}
@@ -56,7 +58,7 @@ func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool
 		return remote(fctx, newClient(conn))
 	}
 	if read {
-		if err := s.consistentRead(); err != nil {
+		if err := f.consistentRead(); err != nil {
 			return zero, err
 		}
 	}
@@ -64,7 +66,7 @@ func routeVia[Client, Resp any](ctx context.Context, s *Server, stale, read bool
 }
 
 func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginListRequest) (*csisupdv1.PluginListResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginListResponse, error) {
 			return cl.ListPlugins(ctx, req)
 		},
@@ -76,13 +78,13 @@ func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginL
 			st := c.s.State()
 			index := st.LatestIndex()
 			plugins, next := st.PluginsPage(page.from, page.limit)
-			c.s.pluginsAsLeaderSees(plugins...)
+			c.s.heartbeats.View().Plugins(plugins...)
 			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
 func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGetRequest) (*csisupdv1.PluginGetResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginGetResponse, error) {
 			return cl.GetPlugin(ctx, req)
 		},
@@ -92,7 +94,7 @@ func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGet
 			if p == nil {
 				return nil, status.Errorf(codes.NotFound, "plugin %q not found", req.GetId())
 			}
-			c.s.pluginsAsLeaderSees(p)
+			c.s.heartbeats.View().Plugins(p)
 			return &csisupdv1.PluginGetResponse{Plugin: p, Index: st.LatestIndex()}, nil
 		})
 }
@@ -102,7 +104,7 @@ func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGet
 // restored a snapshot is initializing. A stale read answered by a follower
 // shows the stored status, which the follower cannot check.
 func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListRequest) (*csisupdv1.NodeListResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.NodeListResponse, error) {
 			return cl.ListNodes(ctx, req)
 		},
@@ -112,22 +114,22 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 				return nil, err
 			}
 			switch req.GetStatus() {
-			case "", NodeStatusReady, NodeStatusDown, NodeStatusInitializing:
+			case "", state.NodeStatusReady, state.NodeStatusDown, state.NodeStatusInitializing:
 			default:
-				return nil, status.Errorf(codes.InvalidArgument, "status %q is not one of %s, %s, %s", req.GetStatus(), NodeStatusReady, NodeStatusDown, NodeStatusInitializing)
+				return nil, status.Errorf(codes.InvalidArgument, "status %q is not one of %s, %s, %s", req.GetStatus(), state.NodeStatusReady, state.NodeStatusDown, state.NodeStatusInitializing)
 			}
 			st := c.s.State()
 			index := st.LatestIndex()
 			// The status filter sees the status this server tells, so
 			// that --status initializing finds the nodes shown so.
-			view := c.s.heartbeats.view()
-			nodes, next := st.NodesPage(page.from, page.limit, nodeFilter(req.GetPluginId(), req.GetStatus(), view.status))
-			return &csisupdv1.NodeListResponse{Nodes: view.overlay(nodes...), Index: index, NextToken: responseToken(next)}, nil
+			view := c.s.heartbeats.View()
+			nodes, next := st.NodesPage(page.from, page.limit, state.NodeFilter(req.GetPluginId(), req.GetStatus(), view.Status))
+			return &csisupdv1.NodeListResponse{Nodes: view.Nodes(nodes...), Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
 func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequest) (*csisupdv1.NodeGetResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.NodeGetResponse, error) {
 			return cl.GetNode(ctx, req)
 		},
@@ -137,12 +139,12 @@ func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequ
 			if n == nil {
 				return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetId())
 			}
-			return &csisupdv1.NodeGetResponse{Node: c.s.nodesAsLeaderSees(n)[0], Index: st.LatestIndex()}, nil
+			return &csisupdv1.NodeGetResponse{Node: c.s.heartbeats.View().Nodes(n)[0], Index: st.LatestIndex()}, nil
 		})
 }
 
 func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeListRequest) (*csisupdv1.VolumeListResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeListResponse, error) {
 			return cl.ListVolumes(ctx, req)
 		},
@@ -159,7 +161,7 @@ func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeL
 }
 
 func (c *controlService) GetVolume(ctx context.Context, req *csisupdv1.VolumeGetRequest) (*csisupdv1.VolumeGetResponse, error) {
-	return route(ctx, c.s, req.GetStale(), true,
+	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeGetResponse, error) {
 			return cl.GetVolume(ctx, req)
 		},
@@ -174,7 +176,7 @@ func (c *controlService) GetVolume(ctx context.Context, req *csisupdv1.VolumeGet
 }
 
 func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateRequest) (*csisupdv1.VolumeCreateResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeCreateResponse, error) {
 			return cl.CreateVolume(ctx, req)
 		},
@@ -188,7 +190,7 @@ func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.Volume
 }
 
 func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.VolumeRegisterRequest) (*csisupdv1.VolumeRegisterResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeRegisterResponse, error) {
 			return cl.RegisterVolume(ctx, req)
 		},
@@ -202,7 +204,7 @@ func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.Volu
 }
 
 func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRequest) (*csisupdv1.VolumeDeleteResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeDeleteResponse, error) {
 			return cl.DeleteVolume(ctx, req)
 		},
@@ -215,7 +217,7 @@ func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.Volume
 }
 
 func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.VolumeClaimResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeClaimResponse, error) {
 			return cl.ClaimVolume(ctx, req)
 		},
@@ -229,7 +231,7 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 }
 
 func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*csisupdv1.VolumeReleaseResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeReleaseResponse, error) {
 			return cl.ReleaseVolume(ctx, req)
 		},
@@ -243,7 +245,7 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 }
 
 func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
-	return route(ctx, c.s, false, true,
+	return route(ctx, c.s.fwd, false, true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {
 			return cl.RaftPeers(ctx, req)
 		},
@@ -257,23 +259,16 @@ func (s *Server) raftPeers() (*csisupdv1.RaftPeersResponse, error) {
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	_, leader := s.raft.LeaderWithID()
-	out := &csisupdv1.RaftPeersResponse{Term: s.Term(), Index: s.raft.LastIndex()}
+	_, leader := s.node.Raft().LeaderWithID()
+	out := &csisupdv1.RaftPeersResponse{Term: s.Term(), Index: s.node.Raft().LastIndex()}
 	// This runs on the leader, whose autopilot judges every server.
-	health := s.peerHealth()
+	health := s.node.PeerHealth()
 	for _, srv := range conf.Servers {
 		p := &csisupdv1.RaftPeer{
 			Id:          string(srv.ID),
 			RaftAddress: string(srv.Address),
 			Leader:      srv.ID == leader,
-		}
-		switch srv.Suffrage {
-		case raft.Voter:
-			p.Suffrage = "voter"
-		case raft.Nonvoter:
-			p.Suffrage = "nonvoter"
-		default:
-			p.Suffrage = "staging"
+			Suffrage:    raftnode.SuffrageName(srv.Suffrage),
 		}
 		if rec := s.State().Server(string(srv.ID)); rec != nil {
 			p.RpcAddress = rec.GetRpcAddress()
@@ -294,7 +289,7 @@ func (s *Server) raftPeers() (*csisupdv1.RaftPeersResponse, error) {
 }
 
 func (c *controlService) RemovePeer(ctx context.Context, req *csisupdv1.RaftRemovePeerRequest) (*csisupdv1.RaftRemovePeerResponse, error) {
-	return route(ctx, c.s, false, false,
+	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftRemovePeerResponse, error) {
 			return cl.RemovePeer(ctx, req)
 		},
@@ -310,7 +305,7 @@ func (c *controlService) RemovePeer(ctx context.Context, req *csisupdv1.RaftRemo
 			if !found {
 				return nil, status.Errorf(codes.NotFound, "server %q is not in the raft configuration", req.GetId())
 			}
-			if err := c.s.raftOp(func() raft.Future { return c.s.raft.RemoveServer(raft.ServerID(req.GetId()), 0, 0) }); err != nil {
+			if err := c.s.node.RaftOp(func() raft.Future { return c.s.node.Raft().RemoveServer(raft.ServerID(req.GetId()), 0, 0) }); err != nil {
 				return nil, toStatus(err)
 			}
 			c.s.logger.Info("removed raft peer", "id", req.GetId())
@@ -320,7 +315,7 @@ func (c *controlService) RemovePeer(ctx context.Context, req *csisupdv1.RaftRemo
 
 func (c *controlService) SnapshotSave(req *csisupdv1.SnapshotSaveRequest, stream grpc.ServerStreamingServer[csisupdv1.SnapshotChunk]) error {
 	ctx := stream.Context()
-	fctx, conn, err := c.s.leaderConn(ctx)
+	fctx, conn, err := c.s.fwd.leaderConn(ctx)
 	if err != nil {
 		return err
 	}
@@ -342,12 +337,12 @@ func (c *controlService) SnapshotSave(req *csisupdv1.SnapshotSaveRequest, stream
 			}
 		}
 	}
-	if err := c.s.consistentRead(); err != nil {
+	if err := c.s.fwd.consistentRead(); err != nil {
 		return err
 	}
-	data, err := proto.Marshal(c.s.State().snapshot())
+	data, err := state.EncodeSnapshot(c.s.State().Snapshot())
 	if err != nil {
-		return status.Errorf(codes.Internal, "encode snapshot: %v", err)
+		return status.Error(codes.Internal, err.Error())
 	}
 	for len(data) > 0 {
 		n := min(len(data), 64<<10)
@@ -374,7 +369,7 @@ func (c *controlService) SnapshotRestore(stream grpc.ClientStreamingServer[csisu
 		}
 		buf.Write(chunk.GetData())
 	}
-	fctx, conn, err := c.s.leaderConn(stream.Context())
+	fctx, conn, err := c.s.fwd.leaderConn(stream.Context())
 	if err != nil {
 		return err
 	}
@@ -406,36 +401,32 @@ func (c *controlService) SnapshotRestore(stream grpc.ClientStreamingServer[csisu
 
 // restoreSnapshot replaces the replicated state on the leader.
 func (s *Server) restoreSnapshot(data []byte) (uint64, error) {
-	var snap csisupdv1.StateSnapshot
-	if err := proto.Unmarshal(data, &snap); err != nil {
+	snap, err := state.DecodeSnapshot(data)
+	if err != nil {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot is not a csisupd snapshot: %v", err)
 	}
-	if snap.GetVersion() != 1 {
+	if snap.GetVersion() != state.SnapshotVersion {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot version %d is not supported", snap.GetVersion())
 	}
 	// Check that the state store accepts it before raft commits to it: a
 	// failing FSM restore inside raft is fatal.
-	st, err := NewStateStore()
-	if err != nil {
-		return 0, toStatus(err)
-	}
-	if err := st.restore(&snap, snap.GetIndex()); err != nil {
+	if _, err := state.FromSnapshot(snap, snap.GetIndex()); err != nil {
 		return 0, status.Errorf(codes.InvalidArgument, "snapshot: %v", err)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: snap.GetIndex(), Size: int64(len(data))}
-	done, err := s.beginOp()
+	done, err := s.node.BeginOp()
 	if err != nil {
 		return 0, toStatus(err)
 	}
-	err = s.raft.Restore(meta, bytes.NewReader(data), s.cfg.ApplyTimeout)
+	err = s.node.Raft().Restore(meta, bytes.NewReader(data), s.cfg.ApplyTimeout)
 	done()
 	if err != nil {
 		return 0, toStatus(err)
 	}
 	// The FSM's restore has re-armed the heartbeat timers for the restored
-	// nodes (heartbeats.restored), before raft.Restore returned.
+	// nodes (leader.Heartbeats.Restored), before raft.Restore returned.
 	s.logger.Info("restored snapshot", "nodes", len(snap.GetNodes()), "volumes", len(snap.GetVolumes()))
-	return s.raft.LastIndex(), nil
+	return s.node.Raft().LastIndex(), nil
 }
 
 // eventsPerSend is how many events WatchEvents reads from the buffer at
@@ -450,16 +441,16 @@ const eventsPerSend = 64
 // restore, ends with EventsGone.
 func (c *controlService) WatchEvents(req *csisupdv1.ClusterEventWatchRequest, srv grpc.ServerStreamingServer[csisupdv1.ClusterEvent]) error {
 	ctx := srv.Context()
-	sub, err := c.s.events.subscribe(req.GetFromIndex(), req.GetNoReplay())
+	sub, err := c.s.events.Subscribe(req.GetFromIndex(), req.GetNoReplay())
 	if err != nil {
 		return eventsStatus(err)
 	}
 	defer sub.Close()
-	dst := make([]clusterEvent, 0, eventsPerSend)
+	dst := make([]fsm.Event, 0, eventsPerSend)
 	for {
 		dst, err = sub.Next(ctx, dst)
 		if err != nil {
-			return eventsStatus(c.s.events.ended(sub, err))
+			return eventsStatus(c.s.events.Ended(sub, err))
 		}
 		for i := range dst {
 			if err := srv.Send(dst[i].Payload); err != nil {
@@ -480,7 +471,7 @@ func eventsStatus(err error) error {
 		return csisupdv1.NewEventsFellBehindError(behind.ResumeIndex, uint64(behind.Lag), uint64(behind.MaxLag))
 	case errors.As(err, &gone):
 		return csisupdv1.NewEventsGoneError(gone.After, gone.Oldest)
-	case errors.Is(err, errEventsClosed):
+	case errors.Is(err, fsm.ErrClosed):
 		return status.Error(codes.Unavailable, "server is shutting down")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()

@@ -13,6 +13,7 @@ import (
 	"github.com/csisupd/csisupd/internal/plugin/plugintest"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -89,7 +90,7 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 	leader := c.WaitForLeader(t, 30*time.Second)
 	testutil.WaitFor(t, 10*time.Second, "node still ready through the new server", func() bool {
 		n := leader.Server().State().Node("node-a")
-		return n != nil && n.GetStatus() == server.NodeStatusReady && nc.Registered()
+		return n != nil && n.GetStatus() == state.NodeStatusReady && nc.Registered()
 	})
 }
 

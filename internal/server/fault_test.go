@@ -21,6 +21,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -361,7 +362,7 @@ func TestTwoThousandAgentsHeartbeat(t *testing.T) {
 	stopped := time.Now()
 	testutil.WaitFor(t, time.Minute, "stopped agent's node down", func() bool {
 		resp, err := ctl.GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: "sim-0000"})
-		return err == nil && resp.GetNode().GetStatus() == server.NodeStatusDown
+		return err == nil && resp.GetNode().GetStatus() == state.NodeStatusDown
 	})
 	t.Logf("stopped agent marked down after %v", time.Since(stopped))
 	p = pluginOf(t, ctl, "sim")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -17,6 +18,8 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // forwardedKey marks a request a follower forwarded to the leader, so it is
@@ -73,72 +76,53 @@ func (p *connPool) close() {
 	p.conns = nil
 }
 
-// leaderRPCAddr returns the gRPC address of the current leader.
-func (s *Server) leaderRPCAddr() (string, error) {
-	_, id := s.raft.LeaderWithID()
-	if id == "" {
-		return "", errNoLeader
-	}
-	if id == raft.ServerID(s.cfg.ID) {
-		return s.cfg.RPCAddr, nil
-	}
-	if rec := s.State().Server(string(id)); rec != nil && rec.GetRpcAddress() != "" {
-		return rec.GetRpcAddress(), nil
-	}
-	// The leader has not replicated its address record yet: ask the
-	// retry_join peers who they are.
-	if addr := s.peerAddr(string(id)); addr != "" {
-		return addr, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RPCTimeout)
-	defer cancel()
-	s.queryPeers(ctx)
-	if addr := s.peerAddr(string(id)); addr != "" {
-		return addr, nil
-	}
-	return "", fmt.Errorf("leader %s has no known rpc address yet: %w", id, errNoLeader)
-}
-
-// peerAddr returns the rpc address a retry_join peer reported for id.
-func (s *Server) peerAddr(id string) string {
-	s.peersMu.Lock()
-	defer s.peersMu.Unlock()
-	return s.peerAddrs[id]
+// forwarder decides where a leader-only request runs, and gives the
+// connection to the leader when that is not this server.
+type forwarder struct {
+	// id is this server's id, which a forwarded request carries.
+	id   string
+	node *raftnode.Node
+	// ready is set while this server leads and has taken over.
+	ready *atomic.Bool
+	// conns are the connections to the other servers.
+	conns *connPool
+	// count counts one forwarded request.
+	count func(ctx context.Context)
 }
 
 // leaderConn decides where a leader-only request runs. It returns a nil
 // connection when this server is the ready leader; otherwise a connection to
 // the leader and a context marked as forwarded.
-func (s *Server) leaderConn(ctx context.Context) (context.Context, *grpc.ClientConn, error) {
-	if s.IsLeader() {
-		if !s.leaderReady.Load() {
-			return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, "leader not ready yet")
+func (f *forwarder) leaderConn(ctx context.Context) (context.Context, *grpc.ClientConn, error) {
+	if f.node.IsLeader() {
+		if !f.ready.Load() {
+			return ctx, nil, csisupdv1.NewNoLeaderError(f.id, "leader not ready yet")
 		}
 		return ctx, nil, nil
 	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
-		return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, "not the leader, and the request was forwarded already")
+		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, "not the leader, and the request was forwarded already")
 	}
-	addr, err := s.leaderRPCAddr()
+	addr, err := f.node.LeaderRPCAddr()
 	if err != nil {
-		return ctx, nil, csisupdv1.NewNoLeaderError(s.cfg.ID, err.Error())
+		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, err.Error())
 	}
-	conn, err := s.conns.get(addr)
+	conn, err := f.conns.get(addr)
 	if err != nil {
 		return ctx, nil, status.Errorf(codes.Unavailable, "forward to leader: %v", err)
 	}
-	s.metrics.countForwarded(ctx)
-	return metadata.AppendToOutgoingContext(ctx, forwardedKey, s.cfg.ID), conn, nil
+	f.count(ctx)
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, f.id), conn, nil
 }
 
 // consistentRead checks that this leader may serve a consistent read.
-func (s *Server) consistentRead() error {
-	done, err := s.beginOp()
+func (f *forwarder) consistentRead() error {
+	done, err := f.node.BeginOp()
 	if err != nil {
-		return csisupdv1.NewNoLeaderError(s.cfg.ID, "verify leadership: "+err.Error())
+		return csisupdv1.NewNoLeaderError(f.id, "verify leadership: "+err.Error())
 	}
 	defer done()
-	if err := s.raft.VerifyLeader().Error(); err != nil {
+	if err := f.node.Raft().VerifyLeader().Error(); err != nil {
 		return status.Errorf(codes.Unavailable, "verify leadership: %v", err)
 	}
 	return nil
@@ -153,11 +137,11 @@ func toStatus(err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, state.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errNoLeader):
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raftnode.ErrNoLeader):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())

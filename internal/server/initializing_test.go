@@ -12,6 +12,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -67,7 +68,7 @@ func wantStatuses(t *testing.T, ctl csisupdv1.ControlClient, want map[string]str
 		if n.GetStatus() != st {
 			t.Fatalf("node %s: status %q (%s), want %q", id, n.GetStatus(), n.GetStatusDescription(), st)
 		}
-		if st == server.NodeStatusInitializing && !strings.Contains(n.GetStatusDescription(), "no heartbeat to the current leader since") {
+		if st == state.NodeStatusInitializing && !strings.Contains(n.GetStatusDescription(), "no heartbeat to the current leader since") {
 			t.Fatalf("node %s: initializing with description %q", id, n.GetStatusDescription())
 		}
 	}
@@ -88,23 +89,23 @@ func TestRestoreNodesInitializingUntilHeartbeat(t *testing.T) {
 	a, b := startFakeAgent(t, "node-a"), startFakeAgent(t, "node-b")
 	registerNode(t, cluster, "node-a", a.addr)
 	registerNode(t, cluster, "node-b", b.addr)
-	wantStatuses(t, ctl, map[string]string{"node-a": server.NodeStatusReady, "node-b": server.NodeStatusReady})
+	wantStatuses(t, ctl, map[string]string{"node-a": state.NodeStatusReady, "node-b": state.NodeStatusReady})
 	if p := pluginOf(t, ctl, "p1"); p.GetControllersHealthy() != 2 || p.GetNodesHealthy() != 2 {
 		t.Fatalf("before the restore: %v", p)
 	}
 
 	snap := saveSnapshot(t, ctl)
 	restoreSnapshot(t, ctl, snap)
-	restored := wantStatuses(t, ctl, map[string]string{"node-a": server.NodeStatusInitializing, "node-b": server.NodeStatusInitializing})
+	restored := wantStatuses(t, ctl, map[string]string{"node-a": state.NodeStatusInitializing, "node-b": state.NodeStatusInitializing})
 	if d := restored["node-a"].GetStatusDescription(); !strings.Contains(d, "snapshot restore") {
 		t.Fatalf("description %q does not name the restore", d)
 	}
-	if resp, err := ctl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: "node-a"}); err != nil || resp.GetNode().GetStatus() != server.NodeStatusInitializing {
+	if resp, err := ctl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: "node-a"}); err != nil || resp.GetNode().GetStatus() != state.NodeStatusInitializing {
 		t.Fatalf("get node-a after the restore: %v, %v", resp, err)
 	}
 	// A follower's stale read shows the stored status: it cannot know.
-	if st := nodeStatuses(t, ctl, true)["node-a"].GetStatus(); st != server.NodeStatusReady {
-		t.Fatalf("stale read on a follower: node-a %q, want the stored %q", st, server.NodeStatusReady)
+	if st := nodeStatuses(t, ctl, true)["node-a"].GetStatus(); st != state.NodeStatusReady {
+		t.Fatalf("stale read on a follower: node-a %q, want the stored %q", st, state.NodeStatusReady)
 	}
 	p := pluginOf(t, ctl, "p1")
 	if p.GetControllersHealthy() != 0 || p.GetNodesHealthy() != 0 || p.GetControllersExpected() != 2 ||
@@ -123,9 +124,9 @@ func TestRestoreNodesInitializingUntilHeartbeat(t *testing.T) {
 
 	// node-b confirms; node-a, which sorts first, has not.
 	beatNode(t, cluster, "node-b")
-	wantStatuses(t, ctl, map[string]string{"node-a": server.NodeStatusInitializing, "node-b": server.NodeStatusReady})
+	wantStatuses(t, ctl, map[string]string{"node-a": state.NodeStatusInitializing, "node-b": state.NodeStatusReady})
 	// The status filter sees the status the leader tells.
-	for want, id := range map[string]string{server.NodeStatusInitializing: "node-a", server.NodeStatusReady: "node-b"} {
+	for want, id := range map[string]string{state.NodeStatusInitializing: "node-a", state.NodeStatusReady: "node-b"} {
 		resp, err := ctl.ListNodes(ctx, &csisupdv1.NodeListRequest{Status: want})
 		if err != nil || len(resp.GetNodes()) != 1 || resp.GetNodes()[0].GetId() != id {
 			t.Fatalf("list nodes with status %s: %v, %v; want %s only", want, resp.GetNodes(), err, id)
@@ -155,7 +156,7 @@ func TestRestoreNodesInitializingUntilHeartbeat(t *testing.T) {
 	}
 
 	beatNode(t, cluster, "node-a")
-	after := wantStatuses(t, ctl, map[string]string{"node-a": server.NodeStatusReady, "node-b": server.NodeStatusReady})
+	after := wantStatuses(t, ctl, map[string]string{"node-a": state.NodeStatusReady, "node-b": state.NodeStatusReady})
 	if p := pluginOf(t, ctl, "p1"); p.GetControllersHealthy() != 2 || p.GetNodesHealthy() != 2 {
 		t.Fatalf("plugin with both confirmed: %v", p)
 	}
@@ -191,7 +192,7 @@ func TestLeaderChangeNodesInitializingUntilHeartbeat(t *testing.T) {
 		// a little earlier here, on time.
 		due[id] = time.Now().Add(ttl - 300*time.Millisecond)
 	}
-	before := wantStatuses(t, ctl, map[string]string{"node-a": server.NodeStatusReady, "node-b": server.NodeStatusReady})
+	before := wantStatuses(t, ctl, map[string]string{"node-a": state.NodeStatusReady, "node-b": state.NodeStatusReady})
 
 	c.Kill(old.Index)
 	next := c.WaitForLeader(t, 30*time.Second)
@@ -211,7 +212,7 @@ func TestLeaderChangeNodesInitializingUntilHeartbeat(t *testing.T) {
 		return true
 	})
 	for _, id := range []string{"node-a", "node-b"} {
-		if n := initializing[id]; n.GetStatus() != server.NodeStatusInitializing || !strings.Contains(n.GetStatusDescription(), "became leader") {
+		if n := initializing[id]; n.GetStatus() != state.NodeStatusInitializing || !strings.Contains(n.GetStatusDescription(), "became leader") {
 			t.Fatalf("node %s on the new leader: %q (%s), want initializing since it became leader", id, n.GetStatus(), n.GetStatusDescription())
 		}
 	}
@@ -223,7 +224,7 @@ func TestLeaderChangeNodesInitializingUntilHeartbeat(t *testing.T) {
 	}
 	for i, id := range order {
 		testutil.WaitFor(t, 20*time.Second, id+"'s heartbeat to be due", func() bool { return time.Now().After(due[id]) })
-		if st := next.Server().State().Node(id).GetStatus(); st != server.NodeStatusReady {
+		if st := next.Server().State().Node(id).GetStatus(); st != state.NodeStatusReady {
 			t.Fatalf("node %s is %q on the new leader before its heartbeat was due", id, st)
 		}
 		// A leader that is not ready yet answers Unavailable; an agent
@@ -232,15 +233,15 @@ func TestLeaderChangeNodesInitializingUntilHeartbeat(t *testing.T) {
 			_, err := cluster.NodeHeartbeat(context.Background(), &csisupdv1.NodeHeartbeatRequest{NodeId: id})
 			return err == nil
 		})
-		want := map[string]string{id: server.NodeStatusReady}
+		want := map[string]string{id: state.NodeStatusReady}
 		if i == 0 {
-			want[order[1]] = server.NodeStatusInitializing
+			want[order[1]] = state.NodeStatusInitializing
 		}
 		wantStatuses(t, ctl, want)
 	}
 	for _, id := range order {
 		n := next.Server().State().Node(id)
-		if n.GetStatus() != server.NodeStatusReady || n.GetModifyIndex() != before[id].GetModifyIndex() {
+		if n.GetStatus() != state.NodeStatusReady || n.GetModifyIndex() != before[id].GetModifyIndex() {
 			t.Fatalf("node %s after the leader change: %s, modify index %d -> %d: a status was written",
 				id, n.GetStatus(), before[id].GetModifyIndex(), n.GetModifyIndex())
 		}
@@ -263,7 +264,7 @@ func TestHeartbeatsAfterRestoreDoNotWriteToRaft(t *testing.T) {
 	restoreSnapshot(t, ctl, saveSnapshot(t, ctl))
 	all := map[string]string{}
 	for i := range nodes {
-		all[nodeName(i)] = server.NodeStatusInitializing
+		all[nodeName(i)] = state.NodeStatusInitializing
 	}
 	wantStatuses(t, ctl, all)
 	srv := leader.Server()
@@ -278,7 +279,7 @@ func TestHeartbeatsAfterRestoreDoNotWriteToRaft(t *testing.T) {
 		}
 		if round == 0 {
 			for id := range all {
-				all[id] = server.NodeStatusReady
+				all[id] = state.NodeStatusReady
 			}
 			wantStatuses(t, ctl, all)
 		}
@@ -311,15 +312,15 @@ func TestMissedHeartbeatShowsDownNeverInitializing(t *testing.T) {
 		for id, n := range nodeStatuses(t, ctl, false) {
 			seen[n.GetStatus()]++
 			switch n.GetStatus() {
-			case server.NodeStatusDown:
+			case state.NodeStatusDown:
 				down++
-			case server.NodeStatusInitializing:
+			case state.NodeStatusInitializing:
 				t.Fatalf("node %s shown initializing after a missed heartbeat: %s", id, n.GetStatusDescription())
 			}
 		}
 		return down == nodes
 	})
-	if seen[server.NodeStatusReady] == 0 {
+	if seen[state.NodeStatusReady] == 0 {
 		t.Fatalf("statuses seen %v: the nodes were never seen ready, so the test watched nothing", seen)
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
@@ -11,8 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/watchdog"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // raftMetricsService prefixes the names of raft's own go-metrics:
@@ -159,12 +161,6 @@ var (
 		"Volume claims in the replicated state, by state.", []string{"state"}, nil)
 )
 
-// Raft suffrages as the csisupd_server_raft_peers label names them.
-const (
-	suffrageVoter    = "voter"
-	suffrageNonvoter = "nonvoter"
-)
-
 // stateCollector reports the server's raft and cluster state at scrape
 // time. Reads from the state are local, so a follower's may trail the
 // leader's.
@@ -186,38 +182,44 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	leader := s.IsLeader()
 	gauge(leaderDesc, boolGauge(leader))
-	gauge(commitIndexDesc, float64(s.raft.CommitIndex()))
-	gauge(appliedIndexDesc, float64(s.raft.AppliedIndex()))
-	gauge(lastIndexDesc, float64(s.raft.LastIndex()))
+	gauge(commitIndexDesc, float64(s.node.Raft().CommitIndex()))
+	gauge(appliedIndexDesc, float64(s.node.Raft().AppliedIndex()))
+	gauge(lastIndexDesc, float64(s.node.Raft().LastIndex()))
 	if leader {
 		gauge(lastContactDesc, 0)
-	} else if lc := s.raft.LastContact(); !lc.IsZero() {
+	} else if lc := s.node.Raft().LastContact(); !lc.IsZero() {
 		gauge(lastContactDesc, time.Since(lc).Seconds())
 	}
-	peers := map[string]int{suffrageVoter: 0, suffrageNonvoter: 0}
+	peers := map[string]int{raftnode.SuffrageVoter: 0, raftnode.SuffrageNonvoter: 0}
 	if conf, err := s.Configuration(); err == nil {
 		for _, srv := range conf.Servers {
 			if srv.Suffrage == raft.Voter {
-				peers[suffrageVoter]++
+				peers[raftnode.SuffrageVoter]++
 			} else {
 				// Staging, raft's old name for a nonvoter catching up.
-				peers[suffrageNonvoter]++
+				peers[raftnode.SuffrageNonvoter]++
 			}
 		}
 	}
 	for suffrage, n := range peers {
 		gauge(peersDesc, float64(n), suffrage)
 	}
-	gauge(timersDesc, float64(s.heartbeats.count()))
+	gauge(timersDesc, float64(s.heartbeats.Count()))
 
-	n := s.State().counts()
-	for status, count := range n.nodes {
+	// Every known status and state is reported, 0 when none is in it.
+	n := s.State().Counts()
+	nodes := map[string]int{state.NodeStatusReady: 0, state.NodeStatusDown: 0}
+	claims := map[string]int{claims.StateTaken: 0, claims.StateUnpublishing: 0,
+		claims.StateNodeUnpublished: 0, claims.StateControllerUnpublished: 0}
+	maps.Copy(nodes, n.Nodes)
+	maps.Copy(claims, n.Claims)
+	for status, count := range nodes {
 		gauge(nodesDesc, float64(count), status)
 	}
-	gauge(pluginsDesc, float64(n.plugins))
-	gauge(volumesDesc, float64(n.volumes))
-	for state, count := range n.claims {
-		gauge(claimsDesc, float64(count), state)
+	gauge(pluginsDesc, float64(n.Plugins))
+	gauge(volumesDesc, float64(n.Volumes))
+	for st, count := range claims {
+		gauge(claimsDesc, float64(count), st)
 	}
 }
 
@@ -226,67 +228,4 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// stateCounts is what the metrics count in the state.
-type stateCounts struct {
-	nodes   map[string]int // by status, every known status present
-	plugins int
-	volumes int
-	claims  map[string]int // by state, every known state present
-}
-
-// counts counts nodes, plugin ids, volumes and claims in one read
-// transaction, without copying any object.
-func (s *StateStore) counts() stateCounts {
-	out := stateCounts{
-		nodes: map[string]int{NodeStatusReady: 0, NodeStatusDown: 0},
-		claims: map[string]int{ClaimStateTaken: 0, ClaimStateUnpublishing: 0,
-			ClaimStateNodeUnpublished: 0, ClaimStateControllerUnpublished: 0},
-	}
-	txn := s.db.Txn(false)
-	if it, err := txn.Get(tableNodes, "id"); err == nil {
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			out.nodes[raw.(*csisupdv1.ClusterNode).GetStatus()]++
-		}
-	}
-	// The rows of one plugin are adjacent: the index sorts by plugin id,
-	// then node id.
-	if it, err := txn.Get(tablePlugins, "id"); err == nil {
-		last := ""
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			if id := raw.(*instanceRow).PluginID; out.plugins == 0 || id != last {
-				out.plugins++
-				last = id
-			}
-		}
-	}
-	if it, err := txn.Get(tableVolumes, "id"); err == nil {
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			out.volumes++
-			for _, c := range raw.(*csisupdv1.Volume).GetClaims() {
-				out.claims[c.GetState()]++
-			}
-		}
-	}
-	return out
-}
-
-// loopBeat is the context key of the watchdog loop that a long chain of
-// calls made for a loop beats between calls (beatCtx).
-type loopBeat struct{}
-
-// withLoop returns ctx carrying l, so the calls made with it beat l
-// between steps. The volume watcher uses it: one release makes several
-// calls to agents, each bounded by RPCTimeout, and may take longer in all
-// than the watchdog timeout without being stuck.
-func withLoop(ctx context.Context, l *watchdog.Loop) context.Context {
-	return context.WithValue(ctx, loopBeat{}, l)
-}
-
-// beatCtx beats the loop ctx carries, if any. Requests carry none.
-func beatCtx(ctx context.Context) {
-	if l, ok := ctx.Value(loopBeat{}).(*watchdog.Loop); ok {
-		l.Beat()
-	}
 }

@@ -16,6 +16,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -49,7 +50,7 @@ func registerVol(t *testing.T, c *testcluster.Cluster, i int, id string) {
 
 func writePeersFile(t *testing.T, dataDir, content string) string {
 	t.Helper()
-	path := filepath.Join(server.RaftDir(dataDir), server.PeersFileName)
+	path := filepath.Join(raftnode.RaftDir(dataDir), raftnode.PeersFileName)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -75,19 +76,19 @@ func TestRecoverFromBogusVoter(t *testing.T) {
 	go m.Server().Raft().AddVoter("bogus", "127.0.0.1:9", 0, 0)
 	testutil.WaitFor(t, 30*time.Second, "the leader to step down", func() bool { return !m.Server().IsLeader() })
 
-	if _, err := server.ReadOfflineRaftState(m.DataDir, 200*time.Millisecond); !errors.Is(err, server.ErrServerRunning) {
+	if _, err := raftnode.ReadOfflineRaftState(m.DataDir, 200*time.Millisecond); !errors.Is(err, raftnode.ErrServerRunning) {
 		t.Fatalf("offline read of a running server: %v, want ErrServerRunning", err)
 	}
 	c.Kill(0)
 
-	st, err := server.ReadOfflineRaftState(m.DataDir, time.Second)
+	st, err := raftnode.ReadOfflineRaftState(m.DataDir, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(st.Servers) != 2 || st.ConfigurationSource != "log" || st.SnapshotID == "" || st.LastIndex < st.ConfigurationIndex || st.LastTerm == 0 {
 		t.Fatalf("offline state: %+v", st)
 	}
-	got := map[string]server.OfflinePeer{}
+	got := map[string]raftnode.OfflinePeer{}
 	for _, p := range st.Servers {
 		got[p.ID] = p
 	}
@@ -172,13 +173,13 @@ func TestRecoverRefusesBadPeersFile(t *testing.T) {
 			}
 		})
 	}
-	os.Remove(filepath.Join(server.RaftDir(m.DataDir), server.PeersFileName))
+	os.Remove(filepath.Join(raftnode.RaftDir(m.DataDir), raftnode.PeersFileName))
 
 	// A server without raft state has nothing to recover.
 	ports := testutil.FreePorts(t, 2)
 	fresh := &testcluster.Member{ID: "fresh", DataDir: t.TempDir(),
 		RPCAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	if err := os.MkdirAll(server.RaftDir(fresh.DataDir), 0o700); err != nil {
+	if err := os.MkdirAll(raftnode.RaftDir(fresh.DataDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	path := writePeersFile(t, fresh.DataDir, `[{"id": "`+fresh.ID+`", "address": "`+fresh.RaftAddr+`"}]`)

@@ -15,13 +15,14 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/leader"
+	"github.com/csisupd/csisupd/internal/server/state"
 )
 
 // Controller capabilities the volume operations need.
 const (
-	capCreateDelete     = "CREATE_DELETE_VOLUME"
-	capPublishUnpublish = "PUBLISH_UNPUBLISH_VOLUME"
-	capPublishReadonly  = "PUBLISH_READONLY"
+	capCreateDelete = "CREATE_DELETE_VOLUME"
 )
 
 // candidate is one controller instance a volume operation may use.
@@ -44,14 +45,14 @@ func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 	var out []candidate
 	var waiting []string
 	for _, inst := range p.GetInstances() {
-		if ctrl, _ := pluginRoles(inst.GetPlugin().GetType()); !ctrl || !inst.GetHealthy() {
+		if ctrl, _ := state.PluginRoles(inst.GetPlugin().GetType()); !ctrl || !inst.GetHealthy() {
 			continue
 		}
 		node := s.State().Node(inst.GetNodeId())
-		if node == nil || node.GetStatus() != NodeStatusReady {
+		if node == nil || node.GetStatus() != state.NodeStatusReady {
 			continue
 		}
-		if !s.heartbeats.confirmedNode(node.GetId()) {
+		if !s.heartbeats.Confirmed(node.GetId()) {
 			waiting = append(waiting, node.GetId())
 			continue
 		}
@@ -86,7 +87,7 @@ func withCapability(cands []candidate, capability string) []candidate {
 func (s *Server) callControllers(ctx context.Context, op string, cands []candidate, fn func(ctx context.Context, c candidate) error) (candidate, error) {
 	var errs []error
 	for _, c := range cands {
-		beatCtx(ctx)
+		leader.Beat(ctx)
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
 		err := fn(cctx, c)
 		cancel()
@@ -100,37 +101,6 @@ func (s *Server) callControllers(ctx context.Context, op string, cands []candida
 		s.logger.Warn("controller call failed; trying the next candidate", "op", op, "node", c.nodeID, "error", err)
 	}
 	return candidate{}, status.Errorf(codes.Unavailable, "%s: every controller candidate failed: %v", op, errors.Join(errs...))
-}
-
-// csiCapability converts our capability form to CSI's.
-func csiCapability(c *csisupdv1.VolumeCapability) (*csi.VolumeCapability, error) {
-	mode := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-	if c.GetAccessMode() != "" {
-		v, ok := csi.VolumeCapability_AccessMode_Mode_value[c.GetAccessMode()]
-		if !ok {
-			return nil, status.Errorf(codes.InvalidArgument, "capability access_mode %q is not a CSI access mode", c.GetAccessMode())
-		}
-		mode = csi.VolumeCapability_AccessMode_Mode(v)
-	}
-	out := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
-	switch c.GetAccessType() {
-	case "", "mount":
-		out.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
-			FsType: c.GetFsType(), MountFlags: c.GetMountFlags(),
-		}}
-	case "block":
-		out.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
-	default:
-		return nil, status.Errorf(codes.InvalidArgument, "capability access_type %q must be mount or block", c.GetAccessType())
-	}
-	return out, nil
-}
-
-func defaultCapabilities(caps []*csisupdv1.VolumeCapability) []*csisupdv1.VolumeCapability {
-	if len(caps) > 0 {
-		return caps
-	}
-	return []*csisupdv1.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}}
 }
 
 // checkVolumeID refuses a volume id that cannot name a directory: agents
@@ -150,10 +120,10 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 	if err := checkVolumeID("create volume", req.GetId()); err != nil {
 		return nil, err
 	}
-	caps := defaultCapabilities(req.GetCapabilities())
+	caps := claims.DefaultCapabilities(req.GetCapabilities())
 	var csiCaps []*csi.VolumeCapability
 	for _, c := range caps {
-		cc, err := csiCapability(c)
+		cc, err := claims.CSICapability(c)
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +189,7 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 }
 
 func (s *Server) writeVolume(v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
-	if _, err := s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: v}}); err != nil {
+	if _, err := s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: v}}); err != nil {
 		return nil, toStatus(err)
 	}
 	if stored := s.State().Volume(v.GetId()); stored != nil {
@@ -238,9 +208,9 @@ func (s *Server) registerVolume(ctx context.Context, v *csisupdv1.Volume) (*csis
 	}
 	v = proto.Clone(v).(*csisupdv1.Volume)
 	v.Claims = nil
-	v.Capabilities = defaultCapabilities(v.Capabilities)
+	v.Capabilities = claims.DefaultCapabilities(v.Capabilities)
 	for _, c := range v.Capabilities {
-		if _, err := csiCapability(c); err != nil {
+		if _, err := claims.CSICapability(c); err != nil {
 			return nil, err
 		}
 	}
@@ -307,6 +277,6 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 			return err
 		}
 	}
-	_, err = s.apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
+	_, err = s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
 	return toStatus(err)
 }

@@ -14,6 +14,8 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -82,7 +84,7 @@ func TestVolumeLifecycleThroughFollower(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := claimed.GetClaim(); got.GetCsiNodeId() != "csi-node-b" || got.GetPublishContext()["device"] != "/dev/fake-csi-node-b" ||
-		got.GetState() != server.ClaimStateTaken || got.GetHostPath() == "" {
+		got.GetState() != claims.StateTaken || got.GetHostPath() == "" {
 		t.Fatalf("claim: %v", got)
 	}
 	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "vol-1"}); status.Code(err) != codes.FailedPrecondition ||
@@ -132,7 +134,7 @@ func TestNodeMissingHeartbeatGoesDown(t *testing.T) {
 	na.stop()
 	testutil.WaitFor(t, 20*time.Second, "node-a down", func() bool {
 		resp, err := cl.GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: "node-a"})
-		return err == nil && resp.GetNode().GetStatus() == server.NodeStatusDown
+		return err == nil && resp.GetNode().GetStatus() == state.NodeStatusDown
 	})
 	p := pluginOf(t, cl, "p1")
 	if p.GetControllersHealthy() != 1 || p.GetControllersExpected() != 2 || p.GetNodesHealthy() != 1 {

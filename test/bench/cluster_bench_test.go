@@ -19,6 +19,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -283,7 +284,7 @@ func runCluster10000(b *testing.B) {
 		// A node marked down and back up since the kill has a status
 		// change newer than the kill.
 		for _, n := range listAllNodes(ctx, b, c.Control(leader.Index)) {
-			if n.GetStatus() != server.NodeStatusReady || n.GetStatusUpdatedAt().AsTime().After(killed) {
+			if n.GetStatus() != state.NodeStatusReady || n.GetStatusUpdatedAt().AsTime().After(killed) {
 				down++
 			}
 		}
@@ -351,7 +352,7 @@ func measureSteady(b *testing.B, self int, sim *simProcess) steadyFigures {
 
 // writtenSince describes what the state shows written after index: the
 // nodes and servers records modified, to explain unexpected raft writes.
-func writtenSince(ctx context.Context, b *testing.B, ctl csisupdv1.ControlClient, st *server.StateStore, index uint64) string {
+func writtenSince(ctx context.Context, b *testing.B, ctl csisupdv1.ControlClient, st *state.Store, index uint64) string {
 	b.Helper()
 	var parts []string
 	for _, n := range listAllNodes(ctx, b, ctl) {

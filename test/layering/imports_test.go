@@ -13,6 +13,11 @@ const module = "github.com/csisupd/csisupd/"
 //
 //	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog}
 //
+// and inside the server role:
+//
+//	server -> {claims, leader, raftnode} -> fsm -> state, fsm -> claims -> state
+//
+// with leader -> {claims, state}: the leader's duties never see the Server.
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
 // packages (testutil, testplugin, testcluster, consultest, metricsdoc) are
@@ -27,17 +32,27 @@ var (
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
 	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
-	"internal/agent": append(append([]string{api}, middle...), bottom...),
+	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),       // raftnode: a stopped server's raft state, for the offline operator commands
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
-	"internal/server":   {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog"},
+	"internal/server":   {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state"},
 	// statepb is the servers' storage format; it imports the API only to
 	// convert to and from it (state.proto itself imports no csisupd file).
 	"internal/server/statepb": {api},
 	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
 	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
 	"internal/volumes":        {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog"},
+
+	// The parts of the server role, bottom up: the state store; the claim
+	// rules, which read node statuses and plugin roles from it; the FSM
+	// that writes it; the raft member that runs the FSM; the leader's
+	// duties, which read the state and take what they call as funcs.
+	"internal/server/state":    {api, "internal/acl"},
+	"internal/server/claims":   {api, "internal/server/state"},
+	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state"},
+	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state"},
+	"internal/server/leader":   {api, "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/state"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
@@ -75,6 +90,19 @@ var allowed = map[string][]string{
 	"test/soak/cmd/csi-hostile": {"internal/testutil"},
 }
 
+// forbiddenOutside lists packages outside the module that a package must
+// not import: a path forbids the package and those under it, a path
+// ending in "=" the package alone. The state store knows no raft and no
+// gRPC, so it can be read and tested without either.
+var forbiddenOutside = map[string][]string{
+	"internal/server/state": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
+	"internal/server/fsm":   {"google.golang.org/grpc"},
+	// claims is pure rules: it builds gRPC status errors, as the API's
+	// error constructors do, but holds no connection and knows no raft.
+	"internal/server/claims": {"github.com/hashicorp/raft", "google.golang.org/grpc="},
+	"internal/server/leader": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
+}
+
 // testHelpers may be imported by every package's tests.
 var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/plugin/plugintest", "internal/consulsync/consultest"}
 
@@ -100,6 +128,8 @@ var allowedInTests = map[string][]string{
 	"internal/fingerprint": {"internal/config"},
 	"internal/csiclient":   {"internal/config"},
 	"internal/testcluster": {"internal/testcluster"},
+	// The heartbeat TTL tests check the production defaults.
+	"internal/server/leader": {"internal/config"},
 }
 
 // everything else a test/ package imports is allowed: end-to-end tests,
@@ -109,6 +139,8 @@ func isTestTree(pkg string) bool { return strings.HasPrefix(pkg, "test/") }
 type listed struct {
 	path                 string
 	imports, testImports []string
+	// outside holds the imports of packages outside the module.
+	outside []string
 }
 
 // goList returns the module's packages with their imports of the module.
@@ -129,7 +161,8 @@ func goList(t *testing.T) []listed {
 		if len(f) != 3 {
 			t.Fatalf("go list printed %q", line)
 		}
-		pkgs = append(pkgs, listed{path: strings.TrimPrefix(f[0], module), imports: ours(f[1]), testImports: ours(f[2])})
+		pkgs = append(pkgs, listed{path: strings.TrimPrefix(f[0], module), imports: ours(f[1]), testImports: ours(f[2]),
+			outside: theirs(f[1])})
 	}
 	return pkgs
 }
@@ -141,6 +174,18 @@ func ours(list string) []string {
 	for _, imp := range strings.Split(list, ",") {
 		if p, ok := strings.CutPrefix(imp, module); ok && !slices.Contains(out, p) {
 			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// theirs returns the imports of a comma-separated import list that are
+// outside the module.
+func theirs(list string) []string {
+	var out []string
+	for _, imp := range strings.Split(list, ",") {
+		if imp != "" && !strings.HasPrefix(imp, module) {
+			out = append(out, imp)
 		}
 	}
 	return out
@@ -170,6 +215,14 @@ func TestImports(t *testing.T) {
 			case isTestTree(p.path):
 			case !slices.Contains(ok, imp):
 				t.Errorf("%s imports %s, which the package graph forbids\n    (allowed: %s)", p.path, imp, strings.Join(ok, " "))
+			}
+		}
+		for _, imp := range p.outside {
+			for _, bad := range forbiddenOutside[p.path] {
+				exact, alone := strings.CutSuffix(bad, "=")
+				if imp == exact || (!alone && strings.HasPrefix(imp, exact+"/")) {
+					t.Errorf("%s imports %s, which it must not: it knows nothing of %s", p.path, imp, exact)
+				}
 			}
 		}
 		for _, imp := range p.testImports {

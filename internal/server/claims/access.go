@@ -1,0 +1,184 @@
+package claims
+
+import (
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// Usage returns the usage of a claim request with its defaults: the
+// volume's first capability when the request has none; otherwise the
+// access type mount and the access mode of the volume's first capability
+// where the request leaves them empty.
+func Usage(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.VolumeUsage, error) {
+	first := DefaultCapabilities(v.GetCapabilities())[0]
+	var u *csisupdv1.VolumeUsage
+	if req.GetUsage() == nil {
+		u = &csisupdv1.VolumeUsage{
+			AccessMode: first.GetAccessMode(), AccessType: first.GetAccessType(),
+			FsType: first.GetFsType(), MountFlags: first.GetMountFlags(),
+		}
+	} else {
+		u = proto.Clone(req.GetUsage()).(*csisupdv1.VolumeUsage)
+	}
+	if u.AccessType == "" {
+		u.AccessType = "mount"
+	}
+	if u.AccessMode == "" {
+		u.AccessMode = first.GetAccessMode()
+	}
+	if u.AccessMode == "" {
+		u.AccessMode = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER.String()
+	}
+	if _, err := CSICapability(UsageCapability(u)); err != nil {
+		return nil, err
+	}
+	if _, ok := accessModes[u.AccessMode]; !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "claim usage: access_mode %q cannot be claimed", u.AccessMode)
+	}
+	if u.AccessType == "block" && (u.FsType != "" || len(u.MountFlags) > 0) {
+		return nil, status.Error(codes.InvalidArgument, "claim usage: fs_type and mount_flags are for access_type mount only")
+	}
+	return u, nil
+}
+
+// UsageCapability is the capability a usage asks of the volume.
+func UsageCapability(u *csisupdv1.VolumeUsage) *csisupdv1.VolumeCapability {
+	return &csisupdv1.VolumeCapability{
+		AccessType: u.GetAccessType(), AccessMode: u.GetAccessMode(), FsType: u.GetFsType(), MountFlags: u.GetMountFlags(),
+	}
+}
+
+// accessRule is what one access mode allows of the claims of a volume.
+type accessRule struct {
+	// oneNode: every claim is on the same node.
+	oneNode bool
+	// oneWriter: at most one claim is not read-only.
+	oneWriter bool
+	// readersOnly: every claim is read-only.
+	readersOnly bool
+}
+
+// accessModes are the CSI access modes a claim may use.
+var accessModes = map[string]accessRule{
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER.String():        {oneNode: true, oneWriter: true},
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER.String(): {oneNode: true, oneWriter: true},
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER.String():  {oneNode: true},
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY.String():   {oneNode: true, readersOnly: true},
+	csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY.String():    {readersOnly: true},
+	csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER.String():  {oneWriter: true},
+	csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER.String():   {},
+}
+
+// ruleOf returns the rule of a claim's access mode; a mode that is not
+// known gets the strictest rule.
+func ruleOf(c *csisupdv1.VolumeClaim) (string, accessRule) {
+	mode := c.GetUsage().GetAccessMode()
+	if r, ok := accessModes[mode]; ok {
+		return mode, r
+	}
+	return mode, accessRule{oneNode: true, oneWriter: true, readersOnly: true}
+}
+
+// RW names a claim's read-only flag: read-only or read-write.
+func RW(readOnly bool) string {
+	if readOnly {
+		return "read-only"
+	}
+	return "read-write"
+}
+
+// accessConflict returns why claim c cannot be added next to the existing
+// claim old, or "". Both claims' access modes are respected: the stricter
+// wins.
+func accessConflict(c, old *csisupdv1.VolumeClaim) string {
+	for _, cl := range []*csisupdv1.VolumeClaim{c, old} {
+		mode, r := ruleOf(cl)
+		var why string
+		switch {
+		case r.oneNode && c.GetNodeId() != old.GetNodeId():
+			why = "keeps the volume on one node"
+		case r.readersOnly && (!c.GetReadOnly() || !old.GetReadOnly()):
+			why = "allows read-only claims only"
+		case r.oneWriter && !c.GetReadOnly() && !old.GetReadOnly():
+			why = "allows one writer"
+		}
+		if why != "" {
+			oldMode, _ := ruleOf(old)
+			return fmt.Sprintf("access mode %s %s, and workload %q holds a claim on node %q (%s, %s, state %s)",
+				mode, why, old.GetWorkloadId(), old.GetNodeId(), oldMode, RW(old.GetReadOnly()), old.GetState())
+		}
+	}
+	return ""
+}
+
+// CSICapability converts our capability form to CSI's.
+func CSICapability(c *csisupdv1.VolumeCapability) (*csi.VolumeCapability, error) {
+	mode := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	if c.GetAccessMode() != "" {
+		v, ok := csi.VolumeCapability_AccessMode_Mode_value[c.GetAccessMode()]
+		if !ok {
+			return nil, status.Errorf(codes.InvalidArgument, "capability access_mode %q is not a CSI access mode", c.GetAccessMode())
+		}
+		mode = csi.VolumeCapability_AccessMode_Mode(v)
+	}
+	out := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
+	switch c.GetAccessType() {
+	case "", "mount":
+		out.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
+			FsType: c.GetFsType(), MountFlags: c.GetMountFlags(),
+		}}
+	case "block":
+		out.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "capability access_type %q must be mount or block", c.GetAccessType())
+	}
+	return out, nil
+}
+
+// DefaultCapabilities returns caps, or the default of a volume that names
+// none: mount, single-node-writer.
+func DefaultCapabilities(caps []*csisupdv1.VolumeCapability) []*csisupdv1.VolumeCapability {
+	if len(caps) > 0 {
+		return caps
+	}
+	return []*csisupdv1.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}}
+}
+
+// nodePlugin returns the plugin instance a node reports for a plugin id,
+// or nil.
+func nodePlugin(node *csisupdv1.ClusterNode, pluginID string) *csisupdv1.Plugin {
+	for _, p := range node.GetPlugins() {
+		if p.GetId() == pluginID {
+			return p
+		}
+	}
+	return nil
+}
+
+// topologyFits reports whether a node with the topology have can reach a
+// volume reachable from segs: have holds every key and value of one
+// segment. No segments means everywhere.
+func topologyFits(segs []*csisupdv1.TopologySegment, have map[string]string) bool {
+	if len(segs) == 0 {
+		return true
+	}
+	for _, seg := range segs {
+		fits := true
+		for k, val := range seg.GetSegments() {
+			if got, ok := have[k]; !ok || got != val {
+				fits = false
+				break
+			}
+		}
+		if fits {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,192 @@
+package claims
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
+)
+
+// Controller capabilities the claims depend on.
+const (
+	// CapPublishUnpublish: the plugin's claims are published by the
+	// controller.
+	CapPublishUnpublish = "PUBLISH_UNPUBLISH_VOLUME"
+	// CapPublishReadonly: read-only claims are published read-only.
+	CapPublishReadonly = "PUBLISH_READONLY"
+)
+
+// Reader is the part of the replicated state admission reads;
+// *state.Store is one.
+type Reader interface {
+	Node(id string) *csisupdv1.ClusterNode
+	Plugin(id string) *csisupdv1.ClusterPlugin
+	Volumes(pluginID string) []*csisupdv1.Volume
+}
+
+// Confirmed reports whether the leader has heard from a node since it
+// took over and since its last snapshot restore; when it has not, why
+// says since when, for the refusal.
+type Confirmed func(nodeID string) (ok bool, why string)
+
+// Admit checks a new claim against the node, the volume and its claims,
+// and returns the claim to record, in state taken.
+func Admit(st Reader, confirmed Confirmed, v *csisupdv1.Volume, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.VolumeClaim, error) {
+	node := st.Node(req.GetNodeId())
+	if node == nil {
+		return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId())
+	}
+	if node.GetStatus() != state.NodeStatusReady {
+		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleNodeNotReady,
+			fmt.Sprintf("node %q is %s (%s)", node.GetId(), node.GetStatus(), node.GetStatusDescription()))
+	}
+	if ok, why := confirmed(node.GetId()); !ok {
+		return nil, NodeInitializingError(node.GetId(), why)
+	}
+	p := nodePlugin(node, v.GetPluginId())
+	if _, nodeService := state.PluginRoles(p.GetType()); p == nil || !nodeService || !p.GetHealthy() || p.GetNodeId() == "" {
+		why := "does not run there"
+		switch {
+		case p == nil:
+		case !nodeService:
+			why = fmt.Sprintf("runs there as a %s plugin, without the node service", p.GetType())
+		case !p.GetHealthy():
+			why = fmt.Sprintf("is unhealthy there (%s)", p.GetHealthDescription())
+		default:
+			why = "reports no CSI node id there"
+		}
+		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRulePlugin,
+			fmt.Sprintf("plugin %q of volume %q %s: node %q", v.GetPluginId(), v.GetId(), why, node.GetId()))
+	}
+	usage, err := Usage(v, req)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(DefaultCapabilities(v.GetCapabilities()), func(c *csisupdv1.VolumeCapability) bool {
+		typ, mode := c.GetAccessType(), c.GetAccessMode()
+		if typ == "" {
+			typ = "mount"
+		}
+		if mode == "" {
+			mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER.String()
+		}
+		return typ == usage.GetAccessType() && mode == usage.GetAccessMode()
+	}) {
+		var have []string
+		for _, c := range DefaultCapabilities(v.GetCapabilities()) {
+			have = append(have, c.GetAccessType()+" "+c.GetAccessMode())
+		}
+		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleCapability,
+			fmt.Sprintf("volume %q has no capability %s %s (it has: %s)", v.GetId(), usage.GetAccessType(), usage.GetAccessMode(), strings.Join(have, ", ")))
+	}
+	if !topologyFits(v.GetAccessibleTopology(), p.GetAccessibleTopology()) {
+		var segs []string
+		for _, seg := range v.GetAccessibleTopology() {
+			segs = append(segs, fmt.Sprint(seg.GetSegments()))
+		}
+		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleTopology,
+			fmt.Sprintf("volume %q is reachable from %s; node %q has topology %v", v.GetId(), strings.Join(segs, " or "), node.GetId(), p.GetAccessibleTopology()))
+	}
+	if limit := p.GetMaxVolumes(); limit > 0 {
+		used := map[string]bool{}
+		for _, other := range st.Volumes(v.GetPluginId()) {
+			if other.GetId() == v.GetId() {
+				continue
+			}
+			if slices.ContainsFunc(other.GetClaims(), func(c *csisupdv1.VolumeClaim) bool { return c.GetNodeId() == node.GetId() }) {
+				used[other.GetId()] = true
+			}
+		}
+		if len(used) >= int(limit) {
+			return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleMaxVolumes,
+				fmt.Sprintf("node %q already has %d volumes of plugin %q claimed, its max_volumes", node.GetId(), len(used), v.GetPluginId()))
+		}
+	}
+	claim := &csisupdv1.VolumeClaim{
+		NodeId:         node.GetId(),
+		CsiNodeId:      p.GetNodeId(),
+		ReadOnly:       usage.GetReadOnly(),
+		ClaimedAt:      timestamppb.Now(),
+		WorkloadId:     req.GetWorkloadId(),
+		State:          StateTaken,
+		Usage:          usage,
+		StateUpdatedAt: timestamppb.Now(),
+	}
+	if mode, r := ruleOf(claim); r.readersOnly && !claim.GetReadOnly() {
+		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode,
+			fmt.Sprintf("access mode %s allows read-only claims only; the claim of workload %q is read-write", mode, claim.GetWorkloadId()))
+	}
+	for _, old := range v.GetClaims() {
+		if why := accessConflict(claim, old); why != "" {
+			return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode, why)
+		}
+	}
+	// Claims on one node share one controller publication: a read-write
+	// claim cannot use a read-only one.
+	if !claim.GetReadOnly() && ControllerAdvertises(st.Plugin(v.GetPluginId()), CapPublishReadonly) {
+		for _, old := range v.GetClaims() {
+			if old.GetNodeId() == claim.GetNodeId() && old.GetControllerPublished() && old.GetReadOnly() &&
+				!slices.ContainsFunc(v.GetClaims(), func(c *csisupdv1.VolumeClaim) bool {
+					return c.GetNodeId() == claim.GetNodeId() && c.GetControllerPublished() && !c.GetReadOnly()
+				}) {
+				return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode,
+					fmt.Sprintf("volume %q is published read-only to node %q for workload %q; a read-write claim there needs the read-only claims released first",
+						v.GetId(), claim.GetNodeId(), old.GetWorkloadId()))
+			}
+		}
+	}
+	return claim, nil
+}
+
+// NodeInitializingError refuses a claim on a node stored ready that has
+// not heartbeated to this leader yet: Unavailable and retryable, since the
+// node's next heartbeat, due within the failover TTL, admits it.
+func NodeInitializingError(nodeID, why string) error {
+	if why == "" {
+		why = "no heartbeat to the current leader yet"
+	}
+	return csisupdv1.NewClaimDeferredError(csisupdv1.ClaimRuleNodeNotReady,
+		fmt.Sprintf("node %q is %s (%s)", nodeID, state.NodeStatusInitializing, why),
+		"the node's next heartbeat to the leader confirms it")
+}
+
+// ControllerAdvertises reports whether a controller instance of plugin p
+// (nil: none), healthy or not, advertises a controller capability:
+// CapPublishUnpublish or CapPublishReadonly.
+func ControllerAdvertises(p *csisupdv1.ClusterPlugin, capability string) bool {
+	for _, inst := range p.GetInstances() {
+		if ctrl, _ := state.PluginRoles(inst.GetPlugin().GetType()); ctrl &&
+			slices.Contains(inst.GetPlugin().GetControllerCapabilities(), capability) {
+			return true
+		}
+	}
+	return false
+}
+
+// NodeClaims returns the claims of volumes that a node holds, except
+// those released without it, sorted by volume and workload, as of the
+// state's index.
+func NodeClaims(index uint64, volumes []*csisupdv1.Volume, nodeID string) *csisupdv1.NodeClaimsResponse {
+	out := &csisupdv1.NodeClaimsResponse{Index: index}
+	for _, v := range volumes {
+		for _, c := range v.GetClaims() {
+			if c.GetNodeId() == nodeID && !c.GetNodeGone() {
+				out.Claims = append(out.Claims, &csisupdv1.NodeClaimRef{
+					VolumeId: v.GetId(), WorkloadId: c.GetWorkloadId(), ClaimIndex: c.GetClaimIndex(),
+				})
+			}
+		}
+	}
+	slices.SortFunc(out.Claims, func(a, b *csisupdv1.NodeClaimRef) int {
+		return cmp.Or(strings.Compare(a.GetVolumeId(), b.GetVolumeId()), strings.Compare(a.GetWorkloadId(), b.GetWorkloadId()))
+	})
+	return out
+}

@@ -1,0 +1,112 @@
+package claims
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
+)
+
+func TestNodeGoneDue(t *testing.T) {
+	now := time.Unix(1000, 0)
+	grace := time.Minute
+	down := func(ago time.Duration) *csisupdv1.ClusterNode {
+		return &csisupdv1.ClusterNode{Id: "n", Status: state.NodeStatusDown, StatusUpdatedAt: timestamppb.New(now.Add(-ago))}
+	}
+	ready := &csisupdv1.ClusterNode{Id: "n", Status: state.NodeStatusReady, StatusUpdatedAt: timestamppb.New(now.Add(-time.Hour))}
+	tests := []struct {
+		name  string
+		claim *csisupdv1.VolumeClaim
+		node  *csisupdv1.ClusterNode
+		want  bool
+	}{
+		{"taken, node down past the grace", &csisupdv1.VolumeClaim{State: StateTaken}, down(2 * time.Minute), true},
+		{"unpublishing, node down past the grace", &csisupdv1.VolumeClaim{State: StateUnpublishing}, down(2 * time.Minute), true},
+		{"taken, node down within the grace", &csisupdv1.VolumeClaim{State: StateTaken}, down(30 * time.Second), false},
+		{"taken, node ready", &csisupdv1.VolumeClaim{State: StateTaken}, ready, false},
+		{"taken, node not known", &csisupdv1.VolumeClaim{State: StateTaken}, nil, true},
+		{"node-unpublished: past the node's step", &csisupdv1.VolumeClaim{State: StateNodeUnpublished}, nil, false},
+		{"released without its node already", &csisupdv1.VolumeClaim{State: StateUnpublishing, NodeGone: true}, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := NodeGoneDue(tt.claim, tt.node, now, grace); got != tt.want {
+				t.Fatalf("NodeGoneDue = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReleaseSteps(t *testing.T) {
+	c := &csisupdv1.VolumeClaim{NodeId: "n", WorkloadId: "w", State: StateTaken, Mounted: true, ControllerPublished: true}
+	Fail(c, "mount failed")
+	if c.GetState() != StateUnpublishing || c.GetLastError() != "mount failed" || c.GetStateUpdatedAt() == nil {
+		t.Fatalf("after Fail: %v", c)
+	}
+	Fail(c, "again")
+	if c.GetState() != StateUnpublishing || c.GetLastError() != "again" {
+		t.Fatalf("Fail of a claim being released moved it: %v", c)
+	}
+	NodeUnpublished(c)
+	if c.GetState() != StateNodeUnpublished || c.GetMounted() || c.GetLastError() != "" {
+		t.Fatalf("after NodeUnpublished: %v", c)
+	}
+	ControllerUnpublished(c)
+	if c.GetState() != StateControllerUnpublished || c.GetControllerPublished() {
+		t.Fatalf("after ControllerUnpublished: %v", c)
+	}
+	v := &csisupdv1.Volume{Id: "v", Claims: []*csisupdv1.VolumeClaim{{NodeId: "n", WorkloadId: "other"}, c}}
+	Free(v, "n", "w")
+	if len(v.GetClaims()) != 1 || v.GetClaims()[0].GetWorkloadId() != "other" {
+		t.Fatalf("after Free: %v", v.GetClaims())
+	}
+	if !Releasing(StateUnpublishing) || Releasing(StateTaken) {
+		t.Fatal("Releasing: want unpublishing and not taken")
+	}
+}
+
+func TestSharedPublicationPrefersReadWrite(t *testing.T) {
+	claim := &csisupdv1.VolumeClaim{NodeId: "n", WorkloadId: "new", ReadOnly: true}
+	ro := &csisupdv1.VolumeClaim{NodeId: "n", WorkloadId: "ro", ReadOnly: true, ControllerPublished: true}
+	rw := &csisupdv1.VolumeClaim{NodeId: "n", WorkloadId: "rw", ControllerPublished: true}
+	elsewhere := &csisupdv1.VolumeClaim{NodeId: "m", WorkloadId: "x", ControllerPublished: true}
+	v := &csisupdv1.Volume{Claims: []*csisupdv1.VolumeClaim{elsewhere, ro, rw, claim}}
+	if got := SharedPublication(v, claim); got != rw {
+		t.Fatalf("shared publication %v, want the read-write one", got)
+	}
+	v.Claims = []*csisupdv1.VolumeClaim{elsewhere, claim}
+	if got := SharedPublication(v, claim); got != nil {
+		t.Fatalf("shared publication %v, want none on another node", got)
+	}
+	if OthersOnNode(v, claim) {
+		t.Fatal("OthersOnNode: the other claim is on another node")
+	}
+}
+
+func TestUsageDefaults(t *testing.T) {
+	v := &csisupdv1.Volume{Capabilities: []*csisupdv1.VolumeCapability{{AccessType: "block", AccessMode: "MULTI_NODE_READER_ONLY"}}}
+	u, err := Usage(v, &csisupdv1.VolumeClaimRequest{})
+	if err != nil || u.GetAccessType() != "block" || u.GetAccessMode() != "MULTI_NODE_READER_ONLY" {
+		t.Fatalf("usage without one asked: %v, %v; want the volume's first capability", u, err)
+	}
+	u, err = Usage(&csisupdv1.Volume{}, &csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{ReadOnly: true}})
+	if err != nil || u.GetAccessType() != "mount" || u.GetAccessMode() != "SINGLE_NODE_WRITER" || !u.GetReadOnly() {
+		t.Fatalf("usage with defaults: %v, %v", u, err)
+	}
+	_, err = Usage(&csisupdv1.Volume{}, &csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{AccessType: "block", FsType: "ext4"}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("block usage with an fs_type: %v, want InvalidArgument", err)
+	}
+}
+
+func TestScrubSecrets(t *testing.T) {
+	got := ScrubSecrets("denied for key s3cret and s3cret", map[string]string{"key": "s3cret", "empty": ""})
+	if got != "denied for key [redacted] and [redacted]" {
+		t.Fatalf("scrubbed %q", got)
+	}
+}

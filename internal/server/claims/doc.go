@@ -1,0 +1,29 @@
+// Package claims holds the rules of volume claims: which claim a volume
+// admits, and the states a claim walks. It is pure: no raft, no gRPC
+// connection, no goroutines; the leader's claim flow (package server)
+// reads the state, calls the controllers and the node's agent, and writes
+// each result through raft.
+//
+// A claim is one workload using one volume on one node. Admit checks a
+// new claim against the node (ready, heard from by this leader, the
+// plugin's node service healthy there), the volume's capabilities and
+// accessible topology, the node plugin's max_volumes and the access modes
+// of the volume's other claims (both claims' modes are respected: one
+// writer for single-node-writer and multi-node-single-writer, readers only
+// for the *-reader-only modes, one node for the single-node-* modes). A
+// refused claim is FailedPrecondition with a ClaimRefused detail naming
+// the rule; a claim on a node this leader has not heard from yet is
+// deferred (Unavailable and retryable).
+//
+// A taken claim is published by the controller (shared by the claims of
+// one node) and mounted by the node's agent. A release walks back, each
+// step recorded before the next starts:
+//
+//	taken -> unpublishing -> node-unpublished -> controller-unpublished -> freed (removed)
+//
+// A claim whose node has been down for longer than the claim gc grace is
+// released without it (NodeGoneDue, ReleaseWithoutNode): through the
+// controller only. Secrets of claims and releases go to the plugin only;
+// ScrubSecrets takes them out of a plugin's error before it is logged or
+// stored.
+package claims

@@ -1,0 +1,389 @@
+package fsm
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/server/state"
+)
+
+func policyUpsert(name, rules string) *csisupdv1.LogEntry {
+	return &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyUpsert{AclPolicyUpsert: &csisupdv1.ACLPolicy{
+		Name: name, Description: "d-" + name, Rules: rules,
+	}}}
+}
+
+func policyDelete(name string) *csisupdv1.LogEntry {
+	return &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyDelete{AclPolicyDelete: name}}
+}
+
+// newToken returns a token record and its secret.
+func newToken(t *testing.T, typ string, policies ...string) (*csisupdv1.ACLTokenRecord, string) {
+	t.Helper()
+	accessor, err := acl.NewAccessorID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := acl.NewSecretID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &csisupdv1.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret), Name: "n-" + accessor[:8],
+		Type: typ, Policies: policies}, secret
+}
+
+func tokenUpsert(r *csisupdv1.ACLTokenRecord) *csisupdv1.LogEntry {
+	return &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclTokenUpsert{AclTokenUpsert: proto.Clone(r).(*csisupdv1.ACLTokenRecord)}}
+}
+
+func tokenDelete(accessor string) *csisupdv1.LogEntry {
+	return &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclTokenDelete{AclTokenDelete: accessor}}
+}
+
+func bootstrapEntry(r *csisupdv1.ACLTokenRecord, reset uint64) *csisupdv1.LogEntry {
+	return &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclBootstrap{AclBootstrap: &csisupdv1.ACLBootstrapCommand{
+		Token: proto.Clone(r).(*csisupdv1.ACLTokenRecord), ResetIndex: reset,
+	}}}
+}
+
+// at sets the time of e to sec seconds after the epoch.
+func at(sec int64, e *csisupdv1.LogEntry) *csisupdv1.LogEntry {
+	e.Time = &timestamppb.Timestamp{Seconds: sec}
+	return e
+}
+
+func TestFSMACLPolicies(t *testing.T) {
+	events := testEvents(t, 16, 8)
+	f, err := newFSM(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := applyAll(t, f,
+		at(100, policyUpsert("ops", `volume { policy = "write" }`)),
+		at(200, policyUpsert("ops", `volume { policy = "read" }`)),
+		policyUpsert("bad name", `volume { policy = "read" }`),
+		policyUpsert("broken", "volume {\n  policy = \"admin\"\n}\n"),
+		policyUpsert("big", `plugin { policy = "read" }`+strings.Repeat(" ", acl.MaxPolicyBytes)),
+		policyDelete("nope"),
+		policyUpsert("gone", ""),
+		policyDelete("gone"),
+		policyUpsert("anonymous", `plugin { policy = "read" }`),
+	)
+	wantErr := []string{"", "", `policy name "bad name"`, `policy broken:2: volume.policy: unknown level "admin"`, "at most 65536", "not found", "", "", ""}
+	for i, w := range wantErr {
+		switch {
+		case w == "" && res[i].Err != nil:
+			t.Errorf("entry %d: %v", i, res[i].Err)
+		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
+			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
+		}
+	}
+	if !errors.Is(res[5].Err, state.ErrNotFound) {
+		t.Errorf("delete of a missing policy: %v, want state.ErrNotFound", res[5].Err)
+	}
+	st := f.State()
+	p := st.ACLPolicy("ops")
+	if p.GetRules() != `volume { policy = "read" }` || p.GetDescription() != "d-ops" {
+		t.Fatalf("policy ops: %v", p)
+	}
+	if p.GetCreateTime().GetSeconds() != 100 || p.GetModifyTime().GetSeconds() != 200 {
+		t.Fatalf("create %v modify %v, want 100 and 200: the update must keep the create time", p.GetCreateTime(), p.GetModifyTime())
+	}
+	var names []string
+	for _, p := range st.ACLPolicies() {
+		names = append(names, p.GetName())
+	}
+	if got := strings.Join(names, ","); got != "anonymous,ops" {
+		t.Fatalf("policies %s, want anonymous,ops (refused and deleted ones absent, sorted)", got)
+	}
+	if evs := readAll(t, events, 0); len(evs) != 0 {
+		t.Fatalf("ACL commands caused events: %s", describe(evs))
+	}
+}
+
+func TestFSMACLTokens(t *testing.T) {
+	f, err := newFSM(testEvents(t, 16, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, clientSecret := newToken(t, acl.TypeClient, "ops")
+	mgmt, mgmtSecret := newToken(t, acl.TypeManagement)
+	badHash, _ := newToken(t, acl.TypeClient, "ops")
+	badHash.SecretHash = []byte("short")
+	badType, _ := newToken(t, "root")
+	mgmtWithPolicy, _ := newToken(t, acl.TypeManagement, "ops")
+	clientNoPolicy, _ := newToken(t, acl.TypeClient)
+	sameSecret, _ := newToken(t, acl.TypeClient, "ops")
+	sameSecret.SecretHash = client.SecretHash
+	noAccessor, _ := newToken(t, acl.TypeManagement)
+	noAccessor.AccessorId = ""
+	renamed := proto.Clone(client).(*csisupdv1.ACLTokenRecord)
+	renamed.Name = "renamed"
+
+	res := applyAll(t, f,
+		at(100, tokenUpsert(client)),
+		tokenUpsert(mgmt),
+		tokenUpsert(badHash),
+		tokenUpsert(badType),
+		tokenUpsert(mgmtWithPolicy),
+		tokenUpsert(clientNoPolicy),
+		tokenUpsert(sameSecret),
+		tokenUpsert(noAccessor),
+		tokenDelete("nope"),
+		at(300, tokenUpsert(renamed)),
+	)
+	wantErr := []string{"", "", "secret hash is 5 bytes", `type "root"`, "takes no policies", "at least one policy",
+		"its secret belongs to another token", "accessor id", "not found", ""}
+	for i, w := range wantErr {
+		switch {
+		case w == "" && res[i].Err != nil:
+			t.Errorf("entry %d: %v", i, res[i].Err)
+		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
+			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
+		}
+	}
+	st := f.State()
+	if got := st.ACLTokenBySecret(clientSecret); got.GetAccessorId() != client.AccessorId || got.GetName() != "renamed" {
+		t.Fatalf("by secret: %v", got)
+	}
+	if got := st.ACLToken(client.AccessorId); got.GetCreateTime().GetSeconds() != 100 {
+		t.Fatalf("the update changed the create time to %v", got.GetCreateTime())
+	}
+	if st.ACLTokenBySecret(mgmtSecret).GetType() != acl.TypeManagement {
+		t.Fatal("management token not found by its secret")
+	}
+	for _, s := range []string{"", "wrong", client.AccessorId, string(client.SecretHash)} {
+		if got := st.ACLTokenBySecret(s); got != nil {
+			t.Errorf("ACLTokenBySecret(%q) found %s", s, got.GetAccessorId())
+		}
+	}
+	if n := len(st.ACLTokens()); n != 2 {
+		t.Fatalf("%d tokens, want 2", n)
+	}
+	toks := st.ACLTokens()
+	if toks[0].GetAccessorId() > toks[1].GetAccessorId() {
+		t.Fatal("tokens not sorted by accessor id")
+	}
+	res = applyAll(t, f, tokenDelete(client.AccessorId))
+	if res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+	if st := f.State(); st.ACLTokenBySecret(clientSecret) != nil || st.ACLToken(client.AccessorId) != nil {
+		t.Fatal("deleted token still found")
+	}
+}
+
+func TestFSMACLBootstrap(t *testing.T) {
+	f, err := newFSM(testEvents(t, 16, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, firstSecret := newToken(t, acl.TypeManagement)
+	second, _ := newToken(t, acl.TypeManagement)
+	third, thirdSecret := newToken(t, acl.TypeManagement)
+	client, _ := newToken(t, acl.TypeClient, "ops")
+
+	applyAll(t, f, policyUpsert("ops", "")) // index 1
+	if got := f.State().ACLBootstrapIndex(); got != 0 {
+		t.Fatalf("bootstrap index %d before any bootstrap", got)
+	}
+	res := applyAll(t, f, bootstrapEntry(client, 0), bootstrapEntry(first, 0), bootstrapEntry(second, 0), bootstrapEntry(second, 2))
+	if res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "want management") {
+		t.Fatalf("bootstrap with a client token: %v", res[0].Err)
+	}
+	if res[1].Err != nil {
+		t.Fatal(res[1].Err)
+	}
+	idx := res[1].Index
+	if got := f.State().ACLBootstrapIndex(); got != idx || idx != 3 {
+		t.Fatalf("bootstrap index %d, want the entry's index %d (3)", got, idx)
+	}
+	for i, r := range res[2:] {
+		var done *BootstrappedError
+		if !errors.As(r.Err, &done) || done.Index != idx {
+			t.Fatalf("repeated bootstrap %d: %v, want refusal naming index %d", i, r.Err, idx)
+		}
+	}
+	if !strings.Contains(res[3].Err.Error(), "reset index 2 is not the current one") {
+		t.Fatalf("wrong reset: %v", res[3].Err)
+	}
+	if f.State().ACLToken(second.AccessorId) != nil || f.State().ACLToken(client.AccessorId) != nil {
+		t.Fatal("a refused bootstrap stored its token")
+	}
+	res = applyAll(t, f, bootstrapEntry(third, idx))
+	if res[0].Err != nil {
+		t.Fatalf("reset bootstrap: %v", res[0].Err)
+	}
+	if got := f.State().ACLBootstrapIndex(); got != res[0].Index || got == idx {
+		t.Fatalf("bootstrap index after reset %d, want %d", got, res[0].Index)
+	}
+	for _, s := range []string{firstSecret, thirdSecret} {
+		if f.State().ACLTokenBySecret(s).GetType() != acl.TypeManagement {
+			t.Fatal("a bootstrap token does not resolve")
+		}
+	}
+}
+
+func TestStateResolveToken(t *testing.T) {
+	f, err := newFSM(testEvents(t, 16, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := func() *state.Store { return f.State() }
+	read := func(r acl.Resource) acl.Capability { return acl.Capability{Resource: r, Level: acl.LevelRead} }
+	write := func(r acl.Resource) acl.Capability { return acl.Capability{Resource: r, Level: acl.LevelWrite} }
+
+	a, tok, _, err := st().ResolveToken("")
+	if err != nil || tok != nil || a.Allows(read(acl.ResourcePlugin)) || a.IsManagement() {
+		t.Fatalf("anonymous without a policy: %v %v %v", a, tok, err)
+	}
+	client, clientSecret := newToken(t, acl.TypeClient, "vols", "missing", "deny-ops")
+	mgmt, mgmtSecret := newToken(t, acl.TypeManagement)
+	for i, r := range applyAll(t, f,
+		policyUpsert(acl.AnonymousPolicy, `plugin { policy = "read" }`),
+		policyUpsert("vols", "volume { policy = \"write\" }\noperator { policy = \"write\" }"),
+		policyUpsert("deny-ops", `operator { policy = "deny" }`),
+		tokenUpsert(client), tokenUpsert(mgmt),
+	) {
+		if r.Err != nil {
+			t.Fatalf("entry %d: %v", i, r.Err)
+		}
+	}
+	a, tok, rows, err := st().ResolveToken("")
+	if err != nil || tok != nil || !a.Allows(read(acl.ResourcePlugin)) || a.Allows(write(acl.ResourcePlugin)) || len(rows) != 1 {
+		t.Fatalf("anonymous with its policy: allows plugin:read %v, token %v, %d policies, %v", a.Allows(read(acl.ResourcePlugin)), tok, len(rows), err)
+	}
+	if _, _, _, err := st().ResolveToken("not-a-secret"); !errors.Is(err, acl.ErrTokenNotFound) {
+		t.Fatalf("unknown secret: %v", err)
+	}
+	a, tok, _, err = st().ResolveToken(mgmtSecret)
+	if err != nil || !a.IsManagement() || tok.GetAccessorId() != mgmt.AccessorId || tok.GetSecretId() != "" {
+		t.Fatalf("management: %v %v %v", a, tok, err)
+	}
+	a, tok, rows, err = st().ResolveToken(clientSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Allows(write(acl.ResourceVolume)) || a.Allows(read(acl.ResourceOperator)) || a.Allows(read(acl.ResourcePlugin)) {
+		t.Fatal("client token: want volume:write, operator denied by deny-ops, nothing from the anonymous policy")
+	}
+	if len(rows) != 2 || rows[0].GetName() != "vols" || rows[1].GetName() != "deny-ops" {
+		t.Fatalf("client token policies %v, want the existing ones in the token's order", rows)
+	}
+	if tok.GetSecretId() != "" || strings.Join(tok.GetPolicies(), ",") != "vols,missing,deny-ops" {
+		t.Fatalf("client token view: %v", tok)
+	}
+	applyAll(t, f, policyDelete("deny-ops"))
+	if a, _, _, _ := st().ResolveToken(clientSecret); !a.Allows(write(acl.ResourceOperator)) {
+		t.Fatal("a deleted policy still applies")
+	}
+}
+
+func TestFSMSnapshotCarriesACL(t *testing.T) {
+	f, err := newFSM(testEvents(t, 16, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, bootSecret := newToken(t, acl.TypeManagement)
+	client, clientSecret := newToken(t, acl.TypeClient, "ops")
+	applyAll(t, f,
+		register("a", plug("p", "monolith", true)),
+		at(100, policyUpsert("ops", `volume { policy = "write" }`)),
+		bootstrapEntry(boot, 0),
+		tokenUpsert(client),
+	)
+	snap := snapshotOf(t, f)
+	for _, secret := range []string{bootSecret, clientSecret} {
+		if strings.Contains(snap, secret) {
+			t.Fatal("a secret is in the snapshot")
+		}
+	}
+	if !strings.Contains(snap, client.AccessorId) || !strings.Contains(snap, string(client.SecretHash)) {
+		t.Fatal("the snapshot lacks the token's accessor id or hash: the search above proves nothing")
+	}
+	g, err := newFSM(testEvents(t, 16, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Restore(io.NopCloser(strings.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	st := g.State()
+	if st.ACLBootstrapIndex() != f.State().ACLBootstrapIndex() || st.ACLBootstrapIndex() == 0 {
+		t.Fatalf("restored bootstrap index %d, want %d", st.ACLBootstrapIndex(), f.State().ACLBootstrapIndex())
+	}
+	if p := st.ACLPolicy("ops"); p.GetCreateTime().GetSeconds() != 100 || p.GetRules() != `volume { policy = "write" }` {
+		t.Fatalf("restored policy %v", p)
+	}
+	a, tok, _, err := st.ResolveToken(clientSecret)
+	if err != nil || tok.GetAccessorId() != client.AccessorId || !a.Allows(acl.Capability{Resource: acl.ResourceVolume, Level: acl.LevelWrite}) {
+		t.Fatalf("restored client token: %v %v", tok, err)
+	}
+	if a, _, _, err := st.ResolveToken(bootSecret); err != nil || !a.IsManagement() {
+		t.Fatalf("restored bootstrap token: %v", err)
+	}
+	// A second bootstrap is still refused after the restore.
+	again, _ := newToken(t, acl.TypeManagement)
+	if r := applyAll(t, g, bootstrapEntry(again, 0)); r[0].Err == nil {
+		t.Fatal("bootstrap after restore accepted")
+	}
+}
+
+// TestFSMRestoreSnapshotWithoutACL restores a snapshot written before
+// the ACL fields existed.
+func TestFSMRestoreSnapshotWithoutACL(t *testing.T) {
+	old := &csisupdv1.StateSnapshot{Version: 1, Index: 7,
+		Nodes:   []*csisupdv1.ClusterNode{{Id: "a", Name: "a", Status: state.NodeStatusReady}},
+		Servers: []*csisupdv1.ServerRecord{{Id: "s1", RpcAddress: "h:1"}}}
+	data, err := proto.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := newFSM(testEvents(t, 16, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Restore(io.NopCloser(strings.NewReader(string(data)))); err != nil {
+		t.Fatal(err)
+	}
+	st := f.State()
+	if st.Node("a") == nil || len(st.ACLPolicies()) != 0 || len(st.ACLTokens()) != 0 || st.ACLBootstrapIndex() != 0 {
+		t.Fatal("restored state of an old snapshot is wrong")
+	}
+	boot, _ := newToken(t, acl.TypeManagement)
+	if r := applyAll(t, f, bootstrapEntry(boot, 0)); r[0].Err != nil {
+		t.Fatalf("bootstrap after restoring a snapshot without ACL state: %v", r[0].Err)
+	}
+}
+
+// TestRestoreKeepsPolicyItNoLongerParses checks that a stored policy whose
+// rules do not parse is restored and grants nothing.
+func TestRestoreKeepsPolicyItNoLongerParses(t *testing.T) {
+	client, secret := newToken(t, acl.TypeClient, "odd")
+	snap := &csisupdv1.StateSnapshot{Version: 1, Index: 3,
+		AclPolicies: []*csisupdv1.ACLPolicy{{Name: "odd", Rules: `secrets { policy = "write" }`}},
+		AclTokens:   []*csisupdv1.ACLTokenRecord{client}}
+	st, err := state.FromSnapshot(snap, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ACLPolicy("odd") == nil {
+		t.Fatal("policy dropped")
+	}
+	a, _, _, err := st.ResolveToken(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range acl.Resources() {
+		if a.Allows(acl.Capability{Resource: r, Level: acl.LevelRead}) {
+			t.Fatalf("unparsable policy grants %s:read", r)
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/state"
+)
+
+// apply applies one log entry to txn and appends the events it causes.
+func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisupdv1.ClusterEvent) error {
+	ts := e.GetTime()
+	ev := func(typ, node, plugin, volume, desc string) {
+		*events = append(*events, &csisupdv1.ClusterEvent{
+			Index: index, Time: ts, Type: typ,
+			NodeId: node, PluginId: plugin, VolumeId: volume, Description: desc,
+		})
+	}
+	switch c := e.GetCommand().(type) {
+	case *csisupdv1.LogEntry_Batch:
+		var firstErr error
+		for _, sub := range c.Batch.GetEntries() {
+			if err := apply(txn, index, sub, events); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+		return firstErr
+	case *csisupdv1.LogEntry_Noop:
+		return nil
+	case *csisupdv1.LogEntry_NodeUpsert:
+		n := c.NodeUpsert
+		n.Plugins = sortedPlugins(n.Plugins)
+		n.ModifyIndex = index
+		n.CreateIndex = index
+		n.Status = state.NodeStatusReady
+		n.StatusUpdatedAt = ts
+		n.RegisteredAt = ts
+		var oldPlugins []*csisupdv1.Plugin
+		if old := txn.Node(n.GetId()); old != nil {
+			n.CreateIndex = old.GetCreateIndex()
+			oldPlugins = old.GetPlugins()
+		}
+		if err := txn.PutNode(n); err != nil {
+			return err
+		}
+		gc, err := txn.SetNodePlugins(n.GetId(), oldPlugins, n.Plugins)
+		if err != nil {
+			return err
+		}
+		ev("node-registered", n.GetId(), "", "", fmt.Sprintf("node %s registered with %d plugins", n.GetName(), len(n.Plugins)))
+		for _, id := range gc {
+			ev("plugin-gc", n.GetId(), id, "", "plugin has no instances left")
+		}
+	case *csisupdv1.LogEntry_NodePlugins:
+		old := txn.Node(c.NodePlugins.GetNodeId())
+		if old == nil {
+			return fmt.Errorf("node %q: %w", c.NodePlugins.GetNodeId(), state.ErrNotFound)
+		}
+		n := state.CopyNode(old)
+		n.Plugins = sortedPlugins(c.NodePlugins.GetPlugins())
+		n.ModifyIndex = index
+		if err := txn.PutNode(n); err != nil {
+			return err
+		}
+		gc, err := txn.SetNodePlugins(n.GetId(), old.GetPlugins(), n.Plugins)
+		if err != nil {
+			return err
+		}
+		ev("node-plugins-updated", n.GetId(), "", "", fmt.Sprintf("%d plugins", len(n.Plugins)))
+		for _, id := range gc {
+			ev("plugin-gc", n.GetId(), id, "", "plugin has no instances left")
+		}
+	case *csisupdv1.LogEntry_NodeStatus:
+		old := txn.Node(c.NodeStatus.GetNodeId())
+		if old == nil {
+			return fmt.Errorf("node %q: %w", c.NodeStatus.GetNodeId(), state.ErrNotFound)
+		}
+		if old.GetStatus() == c.NodeStatus.GetStatus() {
+			return nil
+		}
+		n := state.CopyNode(old)
+		n.Status = c.NodeStatus.GetStatus()
+		n.StatusDescription = c.NodeStatus.GetDescription()
+		n.StatusUpdatedAt = ts
+		n.ModifyIndex = index
+		if err := txn.PutNode(n); err != nil {
+			return err
+		}
+		ev("node-"+n.Status, n.GetId(), "", "", n.StatusDescription)
+	case *csisupdv1.LogEntry_VolumeUpsert:
+		v := c.VolumeUpsert
+		v.ModifyIndex = index
+		// A claim is given the index of the write that added it.
+		for _, cl := range v.GetClaims() {
+			if cl.GetClaimIndex() == 0 {
+				cl.ClaimIndex = index
+			}
+		}
+		old := txn.Volume(v.GetId())
+		var changes []volumeEvent
+		if old != nil {
+			v.CreateIndex = old.GetCreateIndex()
+			v.CreatedAt = old.GetCreatedAt()
+			changes = volumeChanges(old, v)
+		} else {
+			v.CreateIndex = index
+			if v.CreatedAt == nil {
+				v.CreatedAt = ts
+			}
+			changes = []volumeEvent{{typ: "volume-created"}}
+		}
+		if err := txn.PutVolume(v); err != nil {
+			return err
+		}
+		for _, ch := range changes {
+			ev(ch.typ, ch.nodeID, v.GetPluginId(), v.GetId(), ch.desc)
+		}
+	case *csisupdv1.LogEntry_VolumeDelete:
+		old := txn.Volume(c.VolumeDelete)
+		if old == nil {
+			return fmt.Errorf("volume %q: %w", c.VolumeDelete, state.ErrNotFound)
+		}
+		if err := txn.DeleteVolume(old); err != nil {
+			return err
+		}
+		ev("volume-deleted", "", old.GetPluginId(), old.GetId(), "")
+	case *csisupdv1.LogEntry_AclPolicyUpsert, *csisupdv1.LogEntry_AclPolicyDelete, *csisupdv1.LogEntry_AclTokenUpsert,
+		*csisupdv1.LogEntry_AclTokenDelete, *csisupdv1.LogEntry_AclBootstrap:
+		return applyACL(txn, index, ts, c)
+	case *csisupdv1.LogEntry_ServerUpsert:
+		if err := txn.PutServer(c.ServerUpsert); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("unknown log entry command %T", c)
+	}
+	return nil
+}
+
+// volumeEvent is one event of a volume update.
+type volumeEvent struct {
+	typ, nodeID, desc string
+}
+
+// volumeChanges names the events of a volume update: volume-claimed for
+// each claim added, volume-claim-updated for each claim changed,
+// volume-claim-freed for each claim removed, and volume-updated when no
+// claim changed. Claims are matched by node and workload.
+func volumeChanges(old, new *csisupdv1.Volume) []volumeEvent {
+	type key struct{ node, workload string }
+	before := make(map[key]*csisupdv1.VolumeClaim, len(old.GetClaims()))
+	for _, c := range old.GetClaims() {
+		before[key{c.GetNodeId(), c.GetWorkloadId()}] = c
+	}
+	var out []volumeEvent
+	for _, c := range new.GetClaims() {
+		k := key{c.GetNodeId(), c.GetWorkloadId()}
+		prev, had := before[k]
+		delete(before, k)
+		switch {
+		case !had:
+			out = append(out, volumeEvent{"volume-claimed", c.GetNodeId(), claimDescription("claimed", c)})
+		case !proto.Equal(prev, c):
+			out = append(out, volumeEvent{"volume-claim-updated", c.GetNodeId(), claimDescription("updated", c)})
+		}
+	}
+	for _, c := range old.GetClaims() {
+		if _, gone := before[key{c.GetNodeId(), c.GetWorkloadId()}]; gone {
+			out = append(out, volumeEvent{"volume-claim-freed", c.GetNodeId(),
+				fmt.Sprintf("claim of workload %s on node %s freed", c.GetWorkloadId(), c.GetNodeId())})
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, volumeEvent{typ: "volume-updated"})
+	}
+	return out
+}
+
+// claimDescription describes a claim for an event: node, workload, state
+// and what is done. It holds no secret: a claim has none.
+func claimDescription(what string, c *csisupdv1.VolumeClaim) string {
+	d := fmt.Sprintf("claim of workload %s on node %s %s: state %s, %s %s",
+		c.GetWorkloadId(), c.GetNodeId(), what, c.GetState(), c.GetUsage().GetAccessMode(), claims.RW(c.GetReadOnly()))
+	if c.GetControllerPublished() {
+		d += ", controller published"
+	}
+	if c.GetMounted() {
+		d += ", mounted"
+	}
+	if c.GetNodeGone() {
+		d += ", released without its node"
+	}
+	if c.GetLastError() != "" {
+		d += ", last error: " + c.GetLastError()
+	}
+	return d
+}
+
+// sortedPlugins sorts plugins by id in place and returns them. The FSM owns
+// the messages of a freshly decoded log entry, so they are not copied.
+func sortedPlugins(in []*csisupdv1.Plugin) []*csisupdv1.Plugin {
+	sort.Slice(in, func(i, j int) bool { return in[i].GetId() < in[j].GetId() })
+	return in
+}

@@ -1,0 +1,26 @@
+// Package leader holds the duties only the raft leader runs: the node
+// heartbeat timers and the volume watcher. Each takes what it reads and
+// calls in its Config (the current state, a func that writes through
+// raft, the claim flow's release steps, the volume locks) and holds no
+// server.
+//
+// Node heartbeats follow Nomad's model: the leader keeps one in-memory TTL
+// timer per node and writes to raft only when a node's status changes.
+// The TTL it hands out grows with the node count, so that it sees at most
+// MaxPerSecond heartbeats, with a random stagger. A new leader, or one
+// that restored a snapshot, gives every node not down a failover TTL long
+// enough to cover any TTL a previous leader handed out, and until a node
+// heartbeats to it the node shows as initializing (View): its stored
+// status, ready, is what an earlier leader or a backup said.
+//
+// The volume watcher (WatcherConfig.Interval, with a per-claim backoff
+// after a failure) finishes any release that a failed step, a failed
+// claim or a leader change left behind, from the replicated state alone,
+// and releases through the controller only the claims whose node has been
+// down for longer than the claim gc grace. It skips a volume whose lock
+// is taken, and looks again at the next pass or when kicked.
+//
+// With a watchdog, the volume watcher beats a watchdog.Loop for each term;
+// WithLoop lets the release steps it runs beat that loop between their
+// calls to agents.
+package leader

@@ -1,0 +1,219 @@
+package leader
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/keylock"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/watchdog"
+	"github.com/hashicorp/go-hclog"
+)
+
+// WatcherConfig configures the volume watcher.
+type WatcherConfig struct {
+	// Interval is the time between two passes over every claim, and the
+	// first delay after a failed release step.
+	Interval time.Duration
+	// MaxBackoff caps the delay after repeated failures of one claim.
+	MaxBackoff time.Duration
+	// ClaimGCGrace is how long a claim's node may be down before the
+	// claim is released without it.
+	ClaimGCGrace time.Duration
+	// State returns the current replicated state. Required.
+	State func() *state.Store
+	// Locks are the volume locks the claim flow takes too; the watcher
+	// skips a volume someone else works on. Required.
+	Locks *keylock.Set
+	// ReleaseWithoutNode records that a claim is released without its node
+	// and returns the claim as stored. The caller holds the volume's lock.
+	// Required.
+	ReleaseWithoutNode func(ref claims.Ref) (*csisupdv1.VolumeClaim, error)
+	// Release runs the release steps of one claim from its recorded state
+	// until it is freed. The caller holds the volume's lock. Required.
+	Release func(ctx context.Context, ref claims.Ref) error
+	// Watchdog, when set, tracks each term's watcher loop.
+	Watchdog *watchdog.Monitor
+}
+
+// Watcher is the leader's loop that finishes volume claim releases from
+// the replicated state: the releases a failed step, a failed claim, a
+// crash or a leader change left behind, and the releases of claims whose
+// node has been down for longer than ClaimGCGrace. It holds no state that
+// matters beyond one term: a new leader's watcher starts from the state.
+type Watcher struct {
+	cfg    WatcherConfig
+	logger hclog.Logger
+	// kick wakes the watcher before its next interval.
+	kick chan struct{}
+}
+
+// NewWatcher returns a volume watcher; Run runs it for one term.
+func NewWatcher(cfg WatcherConfig, logger hclog.Logger) *Watcher {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Watcher{cfg: cfg, logger: logger, kick: make(chan struct{}, 1)}
+}
+
+// watchRun is one term's pass state.
+type watchRun struct {
+	*Watcher
+	loop *watchdog.Loop
+	// retries holds the claims whose last step failed: when to try again
+	// and the delay after the next failure.
+	retries map[string]*claimRetry
+	// resumed holds the claims whose release this watcher logged.
+	resumed map[string]bool
+}
+
+type claimRetry struct {
+	next  time.Time
+	delay time.Duration
+}
+
+// Kick wakes the watcher before its next interval.
+func (w *Watcher) Kick() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the volume watcher until ctx ends (leadership ends or the
+// server stops).
+func (w *Watcher) Run(ctx context.Context) {
+	loop := w.cfg.Watchdog.Loop("volume watcher")
+	defer loop.Done()
+	// The release steps beat the loop between their calls to agents.
+	ctx = WithLoop(ctx, loop)
+	r := &watchRun{Watcher: w, loop: loop, retries: map[string]*claimRetry{}, resumed: map[string]bool{}}
+	t := time.NewTicker(w.cfg.Interval)
+	defer t.Stop()
+	for {
+		loop.Beat()
+		r.pass(ctx)
+		for idle := true; idle; {
+			loop.Beat()
+			select {
+			case <-ctx.Done():
+				return
+			case <-loop.C():
+			case <-t.C:
+				idle = false
+			case <-w.kick:
+				idle = false
+			}
+		}
+	}
+}
+
+// watchKey names a claim for the watcher; the claim index tells a claim
+// taken again after its release from the old one.
+func watchKey(volumeID string, c *csisupdv1.VolumeClaim) string {
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%d", volumeID, c.GetNodeId(), c.GetWorkloadId(), c.GetClaimIndex())
+}
+
+// pass looks at every claim once.
+func (r *watchRun) pass(ctx context.Context) {
+	live := map[string]bool{}
+	for _, v := range r.cfg.State().Volumes("") {
+		for _, c := range v.GetClaims() {
+			if ctx.Err() != nil {
+				return
+			}
+			r.loop.Beat()
+			key := watchKey(v.GetId(), c)
+			live[key] = true
+			if r.nodeGoneDue(c, time.Now()) || claims.Releasing(c.GetState()) {
+				r.release(ctx, v.GetId(), c, key)
+			}
+		}
+	}
+	for key := range r.retries {
+		if !live[key] {
+			delete(r.retries, key)
+		}
+	}
+	for key := range r.resumed {
+		if !live[key] {
+			delete(r.resumed, key)
+		}
+	}
+}
+
+// nodeGoneDue reports whether a claim must be released without its node:
+// it is taken or unmounting, and its node has been down for longer than
+// ClaimGCGrace (or is not known to the cluster any more).
+func (r *watchRun) nodeGoneDue(c *csisupdv1.VolumeClaim, now time.Time) bool {
+	return claims.NodeGoneDue(c, r.cfg.State().Node(c.GetNodeId()), now, r.cfg.ClaimGCGrace)
+}
+
+// release runs the release steps of one claim, unless its last failure
+// was too recent or someone else works on the volume now.
+func (r *watchRun) release(ctx context.Context, volumeID string, c *csisupdv1.VolumeClaim, key string) {
+	now := time.Now()
+	if cr := r.retries[key]; cr != nil && now.Before(cr.next) {
+		return
+	}
+	unlock, ok := r.cfg.Locks.TryLock(volumeID)
+	if !ok {
+		return // a claim or release of the volume runs; look again next pass
+	}
+	defer unlock()
+	ref := claims.RefOf(volumeID, c)
+	// Read again under the lock.
+	v := r.cfg.State().Volume(volumeID)
+	if v == nil {
+		return
+	}
+	if _, c = claims.Find(v, ref.NodeID, ref.WorkloadID); c == nil || watchKey(volumeID, c) != key {
+		return
+	}
+	log := r.logger.With("volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID)
+	if r.nodeGoneDue(c, now) {
+		log.Info("node down for longer than the claim gc grace; releasing the claim without it",
+			"claim_gc_grace", r.cfg.ClaimGCGrace, "state", c.GetState())
+		var err error
+		if c, err = r.cfg.ReleaseWithoutNode(ref); err != nil {
+			log.Warn("mark a claim's node gone", "error", err)
+			r.failed(key, now)
+			return
+		}
+		r.resumed[key] = true
+	}
+	if !claims.Releasing(c.GetState()) {
+		return
+	}
+	if !r.resumed[key] {
+		r.resumed[key] = true
+		log.Info("resuming volume claim release", "state", c.GetState(), "node_gone", c.GetNodeGone(), "last_error", c.GetLastError())
+	}
+	if err := r.cfg.Release(ctx, ref); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		d := r.failed(key, now)
+		log.Warn("volume claim release step failed; retrying", "retry_in", d, "error", err)
+		return
+	}
+	delete(r.retries, key)
+}
+
+// failed records a failure of a claim's release and returns the delay
+// before the next attempt: Interval, doubled with each failure up to
+// MaxBackoff.
+func (r *watchRun) failed(key string, now time.Time) time.Duration {
+	cr := r.retries[key]
+	if cr == nil {
+		cr = &claimRetry{delay: r.cfg.Interval}
+		r.retries[key] = cr
+	} else {
+		cr.delay = min(2*cr.delay, r.cfg.MaxBackoff)
+	}
+	cr.next = now.Add(cr.delay)
+	return cr.delay
+}

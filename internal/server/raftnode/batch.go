@@ -1,0 +1,108 @@
+package raftnode
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+const (
+	// maxBatch is the most node writes grouped into one raft entry.
+	maxBatch = 512
+	// batchesInFlight is how many batch entries may wait for commit at
+	// once; requests arriving meanwhile form the next batch.
+	batchesInFlight = 1
+)
+
+// batchReq is one node write waiting to be grouped.
+type batchReq struct {
+	entry *csisupdv1.LogEntry
+	done  chan batchOutcome
+}
+
+type batchOutcome struct {
+	index uint64
+	err   error
+}
+
+// applyBatched writes one node entry through raft, grouped with other
+// concurrent node writes into a single log entry (group commit).
+func (n *Node) ApplyBatched(e *csisupdv1.LogEntry) (uint64, error) {
+	req := batchReq{entry: e, done: make(chan batchOutcome, 1)}
+	select {
+	case n.batchCh <- req:
+	case <-n.stopCh:
+		return 0, fmt.Errorf("raft apply: %w", raft.ErrRaftShutdown)
+	}
+	out := <-req.done
+	return out.index, out.err
+}
+
+// runBatcher groups node writes until shutdown.
+func (n *Node) runBatcher() {
+	loop := n.cfg.Watchdog.Loop("server batcher")
+	defer loop.Done()
+	slots := make(chan struct{}, batchesInFlight)
+	for {
+		// A slot frees when a batch in flight is answered, which raft
+		// bounds: it commits, or fails when leadership is lost.
+		for waiting := true; waiting; {
+			loop.Beat()
+			select {
+			case slots <- struct{}{}:
+				waiting = false
+			case <-loop.C():
+			case <-n.stopCh:
+				return
+			}
+		}
+		var batch []batchReq
+		for len(batch) == 0 {
+			loop.Beat()
+			select {
+			case r := <-n.batchCh:
+				batch = append(batch, r)
+			case <-loop.C():
+			case <-n.stopCh:
+				return
+			}
+		}
+	collect:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-n.batchCh:
+				batch = append(batch, r)
+			default:
+				break collect
+			}
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer func() { <-slots }()
+			n.applyGroup(batch)
+		}()
+	}
+}
+
+func (n *Node) applyGroup(batch []batchReq) {
+	if len(batch) == 1 {
+		idx, err := n.Apply(batch[0].entry)
+		batch[0].done <- batchOutcome{index: idx, err: err}
+		return
+	}
+	entries := make([]*csisupdv1.LogEntry, len(batch))
+	for i, r := range batch {
+		entries[i] = r.entry
+	}
+	res, err := n.ApplyRaw(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Batch{Batch: &csisupdv1.LogBatch{Entries: entries}}})
+	for i, r := range batch {
+		out := batchOutcome{index: res.Index, err: err}
+		if err == nil && i < len(res.Errs) {
+			out.err = res.Errs[i]
+		}
+		r.done <- out
+	}
+}

@@ -1,0 +1,49 @@
+package state
+
+import csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+
+// Counts is what the metrics count in the state.
+type Counts struct {
+	// Nodes counts the nodes by stored status; a status no node has is
+	// absent.
+	Nodes map[string]int
+	// Plugins counts the plugin ids.
+	Plugins int
+	// Volumes counts the volumes.
+	Volumes int
+	// Claims counts the claims by state; a state no claim is in is
+	// absent.
+	Claims map[string]int
+}
+
+// Counts counts nodes, plugin ids, volumes and claims in one read
+// transaction, without copying any object.
+func (s *Store) Counts() Counts {
+	out := Counts{Nodes: map[string]int{}, Claims: map[string]int{}}
+	txn := s.db.Txn(false)
+	if it, err := txn.Get(tableNodes, "id"); err == nil {
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			out.Nodes[raw.(*csisupdv1.ClusterNode).GetStatus()]++
+		}
+	}
+	// The rows of one plugin are adjacent: the index sorts by plugin id,
+	// then node id.
+	if it, err := txn.Get(tablePlugins, "id"); err == nil {
+		last := ""
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			if id := raw.(*instanceRow).PluginID; out.Plugins == 0 || id != last {
+				out.Plugins++
+				last = id
+			}
+		}
+	}
+	if it, err := txn.Get(tableVolumes, "id"); err == nil {
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			out.Volumes++
+			for _, c := range raw.(*csisupdv1.Volume).GetClaims() {
+				out.Claims[c.GetState()]++
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,60 @@
+package state
+
+import (
+	"github.com/hashicorp/go-memdb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+const (
+	tableNodes   = "nodes"
+	tablePlugins = "plugins"
+	tableVolumes = "volumes"
+	tableServers = "servers"
+	tableIndex   = "index"
+
+	// indexLatest is the key in the index table of the raft index of the
+	// latest write.
+	indexLatest = "latest"
+)
+
+// instanceRow is one plugin on one node, as stored in the plugins table.
+// A plugin id exists in the cluster while it has at least one row, so a
+// plugin whose last instance goes away is collected with that row.
+type instanceRow struct {
+	PluginID string
+	NodeID   string
+	Plugin   *csisupdv1.Plugin
+}
+
+// indexRow records a raft index: of the latest write, or of the ACL
+// bootstrap.
+type indexRow struct {
+	Key   string
+	Value uint64
+}
+
+func schema() *memdb.DBSchema {
+	id := func(field string) *memdb.IndexSchema {
+		return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
+	}
+	tables := map[string]*memdb.TableSchema{
+		tableNodes: {Name: tableNodes, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
+		tablePlugins: {Name: tablePlugins, Indexes: map[string]*memdb.IndexSchema{
+			"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+				&memdb.StringFieldIndex{Field: "PluginID"}, &memdb.StringFieldIndex{Field: "NodeID"},
+			}}},
+		}},
+		tableVolumes: {Name: tableVolumes, Indexes: map[string]*memdb.IndexSchema{
+			"id": id("Id"),
+			"plugin_id": {Name: "plugin_id", AllowMissing: true,
+				Indexer: &memdb.StringFieldIndex{Field: "PluginId"}},
+		}},
+		tableServers: {Name: tableServers, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
+		tableIndex:   {Name: tableIndex, Indexes: map[string]*memdb.IndexSchema{"id": id("Key")}},
+	}
+	for name, t := range aclTables() {
+		tables[name] = t
+	}
+	return &memdb.DBSchema{Tables: tables}
+}

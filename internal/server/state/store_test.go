@@ -1,0 +1,144 @@
+package state
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// write runs fn in a write transaction and commits it.
+func write(t *testing.T, s *Store, fn func(*Txn) error) {
+	t.Helper()
+	txn := s.Write()
+	defer txn.Abort()
+	if err := fn(txn); err != nil {
+		t.Fatal(err)
+	}
+	txn.Commit()
+}
+
+// putNode writes a node with its plugins, as the FSM does.
+func putNode(txn *Txn, n *csisupdv1.ClusterNode) ([]string, error) {
+	var old []*csisupdv1.Plugin
+	if prev := txn.Node(n.GetId()); prev != nil {
+		old = prev.GetPlugins()
+	}
+	if err := txn.PutNode(n); err != nil {
+		return nil, err
+	}
+	return txn.SetNodePlugins(n.GetId(), old, n.GetPlugins())
+}
+
+func TestWritesAreSeenAfterCommitOnly(t *testing.T) {
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := s.Write()
+	if err := txn.PutVolume(&csisupdv1.Volume{Id: "v", PluginId: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if txn.Volume("v") == nil {
+		t.Fatal("the transaction does not see its own write")
+	}
+	if s.Volume("v") != nil {
+		t.Fatal("a reader sees an uncommitted write")
+	}
+	txn.Abort()
+	if s.Volume("v") != nil {
+		t.Fatal("an aborted write is visible")
+	}
+	write(t, s, func(txn *Txn) error {
+		if err := txn.DeleteACLPolicy("nope"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("delete of a missing policy: %v, want ErrNotFound", err)
+		}
+		return txn.SetLatestIndex(7)
+	})
+	if s.LatestIndex() != 7 {
+		t.Fatalf("latest index %d, want 7", s.LatestIndex())
+	}
+}
+
+func TestPluginOfItsInstancesAndCollected(t *testing.T) {
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mono := &csisupdv1.Plugin{Id: "p", Type: PluginTypeMonolith, Healthy: true}
+	write(t, s, func(txn *Txn) error {
+		for _, n := range []*csisupdv1.ClusterNode{
+			{Id: "a", Status: NodeStatusReady, Plugins: []*csisupdv1.Plugin{mono}},
+			{Id: "b", Status: NodeStatusDown, Plugins: []*csisupdv1.Plugin{mono}},
+		} {
+			if _, err := putNode(txn, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	p := s.Plugin("p")
+	if p.GetControllersExpected() != 2 || p.GetControllersHealthy() != 1 || p.GetNodesHealthy() != 1 {
+		t.Fatalf("plugin %v: want 2 controllers and nodes expected, 1 healthy (node b is down)", p)
+	}
+	if c := s.Counts(); c.Plugins != 1 || c.Nodes[NodeStatusReady] != 1 || c.Nodes[NodeStatusDown] != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+	var gc []string
+	write(t, s, func(txn *Txn) error {
+		for _, id := range []string{"a", "b"} {
+			n := CopyNode(txn.Node(id))
+			n.Plugins = nil
+			got, err := putNode(txn, n)
+			if err != nil {
+				return err
+			}
+			gc = append(gc, got...)
+		}
+		return nil
+	})
+	if !slices.Equal(gc, []string{"p"}) || s.Plugin("p") != nil {
+		t.Fatalf("collected %v, plugin %v: want p collected with its last instance", gc, s.Plugin("p"))
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, s, func(txn *Txn) error {
+		if _, err := putNode(txn, &csisupdv1.ClusterNode{Id: "a", Status: NodeStatusReady,
+			Plugins: []*csisupdv1.Plugin{{Id: "p", Type: PluginTypeNode, Healthy: true}}}); err != nil {
+			return err
+		}
+		if err := txn.PutServer(&csisupdv1.ServerRecord{Id: "s1", RpcAddress: "h:1"}); err != nil {
+			return err
+		}
+		return txn.SetLatestIndex(5)
+	})
+	data, err := EncodeSnapshot(s.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := DecodeSnapshot(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := FromSnapshot(snap, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Plugin("p").GetNodesHealthy() != 1 || r.Server("s1").GetRpcAddress() != "h:1" || r.LatestIndex() != 9 {
+		t.Fatalf("restored: plugin %v, server %v, index %d", r.Plugin("p"), r.Server("s1"), r.LatestIndex())
+	}
+	snap.Version = 2
+	if _, err := FromSnapshot(snap, 9); err == nil || !strings.Contains(err.Error(), "unsupported version 2") {
+		t.Fatalf("restore of version 2: %v", err)
+	}
+	if _, err := DecodeSnapshot([]byte("garbage")); err == nil {
+		t.Fatal("decode of garbage succeeded")
+	}
+}
