@@ -187,7 +187,7 @@ func TestBlockingQuerySeesOtherAgents(t *testing.T) {
 }
 
 // With nothing changing the query answers after its wait with the same
-// index; without an index it answers at once.
+// index.
 func TestBlockingQueryTimesOut(t *testing.T) {
 	a := newAgent(t, Config{ManualChecks: true})
 	c := newClient(t, a, "")
