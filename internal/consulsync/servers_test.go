@@ -112,7 +112,8 @@ func TestServerWatchWakesOnRegistration(t *testing.T) {
 	if got := firstServers(t, r.s); len(got) != 0 {
 		t.Fatalf("Servers = %v with no server registered", got)
 	}
-	waitFor(t, "the blocking query", func() bool { return a.Count(consultest.RouteCatalogService) == 2 })
+	waitFor(t, "the blocking query", func() bool { return a.Count(consultest.RouteCatalogService) >= 2 })
+	before := a.Count(consultest.RouteCatalogService)
 
 	registerServer(t, other, "", "node-2", "127.0.0.2", 4780)
 	want := []string{"127.0.0.2:4780"}
@@ -120,9 +121,9 @@ func TestServerWatchWakesOnRegistration(t *testing.T) {
 		got, err := r.s.Servers(context.Background())
 		return err == nil && slices.Equal(got, want)
 	})
-	// The answer, then one new blocking query: no polling.
-	if got := a.Count(consultest.RouteCatalogService); got > 3 {
-		t.Errorf("%d catalog requests, want at most 3: the first, the one woken and the next", got)
+	// The query woken, then one new blocking query: no polling.
+	if got := a.Count(consultest.RouteCatalogService) - before; got > 1 {
+		t.Errorf("%d catalog requests after the registration, want at most 1: the next blocking query", got)
 	}
 }
 
@@ -265,7 +266,7 @@ func TestServerWatchRestartsOnReload(t *testing.T) {
 	if got := firstServers(t, r.s); !slices.Equal(got, []string{"127.0.0.10:4780"}) {
 		t.Fatalf("Servers = %v, want the server of Consul a", got)
 	}
-	waitFor(t, "the blocking query to a", func() bool { return a.Count(consultest.RouteCatalogService) == 2 })
+	waitFor(t, "the blocking query to a", func() bool { return a.Count(consultest.RouteCatalogService) >= 2 })
 
 	next := cfg
 	next.Address, next.Token = b.Addr(), "token-b"
@@ -311,4 +312,32 @@ func TestServerWatchResetsAnIndexThatWentBackwards(t *testing.T) {
 		return err == nil && slices.Equal(got, []string{"127.0.0.11:4780"})
 	})
 	waitFor(t, "the index reset", func() bool { return strings.Contains(logs.String(), "consul server watch: index reset") })
+}
+
+// The watch's loop beats while its blocking query is out, which may be
+// far longer than the watchdog's timeout, and stops counting when Run
+// returns.
+func TestServerWatchBeatsWhileItsQueryBlocks(t *testing.T) {
+	mon, clock := newMonitor(t)
+	a := newAgent(t, consultest.Config{ManualChecks: true})
+	reg := registry.New(registry.Config{})
+	cfg := testConfig(reg, a.Addr(), &logBuffer{})
+	cfg.Watchdog, cfg.DiscoveryWait = mon, 10*time.Minute
+	r := start(t, cfg)
+	firstServers(t, r.s)
+	waitFor(t, "the blocking query", func() bool { return a.Count(consultest.RouteCatalogService) >= 2 })
+	for i := range 3 {
+		clock.Advance(time.Minute) // far past the timeout: stale until the loops beat again
+		waitFor(t, fmt.Sprintf("beats after advance %d", i), func() bool { return len(mon.Stale()) == 0 })
+	}
+	if got := a.Count(consultest.RouteCatalogService); got > 3 {
+		t.Errorf("%d catalog requests: the beats must not come from new requests", got)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	if stale := mon.Stale(); len(stale) != 0 {
+		t.Errorf("stale after Run returned: %v", stale)
+	}
 }
