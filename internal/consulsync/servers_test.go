@@ -32,11 +32,14 @@ func firstServers(t *testing.T, s *Syncer) []string {
 	return addrs
 }
 
-// hammer calls Servers from several goroutines until stop is closed, as
-// the server role's join loop and the node client do, and returns when
-// they are done.
-func hammer(s *Syncer, stop <-chan struct{}) (wait func()) {
+// hammer calls Servers from several goroutines for period, as the server
+// role's join loop and the node client do, and returns when they are
+// done. The period is what is measured, not a synchronisation.
+func hammer(s *Syncer, period time.Duration) {
 	var wg sync.WaitGroup
+	end := time.NewTimer(period)
+	defer end.Stop()
+	stop := make(chan struct{})
 	for range 4 {
 		wg.Go(func() {
 			tick := time.NewTicker(5 * time.Millisecond)
@@ -51,7 +54,9 @@ func hammer(s *Syncer, stop <-chan struct{}) (wait func()) {
 			}
 		})
 	}
-	return wg.Wait
+	<-end.C
+	close(stop)
+	wg.Wait()
 }
 
 // registerServer registers a server service in the catalog of a with
@@ -82,13 +87,7 @@ func TestServerWatchRequestsOncePerWait(t *testing.T) {
 	}
 	a.ResetCounts()
 
-	stop := make(chan struct{})
-	done := hammer(r.s, stop)
-	period := time.NewTimer(window)
-	<-period.C // the measurement period, not a synchronisation
-	close(stop)
-	done()
-
+	hammer(r.s, window)
 	got := a.Count(consultest.RouteCatalogService)
 	if limit := int(window/wait) + 1; got > limit {
 		t.Errorf("the watch made %d catalog requests in 10s with a wait of %s, want at most %d", got, wait, limit)
@@ -159,14 +158,6 @@ func TestServerWatchBacksOffOnErrors(t *testing.T) {
 			t.Errorf("retry waits %v are the bare intervals: no jitter", waits)
 		}
 	}
-	measure := func(r *running) {
-		stop := make(chan struct{})
-		done := hammer(r.s, stop)
-		period := time.NewTimer(window)
-		<-period.C // the measurement period, not a synchronisation
-		close(stop)
-		done()
-	}
 
 	t.Run("500", func(t *testing.T) {
 		a := newAgent(t, consultest.Config{ManualChecks: true})
@@ -180,7 +171,7 @@ func TestServerWatchBacksOffOnErrors(t *testing.T) {
 		if _, err := r.s.Servers(ctx); err == nil || !strings.Contains(err.Error(), "500") {
 			t.Fatalf("Servers = %v, want the 500 before any answer", err)
 		}
-		measure(r)
+		hammer(r.s, window)
 		check(t, a.Count(consultest.RouteCatalogService), logs)
 
 		// Once Consul answers, the watch recovers and lists the servers.
@@ -202,7 +193,7 @@ func TestServerWatchBacksOffOnErrors(t *testing.T) {
 		firstFailure := func() bool { return strings.Contains(logs.String(), "consul server watch failed") }
 		_, _ = r.s.Servers(context.Background())
 		waitFor(t, "the first failure", firstFailure)
-		measure(r)
+		hammer(r.s, window)
 		// Every failed request logs one line.
 		check(t, len(retryWaitsOf(t, logs, "consul server watch")), logs)
 	})
