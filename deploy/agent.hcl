@@ -54,6 +54,7 @@ consul {
   server_service_name  = "csisupd-server"
   server_auto_join     = true      # servers with no retry_join find each other in Consul
   client_auto_join     = true      # agents with no client.servers find the servers in Consul
+  discovery_wait       = "5m"      # blocking query of the servers: one request per wait while nothing changes
 }
 
 # TLS on every port (gRPC and raft). Make the files with `csisupd tls ca create` and

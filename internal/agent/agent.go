@@ -659,6 +659,8 @@ func (a *Agent) consulConfig(cfg *config.Config) (consulsync.Config, error) {
 		PluginServiceName:    cs.PluginService,
 		ServerService:        cfg.Server.Enabled,
 		ServerServiceName:    cs.ServerServiceName,
+		DiscoveryWait:        cs.DiscoveryWait,
+		DiscoveryMinInterval: config.DefaultConsulDiscoveryMinInterval,
 		Tags:                 cs.Tags,
 		EnableTagOverride:    cs.EnableTagOverride,
 		DeregisterOnShutdown: cs.DeregisterOnShutdown,
@@ -698,13 +700,14 @@ func (a *Agent) checkTLSServerName(cfg *config.Config) string {
 	return ""
 }
 
-// discoverServers returns the server lookup in Consul's catalog when on is
-// set and Consul registration runs, else nil.
+// discoverServers returns the servers as the Consul sync's one watch of
+// the catalog last saw them when on is set and Consul registration runs,
+// else nil.
 func (a *Agent) discoverServers(on bool) server.Discover {
 	if !on || a.consul == nil {
 		return nil
 	}
-	return a.consul.ServerAddrs
+	return a.consul.Servers
 }
 
 // advertised is the address other nodes reach a listener at: the

@@ -128,3 +128,33 @@ func TestAgentConsulCheckUsesTLS(t *testing.T) {
 		t.Errorf("check dials %q, want %q", def.GRPC, want)
 	}
 }
+
+// An agent that finds its servers in Consul's catalog, while none is
+// registered, asks the catalog once per consul.discovery_wait through one
+// blocking query, however often the node client looks for servers.
+func TestAgentWithoutServersWatchesTheCatalog(t *testing.T) {
+	consul, err := consultest.New(consultest.Config{ManualChecks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(consul.Close)
+	cfg := testConfig(t)
+	cfg.Consul.Enabled, cfg.Consul.Address = true, consul.Addr()
+	cfg.Consul.ClientAutoJoin = true // and no client.servers
+	const wait, window = 2 * time.Second, 6 * time.Second
+	cfg.Consul.DiscoveryWait = wait
+	a, err := New(Config{Config: cfg, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+	testutil.WaitFor(t, 10*time.Second, "the watch's first request", func() bool {
+		return consul.Count(consultest.RouteCatalogService) > 0
+	})
+	consul.ResetCounts()
+	period := time.NewTimer(window)
+	<-period.C // the measurement period, not a synchronisation
+	if got, limit := consul.Count(consultest.RouteCatalogService), int(window/wait)+1; got > limit {
+		t.Errorf("%d catalog requests in %s with discovery_wait %s, want at most %d", got, window, wait, limit)
+	}
+}

@@ -82,6 +82,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"server_service_name":    &c.Consul.ServerServiceName,
 			"server_auto_join":       &c.Consul.ServerAutoJoin,
 			"client_auto_join":       &c.Consul.ClientAutoJoin,
+			"discovery_wait":         &c.Consul.DiscoveryWait,
 		},
 		"tls": {
 			"ca_file":                &c.TLS.CAFile,

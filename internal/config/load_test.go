@@ -108,6 +108,7 @@ func TestDefault(t *testing.T) {
 			ServerServiceName:    "csisupd-server",
 			ServerAutoJoin:       true,
 			ClientAutoJoin:       true,
+			DiscoveryWait:        5 * time.Minute, // Consul's default wait
 		},
 		Region:    "global",
 		TLS:       TLSConfig{VerifyIncoming: true, VerifyOutgoing: true, VerifyServerHostname: true},
@@ -189,6 +190,7 @@ consul {
   server_service_name    = "supd-server"
   server_auto_join       = false
   client_auto_join       = false
+  discovery_wait         = "90s"
 }
 region = "eu-west-1"
 tls {
@@ -232,7 +234,7 @@ acl {
 						PluginServiceName: "plugin-{{id}}-csi", Tags: []string{"a", "b"},
 						EnableTagOverride: true, DeregisterOnShutdown: false, SyncInterval: 45 * time.Second,
 						CheckInterval: 3 * time.Second, CheckTLSServerName: "client.global.csisupd",
-						ServerServiceName: "supd-server",
+						ServerServiceName: "supd-server", DiscoveryWait: 90 * time.Second,
 					},
 					Region:  "eu-west-1",
 					Sources: []string{"agent.hcl"},

@@ -156,6 +156,9 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(cs.ServerServiceName) == "" {
 		v.add("consul.server_service_name", "required")
 	}
+	if cs.DiscoveryWait < time.Second || cs.DiscoveryWait > MaxConsulDiscoveryWait {
+		v.add("consul.discovery_wait", "must be between 1s and %s (the longest wait Consul serves), got %s", MaxConsulDiscoveryWait, cs.DiscoveryWait)
+	}
 
 	// TLS.
 	t := c.TLS

@@ -96,6 +96,10 @@ func TestValidateErrors(t *testing.T) {
 				`agent.hcl:4: consul.tags: element 1 is empty` + "\n" +
 				`agent.hcl:6: consul.check_interval: must be greater than zero, got 0s` + "\n" +
 				`agent.hcl:5: consul.server_service_name: required`},
+		{"consul discovery_wait above Consul's limit", "consul {\n  discovery_wait = \"11m\"\n}", nil,
+			`agent.hcl:2: consul.discovery_wait: must be between 1s and 10m0s (the longest wait Consul serves), got 11m0s`},
+		{"consul discovery_wait below 1s", "consul {\n  discovery_wait = \"500ms\"\n}", nil,
+			`agent.hcl:2: consul.discovery_wait: must be between 1s and 10m0s (the longest wait Consul serves), got 500ms`},
 		{"consul check interval below Consul's minimum", "consul {\n  check_interval = \"500ms\"\n}", nil,
 			`agent.hcl:2: consul.check_interval: 500ms is below 1s, the shortest interval Consul runs a check at`},
 		{"three servers without retry_join or Consul", "server {\n  enabled = true\n  bootstrap_expect = 3\n}\nconsul {\n  server_auto_join = false\n}", nil,

@@ -23,6 +23,9 @@ import (
 // when it is the only token given.
 const envConsulToken = "CONSUL_TOKEN"
 
+// maxDiscoveryWait is the longest wait of a blocking query Consul serves.
+const maxDiscoveryWait = 10 * time.Minute
+
 // Config configures a Syncer. It has no defaults: every field that is not
 // marked optional must be set (the agent fills them from its validated
 // configuration, where all defaults live), and New and Reload reject a
@@ -55,11 +58,21 @@ type Config struct {
 	PluginServiceName func(pluginID string) string
 	// ServerService registers the server role's service (ServerServiceID,
 	// named ServerServiceName, on ServicePort), by which servers and agents
-	// find the servers (Syncer.ServerAddrs).
+	// find the servers (Syncer.Servers).
 	ServerService bool
 	// ServerServiceName is the service name of the servers, registered with
-	// ServerService and looked up by ServerAddrs. Required for either.
+	// ServerService and watched for Servers. Required.
 	ServerServiceName string
+	// DiscoveryWait is the wait of the blocking query that watches
+	// ServerServiceName in the catalog: while nothing changes the watch
+	// makes one request per DiscoveryWait (plus Consul's stagger of up to
+	// a sixteenth). At most 10 minutes, the longest wait Consul serves.
+	// Required.
+	DiscoveryWait time.Duration
+	// DiscoveryMinInterval is the shortest time between the starts of two
+	// requests of the watch, for a Consul whose index keeps moving.
+	// Required.
+	DiscoveryMinInterval time.Duration
 	// Tags are added to every service.
 	Tags []string
 	// EnableTagOverride lets tags changed in Consul's catalog survive
@@ -123,8 +136,9 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Watchdog tracks the liveness of Run's loop ("consul sync"), which
 	// beats on every turn, before every request to Consul and while it
-	// waits out a retry backoff. Optional: nil tracks nothing. Only New's
-	// counts; Reload keeps it.
+	// waits out a retry backoff, and of the server watch ("consul server
+	// watch"). Optional: nil tracks nothing. Only New's counts; Reload
+	// keeps it.
 	Watchdog *watchdog.Monitor
 }
 
@@ -167,9 +181,13 @@ func (c Config) validate() error {
 			bad("PluginServiceName gives plugins a and b the same service name %q", a)
 		}
 	}
-	if c.ServerService && strings.TrimSpace(c.ServerServiceName) == "" {
-		bad("ServerServiceName is required with ServerService")
+	if strings.TrimSpace(c.ServerServiceName) == "" {
+		bad("ServerServiceName is required")
 	}
+	if positive("DiscoveryWait", c.DiscoveryWait) && c.DiscoveryWait > maxDiscoveryWait {
+		bad("DiscoveryWait %s exceeds %s, the longest wait Consul serves", c.DiscoveryWait, maxDiscoveryWait)
+	}
+	positive("DiscoveryMinInterval", c.DiscoveryMinInterval)
 	if ip := net.ParseIP(c.ServiceAddress); ip != nil && ip.IsUnspecified() {
 		bad("ServiceAddress %s is unspecified; Consul rejects it as a service address", c.ServiceAddress)
 	}

@@ -38,6 +38,7 @@ func TestConfigValidate(t *testing.T) {
 		{"blank plugin service name", func(c *Config) { c.PluginServiceName = func(string) string { return " " } }, "PluginServiceName"},
 		{"plugin service name without the ID", func(c *Config) { c.PluginServiceName = func(string) string { return "csi" } }, `PluginServiceName gives plugins a and b the same service name "csi"`},
 		{"server service without a name", func(c *Config) { c.ServerService, c.ServerServiceName = true, " " }, "ServerServiceName"},
+		{"discovery wait above Consul's limit", func(c *Config) { c.DiscoveryWait = 11 * time.Minute }, "DiscoveryWait 11m0s exceeds 10m0s"},
 		{"no gRPC check address", func(c *Config) { c.GRPCCheck = "" }, "GRPCCheck is required"},
 		{"gRPC check address without port", func(c *Config) { c.GRPCCheck = "10.0.0.1" }, "GRPCCheck"},
 		{"gRPC check address with a bad port", func(c *Config) { c.GRPCCheck = "10.0.0.1:0" }, "GRPCCheck"},
@@ -52,13 +53,15 @@ func TestConfigValidate(t *testing.T) {
 	}
 	// A zero duration is missing, never a default.
 	durations := map[string]func(c *Config) *time.Duration{
-		"GRPCCheckInterval": func(c *Config) *time.Duration { return &c.GRPCCheckInterval },
-		"GRPCCheckTimeout":  func(c *Config) *time.Duration { return &c.GRPCCheckTimeout },
-		"SyncInterval":      func(c *Config) *time.Duration { return &c.SyncInterval },
-		"CheckTTL":          func(c *Config) *time.Duration { return &c.CheckTTL },
-		"Probation":         func(c *Config) *time.Duration { return &c.Probation },
-		"RequestTimeout":    func(c *Config) *time.Duration { return &c.RequestTimeout },
-		"ShutdownTimeout":   func(c *Config) *time.Duration { return &c.ShutdownTimeout },
+		"GRPCCheckInterval":    func(c *Config) *time.Duration { return &c.GRPCCheckInterval },
+		"GRPCCheckTimeout":     func(c *Config) *time.Duration { return &c.GRPCCheckTimeout },
+		"SyncInterval":         func(c *Config) *time.Duration { return &c.SyncInterval },
+		"CheckTTL":             func(c *Config) *time.Duration { return &c.CheckTTL },
+		"Probation":            func(c *Config) *time.Duration { return &c.Probation },
+		"RequestTimeout":       func(c *Config) *time.Duration { return &c.RequestTimeout },
+		"DiscoveryWait":        func(c *Config) *time.Duration { return &c.DiscoveryWait },
+		"DiscoveryMinInterval": func(c *Config) *time.Duration { return &c.DiscoveryMinInterval },
+		"ShutdownTimeout":      func(c *Config) *time.Duration { return &c.ShutdownTimeout },
 	}
 	for _, field := range slices.Sorted(maps.Keys(durations)) {
 		tests = append(tests, struct {

@@ -121,9 +121,9 @@ func TestPluginServicesFollowTheAgentCheck(t *testing.T) {
 }
 
 // The server role registers its service with the agent's gRPC port;
-// ServerAddrs finds every server of the datacenter in the catalog, each at
+// Servers finds every server of the datacenter in the catalog, each at
 // its service address or else its node's, and follows deregistrations.
-func TestServerServiceAndServerAddrs(t *testing.T) {
+func TestServerServiceAndServers(t *testing.T) {
 	catalog := consultest.NewCatalog()
 	nodes := []struct {
 		node, nodeAddr, svcAddr string
@@ -147,27 +147,31 @@ func TestServerServiceAndServerAddrs(t *testing.T) {
 		runs = append(runs, r)
 	}
 
-	addrs, err := runs[0].s.ServerAddrs(context.Background())
+	// The first call waits for the watch's first answer, which lists both.
+	addrs, err := runs[0].s.Servers(context.Background())
 	if want := []string{"127.0.0.1:4780", "127.0.0.5:5780"}; err != nil || !slices.Equal(addrs, want) {
-		t.Fatalf("ServerAddrs = %v, %v; want %v", addrs, err, want)
+		t.Fatalf("Servers = %v, %v; want %v", addrs, err, want)
 	}
 	if err := runs[1].stop(t); err != nil {
 		t.Fatal(err)
 	}
-	addrs, err = runs[0].s.ServerAddrs(context.Background())
-	if want := []string{"127.0.0.1:4780"}; err != nil || !slices.Equal(addrs, want) {
-		t.Fatalf("ServerAddrs after one server stopped = %v, %v; want %v", addrs, err, want)
-	}
+	want := []string{"127.0.0.1:4780"}
+	waitFor(t, "Servers to follow the deregistration", func() bool {
+		addrs, err = runs[0].s.Servers(context.Background())
+		return err == nil && slices.Equal(addrs, want)
+	})
 }
 
-func TestServerAddrsErrors(t *testing.T) {
+func TestServersErrors(t *testing.T) {
 	reg := registry.New(registry.Config{})
 	cfg := testConfig(reg, testutil.FreeAddr(t), &logBuffer{})
 	cfg.Token = "secret-token"
-	s := newSyncer(t, cfg)
-	_, err := s.ServerAddrs(context.Background())
+	r := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, err := r.s.Servers(ctx)
 	if err == nil || !strings.Contains(err.Error(), `list servers (catalog service "csisupd-server")`) {
-		t.Errorf("ServerAddrs with Consul down: %v, want an error naming the lookup", err)
+		t.Errorf("Servers with Consul down: %v, want an error naming the lookup", err)
 	}
 	if err != nil && strings.Contains(err.Error(), "secret-token") {
 		t.Errorf("the error shows the token: %v", err)

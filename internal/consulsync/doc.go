@@ -64,9 +64,32 @@
 //
 // # Finding the servers
 //
-// ServerAddrs lists the servers registered under ServerServiceName in
+// Servers lists the servers registered under ServerServiceName in
 // Consul's catalog, for servers and agents that find each other there
-// (consul.server_auto_join and consul.client_auto_join).
+// (consul.server_auto_join and consul.client_auto_join). Every caller (the
+// server role's join loop, the node client) reads the latest answer of one
+// watch per Syncer; none sends a request of its own, so an agent has at
+// most one catalog request out whatever asks for the servers and how
+// often.
+//
+// The watch runs with Run, and sends its first request when Servers is
+// first called: an agent that finds its servers otherwise never reads the
+// catalog. It uses Consul's blocking queries, as consul-template and
+// Nomad do: each request carries the X-Consul-Index of the previous
+// answer and DiscoveryWait, and Consul answers as soon as the service
+// changes, or after the wait (plus a stagger of up to a sixteenth) with
+// nothing new. A quiet catalog therefore costs one request per
+// DiscoveryWait, and a new or removed server is seen at once. As Consul's
+// documentation of blocking queries advises, an index that goes
+// backwards or is 0 starts again from 0 (a request that does not block),
+// and two requests start at least DiscoveryMinInterval apart, so a
+// catalog whose index keeps moving is not read in a tight loop. A failed
+// request is retried after Config.Retry's jittered exponential backoff;
+// Servers keeps returning the latest list meanwhile (or, before any, the
+// error). Reload cancels the request out and starts again with the new
+// address, token and names. The watch's loop beats the watchdog loop
+// "consul server watch" while idle, while its request is out and while it
+// waits; Run waits for it to end, at most ShutdownTimeout.
 //
 // # Tag override
 //
@@ -105,5 +128,5 @@
 // and the time of the last successful pass are exported as
 // csisupd_consul_sync_*. With Config.Watchdog, Run's loop beats the loop
 // "consul sync" on every turn, before every request and while it waits
-// out a retry backoff.
+// out a retry backoff, and the server watch beats "consul server watch".
 package consulsync

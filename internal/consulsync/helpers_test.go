@@ -92,19 +92,21 @@ var shortRetry = func() retry.Policy {
 func baseConfig() Config {
 	def := config.Default().Consul
 	return Config{
-		ServiceName:       def.ServiceName,
-		PluginServiceName: def.PluginService,
-		ServerServiceName: def.ServerServiceName,
-		ServicePort:       4780,
-		GRPCCheck:         "127.0.0.1:4780",
-		GRPCCheckInterval: def.CheckInterval,
-		GRPCCheckTimeout:  def.CheckTimeout(),
-		SyncInterval:      def.SyncInterval,
-		CheckTTL:          def.CheckTTL(),
-		Probation:         config.DefaultConsulProbation,
-		Retry:             config.DefaultRetry().ConsulSync,
-		RequestTimeout:    config.DefaultConsulRequestTimeout,
-		ShutdownTimeout:   5 * time.Second,
+		ServiceName:          def.ServiceName,
+		PluginServiceName:    def.PluginService,
+		ServerServiceName:    def.ServerServiceName,
+		DiscoveryWait:        def.DiscoveryWait,
+		DiscoveryMinInterval: config.DefaultConsulDiscoveryMinInterval,
+		ServicePort:          4780,
+		GRPCCheck:            "127.0.0.1:4780",
+		GRPCCheckInterval:    def.CheckInterval,
+		GRPCCheckTimeout:     def.CheckTimeout(),
+		SyncInterval:         def.SyncInterval,
+		CheckTTL:             def.CheckTTL(),
+		Probation:            config.DefaultConsulProbation,
+		Retry:                config.DefaultRetry().ConsulSync,
+		RequestTimeout:       config.DefaultConsulRequestTimeout,
+		ShutdownTimeout:      5 * time.Second,
 	}
 }
 
@@ -124,6 +126,7 @@ func testConfig(reg *registry.Registry, addr string, logs *logBuffer) Config {
 	hourly.SyncInterval = time.Hour
 	c.SyncInterval, c.CheckTTL = hourly.SyncInterval, hourly.CheckTTL()
 	c.Retry = shortRetry
+	c.DiscoveryMinInterval = 10 * time.Millisecond
 	c.Probation = time.Hour
 	c.Logger = hclog.New(&hclog.LoggerOptions{
 		Name:   "consul",

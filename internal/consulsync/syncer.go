@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +41,7 @@ type Syncer struct {
 
 	reload  chan struct{}
 	running atomic.Bool
+	servers *serverWatch
 
 	// The fields below belong to the goroutine running Run.
 
@@ -52,8 +51,24 @@ type Syncer struct {
 	services        map[string]*serviceState
 	seen            map[string]bool // service IDs this process ever wanted
 	probationLogged map[string]bool
-	lastErr         string
-	lastErrLogged   time.Time
+	failLog         repeatLog
+}
+
+// repeatLog decides whether a failure is logged at warning or error
+// level: a new message, or the same one last logged failureLogEvery ago.
+type repeatLog struct {
+	msg string
+	at  time.Time
+}
+
+// fresh reports whether msg is to be logged at the higher level now, and
+// if so remembers it.
+func (r *repeatLog) fresh(msg string, now time.Time) bool {
+	if msg == r.msg && now.Sub(r.at) < failureLogEvery {
+		return false
+	}
+	r.msg, r.at = msg, now
+	return true
 }
 
 // serviceState is what the Syncer remembers about one wanted service.
@@ -93,6 +108,7 @@ func New(cfg Config) (*Syncer, error) {
 		cfg:             cfg,
 		client:          client,
 		reload:          make(chan struct{}, 1),
+		servers:         newServerWatch(cfg.ServerServiceName),
 		services:        make(map[string]*serviceState),
 		seen:            make(map[string]bool),
 		probationLogged: make(map[string]bool),
@@ -133,6 +149,11 @@ func (s *Syncer) Reload(cfg Config) error {
 	s.cfg, s.client = cfg, client
 	s.mu.Unlock()
 	old.close()
+	s.servers.setService(cfg.ServerServiceName)
+	select { // the server watch asks again with the new client
+	case s.servers.restart <- struct{}{}:
+	default:
+	}
 	s.warnConsulToken(client)
 	s.log.Info("consul sync configuration reloaded", "address", client.address, "token_source", string(client.source))
 	select {
@@ -178,6 +199,9 @@ func (s *Syncer) current() (Config, *consulClient) {
 // it waits out a retry backoff, which may be longer than the watchdog's
 // timeout. It stops beating when ctx ends; the deregistration that follows
 // has its own deadline (ShutdownTimeout).
+//
+// Run also runs the server watch that Servers reads (see the package
+// documentation) and waits for it to end, at most ShutdownTimeout.
 func (s *Syncer) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("consulsync: Run called twice")
@@ -187,12 +211,18 @@ func (s *Syncer) Run(ctx context.Context) error {
 	s.start = s.now()
 	s.loop = s.watchdog.Loop("consul sync")
 	defer s.loop.Done()
+	cfg, _ := s.current()
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		s.watchServers(ctx)
+	}()
+	defer s.awaitServerWatch(watchDone, cfg.ShutdownTimeout)
 	stop := func() {
 		s.loop.Done()
 		s.shutdown()
 	}
 
-	cfg, _ := s.current()
 	timer := time.NewTimer(cfg.SyncInterval)
 	defer timer.Stop()
 	failures := 0
@@ -236,7 +266,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		}
 		if failures > 0 {
 			s.log.Info("consul sync recovered", "failed_passes", failures)
-			s.lastErr = ""
+			s.failLog = repeatLog{}
 		}
 		failures = 0
 		retries.Reset()
@@ -248,9 +278,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 // was last logged failureLogEvery ago, else at debug level.
 func (s *Syncer) logFailure(err error, failures int, retryIn time.Duration) {
 	msg := err.Error()
-	now := s.now()
-	if msg != s.lastErr || now.Sub(s.lastErrLogged) >= failureLogEvery {
-		s.lastErr, s.lastErrLogged = msg, now
+	if s.failLog.fresh(msg, s.now()) {
 		s.log.Error("consul sync failed; will retry", "error", msg, "failed_passes", failures, "retry_in", retryIn)
 		return
 	}
@@ -574,39 +602,6 @@ func (s *Syncer) shutdown() {
 	}
 	s.log.Warn("could not deregister csisupd services from Consul at shutdown; they stay registered until csisupd starts again or an operator removes them",
 		"left_behind", strings.Join(left, ","), "deregistered", removed, "error", (&passError{errs: errs}).Error())
-}
-
-// ServerAddrs returns the gRPC addresses (host:port) of the servers
-// registered in Consul's catalog under ServerServiceName, sorted and
-// without duplicates: the service address, or the node's address when the
-// service has none, with the service port. It reads the catalog with the
-// current configuration (address, token) and RequestTimeout.
-func (s *Syncer) ServerAddrs(ctx context.Context) ([]string, error) {
-	cfg, cc := s.current()
-	if strings.TrimSpace(cfg.ServerServiceName) == "" {
-		return nil, errors.New("consulsync: ServerServiceName is blank")
-	}
-	var entries []*api.CatalogService
-	err := do(ctx, cfg, func(ctx context.Context) (err error) {
-		entries, _, err = cc.api.Catalog().Service(cfg.ServerServiceName, "", query(ctx))
-		return err
-	})
-	if err != nil {
-		return nil, &OpError{Op: fmt.Sprintf("list servers (catalog service %q)", cfg.ServerServiceName), Err: err, token: cc.token}
-	}
-	addrs := make([]string, 0, len(entries))
-	for _, e := range entries {
-		host := e.ServiceAddress
-		if host == "" {
-			host = e.Address
-		}
-		if host == "" || e.ServicePort <= 0 {
-			continue
-		}
-		addrs = append(addrs, net.JoinHostPort(host, strconv.Itoa(e.ServicePort)))
-	}
-	slices.Sort(addrs)
-	return slices.Compact(addrs), nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

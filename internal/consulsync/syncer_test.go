@@ -732,10 +732,17 @@ func TestRunOnceAndReloadChecks(t *testing.T) {
 // retryWaits returns the retry_in values of the failure lines in logs.
 func retryWaits(t *testing.T, logs *logBuffer) []time.Duration {
 	t.Helper()
+	return retryWaitsOf(t, logs, "")
+}
+
+// retryWaitsOf returns the retry_in values of the failure lines in logs
+// that contain substr.
+func retryWaitsOf(t *testing.T, logs *logBuffer, substr string) []time.Duration {
+	t.Helper()
 	var out []time.Duration
 	for _, line := range strings.Split(logs.String(), "\n") {
 		_, after, ok := strings.Cut(line, "retry_in=")
-		if !ok {
+		if !ok || !strings.Contains(line, substr) {
 			continue
 		}
 		d, err := time.ParseDuration(strings.Trim(strings.Fields(after)[0], `"`))

@@ -119,6 +119,9 @@ type Agent struct {
 
 	// wg counts the gRPC check runners and armed TTL timers.
 	wg sync.WaitGroup
+	// quit is closed when Close starts: blocking queries answer at once.
+	quit     chan struct{}
+	quitOnce sync.Once
 
 	// The fields below are guarded by cat.mu.
 	closed   bool
@@ -181,6 +184,7 @@ func New(cfg Config) (*Agent, error) {
 		tokens:   make(map[string]int),
 		faults:   make(map[string]*fault),
 		changed:  make(chan struct{}),
+		quit:     make(chan struct{}),
 	}
 	if cfg.CheckTLS != nil {
 		a.checkTLS = cfg.CheckTLS.Clone()
@@ -225,10 +229,12 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Close stops the server, closes its connections, stops the agent's check
-// runners and TTL timers and waits for them to finish. The node stays in
-// the catalog with a critical serfHealth check, as a failed node does
-// until the servers reap it. Close is idempotent.
+// runners and TTL timers and waits for them to finish. Blocking queries in
+// progress answer at once. The node stays in the catalog with a critical
+// serfHealth check, as a failed node does until the servers reap it. Close
+// is idempotent.
 func (a *Agent) Close() {
+	a.quitOnce.Do(func() { close(a.quit) })
 	a.srv.Close()
 	cat := a.cat
 	cat.mu.Lock()
@@ -502,7 +508,7 @@ func (a *Agent) AntiEntropy() {
 	}
 	for id := range n.services {
 		if _, ok := a.services[id]; !ok {
-			delete(n.services, id)
+			cat.removeServiceLocked(n, id)
 		}
 	}
 	for _, c := range a.checks {
@@ -510,7 +516,7 @@ func (a *Agent) AntiEntropy() {
 	}
 	for id := range n.checks {
 		if _, ok := a.checks[id]; !ok && id != serfHealthID {
-			delete(n.checks, id)
+			cat.removeCheckLocked(n, id)
 		}
 	}
 	a.syncLocked()

@@ -24,14 +24,25 @@ type Catalog struct {
 	index  uint64
 	nodes  map[string]*catalogNode
 	agents map[string]*Agent // open agents by node name
+	// serviceIndex is the index of the last change to an instance of each
+	// service that has instances (Consul's "service.<name>" index entry),
+	// its node or its checks.
+	serviceIndex map[string]uint64
+	// extinction is the index at which a service last lost its last
+	// instance (Consul's "service_last_extinction" index), 0 before.
+	extinction uint64
+	// nodesIndex and checksIndex are the indexes of the last change to a
+	// node or service and to a check (Consul's table indexes).
+	nodesIndex, checksIndex uint64
 }
 
 // NewCatalog returns an empty catalog to share between agents through
 // Config.Catalog.
 func NewCatalog() *Catalog {
 	return &Catalog{
-		nodes:  make(map[string]*catalogNode),
-		agents: make(map[string]*Agent),
+		nodes:        make(map[string]*catalogNode),
+		agents:       make(map[string]*Agent),
+		serviceIndex: make(map[string]uint64),
 	}
 }
 
@@ -232,6 +243,7 @@ func (cat *Catalog) nodeLocked(name, dc string) *catalogNode {
 			checks:   make(map[string]*wireCheck),
 		}
 		cat.nodes[name] = n
+		cat.nodesIndex = cat.index
 	}
 	return n
 }
@@ -244,6 +256,8 @@ func (cat *Catalog) setNodeInfoLocked(n *catalogNode, info wireNode) {
 	if !reflect.DeepEqual(info, n.node) {
 		info.ModifyIndex = cat.index
 		n.node = info
+		cat.nodesIndex = cat.index
+		cat.touchNodeLocked(n)
 	}
 }
 
@@ -258,8 +272,14 @@ func (cat *Catalog) putServiceLocked(n *catalogNode, svc api.AgentService) {
 	switch {
 	case !ok:
 		n.services[svc.ID] = &catalogService{svc: svc, createIndex: cat.index, modifyIndex: cat.index}
+		cat.serviceIndex[svc.Service], cat.nodesIndex = cat.index, cat.index
 	case !reflect.DeepEqual(prev.svc, svc):
+		old := prev.svc.Service
 		prev.svc, prev.modifyIndex = svc, cat.index
+		cat.serviceIndex[svc.Service], cat.nodesIndex = cat.index, cat.index
+		if old != svc.Service {
+			cat.lostInstanceLocked(old)
+		}
 	}
 	for _, h := range n.checks {
 		if h.ServiceID == svc.ID && (h.ServiceName != svc.Service || !slices.Equal(h.ServiceTags, svc.Tags)) {
@@ -291,6 +311,85 @@ func (cat *Catalog) putCheckLocked(n *catalogNode, h *wireCheck) {
 	}
 	c.ModifyIndex = cat.index
 	n.checks[c.CheckID] = &c
+	cat.touchCheckLocked(n, &c)
+}
+
+// removeServiceLocked deletes a service instance from a node.
+func (cat *Catalog) removeServiceLocked(n *catalogNode, id string) {
+	s, ok := n.services[id]
+	if !ok {
+		return
+	}
+	delete(n.services, id)
+	cat.nodesIndex = cat.index
+	cat.lostInstanceLocked(s.svc.Service)
+}
+
+// removeCheckLocked deletes a check from a node.
+func (cat *Catalog) removeCheckLocked(n *catalogNode, id string) {
+	c, ok := n.checks[id]
+	if !ok {
+		return
+	}
+	delete(n.checks, id)
+	cat.touchCheckLocked(n, c)
+}
+
+// touchNodeLocked moves the index of every service of a node, as Consul
+// does when the node or one of its node checks changes.
+func (cat *Catalog) touchNodeLocked(n *catalogNode) {
+	for _, s := range n.services {
+		cat.serviceIndex[s.svc.Service] = cat.index
+	}
+}
+
+// touchCheckLocked moves the index of the service a check belongs to, or
+// of every service of its node for a node check.
+func (cat *Catalog) touchCheckLocked(n *catalogNode, c *wireCheck) {
+	cat.checksIndex = cat.index
+	if c.ServiceID == "" {
+		cat.touchNodeLocked(n)
+		return
+	}
+	if s, ok := n.services[c.ServiceID]; ok {
+		cat.serviceIndex[s.svc.Service] = cat.index
+	}
+}
+
+// lostInstanceLocked records that an instance of service name went away:
+// the service's index moves, or, when it was the last instance, the
+// service's index is dropped and the extinction index moves, as in
+// Consul's state store.
+func (cat *Catalog) lostInstanceLocked(name string) {
+	for _, n := range cat.nodes {
+		for _, s := range n.services {
+			if s.svc.Service == name {
+				cat.serviceIndex[name] = cat.index
+				return
+			}
+		}
+	}
+	delete(cat.serviceIndex, name)
+	cat.extinction = cat.index
+}
+
+// serviceIndexLocked is the X-Consul-Index of the catalog (checks false)
+// and health (checks true) queries of service name, as Consul computes it:
+// the index of the service's last change while it has instances; for a
+// service without instances, the extinction index, or, when no service
+// ever lost its last instance, the index of the last change to any node
+// or service (and check, for health).
+func (cat *Catalog) serviceIndexLocked(name string, checks bool) uint64 {
+	if idx, ok := cat.serviceIndex[name]; ok {
+		return idx
+	}
+	if cat.extinction > 0 {
+		return cat.extinction
+	}
+	if checks {
+		return max(cat.nodesIndex, cat.checksIndex)
+	}
+	return cat.nodesIndex
 }
 
 // sortedAgentsLocked lists the open agents by node name.

@@ -161,7 +161,7 @@ func (a *Agent) removeCheckLocked(id string) {
 	a.checksRemoved = true
 	a.cat.index++
 	if n, ok := a.cat.nodes[a.node]; ok {
-		delete(n.checks, id)
+		a.cat.removeCheckLocked(n, id)
 	}
 }
 

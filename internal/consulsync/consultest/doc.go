@@ -113,6 +113,25 @@
 //     ordered by node name, then service ID, filtered by ?tag=, and by
 //     ?passing (which drops an instance with any check not passing; 400
 //     for an invalid value).
+//   - Blocking queries of GET /v1/catalog/service/:name and GET
+//     /v1/health/service/:name, as Consul 1.21 serves them: every answer
+//     carries X-Consul-Index, the service's index (the index of the last
+//     change to one of its instances, their nodes or their checks; for a
+//     service without instances, the index at which a service last lost
+//     its last instance, else the index of the last change to any node
+//     or service, and for health queries any check: so a query of a
+//     service that never existed wakes at every such change, as in
+//     Consul, hashicorp/consul#3890), never below 1. With
+//     ?index=N (N > 0) the request blocks until that index moves past N,
+//     the wait passes, the client goes away or the agent closes, then
+//     answers the current state (a timeout answers the same index: no
+//     change). ?wait= is a Go duration ("2s", "5m"; consul/api sends
+//     milliseconds), 5m when absent or not positive, cut to 10m, plus
+//     Consul's random stagger of up to wait/16 (QueryWait); an invalid
+//     ?wait= or ?index= is a 400 ("Invalid wait time", "Invalid index").
+//     Without ?index= (or with 0) a read answers at once. An index that
+//     went backwards (a new Catalog behind the same address) blocks the
+//     whole wait and answers the smaller index, as after a Consul restore.
 //   - AntiEntropy runs a full anti-entropy pass on demand: node info is
 //     restored, tag override adopts catalog tags, then the node's services
 //     and checks in the catalog are replaced by the local ones (serfHealth
@@ -136,8 +155,9 @@
 //
 // # What is not reproduced
 //
-//   - Blocking queries (?index= and ?wait= are ignored: every read answers
-//     at once), consistency modes, agent caching and streaming.
+//   - Blocking queries of other endpoints (their ?index= and ?wait= are
+//     ignored: they answer at once), hash-based blocking (?hash=),
+//     consistency modes, agent caching and streaming.
 //   - The ?filter= expression language (400 when given); ?near=, ?ns=,
 //     ?partition=, ?peer= and ?dc= are ignored.
 //   - Endpoints other than the ones above (404); in particular

@@ -110,8 +110,14 @@ func (a *Agent) denyPermission(w http.ResponseWriter, perm, resource string) {
 }
 
 func (a *Agent) writeJSON(w http.ResponseWriter, v any) {
+	a.writeJSONIndex(w, v, a.cat.index)
+}
+
+// writeJSONIndex answers v with index as X-Consul-Index; Consul never
+// answers an index below 1.
+func (a *Agent) writeJSONIndex(w http.ResponseWriter, v any, index uint64) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Consul-Index", strconv.FormatUint(max(a.cat.index, 1), 10))
+	w.Header().Set("X-Consul-Index", strconv.FormatUint(max(index, 1), 10))
 	w.Header().Set("X-Consul-KnownLeader", "true")
 	w.Header().Set("X-Consul-LastContact", "0")
 	if err := json.NewEncoder(w).Encode(v); err != nil {
@@ -389,7 +395,7 @@ func (a *Agent) handleServiceDeregister(w http.ResponseWriter, r *http.Request, 
 	a.cat.index++
 	delete(a.services, id)
 	if n, ok := a.cat.nodes[a.node]; ok {
-		delete(n.services, id)
+		a.cat.removeServiceLocked(n, id)
 	}
 	for _, cid := range slices.Sorted(maps.Keys(a.checks)) {
 		if a.checks[cid].serviceID == id {
@@ -635,7 +641,25 @@ func hasTags(have, want []string) bool {
 	return true
 }
 
+// serviceRead runs the blocking part of a catalog or health (checks)
+// query of the service named in the path, and returns the service's index
+// to answer with; false when the query was answered 400.
+func (a *Agent) serviceRead(w http.ResponseWriter, r *http.Request, checks bool) (uint64, bool) {
+	b, ok := parseBlocking(w, r)
+	if !ok {
+		return 0, false
+	}
+	name := r.PathValue("name")
+	index := func() uint64 { return a.cat.serviceIndexLocked(name, checks) }
+	a.blockLocked(r, b, index)
+	return index(), true
+}
+
 func (a *Agent) handleCatalogService(w http.ResponseWriter, r *http.Request, z authz) {
+	index, ok := a.serviceRead(w, r, false)
+	if !ok {
+		return
+	}
 	nodes, svcs, filtered := a.catalogMatches(r.PathValue("name"), r.URL.Query()["tag"], z)
 	out := make([]wireServiceNode, 0, len(svcs))
 	for i, s := range svcs {
@@ -664,7 +688,7 @@ func (a *Agent) handleCatalogService(w http.ResponseWriter, r *http.Request, z a
 	if filtered {
 		w.Header().Set("X-Consul-Results-Filtered-By-ACLs", "true")
 	}
-	a.writeJSON(w, out)
+	a.writeJSONIndex(w, out, index)
 }
 
 func (a *Agent) handleHealthService(w http.ResponseWriter, r *http.Request, z authz) {
@@ -676,6 +700,10 @@ func (a *Agent) handleHealthService(w http.ResponseWriter, r *http.Request, z au
 			badRequest(w, "Invalid value for ?passing")
 			return
 		}
+	}
+	index, ok := a.serviceRead(w, r, true)
+	if !ok {
+		return
 	}
 	nodes, svcs, filtered := a.catalogMatches(r.PathValue("name"), q["tag"], z)
 	out := make([]wireServiceEntry, 0, len(svcs))
@@ -721,5 +749,5 @@ func (a *Agent) handleHealthService(w http.ResponseWriter, r *http.Request, z au
 	if filtered {
 		w.Header().Set("X-Consul-Results-Filtered-By-ACLs", "true")
 	}
-	a.writeJSON(w, out)
+	a.writeJSONIndex(w, out, index)
 }
