@@ -49,8 +49,9 @@ func testConfig(t *testing.T) *config.Config {
 	return &cfg
 }
 
-// startPlugin serves a test plugin with id in cfg's plugin directory.
-func startPlugin(t *testing.T, cfg *config.Config, id string) {
+// startPlugin serves a test plugin with id in cfg's plugin directory until
+// the test ends, and returns it.
+func startPlugin(t *testing.T, cfg *config.Config, id string) *testplugin.Plugin {
 	t.Helper()
 	sock := filepath.Join(cfg.Client.PluginDir, id, "csi.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
@@ -70,6 +71,7 @@ func startPlugin(t *testing.T, cfg *config.Config, id string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
+	return p
 }
 
 // runAgent runs a in the background until the test ends; the returned stop

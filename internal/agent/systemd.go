@@ -17,9 +17,9 @@ import (
 const statusInterval = 2 * time.Second
 
 // newWatchdog creates the liveness monitor of the agent's loops. Under a
-// systemd watchdog (WATCHDOG_USEC for this process) it pings systemd while
-// every loop beats, at systemd's interval; without one it only tracks them
-// (for /v1/health and the metrics), with watchdog.DefaultTimeout.
+// systemd watchdog (WATCHDOG_USEC for this process) it pings systemd every
+// third of its timeout while every loop beats; without one it only tracks
+// them (for /v1/health and the metrics), with watchdog.DefaultTimeout.
 func (a *Agent) newWatchdog() (*watchdog.Monitor, error) {
 	cfg := watchdog.Config{Timeout: watchdog.DefaultTimeout, Metrics: a.registerer(), Logger: a.log.Named("watchdog")}
 	timeout, err := daemon.SdWatchdogEnabled(false)

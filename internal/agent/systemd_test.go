@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,11 +17,21 @@ import (
 )
 
 // notifySocket is a fake systemd notify socket: a unixgram socket whose
-// datagrams (sd_notify messages) arrive on msgs.
+// datagrams (sd_notify messages) arrive on msgs, and are also recorded
+// with the time they were read.
 type notifySocket struct {
 	conn *net.UnixConn
 	msgs chan string
 	done chan struct{}
+
+	mu  sync.Mutex
+	log []notifyMsg
+}
+
+// notifyMsg is one sd_notify message and when the socket read it.
+type notifyMsg struct {
+	at   time.Time
+	text string
 }
 
 func newNotifySocket(t *testing.T) *notifySocket {
@@ -44,7 +55,14 @@ func newNotifySocket(t *testing.T) *notifySocket {
 			if err != nil {
 				return
 			}
-			s.msgs <- string(buf[:n])
+			m := string(buf[:n])
+			s.mu.Lock()
+			s.log = append(s.log, notifyMsg{at: time.Now(), text: m})
+			s.mu.Unlock()
+			select {
+			case s.msgs <- m:
+			default: // a test that only reads the record lets the channel fill
+			}
 		}
 	}()
 	t.Cleanup(func() { _ = conn.Close(); <-s.done })
@@ -107,9 +125,10 @@ func (s *notifySocket) drain(other *[]string) {
 
 // Under systemd (a fake notify socket and WATCHDOG_USEC=200000) the agent
 // sends READY=1 with a STATUS line, pings the watchdog while its loops
-// beat, stops pinging within one interval after a loop is wedged,
-// resumes when it beats again, marks a reload with RELOADING=1 and
-// READY=1, and says STOPPING=1 at shutdown, in that order.
+// beat (and while one is busy in a call with a later deadline), stops
+// pinging within one interval after a loop is wedged, resumes when it
+// beats again, marks a reload with RELOADING=1 and READY=1, and says
+// STOPPING=1 at shutdown, in that order.
 func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	sock := newNotifySocket(t)
 	t.Setenv("WATCHDOG_USEC", "200000")
@@ -138,6 +157,21 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 			t.Fatalf("ping %d did not arrive while every loop beats", i)
 		}
 	}
+
+	// A loop busy in a call whose deadline is far off stops no ping, even
+	// long past the timeout.
+	busy := a.watchdog.Loop("test busy loop")
+	busySince := time.Now()
+	busy.Busy(busySince.Add(time.Hour))
+	for n := 0; n < 3 || time.Since(busySince) < 3*interval; n++ {
+		if !sock.ping(10*interval, &other) {
+			t.Fatalf("no ping %s after a loop said it is busy in a call with a deadline an hour away", time.Since(busySince))
+		}
+	}
+	if stale := a.watchdog.Stale(); len(stale) > 0 {
+		t.Fatalf("Stale() = %v while the only other loop is busy until its deadline", stale)
+	}
+	busy.Done()
 
 	// Wedge one loop: registered, then never beaten again.
 	wedged := a.watchdog.Loop("test wedged loop")

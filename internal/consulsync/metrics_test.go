@@ -347,7 +347,7 @@ func TestWedgedSyncLoopIsStale(t *testing.T) {
 	consul := startHangingConsul(t)
 	cfg := testConfig(registry.New(registry.Config{}), consul.srv.Listener.Addr().String(), &logBuffer{})
 	cfg.Watchdog = mon
-	cfg.RequestTimeout = time.Hour // the request never ends on its own
+	cfg.RequestTimeout = time.Hour // the request does not end during the test
 	r := start(t, cfg)
 
 	select {
@@ -356,10 +356,15 @@ func TestWedgedSyncLoopIsStale(t *testing.T) {
 		t.Fatal("the syncer sent no request")
 	}
 	// The loop is blocked in the request: it cannot beat, whatever its
-	// ticker does.
+	// ticker does. Until the request's deadline it is busy, not wedged.
 	clock.Advance(time.Minute)
+	if stale := mon.Stale(); len(stale) != 0 {
+		t.Errorf("stale loops = %q while the sync waits for a request within its deadline, want none", stale)
+	}
+	// Past the deadline (on the monitor's clock) the request is stuck.
+	clock.Advance(time.Hour)
 	if stale := mon.Stale(); !slices.Equal(stale, []string{"consul sync"}) {
-		t.Errorf("stale loops = %q while the sync is stuck in a request, want [consul sync]", stale)
+		t.Errorf("stale loops = %q while the sync is stuck in a request past its deadline, want [consul sync]", stale)
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
