@@ -49,9 +49,8 @@ func testConfig(t *testing.T) *config.Config {
 	return &cfg
 }
 
-// startPlugin serves a test plugin with id in cfg's plugin directory until
-// the test ends, and returns it.
-func startPlugin(t *testing.T, cfg *config.Config, id string) *testplugin.Plugin {
+// startPlugin serves a test plugin with id in cfg's plugin directory.
+func startPlugin(t *testing.T, cfg *config.Config, id string) {
 	t.Helper()
 	sock := filepath.Join(cfg.Client.PluginDir, id, "csi.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
@@ -71,7 +70,6 @@ func startPlugin(t *testing.T, cfg *config.Config, id string) *testplugin.Plugin
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
-	return p
 }
 
 // runAgent runs a in the background until the test ends; the returned stop

@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/consulsync/consultest"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/testplugin"
@@ -34,7 +33,18 @@ import (
 // plugin p1.
 func metricsDevAgent(t *testing.T) (*Agent, *testplugin.Plugin, *consultest.Agent) {
 	t.Helper()
-	cfg, consul := devConsulConfig(t, "metrics-node")
+	consul, err := consultest.New(consultest.Config{NodeName: "metrics-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(consul.Close)
+
+	cfg := testConfig(t)
+	cfg.Dev = true
+	cfg.Name = "metrics-node"
+	cfg.Server.Enabled, cfg.Server.BootstrapExpect = true, 1
+	cfg.Ports.Raft = testutil.FreePorts(t, 1)[0]
+	cfg.Consul.Enabled, cfg.Consul.Address = true, consul.Addr()
 	cfg.Consul.SyncInterval = time.Hour // passes on change, not on time
 	// A probe timeout far above a probe's cost, so that a loaded machine
 	// does not flap the plugin and add transitions the test does not cause.
@@ -62,25 +72,6 @@ func metricsDevAgent(t *testing.T) (*Agent, *testplugin.Plugin, *consultest.Agen
 	}
 	runAgent(t, a)
 	return a, p, consul
-}
-
-// devConsulConfig is a dev mode configuration (server and client, one
-// server bootstrapped) for node name, registering in a Consul test agent
-// that runs until the test ends.
-func devConsulConfig(t *testing.T, name string) (*config.Config, *consultest.Agent) {
-	t.Helper()
-	consul, err := consultest.New(consultest.Config{NodeName: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(consul.Close)
-	cfg := testConfig(t)
-	cfg.Dev = true
-	cfg.Name = name
-	cfg.Server.Enabled, cfg.Server.BootstrapExpect = true, 1
-	cfg.Ports.Raft = testutil.FreePorts(t, 1)[0]
-	cfg.Consul.Enabled, cfg.Consul.Address = true, consul.Addr()
-	return cfg, consul
 }
 
 // scrape reads the agent's /metrics.
