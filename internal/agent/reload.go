@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/hashicorp/go-hclog"
@@ -72,53 +71,15 @@ func (a *Agent) Reload(next *config.Config) error {
 	a.debug.Store(want.EnableDebug)
 	applied.EnableDebug = want.EnableDebug
 
-	c := want.Client
-	if err := a.manager.SetTiming(c.ProbeInterval, c.ProbeTimeout, c.FingerprintInterval); err != nil {
-		fail(fmt.Errorf("reload probe settings: %w", err),
-			"client.probe_interval", "client.probe_timeout", "client.fingerprint_interval")
-	} else {
-		applied.Client.ProbeInterval, applied.Client.ProbeTimeout = c.ProbeInterval, c.ProbeTimeout
-		applied.Client.FingerprintInterval = c.FingerprintInterval
-	}
-
-	// Consul: everything but consul.enabled, which starts or stops a
-	// component. The registration is rebuilt from the running values of the
-	// other keys (name, addresses, TLS), which do not change live.
-	consulNext := applied
-	consulNext.Consul = want.Consul
-	consulNext.Consul.Enabled = prev.Consul.Enabled
-	var consulErr error
-	if a.consul != nil {
-		consulCfg, err := a.consulConfig(&consulNext)
-		if err == nil {
-			err = a.consul.Reload(consulCfg)
+	// The parts' hooks, in the order New set them up: certificates, probe
+	// timing, the consul block, the event stream caps.
+	for _, p := range a.parts {
+		if p.reload == nil {
+			continue
 		}
-		consulErr = err
-	}
-	if consulErr != nil {
-		fail(fmt.Errorf("reload consul settings: %w", consulErr), "consul.")
-	} else {
-		// With Consul registration off at start there is nothing to
-		// apply; the values wait for consul.enabled, which needs a restart.
-		applied.Consul = consulNext.Consul
-	}
-
-	if a.tls != nil {
-		if err := a.tls.Reload(); err != nil {
-			fail(fmt.Errorf("reload certificates: %w", err), "tls.")
-		} else {
-			leaf := a.tls.Certificate()
-			a.log.Info("certificates reloaded", "cert_file", prev.TLS.CertFile, "serial", leaf.SerialNumber.Text(16),
-				"not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
+		if keys, err := p.reload(&want, &applied); err != nil {
+			fail(err, keys...)
 		}
-	}
-
-	// The configuration is validated: the caps are positive.
-	if err := a.agentService.SetSubscriberLimits(c.MaxEventSubscribers, c.MaxEventSubscribersPerConn); err != nil {
-		fail(fmt.Errorf("reload event stream caps: %w", err), "client.max_event_subscribers")
-	} else {
-		applied.Client.MaxEventSubscribers = c.MaxEventSubscribers
-		applied.Client.MaxEventSubscribersPerConn = c.MaxEventSubscribersPerConn
 	}
 
 	// What still differs was not applied.

@@ -16,11 +16,12 @@ import (
 // for `systemctl status` (only sent when it changed).
 const statusInterval = 2 * time.Second
 
-// newWatchdog creates the liveness monitor of the agent's loops. Under a
-// systemd watchdog (WATCHDOG_USEC for this process) it pings systemd while
-// every loop beats, at systemd's interval; without one it only tracks them
-// (for /v1/health and the metrics), with watchdog.DefaultTimeout.
-func (a *Agent) newWatchdog() (*watchdog.Monitor, error) {
+// setupWatchdog creates the liveness monitor of the agent's loops. Under a
+// systemd watchdog (WATCHDOG_USEC for this process) its part pings systemd
+// every third of its timeout while every loop beats; without one the
+// monitor only tracks them (for /v1/health and the metrics), with
+// watchdog.DefaultTimeout.
+func (a *Agent) setupWatchdog() (*watchdog.Monitor, part, error) {
 	cfg := watchdog.Config{Timeout: watchdog.DefaultTimeout, Metrics: a.registerer(), Logger: a.log.Named("watchdog")}
 	timeout, err := daemon.SdWatchdogEnabled(false)
 	switch {
@@ -36,9 +37,9 @@ func (a *Agent) newWatchdog() (*watchdog.Monitor, error) {
 	}
 	m, err := watchdog.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
+		return nil, part{}, fmt.Errorf("agent: %w", err)
 	}
-	return m, nil
+	return m, part{name: "watchdog", run: func(ctx context.Context) error { m.Run(ctx); return nil }}, nil
 }
 
 // underSystemd reports whether systemd asked for notifications.

@@ -3,10 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,103 +12,14 @@ import (
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
-// notifySocket is a fake systemd notify socket: a unixgram socket whose
-// datagrams (sd_notify messages) arrive on msgs.
-type notifySocket struct {
-	conn *net.UnixConn
-	msgs chan string
-	done chan struct{}
-}
-
-func newNotifySocket(t *testing.T) *notifySocket {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sdn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	path := filepath.Join(dir, "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &notifySocket{conn: conn, msgs: make(chan string, 1024), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			s.msgs <- string(buf[:n])
-		}
-	}()
-	t.Cleanup(func() { _ = conn.Close(); <-s.done })
-	t.Setenv("NOTIFY_SOCKET", path)
-	return s
-}
-
-// next returns the next message that is not a watchdog ping, failing the
-// test after timeout; pings counts the pings skipped.
-func (s *notifySocket) next(t *testing.T, timeout time.Duration, pings *int) string {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		select {
-		case m := <-s.msgs:
-			if m == "WATCHDOG=1" {
-				*pings++
-				continue
-			}
-			return m
-		case <-deadline.C:
-			t.Fatalf("no sd_notify message within %s", timeout)
-			return ""
-		}
-	}
-}
-
-// ping waits for a watchdog ping and reports whether one came within d;
-// other messages are returned through other.
-func (s *notifySocket) ping(d time.Duration, other *[]string) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		select {
-		case m := <-s.msgs:
-			if m == "WATCHDOG=1" {
-				return true
-			}
-			*other = append(*other, m)
-		case <-deadline.C:
-			return false
-		}
-	}
-}
-
-// drain moves every queued message but pings to other.
-func (s *notifySocket) drain(other *[]string) {
-	for {
-		select {
-		case m := <-s.msgs:
-			if m != "WATCHDOG=1" {
-				*other = append(*other, m)
-			}
-		default:
-			return
-		}
-	}
-}
-
 // Under systemd (a fake notify socket and WATCHDOG_USEC=200000) the agent
 // sends READY=1 with a STATUS line, pings the watchdog while its loops
-// beat, stops pinging within one interval after a loop is wedged,
-// resumes when it beats again, marks a reload with RELOADING=1 and
-// READY=1, and says STOPPING=1 at shutdown, in that order.
+// beat (and while one is busy in a call with a later deadline), stops
+// pinging within one interval after a loop is wedged, resumes when it
+// beats again, marks a reload with RELOADING=1 and READY=1, and says
+// STOPPING=1 at shutdown, in that order.
 func TestSystemdNotifyAndWatchdog(t *testing.T) {
-	sock := newNotifySocket(t)
+	sock := testutil.NewNotifySocket(t)
 	t.Setenv("WATCHDOG_USEC", "200000")
 	t.Setenv("WATCHDOG_PID", "")
 	const interval = 200 * time.Millisecond
@@ -128,16 +36,31 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	stop := runAgent(t, a)
 
 	pings := 0
-	ready := sock.next(t, 10*time.Second, &pings)
+	ready := sock.Next(t, 10*time.Second, &pings)
 	if !strings.HasPrefix(ready, "READY=1\nSTATUS=") || !strings.Contains(ready, "plugins") {
 		t.Fatalf("first message = %q, want READY=1 with a STATUS line", ready)
 	}
 	var other []string
 	for i := 0; i < 3; i++ {
-		if !sock.ping(10*interval, &other) {
+		if !sock.Ping(10*interval, &other) {
 			t.Fatalf("ping %d did not arrive while every loop beats", i)
 		}
 	}
+
+	// A loop busy in a call whose deadline is far off stops no ping, even
+	// long past the timeout.
+	busy := a.watchdog.Loop("test busy loop")
+	busySince := time.Now()
+	busy.Busy(busySince.Add(time.Hour))
+	for n := 0; n < 3 || time.Since(busySince) < 3*interval; n++ {
+		if !sock.Ping(10*interval, &other) {
+			t.Fatalf("no ping %s after a loop said it is busy in a call with a deadline an hour away", time.Since(busySince))
+		}
+	}
+	if stale := a.watchdog.Stale(); len(stale) > 0 {
+		t.Fatalf("Stale() = %v while the only other loop is busy until its deadline", stale)
+	}
+	busy.Done()
 
 	// Wedge one loop: registered, then never beaten again.
 	wedged := a.watchdog.Loop("test wedged loop")
@@ -145,12 +68,12 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	// Pings sent before the loop went stale are queued, and one decided
 	// just before may still be in flight; after that one interval passes
 	// without any.
-	sock.drain(&other)
-	_ = sock.ping(interval/2, &other)
-	if sock.ping(interval, &other) {
+	sock.Drain(&other)
+	_ = sock.Ping(interval/2, &other)
+	if sock.Ping(interval, &other) {
 		t.Fatal("watchdog pinged within an interval after a loop was wedged")
 	}
-	if sock.ping(2*interval, &other) {
+	if sock.Ping(2*interval, &other) {
 		t.Fatal("watchdog kept pinging while a loop is wedged")
 	}
 	// /v1/health tells the wedge too; /v1/ready does not depend on it.
@@ -159,7 +82,7 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	}
 	wedged.Beat()
 	wedged.Done()
-	if !sock.ping(10*interval, &other) {
+	if !sock.Ping(10*interval, &other) {
 		t.Fatal("no ping after the wedged loop was released")
 	}
 
@@ -169,7 +92,7 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	stop()
 	// Messages in order, pings aside: STATUS updates may come anywhere.
 	seq := other
-	sock.drain(&seq)
+	sock.Drain(&seq)
 	var kinds []string
 	for _, m := range seq {
 		switch {

@@ -347,7 +347,7 @@ func TestWedgedSyncLoopIsStale(t *testing.T) {
 	consul := startHangingConsul(t)
 	cfg := testConfig(registry.New(registry.Config{}), consul.srv.Listener.Addr().String(), &logBuffer{})
 	cfg.Watchdog = mon
-	cfg.RequestTimeout = time.Hour // the request never ends on its own
+	cfg.RequestTimeout = time.Hour // the request does not end during the test
 	r := start(t, cfg)
 
 	select {
@@ -356,9 +356,13 @@ func TestWedgedSyncLoopIsStale(t *testing.T) {
 		t.Fatal("the syncer sent no request")
 	}
 	// The loop is blocked in the request: it cannot beat, whatever its
-	// ticker does. The idle server watch beats at its next tick.
+	// ticker does. Until the request's deadline it is busy, not wedged;
+	// the idle server watch beats at its next tick.
 	clock.Advance(time.Minute)
-	waitFor(t, "only the sync loop stale", func() bool { return slices.Equal(mon.Stale(), []string{"consul sync"}) })
+	waitFor(t, "no loop stale while the sync waits for a request within its deadline", func() bool { return len(mon.Stale()) == 0 })
+	// Past the deadline (on the monitor's clock) the request is stuck.
+	clock.Advance(time.Hour)
+	waitFor(t, "only the sync loop stale past its request's deadline", func() bool { return slices.Equal(mon.Stale(), []string{"consul sync"}) })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}

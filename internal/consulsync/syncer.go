@@ -194,11 +194,12 @@ func (s *Syncer) current() (Config, *consulClient) {
 // the services left behind, and does not make the stop fail. Run returns
 // an error only when it is called a second time.
 //
-// Run's loop beats Config.Watchdog's loop "consul sync" on every turn,
-// before every request to Consul (each bounded by RequestTimeout) and while
-// it waits out a retry backoff, which may be longer than the watchdog's
-// timeout. It stops beating when ctx ends; the deregistration that follows
-// has its own deadline (ShutdownTimeout).
+// Run's loop beats Config.Watchdog's loop "consul sync" on every turn and
+// while it waits out a retry backoff, which may be longer than the
+// watchdog's timeout, and is busy (watchdog.Loop.Busy) until the deadline
+// of every request to Consul (each bounded by RequestTimeout). It stops
+// beating when ctx ends; the deregistration that follows has its own
+// deadline (ShutdownTimeout).
 //
 // Run also runs the server watch that Servers reads (see the package
 // documentation) and waits for it to end, at most ShutdownTimeout.
@@ -319,12 +320,16 @@ func do(ctx context.Context, cfg Config, f func(ctx context.Context) error) erro
 	return f(ctx)
 }
 
-// request runs one request of a pass with RequestTimeout, after beating
-// Run's watchdog loop: a pass makes requests in proportion to the
-// services, so it may take longer in all than the watchdog's timeout.
+// request runs one request of a pass with RequestTimeout, telling Run's
+// watchdog loop that it is busy until the request's deadline: a pass makes
+// requests in proportion to the services, so it may take longer in all
+// than the watchdog's timeout, and one request may too.
 func (s *Syncer) request(ctx context.Context, cfg Config, f func(ctx context.Context) error) error {
-	s.loop.Beat()
-	return do(ctx, cfg, f)
+	return do(ctx, cfg, func(ctx context.Context) error {
+		deadline, _ := ctx.Deadline()
+		s.loop.Busy(deadline)
+		return f(ctx)
+	})
 }
 
 // syncPass runs one pass and records it in the metrics. A pass cut short

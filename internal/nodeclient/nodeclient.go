@@ -324,6 +324,8 @@ func (c *Client) Run(ctx context.Context) error {
 	wait := func() bool {
 		return loop.Wait(ctx, backoff.NextBackOff()) == nil
 	}
+	// busy marks the loop as in a server call, which RPCTimeout bounds.
+	busy := func() { loop.Busy(time.Now().Add(c.cfg.RPCTimeout)) }
 	for {
 		loop.Beat()
 		if !c.Registered() {
@@ -331,6 +333,7 @@ func (c *Client) Run(ctx context.Context) error {
 			case <-changes.C(): // the registration carries the latest plugins
 			default:
 			}
+			busy()
 			ttl, addr, err := c.register(ctx)
 			if ctx.Err() != nil {
 				return nil
@@ -355,6 +358,7 @@ func (c *Client) Run(ctx context.Context) error {
 		case <-retryAt:
 			retryAt = nil
 		case <-heartbeat.C:
+			busy()
 			ttl, addr, err := c.heartbeat(ctx)
 			switch {
 			case ctx.Err() != nil:
@@ -372,6 +376,7 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 		}
 		if dirty && retryAt == nil {
+			busy()
 			addr, err := c.update(ctx)
 			switch {
 			case ctx.Err() != nil:

@@ -123,12 +123,9 @@ func (p *persister) run(ctx context.Context, wd *watchdog.Monitor) {
 			p.log.Warn("cannot save registry", "error", err)
 		}
 		// Let changes pile up: the next notification covers all of them.
-		wait := time.NewTimer(minSaveInterval)
-		select {
-		case <-ctx.Done():
-			wait.Stop()
+		// The wait beats: it is longer than a short watchdog timeout.
+		if l.Wait(ctx, minSaveInterval) != nil {
 			return
-		case <-wait.C:
 		}
 	}
 }

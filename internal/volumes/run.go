@@ -148,7 +148,7 @@ func (m *Manager) reconcileLoop(ctx context.Context) {
 	for {
 		loop.Beat()
 		wait := m.interval
-		if m.reconcile(ctx, time.Now().Before(quietUntil)) {
+		if m.reconcile(ctx, loop, time.Now().Before(quietUntil)) {
 			quietUntil = time.Time{} // the servers answered: later failures are faults
 			failures = nil
 		} else {
@@ -188,8 +188,10 @@ func (m *Manager) waitRound(ctx context.Context, loop *watchdog.Loop, wait time.
 // Errors are logged (a "no cluster leader" answer at debug while quiet);
 // the next round tries again. It reports whether the round did all it had
 // to.
-func (m *Manager) reconcile(ctx context.Context, quiet bool) bool {
+func (m *Manager) reconcile(ctx context.Context, loop *watchdog.Loop, quiet bool) bool {
 	cctx, cancel := context.WithTimeout(ctx, m.timeout)
+	deadline, _ := cctx.Deadline()
+	loop.Busy(deadline)
 	claims, index, err := m.claims(cctx)
 	cancel()
 	if err != nil {
@@ -219,6 +221,8 @@ func (m *Manager) reconcile(ctx context.Context, quiet bool) bool {
 		if ctx.Err() != nil {
 			return true
 		}
+		// Unpublish and unstage, each bounded by the RPC timeout.
+		loop.Busy(time.Now().Add(2 * m.timeout))
 		if err := m.removeReleased(ctx, r.name(), index); err != nil {
 			ok = false
 			m.log.Warn("cannot unmount a mount whose claim the servers released; trying again",

@@ -2,11 +2,19 @@
 //
 // Each essential loop (the registry's watcher and reconciler, the Consul
 // sync, the node registration, the server's leader loops, ...) registers
-// a Loop and beats it on every turn, and at least every Interval while
-// idle. A Monitor pings systemd's watchdog (WATCHDOG=1) only while every
-// registered loop has beaten within the timeout: a deadlocked loop stops
-// the pings and systemd restarts the agent, where a ping from a goroutine
-// of its own would keep a wedged agent "active (running)" for ever.
+// a Loop and beats it on every turn, and at least every quarter timeout
+// while idle (Loop.C). A Monitor pings systemd's watchdog (WATCHDOG=1)
+// every third of the timeout, but only while every registered loop has
+// beaten within the timeout: a deadlocked loop stops the pings and systemd
+// restarts the agent, where a ping from a goroutine of its own would keep
+// a wedged agent "active (running)" for ever.
+//
+// A loop about to block in a call with a deadline (a request bounded by a
+// timeout) says so first with Loop.Busy(deadline): it counts as beating
+// until that deadline, so it is wedged only when the call overruns its
+// deadline by more than the timeout. Its next Beat ends the busy spell. A
+// loop that blocks in a call without a deadline is a defect in itself:
+// the watchdog cannot tell a slow call from a hung one.
 //
 // Per-plugin supervisors are deliberately not loops: a plugin that hangs
 // bounds its own calls with deadlines and must never restart the agent.
@@ -86,6 +94,12 @@ func New(cfg Config) (*Monitor, error) {
 // Timeout is the liveness timeout the monitor enforces.
 func (m *Monitor) Timeout() time.Duration { return m.cfg.Timeout }
 
+// PingInterval is how often Run pings: a third of the timeout. systemd
+// kills the service when a timeout passes without a ping; at a third, a
+// ping delayed by a loaded machine, or one left out while a loop is
+// stale for a moment, still leaves a third of the timeout to spare.
+func (m *Monitor) PingInterval() time.Duration { return m.cfg.Timeout / 3 }
+
 // Loop registers a loop under name and returns it, counted as having just
 // beaten. A nil Monitor returns a nil Loop, whose methods do nothing, so
 // components take an optional *Monitor.
@@ -102,13 +116,14 @@ func (m *Monitor) Loop(name string) *Loop {
 }
 
 // Stale returns the names of the loops that have not beaten within the
-// timeout, sorted; empty when all are alive.
+// timeout, sorted; empty when all are alive. A loop busy in a bounded
+// call counts as beating until the call's deadline (Loop.Busy).
 func (m *Monitor) Stale() []string {
 	now := m.cfg.Now()
 	var stale []string
 	m.mu.Lock()
 	for l := range m.loops {
-		if now.Sub(l.lastBeat()) > m.cfg.Timeout {
+		if l.age(now) > m.cfg.Timeout {
 			stale = append(stale, l.name)
 		}
 	}
@@ -117,13 +132,13 @@ func (m *Monitor) Stale() []string {
 	return stale
 }
 
-// Run pings systemd every half timeout while no loop is stale, until ctx
+// Run pings systemd every PingInterval while no loop is stale, until ctx
 // ends. Without Notify it returns at once.
 func (m *Monitor) Run(ctx context.Context) {
 	if m.cfg.Notify == nil {
 		return
 	}
-	t := time.NewTicker(m.cfg.Timeout / 2)
+	t := time.NewTicker(m.PingInterval())
 	defer t.Stop()
 	wedged := false
 	for {
@@ -158,16 +173,36 @@ type Loop struct {
 
 	mu   sync.Mutex
 	last time.Time
+	// busyUntil is the deadline of the call the loop is in (Busy); zero
+	// when it is not in one.
+	busyUntil time.Time
 }
 
-// Beat records that the loop turned.
+// Beat records that the loop turned. It ends a busy spell (Busy).
 func (l *Loop) Beat() {
 	if l == nil {
 		return
 	}
 	now := l.m.cfg.Now()
 	l.mu.Lock()
-	l.last = now
+	l.last, l.busyUntil = now, time.Time{}
+	l.mu.Unlock()
+}
+
+// Busy records that the loop turned and is about to block in a call whose
+// deadline is until: the loop counts as beating until then, so it is
+// stale only once until plus the timeout passed without a beat. The
+// loop's next Beat ends the busy spell. Pass the call's own deadline
+// (that of its context, in real time, whatever clock Config.Now is), not
+// a guess: a call that overruns it is what the watchdog must see.
+func (l *Loop) Busy(until time.Time) {
+	if l == nil {
+		return
+	}
+	now := l.m.cfg.Now()
+	left := time.Until(until)
+	l.mu.Lock()
+	l.last, l.busyUntil = now, now.Add(left)
 	l.mu.Unlock()
 }
 
@@ -214,10 +249,21 @@ func (l *Loop) Done() {
 	l.m.mu.Unlock()
 }
 
-func (l *Loop) lastBeat() time.Time {
+// age is how long before now the loop last counted as beating: at its
+// last Beat, or, while it is busy, at now until the call's deadline and
+// at the deadline after it.
+func (l *Loop) age(now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.last
+	last := l.last
+	switch {
+	case !l.busyUntil.After(last):
+	case now.Before(l.busyUntil):
+		last = now
+	default:
+		last = l.busyUntil
+	}
+	return now.Sub(last)
 }
 
 var (
@@ -247,7 +293,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ages := map[string]float64{}
 	c.m.mu.Lock()
 	for l := range c.m.loops {
-		age := now.Sub(l.lastBeat()).Seconds()
+		age := l.age(now).Seconds()
 		if cur, ok := ages[l.name]; !ok || age > cur {
 			ages[l.name] = age
 		}

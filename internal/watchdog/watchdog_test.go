@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -198,5 +199,77 @@ func TestWaitBeatsWhileWaiting(t *testing.T) {
 	var nilLoop *Loop
 	if err := nilLoop.Wait(context.Background(), time.Millisecond); err != nil {
 		t.Fatalf("nil Loop Wait = %v", err)
+	}
+}
+
+// A loop busy in a call with a deadline counts as beating until that
+// deadline: it is stale only once the deadline plus the timeout passed,
+// and its next beat ends the busy spell. The beat age it reports counts
+// from the deadline.
+func TestBusyUntilDeadline(t *testing.T) {
+	const timeout = 10 * time.Second
+	type step struct {
+		advance time.Duration
+		busy    time.Duration // not 0: Busy(now + busy)
+		beat    bool
+	}
+	cases := []struct {
+		name    string
+		steps   []step
+		stale   bool
+		wantAge time.Duration
+	}{
+		{"before the deadline, past the timeout", []step{{busy: time.Minute}, {advance: 30 * time.Second}}, false, 0},
+		{"at the deadline", []step{{busy: time.Minute}, {advance: time.Minute}}, false, 0},
+		{"within the timeout after the deadline", []step{{busy: time.Minute}, {advance: time.Minute + timeout - time.Second}}, false, timeout - time.Second},
+		{"past deadline plus the timeout", []step{{busy: time.Minute}, {advance: time.Minute + timeout + time.Second}}, true, timeout + time.Second},
+		{"a beat ends the busy spell", []step{{busy: time.Minute}, {advance: time.Second, beat: true}, {advance: timeout + time.Second}}, true, timeout + time.Second},
+		{"busy again after a beat", []step{{busy: time.Minute}, {advance: time.Second, beat: true}, {busy: time.Minute}, {advance: 30 * time.Second}}, false, 0},
+		{"a deadline already past is a beat", []step{{busy: -time.Second}, {advance: timeout + time.Second}}, true, timeout + time.Second},
+		{"a short deadline, then the timeout", []step{{busy: time.Second}, {advance: time.Second + timeout - time.Second/2}}, false, timeout - time.Second/2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testutil.NewClock(time.Unix(1000, 0))
+			reg := prometheus.NewRegistry()
+			m, err := New(Config{Timeout: timeout, Now: c.Now, Metrics: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := m.Loop("caller")
+			defer l.Done()
+			for _, s := range tc.steps {
+				c.Advance(s.advance)
+				if s.beat {
+					l.Beat()
+				}
+				if s.busy != 0 {
+					// A deadline is real time; the monitor measures it on
+					// its own clock from the moment of the call.
+					l.Busy(time.Now().Add(s.busy))
+				}
+			}
+			if got := len(m.Stale()) > 0; got != tc.stale {
+				t.Errorf("stale = %v, want %v (Stale() = %v)", got, tc.stale, m.Stale())
+			}
+			// The real time that passed during the test moves the deadline
+			// by as much; far less than the tolerance.
+			age, ok := testutil.MetricValue(t, reg, "csisupd_watchdog_loop_beat_age_seconds", "loop", "caller")
+			if !ok || math.Abs(age-tc.wantAge.Seconds()) > 0.05 {
+				t.Errorf("beat age = %v (found %v), want %v", age, ok, tc.wantAge.Seconds())
+			}
+		})
+	}
+	var nilLoop *Loop
+	nilLoop.Busy(time.Now()) // does nothing
+}
+
+func TestPingIntervalIsAThirdOfTheTimeout(t *testing.T) {
+	m, err := New(Config{Timeout: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.PingInterval(), 400*time.Millisecond/3; got != want {
+		t.Errorf("PingInterval() = %s, want %s", got, want)
 	}
 }

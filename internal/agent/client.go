@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/volumes"
+)
+
+// This file holds the setup steps of the client role: the plugin
+// registry, the node client and the node volumes. Their gRPC services are
+// registered by setupServices.
+
+// setupRegistry creates the plugin registry: the directory watcher, the
+// plugins' supervisors and the registry itself. Its part runs it and
+// changes the probe timing on Reload.
+func (a *Agent) setupRegistry(cfg *config.Config) (*registry.Manager, part, error) {
+	m, err := registry.NewManager(registry.ManagerConfig{
+		PluginDir:           cfg.Client.PluginDir,
+		DataDir:             cfg.DataDir,
+		ProbeInterval:       cfg.Client.ProbeInterval,
+		ProbeTimeout:        cfg.Client.ProbeTimeout,
+		FingerprintInterval: cfg.Client.FingerprintInterval,
+		DeregisterGrace:     cfg.Client.DeregisterGrace,
+		RescanInterval:      cfg.Client.RescanInterval,
+		// A supervisor that does not stop within this bound is abandoned,
+		// so the registry stops well within the agent's 5 s.
+		StopTimeout:            ShutdownTimeout / 2,
+		MaxPluginMessageSize:   cfg.Client.MaxPluginMessageSize,
+		PluginOwners:           cfg.Client.PluginOwnerUIDs,
+		AllowInsecurePluginDir: cfg.Client.AllowInsecurePluginDir,
+		PluginRedial:           a.retry.PluginRedial,
+		FingerprintRetry:       a.retry.Fingerprint,
+		PluginDialOptions:      a.grpcMetrics.DialOptions(),
+		Metrics:                a.registerer(),
+		Watchdog:               a.watchdog,
+		Logger:                 a.log.Named("registry"),
+	})
+	if err != nil {
+		return nil, part{}, fmt.Errorf("agent: plugin registry: %w", err)
+	}
+	reload := func(want, applied *config.Config) ([]string, error) {
+		c := want.Client
+		if err := m.SetTiming(c.ProbeInterval, c.ProbeTimeout, c.FingerprintInterval); err != nil {
+			return []string{"client.probe_interval", "client.probe_timeout", "client.fingerprint_interval"},
+				fmt.Errorf("reload probe settings: %w", err)
+		}
+		applied.Client.ProbeInterval, applied.Client.ProbeTimeout = c.ProbeInterval, c.ProbeTimeout
+		applied.Client.FingerprintInterval = c.FingerprintInterval
+		return nil, nil
+	}
+	return m, part{name: "plugin registry", run: m.Run, reload: reload}, nil
+}
+
+// setupNodeClient creates the node client, which registers the node and
+// its plugins with the servers and heartbeats them, when the client has
+// servers to report to (client.servers, itself as a server, or Consul
+// discovery); nil otherwise. Its part runs it.
+func (a *Agent) setupNodeClient(cfg *config.Config, dial dialing) (*nodeclient.Client, part, error) {
+	rpcAddr := a.advertised(cfg.Ports.RPC, a.rpcLn)
+	servers := a.nodeServers(cfg, rpcAddr)
+	discover := a.discoverServers(cfg.ClientAutoJoin())
+	if len(servers) == 0 && discover == nil {
+		return nil, part{}, nil
+	}
+	c, err := nodeclient.New(nodeclient.Config{
+		Servers:          servers,
+		DiscoverServers:  nodeclient.Discover(discover),
+		DiscoverInterval: config.DefaultServerDiscoverInterval,
+		Node:             nodeclient.Node{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
+		Plugins:          a.manager.Registry().Source(),
+		DialOptions:      slices.Concat(dial.servers, agentTokenOption(cfg)),
+		RPCTimeout:       config.DefaultNodeRPCTimeout,
+		Retry:            a.retry.NodeClient,
+		Connect:          a.retry.ServerConnect,
+		QuietStart:       config.DefaultQuietStart,
+		Watchdog:         a.watchdog,
+	}, a.log)
+	if err != nil {
+		return nil, part{}, fmt.Errorf("agent: node registration: %w", err)
+	}
+	return c, part{name: "node registration", run: c.Run}, nil
+}
+
+// setupVolumes creates the node volume manager. With servers to report
+// to, it removes the cluster mounts whose claims the servers released
+// while the node was away. Its part runs it.
+func (a *Agent) setupVolumes(cfg *config.Config) (*volumes.Manager, part, error) {
+	dirs := make(map[string]volumes.PluginDirs, len(cfg.Plugins))
+	for id, p := range cfg.Plugins {
+		dirs[id] = volumes.PluginDirs{MountDir: cfg.MountDir(id), PluginMountDir: p.PluginMountDir}
+	}
+	vc := volumes.Config{
+		DataDir:    cfg.DataDir,
+		Plugins:    a.manager,
+		PluginDirs: dirs,
+		NodeName:   cfg.Name,
+		RPCTimeout: cfg.Client.RPCTimeout,
+		Retry:      a.retry.ClientCSI,
+		Events:     a.manager.Registry(),
+		Logger:     a.log, // the manager names its logger
+		QuietStart: config.DefaultQuietStart,
+		Watchdog:   a.watchdog,
+	}
+	if a.nodes != nil {
+		vc.Claims = a.nodes.NodeClaims
+	}
+	m, err := volumes.New(vc)
+	if err != nil {
+		return nil, part{}, fmt.Errorf("agent: node volumes: %w", err)
+	}
+	return m, part{name: "node volumes", run: m.Run}, nil
+}
+
+// advertised is the address other nodes reach a listener at: the
+// advertise address with the listener's actual port.
+func (a *Agent) advertised(port int, ln net.Listener) string {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	return net.JoinHostPort(a.cfg.AdvertiseAddr, strconv.Itoa(port))
+}
+
+// nodeServers are the servers the client role registers its node with:
+// client.servers, or this agent itself when it is a server too.
+func (a *Agent) nodeServers(cfg *config.Config, self string) []string {
+	if !cfg.Client.Enabled {
+		return nil
+	}
+	if len(cfg.Client.Servers) > 0 {
+		return cfg.Client.Servers
+	}
+	if cfg.Server.Enabled {
+		return []string{self}
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/server"
+)
+
+// setupServer creates the server role with server.enabled (raft opened,
+// nothing started); nil otherwise. Run starts it after the gRPC server
+// and shuts it down after the parts; its part shuts it down for an agent
+// whose Run never starts.
+func (a *Agent) setupServer(cfg *config.Config, dial dialing) (*server.Server, part, error) {
+	if !cfg.Server.Enabled {
+		return nil, part{}, nil
+	}
+	srv, err := server.New(server.Config{
+		ID:               a.nodeID,
+		Name:             cfg.Name,
+		DataDir:          ServerDataDir(cfg.DataDir),
+		RaftAddr:         net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(cfg.Ports.Raft)),
+		RPCAddr:          a.advertised(cfg.Ports.RPC, a.rpcLn),
+		BootstrapExpect:  cfg.Server.BootstrapExpect,
+		RetryJoin:        cfg.Server.RetryJoin,
+		DiscoverServers:  a.discoverServers(cfg.ServerAutoJoin()),
+		RaftMultiplier:   cfg.Server.RaftMultiplier,
+		Join:             a.retry.ServerJoin,
+		Connect:          a.retry.ServerConnect,
+		ServerTuning:     serverTuning(cfg),
+		DialOptions:      dial.servers,
+		AgentDialOptions: dial.agents,
+		TLS:              a.tls,
+		Metrics:          a.registerer(),
+		Watchdog:         a.watchdog,
+	}, a.log)
+	if err != nil {
+		return nil, part{}, fmt.Errorf("agent: server role: %w", err)
+	}
+	return srv, part{close: func() { _ = srv.Shutdown(context.Background()) }}, nil
+}
+
+// serverTuning is the production tuning of the server role with what the
+// configuration sets of it.
+func serverTuning(cfg *config.Config) config.ServerTuning {
+	t := config.DefaultServerTuning()
+	t.ClaimGCGrace = cfg.Server.ClaimGCGrace
+	t.HeartbeatGrace = cfg.Server.HeartbeatGrace
+	t.MinHeartbeatTTL = cfg.Server.MinHeartbeatTTL
+	t.MaxHeartbeatsPerSecond = cfg.Server.MaxHeartbeatsPerSecond
+	t.FailoverHeartbeatTTL = cfg.Server.FailoverHeartbeatTTL
+	t.ServerStabilizationTime = cfg.Server.ServerStabilizationTime
+	return t
+}
