@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -331,6 +332,7 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 		case claims.StateNodeUnpublished:
 			err = s.controllerUnpublish(ctx, v, c, secrets)
 		case claims.StateControllerUnpublished:
+			s.busyWriting(ctx)
 			_, err = s.updateVolume(ref.VolumeID, func(v *csisupdv1.Volume) error {
 				claims.Free(v, ref.NodeID, ref.WorkloadID)
 				return nil
@@ -344,6 +346,7 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 		if err != nil {
 			msg := claims.ScrubSecrets(err.Error(), secrets)
 			if c.GetLastError() != msg {
+				s.busyWriting(ctx)
 				if _, _, uerr := s.updateClaim(ref, func(c *csisupdv1.VolumeClaim) { c.LastError = msg }); uerr != nil {
 					s.logger.Warn("record a failed release step", "volume", ref.VolumeID, "node", ref.NodeID,
 						"workload", ref.WorkloadID, "error", uerr)
@@ -352,6 +355,12 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 			return err
 		}
 	}
+}
+
+// busyWriting tells the watchdog loop ctx carries (the volume watcher's)
+// that a raft write, bounded by ApplyTimeout, follows.
+func (s *Server) busyWriting(ctx context.Context) {
+	leader.Busy(ctx, time.Now().Add(s.cfg.ApplyTimeout))
 }
 
 // nodeUnpublish unmounts a claim on its node's agent, unless the claim is
@@ -365,6 +374,7 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *csisupdv1.Volume, c *csis
 		return status.Errorf(codes.NotFound, "unmount volume %q for workload %q: node %q not found", v.GetId(), c.GetWorkloadId(), c.GetNodeId())
 	default:
 		uctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+		leader.BusyWith(ctx, uctx)
 		err := s.nodeVolumes.UnmountVolume(uctx, node.GetAddress(), &csisupdv1.UnmountVolumeRequest{
 			PluginId: v.GetPluginId(), VolumeId: v.GetId(), WorkloadId: c.GetWorkloadId(), Usage: c.GetUsage(),
 		})
@@ -374,6 +384,7 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *csisupdv1.Volume, c *csis
 				v.GetId(), c.GetWorkloadId(), node.GetId(), node.GetAddress(), err)
 		}
 	}
+	s.busyWriting(ctx)
 	_, _, err := s.updateClaim(ref, claims.NodeUnpublished)
 	return err
 }
@@ -400,6 +411,7 @@ func (s *Server) controllerUnpublish(ctx context.Context, v *csisupdv1.Volume, c
 			return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)
 		}
 	}
+	s.busyWriting(ctx)
 	_, _, err := s.updateClaim(ref, claims.ControllerUnpublished)
 	return err
 }

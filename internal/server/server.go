@@ -257,7 +257,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	defer loop.Done()
 	retries := s.cfg.Join.NewBackOff()
 	for {
-		loop.Beat()
+		loop.Busy(time.Now().Add(s.cfg.ApplyTimeout))
 		if err := s.node.RaftOp(func() raft.Future { return s.node.Raft().Barrier(s.cfg.ApplyTimeout) }); err == nil {
 			break
 		} else {
@@ -267,6 +267,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 			return
 		}
 	}
+	loop.Busy(time.Now().Add(s.cfg.ApplyTimeout))
 	if err := s.node.RecordSelf(); err != nil {
 		s.logger.Warn("record own server address", "error", err)
 	}

@@ -89,6 +89,7 @@ func (s *Server) callControllers(ctx context.Context, op string, cands []candida
 	for _, c := range cands {
 		leader.Beat(ctx)
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+		leader.BusyWith(ctx, cctx)
 		err := fn(cctx, c)
 		cancel()
 		if err == nil {

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"time"
 
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
@@ -16,6 +17,23 @@ type loopBeat struct{}
 // than the watchdog timeout without being stuck.
 func WithLoop(ctx context.Context, l *watchdog.Loop) context.Context {
 	return context.WithValue(ctx, loopBeat{}, l)
+}
+
+// Busy tells the loop ctx carries, if any, that it is in a call bounded
+// by deadline (watchdog.Loop.Busy): it is not wedged until then. Requests
+// carry none.
+func Busy(ctx context.Context, deadline time.Time) {
+	if l, ok := ctx.Value(loopBeat{}).(*watchdog.Loop); ok {
+		l.Busy(deadline)
+	}
+}
+
+// BusyWith is Busy until call's deadline, for a call made with call, a
+// context derived from ctx with a deadline.
+func BusyWith(ctx, call context.Context) {
+	if d, ok := call.Deadline(); ok {
+		Busy(ctx, d)
+	}
 }
 
 // Beat beats the loop ctx carries, if any. Requests carry none.

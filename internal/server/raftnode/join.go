@@ -44,6 +44,7 @@ func (n *Node) runJoin() {
 		// One attempt is bounded by RPCTimeout (twice when it asks the
 		// peers who leads).
 		ctx, cancel := context.WithTimeout(base, n.cfg.RPCTimeout)
+		loop.Busy(time.Now().Add(2 * n.cfg.RPCTimeout))
 		if !n.bootstrapped.Load() && !n.hasRaftState() {
 			n.tryJoinOrBootstrap(ctx)
 			if n.bootstrapped.Load() {
