@@ -255,7 +255,13 @@ func TestServerLoopsBeatAndAWedgedOneIsStale(t *testing.T) {
 		t.Fatal("the volume watcher did not retry the unmount")
 	}
 	// The watcher waits in the call and cannot beat; the other loops can.
+	// Within the call's deadline (RPCTimeout) it is busy, not wedged.
 	clock.Advance(time.Minute)
+	testutil.WaitFor(t, 10*time.Second, "no loop stale while the watcher waits within its call's deadline", func() bool {
+		return len(mon.Stale()) == 0
+	})
+	// Past the deadline the call is stuck, and the watcher is stale.
+	clock.Advance(2 * time.Hour)
 	testutil.WaitFor(t, 10*time.Second, "only the volume watcher stale", func() bool {
 		return slices.Equal(mon.Stale(), []string{"volume watcher"})
 	})
