@@ -47,8 +47,10 @@ var allowed = map[string][]string{
 	// The parts of the server role, bottom up: the state store; the claim
 	// rules, which read node statuses and plugin roles from it; the FSM
 	// that writes it; the raft member that runs the FSM; the leader's
-	// duties, which read the state and take what they call as funcs.
-	"internal/server/state":    {api, "internal/acl", "internal/plugin", "internal/server/statepb"},
+	// duties, which read the state and take what they call as funcs. The
+	// state holds the storage messages (statepb) only: it never imports
+	// the API, whose messages the services convert to.
+	"internal/server/state":    {"internal/acl", "internal/plugin", "internal/server/statepb"},
 	"internal/server/claims":   {api, "internal/plugin", "internal/server/state", "internal/server/statepb"},
 	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
 	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
