@@ -17,6 +17,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -62,7 +63,7 @@ func (s *Server) ResolveToken(secret string) (*acl.ACL, *csisupdv1.ACLToken, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("resolve acl token: %w", err)
 	}
-	return a, tok, nil
+	return a, statepb.ACLTokenView(tok), nil
 }
 
 func (a *aclService) Bootstrap(ctx context.Context, req *csisupdv1.ACLBootstrapRequest) (*csisupdv1.ACLBootstrapResponse, error) {
@@ -100,10 +101,10 @@ func (a *aclService) bootstrap() (*csisupdv1.ACLToken, error) {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	now := timestamppb.Now()
-	rec := &csisupdv1.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
+	rec := &statepb.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
 		Name: bootstrapTokenName, Type: acl.TypeManagement, CreateTime: now}
-	idx, err := a.node.Apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclBootstrap{
-		AclBootstrap: &csisupdv1.ACLBootstrapCommand{Token: rec, ResetIndex: reset},
+	idx, err := a.node.Apply(&statepb.LogEntry{Time: now, Command: &statepb.LogEntry_AclBootstrap{
+		AclBootstrap: &statepb.ACLBootstrapCommand{Token: rec, ResetIndex: reset},
 	}})
 	if err != nil {
 		var done *fsm.BootstrappedError
@@ -124,7 +125,7 @@ func (a *aclService) bootstrap() (*csisupdv1.ACLToken, error) {
 	} else {
 		a.logger.Info("ACL bootstrapped", "accessor_id", accessor, "index", idx)
 	}
-	tok := state.TokenView(rec)
+	tok := statepb.ACLTokenView(rec)
 	tok.SecretId = secret
 	return tok, nil
 }
@@ -164,7 +165,8 @@ func (a *aclService) UpsertPolicy(ctx context.Context, req *csisupdv1.ACLUpsertP
 	if p == nil {
 		return nil, status.Error(codes.InvalidArgument, "acl policy upsert: policy is required")
 	}
-	if _, err := state.ParsePolicyRules(p); err != nil {
+	entry := &statepb.ACLPolicy{Name: p.GetName(), Description: p.GetDescription(), Rules: p.GetRules()}
+	if _, err := state.ParsePolicyRules(entry); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "acl policy upsert: %v", err)
 	}
 	return routeACL(ctx, a.fwd, false,
@@ -172,8 +174,7 @@ func (a *aclService) UpsertPolicy(ctx context.Context, req *csisupdv1.ACLUpsertP
 			return cl.UpsertPolicy(ctx, req)
 		},
 		func() (*csisupdv1.ACLUpsertPolicyResponse, error) {
-			entry := &csisupdv1.ACLPolicy{Name: p.GetName(), Description: p.GetDescription(), Rules: p.GetRules()}
-			idx, err := a.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyUpsert{AclPolicyUpsert: entry}})
+			idx, err := a.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_AclPolicyUpsert{AclPolicyUpsert: entry}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
@@ -182,7 +183,7 @@ func (a *aclService) UpsertPolicy(ctx context.Context, req *csisupdv1.ACLUpsertP
 			if stored == nil {
 				return nil, status.Errorf(codes.Aborted, "acl policy %q was deleted while it was written", p.GetName())
 			}
-			return &csisupdv1.ACLUpsertPolicyResponse{Policy: stored}, nil
+			return &csisupdv1.ACLUpsertPolicyResponse{Policy: statepb.ACLPolicyToAPI(stored)}, nil
 		})
 }
 
@@ -192,7 +193,7 @@ func (a *aclService) ListPolicies(ctx context.Context, req *csisupdv1.ACLListPol
 			return cl.ListPolicies(ctx, req)
 		},
 		func() (*csisupdv1.ACLListPoliciesResponse, error) {
-			return &csisupdv1.ACLListPoliciesResponse{Policies: a.state().ACLPolicies()}, nil
+			return &csisupdv1.ACLListPoliciesResponse{Policies: statepb.ACLPoliciesToAPI(a.state().ACLPolicies())}, nil
 		})
 }
 
@@ -206,7 +207,7 @@ func (a *aclService) GetPolicy(ctx context.Context, req *csisupdv1.ACLGetPolicyR
 			if p == nil {
 				return nil, status.Errorf(codes.NotFound, "acl policy %q not found", req.GetName())
 			}
-			return &csisupdv1.ACLGetPolicyResponse{Policy: p}, nil
+			return &csisupdv1.ACLGetPolicyResponse{Policy: statepb.ACLPolicyToAPI(p)}, nil
 		})
 }
 
@@ -219,7 +220,7 @@ func (a *aclService) DeletePolicy(ctx context.Context, req *csisupdv1.ACLDeleteP
 			if a.state().ACLPolicy(req.GetName()) == nil {
 				return nil, status.Errorf(codes.NotFound, "acl policy %q not found", req.GetName())
 			}
-			idx, err := a.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclPolicyDelete{AclPolicyDelete: req.GetName()}})
+			idx, err := a.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_AclPolicyDelete{AclPolicyDelete: req.GetName()}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
@@ -292,14 +293,14 @@ func (a *aclService) CreateToken(ctx context.Context, req *csisupdv1.ACLCreateTo
 				return nil, status.Error(codes.Internal, err.Error())
 			}
 			now := timestamppb.Now()
-			rec := &csisupdv1.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
+			rec := &statepb.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
 				Name: req.GetName(), Type: typ, Policies: names, CreateTime: now}
-			idx, err := a.node.Apply(&csisupdv1.LogEntry{Time: now, Command: &csisupdv1.LogEntry_AclTokenUpsert{AclTokenUpsert: rec}})
+			idx, err := a.node.Apply(&statepb.LogEntry{Time: now, Command: &statepb.LogEntry_AclTokenUpsert{AclTokenUpsert: rec}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
 			a.logger.Info("ACL token created", "accessor_id", accessor, "type", typ, "policies", names, "index", idx)
-			tok := state.TokenView(rec)
+			tok := statepb.ACLTokenView(rec)
 			tok.SecretId = secret
 			return &csisupdv1.ACLCreateTokenResponse{Token: tok}, nil
 		})
@@ -314,7 +315,7 @@ func (a *aclService) ListTokens(ctx context.Context, req *csisupdv1.ACLListToken
 			recs := a.state().ACLTokens()
 			out := make([]*csisupdv1.ACLToken, len(recs))
 			for i, r := range recs {
-				out[i] = state.TokenView(r)
+				out[i] = statepb.ACLTokenView(r)
 			}
 			return &csisupdv1.ACLListTokensResponse{Tokens: out}, nil
 		})
@@ -330,7 +331,7 @@ func (a *aclService) GetToken(ctx context.Context, req *csisupdv1.ACLGetTokenReq
 			if r == nil {
 				return nil, status.Errorf(codes.NotFound, "acl token %q not found", req.GetAccessorId())
 			}
-			return &csisupdv1.ACLGetTokenResponse{Token: state.TokenView(r)}, nil
+			return &csisupdv1.ACLGetTokenResponse{Token: statepb.ACLTokenView(r)}, nil
 		})
 }
 
@@ -343,7 +344,7 @@ func (a *aclService) DeleteToken(ctx context.Context, req *csisupdv1.ACLDeleteTo
 			if a.state().ACLToken(req.GetAccessorId()) == nil {
 				return nil, status.Errorf(codes.NotFound, "acl token %q not found", req.GetAccessorId())
 			}
-			idx, err := a.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_AclTokenDelete{AclTokenDelete: req.GetAccessorId()}})
+			idx, err := a.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_AclTokenDelete{AclTokenDelete: req.GetAccessorId()}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
@@ -365,5 +366,5 @@ func (a *aclService) TokenSelf(ctx context.Context, _ *csisupdv1.ACLTokenSelfReq
 		}
 		return nil, toStatus(err)
 	}
-	return &csisupdv1.ACLTokenSelfResponse{Token: tok}, nil
+	return &csisupdv1.ACLTokenSelfResponse{Token: statepb.ACLTokenView(tok)}, nil
 }

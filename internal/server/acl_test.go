@@ -26,6 +26,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -179,7 +180,7 @@ func TestACLPoliciesAndTokens(t *testing.T) {
 	if created.GetCreateTime() == nil || created.GetModifyTime() == nil || created.GetRules() != `volume { policy = "write" }` {
 		t.Fatalf("upserted policy %v", created)
 	}
-	if got := leader.Server().State().ACLPolicy("vols"); !proto.Equal(got, created) {
+	if got := statepb.ACLPolicyToAPI(leader.Server().State().ACLPolicy("vols")); !proto.Equal(got, created) {
 		t.Fatalf("the leader holds %v, want %v", got, created)
 	}
 	if _, err := cl.UpsertPolicy(ctx, &csisupdv1.ACLUpsertPolicyRequest{Policy: &csisupdv1.ACLPolicy{
@@ -485,7 +486,7 @@ func TestACLSecretsNeverStored(t *testing.T) {
 				t.Errorf("a secret is in raft log %d", i)
 			}
 		}
-		var e csisupdv1.LogEntry
+		var e statepb.LogEntry
 		if l.Type == raft.LogCommand && proto.Unmarshal(l.Data, &e) == nil {
 			if bytes.Equal(e.GetAclTokenUpsert().GetSecretHash(), acl.HashSecret(client.GetSecretId())) ||
 				bytes.Equal(e.GetAclBootstrap().GetToken().GetSecretHash(), acl.HashSecret(boot.GetToken().GetSecretId())) {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testcluster"
 )
 
@@ -39,13 +40,13 @@ func BenchmarkPluginUpdates(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	entry, err := proto.Marshal(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
-		NodeId: "node-000", Plugins: plugins(0, 1),
+	entry, err := proto.Marshal(&statepb.LogEntry{Command: &statepb.LogEntry_NodePlugins{NodePlugins: &statepb.NodePluginsCommand{
+		NodeId: "node-000", Plugins: statepb.PluginsFromAPI(plugins(0, 1)),
 	}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	noop, err := proto.Marshal(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Noop{Noop: make([]byte, len(entry))}})
+	noop, err := proto.Marshal(&statepb.LogEntry{Command: &statepb.LogEntry_Noop{Noop: make([]byte, len(entry))}})
 	if err != nil {
 		b.Fatal(err)
 	}

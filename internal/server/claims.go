@@ -14,18 +14,20 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/leader"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // updateVolume applies fn to a copy of the stored volume and writes the
 // copy through raft. The caller holds the volume's lock.
-func (s *Server) updateVolume(id string, fn func(v *csisupdv1.Volume) error) (*csisupdv1.Volume, error) {
+func (s *Server) updateVolume(id string, fn func(v *statepb.Volume) error) (*statepb.Volume, error) {
 	cur := s.State().Volume(id)
 	if cur == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
 	}
-	v := proto.Clone(cur).(*csisupdv1.Volume)
+	v := proto.Clone(cur).(*statepb.Volume)
 	if err := fn(v); err != nil {
 		return nil, err
 	}
@@ -35,8 +37,8 @@ func (s *Server) updateVolume(id string, fn func(v *csisupdv1.Volume) error) (*c
 // updateClaim applies fn to a copy of one stored claim and writes its
 // volume through raft. It returns the stored volume and claim. The caller
 // holds the volume's lock.
-func (s *Server) updateClaim(ref claims.Ref, fn func(c *csisupdv1.VolumeClaim)) (*csisupdv1.Volume, *csisupdv1.VolumeClaim, error) {
-	v, err := s.updateVolume(ref.VolumeID, func(v *csisupdv1.Volume) error {
+func (s *Server) updateClaim(ref claims.Ref, fn func(c *statepb.VolumeClaim)) (*statepb.Volume, *statepb.VolumeClaim, error) {
+	v, err := s.updateVolume(ref.VolumeID, func(v *statepb.Volume) error {
 		_, c := claims.Find(v, ref.NodeID, ref.WorkloadID)
 		if c == nil {
 			return status.Errorf(codes.NotFound, "claim of %s not found", ref)
@@ -56,7 +58,7 @@ func (s *Server) updateClaim(ref claims.Ref, fn func(c *csisupdv1.VolumeClaim)) 
 // that exists in state taken is finished, one that is being released is
 // refused. When a step after the taken write fails, the claim is moved to
 // unpublishing for the volume watcher to release, and the error returned.
-func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.Volume, *csisupdv1.VolumeClaim, error) {
+func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*statepb.Volume, *statepb.VolumeClaim, error) {
 	if req.GetId() == "" || req.GetNodeId() == "" || req.GetWorkloadId() == "" {
 		return nil, nil, status.Error(codes.InvalidArgument, "claim volume: id, node_id and workload_id are required")
 	}
@@ -94,7 +96,7 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 		if err != nil {
 			return nil, nil, err
 		}
-		v, err = s.updateVolume(v.GetId(), func(v *csisupdv1.Volume) error {
+		v, err = s.updateVolume(v.GetId(), func(v *statepb.Volume) error {
 			v.Claims = append(v.Claims, claim)
 			return nil
 		})
@@ -110,7 +112,7 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 		msg := claims.ScrubSecrets(err.Error(), req.GetSecrets())
 		s.logger.Warn("volume claim failed; releasing it", "volume", ref.VolumeID, "node", ref.NodeID,
 			"workload", ref.WorkloadID, "error", msg)
-		_, _, uerr := s.updateClaim(ref, func(c *csisupdv1.VolumeClaim) { claims.Fail(c, msg) })
+		_, _, uerr := s.updateClaim(ref, func(c *statepb.VolumeClaim) { claims.Fail(c, msg) })
 		if uerr != nil {
 			s.logger.Warn("start the release of a failed claim", "volume", ref.VolumeID, "node", ref.NodeID,
 				"workload", ref.WorkloadID, "error", uerr)
@@ -135,8 +137,8 @@ func (s *Server) publishCandidates(pluginID string) ([]candidate, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cands = withCapability(cands, claims.CapPublishUnpublish); len(cands) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", pluginID, claims.CapPublishUnpublish)
+	if cands = withCapability(cands, plugin.CapPublishUnpublishVolume); len(cands) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", pluginID, plugin.CapPublishUnpublishVolume)
 	}
 	return cands, nil
 }
@@ -145,7 +147,7 @@ func (s *Server) publishCandidates(pluginID string) ([]candidate, error) {
 // (shared with another claim of the volume on the node when one is
 // published), then the mount on the node. The result of each is recorded
 // through raft before the next begins.
-func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *csisupdv1.VolumeClaim, secrets map[string]string) (*csisupdv1.Volume, *csisupdv1.VolumeClaim, error) {
+func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *statepb.VolumeClaim, secrets map[string]string) (*statepb.Volume, *statepb.VolumeClaim, error) {
 	ref := claims.RefOf(v.GetId(), claim)
 	var err error
 	// The publication and the mount are recorded together, in one write
@@ -157,7 +159,7 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 		switch shared := claims.SharedPublication(v, claim); {
 		case shared != nil:
 			pc, published = maps.Clone(shared.GetPublishContext()), true
-		case s.controllerAdvertises(v.GetPluginId(), claims.CapPublishUnpublish):
+		case s.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume):
 			if pc, err = s.controllerPublish(ctx, v, claim, secrets); err != nil {
 				return nil, nil, err
 			}
@@ -176,7 +178,7 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 			VolumeId:       v.GetId(),
 			ExternalId:     v.GetExternalId(),
 			WorkloadId:     claim.GetWorkloadId(),
-			Usage:          claim.GetUsage(),
+			Usage:          statepb.VolumeUsageToAPI(claim.GetUsage()),
 			VolumeContext:  v.GetContext(),
 			PublishContext: pc,
 			Secrets:        secrets,
@@ -191,7 +193,7 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 		hostPath, mounted = m.GetHostPath(), true
 	}
 	if published != claim.GetControllerPublished() || mounted != claim.GetMounted() {
-		if v, claim, err = s.updateClaim(ref, func(c *csisupdv1.VolumeClaim) {
+		if v, claim, err = s.updateClaim(ref, func(c *statepb.VolumeClaim) {
 			c.PublishContext, c.ControllerPublished = pc, published
 			c.HostPath, c.Mounted = hostPath, mounted
 		}); err != nil {
@@ -203,7 +205,7 @@ func (s *Server) finishClaim(ctx context.Context, v *csisupdv1.Volume, claim *cs
 
 // controllerPublish calls ControllerPublishVolume for a claim and returns
 // the publish context.
-func (s *Server) controllerPublish(ctx context.Context, v *csisupdv1.Volume, claim *csisupdv1.VolumeClaim, secrets map[string]string) (map[string]string, error) {
+func (s *Server) controllerPublish(ctx context.Context, v *statepb.Volume, claim *statepb.VolumeClaim, secrets map[string]string) (map[string]string, error) {
 	cands, err := s.publishCandidates(v.GetPluginId())
 	if err != nil {
 		return nil, err
@@ -239,7 +241,7 @@ func (s *Server) controllerPublish(ctx context.Context, v *csisupdv1.Volume, cla
 // unpublishing, then runs their release steps. It returns the volume once
 // they are freed, or the error of the first step that failed; the volume
 // watcher goes on from there. A claim that does not exist is released.
-func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*csisupdv1.Volume, error) {
+func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*statepb.Volume, error) {
 	if req.GetId() == "" || req.GetNodeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "release volume: id and node_id are required")
 	}
@@ -252,7 +254,7 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	match := func(c *csisupdv1.VolumeClaim) bool {
+	match := func(c *statepb.VolumeClaim) bool {
 		return c.GetNodeId() == req.GetNodeId() && (req.GetWorkloadId() == "" || c.GetWorkloadId() == req.GetWorkloadId())
 	}
 	var refs []claims.Ref
@@ -267,7 +269,7 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 		return v, nil
 	}
 	if taken {
-		if _, err := s.updateVolume(v.GetId(), func(v *csisupdv1.Volume) error {
+		if _, err := s.updateVolume(v.GetId(), func(v *statepb.Volume) error {
 			for _, c := range v.GetClaims() {
 				if match(c) && c.GetState() == claims.StateTaken {
 					claims.StartRelease(c)
@@ -296,7 +298,7 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 // releaseWithoutNode records that a claim is released without its node
 // (its node has been down for longer than ClaimGCGrace) and returns the
 // stored claim. The caller holds the volume's lock.
-func (s *Server) releaseWithoutNode(ref claims.Ref) (*csisupdv1.VolumeClaim, error) {
+func (s *Server) releaseWithoutNode(ref claims.Ref) (*statepb.VolumeClaim, error) {
 	_, c, err := s.updateClaim(ref, claims.ReleaseWithoutNode)
 	return c, err
 }
@@ -333,7 +335,7 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 			err = s.controllerUnpublish(ctx, v, c, secrets)
 		case claims.StateControllerUnpublished:
 			s.busyWriting(ctx)
-			_, err = s.updateVolume(ref.VolumeID, func(v *csisupdv1.Volume) error {
+			_, err = s.updateVolume(ref.VolumeID, func(v *statepb.Volume) error {
 				claims.Free(v, ref.NodeID, ref.WorkloadID)
 				return nil
 			})
@@ -347,7 +349,7 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 			msg := claims.ScrubSecrets(err.Error(), secrets)
 			if c.GetLastError() != msg {
 				s.busyWriting(ctx)
-				if _, _, uerr := s.updateClaim(ref, func(c *csisupdv1.VolumeClaim) { c.LastError = msg }); uerr != nil {
+				if _, _, uerr := s.updateClaim(ref, func(c *statepb.VolumeClaim) { c.LastError = msg }); uerr != nil {
 					s.logger.Warn("record a failed release step", "volume", ref.VolumeID, "node", ref.NodeID,
 						"workload", ref.WorkloadID, "error", uerr)
 				}
@@ -365,7 +367,7 @@ func (s *Server) busyWriting(ctx context.Context) {
 
 // nodeUnpublish unmounts a claim on its node's agent, unless the claim is
 // released without its node, and records node-unpublished.
-func (s *Server) nodeUnpublish(ctx context.Context, v *csisupdv1.Volume, c *csisupdv1.VolumeClaim) error {
+func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim) error {
 	ref := claims.RefOf(v.GetId(), c)
 	node := s.State().Node(c.GetNodeId())
 	switch {
@@ -376,7 +378,7 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *csisupdv1.Volume, c *csis
 		uctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
 		leader.BusyWith(ctx, uctx)
 		err := s.nodeVolumes.UnmountVolume(uctx, node.GetAddress(), &csisupdv1.UnmountVolumeRequest{
-			PluginId: v.GetPluginId(), VolumeId: v.GetId(), WorkloadId: c.GetWorkloadId(), Usage: c.GetUsage(),
+			PluginId: v.GetPluginId(), VolumeId: v.GetId(), WorkloadId: c.GetWorkloadId(), Usage: statepb.VolumeUsageToAPI(c.GetUsage()),
 		})
 		cancel()
 		if err != nil {
@@ -392,9 +394,9 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *csisupdv1.Volume, c *csis
 // controllerUnpublish calls ControllerUnpublishVolume for a claim when the
 // plugin publishes (or the claim was published) and no other claim of the
 // volume is left on the node, and records controller-unpublished.
-func (s *Server) controllerUnpublish(ctx context.Context, v *csisupdv1.Volume, c *csisupdv1.VolumeClaim, secrets map[string]string) error {
+func (s *Server) controllerUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim, secrets map[string]string) error {
 	ref := claims.RefOf(v.GetId(), c)
-	if !claims.OthersOnNode(v, c) && (c.GetControllerPublished() || s.controllerAdvertises(v.GetPluginId(), claims.CapPublishUnpublish)) {
+	if !claims.OthersOnNode(v, c) && (c.GetControllerPublished() || s.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume)) {
 		cands, err := s.publishCandidates(v.GetPluginId())
 		if err != nil {
 			return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)

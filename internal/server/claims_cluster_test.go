@@ -15,6 +15,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -270,12 +271,12 @@ func TestLeaderKilledInEveryReleaseState(t *testing.T) {
 				t.Fatal(err)
 			}
 			leader := cc.c.WaitForLeader(t, 30*time.Second)
-			v := proto.Clone(cc.volume(t, vol)).(*csisupdv1.Volume)
-			v.Claims = []*csisupdv1.VolumeClaim{{
+			v := statepb.VolumeFromAPI(cc.volume(t, vol))
+			v.Claims = []*statepb.VolumeClaim{{
 				NodeId: cc.c.Agent(1).NodeID(), CsiNodeId: "csi-node-1", WorkloadId: "w", State: st.state,
-				Usage: &csisupdv1.VolumeUsage{AccessMode: "SINGLE_NODE_WRITER", AccessType: "mount"}, StateUpdatedAt: timestamppb.Now(),
+				Usage: &statepb.VolumeUsage{AccessMode: "SINGLE_NODE_WRITER", AccessType: "mount"}, StateUpdatedAt: timestamppb.Now(),
 			}}
-			data, err := proto.Marshal(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: v}})
+			data, err := proto.Marshal(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeUpsert{VolumeUpsert: v}})
 			if err != nil {
 				t.Fatal(err)
 			}

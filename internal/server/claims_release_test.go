@@ -14,6 +14,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -106,7 +107,7 @@ func TestReleaseResumesAfterLeaderFailover(t *testing.T) {
 	if leader.Index == old.Index {
 		t.Fatal("the killed server leads")
 	}
-	if c := claimOf(leader.Server().State().Volume("v"), "node-a", "w1"); c.GetState() != claims.StateUnpublishing {
+	if c := claimOf(statepb.VolumeToAPI(leader.Server().State().Volume("v")), "node-a", "w1"); c.GetState() != claims.StateUnpublishing {
 		t.Fatalf("claim on the new leader: %v, want unpublishing", c)
 	}
 	e.nv.setFail(nil, nil)

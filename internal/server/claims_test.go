@@ -17,6 +17,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -203,11 +204,11 @@ func TestClaimAndReleaseThroughFollower(t *testing.T) {
 	if bytes.Contains(snap, []byte(secret)) {
 		t.Fatal("a claim secret was stored in the replicated state")
 	}
-	var st csisupdv1.StateSnapshot
+	var st statepb.StateSnapshot
 	if err := proto.Unmarshal(snap, &st); err != nil {
 		t.Fatal(err)
 	}
-	if len(st.GetVolumes()) != 1 || !proto.Equal(claimOf(st.GetVolumes()[0], "node-b", "w1"), cl) {
+	if len(st.GetVolumes()) != 1 || !proto.Equal(claimOf(statepb.VolumeToAPI(st.GetVolumes()[0]), "node-b", "w1"), cl) {
 		t.Fatalf("snapshot volumes: %v", st.GetVolumes())
 	}
 

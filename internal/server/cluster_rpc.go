@@ -13,6 +13,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -57,8 +58,8 @@ func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRe
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeRegister(fctx, req)
 	}
-	idx, err := c.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
-		Id: req.GetNodeId(), Name: req.GetName(), Address: req.GetAddress(), Plugins: req.GetPlugins(),
+	idx, err := c.node.ApplyBatched(&statepb.LogEntry{Command: &statepb.LogEntry_NodeUpsert{NodeUpsert: &statepb.ClusterNode{
+		Id: req.GetNodeId(), Name: req.GetName(), Address: req.GetAddress(), Plugins: statepb.PluginsFromAPI(req.GetPlugins()),
 	}}})
 	if err != nil {
 		return nil, toStatus(err)
@@ -78,8 +79,8 @@ func (c *clusterService) NodeUpdatePlugins(ctx context.Context, req *csisupdv1.N
 	if c.state().Node(req.GetNodeId()) == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
-	idx, err := c.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{
-		NodeId: req.GetNodeId(), Plugins: req.GetPlugins(),
+	idx, err := c.node.ApplyBatched(&statepb.LogEntry{Command: &statepb.LogEntry_NodePlugins{NodePlugins: &statepb.NodePluginsCommand{
+		NodeId: req.GetNodeId(), Plugins: statepb.PluginsFromAPI(req.GetPlugins()),
 	}}})
 	if err != nil {
 		return nil, toStatus(err)
@@ -101,7 +102,7 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
 	}
 	if node.GetStatus() != state.NodeStatusReady {
-		_, err := c.node.ApplyBatched(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+		_, err := c.node.ApplyBatched(&statepb.LogEntry{Command: &statepb.LogEntry_NodeStatus{NodeStatus: &statepb.NodeStatusCommand{
 			NodeId: node.GetId(), Status: state.NodeStatusReady, Description: "heartbeat received",
 		}}})
 		if err != nil {
@@ -141,5 +142,5 @@ func (c *clusterService) ResolveToken(ctx context.Context, req *csisupdv1.Resolv
 		}
 		return nil, toStatus(err)
 	}
-	return &csisupdv1.ResolveTokenResponse{Token: tok, Policies: policies}, nil
+	return &csisupdv1.ResolveTokenResponse{Token: statepb.ACLTokenView(tok), Policies: statepb.ACLPoliciesToAPI(policies)}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/stream"
 )
 
@@ -79,7 +80,7 @@ func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginL
 			index := st.LatestIndex()
 			plugins, next := st.PluginsPage(page.from, page.limit)
 			c.s.heartbeats.View().Plugins(plugins...)
-			return &csisupdv1.PluginListResponse{Plugins: plugins, Index: index, NextToken: responseToken(next)}, nil
+			return &csisupdv1.PluginListResponse{Plugins: pluginsToAPI(plugins), Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -95,7 +96,7 @@ func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGet
 				return nil, status.Errorf(codes.NotFound, "plugin %q not found", req.GetId())
 			}
 			c.s.heartbeats.View().Plugins(p)
-			return &csisupdv1.PluginGetResponse{Plugin: p, Index: st.LatestIndex()}, nil
+			return &csisupdv1.PluginGetResponse{Plugin: pluginToAPI(p), Index: st.LatestIndex()}, nil
 		})
 }
 
@@ -124,7 +125,7 @@ func (c *controlService) ListNodes(ctx context.Context, req *csisupdv1.NodeListR
 			// that --status initializing finds the nodes shown so.
 			view := c.s.heartbeats.View()
 			nodes, next := st.NodesPage(page.from, page.limit, state.NodeFilter(req.GetPluginId(), req.GetStatus(), view.Status))
-			return &csisupdv1.NodeListResponse{Nodes: view.Nodes(nodes...), Index: index, NextToken: responseToken(next)}, nil
+			return &csisupdv1.NodeListResponse{Nodes: statepb.ClusterNodesToAPI(view.Nodes(nodes...)), Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -139,7 +140,7 @@ func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequ
 			if n == nil {
 				return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetId())
 			}
-			return &csisupdv1.NodeGetResponse{Node: c.s.heartbeats.View().Nodes(n)[0], Index: st.LatestIndex()}, nil
+			return &csisupdv1.NodeGetResponse{Node: statepb.ClusterNodeToAPI(c.s.heartbeats.View().Nodes(n)[0]), Index: st.LatestIndex()}, nil
 		})
 }
 
@@ -156,7 +157,7 @@ func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeL
 			st := c.s.State()
 			index := st.LatestIndex()
 			volumes, next := st.VolumesPage(req.GetPluginId(), page.from, page.limit)
-			return &csisupdv1.VolumeListResponse{Volumes: volumes, Index: index, NextToken: responseToken(next)}, nil
+			return &csisupdv1.VolumeListResponse{Volumes: statepb.VolumesToAPI(volumes), Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -171,7 +172,7 @@ func (c *controlService) GetVolume(ctx context.Context, req *csisupdv1.VolumeGet
 			if v == nil {
 				return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 			}
-			return &csisupdv1.VolumeGetResponse{Volume: v, Index: st.LatestIndex()}, nil
+			return &csisupdv1.VolumeGetResponse{Volume: statepb.VolumeToAPI(v), Index: st.LatestIndex()}, nil
 		})
 }
 
@@ -185,7 +186,7 @@ func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.Volume
 			if err != nil {
 				return nil, err
 			}
-			return &csisupdv1.VolumeCreateResponse{Volume: v}, nil
+			return &csisupdv1.VolumeCreateResponse{Volume: statepb.VolumeToAPI(v)}, nil
 		})
 }
 
@@ -195,11 +196,11 @@ func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.Volu
 			return cl.RegisterVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeRegisterResponse, error) {
-			v, err := c.s.registerVolume(ctx, req.GetVolume())
+			v, err := c.s.registerVolume(ctx, statepb.VolumeFromAPI(req.GetVolume()))
 			if err != nil {
 				return nil, err
 			}
-			return &csisupdv1.VolumeRegisterResponse{Volume: v}, nil
+			return &csisupdv1.VolumeRegisterResponse{Volume: statepb.VolumeToAPI(v)}, nil
 		})
 }
 
@@ -226,7 +227,7 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 			if err != nil {
 				return nil, err
 			}
-			return &csisupdv1.VolumeClaimResponse{Volume: v, Claim: claim}, nil
+			return &csisupdv1.VolumeClaimResponse{Volume: statepb.VolumeToAPI(v), Claim: statepb.VolumeClaimToAPI(claim)}, nil
 		})
 }
 
@@ -240,7 +241,7 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 			if err != nil {
 				return nil, err
 			}
-			return &csisupdv1.VolumeReleaseResponse{Volume: v}, nil
+			return &csisupdv1.VolumeReleaseResponse{Volume: statepb.VolumeToAPI(v)}, nil
 		})
 }
 

@@ -22,6 +22,16 @@
 // leader may import claims and state, and fsm claims and state; state
 // imports neither raft nor gRPC.
 //
+// The replicated state is held in the storage messages of package statepb:
+// raft log entries, snapshots (and the files of `operator snapshot save`)
+// and the rows of package state. They are wire-compatible with the public
+// messages stored by earlier releases, so an older data_dir and snapshot
+// file load unchanged. The services convert between them and the public
+// messages with statepb's converters, where they read rows to answer and
+// where a request's message becomes a command (a node's plugins, a
+// registered volume); requests and responses that are never stored are
+// used as they are.
+//
 // Volume claims run on the leader, one volume at a time (a lock per
 // volume, which create and delete take too). A claim is admitted by the
 // rules of package claims, then recorded taken; the raft index of that

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,8 +19,8 @@ import (
 	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/watchdog"
-	"path/filepath"
 )
 
 // Server is one csisupd server: a raft member with the replicated state
@@ -111,7 +112,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		FailoverTTL:  cfg.FailoverHeartbeatTTL,
 		Grace:        cfg.HeartbeatGrace,
 		State:        s.State,
-		Apply:        func(e *csisupdv1.LogEntry) (uint64, error) { return s.node.ApplyBatched(e) },
+		Apply:        func(e *statepb.LogEntry) (uint64, error) { return s.node.ApplyBatched(e) },
 	}, logger)
 	if s.fsm, err = fsm.New(fsm.Config{Events: events, OnRestore: s.heartbeats.Restored}); err != nil {
 		s.metrics.close()
@@ -316,6 +317,6 @@ func waitBeating(ctx context.Context, loop *watchdog.Loop, d time.Duration) erro
 func (s *Server) Ready() bool { return s.IsLeader() && s.leaderReady.Load() }
 
 // Raft returns the raft instance, for operator tooling and benchmarks of
-// the raw raft path. Commands applied through it must be encoded
-// csisupd.v1.LogEntry messages.
+// the raw raft path. Commands applied through it must be statepb.LogEntry
+// messages encoded by fsm.Encode.
 func (s *Server) Raft() *raft.Raft { return s.node.Raft() }

@@ -10,26 +10,22 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/state"
-)
-
-// Controller capabilities the volume operations need.
-const (
-	capCreateDelete = "CREATE_DELETE_VOLUME"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // candidate is one controller instance a volume operation may use.
 type candidate struct {
 	nodeID string
 	addr   string
-	plugin *csisupdv1.Plugin
+	plugin *statepb.Plugin
 }
 
 // controllerCandidates returns the healthy controller instances of a plugin
@@ -44,11 +40,11 @@ func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 	}
 	var out []candidate
 	var waiting []string
-	for _, inst := range p.GetInstances() {
-		if ctrl, _ := state.PluginRoles(inst.GetPlugin().GetType()); !ctrl || !inst.GetHealthy() {
+	for _, inst := range p.Instances {
+		if ctrl, _ := plugin.Type(inst.Plugin.GetType()).Roles(); !ctrl || !inst.Healthy {
 			continue
 		}
-		node := s.State().Node(inst.GetNodeId())
+		node := s.State().Node(inst.NodeID)
 		if node == nil || node.GetStatus() != state.NodeStatusReady {
 			continue
 		}
@@ -56,7 +52,7 @@ func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 			waiting = append(waiting, node.GetId())
 			continue
 		}
-		out = append(out, candidate{nodeID: node.GetId(), addr: node.GetAddress(), plugin: inst.GetPlugin()})
+		out = append(out, candidate{nodeID: node.GetId(), addr: node.GetAddress(), plugin: inst.Plugin})
 	}
 	if len(out) == 0 && len(waiting) > 0 {
 		return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Unavailable,
@@ -66,7 +62,7 @@ func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 	if len(out) == 0 {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"plugin %q has no healthy controller instance on a ready node (%d of %d controllers healthy)",
-			pluginID, p.GetControllersHealthy(), p.GetControllersExpected())
+			pluginID, p.ControllersHealthy, p.ControllersExpected)
 	}
 	return out, nil
 }
@@ -114,14 +110,14 @@ func checkVolumeID(op, id string) error {
 }
 
 // createVolume runs on the leader.
-func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRequest) (*csisupdv1.Volume, error) {
+func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRequest) (*statepb.Volume, error) {
 	if req.GetId() == "" || req.GetPluginId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "create volume: id and plugin_id are required")
 	}
 	if err := checkVolumeID("create volume", req.GetId()); err != nil {
 		return nil, err
 	}
-	caps := claims.DefaultCapabilities(req.GetCapabilities())
+	caps := claims.DefaultCapabilities(statepb.VolumeCapabilitiesFromAPI(req.GetCapabilities()))
 	var csiCaps []*csi.VolumeCapability
 	for _, c := range caps {
 		cc, err := claims.CSICapability(c)
@@ -151,8 +147,8 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 	if err != nil {
 		return nil, err
 	}
-	if cands = withCapability(cands, capCreateDelete); len(cands) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q does not advertise %s", req.GetPluginId(), capCreateDelete)
+	if cands = withCapability(cands, plugin.CapCreateDeleteVolume); len(cands) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q does not advertise %s", req.GetPluginId(), plugin.CapCreateDeleteVolume)
 	}
 	csiReq := &csi.CreateVolumeRequest{
 		Name:               req.GetId(),
@@ -172,7 +168,7 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 	if err != nil {
 		return nil, err
 	}
-	v := &csisupdv1.Volume{
+	v := &statepb.Volume{
 		Id:               req.GetId(),
 		PluginId:         req.GetPluginId(),
 		ExternalId:       resp.GetVolume().GetVolumeId(),
@@ -184,13 +180,13 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 		CreatedAt:        timestamppb.Now(),
 	}
 	for _, t := range resp.GetVolume().GetAccessibleTopology() {
-		v.AccessibleTopology = append(v.AccessibleTopology, &csisupdv1.TopologySegment{Segments: t.GetSegments()})
+		v.AccessibleTopology = append(v.AccessibleTopology, &statepb.TopologySegment{Segments: t.GetSegments()})
 	}
 	return s.writeVolume(v)
 }
 
-func (s *Server) writeVolume(v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
-	if _, err := s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: v}}); err != nil {
+func (s *Server) writeVolume(v *statepb.Volume) (*statepb.Volume, error) {
+	if _, err := s.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeUpsert{VolumeUpsert: v}}); err != nil {
 		return nil, toStatus(err)
 	}
 	if stored := s.State().Volume(v.GetId()); stored != nil {
@@ -199,15 +195,15 @@ func (s *Server) writeVolume(v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
 	return v, nil
 }
 
-// registerVolume runs on the leader.
-func (s *Server) registerVolume(ctx context.Context, v *csisupdv1.Volume) (*csisupdv1.Volume, error) {
+// registerVolume runs on the leader. v is the caller's copy, which it
+// changes.
+func (s *Server) registerVolume(ctx context.Context, v *statepb.Volume) (*statepb.Volume, error) {
 	if v.GetId() == "" || v.GetPluginId() == "" || v.GetExternalId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "register volume: id, plugin_id and external_id are required")
 	}
 	if err := checkVolumeID("register volume", v.GetId()); err != nil {
 		return nil, err
 	}
-	v = proto.Clone(v).(*csisupdv1.Volume)
 	v.Claims = nil
 	v.Capabilities = claims.DefaultCapabilities(v.Capabilities)
 	for _, c := range v.Capabilities {
@@ -263,8 +259,8 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 		if err != nil {
 			return err
 		}
-		if cands = withCapability(cands, capCreateDelete); len(cands) == 0 {
-			return status.Errorf(codes.FailedPrecondition, "plugin %q does not advertise %s", v.GetPluginId(), capCreateDelete)
+		if cands = withCapability(cands, plugin.CapCreateDeleteVolume); len(cands) == 0 {
+			return status.Errorf(codes.FailedPrecondition, "plugin %q does not advertise %s", v.GetPluginId(), plugin.CapCreateDeleteVolume)
 		}
 		csiReq := &csi.DeleteVolumeRequest{VolumeId: v.GetExternalId(), Secrets: req.GetSecrets()}
 		_, err = s.callControllers(ctx, "DeleteVolume", cands, func(ctx context.Context, c candidate) error {
@@ -278,6 +274,6 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 			return err
 		}
 	}
-	_, err = s.node.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
+	_, err = s.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
 	return toStatus(err)
 }

@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
-	"internal/server":   {api, "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state"},
+	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	// statepb is the servers' storage format; it imports the API only to
 	// convert to and from it (state.proto itself imports no csisupd file).
 	"internal/server/statepb": {api},
@@ -47,12 +47,14 @@ var allowed = map[string][]string{
 	// The parts of the server role, bottom up: the state store; the claim
 	// rules, which read node statuses and plugin roles from it; the FSM
 	// that writes it; the raft member that runs the FSM; the leader's
-	// duties, which read the state and take what they call as funcs.
-	"internal/server/state":    {api, "internal/acl"},
-	"internal/server/claims":   {api, "internal/server/state"},
-	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state"},
-	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state"},
-	"internal/server/leader":   {api, "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/state"},
+	// duties, which read the state and take what they call as funcs. The
+	// state holds the storage messages (statepb) only: it never imports
+	// the API, whose messages the services convert to.
+	"internal/server/state":    {"internal/acl", "internal/plugin", "internal/server/statepb"},
+	"internal/server/claims":   {api, "internal/plugin", "internal/server/state", "internal/server/statepb"},
+	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
+	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
@@ -130,6 +132,8 @@ var allowedInTests = map[string][]string{
 	"internal/testcluster": {"internal/testcluster"},
 	// The heartbeat TTL tests check the production defaults.
 	"internal/server/leader": {"internal/config"},
+	// FSM tests name plugin types by the plugin model's constants.
+	"internal/server/fsm": {"internal/plugin"},
 }
 
 // everything else a test/ package imports is allowed: end-to-end tests,

@@ -6,25 +6,25 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // Usage returns the usage of a claim request with its defaults: the
 // volume's first capability when the request has none; otherwise the
 // access type mount and the access mode of the volume's first capability
 // where the request leaves them empty.
-func Usage(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.VolumeUsage, error) {
+func Usage(v *statepb.Volume, req *csisupdv1.VolumeClaimRequest) (*statepb.VolumeUsage, error) {
 	first := DefaultCapabilities(v.GetCapabilities())[0]
-	var u *csisupdv1.VolumeUsage
+	var u *statepb.VolumeUsage
 	if req.GetUsage() == nil {
-		u = &csisupdv1.VolumeUsage{
+		u = &statepb.VolumeUsage{
 			AccessMode: first.GetAccessMode(), AccessType: first.GetAccessType(),
 			FsType: first.GetFsType(), MountFlags: first.GetMountFlags(),
 		}
 	} else {
-		u = proto.Clone(req.GetUsage()).(*csisupdv1.VolumeUsage)
+		u = statepb.VolumeUsageFromAPI(req.GetUsage())
 	}
 	if u.AccessType == "" {
 		u.AccessType = "mount"
@@ -48,8 +48,8 @@ func Usage(v *csisupdv1.Volume, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.V
 }
 
 // UsageCapability is the capability a usage asks of the volume.
-func UsageCapability(u *csisupdv1.VolumeUsage) *csisupdv1.VolumeCapability {
-	return &csisupdv1.VolumeCapability{
+func UsageCapability(u *statepb.VolumeUsage) *statepb.VolumeCapability {
+	return &statepb.VolumeCapability{
 		AccessType: u.GetAccessType(), AccessMode: u.GetAccessMode(), FsType: u.GetFsType(), MountFlags: u.GetMountFlags(),
 	}
 }
@@ -77,7 +77,7 @@ var accessModes = map[string]accessRule{
 
 // ruleOf returns the rule of a claim's access mode; a mode that is not
 // known gets the strictest rule.
-func ruleOf(c *csisupdv1.VolumeClaim) (string, accessRule) {
+func ruleOf(c *statepb.VolumeClaim) (string, accessRule) {
 	mode := c.GetUsage().GetAccessMode()
 	if r, ok := accessModes[mode]; ok {
 		return mode, r
@@ -96,8 +96,8 @@ func RW(readOnly bool) string {
 // accessConflict returns why claim c cannot be added next to the existing
 // claim old, or "". Both claims' access modes are respected: the stricter
 // wins.
-func accessConflict(c, old *csisupdv1.VolumeClaim) string {
-	for _, cl := range []*csisupdv1.VolumeClaim{c, old} {
+func accessConflict(c, old *statepb.VolumeClaim) string {
+	for _, cl := range []*statepb.VolumeClaim{c, old} {
 		mode, r := ruleOf(cl)
 		var why string
 		switch {
@@ -118,7 +118,7 @@ func accessConflict(c, old *csisupdv1.VolumeClaim) string {
 }
 
 // CSICapability converts our capability form to CSI's.
-func CSICapability(c *csisupdv1.VolumeCapability) (*csi.VolumeCapability, error) {
+func CSICapability(c *statepb.VolumeCapability) (*csi.VolumeCapability, error) {
 	mode := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	if c.GetAccessMode() != "" {
 		v, ok := csi.VolumeCapability_AccessMode_Mode_value[c.GetAccessMode()]
@@ -143,16 +143,16 @@ func CSICapability(c *csisupdv1.VolumeCapability) (*csi.VolumeCapability, error)
 
 // DefaultCapabilities returns caps, or the default of a volume that names
 // none: mount, single-node-writer.
-func DefaultCapabilities(caps []*csisupdv1.VolumeCapability) []*csisupdv1.VolumeCapability {
+func DefaultCapabilities(caps []*statepb.VolumeCapability) []*statepb.VolumeCapability {
 	if len(caps) > 0 {
 		return caps
 	}
-	return []*csisupdv1.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}}
+	return []*statepb.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}}
 }
 
 // nodePlugin returns the plugin instance a node reports for a plugin id,
 // or nil.
-func nodePlugin(node *csisupdv1.ClusterNode, pluginID string) *csisupdv1.Plugin {
+func nodePlugin(node *statepb.ClusterNode, pluginID string) *statepb.Plugin {
 	for _, p := range node.GetPlugins() {
 		if p.GetId() == pluginID {
 			return p
@@ -164,7 +164,7 @@ func nodePlugin(node *csisupdv1.ClusterNode, pluginID string) *csisupdv1.Plugin 
 // topologyFits reports whether a node with the topology have can reach a
 // volume reachable from segs: have holds every key and value of one
 // segment. No segments means everywhere.
-func topologyFits(segs []*csisupdv1.TopologySegment, have map[string]string) bool {
+func topologyFits(segs []*statepb.TopologySegment, have map[string]string) bool {
 	if len(segs) == 0 {
 		return true
 	}

@@ -12,24 +12,21 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
-// Controller capabilities the claims depend on.
-const (
-	// CapPublishUnpublish: the plugin's claims are published by the
-	// controller.
-	CapPublishUnpublish = "PUBLISH_UNPUBLISH_VOLUME"
-	// CapPublishReadonly: read-only claims are published read-only.
-	CapPublishReadonly = "PUBLISH_READONLY"
-)
+// CapPublishReadonly is the controller capability by which read-only
+// claims are published read-only.
+const CapPublishReadonly = "PUBLISH_READONLY"
 
 // Reader is the part of the replicated state admission reads;
 // *state.Store is one.
 type Reader interface {
-	Node(id string) *csisupdv1.ClusterNode
-	Plugin(id string) *csisupdv1.ClusterPlugin
-	Volumes(pluginID string) []*csisupdv1.Volume
+	Node(id string) *statepb.ClusterNode
+	Plugin(id string) *state.ClusterPlugin
+	Volumes(pluginID string) []*statepb.Volume
 }
 
 // Confirmed reports whether the leader has heard from a node since it
@@ -39,7 +36,7 @@ type Confirmed func(nodeID string) (ok bool, why string)
 
 // Admit checks a new claim against the node, the volume and its claims,
 // and returns the claim to record, in state taken.
-func Admit(st Reader, confirmed Confirmed, v *csisupdv1.Volume, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.VolumeClaim, error) {
+func Admit(st Reader, confirmed Confirmed, v *statepb.Volume, req *csisupdv1.VolumeClaimRequest) (*statepb.VolumeClaim, error) {
 	node := st.Node(req.GetNodeId())
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId())
@@ -52,7 +49,7 @@ func Admit(st Reader, confirmed Confirmed, v *csisupdv1.Volume, req *csisupdv1.V
 		return nil, NodeInitializingError(node.GetId(), why)
 	}
 	p := nodePlugin(node, v.GetPluginId())
-	if _, nodeService := state.PluginRoles(p.GetType()); p == nil || !nodeService || !p.GetHealthy() || p.GetNodeId() == "" {
+	if _, nodeService := plugin.Type(p.GetType()).Roles(); p == nil || !nodeService || !p.GetHealthy() || p.GetNodeId() == "" {
 		why := "does not run there"
 		switch {
 		case p == nil:
@@ -70,7 +67,7 @@ func Admit(st Reader, confirmed Confirmed, v *csisupdv1.Volume, req *csisupdv1.V
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(DefaultCapabilities(v.GetCapabilities()), func(c *csisupdv1.VolumeCapability) bool {
+	if !slices.ContainsFunc(DefaultCapabilities(v.GetCapabilities()), func(c *statepb.VolumeCapability) bool {
 		typ, mode := c.GetAccessType(), c.GetAccessMode()
 		if typ == "" {
 			typ = "mount"
@@ -101,7 +98,7 @@ func Admit(st Reader, confirmed Confirmed, v *csisupdv1.Volume, req *csisupdv1.V
 			if other.GetId() == v.GetId() {
 				continue
 			}
-			if slices.ContainsFunc(other.GetClaims(), func(c *csisupdv1.VolumeClaim) bool { return c.GetNodeId() == node.GetId() }) {
+			if slices.ContainsFunc(other.GetClaims(), func(c *statepb.VolumeClaim) bool { return c.GetNodeId() == node.GetId() }) {
 				used[other.GetId()] = true
 			}
 		}
@@ -110,7 +107,7 @@ func Admit(st Reader, confirmed Confirmed, v *csisupdv1.Volume, req *csisupdv1.V
 				fmt.Sprintf("node %q already has %d volumes of plugin %q claimed, its max_volumes", node.GetId(), len(used), v.GetPluginId()))
 		}
 	}
-	claim := &csisupdv1.VolumeClaim{
+	claim := &statepb.VolumeClaim{
 		NodeId:         node.GetId(),
 		CsiNodeId:      p.GetNodeId(),
 		ReadOnly:       usage.GetReadOnly(),
@@ -134,7 +131,7 @@ func Admit(st Reader, confirmed Confirmed, v *csisupdv1.Volume, req *csisupdv1.V
 	if !claim.GetReadOnly() && ControllerAdvertises(st.Plugin(v.GetPluginId()), CapPublishReadonly) {
 		for _, old := range v.GetClaims() {
 			if old.GetNodeId() == claim.GetNodeId() && old.GetControllerPublished() && old.GetReadOnly() &&
-				!slices.ContainsFunc(v.GetClaims(), func(c *csisupdv1.VolumeClaim) bool {
+				!slices.ContainsFunc(v.GetClaims(), func(c *statepb.VolumeClaim) bool {
 					return c.GetNodeId() == claim.GetNodeId() && c.GetControllerPublished() && !c.GetReadOnly()
 				}) {
 				return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode,
@@ -160,11 +157,14 @@ func NodeInitializingError(nodeID, why string) error {
 
 // ControllerAdvertises reports whether a controller instance of plugin p
 // (nil: none), healthy or not, advertises a controller capability:
-// CapPublishUnpublish or CapPublishReadonly.
-func ControllerAdvertises(p *csisupdv1.ClusterPlugin, capability string) bool {
-	for _, inst := range p.GetInstances() {
-		if ctrl, _ := state.PluginRoles(inst.GetPlugin().GetType()); ctrl &&
-			slices.Contains(inst.GetPlugin().GetControllerCapabilities(), capability) {
+// plugin.CapPublishUnpublishVolume or CapPublishReadonly.
+func ControllerAdvertises(p *state.ClusterPlugin, capability string) bool {
+	if p == nil {
+		return false
+	}
+	for _, inst := range p.Instances {
+		if ctrl, _ := plugin.Type(inst.Plugin.GetType()).Roles(); ctrl &&
+			slices.Contains(inst.Plugin.GetControllerCapabilities(), capability) {
 			return true
 		}
 	}
@@ -174,7 +174,7 @@ func ControllerAdvertises(p *csisupdv1.ClusterPlugin, capability string) bool {
 // NodeClaims returns the claims of volumes that a node holds, except
 // those released without it, sorted by volume and workload, as of the
 // state's index.
-func NodeClaims(index uint64, volumes []*csisupdv1.Volume, nodeID string) *csisupdv1.NodeClaimsResponse {
+func NodeClaims(index uint64, volumes []*statepb.Volume, nodeID string) *csisupdv1.NodeClaimsResponse {
 	out := &csisupdv1.NodeClaimsResponse{Index: index}
 	for _, v := range volumes {
 		for _, c := range v.GetClaims() {

@@ -10,28 +10,29 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 func TestNodeGoneDue(t *testing.T) {
 	now := time.Unix(1000, 0)
 	grace := time.Minute
-	down := func(ago time.Duration) *csisupdv1.ClusterNode {
-		return &csisupdv1.ClusterNode{Id: "n", Status: state.NodeStatusDown, StatusUpdatedAt: timestamppb.New(now.Add(-ago))}
+	down := func(ago time.Duration) *statepb.ClusterNode {
+		return &statepb.ClusterNode{Id: "n", Status: state.NodeStatusDown, StatusUpdatedAt: timestamppb.New(now.Add(-ago))}
 	}
-	ready := &csisupdv1.ClusterNode{Id: "n", Status: state.NodeStatusReady, StatusUpdatedAt: timestamppb.New(now.Add(-time.Hour))}
+	ready := &statepb.ClusterNode{Id: "n", Status: state.NodeStatusReady, StatusUpdatedAt: timestamppb.New(now.Add(-time.Hour))}
 	tests := []struct {
 		name  string
-		claim *csisupdv1.VolumeClaim
-		node  *csisupdv1.ClusterNode
+		claim *statepb.VolumeClaim
+		node  *statepb.ClusterNode
 		want  bool
 	}{
-		{"taken, node down past the grace", &csisupdv1.VolumeClaim{State: StateTaken}, down(2 * time.Minute), true},
-		{"unpublishing, node down past the grace", &csisupdv1.VolumeClaim{State: StateUnpublishing}, down(2 * time.Minute), true},
-		{"taken, node down within the grace", &csisupdv1.VolumeClaim{State: StateTaken}, down(30 * time.Second), false},
-		{"taken, node ready", &csisupdv1.VolumeClaim{State: StateTaken}, ready, false},
-		{"taken, node not known", &csisupdv1.VolumeClaim{State: StateTaken}, nil, true},
-		{"node-unpublished: past the node's step", &csisupdv1.VolumeClaim{State: StateNodeUnpublished}, nil, false},
-		{"released without its node already", &csisupdv1.VolumeClaim{State: StateUnpublishing, NodeGone: true}, nil, false},
+		{"taken, node down past the grace", &statepb.VolumeClaim{State: StateTaken}, down(2 * time.Minute), true},
+		{"unpublishing, node down past the grace", &statepb.VolumeClaim{State: StateUnpublishing}, down(2 * time.Minute), true},
+		{"taken, node down within the grace", &statepb.VolumeClaim{State: StateTaken}, down(30 * time.Second), false},
+		{"taken, node ready", &statepb.VolumeClaim{State: StateTaken}, ready, false},
+		{"taken, node not known", &statepb.VolumeClaim{State: StateTaken}, nil, true},
+		{"node-unpublished: past the node's step", &statepb.VolumeClaim{State: StateNodeUnpublished}, nil, false},
+		{"released without its node already", &statepb.VolumeClaim{State: StateUnpublishing, NodeGone: true}, nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,7 +44,7 @@ func TestNodeGoneDue(t *testing.T) {
 }
 
 func TestReleaseSteps(t *testing.T) {
-	c := &csisupdv1.VolumeClaim{NodeId: "n", WorkloadId: "w", State: StateTaken, Mounted: true, ControllerPublished: true}
+	c := &statepb.VolumeClaim{NodeId: "n", WorkloadId: "w", State: StateTaken, Mounted: true, ControllerPublished: true}
 	Fail(c, "mount failed")
 	if c.GetState() != StateUnpublishing || c.GetLastError() != "mount failed" || c.GetStateUpdatedAt() == nil {
 		t.Fatalf("after Fail: %v", c)
@@ -60,7 +61,7 @@ func TestReleaseSteps(t *testing.T) {
 	if c.GetState() != StateControllerUnpublished || c.GetControllerPublished() {
 		t.Fatalf("after ControllerUnpublished: %v", c)
 	}
-	v := &csisupdv1.Volume{Id: "v", Claims: []*csisupdv1.VolumeClaim{{NodeId: "n", WorkloadId: "other"}, c}}
+	v := &statepb.Volume{Id: "v", Claims: []*statepb.VolumeClaim{{NodeId: "n", WorkloadId: "other"}, c}}
 	Free(v, "n", "w")
 	if len(v.GetClaims()) != 1 || v.GetClaims()[0].GetWorkloadId() != "other" {
 		t.Fatalf("after Free: %v", v.GetClaims())
@@ -71,15 +72,15 @@ func TestReleaseSteps(t *testing.T) {
 }
 
 func TestSharedPublicationPrefersReadWrite(t *testing.T) {
-	claim := &csisupdv1.VolumeClaim{NodeId: "n", WorkloadId: "new", ReadOnly: true}
-	ro := &csisupdv1.VolumeClaim{NodeId: "n", WorkloadId: "ro", ReadOnly: true, ControllerPublished: true}
-	rw := &csisupdv1.VolumeClaim{NodeId: "n", WorkloadId: "rw", ControllerPublished: true}
-	elsewhere := &csisupdv1.VolumeClaim{NodeId: "m", WorkloadId: "x", ControllerPublished: true}
-	v := &csisupdv1.Volume{Claims: []*csisupdv1.VolumeClaim{elsewhere, ro, rw, claim}}
+	claim := &statepb.VolumeClaim{NodeId: "n", WorkloadId: "new", ReadOnly: true}
+	ro := &statepb.VolumeClaim{NodeId: "n", WorkloadId: "ro", ReadOnly: true, ControllerPublished: true}
+	rw := &statepb.VolumeClaim{NodeId: "n", WorkloadId: "rw", ControllerPublished: true}
+	elsewhere := &statepb.VolumeClaim{NodeId: "m", WorkloadId: "x", ControllerPublished: true}
+	v := &statepb.Volume{Claims: []*statepb.VolumeClaim{elsewhere, ro, rw, claim}}
 	if got := SharedPublication(v, claim); got != rw {
 		t.Fatalf("shared publication %v, want the read-write one", got)
 	}
-	v.Claims = []*csisupdv1.VolumeClaim{elsewhere, claim}
+	v.Claims = []*statepb.VolumeClaim{elsewhere, claim}
 	if got := SharedPublication(v, claim); got != nil {
 		t.Fatalf("shared publication %v, want none on another node", got)
 	}
@@ -89,16 +90,16 @@ func TestSharedPublicationPrefersReadWrite(t *testing.T) {
 }
 
 func TestUsageDefaults(t *testing.T) {
-	v := &csisupdv1.Volume{Capabilities: []*csisupdv1.VolumeCapability{{AccessType: "block", AccessMode: "MULTI_NODE_READER_ONLY"}}}
+	v := &statepb.Volume{Capabilities: []*statepb.VolumeCapability{{AccessType: "block", AccessMode: "MULTI_NODE_READER_ONLY"}}}
 	u, err := Usage(v, &csisupdv1.VolumeClaimRequest{})
 	if err != nil || u.GetAccessType() != "block" || u.GetAccessMode() != "MULTI_NODE_READER_ONLY" {
 		t.Fatalf("usage without one asked: %v, %v; want the volume's first capability", u, err)
 	}
-	u, err = Usage(&csisupdv1.Volume{}, &csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{ReadOnly: true}})
+	u, err = Usage(&statepb.Volume{}, &csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{ReadOnly: true}})
 	if err != nil || u.GetAccessType() != "mount" || u.GetAccessMode() != "SINGLE_NODE_WRITER" || !u.GetReadOnly() {
 		t.Fatalf("usage with defaults: %v, %v", u, err)
 	}
-	_, err = Usage(&csisupdv1.Volume{}, &csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{AccessType: "block", FsType: "ext4"}})
+	_, err = Usage(&statepb.Volume{}, &csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{AccessType: "block", FsType: "ext4"}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("block usage with an fs_type: %v, want InvalidArgument", err)
 	}

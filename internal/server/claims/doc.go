@@ -4,6 +4,10 @@
 // reads the state, calls the controllers and the node's agent, and writes
 // each result through raft.
 //
+// The rules read and return the storage messages of package statepb
+// (Volume, VolumeClaim, VolumeUsage) as the state holds them; requests
+// come as the API's messages, and refusals are the API's typed errors.
+//
 // A claim is one workload using one volume on one node. Admit checks a
 // new claim against the node (ready, heard from by this leader, the
 // plugin's node service healthy there), the volume's capabilities and

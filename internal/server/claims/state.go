@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // Volume claim states, as VolumeClaim.state names them. A claim walks
@@ -38,7 +38,7 @@ type Ref struct {
 }
 
 // RefOf returns the reference of claim c of volume volumeID.
-func RefOf(volumeID string, c *csisupdv1.VolumeClaim) Ref {
+func RefOf(volumeID string, c *statepb.VolumeClaim) Ref {
 	return Ref{VolumeID: volumeID, NodeID: c.GetNodeId(), WorkloadID: c.GetWorkloadId()}
 }
 
@@ -49,7 +49,7 @@ func (r Ref) String() string {
 
 // Find returns the index and the claim of v for a node and workload,
 // or -1 and nil.
-func Find(v *csisupdv1.Volume, nodeID, workloadID string) (int, *csisupdv1.VolumeClaim) {
+func Find(v *statepb.Volume, nodeID, workloadID string) (int, *statepb.VolumeClaim) {
 	for i, c := range v.GetClaims() {
 		if c.GetNodeId() == nodeID && c.GetWorkloadId() == workloadID {
 			return i, c
@@ -59,7 +59,7 @@ func Find(v *csisupdv1.Volume, nodeID, workloadID string) (int, *csisupdv1.Volum
 }
 
 // SetState moves a claim to state and stamps the time of the change.
-func SetState(c *csisupdv1.VolumeClaim, state string) {
+func SetState(c *statepb.VolumeClaim, state string) {
 	if c.State != state {
 		c.State = state
 		c.StateUpdatedAt = timestamppb.Now()
@@ -79,14 +79,14 @@ func ScrubSecrets(msg string, secrets map[string]string) string {
 
 // StartRelease moves a taken claim to unpublishing, the first step of its
 // release, and forgets its last error.
-func StartRelease(c *csisupdv1.VolumeClaim) {
+func StartRelease(c *statepb.VolumeClaim) {
 	SetState(c, StateUnpublishing)
 	c.LastError = ""
 }
 
 // Fail records why a claim's taking failed, and starts its release when
 // it is still taken.
-func Fail(c *csisupdv1.VolumeClaim, msg string) {
+func Fail(c *statepb.VolumeClaim, msg string) {
 	if c.State == StateTaken {
 		SetState(c, StateUnpublishing)
 	}
@@ -95,26 +95,26 @@ func Fail(c *csisupdv1.VolumeClaim, msg string) {
 
 // ReleaseWithoutNode marks a claim whose node is gone and starts its
 // release through the controller alone.
-func ReleaseWithoutNode(c *csisupdv1.VolumeClaim) {
+func ReleaseWithoutNode(c *statepb.VolumeClaim) {
 	c.NodeGone = true
 	SetState(c, StateUnpublishing)
 }
 
 // NodeUnpublished records that the node no longer mounts the claim.
-func NodeUnpublished(c *csisupdv1.VolumeClaim) {
+func NodeUnpublished(c *statepb.VolumeClaim) {
 	SetState(c, StateNodeUnpublished)
 	c.Mounted, c.LastError = false, ""
 }
 
 // ControllerUnpublished records that the controller no longer publishes
 // the volume to the claim's node.
-func ControllerUnpublished(c *csisupdv1.VolumeClaim) {
+func ControllerUnpublished(c *statepb.VolumeClaim) {
 	SetState(c, StateControllerUnpublished)
 	c.ControllerPublished, c.LastError = false, ""
 }
 
 // Free removes a claim from its volume: the end of its release.
-func Free(v *csisupdv1.Volume, nodeID, workloadID string) {
+func Free(v *statepb.Volume, nodeID, workloadID string) {
 	if i, _ := Find(v, nodeID, workloadID); i >= 0 {
 		v.Claims = slices.Delete(v.Claims, i, i+1)
 	}
@@ -124,8 +124,8 @@ func Free(v *csisupdv1.Volume, nodeID, workloadID string) {
 // controller publication the claim can share, or nil. A read-write
 // publication serves every claim; a read-only one serves read-only claims
 // (Admit refused the others), so a read-write one is preferred.
-func SharedPublication(v *csisupdv1.Volume, claim *csisupdv1.VolumeClaim) *csisupdv1.VolumeClaim {
-	var shared *csisupdv1.VolumeClaim
+func SharedPublication(v *statepb.Volume, claim *statepb.VolumeClaim) *statepb.VolumeClaim {
+	var shared *statepb.VolumeClaim
 	for _, c := range v.GetClaims() {
 		if c != claim && c.GetNodeId() == claim.GetNodeId() && c.GetControllerPublished() &&
 			(shared == nil || !c.GetReadOnly()) {
@@ -137,8 +137,8 @@ func SharedPublication(v *csisupdv1.Volume, claim *csisupdv1.VolumeClaim) *csisu
 
 // OthersOnNode reports whether v has claims on c's node besides c, which
 // keep the node published.
-func OthersOnNode(v *csisupdv1.Volume, c *csisupdv1.VolumeClaim) bool {
-	return slices.ContainsFunc(v.GetClaims(), func(o *csisupdv1.VolumeClaim) bool {
+func OthersOnNode(v *statepb.Volume, c *statepb.VolumeClaim) bool {
+	return slices.ContainsFunc(v.GetClaims(), func(o *statepb.VolumeClaim) bool {
 		return o != c && o.GetNodeId() == c.GetNodeId()
 	})
 }
@@ -146,7 +146,7 @@ func OthersOnNode(v *csisupdv1.Volume, c *csisupdv1.VolumeClaim) bool {
 // NodeGoneDue reports whether a claim must be released without its node:
 // it is taken or unpublishing, and its node (nil: not known to the cluster
 // any more) has been down for longer than grace at now.
-func NodeGoneDue(c *csisupdv1.VolumeClaim, node *csisupdv1.ClusterNode, now time.Time, grace time.Duration) bool {
+func NodeGoneDue(c *statepb.VolumeClaim, node *statepb.ClusterNode, now time.Time, grace time.Duration) bool {
 	if c.GetNodeGone() || (c.GetState() != StateTaken && c.GetState() != StateUnpublishing) {
 		return false
 	}

@@ -5,9 +5,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // BootstrappedError is the FSM's refusal of a second ACL bootstrap.
@@ -27,7 +27,7 @@ func (e *BootstrappedError) Error() string {
 
 // putACLToken checks a token and writes it, keeping the create time of
 // the token it replaces. Another token's secret hash is refused.
-func putACLToken(txn *state.Txn, r *csisupdv1.ACLTokenRecord, ts *timestamppb.Timestamp) error {
+func putACLToken(txn *state.Txn, r *statepb.ACLTokenRecord, ts *timestamppb.Timestamp) error {
 	if err := state.ValidateTokenRecord(r); err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func putACLToken(txn *state.Txn, r *csisupdv1.ACLTokenRecord, ts *timestamppb.Ti
 // before it writes. ACL commands cause no cluster events.
 func applyACL(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, cmd any) error {
 	switch c := cmd.(type) {
-	case *csisupdv1.LogEntry_AclPolicyUpsert:
+	case *statepb.LogEntry_AclPolicyUpsert:
 		p := c.AclPolicyUpsert
 		parsed, err := state.ParsePolicyRules(p)
 		if err != nil {
@@ -56,13 +56,13 @@ func applyACL(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, cmd any) 
 		}
 		p.ModifyTime = ts
 		return txn.PutACLPolicy(p, parsed)
-	case *csisupdv1.LogEntry_AclPolicyDelete:
+	case *statepb.LogEntry_AclPolicyDelete:
 		return txn.DeleteACLPolicy(c.AclPolicyDelete)
-	case *csisupdv1.LogEntry_AclTokenUpsert:
+	case *statepb.LogEntry_AclTokenUpsert:
 		return putACLToken(txn, c.AclTokenUpsert, ts)
-	case *csisupdv1.LogEntry_AclTokenDelete:
+	case *statepb.LogEntry_AclTokenDelete:
 		return txn.DeleteACLToken(c.AclTokenDelete)
-	case *csisupdv1.LogEntry_AclBootstrap:
+	case *statepb.LogEntry_AclBootstrap:
 		cur := txn.ACLBootstrapIndex()
 		if cur != 0 && c.AclBootstrap.GetResetIndex() != cur {
 			return &BootstrappedError{Index: cur, ResetIndex: c.AclBootstrap.GetResetIndex()}

@@ -9,10 +9,11 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // apply applies one log entry to txn and appends the events it causes.
-func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisupdv1.ClusterEvent) error {
+func apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[]*csisupdv1.ClusterEvent) error {
 	ts := e.GetTime()
 	ev := func(typ, node, plugin, volume, desc string) {
 		*events = append(*events, &csisupdv1.ClusterEvent{
@@ -21,7 +22,7 @@ func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisu
 		})
 	}
 	switch c := e.GetCommand().(type) {
-	case *csisupdv1.LogEntry_Batch:
+	case *statepb.LogEntry_Batch:
 		var firstErr error
 		for _, sub := range c.Batch.GetEntries() {
 			if err := apply(txn, index, sub, events); err != nil && firstErr == nil {
@@ -29,9 +30,9 @@ func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisu
 			}
 		}
 		return firstErr
-	case *csisupdv1.LogEntry_Noop:
+	case *statepb.LogEntry_Noop:
 		return nil
-	case *csisupdv1.LogEntry_NodeUpsert:
+	case *statepb.LogEntry_NodeUpsert:
 		n := c.NodeUpsert
 		n.Plugins = sortedPlugins(n.Plugins)
 		n.ModifyIndex = index
@@ -39,7 +40,7 @@ func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisu
 		n.Status = state.NodeStatusReady
 		n.StatusUpdatedAt = ts
 		n.RegisteredAt = ts
-		var oldPlugins []*csisupdv1.Plugin
+		var oldPlugins []*statepb.Plugin
 		if old := txn.Node(n.GetId()); old != nil {
 			n.CreateIndex = old.GetCreateIndex()
 			oldPlugins = old.GetPlugins()
@@ -55,7 +56,7 @@ func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisu
 		for _, id := range gc {
 			ev("plugin-gc", n.GetId(), id, "", "plugin has no instances left")
 		}
-	case *csisupdv1.LogEntry_NodePlugins:
+	case *statepb.LogEntry_NodePlugins:
 		old := txn.Node(c.NodePlugins.GetNodeId())
 		if old == nil {
 			return fmt.Errorf("node %q: %w", c.NodePlugins.GetNodeId(), state.ErrNotFound)
@@ -74,7 +75,7 @@ func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisu
 		for _, id := range gc {
 			ev("plugin-gc", n.GetId(), id, "", "plugin has no instances left")
 		}
-	case *csisupdv1.LogEntry_NodeStatus:
+	case *statepb.LogEntry_NodeStatus:
 		old := txn.Node(c.NodeStatus.GetNodeId())
 		if old == nil {
 			return fmt.Errorf("node %q: %w", c.NodeStatus.GetNodeId(), state.ErrNotFound)
@@ -91,7 +92,7 @@ func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisu
 			return err
 		}
 		ev("node-"+n.Status, n.GetId(), "", "", n.StatusDescription)
-	case *csisupdv1.LogEntry_VolumeUpsert:
+	case *statepb.LogEntry_VolumeUpsert:
 		v := c.VolumeUpsert
 		v.ModifyIndex = index
 		// A claim is given the index of the write that added it.
@@ -119,7 +120,7 @@ func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisu
 		for _, ch := range changes {
 			ev(ch.typ, ch.nodeID, v.GetPluginId(), v.GetId(), ch.desc)
 		}
-	case *csisupdv1.LogEntry_VolumeDelete:
+	case *statepb.LogEntry_VolumeDelete:
 		old := txn.Volume(c.VolumeDelete)
 		if old == nil {
 			return fmt.Errorf("volume %q: %w", c.VolumeDelete, state.ErrNotFound)
@@ -128,10 +129,10 @@ func apply(txn *state.Txn, index uint64, e *csisupdv1.LogEntry, events *[]*csisu
 			return err
 		}
 		ev("volume-deleted", "", old.GetPluginId(), old.GetId(), "")
-	case *csisupdv1.LogEntry_AclPolicyUpsert, *csisupdv1.LogEntry_AclPolicyDelete, *csisupdv1.LogEntry_AclTokenUpsert,
-		*csisupdv1.LogEntry_AclTokenDelete, *csisupdv1.LogEntry_AclBootstrap:
+	case *statepb.LogEntry_AclPolicyUpsert, *statepb.LogEntry_AclPolicyDelete, *statepb.LogEntry_AclTokenUpsert,
+		*statepb.LogEntry_AclTokenDelete, *statepb.LogEntry_AclBootstrap:
 		return applyACL(txn, index, ts, c)
-	case *csisupdv1.LogEntry_ServerUpsert:
+	case *statepb.LogEntry_ServerUpsert:
 		if err := txn.PutServer(c.ServerUpsert); err != nil {
 			return err
 		}
@@ -150,9 +151,9 @@ type volumeEvent struct {
 // each claim added, volume-claim-updated for each claim changed,
 // volume-claim-freed for each claim removed, and volume-updated when no
 // claim changed. Claims are matched by node and workload.
-func volumeChanges(old, new *csisupdv1.Volume) []volumeEvent {
+func volumeChanges(old, new *statepb.Volume) []volumeEvent {
 	type key struct{ node, workload string }
-	before := make(map[key]*csisupdv1.VolumeClaim, len(old.GetClaims()))
+	before := make(map[key]*statepb.VolumeClaim, len(old.GetClaims()))
 	for _, c := range old.GetClaims() {
 		before[key{c.GetNodeId(), c.GetWorkloadId()}] = c
 	}
@@ -182,7 +183,7 @@ func volumeChanges(old, new *csisupdv1.Volume) []volumeEvent {
 
 // claimDescription describes a claim for an event: node, workload, state
 // and what is done. It holds no secret: a claim has none.
-func claimDescription(what string, c *csisupdv1.VolumeClaim) string {
+func claimDescription(what string, c *statepb.VolumeClaim) string {
 	d := fmt.Sprintf("claim of workload %s on node %s %s: state %s, %s %s",
 		c.GetWorkloadId(), c.GetNodeId(), what, c.GetState(), c.GetUsage().GetAccessMode(), claims.RW(c.GetReadOnly()))
 	if c.GetControllerPublished() {
@@ -202,7 +203,7 @@ func claimDescription(what string, c *csisupdv1.VolumeClaim) string {
 
 // sortedPlugins sorts plugins by id in place and returns them. The FSM owns
 // the messages of a freshly decoded log entry, so they are not copied.
-func sortedPlugins(in []*csisupdv1.Plugin) []*csisupdv1.Plugin {
+func sortedPlugins(in []*statepb.Plugin) []*statepb.Plugin {
 	sort.Slice(in, func(i, j int) bool { return in[i].GetId() < in[j].GetId() })
 	return in
 }

@@ -1,6 +1,6 @@
-// Package fsm applies the commands of the raft log (csisupd.v1.LogEntry)
-// to the state store (package state) and publishes the cluster events
-// they cause. FSM is the raft.BatchingFSM of a server: a batch of
+// Package fsm applies the commands of the raft log (statepb.LogEntry,
+// encoded by Encode) to the state store (package state) and publishes the
+// cluster events they cause. FSM is the raft.BatchingFSM of a server: a batch of
 // committed entries is applied in one state transaction. Each command is
 // checked before anything is written, so a refused command leaves no
 // partial writes behind and returns its error in the entry's Result.
@@ -19,6 +19,13 @@
 // later one from an index before the restore. The restored state's index
 // is past every index applied before, so a reader that reads the state
 // again follows from its index.
+//
+// Events are the API's csisupd.v1.ClusterEvent messages, built where a
+// command is applied: they hold ids and descriptions only, are never
+// stored (not in raft, not in a snapshot), and are sent to
+// Control.WatchEvents as they are, so no conversion is needed. The log
+// entries, snapshots and rows are the storage messages of package
+// statepb, never the API's.
 //
 // A volume claim is given the raft index of the write that added it as
 // its claim_index. ACL writes cause no events, and a second ACL bootstrap

@@ -14,6 +14,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/stream"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -102,7 +103,7 @@ func TestEventTopic(t *testing.T) {
 }
 
 // commandLog encodes e as the raft log at index.
-func commandLog(t testing.TB, index uint64, e *csisupdv1.LogEntry) *raft.Log {
+func commandLog(t testing.TB, index uint64, e *statepb.LogEntry) *raft.Log {
 	t.Helper()
 	data, err := proto.Marshal(e)
 	if err != nil {
@@ -117,8 +118,8 @@ func TestFSMPublishesOneBatchPerEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	volume := &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: &csisupdv1.Volume{Id: "v", PluginId: "p", ExternalId: "x"}}}
-	batch := &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Batch{Batch: &csisupdv1.LogBatch{Entries: []*csisupdv1.LogEntry{
+	volume := &statepb.LogEntry{Command: &statepb.LogEntry_VolumeUpsert{VolumeUpsert: &statepb.Volume{Id: "v", PluginId: "p", ExternalId: "x"}}}
+	batch := &statepb.LogEntry{Command: &statepb.LogEntry_Batch{Batch: &statepb.LogBatch{Entries: []*statepb.LogEntry{
 		setPlugins("a"), volume,
 	}}}}
 	// One ApplyBatch of several entries, as raft hands them over: each
@@ -128,10 +129,10 @@ func TestFSMPublishesOneBatchPerEntry(t *testing.T) {
 		{Index: 3, Type: raft.LogConfiguration},
 		commandLog(t, 5, register("a", plug("p", "monolith", true))),
 		commandLog(t, 6, batch),
-		commandLog(t, 7, &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: &csisupdv1.ServerRecord{Id: "s1"}}}),
+		commandLog(t, 7, &statepb.LogEntry{Command: &statepb.LogEntry_ServerUpsert{ServerUpsert: &statepb.ServerRecord{Id: "s1"}}}),
 		commandLog(t, 9, setStatus("a", state.NodeStatusDown)),
 	})
-	f.ApplyBatch([]*raft.Log{commandLog(t, 10, &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Noop{}})})
+	f.ApplyBatch([]*raft.Log{commandLog(t, 10, &statepb.LogEntry{Command: &statepb.LogEntry_Noop{}})})
 
 	var got []string
 	for _, b := range readBatches(t, events, 0) {

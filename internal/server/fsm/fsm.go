@@ -11,10 +11,13 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
-// Encode encodes a log entry for raft.Apply.
-func Encode(e *csisupdv1.LogEntry) ([]byte, error) {
+// Encode encodes a log entry for raft.Apply. The FSM decodes the entries
+// of the log as statepb.LogEntry, whose wire format is also that of the
+// entries written before the storage messages existed.
+func Encode(e *statepb.LogEntry) ([]byte, error) {
 	data, err := proto.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode log entry: %w", err)
@@ -103,14 +106,14 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			out[i] = Result{Index: l.Index}
 			continue
 		}
-		var e csisupdv1.LogEntry
+		var e statepb.LogEntry
 		if err := proto.Unmarshal(l.Data, &e); err != nil {
 			out[i] = Result{Index: l.Index, Err: fmt.Errorf("decode log entry %d: %w", l.Index, err)}
 			continue
 		}
 		// apply checks before it writes, so a failed entry leaves no
 		// partial writes behind.
-		if b, ok := e.GetCommand().(*csisupdv1.LogEntry_Batch); ok {
+		if b, ok := e.GetCommand().(*statepb.LogEntry_Batch); ok {
 			res := Result{Index: l.Index, Errs: make([]error, len(b.Batch.GetEntries()))}
 			for j, sub := range b.Batch.GetEntries() {
 				if sub.Time == nil {
@@ -186,7 +189,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 }
 
 type fsmSnapshot struct {
-	snap *csisupdv1.StateSnapshot
+	snap *statepb.StateSnapshot
 }
 
 // Persist writes the snapshot to sink.

@@ -9,31 +9,31 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
-func plug(id, typ string, healthy bool) *csisupdv1.Plugin {
-	return &csisupdv1.Plugin{Id: id, Type: typ, Healthy: healthy, VendorName: "v-" + id, VendorVersion: "1"}
+func plug(id, typ string, healthy bool) *statepb.Plugin {
+	return &statepb.Plugin{Id: id, Type: typ, Healthy: healthy, VendorName: "v-" + id, VendorVersion: "1"}
 }
 
-func register(id string, plugins ...*csisupdv1.Plugin) *csisupdv1.LogEntry {
-	return &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: &csisupdv1.ClusterNode{
+func register(id string, plugins ...*statepb.Plugin) *statepb.LogEntry {
+	return &statepb.LogEntry{Command: &statepb.LogEntry_NodeUpsert{NodeUpsert: &statepb.ClusterNode{
 		Id: id, Name: "name-" + id, Address: id + ":4780", Plugins: plugins,
 	}}}
 }
 
-func setPlugins(id string, plugins ...*csisupdv1.Plugin) *csisupdv1.LogEntry {
-	return &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodePlugins{NodePlugins: &csisupdv1.NodePluginsCommand{NodeId: id, Plugins: plugins}}}
+func setPlugins(id string, plugins ...*statepb.Plugin) *statepb.LogEntry {
+	return &statepb.LogEntry{Command: &statepb.LogEntry_NodePlugins{NodePlugins: &statepb.NodePluginsCommand{NodeId: id, Plugins: plugins}}}
 }
 
-func setStatus(id, st string) *csisupdv1.LogEntry {
-	return &csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{NodeId: id, Status: st}}}
+func setStatus(id, st string) *statepb.LogEntry {
+	return &statepb.LogEntry{Command: &statepb.LogEntry_NodeStatus{NodeStatus: &statepb.NodeStatusCommand{NodeId: id, Status: st}}}
 }
 
 // applyAll feeds entries through the FSM as raft would and returns the
 // results.
-func applyAll(t *testing.T, f *FSM, entries ...*csisupdv1.LogEntry) []Result {
+func applyAll(t *testing.T, f *FSM, entries ...*statepb.LogEntry) []Result {
 	t.Helper()
 	var logs []*raft.Log
 	for i, e := range entries {
@@ -54,45 +54,45 @@ func TestPluginAggregation(t *testing.T) {
 	type counts struct{ ch, ce, nh, ne uint32 }
 	tests := []struct {
 		name    string
-		entries []*csisupdv1.LogEntry
+		entries []*statepb.LogEntry
 		plugin  string
 		want    *counts // nil: plugin absent
 	}{
 		{
 			name:    "monolith on two ready nodes",
-			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true)), register("b", plug("p", "monolith", true))},
+			entries: []*statepb.LogEntry{register("a", plug("p", "monolith", true)), register("b", plug("p", "monolith", true))},
 			plugin:  "p", want: &counts{2, 2, 2, 2},
 		},
 		{
 			name:    "unhealthy instance",
-			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true)), register("b", plug("p", "monolith", false))},
+			entries: []*statepb.LogEntry{register("a", plug("p", "monolith", true)), register("b", plug("p", "monolith", false))},
 			plugin:  "p", want: &counts{1, 2, 1, 2},
 		},
 		{
 			name:    "controller and node split",
-			entries: []*csisupdv1.LogEntry{register("a", plug("p", "controller", true)), register("b", plug("p", "node", true)), register("c", plug("p", "node", true))},
+			entries: []*statepb.LogEntry{register("a", plug("p", "controller", true)), register("b", plug("p", "node", true)), register("c", plug("p", "node", true))},
 			plugin:  "p", want: &counts{1, 1, 2, 2},
 		},
 		{
 			name: "down node stops counting",
-			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true)), register("b", plug("p", "monolith", true)),
+			entries: []*statepb.LogEntry{register("a", plug("p", "monolith", true)), register("b", plug("p", "monolith", true)),
 				setStatus("b", state.NodeStatusDown)},
 			plugin: "p", want: &counts{1, 2, 1, 2},
 		},
 		{
 			name: "node back to ready counts again",
-			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true)), setStatus("a", state.NodeStatusDown),
+			entries: []*statepb.LogEntry{register("a", plug("p", "monolith", true)), setStatus("a", state.NodeStatusDown),
 				setStatus("a", state.NodeStatusReady)},
 			plugin: "p", want: &counts{1, 1, 1, 1},
 		},
 		{
 			name:    "plugin removed from its only node is collected",
-			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true), plug("q", "node", true)), setPlugins("a", plug("q", "node", true))},
+			entries: []*statepb.LogEntry{register("a", plug("p", "monolith", true), plug("q", "node", true)), setPlugins("a", plug("q", "node", true))},
 			plugin:  "p", want: nil,
 		},
 		{
 			name:    "re-registration without the plugin collects it",
-			entries: []*csisupdv1.LogEntry{register("a", plug("p", "monolith", true)), register("a")},
+			entries: []*statepb.LogEntry{register("a", plug("p", "monolith", true)), register("a")},
 			plugin:  "p", want: nil,
 		},
 	}
@@ -135,7 +135,7 @@ func TestFSMErrorsAndEvents(t *testing.T) {
 	res := applyAll(t, f,
 		setPlugins("ghost", plug("p", "node", true)),
 		setStatus("ghost", state.NodeStatusDown),
-		&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeDelete{VolumeDelete: "nope"}},
+		&statepb.LogEntry{Command: &statepb.LogEntry_VolumeDelete{VolumeDelete: "nope"}},
 		register("a", plug("p", "node", true)),
 		setStatus("a", state.NodeStatusReady), // no change: no event
 		setStatus("a", state.NodeStatusDown),
@@ -171,8 +171,8 @@ func TestFSMSnapshotRestore(t *testing.T) {
 		register("a", plug("p", "monolith", true)),
 		register("b", plug("p", "monolith", true)),
 		setStatus("b", state.NodeStatusDown),
-		&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_VolumeUpsert{VolumeUpsert: &csisupdv1.Volume{Id: "v", PluginId: "p", ExternalId: "x"}}},
-		&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: &csisupdv1.ServerRecord{Id: "s1", RpcAddress: "h:1"}}},
+		&statepb.LogEntry{Command: &statepb.LogEntry_VolumeUpsert{VolumeUpsert: &statepb.Volume{Id: "v", PluginId: "p", ExternalId: "x"}}},
+		&statepb.LogEntry{Command: &statepb.LogEntry_ServerUpsert{ServerUpsert: &statepb.ServerRecord{Id: "s1", RpcAddress: "h:1"}}},
 	)
 	snap := snapshotOf(t, f)
 	g, err := newFSM(testEvents(t, 16, 8))

@@ -5,8 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // pagingFSM holds 25 nodes n00..n24: every node runs plugin "all", even
@@ -17,12 +18,12 @@ func pagingFSM(t *testing.T) *FSM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var entries []*csisupdv1.LogEntry
+	var entries []*statepb.LogEntry
 	for i := range 25 {
 		id := fmt.Sprintf("n%02d", i)
-		ps := []*csisupdv1.Plugin{plug("all", state.PluginTypeNode, true)}
+		ps := []*statepb.Plugin{plug("all", string(plugin.TypeNode), true)}
 		if i%2 == 0 {
-			ps = append(ps, plug("even", state.PluginTypeNode, true))
+			ps = append(ps, plug("even", string(plugin.TypeNode), true))
 		}
 		entries = append(entries, register(id, ps...), setStatus(id, state.NodeStatusReady))
 		if i%3 == 0 {
@@ -94,7 +95,7 @@ func TestNodesPaging(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, pages := allPages(t, func(token string) ([]string, string, error) {
-				nodes, next := st.NodesPage(token, int(tt.pageSize), state.NodeFilter(tt.plugin, tt.status, (*csisupdv1.ClusterNode).GetStatus))
+				nodes, next := st.NodesPage(token, int(tt.pageSize), state.NodeFilter(tt.plugin, tt.status, (*statepb.ClusterNode).GetStatus))
 				if tt.pageSize > 0 && len(nodes) > int(tt.pageSize) {
 					t.Fatalf("page of %d nodes, page size %d", len(nodes), tt.pageSize)
 				}
@@ -118,16 +119,16 @@ func TestPluginsPagingKeepsInstancesTogether(t *testing.T) {
 	f := pagingFSM(t)
 	// Three more plugins, on several nodes each: a page must never split a
 	// plugin's instances.
-	applyAll(t, f, setPlugins("n01", plug("all", state.PluginTypeNode, true), plug("b", state.PluginTypeNode, true), plug("c", state.PluginTypeMonolith, true)),
-		setPlugins("n05", plug("all", state.PluginTypeNode, true), plug("b", state.PluginTypeNode, true), plug("c", state.PluginTypeMonolith, true)))
+	applyAll(t, f, setPlugins("n01", plug("all", string(plugin.TypeNode), true), plug("b", string(plugin.TypeNode), true), plug("c", string(plugin.TypeMonolith), true)),
+		setPlugins("n05", plug("all", string(plugin.TypeNode), true), plug("b", string(plugin.TypeNode), true), plug("c", string(plugin.TypeMonolith), true)))
 	st := f.State()
 	var instances []int
 	got, pages := allPages(t, func(token string) ([]string, string, error) {
 		plugins, next := st.PluginsPage(token, 1)
 		var ids []string
 		for _, pl := range plugins {
-			ids = append(ids, pl.GetId())
-			instances = append(instances, len(pl.GetInstances()))
+			ids = append(ids, pl.ID)
+			instances = append(instances, len(pl.Instances))
 		}
 		return ids, next, nil
 	})

@@ -9,8 +9,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // Heartbeats keeps one in-memory TTL timer per node while this server
@@ -53,7 +54,7 @@ type HeartbeatConfig struct {
 	State func() *state.Store
 	// Apply writes a command through raft, grouped with other node
 	// writes; the timers mark nodes down with it. Required.
-	Apply func(e *csisupdv1.LogEntry) (uint64, error)
+	Apply func(e *statepb.LogEntry) (uint64, error)
 }
 
 // NewHeartbeats returns the heartbeat timers, disabled until Initialize.
@@ -212,12 +213,12 @@ func (h *Heartbeats) View() View {
 
 // Initializing reports whether a node is stored ready but the leader has
 // not heard from it yet.
-func (u View) Initializing(n *csisupdv1.ClusterNode) bool {
+func (u View) Initializing(n *statepb.ClusterNode) bool {
 	return u.Leading && n.GetStatus() == state.NodeStatusReady && !u.heard(n.GetId())
 }
 
 // Status returns the status of n as this view tells it.
-func (u View) Status(n *csisupdv1.ClusterNode) string {
+func (u View) Status(n *statepb.ClusterNode) string {
 	if u.Initializing(n) {
 		return state.NodeStatusInitializing
 	}
@@ -229,7 +230,7 @@ func (u View) Status(n *csisupdv1.ClusterNode) string {
 // snapshot is initializing. The stored nodes are not modified; changed
 // ones are copies. A server that does not lead returns nodes as they are:
 // a stale read on a follower shows the stored status.
-func (u View) Nodes(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
+func (u View) Nodes(nodes ...*statepb.ClusterNode) []*statepb.ClusterNode {
 	if !u.Leading {
 		return nodes
 	}
@@ -240,7 +241,7 @@ func (u View) Nodes(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
 			continue
 		}
 		if !copied {
-			out = append([]*csisupdv1.ClusterNode(nil), nodes...)
+			out = append([]*statepb.ClusterNode(nil), nodes...)
 			copied = true
 		}
 		c := state.CopyNode(n)
@@ -256,19 +257,19 @@ func (u View) Nodes(nodes ...*csisupdv1.ClusterNode) []*csisupdv1.ClusterNode {
 // unhealthy and takes them out of the healthy counts. The plugins must be
 // fresh from the state store (built for this answer), since they are
 // changed in place. A server that does not lead leaves them as stored.
-func (u View) Plugins(plugins ...*csisupdv1.ClusterPlugin) {
+func (u View) Plugins(plugins ...*state.ClusterPlugin) {
 	if !u.Leading {
 		return
 	}
 	for _, p := range plugins {
-		for _, inst := range p.GetInstances() {
+		for _, inst := range p.Instances {
 			// A healthy instance's node is stored ready.
-			if !inst.GetHealthy() || u.heard(inst.GetNodeId()) {
+			if !inst.Healthy || u.heard(inst.NodeID) {
 				continue
 			}
 			inst.Healthy = false
 			inst.HealthDescription = "node is initializing: " + u.Desc
-			controller, nodeService := state.PluginRoles(inst.GetPlugin().GetType())
+			controller, nodeService := plugin.Type(inst.Plugin.GetType()).Roles()
 			if controller {
 				p.ControllersHealthy--
 			}
@@ -306,7 +307,7 @@ func (h *Heartbeats) expire(nodeID string, t *hbTimer) {
 	// until the write applies. Once stored down, confirmation no longer
 	// changes what is shown, and a heartbeat confirms it again.
 	h.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
-	_, err := h.cfg.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_NodeStatus{NodeStatus: &csisupdv1.NodeStatusCommand{
+	_, err := h.cfg.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_NodeStatus{NodeStatus: &statepb.NodeStatusCommand{
 		NodeId: nodeID, Status: state.NodeStatusDown, Description: "missed heartbeat",
 	}}})
 	if err == nil {

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/watchdog"
 	"github.com/hashicorp/go-hclog"
 )
@@ -31,7 +31,7 @@ type WatcherConfig struct {
 	// ReleaseWithoutNode records that a claim is released without its node
 	// and returns the claim as stored. The caller holds the volume's lock.
 	// Required.
-	ReleaseWithoutNode func(ref claims.Ref) (*csisupdv1.VolumeClaim, error)
+	ReleaseWithoutNode func(ref claims.Ref) (*statepb.VolumeClaim, error)
 	// Release runs the release steps of one claim from its recorded state
 	// until it is freed. The caller holds the volume's lock. Required.
 	Release func(ctx context.Context, ref claims.Ref) error
@@ -113,7 +113,7 @@ func (w *Watcher) Run(ctx context.Context) {
 
 // watchKey names a claim for the watcher; the claim index tells a claim
 // taken again after its release from the old one.
-func watchKey(volumeID string, c *csisupdv1.VolumeClaim) string {
+func watchKey(volumeID string, c *statepb.VolumeClaim) string {
 	return fmt.Sprintf("%s\x00%s\x00%s\x00%d", volumeID, c.GetNodeId(), c.GetWorkloadId(), c.GetClaimIndex())
 }
 
@@ -148,13 +148,13 @@ func (r *watchRun) pass(ctx context.Context) {
 // nodeGoneDue reports whether a claim must be released without its node:
 // it is taken or unmounting, and its node has been down for longer than
 // ClaimGCGrace (or is not known to the cluster any more).
-func (r *watchRun) nodeGoneDue(c *csisupdv1.VolumeClaim, now time.Time) bool {
+func (r *watchRun) nodeGoneDue(c *statepb.VolumeClaim, now time.Time) bool {
 	return claims.NodeGoneDue(c, r.cfg.State().Node(c.GetNodeId()), now, r.cfg.ClaimGCGrace)
 }
 
 // release runs the release steps of one claim, unless its last failure
 // was too recent or someone else works on the volume now.
-func (r *watchRun) release(ctx context.Context, volumeID string, c *csisupdv1.VolumeClaim, key string) {
+func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key string) {
 	now := time.Now()
 	if cr := r.retries[key]; cr != nil && now.Before(cr.next) {
 		return

@@ -5,7 +5,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 const (
@@ -18,7 +18,7 @@ const (
 
 // batchReq is one node write waiting to be grouped.
 type batchReq struct {
-	entry *csisupdv1.LogEntry
+	entry *statepb.LogEntry
 	done  chan batchOutcome
 }
 
@@ -29,7 +29,7 @@ type batchOutcome struct {
 
 // applyBatched writes one node entry through raft, grouped with other
 // concurrent node writes into a single log entry (group commit).
-func (n *Node) ApplyBatched(e *csisupdv1.LogEntry) (uint64, error) {
+func (n *Node) ApplyBatched(e *statepb.LogEntry) (uint64, error) {
 	req := batchReq{entry: e, done: make(chan batchOutcome, 1)}
 	select {
 	case n.batchCh <- req:
@@ -93,11 +93,11 @@ func (n *Node) applyGroup(batch []batchReq) {
 		batch[0].done <- batchOutcome{index: idx, err: err}
 		return
 	}
-	entries := make([]*csisupdv1.LogEntry, len(batch))
+	entries := make([]*statepb.LogEntry, len(batch))
 	for i, r := range batch {
 		entries[i] = r.entry
 	}
-	res, err := n.ApplyRaw(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_Batch{Batch: &csisupdv1.LogBatch{Entries: entries}}})
+	res, err := n.ApplyRaw(&statepb.LogEntry{Command: &statepb.LogEntry_Batch{Batch: &statepb.LogBatch{Entries: entries}}})
 	for i, r := range batch {
 		out := batchOutcome{index: res.Index, err: err}
 		if err == nil && i < len(res.Errs) {

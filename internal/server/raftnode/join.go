@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // runJoin forms or joins the cluster, then keeps this server's address
@@ -274,9 +275,9 @@ func (n *Node) HandleJoin(req *csisupdv1.JoinRequest) error {
 		n.logger.Info("added server as a non-voter; autopilot promotes it once it is stable",
 			"id", id, "raft_address", addr, "server_stabilization_time", n.cfg.ServerStabilizationTime)
 	}
-	rec := &csisupdv1.ServerRecord{Id: req.GetServerId(), RaftAddress: req.GetRaftAddress(), RpcAddress: req.GetRpcAddress()}
+	rec := &statepb.ServerRecord{Id: req.GetServerId(), RaftAddress: req.GetRaftAddress(), RpcAddress: req.GetRpcAddress()}
 	if !proto.Equal(n.State().Server(rec.Id), rec) {
-		if _, err := n.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: rec}}); err != nil {
+		if _, err := n.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_ServerUpsert{ServerUpsert: rec}}); err != nil {
 			return fmt.Errorf("join: record server %s: %w", rec.Id, err)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/stream"
 	"github.com/csisupd/csisupd/internal/tlsutil"
 	"github.com/csisupd/csisupd/internal/watchdog"
@@ -414,7 +415,7 @@ func (n *Node) RaftOp(fn func() raft.Future) error {
 }
 
 // Apply writes one entry through raft on the leader and returns its index.
-func (n *Node) Apply(e *csisupdv1.LogEntry) (uint64, error) {
+func (n *Node) Apply(e *statepb.LogEntry) (uint64, error) {
 	res, err := n.ApplyRaw(e)
 	if err != nil {
 		return 0, err
@@ -423,7 +424,7 @@ func (n *Node) Apply(e *csisupdv1.LogEntry) (uint64, error) {
 }
 
 // ApplyRaw writes one entry through raft and returns the FSM's result.
-func (n *Node) ApplyRaw(e *csisupdv1.LogEntry) (fsm.Result, error) {
+func (n *Node) ApplyRaw(e *statepb.LogEntry) (fsm.Result, error) {
 	if e.Time == nil {
 		e.Time = timestamppb.Now()
 	}
@@ -454,13 +455,13 @@ func (n *Node) RecordSelf() error {
 	if proto.Equal(n.State().Server(n.cfg.ID), rec) {
 		return nil
 	}
-	_, err := n.Apply(&csisupdv1.LogEntry{Command: &csisupdv1.LogEntry_ServerUpsert{ServerUpsert: rec}})
+	_, err := n.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_ServerUpsert{ServerUpsert: rec}})
 	return err
 }
 
 // selfRecord is the address record of this server.
-func (n *Node) selfRecord() *csisupdv1.ServerRecord {
-	return &csisupdv1.ServerRecord{Id: n.cfg.ID, RaftAddress: n.raftAddr, RpcAddress: n.cfg.RPCAddr}
+func (n *Node) selfRecord() *statepb.ServerRecord {
+	return &statepb.ServerRecord{Id: n.cfg.ID, RaftAddress: n.raftAddr, RpcAddress: n.cfg.RPCAddr}
 }
 
 // LeaderRPCAddr returns the gRPC address of the current leader.

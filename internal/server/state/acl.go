@@ -8,8 +8,8 @@ import (
 
 	"github.com/hashicorp/go-memdb"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 const (
@@ -37,7 +37,7 @@ const (
 // rules so that resolving a token does not parse HCL.
 type aclPolicyRow struct {
 	Name   string
-	Policy *csisupdv1.ACLPolicy
+	Policy *statepb.ACLPolicy
 	Parsed *acl.Policy
 }
 
@@ -47,7 +47,7 @@ type aclPolicyRow struct {
 type aclTokenRow struct {
 	AccessorID string
 	SecretHash string
-	Token      *csisupdv1.ACLTokenRecord
+	Token      *statepb.ACLTokenRecord
 }
 
 // aclTables returns the schema of the ACL tables.
@@ -64,7 +64,7 @@ func aclTables() map[string]*memdb.TableSchema {
 }
 
 // ACLPolicy returns one policy or nil.
-func (s *Store) ACLPolicy(name string) *csisupdv1.ACLPolicy {
+func (s *Store) ACLPolicy(name string) *statepb.ACLPolicy {
 	if row := getACLPolicy(s.db.Txn(false), name); row != nil {
 		return row.Policy
 	}
@@ -80,12 +80,12 @@ func getACLPolicy(txn *memdb.Txn, name string) *aclPolicyRow {
 }
 
 // ACLPolicies returns every policy sorted by name.
-func (s *Store) ACLPolicies() []*csisupdv1.ACLPolicy {
+func (s *Store) ACLPolicies() []*statepb.ACLPolicy {
 	it, err := s.db.Txn(false).Get(tableACLPolicies, "id")
 	if err != nil {
 		return nil
 	}
-	var out []*csisupdv1.ACLPolicy
+	var out []*statepb.ACLPolicy
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		out = append(out, raw.(*aclPolicyRow).Policy)
 	}
@@ -93,7 +93,7 @@ func (s *Store) ACLPolicies() []*csisupdv1.ACLPolicy {
 }
 
 // ACLToken returns the token with the accessor id, or nil.
-func (s *Store) ACLToken(accessorID string) *csisupdv1.ACLTokenRecord {
+func (s *Store) ACLToken(accessorID string) *statepb.ACLTokenRecord {
 	if row := getACLToken(s.db.Txn(false), accessorID); row != nil {
 		return row.Token
 	}
@@ -109,12 +109,12 @@ func getACLToken(txn *memdb.Txn, accessorID string) *aclTokenRow {
 }
 
 // ACLTokens returns every token sorted by accessor id.
-func (s *Store) ACLTokens() []*csisupdv1.ACLTokenRecord {
+func (s *Store) ACLTokens() []*statepb.ACLTokenRecord {
 	it, err := s.db.Txn(false).Get(tableACLTokens, "id")
 	if err != nil {
 		return nil
 	}
-	var out []*csisupdv1.ACLTokenRecord
+	var out []*statepb.ACLTokenRecord
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		out = append(out, raw.(*aclTokenRow).Token)
 	}
@@ -124,7 +124,7 @@ func (s *Store) ACLTokens() []*csisupdv1.ACLTokenRecord {
 // ACLTokenBySecret returns the token whose secret id is secret, or nil.
 // It looks the token up by the secret's hash and compares the hashes in
 // constant time.
-func (s *Store) ACLTokenBySecret(secret string) *csisupdv1.ACLTokenRecord {
+func (s *Store) ACLTokenBySecret(secret string) *statepb.ACLTokenRecord {
 	if row := getACLTokenBySecret(s.db.Txn(false), secret); row != nil {
 		return row.Token
 	}
@@ -164,29 +164,28 @@ func getIndex(txn *memdb.Txn, key string) uint64 {
 // empty secret gets the rules of the policy named acl.AnonymousPolicy, or
 // acl.DenyAll when there is none, and a nil token. An unknown secret is
 // acl.ErrTokenNotFound. A management token gets acl.Management; a client
-// token the rules of its policies that exist. The token returned has no
-// secret id. The policies are those the token names that exist, in the
+// token the rules of its policies that exist. The token returned is the
+// stored record, which holds the secret only as its hash. The policies are those the token names that exist, in the
 // token's order; for an empty secret, the anonymous policy when it
 // exists.
-func (s *Store) ResolveToken(secret string) (*acl.ACL, *csisupdv1.ACLToken, []*csisupdv1.ACLPolicy, error) {
+func (s *Store) ResolveToken(secret string) (*acl.ACL, *statepb.ACLTokenRecord, []*statepb.ACLPolicy, error) {
 	txn := s.db.Txn(false)
 	if secret == "" {
 		row := getACLPolicy(txn, acl.AnonymousPolicy)
 		if row == nil {
 			return acl.DenyAll(), nil, nil, nil
 		}
-		return acl.Compile(row.Parsed), nil, []*csisupdv1.ACLPolicy{row.Policy}, nil
+		return acl.Compile(row.Parsed), nil, []*statepb.ACLPolicy{row.Policy}, nil
 	}
 	tok := getACLTokenBySecret(txn, secret)
 	if tok == nil {
 		return nil, nil, nil, acl.ErrTokenNotFound
 	}
-	view := TokenView(tok.Token)
 	switch tok.Token.GetType() {
 	case acl.TypeManagement:
-		return acl.Management(), view, nil, nil
+		return acl.Management(), tok.Token, nil, nil
 	case acl.TypeClient:
-		var policies []*csisupdv1.ACLPolicy
+		var policies []*statepb.ACLPolicy
 		var parsed []*acl.Policy
 		for _, name := range tok.Token.GetPolicies() {
 			if row := getACLPolicy(txn, name); row != nil {
@@ -194,30 +193,16 @@ func (s *Store) ResolveToken(secret string) (*acl.ACL, *csisupdv1.ACLToken, []*c
 				parsed = append(parsed, row.Parsed)
 			}
 		}
-		return acl.Compile(parsed...), view, policies, nil
+		return acl.Compile(parsed...), tok.Token, policies, nil
 	}
 	// A type the state accepted but this version does not know grants
 	// nothing.
-	return acl.DenyAll(), view, nil, nil
-}
-
-// TokenView returns a token as the API shows it: without a secret.
-func TokenView(r *csisupdv1.ACLTokenRecord) *csisupdv1.ACLToken {
-	if r == nil {
-		return nil
-	}
-	return &csisupdv1.ACLToken{
-		AccessorId: r.GetAccessorId(),
-		Name:       r.GetName(),
-		Type:       r.GetType(),
-		Policies:   r.GetPolicies(),
-		CreateTime: r.GetCreateTime(),
-	}
+	return acl.DenyAll(), tok.Token, nil, nil
 }
 
 // ParsePolicyRules checks the name and description of a stored or
 // proposed policy and parses its rules.
-func ParsePolicyRules(p *csisupdv1.ACLPolicy) (*acl.Policy, error) {
+func ParsePolicyRules(p *statepb.ACLPolicy) (*acl.Policy, error) {
 	if err := acl.ValidatePolicyName(p.GetName()); err != nil {
 		return nil, err
 	}
@@ -234,7 +219,7 @@ func ParsePolicyRules(p *csisupdv1.ACLPolicy) (*acl.Policy, error) {
 
 // ValidateTokenRecord checks a token record before it is stored: its
 // accessor id, secret hash, name, type and policies.
-func ValidateTokenRecord(r *csisupdv1.ACLTokenRecord) error {
+func ValidateTokenRecord(r *statepb.ACLTokenRecord) error {
 	var errs []error
 	if r.GetAccessorId() == "" || len(r.GetAccessorId()) > MaxACLAccessorID {
 		errs = append(errs, fmt.Errorf("accessor id %q: want 1 to %d characters", r.GetAccessorId(), MaxACLAccessorID))
@@ -274,7 +259,7 @@ func ValidateTokenRecord(r *csisupdv1.ACLTokenRecord) error {
 // restoreACL writes the ACL state of a snapshot into txn. A policy whose
 // rules this version no longer accepts is kept, and grants nothing: a
 // restore must not fail on what was valid when it was written.
-func restoreACL(txn *memdb.Txn, snap *csisupdv1.StateSnapshot) error {
+func restoreACL(txn *memdb.Txn, snap *statepb.StateSnapshot) error {
 	for _, p := range snap.GetAclPolicies() {
 		parsed, err := ParsePolicyRules(p)
 		if err != nil {
@@ -305,7 +290,7 @@ func restoreACL(txn *memdb.Txn, snap *csisupdv1.StateSnapshot) error {
 }
 
 // ACLPolicy returns one policy as the transaction sees it, or nil.
-func (t *Txn) ACLPolicy(name string) *csisupdv1.ACLPolicy {
+func (t *Txn) ACLPolicy(name string) *statepb.ACLPolicy {
 	if row := getACLPolicy(t.txn, name); row != nil {
 		return row.Policy
 	}
@@ -313,7 +298,7 @@ func (t *Txn) ACLPolicy(name string) *csisupdv1.ACLPolicy {
 }
 
 // PutACLPolicy writes a policy with its parsed rules.
-func (t *Txn) PutACLPolicy(p *csisupdv1.ACLPolicy, parsed *acl.Policy) error {
+func (t *Txn) PutACLPolicy(p *statepb.ACLPolicy, parsed *acl.Policy) error {
 	if err := t.txn.Insert(tableACLPolicies, &aclPolicyRow{Name: p.GetName(), Policy: p, Parsed: parsed}); err != nil {
 		return fmt.Errorf("write acl policy %q: %w", p.GetName(), err)
 	}
@@ -334,7 +319,7 @@ func (t *Txn) DeleteACLPolicy(name string) error {
 
 // ACLToken returns the token with the accessor id as the transaction sees
 // it, or nil.
-func (t *Txn) ACLToken(accessorID string) *csisupdv1.ACLTokenRecord {
+func (t *Txn) ACLToken(accessorID string) *statepb.ACLTokenRecord {
 	if row := getACLToken(t.txn, accessorID); row != nil {
 		return row.Token
 	}
@@ -343,7 +328,7 @@ func (t *Txn) ACLToken(accessorID string) *csisupdv1.ACLTokenRecord {
 
 // PutACLToken writes a token checked with ValidateTokenRecord. Another
 // token's secret hash is refused.
-func (t *Txn) PutACLToken(r *csisupdv1.ACLTokenRecord) error {
+func (t *Txn) PutACLToken(r *statepb.ACLTokenRecord) error {
 	hash := hex.EncodeToString(r.GetSecretHash())
 	if raw, err := t.txn.First(tableACLTokens, "secret", hash); err != nil {
 		return fmt.Errorf("acl token %s: look up secret hash: %w", r.GetAccessorId(), err)

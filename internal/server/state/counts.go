@@ -1,6 +1,6 @@
 package state
 
-import csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+import "github.com/csisupd/csisupd/internal/server/statepb"
 
 // Counts is what the metrics count in the state.
 type Counts struct {
@@ -23,7 +23,7 @@ func (s *Store) Counts() Counts {
 	txn := s.db.Txn(false)
 	if it, err := txn.Get(tableNodes, "id"); err == nil {
 		for raw := it.Next(); raw != nil; raw = it.Next() {
-			out.Nodes[raw.(*csisupdv1.ClusterNode).GetStatus()]++
+			out.Nodes[raw.(*statepb.ClusterNode).GetStatus()]++
 		}
 	}
 	// The rows of one plugin are adjacent: the index sorts by plugin id,
@@ -40,7 +40,7 @@ func (s *Store) Counts() Counts {
 	if it, err := txn.Get(tableVolumes, "id"); err == nil {
 		for raw := it.Next(); raw != nil; raw = it.Next() {
 			out.Volumes++
-			for _, c := range raw.(*csisupdv1.Volume).GetClaims() {
+			for _, c := range raw.(*statepb.Volume).GetClaims() {
 				out.Claims[c.GetState()]++
 			}
 		}

@@ -3,14 +3,14 @@ package state
 import (
 	"github.com/hashicorp/go-memdb"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // NodesPage returns, sorted by id, up to limit nodes (0: every node) whose
 // id is at least from and for which keep (nil keeps all) is true, and the id
 // of the next such node when more remain.
-func (s *Store) NodesPage(from string, limit int, keep func(*csisupdv1.ClusterNode) bool) ([]*csisupdv1.ClusterNode, string) {
-	return tablePage(s.db.Txn(false), tableNodes, from, limit, keep, (*csisupdv1.ClusterNode).GetId)
+func (s *Store) NodesPage(from string, limit int, keep func(*statepb.ClusterNode) bool) ([]*statepb.ClusterNode, string) {
+	return tablePage(s.db.Txn(false), tableNodes, from, limit, keep, (*statepb.ClusterNode).GetId)
 }
 
 // tablePage reads a table keyed by id from the first id at least from, and
@@ -38,7 +38,7 @@ func tablePage[T any](txn *memdb.Txn, table, from string, limit int, keep func(T
 // PluginsPage returns, sorted by id, up to limit plugins (0: every
 // plugin) whose id is at least from, and the id of the next plugin when
 // more remain.
-func (s *Store) PluginsPage(from string, limit int) ([]*csisupdv1.ClusterPlugin, string) {
+func (s *Store) PluginsPage(from string, limit int) ([]*ClusterPlugin, string) {
 	txn := s.db.Txn(false)
 	// The plugins table is keyed by (plugin, node); an empty node id sorts
 	// before every real one, so this starts at the first row of from.
@@ -46,7 +46,7 @@ func (s *Store) PluginsPage(from string, limit int) ([]*csisupdv1.ClusterPlugin,
 	if err != nil {
 		return nil, ""
 	}
-	var out []*csisupdv1.ClusterPlugin
+	var out []*ClusterPlugin
 	var rows []*instanceRow
 	for raw := it.Next(); ; raw = it.Next() {
 		if raw == nil || (len(rows) > 0 && raw.(*instanceRow).PluginID != rows[0].PluginID) {
@@ -69,22 +69,22 @@ func (s *Store) PluginsPage(from string, limit int) ([]*csisupdv1.ClusterPlugin,
 // VolumesPage returns, sorted by id, up to limit volumes (0: every volume)
 // of one plugin (all when pluginID is empty) whose id is at least from, and
 // the id of the next such volume when more remain.
-func (s *Store) VolumesPage(pluginID, from string, limit int) ([]*csisupdv1.Volume, string) {
-	var keep func(*csisupdv1.Volume) bool
+func (s *Store) VolumesPage(pluginID, from string, limit int) ([]*statepb.Volume, string) {
+	var keep func(*statepb.Volume) bool
 	if pluginID != "" {
-		keep = func(v *csisupdv1.Volume) bool { return v.GetPluginId() == pluginID }
+		keep = func(v *statepb.Volume) bool { return v.GetPluginId() == pluginID }
 	}
-	return tablePage(s.db.Txn(false), tableVolumes, from, limit, keep, (*csisupdv1.Volume).GetId)
+	return tablePage(s.db.Txn(false), tableVolumes, from, limit, keep, (*statepb.Volume).GetId)
 }
 
 // NodeFilter returns the filter of a node list: the nodes that run a
 // plugin (any when pluginID is empty) and whose status, as statusOf tells
 // it, is nodeStatus (any when empty). It is nil when it keeps every node.
-func NodeFilter(pluginID, nodeStatus string, statusOf func(*csisupdv1.ClusterNode) string) func(*csisupdv1.ClusterNode) bool {
+func NodeFilter(pluginID, nodeStatus string, statusOf func(*statepb.ClusterNode) string) func(*statepb.ClusterNode) bool {
 	if pluginID == "" && nodeStatus == "" {
 		return nil
 	}
-	return func(n *csisupdv1.ClusterNode) bool {
+	return func(n *statepb.ClusterNode) bool {
 		if nodeStatus != "" && statusOf(n) != nodeStatus {
 			return false
 		}

@@ -3,7 +3,7 @@ package state
 import (
 	"github.com/hashicorp/go-memdb"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 const (
@@ -24,7 +24,7 @@ const (
 type instanceRow struct {
 	PluginID string
 	NodeID   string
-	Plugin   *csisupdv1.Plugin
+	Plugin   *statepb.Plugin
 }
 
 // indexRow records a raft index: of the latest write, or of the ACL
@@ -34,6 +34,9 @@ type indexRow struct {
 	Value uint64
 }
 
+// schema returns the memdb schema. An index names a field by its Go name:
+// that of the row types here, or of the statepb messages stored as rows
+// (Id, PluginId), which protoc-gen-go derives from state.proto.
 func schema() *memdb.DBSchema {
 	id := func(field string) *memdb.IndexSchema {
 		return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}

@@ -6,7 +6,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 	"google.golang.org/protobuf/proto"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // SnapshotVersion is the version of the snapshots Snapshot writes and
@@ -14,8 +14,8 @@ import (
 const SnapshotVersion = 1
 
 // Snapshot returns the state as one message for a raft snapshot.
-func (s *Store) Snapshot() *csisupdv1.StateSnapshot {
-	return &csisupdv1.StateSnapshot{
+func (s *Store) Snapshot() *statepb.StateSnapshot {
+	return &statepb.StateSnapshot{
 		Version: SnapshotVersion,
 		Nodes:   s.Nodes(),
 		Volumes: s.Volumes(""),
@@ -29,7 +29,7 @@ func (s *Store) Snapshot() *csisupdv1.StateSnapshot {
 }
 
 // EncodeSnapshot encodes a snapshot for a raft snapshot sink.
-func EncodeSnapshot(snap *csisupdv1.StateSnapshot) ([]byte, error) {
+func EncodeSnapshot(snap *statepb.StateSnapshot) ([]byte, error) {
 	data, err := proto.Marshal(snap)
 	if err != nil {
 		return nil, fmt.Errorf("encode snapshot: %w", err)
@@ -39,8 +39,8 @@ func EncodeSnapshot(snap *csisupdv1.StateSnapshot) ([]byte, error) {
 
 // DecodeSnapshot decodes what EncodeSnapshot wrote. It does not check the
 // version: FromSnapshot does.
-func DecodeSnapshot(data []byte) (*csisupdv1.StateSnapshot, error) {
-	var snap csisupdv1.StateSnapshot
+func DecodeSnapshot(data []byte) (*statepb.StateSnapshot, error) {
+	var snap statepb.StateSnapshot
 	if err := proto.Unmarshal(data, &snap); err != nil {
 		return nil, fmt.Errorf("decode snapshot: %w", err)
 	}
@@ -49,7 +49,7 @@ func DecodeSnapshot(data []byte) (*csisupdv1.StateSnapshot, error) {
 
 // FromSnapshot returns a store holding the state of a snapshot, with
 // index as its latest index.
-func FromSnapshot(snap *csisupdv1.StateSnapshot, index uint64) (*Store, error) {
+func FromSnapshot(snap *statepb.StateSnapshot, index uint64) (*Store, error) {
 	if snap.GetVersion() != SnapshotVersion {
 		return nil, fmt.Errorf("restore snapshot: unsupported version %d", snap.GetVersion())
 	}

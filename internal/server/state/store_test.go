@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // write runs fn in a write transaction and commits it.
@@ -21,8 +22,8 @@ func write(t *testing.T, s *Store, fn func(*Txn) error) {
 }
 
 // putNode writes a node with its plugins, as the FSM does.
-func putNode(txn *Txn, n *csisupdv1.ClusterNode) ([]string, error) {
-	var old []*csisupdv1.Plugin
+func putNode(txn *Txn, n *statepb.ClusterNode) ([]string, error) {
+	var old []*statepb.Plugin
 	if prev := txn.Node(n.GetId()); prev != nil {
 		old = prev.GetPlugins()
 	}
@@ -38,7 +39,7 @@ func TestWritesAreSeenAfterCommitOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	txn := s.Write()
-	if err := txn.PutVolume(&csisupdv1.Volume{Id: "v", PluginId: "p"}); err != nil {
+	if err := txn.PutVolume(&statepb.Volume{Id: "v", PluginId: "p"}); err != nil {
 		t.Fatal(err)
 	}
 	if txn.Volume("v") == nil {
@@ -67,11 +68,11 @@ func TestPluginOfItsInstancesAndCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mono := &csisupdv1.Plugin{Id: "p", Type: PluginTypeMonolith, Healthy: true}
+	mono := &statepb.Plugin{Id: "p", Type: string(plugin.TypeMonolith), Healthy: true}
 	write(t, s, func(txn *Txn) error {
-		for _, n := range []*csisupdv1.ClusterNode{
-			{Id: "a", Status: NodeStatusReady, Plugins: []*csisupdv1.Plugin{mono}},
-			{Id: "b", Status: NodeStatusDown, Plugins: []*csisupdv1.Plugin{mono}},
+		for _, n := range []*statepb.ClusterNode{
+			{Id: "a", Status: NodeStatusReady, Plugins: []*statepb.Plugin{mono}},
+			{Id: "b", Status: NodeStatusDown, Plugins: []*statepb.Plugin{mono}},
 		} {
 			if _, err := putNode(txn, n); err != nil {
 				return err
@@ -80,7 +81,7 @@ func TestPluginOfItsInstancesAndCollected(t *testing.T) {
 		return nil
 	})
 	p := s.Plugin("p")
-	if p.GetControllersExpected() != 2 || p.GetControllersHealthy() != 1 || p.GetNodesHealthy() != 1 {
+	if p == nil || p.ControllersExpected != 2 || p.ControllersHealthy != 1 || p.NodesHealthy != 1 {
 		t.Fatalf("plugin %v: want 2 controllers and nodes expected, 1 healthy (node b is down)", p)
 	}
 	if c := s.Counts(); c.Plugins != 1 || c.Nodes[NodeStatusReady] != 1 || c.Nodes[NodeStatusDown] != 1 {
@@ -110,11 +111,11 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, s, func(txn *Txn) error {
-		if _, err := putNode(txn, &csisupdv1.ClusterNode{Id: "a", Status: NodeStatusReady,
-			Plugins: []*csisupdv1.Plugin{{Id: "p", Type: PluginTypeNode, Healthy: true}}}); err != nil {
+		if _, err := putNode(txn, &statepb.ClusterNode{Id: "a", Status: NodeStatusReady,
+			Plugins: []*statepb.Plugin{{Id: "p", Type: string(plugin.TypeNode), Healthy: true}}}); err != nil {
 			return err
 		}
-		if err := txn.PutServer(&csisupdv1.ServerRecord{Id: "s1", RpcAddress: "h:1"}); err != nil {
+		if err := txn.PutServer(&statepb.ServerRecord{Id: "s1", RpcAddress: "h:1"}); err != nil {
 			return err
 		}
 		return txn.SetLatestIndex(5)
@@ -131,7 +132,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Plugin("p").GetNodesHealthy() != 1 || r.Server("s1").GetRpcAddress() != "h:1" || r.LatestIndex() != 9 {
+	if p := r.Plugin("p"); p == nil || p.NodesHealthy != 1 || r.Server("s1").GetRpcAddress() != "h:1" || r.LatestIndex() != 9 {
 		t.Fatalf("restored: plugin %v, server %v, index %d", r.Plugin("p"), r.Server("s1"), r.LatestIndex())
 	}
 	snap.Version = 2

@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 	"google.golang.org/protobuf/proto"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // Txn is a write transaction of the store. Only the FSM writes: it checks
@@ -31,14 +31,14 @@ func (t *Txn) Commit() { t.txn.Commit() }
 func (t *Txn) Abort() { t.txn.Abort() }
 
 // Node returns one node as the transaction sees it, or nil.
-func (t *Txn) Node(id string) *csisupdv1.ClusterNode { return getNode(t.txn, id) }
+func (t *Txn) Node(id string) *statepb.ClusterNode { return getNode(t.txn, id) }
 
 // Volume returns one volume as the transaction sees it, or nil.
-func (t *Txn) Volume(id string) *csisupdv1.Volume { return getVolume(t.txn, id) }
+func (t *Txn) Volume(id string) *statepb.Volume { return getVolume(t.txn, id) }
 
 // PutNode writes a node's row. Its plugin instances are written by
 // SetNodePlugins.
-func (t *Txn) PutNode(n *csisupdv1.ClusterNode) error {
+func (t *Txn) PutNode(n *statepb.ClusterNode) error {
 	if err := t.txn.Insert(tableNodes, n); err != nil {
 		return fmt.Errorf("write node %q: %w", n.GetId(), err)
 	}
@@ -48,12 +48,12 @@ func (t *Txn) PutNode(n *csisupdv1.ClusterNode) error {
 // SetNodePlugins moves a node's plugin instances from old to new in the
 // plugins table and returns the ids of plugins left without any instance,
 // which are thereby collected, sorted.
-func (t *Txn) SetNodePlugins(nodeID string, old, new []*csisupdv1.Plugin) ([]string, error) {
+func (t *Txn) SetNodePlugins(nodeID string, old, new []*statepb.Plugin) ([]string, error) {
 	return setNodePlugins(t.txn, nodeID, old, new)
 }
 
 // PutVolume writes a volume.
-func (t *Txn) PutVolume(v *csisupdv1.Volume) error {
+func (t *Txn) PutVolume(v *statepb.Volume) error {
 	if err := t.txn.Insert(tableVolumes, v); err != nil {
 		return fmt.Errorf("write volume %q: %w", v.GetId(), err)
 	}
@@ -61,7 +61,7 @@ func (t *Txn) PutVolume(v *csisupdv1.Volume) error {
 }
 
 // DeleteVolume deletes a volume read from this transaction.
-func (t *Txn) DeleteVolume(v *csisupdv1.Volume) error {
+func (t *Txn) DeleteVolume(v *statepb.Volume) error {
 	if err := t.txn.Delete(tableVolumes, v); err != nil {
 		return fmt.Errorf("delete volume %q: %w", v.GetId(), err)
 	}
@@ -69,7 +69,7 @@ func (t *Txn) DeleteVolume(v *csisupdv1.Volume) error {
 }
 
 // PutServer writes a server's record.
-func (t *Txn) PutServer(r *csisupdv1.ServerRecord) error {
+func (t *Txn) PutServer(r *statepb.ServerRecord) error {
 	if err := t.txn.Insert(tableServers, r); err != nil {
 		return fmt.Errorf("write server %q: %w", r.GetId(), err)
 	}
@@ -85,8 +85,8 @@ func (t *Txn) SetLatestIndex(index uint64) error {
 }
 
 // setNodePlugins is Txn.SetNodePlugins on a memdb transaction.
-func setNodePlugins(txn *memdb.Txn, nodeID string, old, new []*csisupdv1.Plugin) ([]string, error) {
-	oldByID := make(map[string]*csisupdv1.Plugin, len(old))
+func setNodePlugins(txn *memdb.Txn, nodeID string, old, new []*statepb.Plugin) ([]string, error) {
+	oldByID := make(map[string]*statepb.Plugin, len(old))
 	for _, p := range old {
 		oldByID[p.GetId()] = p
 	}
@@ -115,8 +115,8 @@ func setNodePlugins(txn *memdb.Txn, nodeID string, old, new []*csisupdv1.Plugin)
 
 // CopyNode returns a copy of n that shares its plugin messages, which are
 // never modified once stored.
-func CopyNode(n *csisupdv1.ClusterNode) *csisupdv1.ClusterNode {
-	return &csisupdv1.ClusterNode{
+func CopyNode(n *statepb.ClusterNode) *statepb.ClusterNode {
+	return &statepb.ClusterNode{
 		Id: n.Id, Name: n.Name, Address: n.Address, Status: n.Status, StatusDescription: n.StatusDescription,
 		StatusUpdatedAt: n.StatusUpdatedAt, RegisteredAt: n.RegisteredAt, Plugins: n.Plugins,
 		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,

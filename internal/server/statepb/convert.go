@@ -236,6 +236,24 @@ func PluginsFromAPI(in []*csisupdv1.Plugin) []*Plugin { return convertAll(in, Pl
 // PluginsToAPI converts a list of stored plugins to their public form.
 func PluginsToAPI(in []*Plugin) []*csisupdv1.Plugin { return convertAll(in, PluginToAPI) }
 
+// ClusterNodesToAPI converts a list of stored nodes to their public form.
+func ClusterNodesToAPI(in []*ClusterNode) []*csisupdv1.ClusterNode {
+	return convertAll(in, ClusterNodeToAPI)
+}
+
+// VolumesToAPI converts a list of stored volumes to their public form.
+func VolumesToAPI(in []*Volume) []*csisupdv1.Volume { return convertAll(in, VolumeToAPI) }
+
+// VolumeCapabilitiesFromAPI converts a list of public volume capabilities
+// to their storage form.
+func VolumeCapabilitiesFromAPI(in []*csisupdv1.VolumeCapability) []*VolumeCapability {
+	return convertAll(in, VolumeCapabilityFromAPI)
+}
+
+// ACLPoliciesToAPI converts a list of stored ACL policies to their public
+// form.
+func ACLPoliciesToAPI(in []*ACLPolicy) []*csisupdv1.ACLPolicy { return convertAll(in, ACLPolicyToAPI) }
+
 // PluginFromAPI converts a public plugin instance to its storage form.
 func PluginFromAPI(in *csisupdv1.Plugin) *Plugin {
 	if in == nil {

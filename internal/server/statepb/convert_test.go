@@ -327,3 +327,33 @@ func TestACLTokenView(t *testing.T) {
 		t.Error("ACLTokenView returned a value sharing parts with its input")
 	}
 }
+
+// TestListConverters requires each list converter to convert every element
+// as the converter of one element does, in order, and nil to nil.
+func TestListConverters(t *testing.T) {
+	checkList(t, "PluginsFromAPI", statepb.PluginsFromAPI, statepb.PluginFromAPI)
+	checkList(t, "PluginsToAPI", statepb.PluginsToAPI, statepb.PluginToAPI)
+	checkList(t, "ClusterNodesToAPI", statepb.ClusterNodesToAPI, statepb.ClusterNodeToAPI)
+	checkList(t, "VolumesToAPI", statepb.VolumesToAPI, statepb.VolumeToAPI)
+	checkList(t, "VolumeCapabilitiesFromAPI", statepb.VolumeCapabilitiesFromAPI, statepb.VolumeCapabilityFromAPI)
+	checkList(t, "ACLPoliciesToAPI", statepb.ACLPoliciesToAPI, statepb.ACLPolicyToAPI)
+}
+
+func checkList[In, Out proto.Message](t *testing.T, name string, list func([]In) []Out, one func(In) Out) {
+	t.Helper()
+	var zero In
+	typ := zero.ProtoReflect().Type()
+	in := []In{full(typ, 0).(In), full(typ, 1).(In)}
+	got := list(in)
+	if len(got) != len(in) {
+		t.Fatalf("%s: %d elements, want %d", name, len(got), len(in))
+	}
+	for i := range in {
+		if want := one(in[i]); !proto.Equal(got[i], want) {
+			t.Errorf("%s: element %d is %v, want %v", name, i, got[i], want)
+		}
+	}
+	if list(nil) != nil {
+		t.Errorf("%s: nil converts to a non-nil list", name)
+	}
+}
