@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
 	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	// statepb is the servers' storage format; it imports the API only to
-	// convert to and from it (state.proto itself imports no csisupd file).
+	// convert to and from it (its .proto files import no csisupd file).
 	"internal/server/statepb": {api},
 	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
 	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},

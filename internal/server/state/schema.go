@@ -36,7 +36,7 @@ type indexRow struct {
 
 // schema returns the memdb schema. An index names a field by its Go name:
 // that of the row types here, or of the statepb messages stored as rows
-// (Id, PluginId), which protoc-gen-go derives from state.proto.
+// (Id, PluginId), which protoc-gen-go derives from the .proto files of statepb.
 func schema() *memdb.DBSchema {
 	id := func(field string) *memdb.IndexSchema {
 		return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}

@@ -2,11 +2,11 @@ package statepb_test
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -180,12 +180,35 @@ func TestEveryStoredMessageIsConverted(t *testing.T) {
 	for _, c := range conversions {
 		have[c.stored.Descriptor().FullName()] = true
 	}
-	msgs := statepb.File_internal_server_statepb_state_proto.Messages()
-	for i := range msgs.Len() {
-		if n := msgs.Get(i).FullName(); !have[n] {
-			t.Errorf("storage message %s has no conversion in the table of this test", n)
+	n := 0
+	for _, f := range storageFiles(t) {
+		msgs := f.Messages()
+		for i := range msgs.Len() {
+			n++
+			if name := msgs.Get(i).FullName(); !have[name] {
+				t.Errorf("storage message %s has no conversion in the table of this test", name)
+			}
 		}
 	}
+	if n == 0 {
+		t.Fatal("found no storage message")
+	}
+}
+
+// storageFiles returns the .proto files of the storage format: every file
+// of its proto package.
+func storageFiles(t *testing.T) []protoreflect.FileDescriptor {
+	t.Helper()
+	pkg := (&statepb.LogEntry{}).ProtoReflect().Descriptor().ParentFile().Package()
+	var files []protoreflect.FileDescriptor
+	protoregistry.GlobalFiles.RangeFilesByPackage(pkg, func(f protoreflect.FileDescriptor) bool {
+		files = append(files, f)
+		return true
+	})
+	if len(files) == 0 {
+		t.Fatalf("no file of proto package %s is registered", pkg)
+	}
+	return files
 }
 
 func TestNilConvertsToNil(t *testing.T) {
@@ -282,13 +305,17 @@ func other(fd protoreflect.FieldDescriptor, v protoreflect.Value) protoreflect.V
 	panic(fmt.Sprintf("other: field %s has kind %s", fd.FullName(), fd.Kind()))
 }
 
-// TestStorageDoesNotImportTheAPI checks that state.proto imports no
-// csisupd file: the storage format must not change with the public one.
+// TestStorageDoesNotImportTheAPI checks that the storage format's .proto
+// files import only each other and protobuf's well-known types: the
+// storage format must not change with the public one.
 func TestStorageDoesNotImportTheAPI(t *testing.T) {
-	imports := statepb.File_internal_server_statepb_state_proto.Imports()
-	for i := range imports.Len() {
-		if p := imports.Get(i).Path(); strings.HasPrefix(p, "csisupd/") {
-			t.Errorf("state.proto imports %s", p)
+	for _, f := range storageFiles(t) {
+		imports := f.Imports()
+		for i := range imports.Len() {
+			imp := imports.Get(i)
+			if imp.Package() != f.Package() && imp.Package() != "google.protobuf" {
+				t.Errorf("%s imports %s (package %s)", f.Path(), imp.Path(), imp.Package())
+			}
 		}
 	}
 }

@@ -5,12 +5,12 @@
 // with its claims, ClusterNode, Plugin, ServerRecord, ACLPolicy,
 // ACLTokenRecord).
 //
-// The messages are defined in state.proto, not borrowed from the public
-// API, so that a change to the public API does not change what a data_dir
-// holds. They are wire-compatible with the public messages that were
+// The messages are defined in the .proto files of this package, not
+// borrowed from the public API, so that a change to the public API does
+// not change what a data_dir holds. They are wire-compatible with the public messages that were
 // stored before they existed: same field numbers, same wire types. A raft
 // log and snapshots written by those releases decode into them directly.
-// state.proto says why a field number is never changed or reused.
+// log.proto says why a field number is never changed or reused.
 //
 // The converters (VolumeFromAPI, VolumeToAPI, ...) translate between a
 // storage message and its public counterpart, field by field, in both
@@ -20,5 +20,5 @@
 // every field set and requires both round trips to give it back, so a
 // field added on one side without the converter fails it.
 //
-// The .pb.go file is generated from state.proto (`make proto`).
+// The .pb.go files are generated from the .proto files (`make proto`).
 package statepb
