@@ -9,9 +9,15 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
-// Every converter copies field by field, so that a field added to one side
-// and not to the converter shows in the package's round-trip test. The
-// results share nothing with their inputs.
+// Every converter converts field by field, so that a field added to one
+// side and not to the converter shows in the package's round-trip test.
+// The FromAPI converters copy: a stored row shares nothing with the
+// message it was made from, which its caller may still change. The ToAPI
+// converters share the row's maps, lists and timestamps: the state store
+// never changes a row once stored, its read methods already hand rows out
+// shared, and the public messages made from them answer a call and are
+// only encoded, so copying them would only cost the read paths (a page of
+// 100 nodes with 5 plugins each is about 5,000 allocations more).
 
 // LogEntryFromAPI converts a public log entry to its storage form. A
 // command this package does not know is dropped; the round-trip test keeps
@@ -57,7 +63,7 @@ func LogEntryToAPI(in *LogEntry) *csisupdv1.LogEntry {
 	if in == nil {
 		return nil
 	}
-	out := &csisupdv1.LogEntry{Time: cloneTime(in.Time)}
+	out := &csisupdv1.LogEntry{Time: in.Time}
 	switch c := in.Command.(type) {
 	case *LogEntry_NodeUpsert:
 		out.Command = &csisupdv1.LogEntry_NodeUpsert{NodeUpsert: ClusterNodeToAPI(c.NodeUpsert)}
@@ -74,7 +80,7 @@ func LogEntryToAPI(in *LogEntry) *csisupdv1.LogEntry {
 	case *LogEntry_Batch:
 		out.Command = &csisupdv1.LogEntry_Batch{Batch: LogBatchToAPI(c.Batch)}
 	case *LogEntry_Noop:
-		out.Command = &csisupdv1.LogEntry_Noop{Noop: slices.Clone(c.Noop)}
+		out.Command = &csisupdv1.LogEntry_Noop{Noop: c.Noop}
 	case *LogEntry_AclPolicyUpsert:
 		out.Command = &csisupdv1.LogEntry_AclPolicyUpsert{AclPolicyUpsert: ACLPolicyToAPI(c.AclPolicyUpsert)}
 	case *LogEntry_AclPolicyDelete:
@@ -222,8 +228,8 @@ func ClusterNodeToAPI(in *ClusterNode) *csisupdv1.ClusterNode {
 		Address:           in.Address,
 		Status:            in.Status,
 		StatusDescription: in.StatusDescription,
-		StatusUpdatedAt:   cloneTime(in.StatusUpdatedAt),
-		RegisteredAt:      cloneTime(in.RegisteredAt),
+		StatusUpdatedAt:   in.StatusUpdatedAt,
+		RegisteredAt:      in.RegisteredAt,
 		Plugins:           PluginsToAPI(in.Plugins),
 		CreateIndex:       in.CreateIndex,
 		ModifyIndex:       in.ModifyIndex,
@@ -295,16 +301,16 @@ func PluginToAPI(in *Plugin) *csisupdv1.Plugin {
 		Socket:                 in.Socket,
 		VendorName:             in.VendorName,
 		VendorVersion:          in.VendorVersion,
-		Manifest:               maps.Clone(in.Manifest),
+		Manifest:               in.Manifest,
 		NodeId:                 in.NodeId,
 		MaxVolumes:             in.MaxVolumes,
-		AccessibleTopology:     maps.Clone(in.AccessibleTopology),
-		PluginCapabilities:     slices.Clone(in.PluginCapabilities),
-		ControllerCapabilities: slices.Clone(in.ControllerCapabilities),
-		NodeCapabilities:       slices.Clone(in.NodeCapabilities),
-		LastProbe:              cloneTime(in.LastProbe),
-		RegisteredAt:           cloneTime(in.RegisteredAt),
-		HealthSince:            cloneTime(in.HealthSince),
+		AccessibleTopology:     in.AccessibleTopology,
+		PluginCapabilities:     in.PluginCapabilities,
+		ControllerCapabilities: in.ControllerCapabilities,
+		NodeCapabilities:       in.NodeCapabilities,
+		LastProbe:              in.LastProbe,
+		RegisteredAt:           in.RegisteredAt,
+		HealthSince:            in.HealthSince,
 	}
 }
 
@@ -340,12 +346,12 @@ func VolumeToAPI(in *Volume) *csisupdv1.Volume {
 		PluginId:           in.PluginId,
 		ExternalId:         in.ExternalId,
 		CapacityBytes:      in.CapacityBytes,
-		Context:            maps.Clone(in.Context),
-		Parameters:         maps.Clone(in.Parameters),
+		Context:            in.Context,
+		Parameters:         in.Parameters,
 		Capabilities:       convertAll(in.Capabilities, VolumeCapabilityToAPI),
 		Claims:             convertAll(in.Claims, VolumeClaimToAPI),
 		ControllerNodeId:   in.ControllerNodeId,
-		CreatedAt:          cloneTime(in.CreatedAt),
+		CreatedAt:          in.CreatedAt,
 		CreateIndex:        in.CreateIndex,
 		ModifyIndex:        in.ModifyIndex,
 		AccessibleTopology: convertAll(in.AccessibleTopology, TopologySegmentToAPI),
@@ -376,7 +382,7 @@ func VolumeCapabilityToAPI(in *VolumeCapability) *csisupdv1.VolumeCapability {
 		AccessType: in.AccessType,
 		AccessMode: in.AccessMode,
 		FsType:     in.FsType,
-		MountFlags: slices.Clone(in.MountFlags),
+		MountFlags: in.MountFlags,
 	}
 }
 
@@ -413,8 +419,8 @@ func VolumeClaimToAPI(in *VolumeClaim) *csisupdv1.VolumeClaim {
 		NodeId:              in.NodeId,
 		CsiNodeId:           in.CsiNodeId,
 		ReadOnly:            in.ReadOnly,
-		PublishContext:      maps.Clone(in.PublishContext),
-		ClaimedAt:           cloneTime(in.ClaimedAt),
+		PublishContext:      in.PublishContext,
+		ClaimedAt:           in.ClaimedAt,
 		WorkloadId:          in.WorkloadId,
 		State:               in.State,
 		Usage:               VolumeUsageToAPI(in.Usage),
@@ -422,7 +428,7 @@ func VolumeClaimToAPI(in *VolumeClaim) *csisupdv1.VolumeClaim {
 		ControllerPublished: in.ControllerPublished,
 		Mounted:             in.Mounted,
 		NodeGone:            in.NodeGone,
-		StateUpdatedAt:      cloneTime(in.StateUpdatedAt),
+		StateUpdatedAt:      in.StateUpdatedAt,
 		LastError:           in.LastError,
 		ClaimIndex:          in.ClaimIndex,
 	}
@@ -452,7 +458,7 @@ func VolumeUsageToAPI(in *VolumeUsage) *csisupdv1.VolumeUsage {
 		AccessType: in.AccessType,
 		ReadOnly:   in.ReadOnly,
 		FsType:     in.FsType,
-		MountFlags: slices.Clone(in.MountFlags),
+		MountFlags: in.MountFlags,
 	}
 }
 
@@ -471,7 +477,7 @@ func TopologySegmentToAPI(in *TopologySegment) *csisupdv1.TopologySegment {
 	if in == nil {
 		return nil
 	}
-	return &csisupdv1.TopologySegment{Segments: maps.Clone(in.Segments)}
+	return &csisupdv1.TopologySegment{Segments: in.Segments}
 }
 
 // ACLPolicyFromAPI converts a public ACL policy to its storage row.
@@ -497,8 +503,8 @@ func ACLPolicyToAPI(in *ACLPolicy) *csisupdv1.ACLPolicy {
 		Name:        in.Name,
 		Description: in.Description,
 		Rules:       in.Rules,
-		CreateTime:  cloneTime(in.CreateTime),
-		ModifyTime:  cloneTime(in.ModifyTime),
+		CreateTime:  in.CreateTime,
+		ModifyTime:  in.ModifyTime,
 	}
 }
 
@@ -524,11 +530,11 @@ func ACLTokenRecordToAPI(in *ACLTokenRecord) *csisupdv1.ACLTokenRecord {
 	}
 	return &csisupdv1.ACLTokenRecord{
 		AccessorId: in.AccessorId,
-		SecretHash: slices.Clone(in.SecretHash),
+		SecretHash: in.SecretHash,
 		Name:       in.Name,
 		Type:       in.Type,
-		Policies:   slices.Clone(in.Policies),
-		CreateTime: cloneTime(in.CreateTime),
+		Policies:   in.Policies,
+		CreateTime: in.CreateTime,
 	}
 }
 

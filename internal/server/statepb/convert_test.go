@@ -220,8 +220,11 @@ func TestNilConvertsToNil(t *testing.T) {
 }
 
 // TestConversionCopies changes every map, list and message reachable from
-// a converter's result and requires its input to be unchanged: a stored
-// row must not alias a message a caller holds.
+// a FromAPI converter's result and requires its input to be unchanged: a
+// stored row must not alias a message a caller holds and may change. (The
+// ToAPI converters share a row's maps, lists and timestamps: rows are
+// never changed once stored, and the answers made from them are only
+// encoded.)
 func TestConversionCopies(t *testing.T) {
 	for _, c := range conversions {
 		for v := range variants(c.api) {
@@ -230,12 +233,6 @@ func TestConversionCopies(t *testing.T) {
 			scribble(c.fromAPI(api).ProtoReflect())
 			if !proto.Equal(api, before) {
 				t.Errorf("%sFromAPI returned a value sharing parts with its input (case %d)", name(c.api), v)
-			}
-			st := full(c.stored, v)
-			before = proto.Clone(st)
-			scribble(c.toAPI(st).ProtoReflect())
-			if !proto.Equal(st, before) {
-				t.Errorf("%sToAPI returned a value sharing parts with its input (case %d)", name(c.stored), v)
 			}
 		}
 	}

@@ -14,9 +14,11 @@
 //
 // The converters (VolumeFromAPI, VolumeToAPI, ...) translate between a
 // storage message and its public counterpart, field by field, in both
-// directions; nil converts to nil. They copy: the result shares no maps,
-// slices or messages with its input, so a stored row never aliases a
-// message handed to a caller. A test builds every converted message with
+// directions; nil converts to nil. FromAPI copies, so a stored row never
+// aliases a message its caller may change; ToAPI shares the row's maps,
+// slices and timestamps, since rows are never changed once stored, so
+// the public message made from a row must be treated as read-only, as the
+// rows themselves are. A test builds every converted message with
 // every field set and requires both round trips to give it back, so a
 // field added on one side without the converter fails it.
 //
