@@ -3,30 +3,12 @@ package leader
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/csisupd/csisupd/internal/testutil"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
-
-// manualClock is a clock that moves only when told.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // TestBusyMarksTheLoopCtxCarries: a call bounded by a deadline keeps the
 // loop a context carries from counting as wedged until that deadline, and
@@ -54,7 +36,7 @@ func TestBusyMarksTheLoopCtxCarries(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := &manualClock{now: time.Unix(1_000_000, 0)}
+			clock := testutil.NewClock(time.Unix(1_000_000, 0))
 			mon, err := watchdog.New(watchdog.Config{Timeout: timeout, Now: clock.Now})
 			if err != nil {
 				t.Fatal(err)
