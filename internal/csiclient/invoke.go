@@ -93,6 +93,9 @@ func NewInvoker(cfg InvokerConfig) (*Invoker, error) {
 	return &Invoker{plugins: cfg.Plugins, node: cfg.NodeName, retry: cfg.Retry, log: cfg.Logger}, nil
 }
 
+// Policy returns the retry policy that spaces the attempts of a call.
+func (inv *Invoker) Policy() retry.Policy { return inv.retry }
+
 // Call describes one call to a plugin.
 type Call struct {
 	// PluginID is the plugin called.

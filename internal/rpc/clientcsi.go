@@ -69,7 +69,6 @@ type ClientCSI struct {
 	csisupdv1.UnimplementedClientCSIServer
 
 	calls          *csiclient.Invoker
-	retry          retry.Policy // the policy of calls
 	timeout        time.Duration
 	methodTimeouts map[string]time.Duration
 	maxDestructive int
@@ -115,7 +114,6 @@ func NewClientCSI(cfg ClientCSIConfig) (*ClientCSI, error) {
 	}
 	return &ClientCSI{
 		calls:          calls,
-		retry:          cfg.Retry,
 		timeout:        cfg.RPCTimeout,
 		methodTimeouts: maps.Clone(cfg.MethodTimeouts),
 		maxDestructive: cfg.MaxDestructiveInFlight,

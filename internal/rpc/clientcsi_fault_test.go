@@ -514,8 +514,8 @@ func TestNewClientCSIConfig(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s.timeout != 2*time.Minute || s.maxDestructive != 1 || s.retry != testRetry.ClientCSI {
-					t.Errorf("defaults: timeout %s, max destructive %d, retry %v", s.timeout, s.maxDestructive, s.retry)
+				if s.timeout != 2*time.Minute || s.maxDestructive != 1 || s.calls.Policy() != testRetry.ClientCSI {
+					t.Errorf("defaults: timeout %s, max destructive %d, retry %v", s.timeout, s.maxDestructive, s.calls.Policy())
 				}
 				return
 			}
