@@ -68,10 +68,22 @@ func (x *NodeClaimsRequest) GetNodeId() string {
 
 // NodeClaimRef names one claim of a node.
 type NodeClaimRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	WorkloadId    string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
-	ClaimIndex    uint64                 `protobuf:"varint,3,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId   string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	ClaimIndex uint64                 `protobuf:"varint,3,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	// What the servers hold of the claim, so that an agent that lost its
+	// record of the mount can list it and undo it: the plugin, the CSI
+	// volume id, the usage, the host paths the agent reported when it
+	// mounted the claim (empty when it never did), whether it did, and the
+	// claim's state.
+	PluginId      string       `protobuf:"bytes,4,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	ExternalId    string       `protobuf:"bytes,5,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	Usage         *VolumeUsage `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
+	HostPath      string       `protobuf:"bytes,7,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
+	StagingPath   string       `protobuf:"bytes,8,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
+	Mounted       bool         `protobuf:"varint,9,opt,name=mounted,proto3" json:"mounted,omitempty"`
+	State         string       `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -125,6 +137,55 @@ func (x *NodeClaimRef) GetClaimIndex() uint64 {
 		return x.ClaimIndex
 	}
 	return 0
+}
+
+func (x *NodeClaimRef) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *NodeClaimRef) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *NodeClaimRef) GetUsage() *VolumeUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *NodeClaimRef) GetHostPath() string {
+	if x != nil {
+		return x.HostPath
+	}
+	return ""
+}
+
+func (x *NodeClaimRef) GetStagingPath() string {
+	if x != nil {
+		return x.StagingPath
+	}
+	return ""
+}
+
+func (x *NodeClaimRef) GetMounted() bool {
+	if x != nil {
+		return x.Mounted
+	}
+	return false
+}
+
+func (x *NodeClaimRef) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
 }
 
 type NodeClaimsResponse struct {
@@ -1526,15 +1587,24 @@ var File_csisupd_v1_cluster_proto protoreflect.FileDescriptor
 const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/cluster.proto\x12\n" +
-	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x1fgoogle/protobuf/timestamp.proto\",\n" +
+	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\",\n" +
 	"\x11NodeClaimsRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"m\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xca\x02\n" +
 	"\fNodeClaimRef\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
 	"\vworkload_id\x18\x02 \x01(\tR\n" +
 	"workloadId\x12\x1f\n" +
 	"\vclaim_index\x18\x03 \x01(\x04R\n" +
-	"claimIndex\"\\\n" +
+	"claimIndex\x12\x1b\n" +
+	"\tplugin_id\x18\x04 \x01(\tR\bpluginId\x12\x1f\n" +
+	"\vexternal_id\x18\x05 \x01(\tR\n" +
+	"externalId\x12-\n" +
+	"\x05usage\x18\x06 \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\x12\x1b\n" +
+	"\thost_path\x18\a \x01(\tR\bhostPath\x12!\n" +
+	"\fstaging_path\x18\b \x01(\tR\vstagingPath\x12\x18\n" +
+	"\amounted\x18\t \x01(\bR\amounted\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\"\\\n" +
 	"\x12NodeClaimsResponse\x120\n" +
 	"\x06claims\x18\x01 \x03(\v2\x18.csisupd.v1.NodeClaimRefR\x06claims\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"2\n" +
@@ -1675,59 +1745,61 @@ var file_csisupd_v1_cluster_proto_goTypes = []any{
 	(*NodeStatusCommand)(nil),         // 20: csisupd.v1.NodeStatusCommand
 	(*LogBatch)(nil),                  // 21: csisupd.v1.LogBatch
 	(*StateSnapshot)(nil),             // 22: csisupd.v1.StateSnapshot
-	(*ACLToken)(nil),                  // 23: csisupd.v1.ACLToken
-	(*ACLPolicy)(nil),                 // 24: csisupd.v1.ACLPolicy
-	(*Plugin)(nil),                    // 25: csisupd.v1.Plugin
-	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
-	(*ClusterNode)(nil),               // 27: csisupd.v1.ClusterNode
-	(*Volume)(nil),                    // 28: csisupd.v1.Volume
-	(*ACLTokenRecord)(nil),            // 29: csisupd.v1.ACLTokenRecord
-	(*ACLBootstrapCommand)(nil),       // 30: csisupd.v1.ACLBootstrapCommand
+	(*VolumeUsage)(nil),               // 23: csisupd.v1.VolumeUsage
+	(*ACLToken)(nil),                  // 24: csisupd.v1.ACLToken
+	(*ACLPolicy)(nil),                 // 25: csisupd.v1.ACLPolicy
+	(*Plugin)(nil),                    // 26: csisupd.v1.Plugin
+	(*timestamppb.Timestamp)(nil),     // 27: google.protobuf.Timestamp
+	(*ClusterNode)(nil),               // 28: csisupd.v1.ClusterNode
+	(*Volume)(nil),                    // 29: csisupd.v1.Volume
+	(*ACLTokenRecord)(nil),            // 30: csisupd.v1.ACLTokenRecord
+	(*ACLBootstrapCommand)(nil),       // 31: csisupd.v1.ACLBootstrapCommand
 }
 var file_csisupd_v1_cluster_proto_depIdxs = []int32{
-	1,  // 0: csisupd.v1.NodeClaimsResponse.claims:type_name -> csisupd.v1.NodeClaimRef
-	23, // 1: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
-	24, // 2: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
-	25, // 3: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
-	25, // 4: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
-	26, // 5: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	27, // 6: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
-	19, // 7: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
-	20, // 8: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
-	28, // 9: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
-	17, // 10: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
-	21, // 11: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
-	24, // 12: csisupd.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.v1.ACLPolicy
-	29, // 13: csisupd.v1.LogEntry.acl_token_upsert:type_name -> csisupd.v1.ACLTokenRecord
-	30, // 14: csisupd.v1.LogEntry.acl_bootstrap:type_name -> csisupd.v1.ACLBootstrapCommand
-	25, // 15: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
-	18, // 16: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
-	27, // 17: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
-	28, // 18: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
-	17, // 19: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
-	24, // 20: csisupd.v1.StateSnapshot.acl_policies:type_name -> csisupd.v1.ACLPolicy
-	29, // 21: csisupd.v1.StateSnapshot.acl_tokens:type_name -> csisupd.v1.ACLTokenRecord
-	5,  // 22: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
-	7,  // 23: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
-	9,  // 24: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
-	11, // 25: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
-	13, // 26: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
-	15, // 27: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
-	3,  // 28: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
-	0,  // 29: csisupd.v1.Cluster.NodeClaims:input_type -> csisupd.v1.NodeClaimsRequest
-	6,  // 30: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
-	8,  // 31: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
-	10, // 32: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
-	12, // 33: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
-	14, // 34: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
-	16, // 35: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
-	4,  // 36: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
-	2,  // 37: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
-	30, // [30:38] is the sub-list for method output_type
-	22, // [22:30] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	23, // 0: csisupd.v1.NodeClaimRef.usage:type_name -> csisupd.v1.VolumeUsage
+	1,  // 1: csisupd.v1.NodeClaimsResponse.claims:type_name -> csisupd.v1.NodeClaimRef
+	24, // 2: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
+	25, // 3: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
+	26, // 4: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
+	26, // 5: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
+	27, // 6: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	28, // 7: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
+	19, // 8: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
+	20, // 9: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
+	29, // 10: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
+	17, // 11: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
+	21, // 12: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
+	25, // 13: csisupd.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.v1.ACLPolicy
+	30, // 14: csisupd.v1.LogEntry.acl_token_upsert:type_name -> csisupd.v1.ACLTokenRecord
+	31, // 15: csisupd.v1.LogEntry.acl_bootstrap:type_name -> csisupd.v1.ACLBootstrapCommand
+	26, // 16: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
+	18, // 17: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
+	28, // 18: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
+	29, // 19: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
+	17, // 20: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
+	25, // 21: csisupd.v1.StateSnapshot.acl_policies:type_name -> csisupd.v1.ACLPolicy
+	30, // 22: csisupd.v1.StateSnapshot.acl_tokens:type_name -> csisupd.v1.ACLTokenRecord
+	5,  // 23: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
+	7,  // 24: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
+	9,  // 25: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
+	11, // 26: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
+	13, // 27: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
+	15, // 28: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
+	3,  // 29: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
+	0,  // 30: csisupd.v1.Cluster.NodeClaims:input_type -> csisupd.v1.NodeClaimsRequest
+	6,  // 31: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
+	8,  // 32: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
+	10, // 33: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
+	12, // 34: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
+	14, // 35: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
+	16, // 36: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
+	4,  // 37: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
+	2,  // 38: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
+	31, // [31:39] is the sub-list for method output_type
+	23, // [23:31] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_cluster_proto_init() }
@@ -1738,6 +1810,7 @@ func file_csisupd_v1_cluster_proto_init() {
 	file_csisupd_v1_acl_proto_init()
 	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_control_proto_init()
+	file_csisupd_v1_volumes_proto_init()
 	file_csisupd_v1_cluster_proto_msgTypes[18].OneofWrappers = []any{
 		(*LogEntry_NodeUpsert)(nil),
 		(*LogEntry_NodePlugins)(nil),

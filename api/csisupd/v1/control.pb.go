@@ -431,7 +431,10 @@ type VolumeClaim struct {
 	// success.
 	LastError string `protobuf:"bytes,14,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// claim_index is the raft index at which the claim was taken.
-	ClaimIndex    uint64 `protobuf:"varint,15,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	ClaimIndex uint64 `protobuf:"varint,15,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	// staging_path is the staging target on the node, once mounted; empty
+	// when the plugin does not stage.
+	StagingPath   string `protobuf:"bytes,16,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +572,13 @@ func (x *VolumeClaim) GetClaimIndex() uint64 {
 		return x.ClaimIndex
 	}
 	return 0
+}
+
+func (x *VolumeClaim) GetStagingPath() string {
+	if x != nil {
+		return x.StagingPath
+	}
+	return ""
 }
 
 // Volume is one volume the cluster knows about.
@@ -2671,7 +2681,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"accessMode\x12\x17\n" +
 	"\afs_type\x18\x03 \x01(\tR\x06fsType\x12\x1f\n" +
 	"\vmount_flags\x18\x04 \x03(\tR\n" +
-	"mountFlags\"\xaa\x05\n" +
+	"mountFlags\"\xcd\x05\n" +
 	"\vVolumeClaim\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\vcsi_node_id\x18\x02 \x01(\tR\tcsiNodeId\x12\x1b\n" +
@@ -2692,7 +2702,8 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x0e \x01(\tR\tlastError\x12\x1f\n" +
 	"\vclaim_index\x18\x0f \x01(\x04R\n" +
-	"claimIndex\x1aA\n" +
+	"claimIndex\x12!\n" +
+	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x05\n" +

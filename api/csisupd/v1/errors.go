@@ -98,6 +98,13 @@ const (
 	ClaimRuleNodeNotReady = "node-not-ready"
 	ClaimRulePlugin       = "plugin-missing"
 	ClaimRuleReleasing    = "releasing"
+	// ClaimRuleStale refuses a claim change computed from a state that
+	// has changed since: another leader, or another step, changed the
+	// claim or its volume first. Read the volume again to learn its state.
+	ClaimRuleStale = "stale"
+	// ClaimRuleInvalid refuses a claim whose usage is not allowed: mount
+	// flags or a file system type that may not reach a plugin.
+	ClaimRuleInvalid = "invalid-usage"
 )
 
 // NewClaimRefusedError returns the FailedPrecondition error that refuses a

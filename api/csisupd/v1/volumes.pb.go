@@ -435,7 +435,19 @@ type UnmountVolumeRequest struct {
 	WorkloadId string                 `protobuf:"bytes,3,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
 	// usage, when set, unmounts only that usage; otherwise every usage of
 	// the volume by the workload.
-	Usage         *VolumeUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *VolumeUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The servers send what they hold of the claim being released, so that
+	// an agent that has no record of the mount (a lost record file) still
+	// calls NodeUnpublishVolume and NodeUnstageVolume with the claim's
+	// paths: external_id (the CSI volume id), host_path (the publish
+	// target on the host), staging_path (the staging target on the host;
+	// empty when the plugin does not stage) and claim_index. The paths must
+	// lie under the plugin's mount root. usage is required with them.
+	ExternalId    string `protobuf:"bytes,5,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	HostPath      string `protobuf:"bytes,6,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
+	StagingPath   string `protobuf:"bytes,7,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
+	Cluster       bool   `protobuf:"varint,8,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	ClaimIndex    uint64 `protobuf:"varint,9,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,6 +508,41 @@ func (x *UnmountVolumeRequest) GetUsage() *VolumeUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *UnmountVolumeRequest) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *UnmountVolumeRequest) GetHostPath() string {
+	if x != nil {
+		return x.HostPath
+	}
+	return ""
+}
+
+func (x *UnmountVolumeRequest) GetStagingPath() string {
+	if x != nil {
+		return x.StagingPath
+	}
+	return ""
+}
+
+func (x *UnmountVolumeRequest) GetCluster() bool {
+	if x != nil {
+		return x.Cluster
+	}
+	return false
+}
+
+func (x *UnmountVolumeRequest) GetClaimIndex() uint64 {
+	if x != nil {
+		return x.ClaimIndex
+	}
+	return 0
 }
 
 type UnmountVolumeResponse struct {
@@ -956,13 +1003,20 @@ const file_csisupd_v1_volumes_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
 	"\x13MountVolumeResponse\x12'\n" +
-	"\x05mount\x18\x01 \x01(\v2\x11.csisupd.v1.MountR\x05mount\"\xa0\x01\n" +
+	"\x05mount\x18\x01 \x01(\v2\x11.csisupd.v1.MountR\x05mount\"\xbc\x02\n" +
 	"\x14UnmountVolumeRequest\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1f\n" +
 	"\vworkload_id\x18\x03 \x01(\tR\n" +
 	"workloadId\x12-\n" +
-	"\x05usage\x18\x04 \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\"d\n" +
+	"\x05usage\x18\x04 \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\x12\x1f\n" +
+	"\vexternal_id\x18\x05 \x01(\tR\n" +
+	"externalId\x12\x1b\n" +
+	"\thost_path\x18\x06 \x01(\tR\bhostPath\x12!\n" +
+	"\fstaging_path\x18\a \x01(\tR\vstagingPath\x12\x18\n" +
+	"\acluster\x18\b \x01(\bR\acluster\x12\x1f\n" +
+	"\vclaim_index\x18\t \x01(\x04R\n" +
+	"claimIndex\"d\n" +
 	"\x15UnmountVolumeResponse\x12/\n" +
 	"\tunmounted\x18\x01 \x03(\v2\x11.csisupd.v1.MountR\tunmounted\x12\x1a\n" +
 	"\bunstaged\x18\x02 \x01(\bR\bunstaged\"\xbc\x02\n" +

@@ -49,7 +49,9 @@ type VolumeClaim struct {
 	StateUpdatedAt      *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=state_updated_at,json=stateUpdatedAt,proto3" json:"state_updated_at,omitempty"`
 	LastError           string                 `protobuf:"bytes,14,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// claim_index is the raft index at which the claim was taken.
-	ClaimIndex    uint64 `protobuf:"varint,15,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	ClaimIndex uint64 `protobuf:"varint,15,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	// staging_path is the staging target the node's agent reported.
+	StagingPath   string `protobuf:"bytes,16,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +191,13 @@ func (x *VolumeClaim) GetClaimIndex() uint64 {
 	return 0
 }
 
+func (x *VolumeClaim) GetStagingPath() string {
+	if x != nil {
+		return x.StagingPath
+	}
+	return ""
+}
+
 // VolumeUsage is how a workload uses a volume.
 type VolumeUsage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -270,7 +279,7 @@ var File_internal_server_statepb_claim_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_claim_proto_rawDesc = "" +
 	"\n" +
-	"#internal/server/statepb/claim.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb6\x05\n" +
+	"#internal/server/statepb/claim.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x05\n" +
 	"\vVolumeClaim\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\vcsi_node_id\x18\x02 \x01(\tR\tcsiNodeId\x12\x1b\n" +
@@ -291,7 +300,8 @@ const file_internal_server_statepb_claim_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x0e \x01(\tR\tlastError\x12\x1f\n" +
 	"\vclaim_index\x18\x0f \x01(\x04R\n" +
-	"claimIndex\x1aA\n" +
+	"claimIndex\x12!\n" +
+	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x01\n" +

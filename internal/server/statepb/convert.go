@@ -407,6 +407,7 @@ func VolumeClaimFromAPI(in *csisupdv1.VolumeClaim) *VolumeClaim {
 		StateUpdatedAt:      cloneTime(in.StateUpdatedAt),
 		LastError:           in.LastError,
 		ClaimIndex:          in.ClaimIndex,
+		StagingPath:         in.StagingPath,
 	}
 }
 
@@ -431,6 +432,7 @@ func VolumeClaimToAPI(in *VolumeClaim) *csisupdv1.VolumeClaim {
 		StateUpdatedAt:      in.StateUpdatedAt,
 		LastError:           in.LastError,
 		ClaimIndex:          in.ClaimIndex,
+		StagingPath:         in.StagingPath,
 	}
 }
 

@@ -53,6 +53,37 @@ var conversions = []conversion{
 	conv(statepb.ACLBootstrapCommandFromAPI, statepb.ACLBootstrapCommandToAPI),
 }
 
+// storageOnly are the messages of the storage format that no public
+// message was ever stored as: the typed volume commands. They have no
+// public form, so no conversion, and the log entry's fields that hold them
+// are skipped where the storage messages are compared with the public
+// ones.
+var storageOnly = map[protoreflect.FullName]bool{
+	"csisupd.state.v1.VolumeCreateCommand": true,
+	"csisupd.state.v1.VolumeDeleteCommand": true,
+	"csisupd.state.v1.ClaimTakeCommand":    true,
+	"csisupd.state.v1.ClaimStepCommand":    true,
+	"csisupd.state.v1.ClaimRemoveCommand":  true,
+}
+
+// storageOnlyField reports whether a field of a storage message holds a
+// storage-only message.
+func storageOnlyField(fd protoreflect.FieldDescriptor) bool {
+	return fd.Message() != nil && storageOnly[fd.Message().FullName()]
+}
+
+// storageOnlyVariant reports whether fill's variant v of a storage message
+// type sets a storage-only field of a oneof.
+func storageOnlyVariant(t protoreflect.MessageType, v int) bool {
+	oneofs := t.Descriptor().Oneofs()
+	for i := range oneofs.Len() {
+		if fields := oneofs.Get(i).Fields(); storageOnlyField(fields.Get(v%fields.Len())) {
+			return true
+		}
+	}
+	return false
+}
+
 func name(t protoreflect.MessageType) string { return string(t.Descriptor().Name()) }
 
 // variants returns the number of values of a message type fill makes:
@@ -164,6 +195,9 @@ func TestRoundTripIsLossless(t *testing.T) {
 			}
 		}
 		for v := range variants(c.stored) {
+			if storageOnlyVariant(c.stored, v) {
+				continue
+			}
 			st := full(c.stored, v)
 			if got := c.fromAPI(c.toAPI(st)); !proto.Equal(st, got) {
 				t.Errorf("%sFromAPI(%[1]sToAPI(x)) != x for case %d:\n x   = %v\n got = %v", name(c.stored), v, st, got)
@@ -185,7 +219,7 @@ func TestEveryStoredMessageIsConverted(t *testing.T) {
 		msgs := f.Messages()
 		for i := range msgs.Len() {
 			n++
-			if name := msgs.Get(i).FullName(); !have[name] {
+			if name := msgs.Get(i).FullName(); !have[name] && !storageOnly[name] {
 				t.Errorf("storage message %s has no conversion in the table of this test", name)
 			}
 		}

@@ -65,6 +65,11 @@ type LogEntry struct {
 	//	*LogEntry_AclTokenUpsert
 	//	*LogEntry_AclTokenDelete
 	//	*LogEntry_AclBootstrap
+	//	*LogEntry_VolumeCreate
+	//	*LogEntry_VolumeDeleteChecked
+	//	*LogEntry_ClaimTake
+	//	*LogEntry_ClaimStep
+	//	*LogEntry_ClaimRemove
 	Command       isLogEntry_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -231,6 +236,51 @@ func (x *LogEntry) GetAclBootstrap() *ACLBootstrapCommand {
 	return nil
 }
 
+func (x *LogEntry) GetVolumeCreate() *VolumeCreateCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_VolumeCreate); ok {
+			return x.VolumeCreate
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetVolumeDeleteChecked() *VolumeDeleteCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_VolumeDeleteChecked); ok {
+			return x.VolumeDeleteChecked
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetClaimTake() *ClaimTakeCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_ClaimTake); ok {
+			return x.ClaimTake
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetClaimStep() *ClaimStepCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_ClaimStep); ok {
+			return x.ClaimStep
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetClaimRemove() *ClaimRemoveCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_ClaimRemove); ok {
+			return x.ClaimRemove
+		}
+	}
+	return nil
+}
+
 type isLogEntry_Command interface {
 	isLogEntry_Command()
 }
@@ -291,6 +341,28 @@ type LogEntry_AclBootstrap struct {
 	AclBootstrap *ACLBootstrapCommand `protobuf:"bytes,14,opt,name=acl_bootstrap,json=aclBootstrap,proto3,oneof"`
 }
 
+type LogEntry_VolumeCreate struct {
+	// The typed volume commands; since they exist, volume_upsert and
+	// volume_delete are only applied from logs of earlier releases.
+	VolumeCreate *VolumeCreateCommand `protobuf:"bytes,15,opt,name=volume_create,json=volumeCreate,proto3,oneof"`
+}
+
+type LogEntry_VolumeDeleteChecked struct {
+	VolumeDeleteChecked *VolumeDeleteCommand `protobuf:"bytes,16,opt,name=volume_delete_checked,json=volumeDeleteChecked,proto3,oneof"`
+}
+
+type LogEntry_ClaimTake struct {
+	ClaimTake *ClaimTakeCommand `protobuf:"bytes,17,opt,name=claim_take,json=claimTake,proto3,oneof"`
+}
+
+type LogEntry_ClaimStep struct {
+	ClaimStep *ClaimStepCommand `protobuf:"bytes,18,opt,name=claim_step,json=claimStep,proto3,oneof"`
+}
+
+type LogEntry_ClaimRemove struct {
+	ClaimRemove *ClaimRemoveCommand `protobuf:"bytes,19,opt,name=claim_remove,json=claimRemove,proto3,oneof"`
+}
+
 func (*LogEntry_NodeUpsert) isLogEntry_Command() {}
 
 func (*LogEntry_NodePlugins) isLogEntry_Command() {}
@@ -316,6 +388,16 @@ func (*LogEntry_AclTokenUpsert) isLogEntry_Command() {}
 func (*LogEntry_AclTokenDelete) isLogEntry_Command() {}
 
 func (*LogEntry_AclBootstrap) isLogEntry_Command() {}
+
+func (*LogEntry_VolumeCreate) isLogEntry_Command() {}
+
+func (*LogEntry_VolumeDeleteChecked) isLogEntry_Command() {}
+
+func (*LogEntry_ClaimTake) isLogEntry_Command() {}
+
+func (*LogEntry_ClaimStep) isLogEntry_Command() {}
+
+func (*LogEntry_ClaimRemove) isLogEntry_Command() {}
 
 // LogBatch groups several commands into one raft entry. An entry of the
 // batch without a time has the time of the batch's entry.
@@ -367,7 +449,7 @@ var File_internal_server_statepb_log_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_log_proto_rawDesc = "" +
 	"\n" +
-	"!internal/server/statepb/log.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!internal/server/statepb/acl.proto\x1a&internal/server/statepb/commands.proto\x1a\"internal/server/statepb/node.proto\x1a&internal/server/statepb/snapshot.proto\x1a$internal/server/statepb/volume.proto\"\xd4\x06\n" +
+	"!internal/server/statepb/log.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!internal/server/statepb/acl.proto\x1a&internal/server/statepb/commands.proto\x1a\"internal/server/statepb/node.proto\x1a&internal/server/statepb/snapshot.proto\x1a$internal/server/statepb/volcmd.proto\x1a$internal/server/statepb/volume.proto\"\xd4\t\n" +
 	"\bLogEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12@\n" +
 	"\vnode_upsert\x18\x02 \x01(\v2\x1d.csisupd.state.v1.ClusterNodeH\x00R\n" +
@@ -385,7 +467,14 @@ const file_internal_server_statepb_log_proto_rawDesc = "" +
 	"\x11acl_policy_delete\x18\v \x01(\tH\x00R\x0faclPolicyDelete\x12L\n" +
 	"\x10acl_token_upsert\x18\f \x01(\v2 .csisupd.state.v1.ACLTokenRecordH\x00R\x0eaclTokenUpsert\x12*\n" +
 	"\x10acl_token_delete\x18\r \x01(\tH\x00R\x0eaclTokenDelete\x12L\n" +
-	"\racl_bootstrap\x18\x0e \x01(\v2%.csisupd.state.v1.ACLBootstrapCommandH\x00R\faclBootstrapB\t\n" +
+	"\racl_bootstrap\x18\x0e \x01(\v2%.csisupd.state.v1.ACLBootstrapCommandH\x00R\faclBootstrap\x12L\n" +
+	"\rvolume_create\x18\x0f \x01(\v2%.csisupd.state.v1.VolumeCreateCommandH\x00R\fvolumeCreate\x12[\n" +
+	"\x15volume_delete_checked\x18\x10 \x01(\v2%.csisupd.state.v1.VolumeDeleteCommandH\x00R\x13volumeDeleteChecked\x12C\n" +
+	"\n" +
+	"claim_take\x18\x11 \x01(\v2\".csisupd.state.v1.ClaimTakeCommandH\x00R\tclaimTake\x12C\n" +
+	"\n" +
+	"claim_step\x18\x12 \x01(\v2\".csisupd.state.v1.ClaimStepCommandH\x00R\tclaimStep\x12I\n" +
+	"\fclaim_remove\x18\x13 \x01(\v2$.csisupd.state.v1.ClaimRemoveCommandH\x00R\vclaimRemoveB\t\n" +
 	"\acommand\"@\n" +
 	"\bLogBatch\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.csisupd.state.v1.LogEntryR\aentriesB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
@@ -415,6 +504,11 @@ var file_internal_server_statepb_log_proto_goTypes = []any{
 	(*ACLPolicy)(nil),             // 8: csisupd.state.v1.ACLPolicy
 	(*ACLTokenRecord)(nil),        // 9: csisupd.state.v1.ACLTokenRecord
 	(*ACLBootstrapCommand)(nil),   // 10: csisupd.state.v1.ACLBootstrapCommand
+	(*VolumeCreateCommand)(nil),   // 11: csisupd.state.v1.VolumeCreateCommand
+	(*VolumeDeleteCommand)(nil),   // 12: csisupd.state.v1.VolumeDeleteCommand
+	(*ClaimTakeCommand)(nil),      // 13: csisupd.state.v1.ClaimTakeCommand
+	(*ClaimStepCommand)(nil),      // 14: csisupd.state.v1.ClaimStepCommand
+	(*ClaimRemoveCommand)(nil),    // 15: csisupd.state.v1.ClaimRemoveCommand
 }
 var file_internal_server_statepb_log_proto_depIdxs = []int32{
 	2,  // 0: csisupd.state.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
@@ -427,12 +521,17 @@ var file_internal_server_statepb_log_proto_depIdxs = []int32{
 	8,  // 7: csisupd.state.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.state.v1.ACLPolicy
 	9,  // 8: csisupd.state.v1.LogEntry.acl_token_upsert:type_name -> csisupd.state.v1.ACLTokenRecord
 	10, // 9: csisupd.state.v1.LogEntry.acl_bootstrap:type_name -> csisupd.state.v1.ACLBootstrapCommand
-	0,  // 10: csisupd.state.v1.LogBatch.entries:type_name -> csisupd.state.v1.LogEntry
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 10: csisupd.state.v1.LogEntry.volume_create:type_name -> csisupd.state.v1.VolumeCreateCommand
+	12, // 11: csisupd.state.v1.LogEntry.volume_delete_checked:type_name -> csisupd.state.v1.VolumeDeleteCommand
+	13, // 12: csisupd.state.v1.LogEntry.claim_take:type_name -> csisupd.state.v1.ClaimTakeCommand
+	14, // 13: csisupd.state.v1.LogEntry.claim_step:type_name -> csisupd.state.v1.ClaimStepCommand
+	15, // 14: csisupd.state.v1.LogEntry.claim_remove:type_name -> csisupd.state.v1.ClaimRemoveCommand
+	0,  // 15: csisupd.state.v1.LogBatch.entries:type_name -> csisupd.state.v1.LogEntry
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_log_proto_init() }
@@ -444,6 +543,7 @@ func file_internal_server_statepb_log_proto_init() {
 	file_internal_server_statepb_commands_proto_init()
 	file_internal_server_statepb_node_proto_init()
 	file_internal_server_statepb_snapshot_proto_init()
+	file_internal_server_statepb_volcmd_proto_init()
 	file_internal_server_statepb_volume_proto_init()
 	file_internal_server_statepb_log_proto_msgTypes[0].OneofWrappers = []any{
 		(*LogEntry_NodeUpsert)(nil),
@@ -459,6 +559,11 @@ func file_internal_server_statepb_log_proto_init() {
 		(*LogEntry_AclTokenUpsert)(nil),
 		(*LogEntry_AclTokenDelete)(nil),
 		(*LogEntry_AclBootstrap)(nil),
+		(*LogEntry_VolumeCreate)(nil),
+		(*LogEntry_VolumeDeleteChecked)(nil),
+		(*LogEntry_ClaimTake)(nil),
+		(*LogEntry_ClaimStep)(nil),
+		(*LogEntry_ClaimRemove)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
