@@ -77,7 +77,7 @@ func storageOnlyField(fd protoreflect.FieldDescriptor) bool {
 func storageOnlyVariant(t protoreflect.MessageType, v int) bool {
 	oneofs := t.Descriptor().Oneofs()
 	for i := range oneofs.Len() {
-		if fields := oneofs.Get(i).Fields(); storageOnlyField(fields.Get(v%fields.Len())) {
+		if fields := oneofs.Get(i).Fields(); storageOnlyField(fields.Get(v % fields.Len())) {
 			return true
 		}
 	}
