@@ -173,7 +173,9 @@ func ControllerAdvertises(p *state.ClusterPlugin, capability string) bool {
 
 // NodeClaims returns the claims of volumes that a node holds, except
 // those released without it, sorted by volume and workload, as of the
-// state's index.
+// state's index, each with what the servers hold of it (plugin, CSI
+// volume id, usage, the node's paths), so that an agent that lost its
+// record of a mount can still undo it.
 func NodeClaims(index uint64, volumes []*statepb.Volume, nodeID string) *csisupdv1.NodeClaimsResponse {
 	out := &csisupdv1.NodeClaimsResponse{Index: index}
 	for _, v := range volumes {
@@ -181,6 +183,8 @@ func NodeClaims(index uint64, volumes []*statepb.Volume, nodeID string) *csisupd
 			if c.GetNodeId() == nodeID && !c.GetNodeGone() {
 				out.Claims = append(out.Claims, &csisupdv1.NodeClaimRef{
 					VolumeId: v.GetId(), WorkloadId: c.GetWorkloadId(), ClaimIndex: c.GetClaimIndex(),
+					PluginId: v.GetPluginId(), ExternalId: v.GetExternalId(), Usage: statepb.VolumeUsageToAPI(c.GetUsage()),
+					HostPath: c.GetHostPath(), StagingPath: c.GetStagingPath(), Mounted: c.GetMounted(), State: c.GetState(),
 				})
 			}
 		}
