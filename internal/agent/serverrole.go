@@ -48,6 +48,7 @@ func (a *Agent) setupServer(cfg *config.Config, dial dialing) (*server.Server, p
 func serverTuning(cfg *config.Config) config.ServerTuning {
 	t := config.DefaultServerTuning()
 	t.ClaimGCGrace = cfg.Server.ClaimGCGrace
+	t.ClaimResumeTimeout = cfg.Server.ClaimResumeTimeout
 	t.HeartbeatGrace = cfg.Server.HeartbeatGrace
 	t.MinHeartbeatTTL = cfg.Server.MinHeartbeatTTL
 	t.MaxHeartbeatsPerSecond = cfg.Server.MaxHeartbeatsPerSecond

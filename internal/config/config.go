@@ -44,6 +44,10 @@ const (
 	// DefaultClaimGCGrace is how long a node may be down before the
 	// servers release its volume claims through the controller alone.
 	DefaultClaimGCGrace = 5 * time.Minute
+	// DefaultClaimResumeTimeout is how long a claim may stay taken but
+	// unfinished (its leader died or lost its term in the middle) before
+	// the leader's volume watcher finishes it, or releases it.
+	DefaultClaimResumeTimeout = 2 * time.Minute
 	// Node heartbeat defaults, Nomad's: the smallest TTL a node is given,
 	// the grace added before a missed heartbeat marks it down, the rate
 	// of heartbeats the leader scales TTLs to, and the TTL a new leader
@@ -248,6 +252,10 @@ type ServerConfig struct {
 	// releases its volume claims through the controller only; the node's
 	// agent unmounts what is left when it returns.
 	ClaimGCGrace time.Duration
+	// ClaimResumeTimeout is how long a claim may stay taken but not
+	// mounted, with no caller finishing it, before the leader's volume
+	// watcher finishes it (or releases it when a step fails).
+	ClaimResumeTimeout time.Duration
 	// HeartbeatGrace is added to a node's heartbeat TTL before the leader
 	// marks the node down.
 	HeartbeatGrace time.Duration
@@ -467,6 +475,7 @@ func Default() Config {
 		Server: ServerConfig{
 			RaftMultiplier:          DefaultRaftMultiplier,
 			ClaimGCGrace:            DefaultClaimGCGrace,
+			ClaimResumeTimeout:      DefaultClaimResumeTimeout,
 			HeartbeatGrace:          DefaultHeartbeatGrace,
 			MinHeartbeatTTL:         DefaultMinHeartbeatTTL,
 			MaxHeartbeatsPerSecond:  DefaultMaxHeartbeatsPerSecond,
@@ -596,6 +605,7 @@ func (c Config) String() string {
 	w(in, "retry_join", c.Server.RetryJoin)
 	w(in, "raft_multiplier", c.Server.RaftMultiplier)
 	w(in, "claim_gc_grace", c.Server.ClaimGCGrace)
+	w(in, "claim_resume_timeout", c.Server.ClaimResumeTimeout)
 	w(in, "heartbeat_grace", c.Server.HeartbeatGrace)
 	w(in, "min_heartbeat_ttl", c.Server.MinHeartbeatTTL)
 	w(in, "max_heartbeats_per_second", c.Server.MaxHeartbeatsPerSecond)

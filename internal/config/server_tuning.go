@@ -62,6 +62,12 @@ type ServerTuning struct {
 	// leaving the node's agent to clean up its mounts when it returns.
 	// The agent fills it from server.claim_gc_grace.
 	ClaimGCGrace time.Duration
+	// ClaimResumeTimeout is how long a claim may stay taken but not
+	// mounted before the leader's volume watcher finishes it, or releases
+	// it when a step fails: long enough for the caller that took it to
+	// learn the outcome by claiming again. The agent fills it from
+	// server.claim_resume_timeout.
+	ClaimResumeTimeout time.Duration
 	// VolumeWatchInterval is how often the leader's volume watcher looks
 	// for releases to resume and claims to collect. It is also the first
 	// delay of a claim whose release step failed; the delay doubles with
@@ -91,6 +97,7 @@ func DefaultServerTuning() ServerTuning {
 		EventBufferSize:         1024,
 		EventMaxLag:             768,
 		ClaimGCGrace:            DefaultClaimGCGrace,
+		ClaimResumeTimeout:      DefaultClaimResumeTimeout,
 		VolumeWatchInterval:     time.Second,
 	}
 }
@@ -106,7 +113,8 @@ func (t ServerTuning) Validate() error {
 		{"MinHeartbeatTTL", t.MinHeartbeatTTL}, {"HeartbeatGrace", t.HeartbeatGrace},
 		{"FailoverHeartbeatTTL", t.FailoverHeartbeatTTL}, {"DeadServerTimeout", t.DeadServerTimeout},
 		{"ServerStabilizationTime", t.ServerStabilizationTime}, {"SnapshotInterval", t.SnapshotInterval},
-		{"ClaimGCGrace", t.ClaimGCGrace}, {"VolumeWatchInterval", t.VolumeWatchInterval},
+		{"ClaimGCGrace", t.ClaimGCGrace}, {"ClaimResumeTimeout", t.ClaimResumeTimeout},
+		{"VolumeWatchInterval", t.VolumeWatchInterval},
 	} {
 		if d.value <= 0 {
 			errs = append(errs, fmt.Errorf("server tuning: %s must be positive, got %s", d.name, d.value))

@@ -109,6 +109,7 @@ func (c *Config) Validate() error {
 		v.add("server.raft_multiplier", "must be between 1 and 10, got %d", sv.RaftMultiplier)
 	}
 	v.positive("server.claim_gc_grace", sv.ClaimGCGrace)
+	v.positive("server.claim_resume_timeout", sv.ClaimResumeTimeout)
 	v.positive("server.heartbeat_grace", sv.HeartbeatGrace)
 	minTTL := v.positive("server.min_heartbeat_ttl", sv.MinHeartbeatTTL)
 	if !(sv.MaxHeartbeatsPerSecond > 0) {

@@ -10,7 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
@@ -20,44 +20,52 @@ import (
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
-// updateVolume applies fn to a copy of the stored volume and writes the
-// copy through raft. The caller holds the volume's lock.
-func (s *Server) updateVolume(id string, fn func(v *statepb.Volume) error) (*statepb.Volume, error) {
-	cur := s.State().Volume(id)
-	if cur == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
+// applyVolume writes one typed volume command through raft and returns
+// the volume as stored after it (nil once deleted). The FSM refuses a
+// command that no longer holds against the state (package claims), with
+// the error the caller sees.
+func (s *Server) applyVolume(volumeID string, e *statepb.LogEntry) (*statepb.Volume, error) {
+	if _, err := s.node.Apply(e); err != nil {
+		return nil, toStatus(err)
 	}
-	v := proto.Clone(cur).(*statepb.Volume)
-	if err := fn(v); err != nil {
-		return nil, err
-	}
-	return s.writeVolume(v)
+	return s.State().Volume(volumeID), nil
 }
 
-// updateClaim applies fn to a copy of one stored claim and writes its
-// volume through raft. It returns the stored volume and claim. The caller
-// holds the volume's lock.
-func (s *Server) updateClaim(ref claims.Ref, fn func(c *statepb.VolumeClaim)) (*statepb.Volume, *statepb.VolumeClaim, error) {
-	v, err := s.updateVolume(ref.VolumeID, func(v *statepb.Volume) error {
-		_, c := claims.Find(v, ref.NodeID, ref.WorkloadID)
-		if c == nil {
-			return status.Errorf(codes.NotFound, "claim of %s not found", ref)
-		}
-		fn(c)
-		return nil
-	})
+// stepClaim writes one claim_step command and returns the volume and the
+// claim as stored after it.
+func (s *Server) stepClaim(cmd *statepb.ClaimStepCommand) (*statepb.Volume, *statepb.VolumeClaim, error) {
+	v, err := s.applyVolume(cmd.GetVolumeId(), &statepb.LogEntry{Command: &statepb.LogEntry_ClaimStep{ClaimStep: cmd}})
 	if err != nil {
 		return nil, nil, err
 	}
-	_, c := claims.Find(v, ref.NodeID, ref.WorkloadID)
+	_, c := claims.Find(v, cmd.GetNodeId(), cmd.GetWorkloadId())
+	if c == nil {
+		return nil, nil, status.Errorf(codes.NotFound, "claim of %s not found", claims.Ref{VolumeID: cmd.GetVolumeId(), NodeID: cmd.GetNodeId(), WorkloadID: cmd.GetWorkloadId()})
+	}
 	return v, c, nil
 }
 
-// claimVolume runs on the leader. It admits a new claim, records it taken,
-// then publishes and mounts it, each result recorded through raft. A claim
-// that exists in state taken is finished, one that is being released is
-// refused. When a step after the taken write fails, the claim is moved to
-// unpublishing for the volume watcher to release, and the error returned.
+// readClaim returns the stored volume and claim of ref, or nil and nil.
+func (s *Server) readClaim(ref claims.Ref) (*statepb.Volume, *statepb.VolumeClaim) {
+	v := s.State().Volume(ref.VolumeID)
+	if v == nil {
+		return nil, nil
+	}
+	_, c := claims.Find(v, ref.NodeID, ref.WorkloadID)
+	if c == nil {
+		return v, nil
+	}
+	return v, c
+}
+
+// claimVolume runs on the leader. It admits a new claim, records it taken
+// (claim_take, which the FSM admits again against the state it applies
+// to), then publishes and mounts it and records both results in one
+// claim_step. A claim that exists in state taken is finished and returned
+// (so a caller that saw an error learns the outcome by claiming again);
+// one that is being released is refused. When a step after the taken
+// write fails, the claim is moved to unpublishing for the volume watcher
+// to release, and the error returned.
 func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*statepb.Volume, *statepb.VolumeClaim, error) {
 	if req.GetId() == "" || req.GetNodeId() == "" || req.GetWorkloadId() == "" {
 		return nil, nil, status.Error(codes.InvalidArgument, "claim volume: id, node_id and workload_id are required")
@@ -92,28 +100,26 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 			fmt.Sprintf("the claim of workload %q on node %q is being released (state %s); claim again once it is freed",
 				ref.WorkloadID, ref.NodeID, claim.GetState()))
 	case claim == nil:
-		claim, err = claims.Admit(s.State(), s.heartbeats.ConfirmedWhy, v, req)
+		claim, err = claims.Admit(s.State(), v, req, timestamppb.Now())
 		if err != nil {
 			return nil, nil, err
 		}
-		v, err = s.updateVolume(v.GetId(), func(v *statepb.Volume) error {
-			v.Claims = append(v.Claims, claim)
-			return nil
-		})
-		if err != nil {
+		if v, err = s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: claims.Take(v, claim)}}); err != nil {
 			return nil, nil, err
 		}
-		_, claim = claims.Find(v, ref.NodeID, ref.WorkloadID)
+		if _, claim = claims.Find(v, ref.NodeID, ref.WorkloadID); claim == nil {
+			return nil, nil, status.Errorf(codes.Internal, "claim of %s: not stored after it was taken", ref)
+		}
 		s.logger.Info("volume claimed", "volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID,
 			"access_mode", claim.GetUsage().GetAccessMode(), "read_only", claim.GetReadOnly(), "claim_index", claim.GetClaimIndex())
 	}
+	claimIndex := claim.GetClaimIndex()
 	v, claim, err = s.finishClaim(ctx, v, claim, req.GetSecrets())
 	if err != nil {
 		msg := claims.ScrubSecrets(err.Error(), req.GetSecrets())
 		s.logger.Warn("volume claim failed; releasing it", "volume", ref.VolumeID, "node", ref.NodeID,
 			"workload", ref.WorkloadID, "error", msg)
-		_, _, uerr := s.updateClaim(ref, func(c *statepb.VolumeClaim) { claims.Fail(c, msg) })
-		if uerr != nil {
+		if uerr := s.failClaim(ref, claimIndex, msg); uerr != nil {
 			s.logger.Warn("start the release of a failed claim", "volume", ref.VolumeID, "node", ref.NodeID,
 				"workload", ref.WorkloadID, "error", uerr)
 		} else {
@@ -122,6 +128,18 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 		return nil, nil, err
 	}
 	return v, claim, nil
+}
+
+// failClaim records a failed step of the claim of ref taken at
+// claimIndex: a taken claim starts its release, one being released keeps
+// its state. A claim that is gone or was taken again is left alone.
+func (s *Server) failClaim(ref claims.Ref, claimIndex uint64, msg string) error {
+	v, c := s.readClaim(ref)
+	if c == nil || c.GetClaimIndex() != claimIndex || (c.GetLastError() == msg && c.GetState() != claims.StateTaken) {
+		return nil
+	}
+	_, _, err := s.stepClaim(claims.Fail(v, c, msg))
+	return err
 }
 
 // controllerAdvertises reports whether a controller instance of the
@@ -145,15 +163,17 @@ func (s *Server) publishCandidates(pluginID string) ([]candidate, error) {
 
 // finishClaim runs the steps a taken claim still lacks: controller publish
 // (shared with another claim of the volume on the node when one is
-// published), then the mount on the node. The result of each is recorded
-// through raft before the next begins.
+// published), then the mount on the node. Both results are recorded
+// together, in one claim_step after the mount: a claim that stops between
+// them is finished again (both steps are idempotent) or released (its
+// controller publication with it, since the release unpublishes whenever
+// the plugin publishes). Only the taken claim must be in raft before they
+// start.
 func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *statepb.VolumeClaim, secrets map[string]string) (*statepb.Volume, *statepb.VolumeClaim, error) {
-	ref := claims.RefOf(v.GetId(), claim)
+	if claim.GetMounted() {
+		return v, claim, nil
+	}
 	var err error
-	// The publication and the mount are recorded together, in one write
-	// after both: a claim that stops between them is released (its
-	// controller publication with it) or claimed again, and both steps are
-	// idempotent. Only the taken claim must be in raft before they start.
 	pc, published := claim.GetPublishContext(), claim.GetControllerPublished()
 	if !published {
 		switch shared := claims.SharedPublication(v, claim); {
@@ -166,41 +186,59 @@ func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *stat
 			published = true
 		}
 	}
-	hostPath, mounted := claim.GetHostPath(), claim.GetMounted()
-	if !mounted {
-		node := s.State().Node(claim.GetNodeId())
-		if node == nil {
-			return nil, nil, status.Errorf(codes.NotFound, "node %q not found", claim.GetNodeId())
-		}
-		mctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
-		m, err := s.nodeVolumes.MountVolume(mctx, node.GetAddress(), &csisupdv1.MountVolumeRequest{
-			PluginId:       v.GetPluginId(),
-			VolumeId:       v.GetId(),
-			ExternalId:     v.GetExternalId(),
-			WorkloadId:     claim.GetWorkloadId(),
-			Usage:          statepb.VolumeUsageToAPI(claim.GetUsage()),
-			VolumeContext:  v.GetContext(),
-			PublishContext: pc,
-			Secrets:        secrets,
-			Cluster:        true,
-			ClaimIndex:     claim.GetClaimIndex(),
-		})
-		cancel()
-		if err != nil {
-			return nil, nil, fmt.Errorf("mount volume %q for workload %q on node %q (%s): %w",
-				v.GetId(), claim.GetWorkloadId(), node.GetId(), node.GetAddress(), err)
-		}
-		hostPath, mounted = m.GetHostPath(), true
+	node := s.State().Node(claim.GetNodeId())
+	if node == nil {
+		return nil, nil, status.Errorf(codes.NotFound, "node %q not found", claim.GetNodeId())
 	}
-	if published != claim.GetControllerPublished() || mounted != claim.GetMounted() {
-		if v, claim, err = s.updateClaim(ref, func(c *statepb.VolumeClaim) {
-			c.PublishContext, c.ControllerPublished = pc, published
-			c.HostPath, c.Mounted = hostPath, mounted
-		}); err != nil {
-			return nil, nil, err
-		}
+	mctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	leader.BusyWith(ctx, mctx)
+	m, err := s.nodeVolumes.MountVolume(mctx, node.GetAddress(), &csisupdv1.MountVolumeRequest{
+		PluginId:       v.GetPluginId(),
+		VolumeId:       v.GetId(),
+		ExternalId:     v.GetExternalId(),
+		WorkloadId:     claim.GetWorkloadId(),
+		Usage:          statepb.VolumeUsageToAPI(claim.GetUsage()),
+		VolumeContext:  v.GetContext(),
+		PublishContext: pc,
+		Secrets:        secrets,
+		Cluster:        true,
+		ClaimIndex:     claim.GetClaimIndex(),
+	})
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("mount volume %q for workload %q on node %q (%s): %w",
+			v.GetId(), claim.GetWorkloadId(), node.GetId(), node.GetAddress(), err)
 	}
-	return v, claim, nil
+	s.busyWriting(ctx)
+	return s.stepClaim(claims.Mounted(v, claim, published, pc, m.GetHostPath(), m.GetStagingPath()))
+}
+
+// resumeClaim finishes, for the volume watcher, a claim that is taken but
+// not mounted and that no caller finished within ClaimResumeTimeout (its
+// leader died, or lost its term, in the middle). The steps are the
+// claim's own, idempotent, so they learn what the node and the controller
+// hold and record it; the watcher has no secrets, so they go to the
+// plugin without them. When a step fails the claim is released.
+func (s *Server) resumeClaim(ctx context.Context, ref claims.Ref) error {
+	v, c := s.readClaim(ref)
+	if c == nil || !claims.Unfinished(c) {
+		return nil
+	}
+	if _, _, err := s.finishClaim(ctx, v, c, nil); err != nil {
+		if ctx.Err() != nil {
+			return toStatus(ctx.Err())
+		}
+		msg := err.Error()
+		s.busyWriting(ctx)
+		if uerr := s.failClaim(ref, c.GetClaimIndex(), msg); uerr != nil {
+			return fmt.Errorf("release unfinished claim of %s after %v: %w", ref, err, uerr)
+		}
+		s.logger.Warn("unfinished volume claim could not be finished; releasing it", "volume", ref.VolumeID,
+			"node", ref.NodeID, "workload", ref.WorkloadID, "error", msg)
+		return nil
+	}
+	s.logger.Info("unfinished volume claim finished", "volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID)
+	return nil
 }
 
 // controllerPublish calls ControllerPublishVolume for a claim and returns
@@ -258,26 +296,19 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 		return c.GetNodeId() == req.GetNodeId() && (req.GetWorkloadId() == "" || c.GetWorkloadId() == req.GetWorkloadId())
 	}
 	var refs []claims.Ref
-	taken := false
 	for _, c := range v.GetClaims() {
 		if match(c) {
 			refs = append(refs, claims.RefOf(v.GetId(), c))
-			taken = taken || c.GetState() == claims.StateTaken
 		}
 	}
 	if len(refs) == 0 {
 		return v, nil
 	}
-	if taken {
-		if _, err := s.updateVolume(v.GetId(), func(v *statepb.Volume) error {
-			for _, c := range v.GetClaims() {
-				if match(c) && c.GetState() == claims.StateTaken {
-					claims.StartRelease(c)
-				}
+	for _, ref := range refs {
+		if v, c := s.readClaim(ref); c != nil && c.GetState() == claims.StateTaken {
+			if _, _, err := s.stepClaim(claims.StartRelease(v, c)); err != nil {
+				return nil, err
 			}
-			return nil
-		}); err != nil {
-			return nil, err
 		}
 	}
 	var first error
@@ -299,7 +330,11 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 // (its node has been down for longer than ClaimGCGrace) and returns the
 // stored claim. The caller holds the volume's lock.
 func (s *Server) releaseWithoutNode(ref claims.Ref) (*statepb.VolumeClaim, error) {
-	_, c, err := s.updateClaim(ref, claims.ReleaseWithoutNode)
+	v, c := s.readClaim(ref)
+	if c == nil {
+		return nil, status.Errorf(codes.NotFound, "claim of %s not found", ref)
+	}
+	_, c, err := s.stepClaim(claims.ReleaseWithoutNode(v, c))
 	return c, err
 }
 
@@ -335,10 +370,7 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 			err = s.controllerUnpublish(ctx, v, c, secrets)
 		case claims.StateControllerUnpublished:
 			s.busyWriting(ctx)
-			_, err = s.updateVolume(ref.VolumeID, func(v *statepb.Volume) error {
-				claims.Free(v, ref.NodeID, ref.WorkloadID)
-				return nil
-			})
+			_, err = s.applyVolume(ref.VolumeID, &statepb.LogEntry{Command: &statepb.LogEntry_ClaimRemove{ClaimRemove: claims.Remove(v, c)}})
 			if err == nil {
 				s.logger.Info("volume claim freed", "volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID)
 			}
@@ -346,13 +378,10 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 			return status.Errorf(codes.FailedPrecondition, "claim of %s is %s, not being released", ref, c.GetState())
 		}
 		if err != nil {
-			msg := claims.ScrubSecrets(err.Error(), secrets)
-			if c.GetLastError() != msg {
-				s.busyWriting(ctx)
-				if _, _, uerr := s.updateClaim(ref, func(c *statepb.VolumeClaim) { c.LastError = msg }); uerr != nil {
-					s.logger.Warn("record a failed release step", "volume", ref.VolumeID, "node", ref.NodeID,
-						"workload", ref.WorkloadID, "error", uerr)
-				}
+			s.busyWriting(ctx)
+			if uerr := s.failClaim(ref, c.GetClaimIndex(), claims.ScrubSecrets(err.Error(), secrets)); uerr != nil {
+				s.logger.Warn("record a failed release step", "volume", ref.VolumeID, "node", ref.NodeID,
+					"workload", ref.WorkloadID, "error", uerr)
 			}
 			return err
 		}
@@ -368,7 +397,6 @@ func (s *Server) busyWriting(ctx context.Context) {
 // nodeUnpublish unmounts a claim on its node's agent, unless the claim is
 // released without its node, and records node-unpublished.
 func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim) error {
-	ref := claims.RefOf(v.GetId(), c)
 	node := s.State().Node(c.GetNodeId())
 	switch {
 	case c.GetNodeGone():
@@ -377,8 +405,12 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statep
 	default:
 		uctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
 		leader.BusyWith(ctx, uctx)
+		// The claim's paths go with the request, so that an agent that
+		// lost its record of the mount still undoes it.
 		err := s.nodeVolumes.UnmountVolume(uctx, node.GetAddress(), &csisupdv1.UnmountVolumeRequest{
 			PluginId: v.GetPluginId(), VolumeId: v.GetId(), WorkloadId: c.GetWorkloadId(), Usage: statepb.VolumeUsageToAPI(c.GetUsage()),
+			ExternalId: v.GetExternalId(), HostPath: c.GetHostPath(), StagingPath: c.GetStagingPath(),
+			Cluster: true, ClaimIndex: c.GetClaimIndex(),
 		})
 		cancel()
 		if err != nil {
@@ -387,7 +419,7 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statep
 		}
 	}
 	s.busyWriting(ctx)
-	_, _, err := s.updateClaim(ref, claims.NodeUnpublished)
+	_, _, err := s.stepClaim(claims.NodeUnpublished(v, c))
 	return err
 }
 
@@ -395,7 +427,6 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statep
 // plugin publishes (or the claim was published) and no other claim of the
 // volume is left on the node, and records controller-unpublished.
 func (s *Server) controllerUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim, secrets map[string]string) error {
-	ref := claims.RefOf(v.GetId(), c)
 	if !claims.OthersOnNode(v, c) && (c.GetControllerPublished() || s.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume)) {
 		cands, err := s.publishCandidates(v.GetPluginId())
 		if err != nil {
@@ -414,6 +445,6 @@ func (s *Server) controllerUnpublish(ctx context.Context, v *statepb.Volume, c *
 		}
 	}
 	s.busyWriting(ctx)
-	_, _, err := s.updateClaim(ref, claims.ControllerUnpublished)
+	_, _, err := s.stepClaim(claims.ControllerUnpublished(v, c))
 	return err
 }

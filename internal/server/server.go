@@ -94,8 +94,10 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		ClaimGCGrace:       cfg.ClaimGCGrace,
 		State:              s.State,
 		Locks:              &s.volumeLocks,
+		ClaimResumeTimeout: cfg.ClaimResumeTimeout,
 		ReleaseWithoutNode: s.releaseWithoutNode,
 		Release:            s.resumeRelease,
+		Finish:             s.resumeClaim,
 		Watchdog:           cfg.Watchdog,
 	}, logger)
 	// Before raft starts, so raft's first metrics reach the sink.

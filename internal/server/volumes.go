@@ -182,17 +182,22 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 	for _, t := range resp.GetVolume().GetAccessibleTopology() {
 		v.AccessibleTopology = append(v.AccessibleTopology, &statepb.TopologySegment{Segments: t.GetSegments()})
 	}
-	return s.writeVolume(v)
+	return s.addVolume(v, false)
 }
 
-func (s *Server) writeVolume(v *statepb.Volume) (*statepb.Volume, error) {
-	if _, err := s.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeUpsert{VolumeUpsert: v}}); err != nil {
-		return nil, toStatus(err)
+// addVolume writes a new volume through raft (volume_create, which the
+// FSM refuses when the id is taken) and returns it as stored.
+func (s *Server) addVolume(v *statepb.Volume, register bool) (*statepb.Volume, error) {
+	stored, err := s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeCreate{
+		VolumeCreate: &statepb.VolumeCreateCommand{Volume: v, Register: register},
+	}})
+	if err != nil {
+		return nil, err
 	}
-	if stored := s.State().Volume(v.GetId()); stored != nil {
-		return stored, nil
+	if stored == nil {
+		return nil, status.Errorf(codes.Internal, "volume %q: not stored after it was added", v.GetId())
 	}
-	return v, nil
+	return stored, nil
 }
 
 // registerVolume runs on the leader. v is the caller's copy, which it
@@ -227,7 +232,7 @@ func (s *Server) registerVolume(ctx context.Context, v *statepb.Volume) (*statep
 		}
 		return old, nil
 	}
-	return s.writeVolume(v)
+	return s.addVolume(v, true)
 }
 
 // deleteVolume runs on the leader.
@@ -274,6 +279,8 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 			return err
 		}
 	}
-	_, err = s.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeDelete{VolumeDelete: v.GetId()}})
-	return toStatus(err)
+	_, err = s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeDeleteChecked{
+		VolumeDeleteChecked: &statepb.VolumeDeleteCommand{VolumeId: v.GetId(), VolumeIndex: v.GetModifyIndex()},
+	}})
+	return err
 }

@@ -29,24 +29,56 @@ type Reader interface {
 	Volumes(pluginID string) []*statepb.Volume
 }
 
-// Confirmed reports whether the leader has heard from a node since it
-// took over and since its last snapshot restore; when it has not, why
-// says since when, for the refusal.
-type Confirmed func(nodeID string) (ok bool, why string)
-
-// Admit checks a new claim against the node, the volume and its claims,
-// and returns the claim to record, in state taken.
-func Admit(st Reader, confirmed Confirmed, v *statepb.Volume, req *csisupdv1.VolumeClaimRequest) (*statepb.VolumeClaim, error) {
+// Admit builds the claim a request asks for and checks it with CheckTake
+// against the state the leader reads. The FSM checks the claim again
+// when it applies the claim_take command, against the state of that
+// moment: Admit only refuses early.
+func Admit(st Reader, v *statepb.Volume, req *csisupdv1.VolumeClaimRequest, now *timestamppb.Timestamp) (*statepb.VolumeClaim, error) {
 	node := st.Node(req.GetNodeId())
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId())
 	}
-	if node.GetStatus() != state.NodeStatusReady {
-		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleNodeNotReady,
-			fmt.Sprintf("node %q is %s (%s)", node.GetId(), node.GetStatus(), node.GetStatusDescription()))
+	usage, err := Usage(v, req)
+	if err != nil {
+		return nil, err
 	}
-	if ok, why := confirmed(node.GetId()); !ok {
-		return nil, NodeInitializingError(node.GetId(), why)
+	claim := &statepb.VolumeClaim{
+		NodeId:         node.GetId(),
+		CsiNodeId:      nodePlugin(node, v.GetPluginId()).GetNodeId(),
+		ReadOnly:       usage.GetReadOnly(),
+		ClaimedAt:      now,
+		WorkloadId:     req.GetWorkloadId(),
+		State:          StateTaken,
+		Usage:          usage,
+		StateUpdatedAt: now,
+	}
+	if err := CheckTake(st, v, claim); err != nil {
+		return nil, err
+	}
+	return claim, nil
+}
+
+// CheckTake checks a new claim against the node, the volume and its
+// claims as st holds them: the node is ready and runs the plugin's node
+// service, healthy and with a CSI node id (the claim's); the usage is one
+// of the volume's capabilities; the node's topology reaches the volume;
+// the node stays within the plugin's max_volumes; and the access modes of
+// the claim and of every claim the volume has, in any state, allow it. It
+// is pure: the leader calls it to refuse early and the FSM to apply
+// claim_take.
+func CheckTake(st Reader, v *statepb.Volume, claim *statepb.VolumeClaim) error {
+	if _, old := Find(v, claim.GetNodeId(), claim.GetWorkloadId()); old != nil {
+		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleStale,
+			fmt.Sprintf("workload %q already holds a claim of volume %q on node %q (state %s, claim index %d)",
+				claim.GetWorkloadId(), v.GetId(), claim.GetNodeId(), old.GetState(), old.GetClaimIndex()))
+	}
+	node := st.Node(claim.GetNodeId())
+	if node == nil {
+		return status.Errorf(codes.NotFound, "node %q not found", claim.GetNodeId())
+	}
+	if node.GetStatus() != state.NodeStatusReady {
+		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleNodeNotReady,
+			fmt.Sprintf("node %q is %s (%s)", node.GetId(), node.GetStatus(), node.GetStatusDescription()))
 	}
 	p := nodePlugin(node, v.GetPluginId())
 	if _, nodeService := plugin.Type(p.GetType()).Roles(); p == nil || !nodeService || !p.GetHealthy() || p.GetNodeId() == "" {
@@ -60,13 +92,14 @@ func Admit(st Reader, confirmed Confirmed, v *statepb.Volume, req *csisupdv1.Vol
 		default:
 			why = "reports no CSI node id there"
 		}
-		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRulePlugin,
+		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRulePlugin,
 			fmt.Sprintf("plugin %q of volume %q %s: node %q", v.GetPluginId(), v.GetId(), why, node.GetId()))
 	}
-	usage, err := Usage(v, req)
-	if err != nil {
-		return nil, err
+	if claim.GetCsiNodeId() != p.GetNodeId() {
+		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleStale,
+			fmt.Sprintf("plugin %q reports CSI node id %q on node %q, not %q", v.GetPluginId(), p.GetNodeId(), node.GetId(), claim.GetCsiNodeId()))
 	}
+	usage := claim.GetUsage()
 	if !slices.ContainsFunc(DefaultCapabilities(v.GetCapabilities()), func(c *statepb.VolumeCapability) bool {
 		typ, mode := c.GetAccessType(), c.GetAccessMode()
 		if typ == "" {
@@ -81,7 +114,7 @@ func Admit(st Reader, confirmed Confirmed, v *statepb.Volume, req *csisupdv1.Vol
 		for _, c := range DefaultCapabilities(v.GetCapabilities()) {
 			have = append(have, c.GetAccessType()+" "+c.GetAccessMode())
 		}
-		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleCapability,
+		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleCapability,
 			fmt.Sprintf("volume %q has no capability %s %s (it has: %s)", v.GetId(), usage.GetAccessType(), usage.GetAccessMode(), strings.Join(have, ", ")))
 	}
 	if !topologyFits(v.GetAccessibleTopology(), p.GetAccessibleTopology()) {
@@ -89,7 +122,7 @@ func Admit(st Reader, confirmed Confirmed, v *statepb.Volume, req *csisupdv1.Vol
 		for _, seg := range v.GetAccessibleTopology() {
 			segs = append(segs, fmt.Sprint(seg.GetSegments()))
 		}
-		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleTopology,
+		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleTopology,
 			fmt.Sprintf("volume %q is reachable from %s; node %q has topology %v", v.GetId(), strings.Join(segs, " or "), node.GetId(), p.GetAccessibleTopology()))
 	}
 	if limit := p.GetMaxVolumes(); limit > 0 {
@@ -103,27 +136,17 @@ func Admit(st Reader, confirmed Confirmed, v *statepb.Volume, req *csisupdv1.Vol
 			}
 		}
 		if len(used) >= int(limit) {
-			return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleMaxVolumes,
+			return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleMaxVolumes,
 				fmt.Sprintf("node %q already has %d volumes of plugin %q claimed, its max_volumes", node.GetId(), len(used), v.GetPluginId()))
 		}
 	}
-	claim := &statepb.VolumeClaim{
-		NodeId:         node.GetId(),
-		CsiNodeId:      p.GetNodeId(),
-		ReadOnly:       usage.GetReadOnly(),
-		ClaimedAt:      timestamppb.Now(),
-		WorkloadId:     req.GetWorkloadId(),
-		State:          StateTaken,
-		Usage:          usage,
-		StateUpdatedAt: timestamppb.Now(),
-	}
 	if mode, r := ruleOf(claim); r.readersOnly && !claim.GetReadOnly() {
-		return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode,
+		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode,
 			fmt.Sprintf("access mode %s allows read-only claims only; the claim of workload %q is read-write", mode, claim.GetWorkloadId()))
 	}
 	for _, old := range v.GetClaims() {
 		if why := accessConflict(claim, old); why != "" {
-			return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode, why)
+			return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode, why)
 		}
 	}
 	// Claims on one node share one controller publication: a read-write
@@ -134,13 +157,13 @@ func Admit(st Reader, confirmed Confirmed, v *statepb.Volume, req *csisupdv1.Vol
 				!slices.ContainsFunc(v.GetClaims(), func(c *statepb.VolumeClaim) bool {
 					return c.GetNodeId() == claim.GetNodeId() && c.GetControllerPublished() && !c.GetReadOnly()
 				}) {
-				return nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode,
+				return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleAccessMode,
 					fmt.Sprintf("volume %q is published read-only to node %q for workload %q; a read-write claim there needs the read-only claims released first",
 						v.GetId(), claim.GetNodeId(), old.GetWorkloadId()))
 			}
 		}
 	}
-	return claim, nil
+	return nil
 }
 
 // NodeInitializingError refuses a claim on a node stored ready that has

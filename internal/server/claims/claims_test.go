@@ -43,34 +43,6 @@ func TestNodeGoneDue(t *testing.T) {
 	}
 }
 
-func TestReleaseSteps(t *testing.T) {
-	c := &statepb.VolumeClaim{NodeId: "n", WorkloadId: "w", State: StateTaken, Mounted: true, ControllerPublished: true}
-	Fail(c, "mount failed")
-	if c.GetState() != StateUnpublishing || c.GetLastError() != "mount failed" || c.GetStateUpdatedAt() == nil {
-		t.Fatalf("after Fail: %v", c)
-	}
-	Fail(c, "again")
-	if c.GetState() != StateUnpublishing || c.GetLastError() != "again" {
-		t.Fatalf("Fail of a claim being released moved it: %v", c)
-	}
-	NodeUnpublished(c)
-	if c.GetState() != StateNodeUnpublished || c.GetMounted() || c.GetLastError() != "" {
-		t.Fatalf("after NodeUnpublished: %v", c)
-	}
-	ControllerUnpublished(c)
-	if c.GetState() != StateControllerUnpublished || c.GetControllerPublished() {
-		t.Fatalf("after ControllerUnpublished: %v", c)
-	}
-	v := &statepb.Volume{Id: "v", Claims: []*statepb.VolumeClaim{{NodeId: "n", WorkloadId: "other"}, c}}
-	Free(v, "n", "w")
-	if len(v.GetClaims()) != 1 || v.GetClaims()[0].GetWorkloadId() != "other" {
-		t.Fatalf("after Free: %v", v.GetClaims())
-	}
-	if !Releasing(StateUnpublishing) || Releasing(StateTaken) {
-		t.Fatal("Releasing: want unpublishing and not taken")
-	}
-}
-
 func TestSharedPublicationPrefersReadWrite(t *testing.T) {
 	claim := &statepb.VolumeClaim{NodeId: "n", WorkloadId: "new", ReadOnly: true}
 	ro := &statepb.VolumeClaim{NodeId: "n", WorkloadId: "ro", ReadOnly: true, ControllerPublished: true}

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -58,14 +56,6 @@ func Find(v *statepb.Volume, nodeID, workloadID string) (int, *statepb.VolumeCla
 	return -1, nil
 }
 
-// SetState moves a claim to state and stamps the time of the change.
-func SetState(c *statepb.VolumeClaim, state string) {
-	if c.State != state {
-		c.State = state
-		c.StateUpdatedAt = timestamppb.Now()
-	}
-}
-
 // ScrubSecrets replaces the secret values in msg, so that a plugin's error
 // that repeats one is neither logged nor stored.
 func ScrubSecrets(msg string, secrets map[string]string) string {
@@ -75,49 +65,6 @@ func ScrubSecrets(msg string, secrets map[string]string) string {
 		}
 	}
 	return msg
-}
-
-// StartRelease moves a taken claim to unpublishing, the first step of its
-// release, and forgets its last error.
-func StartRelease(c *statepb.VolumeClaim) {
-	SetState(c, StateUnpublishing)
-	c.LastError = ""
-}
-
-// Fail records why a claim's taking failed, and starts its release when
-// it is still taken.
-func Fail(c *statepb.VolumeClaim, msg string) {
-	if c.State == StateTaken {
-		SetState(c, StateUnpublishing)
-	}
-	c.LastError = msg
-}
-
-// ReleaseWithoutNode marks a claim whose node is gone and starts its
-// release through the controller alone.
-func ReleaseWithoutNode(c *statepb.VolumeClaim) {
-	c.NodeGone = true
-	SetState(c, StateUnpublishing)
-}
-
-// NodeUnpublished records that the node no longer mounts the claim.
-func NodeUnpublished(c *statepb.VolumeClaim) {
-	SetState(c, StateNodeUnpublished)
-	c.Mounted, c.LastError = false, ""
-}
-
-// ControllerUnpublished records that the controller no longer publishes
-// the volume to the claim's node.
-func ControllerUnpublished(c *statepb.VolumeClaim) {
-	SetState(c, StateControllerUnpublished)
-	c.ControllerPublished, c.LastError = false, ""
-}
-
-// Free removes a claim from its volume: the end of its release.
-func Free(v *statepb.Volume, nodeID, workloadID string) {
-	if i, _ := Find(v, nodeID, workloadID); i >= 0 {
-		v.Claims = slices.Delete(v.Claims, i, i+1)
-	}
 }
 
 // SharedPublication returns another claim of v on the claim's node whose

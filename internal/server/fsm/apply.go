@@ -13,7 +13,7 @@ import (
 )
 
 // apply applies one log entry to txn and appends the events it causes.
-func apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[]*csisupdv1.ClusterEvent) error {
+func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[]*csisupdv1.ClusterEvent) error {
 	ts := e.GetTime()
 	ev := func(typ, node, plugin, volume, desc string) {
 		*events = append(*events, &csisupdv1.ClusterEvent{
@@ -25,7 +25,7 @@ func apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[]*csisupd
 	case *statepb.LogEntry_Batch:
 		var firstErr error
 		for _, sub := range c.Batch.GetEntries() {
-			if err := apply(txn, index, sub, events); err != nil && firstErr == nil {
+			if err := f.apply(txn, index, sub, events); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
@@ -93,42 +93,21 @@ func apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[]*csisupd
 		}
 		ev("node-"+n.Status, n.GetId(), "", "", n.StatusDescription)
 	case *statepb.LogEntry_VolumeUpsert:
+		// Written by earlier releases only: applied as they applied it.
 		v := c.VolumeUpsert
-		v.ModifyIndex = index
 		// A claim is given the index of the write that added it.
 		for _, cl := range v.GetClaims() {
 			if cl.GetClaimIndex() == 0 {
 				cl.ClaimIndex = index
 			}
 		}
-		old := txn.Volume(v.GetId())
-		var changes []volumeEvent
-		if old != nil {
-			v.CreateIndex = old.GetCreateIndex()
-			v.CreatedAt = old.GetCreatedAt()
-			changes = volumeChanges(old, v)
-		} else {
-			v.CreateIndex = index
-			if v.CreatedAt == nil {
-				v.CreatedAt = ts
-			}
-			changes = []volumeEvent{{typ: "volume-created"}}
-		}
-		if err := txn.PutVolume(v); err != nil {
-			return err
-		}
-		for _, ch := range changes {
-			ev(ch.typ, ch.nodeID, v.GetPluginId(), v.GetId(), ch.desc)
-		}
+		return putVolume(txn, index, ts, txn.Volume(v.GetId()), v, ev)
 	case *statepb.LogEntry_VolumeDelete:
-		old := txn.Volume(c.VolumeDelete)
-		if old == nil {
-			return fmt.Errorf("volume %q: %w", c.VolumeDelete, state.ErrNotFound)
-		}
-		if err := txn.DeleteVolume(old); err != nil {
-			return err
-		}
-		ev("volume-deleted", "", old.GetPluginId(), old.GetId(), "")
+		// Written by earlier releases only; a volume with claims is kept.
+		return deleteVolume(txn, c.VolumeDelete, 0, ev)
+	case *statepb.LogEntry_VolumeCreate, *statepb.LogEntry_VolumeDeleteChecked, *statepb.LogEntry_ClaimTake,
+		*statepb.LogEntry_ClaimStep, *statepb.LogEntry_ClaimRemove:
+		return f.applyVolumeCommand(txn, index, ts, c, ev)
 	case *statepb.LogEntry_AclPolicyUpsert, *statepb.LogEntry_AclPolicyDelete, *statepb.LogEntry_AclTokenUpsert,
 		*statepb.LogEntry_AclTokenDelete, *statepb.LogEntry_AclBootstrap:
 		return applyACL(txn, index, ts, c)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -48,6 +49,9 @@ type FSM struct {
 	// raft's FSM goroutine: the leader's heartbeat timers and what it
 	// knows of the nodes belong to the state replaced.
 	onRestore func()
+	// checkTake checks a claim_take command: claims.CheckTake. The
+	// property test replaces it to show what the check prevents.
+	checkTake func(st claims.Reader, v *statepb.Volume, c *statepb.VolumeClaim) error
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -70,7 +74,7 @@ func New(cfg Config) (*FSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: %w", err)
 	}
-	return &FSM{state: st, events: cfg.Events, onRestore: cfg.OnRestore}, nil
+	return &FSM{state: st, events: cfg.Events, onRestore: cfg.OnRestore, checkTake: claims.CheckTake}, nil
 }
 
 // State returns the current state store.
@@ -119,13 +123,13 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				if sub.Time == nil {
 					sub.Time = e.GetTime()
 				}
-				res.Errs[j] = apply(txn, l.Index, sub, &events)
+				res.Errs[j] = f.apply(txn, l.Index, sub, &events)
 			}
 			out[i] = res
 			ends[i] = len(events)
 			continue
 		}
-		out[i] = Result{Index: l.Index, Err: apply(txn, l.Index, &e, &events)}
+		out[i] = Result{Index: l.Index, Err: f.apply(txn, l.Index, &e, &events)}
 		ends[i] = len(events)
 	}
 	if last > 0 {

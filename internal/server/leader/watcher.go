@@ -23,6 +23,9 @@ type WatcherConfig struct {
 	// ClaimGCGrace is how long a claim's node may be down before the
 	// claim is released without it.
 	ClaimGCGrace time.Duration
+	// ClaimResumeTimeout is how long a claim may stay taken but not
+	// mounted before the watcher finishes it with Finish. Required.
+	ClaimResumeTimeout time.Duration
 	// State returns the current replicated state. Required.
 	State func() *state.Store
 	// Locks are the volume locks the claim flow takes too; the watcher
@@ -35,15 +38,23 @@ type WatcherConfig struct {
 	// Release runs the release steps of one claim from its recorded state
 	// until it is freed. The caller holds the volume's lock. Required.
 	Release func(ctx context.Context, ref claims.Ref) error
+	// Finish runs the steps a taken but unfinished claim lacks and
+	// records the result, or starts its release when a step fails. The
+	// caller holds the volume's lock. Required.
+	Finish func(ctx context.Context, ref claims.Ref) error
 	// Watchdog, when set, tracks each term's watcher loop.
 	Watchdog *watchdog.Monitor
 }
 
-// Watcher is the leader's loop that finishes volume claim releases from
-// the replicated state: the releases a failed step, a failed claim, a
-// crash or a leader change left behind, and the releases of claims whose
-// node has been down for longer than ClaimGCGrace. It holds no state that
-// matters beyond one term: a new leader's watcher starts from the state.
+// Watcher is the leader's loop that finishes from the replicated state
+// what claims left half-done: the releases a failed step, a failed claim,
+// a crash or a leader change left behind; the claims taken but never
+// mounted because their leader died or lost its term in the middle
+// (finished, or released when a step fails, once ClaimResumeTimeout has
+// passed without a caller finishing them); and the releases of claims
+// whose node has been down for longer than ClaimGCGrace. It holds no
+// state that matters beyond one term: a new leader's watcher starts from
+// the state.
 type Watcher struct {
 	cfg    WatcherConfig
 	logger hclog.Logger
@@ -128,8 +139,11 @@ func (r *watchRun) pass(ctx context.Context) {
 			r.loop.Beat()
 			key := watchKey(v.GetId(), c)
 			live[key] = true
-			if r.nodeGoneDue(c, time.Now()) || claims.Releasing(c.GetState()) {
+			switch now := time.Now(); {
+			case r.nodeGoneDue(c, now) || claims.Releasing(c.GetState()):
 				r.release(ctx, v.GetId(), c, key)
+			case r.resumeDue(c, now):
+				r.finish(ctx, v.GetId(), c, key)
 			}
 		}
 	}
@@ -150,6 +164,47 @@ func (r *watchRun) pass(ctx context.Context) {
 // ClaimGCGrace (or is not known to the cluster any more).
 func (r *watchRun) nodeGoneDue(c *statepb.VolumeClaim, now time.Time) bool {
 	return claims.NodeGoneDue(c, r.cfg.State().Node(c.GetNodeId()), now, r.cfg.ClaimGCGrace)
+}
+
+// resumeDue reports whether a claim is taken but not mounted, and has
+// been so for longer than ClaimResumeTimeout: no caller finished it.
+func (r *watchRun) resumeDue(c *statepb.VolumeClaim, now time.Time) bool {
+	return claims.Unfinished(c) && now.Sub(c.GetStateUpdatedAt().AsTime()) > r.cfg.ClaimResumeTimeout
+}
+
+// finish runs Finish for one unfinished claim, unless its last failure was
+// too recent or someone else works on the volume now.
+func (r *watchRun) finish(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key string) {
+	now := time.Now()
+	if cr := r.retries[key]; cr != nil && now.Before(cr.next) {
+		return
+	}
+	unlock, ok := r.cfg.Locks.TryLock(volumeID)
+	if !ok {
+		return // a claim or release of the volume runs; look again next pass
+	}
+	defer unlock()
+	ref := claims.RefOf(volumeID, c)
+	// Read again under the lock: the caller may have finished it.
+	v := r.cfg.State().Volume(volumeID)
+	if v == nil {
+		return
+	}
+	if _, c = claims.Find(v, ref.NodeID, ref.WorkloadID); c == nil || watchKey(volumeID, c) != key || !r.resumeDue(c, now) {
+		return
+	}
+	log := r.logger.With("volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID)
+	log.Info("resuming unfinished volume claim", "claim_index", c.GetClaimIndex(), "taken_at", c.GetStateUpdatedAt().AsTime(),
+		"controller_published", c.GetControllerPublished())
+	if err := r.cfg.Finish(ctx, ref); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		d := r.failed(key, now)
+		log.Warn("finishing an unfinished volume claim failed; retrying", "retry_in", d, "error", err)
+		return
+	}
+	delete(r.retries, key)
 }
 
 // release runs the release steps of one claim, unless its last failure

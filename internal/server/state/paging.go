@@ -70,11 +70,15 @@ func (s *Store) PluginsPage(from string, limit int) ([]*ClusterPlugin, string) {
 // of one plugin (all when pluginID is empty) whose id is at least from, and
 // the id of the next such volume when more remain.
 func (s *Store) VolumesPage(pluginID, from string, limit int) ([]*statepb.Volume, string) {
+	return volumesPage(s.db.Txn(false), pluginID, from, limit)
+}
+
+func volumesPage(txn *memdb.Txn, pluginID, from string, limit int) ([]*statepb.Volume, string) {
 	var keep func(*statepb.Volume) bool
 	if pluginID != "" {
 		keep = func(v *statepb.Volume) bool { return v.GetPluginId() == pluginID }
 	}
-	return tablePage(s.db.Txn(false), tableVolumes, from, limit, keep, (*statepb.Volume).GetId)
+	return tablePage(txn, tableVolumes, from, limit, keep, (*statepb.Volume).GetId)
 }
 
 // NodeFilter returns the filter of a node list: the nodes that run a

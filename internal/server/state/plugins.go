@@ -38,7 +38,10 @@ type PluginInstance struct {
 
 // Plugin returns the cluster-wide view of one plugin, or nil.
 func (s *Store) Plugin(id string) *ClusterPlugin {
-	txn := s.db.Txn(false)
+	return getPlugin(s.db.Txn(false), id)
+}
+
+func getPlugin(txn *memdb.Txn, id string) *ClusterPlugin {
 	it, err := txn.Get(tablePlugins, "id_prefix", id)
 	if err != nil {
 		return nil

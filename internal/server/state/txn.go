@@ -36,6 +36,17 @@ func (t *Txn) Node(id string) *statepb.ClusterNode { return getNode(t.txn, id) }
 // Volume returns one volume as the transaction sees it, or nil.
 func (t *Txn) Volume(id string) *statepb.Volume { return getVolume(t.txn, id) }
 
+// Plugin returns the cluster-wide view of one plugin as the transaction
+// sees it, or nil.
+func (t *Txn) Plugin(id string) *ClusterPlugin { return getPlugin(t.txn, id) }
+
+// Volumes returns the volumes of one plugin (all when pluginID is empty)
+// as the transaction sees them, sorted by id.
+func (t *Txn) Volumes(pluginID string) []*statepb.Volume {
+	out, _ := volumesPage(t.txn, pluginID, "", 0)
+	return out
+}
+
 // PutNode writes a node's row. Its plugin instances are written by
 // SetNodePlugins.
 func (t *Txn) PutNode(n *statepb.ClusterNode) error {

@@ -1,0 +1,140 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
+)
+
+// eventFunc appends one event of the entry being applied.
+type eventFunc func(typ, node, plugin, volume, desc string)
+
+// applyVolumeCommand applies one typed volume command: it checks the
+// command against the state the transaction reads, with the same rules
+// the leader used to build it (package claims), and refuses it with the
+// error the caller sees, changing nothing, when it no longer holds.
+func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, cmd any, ev eventFunc) error {
+	switch c := cmd.(type) {
+	case *statepb.LogEntry_VolumeCreate:
+		v := c.VolumeCreate.GetVolume()
+		if old := txn.Volume(v.GetId()); old != nil {
+			return status.Errorf(codes.AlreadyExists, "volume %q already exists (plugin %q, external id %q)", v.GetId(), old.GetPluginId(), old.GetExternalId())
+		}
+		if len(v.GetClaims()) > 0 {
+			return status.Errorf(codes.InvalidArgument, "volume %q: a new volume has no claims", v.GetId())
+		}
+		return putVolume(txn, index, ts, nil, v, ev)
+	case *statepb.LogEntry_VolumeDeleteChecked:
+		return deleteVolume(txn, c.VolumeDeleteChecked.GetVolumeId(), c.VolumeDeleteChecked.GetVolumeIndex(), ev)
+	case *statepb.LogEntry_ClaimTake:
+		v, err := volumeOf(txn, c.ClaimTake.GetVolumeId())
+		if err != nil {
+			return err
+		}
+		claim := proto.Clone(c.ClaimTake.GetClaim()).(*statepb.VolumeClaim)
+		if claim.GetState() != claims.StateTaken || claim.GetMounted() || claim.GetControllerPublished() || claim.GetNodeGone() {
+			return status.Errorf(codes.InvalidArgument, "claim of %s: a new claim is taken, unpublished and unmounted (state %q)",
+				claims.RefOf(v.GetId(), claim), claim.GetState())
+		}
+		if err := f.checkTake(txn, v, claim); err != nil {
+			return err
+		}
+		// The claim's index is the index of the write that took it, and
+		// its times are the entry's, so that every server stores the same.
+		claim.ClaimIndex, claim.ClaimedAt, claim.StateUpdatedAt = index, ts, ts
+		nv := proto.Clone(v).(*statepb.Volume)
+		nv.Claims = append(nv.Claims, claim)
+		return putVolume(txn, index, ts, v, nv, ev)
+	case *statepb.LogEntry_ClaimStep:
+		v, err := volumeOf(txn, c.ClaimStep.GetVolumeId())
+		if err != nil {
+			return err
+		}
+		claim, err := claims.ApplyStep(v, c.ClaimStep, ts)
+		if err != nil {
+			return err
+		}
+		nv := proto.Clone(v).(*statepb.Volume)
+		i, _ := claims.Find(nv, claim.GetNodeId(), claim.GetWorkloadId())
+		nv.Claims[i] = claim
+		return putVolume(txn, index, ts, v, nv, ev)
+	case *statepb.LogEntry_ClaimRemove:
+		v, err := volumeOf(txn, c.ClaimRemove.GetVolumeId())
+		if err != nil {
+			return err
+		}
+		i, err := claims.CheckRemove(v, c.ClaimRemove)
+		if err != nil {
+			return err
+		}
+		nv := proto.Clone(v).(*statepb.Volume)
+		nv.Claims = slices.Delete(nv.Claims, i, i+1)
+		return putVolume(txn, index, ts, v, nv, ev)
+	}
+	return fmt.Errorf("unknown volume command %T", cmd)
+}
+
+// volumeOf returns the stored volume a command names.
+func volumeOf(txn *state.Txn, id string) (*statepb.Volume, error) {
+	v := txn.Volume(id)
+	if v == nil {
+		return nil, fmt.Errorf("volume %q: %w", id, state.ErrNotFound)
+	}
+	return v, nil
+}
+
+// putVolume writes nv, the new row of a volume whose stored row is old
+// (nil for a new volume), at index, and appends the events of the change.
+func putVolume(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, old, nv *statepb.Volume, ev eventFunc) error {
+	nv.ModifyIndex = index
+	var changes []volumeEvent
+	if old != nil {
+		nv.CreateIndex = old.GetCreateIndex()
+		nv.CreatedAt = old.GetCreatedAt()
+		changes = volumeChanges(old, nv)
+	} else {
+		nv.CreateIndex = index
+		if nv.CreatedAt == nil {
+			nv.CreatedAt = ts
+		}
+		changes = []volumeEvent{{typ: "volume-created"}}
+	}
+	if err := txn.PutVolume(nv); err != nil {
+		return err
+	}
+	for _, ch := range changes {
+		ev(ch.typ, ch.nodeID, nv.GetPluginId(), nv.GetId(), ch.desc)
+	}
+	return nil
+}
+
+// deleteVolume removes a volume that has no claims. A volumeIndex other
+// than 0 must be the volume's modify index: the leader decided on that
+// row.
+func deleteVolume(txn *state.Txn, id string, volumeIndex uint64, ev eventFunc) error {
+	v, err := volumeOf(txn, id)
+	if err != nil {
+		return err
+	}
+	if n := len(v.GetClaims()); n > 0 {
+		return status.Errorf(codes.FailedPrecondition, "volume %q has %d claims; release them first", id, n)
+	}
+	if volumeIndex != 0 && v.GetModifyIndex() != volumeIndex {
+		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleStale,
+			fmt.Sprintf("volume %q changed at index %d after the delete was decided at index %d", id, v.GetModifyIndex(), volumeIndex))
+	}
+	if err := txn.DeleteVolume(v); err != nil {
+		return err
+	}
+	ev("volume-deleted", "", v.GetPluginId(), v.GetId(), "")
+	return nil
+}
