@@ -33,12 +33,20 @@
 // used as they are.
 //
 // Volume claims run on the leader, one volume at a time (a lock per
-// volume, which create and delete take too). A claim is admitted by the
-// rules of package claims, then recorded taken; the raft index of that
-// write becomes its claim_index, set by the FSM. Controller publish
-// (shared by the claims of one node) and the mount through the node's
-// NodeVolumes service follow, each result recorded through raft before the
-// next step. A release walks back (unpublishing, node-unpublished,
+// volume, which create and delete take too). Every change of a claim or a
+// volume is a typed command that the FSM checks against the state it
+// applies to (package claims holds the rules both use), so the lock only
+// saves work: two leaders can never both admit a writer. A claim is
+// admitted by the rules of package claims, then recorded taken
+// (claim_take); the raft index of that write becomes its claim_index, set
+// by the FSM. Controller publish (shared by the claims of one node) and
+// the mount through the node's NodeVolumes service follow; both results
+// (publish context, host and staging paths) are recorded in one
+// claim_step after the mount. A claim left taken but unmounted (its
+// leader died in the middle) is finished by the volume watcher after
+// Config.ClaimResumeTimeout, or released when a step fails. A release
+// sends the node the claim's paths, so an agent that lost its record still
+// unmounts. A release walks back (unpublishing, node-unpublished,
 // controller-unpublished, then the claim is removed), also recorded step
 // by step, so that the leader's volume watcher (package leader) finishes
 // any release that a failed step, a failed claim or a leader change left

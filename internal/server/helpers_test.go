@@ -338,10 +338,52 @@ type fakeNodeVolumes struct {
 	secrets     []string
 	failMount   error
 	failUnmount error
-	// held, while set, makes UnmountVolume wait until it is closed or the
-	// call's context ends; heldCalls receives a value as each call waits.
-	held      chan struct{}
-	heldCalls chan struct{}
+	// mountGate and unmountGate, while set, make MountVolume and
+	// UnmountVolume wait, as an agent that hangs does.
+	mountGate, unmountGate *callGate
+}
+
+// callGate makes calls wait until it is opened or the call's context ends;
+// calls receives a value as each call starts waiting.
+type callGate struct {
+	open  chan struct{}
+	calls chan struct{}
+}
+
+// wait waits for the gate (nil: open) or ctx.
+func (g *callGate) wait(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	select {
+	case g.calls <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// hold clears the failures and installs a new gate with set; release
+// opens it and removes it.
+func (f *fakeNodeVolumes) hold(set func(g *callGate)) (entered <-chan struct{}, release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := &callGate{open: make(chan struct{}), calls: make(chan struct{}, 100)}
+	f.failMount, f.failUnmount = nil, nil
+	set(g)
+	var once sync.Once
+	return g.calls, func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.mountGate, f.unmountGate = nil, nil
+			f.mu.Unlock()
+			close(g.open)
+		})
+	}
 }
 
 func newFakeNodeVolumes() *fakeNodeVolumes {
@@ -383,24 +425,23 @@ func (f *fakeNodeVolumes) setFail(mount, unmount error) {
 // an agent that hangs does, until release is called. entered receives a
 // value as each call starts waiting.
 func (f *fakeNodeVolumes) holdUnmounts() (entered <-chan struct{}, release func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	held, calls := make(chan struct{}), make(chan struct{}, 100)
-	f.failMount, f.failUnmount = nil, nil
-	f.held, f.heldCalls = held, calls
-	var once sync.Once
-	return calls, func() {
-		once.Do(func() {
-			f.mu.Lock()
-			f.held, f.heldCalls = nil, nil
-			f.mu.Unlock()
-			close(held)
-		})
-	}
+	return f.hold(func(g *callGate) { f.unmountGate = g })
 }
 
-func (f *fakeNodeVolumes) MountVolume(_ context.Context, addr string, req *csisupdv1.MountVolumeRequest) (*csisupdv1.Mount, error) {
+// holdMounts is holdUnmounts for MountVolume: a node that is slow to
+// mount. A held call that ends with its context mounts nothing.
+func (f *fakeNodeVolumes) holdMounts() (entered <-chan struct{}, release func()) {
+	return f.hold(func(g *callGate) { f.mountGate = g })
+}
+
+func (f *fakeNodeVolumes) MountVolume(ctx context.Context, addr string, req *csisupdv1.MountVolumeRequest) (*csisupdv1.Mount, error) {
 	f.journal.add(fmt.Sprintf("mount %s %s %s", req.GetVolumeId(), req.GetWorkloadId(), addr))
+	f.mu.Lock()
+	gate := f.mountGate
+	f.mu.Unlock()
+	if err := gate.wait(ctx); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mountReqs = append(f.mountReqs, req)
@@ -427,7 +468,8 @@ func (f *fakeNodeVolumes) MountVolume(_ context.Context, addr string, req *csisu
 	m := &csisupdv1.Mount{
 		PluginId: req.GetPluginId(), VolumeId: req.GetVolumeId(), ExternalId: ext, WorkloadId: req.GetWorkloadId(),
 		Usage: req.GetUsage(), UsageKey: uk, State: "published", Cluster: req.GetCluster(), ClaimIndex: req.GetClaimIndex(),
-		HostPath: fmt.Sprintf("/var/lib/csisupd/volumes/%s/per-workload/%s/%s/%s", req.GetPluginId(), req.GetWorkloadId(), req.GetVolumeId(), uk),
+		HostPath:    fmt.Sprintf("/var/lib/csisupd/volumes/%s/per-workload/%s/%s/%s", req.GetPluginId(), req.GetWorkloadId(), req.GetVolumeId(), uk),
+		StagingPath: fmt.Sprintf("/var/lib/csisupd/volumes/%s/staging/%s/%s", req.GetPluginId(), req.GetVolumeId(), uk),
 	}
 	f.mounts[key] = m
 	return m, nil
@@ -436,19 +478,12 @@ func (f *fakeNodeVolumes) MountVolume(_ context.Context, addr string, req *csisu
 func (f *fakeNodeVolumes) UnmountVolume(ctx context.Context, addr string, req *csisupdv1.UnmountVolumeRequest) error {
 	f.journal.add(fmt.Sprintf("unmount %s %s %s", req.GetVolumeId(), req.GetWorkloadId(), addr))
 	f.mu.Lock()
-	if held, calls := f.held, f.heldCalls; held != nil {
-		f.mu.Unlock()
-		select {
-		case calls <- struct{}{}:
-		default:
-		}
-		select {
-		case <-held:
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		f.mu.Lock()
+	gate := f.unmountGate
+	f.mu.Unlock()
+	if err := gate.wait(ctx); err != nil {
+		return err
 	}
+	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failUnmount != nil {
 		return f.failUnmount

@@ -166,18 +166,6 @@ func CheckTake(st Reader, v *statepb.Volume, claim *statepb.VolumeClaim) error {
 	return nil
 }
 
-// NodeInitializingError refuses a claim on a node stored ready that has
-// not heartbeated to this leader yet: Unavailable and retryable, since the
-// node's next heartbeat, due within the failover TTL, admits it.
-func NodeInitializingError(nodeID, why string) error {
-	if why == "" {
-		why = "no heartbeat to the current leader yet"
-	}
-	return csisupdv1.NewClaimDeferredError(csisupdv1.ClaimRuleNodeNotReady,
-		fmt.Sprintf("node %q is %s (%s)", nodeID, state.NodeStatusInitializing, why),
-		"the node's next heartbeat to the leader confirms it")
-}
-
 // ControllerAdvertises reports whether a controller instance of plugin p
 // (nil: none), healthy or not, advertises a controller capability:
 // plugin.CapPublishUnpublishVolume or CapPublishReadonly.

@@ -9,19 +9,30 @@
 // come as the API's messages, and refusals are the API's typed errors.
 //
 // A claim is one workload using one volume on one node. Admit checks a
-// new claim against the node (ready, heard from by this leader, the
-// plugin's node service healthy there), the volume's capabilities and
+// new claim against the node (ready, the plugin's node service healthy
+// there), the volume's capabilities and
 // accessible topology, the node plugin's max_volumes and the access modes
 // of the volume's other claims (both claims' modes are respected: one
 // writer for single-node-writer and multi-node-single-writer, readers only
 // for the *-reader-only modes, one node for the single-node-* modes). A
 // refused claim is FailedPrecondition with a ClaimRefused detail naming
-// the rule; a claim on a node this leader has not heard from yet is
-// deferred (Unavailable and retryable).
+// the rule. A node this leader has not heard from yet is no reason to
+// wait: the mount through its agent confirms it, or fails the claim.
+//
+// CheckTake is the admission rule set, pure, over a Reader: the leader
+// calls it to refuse early, and the FSM again when it applies claim_take,
+// against the state of that moment. Every later change of a claim is a
+// claim_step built by Published, Mounted, StartRelease, Fail,
+// ReleaseWithoutNode, NodeUnpublished or ControllerUnpublished, which the
+// FSM applies with ApplyStep only to the same claim (claim_index) in the
+// state it was built from, along a transition of the table in
+// commands.go; Remove frees a released claim. A refused command is the
+// ClaimRefused "stale" error and changes nothing.
 //
 // A taken claim is published by the controller (shared by the claims of
-// one node) and mounted by the node's agent. A release walks back, each
-// step recorded before the next starts:
+// one node) and mounted by the node's agent; both results are recorded in
+// one step after the mount. A release walks back, each step recorded
+// before the next starts:
 //
 //	taken -> unpublishing -> node-unpublished -> controller-unpublished -> freed (removed)
 //
