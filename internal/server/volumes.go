@@ -256,8 +256,8 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 	if v = s.State().Volume(req.GetId()); v == nil {
 		return status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	if n := len(v.GetClaims()); n > 0 {
-		return status.Errorf(codes.FailedPrecondition, "volume %q has %d claims; release them first", v.GetId(), n)
+	if err := claims.CheckDelete(v, 0); err != nil {
+		return err
 	}
 	if !req.GetDeregisterOnly() {
 		cands, err := s.controllerCandidates(v.GetPluginId())

@@ -67,6 +67,9 @@ func Admit(st Reader, v *statepb.Volume, req *csisupdv1.VolumeClaimRequest, now 
 // is pure: the leader calls it to refuse early and the FSM to apply
 // claim_take.
 func CheckTake(st Reader, v *statepb.Volume, claim *statepb.VolumeClaim) error {
+	if err := checkNew(v, claim); err != nil {
+		return err
+	}
 	if _, old := Find(v, claim.GetNodeId(), claim.GetWorkloadId()); old != nil {
 		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleStale,
 			fmt.Sprintf("workload %q already holds a claim of volume %q on node %q (state %s, claim index %d)",

@@ -211,3 +211,29 @@ func rule(err error) string {
 	}
 	return d.GetRule()
 }
+
+func TestCheckCreateAndDelete(t *testing.T) {
+	v := &statepb.Volume{Id: "v", ModifyIndex: 5}
+	if err := CheckCreate(nil, v); err != nil {
+		t.Fatalf("create of a new volume: %v", err)
+	}
+	if err := CheckCreate(&statepb.Volume{Id: "v"}, v); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("create over an existing volume: %v, want AlreadyExists", err)
+	}
+	if err := CheckCreate(nil, volumeWith(claimIn(StateTaken))); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("create of a volume with claims: %v, want InvalidArgument", err)
+	}
+	for _, idx := range []uint64{0, 5} {
+		if err := CheckDelete(v, idx); err != nil {
+			t.Fatalf("delete at index %d of a volume without claims: %v", idx, err)
+		}
+	}
+	if err := CheckDelete(v, 4); rule(err) != csisupdv1.ClaimRuleStale {
+		t.Fatalf("delete decided on an older row: %v, want the stale rule", err)
+	}
+	for _, st := range allStates {
+		if err := CheckDelete(volumeWith(claimIn(st)), 0); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("delete of a volume with a claim %s: %v, want FailedPrecondition", st, err)
+		}
+	}
+}

@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"slices"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
@@ -26,11 +23,8 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 	switch c := cmd.(type) {
 	case *statepb.LogEntry_VolumeCreate:
 		v := c.VolumeCreate.GetVolume()
-		if old := txn.Volume(v.GetId()); old != nil {
-			return status.Errorf(codes.AlreadyExists, "volume %q already exists (plugin %q, external id %q)", v.GetId(), old.GetPluginId(), old.GetExternalId())
-		}
-		if len(v.GetClaims()) > 0 {
-			return status.Errorf(codes.InvalidArgument, "volume %q: a new volume has no claims", v.GetId())
+		if err := claims.CheckCreate(txn.Volume(v.GetId()), v); err != nil {
+			return err
 		}
 		return putVolume(txn, index, ts, nil, v, ev)
 	case *statepb.LogEntry_VolumeDeleteChecked:
@@ -41,10 +35,6 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 			return err
 		}
 		claim := proto.Clone(c.ClaimTake.GetClaim()).(*statepb.VolumeClaim)
-		if claim.GetState() != claims.StateTaken || claim.GetMounted() || claim.GetControllerPublished() || claim.GetNodeGone() {
-			return status.Errorf(codes.InvalidArgument, "claim of %s: a new claim is taken, unpublished and unmounted (state %q)",
-				claims.RefOf(v.GetId(), claim), claim.GetState())
-		}
 		if err := f.checkTake(txn, v, claim); err != nil {
 			return err
 		}
@@ -125,12 +115,8 @@ func deleteVolume(txn *state.Txn, id string, volumeIndex uint64, ev eventFunc) e
 	if err != nil {
 		return err
 	}
-	if n := len(v.GetClaims()); n > 0 {
-		return status.Errorf(codes.FailedPrecondition, "volume %q has %d claims; release them first", id, n)
-	}
-	if volumeIndex != 0 && v.GetModifyIndex() != volumeIndex {
-		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleStale,
-			fmt.Sprintf("volume %q changed at index %d after the delete was decided at index %d", id, v.GetModifyIndex(), volumeIndex))
+	if err := claims.CheckDelete(v, volumeIndex); err != nil {
+		return err
 	}
 	if err := txn.DeleteVolume(v); err != nil {
 		return err
