@@ -28,9 +28,7 @@ func inModes(t *testing.T, test func(t *testing.T, mounts string)) {
 func startNodePlugin(t *testing.T, mounts string, cfg Config) *Plugin {
 	t.Helper()
 	if mounts == MountsBind {
-		if ok, reason := RealMountsAvailable(); !ok {
-			t.Skip("real mounts are not available: " + reason)
-		}
+		skipWithoutMounts(t)
 	}
 	cfg.Mounts = mounts
 	p := startPlugin(t, cfg)
@@ -40,6 +38,15 @@ func startNodePlugin(t *testing.T, mounts string, cfg Config) *Plugin {
 		}
 	})
 	return p
+}
+
+// skipWithoutMounts skips the test, saying why, when this process cannot
+// make bind mounts.
+func skipWithoutMounts(t *testing.T) {
+	t.Helper()
+	if ok, reason := RealMountsAvailable(); !ok {
+		t.Skip("real mounts are not available: " + reason)
+	}
 }
 
 // wantMountPoints fails the test unless each path is a mount point, or

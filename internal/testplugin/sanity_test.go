@@ -44,9 +44,7 @@ func TestSanity(t *testing.T) {
 // sanityChild runs the suite in a child process with the given mounts.
 func sanityChild(t *testing.T, mounts string) {
 	if mounts == MountsBind {
-		if ok, reason := RealMountsAvailable(); !ok {
-			t.Skip("real mounts are not available: " + reason)
-		}
+		skipWithoutMounts(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
