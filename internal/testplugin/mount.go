@@ -75,7 +75,9 @@ func parseMountInfo(r io.Reader) (map[string]bool, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+		// Fields are separated by one space; the kernel escapes spaces,
+		// tabs, newlines and backslashes in paths, but no other white space.
+		fields := strings.Split(sc.Text(), " ")
 		if len(fields) < 5 {
 			return nil, fmt.Errorf("line %q has %d fields, want at least 5", sc.Text(), len(fields))
 		}

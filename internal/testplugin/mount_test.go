@@ -2,6 +2,7 @@ package testplugin
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -102,6 +103,33 @@ func TestParseMountInfo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseMountInfo checks that any mount point, escaped as the kernel
+// escapes it, reads back as itself, and that no input makes the parser
+// panic.
+func FuzzParseMountInfo(f *testing.F) {
+	for _, p := range []string{"/", "/mnt/a b", "/x\\040y", "/t\tn\n"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, point string) {
+		_, _ = parseMountInfo(strings.NewReader(point))
+		if point == "" {
+			return
+		}
+		var esc strings.Builder
+		for _, c := range []byte(point) {
+			if strings.IndexByte(" \t\n\\", c) >= 0 {
+				fmt.Fprintf(&esc, "\\%03o", c)
+				continue
+			}
+			esc.WriteByte(c)
+		}
+		got, err := parseMountInfo(strings.NewReader("44 26 254:0 / " + esc.String() + " rw - ext4 /dev/vda rw\n"))
+		if err != nil || len(got) != 1 || !got[point] {
+			t.Fatalf("mount point %q escaped as %q reads back as %v, %v", point, esc.String(), got, err)
+		}
+	})
 }
 
 // IsMountPoint reads this process's real mount table and resolves links.
