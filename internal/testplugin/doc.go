@@ -29,11 +29,27 @@
 // directories, not block devices. Snapshots are records only: a volume
 // restored from a snapshot names it as its source but starts empty.
 //
-// The node service mounts nothing. NodeStageVolume records the staging path;
-// NodePublishVolume creates the target path as a symbolic link to the
-// volume's directory, so files written there land in the volume and
-// NodeGetVolumeStats reports them. A node-only plugin serves any well-formed
+// Config.Mounts picks how the node service places a volume. With
+// MountsMarker, the default, it mounts nothing and needs no privileges:
+// NodeStageVolume records the staging path; NodePublishVolume creates the
+// target path as a symbolic link to the volume's directory. With MountsBind
+// it mounts as a driver does (root with CAP_SYS_ADMIN): NodeStageVolume
+// bind-mounts the volume's directory on the staging path; NodePublishVolume
+// creates the target directory and bind-mounts the staging path on it,
+// read-only (bind, then remount read-only) when asked; NodeUnpublishVolume
+// unmounts and removes the target; NodeUnstageVolume unmounts the staging
+// path. Repeated calls with the same arguments succeed, and mount again
+// what is recorded but no longer mounted. Either way files written at the
+// target land in the volume and NodeGetVolumeStats reports them, and the
+// plugin keeps the same records. A node-only plugin serves any well-formed
 // volume id, since the volume was created by a controller elsewhere.
+//
+// Mounts outlive the plugin, as a driver's outlive its process: Stop and
+// Kill leave them, and Plugin.UnmountAll lazily unmounts every recorded
+// mount for a test's cleanup. RealMountsAvailable tells tests whether this
+// process can make bind mounts, probing once; MountPoints and IsMountPoint
+// read the mount table (/proc/self/mountinfo), so tests check real mounts
+// rather than the plugin's word.
 //
 // # Faults and statistics
 //
@@ -49,7 +65,8 @@
 // # Conformance
 //
 // The package's tests run the csi-sanity suite (kubernetes-csi/csi-test
-// pkg/sanity) against a monolith plugin over a real unix socket. The
+// pkg/sanity) against a monolith plugin over a real unix socket, with
+// markers and, when the tests can mount, with bind mounts. The
 // Identity, Controller, snapshot and Node groups pass completely; no spec is
 // skipped by this package. csi-sanity itself skips the specs of features the
 // plugin does not advertise (group snapshots, volume modification, volume

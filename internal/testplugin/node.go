@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// nodeServer is the CSI Node service. Nothing is mounted: staging is only
-// recorded, and publishing creates the target path as a symbolic link to the
-// volume's directory.
+// nodeServer is the CSI Node service. With MountsMarker nothing is mounted:
+// staging is only recorded, and publishing creates the target path as a
+// symbolic link to the volume's directory. With MountsBind staging
+// bind-mounts the volume's directory on the staging path, and publishing
+// bind-mounts the staging path on the target. Both keep the same records.
 type nodeServer struct {
 	csi.UnimplementedNodeServer
 	p *Plugin
@@ -82,7 +84,7 @@ func (s *nodeServer) record(id string) *nodeVolume {
 }
 
 // NodeStageVolume records the volume as staged at the staging path, which it
-// creates when missing.
+// creates when missing, and with MountsBind mounts the volume there.
 func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
@@ -107,6 +109,10 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 	n := s.record(req.GetVolumeId())
 	switch {
 	case n.StagingPath == staging && n.StageMode == mode:
+		// A repeated stage mounts again what UnmountAll took away.
+		if err := s.bind(st.dataPath(n.ID), staging, false, true); err != nil {
+			return nil, err
+		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	case n.StagingPath == staging:
 		return nil, status.Errorf(codes.AlreadyExists, "volume %s is staged at %q with a different access mode", n.ID, staging)
@@ -119,15 +125,19 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 	if err := os.MkdirAll(st.dataPath(n.ID), 0o755); err != nil {
 		return nil, status.Errorf(codes.Internal, "create volume directory: %v", err)
 	}
+	if err := s.bind(st.dataPath(n.ID), staging, false, false); err != nil {
+		return nil, err
+	}
 	n.StagingPath, n.StageMode = staging, mode
 	if err := st.putNode(n); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, status.Error(codes.Internal, errors.Join(err, s.unmount(staging)).Error())
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
 // NodeUnstageVolume forgets the staging of a volume that is no longer
-// published. A volume that is not staged succeeds.
+// published, and with MountsBind unmounts the staging path. A volume that is
+// not staged succeeds.
 func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
@@ -148,6 +158,9 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 	case len(n.Targets) > 0:
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %q", n.ID, slices.Sorted(maps.Keys(n.Targets)))
 	}
+	if err := s.unmount(staging); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
 	n.StagingPath, n.StageMode = "", 0
 	if err := st.putNode(n); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -155,8 +168,10 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// NodePublishVolume creates the target path as a link to the volume's
-// directory. The volume must be staged at the given staging path.
+// NodePublishVolume makes the target path the volume: a link to the
+// volume's directory with MountsMarker, a bind mount of the staging path
+// (read-only when asked) with MountsBind. The volume must be staged at the
+// given staging path.
 func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
@@ -188,10 +203,11 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	if old, ok := n.Targets[targetPath]; ok && old != t {
 		return nil, status.Errorf(codes.AlreadyExists, "volume %s is published at %q with a different access mode or readonly flag", n.ID, targetPath)
 	}
-	if err := s.link(st.dataPath(n.ID), targetPath); err != nil {
+	_, published := n.Targets[targetPath]
+	if err := s.place(n, targetPath, t.Readonly, published); err != nil {
 		return nil, err
 	}
-	if _, ok := n.Targets[targetPath]; ok {
+	if published {
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	if n.Targets == nil {
@@ -199,9 +215,76 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	}
 	n.Targets[targetPath] = t
 	if err := st.putNode(n); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, status.Error(codes.Internal, errors.Join(err, s.removeTarget(targetPath)).Error())
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// place makes targetPath the volume n, staged at n.StagingPath. published
+// tells that the plugin published it there before: a repeated call.
+func (s *nodeServer) place(n *nodeVolume, targetPath string, readonly, published bool) error {
+	if s.p.cfg.Mounts != MountsBind {
+		return s.link(s.p.st.dataPath(n.ID), targetPath)
+	}
+	// For a mount volume the plugin creates the target directory; the
+	// orchestrator creates its parent, which is created here too, as the
+	// link does.
+	fi, err := os.Lstat(targetPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(targetPath, 0o755); err != nil {
+			return status.Errorf(codes.Internal, "create target path: %v", err)
+		}
+	case err != nil:
+		return status.Errorf(codes.Internal, "target path: %v", err)
+	case !fi.IsDir():
+		return status.Errorf(codes.FailedPrecondition, "target path %q exists and is not a directory", targetPath)
+	}
+	return s.bind(n.StagingPath, targetPath, readonly, published)
+}
+
+// bind bind-mounts source on path, read-only when readonly is set. A path
+// that is a mount point already is kept when the plugin mounted it (made:
+// the call repeats one that succeeded) and refused otherwise. With
+// MountsMarker it does nothing.
+func (s *nodeServer) bind(source, path string, readonly, made bool) error {
+	if s.p.cfg.Mounts != MountsBind {
+		return nil
+	}
+	mounted, err := IsMountPoint(path)
+	switch {
+	case err != nil:
+		return status.Error(codes.Internal, err.Error())
+	case mounted && made:
+		return nil
+	case mounted:
+		return status.Errorf(codes.FailedPrecondition, "%q is a mount point the plugin did not make", path)
+	}
+	if err := bindMount(source, path, readonly); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return nil
+}
+
+// unmount unmounts path with MountsBind; with MountsMarker it does
+// nothing. A path that is not mounted succeeds.
+func (s *nodeServer) unmount(path string) error {
+	if s.p.cfg.Mounts != MountsBind {
+		return nil
+	}
+	return unmount(path, 0)
+}
+
+// removeTarget undoes place: it unmounts targetPath and removes it. A
+// target that is not mounted, or missing, succeeds.
+func (s *nodeServer) removeTarget(targetPath string) error {
+	if err := s.unmount(targetPath); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if err := os.Remove(targetPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return status.Errorf(codes.Internal, "remove target path: %v", err)
+	}
+	return nil
 }
 
 // link makes targetPath a symbolic link to dir. An existing link to dir is
@@ -237,8 +320,9 @@ func (s *nodeServer) link(dir, targetPath string) error {
 	return nil
 }
 
-// NodeUnpublishVolume removes the target path. A volume that is not
-// published there succeeds; an unknown volume is NotFound.
+// NodeUnpublishVolume unmounts (with MountsBind) and removes the target
+// path. A volume that is not published there succeeds; an unknown volume is
+// NotFound.
 func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
@@ -257,8 +341,8 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpubli
 	if _, ok := n.Targets[targetPath]; !ok {
 		return &csi.NodeUnpublishVolumeResponse{}, nil
 	}
-	if err := os.Remove(targetPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, status.Errorf(codes.Internal, "remove target path: %v", err)
+	if err := s.removeTarget(targetPath); err != nil {
+		return nil, err
 	}
 	delete(n.Targets, targetPath)
 	if err := st.putNode(n); err != nil {

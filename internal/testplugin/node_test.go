@@ -17,12 +17,14 @@ func nodePaths(t *testing.T) (staging, targetPath string) {
 	return filepath.Join(dir, "staging"), filepath.Join(dir, "pods", "target")
 }
 
-func TestNodeLifecycle(t *testing.T) {
-	p := startPlugin(t, Config{})
+func TestNodeLifecycle(t *testing.T) { inModes(t, testNodeLifecycle) }
+
+func testNodeLifecycle(t *testing.T, mounts string) {
+	staging, targetPath := nodePaths(t)
+	p := startNodePlugin(t, mounts, Config{})
 	c := dial(t, p.Socket())
 	vol := createVolume(t, c, "node-vol", 1<<20)
 	id := vol.GetVolumeId()
-	staging, targetPath := nodePaths(t)
 
 	_, err := c.node.NodePublishVolume(ctx(t), &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: targetPath, VolumeCapability: snw})
 	wantCode(t, err, codes.FailedPrecondition) // not staged yet
@@ -185,11 +187,13 @@ func TestNodeArguments(t *testing.T) {
 	}
 }
 
-func TestNodeLogAndRecords(t *testing.T) {
-	p := startPlugin(t, Config{})
+func TestNodeLogAndRecords(t *testing.T) { inModes(t, testNodeLogAndRecords) }
+
+func testNodeLogAndRecords(t *testing.T, mounts string) {
+	staging, targetPath := nodePaths(t)
+	p := startNodePlugin(t, mounts, Config{})
 	c := dial(t, p.Socket())
 	id := createVolume(t, c, "log-vol", 1<<20).GetVolumeId()
-	staging, targetPath := nodePaths(t)
 
 	// A block usage is refused: the plugin's volumes are directories.
 	block := &csi.VolumeCapability{

@@ -114,6 +114,9 @@ type Config struct {
 	ControllerCapabilities []csi.ControllerServiceCapability_RPC_Type
 	// Capacity is the total size of the storage pool (default DefaultCapacity).
 	Capacity int64
+	// Mounts is how the node service places volumes: MountsMarker (the
+	// default) or MountsBind.
+	Mounts string
 	// Logger receives debug logs of every call (default: discard).
 	Logger hclog.Logger
 }
@@ -293,6 +296,13 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultCapacity
+	}
+	switch cfg.Mounts {
+	case "":
+		cfg.Mounts = MountsMarker
+	case MountsMarker, MountsBind:
+	default:
+		return nil, fmt.Errorf("testplugin: Config.Mounts %q is not %q or %q", cfg.Mounts, MountsMarker, MountsBind)
 	}
 	for k := range cfg.Topology {
 		if k == "" {

@@ -138,6 +138,7 @@ func TestNewValidation(t *testing.T) {
 		{"bad name", Config{Socket: sock, StateDir: "x", Name: "9bad name"}, "Config.Name"},
 		{"bad type", Config{Socket: sock, StateDir: "x", Type: "both"}, "Config.Type"},
 		{"negative max volumes", Config{Socket: sock, StateDir: "x", MaxVolumes: -1}, "Config.MaxVolumes"},
+		{"bad mounts", Config{Socket: sock, StateDir: "x", Mounts: "overlay"}, "Config.Mounts"},
 		{"unsupported capability", Config{Socket: sock, StateDir: "x",
 			ControllerCapabilities: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CLONE_VOLUME}},
 			"CLONE_VOLUME is not supported"},
@@ -159,7 +160,7 @@ func TestNewDefaults(t *testing.T) {
 	}
 	cfg := p.Config()
 	if cfg.Name != DefaultName || cfg.VendorVersion != DefaultVendorVersion || cfg.Type != TypeMonolith ||
-		cfg.NodeID == "" || cfg.Capacity != DefaultCapacity {
+		cfg.NodeID == "" || cfg.Capacity != DefaultCapacity || cfg.Mounts != MountsMarker {
 		t.Fatalf("defaults not applied: %+v", cfg)
 	}
 }

@@ -24,22 +24,32 @@ import (
 // csi-sanity runs for what it advertises. Keep it in sync with the package doc.
 var sanitySkips = []string{}
 
-// sanityChildEnv marks the child process that runs the suite.
+// sanityChildEnv marks the child process that runs the suite; its value is
+// the plugin's Config.Mounts.
 const sanityChildEnv = "TESTPLUGIN_SANITY_CHILD"
 
 // TestSanity runs the csi-sanity suite against a monolith plugin over a real
-// unix socket. Ginkgo runs a suite at most once per process and exits the
-// process under go test -count > 1, so the suite runs in a child process: a
-// fresh copy of this test binary running only this test.
+// unix socket, once with markers and once with bind mounts (when this
+// process can mount). Ginkgo runs a suite at most once per process and
+// exits the process under go test -count > 1, so each suite runs in a child
+// process: a fresh copy of this test binary running only this test.
 func TestSanity(t *testing.T) {
-	if os.Getenv(sanityChildEnv) == "1" {
-		runSanity(t)
+	if mounts := os.Getenv(sanityChildEnv); mounts != "" {
+		runSanity(t, mounts)
 		return
+	}
+	inModes(t, sanityChild)
+}
+
+// sanityChild runs the suite in a child process with the given mounts.
+func sanityChild(t *testing.T, mounts string) {
+	if mounts == MountsBind {
+		skipWithoutMounts(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSanity$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), sanityChildEnv+"=1")
+	cmd.Env = append(os.Environ(), sanityChildEnv+"="+mounts)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("csi-sanity failed (%v):\n%s", err, out)
@@ -60,7 +70,7 @@ func TestSanity(t *testing.T) {
 const summaryPrefix = "csi-sanity| "
 
 // runSanity runs the suite in this process; only once per process.
-func runSanity(t *testing.T) {
+func runSanity(t *testing.T, mounts string) {
 	dir, err := os.MkdirTemp("", "csi")
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +85,7 @@ func runSanity(t *testing.T) {
 		Topology:   map[string]string{"topology.testplugin/zone": "z1"},
 		// Everything the plugin can do, so that csi-sanity tests it all.
 		ControllerCapabilities: SupportedControllerCapabilities,
+		Mounts:                 mounts,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +94,12 @@ func runSanity(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
+	// Runs before the directory holding the mounts is removed.
+	t.Cleanup(func() {
+		if err := p.UnmountAll(); err != nil {
+			t.Errorf("UnmountAll: %v", err)
+		}
+	})
 
 	cfg := sanity.NewTestConfig()
 	cfg.Address = p.Socket()

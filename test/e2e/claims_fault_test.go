@@ -21,7 +21,9 @@ import (
 // a volume step: a server agent with the controller of plugin "tp", and a
 // client agent with its node service, both real `csisupd agent`
 // processes. The plugins run in the test, so they outlive a killed agent
-// and keep their own record of what is staged and published.
+// and keep their own record of what is staged and published. The node
+// plugin makes real bind mounts when the test can, so the mount table
+// shows what stays mounted.
 type claimNode struct {
 	serverAddr string
 	controller *testplugin.Plugin
@@ -54,11 +56,13 @@ server {
 	startAgentProcess(t, "server s0", ports[2], "--config", serverCfg)
 
 	clientPlugins := testutil.TempDir(t)
+	// Made before the plugin, so that its mounts there are undone before
+	// the directory is removed.
+	n.clientData = testutil.TempDir(t)
 	n.node = startTestPlugin(t, testplugin.Config{
 		Socket: filepath.Join(clientPlugins, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
-		Type: testplugin.TypeNode, NodeID: "csi-c0",
+		Type: testplugin.TypeNode, NodeID: "csi-c0", Mounts: pluginMounts(t),
 	})
-	n.clientData = testutil.TempDir(t)
 	n.clientHTTP = ports[5]
 	// The client's data dir is kept across its restarts.
 	n.clientCfg = filepath.Join(testutil.TempDir(t), "agent.hcl")
@@ -141,8 +145,9 @@ func waitCalling(t *testing.T, p *testplugin.Plugin, method string) {
 }
 
 // waitAllUndone waits until the volume has no claims, the node plugin has
-// nothing staged or published, the controller has it published nowhere,
-// and the client agent keeps no mount record.
+// nothing staged or published (in its records and, with real mounts, in
+// the mount table), the controller has it published nowhere, and the
+// client agent keeps no mount record.
 func (n *claimNode) waitAllUndone(t *testing.T, volumeID, externalID string) {
 	t.Helper()
 	testutil.WaitFor(t, 90*time.Second, "the claim released everywhere", func() bool {
@@ -154,8 +159,21 @@ func (n *claimNode) waitAllUndone(t *testing.T, volumeID, externalID string) {
 		rec, _ := readPluginVolume(t, n.ctrlState, externalID)
 		// The agent removes its mount record right after the plugin's
 		// unstage answered, so the record is waited for too.
-		return len(n.node.NodeVolumes()) == 0 && len(rec.Published) == 0 && n.mountRecords(t) == 0
+		return len(n.node.NodeVolumes()) == 0 && len(mountsLeft(t, n.node)) == 0 && len(rec.Published) == 0 && n.mountRecords(t) == 0
 	})
+}
+
+// wantClaimMounted fails the test unless, with real mounts, the claim's
+// host path and the volume's staging path are mount points. It returns
+// the staging path.
+func (n *claimNode) wantClaimMounted(t *testing.T, claim claimDoc, externalID string) string {
+	t.Helper()
+	staging := n.node.NodeVolumes()[externalID].StagingPath
+	if staging == "" {
+		t.Fatalf("the node plugin has not staged %s: %+v", externalID, n.node.NodeVolumes())
+	}
+	wantMountPoints(t, n.node, true, claim.HostPath, staging)
+	return staging
 }
 
 // mountRecords counts the client agent's mount records.
@@ -179,9 +197,11 @@ func TestAgentKilledBetweenStageAndPublish(t *testing.T) {
 	n.node.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"NodePublishVolume": 10 * time.Minute}})
 	claim := startCLI(t, n.serverAddr, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
 	waitCalling(t, n.node, "NodePublishVolume")
-	if log := n.node.NodeLog(); len(log) != 1 || log[0].Method != "NodeStageVolume" {
+	log := n.node.NodeLog()
+	if len(log) != 1 || log[0].Method != "NodeStageVolume" {
 		t.Fatalf("node plugin log before the kill: %+v, want one stage", log)
 	}
+	wantMountPoints(t, n.node, true, log[0].Path)
 	n.killClient(t)
 	n.node.SetFaults(testplugin.Faults{})
 	if out := <-claim; !strings.Contains(out, "exit status 1") {
@@ -190,7 +210,7 @@ func TestAgentKilledBetweenStageAndPublish(t *testing.T) {
 
 	n.startClient(t)
 	n.waitAllUndone(t, "v1", vol.ExternalID)
-	log := n.node.NodeLog()
+	log = n.node.NodeLog()
 	if last := log[len(log)-1]; last.Method != "NodeUnstageVolume" {
 		t.Fatalf("node plugin log after the restart: %+v, want the staging undone", log)
 	}
@@ -208,6 +228,7 @@ func TestAgentKilledBetweenUnpublishAndUnstage(t *testing.T) {
 	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
 	var claim claimDoc
 	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
+	staging := n.wantClaimMounted(t, claim, vol.ExternalID)
 
 	n.node.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"NodeUnstageVolume": 10 * time.Minute}})
 	release := startCLI(t, n.serverAddr, "volume", "release", "v1", "--node", "c0", "--workload", "w1")
@@ -215,6 +236,8 @@ func TestAgentKilledBetweenUnpublishAndUnstage(t *testing.T) {
 	if vols := n.node.NodeVolumes(); len(vols[vol.ExternalID].Targets) != 0 || vols[vol.ExternalID].StagingPath == "" {
 		t.Fatalf("node plugin before the kill: %+v, want unpublished and still staged", vols)
 	}
+	wantMountPoints(t, n.node, false, claim.HostPath)
+	wantMountPoints(t, n.node, true, staging)
 	n.killClient(t)
 	n.node.SetFaults(testplugin.Faults{})
 	<-release // fails or not: the servers' watcher finishes the release
@@ -233,6 +256,7 @@ func TestNodeDownLongerThanClaimGCGrace(t *testing.T) {
 	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
 	var claim claimDoc
 	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
+	staging := n.wantClaimMounted(t, claim, vol.ExternalID)
 	n.killClient(t)
 
 	testutil.WaitFor(t, 90*time.Second, "the claim of the down node released", func() bool {
@@ -247,6 +271,7 @@ func TestNodeDownLongerThanClaimGCGrace(t *testing.T) {
 	if vols := n.node.NodeVolumes(); len(vols[vol.ExternalID].Targets) != 1 {
 		t.Fatalf("node plugin while its agent is down: %+v, want the publication left", vols)
 	}
+	wantMountPoints(t, n.node, true, claim.HostPath, staging)
 
 	n.startClient(t)
 	n.waitAllUndone(t, "v1", vol.ExternalID)

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,16 +16,22 @@ import (
 )
 
 // clusterWithPlugins starts 3 servers and 2 agents, a monolith test plugin
-// "tp" on each agent (CSI node id csi-node-<i>), and waits until the
-// cluster sees both instances healthy.
+// "tp" on each agent (CSI node id csi-node-<i>), with real mounts when the
+// test can make them, and waits until the cluster sees both instances
+// healthy.
 func clusterWithPlugins(t *testing.T) (*testcluster.Cluster, []*testplugin.Plugin) {
 	t.Helper()
 	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2})
+	mounts := pluginMounts(t)
 	var plugins []*testplugin.Plugin
 	for i, a := range c.Agents() {
-		plugins = append(plugins, a.StartPlugin("tp", testplugin.Config{
-			Type: testplugin.TypeMonolith, NodeID: fmt.Sprintf("csi-node-%d", i),
-		}))
+		p := a.StartPlugin("tp", testplugin.Config{
+			Type: testplugin.TypeMonolith, NodeID: fmt.Sprintf("csi-node-%d", i), Mounts: mounts,
+		})
+		// The agents' directories, which hold the mounts, were made
+		// before: this runs before they are removed.
+		unmountAtEnd(t, p)
+		plugins = append(plugins, p)
 	}
 	addr := followerAddr(t, c)
 	testutil.WaitFor(t, 30*time.Second, "plugin tp healthy on both agents", func() bool {
@@ -45,7 +53,7 @@ func followerAddr(t *testing.T, c *testcluster.Cluster) string {
 // with the CLI: created by one controller, claimed by a writer on one node
 // (published with that node's CSI node id, staged and published there), a
 // second writer refused, a reader allowed, and released step by step, as
-// the plugins' own records show.
+// the plugins' own records and, with real mounts, the mount table show.
 func TestClusterVolumeLifecycle(t *testing.T) {
 	c, plugins := clusterWithPlugins(t)
 	addr := followerAddr(t, c)
@@ -114,6 +122,8 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 	if len(log) != 2 || log[0].Method != "NodeStageVolume" || log[1].Method != "NodePublishVolume" || log[1].Path != writer.HostPath {
 		t.Fatalf("node plugin on node A saw %+v, want stage then publish at %s", log, writer.HostPath)
 	}
+	staging := log[0].Path
+	wantMountPoints(t, plugins[0], true, writer.HostPath, staging)
 	if err := os.WriteFile(filepath.Join(writer.HostPath, "hello"), []byte("hi"), 0o600); err != nil {
 		t.Fatalf("write through the host path: %v", err)
 	}
@@ -131,6 +141,13 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 	cliJSON(t, addr, &reader, "volume", "claim", "v1", "--node", nodeB.Name, "--workload", "report-1", "--read-only")
 	if !reader.ReadOnly || reader.State != "taken" || reader.HostPath == "" {
 		t.Fatalf("reader claim: %+v", reader)
+	}
+	wantMountPoints(t, plugins[1], true, reader.HostPath)
+	if mounts(plugins[1]) {
+		// The reader's mount is read-only, not only its claim.
+		if err := os.WriteFile(filepath.Join(reader.HostPath, "nope"), nil, 0o600); !errors.Is(err, syscall.EROFS) {
+			t.Fatalf("write through the reader's host path: %v, want EROFS", err)
+		}
 	}
 	var got volumeDoc
 	cliJSON(t, addr, &got, "volume", "status", "v1")
@@ -160,6 +177,8 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 	if left := plugins[0].NodeVolumes(); len(left) != 0 {
 		t.Fatalf("node A's plugin still has %+v staged or published", left)
 	}
+	wantMountPoints(t, plugins[0], false, writer.HostPath, staging)
+	wantMountPoints(t, plugins[1], true, reader.HostPath)
 	if rec, _ := readPluginVolume(t, ctrlState, vol.ExternalID); rec.Published["csi-node-0"] != nil || rec.Published["csi-node-1"] == nil {
 		t.Fatalf("controller plugin record after the release: published to %v, want only csi-node-1", rec.Published)
 	}
@@ -175,6 +194,11 @@ func TestClusterVolumeLifecycle(t *testing.T) {
 	}
 	if left := plugins[1].NodeVolumes(); len(left) != 0 {
 		t.Fatalf("node B's plugin still has %+v staged or published", left)
+	}
+	for i, p := range plugins {
+		if left := mountsLeft(t, p); len(left) != 0 {
+			t.Fatalf("node %d's plugin left mounted: %q", i, left)
+		}
 	}
 	if rec, _ := readPluginVolume(t, ctrlState, vol.ExternalID); len(rec.Published) != 0 {
 		t.Fatalf("controller plugin record after detach: still published to %v", rec.Published)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,7 +212,9 @@ func tryPlugin(t *testing.T, addr, id string) (pluginDoc, bool) {
 }
 
 // startTestPlugin starts a test plugin in the test process; it outlives
-// the agents the test kills, and stops when the test ends.
+// the agents the test kills, and stops when the test ends. Its mounts, if
+// any, are undone then too: create the directories they live in before,
+// so that they are removed after.
 func startTestPlugin(t *testing.T, cfg testplugin.Config) *testplugin.Plugin {
 	t.Helper()
 	p, err := testplugin.New(cfg)
@@ -222,5 +225,76 @@ func startTestPlugin(t *testing.T, cfg testplugin.Config) *testplugin.Plugin {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
+	unmountAtEnd(t, p)
 	return p
+}
+
+// pluginMounts is the Config.Mounts of the tests' node plugins: real bind
+// mounts when this process can make them, so that the claim tests check
+// the mount table; else markers, and the test says why.
+func pluginMounts(t *testing.T) string {
+	t.Helper()
+	if ok, reason := testplugin.RealMountsAvailable(); !ok {
+		t.Logf("the test plugins link rather than mount: %s", reason)
+		return testplugin.MountsMarker
+	}
+	return testplugin.MountsBind
+}
+
+// unmountAtEnd undoes p's mounts when the test ends: they outlive the
+// plugin, as a driver's outlive its process.
+func unmountAtEnd(t *testing.T, p *testplugin.Plugin) {
+	t.Cleanup(func() {
+		if err := p.UnmountAll(); err != nil {
+			t.Errorf("unmount the test plugin's mounts: %v", err)
+		}
+	})
+}
+
+// mounts reports whether p makes real mounts, so that a test checks the
+// mount table; with markers there is none to check, and the plugin's
+// records tell what it holds.
+func mounts(p *testplugin.Plugin) bool {
+	return p.Config().Mounts == testplugin.MountsBind
+}
+
+// wantMountPoints fails the test unless each path is a mount point, or
+// none is, as want says, when p makes real mounts.
+func wantMountPoints(t *testing.T, p *testplugin.Plugin, want bool, paths ...string) {
+	t.Helper()
+	if !mounts(p) {
+		return
+	}
+	for _, path := range paths {
+		got, err := testplugin.IsMountPoint(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("%s is a mount point: %v, want %v", path, got, want)
+		}
+	}
+}
+
+// mountsLeft returns the paths p was ever asked to stage or publish at
+// that are mount points now; none when p makes no real mounts.
+func mountsLeft(t *testing.T, p *testplugin.Plugin) []string {
+	t.Helper()
+	if !mounts(p) {
+		return nil
+	}
+	var left []string
+	for _, c := range p.NodeLog() {
+		if c.Method != "NodeStageVolume" && c.Method != "NodePublishVolume" || slices.Contains(left, c.Path) {
+			continue
+		}
+		mounted, err := testplugin.IsMountPoint(c.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mounted {
+			left = append(left, c.Path)
+		}
+	}
+	return left
 }

@@ -18,6 +18,10 @@
 // after the given time the process exits with status 3 without any cleanup.
 // Usage errors exit 2, other errors 1.
 //
+// With --mounts bind the node service makes real bind mounts (it needs
+// root); they stay when the process exits, as a driver's do, and are the
+// caller's to unmount. The default, --mounts marker, mounts nothing.
+//
 // With --probe-log FILE every Probe call a plugin serves appends the line
 // "<plugin id> <unix nanoseconds>" to FILE, stamped when the answer is
 // ready; the id is what csisupd calls the plugin (the directory of a
@@ -72,6 +76,7 @@ type options struct {
 	exitAfter    time.Duration
 	logLevel     string
 	probeLog     string
+	mounts       string
 }
 
 // errUsage marks errors in the command line.
@@ -94,6 +99,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.probeDelay, "probe-delay", 0, "delay every Probe answer")
 	fs.DurationVar(&o.exitAfter, "exit-after", 0, "crash: exit with status 3 after this time, leaving sockets behind")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: trace, debug, info, warn or error")
+	fs.StringVar(&o.mounts, "mounts", testplugin.MountsMarker, "how the node service places volumes: marker (links, no privileges) or bind (real bind mounts, needs root)")
 	fs.StringVar(&o.probeLog, "probe-log", "", "append \"<plugin id> <unix ns>\" to this file for every Probe served")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
@@ -109,6 +115,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("%w: --count needs --dir", errUsage)
 	case o.probeDelay < 0 || o.exitAfter < 0:
 		return o, fmt.Errorf("%w: durations must not be negative", errUsage)
+	case o.mounts != testplugin.MountsMarker && o.mounts != testplugin.MountsBind:
+		return o, fmt.Errorf("%w: --mounts %q is not %s or %s", errUsage, o.mounts, testplugin.MountsMarker, testplugin.MountsBind)
 	case hclog.LevelFromString(o.logLevel) == hclog.NoLevel:
 		return o, fmt.Errorf("%w: --log-level %q is unknown", errUsage, o.logLevel)
 	}
@@ -186,6 +194,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			MaxVolumes:   o.maxVolumes,
 			Topology:     topology,
 			KnownNodeIDs: known,
+			Mounts:       o.mounts,
 			Logger:       logger,
 		}
 		if o.dir != "" {

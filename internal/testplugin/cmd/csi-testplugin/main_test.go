@@ -185,6 +185,7 @@ func TestUsage(t *testing.T) {
 		{"bad topology", []string{"--socket", "a", "--topology", "zone"}, "not key=value"},
 		{"unknown flag", []string{"--nope"}, "nope"},
 		{"bad log level", []string{"--socket", "a", "--log-level", "loud"}, "--log-level"},
+		{"bad mounts", []string{"--socket", "a", "--mounts", "overlay"}, "--mounts \"overlay\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
