@@ -47,16 +47,20 @@ server {
 		s.start(t)
 		c.servers = append(c.servers, s)
 	}
+	mode := pluginMounts(t)
 	for i, name := range []string{"node-1", "node-2"} {
-		dir := testutil.TempDir(t)
+		// The agent's data dir, where the plugin mounts, is made before
+		// the plugin, so that the plugin's mounts are undone before it is
+		// removed.
+		dir, dataDir := testutil.TempDir(t), testutil.TempDir(t)
 		cfg := testplugin.Config{Socket: filepath.Join(dir, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
-			Type: testplugin.TypeNode, NodeID: "csi-" + name}
+			Type: testplugin.TypeNode, NodeID: "csi-" + name, Mounts: mode}
 		if i == 0 {
 			cfg.Type, cfg.KnownNodeIDs = testplugin.TypeMonolith, []string{testplugin.AnyNode}
 		}
 		c.plugins[name] = startTestPlugin(t, cfg)
 		p := ports[9+3*i:]
-		startAgentProcess(t, name, p[2], "--config", agentHCL(t, name, p[0], p[1], p[2], fmt.Sprintf(`client {
+		startAgentProcess(t, name, p[2], "--config", agentHCLIn(t, name, dataDir, p[0], p[1], p[2], fmt.Sprintf(`client {
   plugin_dir     = %q
   servers        = %s
   probe_interval = "1s"
@@ -111,8 +115,9 @@ func (c *leaderKillCluster) leader(t *testing.T) (leader, follower *recoveryServ
 
 // settledClaim waits until the claim of w1 on node-1 is either taken and
 // mounted, with the node's plugin publishing the volume at the claim's
-// host path, or gone, with the plugin holding nothing; volume status is
-// read from addr. It returns whether the claim holds.
+// host path (a mount point when the plugin mounts), or gone, with the
+// plugin holding nothing (and nothing left mounted); volume status is read
+// from addr. It returns whether the claim holds.
 func (c *leaderKillCluster) settledClaim(t *testing.T, addr, externalID string) bool {
 	t.Helper()
 	var holds bool
@@ -125,13 +130,21 @@ func (c *leaderKillCluster) settledClaim(t *testing.T, addr, externalID string) 
 		}
 		nv := c.plugins["node-1"].NodeVolumes()
 		last = fmt.Sprintf("claims %+v, plugin %+v", v.Claims, nv)
+		node := c.plugins["node-1"]
 		switch {
 		case len(v.Claims) == 0:
 			holds = false
-			return len(nv) == 0
+			return len(nv) == 0 && len(mountsLeft(t, node)) == 0
 		case len(v.Claims) == 1 && v.Claims[0].WorkloadID == "w1" && v.Claims[0].State == "taken" && v.Claims[0].Mounted:
 			holds = true
-			return len(nv) == 1 && slices.Contains(nv[externalID].Targets, v.Claims[0].HostPath)
+			if len(nv) != 1 || !slices.Contains(nv[externalID].Targets, v.Claims[0].HostPath) {
+				return false
+			}
+			if !mounts(node) {
+				return true
+			}
+			mounted, err := testplugin.IsMountPoint(v.Claims[0].HostPath)
+			return err == nil && mounted
 		}
 		return false
 	})
@@ -177,6 +190,9 @@ func leaderDiesMidClaim(t *testing.T, fault func(t *testing.T, leader *recoveryS
 		}
 		if left := node.NodeVolumes(); len(left) != 0 {
 			t.Fatalf("node-1's plugin still holds %+v after the release", left)
+		}
+		if left := mountsLeft(t, node); len(left) != 0 {
+			t.Fatalf("still mounted on node-1 after the release: %v", left)
 		}
 		r = cli(t, follower.rpc, "volume", "claim", "v1", "--node", "node-2", "--workload", "w2")
 	}
