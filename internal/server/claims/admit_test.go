@@ -83,10 +83,15 @@ func TestCheckTake(t *testing.T) {
 		change func(st *fakeState)
 		volume *statepb.Volume
 		claim  *statepb.VolumeClaim
-		rule   string // "" admits; "NotFound" for an unknown node
+		rule   string // "" admits; else the rule, or the code NotFound or InvalidArgument
 	}{
 		{"admitted", nil, vol(snw), claimOn("n1", "w", snw, false), ""},
 		{"same workload already holds a claim", nil, vol(snw, claimOn("n1", "w", snw, false)), claimOn("n1", "w", snw, false), csisupdv1.ClaimRuleStale},
+		{"not a new claim", nil, vol(snw), func() *statepb.VolumeClaim {
+			c := claimOn("n1", "w", snw, false)
+			c.Mounted = true
+			return c
+		}(), "InvalidArgument"},
 		{"unknown node", nil, vol(snw), claimOn("n9", "w", snw, false), "NotFound"},
 		{"node down", func(st *fakeState) { st.nodes["n1"].Status = state.NodeStatusDown }, vol(snw), claimOn("n1", "w", snw, false), csisupdv1.ClaimRuleNodeNotReady},
 		{"plugin not on the node", func(st *fakeState) { st.nodes["n1"].Plugins = nil }, vol(snw), claimOn("n1", "w", snw, false), csisupdv1.ClaimRulePlugin},
@@ -146,9 +151,9 @@ func TestCheckTake(t *testing.T) {
 			switch {
 			case tt.rule == "" && err != nil:
 				t.Fatalf("refused: %v", err)
-			case tt.rule == "NotFound":
-				if status.Code(err) != codes.NotFound {
-					t.Fatalf("%v, want NotFound", err)
+			case tt.rule == "NotFound" || tt.rule == "InvalidArgument":
+				if status.Code(err).String() != tt.rule {
+					t.Fatalf("%v, want %s", err, tt.rule)
 				}
 			case tt.rule != "" && rule(err) != tt.rule:
 				t.Fatalf("%v, want the %s rule", err, tt.rule)
