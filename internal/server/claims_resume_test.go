@@ -133,4 +133,3 @@ func firstRunning(e *claimEnv) int {
 	}
 	return 0
 }
-
