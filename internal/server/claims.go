@@ -166,7 +166,7 @@ func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *stat
 			published = true
 		}
 	}
-	hostPath, mounted := claim.GetHostPath(), claim.GetMounted()
+	hostPath, stagingPath, mounted := claim.GetHostPath(), claim.GetStagingPath(), claim.GetMounted()
 	if !mounted {
 		node := s.State().Node(claim.GetNodeId())
 		if node == nil {
@@ -190,12 +190,13 @@ func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *stat
 			return nil, nil, fmt.Errorf("mount volume %q for workload %q on node %q (%s): %w",
 				v.GetId(), claim.GetWorkloadId(), node.GetId(), node.GetAddress(), err)
 		}
-		hostPath, mounted = m.GetHostPath(), true
+		hostPath, stagingPath, mounted = m.GetHostPath(), m.GetStagingPath(), true
 	}
 	if published != claim.GetControllerPublished() || mounted != claim.GetMounted() {
 		if v, claim, err = s.updateClaim(ref, func(c *statepb.VolumeClaim) {
 			c.PublishContext, c.ControllerPublished = pc, published
 			c.HostPath, c.Mounted = hostPath, mounted
+			c.StagingPath = stagingPath
 		}); err != nil {
 			return nil, nil, err
 		}
@@ -379,6 +380,7 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statep
 		leader.BusyWith(ctx, uctx)
 		err := s.nodeVolumes.UnmountVolume(uctx, node.GetAddress(), &csisupdv1.UnmountVolumeRequest{
 			PluginId: v.GetPluginId(), VolumeId: v.GetId(), WorkloadId: c.GetWorkloadId(), Usage: statepb.VolumeUsageToAPI(c.GetUsage()),
+			ExternalId: v.GetExternalId(), HostPath: c.GetHostPath(), StagingPath: c.GetStagingPath(), Cluster: true, ClaimIndex: c.GetClaimIndex(),
 		})
 		cancel()
 		if err != nil {
