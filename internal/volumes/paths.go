@@ -26,6 +26,9 @@ const (
 // DefaultAccessMode is the access mode of a usage that names none.
 const DefaultAccessMode = "SINGLE_NODE_WRITER"
 
+// maxPathLen caps a path the servers send (PATH_MAX on Linux).
+const maxPathLen = 4096
+
 // Directories under a plugin's mount root.
 const (
 	stagingDir     = "staging"
@@ -197,6 +200,9 @@ func under(dir, p string) bool {
 // p itself may be a link (a plugin may publish one); parts that do not
 // exist yet are fine.
 func (r roots) checkServerPath(field, dir, p string) error {
+	if len(p) > maxPathLen {
+		return status.Errorf(codes.InvalidArgument, "%s is %d bytes long; at most %d are allowed", field, len(p), maxPathLen)
+	}
 	if !under(dir, p) {
 		return status.Errorf(codes.InvalidArgument, "%s %q is not a clean path under %q", field, p, dir)
 	}
