@@ -90,6 +90,24 @@ func (m *Manager) requestRecord(req *csisupdv1.UnmountVolumeRequest, u usage) (*
 	}, StateRecordLost)
 }
 
+// warnPathsDiffer logs at warn when the servers' paths in req differ from
+// those of the record of the same usage among recs. The record is this
+// agent's own: its paths are the ones the plugin was given, and the ones
+// unmounted.
+func (m *Manager) warnPathsDiffer(req *csisupdv1.UnmountVolumeRequest, usageKey string, recs []*record) {
+	if req.GetHostPath() == "" && req.GetStagingPath() == "" {
+		return
+	}
+	for _, r := range recs {
+		if r.UsageKey == usageKey && (r.HostPath != req.GetHostPath() || r.StagingPath != req.GetStagingPath()) {
+			m.log.Warn("the servers' paths of a mount differ from its record; unmounting the record's",
+				"plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID, "usage", r.UsageKey,
+				"host_path", r.HostPath, "servers_host_path", req.GetHostPath(),
+				"staging_path", r.StagingPath, "servers_staging_path", req.GetStagingPath())
+		}
+	}
+}
+
 // resolveFor checks that r's plugin is there for method, and fills r's
 // staging from it (see fillServerStaging).
 func (m *Manager) resolveFor(r *record, method string) error {

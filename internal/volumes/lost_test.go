@@ -215,12 +215,13 @@ func TestUnmountRefusesServersPathsOutsideTheMount(t *testing.T) {
 }
 
 // When the agent has a record, its own paths are unmounted, whatever the
-// servers send, and a difference is logged.
+// servers send (even paths it would refuse to use), and a difference is
+// logged.
 func TestUnmountPrefersTheRecordsPaths(t *testing.T) {
 	e := newEnv(t, Config{}, true)
 	mnt := clusterMount(t, e.m, "v1", "w1", 3)
 	req := serverUnmount(mnt)
-	req.HostPath = filepath.Join(filepath.Dir(mnt.GetHostPath()), "elsewhere")
+	req.HostPath = "/elsewhere/" + defaultKey
 	from := len(e.plug.NodeLog())
 	if _, err := e.m.Unmount(context.Background(), req); err != nil {
 		t.Fatal(err)

@@ -346,7 +346,8 @@ func (m *Manager) failMount(ctx context.Context, log hclog.Logger, r *record, st
 // request carries the servers' paths of the claim (host_path, with usage
 // and external_id), those are unpublished and unstaged: the record may
 // have been lost, and the node must not confirm a release it did not do.
-// A mount that does not exist succeeds.
+// A mount that has a record is undone from the record's paths, whatever
+// the request's. A mount that does not exist succeeds.
 func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeRequest) (*csisupdv1.UnmountVolumeResponse, error) {
 	if err := checkIDs(req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId()); err != nil {
 		return nil, err
@@ -359,10 +360,6 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 			return nil, err
 		}
 		usageKey = u.key()
-	}
-	fromServers, err := m.requestRecord(req, u)
-	if err != nil {
-		return nil, err
 	}
 	unlock, err := m.lockVolume(ctx, req.GetPluginId(), req.GetVolumeId())
 	if err != nil {
@@ -380,25 +377,20 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 	}
 	m.mu.Unlock()
 	resp := &csisupdv1.UnmountVolumeResponse{}
-	switch {
-	case len(recs) == 0 && fromServers == nil:
-		return resp, nil
-	case len(recs) == 0:
+	if len(recs) == 0 {
+		fromServers, err := m.requestRecord(req, u)
+		if err != nil {
+			return nil, err
+		}
+		if fromServers == nil {
+			return resp, nil
+		}
 		m.log.Warn("no record of the mount being released; unmounting it from the servers' paths",
 			"plugin", fromServers.PluginID, "volume", fromServers.VolumeID, "workload", fromServers.WorkloadID, "usage", fromServers.UsageKey,
 			"host_path", fromServers.HostPath, "staging_path", fromServers.StagingPath, "claim_index", fromServers.ClaimIndex)
 		recs = []*record{fromServers}
-	case fromServers != nil:
-		for _, r := range recs {
-			if r.UsageKey == fromServers.UsageKey && (r.HostPath != fromServers.HostPath || r.StagingPath != fromServers.StagingPath) {
-				// The record is this agent's own: its paths are the ones
-				// the plugin was given.
-				m.log.Warn("the servers' paths of a mount differ from its record; unmounting the record's",
-					"plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID, "usage", r.UsageKey,
-					"host_path", r.HostPath, "servers_host_path", fromServers.HostPath,
-					"staging_path", r.StagingPath, "servers_staging_path", fromServers.StagingPath)
-			}
-		}
+	} else {
+		m.warnPathsDiffer(req, usageKey, recs)
 	}
 	slices.SortFunc(recs, compareRecords)
 	for _, r := range recs {
