@@ -92,10 +92,10 @@
 // any unmount does, so that the node never confirms a release it did not
 // do; NotFound counts as done. A mount that has a record is undone from
 // the record's paths, which are the agent's own (a difference is logged).
-// The servers' paths, to be used, must be clean paths in the mount's directories under the plugin's mount root
-// (per-workload/<workload>/<volume>/ and staging/<volume>/), with no
-// symbolic link between the root and them; anything else is
-// InvalidArgument naming the field. Records made from them say so
+// The servers' paths, to be used, must be clean paths in the mount's
+// directories under the plugin's mount root (per-workload/<workload>/
+// <volume>/ and staging/<volume>/), with no symbolic link between the
+// root and them; anything else is InvalidArgument naming the field. Records made from them say so
 // (server_paths) and are checked on load against those directories. A
 // record with the servers' paths and no staging path gets the staging
 // target this agent derives when the plugin stages: servers that predate
