@@ -71,8 +71,8 @@ func undoneCalls(mnt *csisupdv1.Mount) []testplugin.NodeCall {
 }
 
 // checkUndone checks that the plugin's node calls since the first from
-// are exactly those that undo mnt, and that it keeps nothing staged or
-// published.
+// are exactly those that undo mnt, that it keeps nothing staged or
+// published, and that no mount record is left.
 func (e *env) checkUndone(t *testing.T, from int, mnt *csisupdv1.Mount) {
 	t.Helper()
 	if got, want := e.plug.NodeLog()[from:], undoneCalls(mnt); !slices.Equal(got, want) {
@@ -80,6 +80,9 @@ func (e *env) checkUndone(t *testing.T, from int, mnt *csisupdv1.Mount) {
 	}
 	if vols := e.plug.NodeVolumes(); len(vols) != 0 {
 		t.Errorf("plugin still has %+v", vols)
+	}
+	if files := e.recordFiles(t); len(files) != 0 {
+		t.Errorf("records left: %v", files)
 	}
 }
 
@@ -252,9 +255,6 @@ func TestUnmountWithoutRecordIsFinishedAfterARestart(t *testing.T) {
 	restarted := e.manager(t, Config{}, true)
 	waitRecovered(t, restarted)
 	e.checkUndone(t, from, mnt)
-	if files := e.recordFiles(t); len(files) != 0 {
-		t.Errorf("records left: %v", files)
-	}
 }
 
 // lostEnv is a node whose manager lost the record of mnt, a cluster
@@ -327,9 +327,6 @@ func TestReconcileKeepsLostRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkUndone(t, from, mnt)
-	if files := e.recordFiles(t); len(files) != 0 {
-		t.Errorf("records left: %v", files)
-	}
 }
 
 // A lost mount whose claim the servers no longer hold is undone from the
@@ -341,9 +338,6 @@ func TestReconcileUndoesLostRecordTheServersReleased(t *testing.T) {
 	e.m.TriggerReconcile()
 	testutil.WaitFor(t, waitTime, "the lost mount undone", func() bool { return len(e.m.List("", "")) == 0 })
 	e.checkUndone(t, from, mnt)
-	if files := e.recordFiles(t); len(files) != 0 {
-		t.Errorf("records left: %v", files)
-	}
 }
 
 // A Mount of a lost mount (the servers finishing its claim) stages and
