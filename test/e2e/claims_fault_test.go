@@ -34,6 +34,7 @@ type claimNode struct {
 // (CSI node id csi-<name>), whose data dir is kept across its restarts.
 type clientAgent struct {
 	name string
+	addr string // its gRPC address
 	node *testplugin.Plugin
 
 	clientCfg  string
@@ -75,7 +76,7 @@ func (n *claimNode) addClient(t *testing.T, name string) *clientAgent {
 	t.Helper()
 	ports := testutil.FreePorts(t, 3)
 	clientPlugins := testutil.TempDir(t)
-	c := &clientAgent{name: name, clientData: testutil.TempDir(t), clientHTTP: ports[2]}
+	c := &clientAgent{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), clientData: testutil.TempDir(t), clientHTTP: ports[2]}
 	c.node = startTestPlugin(t, testplugin.Config{
 		Socket: filepath.Join(clientPlugins, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
 		Type: testplugin.TypeNode, NodeID: "csi-" + name,

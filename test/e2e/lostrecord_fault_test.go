@@ -60,8 +60,16 @@ func TestLostMountRecord(t *testing.T) {
 		return strings.Contains(logs, "volume mount record lost; the servers hold a claim for it") &&
 			strings.Contains(logs, "host_path="+claim.HostPath)
 	})
-	if c1.mountRecords(t) != 1 {
-		t.Error("c1 did not keep the lost mount as a record")
+	var status struct {
+		Mounts []struct {
+			VolumeID string `json:"volume_id"`
+			State    string `json:"state"`
+			HostPath string `json:"host_path"`
+		} `json:"mounts"`
+	}
+	cliJSON(t, c1.addr, &status, "status")
+	if len(status.Mounts) != 1 || status.Mounts[0].State != "record-lost" || status.Mounts[0].HostPath != claim.HostPath {
+		t.Errorf("c1's mounts = %+v, want the claim's mount record-lost at %s", status.Mounts, claim.HostPath)
 	}
 
 	res := cli(t, n.serverAddr, "volume", "claim", "v1", "--node", "c0", "--workload", "w1", "--json")
