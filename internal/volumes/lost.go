@@ -25,11 +25,11 @@ type serverMount struct {
 	claimIndex                                 uint64
 }
 
-// serverRecord returns a record of the mount s in state, with the
+// serverRecord returns a record-lost record of the mount s, with the
 // servers' paths once they are checked to lie in the mount's directories
 // under the plugin's mount root (InvalidArgument naming the field
 // otherwise). The record is not saved.
-func (m *Manager) serverRecord(s serverMount, state string) (*record, error) {
+func (m *Manager) serverRecord(s serverMount) (*record, error) {
 	rts := m.rootsOf(s.pluginID)
 	if err := rts.checkServerPath("host_path", rts.targetDir(s.workloadID, s.volumeID), s.hostPath); err != nil {
 		return nil, err
@@ -51,7 +51,7 @@ func (m *Manager) serverRecord(s serverMount, state string) (*record, error) {
 		Roots:       rts,
 		HostPath:    s.hostPath,
 		StagingPath: s.stagingPath,
-		State:       state,
+		State:       StateRecordLost,
 		ServerPaths: true,
 		Cluster:     s.cluster,
 		ClaimIndex:  s.claimIndex,
@@ -87,7 +87,7 @@ func (m *Manager) requestRecord(req *csisupdv1.UnmountVolumeRequest, u usage) (*
 	return m.serverRecord(serverMount{
 		pluginID: req.GetPluginId(), volumeID: req.GetVolumeId(), externalID: req.GetExternalId(), workloadID: req.GetWorkloadId(),
 		usage: u, hostPath: req.GetHostPath(), stagingPath: req.GetStagingPath(), cluster: req.GetCluster(), claimIndex: req.GetClaimIndex(),
-	}, StateRecordLost)
+	})
 }
 
 // warnPathsDiffer logs at warn when the servers' paths in req differ from
@@ -221,7 +221,7 @@ func (m *Manager) keepLost(ctx context.Context, c *csisupdv1.NodeClaimRef, since
 	r, err := m.serverRecord(serverMount{
 		pluginID: c.GetPluginId(), volumeID: c.GetVolumeId(), externalID: cmp.Or(c.GetExternalId(), c.GetVolumeId()), workloadID: c.GetWorkloadId(),
 		usage: u, hostPath: c.GetHostPath(), stagingPath: c.GetStagingPath(), cluster: true, claimIndex: c.GetClaimIndex(),
-	}, StateRecordLost)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -232,15 +232,15 @@ func (m *Manager) keepLost(ctx context.Context, c *csisupdv1.NodeClaimRef, since
 	return r, nil
 }
 
-// countLost returns how many records are in state record-lost.
-func (m *Manager) countLost() int {
+// countRecords returns how many records there are, and how many of them
+// are in state record-lost.
+func (m *Manager) countRecords() (records, lost int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := 0
 	for _, r := range m.records {
 		if r.State == StateRecordLost {
-			n++
+			lost++
 		}
 	}
-	return n
+	return len(m.records), lost
 }

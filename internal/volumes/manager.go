@@ -188,7 +188,6 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 		case StateRecordLost:
 			// The servers finish the claim of a mount whose record was
 			// lost: stage and publish it again (both are idempotent).
-			existing = existing.clone()
 			lost = existing.clone()
 		default:
 			return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Aborted,
@@ -202,8 +201,8 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 		return nil, err
 	}
 	var r *record
-	if existing != nil {
-		r, err = m.remountLost(existing, p, req)
+	if lost != nil {
+		r, err = m.remountLost(lost.clone(), p, req)
 	} else {
 		r, err = m.newMount(req, u, externalID, p)
 	}

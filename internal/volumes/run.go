@@ -154,10 +154,8 @@ func (m *Manager) reconcileLoop(ctx context.Context) {
 			failures = nil
 			if !compared {
 				compared = true
-				m.mu.Lock()
-				n := len(m.records)
-				m.mu.Unlock()
-				m.log.Info("compared mount records with the servers' claims", "records", n, "record_lost", m.countLost())
+				records, lost := m.countRecords()
+				m.log.Info("compared mount records with the servers' claims", "records", records, "record_lost", lost)
 			}
 		} else {
 			if failures == nil {
