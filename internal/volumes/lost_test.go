@@ -133,6 +133,40 @@ func TestUnmountWithoutRecordUsesServersPaths(t *testing.T) {
 	}
 }
 
+// The servers' paths are host paths: the plugin gets them as it sees
+// them, mapped through the roots as a record's are.
+func TestUnmountWithoutRecordMapsToThePluginsView(t *testing.T) {
+	dir := testutil.TempDir(t)
+	hostRoot := filepath.Join(dir, "host-root")
+	pluginView := filepath.Join(dir, "plugin-view")
+	if err := os.MkdirAll(hostRoot, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(hostRoot, pluginView); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{PluginDirs: map[string]PluginDirs{"tp": {MountDir: hostRoot, PluginMountDir: pluginView}}}
+	e := newEnv(t, cfg, false)
+	mnt := clusterMount(t, e.m, "v1", "w1", 7)
+	e.loseRecords(t)
+	m := e.manager(t, cfg, true)
+	from := len(e.plug.NodeLog())
+	if _, err := m.Unmount(context.Background(), serverUnmount(mnt)); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(hostPath string) string { return filepath.Join(pluginView, strings.TrimPrefix(hostPath, hostRoot)) }
+	want := []testplugin.NodeCall{
+		{Method: "NodeUnpublishVolume", VolumeID: "v1", Path: seen(mnt.GetHostPath())},
+		{Method: "NodeUnstageVolume", VolumeID: "v1", Path: seen(mnt.GetStagingPath())},
+	}
+	if got := e.plug.NodeLog()[from:]; !slices.Equal(got, want) {
+		t.Errorf("plugin node calls = %+v, want %+v", got, want)
+	}
+	if vols := e.plug.NodeVolumes(); len(vols) != 0 {
+		t.Errorf("plugin still has %+v", vols)
+	}
+}
+
 // The servers' paths must lie in the mount's directories under the
 // plugin's mount root: anything else is refused, naming the field,
 // before the plugin is called or anything is recorded.
