@@ -136,15 +136,7 @@ func TestUnmountWithoutRecordUsesServersPaths(t *testing.T) {
 // The servers' paths are host paths: the plugin gets them as it sees
 // them, mapped through the roots as a record's are.
 func TestUnmountWithoutRecordMapsToThePluginsView(t *testing.T) {
-	dir := testutil.TempDir(t)
-	hostRoot := filepath.Join(dir, "host-root")
-	pluginView := filepath.Join(dir, "plugin-view")
-	if err := os.MkdirAll(hostRoot, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(hostRoot, pluginView); err != nil {
-		t.Fatal(err)
-	}
+	hostRoot, pluginView := pluginViewRoots(t)
 	cfg := Config{PluginDirs: map[string]PluginDirs{"tp": {MountDir: hostRoot, PluginMountDir: pluginView}}}
 	e := newEnv(t, cfg, false)
 	mnt := clusterMount(t, e.m, "v1", "w1", 7)
