@@ -76,6 +76,11 @@ func TestLostMountRecord(t *testing.T) {
 	if res.code == 0 || !strings.Contains(res.stderr, "claim refused (access-mode)") {
 		t.Fatalf("claim on c0 while c1 holds the volume: exit %d, %q; want a refusal naming access-mode", res.code, res.stderr)
 	}
+	var afterRestart volumeDoc
+	cliJSON(t, n.serverAddr, &afterRestart, "volume", "status", "v1")
+	if len(afterRestart.Claims) != 1 || afterRestart.Claims[0].NodeID != claim.NodeID || afterRestart.Claims[0].State != "taken" {
+		t.Fatalf("volume status after c1's restart: %+v, want c1's claim taken", afterRestart.Claims)
+	}
 	if vols := c1.node.NodeVolumes(); len(vols[vol.ExternalID].Targets) != 1 {
 		t.Fatalf("c1's plugin after the restart: %+v, want the volume still published", vols)
 	}
