@@ -189,8 +189,8 @@ func (m *Manager) noteLost(ctx context.Context, loop *watchdog.Loop, claims []*c
 	}
 }
 
-// keepLost saves the claim c as a record-lost record when it has no
-// record, and returns it; nil when it has one or was removed since.
+// keepLost saves the claim c as a record-lost record when its mount has
+// no record, and returns it; nil when it has one or was removed since.
 func (m *Manager) keepLost(ctx context.Context, c *csisupdv1.NodeClaimRef, since uint64) (*record, error) {
 	if err := checkIDs(c.GetPluginId(), c.GetVolumeId(), c.GetWorkloadId()); err != nil {
 		return nil, err
@@ -200,10 +200,23 @@ func (m *Manager) keepLost(ctx context.Context, c *csisupdv1.NodeClaimRef, since
 		return nil, err
 	}
 	name := recordName(c.GetPluginId(), c.GetVolumeId(), c.GetWorkloadId(), u.key())
-	m.mu.Lock()
-	_, ok := m.records[name]
-	m.mu.Unlock()
-	if ok {
+	// known reports whether the claim's mount has a record (of its usage,
+	// or at its host path should the usage keys disagree) or was removed
+	// since.
+	known := func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if _, ok := m.records[name]; ok || m.removedAt[name] > since {
+			return true
+		}
+		for _, r := range m.records {
+			if r.PluginID == c.GetPluginId() && r.VolumeID == c.GetVolumeId() && r.WorkloadID == c.GetWorkloadId() && r.HostPath == c.GetHostPath() {
+				return true
+			}
+		}
+		return false
+	}
+	if known() {
 		return nil, nil
 	}
 	unlock, err := m.lockVolume(ctx, c.GetPluginId(), c.GetVolumeId())
@@ -211,11 +224,7 @@ func (m *Manager) keepLost(ctx context.Context, c *csisupdv1.NodeClaimRef, since
 		return nil, err
 	}
 	defer unlock()
-	m.mu.Lock()
-	_, ok = m.records[name]
-	removed := m.removedAt[name] > since
-	m.mu.Unlock()
-	if ok || removed {
+	if known() {
 		return nil, nil
 	}
 	r, err := m.serverRecord(serverMount{

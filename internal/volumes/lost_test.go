@@ -393,12 +393,16 @@ func TestMountOfLostRecordPublishesAgain(t *testing.T) {
 }
 
 // Claims that are not lost mounts are not kept as such: one the node never
-// mounted, one whose paths lie outside the mount, and one whose mount was
-// undone while the servers' answer was read.
+// mounted, one whose paths lie outside the mount, one whose mount was
+// undone while the servers' answer was read, and one whose usage the
+// servers name otherwise but whose host path has a record.
 func TestReconcileKeepsOnlyLostMounts(t *testing.T) {
 	src := &claimSource{}
 	e := newEnv(t, Config{Claims: src.get, ReconcileInterval: time.Hour}, false)
 	released := clusterMount(t, e.m, "v3", "w1", 4)
+	kept := clusterMount(t, e.m, "v4", "w1", 5)
+	otherUsage := claimOf(kept)
+	otherUsage.Usage = &csisupdv1.VolumeUsage{AccessMode: "MULTI_NODE_MULTI_WRITER"}
 	unmounted := make(chan error, 1)
 	var once sync.Once
 	src.reading = func() {
@@ -415,6 +419,7 @@ func TestReconcileKeepsOnlyLostMounts(t *testing.T) {
 		{VolumeId: "v1", WorkloadId: "w1", ClaimIndex: 6, PluginId: "tp", ExternalId: "v1", State: "taken"}, // not mounted yet
 		outside,
 		claimOf(released),
+		otherUsage,
 	}, 10, nil)
 	startRun(t, e.m)
 	select {
@@ -428,8 +433,8 @@ func TestReconcileKeepsOnlyLostMounts(t *testing.T) {
 	testutil.WaitFor(t, waitTime, "the first round to end", func() bool {
 		return strings.Contains(e.logs.String(), "compared mount records with the servers' claims")
 	})
-	if got := e.m.List("", ""); len(got) != 0 {
-		t.Errorf("mounts = %v, want none kept as lost", got)
+	if got := e.m.List("", ""); len(got) != 1 || got[0].GetVolumeId() != "v4" || got[0].GetState() != StatePublished {
+		t.Errorf("mounts = %v, want v4 published only, none kept as lost", got)
 	}
 	logs := e.logs.String()
 	if strings.Contains(logs, "volume mount record lost") {
