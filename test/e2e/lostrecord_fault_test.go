@@ -39,8 +39,8 @@ func TestLostMountRecord(t *testing.T) {
 	if err := c1.client.stop(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if n := c1.mountRecords(t); n != 1 {
-		t.Fatalf("c1 has %d mount records, want the claim's", n)
+	if count := c1.mountRecords(t); count != 1 {
+		t.Fatalf("c1 has %d mount records, want the claim's", count)
 	}
 	// The operator moves the record aside.
 	records := filepath.Join(c1.clientData, "volume-mounts")
