@@ -50,7 +50,9 @@
 // mounts the servers made for a claim), error (the last failed step,
 // redacted) and created_at, updated_at. It never holds a secret, a volume
 // context or a publish context. New refuses to start on a record it cannot
-// read, naming the file, and removes nothing.
+// read, naming the file, and removes nothing: the operator moves the file
+// aside and starts the agent, and releases then clean up from the servers'
+// paths (see Lost records).
 //
 // The state is written before each step starts and after it ends:
 //
@@ -59,6 +61,7 @@
 //	published     the workload can use host_path
 //	unpublishing  NodeUnpublishVolume in progress
 //	unstaging     unpublished, NodeUnstageVolume in progress
+//	record-lost   the servers hold a claim of it that had no record here
 //
 // A mount fully undone is forgotten: its record is removed.
 //
@@ -79,6 +82,35 @@
 // own, without holding up the other volumes. Recovered tells when the
 // records New found are resolved. A Mount of a mount in such a state answers
 // Aborted with the Retryable detail.
+//
+// # Lost records
+//
+// An UnmountVolume from the servers carries the paths they hold of the
+// claim (host_path, staging_path, with usage and external_id). When the
+// mount has no record, Unmount still unpublishes host_path and unstages
+// staging_path (when no other mount uses it), writing its intent first as
+// any unmount does, so that the node never confirms a release it did not
+// do; NotFound counts as done. A mount that has a record is undone from
+// the record's paths, which are the agent's own (a difference is logged).
+// The servers' paths, to be used, must be clean paths in the mount's
+// directories under the plugin's mount root (per-workload/<workload>/
+// <volume>/ and staging/<volume>/), with no symbolic link between the
+// root and them; anything else is InvalidArgument naming the field. Records made from them say so
+// (server_paths) and are checked on load against those directories. A
+// record with the servers' paths and no staging path gets the staging
+// target this agent derives when the plugin stages: servers that predate
+// recording staging paths hold none.
+//
+// With Config.Claims set, each reconcile round also looks for claims the
+// servers hold as mounted on this node (mounted, with a host path) that
+// have no record, logs each at warn once and keeps it as a record in
+// state record-lost (cluster, with the servers' paths and claim index).
+// Run does not undo such a record on its own, since the servers still
+// hold its claim: their release undoes it from its paths, a reconcile that
+// finds the claim gone does too, and a Mount of it (the servers finishing
+// the claim) stages and publishes it again. A mount undone while the
+// servers' answer was read is not taken for a lost one. The first round
+// that succeeds logs how many records there are and how many are lost.
 //
 // # Cluster reconcile
 //

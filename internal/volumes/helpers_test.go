@@ -285,3 +285,19 @@ func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
 }
+
+// pluginViewRoots makes a mount root and another path through which a
+// plugin sees the same directory (a link to it).
+func pluginViewRoots(t *testing.T) (hostRoot, pluginView string) {
+	t.Helper()
+	dir := testutil.TempDir(t)
+	hostRoot = filepath.Join(dir, "host-root")
+	pluginView = filepath.Join(dir, "plugin-view")
+	if err := os.MkdirAll(hostRoot, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(hostRoot, pluginView); err != nil {
+		t.Fatal(err)
+	}
+	return hostRoot, pluginView
+}

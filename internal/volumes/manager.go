@@ -57,8 +57,13 @@ type Manager struct {
 	// pending are the records whose step must be finished or undone in
 	// the background; initial those among them that New found, which
 	// Recovered waits for.
-	pending   map[string]bool
-	initial   map[string]bool
+	pending map[string]bool
+	initial map[string]bool
+	// removals counts the records removed, and removedAt holds the count
+	// at each one's removal, so that a reconcile tells a mount undone
+	// after it read the claims from a lost one.
+	removals  uint64
+	removedAt map[string]uint64
 	runCtx    context.Context // set while Run runs
 	wg        sync.WaitGroup  // Run's goroutines
 	ran       bool
@@ -118,17 +123,25 @@ func New(cfg Config) (*Manager, error) {
 		records:   recs,
 		pending:   make(map[string]bool),
 		initial:   make(map[string]bool),
+		removedAt: make(map[string]uint64),
 		recovered: make(chan struct{}),
 		trigger:   make(chan struct{}, 1),
 	}
+	lost := 0
 	for name, r := range recs {
-		if r.State != StatePublished {
+		switch r.State {
+		case StatePublished:
+		case StateRecordLost:
+			// The servers still hold its claim: it waits for their
+			// release, not for Run.
+			lost++
+		default:
 			m.pending[name] = true
 			m.log.Info("mount step unfinished at start; Run will finish or undo it",
 				"plugin", r.PluginID, "volume", r.VolumeID, "workload", r.WorkloadID, "usage", r.UsageKey, "state", r.State)
 		}
 	}
-	m.log.Debug("loaded mount records", "records", len(recs), "unfinished", len(m.pending))
+	m.log.Debug("loaded mount records", "records", len(recs), "unfinished", len(m.pending), "record_lost", lost)
 	return m, nil
 }
 
@@ -167,52 +180,42 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q of plugin %q is mounted with external id %q, not %q",
 			volumeID, pluginID, other.ExternalID, externalID)
 	}
+	var lost *record // the record-lost record as it was, when existing is one
 	if existing != nil {
-		if existing.State == StatePublished {
+		switch existing.State {
+		case StatePublished:
 			return existing.proto(), nil
+		case StateRecordLost:
+			// The servers finish the claim of a mount whose record was
+			// lost: stage and publish it again (both are idempotent).
+			lost = existing.clone()
+		default:
+			return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Aborted,
+				"the mount of volume %q for workload %q (usage %s) is %s: its step is being finished or undone",
+				volumeID, workloadID, usageKey, existing.State), "the step in progress ends by itself")
 		}
-		return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Aborted,
-			"the mount of volume %q for workload %q (usage %s) is %s: its step is being finished or undone",
-			volumeID, workloadID, usageKey, existing.State), "the step in progress ends by itself")
 	}
 
 	p, err := m.resolve(pluginID, methodMount, "")
 	if err != nil {
 		return nil, err
 	}
-	rts := m.rootsOf(pluginID)
-	now := time.Now().UTC()
-	r := &record{
-		Version:    recordVersion,
-		PluginID:   pluginID,
-		VolumeID:   volumeID,
-		ExternalID: externalID,
-		WorkloadID: workloadID,
-		Usage:      u,
-		UsageKey:   usageKey,
-		Roots:      rts,
-		HostPath:   rts.targetPath(workloadID, volumeID, usageKey),
-		State:      StatePublishing,
-		Cluster:    req.GetCluster(),
-		ClaimIndex: req.GetClaimIndex(),
-		CreatedAt:  now,
-		UpdatedAt:  now,
+	var r *record
+	if lost != nil {
+		r, err = m.remountLost(lost.clone(), p, req)
+	} else {
+		r, err = m.newMount(req, u, externalID, p)
 	}
-	if r.PluginPath, err = rts.pluginPath(r.HostPath); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if slices.Contains(p.GetNodeCapabilities(), plugin.CapStageUnstageVolume) {
-		r.StagingPath = rts.stagingPath(volumeID, usageKey)
-		if r.PluginStagingPath, err = rts.pluginPath(r.StagingPath); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		}
-	}
-	if err := m.reserve(r, p.GetMaxVolumes()); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	log := m.log.With("plugin", pluginID, "volume", volumeID, "workload", workloadID, "usage", usageKey)
 	if err := m.save(r); err != nil {
-		m.forget(r)
+		if lost != nil {
+			m.restore(lost)
+		} else {
+			m.forget(r)
+		}
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if err := m.makeDirs(r); err != nil {
@@ -263,6 +266,60 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 	return r.proto(), nil
 }
 
+// newMount returns the record of a new mount at the paths the roots give,
+// reserved among the records in its first state (staging when the plugin
+// stages and no other mount of the usage has, else publishing).
+func (m *Manager) newMount(req *csisupdv1.MountVolumeRequest, u usage, externalID string, p *csisupdv1.Plugin) (*record, error) {
+	pluginID, volumeID, workloadID, usageKey := req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId(), u.key()
+	rts := m.rootsOf(pluginID)
+	now := time.Now().UTC()
+	r := &record{
+		Version:    recordVersion,
+		PluginID:   pluginID,
+		VolumeID:   volumeID,
+		ExternalID: externalID,
+		WorkloadID: workloadID,
+		Usage:      u,
+		UsageKey:   usageKey,
+		Roots:      rts,
+		HostPath:   rts.targetPath(workloadID, volumeID, usageKey),
+		State:      StatePublishing,
+		Cluster:    req.GetCluster(),
+		ClaimIndex: req.GetClaimIndex(),
+		CreatedAt:  now,
+		UpdatedAt:  now,
+	}
+	var err error
+	if r.PluginPath, err = rts.pluginPath(r.HostPath); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if slices.Contains(p.GetNodeCapabilities(), plugin.CapStageUnstageVolume) {
+		r.StagingPath = rts.stagingPath(volumeID, usageKey)
+		if r.PluginStagingPath, err = rts.pluginPath(r.StagingPath); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	if err := m.reserve(r, p.GetMaxVolumes()); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// remountLost returns the record-lost record r, with the request's claim,
+// ready to be staged (when it has a staging) and published again at its
+// paths.
+func (m *Manager) remountLost(r *record, p *csisupdv1.Plugin, req *csisupdv1.MountVolumeRequest) (*record, error) {
+	if err := fillServerStaging(r, p); err != nil {
+		return nil, err
+	}
+	r.Cluster, r.ClaimIndex, r.Error = req.GetCluster(), req.GetClaimIndex(), ""
+	r.State = StatePublishing
+	if r.StagingPath != "" {
+		r.State = StateStaging
+	}
+	return r, nil
+}
+
 // failMount undoes what a Mount did after its step failed with stepErr,
 // and returns stepErr. rejectedStep tells that the plugin refused the step
 // (it did nothing to undo). When the undo fails too, the record is kept
@@ -284,15 +341,21 @@ func (m *Manager) failMount(ctx context.Context, log hclog.Logger, r *record, st
 
 // Unmount unpublishes the volume for the workload (every usage, or the
 // request's usage only), unstages it when no other mount uses its staging,
-// and forgets the mounts. A mount that does not exist succeeds.
+// and forgets the mounts. When there is no record of the mount and the
+// request carries the servers' paths of the claim (host_path, with usage
+// and external_id), those are unpublished and unstaged: the record may
+// have been lost, and the node must not confirm a release it did not do.
+// A mount that has a record is undone from the record's paths, whatever
+// the request's. A mount that does not exist succeeds.
 func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeRequest) (*csisupdv1.UnmountVolumeResponse, error) {
 	if err := checkIDs(req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId()); err != nil {
 		return nil, err
 	}
 	usageKey := ""
+	var u usage
 	if req.GetUsage() != nil {
-		u, err := normaliseUsage(req.GetUsage())
-		if err != nil {
+		var err error
+		if u, err = normaliseUsage(req.GetUsage()); err != nil {
 			return nil, err
 		}
 		usageKey = u.key()
@@ -314,13 +377,25 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 	m.mu.Unlock()
 	resp := &csisupdv1.UnmountVolumeResponse{}
 	if len(recs) == 0 {
-		return resp, nil
-	}
-	if _, err := m.resolve(req.GetPluginId(), methodUnmount, ""); err != nil {
-		return nil, err
+		fromServers, err := m.requestRecord(req, u)
+		if err != nil {
+			return nil, err
+		}
+		if fromServers == nil {
+			return resp, nil
+		}
+		m.log.Warn("no record of the mount being released; unmounting it from the servers' paths",
+			"plugin", fromServers.PluginID, "volume", fromServers.VolumeID, "workload", fromServers.WorkloadID, "usage", fromServers.UsageKey,
+			"host_path", fromServers.HostPath, "staging_path", fromServers.StagingPath, "claim_index", fromServers.ClaimIndex)
+		recs = []*record{fromServers}
+	} else {
+		m.warnPathsDiffer(req, usageKey, recs)
 	}
 	slices.SortFunc(recs, compareRecords)
 	for _, r := range recs {
+		if err := m.resolveFor(r, methodUnmount); err != nil {
+			return nil, err
+		}
 		before := r.proto()
 		unstaged, err := m.teardown(ctx, r, false)
 		if err != nil {
@@ -346,7 +421,7 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 // succeeded.
 func (m *Manager) teardown(ctx context.Context, r *record, skipCurrent bool) (unstaged bool, err error) {
 	switch r.State {
-	case StatePublishing, StatePublished, StateUnpublishing:
+	case StatePublishing, StatePublished, StateUnpublishing, StateRecordLost:
 		if skipCurrent && r.State == StatePublishing {
 			break
 		}
@@ -395,89 +470,6 @@ func (m *Manager) stepFailed(r *record, err error) error {
 		m.log.Warn("cannot record a failed step", "volume", r.VolumeID, "error", serr)
 	}
 	return err
-}
-
-// Expand calls NodeExpandVolume on a published mount of the volume: the
-// workload's, or any when the request names none.
-func (m *Manager) Expand(ctx context.Context, req *csisupdv1.ExpandVolumeRequest) (*csisupdv1.ExpandVolumeResponse, error) {
-	r, unlock, err := m.publishedMount(ctx, methodExpand, plugin.CapExpandVolume, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	ereq := &csi.NodeExpandVolumeRequest{
-		VolumeId:          r.ExternalID,
-		VolumePath:        r.PluginPath,
-		StagingTargetPath: r.PluginStagingPath,
-		VolumeCapability:  r.Usage.capability(),
-		Secrets:           req.GetSecrets(),
-	}
-	if req.GetRequiredBytes() != 0 || req.GetLimitBytes() != 0 {
-		ereq.CapacityRange = &csi.CapacityRange{RequiredBytes: req.GetRequiredBytes(), LimitBytes: req.GetLimitBytes()}
-	}
-	resp, err := call(ctx, m, r.PluginID, methodExpand, "NodeExpandVolume", ereq, csi.NodeClient.NodeExpandVolume)
-	if err != nil {
-		return nil, err
-	}
-	return &csisupdv1.ExpandVolumeResponse{CapacityBytes: resp.GetCapacityBytes()}, nil
-}
-
-// Stats calls NodeGetVolumeStats on a published mount of the volume: the
-// workload's, or any when the request names none.
-func (m *Manager) Stats(ctx context.Context, req *csisupdv1.VolumeStatsRequest) (*csisupdv1.VolumeStatsResponse, error) {
-	r, unlock, err := m.publishedMount(ctx, methodStats, plugin.CapGetVolumeStats, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	sreq := &csi.NodeGetVolumeStatsRequest{VolumeId: r.ExternalID, VolumePath: r.PluginPath, StagingTargetPath: r.PluginStagingPath}
-	resp, err := call(ctx, m, r.PluginID, methodStats, "NodeGetVolumeStats", sreq, csi.NodeClient.NodeGetVolumeStats)
-	if err != nil {
-		return nil, err
-	}
-	return &csisupdv1.VolumeStatsResponse{Response: resp, VolumePath: r.HostPath}, nil
-}
-
-// publishedMount checks the request, the plugin and its capability, takes
-// the volume's lock and returns the first published mount of the volume
-// (of the workload, when set) with the function that releases the lock.
-func (m *Manager) publishedMount(ctx context.Context, method, capability, pluginID, volumeID, workloadID string) (*record, func(), error) {
-	if err := checkID("plugin_id", pluginID); err != nil {
-		return nil, nil, err
-	}
-	if err := checkID("volume_id", volumeID); err != nil {
-		return nil, nil, err
-	}
-	if workloadID != "" {
-		if err := checkID("workload_id", workloadID); err != nil {
-			return nil, nil, err
-		}
-	}
-	if _, err := m.resolve(pluginID, method, capability); err != nil {
-		return nil, nil, err
-	}
-	unlock, err := m.lockVolume(ctx, pluginID, volumeID)
-	if err != nil {
-		return nil, nil, err
-	}
-	var found []*record
-	m.mu.Lock()
-	for _, r := range m.records {
-		if r.PluginID == pluginID && r.VolumeID == volumeID && r.State == StatePublished &&
-			(workloadID == "" || r.WorkloadID == workloadID) {
-			found = append(found, r.clone())
-		}
-	}
-	m.mu.Unlock()
-	if len(found) == 0 {
-		unlock()
-		if workloadID != "" {
-			return nil, nil, status.Errorf(codes.NotFound, "volume %q of plugin %q is not mounted for workload %q", volumeID, pluginID, workloadID)
-		}
-		return nil, nil, status.Errorf(codes.NotFound, "volume %q of plugin %q is not mounted", volumeID, pluginID)
-	}
-	slices.SortFunc(found, compareRecords)
-	return found[0], unlock, nil
 }
 
 // List returns the mounts, of plugin and volume when they are not empty,
@@ -564,54 +556,15 @@ func (m *Manager) save(r *record) error {
 func (m *Manager) forget(r *record) {
 	m.mu.Lock()
 	delete(m.records, r.name())
+	m.removal(r.name())
 	m.mu.Unlock()
 }
 
-// makeDirs creates r's staging target and the parent of its publish
-// target. The plugin creates the publish target itself.
-func (m *Manager) makeDirs(r *record) error {
-	m.dirMu.Lock()
-	defer m.dirMu.Unlock()
-	if r.StagingPath != "" {
-		if err := os.MkdirAll(r.StagingPath, dirMode); err != nil {
-			return fmt.Errorf("volumes: create staging target: %w", err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(r.HostPath), dirMode); err != nil {
-		return fmt.Errorf("volumes: create parent of the publish target: %w", err)
-	}
-	return nil
-}
-
-// removeTargetDirs removes r's publish target (when the plugin left an
-// empty directory) and the volume's and workload's directories above it
-// when they are empty.
-func (m *Manager) removeTargetDirs(r *record) {
-	m.dirMu.Lock()
-	defer m.dirMu.Unlock()
-	volDir := filepath.Dir(r.HostPath)
-	removeEmpty(r.HostPath, volDir, filepath.Dir(volDir))
-}
-
-// removeStagingDirs removes r's staging target and the volume's staging
-// directory when they are empty.
-func (m *Manager) removeStagingDirs(r *record) {
-	m.dirMu.Lock()
-	defer m.dirMu.Unlock()
-	removeEmpty(r.StagingPath, filepath.Dir(r.StagingPath))
-}
-
-// removeEmpty removes each of dirs, in order, that is an empty directory.
-// Anything else (a file, a link, a directory with entries, a mount point)
-// is left alone.
-func removeEmpty(dirs ...string) {
-	for _, d := range dirs {
-		fi, err := os.Lstat(d)
-		if err != nil || !fi.IsDir() {
-			continue
-		}
-		_ = os.Remove(d) // fails, as wanted, when not empty
-	}
+// restore puts r back in memory as it was (on disk it still is).
+func (m *Manager) restore(r *record) {
+	m.mu.Lock()
+	m.records[r.name()] = r.clone()
+	m.mu.Unlock()
 }
 
 // emit sends a volume event for r, when an EventSink is set.

@@ -160,16 +160,7 @@ func TestTwoWorkloadsShareOneStaging(t *testing.T) {
 }
 
 func TestPluginMountDirMapsPaths(t *testing.T) {
-	dir := testutil.TempDir(t)
-	hostRoot := filepath.Join(dir, "host-root")
-	pluginView := filepath.Join(dir, "plugin-view")
-	if err := os.MkdirAll(hostRoot, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	// The plugin sees the same directory through another path.
-	if err := os.Symlink(hostRoot, pluginView); err != nil {
-		t.Fatal(err)
-	}
+	hostRoot, pluginView := pluginViewRoots(t)
 	e := newEnv(t, Config{PluginDirs: map[string]PluginDirs{"tp": {MountDir: hostRoot, PluginMountDir: pluginView}}}, true)
 	ctx := context.Background()
 	mnt, err := e.m.Mount(ctx, mountReq("v1", "w1"))

@@ -3,7 +3,9 @@ package volumes
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -23,6 +25,9 @@ const (
 
 // DefaultAccessMode is the access mode of a usage that names none.
 const DefaultAccessMode = "SINGLE_NODE_WRITER"
+
+// maxPathLen caps a path the servers send (PATH_MAX on Linux).
+const maxPathLen = 4096
 
 // Directories under a plugin's mount root.
 const (
@@ -158,13 +163,67 @@ type roots struct {
 
 // stagingPath returns the host staging target of volume with usage key.
 func (r roots) stagingPath(volume, usageKey string) string {
-	return filepath.Join(r.Host, stagingDir, volume, usageKey)
+	return filepath.Join(r.stagingDir(volume), usageKey)
+}
+
+// stagingDir returns the host directory of volume's staging targets.
+func (r roots) stagingDir(volume string) string {
+	return filepath.Join(r.Host, stagingDir, volume)
 }
 
 // targetPath returns the host publish target of volume for workload with
 // usage key.
 func (r roots) targetPath(workload, volume, usageKey string) string {
-	return filepath.Join(r.Host, perWorkloadDir, workload, volume, usageKey)
+	return filepath.Join(r.targetDir(workload, volume), usageKey)
+}
+
+// targetDir returns the host directory of volume's publish targets for
+// workload.
+func (r roots) targetDir(workload, volume string) string {
+	return filepath.Join(r.Host, perWorkloadDir, workload, volume)
+}
+
+// under reports whether p is a clean absolute path strictly below dir:
+// no "..", no doubled or trailing separator, not dir itself.
+func under(dir, p string) bool {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return false
+	}
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// checkServerPath returns InvalidArgument naming field unless p, a host
+// path the servers sent, lies below dir (see under) and no directory
+// between the mount root and p is a symbolic link: the plugin is never
+// asked to unpublish or unstage anything outside the mount's directory.
+// p itself may be a link (a plugin may publish one); parts that do not
+// exist yet are fine.
+func (r roots) checkServerPath(field, dir, p string) error {
+	if len(p) > maxPathLen {
+		return status.Errorf(codes.InvalidArgument, "%s is %d bytes long; at most %d are allowed", field, len(p), maxPathLen)
+	}
+	if !under(dir, p) {
+		return status.Errorf(codes.InvalidArgument, "%s %q is not a clean path under %q", field, p, dir)
+	}
+	rel, err := filepath.Rel(r.Host, filepath.Dir(p))
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "%s %q is not under the mount root %q", field, p, r.Host)
+	}
+	walked := r.Host
+	for _, part := range strings.Split(rel, string(filepath.Separator)) {
+		walked = filepath.Join(walked, part)
+		fi, err := os.Lstat(walked)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil
+		case err != nil:
+			return status.Errorf(codes.Internal, "check %s %q: %v", field, p, err)
+		case fi.Mode()&os.ModeSymlink != 0:
+			return status.Errorf(codes.InvalidArgument, "%s %q passes through the symbolic link %q", field, p, walked)
+		}
+	}
+	return nil
 }
 
 // pluginPath returns hostPath, a path under the host root, as the plugin

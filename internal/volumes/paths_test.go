@@ -1,6 +1,7 @@
 package volumes
 
 import (
+	"strings"
 	"testing"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -60,4 +61,42 @@ func TestPluginPath(t *testing.T) {
 	if got, _ := same.pluginPath("/data/volumes/p/x"); got != "/data/volumes/p/x" {
 		t.Errorf("pluginPath without PluginMountDir = %q, want the host path", got)
 	}
+}
+
+// FuzzCheckServerPath checks that a path the servers send is accepted only
+// when it lies strictly below the mount's directory, with no ".." element
+// that could climb out of it.
+func FuzzCheckServerPath(f *testing.F) {
+	root := roots{Host: "/var/lib/csisupd/volumes/tp"}
+	dir := root.targetDir("w1", "v1")
+	for _, seed := range []string{
+		dir + "/" + "rw-file-system-single-node-writer",
+		dir + "/../v2/x",
+		dir + "/./x",
+		dir + "//x",
+		dir + "/x/",
+		dir,
+		"/etc/passwd",
+		"relative/x",
+		dir + "x",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		err := root.checkServerPath("host_path", dir, p)
+		if err != nil {
+			if !strings.Contains(err.Error(), "host_path") {
+				t.Errorf("error %q does not name the field", err)
+			}
+			return
+		}
+		if !strings.HasPrefix(p, dir+"/") || len(p) == len(dir)+1 {
+			t.Errorf("%q accepted outside %q", p, dir)
+		}
+		for _, part := range strings.Split(strings.TrimPrefix(p, dir+"/"), "/") {
+			if part == ".." || part == "." || part == "" {
+				t.Errorf("%q accepted with the element %q", p, part)
+			}
+		}
+	})
 }

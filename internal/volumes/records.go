@@ -25,6 +25,10 @@ const (
 	StatePublished    = "published"
 	StateUnpublishing = "unpublishing"
 	StateUnstaging    = "unstaging"
+	// StateRecordLost is a mount the servers hold a claim for while this
+	// agent had no record of it (its record file was lost): it is listed
+	// with the servers' paths and undone from them on release.
+	StateRecordLost = "record-lost"
 )
 
 // recordVersion is the version of the record format this package writes
@@ -59,8 +63,12 @@ type record struct {
 	PluginPath        string `json:"plugin_path"`
 	PluginStagingPath string `json:"plugin_staging_path,omitempty"`
 	State             string `json:"state"`
-	Cluster           bool   `json:"cluster,omitempty"`
-	ClaimIndex        uint64 `json:"claim_index,omitempty"`
+	// ServerPaths tells that the paths are the servers' (the mount's own
+	// record was lost) rather than derived from the roots: they are
+	// checked to lie under the mount's directories, not to equal them.
+	ServerPaths bool   `json:"server_paths,omitempty"`
+	Cluster     bool   `json:"cluster,omitempty"`
+	ClaimIndex  uint64 `json:"claim_index,omitempty"`
 	// Error is the (redacted) message of the last failed step.
 	Error     string    `json:"error,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -136,11 +144,8 @@ func (r *record) check() error {
 	if !filepath.IsAbs(r.Roots.Host) || (r.Roots.Plugin != "" && !filepath.IsAbs(r.Roots.Plugin)) {
 		return fmt.Errorf("mount roots %q and %q are not absolute", r.Roots.Host, r.Roots.Plugin)
 	}
-	if r.HostPath != r.Roots.targetPath(r.WorkloadID, r.VolumeID, r.UsageKey) {
-		return fmt.Errorf("host_path %q is not the publish target of the mount", r.HostPath)
-	}
-	if r.StagingPath != "" && r.StagingPath != r.Roots.stagingPath(r.VolumeID, r.UsageKey) {
-		return fmt.Errorf("staging_path %q is not the staging target of the mount", r.StagingPath)
+	if err := r.checkPaths(); err != nil {
+		return err
 	}
 	if p, err := r.Roots.pluginPath(r.HostPath); err != nil || p != r.PluginPath {
 		return fmt.Errorf("plugin_path %q does not match host_path %q", r.PluginPath, r.HostPath)
@@ -157,9 +162,35 @@ func (r *record) check() error {
 		if r.StagingPath == "" {
 			return errors.New("state unstaging without a staging_path")
 		}
+	case StateRecordLost:
+		if !r.ServerPaths {
+			return errors.New("state record-lost without server_paths")
+		}
 	case StatePublishing, StatePublished, StateUnpublishing:
 	default:
 		return fmt.Errorf("state %q is not a mount state", r.State)
+	}
+	return nil
+}
+
+// checkPaths reports a host or staging path that is not the mount's: the
+// paths derived from the roots, or for the servers' paths ones under the
+// mount's directories.
+func (r *record) checkPaths() error {
+	if r.ServerPaths {
+		if !under(r.Roots.targetDir(r.WorkloadID, r.VolumeID), r.HostPath) {
+			return fmt.Errorf("host_path %q is not under the publish directory of the mount", r.HostPath)
+		}
+		if r.StagingPath != "" && !under(r.Roots.stagingDir(r.VolumeID), r.StagingPath) {
+			return fmt.Errorf("staging_path %q is not under the staging directory of the mount", r.StagingPath)
+		}
+		return nil
+	}
+	if r.HostPath != r.Roots.targetPath(r.WorkloadID, r.VolumeID, r.UsageKey) {
+		return fmt.Errorf("host_path %q is not the publish target of the mount", r.HostPath)
+	}
+	if r.StagingPath != "" && r.StagingPath != r.Roots.stagingPath(r.VolumeID, r.UsageKey) {
+		return fmt.Errorf("staging_path %q is not the staging target of the mount", r.StagingPath)
 	}
 	return nil
 }

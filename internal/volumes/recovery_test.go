@@ -324,13 +324,20 @@ type claimSource struct {
 	index  uint64
 	err    error
 	calls  int
+	// reading, when set, runs in each call before it answers, as what
+	// happens on the node while the servers read the claims.
+	reading func()
 }
 
 func (c *claimSource) get(context.Context) ([]*csisupdv1.NodeClaimRef, uint64, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.calls++
-	return c.claims, c.index, c.err
+	claims, index, err, reading := c.claims, c.index, c.err, c.reading
+	c.mu.Unlock()
+	if reading != nil {
+		reading()
+	}
+	return claims, index, err
 }
 
 func (c *claimSource) set(claims []*csisupdv1.NodeClaimRef, index uint64, err error) {

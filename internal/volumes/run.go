@@ -119,10 +119,10 @@ func (m *Manager) finish(ctx context.Context, name string) error {
 		return err
 	}
 	defer unlock()
-	if r.State == StatePublished {
-		return nil
+	if r.State == StatePublished || r.State == StateRecordLost {
+		return nil // the servers' release undoes a record-lost mount
 	}
-	if _, err := m.resolve(r.PluginID, methodUnmount, ""); err != nil {
+	if err := m.resolveFor(r, methodUnmount); err != nil {
 		return err
 	}
 	state := r.State
@@ -145,12 +145,18 @@ func (m *Manager) reconcileLoop(ctx context.Context) {
 	defer loop.Done()
 	var failures *retry.BackOff
 	quietUntil := time.Now().Add(m.quiet)
+	compared := false
 	for {
 		loop.Beat()
 		wait := m.interval
 		if m.reconcile(ctx, loop, time.Now().Before(quietUntil)) {
 			quietUntil = time.Time{} // the servers answered: later failures are faults
 			failures = nil
+			if !compared {
+				compared = true
+				records, lost := m.countRecords()
+				m.log.Info("compared mount records with the servers' claims", "records", records, "record_lost", lost)
+			}
 		} else {
 			if failures == nil {
 				failures = m.retry.NewBackOff()
@@ -182,9 +188,11 @@ func (m *Manager) waitRound(ctx context.Context, loop *watchdog.Loop, wait time.
 	}
 }
 
-// reconcile removes every cluster mount whose claim index is at most the
-// answer's index and whose volume and workload the servers no longer
-// claim. Mounts made by a local scheduler (not cluster) are never touched.
+// reconcile keeps every claim the servers hold as mounted here and that
+// has no record as a record-lost mount (see noteLost), and removes every
+// cluster mount whose claim index is at most the answer's index and whose
+// volume and workload the servers no longer claim. Mounts made by a local
+// scheduler (not cluster) are never touched.
 // Errors are logged (a "no cluster leader" answer at debug while quiet);
 // the next round tries again. It reports whether the round did all it had
 // to.
@@ -192,6 +200,8 @@ func (m *Manager) reconcile(ctx context.Context, loop *watchdog.Loop, quiet bool
 	cctx, cancel := context.WithTimeout(ctx, m.timeout)
 	deadline, _ := cctx.Deadline()
 	loop.Busy(deadline)
+	since := m.removalsNow()
+	defer m.pruneRemovals(since)
 	claims, index, err := m.claims(cctx)
 	cancel()
 	if err != nil {
@@ -204,6 +214,7 @@ func (m *Manager) reconcile(ctx context.Context, loop *watchdog.Loop, quiet bool
 		}
 		return false
 	}
+	m.noteLost(ctx, loop, claims, since)
 	held := make(map[[2]string]bool, len(claims))
 	for _, c := range claims {
 		held[[2]string{c.GetVolumeId(), c.GetWorkloadId()}] = true
@@ -244,7 +255,7 @@ func (m *Manager) removeReleased(ctx context.Context, name string, index uint64)
 	if !r.Cluster || r.ClaimIndex > index {
 		return nil
 	}
-	if _, err := m.resolve(r.PluginID, methodUnmount, ""); err != nil {
+	if err := m.resolveFor(r, methodUnmount); err != nil {
 		return err
 	}
 	unstaged, err := m.teardown(ctx, r, false)

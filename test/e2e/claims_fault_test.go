@@ -19,16 +19,24 @@ import (
 
 // claimNode is a two-process cluster for killing an agent in the middle of
 // a volume step: a server agent with the controller of plugin "tp", and a
-// client agent with its node service, both real `csisupd agent`
-// processes. The plugins run in the test, so they outlive a killed agent
-// and keep their own record of what is staged and published. The node
-// plugin makes real bind mounts when the test can, so the mount table
-// shows what stays mounted.
+// client agent c0 with its node service, both real `csisupd agent`
+// processes; addClient adds more clients. The plugins run in the test, so
+// they outlive a killed agent and keep their own record of what is staged
+// and published. The node plugins make real bind mounts when the test
+// can, so the mount table shows what stays mounted.
 type claimNode struct {
 	serverAddr string
 	controller *testplugin.Plugin
 	ctrlState  string
-	node       *testplugin.Plugin
+	*clientAgent
+}
+
+// clientAgent is a client agent with the node service of plugin "tp"
+// (CSI node id csi-<name>), whose data dir is kept across its restarts.
+type clientAgent struct {
+	name string
+	addr string // its gRPC address
+	node *testplugin.Plugin
 
 	clientCfg  string
 	clientHTTP int
@@ -38,7 +46,7 @@ type claimNode struct {
 
 func startClaimNode(t *testing.T) *claimNode {
 	t.Helper()
-	ports := testutil.FreePorts(t, 6)
+	ports := testutil.FreePorts(t, 3)
 	n := &claimNode{serverAddr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 
 	serverPlugins := testutil.TempDir(t)
@@ -55,18 +63,29 @@ server {
 }`, serverPlugins))
 	startAgentProcess(t, "server s0", ports[2], "--config", serverCfg)
 
-	clientPlugins := testutil.TempDir(t)
-	// Made before the plugin, so that its mounts there are undone before
-	// the directory is removed.
-	n.clientData = testutil.TempDir(t)
-	n.node = startTestPlugin(t, testplugin.Config{
-		Socket: filepath.Join(clientPlugins, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
-		Type: testplugin.TypeNode, NodeID: "csi-c0", Mounts: pluginMounts(t),
+	n.clientAgent = n.addClient(t, "c0")
+	testutil.WaitFor(t, 60*time.Second, "plugin tp with a controller and a node", func() bool {
+		p, ok := tryPlugin(t, n.serverAddr, "tp")
+		return ok && p.ControllersHealthy == 1 && p.NodesHealthy == 1
 	})
-	n.clientHTTP = ports[5]
-	// The client's data dir is kept across its restarts.
-	n.clientCfg = filepath.Join(testutil.TempDir(t), "agent.hcl")
-	if err := os.WriteFile(n.clientCfg, []byte(fmt.Sprintf(`name      = "c0"
+	return n
+}
+
+// addClient starts a client agent named name, with the node service of
+// plugin "tp", that registers with n's server.
+func (n *claimNode) addClient(t *testing.T, name string) *clientAgent {
+	t.Helper()
+	ports := testutil.FreePorts(t, 3)
+	clientPlugins := testutil.TempDir(t)
+	// The data dir is made before the plugin, so that the plugin's mounts
+	// there are undone before the directory is removed.
+	c := &clientAgent{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), clientData: testutil.TempDir(t), clientHTTP: ports[2]}
+	c.node = startTestPlugin(t, testplugin.Config{
+		Socket: filepath.Join(clientPlugins, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
+		Type: testplugin.TypeNode, NodeID: "csi-" + name, Mounts: pluginMounts(t),
+	})
+	c.clientCfg = filepath.Join(testutil.TempDir(t), "agent.hcl")
+	if err := os.WriteFile(c.clientCfg, []byte(fmt.Sprintf(`name      = %q
 data_dir  = %q
 bind_addr = "127.0.0.1"
 ports {
@@ -81,31 +100,27 @@ client {
   probe_interval = "1s"
   probe_timeout  = "1s"
 }
-`, n.clientData, ports[3], ports[4], ports[5], clientPlugins, n.serverAddr)), 0o600); err != nil {
+`, name, c.clientData, ports[0], ports[1], ports[2], clientPlugins, n.serverAddr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n.startClient(t)
-	testutil.WaitFor(t, 60*time.Second, "plugin tp with a controller and a node", func() bool {
-		p, ok := tryPlugin(t, n.serverAddr, "tp")
-		return ok && p.ControllersHealthy == 1 && p.NodesHealthy == 1
-	})
-	return n
+	c.startClient(t)
+	return c
 }
 
 // startClient starts the client agent from its config file.
-func (n *claimNode) startClient(t *testing.T) {
+func (c *clientAgent) startClient(t *testing.T) {
 	t.Helper()
-	n.client = startAgentProcess(t, "client c0", n.clientHTTP, "--config", n.clientCfg)
+	c.client = startAgentProcess(t, "client "+c.name, c.clientHTTP, "--config", c.clientCfg)
 }
 
 // killClient kills the client agent with SIGKILL and waits for it to exit.
-func (n *claimNode) killClient(t *testing.T) {
+func (c *clientAgent) killClient(t *testing.T) {
 	t.Helper()
-	if err := n.client.cmd.Process.Kill(); err != nil {
+	if err := c.client.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	<-n.client.exited
-	n.client.stopped = true
+	<-c.client.exited
+	c.client.stopped = true
 }
 
 // startCLI runs the CLI in the background and returns a channel that
@@ -177,9 +192,9 @@ func (n *claimNode) wantClaimMounted(t *testing.T, claim claimDoc, externalID st
 }
 
 // mountRecords counts the client agent's mount records.
-func (n *claimNode) mountRecords(t *testing.T) int {
+func (c *clientAgent) mountRecords(t *testing.T) int {
 	t.Helper()
-	records, err := os.ReadDir(filepath.Join(n.clientData, "volume-mounts"))
+	records, err := os.ReadDir(filepath.Join(c.clientData, "volume-mounts"))
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}

@@ -146,6 +146,7 @@ type (
 		WorkloadID          string            `json:"workload_id"`
 		State               string            `json:"state"`
 		HostPath            string            `json:"host_path"`
+		StagingPath         string            `json:"staging_path"`
 		ControllerPublished bool              `json:"controller_published"`
 		Mounted             bool              `json:"mounted"`
 		LastError           string            `json:"last_error"`
