@@ -248,7 +248,7 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 		func() (*csisupdv1.VolumeClaimResponse, error) {
 			v, claim, err := c.s.claimVolume(ctx, req)
 			if err != nil {
-				return nil, err
+				return nil, c.s.nodeUnreachable(req.GetNodeId(), err)
 			}
 			return &csisupdv1.VolumeClaimResponse{Volume: statepb.VolumeToAPI(v), Claim: statepb.VolumeClaimToAPI(claim)}, nil
 		})
@@ -265,7 +265,7 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 		func() (*csisupdv1.VolumeReleaseResponse, error) {
 			v, err := c.s.releaseVolume(ctx, req)
 			if err != nil {
-				return nil, err
+				return nil, c.s.nodeUnreachable(req.GetNodeId(), err)
 			}
 			return &csisupdv1.VolumeReleaseResponse{Volume: statepb.VolumeToAPI(v)}, nil
 		})
