@@ -19,6 +19,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // leaderStub is a leader's Control service whose GetVolume answers as
@@ -44,15 +45,7 @@ func serveLeader(t *testing.T, answer func(ctx context.Context) error) (string, 
 	}
 	g := grpc.NewServer()
 	csisupdv1.RegisterControlServer(g, &leaderStub{fwd: &forwarder{id: "s1"}, answer: answer})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		g.Stop()
-		<-done
-	})
+	testutil.ServeGRPC(t, ln, g)
 	return ln.Addr().String(), g
 }
 
