@@ -46,13 +46,22 @@ func mapSize(field string, m map[string]string, maxBytes int) error {
 // Capacity checks a capacity range: neither bound negative, and the limit
 // not below the minimum when both are set (zero means unset).
 func Capacity(minField string, minBytes int64, maxField string, maxBytes int64) error {
-	switch {
-	case minBytes < 0:
-		return fmt.Errorf("%s %d is negative", minField, minBytes)
-	case maxBytes < 0:
-		return fmt.Errorf("%s %d is negative", maxField, maxBytes)
-	case minBytes > 0 && maxBytes > 0 && maxBytes < minBytes:
+	if err := NonNegative(minField, minBytes); err != nil {
+		return err
+	}
+	if err := NonNegative(maxField, maxBytes); err != nil {
+		return err
+	}
+	if minBytes > 0 && maxBytes > 0 && maxBytes < minBytes {
 		return fmt.Errorf("%s %d is below %s %d", maxField, maxBytes, minField, minBytes)
+	}
+	return nil
+}
+
+// NonNegative checks one size in bytes.
+func NonNegative(field string, n int64) error {
+	if n < 0 {
+		return fmt.Errorf("%s %d is negative", field, n)
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func CreateVolume(req *csisupdv1.VolumeCreateRequest) error {
 func RegisterVolume(req *csisupdv1.VolumeRegisterRequest) error {
 	v := req.GetVolume()
 	return first(
-		func() error { return Capacity("volume.capacity_bytes", v.GetCapacityBytes(), "", 0) },
+		func() error { return NonNegative("volume.capacity_bytes", v.GetCapacityBytes()) },
 		func() error { return Capabilities("volume.capabilities", v.GetCapabilities()) },
 		func() error { return Map("volume.parameters", v.GetParameters()) },
 		func() error { return Map("volume.context", v.GetContext()) },
