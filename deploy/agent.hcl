@@ -28,6 +28,10 @@ client {
   # plugin_owners (user names or uids). Symlinks there are never followed.
   allow_insecure_plugin_dir = false
   plugin_owners        = []
+  # Mount flags suid and dev reach a plugin only when listed here: suid lets a set-user-id file on a
+  # volume gain root on this host, dev lets a device node on it open a host device. The servers let
+  # both through to the node, which refuses them unless allowed.
+  allow_mount_flags    = []
   probe_interval       = "5s"
   probe_timeout        = "3s"
   fingerprint_interval = "5m"

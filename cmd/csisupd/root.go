@@ -120,7 +120,9 @@ func (o *clientOptions) dial() (*grpc.ClientConn, error) {
 		}
 		creds = credentials.NewTLS(tc)
 	}
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	// Calls that reach no agent are marked, so that agentError says
+	// "cannot reach" only for them.
+	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, csisupdv1.NotReachedInterceptors()...)
 	token, err := o.resolveToken(os.Getenv)
 	if err != nil {
 		return nil, err

@@ -38,8 +38,11 @@ func newStatusCommand(opts *clientOptions) *cobra.Command {
 }
 
 // agentError makes an RPC failure say what went wrong and where: the
-// cluster has no leader, the plugin is not known to the cluster (yet),
-// the token does not allow the call, or the agent cannot be reached. The
+// agent at addr could not be reached (the connection failed), the cluster
+// has no leader (none elected, or the leader was lost during the call:
+// safe to retry), a node's agent is down, the plugin is not known to the
+// cluster (yet), or the token does not allow the call. Each is told by the
+// error's typed detail or by the connection, never by its text. The
 // message is the server's, escaped like any outside string.
 func agentError(addr string, err error) error {
 	st := status.Convert(err)
@@ -48,9 +51,16 @@ func agentError(addr string, err error) error {
 		return fmt.Errorf("plugin %s is not known to the cluster yet: no node has registered it (`csisupd plugin status` lists the plugins the cluster knows)",
 			display(pnf.GetPluginId()))
 	}
+	if nu, ok := csisupdv1.ErrorDetail[*csisupdv1.NodeUnreachable](err); ok {
+		return fmt.Errorf("node %s is unreachable: the servers cannot reach its agent at %s (is `csisupd agent` running there?); "+
+			"they finish a release by themselves once it is back, and `csisupd volume status` shows where it stands: %s",
+			display(nu.GetNodeId()), display(nu.GetAddress()), msg)
+	}
 	switch {
+	case csisupdv1.NotReached(err):
+		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s", display(addr), msg)
 	case csisupdv1.IsNoLeader(err):
-		return fmt.Errorf("the cluster has no leader (%s): the servers may still be electing one; try again, or see `csisupd operator raft list-peers`", msg)
+		return fmt.Errorf("the cluster has no leader (%s): the servers may be electing one; the call is safe to retry (see `csisupd operator raft list-peers`)", msg)
 	case st.Code() == codes.PermissionDenied:
 		return fmt.Errorf("permission denied by the agent at %s: %s (pass a token that allows it: --token, %s or %s)", display(addr), msg, EnvToken, EnvTokenFile)
 	case st.Code() == codes.Unauthenticated:
@@ -60,7 +70,8 @@ func agentError(addr string, err error) error {
 		// temporary, and the message says what it waits for.
 		return fmt.Errorf("agent at %s: %s (temporary; try again)", display(addr), msg)
 	case st.Code() == codes.Unavailable:
-		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s", display(addr), msg)
+		// The agent answered, or its connection broke during the call.
+		return fmt.Errorf("the agent at %s is unavailable: %s", display(addr), msg)
 	}
 	return fmt.Errorf("agent at %s: %s", display(addr), msg)
 }

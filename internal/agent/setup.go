@@ -168,7 +168,7 @@ func (a *Agent) setupServices(cfg *config.Config, g *grpc.Server) (*rpc.AgentSer
 	if a.server != nil {
 		a.server.Register(g)
 	}
-	vols.Register(g)
+	vols.Register(g, cfg.Client.AllowMountFlags...)
 
 	reload := func(want, applied *config.Config) ([]string, error) {
 		c := want.Client

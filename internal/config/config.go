@@ -201,6 +201,13 @@ type ClientConfig struct {
 	// numeric uids, as written in the configuration. A socket owned by
 	// anyone else is ignored.
 	PluginOwners []string
+	// AllowMountFlags are the privileged mount flags, of "suid" and "dev",
+	// that this node's agent passes to a plugin when a claim or a
+	// NodeVolumes.MountVolume asks for them. By default it passes neither:
+	// suid lets a set-user-id file on a volume gain root on the host, dev
+	// lets a device node on it open a host device. The servers cannot know
+	// a node's list, so only the node refuses these two.
+	AllowMountFlags []string
 	// PluginOwnerUIDs are PluginOwners resolved to uids by Validate (a
 	// name through the system's user database, a number as it is). No
 	// key sets it.
@@ -588,6 +595,7 @@ func (c Config) String() string {
 	w(in, "plugin_dir", c.Client.PluginDir)
 	w(in, "allow_insecure_plugin_dir", c.Client.AllowInsecurePluginDir)
 	w(in, "plugin_owners", c.Client.PluginOwners)
+	w(in, "allow_mount_flags", c.Client.AllowMountFlags)
 	w(in, "probe_interval", c.Client.ProbeInterval)
 	w(in, "probe_timeout", c.Client.ProbeTimeout)
 	w(in, "fingerprint_interval", c.Client.FingerprintInterval)

@@ -40,6 +40,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"plugin_dir":                           &c.Client.PluginDir,
 			"allow_insecure_plugin_dir":            &c.Client.AllowInsecurePluginDir,
 			"plugin_owners":                        &c.Client.PluginOwners,
+			"allow_mount_flags":                    &c.Client.AllowMountFlags,
 			"probe_interval":                       &c.Client.ProbeInterval,
 			"probe_timeout":                        &c.Client.ProbeTimeout,
 			"fingerprint_interval":                 &c.Client.FingerprintInterval,

@@ -155,6 +155,7 @@ client {
   servers                   = ["10.0.0.1:4780", "[fd00::1]:4780"]
   allow_insecure_plugin_dir = true
   plugin_owners             = ["root", "65534"]
+  allow_mount_flags         = ["suid", "dev"]
 }
 server {
   enabled          = true
@@ -223,6 +224,7 @@ acl {
 						MaxDestructiveInFlight: 2, MaxPluginMessageSize: 1 << 20,
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
+						AllowMountFlags: []string{"suid", "dev"},
 					},
 					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second,
 						HeartbeatGrace: 20 * time.Second, MinHeartbeatTTL: 15 * time.Second, MaxHeartbeatsPerSecond: 12.5,

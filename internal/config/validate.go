@@ -67,6 +67,7 @@ func (c *Config) Validate() error {
 		v.pluginDir(cl.PluginDir)
 	}
 	c.Client.PluginOwnerUIDs = v.pluginOwners(cl.PluginOwners)
+	v.allowMountFlags(cl.AllowMountFlags)
 	v.positive("client.probe_interval", cl.ProbeInterval)
 	if v.positive("client.probe_timeout", cl.ProbeTimeout) && cl.ProbeInterval > 0 && cl.ProbeTimeout > cl.ProbeInterval {
 		v.add("client.probe_timeout", "%s must not exceed client.probe_interval (%s)", cl.ProbeTimeout, cl.ProbeInterval)
@@ -213,6 +214,20 @@ func (v *validator) add(key, format string, args ...any) {
 		prefix = o + ": " + key
 	}
 	v.errs = append(v.errs, fmt.Errorf(prefix+": "+format, args...))
+}
+
+// allowableMountFlags are the values client.allow_mount_flags accepts: the
+// privileged mount flags a node's operator may allow.
+var allowableMountFlags = []string{"suid", "dev"}
+
+// allowMountFlags checks client.allow_mount_flags: each value one of
+// allowableMountFlags.
+func (v *validator) allowMountFlags(flags []string) {
+	for i, f := range flags {
+		if !slices.Contains(allowableMountFlags, f) {
+			v.add("client.allow_mount_flags", "element %d: %q is not one of %q", i, f, allowableMountFlags)
+		}
+	}
 }
 
 // positive checks that d is greater than zero.

@@ -76,6 +76,9 @@ func TestValidateErrors(t *testing.T) {
 				`agent.hcl:5: client.rescan_interval: must be greater than zero, got 0s` + "\n" +
 				`agent.hcl:6: client.rpc_timeout: must be greater than zero, got 0s` + "\n" +
 				`agent.hcl:9: consul.sync_interval: must be greater than zero, got 0s`},
+		{"allow_mount_flags", "client {\n  allow_mount_flags = [\"suid\", \"exec\", \"dev\", \"\"]\n}", nil,
+			`agent.hcl:2: client.allow_mount_flags: element 1: "exec" is not one of ["suid" "dev"]` + "\n" +
+				`agent.hcl:2: client.allow_mount_flags: element 3: "" is not one of ["suid" "dev"]`},
 		{"max_destructive_in_flight", "client {\n  max_destructive_in_flight = 0\n}", nil,
 			`agent.hcl:2: client.max_destructive_in_flight: must be at least 1, got 0`},
 		{"servers", "client {\n  servers = [\"10.0.0.1\", \":4780\", \"h:99999\", \"ok:1\"]\n}", nil,

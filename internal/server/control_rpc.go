@@ -18,6 +18,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/stream"
+	"github.com/csisupd/csisupd/internal/volreq"
 )
 
 // maxSnapshotBytes bounds a snapshot accepted by SnapshotRestore.
@@ -176,7 +177,20 @@ func (c *controlService) GetVolume(ctx context.Context, req *csisupdv1.VolumeGet
 		})
 }
 
+// invalidRequest turns a refusal of package volreq into InvalidArgument.
+// The volume calls check their request before routing it, so that a
+// follower refuses too, and nothing is stored or sent to a plugin.
+func invalidRequest(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
+}
+
 func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateRequest) (*csisupdv1.VolumeCreateResponse, error) {
+	if err := invalidRequest("create volume", volreq.CreateVolume(req)); err != nil {
+		return nil, err
+	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeCreateResponse, error) {
 			return cl.CreateVolume(ctx, req)
@@ -191,6 +205,9 @@ func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.Volume
 }
 
 func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.VolumeRegisterRequest) (*csisupdv1.VolumeRegisterResponse, error) {
+	if err := invalidRequest("register volume", volreq.RegisterVolume(req)); err != nil {
+		return nil, err
+	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeRegisterResponse, error) {
 			return cl.RegisterVolume(ctx, req)
@@ -205,6 +222,9 @@ func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.Volu
 }
 
 func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRequest) (*csisupdv1.VolumeDeleteResponse, error) {
+	if err := invalidRequest("delete volume", volreq.DeleteVolume(req)); err != nil {
+		return nil, err
+	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeDeleteResponse, error) {
 			return cl.DeleteVolume(ctx, req)
@@ -218,6 +238,9 @@ func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.Volume
 }
 
 func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*csisupdv1.VolumeClaimResponse, error) {
+	if err := invalidRequest("claim volume", volreq.ClaimVolume(req)); err != nil {
+		return nil, err
+	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeClaimResponse, error) {
 			return cl.ClaimVolume(ctx, req)
@@ -225,13 +248,16 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 		func() (*csisupdv1.VolumeClaimResponse, error) {
 			v, claim, err := c.s.claimVolume(ctx, req)
 			if err != nil {
-				return nil, err
+				return nil, c.s.nodeUnreachable(req.GetNodeId(), err)
 			}
 			return &csisupdv1.VolumeClaimResponse{Volume: statepb.VolumeToAPI(v), Claim: statepb.VolumeClaimToAPI(claim)}, nil
 		})
 }
 
 func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*csisupdv1.VolumeReleaseResponse, error) {
+	if err := invalidRequest("release volume", volreq.ReleaseVolume(req)); err != nil {
+		return nil, err
+	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeReleaseResponse, error) {
 			return cl.ReleaseVolume(ctx, req)
@@ -239,7 +265,7 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 		func() (*csisupdv1.VolumeReleaseResponse, error) {
 			v, err := c.s.releaseVolume(ctx, req)
 			if err != nil {
-				return nil, err
+				return nil, c.s.nodeUnreachable(req.GetNodeId(), err)
 			}
 			return &csisupdv1.VolumeReleaseResponse{Volume: statepb.VolumeToAPI(v)}, nil
 		})

@@ -42,7 +42,10 @@ func newConnPool(connect retry.Policy, opts []grpc.DialOption) *connPool {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	opts = append([]grpc.DialOption{grpc.WithConnectParams(connect.ConnectParams(minConnectTimeout))}, opts...)
+	// A call that reaches no server or agent is marked, so that the caller
+	// tells a node that cannot be reached from one that answered.
+	opts = append(append([]grpc.DialOption{grpc.WithConnectParams(connect.ConnectParams(minConnectTimeout))},
+		csisupdv1.NotReachedInterceptors()...), opts...)
 	return &connPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 
@@ -92,15 +95,16 @@ type forwarder struct {
 
 // leaderConn decides where a leader-only request runs. It returns a nil
 // connection when this server is the ready leader; otherwise a connection to
-// the leader and a context marked as forwarded.
-func (f *forwarder) leaderConn(ctx context.Context) (context.Context, *grpc.ClientConn, error) {
+// the leader (a leaderClientConn) and a context marked as forwarded.
+func (f *forwarder) leaderConn(ctx context.Context) (context.Context, grpc.ClientConnInterface, error) {
+	f.markAnswered(ctx)
 	if f.node.IsLeader() {
 		if !f.ready.Load() {
 			return ctx, nil, csisupdv1.NewNoLeaderError(f.id, "leader not ready yet")
 		}
 		return ctx, nil, nil
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+	if forwarded(ctx) {
 		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, "not the leader, and the request was forwarded already")
 	}
 	addr, err := f.node.LeaderRPCAddr()
@@ -109,10 +113,59 @@ func (f *forwarder) leaderConn(ctx context.Context) (context.Context, *grpc.Clie
 	}
 	conn, err := f.conns.get(addr)
 	if err != nil {
-		return ctx, nil, status.Errorf(codes.Unavailable, "forward to leader: %v", err)
+		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, fmt.Sprintf("forward to the leader at %s: %v", addr, err))
 	}
 	f.count(ctx)
-	return metadata.AppendToOutgoingContext(ctx, forwardedKey, f.id), conn, nil
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, f.id), leaderClientConn{conn: conn, server: f.id}, nil
+}
+
+// forwarded reports whether a follower forwarded the request of ctx.
+func forwarded(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(forwardedKey)) > 0
+}
+
+// answeredKey is the trailer a server sets on its answer to a forwarded
+// request. The follower that forwarded it then knows that an Unavailable
+// error without it is not the leader's answer but the loss of the leader:
+// the connection failed or broke during the call.
+const answeredKey = "csisupd-answered-by"
+
+// markAnswered sets answeredKey on the answer to a forwarded request.
+func (f *forwarder) markAnswered(ctx context.Context) {
+	if forwarded(ctx) {
+		// Fails only outside a gRPC handler, where nobody reads it.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(answeredKey, f.id))
+	}
+}
+
+// leaderClientConn is the connection a follower forwards one request to
+// the leader on. A unary call that fails Unavailable, without details and
+// without the leader's answeredKey, lost the leader (it died, stopped, or
+// cannot be reached): its error becomes NoLeader, which callers know to
+// retry, rather than a plain Unavailable that reads as a server the caller
+// could not reach. Streams pass through.
+type leaderClientConn struct {
+	conn *grpc.ClientConn
+	// server is this server's id.
+	server string
+}
+
+func (c leaderClientConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	var trailer metadata.MD
+	err := c.conn.Invoke(ctx, method, args, reply, append(opts, grpc.Trailer(&trailer))...)
+	if err == nil || len(trailer.Get(answeredKey)) > 0 || ctx.Err() != nil {
+		return err
+	}
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || len(st.Details()) > 0 {
+		return err
+	}
+	return csisupdv1.NewNoLeaderError(c.server, fmt.Sprintf("the leader at %s did not answer: %s", c.conn.Target(), st.Message()))
+}
+
+func (c leaderClientConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return c.conn.NewStream(ctx, desc, method, opts...)
 }
 
 // consistentRead checks that this leader may serve a consistent read.
@@ -123,7 +176,7 @@ func (f *forwarder) consistentRead() error {
 	}
 	defer done()
 	if err := f.node.Raft().VerifyLeader().Error(); err != nil {
-		return status.Errorf(codes.Unavailable, "verify leadership: %v", err)
+		return csisupdv1.NewNoLeaderError(f.id, "verify leadership: "+err.Error())
 	}
 	return nil
 }
@@ -140,8 +193,14 @@ func toStatus(err error) error {
 	case errors.Is(err, state.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raftnode.ErrNoLeader):
+		// This server lost the leadership during the call, or never had
+		// it: typed, so that the caller retries (a volume request is
+		// idempotent) rather than reading it as a server it could not
+		// reach. The server's id is not known here; the message names
+		// the condition.
+		return csisupdv1.NewNoLeaderError("", err.Error())
+	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())

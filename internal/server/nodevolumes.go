@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
+
+	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
@@ -35,7 +38,7 @@ func (g *grpcNodeVolumes) MountVolume(ctx context.Context, addr string, req *csi
 	}
 	resp, err := c.MountVolume(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, agentError(addr, err)
 	}
 	return resp.GetMount(), nil
 }
@@ -46,5 +49,43 @@ func (g *grpcNodeVolumes) UnmountVolume(ctx context.Context, addr string, req *c
 		return err
 	}
 	_, err = c.UnmountVolume(ctx, req)
+	return agentError(addr, err)
+}
+
+// agentNotReachedError is the error of a NodeVolumes call that reached no
+// agent at addr (csisupdv1.NotReached): the agent is down or cannot be
+// reached. It keeps the call's status.
+type agentNotReachedError struct {
+	addr string
+	err  error
+}
+
+func (e *agentNotReachedError) Error() string              { return e.err.Error() }
+func (e *agentNotReachedError) Unwrap() error              { return e.err }
+func (e *agentNotReachedError) GRPCStatus() *status.Status { return status.Convert(e.err) }
+
+// agentError marks the error of a call to the agent at addr that reached
+// no agent.
+func agentError(addr string, err error) error {
+	if csisupdv1.NotReached(err) {
+		return &agentNotReachedError{addr: addr, err: err}
+	}
 	return err
+}
+
+// nodeUnreachable turns the error of a volume request whose call to the
+// agent of node nodeID reached no agent into Unavailable with the
+// NodeUnreachable detail naming the node, which the CLI tells apart from
+// an answer of the agent. Any other error is returned as it is.
+func (s *Server) nodeUnreachable(nodeID string, err error) error {
+	var nr *agentNotReachedError
+	if !errors.As(err, &nr) {
+		return err
+	}
+	// Only the agent of the request's node: a controller call goes to
+	// another node's agent.
+	if node := s.State().Node(nodeID); node == nil || node.GetAddress() != nr.addr {
+		return err
+	}
+	return csisupdv1.NewNodeUnreachableError(nodeID, nr.addr, err)
 }

@@ -23,6 +23,14 @@
 // with the request's secrets redacted from errors and logs.
 // NotFound from NodeUnpublishVolume or NodeUnstageVolume counts as done.
 //
+// The NodeVolumes service (Service) checks what MountVolume and
+// ExpandVolume bring before the manager records or calls anything
+// (package volreq): mount flags, fs type, capacities and map sizes. The
+// privileged mount flags suid and dev pass only when the operator allows
+// them (client.allow_mount_flags, given to Register). UnmountVolume's
+// usage is not checked: it mounts nothing, and must undo what a mount
+// made under earlier rules.
+//
 // # Directories
 //
 // A plugin's mount root is Config.PluginDirs[id].MountDir, by default

@@ -11,7 +11,7 @@ const module = "github.com/csisupd/csisupd/"
 
 // The tiers of the graph, top to bottom:
 //
-//	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog}
+//	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog, volreq}
 //
 // and inside the server role:
 //
@@ -36,13 +36,13 @@ var allowed = map[string][]string{
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
-	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	// statepb is the servers' storage format; it imports the API only to
 	// convert to and from it (its .proto files import no csisupd file).
 	"internal/server/statepb": {api},
 	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
 	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
-	"internal/volumes":        {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog"},
+	"internal/volumes":        {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog", "internal/volreq"},
 
 	// The parts of the server role, bottom up: the state store; the claim
 	// rules, which read node statuses and plugin roles from it; the FSM
@@ -67,11 +67,14 @@ var allowed = map[string][]string{
 	// type and capabilities by the plugin model's names (plugin).
 	"internal/csiclient": {api, "internal/plugin", "internal/retry"},
 	"internal/config":    {"internal/retry"},
-	"internal/acl":       {api},
-	"internal/tlsutil":   {},
-	"internal/keylock":   {},
-	"internal/watchdog":  {},
-	api:                  {},
+	// volreq checks volume requests for the servers and the node agent:
+	// the API's messages in, plain errors out.
+	"internal/volreq":   {api},
+	"internal/acl":      {api},
+	"internal/tlsutil":  {},
+	"internal/keylock":  {},
+	"internal/watchdog": {},
+	api:                 {},
 
 	"internal/testutil":                      {},
 	"internal/testutil/sanitytest":           {"internal/testutil"},
@@ -103,6 +106,8 @@ var forbiddenOutside = map[string][]string{
 	// error constructors do, but holds no connection and knows no raft.
 	"internal/server/claims": {"github.com/hashicorp/raft", "google.golang.org/grpc="},
 	"internal/server/leader": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
+	// volreq is the API's messages and the standard library only.
+	"internal/volreq": {"github.com", "golang.org", "google.golang.org/grpc"},
 }
 
 // testHelpers may be imported by every package's tests.

@@ -74,7 +74,8 @@ type Client struct {
 
 // Dial creates a client for the agent at cfg.Address. It does not connect:
 // the first call does, and an unreachable agent fails that call with
-// Unavailable.
+// Unavailable, marked so that NotReached tells it from an Unavailable
+// answer.
 func Dial(cfg ClientConfig) (*Client, error) {
 	addr := cfg.Address
 	if addr == "" {
@@ -84,7 +85,7 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, NotReachedInterceptors()...)
 	if cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(TokenCredentials{Secret: cfg.Token}))
 	}

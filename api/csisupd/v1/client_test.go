@@ -33,6 +33,12 @@ func (nodeWithoutPlugins) ControllerListVolumes(_ context.Context, req *csisupdv
 	return nil, csisupdv1.NewPluginNotFoundError(req.GetPluginId(), "node-1")
 }
 
+// ControllerGetCapabilities answers Unavailable without details, as a
+// plugin that restarts may.
+func (nodeWithoutPlugins) ControllerGetCapabilities(context.Context, *csisupdv1.ControllerGetCapabilitiesRequest) (*csisupdv1.ControllerGetCapabilitiesResponse, error) {
+	return nil, status.Error(codes.Unavailable, "controller restarting")
+}
+
 // serveAgent serves ClientCSI on a unix socket and returns its address.
 func serveAgent(t *testing.T) string {
 	t.Helper()
@@ -76,6 +82,11 @@ func TestDialTypedErrors(t *testing.T) {
 	if !ok || d.GetPluginId() != "ebs" || d.GetNode() != "node-1" {
 		t.Errorf("PluginNotFound = %v, want plugin ebs on node-1", d)
 	}
+	// An agent that answers Unavailable was reached.
+	_, err = c.ClientCSI.ControllerGetCapabilities(ctx, &csisupdv1.ControllerGetCapabilitiesRequest{PluginId: "ebs"})
+	if status.Code(err) != codes.Unavailable || csisupdv1.NotReached(err) {
+		t.Errorf("error of an answered Unavailable = %v (not reached: %v), want Unavailable, reached", err, csisupdv1.NotReached(err))
+	}
 }
 
 func TestDialUnreachableAgent(t *testing.T) {
@@ -92,8 +103,13 @@ func TestDialUnreachableAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = c.ClientCSI.ControllerListVolumes(ctx, &csisupdv1.ControllerListVolumesRequest{PluginId: "ebs"})
-	if status.Code(err) != codes.Unavailable || csisupdv1.IsPluginNotFound(err) {
-		t.Errorf("error = %v, want Unavailable without PluginNotFound", err)
+	if status.Code(err) != codes.Unavailable || csisupdv1.IsPluginNotFound(err) || !csisupdv1.NotReached(err) {
+		t.Errorf("error = %v, want Unavailable without PluginNotFound, marked not reached", err)
+	}
+	// Opening a stream to nobody is marked too.
+	_, err = c.Agent.WatchEvents(ctx, &csisupdv1.WatchEventsRequest{})
+	if status.Code(err) != codes.Unavailable || !csisupdv1.NotReached(err) {
+		t.Errorf("WatchEvents error = %v, want Unavailable, marked not reached", err)
 	}
 }
 

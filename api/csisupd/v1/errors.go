@@ -135,10 +135,26 @@ func IsNoLeader(err error) bool {
 
 // NewNoLeaderError returns the Unavailable error of a request that needs
 // the leader when server knows of none that can serve it, with the
-// NoLeader detail. It is retryable.
+// NoLeader detail. It is retryable. server may be empty when the error is
+// made where the server's id is not known.
 func NewNoLeaderError(server, reason string) error {
 	msg := fmt.Sprintf("server %s: no cluster leader (%s)", server, reason)
+	if server == "" {
+		msg = fmt.Sprintf("no cluster leader (%s)", reason)
+	}
 	return withDetails(codes.Unavailable, msg, &NoLeader{Server: server, Reason: reason}, &Retryable{Reason: reason})
+}
+
+// NewNodeUnreachableError returns the Unavailable error of work on node
+// nodeID that failed because its agent at addr could not be reached; err
+// is the failed call's error. It carries the NodeUnreachable and Retryable
+// details.
+func NewNodeUnreachableError(nodeID, addr string, err error) error {
+	reason := status.Convert(err).Message()
+	msg := fmt.Sprintf("node %q: its agent at %s cannot be reached: %s", nodeID, addr, reason)
+	return withDetails(codes.Unavailable, msg,
+		&NodeUnreachable{NodeId: nodeID, Address: addr, Reason: reason},
+		&Retryable{Reason: "the node's agent may come back"})
 }
 
 // NewEventsFellBehindError returns the ResourceExhausted error that ends an

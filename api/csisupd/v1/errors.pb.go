@@ -491,7 +491,8 @@ type NoLeader struct {
 	// server is the id of the server that answered.
 	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
 	// reason says why, for people: "no leader elected", "leader not ready
-	// yet", "leadership lost".
+	// yet", "leadership lost", "the leader at <address> did not answer".
+	// The request is safe to retry: a volume request is idempotent.
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -541,6 +542,73 @@ func (x *NoLeader) GetReason() string {
 	return ""
 }
 
+// NodeUnreachable is the detail of the Unavailable error of a request whose
+// work on a node failed because the servers could not reach the node's
+// agent (not connected, or the connection broke): for example a release
+// whose node agent is down. The servers go on with a release by themselves
+// once the agent is back.
+type NodeUnreachable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id names the node; address is its agent's rpc address.
+	NodeId  string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// reason is the connection's error, for people.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeUnreachable) Reset() {
+	*x = NodeUnreachable{}
+	mi := &file_csisupd_v1_errors_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeUnreachable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeUnreachable) ProtoMessage() {}
+
+func (x *NodeUnreachable) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_errors_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeUnreachable.ProtoReflect.Descriptor instead.
+func (*NodeUnreachable) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_errors_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *NodeUnreachable) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeUnreachable) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *NodeUnreachable) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_csisupd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_errors_proto_rawDesc = "" +
@@ -577,7 +645,11 @@ const file_csisupd_v1_errors_proto_rawDesc = "" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\":\n" +
 	"\bNoLeader\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reasonB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\\\n" +
+	"\x0fNodeUnreachable\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reasonB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_errors_proto_rawDescOnce sync.Once
@@ -591,7 +663,7 @@ func file_csisupd_v1_errors_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_errors_proto_rawDescData
 }
 
-var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_csisupd_v1_errors_proto_goTypes = []any{
 	(*Retryable)(nil),         // 0: csisupd.v1.Retryable
 	(*Ignorable)(nil),         // 1: csisupd.v1.Ignorable
@@ -602,6 +674,7 @@ var file_csisupd_v1_errors_proto_goTypes = []any{
 	(*EventsGone)(nil),        // 6: csisupd.v1.EventsGone
 	(*ClaimRefused)(nil),      // 7: csisupd.v1.ClaimRefused
 	(*NoLeader)(nil),          // 8: csisupd.v1.NoLeader
+	(*NodeUnreachable)(nil),   // 9: csisupd.v1.NodeUnreachable
 }
 var file_csisupd_v1_errors_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -622,7 +695,7 @@ func file_csisupd_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_errors_proto_rawDesc), len(file_csisupd_v1_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

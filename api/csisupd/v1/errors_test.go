@@ -79,11 +79,26 @@ func TestErrorMessages(t *testing.T) {
 		{NewEventsGoneError(7, 1200), "events after index 7 are no longer buffered (the oldest is 1200): read the state again, then follow the newest events"},
 		{NewClaimRefusedError(ClaimRuleTopology, "not reachable from node n1"), "claim refused (topology): not reachable from node n1"},
 		{NewClaimDeferredError(ClaimRuleNodeNotReady, "node n1 is initializing", "its next heartbeat"), "claim refused (node-not-ready): node n1 is initializing"},
+		{NewNoLeaderError("s1", "leadership lost"), "server s1: no cluster leader (leadership lost)"},
+		{NewNoLeaderError("", "node is not the leader"), "no cluster leader (node is not the leader)"},
+		{NewNodeUnreachableError("n2", "10.0.0.2:4780", status.Error(codes.Unavailable, "connection refused")),
+			`node "n2": its agent at 10.0.0.2:4780 cannot be reached: connection refused`},
 	}
 	for _, tt := range tests {
 		if got := status.Convert(tt.err).Message(); got != tt.want {
 			t.Errorf("message = %q, want %q", got, tt.want)
 		}
+	}
+}
+
+func TestNodeUnreachableDetails(t *testing.T) {
+	err := NewNodeUnreachableError("n2", "10.0.0.2:4780", status.Error(codes.Unavailable, "connection refused"))
+	d, ok := ErrorDetail[*NodeUnreachable](err)
+	if !ok || d.GetNodeId() != "n2" || d.GetAddress() != "10.0.0.2:4780" || d.GetReason() != "connection refused" {
+		t.Fatalf("NodeUnreachable detail = %v, %v", d, ok)
+	}
+	if status.Code(err) != codes.Unavailable || !IsRetryable(err) {
+		t.Errorf("code %s, retryable %v; want Unavailable and retryable", status.Code(err), IsRetryable(err))
 	}
 }
 

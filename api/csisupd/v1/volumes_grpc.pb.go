@@ -71,7 +71,10 @@ const (
 //     plugin would be exceeded, or the volume is mounted with another
 //     external id.
 //   - InvalidArgument: a malformed id (volume and workload ids follow the
-//     plugin id rule: no "/", no "..") or usage.
+//     plugin id rule: no "/", no "..") or usage, a mount flag or fs type
+//     that may not reach a plugin (suid and dev unless the agent's
+//     client.allow_mount_flags lists them), a negative capacity, or a map
+//     beyond its cap. It names the field; nothing is recorded or called.
 //
 // A NotFound from NodeUnpublishVolume or NodeUnstageVolume counts as done
 // (the target is gone). Other plugin errors pass through unchanged, with
@@ -199,7 +202,10 @@ func (c *nodeVolumesClient) ListMounts(ctx context.Context, in *ListMountsReques
 //     plugin would be exceeded, or the volume is mounted with another
 //     external id.
 //   - InvalidArgument: a malformed id (volume and workload ids follow the
-//     plugin id rule: no "/", no "..") or usage.
+//     plugin id rule: no "/", no "..") or usage, a mount flag or fs type
+//     that may not reach a plugin (suid and dev unless the agent's
+//     client.allow_mount_flags lists them), a negative capacity, or a map
+//     beyond its cap. It names the field; nothing is recorded or called.
 //
 // A NotFound from NodeUnpublishVolume or NodeUnstageVolume counts as done
 // (the target is gone). Other plugin errors pass through unchanged, with

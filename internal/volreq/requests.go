@@ -1,0 +1,98 @@
+package volreq
+
+import (
+	"fmt"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// MaxTopologySegments caps the accessible topology of a registered volume:
+// a segment is one zone or rack a volume is reachable from.
+const MaxTopologySegments = 512
+
+// CreateVolume checks a Control.CreateVolume request.
+func CreateVolume(req *csisupdv1.VolumeCreateRequest) error {
+	return first(
+		func() error {
+			return Capacity("capacity_min_bytes", req.GetCapacityMinBytes(), "capacity_max_bytes", req.GetCapacityMaxBytes())
+		},
+		func() error { return Capabilities("capabilities", req.GetCapabilities()) },
+		func() error { return Map("parameters", req.GetParameters()) },
+		func() error { return Secrets("secrets", req.GetSecrets()) },
+	)
+}
+
+// RegisterVolume checks a Control.RegisterVolume request.
+func RegisterVolume(req *csisupdv1.VolumeRegisterRequest) error {
+	v := req.GetVolume()
+	return first(
+		func() error { return NonNegative("volume.capacity_bytes", v.GetCapacityBytes()) },
+		func() error { return Capabilities("volume.capabilities", v.GetCapabilities()) },
+		func() error { return Map("volume.parameters", v.GetParameters()) },
+		func() error { return Map("volume.context", v.GetContext()) },
+		func() error { return topology("volume.accessible_topology", v.GetAccessibleTopology()) },
+	)
+}
+
+func topology(field string, segs []*csisupdv1.TopologySegment) error {
+	if len(segs) > MaxTopologySegments {
+		return fmt.Errorf("%s has %d segments, more than the %d allowed", field, len(segs), MaxTopologySegments)
+	}
+	for i, s := range segs {
+		if err := Map(fmt.Sprintf("%s[%d].segments", field, i), s.GetSegments()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClaimVolume checks a Control.ClaimVolume request at the servers: the
+// privileged mount flags pass, for the node's agent to judge.
+func ClaimVolume(req *csisupdv1.VolumeClaimRequest) error {
+	return first(
+		func() error { return Usage("usage", req.GetUsage(), privileged) },
+		func() error { return Secrets("secrets", req.GetSecrets()) },
+	)
+}
+
+// ReleaseVolume checks a Control.ReleaseVolume request.
+func ReleaseVolume(req *csisupdv1.VolumeReleaseRequest) error {
+	return Secrets("secrets", req.GetSecrets())
+}
+
+// DeleteVolume checks a Control.DeleteVolume request.
+func DeleteVolume(req *csisupdv1.VolumeDeleteRequest) error {
+	return Secrets("secrets", req.GetSecrets())
+}
+
+// MountVolume checks a NodeVolumes.MountVolume request on the node:
+// allowed are the privileged mount flags its operator allows
+// (client.allow_mount_flags).
+func MountVolume(req *csisupdv1.MountVolumeRequest, allowed []string) error {
+	return first(
+		func() error { return Usage("usage", req.GetUsage(), allowed) },
+		func() error { return Map("volume_context", req.GetVolumeContext()) },
+		func() error { return Map("publish_context", req.GetPublishContext()) },
+		func() error { return Secrets("secrets", req.GetSecrets()) },
+	)
+}
+
+// ExpandVolume checks a NodeVolumes.ExpandVolume request.
+func ExpandVolume(req *csisupdv1.ExpandVolumeRequest) error {
+	return first(
+		func() error {
+			return Capacity("required_bytes", req.GetRequiredBytes(), "limit_bytes", req.GetLimitBytes())
+		},
+		func() error { return Secrets("secrets", req.GetSecrets()) },
+	)
+}
+
+// first runs checks in order and returns the first error.
+func first(checks ...func() error) error {
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
