@@ -96,7 +96,7 @@ func (s *Server) callControllers(ctx context.Context, op string, cands []candida
 			return c, nil
 		}
 		errs = append(errs, fmt.Errorf("node %s (%s): %w", c.nodeID, c.addr, err))
-		if ctx.Err() != nil || !s.cfg.IsRetryable(err) && (c.confirmed || !unreachable(err)) {
+		if ctx.Err() != nil || !tryNext(s.cfg.IsRetryable, c, err) {
 			return c, err
 		}
 		s.logger.Warn("controller call failed; trying the next candidate", "op", op, "node", c.nodeID, "confirmed", c.confirmed, "error", err)
@@ -104,9 +104,16 @@ func (s *Server) callControllers(ctx context.Context, op string, cands []candida
 	return candidate{}, status.Errorf(codes.Unavailable, "%s: every controller candidate failed: %v", op, errors.Join(errs...))
 }
 
-// unreachable reports whether err says that a node's agent could not be
-// reached, or not in time.
-func unreachable(err error) bool {
+// tryNext reports whether the failed call to c leaves the next candidate
+// worth a try: the error is retryable, or c is on a node this leader has
+// not heard from and its agent could not be reached, or not in time.
+func tryNext(isRetryable func(error) bool, c candidate, err error) bool {
+	if isRetryable(err) {
+		return true
+	}
+	if c.confirmed {
+		return false
+	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return true
