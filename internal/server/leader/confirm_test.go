@@ -11,13 +11,22 @@ import (
 // storeWithNodes returns a store holding ready nodes with the given ids.
 func storeWithNodes(t *testing.T, ids ...string) *state.Store {
 	t.Helper()
+	var nodes []*statepb.ClusterNode
+	for _, id := range ids {
+		nodes = append(nodes, &statepb.ClusterNode{Id: id, Status: state.NodeStatusReady})
+	}
+	return storeOf(t, nodes...)
+}
+
+func storeOf(t *testing.T, nodes ...*statepb.ClusterNode) *state.Store {
+	t.Helper()
 	st, err := state.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	txn := st.Write()
-	for _, id := range ids {
-		if err := txn.PutNode(&statepb.ClusterNode{Id: id, Status: state.NodeStatusReady}); err != nil {
+	for _, n := range nodes {
+		if err := txn.PutNode(n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,6 +83,22 @@ func TestHeartbeatConfirm(t *testing.T) {
 				t.Fatalf("status of n1 = %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// TestHeartbeatConfirmNeedsANodeStoredReady: a node stored down, or not
+// stored, is not confirmed by a call: only a heartbeat brings a node back,
+// through raft.
+func TestHeartbeatConfirmNeedsANodeStoredReady(t *testing.T) {
+	st := storeOf(t, &statepb.ClusterNode{Id: "down", Status: state.NodeStatusDown})
+	h := NewHeartbeats(longTTLs(st, refuseApply), nil)
+	defer h.Stop()
+	h.Initialize()
+	for _, id := range []string{"down", "unknown"} {
+		h.Confirm(id)
+		if h.Confirmed(id) || h.Count() != 0 {
+			t.Fatalf("Confirm(%s): confirmed %v, %d timers; want neither", id, h.Confirmed(id), h.Count())
+		}
 	}
 }
 

@@ -174,8 +174,12 @@ func (h *Heartbeats) Reset(nodeID string) time.Duration {
 // other node gets the failover TTL rather than one Reset would compute:
 // the agent was not told a TTL by this call, and keeps heartbeating on the
 // one an earlier leader gave it, which the failover TTL covers. It does
-// nothing on a server that does not lead.
+// nothing on a server that does not lead, nor for a node not stored ready:
+// only a heartbeat brings a node back from down, through raft.
 func (h *Heartbeats) Confirm(nodeID string) {
+	if h.cfg.State().Node(nodeID).GetStatus() != state.NodeStatusReady {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.enabled {
