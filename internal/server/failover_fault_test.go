@@ -1,5 +1,8 @@
 //go:build fault
 
+// The failover acceptance test. Run it with
+//
+//	go test -race -tags fault -run TestVolumeWorkRightAfterFailover -v ./internal/server/
 package server_test
 
 import (
@@ -34,7 +37,9 @@ func realisticTTLs(_ int, cfg *server.Config) {
 // TestVolumeWorkRightAfterFailover kills the leader of 3 servers with 2
 // agents, then restarts every server: each time, a volume create and a
 // volume claim succeed within failoverBound of a new leader being known,
-// although no node has heartbeated to it yet.
+// without waiting for the nodes' heartbeats, which are due on TTLs of 20 s
+// and more. Each call is retried on errors a client retries; the figures
+// are logged.
 func TestVolumeWorkRightAfterFailover(t *testing.T) {
 	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2, Configure: realisticTTLs})
 	// One controller, on agent 0, and a node service on both: the claims
