@@ -1,12 +1,14 @@
 package nodeclient
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -19,6 +21,11 @@ import (
 type serverConn struct {
 	connect retry.Policy
 	opts    []grpc.DialOption
+	// lost receives, without blocking the sender, when the connection to
+	// the current server was lost (see watch). Buffered, size 1.
+	lost chan struct{}
+	// watchers counts the watch goroutines, one per connection made.
+	watchers sync.WaitGroup
 
 	mu     sync.Mutex
 	addr   string
@@ -53,15 +60,48 @@ func (s *serverConn) get(addr string) (*grpc.ClientConn, error) {
 		_ = s.conn.Close()
 	}
 	s.addr, s.conn = addr, c
+	s.watchers.Add(1)
+	go s.watch(c)
 	return c, nil
 }
 
+// newServerConn returns a serverConn without a connection yet.
+func newServerConn(connect retry.Policy, opts []grpc.DialOption) *serverConn {
+	return &serverConn{connect: connect, opts: opts, lost: make(chan struct{}, 1)}
+}
+
+// watch signals lost each time conn leaves the ready state other than by
+// being closed: the server went away (stopped, crashed, restarted), and
+// the leader may have gone with it. A server that closes an idle
+// connection signals it too, which costs one early heartbeat. It returns
+// once conn is closed, which the client does when it fails over or stops.
+func (s *serverConn) watch(conn *grpc.ClientConn) {
+	defer s.watchers.Done()
+	state := conn.GetState()
+	for state != connectivity.Shutdown {
+		// Close ends the wait: it moves conn to Shutdown.
+		if !conn.WaitForStateChange(context.Background(), state) {
+			return
+		}
+		next := conn.GetState()
+		if state == connectivity.Ready && next != connectivity.Shutdown {
+			select {
+			case s.lost <- struct{}{}:
+			default: // one signal pending is enough
+			}
+		}
+		state = next
+	}
+}
+
+// close closes the connection and waits for its watch to return.
 func (s *serverConn) close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
 	if s.conn != nil {
 		_ = s.conn.Close()
 		s.conn = nil
 	}
+	s.mu.Unlock()
+	s.watchers.Wait()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -84,7 +85,7 @@ type Config struct {
 type Client struct {
 	cfg    Config
 	logger hclog.Logger
-	conn   serverConn
+	conn   *serverConn
 
 	mu         sync.Mutex
 	registered bool
@@ -146,7 +147,7 @@ func New(cfg Config, logger hclog.Logger) (*Client, error) {
 	return &Client{
 		cfg:    cfg,
 		logger: logger.Named("node-client"),
-		conn:   serverConn{connect: cfg.Connect, opts: cfg.DialOptions},
+		conn:   newServerConn(cfg.Connect, cfg.DialOptions),
 	}, nil
 }
 
@@ -316,11 +317,17 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	var (
 		heartbeat = time.NewTimer(time.Hour)
-		retryAt   <-chan time.Time
-		dirty     bool
+		// beatDue is when heartbeat fires; zero while it is stopped.
+		beatDue time.Time
+		retryAt <-chan time.Time
+		dirty   bool
 	)
 	heartbeat.Stop()
 	defer heartbeat.Stop()
+	beatIn := func(d time.Duration) {
+		heartbeat.Reset(d)
+		beatDue = time.Now().Add(d)
+	}
 	wait := func() bool {
 		return loop.Wait(ctx, backoff.NextBackOff()) == nil
 	}
@@ -347,7 +354,11 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 			backoff.Reset()
 			dirty, retryAt = false, nil
-			heartbeat.Reset(ttl)
+			beatIn(ttl)
+			select {
+			case <-c.conn.lost: // the leader has just heard from this node
+			default:
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -357,7 +368,18 @@ func (c *Client) Run(ctx context.Context) error {
 			dirty = true
 		case <-retryAt:
 			retryAt = nil
+		case <-c.conn.lost:
+			// The server this node talked to went away, and with it,
+			// perhaps, the leader: a new leader has not heard from this
+			// node, and shows it initializing until it does. Heartbeat
+			// soon, at a random moment that spreads the nodes that lost
+			// their server at once, unless the heartbeat is due sooner.
+			if d := earlyHeartbeatDelay(c.TTL()); !beatDue.IsZero() && time.Now().Add(d).Before(beatDue) {
+				c.logger.Debug("lost the connection to the server; heartbeating early", "in", d)
+				beatIn(d)
+			}
 		case <-heartbeat.C:
+			beatDue = time.Time{}
 			busy()
 			ttl, addr, err := c.heartbeat(ctx)
 			switch {
@@ -369,10 +391,10 @@ func (c *Client) Run(ctx context.Context) error {
 				continue
 			case err != nil:
 				fail("heartbeat", addr, err)
-				heartbeat.Reset(backoff.NextBackOff())
+				beatIn(backoff.NextBackOff())
 			default:
 				backoff.Reset()
-				heartbeat.Reset(ttl)
+				beatIn(ttl)
 			}
 		}
 		if dirty && retryAt == nil {
@@ -391,6 +413,24 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// earlyHeartbeatSpread divides a node's TTL into the window in which it
+// heartbeats after losing its server. The servers scale the TTL with the
+// node count so that the leader sees at most its configured heartbeats per
+// second; a tenth of the TTL spreads the nodes that lost their server in
+// one instant at up to ten times that rate: at the defaults, 10,000 nodes
+// have TTLs of 200 s and more and come back within 20 s and more, and a
+// small cluster's nodes, with TTLs of 10 s and more, within a second.
+const earlyHeartbeatSpread = 10
+
+// earlyHeartbeatDelay returns a random delay in [0, ttl/earlyHeartbeatSpread).
+func earlyHeartbeatDelay(ttl time.Duration) time.Duration {
+	window := ttl / earlyHeartbeatSpread
+	if window <= 0 {
+		return 0
+	}
+	return rand.N(window)
 }
 
 func (c *Client) setRegistered(ok bool, ttl time.Duration) {

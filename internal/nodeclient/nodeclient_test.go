@@ -3,9 +3,11 @@ package nodeclient_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/plugin/plugintest"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -126,4 +129,65 @@ func TestServersGetTheReadModel(t *testing.T) {
 	if !cl.Registered() {
 		t.Error("Registered() = false after the servers took the node's plugins")
 	}
+}
+
+// heartbeats counts the node heartbeats the servers answered.
+type heartbeats struct{ n atomic.Int64 }
+
+func (h *heartbeats) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if _, ok := req.(*csisupdv1.NodeHeartbeatRequest); ok && err == nil {
+		h.n.Add(1)
+	}
+	return resp, err
+}
+
+// TestHeartbeatSoonAfterLosingTheServer restarts the node's server, whose
+// new leadership has heard from no node: the node heartbeats to it well
+// before the TTL it was given runs out (within half of it here), so the
+// leader stops showing it initializing.
+func TestHeartbeatSoonAfterLosingTheServer(t *testing.T) {
+	beats := &heartbeats{}
+	c := testcluster.New(t, testcluster.Config{
+		Servers: 1,
+		Configure: func(_ int, cfg *server.Config) {
+			// Far longer than the early heartbeat's window, a tenth of it.
+			cfg.MinHeartbeatTTL, cfg.FailoverHeartbeatTTL = 40*time.Second, time.Minute
+		},
+		ServerOptions: func(int) []grpc.ServerOption {
+			return []grpc.ServerOption{grpc.ChainUnaryInterceptor(beats.intercept)}
+		},
+	})
+	c.WaitForLeader(t, 20*time.Second)
+	cfg := validConfig()
+	cfg.Servers = c.RPCAddrs()
+	cfg.Node.Address = testutil.FreeAddr(t)
+	cl, err := nodeclient.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, cl)
+	testutil.WaitFor(t, 20*time.Second, "the node to register", cl.Registered)
+	// The next heartbeat on the TTL is due a TTL after the registration;
+	// the early one comes within a tenth of it after the server is back.
+	due := time.Now().Add(cl.TTL() / 2)
+	if n := beats.n.Load(); n != 0 {
+		t.Fatalf("%d heartbeats before the server restarted", n)
+	}
+
+	c.Stop(0)
+	c.Restart(0)
+	c.WaitForLeader(t, 20*time.Second)
+	back := time.Now()
+	status := func() string {
+		resp, err := c.Control(0).GetNode(context.Background(), &csisupdv1.NodeGetRequest{Id: cfg.Node.ID})
+		if err != nil {
+			return err.Error()
+		}
+		return resp.GetNode().GetStatus()
+	}
+	testutil.WaitFor(t, time.Until(due), "a heartbeat to the restarted server within half the TTL", func() bool {
+		return beats.n.Load() > 0 && status() == "ready"
+	})
+	t.Logf("TTL %v: the node was ready on the new leader %v after it was known", cl.TTL(), time.Since(back).Round(time.Millisecond))
 }

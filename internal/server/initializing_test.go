@@ -76,9 +76,10 @@ func wantStatuses(t *testing.T, ctl csisupdv1.ControlClient, want map[string]str
 }
 
 // TestRestoreNodesInitializingUntilHeartbeat restores a snapshot whose
-// nodes are ready: the leader reports them initializing, counts and picks
-// none of their controllers, and refuses claims on them, each until the
-// node heartbeats; the heartbeats write nothing to raft.
+// nodes are ready: the leader reports them initializing, counts none of
+// their controllers, asks their controllers only after those of nodes it
+// has heard from, and refuses claims on them, each until the node
+// heartbeats or answers a call; neither writes to raft.
 func TestRestoreNodesInitializingUntilHeartbeat(t *testing.T) {
 	c := testcluster.New(t, testcluster.Config{Servers: 3, Configure: manualNodes})
 	leader := checkFormed(t, c, 3)
@@ -112,18 +113,24 @@ func TestRestoreNodesInitializingUntilHeartbeat(t *testing.T) {
 		p.GetInstances()[0].GetHealthy() || !strings.Contains(p.GetInstances()[0].GetHealthDescription(), "initializing") {
 		t.Fatalf("plugin after the restore: %v", p)
 	}
-	_, err := ctl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: "v0", PluginId: "p1"})
-	if status.Code(err) != codes.Unavailable || !csisupdv1.IsRetryable(err) ||
-		!strings.Contains(err.Error(), "node-a") || !strings.Contains(err.Error(), "node-b") {
-		t.Fatalf("create with every controller node initializing: %v, want retryable Unavailable naming both", err)
-	}
 	modified := map[string]uint64{}
 	for id, n := range restored {
 		modified[id] = n.GetModifyIndex()
 	}
 
-	// node-b confirms; node-a, which sorts first, has not.
-	beatNode(t, cluster, "node-b")
+	// Controllers on nodes not heard from are still used, in order; one
+	// whose agent does not answer in time is passed over and stays
+	// unconfirmed, and the one that answers is confirmed by its answer.
+	a.setFail(status.Error(codes.DeadlineExceeded, "agent too slow"))
+	created, err := ctl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: "v0", PluginId: "p1"})
+	if err != nil {
+		t.Fatalf("create with every controller node initializing: %v", err)
+	}
+	a.setFail(nil)
+	if got := created.GetVolume().GetControllerNodeId(); got != "node-b" || a.callCount("create v0") != 1 || b.callCount("create v0") != 1 {
+		t.Fatalf("create went to %s (node-a %d calls, node-b %d), want node-a tried first, then node-b",
+			got, a.callCount("create v0"), b.callCount("create v0"))
+	}
 	wantStatuses(t, ctl, map[string]string{"node-a": state.NodeStatusInitializing, "node-b": state.NodeStatusReady})
 	// The status filter sees the status the leader tells.
 	for want, id := range map[string]string{state.NodeStatusInitializing: "node-a", state.NodeStatusReady: "node-b"} {
@@ -135,12 +142,16 @@ func TestRestoreNodesInitializingUntilHeartbeat(t *testing.T) {
 	if p := pluginOf(t, ctl, "p1"); p.GetControllersHealthy() != 1 || p.GetNodesHealthy() != 1 {
 		t.Fatalf("plugin with node-b confirmed: %v", p)
 	}
-	created, err := ctl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: "v1", PluginId: "p1"})
+
+	// node-b is confirmed and node-a, which sorts first, is not: node-b
+	// is asked first.
+	beatNode(t, cluster, "node-b")
+	created, err = ctl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: "v1", PluginId: "p1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := created.GetVolume().GetControllerNodeId(); got != "node-b" || a.callCount("create") != 0 || b.callCount("create v1") != 1 {
-		t.Fatalf("create went to %s (node-a %d calls, node-b %d), want node-b only", got, a.callCount("create"), b.callCount("create v1"))
+	if got := created.GetVolume().GetControllerNodeId(); got != "node-b" || a.callCount("create v1") != 0 || b.callCount("create v1") != 1 {
+		t.Fatalf("create went to %s (node-a %d calls, node-b %d), want node-b only", got, a.callCount("create v1"), b.callCount("create v1"))
 	}
 	_, err = ctl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "v1", NodeId: "node-a", WorkloadId: "w1"})
 	refused, ok := csisupdv1.ErrorDetail[*csisupdv1.ClaimRefused](err)

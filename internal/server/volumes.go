@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -26,20 +25,24 @@ type candidate struct {
 	nodeID string
 	addr   string
 	plugin *statepb.Plugin
+	// confirmed is set when the node has heartbeated to, or answered a
+	// call of, this leader since it took over or restored a snapshot.
+	confirmed bool
 }
 
 // controllerCandidates returns the healthy controller instances of a plugin
-// on ready nodes that have heartbeated to this leader since it took over or
-// restored a snapshot, in node id order. When the only healthy instances
-// are on nodes not heard from yet, the error is Unavailable and retryable:
-// their next heartbeat, within the failover TTL, makes them candidates.
+// on ready nodes: first those on nodes this leader has heard from since it
+// took over or restored a snapshot, then those on nodes it has not heard
+// from yet, each group in node id order. A node not heard from is still
+// tried, so that volume work goes on at once after a leader change rather
+// than after the nodes' next heartbeats; a successful call confirms it
+// (callControllers).
 func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 	p := s.State().Plugin(pluginID)
 	if p == nil {
 		return nil, csisupdv1.NewPluginNotKnownError(pluginID)
 	}
-	var out []candidate
-	var waiting []string
+	var confirmed, unconfirmed []candidate
 	for _, inst := range p.Instances {
 		if ctrl, _ := plugin.Type(inst.Plugin.GetType()).Roles(); !ctrl || !inst.Healthy {
 			continue
@@ -48,23 +51,19 @@ func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 		if node == nil || node.GetStatus() != state.NodeStatusReady {
 			continue
 		}
-		if !s.heartbeats.Confirmed(node.GetId()) {
-			waiting = append(waiting, node.GetId())
-			continue
+		c := candidate{nodeID: node.GetId(), addr: node.GetAddress(), plugin: inst.Plugin, confirmed: s.heartbeats.Confirmed(node.GetId())}
+		if c.confirmed {
+			confirmed = append(confirmed, c)
+		} else {
+			unconfirmed = append(unconfirmed, c)
 		}
-		out = append(out, candidate{nodeID: node.GetId(), addr: node.GetAddress(), plugin: inst.Plugin})
 	}
-	if len(out) == 0 && len(waiting) > 0 {
-		return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Unavailable,
-			"plugin %q has no healthy controller instance on a node that has heartbeated to the current leader: nodes %s are initializing",
-			pluginID, strings.Join(waiting, ", ")), "the nodes' next heartbeats make their controllers usable")
+	if out := append(confirmed, unconfirmed...); len(out) > 0 {
+		return out, nil
 	}
-	if len(out) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition,
-			"plugin %q has no healthy controller instance on a ready node (%d of %d controllers healthy)",
-			pluginID, p.ControllersHealthy, p.ControllersExpected)
-	}
-	return out, nil
+	return nil, status.Errorf(codes.FailedPrecondition,
+		"plugin %q has no healthy controller instance on a ready node (%d of %d controllers healthy)",
+		pluginID, p.ControllersHealthy, p.ControllersExpected)
 }
 
 // withCapability keeps the candidates that advertise a controller capability.
@@ -79,7 +78,11 @@ func withCapability(cands []candidate, capability string) []candidate {
 }
 
 // callControllers calls fn on each candidate in order, moving to the next
-// one only on a retryable error. It returns the candidate that answered.
+// one on a retryable error, and, for a node this leader has not heard from
+// yet, also when its agent could not be reached in time: such a node may
+// be long gone. The first node that answers is confirmed, as a heartbeat
+// would; a node whose call failed is not. It returns the candidate that
+// answered.
 func (s *Server) callControllers(ctx context.Context, op string, cands []candidate, fn func(ctx context.Context, c candidate) error) (candidate, error) {
 	var errs []error
 	for _, c := range cands {
@@ -89,15 +92,33 @@ func (s *Server) callControllers(ctx context.Context, op string, cands []candida
 		err := fn(cctx, c)
 		cancel()
 		if err == nil {
+			s.heartbeats.Confirm(c.nodeID)
 			return c, nil
 		}
 		errs = append(errs, fmt.Errorf("node %s (%s): %w", c.nodeID, c.addr, err))
-		if !s.cfg.IsRetryable(err) || ctx.Err() != nil {
+		if ctx.Err() != nil || !tryNext(s.cfg.IsRetryable, c, err) {
 			return c, err
 		}
-		s.logger.Warn("controller call failed; trying the next candidate", "op", op, "node", c.nodeID, "error", err)
+		s.logger.Warn("controller call failed; trying the next candidate", "op", op, "node", c.nodeID, "confirmed", c.confirmed, "error", err)
 	}
 	return candidate{}, status.Errorf(codes.Unavailable, "%s: every controller candidate failed: %v", op, errors.Join(errs...))
+}
+
+// tryNext reports whether the failed call to c leaves the next candidate
+// worth a try: the error is retryable, or c is on a node this leader has
+// not heard from and its agent could not be reached, or not in time.
+func tryNext(isRetryable func(error) bool, c candidate, err error) bool {
+	if isRetryable(err) {
+		return true
+	}
+	if c.confirmed {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // checkVolumeID refuses a volume id that cannot name a directory: agents

@@ -40,9 +40,9 @@ func TestClusterLeaderLoss(t *testing.T) {
 		t.Fatalf("CLI against a killed server: exit %d, %q", res.code, res.stderr)
 	}
 
-	// The new leader routes controller calls only to nodes that have
-	// heartbeated to it: until then they are initializing and their
-	// plugins' instances do not count as healthy.
+	// Until the nodes heartbeat to the new leader (or answer one of its
+	// calls) they are initializing and their plugins' instances do not
+	// count as healthy.
 	testutil.WaitFor(t, 60*time.Second, "both nodes heard by the new leader", func() bool {
 		p, ok := tryPlugin(t, next.RPCAddr, "tp")
 		return ok && p.NodesHealthy == 2 && p.ControllersHealthy == 2

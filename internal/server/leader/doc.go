@@ -10,8 +10,9 @@
 // MaxPerSecond heartbeats, with a random stagger. A new leader, or one
 // that restored a snapshot, gives every node not down a failover TTL long
 // enough to cover any TTL a previous leader handed out, and until a node
-// heartbeats to it the node shows as initializing (View): its stored
-// status, ready, is what an earlier leader or a backup said.
+// heartbeats to it, or its agent answers one of the leader's calls
+// (Confirm), the node shows as initializing (View): its stored status,
+// ready, is what an earlier leader or a backup said.
 //
 // The volume watcher (WatcherConfig.Interval, with a per-claim backoff
 // after a failure) finishes any release that a failed step, a failed

@@ -18,11 +18,12 @@ import (
 // leads. Heartbeats themselves are never written to raft; only a node's
 // transition to down (timer fired) or back to ready is.
 //
-// It also knows which nodes have heartbeated (or registered) to this server
-// since it became leader and since the last snapshot restore: the stored
-// status of the others, ready, is what an earlier leader or a backup said,
-// not what this leader has seen. That knowledge is kept in memory only, so
-// that steady-state heartbeats never write to raft.
+// It also knows which nodes have heartbeated (or registered) to this
+// server, or answered one of its calls (Confirm), since it became leader
+// and since the last snapshot restore: the stored status of the others,
+// ready, is what an earlier leader or a backup said, not what this leader
+// has seen. That knowledge is kept in memory only, so that steady-state
+// heartbeats never write to raft.
 type Heartbeats struct {
 	cfg    HeartbeatConfig
 	logger hclog.Logger
@@ -161,6 +162,37 @@ func (h *Heartbeats) Reset(nodeID string) time.Duration {
 		h.confirmed[nodeID] = struct{}{}
 	}
 	return ttl
+}
+
+// Confirm records that this leader has heard from the node through a
+// successful call to its agent (ClientCSI or NodeVolumes), as a heartbeat
+// would: a node that answers is alive, and waiting for its heartbeat
+// would stop volume work after every leader change for up to a TTL. Call
+// it only after the call succeeded; a failed call proves nothing.
+//
+// A node already confirmed keeps the timer its last heartbeat set. Any
+// other node gets the failover TTL rather than one Reset would compute:
+// the agent was not told a TTL by this call, and keeps heartbeating on the
+// one an earlier leader gave it, which the failover TTL covers. It does
+// nothing on a server that does not lead, nor for a node not stored ready:
+// only a heartbeat brings a node back from down, through raft.
+func (h *Heartbeats) Confirm(nodeID string) {
+	if h.cfg.State().Node(nodeID).GetStatus() != state.NodeStatusReady {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.enabled {
+		return
+	}
+	_, confirmed := h.confirmed[nodeID]
+	_, armed := h.timers[nodeID]
+	if confirmed && armed {
+		return
+	}
+	h.confirmed[nodeID] = struct{}{}
+	h.resetLocked(nodeID, failoverTTL(h.cfg.FailoverTTL, h.cfg.MaxPerSecond, h.cfg.MinTTL, len(h.timers)))
+	h.logger.Debug("node confirmed by a call to its agent", "node", nodeID)
 }
 
 // Confirmed reports whether this server leads and has heard from the
