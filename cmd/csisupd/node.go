@@ -33,9 +33,10 @@ A node is ready, down, or initializing. The leader reports a node recorded
 ready as initializing until the node heartbeats to it: after a leader change
 or a snapshot restore the record is what an earlier leader or the snapshot
 saw. An initializing node's controllers are asked only after those of nodes
-the leader has heard from, and a call its agent answers confirms it as a
-heartbeat does; it gets no new claims until it is confirmed. With --stale a follower answers from its own copy of the
-state and shows the recorded status instead.`,
+the leader has heard from, and a call its agent answers (a controller
+call or a claim's mount) confirms it as a heartbeat does. With --stale a
+follower answers from its own copy of the state and shows the recorded
+status instead.`,
 		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()

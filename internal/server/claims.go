@@ -209,6 +209,9 @@ func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *stat
 		return nil, nil, fmt.Errorf("mount volume %q for workload %q on node %q (%s): %w",
 			v.GetId(), claim.GetWorkloadId(), node.GetId(), node.GetAddress(), err)
 	}
+	// The node's agent answered: the node is alive for this leader even
+	// before its next heartbeat.
+	s.heartbeats.Confirm(node.GetId())
 	s.busyWriting(ctx)
 	return s.stepClaim(claims.Mounted(v, claim, published, pc, m.GetHostPath(), m.GetStagingPath()))
 }

@@ -153,12 +153,15 @@ func TestRestoreNodesInitializingUntilHeartbeat(t *testing.T) {
 	if got := created.GetVolume().GetControllerNodeId(); got != "node-b" || a.callCount("create v1") != 0 || b.callCount("create v1") != 1 {
 		t.Fatalf("create went to %s (node-a %d calls, node-b %d), want node-b only", got, a.callCount("create v1"), b.callCount("create v1"))
 	}
-	_, err = ctl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "v1", NodeId: "node-a", WorkloadId: "w1"})
-	refused, ok := csisupdv1.ErrorDetail[*csisupdv1.ClaimRefused](err)
-	if status.Code(err) != codes.Unavailable || !csisupdv1.IsRetryable(err) || !ok ||
-		refused.GetRule() != csisupdv1.ClaimRuleNodeNotReady || !strings.Contains(err.Error(), `node "node-a" is initializing`) {
-		t.Fatalf("claim on initializing node-a: %v, want retryable Unavailable refusing node-a", err)
+	// A claim on initializing node-a is not deferred: it goes to the
+	// node, whose agent answers or not. This fake agent serves no
+	// NodeVolumes, so the mount fails with its answer, and a failed call
+	// does not confirm the node.
+	_, err = ctl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "v0", NodeId: "node-a", WorkloadId: "w1"})
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), `on node "node-a"`) {
+		t.Fatalf("claim on initializing node-a: %v, want the node's own answer (Unimplemented)", err)
 	}
+	wantStatuses(t, ctl, map[string]string{"node-a": state.NodeStatusInitializing, "node-b": state.NodeStatusReady})
 	if _, err := ctl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "v1"}); err != nil {
 		t.Fatal(err)
 	}
