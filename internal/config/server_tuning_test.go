@@ -23,6 +23,7 @@ func TestServerTuningValidate(t *testing.T) {
 		{"lag as large as the buffer", func(s *ServerTuning) { s.EventBufferSize, s.EventMaxLag = 16, 16 }, "EventMaxLag = 16 with EventBufferSize = 16"},
 		{"no lag", func(s *ServerTuning) { s.EventMaxLag = 0 }, "EventMaxLag = 0"},
 		{"no claim gc grace", func(s *ServerTuning) { s.ClaimGCGrace = 0 }, "ClaimGCGrace must be positive"},
+		{"no claim resume timeout", func(s *ServerTuning) { s.ClaimResumeTimeout = 0 }, "ClaimResumeTimeout must be positive"},
 		{"no volume watch interval", func(s *ServerTuning) { s.VolumeWatchInterval = 0 }, "VolumeWatchInterval must be positive"},
 		{"volume watch interval above the backoff cap", func(s *ServerTuning) { s.VolumeWatchInterval = time.Minute }, "VolumeWatchInterval = 1m0s is more than"},
 		{"volume watch interval at the cap", func(s *ServerTuning) { s.VolumeWatchInterval = MaxVolumeWatchBackoff }, ""},
@@ -62,6 +63,7 @@ func TestServerHeartbeatKeys(t *testing.T) {
 		{"failover_heartbeat_ttl", d.FailoverHeartbeatTTL, tuning.FailoverHeartbeatTTL},
 		{"server_stabilization_time", d.ServerStabilizationTime, tuning.ServerStabilizationTime},
 		{"claim_gc_grace", d.ClaimGCGrace, tuning.ClaimGCGrace},
+		{"claim_resume_timeout", d.ClaimResumeTimeout, tuning.ClaimResumeTimeout},
 	} {
 		if c.got != c.want {
 			t.Errorf("server.%s defaults to %v, the server tuning to %v", c.key, c.got, c.want)

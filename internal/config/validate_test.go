@@ -36,6 +36,8 @@ func TestValidateErrors(t *testing.T) {
 			`agent.hcl:2: acl.enabled: needs TLS (tls.ca_file, tls.cert_file, tls.key_file): servers and agents prove their role by certificate, and tokens must not cross the network in plain text`},
 		{"claim_gc_grace", "server {\n  claim_gc_grace = \"0s\"\n}", nil,
 			`agent.hcl:2: server.claim_gc_grace: must be greater than zero, got 0s`},
+		{"claim_resume_timeout", "server {\n  claim_resume_timeout = \"-1s\"\n}", nil,
+			`agent.hcl:2: server.claim_resume_timeout: must be greater than zero, got -1s`},
 		{"heartbeat durations", "server {\n  heartbeat_grace = \"0s\"\n  min_heartbeat_ttl = \"-1s\"\n  failover_heartbeat_ttl = \"0s\"\n  server_stabilization_time = \"0s\"\n}", nil,
 			`agent.hcl:2: server.heartbeat_grace: must be greater than zero, got 0s` + "\n" +
 				`agent.hcl:3: server.min_heartbeat_ttl: must be greater than zero, got -1s` + "\n" +
