@@ -48,13 +48,13 @@ func claimWhileLeaderDies(t *testing.T, e *claimEnv) (*server.Server, error) {
 	return leader.Server(), err
 }
 
-// TestUnfinishedClaimIsFinishedAfterLeaderDies: a leader dies while the
-// node mounts a claim it took. The caller sees an error; the claim stays
-// taken without its mount until claim_resume_timeout passes, and the new
-// leader's watcher then runs the claim's steps and records the mount. A
-// second writer is refused all along, and the scheduler learns the
-// outcome by claiming again.
-func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
+// unfinishedClaim starts 3 servers (claim_resume_timeout 1 s) and nodes
+// node-a and node-b, registers volume v, and leaves the claim of w1 on
+// node-a taken but unmounted by a leader that died; the caller saw an
+// error. It returns the env, talking to a running server, and the new
+// leader.
+func unfinishedClaim(t *testing.T) (*claimEnv, *server.Server) {
+	t.Helper()
 	e := newClaimEnv(t, 3, func(cfg *server.Config) { cfg.ClaimResumeTimeout = time.Second },
 		map[string][]*csisupdv1.Plugin{"node-a": {monolith("p1", "node-a")}, "node-b": {monolith("p1", "node-b")}})
 	e.register(t, &csisupdv1.Volume{Id: "v", PluginId: "p1", ExternalId: "x-v"})
@@ -65,11 +65,22 @@ func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
 		t.Fatal("the claim succeeded though its leader died before the mount")
 	}
 	e.cl = e.c.Control(firstRunning(e))
+	return e, leader
+}
+
+// TestUnfinishedClaimIsFinishedAfterLeaderDies: a leader dies while the
+// node mounts a claim it took. The caller sees an error; the claim stays
+// taken without its mount until claim_resume_timeout passes, and the new
+// leader's watcher then runs the claim's steps and records the mount. A
+// second writer is refused all along, and the scheduler learns the
+// outcome by claiming again.
+func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
+	e, leader := unfinishedClaim(t)
 	c := claimOf(statepb.VolumeToAPI(leader.State().Volume("v")), "node-a", "w1")
 	if c.GetState() != claims.StateTaken {
 		t.Fatalf("claim after the leader died: %v, want taken", c)
 	}
-	_, err = e.claim("v", "node-b", "w2", nil)
+	_, err := e.claim("v", "node-b", "w2", nil)
 	if d := refusal(t, err); d.GetRule() != csisupdv1.ClaimRuleAccessMode {
 		t.Fatalf("second writer while the first claim is unfinished: %v, want access-mode", d)
 	}
@@ -100,16 +111,7 @@ func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
 // refuses the mount when the watcher tries: the claim is released, and
 // only then can another workload take the volume.
 func TestUnfinishedClaimIsReleasedWhenItsStepsFail(t *testing.T) {
-	e := newClaimEnv(t, 3, func(cfg *server.Config) { cfg.ClaimResumeTimeout = time.Second },
-		map[string][]*csisupdv1.Plugin{"node-a": {monolith("p1", "node-a")}, "node-b": {monolith("p1", "node-b")}})
-	e.register(t, &csisupdv1.Volume{Id: "v", PluginId: "p1", ExternalId: "x-v"})
-	e.cl = e.c.Control(firstRunning(e))
-
-	leader, err := claimWhileLeaderDies(t, e)
-	if err == nil {
-		t.Fatal("the claim succeeded though its leader died before the mount")
-	}
-	e.cl = e.c.Control(firstRunning(e))
+	e, leader := unfinishedClaim(t)
 	e.nv.setFail(status.Error(codes.FailedPrecondition, "fake: volume gone"), nil)
 	testutil.WaitFor(t, 20*time.Second, "the new leader to release the claim", func() bool {
 		v := leader.State().Volume("v")

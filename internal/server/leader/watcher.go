@@ -172,55 +172,60 @@ func (r *watchRun) resumeDue(c *statepb.VolumeClaim, now time.Time) bool {
 	return claims.Unfinished(c) && now.Sub(c.GetStateUpdatedAt().AsTime()) > r.cfg.ClaimResumeTimeout
 }
 
-// finish runs Finish for one unfinished claim, unless its last failure was
-// too recent or someone else works on the volume now.
+// finish runs Finish for one unfinished claim.
 func (r *watchRun) finish(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key string) {
-	now := time.Now()
-	if cr := r.retries[key]; cr != nil && now.Before(cr.next) {
-		return
-	}
-	unlock, ok := r.cfg.Locks.TryLock(volumeID)
-	if !ok {
-		return // a claim or release of the volume runs; look again next pass
-	}
-	defer unlock()
-	ref := claims.RefOf(volumeID, c)
-	// Read again under the lock: the caller may have finished it.
-	v := r.cfg.State().Volume(volumeID)
-	if v == nil {
-		return
-	}
-	if _, c = claims.Find(v, ref.NodeID, ref.WorkloadID); c == nil || watchKey(volumeID, c) != key || !r.resumeDue(c, now) {
-		return
-	}
-	log := r.logger.With("volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID)
-	log.Info("resuming unfinished volume claim", "claim_index", c.GetClaimIndex(), "taken_at", c.GetStateUpdatedAt().AsTime(),
-		"controller_published", c.GetControllerPublished())
-	if err := r.cfg.Finish(ctx, ref); err != nil {
-		if ctx.Err() != nil {
-			return
+	r.locked(ctx, volumeID, c, key, "finishing an unfinished volume claim", func(now time.Time, ref claims.Ref, c *statepb.VolumeClaim, log hclog.Logger) error {
+		if !r.resumeDue(c, now) {
+			return nil // its caller finished it
 		}
-		d := r.failed(key, now)
-		log.Warn("finishing an unfinished volume claim failed; retrying", "retry_in", d, "error", err)
-		return
-	}
-	delete(r.retries, key)
+		log.Info("resuming unfinished volume claim", "claim_index", c.GetClaimIndex(), "taken_at", c.GetStateUpdatedAt().AsTime(),
+			"controller_published", c.GetControllerPublished())
+		return r.cfg.Finish(ctx, ref)
+	})
 }
 
-// release runs the release steps of one claim, unless its last failure
-// was too recent or someone else works on the volume now.
+// release runs the release steps of one claim, first marking its node
+// gone when it has been down for longer than ClaimGCGrace.
 func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key string) {
+	r.locked(ctx, volumeID, c, key, "volume claim release step", func(now time.Time, ref claims.Ref, c *statepb.VolumeClaim, log hclog.Logger) error {
+		if r.nodeGoneDue(c, now) {
+			log.Info("node down for longer than the claim gc grace; releasing the claim without it",
+				"claim_gc_grace", r.cfg.ClaimGCGrace, "state", c.GetState())
+			var err error
+			if c, err = r.cfg.ReleaseWithoutNode(ref); err != nil {
+				return fmt.Errorf("mark the claim's node gone: %w", err)
+			}
+			r.resumed[key] = true
+		}
+		if !claims.Releasing(c.GetState()) {
+			return nil
+		}
+		if !r.resumed[key] {
+			r.resumed[key] = true
+			log.Info("resuming volume claim release", "state", c.GetState(), "node_gone", c.GetNodeGone(), "last_error", c.GetLastError())
+		}
+		return r.cfg.Release(ctx, ref)
+	})
+}
+
+// locked runs fn for the claim c of volume volumeID as stored now, under
+// the volume's lock, unless the claim's last failure was too recent,
+// someone else works on the volume now (look again next pass), or the
+// claim is gone or was taken again since the pass read it. A failure of fn
+// (what names the work in the log) delays the next attempt with backoff.
+func (r *watchRun) locked(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key, what string,
+	fn func(now time.Time, ref claims.Ref, c *statepb.VolumeClaim, log hclog.Logger) error,
+) {
 	now := time.Now()
 	if cr := r.retries[key]; cr != nil && now.Before(cr.next) {
 		return
 	}
 	unlock, ok := r.cfg.Locks.TryLock(volumeID)
 	if !ok {
-		return // a claim or release of the volume runs; look again next pass
+		return
 	}
 	defer unlock()
 	ref := claims.RefOf(volumeID, c)
-	// Read again under the lock.
 	v := r.cfg.State().Volume(volumeID)
 	if v == nil {
 		return
@@ -229,30 +234,12 @@ func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.Volu
 		return
 	}
 	log := r.logger.With("volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID)
-	if r.nodeGoneDue(c, now) {
-		log.Info("node down for longer than the claim gc grace; releasing the claim without it",
-			"claim_gc_grace", r.cfg.ClaimGCGrace, "state", c.GetState())
-		var err error
-		if c, err = r.cfg.ReleaseWithoutNode(ref); err != nil {
-			log.Warn("mark a claim's node gone", "error", err)
-			r.failed(key, now)
-			return
-		}
-		r.resumed[key] = true
-	}
-	if !claims.Releasing(c.GetState()) {
-		return
-	}
-	if !r.resumed[key] {
-		r.resumed[key] = true
-		log.Info("resuming volume claim release", "state", c.GetState(), "node_gone", c.GetNodeGone(), "last_error", c.GetLastError())
-	}
-	if err := r.cfg.Release(ctx, ref); err != nil {
+	if err := fn(now, ref, c, log); err != nil {
 		if ctx.Err() != nil {
 			return
 		}
 		d := r.failed(key, now)
-		log.Warn("volume claim release step failed; retrying", "retry_in", d, "error", err)
+		log.Warn(what+" failed; retrying", "retry_in", d, "error", err)
 		return
 	}
 	delete(r.retries, key)
