@@ -203,14 +203,14 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 	for _, t := range resp.GetVolume().GetAccessibleTopology() {
 		v.AccessibleTopology = append(v.AccessibleTopology, &statepb.TopologySegment{Segments: t.GetSegments()})
 	}
-	return s.addVolume(v, false)
+	return s.addVolume(v)
 }
 
 // addVolume writes a new volume through raft (volume_create, which the
 // FSM refuses when the id is taken) and returns it as stored.
-func (s *Server) addVolume(v *statepb.Volume, register bool) (*statepb.Volume, error) {
+func (s *Server) addVolume(v *statepb.Volume) (*statepb.Volume, error) {
 	stored, err := s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeCreate{
-		VolumeCreate: &statepb.VolumeCreateCommand{Volume: v, Register: register},
+		VolumeCreate: &statepb.VolumeCreateCommand{Volume: v},
 	}})
 	if err != nil {
 		return nil, err
@@ -253,7 +253,7 @@ func (s *Server) registerVolume(ctx context.Context, v *statepb.Volume) (*statep
 		}
 		return old, nil
 	}
-	return s.addVolume(v, true)
+	return s.addVolume(v)
 }
 
 // deleteVolume runs on the leader.

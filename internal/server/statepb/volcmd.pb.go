@@ -31,11 +31,8 @@ const (
 // VolumeCreateCommand adds a volume that a controller created, or that an
 // operator registered. It is refused when a volume of that id exists.
 type VolumeCreateCommand struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Volume *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
-	// register is true for a registered volume, false for a created one;
-	// only the event differs.
-	Register      bool `protobuf:"varint,2,opt,name=register,proto3" json:"register,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -75,13 +72,6 @@ func (x *VolumeCreateCommand) GetVolume() *Volume {
 		return x.Volume
 	}
 	return nil
-}
-
-func (x *VolumeCreateCommand) GetRegister() bool {
-	if x != nil {
-		return x.Register
-	}
-	return false
 }
 
 // VolumeDeleteCommand removes a volume. It is refused while the volume
@@ -445,10 +435,9 @@ var File_internal_server_statepb_volcmd_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_volcmd_proto_rawDesc = "" +
 	"\n" +
-	"$internal/server/statepb/volcmd.proto\x12\x10csisupd.state.v1\x1a#internal/server/statepb/claim.proto\x1a$internal/server/statepb/volume.proto\"c\n" +
+	"$internal/server/statepb/volcmd.proto\x12\x10csisupd.state.v1\x1a#internal/server/statepb/claim.proto\x1a$internal/server/statepb/volume.proto\"G\n" +
 	"\x13VolumeCreateCommand\x120\n" +
-	"\x06volume\x18\x01 \x01(\v2\x18.csisupd.state.v1.VolumeR\x06volume\x12\x1a\n" +
-	"\bregister\x18\x02 \x01(\bR\bregister\"U\n" +
+	"\x06volume\x18\x01 \x01(\v2\x18.csisupd.state.v1.VolumeR\x06volume\"U\n" +
 	"\x13VolumeDeleteCommand\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
 	"\fvolume_index\x18\x02 \x01(\x04R\vvolumeIndex\"\x87\x01\n" +
