@@ -35,6 +35,13 @@ const (
 	// DefaultMaxPluginMessageSize caps a frame or reply a plugin sends on
 	// the supervision connection, as grpc-go's default receive limit.
 	DefaultMaxPluginMessageSize = 4 << 20
+	// DefaultPluginHealthTimeout is how long a required plugin may be
+	// absent or unhealthy before plugin-missing is emitted, Nomad's
+	// csi_plugin health_timeout default.
+	DefaultPluginHealthTimeout = 30 * time.Second
+	// KubeletRegistrationDir is client.kubelet_registration_dir in a
+	// Kubernetes layout; the setting is off (empty) by default.
+	KubeletRegistrationDir = "/var/lib/kubelet/plugins_registry"
 	// DefaultMaxEventSubscribers caps concurrent event streams per agent,
 	// DefaultMaxEventSubscribersPerConn per client connection.
 	DefaultMaxEventSubscribers        = 256
@@ -242,6 +249,13 @@ type ClientConfig struct {
 	MaxEventSubscribersPerConn int
 	// Servers are the gRPC addresses (host:port) of the servers.
 	Servers []string
+	// KubeletRegistrationDir, when set, turns on kubelet's plugin
+	// registration protocol: drivers packaged for Kubernetes put a
+	// <driver>-reg.sock there (their node-driver-registrar sidecar), and
+	// the agent asks each for the driver's name and CSI endpoint and
+	// supervises that endpoint. KubeletRegistrationDir is the path in a
+	// Kubernetes layout. Empty (the default) turns it off.
+	KubeletRegistrationDir string
 }
 
 // ServerConfig configures the server role: the raft cluster.
@@ -306,7 +320,31 @@ type PluginConfig struct {
 	// it runs with another view of the file system (in a container).
 	// Empty means the same path.
 	PluginMountDir string
+
+	// Socket declares the plugin: it is supervised at this socket path,
+	// which may lie outside the plugin directory, with the same identity,
+	// trust and health rules as a socket found there. A declared socket
+	// wins over a socket of the same id found in the plugin directory or
+	// registered through kubelet's registration protocol.
+	Socket string
+	// Type is the plugin's expected type (node, controller or monolith).
+	// A plugin whose fingerprint says otherwise is unhealthy. Empty
+	// expects nothing.
+	Type string
+	// Required makes an absent or unhealthy plugin an alert: after
+	// HealthTimeout it emits plugin-missing, and the agent reports it to
+	// the servers as expected but not healthy, even before its socket
+	// ever existed.
+	Required bool
+	// HealthTimeout is how long a required plugin may be absent or
+	// unhealthy before plugin-missing (DefaultPluginHealthTimeout).
+	HealthTimeout time.Duration
 }
+
+// Declared reports whether the block states anything about the plugin
+// itself (its socket, its type or that it is required) rather than only
+// where its volumes are mounted.
+func (p PluginConfig) Declared() bool { return p.Socket != "" || p.Type != "" || p.Required }
 
 // MountDir returns the mount root of plugin id: its plugin block's
 // mount_dir, else <data_dir>/volumes/<id>.
@@ -601,6 +639,7 @@ func (c Config) String() string {
 	w(in, "fingerprint_interval", c.Client.FingerprintInterval)
 	w(in, "deregister_grace", c.Client.DeregisterGrace)
 	w(in, "rescan_interval", c.Client.RescanInterval)
+	w(in, "kubelet_registration_dir", c.Client.KubeletRegistrationDir)
 	w(in, "rpc_timeout", c.Client.RPCTimeout)
 	w(in, "max_destructive_in_flight", c.Client.MaxDestructiveInFlight)
 	w(in, "max_plugin_message_size", c.Client.MaxPluginMessageSize)
@@ -654,6 +693,10 @@ func (c Config) String() string {
 		fmt.Fprintf(&b, "plugin %q {\n", id)
 		w(in, "mount_dir", p.MountDir)
 		w(in, "plugin_mount_dir", p.PluginMountDir)
+		w(in, "socket", p.Socket)
+		w(in, "type", p.Type)
+		w(in, "required", p.Required)
+		w(in, "health_timeout", p.HealthTimeout)
 		b.WriteString("}\n")
 	}
 	return b.String()

@@ -52,6 +52,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"max_event_subscribers":                &c.Client.MaxEventSubscribers,
 			"max_event_subscribers_per_connection": &c.Client.MaxEventSubscribersPerConn,
 			"servers":                              &c.Client.Servers,
+			"kubelet_registration_dir":             &c.Client.KubeletRegistrationDir,
 		},
 		"telemetry": {
 			"prometheus_metrics": &c.Telemetry.PrometheusMetrics,
@@ -168,6 +169,10 @@ func pluginFields(p *PluginConfig) map[string]any {
 	return map[string]any{
 		"mount_dir":        &p.MountDir,
 		"plugin_mount_dir": &p.PluginMountDir,
+		"socket":           &p.Socket,
+		"type":             &p.Type,
+		"required":         &p.Required,
+		"health_timeout":   &p.HealthTimeout,
 	}
 }
 
@@ -187,7 +192,10 @@ func (c *Config) decodePluginBlock(blk *hclsyntax.Block, seen map[string]hcl.Ran
 			pos(blk.TypeRange), id, first.Start.Line)}}
 	}
 	seen[name] = blk.TypeRange
-	p := c.Plugins[id]
+	p, ok := c.Plugins[id]
+	if !ok {
+		p.HealthTimeout = DefaultPluginHealthTimeout
+	}
 	var errs []fileError
 	for _, inner := range blk.Body.Blocks {
 		errs = append(errs, fileError{inner.TypeRange, fmt.Errorf("%s: unsupported block %q in block plugin %q", pos(inner.TypeRange), inner.Type, id)})

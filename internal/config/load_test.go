@@ -156,6 +156,7 @@ client {
   allow_insecure_plugin_dir = true
   plugin_owners             = ["root", "65534"]
   allow_mount_flags         = ["suid", "dev"]
+  kubelet_registration_dir  = "/var/lib/kubelet/plugins_registry"
 }
 server {
   enabled          = true
@@ -176,6 +177,10 @@ telemetry {
 plugin "ebs.csi" {
   mount_dir        = "/srv/volumes/ebs"
   plugin_mount_dir = "/var/lib/kubelet/plugins"
+  socket           = "/run/ebs/csi.sock"
+  type             = "node"
+  required         = true
+  health_timeout   = "45s"
 }
 consul {
   enabled                = false
@@ -225,13 +230,14 @@ acl {
 						MaxDestructiveInFlight: 2, MaxPluginMessageSize: 1 << 20,
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
-						AllowMountFlags: []string{"suid", "dev"},
+						AllowMountFlags: []string{"suid", "dev"}, KubeletRegistrationDir: KubeletRegistrationDir,
 					},
 					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second, ClaimResumeTimeout: 45 * time.Second,
 						HeartbeatGrace: 20 * time.Second, MinHeartbeatTTL: 15 * time.Second, MaxHeartbeatsPerSecond: 12.5,
 						FailoverHeartbeatTTL: 10 * time.Minute, ServerStabilizationTime: 30 * time.Second},
 					Telemetry: TelemetryConfig{PrometheusMetrics: false},
-					Plugins:   map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins"}},
+					Plugins:   map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins",
+						Socket: "/run/ebs/csi.sock", Type: "node", Required: true, HealthTimeout: 45 * time.Second}},
 					Consul: ConsulConfig{
 						Enabled: false, Address: "127.0.0.1:8501", Token: "abc", ServiceName: "supd",
 						PluginServiceName: "plugin-{{id}}-csi", Tags: []string{"a", "b"},
@@ -875,8 +881,8 @@ func TestPluginBlocks(t *testing.T) {
 		paths: []string{"a.hcl", "b.hcl"},
 	})
 	want := map[string]PluginConfig{
-		"ebs": {MountDir: "/mnt/ebs", PluginMountDir: "/plugin/mnt"},
-		"nfs": {PluginMountDir: "/csi"},
+		"ebs": {MountDir: "/mnt/ebs", PluginMountDir: "/plugin/mnt", HealthTimeout: DefaultPluginHealthTimeout},
+		"nfs": {PluginMountDir: "/csi", HealthTimeout: DefaultPluginHealthTimeout},
 	}
 	if !reflect.DeepEqual(c.Plugins, want) {
 		t.Errorf("Plugins = %+v, want %+v", c.Plugins, want)

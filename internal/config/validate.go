@@ -75,6 +75,9 @@ func (c *Config) Validate() error {
 	v.positive("client.fingerprint_interval", cl.FingerprintInterval)
 	v.positive("client.deregister_grace", cl.DeregisterGrace)
 	v.positive("client.rescan_interval", cl.RescanInterval)
+	if cl.KubeletRegistrationDir != "" && !filepath.IsAbs(cl.KubeletRegistrationDir) {
+		v.add("client.kubelet_registration_dir", "%q must be an absolute path (%s in a Kubernetes layout)", cl.KubeletRegistrationDir, KubeletRegistrationDir)
+	}
 	v.positive("client.rpc_timeout", cl.RPCTimeout)
 	if cl.MaxDestructiveInFlight < 1 {
 		v.add("client.max_destructive_in_flight", "must be at least 1, got %d", cl.MaxDestructiveInFlight)
@@ -136,6 +139,7 @@ func (c *Config) Validate() error {
 		if p.MountDir != "" && cl.PluginDir != "" && within(p.MountDir, cl.PluginDir) {
 			v.add(key+".mount_dir", "%q is inside client.plugin_dir (%s): the watcher would see every mount", p.MountDir, cl.PluginDir)
 		}
+		v.declaration(key, p)
 	}
 
 	// Consul.
@@ -263,6 +267,30 @@ func (v *validator) hostPorts(key string, addrs []string) {
 			v.add(key, "element %d: %q has an invalid port (1-65535)", i, a)
 		}
 	}
+}
+
+// maxSocketPath is the longest path a unix socket address holds: sun_path
+// is 108 bytes on Linux, the last one a NUL.
+const maxSocketPath = 107
+
+// declaration checks what a plugin block declares about the plugin itself
+// (socket, type, required, health_timeout).
+func (v *validator) declaration(key string, p PluginConfig) {
+	switch {
+	case p.Socket == "":
+	case !filepath.IsAbs(p.Socket):
+		v.add(key+".socket", "%q must be an absolute path", p.Socket)
+	case filepath.Clean(p.Socket) != p.Socket:
+		v.add(key+".socket", "%q is not a clean path: write %q", p.Socket, filepath.Clean(p.Socket))
+	case len(p.Socket) > maxSocketPath:
+		v.add(key+".socket", "%q is %d bytes, over the %d-byte limit of a unix socket address", p.Socket, len(p.Socket), maxSocketPath)
+	}
+	switch p.Type {
+	case "", "node", "controller", "monolith":
+	default:
+		v.add(key+".type", "%q is not a plugin type: use node, controller or monolith", p.Type)
+	}
+	v.positive(key+".health_timeout", p.HealthTimeout)
 }
 
 // pluginDir checks the plugin directory of an enabled client: required
