@@ -11,7 +11,7 @@ const module = "github.com/csisupd/csisupd/"
 
 // The tiers of the graph, top to bottom:
 //
-//	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog, volreq}
+//	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog, volreq, kubeletreg}
 //
 // and inside the server role:
 //
@@ -20,12 +20,13 @@ const module = "github.com/csisupd/csisupd/"
 // with leader -> {claims, state}: the leader's duties never see the Server.
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
-// packages (testutil, testplugin, testcluster, consultest, metricsdoc) are
-// imported by tests, benchmarks and --dev only.
+// packages (testutil, testplugin, testregistrar, testcluster, consultest,
+// metricsdoc) are imported by tests, benchmarks and --dev only.
 var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
-		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog"}
+		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
+		"internal/kubeletreg"}
 	middle = []string{"internal/registry", "internal/volumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
@@ -67,6 +68,10 @@ var allowed = map[string][]string{
 	// type and capabilities by the plugin model's names (plugin).
 	"internal/csiclient": {api, "internal/plugin", "internal/retry"},
 	"internal/config":    {"internal/retry"},
+	// kubeletreg is kubelet's side of the plugin registration protocol:
+	// it checks a registrar's answer by the plugin id rule (config) and
+	// the socket path limit (csiclient).
+	"internal/kubeletreg": {"internal/config", "internal/csiclient"},
 	// volreq checks volume requests for the servers and the node agent:
 	// the API's messages in, plain errors out.
 	"internal/volreq":   {api},
@@ -82,6 +87,7 @@ var allowed = map[string][]string{
 	"internal/plugin/plugintest":             {api, "internal/plugin"},
 	"internal/testplugin":                    {},
 	"internal/testplugin/cmd/csi-testplugin": {"internal/testplugin"},
+	"internal/testregistrar":                 {},
 	"internal/testcluster":                   {api, "internal/agent", "internal/config", "internal/server", "internal/testplugin", "internal/testutil"},
 	"internal/consulsync/consultest":         {},
 
@@ -111,7 +117,7 @@ var forbiddenOutside = map[string][]string{
 }
 
 // testHelpers may be imported by every package's tests.
-var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/plugin/plugintest", "internal/consulsync/consultest"}
+var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/testregistrar", "internal/plugin/plugintest", "internal/consulsync/consultest"}
 
 // allowedInTests lists what a package's tests may import beyond its own
 // allowed imports and testHelpers, each with why. Tests run the real parts
