@@ -81,15 +81,16 @@ var allowed = map[string][]string{
 	"internal/watchdog": {},
 	api:                 {},
 
-	"internal/testutil":                      {},
-	"internal/testutil/sanitytest":           {"internal/testutil"},
-	"internal/testutil/metricsdoc":           {},
-	"internal/plugin/plugintest":             {api, "internal/plugin"},
-	"internal/testplugin":                    {},
-	"internal/testplugin/cmd/csi-testplugin": {"internal/testplugin"},
-	"internal/testregistrar":                 {},
-	"internal/testcluster":                   {api, "internal/agent", "internal/config", "internal/server", "internal/testplugin", "internal/testutil"},
-	"internal/consulsync/consultest":         {},
+	"internal/testutil":                            {},
+	"internal/testutil/sanitytest":                 {"internal/testutil"},
+	"internal/testutil/metricsdoc":                 {},
+	"internal/plugin/plugintest":                   {api, "internal/plugin"},
+	"internal/testplugin":                          {},
+	"internal/testplugin/cmd/csi-testplugin":       {"internal/testplugin"},
+	"internal/testregistrar":                       {},
+	"internal/testregistrar/cmd/csi-testregistrar": {"internal/testregistrar"},
+	"internal/testcluster":                         {api, "internal/agent", "internal/config", "internal/server", "internal/testplugin", "internal/testutil"},
+	"internal/consulsync/consultest":               {},
 
 	"test/agent":                {},
 	"test/bench":                {},
@@ -143,6 +144,9 @@ var allowedInTests = map[string][]string{
 	"internal/testcluster": {"internal/testcluster"},
 	// The heartbeat TTL tests check the production defaults.
 	"internal/server/leader": {"internal/config"},
+	// The test registrar's command is checked with kubelet's side of the
+	// protocol, the client csisupd uses.
+	"internal/testregistrar/cmd/csi-testregistrar": {"internal/kubeletreg"},
 	// FSM tests name plugin types by the plugin model's constants.
 	"internal/server/fsm": {"internal/plugin"},
 }
