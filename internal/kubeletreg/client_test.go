@@ -110,7 +110,7 @@ func TestRefusedRegistrationIsNotified(t *testing.T) {
 				t.Fatal(err)
 			}
 			refusal := Check(info)
-			if refusal == nil || refusal.Error() != tt.want && !strings.Contains(refusal.Error(), tt.want) {
+			if refusal == nil || !strings.Contains(refusal.Error(), tt.want) {
 				t.Fatalf("Check(%+v) = %v, want %q", info, refusal, tt.want)
 			}
 			if err := Notify(ctx, r.Socket(), false, refusal.Error()); err != nil {
