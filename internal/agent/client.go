@@ -8,6 +8,7 @@ import (
 
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/volumes"
 )
@@ -33,6 +34,8 @@ func (a *Agent) setupRegistry(cfg *config.Config) (*registry.Manager, part, erro
 		StopTimeout:            ShutdownTimeout / 2,
 		MaxPluginMessageSize:   cfg.Client.MaxPluginMessageSize,
 		PluginOwners:           cfg.Client.PluginOwnerUIDs,
+		Declarations:           declarations(cfg),
+		KubeletRegistrationDir: cfg.Client.KubeletRegistrationDir,
 		AllowInsecurePluginDir: cfg.Client.AllowInsecurePluginDir,
 		PluginRedial:           a.retry.PluginRedial,
 		FingerprintRetry:       a.retry.Fingerprint,
@@ -52,9 +55,51 @@ func (a *Agent) setupRegistry(cfg *config.Config) (*registry.Manager, part, erro
 		}
 		applied.Client.ProbeInterval, applied.Client.ProbeTimeout = c.ProbeInterval, c.ProbeTimeout
 		applied.Client.FingerprintInterval = c.FingerprintInterval
+		if err := m.SetDeclarations(declarations(want)); err != nil {
+			return []string{"plugin"}, fmt.Errorf("reload declared plugins: %w", err)
+		}
+		applied.Plugins = applyDeclarations(applied.Plugins, want.Plugins)
 		return nil, nil
 	}
 	return m, part{name: "plugin registry", run: m.Run, reload: reload}, nil
+}
+
+// declarations are the plugins cfg declares (plugin blocks that set
+// socket, type or required), for the registry.
+func declarations(cfg *config.Config) map[string]registry.Declaration {
+	out := make(map[string]registry.Declaration)
+	for id, p := range cfg.Plugins {
+		if p.Declared() {
+			out[id] = registry.Declaration{Socket: p.Socket, Type: plugin.Type(p.Type), Required: p.Required, HealthTimeout: p.HealthTimeout}
+		}
+	}
+	return out
+}
+
+// applyDeclarations returns the running plugin blocks with the declaration
+// keys (socket, type, required, health_timeout) of want applied: those
+// change live. The mount keys keep their running values, which only a
+// restart changes; a block that only declared is dropped with its
+// declaration.
+func applyDeclarations(running, want map[string]config.PluginConfig) map[string]config.PluginConfig {
+	out := make(map[string]config.PluginConfig, len(want))
+	for id, p := range running {
+		w, ok := want[id]
+		if !ok && p.MountDir == "" && p.PluginMountDir == "" {
+			continue
+		}
+		if !ok {
+			w = config.PluginConfig{HealthTimeout: config.DefaultPluginHealthTimeout}
+		}
+		p.Socket, p.Type, p.Required, p.HealthTimeout = w.Socket, w.Type, w.Required, w.HealthTimeout
+		out[id] = p
+	}
+	for id, w := range want {
+		if _, ok := out[id]; !ok {
+			out[id] = config.PluginConfig{Socket: w.Socket, Type: w.Type, Required: w.Required, HealthTimeout: w.HealthTimeout}
+		}
+	}
+	return out
 }
 
 // setupNodeClient creates the node client, which registers the node and

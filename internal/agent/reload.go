@@ -22,7 +22,10 @@ import (
 //   - the consul block except consul.enabled;
 //   - client.max_event_subscribers and
 //     client.max_event_subscribers_per_connection (for streams opened from
-//     then on).
+//     then on);
+//   - the declaration keys of plugin blocks (socket, type, required,
+//     health_timeout): only the plugins whose declaration changed are
+//     touched.
 //
 // Every other key is compared with the running value, and each one that
 // changed is logged by name at warn level as taking effect only after a

@@ -71,8 +71,9 @@ func TestChangedKeysSeesEveryField(t *testing.T) {
 	// A plugin block added, or one of its keys changed, shows too.
 	withPlugin := base
 	withPlugin.Plugins = map[string]config.PluginConfig{"ebs": {MountDir: "/mnt/ebs"}}
-	if got := changedKeys(&base, &withPlugin); !slices.Equal(got, []string{`plugin "ebs".mount_dir`, `plugin "ebs".plugin_mount_dir`}) {
-		t.Errorf("adding a plugin block changes keys %v, want its two keys", got)
+	if got := changedKeys(&base, &withPlugin); !slices.Equal(got, []string{`plugin "ebs".mount_dir`, `plugin "ebs".plugin_mount_dir`,
+		`plugin "ebs".socket`, `plugin "ebs".type`, `plugin "ebs".required`, `plugin "ebs".health_timeout`}) {
+		t.Errorf("adding a plugin block changes keys %v, want its six keys", got)
 	}
 	moved := withPlugin
 	moved.Plugins = map[string]config.PluginConfig{"ebs": {MountDir: "/srv/ebs"}}

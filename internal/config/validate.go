@@ -291,6 +291,9 @@ func (v *validator) declaration(key string, p PluginConfig) {
 		v.add(key+".type", "%q is not a plugin type: use node, controller or monolith", p.Type)
 	}
 	v.positive(key+".health_timeout", p.HealthTimeout)
+	if p.Required && p.Type == "" {
+		v.add(key+".required", "a required plugin needs its type (node, controller or monolith): the servers count an expected plugin by its type")
+	}
 }
 
 // pluginDir checks the plugin directory of an enabled client: required

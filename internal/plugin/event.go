@@ -26,6 +26,17 @@ const (
 	// writable by others. The description names the path and says why.
 	// It is emitted once per path, and again when the reason changes.
 	EventSocketIgnored EventType = "plugin-socket-ignored"
+	// EventMissing reports a required plugin (plugin "<id>" { required =
+	// true }) that has had no healthy instance for longer than its
+	// health_timeout: its socket is absent, or its plugin unhealthy. It is
+	// emitted once per episode; plugin-healthy ends the episode.
+	EventMissing EventType = "plugin-missing"
+	// EventConflict reports two sources that claim one plugin id (a
+	// declared socket, a kubelet-registered endpoint, a socket in the
+	// plugin directory) at different paths. The description names both
+	// paths and the one supervised: declared first, then kubelet
+	// registration, then discovery. Emitted once per conflict.
+	EventConflict EventType = "plugin-conflict"
 
 	// Volume events, emitted by the node volume manager with the volume
 	// and workload set.

@@ -16,6 +16,29 @@
 //   - the store (Registry) holds the records, the event log and the
 //     subscriptions, and is persisted in the data directory.
 //
+// # Sources
+//
+// Three sources claim plugin ids, and each id is held by one claim, chosen
+// by source before any socket is looked at, so that the choice is the same
+// after a restart: a declared socket (ManagerConfig.Declarations, the
+// plugin blocks of the configuration, which may name a socket anywhere)
+// first, then the endpoint of a kubelet registration (the registration
+// sockets of ManagerConfig.KubeletRegistrationDir, asked as kubelet asks
+// them; see registrations), then a socket in the plugin directory. Two
+// claims at different paths are a conflict: one plugin-conflict event
+// names both paths, and the losing socket is listed as ignored (a losing
+// kubelet registrar is told so). One socket named by two sources is one
+// plugin. Every scan of the watcher looks at all three; the directories of
+// declared sockets and endpoints are watched too.
+//
+// A declaration may also expect a type (a plugin fingerprinted as another
+// is unhealthy) and make the plugin required: a required plugin without a
+// healthy instance for its HealthTimeout emits plugin-missing once per
+// episode, and while it has no record the read model (Source) lists it
+// with health state HealthMissing and why, so the servers count it as
+// expected but not healthy. Manager.SetDeclarations (a reload) touches
+// only the plugins whose declaration changed.
+//
 // # Trust
 //
 // Whatever answers on a plugin socket receives the volume secrets of its

@@ -104,6 +104,17 @@ type ManagerConfig struct {
 	// series are kept all the same. Series labelled by plugin_id are
 	// deleted when the plugin is deregistered.
 	Metrics prometheus.Registerer
+	// Declarations are the plugins the configuration declares (plugin
+	// blocks with socket, type or required), by id; SetDeclarations
+	// replaces them. A declared socket is supervised wherever it lies, and
+	// holds its plugin id before a kubelet registration or a socket in
+	// PluginDir does.
+	Declarations map[string]Declaration
+	// KubeletRegistrationDir, when set, turns on kubelet's plugin
+	// registration protocol: registration sockets there are asked for
+	// their driver's name and CSI endpoint, and the endpoint is supervised
+	// under the driver's name (see registrations).
+	KubeletRegistrationDir string
 	// Watchdog, when set, gets the manager's essential loops ("plugin
 	// watcher", "plugin reconciler" and, with a DataDir, "registry
 	// persister"), each beaten on every turn, so that a wedged loop stops
@@ -139,6 +150,12 @@ func (c *ManagerConfig) validate() error {
 	if err := c.FingerprintRetry.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("registry: FingerprintRetry: %w", err))
 	}
+	if err := validateDeclarations(c.Declarations); err != nil {
+		errs = append(errs, err)
+	}
+	if c.KubeletRegistrationDir != "" && !filepath.IsAbs(c.KubeletRegistrationDir) {
+		errs = append(errs, fmt.Errorf("registry: KubeletRegistrationDir %q is not absolute", c.KubeletRegistrationDir))
+	}
 	return errors.Join(errs...)
 }
 
@@ -152,6 +169,9 @@ type Manager struct {
 	rec   *reconciler
 	ready chan struct{}
 	ran   atomic.Bool
+	// watcher is Run's, once it has started: SetDeclarations asks it for
+	// a scan.
+	watcher atomic.Pointer[watcher]
 }
 
 // NewManager validates cfg and returns a Manager. Nothing runs until Run.
@@ -197,6 +217,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		}),
 		ready: make(chan struct{}),
 	}
+	m.reg.setDeclarations(cfg.Declarations)
 	if cfg.Metrics != nil {
 		if err := registerMetrics(cfg.Metrics, m.reg.metrics, newManagerCollector(m.reg, m.rec.abandonedCount)); err != nil {
 			return nil, fmt.Errorf("registry: metrics: %w", err)
@@ -229,32 +250,78 @@ func (m *Manager) Run(ctx context.Context) error {
 			return fmt.Errorf("registry: %w", err)
 		}
 	}
+	trust := newTrustPolicy(m.cfg.PluginOwners, m.cfg.AllowInsecurePluginDir)
+	var kubelet *registrations
+	if m.cfg.KubeletRegistrationDir != "" {
+		kubelet = newRegistrations(kubeletConfig{
+			Dir:         m.cfg.KubeletRegistrationDir,
+			Registry:    m.reg,
+			Trust:       trust,
+			CallTimeout: m.cfg.ProbeTimeout,
+			Retry:       fingerprintRetry(m.cfg.FingerprintRetry, m.cfg.ProbeInterval),
+			Poke:        m.requestScan,
+			Logger:      m.log.Named("kubelet"),
+		})
+	}
 	w, err := newWatcher(watcherConfig{
 		Dir:            m.cfg.PluginDir,
 		RescanInterval: m.cfg.RescanInterval,
 		Registry:       m.reg,
-		Trust:          newTrustPolicy(m.cfg.PluginOwners, m.cfg.AllowInsecurePluginDir),
+		Trust:          trust,
 		Logger:         m.log,
 		Watchdog:       m.cfg.Watchdog,
+		Kubelet:        kubelet,
 	})
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
+	m.watcher.Store(w)
 	m.log.Info("watching plugin directory", "dir", m.cfg.PluginDir)
+	if kubelet != nil {
+		m.log.Info("watching kubelet plugin registration directory", "dir", m.cfg.KubeletRegistrationDir)
+	}
 
 	var wg sync.WaitGroup
 	wg.Go(func() { w.run(ctx) })
 	wg.Go(func() { m.rec.run(ctx, w.updates(), m.ready) })
+	wg.Go(func() { m.reg.watchRequired(ctx) })
 	if p != nil {
 		wg.Go(func() { p.run(ctx, m.cfg.Watchdog) })
 	}
 	wg.Wait()
+	if kubelet != nil {
+		// Each handler ends with ctx, its calls bounded by the probe
+		// timeout.
+		kubelet.wait()
+	}
 
 	if p != nil {
 		if err := p.save(); err != nil {
 			m.log.Warn("cannot save registry at shutdown", "error", err)
 		}
 	}
+	return nil
+}
+
+// requestScan asks the running watcher for a scan; nothing before Run.
+func (m *Manager) requestScan() {
+	if w := m.watcher.Load(); w != nil {
+		w.requestScan()
+	}
+}
+
+// SetDeclarations replaces the declared plugins (a configuration reload).
+// Only the plugins whose declaration changed are affected: a new or moved
+// socket is supervised, a changed type restarts the plugin's supervision,
+// and a plugin no longer declared is left to the other sources (its
+// socket, if no other source names it, is deregistered after the grace
+// period). A new required plugin starts its health_timeout now.
+func (m *Manager) SetDeclarations(decls map[string]Declaration) error {
+	if err := validateDeclarations(decls); err != nil {
+		return err
+	}
+	m.reg.setDeclarations(decls)
+	m.requestScan()
 	return nil
 }
 

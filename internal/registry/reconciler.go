@@ -78,8 +78,11 @@ type reconciler struct {
 	log         hclog.Logger
 	watchdog    *watchdog.Monitor
 
-	// gone is touched only by the run goroutine.
-	gone map[string]gone
+	// gone and expect are touched only by the run goroutine. expect is
+	// the latest desired state's declared types: a plugin whose declared
+	// type changes is supervised anew.
+	gone   map[string]gone
+	expect map[string]plugin.Type
 
 	// stopping counts the background stops in progress; each ends by its
 	// deadline.
@@ -151,7 +154,7 @@ func (r *reconciler) run(ctx context.Context, updates <-chan desiredState, ready
 		case <-l.C():
 			continue // idle: the beat above is the turn
 		case st := <-updates:
-			desired = st.Sockets
+			desired, r.expect = st.Sockets, st.Expect
 		case <-graceTimer.C:
 		}
 		next, ok := r.reconcile(ctx, desired, time.Now())
@@ -182,12 +185,17 @@ func (r *reconciler) reconcile(ctx context.Context, desired map[string]plugin.In
 		r.mu.Lock()
 		old := r.sups[id]
 		r.mu.Unlock()
-		if old != nil && old.inst == inst {
+		if old != nil && old.inst == inst && old.expect == r.expect[id] {
 			continue
 		}
 		if old != nil {
-			r.log.Info("plugin socket replaced; restarting its supervisor", "plugin", id,
-				"old", old.inst.String(), "new", inst.String())
+			if old.inst == inst {
+				r.log.Info("plugin's declared type changed; restarting its supervisor", "plugin", id,
+					"old", string(old.expect), "new", string(r.expect[id]))
+			} else {
+				r.log.Info("plugin socket replaced; restarting its supervisor", "plugin", id,
+					"old", old.inst.String(), "new", inst.String())
+			}
 			// The new instance starts now, not when the old one has
 			// stopped; the old one is fenced before the new one starts,
 			// so it cannot write over the new record.
@@ -274,6 +282,7 @@ func (r *reconciler) startSupervisor(ctx context.Context, id string, inst plugin
 	s, err := startSupervisor(ctx, supervisorConfig{
 		ID:               id,
 		Instance:         inst,
+		Expect:           r.expect[id],
 		Registry:         r.reg,
 		Timing:           r.timing,
 		Transport:        r.transport,

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -18,21 +19,33 @@ func (r *Registry) Source() plugin.Source { return source{r} }
 // source adapts a Registry to plugin.Source.
 type source struct{ r *Registry }
 
+// List returns the records' read models and, for every required plugin
+// without a record, its placeholder (health state HealthMissing), sorted
+// by id.
 func (s source) List() []*csisupdv1.Plugin {
-	recs := s.r.List()
-	out := make([]*csisupdv1.Plugin, len(recs))
-	for i, p := range recs {
-		out[i] = p.Proto()
+	s.r.mu.Lock()
+	out := make([]*csisupdv1.Plugin, 0, len(s.r.plugins))
+	for _, p := range s.r.plugins {
+		out = append(out, p.Proto())
 	}
+	out = append(out, s.r.missingLocked()...)
+	s.r.mu.Unlock()
+	slices.SortFunc(out, func(a, b *csisupdv1.Plugin) int { return strings.Compare(a.GetId(), b.GetId()) })
 	return out
 }
 
+// Get returns the read model of plugin id: its record's, or the
+// placeholder of a required plugin without one.
 func (s source) Get(id string) (*csisupdv1.Plugin, bool) {
-	p, ok := s.r.Get(id)
-	if !ok {
-		return nil, false
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	if p, ok := s.r.plugins[id]; ok {
+		return p.Proto(), true
 	}
-	return p.Proto(), true
+	if _, ok := s.r.episodes[id]; ok {
+		return s.r.placeholderLocked(id), true
+	}
+	return nil, false
 }
 
 func (s source) Ignored() []plugin.Ignored { return s.r.Ignored() }

@@ -75,6 +75,11 @@ type Registry struct {
 	// metrics count what happens to the plugins; registered by the
 	// Manager that fills the registry (ManagerConfig.Metrics).
 	metrics *metrics
+
+	// decls are the declared plugins (Manager.SetDeclarations); episodes
+	// hold the state of the required ones (see checkRequired).
+	decls    map[string]Declaration
+	episodes map[string]*episode
 }
 
 // DefaultEventBuffer is Config.EventBuffer when it is zero.
@@ -108,6 +113,7 @@ func New(cfg Config) *Registry {
 		modified: make(chan struct{}),
 		events:   events,
 		metrics:  newMetrics(),
+		episodes: make(map[string]*episode),
 	}
 }
 
@@ -291,6 +297,14 @@ func (r *Registry) socketIgnored(id, path, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.emitLocked(plugin.EventSocketIgnored, id, path+" ignored: "+reason)
+}
+
+// emitConflict emits plugin-conflict for plugin id: two sources claim it
+// at different paths (see conflict.description).
+func (r *Registry) emitConflict(id, desc string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.emitLocked(plugin.EventConflict, id, desc)
 }
 
 // Ignored returns the ignored directory entries.

@@ -61,6 +61,9 @@ func (p *probeTiming) probe() (interval, timeout time.Duration) {
 type supervisorConfig struct {
 	ID       string
 	Instance plugin.Instance
+	// Expect is the plugin's declared type, or "": a plugin fingerprinted
+	// as another type is recorded unhealthy, whatever its probes say.
+	Expect   plugin.Type
 	Registry *Registry
 	Timing   *probeTiming // the registry's one copy
 	// Transport is the supervision transport shared by the plugins: its
@@ -99,6 +102,7 @@ type supervisorConfig struct {
 type supervisor struct {
 	id     string
 	inst   plugin.Instance
+	expect plugin.Type
 	reg    *Registry
 	log    hclog.Logger
 	client *csiclient.Client
@@ -123,9 +127,10 @@ type supervisor struct {
 	// Only the supervisor's goroutine (run, and within the monitor onProbe
 	// and pace) touches these. The plugin's health is not among them: it is
 	// held by the registry record alone.
-	lastFingerprint time.Time // of the latest successful fingerprint
-	refingerprint   bool      // a fingerprint is due (the plugin recovered)
-	fpRetryAt       time.Time // no fingerprint before then: backing off
+	lastFingerprint time.Time   // of the latest successful fingerprint
+	fpType          plugin.Type // the type that fingerprint found
+	refingerprint   bool        // a fingerprint is due (the plugin recovered)
+	fpRetryAt       time.Time   // no fingerprint before then: backing off
 	// fpViolation says why refingerprints of a healthy plugin are backed
 	// off, for its health description; "" when they are not.
 	fpViolation  string
@@ -181,6 +186,7 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 	*s = supervisor{
 		id:     cfg.ID,
 		inst:   cfg.Instance,
+		expect: cfg.Expect,
 		reg:    cfg.Registry,
 		log:    cfg.Logger,
 		client: client,
@@ -290,7 +296,6 @@ func (s *supervisor) run(ctx context.Context) {
 	if !s.fingerprintUntilAnswered(ctx) {
 		return
 	}
-	s.lastFingerprint = time.Now()
 	s.mu.Lock()
 	mon, err := heartbeat.New(heartbeat.Config{
 		Identity: csi.NewIdentityClient(s.client.Supervision()),
@@ -326,6 +331,7 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 		}
 		interval := s.currentTiming().ProbeInterval
 		if err == nil {
+			s.lastFingerprint, s.fpType = time.Now(), fp.Type
 			s.fpBackoff.observe(nil, interval)
 			if !s.write(func() {
 				s.reg.Register(s.id, s.inst, &fp)
@@ -377,6 +383,16 @@ func (s *supervisor) fingerprintUntilAnswered(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// typeMismatch returns why the plugin's fingerprinted type is not its
+// declared one, or "" when it is, or nothing is declared or known.
+func (s *supervisor) typeMismatch() string {
+	if s.expect == "" || s.fpType == "" || s.fpType == s.expect {
+		return ""
+	}
+	return fmt.Sprintf("declared type %q, but the plugin's fingerprinted type is %q: "+
+		"fix the plugin block's type, or run the plugin the declaration describes", s.expect, s.fpType.OrUnknown())
 }
 
 // fingerprintRetry is the fingerprint retry policy p under the probe
@@ -507,8 +523,10 @@ func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Result) {
 		s.fpRetryAt = time.Time{}
 		s.refingerprint = false
 		s.lastFingerprint = time.Now()
+		typeWas := s.typeMismatch()
+		s.fpType = fp.Type
 		s.write(func() { s.reg.SetFingerprint(s.id, s.inst, fp) })
-		if s.fpViolation != "" {
+		if s.fpViolation != "" || s.typeMismatch() != typeWas {
 			s.fpViolation = ""
 			s.setHealth(h, false)
 		}
@@ -524,6 +542,9 @@ func (s *supervisor) onProbe(ctx context.Context, h heartbeat.Result) {
 func (s *supervisor) setHealth(h heartbeat.Result, newProbe bool) (prev heartbeat.Health, ok bool) {
 	if h.State == heartbeat.Healthy && s.fpViolation != "" {
 		h.Description = "healthy, but fingerprint failed: " + s.fpViolation
+	}
+	if why := s.typeMismatch(); why != "" && h.State == heartbeat.Healthy {
+		h.State, h.Description = heartbeat.Unhealthy, why
 	}
 	s.write(func() {
 		if newProbe {

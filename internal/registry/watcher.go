@@ -52,8 +52,10 @@ type desiredState struct {
 	// reported by a plugin-socket-ignored event.
 	Refused []refusal
 	// TopProblem is why the plugin directory itself is not trusted, or
-	// "". While it is set no socket is dialled.
+	// "". While it is set no socket in it is dialled.
 	TopProblem string
+	// Expect maps a declared plugin's id to the type it must have.
+	Expect map[string]plugin.Type
 }
 
 // refusal is a candidate plugin socket, or plugin subdirectory, that is not
@@ -298,6 +300,9 @@ type watcherConfig struct {
 	// Watchdog, when set, gets the "plugin watcher" loop, beaten on every
 	// turn of run.
 	Watchdog *watchdog.Monitor
+	// Kubelet, when set, handles kubelet's plugin registration directory:
+	// every scan reads it too, and its accepted registrations are claims.
+	Kubelet *registrations
 }
 
 // watcher turns the plugin directory into desired states. It watches the
@@ -324,6 +329,20 @@ type watcher struct {
 	// its event gave; topProblem is the latest scan's TopProblem.
 	reported   map[string]string
 	topProblem string
+	// extra are the watched directories outside the plugin directory:
+	// those of declared sockets and kubelet endpoints (or their nearest
+	// existing ancestor), and the kubelet registration directory.
+	extra map[string]bool
+	// poke asks for a scan: the declarations changed, or a kubelet
+	// registration was answered.
+	poke chan struct{}
+	// conflicts maps each reported conflict (id and losing path) to its
+	// description; shared holds the logged claims of one socket by two
+	// sources.
+	conflicts map[string]string
+	shared    map[string]bool
+	// ctx is run's, for the kubelet registration handlers.
+	ctx context.Context
 }
 
 // newWatcher creates the plugin directory when needed and starts
@@ -334,18 +353,31 @@ func newWatcher(cfg watcherConfig) (*watcher, error) {
 		return nil, fmt.Errorf("watch plugin directory %q: %w", cfg.Dir, err)
 	}
 	w := &watcher{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		fsw:      fsw,
-		out:      make(chan desiredState, 1),
-		subdir:   make(map[string]bool),
-		reported: make(map[string]string),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		fsw:       fsw,
+		out:       make(chan desiredState, 1),
+		subdir:    make(map[string]bool),
+		reported:  make(map[string]string),
+		extra:     make(map[string]bool),
+		poke:      make(chan struct{}, 1),
+		conflicts: make(map[string]string),
+		shared:    make(map[string]bool),
+		ctx:       context.Background(),
 	}
 	if err := w.watchTop(); err != nil {
 		_ = fsw.Close()
 		return nil, err
 	}
 	return w, nil
+}
+
+// requestScan asks for a scan soon (coalesced with file system events).
+func (w *watcher) requestScan() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
 }
 
 // updates delivers the latest desired state.
@@ -367,6 +399,7 @@ func (w *watcher) watchTop() error {
 // ctx ends. It closes the file system watch before returning.
 func (w *watcher) run(ctx context.Context) {
 	defer func() { _ = w.fsw.Close() }()
+	w.ctx = ctx
 	l := w.cfg.Watchdog.Loop("plugin watcher")
 	defer l.Done()
 
@@ -409,10 +442,13 @@ func (w *watcher) run(ctx context.Context) {
 			if ev.Name == w.cfg.Dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 				w.topOK = false
 			}
-			if w.subdir[ev.Name] && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+			if ev.Has(fsnotify.Remove | fsnotify.Rename) {
 				// The kernel dropped the watch with the directory.
 				delete(w.subdir, ev.Name)
+				delete(w.extra, ev.Name)
 			}
+			schedule()
+		case <-w.poke:
 			schedule()
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
@@ -485,6 +521,7 @@ func (w *watcher) scan() {
 			delete(w.subdir, path)
 		}
 	}
+	w.addClaims(&st)
 	w.cfg.Registry.SetIgnored(st.Ignored)
 	w.report(st)
 	select {

@@ -23,14 +23,16 @@ import (
 
 // Paths of the binaries built once by TestMain.
 var (
-	csisupdBin    string
-	testPluginBin string
+	csisupdBin       string
+	testPluginBin    string
+	testRegistrarBin string
 )
 
 func TestMain(m *testing.M) {
 	testutil.RunWithBinaries(m,
 		testutil.Binary{Pkg: "github.com/csisupd/csisupd/cmd/csisupd", Path: &csisupdBin},
-		testutil.Binary{Pkg: "github.com/csisupd/csisupd/internal/testplugin/cmd/csi-testplugin", Path: &testPluginBin})
+		testutil.Binary{Pkg: "github.com/csisupd/csisupd/internal/testplugin/cmd/csi-testplugin", Path: &testPluginBin},
+		testutil.Binary{Pkg: "github.com/csisupd/csisupd/internal/testregistrar/cmd/csi-testregistrar", Path: &testRegistrarBin})
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

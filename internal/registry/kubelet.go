@@ -1,0 +1,294 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/csisupd/csisupd/internal/kubeletreg"
+	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/retry"
+)
+
+// registrationSuffix ends a registration socket's name in kubelet's
+// registration directory: node-driver-registrar creates <driver>-reg.sock,
+// and kubelet looks at every socket there.
+const registrationSuffix = ".sock"
+
+// notifyAttempts bounds the NotifyRegistrationStatus attempts for one
+// registration: a registrar that cannot be told is left alone; it keeps
+// waiting, as it would for a kubelet that never answered.
+const notifyAttempts = 5
+
+// kubeletConfig configures the kubelet registration handler.
+type kubeletConfig struct {
+	// Dir is kubelet's plugin registration directory.
+	Dir      string
+	Registry *Registry
+	Trust    trustPolicy
+	// CallTimeout bounds one GetInfo or NotifyRegistrationStatus call.
+	CallTimeout time.Duration
+	// Retry spaces the GetInfo attempts of a registrar that does not
+	// answer (yet), and the notification attempts.
+	Retry retry.Policy
+	// Poke asks the watcher for a scan: a registration was accepted or
+	// refused.
+	Poke   func()
+	Logger hclog.Logger
+}
+
+// registrations runs kubelet's side of the plugin registration protocol,
+// after kubelet's plugin watcher: every registration socket in Dir gets a
+// handler that asks it for the driver's name and CSI endpoint (GetInfo),
+// checks them (kubeletreg.Check), and then tells the registrar the outcome
+// (NotifyRegistrationStatus): false with the reason when it is refused or
+// another source holds its plugin id, true once the plugin at the endpoint
+// has been fingerprinted. An accepted registration claims the driver name
+// as plugin id at the endpoint until its socket goes away; the plugin is
+// then deregistered after the grace period like any other.
+type registrations struct {
+	cfg kubeletConfig
+	log hclog.Logger
+
+	wg sync.WaitGroup // the handlers
+
+	mu   sync.Mutex
+	regs map[string]*registration // by registration socket path
+}
+
+// registration is one registration socket instance and what its handler
+// learnt.
+type registration struct {
+	inst   plugin.Instance
+	cancel context.CancelFunc
+	// lost receives why the registration lost its plugin id to another
+	// source; buffered, sent at most once.
+	lost     chan string
+	lostSent bool
+
+	// Set by the handler, under registrations.mu.
+	id, endpoint string // once accepted
+	refused      string // once refused
+}
+
+func newRegistrations(cfg kubeletConfig) *registrations {
+	return &registrations{cfg: cfg, log: cfg.Logger, regs: make(map[string]*registration)}
+}
+
+// scan reads the registration directory: the registration sockets in it,
+// by path, the entries it ignores and those it refuses as untrusted. Dot
+// files are skipped, as kubelet skips them.
+func (k *registrations) scan() (found map[string]plugin.Instance, ignored []plugin.Ignored, refused []refusal, err error) {
+	entries, err := os.ReadDir(k.cfg.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]plugin.Instance{}, nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read kubelet registration directory %q: %w", k.cfg.Dir, err)
+	}
+	found = make(map[string]plugin.Instance)
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, registrationSuffix) {
+			continue
+		}
+		path := filepath.Join(k.cfg.Dir, name)
+		id := strings.TrimSuffix(strings.TrimSuffix(name, registrationSuffix), "-reg")
+		si, reason, isRefused, err := k.cfg.Trust.inspectSocket(path, k.cfg.Dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			ignored = append(ignored, plugin.Ignored{Path: path, Reason: "cannot stat: " + err.Error()})
+		case isRefused:
+			ignored = append(ignored, plugin.Ignored{Path: path, Reason: reason})
+			refused = append(refused, refusal{ID: id, Path: path, Reason: reason})
+		case reason != "":
+			ignored = append(ignored, plugin.Ignored{Path: path, Reason: reason})
+		default:
+			found[path] = si
+		}
+	}
+	return found, ignored, refused, nil
+}
+
+// observe starts a handler for every registration socket of found that is
+// new or was replaced, and stops those of sockets that went away.
+func (k *registrations) observe(ctx context.Context, found map[string]plugin.Instance) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for path, reg := range k.regs {
+		if inst, ok := found[path]; !ok || inst != reg.inst {
+			reg.cancel()
+			delete(k.regs, path)
+			k.log.Info("kubelet registration socket removed", "socket", path, "plugin", reg.id)
+		}
+	}
+	for path, inst := range found {
+		if _, ok := k.regs[path]; ok {
+			continue
+		}
+		hctx, cancel := context.WithCancel(ctx)
+		reg := &registration{inst: inst, cancel: cancel, lost: make(chan string, 1)}
+		k.regs[path] = reg
+		k.log.Info("kubelet registration socket found", "socket", path)
+		k.wg.Go(func() { k.handle(hctx, path, reg) })
+	}
+}
+
+// claims returns the claims of the accepted registrations, and the
+// refused registrations as ignored entries.
+func (k *registrations) claims() (claims []claim, ignored []plugin.Ignored, refused []refusal) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for path, reg := range k.regs {
+		switch {
+		case reg.refused != "":
+			ignored = append(ignored, plugin.Ignored{Path: path, Reason: "registration refused: " + reg.refused})
+		case reg.id != "":
+			c, r := k.cfg.Trust.namedClaim(sourceKubelet, reg.id, reg.endpoint)
+			c.registration = path
+			claims = append(claims, c)
+			if r != nil {
+				refused = append(refused, *r)
+				ignored = append(ignored, plugin.Ignored{Path: r.Path, Reason: r.Reason})
+			}
+		}
+	}
+	return claims, ignored, refused
+}
+
+// endpointDirs returns the directories of the accepted endpoints, for the
+// watcher to watch: an endpoint socket may appear after its registration.
+func (k *registrations) endpointDirs() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var dirs []string
+	for _, reg := range k.regs {
+		if reg.endpoint != "" {
+			dirs = append(dirs, filepath.Dir(reg.endpoint))
+		}
+	}
+	return dirs
+}
+
+// lose tells the registration at path that it lost its plugin id, once.
+func (k *registrations) lose(path, reason string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if reg, ok := k.regs[path]; ok && !reg.lostSent {
+		reg.lostSent = true
+		reg.lost <- reason
+	}
+}
+
+// wait waits for every handler to return; each returns once its context
+// ends, its calls bounded by CallTimeout.
+func (k *registrations) wait() { k.wg.Wait() }
+
+// handle runs one registration: GetInfo until it answers, the check, and
+// the notification of the outcome.
+func (k *registrations) handle(ctx context.Context, path string, reg *registration) {
+	info, ok := k.getInfo(ctx, path)
+	if !ok {
+		return
+	}
+	endpoint, err := kubeletreg.EndpointPath(info.Endpoint)
+	if err == nil {
+		// One socket, one spelling: the claim is compared by path.
+		endpoint = filepath.Clean(endpoint)
+		err = kubeletreg.Check(info)
+	}
+	if err != nil {
+		k.log.Warn("kubelet registration refused", "socket", path, "driver", info.Name, "error", err)
+		k.mu.Lock()
+		reg.refused = err.Error()
+		k.mu.Unlock()
+		k.cfg.Poke()
+		k.notify(ctx, path, false, err.Error())
+		return
+	}
+	k.log.Info("kubelet registration accepted; supervising its endpoint", "socket", path,
+		"plugin", info.Name, "endpoint", endpoint, "versions", info.SupportedVersions)
+	sub := k.cfg.Registry.Subscribe()
+	defer sub.Close()
+	k.mu.Lock()
+	reg.id, reg.endpoint = info.Name, endpoint
+	k.mu.Unlock()
+	k.cfg.Poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case reason := <-reg.lost:
+			k.log.Warn("kubelet registration lost its plugin id to another source", "socket", path, "plugin", info.Name, "reason", reason)
+			k.notify(ctx, path, false, reason)
+			return
+		case <-sub.C():
+			if p, ok := k.cfg.Registry.Get(info.Name); ok && p.Fingerprinted && p.Instance.Path == endpoint {
+				k.notify(ctx, path, true, "")
+				return
+			}
+		}
+	}
+}
+
+// getInfo calls GetInfo until the registrar answers or ctx ends.
+func (k *registrations) getInfo(ctx context.Context, path string) (kubeletreg.Info, bool) {
+	backoff := k.cfg.Retry.NewBackOff()
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
+		info, err := kubeletreg.GetInfo(cctx, path)
+		cancel()
+		if err == nil {
+			return info, true
+		}
+		if ctx.Err() != nil {
+			return kubeletreg.Info{}, false
+		}
+		if attempt == 1 {
+			k.log.Warn("kubelet registration socket does not answer GetInfo; retrying", "socket", path, "error", err)
+		}
+		if retry.Wait(ctx, backoff.NextBackOff()) != nil {
+			return kubeletreg.Info{}, false
+		}
+	}
+}
+
+// notify tells the registrar the outcome, retrying a few times.
+func (k *registrations) notify(ctx context.Context, path string, registered bool, reason string) {
+	backoff := k.cfg.Retry.NewBackOff()
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
+		err := kubeletreg.Notify(cctx, path, registered, reason)
+		cancel()
+		if err == nil {
+			k.log.Info("kubelet registrar notified", "socket", path, "registered", registered)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if attempt == notifyAttempts {
+			k.log.Warn("cannot notify the kubelet registrar; giving up", "socket", path, "registered", registered, "error", err)
+			return
+		}
+		if retry.Wait(ctx, backoff.NextBackOff()) != nil {
+			return
+		}
+	}
+}
+
+// sortedRefusals sorts refusals by path, as the watcher reports them.
+func sortedRefusals(rs []refusal) []refusal {
+	slices.SortFunc(rs, func(a, b refusal) int { return strings.Compare(a.Path, b.Path) })
+	return rs
+}
