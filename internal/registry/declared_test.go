@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -248,5 +249,41 @@ func TestSetDeclarationsTouchesOnlyChangedPlugins(t *testing.T) {
 
 	if err := m.SetDeclarations(map[string]Declaration{"x": {Socket: "relative.sock"}}); err == nil {
 		t.Error("SetDeclarations accepted a relative socket path")
+	}
+}
+
+// A declared socket gets the plugin directory's trust rules: a symlink,
+// as the socket or on its path, is never followed.
+func TestDeclaredSocketSymlinkRefused(t *testing.T) {
+	root := testutil.TempDir(t)
+	real := filepath.Join(root, "real", "csi.sock")
+	startPlugin(t, real, testplugin.Config{Type: testplugin.TypeNode})
+	link := filepath.Join(root, "link.sock")
+	linkDir := filepath.Join(root, "linkdir")
+	for from, to := range map[string]string{link: real, linkDir: filepath.Dir(real)} {
+		if err := os.Symlink(to, from); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viaDir := filepath.Join(linkDir, "csi.sock")
+	m := startManager(t, ManagerConfig{
+		PluginDir: filepath.Join(root, "plugins"),
+		Declarations: map[string]Declaration{
+			"l": {Socket: link, Type: plugin.TypeNode, Required: true, HealthTimeout: time.Hour},
+			"d": {Socket: viaDir},
+		},
+	})
+	reg := m.Registry()
+	for id, path := range map[string]string{"l": link, "d": viaDir} {
+		testutil.WaitFor(t, 10*time.Second, "plugin-socket-ignored for "+id, func() bool {
+			ev, ok := findEvent(reg, id, plugin.EventSocketIgnored)
+			return ok && strings.Contains(ev.Description, path) && strings.Contains(ev.Description, "symlink")
+		})
+	}
+	if got := reg.List(); len(got) != 0 {
+		t.Errorf("supervising %v through a symlink", got)
+	}
+	if p, _ := reg.Source().Get("l"); p.GetHealthy() || !strings.Contains(p.GetHealthDescription(), "not trusted") {
+		t.Errorf("required plugin behind a symlink: %v", p)
 	}
 }

@@ -78,6 +78,7 @@ type registration struct {
 	// Set by the handler, under registrations.mu.
 	id, endpoint string // once accepted
 	refused      string // once refused
+	tried        bool   // once the first GetInfo returned, answered or not
 }
 
 func newRegistrations(cfg kubeletConfig) *registrations {
@@ -166,6 +167,21 @@ func (k *registrations) claims() (claims []claim, ignored []plugin.Ignored, refu
 	return claims, ignored, refused
 }
 
+// pending reports whether a registration socket has not returned its
+// first GetInfo yet: the watcher holds its first desired state back until
+// none has (within one call timeout), so that a restarted agent supervises
+// the same socket as before from the start.
+func (k *registrations) pending() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, reg := range k.regs {
+		if !reg.tried {
+			return true
+		}
+	}
+	return false
+}
+
 // endpointDirs returns the directories of the accepted endpoints, for the
 // watcher to watch: an endpoint socket may appear after its registration.
 func (k *registrations) endpointDirs() []string {
@@ -197,7 +213,7 @@ func (k *registrations) wait() { k.wg.Wait() }
 // handle runs one registration: GetInfo until it answers, the check, and
 // the notification of the outcome.
 func (k *registrations) handle(ctx context.Context, path string, reg *registration) {
-	info, ok := k.getInfo(ctx, path)
+	info, ok := k.getInfo(ctx, path, reg)
 	if !ok {
 		return
 	}
@@ -242,12 +258,15 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 }
 
 // getInfo calls GetInfo until the registrar answers or ctx ends.
-func (k *registrations) getInfo(ctx context.Context, path string) (kubeletreg.Info, bool) {
+func (k *registrations) getInfo(ctx context.Context, path string, reg *registration) (kubeletreg.Info, bool) {
 	backoff := k.cfg.Retry.NewBackOff()
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
 		info, err := kubeletreg.GetInfo(cctx, path)
 		cancel()
+		k.mu.Lock()
+		reg.tried = true
+		k.mu.Unlock()
 		if err == nil {
 			return info, true
 		}
@@ -256,6 +275,7 @@ func (k *registrations) getInfo(ctx context.Context, path string) (kubeletreg.In
 		}
 		if attempt == 1 {
 			k.log.Warn("kubelet registration socket does not answer GetInfo; retrying", "socket", path, "error", err)
+			k.cfg.Poke() // the first desired state need not wait for it
 		}
 		if retry.Wait(ctx, backoff.NextBackOff()) != nil {
 			return kubeletreg.Info{}, false

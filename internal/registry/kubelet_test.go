@@ -157,6 +157,12 @@ func TestKubeletConflicts(t *testing.T) {
 			if n := countEvents(reg, "drv", plugin.EventConflict); n != 1 {
 				t.Errorf("run %d: %d plugin-conflict events, want 1", run, n)
 			}
+			// The restarted agent supervises the endpoint from the start:
+			// its record, restored, is never taken over by the socket of
+			// the plugin directory.
+			if n, want := countEvents(reg, "drv", plugin.EventRegistered), 2-run; n != want {
+				t.Errorf("run %d: %d plugin-registered events, want %d", run, n, want)
+			}
 		}
 	})
 

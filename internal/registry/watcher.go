@@ -343,6 +343,10 @@ type watcher struct {
 	shared    map[string]bool
 	// ctx is run's, for the kubelet registration handlers.
 	ctx context.Context
+	// delivered is set once a desired state was delivered; started is
+	// when run began.
+	delivered bool
+	started   time.Time
 }
 
 // newWatcher creates the plugin directory when needed and starts
@@ -399,7 +403,7 @@ func (w *watcher) watchTop() error {
 // ctx ends. It closes the file system watch before returning.
 func (w *watcher) run(ctx context.Context) {
 	defer func() { _ = w.fsw.Close() }()
-	w.ctx = ctx
+	w.ctx, w.started = ctx, time.Now()
 	l := w.cfg.Watchdog.Loop("plugin watcher")
 	defer l.Done()
 
@@ -524,6 +528,14 @@ func (w *watcher) scan() {
 	w.addClaims(&st)
 	w.cfg.Registry.SetIgnored(st.Ignored)
 	w.report(st)
+	if k := w.cfg.Kubelet; !w.delivered && k != nil && k.pending() && time.Since(w.started) < k.cfg.CallTimeout {
+		// The first state waits for the registrations found at start to
+		// answer, or fail, once: else a plugin id that a registration
+		// holds would be given to a socket of the plugin directory for a
+		// moment. The handlers ask for the scan that delivers it.
+		return
+	}
+	w.delivered = true
 	select {
 	case <-w.out: // replace an unread state with the newer one
 	default:
