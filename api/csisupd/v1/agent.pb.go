@@ -32,7 +32,9 @@ type Plugin struct {
 	// type is one of controller, node, monolith, unknown.
 	Type    string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	Healthy bool   `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	// health_state is one of unknown, healthy, unhealthy.
+	// health_state is one of unknown, healthy, unhealthy, or missing: a
+	// required plugin (a plugin block with required = true) that has no
+	// socket supervised; health_description then says why.
 	HealthState       string            `protobuf:"bytes,4,opt,name=health_state,json=healthState,proto3" json:"health_state,omitempty"`
 	HealthDescription string            `protobuf:"bytes,5,opt,name=health_description,json=healthDescription,proto3" json:"health_description,omitempty"`
 	Socket            string            `protobuf:"bytes,6,opt,name=socket,proto3" json:"socket,omitempty"`
@@ -766,7 +768,7 @@ type Event struct {
 	Time  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// type is one of plugin-registered, plugin-healthy, plugin-unhealthy,
 	// plugin-deregistered, plugin-fingerprint-changed, plugin-socket-ignored,
-	// volume-staged, volume-published, volume-unpublished, volume-unstaged,
+	// plugin-missing, plugin-conflict, volume-staged, volume-published, volume-unpublished, volume-unstaged,
 	// volume-mount-failed.
 	Type        string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	PluginId    string `protobuf:"bytes,4,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
