@@ -383,3 +383,31 @@ func TestServerLimits(t *testing.T) {
 		}
 	})
 }
+
+// A reload applies the declaration keys of plugin blocks and keeps the
+// mount keys as they run; a block that only declared goes with its
+// declaration, one with mount keys stays for the restart to change.
+func TestApplyDeclarations(t *testing.T) {
+	d := config.DefaultPluginHealthTimeout
+	running := map[string]config.PluginConfig{
+		"mnt":    {MountDir: "/mnt/a", Socket: "/run/a.sock", Type: "node", HealthTimeout: d},
+		"decl":   {Socket: "/run/b.sock", Required: true, Type: "node", HealthTimeout: d},
+		"stays":  {Socket: "/run/c.sock", HealthTimeout: d},
+		"keeper": {PluginMountDir: "/csi", Socket: "/run/k.sock", HealthTimeout: d},
+	}
+	want := map[string]config.PluginConfig{
+		"mnt":   {MountDir: "/mnt/moved", Socket: "/run/a2.sock", Type: "monolith", HealthTimeout: time.Minute},
+		"stays": {Socket: "/run/c.sock", HealthTimeout: d},
+		"new":   {MountDir: "/mnt/new", Socket: "/run/n.sock", Required: true, Type: "node", HealthTimeout: d},
+	}
+	got := applyDeclarations(running, want)
+	expect := map[string]config.PluginConfig{
+		"mnt":    {MountDir: "/mnt/a", Socket: "/run/a2.sock", Type: "monolith", HealthTimeout: time.Minute},
+		"stays":  {Socket: "/run/c.sock", HealthTimeout: d},
+		"keeper": {PluginMountDir: "/csi", HealthTimeout: d},
+		"new":    {Socket: "/run/n.sock", Required: true, Type: "node", HealthTimeout: d},
+	}
+	if !reflect.DeepEqual(got, expect) {
+		t.Errorf("applyDeclarations =\n  %+v\nwant\n  %+v", got, expect)
+	}
+}

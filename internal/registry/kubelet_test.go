@@ -173,26 +173,32 @@ func TestKubeletConflicts(t *testing.T) {
 		startPlugin(t, declared, testplugin.Config{Type: testplugin.TypeNode, NodeID: "declared"})
 		startPlugin(t, endpoint, testplugin.Config{Type: testplugin.TypeNode, NodeID: "kubelet"})
 		regDir := filepath.Join(root, "reg")
-		m := startManager(t, ManagerConfig{
+		r := startRegistrar(t, testregistrar.Config{Dir: regDir, Driver: "drv", Endpoint: endpoint})
+		cfg := ManagerConfig{
 			PluginDir:              filepath.Join(root, "plugins"),
+			DataDir:                filepath.Join(root, "data"),
 			KubeletRegistrationDir: regDir,
 			Declarations:           map[string]Declaration{"drv": {Socket: declared}},
-		})
-		reg := m.Registry()
-		r := startRegistrar(t, testregistrar.Config{Dir: regDir, Driver: "drv", Endpoint: endpoint})
-		st := waitStatus(t, r, 1)
-		if st.Registered || !strings.Contains(st.Error, declared) {
-			t.Errorf("losing registrar told %+v, want refused naming the declared socket %s", st, declared)
 		}
-		testutil.WaitFor(t, 10*time.Second, "the declared socket supervised", func() bool {
-			p, ok := reg.Get("drv")
-			return ok && p.Healthy() && p.Instance.Path == declared
-		})
-		if n := countEvents(reg, "drv", plugin.EventConflict); n != 1 {
-			t.Errorf("%d plugin-conflict events, want 1", n)
-		}
-		if n := countEvents(reg, "drv", plugin.EventRegistered); n != 1 {
-			t.Errorf("%d plugin-registered events, want 1", n)
+		for run := 1; run <= 2; run++ {
+			m := newTestManager(t, cfg)
+			stop := runManager(t, m)
+			reg := m.Registry()
+			st := waitStatus(t, r, run)
+			if st.Registered || !strings.Contains(st.Error, declared) {
+				t.Errorf("run %d: losing registrar told %+v, want refused naming the declared socket %s", run, st, declared)
+			}
+			testutil.WaitFor(t, 10*time.Second, "the declared socket supervised", func() bool {
+				p, ok := reg.Get("drv")
+				return ok && p.Healthy() && p.Instance.Path == declared
+			})
+			stop()
+			if n := countEvents(reg, "drv", plugin.EventConflict); n != 1 {
+				t.Errorf("run %d: %d plugin-conflict events, want 1", run, n)
+			}
+			if n, want := countEvents(reg, "drv", plugin.EventRegistered), 2-run; n != want {
+				t.Errorf("run %d: %d plugin-registered events, want %d", run, n, want)
+			}
 		}
 	})
 }
