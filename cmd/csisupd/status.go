@@ -115,7 +115,7 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 		}
 	}
 	if len(r.GetIgnored()) > 0 {
-		fmt.Fprintln(w, "\nIgnored entries in the plugin directory:")
+		fmt.Fprintln(w, "\nIgnored plugin sockets (plugin directory, declared sockets, kubelet registrations):")
 		ignored := append([]*csisupdv1.IgnoredEntry(nil), r.GetIgnored()...)
 		sort.Slice(ignored, func(i, j int) bool { return ignored[i].GetPath() < ignored[j].GetPath() })
 		for _, ig := range ignored {

@@ -215,7 +215,10 @@ func (x *Plugin) GetHealthSince() *timestamppb.Timestamp {
 	return nil
 }
 
-// IgnoredEntry is a plugin directory entry the agent refuses to supervise.
+// IgnoredEntry is a socket the agent does not supervise, with why: an entry
+// of the plugin directory, a declared socket or a kubelet registration
+// socket that is not trusted, a registration that was refused, or the
+// socket of a source that lost its plugin id to another.
 type IgnoredEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
