@@ -7,13 +7,16 @@ import csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 // plugin state only through it. Every method is safe for concurrent use
 // and returns values the caller owns.
 type Source interface {
-	// List returns the read model of every plugin, sorted by id.
+	// List returns the read model of every plugin, sorted by id: those
+	// supervised, and the required ones that have no socket yet (health
+	// state "missing").
 	List() []*csisupdv1.Plugin
 	// Get returns the read model of one plugin, and false when no plugin
 	// has that id.
 	Get(id string) (*csisupdv1.Plugin, bool)
-	// Ignored returns the plugin directory entries that are not
-	// supervised, with why.
+	// Ignored returns the sockets that are not supervised, with why:
+	// entries of the plugin directory, declared sockets and kubelet
+	// registration sockets.
 	Ignored() []Ignored
 	// Subscribe returns a subscription to changes. Changes are coalesced:
 	// however many happen while the subscriber is busy, it sees one
@@ -32,7 +35,8 @@ type Subscription interface {
 	Close()
 }
 
-// Ignored is a plugin directory entry that is not supervised, with why.
+// Ignored is a socket (or plugin directory entry) that is not supervised,
+// with why.
 type Ignored struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
