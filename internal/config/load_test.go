@@ -236,7 +236,7 @@ acl {
 						HeartbeatGrace: 20 * time.Second, MinHeartbeatTTL: 15 * time.Second, MaxHeartbeatsPerSecond: 12.5,
 						FailoverHeartbeatTTL: 10 * time.Minute, ServerStabilizationTime: 30 * time.Second},
 					Telemetry: TelemetryConfig{PrometheusMetrics: false},
-					Plugins:   map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins",
+					Plugins: map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins",
 						Socket: "/run/ebs/csi.sock", Type: "node", Required: true, HealthTimeout: 45 * time.Second}},
 					Consul: ConsulConfig{
 						Enabled: false, Address: "127.0.0.1:8501", Token: "abc", ServiceName: "supd",
