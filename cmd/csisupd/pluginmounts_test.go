@@ -307,3 +307,29 @@ func TestPluginMountsSystemdVerifies(t *testing.T) {
 		})
 	}
 }
+
+// The README shows the command's output for deploy/plugins/plugin.hcl
+// (with the default data_dir of deploy/agent.hcl); it must be the real
+// output.
+func TestREADMEShowsPluginMounts(t *testing.T) {
+	for _, env := range []string{"CSISUPD_DATA_DIR", "CSISUPD_PLUGIN_DIR"} {
+		t.Setenv(env, "")
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prompt = "$ csisupd plugin mounts csi.example.com --config /etc/csisupd.d\n"
+	_, shown, ok := strings.Cut(string(data), prompt)
+	if !ok {
+		t.Fatalf("README shows no %q", prompt)
+	}
+	shown, _, _ = strings.Cut(shown, "```")
+	out, err := execute(t, "plugin", "mounts", "csi.example.com", "--config", filepath.Join("..", "..", "deploy", "plugins", "plugin.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != shown {
+		t.Errorf("README shows\n%s\nthe command prints\n%s", shown, out)
+	}
+}
