@@ -33,6 +33,12 @@ func documentedKeys() map[string]map[string][]string {
 				"plugin_capabilities", "controller_capabilities", "node_capabilities", "last_probe", "registered_at"},
 		},
 		"events": {"": {"time", "type", "plugin_id", "description", "index", "volume_id", "workload_id"}},
+		// plugin mounts is computed from the configuration, without an
+		// agent: its document is encoding/json's, not an API message.
+		"plugin mounts": {
+			"":         {"plugin_id", "mounts", "notes"},
+			"mounts[]": {"source", "target", "propagation", "read_only", "reason"},
+		},
 	}
 }
 

@@ -48,7 +48,7 @@ func controlError(addr string, err error) error {
 func newPluginCommand(opts *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plugin",
-		Short: "Inspect the plugins known to the cluster",
+		Short: "Inspect the plugins known to the cluster, or print what a plugin needs beside this agent",
 		Args:  rangeArgs(0, 0),
 	}
 	var (
@@ -93,7 +93,7 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 	}
 	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
 	pageFlag(statusCmd, &pageSize)
-	cmd.AddCommand(statusCmd)
+	cmd.AddCommand(statusCmd, newPluginMountsCommand(opts))
 	return cmd
 }
 
