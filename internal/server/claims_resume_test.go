@@ -76,6 +76,11 @@ func unfinishedClaim(t *testing.T) (*claimEnv, *server.Server) {
 // outcome by claiming again.
 func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
 	e, leader := unfinishedClaim(t)
+	defer func() {
+		if t.Failed() {
+			t.Log(e.logs.String())
+		}
+	}()
 	c := claimOf(statepb.VolumeToAPI(leader.State().Volume("v")), "node-a", "w1")
 	if c.GetState() != claims.StateTaken {
 		t.Fatalf("claim after the leader died: %v, want taken", c)
@@ -84,11 +89,6 @@ func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
 	if d := refusal(t, err); d.GetRule() != csisupdv1.ClaimRuleAccessMode {
 		t.Fatalf("second writer while the first claim is unfinished: %v, want access-mode", d)
 	}
-	defer func() {
-		if t.Failed() {
-			t.Log(e.logs.String())
-		}
-	}()
 	testutil.WaitFor(t, 20*time.Second, "the new leader to finish the claim", func() bool {
 		c := claimOf(statepb.VolumeToAPI(leader.State().Volume("v")), "node-a", "w1")
 		return c.GetState() == claims.StateTaken && c.GetMounted() && c.GetControllerPublished()

@@ -193,7 +193,7 @@ func (m *Member) start() error {
 		ID:              m.ID,
 		DataDir:         m.DataDir,
 		RPCAddr:         m.RPCAddr,
-		RaftLayer:       &raftLayer{gatedListener: &gatedListener{Listener: raftLn, gate: m.gate}, gate: m.gate, lookup: m.c.gateFor},
+		RaftLayer:       &raftLayer{gatedListener: &gatedListener{Listener: raftLn, gate: m.gate, raft: true}, gate: m.gate, lookup: m.c.gateFor},
 		BootstrapExpect: m.c.cfg.BootstrapExpect,
 		RetryJoin:       m.c.retryJoin(),
 		RaftMultiplier:  2,
@@ -207,7 +207,7 @@ func (m *Member) start() error {
 				MinConnectTimeout: time.Second,
 			}),
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return m.gate.dial(ctx, m.c.gateFor(addr), addr)
+				return m.gate.dial(ctx, m.c.gateFor(addr), addr, false)
 			}),
 		},
 	}

@@ -19,23 +19,30 @@ var errPartitioned = errors.New("testcluster: network partitioned")
 type netGate struct {
 	mu      sync.Mutex
 	blocked bool
-	conns   map[net.Conn]struct{}
+	conns   map[net.Conn]bool // true for raft connections
 }
 
-func newNetGate() *netGate { return &netGate{conns: map[net.Conn]struct{}{}} }
+func newNetGate() *netGate { return &netGate{conns: map[net.Conn]bool{}} }
 
-// setBlocked changes the partition state; blocking closes every connection.
+// setBlocked changes the partition state; blocking closes every connection,
+// raft's first: a killed leader must not commit anything after the kill,
+// and closing its RPC connections cancels calls in flight, whose failure
+// handling would write through a raft connection not yet closed.
 func (g *netGate) setBlocked(b bool) {
 	g.mu.Lock()
 	g.blocked = b
-	var conns []net.Conn
+	var raftConns, others []net.Conn
 	if b {
-		for c := range g.conns {
-			conns = append(conns, c)
+		for c, isRaft := range g.conns {
+			if isRaft {
+				raftConns = append(raftConns, c)
+			} else {
+				others = append(others, c)
+			}
 		}
 	}
 	g.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range append(raftConns, others...) {
 		c.Close()
 	}
 }
@@ -46,8 +53,9 @@ func (g *netGate) isBlocked() bool {
 	return g.blocked
 }
 
-// track registers c, or closes it and returns false when blocked.
-func (g *netGate) track(c net.Conn) (net.Conn, bool) {
+// track registers c, a raft connection when isRaft, or closes it and
+// returns false when blocked.
+func (g *netGate) track(c net.Conn, isRaft bool) (net.Conn, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.blocked {
@@ -55,7 +63,7 @@ func (g *netGate) track(c net.Conn) (net.Conn, bool) {
 		return nil, false
 	}
 	tc := &trackedConn{Conn: c, gate: g}
-	g.conns[tc] = struct{}{}
+	g.conns[tc] = isRaft
 	return tc, true
 }
 
@@ -78,6 +86,7 @@ func (c *trackedConn) Close() error {
 type gatedListener struct {
 	net.Listener
 	gate *netGate
+	raft bool // it is the raft listener
 }
 
 func (l *gatedListener) Accept() (net.Conn, error) {
@@ -86,15 +95,15 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if tc, ok := l.gate.track(c); ok {
+		if tc, ok := l.gate.track(c, l.raft); ok {
 			return tc, nil
 		}
 	}
 }
 
 // dial connects from the gated server to addr, failing while partitioned
-// or when the target is partitioned.
-func (g *netGate) dial(ctx context.Context, target *netGate, addr string) (net.Conn, error) {
+// or when the target is partitioned; isRaft marks a raft connection.
+func (g *netGate) dial(ctx context.Context, target *netGate, addr string, isRaft bool) (net.Conn, error) {
 	if g.isBlocked() || (target != nil && target.isBlocked()) {
 		return nil, fmt.Errorf("dial %s: %w", addr, errPartitioned)
 	}
@@ -103,7 +112,7 @@ func (g *netGate) dial(ctx context.Context, target *netGate, addr string) (net.C
 	if err != nil {
 		return nil, err
 	}
-	tc, ok := g.track(c)
+	tc, ok := g.track(c, isRaft)
 	if !ok {
 		return nil, fmt.Errorf("dial %s: %w", addr, errPartitioned)
 	}
@@ -123,5 +132,5 @@ var _ raft.StreamLayer = (*raftLayer)(nil)
 func (l *raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return l.gate.dial(ctx, l.lookup(string(addr)), string(addr))
+	return l.gate.dial(ctx, l.lookup(string(addr)), string(addr), true)
 }
