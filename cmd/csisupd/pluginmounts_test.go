@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // mountsConfig writes an agent configuration with the given plugin blocks
@@ -272,10 +273,7 @@ func TestPluginMountsErrors(t *testing.T) {
 // The systemd output is a set of [Service] settings systemd accepts: each
 // is verified inside a unit whose ExecStart runs a stub.
 func TestPluginMountsSystemdVerifies(t *testing.T) {
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze is not installed (Debian: apt-get install systemd): the settings are not verified")
-	}
+	testutil.SystemdAnalyze(t)
 	for _, tt := range []struct{ name, blocks, id string }{
 		{"node with plugin_mount_dir", "plugin \"ebs\" {\n  type = \"node\"\n  plugin_mount_dir = \"/csi/volumes\"\n}\n", "ebs"},
 		{"controller", "plugin \"ctl\" {\n  type = \"controller\"\n  plugin_mount_dir = \"/csi/volumes\"\n}\n", "ctl"},
@@ -295,14 +293,9 @@ func TestPluginMountsSystemdVerifies(t *testing.T) {
 			if err := os.WriteFile(unit, []byte(text), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			res, err := exec.Command(analyze, "verify", unit).CombinedOutput()
-			if err != nil {
-				t.Fatalf("systemd-analyze verify: %v\n%s\n%s", err, res, text)
-			}
-			for line := range strings.Lines(string(res)) {
-				if strings.Contains(line, "csi-plugin-test.service") {
-					t.Errorf("systemd-analyze verify: %s\n%s", strings.TrimSpace(line), text)
-				}
+			testutil.SystemdVerify(t, unit)
+			if t.Failed() {
+				t.Logf("unit:\n%s", text)
 			}
 		})
 	}

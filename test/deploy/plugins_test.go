@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // The plugin examples of deploy/plugins/.
@@ -104,10 +105,7 @@ func podmanVolume(m config.PluginMount) string {
 // the plugin unit, its binary a stub, and fails on anything it says about
 // the unit.
 func TestPluginUnitVerifies(t *testing.T) {
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze is not installed (Debian: apt-get install systemd): the plugin unit is not verified")
-	}
+	testutil.SystemdAnalyze(t)
 	unit, err := os.ReadFile(pluginUnitFile)
 	if err != nil {
 		t.Fatal(err)
@@ -125,17 +123,7 @@ func TestPluginUnitVerifies(t *testing.T) {
 	if err := os.WriteFile(copyPath, []byte(copied), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(analyze, "verify", copyPath).CombinedOutput()
-	if err != nil {
-		t.Errorf("systemd-analyze verify %s: %v\n%s", pluginUnitFile, err, out)
-	}
-	for line := range strings.Lines(string(out)) {
-		if strings.Contains(line, "csi-node-plugin@") {
-			t.Errorf("systemd-analyze verify %s: %s", pluginUnitFile, strings.TrimSpace(line))
-		} else if strings.TrimSpace(line) != "" {
-			t.Logf("systemd-analyze: %s", strings.TrimSpace(line))
-		}
-	}
+	testutil.SystemdVerify(t, copyPath)
 }
 
 // TestPluginUnitSettings checks what the plugin unit's contract with

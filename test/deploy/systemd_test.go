@@ -3,11 +3,12 @@ package deploy
 import (
 	"bufio"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // unitFile is the systemd unit operators install.
@@ -25,10 +26,7 @@ const installedBinary = "/usr/local/bin/csisupd"
 // copy of the unit whose ExecStart names an executable stub in a temporary
 // directory; nothing else of the unit changes.
 func TestSystemdUnitVerifies(t *testing.T) {
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze is not installed (Debian: apt-get install systemd): the unit is not verified")
-	}
+	testutil.SystemdAnalyze(t)
 	unit, err := os.ReadFile(unitFile)
 	if err != nil {
 		t.Fatal(err)
@@ -47,26 +45,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out, err := exec.Command(analyze, "verify", copyPath).CombinedOutput()
-	var about []string
-	for line := range strings.Lines(string(out)) {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "":
-		case strings.Contains(line, "csisupd.service"):
-			about = append(about, line)
-		default:
-			// Complaints about units of the machine (verify loads the
-			// default targets too) are not the unit's.
-			t.Logf("systemd-analyze: %s", line)
-		}
-	}
-	if err != nil {
-		t.Errorf("systemd-analyze verify %s: %v\n%s", unitFile, err, out)
-	}
-	for _, line := range about {
-		t.Errorf("systemd-analyze verify %s: %s", unitFile, line)
-	}
+	testutil.SystemdVerify(t, copyPath)
 }
 
 // TestSystemdUnitSettings reads the unit's [Service] section and checks
