@@ -143,18 +143,7 @@ func podmanVolume(m config.PluginMount) (string, error) {
 			return "", fmt.Errorf("%s: podman's --volume cannot name a path with a colon; use --mount", p)
 		}
 	}
-	var opts []string
-	if m.ReadOnly {
-		opts = append(opts, "ro")
-	}
-	if m.Propagation != "" {
-		opts = append(opts, m.Propagation)
-	}
-	v := m.Source + ":" + m.Target
-	if len(opts) > 0 {
-		v += ":" + strings.Join(opts, ",")
-	}
-	return shellQuote("--volume=" + v), nil
+	return shellQuote("--volume=" + m.VolumeSpec()), nil
 }
 
 // dockerMount renders m as docker's --mount type=bind,source=...,

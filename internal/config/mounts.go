@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 )
 
 // PropagationRShared is the mount propagation of a bidirectional mount:
@@ -39,6 +40,24 @@ type PluginMount struct {
 	ReadOnly bool `json:"read_only"`
 	// Reason says why the plugin needs the mount, in one sentence.
 	Reason string `json:"reason"`
+}
+
+// VolumeSpec is m in the SRC:DST[:OPTIONS] form of podman's --volume and
+// of a quadlet's Volume=. The form has no escape for a colon: the caller
+// refuses paths with one.
+func (m PluginMount) VolumeSpec() string {
+	var opts []string
+	if m.ReadOnly {
+		opts = append(opts, "ro")
+	}
+	if m.Propagation != "" {
+		opts = append(opts, m.Propagation)
+	}
+	v := m.Source + ":" + m.Target
+	if len(opts) > 0 {
+		v += ":" + strings.Join(opts, ",")
+	}
+	return v
 }
 
 // PluginMounts is what a plugin, run in a container or as a service beside

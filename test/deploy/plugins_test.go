@@ -84,23 +84,6 @@ func loadPluginExample(t *testing.T, more ...string) config.PluginMounts {
 	return pm
 }
 
-// podmanVolume is m as podman's --volume value, SRC:DST[:OPTIONS], the
-// syntax of a quadlet's Volume= too.
-func podmanVolume(m config.PluginMount) string {
-	var opts []string
-	if m.ReadOnly {
-		opts = append(opts, "ro")
-	}
-	if m.Propagation != "" {
-		opts = append(opts, m.Propagation)
-	}
-	v := m.Source + ":" + m.Target
-	if len(opts) > 0 {
-		v += ":" + strings.Join(opts, ",")
-	}
-	return v
-}
-
 // TestPluginUnitVerifies runs `systemd-analyze verify` on an instance of
 // the plugin unit, its binary a stub, and fails on anything it says about
 // the unit.
@@ -213,7 +196,7 @@ func TestQuadletKeysAndVolumes(t *testing.T) {
 	pm := loadPluginExample(t)
 	var want []string
 	for _, m := range pm.Mounts {
-		want = append(want, podmanVolume(m))
+		want = append(want, m.VolumeSpec())
 	}
 	got := slices.Clone(ctr["Volume"])
 	slices.Sort(got)
@@ -258,8 +241,8 @@ func TestQuadletGenerates(t *testing.T) {
 		t.Fatalf("quadlet -dryrun: %v\n%s", err, stderr.String())
 	}
 	for _, m := range loadPluginExample(t).Mounts {
-		if !strings.Contains(stdout.String(), podmanVolume(m)) {
-			t.Errorf("the generated service does not mount %s:\n%s", podmanVolume(m), stdout.String())
+		if !strings.Contains(stdout.String(), m.VolumeSpec()) {
+			t.Errorf("the generated service does not mount %s:\n%s", m.VolumeSpec(), stdout.String())
 		}
 	}
 }
@@ -292,7 +275,7 @@ func TestPodmanAcceptsMounts(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		args = append(args, "--volume="+podmanVolume(m))
+		args = append(args, "--volume="+m.VolumeSpec())
 	}
 	store := []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "runroot"),
 		"--tmpdir", filepath.Join(dir, "tmp"), "--storage-driver", "vfs", "--events-backend", "file",
