@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -305,10 +304,4 @@ func (k *registrations) notify(ctx context.Context, path string, registered bool
 			return
 		}
 	}
-}
-
-// sortedRefusals sorts refusals by path, as the watcher reports them.
-func sortedRefusals(rs []refusal) []refusal {
-	slices.SortFunc(rs, func(a, b refusal) int { return strings.Compare(a.Path, b.Path) })
-	return rs
 }

@@ -165,17 +165,11 @@ func (p trustPolicy) inspectNamedSocket(path string) (inst plugin.Instance, why 
 	case fi.Mode().Type() == fs.ModeSymlink:
 		return plugin.Instance{}, "is a symlink; symlinks are never followed: name the socket by its real path", true
 	}
-	inst, reason, err := socketOf(path, fi)
-	switch {
-	case err != nil:
+	inst, reason, refused, err := p.trustedSocket(path, fi)
+	if err != nil {
 		return plugin.Instance{}, err.Error(), false
-	case reason != "":
-		return plugin.Instance{}, reason, false
 	}
-	if reason := p.socketProblem(fi); reason != "" {
-		return plugin.Instance{}, reason, true
-	}
-	return inst, "", false
+	return inst, reason, refused
 }
 
 // namedClaim is the claim of a declaration or a kubelet registration on

@@ -175,7 +175,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 		clear(st.Sockets)
 	}
 	slices.SortFunc(st.Ignored, func(a, b plugin.Ignored) int { return strings.Compare(a.Path, b.Path) })
-	slices.SortFunc(st.Refused, func(a, b refusal) int { return strings.Compare(a.Path, b.Path) })
+	st.Refused = sortedRefusals(st.Refused)
 	return st, nil
 }
 
@@ -205,6 +205,13 @@ func (p trustPolicy) inspectSocket(path, dir string) (si plugin.Instance, reason
 	if fi.Mode().Type() == fs.ModeSymlink {
 		return plugin.Instance{}, symlinkReason(path, dir), true, nil
 	}
+	return p.trustedSocket(path, fi)
+}
+
+// trustedSocket is the identity of the socket at path that fi (from
+// lstat, not a symlink) describes, or why it is not one csisupd can
+// connect to, or a refusal with the reason when its owner is not allowed.
+func (p trustPolicy) trustedSocket(path string, fi fs.FileInfo) (si plugin.Instance, reason string, refused bool, err error) {
 	si, reason, err = socketOf(path, fi)
 	if err != nil || reason != "" {
 		return plugin.Instance{}, reason, false, err

@@ -167,3 +167,9 @@ func existingAncestor(dir string) string {
 		dir = parent
 	}
 }
+
+// sortedRefusals sorts refusals by path, as the watcher reports them.
+func sortedRefusals(rs []refusal) []refusal {
+	slices.SortFunc(rs, func(a, b refusal) int { return strings.Compare(a.Path, b.Path) })
+	return rs
+}
