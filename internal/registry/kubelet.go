@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/csisupd/csisupd/internal/kubeletreg"
 	"github.com/csisupd/csisupd/internal/plugin"
@@ -39,6 +41,10 @@ type kubeletConfig struct {
 	// Retry spaces the GetInfo attempts of a registrar that does not
 	// answer (yet), and the notification attempts.
 	Retry retry.Policy
+	// Redial spaces the dials of one attempt, within CallTimeout, while
+	// the socket refuses connections: a registrar's socket appears at
+	// bind(2), a moment before it listens (ManagerConfig.PluginRedial).
+	Redial retry.Policy
 	// Poke asks the watcher for a scan: a registration was accepted or
 	// refused.
 	Poke   func()
@@ -260,9 +266,7 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 func (k *registrations) getInfo(ctx context.Context, path string, reg *registration) (kubeletreg.Info, bool) {
 	backoff := k.cfg.Retry.NewBackOff()
 	for attempt := 1; ; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
-		info, err := kubeletreg.GetInfo(cctx, path)
-		cancel()
+		info, err := k.getInfoOnce(ctx, path)
 		k.mu.Lock()
 		reg.tried = true
 		k.mu.Unlock()
@@ -278,6 +282,20 @@ func (k *registrations) getInfo(ctx context.Context, path string, reg *registrat
 		}
 		if retry.Wait(ctx, backoff.NextBackOff()) != nil {
 			return kubeletreg.Info{}, false
+		}
+	}
+}
+
+// getInfoOnce is one GetInfo attempt, bounded by CallTimeout, redialled
+// with the Redial backoff while the registrar refuses connections.
+func (k *registrations) getInfoOnce(ctx context.Context, path string) (kubeletreg.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
+	defer cancel()
+	redial := k.cfg.Redial.NewBackOff()
+	for {
+		info, err := kubeletreg.GetInfo(ctx, path)
+		if status.Code(err) != codes.Unavailable || retry.Wait(ctx, redial.NextBackOff()) != nil {
+			return info, err
 		}
 	}
 }

@@ -259,6 +259,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			Trust:       trust,
 			CallTimeout: m.cfg.ProbeTimeout,
 			Retry:       fingerprintRetry(m.cfg.FingerprintRetry, m.cfg.ProbeInterval),
+			Redial:      m.cfg.PluginRedial,
 			Poke:        m.requestScan,
 			Logger:      m.log.Named("kubelet"),
 		})
