@@ -44,7 +44,8 @@ test-fault:
 
 ## bench: benchmarks, each reported beside the direct path measured in the same run
 ## (node agent; a 10,000-node cluster; ClientCSI vs direct plugin calls; event latency beside
-## stalled subscribers; Consul sync; cluster writes vs raw raft; stored rows to answers vs encoding)
+## stalled subscribers; Consul sync; cluster writes vs raw raft; stored rows to answers vs encoding;
+## a kubelet-registered plugin and a required one's plugin-missing vs a socket in the plugin directory)
 bench:
 	@rm -f bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./test/bench/ | tee -a bench.out
@@ -54,6 +55,7 @@ bench:
 	$(GO) test -run '^$$' -bench PluginUpdates -benchtime 50000x -count 1 ./internal/server/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench ClaimRelease -benchtime 50x -count 1 ./internal/server/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench NodePageToAPI -benchtime 2s -count 1 ./internal/server/statepb/ | tee -a bench.out
+	$(GO) test -run '^$$' -bench PluginSources -benchtime 20x -count 1 ./internal/registry/ | tee -a bench.out
 
 ## fuzz: run every fuzz target of the repository for FUZZTIME each (default 20s); see scripts/fuzz.sh
 FUZZTIME ?= 20s
