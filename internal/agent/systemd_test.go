@@ -91,7 +91,12 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	}
 	stop()
 	// Messages in order, pings aside: STATUS updates may come anywhere.
+	// The socket's reader may not have queued STOPPING=1 yet when Run has
+	// returned, so wait for it rather than only draining the queue.
 	seq := other
+	for len(seq) == 0 || seq[len(seq)-1] != "STOPPING=1" {
+		seq = append(seq, sock.Next(t, 10*time.Second, &pings))
+	}
 	sock.Drain(&seq)
 	var kinds []string
 	for _, m := range seq {
