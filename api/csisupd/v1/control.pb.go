@@ -604,8 +604,18 @@ type Volume struct {
 	// A node can use the volume when its plugin's accessible_topology holds
 	// every key and value of one segment.
 	AccessibleTopology []*TopologySegment `protobuf:"bytes,13,rep,name=accessible_topology,json=accessibleTopology,proto3" json:"accessible_topology,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// capacity_limit_bytes is the most the volume may grow to: the
+	// capacity_max_bytes it was created with; 0 means no limit.
+	CapacityLimitBytes int64 `protobuf:"varint,14,opt,name=capacity_limit_bytes,json=capacityLimitBytes,proto3" json:"capacity_limit_bytes,omitempty"`
+	// content_source is the snapshot or volume the volume was created from.
+	ContentSource *VolumeContentSource `protobuf:"bytes,15,opt,name=content_source,json=contentSource,proto3" json:"content_source,omitempty"`
+	// mutable_parameters are the parameters the volume was created or last
+	// modified with (ControllerModifyVolume).
+	MutableParameters map[string]string `protobuf:"bytes,16,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// expansion is set while an expansion is under way.
+	Expansion     *VolumeExpansion `protobuf:"bytes,17,opt,name=expansion,proto3" json:"expansion,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Volume) Reset() {
@@ -729,6 +739,34 @@ func (x *Volume) GetAccessibleTopology() []*TopologySegment {
 	return nil
 }
 
+func (x *Volume) GetCapacityLimitBytes() int64 {
+	if x != nil {
+		return x.CapacityLimitBytes
+	}
+	return 0
+}
+
+func (x *Volume) GetContentSource() *VolumeContentSource {
+	if x != nil {
+		return x.ContentSource
+	}
+	return nil
+}
+
+func (x *Volume) GetMutableParameters() map[string]string {
+	if x != nil {
+		return x.MutableParameters
+	}
+	return nil
+}
+
+func (x *Volume) GetExpansion() *VolumeExpansion {
+	if x != nil {
+		return x.Expansion
+	}
+	return nil
+}
+
 // TopologySegment is one CSI topology segment: keys and values.
 type TopologySegment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -774,6 +812,400 @@ func (x *TopologySegment) GetSegments() map[string]string {
 	return nil
 }
 
+// TopologyRequirement says where a new volume must, and should, be
+// accessible from, as CSI's TopologyRequirement does: the volume must be
+// accessible from at least one requisite segment, and the preferred
+// segments are tried first, in order.
+type TopologyRequirement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requisite     []*TopologySegment     `protobuf:"bytes,1,rep,name=requisite,proto3" json:"requisite,omitempty"`
+	Preferred     []*TopologySegment     `protobuf:"bytes,2,rep,name=preferred,proto3" json:"preferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopologyRequirement) Reset() {
+	*x = TopologyRequirement{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopologyRequirement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopologyRequirement) ProtoMessage() {}
+
+func (x *TopologyRequirement) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopologyRequirement.ProtoReflect.Descriptor instead.
+func (*TopologyRequirement) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TopologyRequirement) GetRequisite() []*TopologySegment {
+	if x != nil {
+		return x.Requisite
+	}
+	return nil
+}
+
+func (x *TopologyRequirement) GetPreferred() []*TopologySegment {
+	if x != nil {
+		return x.Preferred
+	}
+	return nil
+}
+
+// VolumeContentSource names what a new volume starts with: a recorded
+// snapshot (restore) or a recorded volume (clone), by their cluster ids.
+type VolumeContentSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Source:
+	//
+	//	*VolumeContentSource_SnapshotId
+	//	*VolumeContentSource_VolumeId
+	Source        isVolumeContentSource_Source `protobuf_oneof:"source"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeContentSource) Reset() {
+	*x = VolumeContentSource{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeContentSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeContentSource) ProtoMessage() {}
+
+func (x *VolumeContentSource) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeContentSource.ProtoReflect.Descriptor instead.
+func (*VolumeContentSource) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *VolumeContentSource) GetSource() isVolumeContentSource_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *VolumeContentSource) GetSnapshotId() string {
+	if x != nil {
+		if x, ok := x.Source.(*VolumeContentSource_SnapshotId); ok {
+			return x.SnapshotId
+		}
+	}
+	return ""
+}
+
+func (x *VolumeContentSource) GetVolumeId() string {
+	if x != nil {
+		if x, ok := x.Source.(*VolumeContentSource_VolumeId); ok {
+			return x.VolumeId
+		}
+	}
+	return ""
+}
+
+type isVolumeContentSource_Source interface {
+	isVolumeContentSource_Source()
+}
+
+type VolumeContentSource_SnapshotId struct {
+	SnapshotId string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3,oneof"`
+}
+
+type VolumeContentSource_VolumeId struct {
+	VolumeId string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3,oneof"`
+}
+
+func (*VolumeContentSource_SnapshotId) isVolumeContentSource_Source() {}
+
+func (*VolumeContentSource_VolumeId) isVolumeContentSource_Source() {}
+
+// VolumeExpansion is an expansion under way.
+type VolumeExpansion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// capacity_bytes is the size asked for (CSI required_bytes).
+	CapacityBytes int64 `protobuf:"varint,1,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// limit_bytes is the CSI limit_bytes of the request; 0 means none.
+	LimitBytes int64  `protobuf:"varint,2,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	State      string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// nodes_pending are the nodes whose mounts still need NodeExpandVolume;
+	// nodes_done those that have had it.
+	NodesPending []string `protobuf:"bytes,4,rep,name=nodes_pending,json=nodesPending,proto3" json:"nodes_pending,omitempty"`
+	NodesDone    []string `protobuf:"bytes,5,rep,name=nodes_done,json=nodesDone,proto3" json:"nodes_done,omitempty"`
+	// last_error describes the last failed step; empty after a success.
+	LastError     string                 `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeExpansion) Reset() {
+	*x = VolumeExpansion{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeExpansion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeExpansion) ProtoMessage() {}
+
+func (x *VolumeExpansion) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeExpansion.ProtoReflect.Descriptor instead.
+func (*VolumeExpansion) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *VolumeExpansion) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *VolumeExpansion) GetLimitBytes() int64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *VolumeExpansion) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeExpansion) GetNodesPending() []string {
+	if x != nil {
+		return x.NodesPending
+	}
+	return nil
+}
+
+func (x *VolumeExpansion) GetNodesDone() []string {
+	if x != nil {
+		return x.NodesDone
+	}
+	return nil
+}
+
+func (x *VolumeExpansion) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *VolumeExpansion) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+// VolumeSnapshot is a snapshot of a volume, recorded by the cluster.
+type VolumeSnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the cluster-wide name of the snapshot, and the name given to
+	// CreateSnapshot.
+	Id             string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PluginId       string `protobuf:"bytes,2,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	SourceVolumeId string `protobuf:"bytes,3,opt,name=source_volume_id,json=sourceVolumeId,proto3" json:"source_volume_id,omitempty"`
+	// external_id is the snapshot id the storage provider returned.
+	ExternalId string                 `protobuf:"bytes,4,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	SizeBytes  int64                  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	ReadyToUse bool                   `protobuf:"varint,6,opt,name=ready_to_use,json=readyToUse,proto3" json:"ready_to_use,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// controller_node_id is the node whose controller created it.
+	ControllerNodeId string            `protobuf:"bytes,8,opt,name=controller_node_id,json=controllerNodeId,proto3" json:"controller_node_id,omitempty"`
+	Parameters       map[string]string `protobuf:"bytes,9,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	State            string            `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	CreateIndex      uint64            `protobuf:"varint,11,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex      uint64            `protobuf:"varint,12,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// accessible_topology is the source volume's: where a controller can
+	// reach the snapshot.
+	AccessibleTopology []*TopologySegment `protobuf:"bytes,13,rep,name=accessible_topology,json=accessibleTopology,proto3" json:"accessible_topology,omitempty"`
+	// last_error describes the last failed step; empty after a success.
+	LastError     string `protobuf:"bytes,14,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshot) Reset() {
+	*x = VolumeSnapshot{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshot) ProtoMessage() {}
+
+func (x *VolumeSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshot.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshot) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VolumeSnapshot) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetSourceVolumeId() string {
+	if x != nil {
+		return x.SourceVolumeId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *VolumeSnapshot) GetReadyToUse() bool {
+	if x != nil {
+		return x.ReadyToUse
+	}
+	return false
+}
+
+func (x *VolumeSnapshot) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *VolumeSnapshot) GetControllerNodeId() string {
+	if x != nil {
+		return x.ControllerNodeId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetParameters() map[string]string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *VolumeSnapshot) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *VolumeSnapshot) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+func (x *VolumeSnapshot) GetAccessibleTopology() []*TopologySegment {
+	if x != nil {
+		return x.AccessibleTopology
+	}
+	return nil
+}
+
+func (x *VolumeSnapshot) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 type PluginListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Stale bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
@@ -788,7 +1220,7 @@ type PluginListRequest struct {
 
 func (x *PluginListRequest) Reset() {
 	*x = PluginListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[7]
+	mi := &file_csisupd_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +1232,7 @@ func (x *PluginListRequest) String() string {
 func (*PluginListRequest) ProtoMessage() {}
 
 func (x *PluginListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[7]
+	mi := &file_csisupd_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +1245,7 @@ func (x *PluginListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginListRequest.ProtoReflect.Descriptor instead.
 func (*PluginListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PluginListRequest) GetStale() bool {
@@ -850,7 +1282,7 @@ type PluginListResponse struct {
 
 func (x *PluginListResponse) Reset() {
 	*x = PluginListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[8]
+	mi := &file_csisupd_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1294,7 @@ func (x *PluginListResponse) String() string {
 func (*PluginListResponse) ProtoMessage() {}
 
 func (x *PluginListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[8]
+	mi := &file_csisupd_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1307,7 @@ func (x *PluginListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginListResponse.ProtoReflect.Descriptor instead.
 func (*PluginListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PluginListResponse) GetPlugins() []*ClusterPlugin {
@@ -909,7 +1341,7 @@ type PluginGetRequest struct {
 
 func (x *PluginGetRequest) Reset() {
 	*x = PluginGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[9]
+	mi := &file_csisupd_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1353,7 @@ func (x *PluginGetRequest) String() string {
 func (*PluginGetRequest) ProtoMessage() {}
 
 func (x *PluginGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[9]
+	mi := &file_csisupd_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1366,7 @@ func (x *PluginGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginGetRequest.ProtoReflect.Descriptor instead.
 func (*PluginGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PluginGetRequest) GetId() string {
@@ -961,7 +1393,7 @@ type PluginGetResponse struct {
 
 func (x *PluginGetResponse) Reset() {
 	*x = PluginGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[10]
+	mi := &file_csisupd_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1405,7 @@ func (x *PluginGetResponse) String() string {
 func (*PluginGetResponse) ProtoMessage() {}
 
 func (x *PluginGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[10]
+	mi := &file_csisupd_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1418,7 @@ func (x *PluginGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginGetResponse.ProtoReflect.Descriptor instead.
 func (*PluginGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PluginGetResponse) GetPlugin() *ClusterPlugin {
@@ -1021,7 +1453,7 @@ type NodeListRequest struct {
 
 func (x *NodeListRequest) Reset() {
 	*x = NodeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[11]
+	mi := &file_csisupd_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1465,7 @@ func (x *NodeListRequest) String() string {
 func (*NodeListRequest) ProtoMessage() {}
 
 func (x *NodeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[11]
+	mi := &file_csisupd_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1478,7 @@ func (x *NodeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeListRequest.ProtoReflect.Descriptor instead.
 func (*NodeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeListRequest) GetStale() bool {
@@ -1097,7 +1529,7 @@ type NodeListResponse struct {
 
 func (x *NodeListResponse) Reset() {
 	*x = NodeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[12]
+	mi := &file_csisupd_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1541,7 @@ func (x *NodeListResponse) String() string {
 func (*NodeListResponse) ProtoMessage() {}
 
 func (x *NodeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[12]
+	mi := &file_csisupd_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1554,7 @@ func (x *NodeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeListResponse.ProtoReflect.Descriptor instead.
 func (*NodeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeListResponse) GetNodes() []*ClusterNode {
@@ -1156,7 +1588,7 @@ type NodeGetRequest struct {
 
 func (x *NodeGetRequest) Reset() {
 	*x = NodeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[13]
+	mi := &file_csisupd_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1600,7 @@ func (x *NodeGetRequest) String() string {
 func (*NodeGetRequest) ProtoMessage() {}
 
 func (x *NodeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[13]
+	mi := &file_csisupd_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1613,7 @@ func (x *NodeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGetRequest.ProtoReflect.Descriptor instead.
 func (*NodeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeGetRequest) GetId() string {
@@ -1208,7 +1640,7 @@ type NodeGetResponse struct {
 
 func (x *NodeGetResponse) Reset() {
 	*x = NodeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[14]
+	mi := &file_csisupd_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1652,7 @@ func (x *NodeGetResponse) String() string {
 func (*NodeGetResponse) ProtoMessage() {}
 
 func (x *NodeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[14]
+	mi := &file_csisupd_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1665,7 @@ func (x *NodeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGetResponse.ProtoReflect.Descriptor instead.
 func (*NodeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeGetResponse) GetNode() *ClusterNode {
@@ -1259,14 +1691,24 @@ type VolumeCreateRequest struct {
 	Capabilities     []*VolumeCapability    `protobuf:"bytes,5,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	Parameters       map[string]string      `protobuf:"bytes,6,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// secrets are passed to the plugin and never stored or logged.
-	Secrets       map[string]string `protobuf:"bytes,7,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Secrets map[string]string `protobuf:"bytes,7,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// accessibility_requirements, when set, picks the controller: one whose
+	// node's accessible topology satisfies a requisite segment, preferred
+	// segments first. A volume the plugin creates outside every requisite
+	// segment is deleted again and the create refused.
+	AccessibilityRequirements *TopologyRequirement `protobuf:"bytes,8,opt,name=accessibility_requirements,json=accessibilityRequirements,proto3" json:"accessibility_requirements,omitempty"`
+	// content_source restores a snapshot or clones a volume; the call goes
+	// to a controller that can reach the source.
+	ContentSource *VolumeContentSource `protobuf:"bytes,9,opt,name=content_source,json=contentSource,proto3" json:"content_source,omitempty"`
+	// mutable_parameters are passed to CreateVolume, and recorded.
+	MutableParameters map[string]string `protobuf:"bytes,10,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *VolumeCreateRequest) Reset() {
 	*x = VolumeCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[15]
+	mi := &file_csisupd_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1720,7 @@ func (x *VolumeCreateRequest) String() string {
 func (*VolumeCreateRequest) ProtoMessage() {}
 
 func (x *VolumeCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[15]
+	mi := &file_csisupd_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1733,7 @@ func (x *VolumeCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *VolumeCreateRequest) GetId() string {
@@ -1343,6 +1785,27 @@ func (x *VolumeCreateRequest) GetSecrets() map[string]string {
 	return nil
 }
 
+func (x *VolumeCreateRequest) GetAccessibilityRequirements() *TopologyRequirement {
+	if x != nil {
+		return x.AccessibilityRequirements
+	}
+	return nil
+}
+
+func (x *VolumeCreateRequest) GetContentSource() *VolumeContentSource {
+	if x != nil {
+		return x.ContentSource
+	}
+	return nil
+}
+
+func (x *VolumeCreateRequest) GetMutableParameters() map[string]string {
+	if x != nil {
+		return x.MutableParameters
+	}
+	return nil
+}
+
 type VolumeCreateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
@@ -1352,7 +1815,7 @@ type VolumeCreateResponse struct {
 
 func (x *VolumeCreateResponse) Reset() {
 	*x = VolumeCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[16]
+	mi := &file_csisupd_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1827,7 @@ func (x *VolumeCreateResponse) String() string {
 func (*VolumeCreateResponse) ProtoMessage() {}
 
 func (x *VolumeCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[16]
+	mi := &file_csisupd_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1840,7 @@ func (x *VolumeCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *VolumeCreateResponse) GetVolume() *Volume {
@@ -1396,7 +1859,7 @@ type VolumeRegisterRequest struct {
 
 func (x *VolumeRegisterRequest) Reset() {
 	*x = VolumeRegisterRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[17]
+	mi := &file_csisupd_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1871,7 @@ func (x *VolumeRegisterRequest) String() string {
 func (*VolumeRegisterRequest) ProtoMessage() {}
 
 func (x *VolumeRegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[17]
+	mi := &file_csisupd_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1884,7 @@ func (x *VolumeRegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRegisterRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRegisterRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *VolumeRegisterRequest) GetVolume() *Volume {
@@ -1440,7 +1903,7 @@ type VolumeRegisterResponse struct {
 
 func (x *VolumeRegisterResponse) Reset() {
 	*x = VolumeRegisterResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[18]
+	mi := &file_csisupd_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1915,7 @@ func (x *VolumeRegisterResponse) String() string {
 func (*VolumeRegisterResponse) ProtoMessage() {}
 
 func (x *VolumeRegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[18]
+	mi := &file_csisupd_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1928,7 @@ func (x *VolumeRegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRegisterResponse.ProtoReflect.Descriptor instead.
 func (*VolumeRegisterResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VolumeRegisterResponse) GetVolume() *Volume {
@@ -1487,7 +1950,7 @@ type VolumeDeleteRequest struct {
 
 func (x *VolumeDeleteRequest) Reset() {
 	*x = VolumeDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[19]
+	mi := &file_csisupd_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1962,7 @@ func (x *VolumeDeleteRequest) String() string {
 func (*VolumeDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[19]
+	mi := &file_csisupd_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1975,7 @@ func (x *VolumeDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *VolumeDeleteRequest) GetId() string {
@@ -1544,7 +2007,7 @@ type VolumeDeleteResponse struct {
 
 func (x *VolumeDeleteResponse) Reset() {
 	*x = VolumeDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+	mi := &file_csisupd_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +2019,7 @@ func (x *VolumeDeleteResponse) String() string {
 func (*VolumeDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+	mi := &file_csisupd_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +2032,7 @@ func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 type VolumeClaimRequest struct {
@@ -1588,7 +2051,7 @@ type VolumeClaimRequest struct {
 
 func (x *VolumeClaimRequest) Reset() {
 	*x = VolumeClaimRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+	mi := &file_csisupd_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +2063,7 @@ func (x *VolumeClaimRequest) String() string {
 func (*VolumeClaimRequest) ProtoMessage() {}
 
 func (x *VolumeClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+	mi := &file_csisupd_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +2076,7 @@ func (x *VolumeClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeClaimRequest.ProtoReflect.Descriptor instead.
 func (*VolumeClaimRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *VolumeClaimRequest) GetId() string {
@@ -1661,7 +2124,7 @@ type VolumeClaimResponse struct {
 
 func (x *VolumeClaimResponse) Reset() {
 	*x = VolumeClaimResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[22]
+	mi := &file_csisupd_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +2136,7 @@ func (x *VolumeClaimResponse) String() string {
 func (*VolumeClaimResponse) ProtoMessage() {}
 
 func (x *VolumeClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[22]
+	mi := &file_csisupd_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +2149,7 @@ func (x *VolumeClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeClaimResponse.ProtoReflect.Descriptor instead.
 func (*VolumeClaimResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VolumeClaimResponse) GetVolume() *Volume {
@@ -1718,7 +2181,7 @@ type VolumeReleaseRequest struct {
 
 func (x *VolumeReleaseRequest) Reset() {
 	*x = VolumeReleaseRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[23]
+	mi := &file_csisupd_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2193,7 @@ func (x *VolumeReleaseRequest) String() string {
 func (*VolumeReleaseRequest) ProtoMessage() {}
 
 func (x *VolumeReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[23]
+	mi := &file_csisupd_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2206,7 @@ func (x *VolumeReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseRequest.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VolumeReleaseRequest) GetId() string {
@@ -1783,7 +2246,7 @@ type VolumeReleaseResponse struct {
 
 func (x *VolumeReleaseResponse) Reset() {
 	*x = VolumeReleaseResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[24]
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2258,7 @@ func (x *VolumeReleaseResponse) String() string {
 func (*VolumeReleaseResponse) ProtoMessage() {}
 
 func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[24]
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2271,7 @@ func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseResponse.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VolumeReleaseResponse) GetVolume() *Volume {
@@ -1834,7 +2297,7 @@ type VolumeListRequest struct {
 
 func (x *VolumeListRequest) Reset() {
 	*x = VolumeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[25]
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2309,7 @@ func (x *VolumeListRequest) String() string {
 func (*VolumeListRequest) ProtoMessage() {}
 
 func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[25]
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2322,7 @@ func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *VolumeListRequest) GetPluginId() string {
@@ -1903,7 +2366,7 @@ type VolumeListResponse struct {
 
 func (x *VolumeListResponse) Reset() {
 	*x = VolumeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[26]
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2378,7 @@ func (x *VolumeListResponse) String() string {
 func (*VolumeListResponse) ProtoMessage() {}
 
 func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[26]
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2391,7 @@ func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *VolumeListResponse) GetVolumes() []*Volume {
@@ -1962,7 +2425,7 @@ type VolumeGetRequest struct {
 
 func (x *VolumeGetRequest) Reset() {
 	*x = VolumeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[27]
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2437,7 @@ func (x *VolumeGetRequest) String() string {
 func (*VolumeGetRequest) ProtoMessage() {}
 
 func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[27]
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2450,7 @@ func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *VolumeGetRequest) GetId() string {
@@ -2014,7 +2477,7 @@ type VolumeGetResponse struct {
 
 func (x *VolumeGetResponse) Reset() {
 	*x = VolumeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2489,7 @@ func (x *VolumeGetResponse) String() string {
 func (*VolumeGetResponse) ProtoMessage() {}
 
 func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2502,7 @@ func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *VolumeGetResponse) GetVolume() *Volume {
@@ -2054,6 +2517,676 @@ func (x *VolumeGetResponse) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+type VolumeExpandRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// capacity_min_bytes is the size to grow to (CSI required_bytes).
+	CapacityMinBytes int64 `protobuf:"varint,2,opt,name=capacity_min_bytes,json=capacityMinBytes,proto3" json:"capacity_min_bytes,omitempty"`
+	// capacity_max_bytes bounds it (CSI limit_bytes); 0 means the volume's
+	// capacity_limit_bytes.
+	CapacityMaxBytes int64 `protobuf:"varint,3,opt,name=capacity_max_bytes,json=capacityMaxBytes,proto3" json:"capacity_max_bytes,omitempty"`
+	// secrets go to ControllerExpandVolume and NodeExpandVolume; they are
+	// never stored or logged.
+	Secrets       map[string]string `protobuf:"bytes,4,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeExpandRequest) Reset() {
+	*x = VolumeExpandRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeExpandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeExpandRequest) ProtoMessage() {}
+
+func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeExpandRequest.ProtoReflect.Descriptor instead.
+func (*VolumeExpandRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *VolumeExpandRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeExpandRequest) GetCapacityMinBytes() int64 {
+	if x != nil {
+		return x.CapacityMinBytes
+	}
+	return 0
+}
+
+func (x *VolumeExpandRequest) GetCapacityMaxBytes() int64 {
+	if x != nil {
+		return x.CapacityMaxBytes
+	}
+	return 0
+}
+
+func (x *VolumeExpandRequest) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+type VolumeExpandResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeExpandResponse) Reset() {
+	*x = VolumeExpandResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeExpandResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeExpandResponse) ProtoMessage() {}
+
+func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeExpandResponse.ProtoReflect.Descriptor instead.
+func (*VolumeExpandResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *VolumeExpandResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+type VolumeModifyRequest struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	MutableParameters map[string]string      `protobuf:"bytes,2,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// secrets go to ControllerModifyVolume; never stored or logged.
+	Secrets       map[string]string `protobuf:"bytes,3,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeModifyRequest) Reset() {
+	*x = VolumeModifyRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeModifyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeModifyRequest) ProtoMessage() {}
+
+func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeModifyRequest.ProtoReflect.Descriptor instead.
+func (*VolumeModifyRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *VolumeModifyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeModifyRequest) GetMutableParameters() map[string]string {
+	if x != nil {
+		return x.MutableParameters
+	}
+	return nil
+}
+
+func (x *VolumeModifyRequest) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+type VolumeModifyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeModifyResponse) Reset() {
+	*x = VolumeModifyResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeModifyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeModifyResponse) ProtoMessage() {}
+
+func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeModifyResponse.ProtoReflect.Descriptor instead.
+func (*VolumeModifyResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *VolumeModifyResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+type VolumeSnapshotCreateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume_id is the volume to snapshot.
+	VolumeId string `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// id names the snapshot in the cluster.
+	Id         string            `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Parameters map[string]string `protobuf:"bytes,3,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// secrets go to CreateSnapshot; never stored or logged.
+	Secrets       map[string]string `protobuf:"bytes,4,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshotCreateRequest) Reset() {
+	*x = VolumeSnapshotCreateRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshotCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshotCreateRequest) ProtoMessage() {}
+
+func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshotCreateRequest.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshotCreateRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *VolumeSnapshotCreateRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshotCreateRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeSnapshotCreateRequest) GetParameters() map[string]string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *VolumeSnapshotCreateRequest) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+type VolumeSnapshotCreateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *VolumeSnapshot        `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshotCreateResponse) Reset() {
+	*x = VolumeSnapshotCreateResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshotCreateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshotCreateResponse) ProtoMessage() {}
+
+func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshotCreateResponse.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshotCreateResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *VolumeSnapshotCreateResponse) GetSnapshot() *VolumeSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type VolumeSnapshotListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume_id and plugin_id, when set, limit the list.
+	VolumeId string `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	PluginId string `protobuf:"bytes,2,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Stale    bool   `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
+	// page_size bounds the snapshots returned; 0 returns all, at most 1000.
+	PageSize uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_token resumes a listing where the previous page ended.
+	NextToken     string `protobuf:"bytes,5,opt,name=next_token,json=nextToken,proto3" json:"next_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshotListRequest) Reset() {
+	*x = VolumeSnapshotListRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshotListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshotListRequest) ProtoMessage() {}
+
+func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshotListRequest.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshotListRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *VolumeSnapshotListRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshotListRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshotListRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *VolumeSnapshotListRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *VolumeSnapshotListRequest) GetNextToken() string {
+	if x != nil {
+		return x.NextToken
+	}
+	return ""
+}
+
+type VolumeSnapshotListResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots []*VolumeSnapshot      `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Index     uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// next_token is set when more snapshots remain after this page.
+	NextToken     *string `protobuf:"bytes,3,opt,name=next_token,json=nextToken,proto3,oneof" json:"next_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshotListResponse) Reset() {
+	*x = VolumeSnapshotListResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshotListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshotListResponse) ProtoMessage() {}
+
+func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshotListResponse.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshotListResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *VolumeSnapshotListResponse) GetSnapshots() []*VolumeSnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *VolumeSnapshotListResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *VolumeSnapshotListResponse) GetNextToken() string {
+	if x != nil && x.NextToken != nil {
+		return *x.NextToken
+	}
+	return ""
+}
+
+type VolumeSnapshotGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Stale         bool                   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshotGetRequest) Reset() {
+	*x = VolumeSnapshotGetRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshotGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshotGetRequest) ProtoMessage() {}
+
+func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshotGetRequest.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshotGetRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *VolumeSnapshotGetRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeSnapshotGetRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type VolumeSnapshotGetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *VolumeSnapshot        `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshotGetResponse) Reset() {
+	*x = VolumeSnapshotGetResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshotGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshotGetResponse) ProtoMessage() {}
+
+func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshotGetResponse.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshotGetResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *VolumeSnapshotGetResponse) GetSnapshot() *VolumeSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *VolumeSnapshotGetResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type VolumeSnapshotDeleteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// secrets go to DeleteSnapshot; never stored or logged.
+	Secrets       map[string]string `protobuf:"bytes,2,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshotDeleteRequest) Reset() {
+	*x = VolumeSnapshotDeleteRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshotDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshotDeleteRequest) ProtoMessage() {}
+
+func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshotDeleteRequest.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshotDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *VolumeSnapshotDeleteRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeSnapshotDeleteRequest) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+type VolumeSnapshotDeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshotDeleteResponse) Reset() {
+	*x = VolumeSnapshotDeleteResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshotDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshotDeleteResponse) ProtoMessage() {}
+
+func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshotDeleteResponse.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshotDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 // RaftPeer is one server of the raft configuration.
@@ -2087,7 +3220,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +3232,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +3245,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -2193,7 +3326,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +3338,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +3351,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 type RaftPeersResponse struct {
@@ -2232,7 +3365,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +3377,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +3390,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -2290,7 +3423,7 @@ type RaftRemovePeerRequest struct {
 
 func (x *RaftRemovePeerRequest) Reset() {
 	*x = RaftRemovePeerRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +3435,7 @@ func (x *RaftRemovePeerRequest) String() string {
 func (*RaftRemovePeerRequest) ProtoMessage() {}
 
 func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +3448,7 @@ func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RaftRemovePeerRequest) GetId() string {
@@ -2333,7 +3466,7 @@ type RaftRemovePeerResponse struct {
 
 func (x *RaftRemovePeerResponse) Reset() {
 	*x = RaftRemovePeerResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +3478,7 @@ func (x *RaftRemovePeerResponse) String() string {
 func (*RaftRemovePeerResponse) ProtoMessage() {}
 
 func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +3491,7 @@ func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 type SnapshotSaveRequest struct {
@@ -2369,7 +3502,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +3514,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +3527,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 // SnapshotChunk is one piece of a snapshot stream.
@@ -2407,7 +3540,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +3552,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +3565,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -2451,7 +3584,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +3596,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +3609,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -2500,7 +3633,7 @@ type ClusterEventWatchRequest struct {
 
 func (x *ClusterEventWatchRequest) Reset() {
 	*x = ClusterEventWatchRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +3645,7 @@ func (x *ClusterEventWatchRequest) String() string {
 func (*ClusterEventWatchRequest) ProtoMessage() {}
 
 func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +3658,7 @@ func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEventWatchRequest.ProtoReflect.Descriptor instead.
 func (*ClusterEventWatchRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClusterEventWatchRequest) GetFromIndex() uint64 {
@@ -2552,19 +3685,23 @@ type ClusterEvent struct {
 	// node-plugins-updated, plugin-gc (a plugin lost its last instance),
 	// volume-created (created or registered), volume-updated,
 	// volume-claimed, volume-claim-updated (a claim changed state),
-	// volume-claim-freed, volume-deleted.
-	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	PluginId      string `protobuf:"bytes,5,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
-	VolumeId      string `protobuf:"bytes,6,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	Description   string `protobuf:"bytes,7,opt,name=description,proto3" json:"description,omitempty"`
+	// volume-claim-freed, volume-deleted, volume-expanded (an expansion
+	// finished), volume-modified, volume-snapshot-created (a snapshot the
+	// plugin made was recorded), volume-snapshot-deleted.
+	Type        string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	NodeId      string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	PluginId    string `protobuf:"bytes,5,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	VolumeId    string `protobuf:"bytes,6,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Description string `protobuf:"bytes,7,opt,name=description,proto3" json:"description,omitempty"`
+	// snapshot_id names the snapshot of a volume-snapshot-* event.
+	SnapshotId    string `protobuf:"bytes,8,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +3713,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +3726,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ClusterEvent) GetIndex() uint64 {
@@ -2637,6 +3774,13 @@ func (x *ClusterEvent) GetVolumeId() string {
 func (x *ClusterEvent) GetDescription() string {
 	if x != nil {
 		return x.Description
+	}
+	return ""
+}
+
+func (x *ClusterEvent) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
 	}
 	return ""
 }
@@ -2706,7 +3850,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\b\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -2725,16 +3869,69 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\v \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x12L\n" +
-	"\x13accessible_topology\x18\r \x03(\v2\x1b.csisupd.v1.TopologySegmentR\x12accessibleTopology\x1a:\n" +
+	"\x13accessible_topology\x18\r \x03(\v2\x1b.csisupd.v1.TopologySegmentR\x12accessibleTopology\x120\n" +
+	"\x14capacity_limit_bytes\x18\x0e \x01(\x03R\x12capacityLimitBytes\x12F\n" +
+	"\x0econtent_source\x18\x0f \x01(\v2\x1f.csisupd.v1.VolumeContentSourceR\rcontentSource\x12X\n" +
+	"\x12mutable_parameters\x18\x10 \x03(\v2).csisupd.v1.Volume.MutableParametersEntryR\x11mutableParameters\x129\n" +
+	"\texpansion\x18\x11 \x01(\v2\x1b.csisupd.v1.VolumeExpansionR\texpansion\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aD\n" +
+	"\x16MutableParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
 	"\x0fTopologySegment\x12E\n" +
 	"\bsegments\x18\x01 \x03(\v2).csisupd.v1.TopologySegment.SegmentsEntryR\bsegments\x1a;\n" +
 	"\rSegmentsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
+	"\x13TopologyRequirement\x129\n" +
+	"\trequisite\x18\x01 \x03(\v2\x1b.csisupd.v1.TopologySegmentR\trequisite\x129\n" +
+	"\tpreferred\x18\x02 \x03(\v2\x1b.csisupd.v1.TopologySegmentR\tpreferred\"a\n" +
+	"\x13VolumeContentSource\x12!\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tH\x00R\n" +
+	"snapshotId\x12\x1d\n" +
+	"\tvolume_id\x18\x02 \x01(\tH\x00R\bvolumeIdB\b\n" +
+	"\x06source\"\x8d\x02\n" +
+	"\x0fVolumeExpansion\x12%\n" +
+	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\x12\x1f\n" +
+	"\vlimit_bytes\x18\x02 \x01(\x03R\n" +
+	"limitBytes\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12#\n" +
+	"\rnodes_pending\x18\x04 \x03(\tR\fnodesPending\x12\x1d\n" +
+	"\n" +
+	"nodes_done\x18\x05 \x03(\tR\tnodesDone\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\x129\n" +
+	"\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x86\x05\n" +
+	"\x0eVolumeSnapshot\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12(\n" +
+	"\x10source_volume_id\x18\x03 \x01(\tR\x0esourceVolumeId\x12\x1f\n" +
+	"\vexternal_id\x18\x04 \x01(\tR\n" +
+	"externalId\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12 \n" +
+	"\fready_to_use\x18\x06 \x01(\bR\n" +
+	"readyToUse\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12,\n" +
+	"\x12controller_node_id\x18\b \x01(\tR\x10controllerNodeId\x12J\n" +
+	"\n" +
+	"parameters\x18\t \x03(\v2*.csisupd.v1.VolumeSnapshot.ParametersEntryR\n" +
+	"parameters\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12!\n" +
+	"\fcreate_index\x18\v \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x12L\n" +
+	"\x13accessible_topology\x18\r \x03(\v2\x1b.csisupd.v1.TopologySegmentR\x12accessibleTopology\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x0e \x01(\tR\tlastError\x1a=\n" +
+	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
 	"\x11PluginListRequest\x12\x14\n" +
@@ -2772,7 +3969,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"T\n" +
 	"\x0fNodeGetResponse\x12+\n" +
 	"\x04node\x18\x01 \x01(\v2\x17.csisupd.v1.ClusterNodeR\x04node\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xf4\x03\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\xc9\x06\n" +
 	"\x13VolumeCreateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12,\n" +
@@ -2782,11 +3979,18 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"parameters\x18\x06 \x03(\v2/.csisupd.v1.VolumeCreateRequest.ParametersEntryR\n" +
 	"parameters\x12F\n" +
-	"\asecrets\x18\a \x03(\v2,.csisupd.v1.VolumeCreateRequest.SecretsEntryR\asecrets\x1a=\n" +
+	"\asecrets\x18\a \x03(\v2,.csisupd.v1.VolumeCreateRequest.SecretsEntryR\asecrets\x12^\n" +
+	"\x1aaccessibility_requirements\x18\b \x01(\v2\x1f.csisupd.v1.TopologyRequirementR\x19accessibilityRequirements\x12F\n" +
+	"\x0econtent_source\x18\t \x01(\v2\x1f.csisupd.v1.VolumeContentSourceR\rcontentSource\x12e\n" +
+	"\x12mutable_parameters\x18\n" +
+	" \x03(\v26.csisupd.v1.VolumeCreateRequest.MutableParametersEntryR\x11mutableParameters\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aD\n" +
+	"\x16MutableParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
 	"\x14VolumeCreateResponse\x12*\n" +
@@ -2844,7 +4048,70 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"U\n" +
 	"\x11VolumeGetResponse\x12*\n" +
 	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xcf\x02\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x85\x02\n" +
+	"\x13VolumeExpandRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
+	"\x12capacity_min_bytes\x18\x02 \x01(\x03R\x10capacityMinBytes\x12,\n" +
+	"\x12capacity_max_bytes\x18\x03 \x01(\x03R\x10capacityMaxBytes\x12F\n" +
+	"\asecrets\x18\x04 \x03(\v2,.csisupd.v1.VolumeExpandRequest.SecretsEntryR\asecrets\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
+	"\x14VolumeExpandResponse\x12*\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"\xd6\x02\n" +
+	"\x13VolumeModifyRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12e\n" +
+	"\x12mutable_parameters\x18\x02 \x03(\v26.csisupd.v1.VolumeModifyRequest.MutableParametersEntryR\x11mutableParameters\x12F\n" +
+	"\asecrets\x18\x03 \x03(\v2,.csisupd.v1.VolumeModifyRequest.SecretsEntryR\asecrets\x1aD\n" +
+	"\x16MutableParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
+	"\x14VolumeModifyResponse\x12*\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"\xee\x02\n" +
+	"\x1bVolumeSnapshotCreateRequest\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12W\n" +
+	"\n" +
+	"parameters\x18\x03 \x03(\v27.csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntryR\n" +
+	"parameters\x12N\n" +
+	"\asecrets\x18\x04 \x03(\v24.csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntryR\asecrets\x1a=\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\x1cVolumeSnapshotCreateResponse\x126\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1a.csisupd.v1.VolumeSnapshotR\bsnapshot\"\xa7\x01\n" +
+	"\x19VolumeSnapshotListRequest\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1b\n" +
+	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"next_token\x18\x05 \x01(\tR\tnextToken\"\x9f\x01\n" +
+	"\x1aVolumeSnapshotListResponse\x128\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x1a.csisupd.v1.VolumeSnapshotR\tsnapshots\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\"\n" +
+	"\n" +
+	"next_token\x18\x03 \x01(\tH\x00R\tnextToken\x88\x01\x01B\r\n" +
+	"\v_next_token\"@\n" +
+	"\x18VolumeSnapshotGetRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"i\n" +
+	"\x19VolumeSnapshotGetResponse\x126\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1a.csisupd.v1.VolumeSnapshotR\bsnapshot\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\xb9\x01\n" +
+	"\x1bVolumeSnapshotDeleteRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12N\n" +
+	"\asecrets\x18\x02 \x03(\v24.csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntryR\asecrets\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x1e\n" +
+	"\x1cVolumeSnapshotDeleteResponse\"\xcf\x02\n" +
 	"\bRaftPeer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -2875,7 +4142,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x18ClusterEventWatchRequest\x12\x1d\n" +
 	"\n" +
 	"from_index\x18\x01 \x01(\x04R\tfromIndex\x12\x1b\n" +
-	"\tno_replay\x18\x02 \x01(\bR\bnoReplay\"\xdd\x01\n" +
+	"\tno_replay\x18\x02 \x01(\bR\bnoReplay\"\xfe\x01\n" +
 	"\fClusterEvent\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
@@ -2883,7 +4150,9 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tplugin_id\x18\x05 \x01(\tR\bpluginId\x12\x1b\n" +
 	"\tvolume_id\x18\x06 \x01(\tR\bvolumeId\x12 \n" +
-	"\vdescription\x18\a \x01(\tR\vdescription2\xfd\t\n" +
+	"\vdescription\x18\a \x01(\tR\vdescription\x12\x1f\n" +
+	"\vsnapshot_id\x18\b \x01(\tR\n" +
+	"snapshotId2\xc1\x0e\n" +
 	"\aControl\x12L\n" +
 	"\vListPlugins\x12\x1d.csisupd.v1.PluginListRequest\x1a\x1e.csisupd.v1.PluginListResponse\x12H\n" +
 	"\tGetPlugin\x12\x1c.csisupd.v1.PluginGetRequest\x1a\x1d.csisupd.v1.PluginGetResponse\x12F\n" +
@@ -2895,7 +4164,13 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\vClaimVolume\x12\x1e.csisupd.v1.VolumeClaimRequest\x1a\x1f.csisupd.v1.VolumeClaimResponse\x12T\n" +
 	"\rReleaseVolume\x12 .csisupd.v1.VolumeReleaseRequest\x1a!.csisupd.v1.VolumeReleaseResponse\x12L\n" +
 	"\vListVolumes\x12\x1d.csisupd.v1.VolumeListRequest\x1a\x1e.csisupd.v1.VolumeListResponse\x12H\n" +
-	"\tGetVolume\x12\x1c.csisupd.v1.VolumeGetRequest\x1a\x1d.csisupd.v1.VolumeGetResponse\x12H\n" +
+	"\tGetVolume\x12\x1c.csisupd.v1.VolumeGetRequest\x1a\x1d.csisupd.v1.VolumeGetResponse\x12Q\n" +
+	"\fExpandVolume\x12\x1f.csisupd.v1.VolumeExpandRequest\x1a .csisupd.v1.VolumeExpandResponse\x12Q\n" +
+	"\fModifyVolume\x12\x1f.csisupd.v1.VolumeModifyRequest\x1a .csisupd.v1.VolumeModifyResponse\x12i\n" +
+	"\x14CreateVolumeSnapshot\x12'.csisupd.v1.VolumeSnapshotCreateRequest\x1a(.csisupd.v1.VolumeSnapshotCreateResponse\x12d\n" +
+	"\x13ListVolumeSnapshots\x12%.csisupd.v1.VolumeSnapshotListRequest\x1a&.csisupd.v1.VolumeSnapshotListResponse\x12`\n" +
+	"\x11GetVolumeSnapshot\x12$.csisupd.v1.VolumeSnapshotGetRequest\x1a%.csisupd.v1.VolumeSnapshotGetResponse\x12i\n" +
+	"\x14DeleteVolumeSnapshot\x12'.csisupd.v1.VolumeSnapshotDeleteRequest\x1a(.csisupd.v1.VolumeSnapshotDeleteResponse\x12H\n" +
 	"\tRaftPeers\x12\x1c.csisupd.v1.RaftPeersRequest\x1a\x1d.csisupd.v1.RaftPeersResponse\x12S\n" +
 	"\n" +
 	"RemovePeer\x12!.csisupd.v1.RaftRemovePeerRequest\x1a\".csisupd.v1.RaftRemovePeerResponse\x12L\n" +
@@ -2915,136 +4190,196 @@ func file_csisupd_v1_control_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_control_proto_rawDescData
 }
 
-var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_csisupd_v1_control_proto_goTypes = []any{
-	(*ClusterNode)(nil),              // 0: csisupd.v1.ClusterNode
-	(*PluginInstance)(nil),           // 1: csisupd.v1.PluginInstance
-	(*ClusterPlugin)(nil),            // 2: csisupd.v1.ClusterPlugin
-	(*VolumeCapability)(nil),         // 3: csisupd.v1.VolumeCapability
-	(*VolumeClaim)(nil),              // 4: csisupd.v1.VolumeClaim
-	(*Volume)(nil),                   // 5: csisupd.v1.Volume
-	(*TopologySegment)(nil),          // 6: csisupd.v1.TopologySegment
-	(*PluginListRequest)(nil),        // 7: csisupd.v1.PluginListRequest
-	(*PluginListResponse)(nil),       // 8: csisupd.v1.PluginListResponse
-	(*PluginGetRequest)(nil),         // 9: csisupd.v1.PluginGetRequest
-	(*PluginGetResponse)(nil),        // 10: csisupd.v1.PluginGetResponse
-	(*NodeListRequest)(nil),          // 11: csisupd.v1.NodeListRequest
-	(*NodeListResponse)(nil),         // 12: csisupd.v1.NodeListResponse
-	(*NodeGetRequest)(nil),           // 13: csisupd.v1.NodeGetRequest
-	(*NodeGetResponse)(nil),          // 14: csisupd.v1.NodeGetResponse
-	(*VolumeCreateRequest)(nil),      // 15: csisupd.v1.VolumeCreateRequest
-	(*VolumeCreateResponse)(nil),     // 16: csisupd.v1.VolumeCreateResponse
-	(*VolumeRegisterRequest)(nil),    // 17: csisupd.v1.VolumeRegisterRequest
-	(*VolumeRegisterResponse)(nil),   // 18: csisupd.v1.VolumeRegisterResponse
-	(*VolumeDeleteRequest)(nil),      // 19: csisupd.v1.VolumeDeleteRequest
-	(*VolumeDeleteResponse)(nil),     // 20: csisupd.v1.VolumeDeleteResponse
-	(*VolumeClaimRequest)(nil),       // 21: csisupd.v1.VolumeClaimRequest
-	(*VolumeClaimResponse)(nil),      // 22: csisupd.v1.VolumeClaimResponse
-	(*VolumeReleaseRequest)(nil),     // 23: csisupd.v1.VolumeReleaseRequest
-	(*VolumeReleaseResponse)(nil),    // 24: csisupd.v1.VolumeReleaseResponse
-	(*VolumeListRequest)(nil),        // 25: csisupd.v1.VolumeListRequest
-	(*VolumeListResponse)(nil),       // 26: csisupd.v1.VolumeListResponse
-	(*VolumeGetRequest)(nil),         // 27: csisupd.v1.VolumeGetRequest
-	(*VolumeGetResponse)(nil),        // 28: csisupd.v1.VolumeGetResponse
-	(*RaftPeer)(nil),                 // 29: csisupd.v1.RaftPeer
-	(*RaftPeersRequest)(nil),         // 30: csisupd.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),        // 31: csisupd.v1.RaftPeersResponse
-	(*RaftRemovePeerRequest)(nil),    // 32: csisupd.v1.RaftRemovePeerRequest
-	(*RaftRemovePeerResponse)(nil),   // 33: csisupd.v1.RaftRemovePeerResponse
-	(*SnapshotSaveRequest)(nil),      // 34: csisupd.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),            // 35: csisupd.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),  // 36: csisupd.v1.SnapshotRestoreResponse
-	(*ClusterEventWatchRequest)(nil), // 37: csisupd.v1.ClusterEventWatchRequest
-	(*ClusterEvent)(nil),             // 38: csisupd.v1.ClusterEvent
-	nil,                              // 39: csisupd.v1.VolumeClaim.PublishContextEntry
-	nil,                              // 40: csisupd.v1.Volume.ContextEntry
-	nil,                              // 41: csisupd.v1.Volume.ParametersEntry
-	nil,                              // 42: csisupd.v1.TopologySegment.SegmentsEntry
-	nil,                              // 43: csisupd.v1.VolumeCreateRequest.ParametersEntry
-	nil,                              // 44: csisupd.v1.VolumeCreateRequest.SecretsEntry
-	nil,                              // 45: csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	nil,                              // 46: csisupd.v1.VolumeClaimRequest.SecretsEntry
-	nil,                              // 47: csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),    // 48: google.protobuf.Timestamp
-	(*Plugin)(nil),                   // 49: csisupd.v1.Plugin
-	(*VolumeUsage)(nil),              // 50: csisupd.v1.VolumeUsage
+	(*ClusterNode)(nil),                  // 0: csisupd.v1.ClusterNode
+	(*PluginInstance)(nil),               // 1: csisupd.v1.PluginInstance
+	(*ClusterPlugin)(nil),                // 2: csisupd.v1.ClusterPlugin
+	(*VolumeCapability)(nil),             // 3: csisupd.v1.VolumeCapability
+	(*VolumeClaim)(nil),                  // 4: csisupd.v1.VolumeClaim
+	(*Volume)(nil),                       // 5: csisupd.v1.Volume
+	(*TopologySegment)(nil),              // 6: csisupd.v1.TopologySegment
+	(*TopologyRequirement)(nil),          // 7: csisupd.v1.TopologyRequirement
+	(*VolumeContentSource)(nil),          // 8: csisupd.v1.VolumeContentSource
+	(*VolumeExpansion)(nil),              // 9: csisupd.v1.VolumeExpansion
+	(*VolumeSnapshot)(nil),               // 10: csisupd.v1.VolumeSnapshot
+	(*PluginListRequest)(nil),            // 11: csisupd.v1.PluginListRequest
+	(*PluginListResponse)(nil),           // 12: csisupd.v1.PluginListResponse
+	(*PluginGetRequest)(nil),             // 13: csisupd.v1.PluginGetRequest
+	(*PluginGetResponse)(nil),            // 14: csisupd.v1.PluginGetResponse
+	(*NodeListRequest)(nil),              // 15: csisupd.v1.NodeListRequest
+	(*NodeListResponse)(nil),             // 16: csisupd.v1.NodeListResponse
+	(*NodeGetRequest)(nil),               // 17: csisupd.v1.NodeGetRequest
+	(*NodeGetResponse)(nil),              // 18: csisupd.v1.NodeGetResponse
+	(*VolumeCreateRequest)(nil),          // 19: csisupd.v1.VolumeCreateRequest
+	(*VolumeCreateResponse)(nil),         // 20: csisupd.v1.VolumeCreateResponse
+	(*VolumeRegisterRequest)(nil),        // 21: csisupd.v1.VolumeRegisterRequest
+	(*VolumeRegisterResponse)(nil),       // 22: csisupd.v1.VolumeRegisterResponse
+	(*VolumeDeleteRequest)(nil),          // 23: csisupd.v1.VolumeDeleteRequest
+	(*VolumeDeleteResponse)(nil),         // 24: csisupd.v1.VolumeDeleteResponse
+	(*VolumeClaimRequest)(nil),           // 25: csisupd.v1.VolumeClaimRequest
+	(*VolumeClaimResponse)(nil),          // 26: csisupd.v1.VolumeClaimResponse
+	(*VolumeReleaseRequest)(nil),         // 27: csisupd.v1.VolumeReleaseRequest
+	(*VolumeReleaseResponse)(nil),        // 28: csisupd.v1.VolumeReleaseResponse
+	(*VolumeListRequest)(nil),            // 29: csisupd.v1.VolumeListRequest
+	(*VolumeListResponse)(nil),           // 30: csisupd.v1.VolumeListResponse
+	(*VolumeGetRequest)(nil),             // 31: csisupd.v1.VolumeGetRequest
+	(*VolumeGetResponse)(nil),            // 32: csisupd.v1.VolumeGetResponse
+	(*VolumeExpandRequest)(nil),          // 33: csisupd.v1.VolumeExpandRequest
+	(*VolumeExpandResponse)(nil),         // 34: csisupd.v1.VolumeExpandResponse
+	(*VolumeModifyRequest)(nil),          // 35: csisupd.v1.VolumeModifyRequest
+	(*VolumeModifyResponse)(nil),         // 36: csisupd.v1.VolumeModifyResponse
+	(*VolumeSnapshotCreateRequest)(nil),  // 37: csisupd.v1.VolumeSnapshotCreateRequest
+	(*VolumeSnapshotCreateResponse)(nil), // 38: csisupd.v1.VolumeSnapshotCreateResponse
+	(*VolumeSnapshotListRequest)(nil),    // 39: csisupd.v1.VolumeSnapshotListRequest
+	(*VolumeSnapshotListResponse)(nil),   // 40: csisupd.v1.VolumeSnapshotListResponse
+	(*VolumeSnapshotGetRequest)(nil),     // 41: csisupd.v1.VolumeSnapshotGetRequest
+	(*VolumeSnapshotGetResponse)(nil),    // 42: csisupd.v1.VolumeSnapshotGetResponse
+	(*VolumeSnapshotDeleteRequest)(nil),  // 43: csisupd.v1.VolumeSnapshotDeleteRequest
+	(*VolumeSnapshotDeleteResponse)(nil), // 44: csisupd.v1.VolumeSnapshotDeleteResponse
+	(*RaftPeer)(nil),                     // 45: csisupd.v1.RaftPeer
+	(*RaftPeersRequest)(nil),             // 46: csisupd.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),            // 47: csisupd.v1.RaftPeersResponse
+	(*RaftRemovePeerRequest)(nil),        // 48: csisupd.v1.RaftRemovePeerRequest
+	(*RaftRemovePeerResponse)(nil),       // 49: csisupd.v1.RaftRemovePeerResponse
+	(*SnapshotSaveRequest)(nil),          // 50: csisupd.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                // 51: csisupd.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),      // 52: csisupd.v1.SnapshotRestoreResponse
+	(*ClusterEventWatchRequest)(nil),     // 53: csisupd.v1.ClusterEventWatchRequest
+	(*ClusterEvent)(nil),                 // 54: csisupd.v1.ClusterEvent
+	nil,                                  // 55: csisupd.v1.VolumeClaim.PublishContextEntry
+	nil,                                  // 56: csisupd.v1.Volume.ContextEntry
+	nil,                                  // 57: csisupd.v1.Volume.ParametersEntry
+	nil,                                  // 58: csisupd.v1.Volume.MutableParametersEntry
+	nil,                                  // 59: csisupd.v1.TopologySegment.SegmentsEntry
+	nil,                                  // 60: csisupd.v1.VolumeSnapshot.ParametersEntry
+	nil,                                  // 61: csisupd.v1.VolumeCreateRequest.ParametersEntry
+	nil,                                  // 62: csisupd.v1.VolumeCreateRequest.SecretsEntry
+	nil,                                  // 63: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	nil,                                  // 64: csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	nil,                                  // 65: csisupd.v1.VolumeClaimRequest.SecretsEntry
+	nil,                                  // 66: csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	nil,                                  // 67: csisupd.v1.VolumeExpandRequest.SecretsEntry
+	nil,                                  // 68: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	nil,                                  // 69: csisupd.v1.VolumeModifyRequest.SecretsEntry
+	nil,                                  // 70: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	nil,                                  // 71: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	nil,                                  // 72: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),        // 73: google.protobuf.Timestamp
+	(*Plugin)(nil),                       // 74: csisupd.v1.Plugin
+	(*VolumeUsage)(nil),                  // 75: csisupd.v1.VolumeUsage
 }
 var file_csisupd_v1_control_proto_depIdxs = []int32{
-	48, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
-	48, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
-	49, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
-	49, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
+	73, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
+	73, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
+	74, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
+	74, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
 	1,  // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
-	39, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
-	48, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
-	50, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
-	48, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
-	40, // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
-	41, // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
+	55, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
+	73, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
+	75, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
+	73, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
+	56, // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
+	57, // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
 	3,  // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
 	4,  // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
-	48, // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	73, // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
-	42, // 15: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
-	2,  // 16: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
-	2,  // 17: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
-	0,  // 18: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
-	0,  // 19: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
-	3,  // 20: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
-	43, // 21: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
-	44, // 22: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
-	5,  // 23: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
-	5,  // 24: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
-	5,  // 25: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
-	45, // 26: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	50, // 27: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
-	46, // 28: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
-	5,  // 29: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
-	4,  // 30: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
-	47, // 31: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	5,  // 32: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
-	5,  // 33: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
-	5,  // 34: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	48, // 35: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
-	29, // 36: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	48, // 37: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	7,  // 38: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	9,  // 39: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	11, // 40: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	13, // 41: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	15, // 42: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	17, // 43: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	19, // 44: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	21, // 45: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
-	23, // 46: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
-	25, // 47: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	27, // 48: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	30, // 49: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	32, // 50: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	34, // 51: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	35, // 52: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	37, // 53: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	8,  // 54: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	10, // 55: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	12, // 56: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	14, // 57: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	16, // 58: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	18, // 59: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	20, // 60: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	22, // 61: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
-	24, // 62: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
-	26, // 63: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	28, // 64: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	31, // 65: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	33, // 66: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	35, // 67: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	36, // 68: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	38, // 69: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	54, // [54:70] is the sub-list for method output_type
-	38, // [38:54] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	8,  // 15: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
+	58, // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
+	9,  // 17: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
+	59, // 18: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
+	6,  // 19: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
+	6,  // 20: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
+	73, // 21: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	73, // 22: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	60, // 23: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
+	6,  // 24: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	2,  // 25: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
+	2,  // 26: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
+	0,  // 27: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
+	0,  // 28: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
+	3,  // 29: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
+	61, // 30: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
+	62, // 31: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
+	7,  // 32: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
+	8,  // 33: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
+	63, // 34: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	5,  // 35: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
+	5,  // 36: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
+	5,  // 37: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
+	64, // 38: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	75, // 39: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	65, // 40: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
+	5,  // 41: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
+	4,  // 42: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
+	66, // 43: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	5,  // 44: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
+	5,  // 45: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
+	5,  // 46: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
+	67, // 47: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
+	5,  // 48: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
+	68, // 49: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	69, // 50: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
+	5,  // 51: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
+	70, // 52: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	71, // 53: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	10, // 54: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	10, // 55: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
+	10, // 56: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	72, // 57: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	73, // 58: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
+	45, // 59: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	73, // 60: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	11, // 61: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	13, // 62: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	15, // 63: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	17, // 64: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	19, // 65: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	21, // 66: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	23, // 67: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	25, // 68: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	27, // 69: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	29, // 70: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	31, // 71: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	33, // 72: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
+	35, // 73: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
+	37, // 74: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
+	39, // 75: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
+	41, // 76: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
+	43, // 77: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
+	46, // 78: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	48, // 79: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	50, // 80: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	51, // 81: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	53, // 82: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	12, // 83: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	14, // 84: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	16, // 85: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	18, // 86: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	20, // 87: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	22, // 88: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	24, // 89: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	26, // 90: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	28, // 91: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	30, // 92: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	32, // 93: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	34, // 94: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
+	36, // 95: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
+	38, // 96: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
+	40, // 97: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
+	42, // 98: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
+	44, // 99: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
+	47, // 100: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	49, // 101: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	51, // 102: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	52, // 103: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	54, // 104: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	83, // [83:105] is the sub-list for method output_type
+	61, // [61:83] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
@@ -3054,16 +4389,21 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_volumes_proto_init()
-	file_csisupd_v1_control_proto_msgTypes[8].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[8].OneofWrappers = []any{
+		(*VolumeContentSource_SnapshotId)(nil),
+		(*VolumeContentSource_VolumeId)(nil),
+	}
 	file_csisupd_v1_control_proto_msgTypes[12].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[26].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[16].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[30].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[40].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_control_proto_rawDesc), len(file_csisupd_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

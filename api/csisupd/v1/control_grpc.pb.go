@@ -19,22 +19,28 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_ListPlugins_FullMethodName     = "/csisupd.v1.Control/ListPlugins"
-	Control_GetPlugin_FullMethodName       = "/csisupd.v1.Control/GetPlugin"
-	Control_ListNodes_FullMethodName       = "/csisupd.v1.Control/ListNodes"
-	Control_GetNode_FullMethodName         = "/csisupd.v1.Control/GetNode"
-	Control_CreateVolume_FullMethodName    = "/csisupd.v1.Control/CreateVolume"
-	Control_RegisterVolume_FullMethodName  = "/csisupd.v1.Control/RegisterVolume"
-	Control_DeleteVolume_FullMethodName    = "/csisupd.v1.Control/DeleteVolume"
-	Control_ClaimVolume_FullMethodName     = "/csisupd.v1.Control/ClaimVolume"
-	Control_ReleaseVolume_FullMethodName   = "/csisupd.v1.Control/ReleaseVolume"
-	Control_ListVolumes_FullMethodName     = "/csisupd.v1.Control/ListVolumes"
-	Control_GetVolume_FullMethodName       = "/csisupd.v1.Control/GetVolume"
-	Control_RaftPeers_FullMethodName       = "/csisupd.v1.Control/RaftPeers"
-	Control_RemovePeer_FullMethodName      = "/csisupd.v1.Control/RemovePeer"
-	Control_SnapshotSave_FullMethodName    = "/csisupd.v1.Control/SnapshotSave"
-	Control_SnapshotRestore_FullMethodName = "/csisupd.v1.Control/SnapshotRestore"
-	Control_WatchEvents_FullMethodName     = "/csisupd.v1.Control/WatchEvents"
+	Control_ListPlugins_FullMethodName          = "/csisupd.v1.Control/ListPlugins"
+	Control_GetPlugin_FullMethodName            = "/csisupd.v1.Control/GetPlugin"
+	Control_ListNodes_FullMethodName            = "/csisupd.v1.Control/ListNodes"
+	Control_GetNode_FullMethodName              = "/csisupd.v1.Control/GetNode"
+	Control_CreateVolume_FullMethodName         = "/csisupd.v1.Control/CreateVolume"
+	Control_RegisterVolume_FullMethodName       = "/csisupd.v1.Control/RegisterVolume"
+	Control_DeleteVolume_FullMethodName         = "/csisupd.v1.Control/DeleteVolume"
+	Control_ClaimVolume_FullMethodName          = "/csisupd.v1.Control/ClaimVolume"
+	Control_ReleaseVolume_FullMethodName        = "/csisupd.v1.Control/ReleaseVolume"
+	Control_ListVolumes_FullMethodName          = "/csisupd.v1.Control/ListVolumes"
+	Control_GetVolume_FullMethodName            = "/csisupd.v1.Control/GetVolume"
+	Control_ExpandVolume_FullMethodName         = "/csisupd.v1.Control/ExpandVolume"
+	Control_ModifyVolume_FullMethodName         = "/csisupd.v1.Control/ModifyVolume"
+	Control_CreateVolumeSnapshot_FullMethodName = "/csisupd.v1.Control/CreateVolumeSnapshot"
+	Control_ListVolumeSnapshots_FullMethodName  = "/csisupd.v1.Control/ListVolumeSnapshots"
+	Control_GetVolumeSnapshot_FullMethodName    = "/csisupd.v1.Control/GetVolumeSnapshot"
+	Control_DeleteVolumeSnapshot_FullMethodName = "/csisupd.v1.Control/DeleteVolumeSnapshot"
+	Control_RaftPeers_FullMethodName            = "/csisupd.v1.Control/RaftPeers"
+	Control_RemovePeer_FullMethodName           = "/csisupd.v1.Control/RemovePeer"
+	Control_SnapshotSave_FullMethodName         = "/csisupd.v1.Control/SnapshotSave"
+	Control_SnapshotRestore_FullMethodName      = "/csisupd.v1.Control/SnapshotRestore"
+	Control_WatchEvents_FullMethodName          = "/csisupd.v1.Control/WatchEvents"
 )
 
 // ControlClient is the client API for Control service.
@@ -87,6 +93,32 @@ type ControlClient interface {
 	ListVolumes(ctx context.Context, in *VolumeListRequest, opts ...grpc.CallOption) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
 	GetVolume(ctx context.Context, in *VolumeGetRequest, opts ...grpc.CallOption) (*VolumeGetResponse, error)
+	// ExpandVolume grows a volume: ControllerExpandVolume through the
+	// volume's controller when the plugin has the EXPAND_VOLUME controller
+	// capability, then NodeExpandVolume on every node where the volume is
+	// mounted when the plugin requires it (or has only node expansion). Each
+	// step is recorded through raft, and the leader's volume watcher
+	// finishes an expansion that a crash or a leader change interrupted. A
+	// shrink, or a size over the volume's limit, is InvalidArgument; a
+	// plugin that expands only offline refuses while the volume is claimed.
+	ExpandVolume(ctx context.Context, in *VolumeExpandRequest, opts ...grpc.CallOption) (*VolumeExpandResponse, error)
+	// ModifyVolume calls ControllerModifyVolume (MODIFY_VOLUME capability)
+	// with new mutable parameters and records them.
+	ModifyVolume(ctx context.Context, in *VolumeModifyRequest, opts ...grpc.CallOption) (*VolumeModifyResponse, error)
+	// CreateVolumeSnapshot snapshots a volume through a controller that can
+	// reach it and records the snapshot. The snapshot is recorded before the
+	// plugin is called, so that a crash or a leader change in between ends
+	// with the snapshot completed or deleted, never orphaned in the plugin;
+	// a snapshot not yet ready_to_use is followed by the leader until it is.
+	CreateVolumeSnapshot(ctx context.Context, in *VolumeSnapshotCreateRequest, opts ...grpc.CallOption) (*VolumeSnapshotCreateResponse, error)
+	// ListVolumeSnapshots returns the recorded snapshots, sorted by id.
+	ListVolumeSnapshots(ctx context.Context, in *VolumeSnapshotListRequest, opts ...grpc.CallOption) (*VolumeSnapshotListResponse, error)
+	// GetVolumeSnapshot returns one snapshot, or NotFound.
+	GetVolumeSnapshot(ctx context.Context, in *VolumeSnapshotGetRequest, opts ...grpc.CallOption) (*VolumeSnapshotGetResponse, error)
+	// DeleteVolumeSnapshot deletes a snapshot through the plugin and forgets
+	// it. An unknown snapshot is NotFound; a snapshot the plugin no longer
+	// has is forgotten.
+	DeleteVolumeSnapshot(ctx context.Context, in *VolumeSnapshotDeleteRequest, opts ...grpc.CallOption) (*VolumeSnapshotDeleteResponse, error)
 	// RaftPeers returns the raft configuration as seen by the leader.
 	RaftPeers(ctx context.Context, in *RaftPeersRequest, opts ...grpc.CallOption) (*RaftPeersResponse, error)
 	// RemovePeer removes a server from the raft configuration.
@@ -227,6 +259,66 @@ func (c *controlClient) GetVolume(ctx context.Context, in *VolumeGetRequest, opt
 	return out, nil
 }
 
+func (c *controlClient) ExpandVolume(ctx context.Context, in *VolumeExpandRequest, opts ...grpc.CallOption) (*VolumeExpandResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeExpandResponse)
+	err := c.cc.Invoke(ctx, Control_ExpandVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ModifyVolume(ctx context.Context, in *VolumeModifyRequest, opts ...grpc.CallOption) (*VolumeModifyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeModifyResponse)
+	err := c.cc.Invoke(ctx, Control_ModifyVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CreateVolumeSnapshot(ctx context.Context, in *VolumeSnapshotCreateRequest, opts ...grpc.CallOption) (*VolumeSnapshotCreateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeSnapshotCreateResponse)
+	err := c.cc.Invoke(ctx, Control_CreateVolumeSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListVolumeSnapshots(ctx context.Context, in *VolumeSnapshotListRequest, opts ...grpc.CallOption) (*VolumeSnapshotListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeSnapshotListResponse)
+	err := c.cc.Invoke(ctx, Control_ListVolumeSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetVolumeSnapshot(ctx context.Context, in *VolumeSnapshotGetRequest, opts ...grpc.CallOption) (*VolumeSnapshotGetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeSnapshotGetResponse)
+	err := c.cc.Invoke(ctx, Control_GetVolumeSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeleteVolumeSnapshot(ctx context.Context, in *VolumeSnapshotDeleteRequest, opts ...grpc.CallOption) (*VolumeSnapshotDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeSnapshotDeleteResponse)
+	err := c.cc.Invoke(ctx, Control_DeleteVolumeSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) RaftPeers(ctx context.Context, in *RaftPeersRequest, opts ...grpc.CallOption) (*RaftPeersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RaftPeersResponse)
@@ -348,6 +440,32 @@ type ControlServer interface {
 	ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
 	GetVolume(context.Context, *VolumeGetRequest) (*VolumeGetResponse, error)
+	// ExpandVolume grows a volume: ControllerExpandVolume through the
+	// volume's controller when the plugin has the EXPAND_VOLUME controller
+	// capability, then NodeExpandVolume on every node where the volume is
+	// mounted when the plugin requires it (or has only node expansion). Each
+	// step is recorded through raft, and the leader's volume watcher
+	// finishes an expansion that a crash or a leader change interrupted. A
+	// shrink, or a size over the volume's limit, is InvalidArgument; a
+	// plugin that expands only offline refuses while the volume is claimed.
+	ExpandVolume(context.Context, *VolumeExpandRequest) (*VolumeExpandResponse, error)
+	// ModifyVolume calls ControllerModifyVolume (MODIFY_VOLUME capability)
+	// with new mutable parameters and records them.
+	ModifyVolume(context.Context, *VolumeModifyRequest) (*VolumeModifyResponse, error)
+	// CreateVolumeSnapshot snapshots a volume through a controller that can
+	// reach it and records the snapshot. The snapshot is recorded before the
+	// plugin is called, so that a crash or a leader change in between ends
+	// with the snapshot completed or deleted, never orphaned in the plugin;
+	// a snapshot not yet ready_to_use is followed by the leader until it is.
+	CreateVolumeSnapshot(context.Context, *VolumeSnapshotCreateRequest) (*VolumeSnapshotCreateResponse, error)
+	// ListVolumeSnapshots returns the recorded snapshots, sorted by id.
+	ListVolumeSnapshots(context.Context, *VolumeSnapshotListRequest) (*VolumeSnapshotListResponse, error)
+	// GetVolumeSnapshot returns one snapshot, or NotFound.
+	GetVolumeSnapshot(context.Context, *VolumeSnapshotGetRequest) (*VolumeSnapshotGetResponse, error)
+	// DeleteVolumeSnapshot deletes a snapshot through the plugin and forgets
+	// it. An unknown snapshot is NotFound; a snapshot the plugin no longer
+	// has is forgotten.
+	DeleteVolumeSnapshot(context.Context, *VolumeSnapshotDeleteRequest) (*VolumeSnapshotDeleteResponse, error)
 	// RaftPeers returns the raft configuration as seen by the leader.
 	RaftPeers(context.Context, *RaftPeersRequest) (*RaftPeersResponse, error)
 	// RemovePeer removes a server from the raft configuration.
@@ -410,6 +528,24 @@ func (UnimplementedControlServer) ListVolumes(context.Context, *VolumeListReques
 }
 func (UnimplementedControlServer) GetVolume(context.Context, *VolumeGetRequest) (*VolumeGetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetVolume not implemented")
+}
+func (UnimplementedControlServer) ExpandVolume(context.Context, *VolumeExpandRequest) (*VolumeExpandResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExpandVolume not implemented")
+}
+func (UnimplementedControlServer) ModifyVolume(context.Context, *VolumeModifyRequest) (*VolumeModifyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ModifyVolume not implemented")
+}
+func (UnimplementedControlServer) CreateVolumeSnapshot(context.Context, *VolumeSnapshotCreateRequest) (*VolumeSnapshotCreateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateVolumeSnapshot not implemented")
+}
+func (UnimplementedControlServer) ListVolumeSnapshots(context.Context, *VolumeSnapshotListRequest) (*VolumeSnapshotListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListVolumeSnapshots not implemented")
+}
+func (UnimplementedControlServer) GetVolumeSnapshot(context.Context, *VolumeSnapshotGetRequest) (*VolumeSnapshotGetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetVolumeSnapshot not implemented")
+}
+func (UnimplementedControlServer) DeleteVolumeSnapshot(context.Context, *VolumeSnapshotDeleteRequest) (*VolumeSnapshotDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteVolumeSnapshot not implemented")
 }
 func (UnimplementedControlServer) RaftPeers(context.Context, *RaftPeersRequest) (*RaftPeersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RaftPeers not implemented")
@@ -645,6 +781,114 @@ func _Control_GetVolume_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_ExpandVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeExpandRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ExpandVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ExpandVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ExpandVolume(ctx, req.(*VolumeExpandRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ModifyVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeModifyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ModifyVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ModifyVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ModifyVolume(ctx, req.(*VolumeModifyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CreateVolumeSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeSnapshotCreateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CreateVolumeSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CreateVolumeSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CreateVolumeSnapshot(ctx, req.(*VolumeSnapshotCreateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListVolumeSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeSnapshotListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListVolumeSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListVolumeSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListVolumeSnapshots(ctx, req.(*VolumeSnapshotListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetVolumeSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeSnapshotGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetVolumeSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetVolumeSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetVolumeSnapshot(ctx, req.(*VolumeSnapshotGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeleteVolumeSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeSnapshotDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeleteVolumeSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeleteVolumeSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeleteVolumeSnapshot(ctx, req.(*VolumeSnapshotDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_RaftPeers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RaftPeersRequest)
 	if err := dec(in); err != nil {
@@ -760,6 +1004,30 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetVolume",
 			Handler:    _Control_GetVolume_Handler,
+		},
+		{
+			MethodName: "ExpandVolume",
+			Handler:    _Control_ExpandVolume_Handler,
+		},
+		{
+			MethodName: "ModifyVolume",
+			Handler:    _Control_ModifyVolume_Handler,
+		},
+		{
+			MethodName: "CreateVolumeSnapshot",
+			Handler:    _Control_CreateVolumeSnapshot_Handler,
+		},
+		{
+			MethodName: "ListVolumeSnapshots",
+			Handler:    _Control_ListVolumeSnapshots_Handler,
+		},
+		{
+			MethodName: "GetVolumeSnapshot",
+			Handler:    _Control_GetVolumeSnapshot_Handler,
+		},
+		{
+			MethodName: "DeleteVolumeSnapshot",
+			Handler:    _Control_DeleteVolumeSnapshot_Handler,
 		},
 		{
 			MethodName: "RaftPeers",

@@ -333,6 +333,10 @@ func VolumeFromAPI(in *csisupdv1.Volume) *Volume {
 		CreateIndex:        in.CreateIndex,
 		ModifyIndex:        in.ModifyIndex,
 		AccessibleTopology: convertAll(in.AccessibleTopology, TopologySegmentFromAPI),
+		CapacityLimitBytes: in.CapacityLimitBytes,
+		ContentSource:      VolumeContentSourceFromAPI(in.ContentSource),
+		MutableParameters:  maps.Clone(in.MutableParameters),
+		Expansion:          VolumeExpansionFromAPI(in.Expansion),
 	}
 }
 
@@ -355,6 +359,99 @@ func VolumeToAPI(in *Volume) *csisupdv1.Volume {
 		CreateIndex:        in.CreateIndex,
 		ModifyIndex:        in.ModifyIndex,
 		AccessibleTopology: convertAll(in.AccessibleTopology, TopologySegmentToAPI),
+		CapacityLimitBytes: in.CapacityLimitBytes,
+		ContentSource:      VolumeContentSourceToAPI(in.ContentSource),
+		MutableParameters:  in.MutableParameters,
+		Expansion:          VolumeExpansionToAPI(in.Expansion),
+	}
+}
+
+// VolumeContentSourceFromAPI converts a public content source to its
+// storage form.
+func VolumeContentSourceFromAPI(in *csisupdv1.VolumeContentSource) *VolumeContentSource {
+	if in == nil {
+		return nil
+	}
+	out := &VolumeContentSource{}
+	switch s := in.Source.(type) {
+	case *csisupdv1.VolumeContentSource_SnapshotId:
+		out.Source = &VolumeContentSource_SnapshotId{SnapshotId: s.SnapshotId}
+	case *csisupdv1.VolumeContentSource_VolumeId:
+		out.Source = &VolumeContentSource_VolumeId{VolumeId: s.VolumeId}
+	}
+	return out
+}
+
+// VolumeContentSourceToAPI converts a stored content source to its public
+// form.
+func VolumeContentSourceToAPI(in *VolumeContentSource) *csisupdv1.VolumeContentSource {
+	if in == nil {
+		return nil
+	}
+	out := &csisupdv1.VolumeContentSource{}
+	switch s := in.Source.(type) {
+	case *VolumeContentSource_SnapshotId:
+		out.Source = &csisupdv1.VolumeContentSource_SnapshotId{SnapshotId: s.SnapshotId}
+	case *VolumeContentSource_VolumeId:
+		out.Source = &csisupdv1.VolumeContentSource_VolumeId{VolumeId: s.VolumeId}
+	}
+	return out
+}
+
+// VolumeExpansionFromAPI converts a public expansion to its storage form.
+func VolumeExpansionFromAPI(in *csisupdv1.VolumeExpansion) *VolumeExpansion {
+	if in == nil {
+		return nil
+	}
+	return &VolumeExpansion{
+		CapacityBytes: in.CapacityBytes,
+		LimitBytes:    in.LimitBytes,
+		State:         in.State,
+		NodesPending:  slices.Clone(in.NodesPending),
+		NodesDone:     slices.Clone(in.NodesDone),
+		LastError:     in.LastError,
+		StartedAt:     cloneTime(in.StartedAt),
+	}
+}
+
+// VolumeExpansionToAPI converts a stored expansion to its public form.
+func VolumeExpansionToAPI(in *VolumeExpansion) *csisupdv1.VolumeExpansion {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.VolumeExpansion{
+		CapacityBytes: in.CapacityBytes,
+		LimitBytes:    in.LimitBytes,
+		State:         in.State,
+		NodesPending:  in.NodesPending,
+		NodesDone:     in.NodesDone,
+		LastError:     in.LastError,
+		StartedAt:     in.StartedAt,
+	}
+}
+
+// VolumeSnapshotView returns the public form of a stored volume snapshot.
+// Snapshots were never stored in a public form, so there is no conversion
+// back.
+func VolumeSnapshotView(in *VolumeSnapshot) *csisupdv1.VolumeSnapshot {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.VolumeSnapshot{
+		Id:                 in.Id,
+		PluginId:           in.PluginId,
+		SourceVolumeId:     in.SourceVolumeId,
+		ExternalId:         in.ExternalId,
+		SizeBytes:          in.SizeBytes,
+		ReadyToUse:         in.ReadyToUse,
+		CreatedAt:          in.CreatedAt,
+		ControllerNodeId:   in.ControllerNodeId,
+		Parameters:         in.Parameters,
+		State:              in.State,
+		CreateIndex:        in.CreateIndex,
+		ModifyIndex:        in.ModifyIndex,
+		AccessibleTopology: convertAll(in.AccessibleTopology, TopologySegmentToAPI),
+		LastError:          in.LastError,
 	}
 }
 

@@ -70,6 +70,10 @@ type LogEntry struct {
 	//	*LogEntry_ClaimTake
 	//	*LogEntry_ClaimStep
 	//	*LogEntry_ClaimRemove
+	//	*LogEntry_VolumeExpand
+	//	*LogEntry_VolumeModify
+	//	*LogEntry_SnapshotPut
+	//	*LogEntry_SnapshotDelete
 	Command       isLogEntry_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -281,6 +285,42 @@ func (x *LogEntry) GetClaimRemove() *ClaimRemoveCommand {
 	return nil
 }
 
+func (x *LogEntry) GetVolumeExpand() *VolumeExpandCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_VolumeExpand); ok {
+			return x.VolumeExpand
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetVolumeModify() *VolumeModifyCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_VolumeModify); ok {
+			return x.VolumeModify
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetSnapshotPut() *SnapshotPutCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_SnapshotPut); ok {
+			return x.SnapshotPut
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetSnapshotDelete() *SnapshotDeleteCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_SnapshotDelete); ok {
+			return x.SnapshotDelete
+		}
+	}
+	return nil
+}
+
 type isLogEntry_Command interface {
 	isLogEntry_Command()
 }
@@ -363,6 +403,22 @@ type LogEntry_ClaimRemove struct {
 	ClaimRemove *ClaimRemoveCommand `protobuf:"bytes,19,opt,name=claim_remove,json=claimRemove,proto3,oneof"`
 }
 
+type LogEntry_VolumeExpand struct {
+	VolumeExpand *VolumeExpandCommand `protobuf:"bytes,20,opt,name=volume_expand,json=volumeExpand,proto3,oneof"`
+}
+
+type LogEntry_VolumeModify struct {
+	VolumeModify *VolumeModifyCommand `protobuf:"bytes,21,opt,name=volume_modify,json=volumeModify,proto3,oneof"`
+}
+
+type LogEntry_SnapshotPut struct {
+	SnapshotPut *SnapshotPutCommand `protobuf:"bytes,22,opt,name=snapshot_put,json=snapshotPut,proto3,oneof"`
+}
+
+type LogEntry_SnapshotDelete struct {
+	SnapshotDelete *SnapshotDeleteCommand `protobuf:"bytes,23,opt,name=snapshot_delete,json=snapshotDelete,proto3,oneof"`
+}
+
 func (*LogEntry_NodeUpsert) isLogEntry_Command() {}
 
 func (*LogEntry_NodePlugins) isLogEntry_Command() {}
@@ -398,6 +454,14 @@ func (*LogEntry_ClaimTake) isLogEntry_Command() {}
 func (*LogEntry_ClaimStep) isLogEntry_Command() {}
 
 func (*LogEntry_ClaimRemove) isLogEntry_Command() {}
+
+func (*LogEntry_VolumeExpand) isLogEntry_Command() {}
+
+func (*LogEntry_VolumeModify) isLogEntry_Command() {}
+
+func (*LogEntry_SnapshotPut) isLogEntry_Command() {}
+
+func (*LogEntry_SnapshotDelete) isLogEntry_Command() {}
 
 // LogBatch groups several commands into one raft entry. An entry of the
 // batch without a time has the time of the batch's entry.
@@ -449,7 +513,7 @@ var File_internal_server_statepb_log_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_log_proto_rawDesc = "" +
 	"\n" +
-	"!internal/server/statepb/log.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!internal/server/statepb/acl.proto\x1a&internal/server/statepb/commands.proto\x1a\"internal/server/statepb/node.proto\x1a&internal/server/statepb/snapshot.proto\x1a$internal/server/statepb/volcmd.proto\x1a$internal/server/statepb/volume.proto\"\xd4\t\n" +
+	"!internal/server/statepb/log.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!internal/server/statepb/acl.proto\x1a&internal/server/statepb/commands.proto\x1a\"internal/server/statepb/node.proto\x1a&internal/server/statepb/snapshot.proto\x1a$internal/server/statepb/volcmd.proto\x1a$internal/server/statepb/volume.proto\"\x8f\f\n" +
 	"\bLogEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12@\n" +
 	"\vnode_upsert\x18\x02 \x01(\v2\x1d.csisupd.state.v1.ClusterNodeH\x00R\n" +
@@ -474,7 +538,11 @@ const file_internal_server_statepb_log_proto_rawDesc = "" +
 	"claim_take\x18\x11 \x01(\v2\".csisupd.state.v1.ClaimTakeCommandH\x00R\tclaimTake\x12C\n" +
 	"\n" +
 	"claim_step\x18\x12 \x01(\v2\".csisupd.state.v1.ClaimStepCommandH\x00R\tclaimStep\x12I\n" +
-	"\fclaim_remove\x18\x13 \x01(\v2$.csisupd.state.v1.ClaimRemoveCommandH\x00R\vclaimRemoveB\t\n" +
+	"\fclaim_remove\x18\x13 \x01(\v2$.csisupd.state.v1.ClaimRemoveCommandH\x00R\vclaimRemove\x12L\n" +
+	"\rvolume_expand\x18\x14 \x01(\v2%.csisupd.state.v1.VolumeExpandCommandH\x00R\fvolumeExpand\x12L\n" +
+	"\rvolume_modify\x18\x15 \x01(\v2%.csisupd.state.v1.VolumeModifyCommandH\x00R\fvolumeModify\x12I\n" +
+	"\fsnapshot_put\x18\x16 \x01(\v2$.csisupd.state.v1.SnapshotPutCommandH\x00R\vsnapshotPut\x12R\n" +
+	"\x0fsnapshot_delete\x18\x17 \x01(\v2'.csisupd.state.v1.SnapshotDeleteCommandH\x00R\x0esnapshotDeleteB\t\n" +
 	"\acommand\"@\n" +
 	"\bLogBatch\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.csisupd.state.v1.LogEntryR\aentriesB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
@@ -509,6 +577,10 @@ var file_internal_server_statepb_log_proto_goTypes = []any{
 	(*ClaimTakeCommand)(nil),      // 13: csisupd.state.v1.ClaimTakeCommand
 	(*ClaimStepCommand)(nil),      // 14: csisupd.state.v1.ClaimStepCommand
 	(*ClaimRemoveCommand)(nil),    // 15: csisupd.state.v1.ClaimRemoveCommand
+	(*VolumeExpandCommand)(nil),   // 16: csisupd.state.v1.VolumeExpandCommand
+	(*VolumeModifyCommand)(nil),   // 17: csisupd.state.v1.VolumeModifyCommand
+	(*SnapshotPutCommand)(nil),    // 18: csisupd.state.v1.SnapshotPutCommand
+	(*SnapshotDeleteCommand)(nil), // 19: csisupd.state.v1.SnapshotDeleteCommand
 }
 var file_internal_server_statepb_log_proto_depIdxs = []int32{
 	2,  // 0: csisupd.state.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
@@ -526,12 +598,16 @@ var file_internal_server_statepb_log_proto_depIdxs = []int32{
 	13, // 12: csisupd.state.v1.LogEntry.claim_take:type_name -> csisupd.state.v1.ClaimTakeCommand
 	14, // 13: csisupd.state.v1.LogEntry.claim_step:type_name -> csisupd.state.v1.ClaimStepCommand
 	15, // 14: csisupd.state.v1.LogEntry.claim_remove:type_name -> csisupd.state.v1.ClaimRemoveCommand
-	0,  // 15: csisupd.state.v1.LogBatch.entries:type_name -> csisupd.state.v1.LogEntry
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	16, // 15: csisupd.state.v1.LogEntry.volume_expand:type_name -> csisupd.state.v1.VolumeExpandCommand
+	17, // 16: csisupd.state.v1.LogEntry.volume_modify:type_name -> csisupd.state.v1.VolumeModifyCommand
+	18, // 17: csisupd.state.v1.LogEntry.snapshot_put:type_name -> csisupd.state.v1.SnapshotPutCommand
+	19, // 18: csisupd.state.v1.LogEntry.snapshot_delete:type_name -> csisupd.state.v1.SnapshotDeleteCommand
+	0,  // 19: csisupd.state.v1.LogBatch.entries:type_name -> csisupd.state.v1.LogEntry
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_log_proto_init() }
@@ -564,6 +640,10 @@ func file_internal_server_statepb_log_proto_init() {
 		(*LogEntry_ClaimTake)(nil),
 		(*LogEntry_ClaimStep)(nil),
 		(*LogEntry_ClaimRemove)(nil),
+		(*LogEntry_VolumeExpand)(nil),
+		(*LogEntry_VolumeModify)(nil),
+		(*LogEntry_SnapshotPut)(nil),
+		(*LogEntry_SnapshotDelete)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -40,7 +40,8 @@ type StateSnapshot struct {
 	AclTokens []*ACLTokenRecord `protobuf:"bytes,7,rep,name=acl_tokens,json=aclTokens,proto3" json:"acl_tokens,omitempty"`
 	// acl_bootstrap_index is the raft index of the ACL bootstrap; 0 when the
 	// cluster was never bootstrapped.
-	AclBootstrapIndex uint64 `protobuf:"varint,8,opt,name=acl_bootstrap_index,json=aclBootstrapIndex,proto3" json:"acl_bootstrap_index,omitempty"`
+	AclBootstrapIndex uint64            `protobuf:"varint,8,opt,name=acl_bootstrap_index,json=aclBootstrapIndex,proto3" json:"acl_bootstrap_index,omitempty"`
+	VolumeSnapshots   []*VolumeSnapshot `protobuf:"bytes,9,rep,name=volume_snapshots,json=volumeSnapshots,proto3" json:"volume_snapshots,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -131,6 +132,13 @@ func (x *StateSnapshot) GetAclBootstrapIndex() uint64 {
 	return 0
 }
 
+func (x *StateSnapshot) GetVolumeSnapshots() []*VolumeSnapshot {
+	if x != nil {
+		return x.VolumeSnapshots
+	}
+	return nil
+}
+
 // ServerRecord is one server of the cluster.
 type ServerRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -196,7 +204,7 @@ var File_internal_server_statepb_snapshot_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_snapshot_proto_rawDesc = "" +
 	"\n" +
-	"&internal/server/statepb/snapshot.proto\x12\x10csisupd.state.v1\x1a!internal/server/statepb/acl.proto\x1a\"internal/server/statepb/node.proto\x1a$internal/server/statepb/volume.proto\"\x93\x03\n" +
+	"&internal/server/statepb/snapshot.proto\x12\x10csisupd.state.v1\x1a!internal/server/statepb/acl.proto\x1a\"internal/server/statepb/node.proto\x1a$internal/server/statepb/volume.proto\"\xe0\x03\n" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x123\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1d.csisupd.state.v1.ClusterNodeR\x05nodes\x122\n" +
@@ -206,7 +214,8 @@ const file_internal_server_statepb_snapshot_proto_rawDesc = "" +
 	"\facl_policies\x18\x06 \x03(\v2\x1b.csisupd.state.v1.ACLPolicyR\vaclPolicies\x12?\n" +
 	"\n" +
 	"acl_tokens\x18\a \x03(\v2 .csisupd.state.v1.ACLTokenRecordR\taclTokens\x12.\n" +
-	"\x13acl_bootstrap_index\x18\b \x01(\x04R\x11aclBootstrapIndex\"b\n" +
+	"\x13acl_bootstrap_index\x18\b \x01(\x04R\x11aclBootstrapIndex\x12K\n" +
+	"\x10volume_snapshots\x18\t \x03(\v2 .csisupd.state.v1.VolumeSnapshotR\x0fvolumeSnapshots\"b\n" +
 	"\fServerRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -233,6 +242,7 @@ var file_internal_server_statepb_snapshot_proto_goTypes = []any{
 	(*Volume)(nil),         // 3: csisupd.state.v1.Volume
 	(*ACLPolicy)(nil),      // 4: csisupd.state.v1.ACLPolicy
 	(*ACLTokenRecord)(nil), // 5: csisupd.state.v1.ACLTokenRecord
+	(*VolumeSnapshot)(nil), // 6: csisupd.state.v1.VolumeSnapshot
 }
 var file_internal_server_statepb_snapshot_proto_depIdxs = []int32{
 	2, // 0: csisupd.state.v1.StateSnapshot.nodes:type_name -> csisupd.state.v1.ClusterNode
@@ -240,11 +250,12 @@ var file_internal_server_statepb_snapshot_proto_depIdxs = []int32{
 	1, // 2: csisupd.state.v1.StateSnapshot.servers:type_name -> csisupd.state.v1.ServerRecord
 	4, // 3: csisupd.state.v1.StateSnapshot.acl_policies:type_name -> csisupd.state.v1.ACLPolicy
 	5, // 4: csisupd.state.v1.StateSnapshot.acl_tokens:type_name -> csisupd.state.v1.ACLTokenRecord
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 5: csisupd.state.v1.StateSnapshot.volume_snapshots:type_name -> csisupd.state.v1.VolumeSnapshot
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_snapshot_proto_init() }

@@ -431,6 +431,252 @@ func (x *ClaimRemoveCommand) GetVolumeIndex() uint64 {
 	return 0
 }
 
+// VolumeExpandCommand records a step of a volume's expansion: it sets
+// expansion (a new one, or its next state), or clears it when the
+// expansion is done, and sets the recorded capacity when capacity_bytes is
+// not 0. It is refused when the volume changed after volume_index, or when
+// a new expansion is not larger than the volume.
+type VolumeExpandCommand struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId    string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	VolumeIndex uint64                 `protobuf:"varint,2,opt,name=volume_index,json=volumeIndex,proto3" json:"volume_index,omitempty"`
+	// expansion is the expansion's new state; unset when it is done.
+	Expansion     *VolumeExpansion `protobuf:"bytes,3,opt,name=expansion,proto3" json:"expansion,omitempty"`
+	CapacityBytes int64            `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeExpandCommand) Reset() {
+	*x = VolumeExpandCommand{}
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeExpandCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeExpandCommand) ProtoMessage() {}
+
+func (x *VolumeExpandCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeExpandCommand.ProtoReflect.Descriptor instead.
+func (*VolumeExpandCommand) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *VolumeExpandCommand) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeExpandCommand) GetVolumeIndex() uint64 {
+	if x != nil {
+		return x.VolumeIndex
+	}
+	return 0
+}
+
+func (x *VolumeExpandCommand) GetExpansion() *VolumeExpansion {
+	if x != nil {
+		return x.Expansion
+	}
+	return nil
+}
+
+func (x *VolumeExpandCommand) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+// VolumeModifyCommand records the mutable parameters a volume was
+// modified with. It is refused when the volume changed after
+// volume_index.
+type VolumeModifyCommand struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId          string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	VolumeIndex       uint64                 `protobuf:"varint,2,opt,name=volume_index,json=volumeIndex,proto3" json:"volume_index,omitempty"`
+	MutableParameters map[string]string      `protobuf:"bytes,3,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *VolumeModifyCommand) Reset() {
+	*x = VolumeModifyCommand{}
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeModifyCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeModifyCommand) ProtoMessage() {}
+
+func (x *VolumeModifyCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeModifyCommand.ProtoReflect.Descriptor instead.
+func (*VolumeModifyCommand) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VolumeModifyCommand) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeModifyCommand) GetVolumeIndex() uint64 {
+	if x != nil {
+		return x.VolumeIndex
+	}
+	return 0
+}
+
+func (x *VolumeModifyCommand) GetMutableParameters() map[string]string {
+	if x != nil {
+		return x.MutableParameters
+	}
+	return nil
+}
+
+// SnapshotPutCommand adds a snapshot (snapshot_index 0: refused when the
+// id is taken or its source volume is unknown) or replaces one (refused
+// unless it exists with modify_index snapshot_index).
+type SnapshotPutCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *VolumeSnapshot        `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	SnapshotIndex uint64                 `protobuf:"varint,2,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotPutCommand) Reset() {
+	*x = SnapshotPutCommand{}
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotPutCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotPutCommand) ProtoMessage() {}
+
+func (x *SnapshotPutCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotPutCommand.ProtoReflect.Descriptor instead.
+func (*SnapshotPutCommand) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SnapshotPutCommand) GetSnapshot() *VolumeSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *SnapshotPutCommand) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
+
+// SnapshotDeleteCommand forgets a snapshot; refused when it changed after
+// snapshot_index (0 skips the check).
+type SnapshotDeleteCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SnapshotId    string                 `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotIndex uint64                 `protobuf:"varint,2,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotDeleteCommand) Reset() {
+	*x = SnapshotDeleteCommand{}
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotDeleteCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotDeleteCommand) ProtoMessage() {}
+
+func (x *SnapshotDeleteCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotDeleteCommand.ProtoReflect.Descriptor instead.
+func (*SnapshotDeleteCommand) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SnapshotDeleteCommand) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *SnapshotDeleteCommand) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
+
 var File_internal_server_statepb_volcmd_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_volcmd_proto_rawDesc = "" +
@@ -473,7 +719,26 @@ const file_internal_server_statepb_volcmd_proto_rawDesc = "" +
 	"workloadId\x12\x1f\n" +
 	"\vclaim_index\x18\x04 \x01(\x04R\n" +
 	"claimIndex\x12!\n" +
-	"\fvolume_index\x18\x05 \x01(\x04R\vvolumeIndexB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
+	"\fvolume_index\x18\x05 \x01(\x04R\vvolumeIndex\"\xbd\x01\n" +
+	"\x13VolumeExpandCommand\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
+	"\fvolume_index\x18\x02 \x01(\x04R\vvolumeIndex\x12?\n" +
+	"\texpansion\x18\x03 \x01(\v2!.csisupd.state.v1.VolumeExpansionR\texpansion\x12%\n" +
+	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\"\x88\x02\n" +
+	"\x13VolumeModifyCommand\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
+	"\fvolume_index\x18\x02 \x01(\x04R\vvolumeIndex\x12k\n" +
+	"\x12mutable_parameters\x18\x03 \x03(\v2<.csisupd.state.v1.VolumeModifyCommand.MutableParametersEntryR\x11mutableParameters\x1aD\n" +
+	"\x16MutableParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
+	"\x12SnapshotPutCommand\x12<\n" +
+	"\bsnapshot\x18\x01 \x01(\v2 .csisupd.state.v1.VolumeSnapshotR\bsnapshot\x12%\n" +
+	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndex\"_\n" +
+	"\x15SnapshotDeleteCommand\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x12%\n" +
+	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndexB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
 
 var (
 	file_internal_server_statepb_volcmd_proto_rawDescOnce sync.Once
@@ -487,26 +752,36 @@ func file_internal_server_statepb_volcmd_proto_rawDescGZIP() []byte {
 	return file_internal_server_statepb_volcmd_proto_rawDescData
 }
 
-var file_internal_server_statepb_volcmd_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_internal_server_statepb_volcmd_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_internal_server_statepb_volcmd_proto_goTypes = []any{
-	(*VolumeCreateCommand)(nil), // 0: csisupd.state.v1.VolumeCreateCommand
-	(*VolumeDeleteCommand)(nil), // 1: csisupd.state.v1.VolumeDeleteCommand
-	(*ClaimTakeCommand)(nil),    // 2: csisupd.state.v1.ClaimTakeCommand
-	(*ClaimStepCommand)(nil),    // 3: csisupd.state.v1.ClaimStepCommand
-	(*ClaimRemoveCommand)(nil),  // 4: csisupd.state.v1.ClaimRemoveCommand
-	nil,                         // 5: csisupd.state.v1.ClaimStepCommand.PublishContextEntry
-	(*Volume)(nil),              // 6: csisupd.state.v1.Volume
-	(*VolumeClaim)(nil),         // 7: csisupd.state.v1.VolumeClaim
+	(*VolumeCreateCommand)(nil),   // 0: csisupd.state.v1.VolumeCreateCommand
+	(*VolumeDeleteCommand)(nil),   // 1: csisupd.state.v1.VolumeDeleteCommand
+	(*ClaimTakeCommand)(nil),      // 2: csisupd.state.v1.ClaimTakeCommand
+	(*ClaimStepCommand)(nil),      // 3: csisupd.state.v1.ClaimStepCommand
+	(*ClaimRemoveCommand)(nil),    // 4: csisupd.state.v1.ClaimRemoveCommand
+	(*VolumeExpandCommand)(nil),   // 5: csisupd.state.v1.VolumeExpandCommand
+	(*VolumeModifyCommand)(nil),   // 6: csisupd.state.v1.VolumeModifyCommand
+	(*SnapshotPutCommand)(nil),    // 7: csisupd.state.v1.SnapshotPutCommand
+	(*SnapshotDeleteCommand)(nil), // 8: csisupd.state.v1.SnapshotDeleteCommand
+	nil,                           // 9: csisupd.state.v1.ClaimStepCommand.PublishContextEntry
+	nil,                           // 10: csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
+	(*Volume)(nil),                // 11: csisupd.state.v1.Volume
+	(*VolumeClaim)(nil),           // 12: csisupd.state.v1.VolumeClaim
+	(*VolumeExpansion)(nil),       // 13: csisupd.state.v1.VolumeExpansion
+	(*VolumeSnapshot)(nil),        // 14: csisupd.state.v1.VolumeSnapshot
 }
 var file_internal_server_statepb_volcmd_proto_depIdxs = []int32{
-	6, // 0: csisupd.state.v1.VolumeCreateCommand.volume:type_name -> csisupd.state.v1.Volume
-	7, // 1: csisupd.state.v1.ClaimTakeCommand.claim:type_name -> csisupd.state.v1.VolumeClaim
-	5, // 2: csisupd.state.v1.ClaimStepCommand.publish_context:type_name -> csisupd.state.v1.ClaimStepCommand.PublishContextEntry
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	11, // 0: csisupd.state.v1.VolumeCreateCommand.volume:type_name -> csisupd.state.v1.Volume
+	12, // 1: csisupd.state.v1.ClaimTakeCommand.claim:type_name -> csisupd.state.v1.VolumeClaim
+	9,  // 2: csisupd.state.v1.ClaimStepCommand.publish_context:type_name -> csisupd.state.v1.ClaimStepCommand.PublishContextEntry
+	13, // 3: csisupd.state.v1.VolumeExpandCommand.expansion:type_name -> csisupd.state.v1.VolumeExpansion
+	10, // 4: csisupd.state.v1.VolumeModifyCommand.mutable_parameters:type_name -> csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
+	14, // 5: csisupd.state.v1.SnapshotPutCommand.snapshot:type_name -> csisupd.state.v1.VolumeSnapshot
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_volcmd_proto_init() }
@@ -522,7 +797,7 @@ func file_internal_server_statepb_volcmd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_server_statepb_volcmd_proto_rawDesc), len(file_internal_server_statepb_volcmd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

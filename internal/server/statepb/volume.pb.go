@@ -46,8 +46,18 @@ type Volume struct {
 	// accessible_topology lists the topology segments the volume is
 	// reachable from; empty means everywhere.
 	AccessibleTopology []*TopologySegment `protobuf:"bytes,13,rep,name=accessible_topology,json=accessibleTopology,proto3" json:"accessible_topology,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// capacity_limit_bytes is the most the volume may grow to; 0 means no
+	// limit.
+	CapacityLimitBytes int64 `protobuf:"varint,14,opt,name=capacity_limit_bytes,json=capacityLimitBytes,proto3" json:"capacity_limit_bytes,omitempty"`
+	// content_source is the snapshot or volume the volume was created from.
+	ContentSource *VolumeContentSource `protobuf:"bytes,15,opt,name=content_source,json=contentSource,proto3" json:"content_source,omitempty"`
+	// mutable_parameters are the parameters the volume was created or last
+	// modified with.
+	MutableParameters map[string]string `protobuf:"bytes,16,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// expansion is set while an expansion is under way.
+	Expansion     *VolumeExpansion `protobuf:"bytes,17,opt,name=expansion,proto3" json:"expansion,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Volume) Reset() {
@@ -171,6 +181,361 @@ func (x *Volume) GetAccessibleTopology() []*TopologySegment {
 	return nil
 }
 
+func (x *Volume) GetCapacityLimitBytes() int64 {
+	if x != nil {
+		return x.CapacityLimitBytes
+	}
+	return 0
+}
+
+func (x *Volume) GetContentSource() *VolumeContentSource {
+	if x != nil {
+		return x.ContentSource
+	}
+	return nil
+}
+
+func (x *Volume) GetMutableParameters() map[string]string {
+	if x != nil {
+		return x.MutableParameters
+	}
+	return nil
+}
+
+func (x *Volume) GetExpansion() *VolumeExpansion {
+	if x != nil {
+		return x.Expansion
+	}
+	return nil
+}
+
+// VolumeContentSource names what a volume started with, by cluster ids.
+type VolumeContentSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Source:
+	//
+	//	*VolumeContentSource_SnapshotId
+	//	*VolumeContentSource_VolumeId
+	Source        isVolumeContentSource_Source `protobuf_oneof:"source"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeContentSource) Reset() {
+	*x = VolumeContentSource{}
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeContentSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeContentSource) ProtoMessage() {}
+
+func (x *VolumeContentSource) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeContentSource.ProtoReflect.Descriptor instead.
+func (*VolumeContentSource) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *VolumeContentSource) GetSource() isVolumeContentSource_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *VolumeContentSource) GetSnapshotId() string {
+	if x != nil {
+		if x, ok := x.Source.(*VolumeContentSource_SnapshotId); ok {
+			return x.SnapshotId
+		}
+	}
+	return ""
+}
+
+func (x *VolumeContentSource) GetVolumeId() string {
+	if x != nil {
+		if x, ok := x.Source.(*VolumeContentSource_VolumeId); ok {
+			return x.VolumeId
+		}
+	}
+	return ""
+}
+
+type isVolumeContentSource_Source interface {
+	isVolumeContentSource_Source()
+}
+
+type VolumeContentSource_SnapshotId struct {
+	SnapshotId string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3,oneof"`
+}
+
+type VolumeContentSource_VolumeId struct {
+	VolumeId string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3,oneof"`
+}
+
+func (*VolumeContentSource_SnapshotId) isVolumeContentSource_Source() {}
+
+func (*VolumeContentSource_VolumeId) isVolumeContentSource_Source() {}
+
+// VolumeExpansion is an expansion under way; its state is controller or
+// nodes (see the public message).
+type VolumeExpansion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CapacityBytes int64                  `protobuf:"varint,1,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	LimitBytes    int64                  `protobuf:"varint,2,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	NodesPending  []string               `protobuf:"bytes,4,rep,name=nodes_pending,json=nodesPending,proto3" json:"nodes_pending,omitempty"`
+	NodesDone     []string               `protobuf:"bytes,5,rep,name=nodes_done,json=nodesDone,proto3" json:"nodes_done,omitempty"`
+	LastError     string                 `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeExpansion) Reset() {
+	*x = VolumeExpansion{}
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeExpansion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeExpansion) ProtoMessage() {}
+
+func (x *VolumeExpansion) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeExpansion.ProtoReflect.Descriptor instead.
+func (*VolumeExpansion) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *VolumeExpansion) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *VolumeExpansion) GetLimitBytes() int64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *VolumeExpansion) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeExpansion) GetNodesPending() []string {
+	if x != nil {
+		return x.NodesPending
+	}
+	return nil
+}
+
+func (x *VolumeExpansion) GetNodesDone() []string {
+	if x != nil {
+		return x.NodesDone
+	}
+	return nil
+}
+
+func (x *VolumeExpansion) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *VolumeExpansion) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+// VolumeSnapshot is a snapshot of a volume; its state is creating,
+// created or deleting (see the public message).
+type VolumeSnapshot struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Id                 string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PluginId           string                 `protobuf:"bytes,2,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	SourceVolumeId     string                 `protobuf:"bytes,3,opt,name=source_volume_id,json=sourceVolumeId,proto3" json:"source_volume_id,omitempty"`
+	ExternalId         string                 `protobuf:"bytes,4,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	SizeBytes          int64                  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	ReadyToUse         bool                   `protobuf:"varint,6,opt,name=ready_to_use,json=readyToUse,proto3" json:"ready_to_use,omitempty"`
+	CreatedAt          *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ControllerNodeId   string                 `protobuf:"bytes,8,opt,name=controller_node_id,json=controllerNodeId,proto3" json:"controller_node_id,omitempty"`
+	Parameters         map[string]string      `protobuf:"bytes,9,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	State              string                 `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	CreateIndex        uint64                 `protobuf:"varint,11,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex        uint64                 `protobuf:"varint,12,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	AccessibleTopology []*TopologySegment     `protobuf:"bytes,13,rep,name=accessible_topology,json=accessibleTopology,proto3" json:"accessible_topology,omitempty"`
+	LastError          string                 `protobuf:"bytes,14,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *VolumeSnapshot) Reset() {
+	*x = VolumeSnapshot{}
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSnapshot) ProtoMessage() {}
+
+func (x *VolumeSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSnapshot.ProtoReflect.Descriptor instead.
+func (*VolumeSnapshot) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *VolumeSnapshot) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetSourceVolumeId() string {
+	if x != nil {
+		return x.SourceVolumeId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *VolumeSnapshot) GetReadyToUse() bool {
+	if x != nil {
+		return x.ReadyToUse
+	}
+	return false
+}
+
+func (x *VolumeSnapshot) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *VolumeSnapshot) GetControllerNodeId() string {
+	if x != nil {
+		return x.ControllerNodeId
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetParameters() map[string]string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *VolumeSnapshot) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeSnapshot) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *VolumeSnapshot) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+func (x *VolumeSnapshot) GetAccessibleTopology() []*TopologySegment {
+	if x != nil {
+		return x.AccessibleTopology
+	}
+	return nil
+}
+
+func (x *VolumeSnapshot) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 // VolumeCapability is one way a volume can be used.
 type VolumeCapability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -186,7 +551,7 @@ type VolumeCapability struct {
 
 func (x *VolumeCapability) Reset() {
 	*x = VolumeCapability{}
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[1]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +563,7 @@ func (x *VolumeCapability) String() string {
 func (*VolumeCapability) ProtoMessage() {}
 
 func (x *VolumeCapability) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[1]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +576,7 @@ func (x *VolumeCapability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCapability.ProtoReflect.Descriptor instead.
 func (*VolumeCapability) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{1}
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *VolumeCapability) GetAccessType() string {
@@ -246,7 +611,7 @@ var File_internal_server_statepb_volume_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	"\n" +
-	"$internal/server/statepb/volume.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#internal/server/statepb/claim.proto\x1a\"internal/server/statepb/node.proto\"\x85\x06\n" +
+	"$internal/server/statepb/volume.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#internal/server/statepb/claim.proto\x1a\"internal/server/statepb/node.proto\"\xec\b\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -265,10 +630,60 @@ const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\v \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x12R\n" +
-	"\x13accessible_topology\x18\r \x03(\v2!.csisupd.state.v1.TopologySegmentR\x12accessibleTopology\x1a:\n" +
+	"\x13accessible_topology\x18\r \x03(\v2!.csisupd.state.v1.TopologySegmentR\x12accessibleTopology\x120\n" +
+	"\x14capacity_limit_bytes\x18\x0e \x01(\x03R\x12capacityLimitBytes\x12L\n" +
+	"\x0econtent_source\x18\x0f \x01(\v2%.csisupd.state.v1.VolumeContentSourceR\rcontentSource\x12^\n" +
+	"\x12mutable_parameters\x18\x10 \x03(\v2/.csisupd.state.v1.Volume.MutableParametersEntryR\x11mutableParameters\x12?\n" +
+	"\texpansion\x18\x11 \x01(\v2!.csisupd.state.v1.VolumeExpansionR\texpansion\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aD\n" +
+	"\x16MutableParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
+	"\x13VolumeContentSource\x12!\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tH\x00R\n" +
+	"snapshotId\x12\x1d\n" +
+	"\tvolume_id\x18\x02 \x01(\tH\x00R\bvolumeIdB\b\n" +
+	"\x06source\"\x8d\x02\n" +
+	"\x0fVolumeExpansion\x12%\n" +
+	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\x12\x1f\n" +
+	"\vlimit_bytes\x18\x02 \x01(\x03R\n" +
+	"limitBytes\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12#\n" +
+	"\rnodes_pending\x18\x04 \x03(\tR\fnodesPending\x12\x1d\n" +
+	"\n" +
+	"nodes_done\x18\x05 \x03(\tR\tnodesDone\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\x129\n" +
+	"\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x92\x05\n" +
+	"\x0eVolumeSnapshot\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12(\n" +
+	"\x10source_volume_id\x18\x03 \x01(\tR\x0esourceVolumeId\x12\x1f\n" +
+	"\vexternal_id\x18\x04 \x01(\tR\n" +
+	"externalId\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12 \n" +
+	"\fready_to_use\x18\x06 \x01(\bR\n" +
+	"readyToUse\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12,\n" +
+	"\x12controller_node_id\x18\b \x01(\tR\x10controllerNodeId\x12P\n" +
+	"\n" +
+	"parameters\x18\t \x03(\v20.csisupd.state.v1.VolumeSnapshot.ParametersEntryR\n" +
+	"parameters\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12!\n" +
+	"\fcreate_index\x18\v \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x12R\n" +
+	"\x13accessible_topology\x18\r \x03(\v2!.csisupd.state.v1.TopologySegmentR\x12accessibleTopology\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x0e \x01(\tR\tlastError\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x01\n" +
@@ -293,28 +708,40 @@ func file_internal_server_statepb_volume_proto_rawDescGZIP() []byte {
 	return file_internal_server_statepb_volume_proto_rawDescData
 }
 
-var file_internal_server_statepb_volume_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_internal_server_statepb_volume_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_internal_server_statepb_volume_proto_goTypes = []any{
 	(*Volume)(nil),                // 0: csisupd.state.v1.Volume
-	(*VolumeCapability)(nil),      // 1: csisupd.state.v1.VolumeCapability
-	nil,                           // 2: csisupd.state.v1.Volume.ContextEntry
-	nil,                           // 3: csisupd.state.v1.Volume.ParametersEntry
-	(*VolumeClaim)(nil),           // 4: csisupd.state.v1.VolumeClaim
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*TopologySegment)(nil),       // 6: csisupd.state.v1.TopologySegment
+	(*VolumeContentSource)(nil),   // 1: csisupd.state.v1.VolumeContentSource
+	(*VolumeExpansion)(nil),       // 2: csisupd.state.v1.VolumeExpansion
+	(*VolumeSnapshot)(nil),        // 3: csisupd.state.v1.VolumeSnapshot
+	(*VolumeCapability)(nil),      // 4: csisupd.state.v1.VolumeCapability
+	nil,                           // 5: csisupd.state.v1.Volume.ContextEntry
+	nil,                           // 6: csisupd.state.v1.Volume.ParametersEntry
+	nil,                           // 7: csisupd.state.v1.Volume.MutableParametersEntry
+	nil,                           // 8: csisupd.state.v1.VolumeSnapshot.ParametersEntry
+	(*VolumeClaim)(nil),           // 9: csisupd.state.v1.VolumeClaim
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*TopologySegment)(nil),       // 11: csisupd.state.v1.TopologySegment
 }
 var file_internal_server_statepb_volume_proto_depIdxs = []int32{
-	2, // 0: csisupd.state.v1.Volume.context:type_name -> csisupd.state.v1.Volume.ContextEntry
-	3, // 1: csisupd.state.v1.Volume.parameters:type_name -> csisupd.state.v1.Volume.ParametersEntry
-	1, // 2: csisupd.state.v1.Volume.capabilities:type_name -> csisupd.state.v1.VolumeCapability
-	4, // 3: csisupd.state.v1.Volume.claims:type_name -> csisupd.state.v1.VolumeClaim
-	5, // 4: csisupd.state.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	6, // 5: csisupd.state.v1.Volume.accessible_topology:type_name -> csisupd.state.v1.TopologySegment
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5,  // 0: csisupd.state.v1.Volume.context:type_name -> csisupd.state.v1.Volume.ContextEntry
+	6,  // 1: csisupd.state.v1.Volume.parameters:type_name -> csisupd.state.v1.Volume.ParametersEntry
+	4,  // 2: csisupd.state.v1.Volume.capabilities:type_name -> csisupd.state.v1.VolumeCapability
+	9,  // 3: csisupd.state.v1.Volume.claims:type_name -> csisupd.state.v1.VolumeClaim
+	10, // 4: csisupd.state.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	11, // 5: csisupd.state.v1.Volume.accessible_topology:type_name -> csisupd.state.v1.TopologySegment
+	1,  // 6: csisupd.state.v1.Volume.content_source:type_name -> csisupd.state.v1.VolumeContentSource
+	7,  // 7: csisupd.state.v1.Volume.mutable_parameters:type_name -> csisupd.state.v1.Volume.MutableParametersEntry
+	2,  // 8: csisupd.state.v1.Volume.expansion:type_name -> csisupd.state.v1.VolumeExpansion
+	10, // 9: csisupd.state.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	10, // 10: csisupd.state.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 11: csisupd.state.v1.VolumeSnapshot.parameters:type_name -> csisupd.state.v1.VolumeSnapshot.ParametersEntry
+	11, // 12: csisupd.state.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.state.v1.TopologySegment
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_volume_proto_init() }
@@ -324,13 +751,17 @@ func file_internal_server_statepb_volume_proto_init() {
 	}
 	file_internal_server_statepb_claim_proto_init()
 	file_internal_server_statepb_node_proto_init()
+	file_internal_server_statepb_volume_proto_msgTypes[1].OneofWrappers = []any{
+		(*VolumeContentSource_SnapshotId)(nil),
+		(*VolumeContentSource_VolumeId)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_server_statepb_volume_proto_rawDesc), len(file_internal_server_statepb_volume_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
