@@ -239,9 +239,16 @@ var methodRules = map[string]Rule{
 	csisupdv1.Control_DeleteVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_ClaimVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_ReleaseVolume_FullMethodName:  controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_RaftPeers_FullMethodName:      controlRule(ResourceOperator, LevelRead),
-	csisupdv1.Control_RemovePeer_FullMethodName:     controlRule(ResourceOperator, LevelWrite),
-	csisupdv1.Control_SnapshotSave_FullMethodName:   controlRule(ResourceOperator, LevelWrite),
+	csisupdv1.Control_ExpandVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_ModifyVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
+
+	csisupdv1.Control_CreateVolumeSnapshot_FullMethodName: controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_ListVolumeSnapshots_FullMethodName:  controlRule(ResourceVolume, LevelRead),
+	csisupdv1.Control_GetVolumeSnapshot_FullMethodName:    controlRule(ResourceVolume, LevelRead),
+	csisupdv1.Control_DeleteVolumeSnapshot_FullMethodName: controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_RaftPeers_FullMethodName:            controlRule(ResourceOperator, LevelRead),
+	csisupdv1.Control_RemovePeer_FullMethodName:           controlRule(ResourceOperator, LevelWrite),
+	csisupdv1.Control_SnapshotSave_FullMethodName:         controlRule(ResourceOperator, LevelWrite),
 	// A restore replaces the ACL state too: with operator:write alone a
 	// token could restore a snapshot holding a management token of its
 	// own making.

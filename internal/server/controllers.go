@@ -25,6 +25,14 @@ type ControllerClient interface {
 	PublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error)
 	// UnpublishVolume calls the plugin's ControllerUnpublishVolume.
 	UnpublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerUnpublishVolumeRequest) error
+	// ExpandVolume calls the plugin's ControllerExpandVolume.
+	ExpandVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error)
+	// CreateSnapshot calls the plugin's CreateSnapshot.
+	CreateSnapshot(ctx context.Context, addr, pluginID string, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error)
+	// DeleteSnapshot calls the plugin's DeleteSnapshot.
+	DeleteSnapshot(ctx context.Context, addr, pluginID string, req *csi.DeleteSnapshotRequest) error
+	// ListSnapshots calls the plugin's ListSnapshots.
+	ListSnapshots(ctx context.Context, addr, pluginID string, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error)
 }
 
 // DefaultIsRetryable reports whether a ClientCSI error means the next
@@ -105,4 +113,49 @@ func (g *grpcControllers) UnpublishVolume(ctx context.Context, addr, pluginID st
 	}
 	_, err = c.ControllerDetachVolume(ctx, &csisupdv1.ControllerDetachVolumeRequest{PluginId: pluginID, Request: req})
 	return err
+}
+
+func (g *grpcControllers) ExpandVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerExpandVolume(ctx, &csisupdv1.ControllerExpandVolumeRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) CreateSnapshot(ctx context.Context, addr, pluginID string, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerCreateSnapshot(ctx, &csisupdv1.ControllerCreateSnapshotRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) DeleteSnapshot(ctx context.Context, addr, pluginID string, req *csi.DeleteSnapshotRequest) error {
+	c, err := g.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.ControllerDeleteSnapshot(ctx, &csisupdv1.ControllerDeleteSnapshotRequest{PluginId: pluginID, Request: req})
+	return err
+}
+
+func (g *grpcControllers) ListSnapshots(ctx context.Context, addr, pluginID string, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerListSnapshots(ctx, &csisupdv1.ControllerListSnapshotsRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
 }

@@ -19,6 +19,10 @@ type NodeVolumesClient interface {
 	// UnmountVolume unpublishes a volume for a workload (and unstages it
 	// after its last workload). A mount that does not exist succeeds.
 	UnmountVolume(ctx context.Context, addr string, req *csisupdv1.UnmountVolumeRequest) error
+	// ExpandVolume calls NodeExpandVolume on a mount of the volume on the
+	// node, with that mount's paths, and returns the size the plugin
+	// reported.
+	ExpandVolume(ctx context.Context, addr string, req *csisupdv1.ExpandVolumeRequest) (int64, error)
 }
 
 // grpcNodeVolumes implements NodeVolumesClient with the NodeVolumes gRPC
@@ -50,6 +54,18 @@ func (g *grpcNodeVolumes) UnmountVolume(ctx context.Context, addr string, req *c
 	}
 	_, err = c.UnmountVolume(ctx, req)
 	return agentError(addr, err)
+}
+
+func (g *grpcNodeVolumes) ExpandVolume(ctx context.Context, addr string, req *csisupdv1.ExpandVolumeRequest) (int64, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.ExpandVolume(ctx, req)
+	if err != nil {
+		return 0, agentError(addr, err)
+	}
+	return resp.GetCapacityBytes(), nil
 }
 
 // agentNotReachedError is the error of a NodeVolumes call that reached no

@@ -47,6 +47,9 @@ type Server struct {
 	// volumeLocks serialise the work on one volume: claims, releases, the
 	// volume watcher, and the writes of create, register and delete.
 	volumeLocks keylock.Set
+	// snapshotLocks serialise the work on one volume snapshot: its
+	// create, its delete and the volume watcher.
+	snapshotLocks keylock.Set
 
 	metrics *serverMetrics
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -164,18 +165,27 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 		}
 		return v, nil
 	}
-	cands, err := s.controllerCandidates(req.GetPluginId())
+	place := placementOf(req.GetAccessibilityRequirements())
+	source, err := s.contentSource(req, &place)
 	if err != nil {
 		return nil, err
 	}
-	if cands = withCapability(cands, plugin.CapCreateDeleteVolume); len(cands) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q does not advertise %s", req.GetPluginId(), plugin.CapCreateDeleteVolume)
+	capability := plugin.CapCreateDeleteVolume
+	if req.GetContentSource().GetVolumeId() != "" {
+		capability = capCloneVolume
+	}
+	cands, err := s.placedControllers(req.GetPluginId(), capability, place)
+	if err != nil {
+		return nil, err
 	}
 	csiReq := &csi.CreateVolumeRequest{
-		Name:               req.GetId(),
-		VolumeCapabilities: csiCaps,
-		Parameters:         req.GetParameters(),
-		Secrets:            req.GetSecrets(),
+		Name:                      req.GetId(),
+		VolumeCapabilities:        csiCaps,
+		Parameters:                req.GetParameters(),
+		Secrets:                   req.GetSecrets(),
+		AccessibilityRequirements: place.csiRequirement(),
+		VolumeContentSource:       source,
+		MutableParameters:         req.GetMutableParameters(),
 	}
 	if req.GetCapacityMinBytes() > 0 || req.GetCapacityMaxBytes() > 0 {
 		csiReq.CapacityRange = &csi.CapacityRange{RequiredBytes: req.GetCapacityMinBytes(), LimitBytes: req.GetCapacityMaxBytes()}
@@ -190,18 +200,24 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 		return nil, err
 	}
 	v := &statepb.Volume{
-		Id:               req.GetId(),
-		PluginId:         req.GetPluginId(),
-		ExternalId:       resp.GetVolume().GetVolumeId(),
-		CapacityBytes:    resp.GetVolume().GetCapacityBytes(),
-		Context:          resp.GetVolume().GetVolumeContext(),
-		Parameters:       req.GetParameters(),
-		Capabilities:     caps,
-		ControllerNodeId: used.nodeID,
-		CreatedAt:        timestamppb.Now(),
+		Id:                 req.GetId(),
+		PluginId:           req.GetPluginId(),
+		ExternalId:         resp.GetVolume().GetVolumeId(),
+		CapacityBytes:      resp.GetVolume().GetCapacityBytes(),
+		Context:            resp.GetVolume().GetVolumeContext(),
+		Parameters:         req.GetParameters(),
+		Capabilities:       caps,
+		ControllerNodeId:   used.nodeID,
+		CreatedAt:          timestamppb.Now(),
+		CapacityLimitBytes: req.GetCapacityMaxBytes(),
+		ContentSource:      statepb.VolumeContentSourceFromAPI(req.GetContentSource()),
+		MutableParameters:  req.GetMutableParameters(),
 	}
 	for _, t := range resp.GetVolume().GetAccessibleTopology() {
 		v.AccessibleTopology = append(v.AccessibleTopology, &statepb.TopologySegment{Segments: t.GetSegments()})
+	}
+	if !place.createdWithin(v.AccessibleTopology) {
+		return nil, s.undoMisplacedCreate(ctx, used, v, req.GetSecrets(), place)
 	}
 	return s.addVolume(v)
 }
@@ -304,4 +320,89 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 		VolumeDeleteChecked: &statepb.VolumeDeleteCommand{VolumeId: v.GetId(), VolumeIndex: v.GetModifyIndex()},
 	}})
 	return err
+}
+
+// Controller capabilities the volume lifecycle needs besides those the
+// plugin package names.
+const (
+	capCloneVolume  = "CLONE_VOLUME"
+	capModifyVolume = "MODIFY_VOLUME"
+	capGetSnapshot  = "GET_SNAPSHOT"
+)
+
+// placedControllers returns the controller candidates of a plugin that
+// advertise capability and that place allows, in the order place ranks
+// them; it refuses with a typed error when none qualifies.
+func (s *Server) placedControllers(pluginID, capability string, place placement) ([]candidate, error) {
+	cands, err := s.controllerCandidates(pluginID)
+	if err != nil {
+		return nil, err
+	}
+	if cands = withCapability(cands, capability); len(cands) == 0 {
+		return nil, csisupdv1.NewCapabilityMissingError(pluginID, "the volume operation", capability)
+	}
+	ranked := place.rank(cands)
+	if ranked == nil {
+		return nil, place.unsatisfiable(pluginID, cands)
+	}
+	return ranked, nil
+}
+
+// contentSource checks the snapshot or volume a new volume starts from,
+// adds where it lies to place, and returns it as the plugin knows it.
+func (s *Server) contentSource(req *csisupdv1.VolumeCreateRequest, place *placement) (*csi.VolumeContentSource, error) {
+	src := req.GetContentSource()
+	switch {
+	case src.GetSnapshotId() != "":
+		snap := s.State().VolumeSnapshot(src.GetSnapshotId())
+		if snap == nil {
+			return nil, status.Errorf(codes.NotFound, "create volume %q: snapshot %q not found", req.GetId(), src.GetSnapshotId())
+		}
+		if snap.GetPluginId() != req.GetPluginId() {
+			return nil, status.Errorf(codes.InvalidArgument, "create volume %q: snapshot %q belongs to plugin %q, not %q", req.GetId(), snap.GetId(), snap.GetPluginId(), req.GetPluginId())
+		}
+		if snap.GetState() != claims.SnapshotCreated || !snap.GetReadyToUse() {
+			return nil, status.Errorf(codes.FailedPrecondition, "create volume %q: snapshot %q is not ready to use yet (state %s)", req.GetId(), snap.GetId(), snap.GetState())
+		}
+		place.source, place.sourceNode = snap.GetAccessibleTopology(), snap.GetControllerNodeId()
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetExternalId()},
+		}}, nil
+	case src.GetVolumeId() != "":
+		vol := s.State().Volume(src.GetVolumeId())
+		if vol == nil {
+			return nil, status.Errorf(codes.NotFound, "create volume %q: source volume %q not found", req.GetId(), src.GetVolumeId())
+		}
+		if vol.GetPluginId() != req.GetPluginId() {
+			return nil, status.Errorf(codes.InvalidArgument, "create volume %q: volume %q belongs to plugin %q, not %q", req.GetId(), vol.GetId(), vol.GetPluginId(), req.GetPluginId())
+		}
+		place.source, place.sourceNode = vol.GetAccessibleTopology(), vol.GetControllerNodeId()
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: vol.GetExternalId()},
+		}}, nil
+	}
+	return nil, nil
+}
+
+// undoMisplacedCreate deletes a volume the plugin created outside every
+// requisite segment (it ignored the requirement) and returns the refusal
+// that says so; the volume is not recorded.
+func (s *Server) undoMisplacedCreate(ctx context.Context, used candidate, v *statepb.Volume, secrets map[string]string, place placement) error {
+	var got []string
+	for _, t := range v.GetAccessibleTopology() {
+		got = append(got, segmentString(t.GetSegments()))
+	}
+	reason := fmt.Sprintf("the controller on node %s created volume %q (external id %q) accessible from [%s] only: the plugin ignored the requirement",
+		used.nodeID, v.GetId(), v.GetExternalId(), strings.Join(got, " | "))
+	s.logger.Warn("plugin created a volume outside its topology requirement; deleting it", "volume", v.GetId(), "plugin", v.GetPluginId(),
+		"node", used.nodeID, "external_id", v.GetExternalId())
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	defer cancel()
+	err := s.controllers.DeleteVolume(dctx, used.addr, v.GetPluginId(), &csi.DeleteVolumeRequest{VolumeId: v.GetExternalId(), Secrets: secrets})
+	if err != nil && !(status.Code(err) == codes.NotFound && !csisupdv1.IsPluginNotFound(err)) {
+		reason += fmt.Sprintf("; deleting it failed, so it is left in the plugin: %v", claims.ScrubSecrets(err.Error(), secrets))
+	} else {
+		reason += "; it was deleted"
+	}
+	return csisupdv1.NewTopologyUnsatisfiableError(v.GetPluginId(), place.describe(), reason)
 }

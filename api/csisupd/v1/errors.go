@@ -2,6 +2,7 @@ package csisupdv1
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -87,6 +88,16 @@ func NewCapabilityMissingError(pluginID, method, capability string) error {
 	msg := fmt.Sprintf("plugin %q does not advertise the %s capability that %s needs", pluginID, capability, method)
 	return withDetails(codes.FailedPrecondition, msg,
 		&CapabilityMissing{PluginId: pluginID, Method: method, Capability: capability})
+}
+
+// NewTopologyUnsatisfiableError returns the FailedPrecondition error with
+// the TopologyUnsatisfiable detail: no controller of the plugin can make
+// the volume where requisite (segments as "k=v,k=v") asks, for the given
+// reason. It is not retryable as it stands.
+func NewTopologyUnsatisfiableError(pluginID string, requisite []string, reason string) error {
+	msg := fmt.Sprintf("plugin %q: topology requirement [%s] cannot be met: %s", pluginID, strings.Join(requisite, " | "), reason)
+	return withDetails(codes.FailedPrecondition, msg,
+		&TopologyUnsatisfiable{PluginId: pluginID, Requisite: requisite, Reason: reason})
 }
 
 // Rules a claim can break, as ClaimRefused.rule names them.

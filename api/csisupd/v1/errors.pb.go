@@ -609,6 +609,73 @@ func (x *NodeUnreachable) GetReason() string {
 	return ""
 }
 
+// TopologyUnsatisfiable is the detail of the FailedPrecondition error that
+// refuses a volume operation no controller can make where it must: no
+// healthy controller instance's accessible topology satisfies a requisite
+// segment, or the plugin created the volume outside every one of them.
+type TopologyUnsatisfiable struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PluginId string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	// requisite lists the segments asked for, each as "k=v,k=v" with keys
+	// in order.
+	Requisite []string `protobuf:"bytes,2,rep,name=requisite,proto3" json:"requisite,omitempty"`
+	// reason says what failed, for people.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopologyUnsatisfiable) Reset() {
+	*x = TopologyUnsatisfiable{}
+	mi := &file_csisupd_v1_errors_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopologyUnsatisfiable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopologyUnsatisfiable) ProtoMessage() {}
+
+func (x *TopologyUnsatisfiable) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_errors_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopologyUnsatisfiable.ProtoReflect.Descriptor instead.
+func (*TopologyUnsatisfiable) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_errors_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TopologyUnsatisfiable) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *TopologyUnsatisfiable) GetRequisite() []string {
+	if x != nil {
+		return x.Requisite
+	}
+	return nil
+}
+
+func (x *TopologyUnsatisfiable) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_csisupd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_errors_proto_rawDesc = "" +
@@ -649,6 +716,10 @@ const file_csisupd_v1_errors_proto_rawDesc = "" +
 	"\x0fNodeUnreachable\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"j\n" +
+	"\x15TopologyUnsatisfiable\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x1c\n" +
+	"\trequisite\x18\x02 \x03(\tR\trequisite\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reasonB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
@@ -663,18 +734,19 @@ func file_csisupd_v1_errors_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_errors_proto_rawDescData
 }
 
-var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_csisupd_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_csisupd_v1_errors_proto_goTypes = []any{
-	(*Retryable)(nil),         // 0: csisupd.v1.Retryable
-	(*Ignorable)(nil),         // 1: csisupd.v1.Ignorable
-	(*PluginNotFound)(nil),    // 2: csisupd.v1.PluginNotFound
-	(*PluginUnhealthy)(nil),   // 3: csisupd.v1.PluginUnhealthy
-	(*CapabilityMissing)(nil), // 4: csisupd.v1.CapabilityMissing
-	(*EventsFellBehind)(nil),  // 5: csisupd.v1.EventsFellBehind
-	(*EventsGone)(nil),        // 6: csisupd.v1.EventsGone
-	(*ClaimRefused)(nil),      // 7: csisupd.v1.ClaimRefused
-	(*NoLeader)(nil),          // 8: csisupd.v1.NoLeader
-	(*NodeUnreachable)(nil),   // 9: csisupd.v1.NodeUnreachable
+	(*Retryable)(nil),             // 0: csisupd.v1.Retryable
+	(*Ignorable)(nil),             // 1: csisupd.v1.Ignorable
+	(*PluginNotFound)(nil),        // 2: csisupd.v1.PluginNotFound
+	(*PluginUnhealthy)(nil),       // 3: csisupd.v1.PluginUnhealthy
+	(*CapabilityMissing)(nil),     // 4: csisupd.v1.CapabilityMissing
+	(*EventsFellBehind)(nil),      // 5: csisupd.v1.EventsFellBehind
+	(*EventsGone)(nil),            // 6: csisupd.v1.EventsGone
+	(*ClaimRefused)(nil),          // 7: csisupd.v1.ClaimRefused
+	(*NoLeader)(nil),              // 8: csisupd.v1.NoLeader
+	(*NodeUnreachable)(nil),       // 9: csisupd.v1.NodeUnreachable
+	(*TopologyUnsatisfiable)(nil), // 10: csisupd.v1.TopologyUnsatisfiable
 }
 var file_csisupd_v1_errors_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -695,7 +767,7 @@ func file_csisupd_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_errors_proto_rawDesc), len(file_csisupd_v1_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

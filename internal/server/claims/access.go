@@ -161,10 +161,10 @@ func nodePlugin(node *statepb.ClusterNode, pluginID string) *statepb.Plugin {
 	return nil
 }
 
-// topologyFits reports whether a node with the topology have can reach a
+// TopologyFits reports whether a node with the topology have can reach a
 // volume reachable from segs: have holds every key and value of one
 // segment. No segments means everywhere.
-func topologyFits(segs []*statepb.TopologySegment, have map[string]string) bool {
+func TopologyFits(segs []*statepb.TopologySegment, have map[string]string) bool {
 	if len(segs) == 0 {
 		return true
 	}

@@ -120,7 +120,7 @@ func CheckTake(st Reader, v *statepb.Volume, claim *statepb.VolumeClaim) error {
 		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleCapability,
 			fmt.Sprintf("volume %q has no capability %s %s (it has: %s)", v.GetId(), usage.GetAccessType(), usage.GetAccessMode(), strings.Join(have, ", ")))
 	}
-	if !topologyFits(v.GetAccessibleTopology(), p.GetAccessibleTopology()) {
+	if !TopologyFits(v.GetAccessibleTopology(), p.GetAccessibleTopology()) {
 		var segs []string
 		for _, seg := range v.GetAccessibleTopology() {
 			segs = append(segs, fmt.Sprint(seg.GetSegments()))

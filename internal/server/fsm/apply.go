@@ -106,8 +106,14 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 		// Written by earlier releases only; a volume with claims is kept.
 		return deleteVolume(txn, c.VolumeDelete, 0, ev)
 	case *statepb.LogEntry_VolumeCreate, *statepb.LogEntry_VolumeDeleteChecked, *statepb.LogEntry_ClaimTake,
-		*statepb.LogEntry_ClaimStep, *statepb.LogEntry_ClaimRemove:
+		*statepb.LogEntry_ClaimStep, *statepb.LogEntry_ClaimRemove, *statepb.LogEntry_VolumeExpand,
+		*statepb.LogEntry_VolumeModify:
 		return f.applyVolumeCommand(txn, index, ts, c, ev)
+	case *statepb.LogEntry_SnapshotPut, *statepb.LogEntry_SnapshotDelete:
+		return applySnapshotCommand(txn, index, ts, c, func(e *csisupdv1.ClusterEvent) {
+			e.Index, e.Time = index, ts
+			*events = append(*events, e)
+		})
 	case *statepb.LogEntry_AclPolicyUpsert, *statepb.LogEntry_AclPolicyDelete, *statepb.LogEntry_AclTokenUpsert,
 		*statepb.LogEntry_AclTokenDelete, *statepb.LogEntry_AclBootstrap:
 		return applyACL(txn, index, ts, c)

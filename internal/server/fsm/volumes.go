@@ -2,7 +2,9 @@ package fsm
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -29,6 +31,23 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		return putVolume(txn, index, ts, nil, v, ev)
 	case *statepb.LogEntry_VolumeDeleteChecked:
 		return deleteVolume(txn, c.VolumeDeleteChecked.GetVolumeId(), c.VolumeDeleteChecked.GetVolumeIndex(), ev)
+	case *statepb.LogEntry_VolumeExpand:
+		return expandVolume(txn, index, c.VolumeExpand, ev)
+	case *statepb.LogEntry_VolumeModify:
+		v, err := volumeOf(txn, c.VolumeModify.GetVolumeId())
+		if err != nil {
+			return err
+		}
+		if err := claims.CheckModify(v, c.VolumeModify); err != nil {
+			return err
+		}
+		nv := proto.Clone(v).(*statepb.Volume)
+		nv.MutableParameters = claims.MergeMutable(v.GetMutableParameters(), c.VolumeModify.GetMutableParameters())
+		if err := replaceVolume(txn, index, v, nv); err != nil {
+			return err
+		}
+		ev("volume-modified", "", nv.GetPluginId(), nv.GetId(), "mutable parameters set: "+strings.Join(slices.Sorted(maps.Keys(c.VolumeModify.GetMutableParameters())), ", "))
+		return nil
 	case *statepb.LogEntry_ClaimTake:
 		v, err := volumeOf(txn, c.ClaimTake.GetVolumeId())
 		if err != nil {
@@ -82,6 +101,45 @@ func volumeOf(txn *state.Txn, id string) (*statepb.Volume, error) {
 	return v, nil
 }
 
+// expandVolume applies a volume_expand command: the next state of an
+// expansion, with volume-expanded when it is done.
+func expandVolume(txn *state.Txn, index uint64, cmd *statepb.VolumeExpandCommand, ev eventFunc) error {
+	v, err := volumeOf(txn, cmd.GetVolumeId())
+	if err != nil {
+		return err
+	}
+	if err := claims.CheckExpandStep(v, cmd); err != nil {
+		return err
+	}
+	nv := proto.Clone(v).(*statepb.Volume)
+	claims.ApplyExpandStep(nv, cmd)
+	if err := replaceVolume(txn, index, v, nv); err != nil {
+		return err
+	}
+	switch e := nv.GetExpansion(); {
+	case e == nil:
+		ev("volume-expanded", "", nv.GetPluginId(), nv.GetId(), fmt.Sprintf("expanded to %d bytes (was %d)", nv.GetCapacityBytes(), v.GetCapacityBytes()))
+	default:
+		desc := fmt.Sprintf("expansion to %d bytes: state %s", e.GetCapacityBytes(), e.GetState())
+		if len(e.GetNodesPending()) > 0 {
+			desc += ", nodes pending: " + strings.Join(e.GetNodesPending(), ", ")
+		}
+		if e.GetLastError() != "" {
+			desc += ", last error: " + e.GetLastError()
+		}
+		ev("volume-updated", "", nv.GetPluginId(), nv.GetId(), desc)
+	}
+	return nil
+}
+
+// replaceVolume writes nv, the new row of the stored volume old, at index.
+func replaceVolume(txn *state.Txn, index uint64, old, nv *statepb.Volume) error {
+	nv.ModifyIndex = index
+	nv.CreateIndex = old.GetCreateIndex()
+	nv.CreatedAt = old.GetCreatedAt()
+	return txn.PutVolume(nv)
+}
+
 // putVolume writes nv, the new row of a volume whose stored row is old
 // (nil for a new volume), at index, and appends the events of the change.
 func putVolume(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, old, nv *statepb.Volume, ev eventFunc) error {
@@ -116,6 +174,9 @@ func deleteVolume(txn *state.Txn, id string, volumeIndex uint64, ev eventFunc) e
 		return err
 	}
 	if err := claims.CheckDelete(v, volumeIndex); err != nil {
+		return err
+	}
+	if err := claims.CheckDeleteWithSnapshots(v, txn.VolumeSnapshots()); err != nil {
 		return err
 	}
 	if err := txn.DeleteVolume(v); err != nil {

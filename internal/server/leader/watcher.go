@@ -42,6 +42,14 @@ type WatcherConfig struct {
 	// records the result, or starts its release when a step fails. The
 	// caller holds the volume's lock. Required.
 	Finish func(ctx context.Context, ref claims.Ref) error
+	// FollowSnapshot does the next step of a volume snapshot that is being
+	// created or deleted, or is not ready to use yet (claims.SnapshotNeedsWork).
+	// It takes the snapshot's lock itself and returns nil at once when
+	// someone else holds it. Optional.
+	FollowSnapshot func(ctx context.Context, id string) error
+	// ResumeExpansion finishes the expansion under way of a volume. The
+	// caller holds the volume's lock. Optional.
+	ResumeExpansion func(ctx context.Context, volumeID string) error
 	// Watchdog, when set, tracks each term's watcher loop.
 	Watchdog *watchdog.Monitor
 }
@@ -147,6 +155,7 @@ func (r *watchRun) pass(ctx context.Context) {
 			}
 		}
 	}
+	r.lifecycle(ctx, live)
 	for key := range r.retries {
 		if !live[key] {
 			delete(r.retries, key)
@@ -157,6 +166,61 @@ func (r *watchRun) pass(ctx context.Context) {
 			delete(r.resumed, key)
 		}
 	}
+}
+
+// lifecycle resumes the volume work that is not about claims: the
+// expansions under way, and the snapshots being created or deleted or
+// not ready yet. Each is retried with backoff after a failure.
+func (r *watchRun) lifecycle(ctx context.Context, live map[string]bool) {
+	if r.cfg.ResumeExpansion != nil {
+		for _, v := range r.cfg.State().Volumes("") {
+			if v.GetExpansion() == nil || ctx.Err() != nil {
+				continue
+			}
+			r.loop.Beat()
+			key := fmt.Sprintf("expand\x00%s\x00%d", v.GetId(), v.GetCreateIndex())
+			live[key] = true
+			r.retrying(ctx, key, "volume expansion", r.logger.With("volume", v.GetId()), func() error {
+				unlock, ok := r.cfg.Locks.TryLock(v.GetId())
+				if !ok {
+					return nil
+				}
+				defer unlock()
+				return r.cfg.ResumeExpansion(ctx, v.GetId())
+			})
+		}
+	}
+	if r.cfg.FollowSnapshot != nil {
+		for _, snap := range r.cfg.State().VolumeSnapshots() {
+			if !claims.SnapshotNeedsWork(snap) || ctx.Err() != nil {
+				continue
+			}
+			r.loop.Beat()
+			key := fmt.Sprintf("snapshot\x00%s\x00%d", snap.GetId(), snap.GetCreateIndex())
+			live[key] = true
+			r.retrying(ctx, key, "volume snapshot step", r.logger.With("snapshot", snap.GetId(), "state", snap.GetState()), func() error {
+				return r.cfg.FollowSnapshot(ctx, snap.GetId())
+			})
+		}
+	}
+}
+
+// retrying runs fn unless its last failure (under key) was too recent,
+// and delays the next attempt with backoff when it fails.
+func (r *watchRun) retrying(ctx context.Context, key, what string, log hclog.Logger, fn func() error) {
+	now := time.Now()
+	if cr := r.retries[key]; cr != nil && now.Before(cr.next) {
+		return
+	}
+	if err := fn(); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		d := r.failed(key, now)
+		log.Warn(what+" failed; retrying", "retry_in", d, "error", err)
+		return
+	}
+	delete(r.retries, key)
 }
 
 // nodeGoneDue reports whether a claim must be released without its node:

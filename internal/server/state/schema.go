@@ -55,6 +55,8 @@ func schema() *memdb.DBSchema {
 		}},
 		tableServers: {Name: tableServers, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
 		tableIndex:   {Name: tableIndex, Indexes: map[string]*memdb.IndexSchema{"id": id("Key")}},
+
+		tableVolumeSnapshots: volumeSnapshotsTable(),
 	}
 	for name, t := range aclTables() {
 		tables[name] = t

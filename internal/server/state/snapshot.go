@@ -25,6 +25,8 @@ func (s *Store) Snapshot() *statepb.StateSnapshot {
 		AclPolicies:       s.ACLPolicies(),
 		AclTokens:         s.ACLTokens(),
 		AclBootstrapIndex: s.ACLBootstrapIndex(),
+
+		VolumeSnapshots: s.VolumeSnapshots(),
 	}
 }
 
@@ -76,6 +78,9 @@ func FromSnapshot(snap *statepb.StateSnapshot, index uint64) (*Store, error) {
 		if err := txn.Insert(tableServers, r); err != nil {
 			return nil, fmt.Errorf("restore server %q: %w", r.GetId(), err)
 		}
+	}
+	if err := restoreVolumeSnapshots(txn, snap); err != nil {
+		return nil, err
 	}
 	if err := restoreACL(txn, snap); err != nil {
 		return nil, err

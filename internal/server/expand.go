@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/statepb"
+)
+
+// expansionPlugin is what the cluster knows of how a plugin expands
+// volumes, from its instances' fingerprints.
+type expansionPlugin struct {
+	// controller: some controller instance has EXPAND_VOLUME.
+	controller bool
+	// node: some node instance has the EXPAND_VOLUME node capability.
+	node bool
+	// pluginCaps are the plugin capabilities of its instances.
+	pluginCaps []string
+}
+
+func (s *Server) expansionOf(pluginID string) expansionPlugin {
+	var e expansionPlugin
+	p := s.State().Plugin(pluginID)
+	if p == nil {
+		return e
+	}
+	for _, inst := range p.Instances {
+		pl := inst.Plugin
+		if slices.Contains(pl.GetControllerCapabilities(), plugin.CapExpandVolume) {
+			e.controller = true
+		}
+		if slices.Contains(pl.GetNodeCapabilities(), plugin.CapExpandVolume) {
+			e.node = true
+		}
+		for _, c := range pl.GetPluginCapabilities() {
+			if !slices.Contains(e.pluginCaps, c) {
+				e.pluginCaps = append(e.pluginCaps, c)
+			}
+		}
+	}
+	return e
+}
+
+// expandVolume runs on the leader: it records the expansion, then drives
+// it to its end (driveExpansion). A failure leaves the expansion recorded
+// with its last error, and the volume watcher finishes it.
+func (s *Server) expandVolume(ctx context.Context, req *csisupdv1.VolumeExpandRequest) (*statepb.Volume, error) {
+	unlock, err := s.volumeLocks.Lock(ctx, req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer unlock()
+	v := s.State().Volume(req.GetId())
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+	}
+	limit, done, err := claims.CheckExpandRequest(v, req.GetCapacityMinBytes(), req.GetCapacityMaxBytes())
+	if err != nil || done {
+		return v, err
+	}
+	if v.GetExpansion() == nil {
+		exp := s.expansionOf(v.GetPluginId())
+		if !exp.controller && !exp.node {
+			return nil, csisupdv1.NewCapabilityMissingError(v.GetPluginId(), "ExpandVolume", plugin.CapExpandVolume)
+		}
+		if err := claims.CheckOfflineExpansion(v, exp.pluginCaps); err != nil {
+			return nil, err
+		}
+		first := claims.ExpansionController
+		if !exp.controller {
+			first = claims.ExpansionNodes
+		}
+		if v, err = s.applyExpansion(claims.NewExpansion(v, req.GetCapacityMinBytes(), limit, first, timestamppb.Now())); err != nil {
+			return nil, err
+		}
+	}
+	return s.driveExpansion(ctx, v, req.GetSecrets())
+}
+
+// resumeExpansion is the volume watcher's step for a volume whose
+// expansion is under way; the caller holds the volume's lock.
+func (s *Server) resumeExpansion(ctx context.Context, volumeID string) error {
+	v := s.State().Volume(volumeID)
+	if v == nil || v.GetExpansion() == nil {
+		return nil
+	}
+	s.logger.Info("resuming volume expansion", "volume", volumeID, "capacity", v.GetExpansion().GetCapacityBytes(),
+		"state", v.GetExpansion().GetState(), "nodes_pending", v.GetExpansion().GetNodesPending())
+	_, err := s.driveExpansion(ctx, v, nil)
+	return err
+}
+
+func (s *Server) applyExpansion(cmd *statepb.VolumeExpandCommand) (*statepb.Volume, error) {
+	return s.applyVolume(cmd.GetVolumeId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeExpand{VolumeExpand: cmd}})
+}
+
+// driveExpansion runs the steps of v's expansion from its recorded state:
+// ControllerExpandVolume (state controller), then NodeExpandVolume on each
+// pending node (state nodes), recording each step through raft before the
+// next, so that a new leader goes on where this one stopped.
+func (s *Server) driveExpansion(ctx context.Context, v *statepb.Volume, secrets map[string]string) (*statepb.Volume, error) {
+	var err error
+	if v.GetExpansion().GetState() == claims.ExpansionController {
+		if v, err = s.expandController(ctx, v, secrets); err != nil {
+			return nil, err
+		}
+	}
+	for v.GetExpansion() != nil && len(v.GetExpansion().GetNodesPending()) > 0 {
+		if v, err = s.expandNode(ctx, v, v.GetExpansion().GetNodesPending()[0], secrets); err != nil {
+			return nil, err
+		}
+	}
+	if e := v.GetExpansion(); e != nil {
+		// Every node is done: the volume has the size asked for, or what
+		// a node reported, whichever is larger.
+		return s.applyExpansion(claims.ExpansionStep(v, nil, max(v.GetCapacityBytes(), e.GetCapacityBytes())))
+	}
+	return v, nil
+}
+
+// expandController calls ControllerExpandVolume through a controller that
+// reaches the volume and records its answer: the new capacity, and the
+// nodes that need NodeExpandVolume when the plugin says so.
+func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secrets map[string]string) (*statepb.Volume, error) {
+	e := v.GetExpansion()
+	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapExpandVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
+	if err != nil {
+		return nil, s.expansionFailed(v, err)
+	}
+	csiReq := &csi.ControllerExpandVolumeRequest{
+		VolumeId:      v.GetExternalId(),
+		CapacityRange: &csi.CapacityRange{RequiredBytes: e.GetCapacityBytes(), LimitBytes: e.GetLimitBytes()},
+		Secrets:       secrets,
+	}
+	if caps := v.GetCapabilities(); len(caps) > 0 {
+		if c, err := claims.CSICapability(caps[0]); err == nil {
+			csiReq.VolumeCapability = c
+		}
+	}
+	var resp *csi.ControllerExpandVolumeResponse
+	if _, err := s.callControllers(ctx, "ControllerExpandVolume", cands, func(ctx context.Context, c candidate) error {
+		var err error
+		resp, err = s.controllers.ExpandVolume(ctx, c.addr, v.GetPluginId(), csiReq)
+		return err
+	}); err != nil {
+		return nil, s.expansionFailed(v, errors.New(claims.ScrubSecrets(err.Error(), secrets)))
+	}
+	next := proto.Clone(e).(*statepb.VolumeExpansion)
+	next.State, next.LastError = claims.ExpansionNodes, ""
+	if resp.GetNodeExpansionRequired() {
+		next.NodesPending = claims.ExpansionNodesOf(v)
+	}
+	capacity := max(resp.GetCapacityBytes(), v.GetCapacityBytes())
+	return s.applyExpansion(claims.ExpansionStep(v, next, capacity))
+}
+
+// expandNode calls NodeExpandVolume on node through its agent, which uses
+// the volume and staging paths of its own mount of the volume, and
+// records the node as done. A node that no longer mounts the volume has
+// nothing to expand: it expands when the volume is staged there again.
+func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID string, secrets map[string]string) (*statepb.Volume, error) {
+	e := v.GetExpansion()
+	node := s.State().Node(nodeID)
+	stillMounted := slices.Contains(claims.ExpansionNodesOf(v), nodeID)
+	if node != nil && stillMounted {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+		_, err := s.nodeVolumes.ExpandVolume(cctx, node.GetAddress(), &csisupdv1.ExpandVolumeRequest{
+			PluginId:      v.GetPluginId(),
+			VolumeId:      v.GetId(),
+			RequiredBytes: e.GetCapacityBytes(),
+			LimitBytes:    e.GetLimitBytes(),
+			Secrets:       secrets,
+		})
+		cancel()
+		if err != nil && status.Code(err) != codes.NotFound {
+			return nil, s.expansionFailed(v, fmt.Errorf("node %s: %s", nodeID, claims.ScrubSecrets(err.Error(), secrets)))
+		}
+		if err == nil {
+			s.heartbeats.Confirm(nodeID)
+		}
+	}
+	next := proto.Clone(e).(*statepb.VolumeExpansion)
+	next.NodesPending = slices.DeleteFunc(next.NodesPending, func(n string) bool { return n == nodeID })
+	next.NodesDone = append(next.NodesDone, nodeID)
+	next.LastError = ""
+	return s.applyExpansion(claims.ExpansionStep(v, next, 0))
+}
+
+// expansionFailed records a failed expansion step on the volume, for the
+// volume watcher to try again, and returns the failure.
+func (s *Server) expansionFailed(v *statepb.Volume, callErr error) error {
+	next := proto.Clone(v.GetExpansion()).(*statepb.VolumeExpansion)
+	next.LastError = callErr.Error()
+	if _, err := s.applyExpansion(claims.ExpansionStep(v, next, 0)); err != nil {
+		return errors.Join(callErr, err)
+	}
+	return status.Errorf(status.Code(callErr), "expand volume %q: %v (the expansion is recorded; the cluster keeps trying)", v.GetId(), callErr)
+}
+
+// modifyVolume runs on the leader: ControllerModifyVolume through a
+// controller that reaches the volume, then the mutable parameters are
+// recorded.
+func (s *Server) modifyVolume(ctx context.Context, req *csisupdv1.VolumeModifyRequest) (*statepb.Volume, error) {
+	if len(req.GetMutableParameters()) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "modify volume %q: mutable_parameters are required", req.GetId())
+	}
+	unlock, err := s.volumeLocks.Lock(ctx, req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer unlock()
+	v := s.State().Volume(req.GetId())
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+	}
+	cands, err := s.placedControllers(v.GetPluginId(), capModifyVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
+	if err != nil {
+		return nil, err
+	}
+	csiReq := &csi.ControllerModifyVolumeRequest{VolumeId: v.GetExternalId(), MutableParameters: req.GetMutableParameters(), Secrets: req.GetSecrets()}
+	if _, err := s.callControllers(ctx, "ControllerModifyVolume", cands, func(ctx context.Context, c candidate) error {
+		return s.controllers.ModifyVolume(ctx, c.addr, v.GetPluginId(), csiReq)
+	}); err != nil {
+		return nil, status.Errorf(status.Code(err), "%s", claims.ScrubSecrets(err.Error(), req.GetSecrets()))
+	}
+	return s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeModify{VolumeModify: &statepb.VolumeModifyCommand{
+		VolumeId: v.GetId(), VolumeIndex: v.GetModifyIndex(), MutableParameters: req.GetMutableParameters(),
+	}}})
+}
