@@ -48,11 +48,13 @@
 //	                            (any peer; server identity passes)
 //	ClientCSI                   ControllerGetCapabilities, ControllerValidateVolume,
 //	                            ControllerListVolumes, ControllerGetVolume,
-//	                            ControllerGetCapacity, ControllerListSnapshots     volume:read
+//	                            ControllerGetCapacity, ControllerListSnapshots,
+//	                            ControllerGetSnapshot, ControllerGetVolumeHealth,
+//	                            ControllerListVolumeHealth                         volume:read
 //	                            ControllerAttachVolume, ControllerDetachVolume,
 //	                            ControllerCreateVolume, ControllerDeleteVolume,
-//	                            ControllerExpandVolume, ControllerCreateSnapshot,
-//	                            ControllerDeleteSnapshot                           volume:write
+//	                            ControllerExpandVolume, ControllerModifyVolume,
+//	                            ControllerCreateSnapshot, ControllerDeleteSnapshot volume:write
 //	                            (servers and CLIs, never a client certificate;
 //	                            server identity passes)
 //	Cluster                     PeerInfo, Join, ServerStats           servers only, no token

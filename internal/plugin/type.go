@@ -75,12 +75,25 @@ const (
 	CapGetCapacity            = "GET_CAPACITY"
 	CapCreateDeleteSnapshot   = "CREATE_DELETE_SNAPSHOT"
 	CapListSnapshots          = "LIST_SNAPSHOTS"
+	CapCloneVolume            = "CLONE_VOLUME"
+	CapModifyVolume           = "MODIFY_VOLUME"
+	CapGetSnapshot            = "GET_SNAPSHOT"
+	CapListVolumeHealth       = "LIST_VOLUME_HEALTH"
 
 	// CapExpandVolume is a controller and a node capability of the same
 	// name.
 	CapExpandVolume = "EXPAND_VOLUME"
+	// CapGetVolumeHealth is a controller capability (ControllerGetVolumeHealth)
+	// and a node capability (NodeGetVolumeHealth) of the same name.
+	CapGetVolumeHealth = "GET_VOLUME_HEALTH"
+	// CapSingleNodeMultiWriter is a controller and a node capability of the
+	// same name: the plugin knows the SINGLE_NODE_SINGLE_WRITER and
+	// SINGLE_NODE_MULTI_WRITER access modes.
+	CapSingleNodeMultiWriter = "SINGLE_NODE_MULTI_WRITER"
 
 	// Node capabilities.
 	CapStageUnstageVolume = "STAGE_UNSTAGE_VOLUME"
 	CapGetVolumeStats     = "GET_VOLUME_STATS"
+	CapVolumeMountGroup   = "VOLUME_MOUNT_GROUP"
+	CapGetStorageHealth   = "GET_STORAGE_HEALTH"
 )

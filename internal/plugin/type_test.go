@@ -55,6 +55,16 @@ func TestCapabilityNames(t *testing.T) {
 		{CapExpandVolume, csi.NodeServiceCapability_RPC_EXPAND_VOLUME.String()},
 		{CapStageUnstageVolume, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME.String()},
 		{CapGetVolumeStats, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS.String()},
+		{CapCloneVolume, csi.ControllerServiceCapability_RPC_CLONE_VOLUME.String()},
+		{CapModifyVolume, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME.String()},
+		{CapGetSnapshot, csi.ControllerServiceCapability_RPC_GET_SNAPSHOT.String()},
+		{CapListVolumeHealth, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH.String()},
+		{CapGetVolumeHealth, csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH.String()},
+		{CapGetVolumeHealth, csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH.String()},
+		{CapSingleNodeMultiWriter, csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER.String()},
+		{CapSingleNodeMultiWriter, csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER.String()},
+		{CapVolumeMountGroup, csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP.String()},
+		{CapGetStorageHealth, csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH.String()},
 	}
 	for _, tt := range tests {
 		if tt.name != tt.enum {

@@ -254,6 +254,47 @@ func (s *ClientCSI) ControllerListSnapshots(ctx context.Context, in *csisupdv1.C
 	return &csisupdv1.ControllerListSnapshotsResponse{Response: resp}, nil
 }
 
+// ControllerGetSnapshot calls the plugin's GetSnapshot.
+func (s *ClientCSI) ControllerGetSnapshot(ctx context.Context, in *csisupdv1.ControllerGetSnapshotRequest) (*csisupdv1.ControllerGetSnapshotResponse, error) {
+	m := method{name: "ControllerGetSnapshot", csi: "GetSnapshot", capability: plugin.CapGetSnapshot}
+	resp, err := invoke(ctx, s, m, in.GetPluginId(), in.GetRequest(), csi.ControllerClient.GetSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.ControllerGetSnapshotResponse{Response: resp}, nil
+}
+
+// ControllerModifyVolume calls the plugin's ControllerModifyVolume. It
+// changes the volume's storage, so it is destructive like an expansion.
+func (s *ClientCSI) ControllerModifyVolume(ctx context.Context, in *csisupdv1.ControllerModifyVolumeRequest) (*csisupdv1.ControllerModifyVolumeResponse, error) {
+	m := method{name: "ControllerModifyVolume", csi: "ControllerModifyVolume", capability: plugin.CapModifyVolume, destructive: true}
+	resp, err := invoke(ctx, s, m, in.GetPluginId(), in.GetRequest(), csi.ControllerClient.ControllerModifyVolume)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.ControllerModifyVolumeResponse{Response: resp}, nil
+}
+
+// ControllerGetVolumeHealth calls the plugin's ControllerGetVolumeHealth.
+func (s *ClientCSI) ControllerGetVolumeHealth(ctx context.Context, in *csisupdv1.ControllerGetVolumeHealthRequest) (*csisupdv1.ControllerGetVolumeHealthResponse, error) {
+	m := method{name: "ControllerGetVolumeHealth", csi: "ControllerGetVolumeHealth", capability: plugin.CapGetVolumeHealth}
+	resp, err := invoke(ctx, s, m, in.GetPluginId(), in.GetRequest(), csi.ControllerClient.ControllerGetVolumeHealth)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.ControllerGetVolumeHealthResponse{Response: resp}, nil
+}
+
+// ControllerListVolumeHealth calls the plugin's ControllerListVolumeHealth.
+func (s *ClientCSI) ControllerListVolumeHealth(ctx context.Context, in *csisupdv1.ControllerListVolumeHealthRequest) (*csisupdv1.ControllerListVolumeHealthResponse, error) {
+	m := method{name: "ControllerListVolumeHealth", csi: "ControllerListVolumeHealth", capability: plugin.CapListVolumeHealth}
+	resp, err := invoke(ctx, s, m, in.GetPluginId(), in.GetRequest(), csi.ControllerClient.ControllerListVolumeHealth)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.ControllerListVolumeHealthResponse{Response: resp}, nil
+}
+
 // invoke runs one ClientCSI request through the node's one plugin call
 // path (csiclient.Invoke): the plugin must have the controller service and
 // m's capability, a call without a deadline gets m's, and each attempt of

@@ -1270,6 +1270,390 @@ func (x *ControllerListSnapshotsResponse) GetResponse() *csi.ListSnapshotsRespon
 	return nil
 }
 
+type ControllerGetSnapshotRequest struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	PluginId      string                  `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Request       *csi.GetSnapshotRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerGetSnapshotRequest) Reset() {
+	*x = ControllerGetSnapshotRequest{}
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerGetSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerGetSnapshotRequest) ProtoMessage() {}
+
+func (x *ControllerGetSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerGetSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*ControllerGetSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_clientcsi_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ControllerGetSnapshotRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *ControllerGetSnapshotRequest) GetRequest() *csi.GetSnapshotRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ControllerGetSnapshotResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Response      *csi.GetSnapshotResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerGetSnapshotResponse) Reset() {
+	*x = ControllerGetSnapshotResponse{}
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerGetSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerGetSnapshotResponse) ProtoMessage() {}
+
+func (x *ControllerGetSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerGetSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*ControllerGetSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_clientcsi_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ControllerGetSnapshotResponse) GetResponse() *csi.GetSnapshotResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type ControllerModifyVolumeRequest struct {
+	state         protoimpl.MessageState             `protogen:"open.v1"`
+	PluginId      string                             `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Request       *csi.ControllerModifyVolumeRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerModifyVolumeRequest) Reset() {
+	*x = ControllerModifyVolumeRequest{}
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerModifyVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerModifyVolumeRequest) ProtoMessage() {}
+
+func (x *ControllerModifyVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerModifyVolumeRequest.ProtoReflect.Descriptor instead.
+func (*ControllerModifyVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_clientcsi_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ControllerModifyVolumeRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *ControllerModifyVolumeRequest) GetRequest() *csi.ControllerModifyVolumeRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ControllerModifyVolumeResponse struct {
+	state         protoimpl.MessageState              `protogen:"open.v1"`
+	Response      *csi.ControllerModifyVolumeResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerModifyVolumeResponse) Reset() {
+	*x = ControllerModifyVolumeResponse{}
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerModifyVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerModifyVolumeResponse) ProtoMessage() {}
+
+func (x *ControllerModifyVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerModifyVolumeResponse.ProtoReflect.Descriptor instead.
+func (*ControllerModifyVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_clientcsi_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ControllerModifyVolumeResponse) GetResponse() *csi.ControllerModifyVolumeResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type ControllerGetVolumeHealthRequest struct {
+	state         protoimpl.MessageState                `protogen:"open.v1"`
+	PluginId      string                                `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Request       *csi.ControllerGetVolumeHealthRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerGetVolumeHealthRequest) Reset() {
+	*x = ControllerGetVolumeHealthRequest{}
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerGetVolumeHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerGetVolumeHealthRequest) ProtoMessage() {}
+
+func (x *ControllerGetVolumeHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerGetVolumeHealthRequest.ProtoReflect.Descriptor instead.
+func (*ControllerGetVolumeHealthRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_clientcsi_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ControllerGetVolumeHealthRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *ControllerGetVolumeHealthRequest) GetRequest() *csi.ControllerGetVolumeHealthRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ControllerGetVolumeHealthResponse struct {
+	state         protoimpl.MessageState                 `protogen:"open.v1"`
+	Response      *csi.ControllerGetVolumeHealthResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerGetVolumeHealthResponse) Reset() {
+	*x = ControllerGetVolumeHealthResponse{}
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerGetVolumeHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerGetVolumeHealthResponse) ProtoMessage() {}
+
+func (x *ControllerGetVolumeHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerGetVolumeHealthResponse.ProtoReflect.Descriptor instead.
+func (*ControllerGetVolumeHealthResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_clientcsi_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ControllerGetVolumeHealthResponse) GetResponse() *csi.ControllerGetVolumeHealthResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type ControllerListVolumeHealthRequest struct {
+	state         protoimpl.MessageState                 `protogen:"open.v1"`
+	PluginId      string                                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Request       *csi.ControllerListVolumeHealthRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerListVolumeHealthRequest) Reset() {
+	*x = ControllerListVolumeHealthRequest{}
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerListVolumeHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerListVolumeHealthRequest) ProtoMessage() {}
+
+func (x *ControllerListVolumeHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerListVolumeHealthRequest.ProtoReflect.Descriptor instead.
+func (*ControllerListVolumeHealthRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_clientcsi_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ControllerListVolumeHealthRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *ControllerListVolumeHealthRequest) GetRequest() *csi.ControllerListVolumeHealthRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ControllerListVolumeHealthResponse struct {
+	state         protoimpl.MessageState                  `protogen:"open.v1"`
+	Response      *csi.ControllerListVolumeHealthResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerListVolumeHealthResponse) Reset() {
+	*x = ControllerListVolumeHealthResponse{}
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerListVolumeHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerListVolumeHealthResponse) ProtoMessage() {}
+
+func (x *ControllerListVolumeHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_clientcsi_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerListVolumeHealthResponse.ProtoReflect.Descriptor instead.
+func (*ControllerListVolumeHealthResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_clientcsi_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ControllerListVolumeHealthResponse) GetResponse() *csi.ControllerListVolumeHealthResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 var File_csisupd_v1_clientcsi_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_clientcsi_proto_rawDesc = "" +
@@ -1340,7 +1724,27 @@ const file_csisupd_v1_clientcsi_proto_rawDesc = "" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x126\n" +
 	"\arequest\x18\x02 \x01(\v2\x1c.csi.v1.ListSnapshotsRequestR\arequest\"\\\n" +
 	"\x1fControllerListSnapshotsResponse\x129\n" +
-	"\bresponse\x18\x01 \x01(\v2\x1d.csi.v1.ListSnapshotsResponseR\bresponse2\xd7\v\n" +
+	"\bresponse\x18\x01 \x01(\v2\x1d.csi.v1.ListSnapshotsResponseR\bresponse\"q\n" +
+	"\x1cControllerGetSnapshotRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x124\n" +
+	"\arequest\x18\x02 \x01(\v2\x1a.csi.v1.GetSnapshotRequestR\arequest\"X\n" +
+	"\x1dControllerGetSnapshotResponse\x127\n" +
+	"\bresponse\x18\x01 \x01(\v2\x1b.csi.v1.GetSnapshotResponseR\bresponse\"}\n" +
+	"\x1dControllerModifyVolumeRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12?\n" +
+	"\arequest\x18\x02 \x01(\v2%.csi.v1.ControllerModifyVolumeRequestR\arequest\"d\n" +
+	"\x1eControllerModifyVolumeResponse\x12B\n" +
+	"\bresponse\x18\x01 \x01(\v2&.csi.v1.ControllerModifyVolumeResponseR\bresponse\"\x83\x01\n" +
+	" ControllerGetVolumeHealthRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12B\n" +
+	"\arequest\x18\x02 \x01(\v2(.csi.v1.ControllerGetVolumeHealthRequestR\arequest\"j\n" +
+	"!ControllerGetVolumeHealthResponse\x12E\n" +
+	"\bresponse\x18\x01 \x01(\v2).csi.v1.ControllerGetVolumeHealthResponseR\bresponse\"\x85\x01\n" +
+	"!ControllerListVolumeHealthRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12C\n" +
+	"\arequest\x18\x02 \x01(\v2).csi.v1.ControllerListVolumeHealthRequestR\arequest\"l\n" +
+	"\"ControllerListVolumeHealthResponse\x12F\n" +
+	"\bresponse\x18\x01 \x01(\v2*.csi.v1.ControllerListVolumeHealthResponseR\bresponse2\xad\x0f\n" +
 	"\tClientCSI\x12x\n" +
 	"\x19ControllerGetCapabilities\x12,.csisupd.v1.ControllerGetCapabilitiesRequest\x1a-.csisupd.v1.ControllerGetCapabilitiesResponse\x12u\n" +
 	"\x18ControllerValidateVolume\x12+.csisupd.v1.ControllerValidateVolumeRequest\x1a,.csisupd.v1.ControllerValidateVolumeResponse\x12o\n" +
@@ -1354,7 +1758,11 @@ const file_csisupd_v1_clientcsi_proto_rawDesc = "" +
 	"\x15ControllerGetCapacity\x12(.csisupd.v1.ControllerGetCapacityRequest\x1a).csisupd.v1.ControllerGetCapacityResponse\x12u\n" +
 	"\x18ControllerCreateSnapshot\x12+.csisupd.v1.ControllerCreateSnapshotRequest\x1a,.csisupd.v1.ControllerCreateSnapshotResponse\x12u\n" +
 	"\x18ControllerDeleteSnapshot\x12+.csisupd.v1.ControllerDeleteSnapshotRequest\x1a,.csisupd.v1.ControllerDeleteSnapshotResponse\x12r\n" +
-	"\x17ControllerListSnapshots\x12*.csisupd.v1.ControllerListSnapshotsRequest\x1a+.csisupd.v1.ControllerListSnapshotsResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\x17ControllerListSnapshots\x12*.csisupd.v1.ControllerListSnapshotsRequest\x1a+.csisupd.v1.ControllerListSnapshotsResponse\x12l\n" +
+	"\x15ControllerGetSnapshot\x12(.csisupd.v1.ControllerGetSnapshotRequest\x1a).csisupd.v1.ControllerGetSnapshotResponse\x12o\n" +
+	"\x16ControllerModifyVolume\x12).csisupd.v1.ControllerModifyVolumeRequest\x1a*.csisupd.v1.ControllerModifyVolumeResponse\x12x\n" +
+	"\x19ControllerGetVolumeHealth\x12,.csisupd.v1.ControllerGetVolumeHealthRequest\x1a-.csisupd.v1.ControllerGetVolumeHealthResponse\x12{\n" +
+	"\x1aControllerListVolumeHealth\x12-.csisupd.v1.ControllerListVolumeHealthRequest\x1a..csisupd.v1.ControllerListVolumeHealthResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_clientcsi_proto_rawDescOnce sync.Once
@@ -1368,7 +1776,7 @@ func file_csisupd_v1_clientcsi_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_clientcsi_proto_rawDescData
 }
 
-var file_csisupd_v1_clientcsi_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_csisupd_v1_clientcsi_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_csisupd_v1_clientcsi_proto_goTypes = []any{
 	(*ControllerGetCapabilitiesRequest)(nil),       // 0: csisupd.v1.ControllerGetCapabilitiesRequest
 	(*ControllerGetCapabilitiesResponse)(nil),      // 1: csisupd.v1.ControllerGetCapabilitiesResponse
@@ -1396,91 +1804,123 @@ var file_csisupd_v1_clientcsi_proto_goTypes = []any{
 	(*ControllerDeleteSnapshotResponse)(nil),       // 23: csisupd.v1.ControllerDeleteSnapshotResponse
 	(*ControllerListSnapshotsRequest)(nil),         // 24: csisupd.v1.ControllerListSnapshotsRequest
 	(*ControllerListSnapshotsResponse)(nil),        // 25: csisupd.v1.ControllerListSnapshotsResponse
-	(*csi.ControllerGetCapabilitiesRequest)(nil),   // 26: csi.v1.ControllerGetCapabilitiesRequest
-	(*csi.ControllerGetCapabilitiesResponse)(nil),  // 27: csi.v1.ControllerGetCapabilitiesResponse
-	(*csi.ValidateVolumeCapabilitiesRequest)(nil),  // 28: csi.v1.ValidateVolumeCapabilitiesRequest
-	(*csi.ValidateVolumeCapabilitiesResponse)(nil), // 29: csi.v1.ValidateVolumeCapabilitiesResponse
-	(*csi.ControllerPublishVolumeRequest)(nil),     // 30: csi.v1.ControllerPublishVolumeRequest
-	(*csi.ControllerPublishVolumeResponse)(nil),    // 31: csi.v1.ControllerPublishVolumeResponse
-	(*csi.ControllerUnpublishVolumeRequest)(nil),   // 32: csi.v1.ControllerUnpublishVolumeRequest
-	(*csi.ControllerUnpublishVolumeResponse)(nil),  // 33: csi.v1.ControllerUnpublishVolumeResponse
-	(*csi.CreateVolumeRequest)(nil),                // 34: csi.v1.CreateVolumeRequest
-	(*csi.CreateVolumeResponse)(nil),               // 35: csi.v1.CreateVolumeResponse
-	(*csi.DeleteVolumeRequest)(nil),                // 36: csi.v1.DeleteVolumeRequest
-	(*csi.DeleteVolumeResponse)(nil),               // 37: csi.v1.DeleteVolumeResponse
-	(*csi.ListVolumesRequest)(nil),                 // 38: csi.v1.ListVolumesRequest
-	(*csi.ListVolumesResponse)(nil),                // 39: csi.v1.ListVolumesResponse
-	(*csi.ControllerGetVolumeRequest)(nil),         // 40: csi.v1.ControllerGetVolumeRequest
-	(*csi.ControllerGetVolumeResponse)(nil),        // 41: csi.v1.ControllerGetVolumeResponse
-	(*csi.ControllerExpandVolumeRequest)(nil),      // 42: csi.v1.ControllerExpandVolumeRequest
-	(*csi.ControllerExpandVolumeResponse)(nil),     // 43: csi.v1.ControllerExpandVolumeResponse
-	(*csi.GetCapacityRequest)(nil),                 // 44: csi.v1.GetCapacityRequest
-	(*csi.GetCapacityResponse)(nil),                // 45: csi.v1.GetCapacityResponse
-	(*csi.CreateSnapshotRequest)(nil),              // 46: csi.v1.CreateSnapshotRequest
-	(*csi.CreateSnapshotResponse)(nil),             // 47: csi.v1.CreateSnapshotResponse
-	(*csi.DeleteSnapshotRequest)(nil),              // 48: csi.v1.DeleteSnapshotRequest
-	(*csi.DeleteSnapshotResponse)(nil),             // 49: csi.v1.DeleteSnapshotResponse
-	(*csi.ListSnapshotsRequest)(nil),               // 50: csi.v1.ListSnapshotsRequest
-	(*csi.ListSnapshotsResponse)(nil),              // 51: csi.v1.ListSnapshotsResponse
+	(*ControllerGetSnapshotRequest)(nil),           // 26: csisupd.v1.ControllerGetSnapshotRequest
+	(*ControllerGetSnapshotResponse)(nil),          // 27: csisupd.v1.ControllerGetSnapshotResponse
+	(*ControllerModifyVolumeRequest)(nil),          // 28: csisupd.v1.ControllerModifyVolumeRequest
+	(*ControllerModifyVolumeResponse)(nil),         // 29: csisupd.v1.ControllerModifyVolumeResponse
+	(*ControllerGetVolumeHealthRequest)(nil),       // 30: csisupd.v1.ControllerGetVolumeHealthRequest
+	(*ControllerGetVolumeHealthResponse)(nil),      // 31: csisupd.v1.ControllerGetVolumeHealthResponse
+	(*ControllerListVolumeHealthRequest)(nil),      // 32: csisupd.v1.ControllerListVolumeHealthRequest
+	(*ControllerListVolumeHealthResponse)(nil),     // 33: csisupd.v1.ControllerListVolumeHealthResponse
+	(*csi.ControllerGetCapabilitiesRequest)(nil),   // 34: csi.v1.ControllerGetCapabilitiesRequest
+	(*csi.ControllerGetCapabilitiesResponse)(nil),  // 35: csi.v1.ControllerGetCapabilitiesResponse
+	(*csi.ValidateVolumeCapabilitiesRequest)(nil),  // 36: csi.v1.ValidateVolumeCapabilitiesRequest
+	(*csi.ValidateVolumeCapabilitiesResponse)(nil), // 37: csi.v1.ValidateVolumeCapabilitiesResponse
+	(*csi.ControllerPublishVolumeRequest)(nil),     // 38: csi.v1.ControllerPublishVolumeRequest
+	(*csi.ControllerPublishVolumeResponse)(nil),    // 39: csi.v1.ControllerPublishVolumeResponse
+	(*csi.ControllerUnpublishVolumeRequest)(nil),   // 40: csi.v1.ControllerUnpublishVolumeRequest
+	(*csi.ControllerUnpublishVolumeResponse)(nil),  // 41: csi.v1.ControllerUnpublishVolumeResponse
+	(*csi.CreateVolumeRequest)(nil),                // 42: csi.v1.CreateVolumeRequest
+	(*csi.CreateVolumeResponse)(nil),               // 43: csi.v1.CreateVolumeResponse
+	(*csi.DeleteVolumeRequest)(nil),                // 44: csi.v1.DeleteVolumeRequest
+	(*csi.DeleteVolumeResponse)(nil),               // 45: csi.v1.DeleteVolumeResponse
+	(*csi.ListVolumesRequest)(nil),                 // 46: csi.v1.ListVolumesRequest
+	(*csi.ListVolumesResponse)(nil),                // 47: csi.v1.ListVolumesResponse
+	(*csi.ControllerGetVolumeRequest)(nil),         // 48: csi.v1.ControllerGetVolumeRequest
+	(*csi.ControllerGetVolumeResponse)(nil),        // 49: csi.v1.ControllerGetVolumeResponse
+	(*csi.ControllerExpandVolumeRequest)(nil),      // 50: csi.v1.ControllerExpandVolumeRequest
+	(*csi.ControllerExpandVolumeResponse)(nil),     // 51: csi.v1.ControllerExpandVolumeResponse
+	(*csi.GetCapacityRequest)(nil),                 // 52: csi.v1.GetCapacityRequest
+	(*csi.GetCapacityResponse)(nil),                // 53: csi.v1.GetCapacityResponse
+	(*csi.CreateSnapshotRequest)(nil),              // 54: csi.v1.CreateSnapshotRequest
+	(*csi.CreateSnapshotResponse)(nil),             // 55: csi.v1.CreateSnapshotResponse
+	(*csi.DeleteSnapshotRequest)(nil),              // 56: csi.v1.DeleteSnapshotRequest
+	(*csi.DeleteSnapshotResponse)(nil),             // 57: csi.v1.DeleteSnapshotResponse
+	(*csi.ListSnapshotsRequest)(nil),               // 58: csi.v1.ListSnapshotsRequest
+	(*csi.ListSnapshotsResponse)(nil),              // 59: csi.v1.ListSnapshotsResponse
+	(*csi.GetSnapshotRequest)(nil),                 // 60: csi.v1.GetSnapshotRequest
+	(*csi.GetSnapshotResponse)(nil),                // 61: csi.v1.GetSnapshotResponse
+	(*csi.ControllerModifyVolumeRequest)(nil),      // 62: csi.v1.ControllerModifyVolumeRequest
+	(*csi.ControllerModifyVolumeResponse)(nil),     // 63: csi.v1.ControllerModifyVolumeResponse
+	(*csi.ControllerGetVolumeHealthRequest)(nil),   // 64: csi.v1.ControllerGetVolumeHealthRequest
+	(*csi.ControllerGetVolumeHealthResponse)(nil),  // 65: csi.v1.ControllerGetVolumeHealthResponse
+	(*csi.ControllerListVolumeHealthRequest)(nil),  // 66: csi.v1.ControllerListVolumeHealthRequest
+	(*csi.ControllerListVolumeHealthResponse)(nil), // 67: csi.v1.ControllerListVolumeHealthResponse
 }
 var file_csisupd_v1_clientcsi_proto_depIdxs = []int32{
-	26, // 0: csisupd.v1.ControllerGetCapabilitiesRequest.request:type_name -> csi.v1.ControllerGetCapabilitiesRequest
-	27, // 1: csisupd.v1.ControllerGetCapabilitiesResponse.response:type_name -> csi.v1.ControllerGetCapabilitiesResponse
-	28, // 2: csisupd.v1.ControllerValidateVolumeRequest.request:type_name -> csi.v1.ValidateVolumeCapabilitiesRequest
-	29, // 3: csisupd.v1.ControllerValidateVolumeResponse.response:type_name -> csi.v1.ValidateVolumeCapabilitiesResponse
-	30, // 4: csisupd.v1.ControllerAttachVolumeRequest.request:type_name -> csi.v1.ControllerPublishVolumeRequest
-	31, // 5: csisupd.v1.ControllerAttachVolumeResponse.response:type_name -> csi.v1.ControllerPublishVolumeResponse
-	32, // 6: csisupd.v1.ControllerDetachVolumeRequest.request:type_name -> csi.v1.ControllerUnpublishVolumeRequest
-	33, // 7: csisupd.v1.ControllerDetachVolumeResponse.response:type_name -> csi.v1.ControllerUnpublishVolumeResponse
-	34, // 8: csisupd.v1.ControllerCreateVolumeRequest.request:type_name -> csi.v1.CreateVolumeRequest
-	35, // 9: csisupd.v1.ControllerCreateVolumeResponse.response:type_name -> csi.v1.CreateVolumeResponse
-	36, // 10: csisupd.v1.ControllerDeleteVolumeRequest.request:type_name -> csi.v1.DeleteVolumeRequest
-	37, // 11: csisupd.v1.ControllerDeleteVolumeResponse.response:type_name -> csi.v1.DeleteVolumeResponse
-	38, // 12: csisupd.v1.ControllerListVolumesRequest.request:type_name -> csi.v1.ListVolumesRequest
-	39, // 13: csisupd.v1.ControllerListVolumesResponse.response:type_name -> csi.v1.ListVolumesResponse
-	40, // 14: csisupd.v1.ControllerGetVolumeRequest.request:type_name -> csi.v1.ControllerGetVolumeRequest
-	41, // 15: csisupd.v1.ControllerGetVolumeResponse.response:type_name -> csi.v1.ControllerGetVolumeResponse
-	42, // 16: csisupd.v1.ControllerExpandVolumeRequest.request:type_name -> csi.v1.ControllerExpandVolumeRequest
-	43, // 17: csisupd.v1.ControllerExpandVolumeResponse.response:type_name -> csi.v1.ControllerExpandVolumeResponse
-	44, // 18: csisupd.v1.ControllerGetCapacityRequest.request:type_name -> csi.v1.GetCapacityRequest
-	45, // 19: csisupd.v1.ControllerGetCapacityResponse.response:type_name -> csi.v1.GetCapacityResponse
-	46, // 20: csisupd.v1.ControllerCreateSnapshotRequest.request:type_name -> csi.v1.CreateSnapshotRequest
-	47, // 21: csisupd.v1.ControllerCreateSnapshotResponse.response:type_name -> csi.v1.CreateSnapshotResponse
-	48, // 22: csisupd.v1.ControllerDeleteSnapshotRequest.request:type_name -> csi.v1.DeleteSnapshotRequest
-	49, // 23: csisupd.v1.ControllerDeleteSnapshotResponse.response:type_name -> csi.v1.DeleteSnapshotResponse
-	50, // 24: csisupd.v1.ControllerListSnapshotsRequest.request:type_name -> csi.v1.ListSnapshotsRequest
-	51, // 25: csisupd.v1.ControllerListSnapshotsResponse.response:type_name -> csi.v1.ListSnapshotsResponse
-	0,  // 26: csisupd.v1.ClientCSI.ControllerGetCapabilities:input_type -> csisupd.v1.ControllerGetCapabilitiesRequest
-	2,  // 27: csisupd.v1.ClientCSI.ControllerValidateVolume:input_type -> csisupd.v1.ControllerValidateVolumeRequest
-	4,  // 28: csisupd.v1.ClientCSI.ControllerAttachVolume:input_type -> csisupd.v1.ControllerAttachVolumeRequest
-	6,  // 29: csisupd.v1.ClientCSI.ControllerDetachVolume:input_type -> csisupd.v1.ControllerDetachVolumeRequest
-	8,  // 30: csisupd.v1.ClientCSI.ControllerCreateVolume:input_type -> csisupd.v1.ControllerCreateVolumeRequest
-	10, // 31: csisupd.v1.ClientCSI.ControllerDeleteVolume:input_type -> csisupd.v1.ControllerDeleteVolumeRequest
-	12, // 32: csisupd.v1.ClientCSI.ControllerListVolumes:input_type -> csisupd.v1.ControllerListVolumesRequest
-	14, // 33: csisupd.v1.ClientCSI.ControllerGetVolume:input_type -> csisupd.v1.ControllerGetVolumeRequest
-	16, // 34: csisupd.v1.ClientCSI.ControllerExpandVolume:input_type -> csisupd.v1.ControllerExpandVolumeRequest
-	18, // 35: csisupd.v1.ClientCSI.ControllerGetCapacity:input_type -> csisupd.v1.ControllerGetCapacityRequest
-	20, // 36: csisupd.v1.ClientCSI.ControllerCreateSnapshot:input_type -> csisupd.v1.ControllerCreateSnapshotRequest
-	22, // 37: csisupd.v1.ClientCSI.ControllerDeleteSnapshot:input_type -> csisupd.v1.ControllerDeleteSnapshotRequest
-	24, // 38: csisupd.v1.ClientCSI.ControllerListSnapshots:input_type -> csisupd.v1.ControllerListSnapshotsRequest
-	1,  // 39: csisupd.v1.ClientCSI.ControllerGetCapabilities:output_type -> csisupd.v1.ControllerGetCapabilitiesResponse
-	3,  // 40: csisupd.v1.ClientCSI.ControllerValidateVolume:output_type -> csisupd.v1.ControllerValidateVolumeResponse
-	5,  // 41: csisupd.v1.ClientCSI.ControllerAttachVolume:output_type -> csisupd.v1.ControllerAttachVolumeResponse
-	7,  // 42: csisupd.v1.ClientCSI.ControllerDetachVolume:output_type -> csisupd.v1.ControllerDetachVolumeResponse
-	9,  // 43: csisupd.v1.ClientCSI.ControllerCreateVolume:output_type -> csisupd.v1.ControllerCreateVolumeResponse
-	11, // 44: csisupd.v1.ClientCSI.ControllerDeleteVolume:output_type -> csisupd.v1.ControllerDeleteVolumeResponse
-	13, // 45: csisupd.v1.ClientCSI.ControllerListVolumes:output_type -> csisupd.v1.ControllerListVolumesResponse
-	15, // 46: csisupd.v1.ClientCSI.ControllerGetVolume:output_type -> csisupd.v1.ControllerGetVolumeResponse
-	17, // 47: csisupd.v1.ClientCSI.ControllerExpandVolume:output_type -> csisupd.v1.ControllerExpandVolumeResponse
-	19, // 48: csisupd.v1.ClientCSI.ControllerGetCapacity:output_type -> csisupd.v1.ControllerGetCapacityResponse
-	21, // 49: csisupd.v1.ClientCSI.ControllerCreateSnapshot:output_type -> csisupd.v1.ControllerCreateSnapshotResponse
-	23, // 50: csisupd.v1.ClientCSI.ControllerDeleteSnapshot:output_type -> csisupd.v1.ControllerDeleteSnapshotResponse
-	25, // 51: csisupd.v1.ClientCSI.ControllerListSnapshots:output_type -> csisupd.v1.ControllerListSnapshotsResponse
-	39, // [39:52] is the sub-list for method output_type
-	26, // [26:39] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	34, // 0: csisupd.v1.ControllerGetCapabilitiesRequest.request:type_name -> csi.v1.ControllerGetCapabilitiesRequest
+	35, // 1: csisupd.v1.ControllerGetCapabilitiesResponse.response:type_name -> csi.v1.ControllerGetCapabilitiesResponse
+	36, // 2: csisupd.v1.ControllerValidateVolumeRequest.request:type_name -> csi.v1.ValidateVolumeCapabilitiesRequest
+	37, // 3: csisupd.v1.ControllerValidateVolumeResponse.response:type_name -> csi.v1.ValidateVolumeCapabilitiesResponse
+	38, // 4: csisupd.v1.ControllerAttachVolumeRequest.request:type_name -> csi.v1.ControllerPublishVolumeRequest
+	39, // 5: csisupd.v1.ControllerAttachVolumeResponse.response:type_name -> csi.v1.ControllerPublishVolumeResponse
+	40, // 6: csisupd.v1.ControllerDetachVolumeRequest.request:type_name -> csi.v1.ControllerUnpublishVolumeRequest
+	41, // 7: csisupd.v1.ControllerDetachVolumeResponse.response:type_name -> csi.v1.ControllerUnpublishVolumeResponse
+	42, // 8: csisupd.v1.ControllerCreateVolumeRequest.request:type_name -> csi.v1.CreateVolumeRequest
+	43, // 9: csisupd.v1.ControllerCreateVolumeResponse.response:type_name -> csi.v1.CreateVolumeResponse
+	44, // 10: csisupd.v1.ControllerDeleteVolumeRequest.request:type_name -> csi.v1.DeleteVolumeRequest
+	45, // 11: csisupd.v1.ControllerDeleteVolumeResponse.response:type_name -> csi.v1.DeleteVolumeResponse
+	46, // 12: csisupd.v1.ControllerListVolumesRequest.request:type_name -> csi.v1.ListVolumesRequest
+	47, // 13: csisupd.v1.ControllerListVolumesResponse.response:type_name -> csi.v1.ListVolumesResponse
+	48, // 14: csisupd.v1.ControllerGetVolumeRequest.request:type_name -> csi.v1.ControllerGetVolumeRequest
+	49, // 15: csisupd.v1.ControllerGetVolumeResponse.response:type_name -> csi.v1.ControllerGetVolumeResponse
+	50, // 16: csisupd.v1.ControllerExpandVolumeRequest.request:type_name -> csi.v1.ControllerExpandVolumeRequest
+	51, // 17: csisupd.v1.ControllerExpandVolumeResponse.response:type_name -> csi.v1.ControllerExpandVolumeResponse
+	52, // 18: csisupd.v1.ControllerGetCapacityRequest.request:type_name -> csi.v1.GetCapacityRequest
+	53, // 19: csisupd.v1.ControllerGetCapacityResponse.response:type_name -> csi.v1.GetCapacityResponse
+	54, // 20: csisupd.v1.ControllerCreateSnapshotRequest.request:type_name -> csi.v1.CreateSnapshotRequest
+	55, // 21: csisupd.v1.ControllerCreateSnapshotResponse.response:type_name -> csi.v1.CreateSnapshotResponse
+	56, // 22: csisupd.v1.ControllerDeleteSnapshotRequest.request:type_name -> csi.v1.DeleteSnapshotRequest
+	57, // 23: csisupd.v1.ControllerDeleteSnapshotResponse.response:type_name -> csi.v1.DeleteSnapshotResponse
+	58, // 24: csisupd.v1.ControllerListSnapshotsRequest.request:type_name -> csi.v1.ListSnapshotsRequest
+	59, // 25: csisupd.v1.ControllerListSnapshotsResponse.response:type_name -> csi.v1.ListSnapshotsResponse
+	60, // 26: csisupd.v1.ControllerGetSnapshotRequest.request:type_name -> csi.v1.GetSnapshotRequest
+	61, // 27: csisupd.v1.ControllerGetSnapshotResponse.response:type_name -> csi.v1.GetSnapshotResponse
+	62, // 28: csisupd.v1.ControllerModifyVolumeRequest.request:type_name -> csi.v1.ControllerModifyVolumeRequest
+	63, // 29: csisupd.v1.ControllerModifyVolumeResponse.response:type_name -> csi.v1.ControllerModifyVolumeResponse
+	64, // 30: csisupd.v1.ControllerGetVolumeHealthRequest.request:type_name -> csi.v1.ControllerGetVolumeHealthRequest
+	65, // 31: csisupd.v1.ControllerGetVolumeHealthResponse.response:type_name -> csi.v1.ControllerGetVolumeHealthResponse
+	66, // 32: csisupd.v1.ControllerListVolumeHealthRequest.request:type_name -> csi.v1.ControllerListVolumeHealthRequest
+	67, // 33: csisupd.v1.ControllerListVolumeHealthResponse.response:type_name -> csi.v1.ControllerListVolumeHealthResponse
+	0,  // 34: csisupd.v1.ClientCSI.ControllerGetCapabilities:input_type -> csisupd.v1.ControllerGetCapabilitiesRequest
+	2,  // 35: csisupd.v1.ClientCSI.ControllerValidateVolume:input_type -> csisupd.v1.ControllerValidateVolumeRequest
+	4,  // 36: csisupd.v1.ClientCSI.ControllerAttachVolume:input_type -> csisupd.v1.ControllerAttachVolumeRequest
+	6,  // 37: csisupd.v1.ClientCSI.ControllerDetachVolume:input_type -> csisupd.v1.ControllerDetachVolumeRequest
+	8,  // 38: csisupd.v1.ClientCSI.ControllerCreateVolume:input_type -> csisupd.v1.ControllerCreateVolumeRequest
+	10, // 39: csisupd.v1.ClientCSI.ControllerDeleteVolume:input_type -> csisupd.v1.ControllerDeleteVolumeRequest
+	12, // 40: csisupd.v1.ClientCSI.ControllerListVolumes:input_type -> csisupd.v1.ControllerListVolumesRequest
+	14, // 41: csisupd.v1.ClientCSI.ControllerGetVolume:input_type -> csisupd.v1.ControllerGetVolumeRequest
+	16, // 42: csisupd.v1.ClientCSI.ControllerExpandVolume:input_type -> csisupd.v1.ControllerExpandVolumeRequest
+	18, // 43: csisupd.v1.ClientCSI.ControllerGetCapacity:input_type -> csisupd.v1.ControllerGetCapacityRequest
+	20, // 44: csisupd.v1.ClientCSI.ControllerCreateSnapshot:input_type -> csisupd.v1.ControllerCreateSnapshotRequest
+	22, // 45: csisupd.v1.ClientCSI.ControllerDeleteSnapshot:input_type -> csisupd.v1.ControllerDeleteSnapshotRequest
+	24, // 46: csisupd.v1.ClientCSI.ControllerListSnapshots:input_type -> csisupd.v1.ControllerListSnapshotsRequest
+	26, // 47: csisupd.v1.ClientCSI.ControllerGetSnapshot:input_type -> csisupd.v1.ControllerGetSnapshotRequest
+	28, // 48: csisupd.v1.ClientCSI.ControllerModifyVolume:input_type -> csisupd.v1.ControllerModifyVolumeRequest
+	30, // 49: csisupd.v1.ClientCSI.ControllerGetVolumeHealth:input_type -> csisupd.v1.ControllerGetVolumeHealthRequest
+	32, // 50: csisupd.v1.ClientCSI.ControllerListVolumeHealth:input_type -> csisupd.v1.ControllerListVolumeHealthRequest
+	1,  // 51: csisupd.v1.ClientCSI.ControllerGetCapabilities:output_type -> csisupd.v1.ControllerGetCapabilitiesResponse
+	3,  // 52: csisupd.v1.ClientCSI.ControllerValidateVolume:output_type -> csisupd.v1.ControllerValidateVolumeResponse
+	5,  // 53: csisupd.v1.ClientCSI.ControllerAttachVolume:output_type -> csisupd.v1.ControllerAttachVolumeResponse
+	7,  // 54: csisupd.v1.ClientCSI.ControllerDetachVolume:output_type -> csisupd.v1.ControllerDetachVolumeResponse
+	9,  // 55: csisupd.v1.ClientCSI.ControllerCreateVolume:output_type -> csisupd.v1.ControllerCreateVolumeResponse
+	11, // 56: csisupd.v1.ClientCSI.ControllerDeleteVolume:output_type -> csisupd.v1.ControllerDeleteVolumeResponse
+	13, // 57: csisupd.v1.ClientCSI.ControllerListVolumes:output_type -> csisupd.v1.ControllerListVolumesResponse
+	15, // 58: csisupd.v1.ClientCSI.ControllerGetVolume:output_type -> csisupd.v1.ControllerGetVolumeResponse
+	17, // 59: csisupd.v1.ClientCSI.ControllerExpandVolume:output_type -> csisupd.v1.ControllerExpandVolumeResponse
+	19, // 60: csisupd.v1.ClientCSI.ControllerGetCapacity:output_type -> csisupd.v1.ControllerGetCapacityResponse
+	21, // 61: csisupd.v1.ClientCSI.ControllerCreateSnapshot:output_type -> csisupd.v1.ControllerCreateSnapshotResponse
+	23, // 62: csisupd.v1.ClientCSI.ControllerDeleteSnapshot:output_type -> csisupd.v1.ControllerDeleteSnapshotResponse
+	25, // 63: csisupd.v1.ClientCSI.ControllerListSnapshots:output_type -> csisupd.v1.ControllerListSnapshotsResponse
+	27, // 64: csisupd.v1.ClientCSI.ControllerGetSnapshot:output_type -> csisupd.v1.ControllerGetSnapshotResponse
+	29, // 65: csisupd.v1.ClientCSI.ControllerModifyVolume:output_type -> csisupd.v1.ControllerModifyVolumeResponse
+	31, // 66: csisupd.v1.ClientCSI.ControllerGetVolumeHealth:output_type -> csisupd.v1.ControllerGetVolumeHealthResponse
+	33, // 67: csisupd.v1.ClientCSI.ControllerListVolumeHealth:output_type -> csisupd.v1.ControllerListVolumeHealthResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_clientcsi_proto_init() }
@@ -1494,7 +1934,7 @@ func file_csisupd_v1_clientcsi_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_clientcsi_proto_rawDesc), len(file_csisupd_v1_clientcsi_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

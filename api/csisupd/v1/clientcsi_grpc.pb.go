@@ -19,19 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClientCSI_ControllerGetCapabilities_FullMethodName = "/csisupd.v1.ClientCSI/ControllerGetCapabilities"
-	ClientCSI_ControllerValidateVolume_FullMethodName  = "/csisupd.v1.ClientCSI/ControllerValidateVolume"
-	ClientCSI_ControllerAttachVolume_FullMethodName    = "/csisupd.v1.ClientCSI/ControllerAttachVolume"
-	ClientCSI_ControllerDetachVolume_FullMethodName    = "/csisupd.v1.ClientCSI/ControllerDetachVolume"
-	ClientCSI_ControllerCreateVolume_FullMethodName    = "/csisupd.v1.ClientCSI/ControllerCreateVolume"
-	ClientCSI_ControllerDeleteVolume_FullMethodName    = "/csisupd.v1.ClientCSI/ControllerDeleteVolume"
-	ClientCSI_ControllerListVolumes_FullMethodName     = "/csisupd.v1.ClientCSI/ControllerListVolumes"
-	ClientCSI_ControllerGetVolume_FullMethodName       = "/csisupd.v1.ClientCSI/ControllerGetVolume"
-	ClientCSI_ControllerExpandVolume_FullMethodName    = "/csisupd.v1.ClientCSI/ControllerExpandVolume"
-	ClientCSI_ControllerGetCapacity_FullMethodName     = "/csisupd.v1.ClientCSI/ControllerGetCapacity"
-	ClientCSI_ControllerCreateSnapshot_FullMethodName  = "/csisupd.v1.ClientCSI/ControllerCreateSnapshot"
-	ClientCSI_ControllerDeleteSnapshot_FullMethodName  = "/csisupd.v1.ClientCSI/ControllerDeleteSnapshot"
-	ClientCSI_ControllerListSnapshots_FullMethodName   = "/csisupd.v1.ClientCSI/ControllerListSnapshots"
+	ClientCSI_ControllerGetCapabilities_FullMethodName  = "/csisupd.v1.ClientCSI/ControllerGetCapabilities"
+	ClientCSI_ControllerValidateVolume_FullMethodName   = "/csisupd.v1.ClientCSI/ControllerValidateVolume"
+	ClientCSI_ControllerAttachVolume_FullMethodName     = "/csisupd.v1.ClientCSI/ControllerAttachVolume"
+	ClientCSI_ControllerDetachVolume_FullMethodName     = "/csisupd.v1.ClientCSI/ControllerDetachVolume"
+	ClientCSI_ControllerCreateVolume_FullMethodName     = "/csisupd.v1.ClientCSI/ControllerCreateVolume"
+	ClientCSI_ControllerDeleteVolume_FullMethodName     = "/csisupd.v1.ClientCSI/ControllerDeleteVolume"
+	ClientCSI_ControllerListVolumes_FullMethodName      = "/csisupd.v1.ClientCSI/ControllerListVolumes"
+	ClientCSI_ControllerGetVolume_FullMethodName        = "/csisupd.v1.ClientCSI/ControllerGetVolume"
+	ClientCSI_ControllerExpandVolume_FullMethodName     = "/csisupd.v1.ClientCSI/ControllerExpandVolume"
+	ClientCSI_ControllerGetCapacity_FullMethodName      = "/csisupd.v1.ClientCSI/ControllerGetCapacity"
+	ClientCSI_ControllerCreateSnapshot_FullMethodName   = "/csisupd.v1.ClientCSI/ControllerCreateSnapshot"
+	ClientCSI_ControllerDeleteSnapshot_FullMethodName   = "/csisupd.v1.ClientCSI/ControllerDeleteSnapshot"
+	ClientCSI_ControllerListSnapshots_FullMethodName    = "/csisupd.v1.ClientCSI/ControllerListSnapshots"
+	ClientCSI_ControllerGetSnapshot_FullMethodName      = "/csisupd.v1.ClientCSI/ControllerGetSnapshot"
+	ClientCSI_ControllerModifyVolume_FullMethodName     = "/csisupd.v1.ClientCSI/ControllerModifyVolume"
+	ClientCSI_ControllerGetVolumeHealth_FullMethodName  = "/csisupd.v1.ClientCSI/ControllerGetVolumeHealth"
+	ClientCSI_ControllerListVolumeHealth_FullMethodName = "/csisupd.v1.ClientCSI/ControllerListVolumeHealth"
 )
 
 // ClientCSIClient is the client API for ClientCSI service.
@@ -63,8 +67,8 @@ const (
 // Attempts that fail with Unavailable, ResourceExhausted or DeadlineExceeded
 // are retried, at most 3 attempts in all with exponential backoff from
 // 100ms, while the deadline allows.
-// Destructive calls (create, delete, attach, detach, expand, snapshot create
-// and delete) are serialised per plugin; reads are not.
+// Destructive calls (create, delete, attach, detach, expand, modify,
+// snapshot create and delete) are serialised per plugin; reads are not.
 type ClientCSIClient interface {
 	// ControllerGetCapabilities calls ControllerGetCapabilities.
 	ControllerGetCapabilities(ctx context.Context, in *ControllerGetCapabilitiesRequest, opts ...grpc.CallOption) (*ControllerGetCapabilitiesResponse, error)
@@ -96,6 +100,17 @@ type ClientCSIClient interface {
 	ControllerDeleteSnapshot(ctx context.Context, in *ControllerDeleteSnapshotRequest, opts ...grpc.CallOption) (*ControllerDeleteSnapshotResponse, error)
 	// ControllerListSnapshots calls ListSnapshots. Needs LIST_SNAPSHOTS.
 	ControllerListSnapshots(ctx context.Context, in *ControllerListSnapshotsRequest, opts ...grpc.CallOption) (*ControllerListSnapshotsResponse, error)
+	// ControllerGetSnapshot calls GetSnapshot. Needs GET_SNAPSHOT.
+	ControllerGetSnapshot(ctx context.Context, in *ControllerGetSnapshotRequest, opts ...grpc.CallOption) (*ControllerGetSnapshotResponse, error)
+	// ControllerModifyVolume calls ControllerModifyVolume. Needs
+	// MODIFY_VOLUME.
+	ControllerModifyVolume(ctx context.Context, in *ControllerModifyVolumeRequest, opts ...grpc.CallOption) (*ControllerModifyVolumeResponse, error)
+	// ControllerGetVolumeHealth calls ControllerGetVolumeHealth. Needs
+	// GET_VOLUME_HEALTH.
+	ControllerGetVolumeHealth(ctx context.Context, in *ControllerGetVolumeHealthRequest, opts ...grpc.CallOption) (*ControllerGetVolumeHealthResponse, error)
+	// ControllerListVolumeHealth calls ControllerListVolumeHealth. Needs
+	// LIST_VOLUME_HEALTH.
+	ControllerListVolumeHealth(ctx context.Context, in *ControllerListVolumeHealthRequest, opts ...grpc.CallOption) (*ControllerListVolumeHealthResponse, error)
 }
 
 type clientCSIClient struct {
@@ -236,6 +251,46 @@ func (c *clientCSIClient) ControllerListSnapshots(ctx context.Context, in *Contr
 	return out, nil
 }
 
+func (c *clientCSIClient) ControllerGetSnapshot(ctx context.Context, in *ControllerGetSnapshotRequest, opts ...grpc.CallOption) (*ControllerGetSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControllerGetSnapshotResponse)
+	err := c.cc.Invoke(ctx, ClientCSI_ControllerGetSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientCSIClient) ControllerModifyVolume(ctx context.Context, in *ControllerModifyVolumeRequest, opts ...grpc.CallOption) (*ControllerModifyVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControllerModifyVolumeResponse)
+	err := c.cc.Invoke(ctx, ClientCSI_ControllerModifyVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientCSIClient) ControllerGetVolumeHealth(ctx context.Context, in *ControllerGetVolumeHealthRequest, opts ...grpc.CallOption) (*ControllerGetVolumeHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControllerGetVolumeHealthResponse)
+	err := c.cc.Invoke(ctx, ClientCSI_ControllerGetVolumeHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientCSIClient) ControllerListVolumeHealth(ctx context.Context, in *ControllerListVolumeHealthRequest, opts ...grpc.CallOption) (*ControllerListVolumeHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControllerListVolumeHealthResponse)
+	err := c.cc.Invoke(ctx, ClientCSI_ControllerListVolumeHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClientCSIServer is the server API for ClientCSI service.
 // All implementations must embed UnimplementedClientCSIServer
 // for forward compatibility.
@@ -265,8 +320,8 @@ func (c *clientCSIClient) ControllerListSnapshots(ctx context.Context, in *Contr
 // Attempts that fail with Unavailable, ResourceExhausted or DeadlineExceeded
 // are retried, at most 3 attempts in all with exponential backoff from
 // 100ms, while the deadline allows.
-// Destructive calls (create, delete, attach, detach, expand, snapshot create
-// and delete) are serialised per plugin; reads are not.
+// Destructive calls (create, delete, attach, detach, expand, modify,
+// snapshot create and delete) are serialised per plugin; reads are not.
 type ClientCSIServer interface {
 	// ControllerGetCapabilities calls ControllerGetCapabilities.
 	ControllerGetCapabilities(context.Context, *ControllerGetCapabilitiesRequest) (*ControllerGetCapabilitiesResponse, error)
@@ -298,6 +353,17 @@ type ClientCSIServer interface {
 	ControllerDeleteSnapshot(context.Context, *ControllerDeleteSnapshotRequest) (*ControllerDeleteSnapshotResponse, error)
 	// ControllerListSnapshots calls ListSnapshots. Needs LIST_SNAPSHOTS.
 	ControllerListSnapshots(context.Context, *ControllerListSnapshotsRequest) (*ControllerListSnapshotsResponse, error)
+	// ControllerGetSnapshot calls GetSnapshot. Needs GET_SNAPSHOT.
+	ControllerGetSnapshot(context.Context, *ControllerGetSnapshotRequest) (*ControllerGetSnapshotResponse, error)
+	// ControllerModifyVolume calls ControllerModifyVolume. Needs
+	// MODIFY_VOLUME.
+	ControllerModifyVolume(context.Context, *ControllerModifyVolumeRequest) (*ControllerModifyVolumeResponse, error)
+	// ControllerGetVolumeHealth calls ControllerGetVolumeHealth. Needs
+	// GET_VOLUME_HEALTH.
+	ControllerGetVolumeHealth(context.Context, *ControllerGetVolumeHealthRequest) (*ControllerGetVolumeHealthResponse, error)
+	// ControllerListVolumeHealth calls ControllerListVolumeHealth. Needs
+	// LIST_VOLUME_HEALTH.
+	ControllerListVolumeHealth(context.Context, *ControllerListVolumeHealthRequest) (*ControllerListVolumeHealthResponse, error)
 	mustEmbedUnimplementedClientCSIServer()
 }
 
@@ -346,6 +412,18 @@ func (UnimplementedClientCSIServer) ControllerDeleteSnapshot(context.Context, *C
 }
 func (UnimplementedClientCSIServer) ControllerListSnapshots(context.Context, *ControllerListSnapshotsRequest) (*ControllerListSnapshotsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ControllerListSnapshots not implemented")
+}
+func (UnimplementedClientCSIServer) ControllerGetSnapshot(context.Context, *ControllerGetSnapshotRequest) (*ControllerGetSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ControllerGetSnapshot not implemented")
+}
+func (UnimplementedClientCSIServer) ControllerModifyVolume(context.Context, *ControllerModifyVolumeRequest) (*ControllerModifyVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ControllerModifyVolume not implemented")
+}
+func (UnimplementedClientCSIServer) ControllerGetVolumeHealth(context.Context, *ControllerGetVolumeHealthRequest) (*ControllerGetVolumeHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ControllerGetVolumeHealth not implemented")
+}
+func (UnimplementedClientCSIServer) ControllerListVolumeHealth(context.Context, *ControllerListVolumeHealthRequest) (*ControllerListVolumeHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ControllerListVolumeHealth not implemented")
 }
 func (UnimplementedClientCSIServer) mustEmbedUnimplementedClientCSIServer() {}
 func (UnimplementedClientCSIServer) testEmbeddedByValue()                   {}
@@ -602,6 +680,78 @@ func _ClientCSI_ControllerListSnapshots_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClientCSI_ControllerGetSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ControllerGetSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientCSIServer).ControllerGetSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientCSI_ControllerGetSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientCSIServer).ControllerGetSnapshot(ctx, req.(*ControllerGetSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClientCSI_ControllerModifyVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ControllerModifyVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientCSIServer).ControllerModifyVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientCSI_ControllerModifyVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientCSIServer).ControllerModifyVolume(ctx, req.(*ControllerModifyVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClientCSI_ControllerGetVolumeHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ControllerGetVolumeHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientCSIServer).ControllerGetVolumeHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientCSI_ControllerGetVolumeHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientCSIServer).ControllerGetVolumeHealth(ctx, req.(*ControllerGetVolumeHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClientCSI_ControllerListVolumeHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ControllerListVolumeHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientCSIServer).ControllerListVolumeHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientCSI_ControllerListVolumeHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientCSIServer).ControllerListVolumeHealth(ctx, req.(*ControllerListVolumeHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClientCSI_ServiceDesc is the grpc.ServiceDesc for ClientCSI service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -660,6 +810,22 @@ var ClientCSI_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ControllerListSnapshots",
 			Handler:    _ClientCSI_ControllerListSnapshots_Handler,
+		},
+		{
+			MethodName: "ControllerGetSnapshot",
+			Handler:    _ClientCSI_ControllerGetSnapshot_Handler,
+		},
+		{
+			MethodName: "ControllerModifyVolume",
+			Handler:    _ClientCSI_ControllerModifyVolume_Handler,
+		},
+		{
+			MethodName: "ControllerGetVolumeHealth",
+			Handler:    _ClientCSI_ControllerGetVolumeHealth_Handler,
+		},
+		{
+			MethodName: "ControllerListVolumeHealth",
+			Handler:    _ClientCSI_ControllerListVolumeHealth_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -32,10 +32,15 @@ type VolumeUsage struct {
 	AccessType string `protobuf:"bytes,2,opt,name=access_type,json=accessType,proto3" json:"access_type,omitempty"`
 	ReadOnly   bool   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
 	// fs_type and mount_flags are the CSI mount options (mount only).
-	FsType        string   `protobuf:"bytes,4,opt,name=fs_type,json=fsType,proto3" json:"fs_type,omitempty"`
-	MountFlags    []string `protobuf:"bytes,5,rep,name=mount_flags,json=mountFlags,proto3" json:"mount_flags,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FsType     string   `protobuf:"bytes,4,opt,name=fs_type,json=fsType,proto3" json:"fs_type,omitempty"`
+	MountFlags []string `protobuf:"bytes,5,rep,name=mount_flags,json=mountFlags,proto3" json:"mount_flags,omitempty"`
+	// volume_mount_group is CSI's VolumeCapability.MountVolume.
+	// volume_mount_group (mount only): a decimal group id the plugin makes
+	// the volume's files accessible to. Needs the plugin's
+	// VOLUME_MOUNT_GROUP node capability; empty for none.
+	VolumeMountGroup string `protobuf:"bytes,6,opt,name=volume_mount_group,json=volumeMountGroup,proto3" json:"volume_mount_group,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *VolumeUsage) Reset() {
@@ -101,6 +106,13 @@ func (x *VolumeUsage) GetMountFlags() []string {
 		return x.MountFlags
 	}
 	return nil
+}
+
+func (x *VolumeUsage) GetVolumeMountGroup() string {
+	if x != nil {
+		return x.VolumeMountGroup
+	}
+	return ""
 }
 
 // Mount is one volume used by one workload on this node.
@@ -845,6 +857,219 @@ func (x *VolumeStatsResponse) GetVolumePath() string {
 	return ""
 }
 
+type VolumeHealthRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PluginId string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	VolumeId string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// workload_id picks the mount whose paths are checked; any mount of the
+	// volume when empty.
+	WorkloadId    string `protobuf:"bytes,3,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeHealthRequest) Reset() {
+	*x = VolumeHealthRequest{}
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeHealthRequest) ProtoMessage() {}
+
+func (x *VolumeHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeHealthRequest.ProtoReflect.Descriptor instead.
+func (*VolumeHealthRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_volumes_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VolumeHealthRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *VolumeHealthRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeHealthRequest) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+type VolumeHealthResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is the plugin's answer, unchanged.
+	Response      *csi.NodeGetVolumeHealthResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	VolumePath    string                           `protobuf:"bytes,2,opt,name=volume_path,json=volumePath,proto3" json:"volume_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeHealthResponse) Reset() {
+	*x = VolumeHealthResponse{}
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeHealthResponse) ProtoMessage() {}
+
+func (x *VolumeHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeHealthResponse.ProtoReflect.Descriptor instead.
+func (*VolumeHealthResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_volumes_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *VolumeHealthResponse) GetResponse() *csi.NodeGetVolumeHealthResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *VolumeHealthResponse) GetVolumePath() string {
+	if x != nil {
+		return x.VolumePath
+	}
+	return ""
+}
+
+type StorageHealthRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PluginId string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	// secrets go to NodeGetStorageHealth; they are never logged.
+	Secrets       map[string]string `protobuf:"bytes,2,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageHealthRequest) Reset() {
+	*x = StorageHealthRequest{}
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageHealthRequest) ProtoMessage() {}
+
+func (x *StorageHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageHealthRequest.ProtoReflect.Descriptor instead.
+func (*StorageHealthRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_volumes_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StorageHealthRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *StorageHealthRequest) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+type StorageHealthResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is the plugin's answer, unchanged.
+	Response      *csi.NodeGetStorageHealthResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageHealthResponse) Reset() {
+	*x = StorageHealthResponse{}
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageHealthResponse) ProtoMessage() {}
+
+func (x *StorageHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageHealthResponse.ProtoReflect.Descriptor instead.
+func (*StorageHealthResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_volumes_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StorageHealthResponse) GetResponse() *csi.NodeGetStorageHealthResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 type ListMountsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// plugin_id and volume_id, when set, filter the list.
@@ -856,7 +1081,7 @@ type ListMountsRequest struct {
 
 func (x *ListMountsRequest) Reset() {
 	*x = ListMountsRequest{}
-	mi := &file_csisupd_v1_volumes_proto_msgTypes[10]
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1093,7 @@ func (x *ListMountsRequest) String() string {
 func (*ListMountsRequest) ProtoMessage() {}
 
 func (x *ListMountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_volumes_proto_msgTypes[10]
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1106,7 @@ func (x *ListMountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMountsRequest.ProtoReflect.Descriptor instead.
 func (*ListMountsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_volumes_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_volumes_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListMountsRequest) GetPluginId() string {
@@ -907,7 +1132,7 @@ type ListMountsResponse struct {
 
 func (x *ListMountsResponse) Reset() {
 	*x = ListMountsResponse{}
-	mi := &file_csisupd_v1_volumes_proto_msgTypes[11]
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1144,7 @@ func (x *ListMountsResponse) String() string {
 func (*ListMountsResponse) ProtoMessage() {}
 
 func (x *ListMountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_volumes_proto_msgTypes[11]
+	mi := &file_csisupd_v1_volumes_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1157,7 @@ func (x *ListMountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMountsResponse.ProtoReflect.Descriptor instead.
 func (*ListMountsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_volumes_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_volumes_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListMountsResponse) GetMounts() []*Mount {
@@ -947,7 +1172,7 @@ var File_csisupd_v1_volumes_proto protoreflect.FileDescriptor
 const file_csisupd_v1_volumes_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/volumes.proto\x12\n" +
-	"csisupd.v1\x1a\tcsi.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n" +
+	"csisupd.v1\x1a\tcsi.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
 	"\vVolumeUsage\x12\x1f\n" +
 	"\vaccess_mode\x18\x01 \x01(\tR\n" +
 	"accessMode\x12\x1f\n" +
@@ -956,7 +1181,8 @@ const file_csisupd_v1_volumes_proto_rawDesc = "" +
 	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12\x17\n" +
 	"\afs_type\x18\x04 \x01(\tR\x06fsType\x12\x1f\n" +
 	"\vmount_flags\x18\x05 \x03(\tR\n" +
-	"mountFlags\"\xec\x03\n" +
+	"mountFlags\x12,\n" +
+	"\x12volume_mount_group\x18\x06 \x01(\tR\x10volumeMountGroup\"\xec\x03\n" +
 	"\x05Mount\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1f\n" +
@@ -1042,17 +1268,36 @@ const file_csisupd_v1_volumes_proto_rawDesc = "" +
 	"\x13VolumeStatsResponse\x12>\n" +
 	"\bresponse\x18\x01 \x01(\v2\".csi.v1.NodeGetVolumeStatsResponseR\bresponse\x12\x1f\n" +
 	"\vvolume_path\x18\x02 \x01(\tR\n" +
-	"volumePath\"M\n" +
+	"volumePath\"p\n" +
+	"\x13VolumeHealthRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x03 \x01(\tR\n" +
+	"workloadId\"x\n" +
+	"\x14VolumeHealthResponse\x12?\n" +
+	"\bresponse\x18\x01 \x01(\v2#.csi.v1.NodeGetVolumeHealthResponseR\bresponse\x12\x1f\n" +
+	"\vvolume_path\x18\x02 \x01(\tR\n" +
+	"volumePath\"\xb8\x01\n" +
+	"\x14StorageHealthRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12G\n" +
+	"\asecrets\x18\x02 \x03(\v2-.csisupd.v1.StorageHealthRequest.SecretsEntryR\asecrets\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
+	"\x15StorageHealthResponse\x12@\n" +
+	"\bresponse\x18\x01 \x01(\v2$.csi.v1.NodeGetStorageHealthResponseR\bresponse\"M\n" +
 	"\x11ListMountsRequest\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\"?\n" +
 	"\x12ListMountsResponse\x12)\n" +
-	"\x06mounts\x18\x01 \x03(\v2\x11.csisupd.v1.MountR\x06mounts2\xa3\x03\n" +
+	"\x06mounts\x18\x01 \x03(\v2\x11.csisupd.v1.MountR\x06mounts2\xcc\x04\n" +
 	"\vNodeVolumes\x12N\n" +
 	"\vMountVolume\x12\x1e.csisupd.v1.MountVolumeRequest\x1a\x1f.csisupd.v1.MountVolumeResponse\x12T\n" +
 	"\rUnmountVolume\x12 .csisupd.v1.UnmountVolumeRequest\x1a!.csisupd.v1.UnmountVolumeResponse\x12Q\n" +
 	"\fExpandVolume\x12\x1f.csisupd.v1.ExpandVolumeRequest\x1a .csisupd.v1.ExpandVolumeResponse\x12N\n" +
-	"\vVolumeStats\x12\x1e.csisupd.v1.VolumeStatsRequest\x1a\x1f.csisupd.v1.VolumeStatsResponse\x12K\n" +
+	"\vVolumeStats\x12\x1e.csisupd.v1.VolumeStatsRequest\x1a\x1f.csisupd.v1.VolumeStatsResponse\x12Q\n" +
+	"\fVolumeHealth\x12\x1f.csisupd.v1.VolumeHealthRequest\x1a .csisupd.v1.VolumeHealthResponse\x12T\n" +
+	"\rStorageHealth\x12 .csisupd.v1.StorageHealthRequest\x1a!.csisupd.v1.StorageHealthResponse\x12K\n" +
 	"\n" +
 	"ListMounts\x12\x1d.csisupd.v1.ListMountsRequest\x1a\x1e.csisupd.v1.ListMountsResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
@@ -1068,56 +1313,70 @@ func file_csisupd_v1_volumes_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_volumes_proto_rawDescData
 }
 
-var file_csisupd_v1_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_csisupd_v1_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_csisupd_v1_volumes_proto_goTypes = []any{
-	(*VolumeUsage)(nil),                    // 0: csisupd.v1.VolumeUsage
-	(*Mount)(nil),                          // 1: csisupd.v1.Mount
-	(*MountVolumeRequest)(nil),             // 2: csisupd.v1.MountVolumeRequest
-	(*MountVolumeResponse)(nil),            // 3: csisupd.v1.MountVolumeResponse
-	(*UnmountVolumeRequest)(nil),           // 4: csisupd.v1.UnmountVolumeRequest
-	(*UnmountVolumeResponse)(nil),          // 5: csisupd.v1.UnmountVolumeResponse
-	(*ExpandVolumeRequest)(nil),            // 6: csisupd.v1.ExpandVolumeRequest
-	(*ExpandVolumeResponse)(nil),           // 7: csisupd.v1.ExpandVolumeResponse
-	(*VolumeStatsRequest)(nil),             // 8: csisupd.v1.VolumeStatsRequest
-	(*VolumeStatsResponse)(nil),            // 9: csisupd.v1.VolumeStatsResponse
-	(*ListMountsRequest)(nil),              // 10: csisupd.v1.ListMountsRequest
-	(*ListMountsResponse)(nil),             // 11: csisupd.v1.ListMountsResponse
-	nil,                                    // 12: csisupd.v1.MountVolumeRequest.VolumeContextEntry
-	nil,                                    // 13: csisupd.v1.MountVolumeRequest.PublishContextEntry
-	nil,                                    // 14: csisupd.v1.MountVolumeRequest.SecretsEntry
-	nil,                                    // 15: csisupd.v1.ExpandVolumeRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),          // 16: google.protobuf.Timestamp
-	(*csi.NodeGetVolumeStatsResponse)(nil), // 17: csi.v1.NodeGetVolumeStatsResponse
+	(*VolumeUsage)(nil),                      // 0: csisupd.v1.VolumeUsage
+	(*Mount)(nil),                            // 1: csisupd.v1.Mount
+	(*MountVolumeRequest)(nil),               // 2: csisupd.v1.MountVolumeRequest
+	(*MountVolumeResponse)(nil),              // 3: csisupd.v1.MountVolumeResponse
+	(*UnmountVolumeRequest)(nil),             // 4: csisupd.v1.UnmountVolumeRequest
+	(*UnmountVolumeResponse)(nil),            // 5: csisupd.v1.UnmountVolumeResponse
+	(*ExpandVolumeRequest)(nil),              // 6: csisupd.v1.ExpandVolumeRequest
+	(*ExpandVolumeResponse)(nil),             // 7: csisupd.v1.ExpandVolumeResponse
+	(*VolumeStatsRequest)(nil),               // 8: csisupd.v1.VolumeStatsRequest
+	(*VolumeStatsResponse)(nil),              // 9: csisupd.v1.VolumeStatsResponse
+	(*VolumeHealthRequest)(nil),              // 10: csisupd.v1.VolumeHealthRequest
+	(*VolumeHealthResponse)(nil),             // 11: csisupd.v1.VolumeHealthResponse
+	(*StorageHealthRequest)(nil),             // 12: csisupd.v1.StorageHealthRequest
+	(*StorageHealthResponse)(nil),            // 13: csisupd.v1.StorageHealthResponse
+	(*ListMountsRequest)(nil),                // 14: csisupd.v1.ListMountsRequest
+	(*ListMountsResponse)(nil),               // 15: csisupd.v1.ListMountsResponse
+	nil,                                      // 16: csisupd.v1.MountVolumeRequest.VolumeContextEntry
+	nil,                                      // 17: csisupd.v1.MountVolumeRequest.PublishContextEntry
+	nil,                                      // 18: csisupd.v1.MountVolumeRequest.SecretsEntry
+	nil,                                      // 19: csisupd.v1.ExpandVolumeRequest.SecretsEntry
+	nil,                                      // 20: csisupd.v1.StorageHealthRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),            // 21: google.protobuf.Timestamp
+	(*csi.NodeGetVolumeStatsResponse)(nil),   // 22: csi.v1.NodeGetVolumeStatsResponse
+	(*csi.NodeGetVolumeHealthResponse)(nil),  // 23: csi.v1.NodeGetVolumeHealthResponse
+	(*csi.NodeGetStorageHealthResponse)(nil), // 24: csi.v1.NodeGetStorageHealthResponse
 }
 var file_csisupd_v1_volumes_proto_depIdxs = []int32{
 	0,  // 0: csisupd.v1.Mount.usage:type_name -> csisupd.v1.VolumeUsage
-	16, // 1: csisupd.v1.Mount.created_at:type_name -> google.protobuf.Timestamp
-	16, // 2: csisupd.v1.Mount.updated_at:type_name -> google.protobuf.Timestamp
+	21, // 1: csisupd.v1.Mount.created_at:type_name -> google.protobuf.Timestamp
+	21, // 2: csisupd.v1.Mount.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: csisupd.v1.MountVolumeRequest.usage:type_name -> csisupd.v1.VolumeUsage
-	12, // 4: csisupd.v1.MountVolumeRequest.volume_context:type_name -> csisupd.v1.MountVolumeRequest.VolumeContextEntry
-	13, // 5: csisupd.v1.MountVolumeRequest.publish_context:type_name -> csisupd.v1.MountVolumeRequest.PublishContextEntry
-	14, // 6: csisupd.v1.MountVolumeRequest.secrets:type_name -> csisupd.v1.MountVolumeRequest.SecretsEntry
+	16, // 4: csisupd.v1.MountVolumeRequest.volume_context:type_name -> csisupd.v1.MountVolumeRequest.VolumeContextEntry
+	17, // 5: csisupd.v1.MountVolumeRequest.publish_context:type_name -> csisupd.v1.MountVolumeRequest.PublishContextEntry
+	18, // 6: csisupd.v1.MountVolumeRequest.secrets:type_name -> csisupd.v1.MountVolumeRequest.SecretsEntry
 	1,  // 7: csisupd.v1.MountVolumeResponse.mount:type_name -> csisupd.v1.Mount
 	0,  // 8: csisupd.v1.UnmountVolumeRequest.usage:type_name -> csisupd.v1.VolumeUsage
 	1,  // 9: csisupd.v1.UnmountVolumeResponse.unmounted:type_name -> csisupd.v1.Mount
-	15, // 10: csisupd.v1.ExpandVolumeRequest.secrets:type_name -> csisupd.v1.ExpandVolumeRequest.SecretsEntry
-	17, // 11: csisupd.v1.VolumeStatsResponse.response:type_name -> csi.v1.NodeGetVolumeStatsResponse
-	1,  // 12: csisupd.v1.ListMountsResponse.mounts:type_name -> csisupd.v1.Mount
-	2,  // 13: csisupd.v1.NodeVolumes.MountVolume:input_type -> csisupd.v1.MountVolumeRequest
-	4,  // 14: csisupd.v1.NodeVolumes.UnmountVolume:input_type -> csisupd.v1.UnmountVolumeRequest
-	6,  // 15: csisupd.v1.NodeVolumes.ExpandVolume:input_type -> csisupd.v1.ExpandVolumeRequest
-	8,  // 16: csisupd.v1.NodeVolumes.VolumeStats:input_type -> csisupd.v1.VolumeStatsRequest
-	10, // 17: csisupd.v1.NodeVolumes.ListMounts:input_type -> csisupd.v1.ListMountsRequest
-	3,  // 18: csisupd.v1.NodeVolumes.MountVolume:output_type -> csisupd.v1.MountVolumeResponse
-	5,  // 19: csisupd.v1.NodeVolumes.UnmountVolume:output_type -> csisupd.v1.UnmountVolumeResponse
-	7,  // 20: csisupd.v1.NodeVolumes.ExpandVolume:output_type -> csisupd.v1.ExpandVolumeResponse
-	9,  // 21: csisupd.v1.NodeVolumes.VolumeStats:output_type -> csisupd.v1.VolumeStatsResponse
-	11, // 22: csisupd.v1.NodeVolumes.ListMounts:output_type -> csisupd.v1.ListMountsResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	19, // 10: csisupd.v1.ExpandVolumeRequest.secrets:type_name -> csisupd.v1.ExpandVolumeRequest.SecretsEntry
+	22, // 11: csisupd.v1.VolumeStatsResponse.response:type_name -> csi.v1.NodeGetVolumeStatsResponse
+	23, // 12: csisupd.v1.VolumeHealthResponse.response:type_name -> csi.v1.NodeGetVolumeHealthResponse
+	20, // 13: csisupd.v1.StorageHealthRequest.secrets:type_name -> csisupd.v1.StorageHealthRequest.SecretsEntry
+	24, // 14: csisupd.v1.StorageHealthResponse.response:type_name -> csi.v1.NodeGetStorageHealthResponse
+	1,  // 15: csisupd.v1.ListMountsResponse.mounts:type_name -> csisupd.v1.Mount
+	2,  // 16: csisupd.v1.NodeVolumes.MountVolume:input_type -> csisupd.v1.MountVolumeRequest
+	4,  // 17: csisupd.v1.NodeVolumes.UnmountVolume:input_type -> csisupd.v1.UnmountVolumeRequest
+	6,  // 18: csisupd.v1.NodeVolumes.ExpandVolume:input_type -> csisupd.v1.ExpandVolumeRequest
+	8,  // 19: csisupd.v1.NodeVolumes.VolumeStats:input_type -> csisupd.v1.VolumeStatsRequest
+	10, // 20: csisupd.v1.NodeVolumes.VolumeHealth:input_type -> csisupd.v1.VolumeHealthRequest
+	12, // 21: csisupd.v1.NodeVolumes.StorageHealth:input_type -> csisupd.v1.StorageHealthRequest
+	14, // 22: csisupd.v1.NodeVolumes.ListMounts:input_type -> csisupd.v1.ListMountsRequest
+	3,  // 23: csisupd.v1.NodeVolumes.MountVolume:output_type -> csisupd.v1.MountVolumeResponse
+	5,  // 24: csisupd.v1.NodeVolumes.UnmountVolume:output_type -> csisupd.v1.UnmountVolumeResponse
+	7,  // 25: csisupd.v1.NodeVolumes.ExpandVolume:output_type -> csisupd.v1.ExpandVolumeResponse
+	9,  // 26: csisupd.v1.NodeVolumes.VolumeStats:output_type -> csisupd.v1.VolumeStatsResponse
+	11, // 27: csisupd.v1.NodeVolumes.VolumeHealth:output_type -> csisupd.v1.VolumeHealthResponse
+	13, // 28: csisupd.v1.NodeVolumes.StorageHealth:output_type -> csisupd.v1.StorageHealthResponse
+	15, // 29: csisupd.v1.NodeVolumes.ListMounts:output_type -> csisupd.v1.ListMountsResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_volumes_proto_init() }
@@ -1131,7 +1390,7 @@ func file_csisupd_v1_volumes_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_volumes_proto_rawDesc), len(file_csisupd_v1_volumes_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

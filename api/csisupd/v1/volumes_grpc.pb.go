@@ -23,6 +23,8 @@ const (
 	NodeVolumes_UnmountVolume_FullMethodName = "/csisupd.v1.NodeVolumes/UnmountVolume"
 	NodeVolumes_ExpandVolume_FullMethodName  = "/csisupd.v1.NodeVolumes/ExpandVolume"
 	NodeVolumes_VolumeStats_FullMethodName   = "/csisupd.v1.NodeVolumes/VolumeStats"
+	NodeVolumes_VolumeHealth_FullMethodName  = "/csisupd.v1.NodeVolumes/VolumeHealth"
+	NodeVolumes_StorageHealth_FullMethodName = "/csisupd.v1.NodeVolumes/StorageHealth"
 	NodeVolumes_ListMounts_FullMethodName    = "/csisupd.v1.NodeVolumes/ListMounts"
 )
 
@@ -94,6 +96,12 @@ type NodeVolumesClient interface {
 	// VolumeStats calls NodeGetVolumeStats on a mounted volume. Needs
 	// GET_VOLUME_STATS.
 	VolumeStats(ctx context.Context, in *VolumeStatsRequest, opts ...grpc.CallOption) (*VolumeStatsResponse, error)
+	// VolumeHealth calls NodeGetVolumeHealth on a mounted volume. Needs
+	// GET_VOLUME_HEALTH.
+	VolumeHealth(ctx context.Context, in *VolumeHealthRequest, opts ...grpc.CallOption) (*VolumeHealthResponse, error)
+	// StorageHealth calls NodeGetStorageHealth on a plugin: the health of
+	// the storage it reaches from this node. Needs GET_STORAGE_HEALTH.
+	StorageHealth(ctx context.Context, in *StorageHealthRequest, opts ...grpc.CallOption) (*StorageHealthResponse, error)
 	// ListMounts returns the mounts the agent knows, sorted by plugin,
 	// volume, workload and usage.
 	ListMounts(ctx context.Context, in *ListMountsRequest, opts ...grpc.CallOption) (*ListMountsResponse, error)
@@ -141,6 +149,26 @@ func (c *nodeVolumesClient) VolumeStats(ctx context.Context, in *VolumeStatsRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(VolumeStatsResponse)
 	err := c.cc.Invoke(ctx, NodeVolumes_VolumeStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeVolumesClient) VolumeHealth(ctx context.Context, in *VolumeHealthRequest, opts ...grpc.CallOption) (*VolumeHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeHealthResponse)
+	err := c.cc.Invoke(ctx, NodeVolumes_VolumeHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeVolumesClient) StorageHealth(ctx context.Context, in *StorageHealthRequest, opts ...grpc.CallOption) (*StorageHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StorageHealthResponse)
+	err := c.cc.Invoke(ctx, NodeVolumes_StorageHealth_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -225,6 +253,12 @@ type NodeVolumesServer interface {
 	// VolumeStats calls NodeGetVolumeStats on a mounted volume. Needs
 	// GET_VOLUME_STATS.
 	VolumeStats(context.Context, *VolumeStatsRequest) (*VolumeStatsResponse, error)
+	// VolumeHealth calls NodeGetVolumeHealth on a mounted volume. Needs
+	// GET_VOLUME_HEALTH.
+	VolumeHealth(context.Context, *VolumeHealthRequest) (*VolumeHealthResponse, error)
+	// StorageHealth calls NodeGetStorageHealth on a plugin: the health of
+	// the storage it reaches from this node. Needs GET_STORAGE_HEALTH.
+	StorageHealth(context.Context, *StorageHealthRequest) (*StorageHealthResponse, error)
 	// ListMounts returns the mounts the agent knows, sorted by plugin,
 	// volume, workload and usage.
 	ListMounts(context.Context, *ListMountsRequest) (*ListMountsResponse, error)
@@ -249,6 +283,12 @@ func (UnimplementedNodeVolumesServer) ExpandVolume(context.Context, *ExpandVolum
 }
 func (UnimplementedNodeVolumesServer) VolumeStats(context.Context, *VolumeStatsRequest) (*VolumeStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method VolumeStats not implemented")
+}
+func (UnimplementedNodeVolumesServer) VolumeHealth(context.Context, *VolumeHealthRequest) (*VolumeHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VolumeHealth not implemented")
+}
+func (UnimplementedNodeVolumesServer) StorageHealth(context.Context, *StorageHealthRequest) (*StorageHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StorageHealth not implemented")
 }
 func (UnimplementedNodeVolumesServer) ListMounts(context.Context, *ListMountsRequest) (*ListMountsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListMounts not implemented")
@@ -346,6 +386,42 @@ func _NodeVolumes_VolumeStats_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeVolumes_VolumeHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeVolumesServer).VolumeHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeVolumes_VolumeHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeVolumesServer).VolumeHealth(ctx, req.(*VolumeHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NodeVolumes_StorageHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StorageHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeVolumesServer).StorageHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeVolumes_StorageHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeVolumesServer).StorageHealth(ctx, req.(*StorageHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _NodeVolumes_ListMounts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListMountsRequest)
 	if err := dec(in); err != nil {
@@ -386,6 +462,14 @@ var NodeVolumes_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VolumeStats",
 			Handler:    _NodeVolumes_VolumeStats_Handler,
+		},
+		{
+			MethodName: "VolumeHealth",
+			Handler:    _NodeVolumes_VolumeHealth_Handler,
+		},
+		{
+			MethodName: "StorageHealth",
+			Handler:    _NodeVolumes_StorageHealth_Handler,
 		},
 		{
 			MethodName: "ListMounts",

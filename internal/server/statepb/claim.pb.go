@@ -200,14 +200,17 @@ func (x *VolumeClaim) GetStagingPath() string {
 
 // VolumeUsage is how a workload uses a volume.
 type VolumeUsage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AccessMode    string                 `protobuf:"bytes,1,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
-	AccessType    string                 `protobuf:"bytes,2,opt,name=access_type,json=accessType,proto3" json:"access_type,omitempty"`
-	ReadOnly      bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	FsType        string                 `protobuf:"bytes,4,opt,name=fs_type,json=fsType,proto3" json:"fs_type,omitempty"`
-	MountFlags    []string               `protobuf:"bytes,5,rep,name=mount_flags,json=mountFlags,proto3" json:"mount_flags,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AccessMode string                 `protobuf:"bytes,1,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
+	AccessType string                 `protobuf:"bytes,2,opt,name=access_type,json=accessType,proto3" json:"access_type,omitempty"`
+	ReadOnly   bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	FsType     string                 `protobuf:"bytes,4,opt,name=fs_type,json=fsType,proto3" json:"fs_type,omitempty"`
+	MountFlags []string               `protobuf:"bytes,5,rep,name=mount_flags,json=mountFlags,proto3" json:"mount_flags,omitempty"`
+	// volume_mount_group is the group id of CSI's
+	// VolumeCapability.MountVolume.volume_mount_group; empty for none.
+	VolumeMountGroup string `protobuf:"bytes,6,opt,name=volume_mount_group,json=volumeMountGroup,proto3" json:"volume_mount_group,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *VolumeUsage) Reset() {
@@ -275,6 +278,13 @@ func (x *VolumeUsage) GetMountFlags() []string {
 	return nil
 }
 
+func (x *VolumeUsage) GetVolumeMountGroup() string {
+	if x != nil {
+		return x.VolumeMountGroup
+	}
+	return ""
+}
+
 var File_internal_server_statepb_claim_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_claim_proto_rawDesc = "" +
@@ -304,7 +314,7 @@ const file_internal_server_statepb_claim_proto_rawDesc = "" +
 	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x01\n" +
 	"\vVolumeUsage\x12\x1f\n" +
 	"\vaccess_mode\x18\x01 \x01(\tR\n" +
 	"accessMode\x12\x1f\n" +
@@ -313,7 +323,8 @@ const file_internal_server_statepb_claim_proto_rawDesc = "" +
 	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12\x17\n" +
 	"\afs_type\x18\x04 \x01(\tR\x06fsType\x12\x1f\n" +
 	"\vmount_flags\x18\x05 \x03(\tR\n" +
-	"mountFlagsB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
+	"mountFlags\x12,\n" +
+	"\x12volume_mount_group\x18\x06 \x01(\tR\x10volumeMountGroupB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
 
 var (
 	file_internal_server_statepb_claim_proto_rawDescOnce sync.Once
