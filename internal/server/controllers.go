@@ -33,6 +33,10 @@ type ControllerClient interface {
 	DeleteSnapshot(ctx context.Context, addr, pluginID string, req *csi.DeleteSnapshotRequest) error
 	// ListSnapshots calls the plugin's ListSnapshots.
 	ListSnapshots(ctx context.Context, addr, pluginID string, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error)
+	// GetSnapshot calls the plugin's GetSnapshot.
+	GetSnapshot(ctx context.Context, addr, pluginID string, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error)
+	// ModifyVolume calls the plugin's ControllerModifyVolume.
+	ModifyVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerModifyVolumeRequest) error
 }
 
 // DefaultIsRetryable reports whether a ClientCSI error means the next
@@ -158,4 +162,25 @@ func (g *grpcControllers) ListSnapshots(ctx context.Context, addr, pluginID stri
 		return nil, err
 	}
 	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) GetSnapshot(ctx context.Context, addr, pluginID string, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerGetSnapshot(ctx, &csisupdv1.ControllerGetSnapshotRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) ModifyVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerModifyVolumeRequest) error {
+	c, err := g.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.ControllerModifyVolume(ctx, &csisupdv1.ControllerModifyVolumeRequest{PluginId: pluginID, Request: req})
+	return err
 }

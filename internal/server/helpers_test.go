@@ -519,3 +519,17 @@ func (f *fakeNodeVolumes) seenSecrets() []string {
 	defer f.mu.Unlock()
 	return append([]string(nil), f.secrets...)
 }
+
+// ExpandVolume answers as NodeVolumes.ExpandVolume does: NotFound when the
+// node has no mount of the volume, else the size asked for.
+func (f *fakeNodeVolumes) ExpandVolume(_ context.Context, addr string, req *csisupdv1.ExpandVolumeRequest) (int64, error) {
+	f.journal.add(fmt.Sprintf("expand %s %s", req.GetVolumeId(), addr))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key := range f.mounts {
+		if strings.HasPrefix(key, addr+"|"+req.GetVolumeId()+"|") {
+			return req.GetRequiredBytes(), nil
+		}
+	}
+	return 0, status.Errorf(codes.NotFound, "volume %q of plugin %q is not mounted", req.GetVolumeId(), req.GetPluginId())
+}

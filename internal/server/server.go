@@ -101,6 +101,8 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		ReleaseWithoutNode: s.releaseWithoutNode,
 		Release:            s.resumeRelease,
 		Finish:             s.resumeClaim,
+		FollowSnapshot:     s.followSnapshot,
+		ResumeExpansion:    s.resumeExpansion,
 		Watchdog:           cfg.Watchdog,
 	}, logger)
 	// Before raft starts, so raft's first metrics reach the sink.

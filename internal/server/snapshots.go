@@ -285,7 +285,7 @@ func (s *Server) refreshSnapshot(ctx context.Context, snap *statepb.VolumeSnapsh
 		return place.unsatisfiable(snap.GetPluginId(), nil)
 	}
 	var got *csi.Snapshot
-	if _, err := s.callControllers(ctx, "ListSnapshots", cands, func(ctx context.Context, c candidate) error {
+	read := func(ctx context.Context, c candidate) error {
 		resp, err := s.controllers.ListSnapshots(ctx, c.addr, snap.GetPluginId(), &csi.ListSnapshotsRequest{SnapshotId: snap.GetExternalId()})
 		if err != nil {
 			return err
@@ -296,7 +296,17 @@ func (s *Server) refreshSnapshot(ctx context.Context, snap *statepb.VolumeSnapsh
 			}
 		}
 		return nil
-	}); err != nil {
+	}
+	method := "ListSnapshots"
+	if withGet := withCapability(cands, capGetSnapshot); len(withGet) > 0 {
+		cands, method = withGet, "GetSnapshot"
+		read = func(ctx context.Context, c candidate) error {
+			resp, err := s.controllers.GetSnapshot(ctx, c.addr, snap.GetPluginId(), &csi.GetSnapshotRequest{SnapshotId: snap.GetExternalId()})
+			got = resp.GetSnapshot()
+			return err
+		}
+	}
+	if _, err := s.callControllers(ctx, method, cands, read); err != nil {
 		return err
 	}
 	if got == nil {

@@ -19,7 +19,45 @@ func CreateVolume(req *csisupdv1.VolumeCreateRequest) error {
 		func() error { return Capabilities("capabilities", req.GetCapabilities()) },
 		func() error { return Map("parameters", req.GetParameters()) },
 		func() error { return Secrets("secrets", req.GetSecrets()) },
+		func() error { return Map("mutable_parameters", req.GetMutableParameters()) },
+		func() error {
+			return topology("accessibility_requirements.requisite", req.GetAccessibilityRequirements().GetRequisite())
+		},
+		func() error {
+			return topology("accessibility_requirements.preferred", req.GetAccessibilityRequirements().GetPreferred())
+		},
 	)
+}
+
+// ExpandClusterVolume checks a Control.ExpandVolume request.
+func ExpandClusterVolume(req *csisupdv1.VolumeExpandRequest) error {
+	return first(
+		func() error {
+			return Capacity("capacity_min_bytes", req.GetCapacityMinBytes(), "capacity_max_bytes", req.GetCapacityMaxBytes())
+		},
+		func() error { return Secrets("secrets", req.GetSecrets()) },
+	)
+}
+
+// ModifyVolume checks a Control.ModifyVolume request.
+func ModifyVolume(req *csisupdv1.VolumeModifyRequest) error {
+	return first(
+		func() error { return Map("mutable_parameters", req.GetMutableParameters()) },
+		func() error { return Secrets("secrets", req.GetSecrets()) },
+	)
+}
+
+// CreateSnapshot checks a Control.CreateVolumeSnapshot request.
+func CreateSnapshot(req *csisupdv1.VolumeSnapshotCreateRequest) error {
+	return first(
+		func() error { return Map("parameters", req.GetParameters()) },
+		func() error { return Secrets("secrets", req.GetSecrets()) },
+	)
+}
+
+// DeleteSnapshot checks a Control.DeleteVolumeSnapshot request.
+func DeleteSnapshot(req *csisupdv1.VolumeSnapshotDeleteRequest) error {
+	return Secrets("secrets", req.GetSecrets())
 }
 
 // RegisterVolume checks a Control.RegisterVolume request.
