@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/csisupd/csisupd/internal/server/claims"
+	cl "github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
 )
@@ -159,6 +159,10 @@ var (
 		"Volumes in the replicated state.", nil, nil)
 	claimsDesc = prometheus.NewDesc("csisupd_cluster_claims",
 		"Volume claims in the replicated state, by state.", []string{"state"}, nil)
+	snapshotsDesc = prometheus.NewDesc("csisupd_cluster_volume_snapshots",
+		"Volume snapshots in the replicated state, by state (creating, created, created-not-ready, deleting).", []string{"state"}, nil)
+	expansionsDesc = prometheus.NewDesc("csisupd_cluster_volume_expansions",
+		"Volume expansions under way, by state (controller, nodes).", []string{"state"}, nil)
 )
 
 // stateCollector reports the server's raft and cluster state at scrape
@@ -170,7 +174,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{leaderDesc, commitIndexDesc, appliedIndexDesc, lastIndexDesc,
-		lastContactDesc, peersDesc, nodesDesc, timersDesc, pluginsDesc, volumesDesc, claimsDesc} {
+		lastContactDesc, peersDesc, nodesDesc, timersDesc, pluginsDesc, volumesDesc, claimsDesc, snapshotsDesc, expansionsDesc} {
 		ch <- d
 	}
 }
@@ -209,8 +213,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	// Every known status and state is reported, 0 when none is in it.
 	n := s.State().Counts()
 	nodes := map[string]int{state.NodeStatusReady: 0, state.NodeStatusDown: 0}
-	claims := map[string]int{claims.StateTaken: 0, claims.StateUnpublishing: 0,
-		claims.StateNodeUnpublished: 0, claims.StateControllerUnpublished: 0}
+	claims := map[string]int{cl.StateTaken: 0, cl.StateUnpublishing: 0,
+		cl.StateNodeUnpublished: 0, cl.StateControllerUnpublished: 0}
 	maps.Copy(nodes, n.Nodes)
 	maps.Copy(claims, n.Claims)
 	for status, count := range nodes {
@@ -220,6 +224,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(volumesDesc, float64(n.Volumes))
 	for st, count := range claims {
 		gauge(claimsDesc, float64(count), st)
+	}
+	snapshots := map[string]int{cl.SnapshotCreating: 0, cl.SnapshotCreated: 0, state.SnapshotNotReady: 0, cl.SnapshotDeleting: 0}
+	maps.Copy(snapshots, n.Snapshots)
+	for st, count := range snapshots {
+		gauge(snapshotsDesc, float64(count), st)
+	}
+	expansions := map[string]int{cl.ExpansionController: 0, cl.ExpansionNodes: 0}
+	maps.Copy(expansions, n.Expansions)
+	for st, count := range expansions {
+		gauge(expansionsDesc, float64(count), st)
 	}
 }
 

@@ -235,8 +235,8 @@ func (a *Agent) Err() error {
 // the agent discovers it as plugin id. Zero fields of cfg get: Socket that
 // path, StateDir a directory of the agent's, NodeID the agent's name,
 // KnownNodeIDs testplugin.AnyNode (so a controller on one node publishes
-// to the others), and ForeignVolumes is always set (so a node stages what
-// another node's controller created). The plugin is stopped at cleanup,
+// to the others), and ForeignVolumes is set unless cfg.NodeLocal is (so a
+// node stages what another node's controller created). The plugin is stopped at cleanup,
 // after the agents.
 func (a *Agent) StartPlugin(id string, cfg testplugin.Config) *testplugin.Plugin {
 	t := a.c.t
@@ -254,8 +254,9 @@ func (a *Agent) StartPlugin(id string, cfg testplugin.Config) *testplugin.Plugin
 		cfg.KnownNodeIDs = []string{testplugin.AnyNode}
 	}
 	// Each agent's instance has a state directory of its own: its node
-	// service must stage volumes the other instances' controllers made.
-	cfg.ForeignVolumes = true
+	// service must stage volumes the other instances' controllers made,
+	// unless it is node-local and serves only its own.
+	cfg.ForeignVolumes = !cfg.NodeLocal
 	p, err := testplugin.New(cfg)
 	if err != nil {
 		t.Fatalf("testcluster: plugin %s on %s: %v", id, a.Name, err)

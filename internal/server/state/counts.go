@@ -14,12 +14,22 @@ type Counts struct {
 	// Claims counts the claims by state; a state no claim is in is
 	// absent.
 	Claims map[string]int
+	// Expansions counts the volumes with an expansion under way, by
+	// expansion state.
+	Expansions map[string]int
+	// Snapshots counts the volume snapshots by state; created snapshots
+	// not yet ready to use are counted under "created-not-ready".
+	Snapshots map[string]int
 }
+
+// SnapshotNotReady is the Counts.Snapshots key of created snapshots that
+// are not ready to use yet.
+const SnapshotNotReady = "created-not-ready"
 
 // Counts counts nodes, plugin ids, volumes and claims in one read
 // transaction, without copying any object.
 func (s *Store) Counts() Counts {
-	out := Counts{Nodes: map[string]int{}, Claims: map[string]int{}}
+	out := Counts{Nodes: map[string]int{}, Claims: map[string]int{}, Expansions: map[string]int{}, Snapshots: map[string]int{}}
 	txn := s.db.Txn(false)
 	if it, err := txn.Get(tableNodes, "id"); err == nil {
 		for raw := it.Next(); raw != nil; raw = it.Next() {
@@ -40,9 +50,25 @@ func (s *Store) Counts() Counts {
 	if it, err := txn.Get(tableVolumes, "id"); err == nil {
 		for raw := it.Next(); raw != nil; raw = it.Next() {
 			out.Volumes++
-			for _, c := range raw.(*statepb.Volume).GetClaims() {
+			v := raw.(*statepb.Volume)
+			for _, c := range v.GetClaims() {
 				out.Claims[c.GetState()]++
 			}
+			if e := v.GetExpansion(); e != nil {
+				out.Expansions[e.GetState()]++
+			}
+		}
+	}
+	if it, err := txn.Get(tableVolumeSnapshots, "id"); err == nil {
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			snap := raw.(*statepb.VolumeSnapshot)
+			st := snap.GetState()
+			// "created" is claims.SnapshotCreated, which this package cannot
+			// import.
+			if st == "created" && !snap.GetReadyToUse() {
+				st = SnapshotNotReady
+			}
+			out.Snapshots[st]++
 		}
 	}
 	return out
