@@ -140,8 +140,8 @@ func TestNewValidation(t *testing.T) {
 		{"negative max volumes", Config{Socket: sock, StateDir: "x", MaxVolumes: -1}, "Config.MaxVolumes"},
 		{"bad mounts", Config{Socket: sock, StateDir: "x", Mounts: "overlay"}, "Config.Mounts"},
 		{"unsupported capability", Config{Socket: sock, StateDir: "x",
-			ControllerCapabilities: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CLONE_VOLUME}},
-			"CLONE_VOLUME is not supported"},
+			ControllerCapabilities: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER}},
+			"SINGLE_NODE_MULTI_WRITER is not supported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
