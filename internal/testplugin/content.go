@@ -68,8 +68,8 @@ func contentStatus(what string, err error) error {
 // bits, and with their owner when this process runs as root. It copies
 // into a temporary sibling of dst and renames it, so dst appears whole or
 // not at all. A missing src copies as an empty directory. It stops with a
-// *contentLimitError past maxBytes file bytes or MaxContentEntries entries.
-func copyContent(src, dst string, maxBytes int64) (err error) {
+// *contentLimitError past maxBytes file bytes or maxEntries entries.
+func copyContent(src, dst string, maxBytes int64, maxEntries int) (err error) {
 	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp")
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("remove stale copy %q: %w", tmp, err)
@@ -99,8 +99,8 @@ func copyContent(src, dst string, maxBytes int64) (err error) {
 			return err
 		}
 		entries++
-		if entries > MaxContentEntries {
-			return &contentLimitError{src: src, limit: fmt.Sprintf("%d entries", MaxContentEntries)}
+		if entries > maxEntries {
+			return &contentLimitError{src: src, limit: fmt.Sprintf("%d entries", maxEntries)}
 		}
 		rel, err := filepath.Rel(src, path)
 		if err != nil {

@@ -153,7 +153,7 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 		CreatedAt:               time.Now().UTC(),
 	}
 	if srcDir != "" {
-		if err := copyContent(srcDir, st.dataPath(v.ID), s.p.cfg.MaxContentBytes); err != nil {
+		if err := copyContent(srcDir, st.dataPath(v.ID), s.p.cfg.MaxContentBytes, MaxContentEntries); err != nil {
 			return nil, contentStatus("copy the content of "+srcName, err)
 		}
 	} else if err := os.MkdirAll(st.dataPath(v.ID), 0o755); err != nil {
@@ -510,7 +510,7 @@ func (s *controllerServer) CreateSnapshot(_ context.Context, req *csi.CreateSnap
 		// This answer is the first of the n+1 that say not ready.
 		snap.NotReadyReports = n + 1
 	}
-	if err := copyContent(st.dataPath(v.ID), st.snapDataPath(snap.ID), s.p.cfg.MaxContentBytes); err != nil {
+	if err := copyContent(st.dataPath(v.ID), st.snapDataPath(snap.ID), s.p.cfg.MaxContentBytes, MaxContentEntries); err != nil {
 		return nil, contentStatus("copy the content of volume "+v.ID, err)
 	}
 	if err := st.putSnapshot(snap); err != nil {
