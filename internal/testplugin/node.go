@@ -85,12 +85,21 @@ func (s *nodeServer) record(id string) *nodeVolume {
 		*n = *old
 		n.Targets = maps.Clone(old.Targets)
 	}
-	// Without NodeExpansionRequired a controller expansion needs nothing
-	// on the node, so the node sees the new size at once.
-	if v, ok := st.volumes[id]; ok && (n.CapacityBytes == 0 || !s.p.cfg.NodeExpansionRequired && v.CapacityBytes > n.CapacityBytes) {
-		n.CapacityBytes = v.CapacityBytes
-	}
+	n.CapacityBytes = s.p.nodeCapacity(n)
 	return n
+}
+
+// nodeCapacity is the size of node record n as the node sees it: its
+// recorded size, else the controller's when this plugin has the volume.
+// Without NodeExpansionRequired a controller expansion needs nothing on
+// the node, so the node sees a larger controller size at once. Callers
+// hold st.mu.
+func (p *Plugin) nodeCapacity(n *nodeVolume) int64 {
+	c := n.CapacityBytes
+	if v, ok := p.st.volumes[n.ID]; ok && (c == 0 || !p.cfg.NodeExpansionRequired && v.CapacityBytes > c) {
+		c = v.CapacityBytes
+	}
+	return c
 }
 
 // maxGID is the highest group id a mount group may name: (gid_t)-1 means

@@ -302,8 +302,9 @@ type NodeVolume struct {
 	// TargetMountGroups are the volume_mount_groups of the targets
 	// published with one, by target path; nil when none was.
 	TargetMountGroups map[string]string
-	// CapacityBytes is the volume's size as this node knows it: its
-	// size when staged, grown by NodeExpandVolume.
+	// CapacityBytes is the volume's size as this node sees it: its size
+	// when staged, grown by NodeExpandVolume, and without
+	// Config.NodeExpansionRequired by ControllerExpandVolume at once.
 	CapacityBytes int64
 }
 
@@ -319,7 +320,7 @@ func (p *Plugin) NodeVolumes() map[string]NodeVolume {
 			continue
 		}
 		nv := NodeVolume{StagingPath: n.StagingPath, Targets: slices.Sorted(maps.Keys(n.Targets)),
-			MountGroup: n.StageGroup, CapacityBytes: n.CapacityBytes}
+			MountGroup: n.StageGroup, CapacityBytes: p.nodeCapacity(n)}
 		for path, t := range n.Targets {
 			if t.MountGroup != "" {
 				if nv.TargetMountGroups == nil {
