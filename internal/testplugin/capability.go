@@ -100,7 +100,7 @@ func fits(size int64, r *csi.CapacityRange) bool {
 // every key of t has the plugin's value.
 func (p *Plugin) topologyMatches(t *csi.Topology) bool {
 	for k, v := range t.GetSegments() {
-		if p.cfg.Topology[k] != v {
+		if p.topology[k] != v {
 			return false
 		}
 	}
@@ -109,8 +109,8 @@ func (p *Plugin) topologyMatches(t *csi.Topology) bool {
 
 // accessible returns the plugin's topology as a CSI list, or nil.
 func (p *Plugin) accessible() []*csi.Topology {
-	if len(p.cfg.Topology) == 0 {
+	if len(p.topology) == 0 {
 		return nil
 	}
-	return []*csi.Topology{{Segments: maps.Clone(p.cfg.Topology)}}
+	return []*csi.Topology{{Segments: maps.Clone(p.topology)}}
 }

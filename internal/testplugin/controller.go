@@ -2,6 +2,7 @@ package testplugin
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"slices"
@@ -51,7 +52,9 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 	return resp, nil
 }
 
-// CreateVolume creates a volume record and directory, idempotently by name.
+// CreateVolume creates a volume record and directory, idempotently by
+// name. A volume with a content source starts with a copy of the
+// snapshot's content or of the source volume's current content.
 func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if err := s.require(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME); err != nil {
 		return nil, err
@@ -66,7 +69,12 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 	if err != nil {
 		return nil, err
 	}
-	var sourceSnap string
+	if len(req.GetMutableParameters()) > 0 {
+		if err := s.checkMutable(req.GetMutableParameters()); err != nil {
+			return nil, err
+		}
+	}
+	var sourceSnap, sourceVol string
 	switch src := req.GetVolumeContentSource().GetType().(type) {
 	case nil:
 	case *csi.VolumeContentSource_Snapshot:
@@ -77,48 +85,78 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 		if sourceSnap == "" {
 			return nil, status.Error(codes.InvalidArgument, "volume content source: snapshot_id is required")
 		}
+	case *csi.VolumeContentSource_Volume:
+		if err := s.require(csi.ControllerServiceCapability_RPC_CLONE_VOLUME); err != nil {
+			return nil, status.Error(codes.InvalidArgument, "volume content source of type volume is not supported: CLONE_VOLUME is not advertised")
+		}
+		sourceVol = src.Volume.GetVolumeId()
+		if sourceVol == "" {
+			return nil, status.Error(codes.InvalidArgument, "volume content source: volume_id is required")
+		}
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "volume content source of type %T is not supported", src)
 	}
-	if reqs := req.GetAccessibilityRequirements().GetRequisite(); len(s.p.cfg.Topology) > 0 && len(reqs) > 0 &&
+	// A node-local plugin creates on its own node whatever the requisite
+	// topology says, as node-local drivers do; the answer's accessible
+	// topology tells the CO where the volume is.
+	if reqs := req.GetAccessibilityRequirements().GetRequisite(); !s.p.cfg.NodeLocal && len(s.p.topology) > 0 && len(reqs) > 0 &&
 		!slices.ContainsFunc(reqs, s.p.topologyMatches) {
-		return nil, status.Errorf(codes.ResourceExhausted, "no requisite topology matches the plugin's topology %v", s.p.cfg.Topology)
+		return nil, status.Errorf(codes.ResourceExhausted, "no requisite topology matches the plugin's topology %v", s.p.topology)
 	}
 
 	st := s.p.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if v := st.volumeByName(req.GetName()); v != nil {
-		if !fits(v.CapacityBytes, req.GetCapacityRange()) || !maps.Equal(v.Parameters, req.GetParameters()) || v.SourceSnapshotID != sourceSnap {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists as %s with different capacity (%d bytes), parameters or content source", req.GetName(), v.ID, v.CapacityBytes)
+		if !fits(v.CapacityBytes, req.GetCapacityRange()) || !maps.Equal(v.Parameters, req.GetParameters()) ||
+			!maps.Equal(v.CreateMutableParameters, req.GetMutableParameters()) ||
+			v.SourceSnapshotID != sourceSnap || v.SourceVolumeID != sourceVol {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists as %s with different capacity (%d bytes), parameters, mutable parameters or content source", req.GetName(), v.ID, v.CapacityBytes)
 		}
 		return &csi.CreateVolumeResponse{Volume: s.p.csiVolume(v)}, nil
 	}
-	if sourceSnap != "" {
+	var srcDir, srcName string
+	var srcSize int64
+	switch {
+	case sourceSnap != "":
 		snap, ok := st.snapshots[sourceSnap]
 		if !ok {
 			return nil, status.Errorf(codes.NotFound, "source snapshot %q does not exist", sourceSnap)
 		}
-		if snap.SizeBytes > size {
-			if !fits(snap.SizeBytes, req.GetCapacityRange()) {
-				return nil, status.Errorf(codes.OutOfRange, "source snapshot %s has %d bytes, more than the capacity range allows", snap.ID, snap.SizeBytes)
-			}
-			size = snap.SizeBytes
+		srcDir, srcName, srcSize = st.snapDataPath(snap.ID), "source snapshot "+snap.ID, snap.SizeBytes
+	case sourceVol != "":
+		src, ok := st.volumes[sourceVol]
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", sourceVol)
 		}
+		srcDir, srcName, srcSize = st.dataPath(src.ID), "source volume "+src.ID, src.CapacityBytes
+	}
+	if srcSize > size {
+		if !fits(srcSize, req.GetCapacityRange()) {
+			return nil, status.Errorf(codes.OutOfRange, "%s has %d bytes, more than the capacity range allows", srcName, srcSize)
+		}
+		size = srcSize
 	}
 	if avail := s.p.cfg.Capacity - st.usedCapacity(); size > avail {
 		return nil, status.Errorf(codes.OutOfRange, "volume of %d bytes does not fit, %d bytes available", size, avail)
 	}
 	v := &volume{
-		ID:               newID("vol-"),
-		Name:             req.GetName(),
-		CapacityBytes:    size,
-		Parameters:       maps.Clone(req.GetParameters()),
-		SourceSnapshotID: sourceSnap,
-		Topology:         maps.Clone(s.p.cfg.Topology),
-		CreatedAt:        time.Now().UTC(),
+		ID:                      newID("vol-"),
+		Name:                    req.GetName(),
+		CapacityBytes:           size,
+		Parameters:              maps.Clone(req.GetParameters()),
+		SourceSnapshotID:        sourceSnap,
+		SourceVolumeID:          sourceVol,
+		CreateMutableParameters: maps.Clone(req.GetMutableParameters()),
+		MutableParameters:       maps.Clone(req.GetMutableParameters()),
+		Topology:                maps.Clone(s.p.topology),
+		CreatedAt:               time.Now().UTC(),
 	}
-	if err := os.MkdirAll(st.dataPath(v.ID), 0o755); err != nil {
+	if srcDir != "" {
+		if err := copyContent(srcDir, st.dataPath(v.ID), s.p.cfg.MaxContentBytes, MaxContentEntries); err != nil {
+			return nil, contentStatus("copy the content of "+srcName, err)
+		}
+	} else if err := os.MkdirAll(st.dataPath(v.ID), 0o755); err != nil {
 		return nil, status.Errorf(codes.Internal, "create volume directory: %v", err)
 	}
 	if err := st.putVolume(v); err != nil {
@@ -126,6 +164,24 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.CreateVolumeResponse{Volume: s.p.csiVolume(v)}, nil
+}
+
+// checkMutable returns InvalidArgument, naming the key, unless every key of
+// params is one of Config.MutableParameters with a value of at most the
+// CSI string size.
+func (s *controllerServer) checkMutable(params map[string]string) error {
+	if err := s.require(csi.ControllerServiceCapability_RPC_MODIFY_VOLUME); err != nil {
+		return status.Error(codes.InvalidArgument, "mutable_parameters are given but MODIFY_VOLUME is not advertised")
+	}
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		if !s.p.mutable[k] {
+			return status.Errorf(codes.InvalidArgument, "mutable parameter %q is not supported; supported: %s", k, strings.Join(s.p.cfg.MutableParameters, ", "))
+		}
+		if len(params[k]) > maxParameterValue {
+			return status.Errorf(codes.InvalidArgument, "mutable parameter %q: value of %d bytes is longer than %d", k, len(params[k]), maxParameterValue)
+		}
+	}
+	return nil
 }
 
 // DeleteVolume deletes a volume's record and directory. Unknown ids succeed;
@@ -150,6 +206,7 @@ func (s *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolume
 	if err := st.deleteVolume(v); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	s.p.forgetHealth(v.ID)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
@@ -184,6 +241,9 @@ func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csi.C
 	}
 	if !s.p.anyNode && !s.p.known[node] {
 		return nil, status.Errorf(codes.NotFound, "node %q is not known", node)
+	}
+	if s.p.cfg.NodeLocal && node != s.p.cfg.NodeID {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is node-local: it is accessible only on node %q, not on %q", v.ID, s.p.cfg.NodeID, node)
 	}
 	resp := &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{
 		PublishContextNodeID:   node,
@@ -258,9 +318,9 @@ func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *cs
 	st := s.p.st
 	st.mu.Lock()
 	v, ok := st.volumes[req.GetVolumeId()]
-	var params map[string]string
+	var params, mutable map[string]string
 	if ok {
-		params = v.Parameters
+		params, mutable = v.Parameters, maps.Clone(v.MutableParameters)
 	}
 	st.mu.Unlock()
 	if !ok {
@@ -274,10 +334,16 @@ func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *cs
 	if len(req.GetParameters()) > 0 && !maps.Equal(req.GetParameters(), params) {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: "parameters differ from the volume's"}, nil
 	}
+	for k, val := range req.GetMutableParameters() {
+		if cur, ok := mutable[k]; !ok || cur != val {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("mutable parameter %q differs from the volume's", k)}, nil
+		}
+	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext:      req.GetVolumeContext(),
 		VolumeCapabilities: req.GetVolumeCapabilities(),
 		Parameters:         req.GetParameters(),
+		MutableParameters:  req.GetMutableParameters(),
 	}}, nil
 }
 
@@ -339,7 +405,7 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csi.GetCapacityRe
 			return &csi.GetCapacityResponse{}, nil
 		}
 	}
-	if t := req.GetAccessibleTopology(); t != nil && len(s.p.cfg.Topology) > 0 && !s.p.topologyMatches(t) {
+	if t := req.GetAccessibleTopology(); t != nil && len(s.p.topology) > 0 && !s.p.topologyMatches(t) {
 		return &csi.GetCapacityResponse{}, nil
 	}
 	st := s.p.st
@@ -349,8 +415,10 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csi.GetCapacityRe
 	return &csi.GetCapacityResponse{AvailableCapacity: avail, MaximumVolumeSize: wrapperspb.Int64(avail)}, nil
 }
 
-// ControllerExpandVolume grows a volume; asking for less than its size
-// succeeds without change.
+// ControllerExpandVolume grows a volume. Asking for no more than its size
+// succeeds without change, as CSI says, unless limit_bytes is below its
+// size: volumes do not shrink, so that is OutOfRange. With
+// ExpansionOffline a volume published to a node is FailedPrecondition.
 func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	if err := s.require(csi.ControllerServiceCapability_RPC_EXPAND_VOLUME); err != nil {
 		return nil, err
@@ -380,8 +448,14 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csi.Co
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
 	}
+	if limit := req.GetCapacityRange().GetLimitBytes(); limit > 0 && limit < v.CapacityBytes {
+		return nil, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, more than limit_bytes %d: volumes do not shrink", v.ID, v.CapacityBytes, limit)
+	}
 	if size <= v.CapacityBytes {
-		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: s.p.cfg.NodeExpansionRequired}, nil
+	}
+	if s.p.cfg.Expansion == ExpansionOffline && len(v.Published) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published to node(s) %s and the plugin has only OFFLINE expansion", v.ID, strings.Join(slices.Sorted(maps.Keys(v.Published)), ", "))
 	}
 	if avail := s.p.cfg.Capacity - st.usedCapacity(); size-v.CapacityBytes > avail {
 		return nil, status.Errorf(codes.OutOfRange, "growing volume %s to %d bytes needs %d bytes, %d available", v.ID, size, size-v.CapacityBytes, avail)
@@ -392,11 +466,12 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csi.Co
 		v.CapacityBytes = old
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: true}, nil
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: s.p.cfg.NodeExpansionRequired}, nil
 }
 
-// CreateSnapshot records a snapshot of an existing volume, idempotently by
-// name.
+// CreateSnapshot copies the content of an existing volume into a new
+// snapshot, idempotently by name: the same name and source return the
+// same snapshot, another source is AlreadyExists.
 func (s *controllerServer) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
 	if err := s.require(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT); err != nil {
 		return nil, err
@@ -414,7 +489,11 @@ func (s *controllerServer) CreateSnapshot(_ context.Context, req *csi.CreateSnap
 		if snap.SourceVolumeID != req.GetSourceVolumeId() {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists as %s of volume %s", req.GetName(), snap.ID, snap.SourceVolumeID)
 		}
-		return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(snap)}, nil
+		cs, err := s.report(snap)
+		if err != nil {
+			return nil, err
+		}
+		return &csi.CreateSnapshotResponse{Snapshot: cs}, nil
 	}
 	v, ok := st.volumes[req.GetSourceVolumeId()]
 	if !ok {
@@ -427,10 +506,22 @@ func (s *controllerServer) CreateSnapshot(_ context.Context, req *csi.CreateSnap
 		SizeBytes:      v.CapacityBytes,
 		CreatedAt:      time.Now().UTC(),
 	}
+	if n := s.p.cfg.SnapshotReadyAfter; n > 0 {
+		// This answer is the first of the n+1 that say not ready.
+		snap.NotReadyReports = n + 1
+	}
+	if err := copyContent(st.dataPath(v.ID), st.snapDataPath(snap.ID), s.p.cfg.MaxContentBytes, MaxContentEntries); err != nil {
+		return nil, contentStatus("copy the content of volume "+v.ID, err)
+	}
 	if err := st.putSnapshot(snap); err != nil {
+		_ = os.RemoveAll(st.snapDataPath(snap.ID))
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(snap)}, nil
+	cs, err := s.report(snap)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateSnapshotResponse{Snapshot: cs}, nil
 }
 
 // DeleteSnapshot deletes a snapshot record; unknown ids succeed.
@@ -467,7 +558,11 @@ func (s *controllerServer) GetSnapshot(_ context.Context, req *csi.GetSnapshotRe
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist", req.GetSnapshotId())
 	}
-	return &csi.GetSnapshotResponse{Snapshot: csiSnapshot(snap)}, nil
+	cs, err := s.report(snap)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.GetSnapshotResponse{Snapshot: cs}, nil
 }
 
 // ListSnapshots lists snapshots ordered by id, in pages, optionally only one
@@ -493,7 +588,116 @@ func (s *controllerServer) ListSnapshots(_ context.Context, req *csi.ListSnapsho
 	ids, next := page(ids, after, req.GetMaxEntries())
 	resp := &csi.ListSnapshotsResponse{NextToken: next}
 	for _, id := range ids {
-		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: csiSnapshot(st.snapshots[id])})
+		cs, err := s.report(st.snapshots[id])
+		if err != nil {
+			return nil, err
+		}
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: cs})
+	}
+	return resp, nil
+}
+
+// report converts a snapshot for an answer, counting the answer against
+// Config.SnapshotReadyAfter: the snapshot is not ready while reports are
+// left. A new snapshot is stored here, with its first report counted.
+// Callers hold st.mu.
+func (s *controllerServer) report(snap *snapshot) (*csi.Snapshot, error) {
+	cs := csiSnapshot(snap)
+	if snap.NotReadyReports == 0 {
+		return cs, nil
+	}
+	cs.ReadyToUse = false
+	old := *snap
+	snap.NotReadyReports--
+	if err := s.p.st.putSnapshot(snap); err != nil {
+		*snap = old
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return cs, nil
+}
+
+// ControllerModifyVolume sets the mutable parameters it is given on a
+// volume, key by key; keys it is not given keep their values.
+func (s *controllerServer) ControllerModifyVolume(_ context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	if err := s.require(csi.ControllerServiceCapability_RPC_MODIFY_VOLUME); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	case len(req.GetMutableParameters()) == 0:
+		return nil, status.Error(codes.InvalidArgument, "mutable_parameters is required")
+	}
+	if err := s.checkMutable(req.GetMutableParameters()); err != nil {
+		return nil, err
+	}
+	st := s.p.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	v, ok := st.volumes[req.GetVolumeId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
+	}
+	old := v.MutableParameters
+	v.MutableParameters = maps.Clone(old)
+	if v.MutableParameters == nil {
+		v.MutableParameters = make(map[string]string)
+	}
+	maps.Copy(v.MutableParameters, req.GetMutableParameters())
+	if err := st.putVolume(v); err != nil {
+		v.MutableParameters = old
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csi.ControllerModifyVolumeResponse{}, nil
+}
+
+// ControllerGetVolumeHealth reports the conditions set with
+// Plugin.SetVolumeHealth for an existing volume; none when it is healthy.
+func (s *controllerServer) ControllerGetVolumeHealth(_ context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
+	// CSI: LIST_VOLUME_HEALTH also obliges the plugin to this call.
+	if s.require(csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH) != nil {
+		if err := s.require(csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH); err != nil {
+			return nil, err
+		}
+	}
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	st := s.p.st
+	st.mu.Lock()
+	_, ok := st.volumes[req.GetVolumeId()]
+	st.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
+	}
+	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: s.p.volumeHealth(req.GetVolumeId())}, nil
+}
+
+// ControllerListVolumeHealth lists, in pages ordered by volume id, the
+// existing volumes that have adverse conditions; CSI says healthy volumes
+// should be left out.
+func (s *controllerServer) ControllerListVolumeHealth(_ context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
+	if err := s.require(csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH); err != nil {
+		return nil, err
+	}
+	after, err := parseToken(req.GetStartingToken(), req.GetMaxEntries())
+	if err != nil {
+		return nil, err
+	}
+	st := s.p.st
+	st.mu.Lock()
+	ids := slices.Collect(maps.Keys(st.volumes))
+	st.mu.Unlock()
+	var sick []string
+	for _, id := range ids {
+		if len(s.p.volumeHealth(id).GetHealthStatuses()) > 0 {
+			sick = append(sick, id)
+		}
+	}
+	sick, next := page(sick, after, req.GetMaxEntries())
+	resp := &csi.ControllerListVolumeHealthResponse{NextToken: next}
+	for _, id := range sick {
+		resp.Entries = append(resp.Entries, s.p.volumeHealth(id))
 	}
 	return resp, nil
 }
@@ -507,15 +711,21 @@ func (p *Plugin) csiVolume(v *volume) *csi.Volume {
 	if len(v.Topology) > 0 {
 		cv.AccessibleTopology = []*csi.Topology{{Segments: maps.Clone(v.Topology)}}
 	}
-	if v.SourceSnapshotID != "" {
+	switch {
+	case v.SourceSnapshotID != "":
 		cv.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: v.SourceSnapshotID},
+		}}
+	case v.SourceVolumeID != "":
+		cv.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: v.SourceVolumeID},
 		}}
 	}
 	return cv
 }
 
-// csiSnapshot converts a snapshot record for the wire.
+// csiSnapshot converts a snapshot record for the wire, ready to use; see
+// report for snapshots that are not ready yet.
 func csiSnapshot(s *snapshot) *csi.Snapshot {
 	return &csi.Snapshot{
 		SnapshotId:     s.ID,

@@ -338,7 +338,7 @@ func TestCapabilityOverride(t *testing.T) {
 }
 
 func TestExpandAndCapacity(t *testing.T) {
-	p := startPlugin(t, Config{Capacity: 10 << 20})
+	p := startPlugin(t, Config{Capacity: 10 << 20, NodeExpansionRequired: true})
 	c := dial(t, p.Socket())
 	available := func() int64 {
 		t.Helper()

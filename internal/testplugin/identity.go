@@ -25,8 +25,10 @@ func (s *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 }
 
 // GetPluginCapabilities reports CONTROLLER_SERVICE for controller and
-// monolith plugins, VOLUME_ACCESSIBILITY_CONSTRAINTS when a topology is set,
-// and ONLINE volume expansion when the plugin can expand volumes.
+// monolith plugins, VOLUME_ACCESSIBILITY_CONSTRAINTS when a topology is set
+// (Config.Topology or Config.NodeLocal), and the volume expansion of
+// Config.Expansion: ONLINE when the plugin can expand volumes, OFFLINE, or
+// none.
 func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
 	service := func(t csi.PluginCapability_Service_Type) {
@@ -37,13 +39,22 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 	if s.p.hasCtrl {
 		service(csi.PluginCapability_Service_CONTROLLER_SERVICE)
 	}
-	if len(s.p.cfg.Topology) > 0 {
+	if len(s.p.topology) > 0 {
 		service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS)
 	}
-	if s.p.hasNode || slices.Contains(s.p.caps, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME) {
+	expansion := func(t csi.PluginCapability_VolumeExpansion_Type) {
 		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
-			VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE},
+			VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: t},
 		}})
+	}
+	switch s.p.cfg.Expansion {
+	case ExpansionOffline:
+		expansion(csi.PluginCapability_VolumeExpansion_OFFLINE)
+	case ExpansionOnline:
+		// ONLINE needs the controller or the node EXPAND_VOLUME capability.
+		if s.p.hasNode || slices.Contains(s.p.caps, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME) {
+			expansion(csi.PluginCapability_VolumeExpansion_ONLINE)
+		}
 	}
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }

@@ -285,7 +285,7 @@ func TestUnmountAllAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantMountPoints(t, false, staging, targetPath)
-	want := map[string]NodeVolume{id: {StagingPath: staging, Targets: []string{targetPath}}}
+	want := map[string]NodeVolume{id: {StagingPath: staging, Targets: []string{targetPath}, CapacityBytes: 1 << 20}}
 	if got := p.NodeVolumes(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("NodeVolumes after UnmountAll = %+v, want %+v", got, want)
 	}

@@ -209,7 +209,7 @@ func testNodeLogAndRecords(t *testing.T, mounts string) {
 	if _, err := c.node.NodePublishVolume(ctx(t), &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: targetPath, VolumeCapability: snw}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := p.NodeVolumes(), map[string]NodeVolume{id: {StagingPath: staging, Targets: []string{targetPath}}}; !reflect.DeepEqual(got, want) {
+	if got, want := p.NodeVolumes(), map[string]NodeVolume{id: {StagingPath: staging, Targets: []string{targetPath}, CapacityBytes: 1 << 20}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("NodeVolumes = %+v, want %+v", got, want)
 	}
 	if _, err := c.node.NodeUnpublishVolume(ctx(t), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: targetPath}); err != nil {

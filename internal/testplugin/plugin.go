@@ -64,11 +64,46 @@ var DefaultControllerCapabilities = []csi.ControllerServiceCapability_RPC_Type{
 }
 
 // SupportedControllerCapabilities are all capabilities the plugin can
-// advertise: the defaults, PUBLISH_READONLY and GET_SNAPSHOT.
+// advertise: the defaults, PUBLISH_READONLY, GET_SNAPSHOT, CLONE_VOLUME,
+// MODIFY_VOLUME, GET_VOLUME_HEALTH and LIST_VOLUME_HEALTH. The ones beyond
+// the defaults are opt-in, so that a client under test meets them only
+// when its test asks for them.
 var SupportedControllerCapabilities = append(slices.Clone(DefaultControllerCapabilities),
 	csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 )
+
+// DefaultTopologyKey is the default of Config.TopologyKey: the topology
+// key of a node-local plugin's segments.
+const DefaultTopologyKey = "topology.csisupd.io/node"
+
+// Values of Config.Expansion: which volume expansion the plugin
+// advertises and how it behaves.
+const (
+	// ExpansionOnline, the default, advertises the ONLINE VolumeExpansion
+	// plugin capability: volumes grow while published.
+	ExpansionOnline = "online"
+	// ExpansionOffline advertises OFFLINE: ControllerExpandVolume refuses,
+	// with FailedPrecondition, a volume published to any node. It needs
+	// the EXPAND_VOLUME controller capability.
+	ExpansionOffline = "offline"
+	// ExpansionNone advertises no expansion: no VolumeExpansion plugin
+	// capability and neither the controller nor the node EXPAND_VOLUME
+	// capability.
+	ExpansionNone = "none"
+)
+
+// DefaultMutableParameters are the mutable parameter keys accepted when
+// Config.MutableParameters is nil.
+var DefaultMutableParameters = []string{"iops", "throughput", "tier"}
+
+// maxParameterValue is the longest mutable parameter value accepted, in
+// bytes: the CSI size limit for strings.
+const maxParameterValue = 128
 
 // nameRE is the plugin name rule csi-sanity enforces (CSI: domain name notation).
 var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,61}[A-Za-z]$`)
@@ -117,6 +152,51 @@ type Config struct {
 	// Mounts is how the node service places volumes: MountsMarker (the
 	// default) or MountsBind.
 	Mounts string
+	// NodeLocal makes the plugin behave like a node-local driver
+	// (hostpath, local-path, LVM, ZFS): its accessible topology, and that
+	// of every volume it creates, is {TopologyKey: NodeID}, and it
+	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS. CreateVolume ignores
+	// the requisite and preferred topology and creates on this node
+	// anyway, as such drivers do; ControllerPublishVolume refuses other
+	// nodes with FailedPrecondition; the node service serves only the
+	// volumes this instance created. Not with Topology, ForeignVolumes or
+	// TypeNode.
+	NodeLocal bool
+	// TopologyKey is the topology key of NodeLocal (default
+	// DefaultTopologyKey). Only with NodeLocal.
+	TopologyKey string
+	// Expansion is ExpansionOnline (the default), ExpansionOffline or
+	// ExpansionNone.
+	Expansion string
+	// NodeExpansionRequired makes ControllerExpandVolume answer
+	// node_expansion_required=true, so a CO calls NodeExpandVolume on
+	// every node the volume is staged or published on.
+	NodeExpansionRequired bool
+	// MutableParameters are the keys CreateVolume's mutable_parameters
+	// and ControllerModifyVolume accept; other keys are InvalidArgument.
+	// nil means DefaultMutableParameters; an empty list accepts none.
+	MutableParameters []string
+	// SnapshotReadyAfter makes a new snapshot report ready_to_use=false
+	// in CreateSnapshot's answer and in the next SnapshotReadyAfter
+	// answers that include it (repeated CreateSnapshot, GetSnapshot,
+	// ListSnapshots), then true. 0 makes snapshots ready at once.
+	SnapshotReadyAfter int
+	// MaxContentBytes bounds the file bytes a snapshot, restore or clone
+	// copies (default DefaultMaxContentBytes); a larger copy fails with
+	// ResourceExhausted. MaxContentEntries bounds the number of files.
+	MaxContentBytes int64
+	// VolumeHealth advertises the node capabilities GET_VOLUME_HEALTH and
+	// GET_STORAGE_HEALTH. The controller's GET_VOLUME_HEALTH and
+	// LIST_VOLUME_HEALTH come with ControllerCapabilities. Conditions are
+	// set with Plugin.SetVolumeHealth and Plugin.SetStorageHealth.
+	VolumeHealth bool
+	// VolumeMountGroup advertises the VOLUME_MOUNT_GROUP node capability:
+	// NodeStageVolume and NodePublishVolume accept a numeric group id in
+	// volume_capability.mount.volume_mount_group, record it, and with
+	// MountsBind give the volume's directory to that group (group
+	// read-write-search and set-group-id, so new files join the group).
+	// Without it a mount group is InvalidArgument.
+	VolumeMountGroup bool
 	// Logger receives debug logs of every call (default: discard).
 	Logger hclog.Logger
 }
@@ -158,6 +238,9 @@ type Plugin struct {
 	cfg      Config
 	logger   hclog.Logger
 	caps     []csi.ControllerServiceCapability_RPC_Type
+	nodeCaps []csi.NodeServiceCapability_RPC_Type
+	topology map[string]string // accessible topology; nil = none
+	mutable  map[string]bool   // accepted mutable parameter keys
 	hasCtrl  bool
 	hasNode  bool
 	anyNode  bool
@@ -173,22 +256,31 @@ type Plugin struct {
 	statsMu  sync.Mutex
 	stats    Stats
 	nodeLog  []NodeCall // guarded by statsMu
+	healthMu sync.Mutex
+	health   map[string][]VolumeHealthStatus // by volume id
+	storage  []StorageHealthStatus
 }
 
 // maxNodeLog bounds the node call log; older calls are dropped.
 const maxNodeLog = 10000
 
-// NodeCall is one successful node call that changes a volume's place on
-// the node: NodeStageVolume, NodeUnstageVolume, NodePublishVolume or
-// NodeUnpublishVolume, as the plugin received it.
+// NodeCall is one successful node call that changes a volume on the
+// node: NodeStageVolume, NodeUnstageVolume, NodePublishVolume,
+// NodeUnpublishVolume or NodeExpandVolume, as the plugin received it.
 type NodeCall struct {
 	Method   string
 	VolumeID string
-	// Path is the staging target path of stage and unstage calls and the
-	// target path of publish and unpublish calls.
+	// Path is the staging target path of stage and unstage calls, the
+	// target path of publish and unpublish calls and the volume_path of
+	// expand calls.
 	Path string
-	// StagingPath is the staging target path of a publish call.
+	// StagingPath is the staging target path of a publish or expand call.
 	StagingPath string
+	// MountGroup is the volume_mount_group of a stage or publish call.
+	MountGroup string
+	// RequiredBytes and LimitBytes are the capacity range of an expand
+	// call.
+	RequiredBytes, LimitBytes int64
 }
 
 // NodeLog returns the successful node calls in the order they ended, the
@@ -205,6 +297,15 @@ type NodeVolume struct {
 	StagingPath string
 	// Targets are the target paths it is published at, sorted.
 	Targets []string
+	// MountGroup is the volume_mount_group it was staged with.
+	MountGroup string
+	// TargetMountGroups are the volume_mount_groups of the targets
+	// published with one, by target path; nil when none was.
+	TargetMountGroups map[string]string
+	// CapacityBytes is the volume's size as this node sees it: its size
+	// when staged, grown by NodeExpandVolume, and without
+	// Config.NodeExpansionRequired by ControllerExpandVolume at once.
+	CapacityBytes int64
 }
 
 // NodeVolumes returns the node records of the volumes staged or published
@@ -218,7 +319,17 @@ func (p *Plugin) NodeVolumes() map[string]NodeVolume {
 		if n.StagingPath == "" && len(n.Targets) == 0 {
 			continue
 		}
-		out[id] = NodeVolume{StagingPath: n.StagingPath, Targets: slices.Sorted(maps.Keys(n.Targets))}
+		nv := NodeVolume{StagingPath: n.StagingPath, Targets: slices.Sorted(maps.Keys(n.Targets)),
+			MountGroup: n.StageGroup, CapacityBytes: p.nodeCapacity(n)}
+		for path, t := range n.Targets {
+			if t.MountGroup != "" {
+				if nv.TargetMountGroups == nil {
+					nv.TargetMountGroups = make(map[string]string)
+				}
+				nv.TargetMountGroups[path] = t.MountGroup
+			}
+		}
+		out[id] = nv
 	}
 	return out
 }
@@ -228,13 +339,18 @@ func (p *Plugin) logNodeCall(req any) {
 	var c NodeCall
 	switch r := req.(type) {
 	case *csi.NodeStageVolumeRequest:
-		c = NodeCall{Method: "NodeStageVolume", VolumeID: r.GetVolumeId(), Path: r.GetStagingTargetPath()}
+		c = NodeCall{Method: "NodeStageVolume", VolumeID: r.GetVolumeId(), Path: r.GetStagingTargetPath(),
+			MountGroup: r.GetVolumeCapability().GetMount().GetVolumeMountGroup()}
 	case *csi.NodeUnstageVolumeRequest:
 		c = NodeCall{Method: "NodeUnstageVolume", VolumeID: r.GetVolumeId(), Path: r.GetStagingTargetPath()}
 	case *csi.NodePublishVolumeRequest:
-		c = NodeCall{Method: "NodePublishVolume", VolumeID: r.GetVolumeId(), Path: r.GetTargetPath(), StagingPath: r.GetStagingTargetPath()}
+		c = NodeCall{Method: "NodePublishVolume", VolumeID: r.GetVolumeId(), Path: r.GetTargetPath(), StagingPath: r.GetStagingTargetPath(),
+			MountGroup: r.GetVolumeCapability().GetMount().GetVolumeMountGroup()}
 	case *csi.NodeUnpublishVolumeRequest:
 		c = NodeCall{Method: "NodeUnpublishVolume", VolumeID: r.GetVolumeId(), Path: r.GetTargetPath()}
+	case *csi.NodeExpandVolumeRequest:
+		c = NodeCall{Method: "NodeExpandVolume", VolumeID: r.GetVolumeId(), Path: r.GetVolumePath(), StagingPath: r.GetStagingTargetPath(),
+			RequiredBytes: r.GetCapacityRange().GetRequiredBytes(), LimitBytes: r.GetCapacityRange().GetLimitBytes()}
 	default:
 		return
 	}
@@ -310,6 +426,10 @@ func New(cfg Config) (*Plugin, error) {
 		}
 	}
 	cfg.Topology = maps.Clone(cfg.Topology)
+	p.topology = maps.Clone(cfg.Topology)
+	if err := p.nodeLocal(&cfg); err != nil {
+		return nil, err
+	}
 	p.caps = DefaultControllerCapabilities
 	if cfg.ControllerCapabilities != nil {
 		p.caps = nil
@@ -323,6 +443,9 @@ func New(cfg Config) (*Plugin, error) {
 		}
 	}
 	p.caps = slices.Clone(p.caps)
+	if err := p.capabilities(&cfg); err != nil {
+		return nil, err
+	}
 	p.known[cfg.NodeID] = true
 	for _, id := range cfg.KnownNodeIDs {
 		if id == AnyNode {
@@ -350,7 +473,96 @@ func (p *Plugin) Config() Config {
 	cfg.Topology = maps.Clone(cfg.Topology)
 	cfg.KnownNodeIDs = slices.Clone(cfg.KnownNodeIDs)
 	cfg.ControllerCapabilities = slices.Clone(p.caps)
+	cfg.MutableParameters = slices.Clone(cfg.MutableParameters)
 	return cfg
+}
+
+// nodeLocal checks the node-local settings of cfg, applies their
+// defaults and sets the plugin's topology.
+func (p *Plugin) nodeLocal(cfg *Config) error {
+	if !cfg.NodeLocal {
+		if cfg.TopologyKey != "" {
+			return fmt.Errorf("testplugin: Config.TopologyKey %q is set without Config.NodeLocal", cfg.TopologyKey)
+		}
+		return nil
+	}
+	switch {
+	case len(cfg.Topology) > 0:
+		return errors.New("testplugin: Config.NodeLocal and Config.Topology exclude each other: a node-local plugin's topology is its node")
+	case cfg.ForeignVolumes:
+		return errors.New("testplugin: Config.NodeLocal and Config.ForeignVolumes exclude each other: a node-local plugin serves only its own volumes")
+	case cfg.Type == TypeNode:
+		return errors.New("testplugin: Config.NodeLocal needs a controller (Config.Type controller or monolith): a node-local plugin creates its own volumes")
+	}
+	if cfg.TopologyKey == "" {
+		cfg.TopologyKey = DefaultTopologyKey
+	}
+	p.topology = map[string]string{cfg.TopologyKey: cfg.NodeID}
+	return nil
+}
+
+// capabilities checks the expansion, mutable parameter and content
+// settings of cfg, applies their defaults, and fixes the controller and
+// node capabilities that follow from them.
+func (p *Plugin) capabilities(cfg *Config) error {
+	has := func(c csi.ControllerServiceCapability_RPC_Type) bool { return slices.Contains(p.caps, c) }
+	p.nodeCaps = []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+	}
+	switch cfg.Expansion {
+	case "":
+		cfg.Expansion = ExpansionOnline
+		fallthrough
+	case ExpansionOnline:
+		p.nodeCaps = append(p.nodeCaps, csi.NodeServiceCapability_RPC_EXPAND_VOLUME)
+	case ExpansionOffline:
+		// CSI: OFFLINE expansion happens in ControllerExpandVolume.
+		if !has(csi.ControllerServiceCapability_RPC_EXPAND_VOLUME) {
+			return errors.New("testplugin: Config.Expansion offline needs the EXPAND_VOLUME controller capability")
+		}
+		p.nodeCaps = append(p.nodeCaps, csi.NodeServiceCapability_RPC_EXPAND_VOLUME)
+	case ExpansionNone:
+		if cfg.ControllerCapabilities != nil && has(csi.ControllerServiceCapability_RPC_EXPAND_VOLUME) {
+			return errors.New("testplugin: Config.Expansion none excludes EXPAND_VOLUME in Config.ControllerCapabilities")
+		}
+		p.caps = slices.DeleteFunc(p.caps, func(c csi.ControllerServiceCapability_RPC_Type) bool {
+			return c == csi.ControllerServiceCapability_RPC_EXPAND_VOLUME
+		})
+	default:
+		return fmt.Errorf("testplugin: Config.Expansion %q is not %q, %q or %q", cfg.Expansion, ExpansionOnline, ExpansionOffline, ExpansionNone)
+	}
+	if cfg.VolumeHealth {
+		p.nodeCaps = append(p.nodeCaps, csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH, csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH)
+	}
+	if cfg.VolumeMountGroup {
+		p.nodeCaps = append(p.nodeCaps, csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)
+	}
+	// CSI: a plugin with LIST_VOLUME_HEALTH must also have GET_VOLUME_HEALTH.
+	if has(csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH) && !has(csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH) {
+		return errors.New("testplugin: Config.ControllerCapabilities has LIST_VOLUME_HEALTH without GET_VOLUME_HEALTH")
+	}
+	if cfg.MutableParameters == nil {
+		cfg.MutableParameters = DefaultMutableParameters
+	}
+	cfg.MutableParameters = slices.Clone(cfg.MutableParameters)
+	p.mutable = make(map[string]bool)
+	for _, k := range cfg.MutableParameters {
+		if k == "" {
+			return errors.New("testplugin: Config.MutableParameters has an empty key")
+		}
+		p.mutable[k] = true
+	}
+	if cfg.SnapshotReadyAfter < 0 {
+		return fmt.Errorf("testplugin: Config.SnapshotReadyAfter is %d, must not be negative", cfg.SnapshotReadyAfter)
+	}
+	switch {
+	case cfg.MaxContentBytes < 0:
+		return fmt.Errorf("testplugin: Config.MaxContentBytes is %d, must not be negative", cfg.MaxContentBytes)
+	case cfg.MaxContentBytes == 0:
+		cfg.MaxContentBytes = DefaultMaxContentBytes
+	}
+	return nil
 }
 
 // Socket returns the path of the plugin's unix socket.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -140,8 +141,27 @@ func TestNewValidation(t *testing.T) {
 		{"negative max volumes", Config{Socket: sock, StateDir: "x", MaxVolumes: -1}, "Config.MaxVolumes"},
 		{"bad mounts", Config{Socket: sock, StateDir: "x", Mounts: "overlay"}, "Config.Mounts"},
 		{"unsupported capability", Config{Socket: sock, StateDir: "x",
-			ControllerCapabilities: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CLONE_VOLUME}},
-			"CLONE_VOLUME is not supported"},
+			ControllerCapabilities: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER}},
+			"SINGLE_NODE_MULTI_WRITER is not supported"},
+		{"node-local with topology", Config{Socket: sock, StateDir: "x", NodeLocal: true, Topology: map[string]string{"z": "1"}},
+			"Config.NodeLocal and Config.Topology"},
+		{"node-local with foreign volumes", Config{Socket: sock, StateDir: "x", NodeLocal: true, ForeignVolumes: true},
+			"Config.NodeLocal and Config.ForeignVolumes"},
+		{"node-local node plugin", Config{Socket: sock, StateDir: "x", NodeLocal: true, Type: TypeNode}, "Config.NodeLocal needs a controller"},
+		{"topology key without node-local", Config{Socket: sock, StateDir: "x", TopologyKey: "k"}, "Config.TopologyKey"},
+		{"bad expansion", Config{Socket: sock, StateDir: "x", Expansion: "sometimes"}, "Config.Expansion"},
+		{"offline expansion without controller expansion", Config{Socket: sock, StateDir: "x", Expansion: ExpansionOffline,
+			ControllerCapabilities: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
+			"offline needs the EXPAND_VOLUME"},
+		{"no expansion with controller expansion", Config{Socket: sock, StateDir: "x", Expansion: ExpansionNone,
+			ControllerCapabilities: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_EXPAND_VOLUME}},
+			"Config.Expansion none excludes EXPAND_VOLUME"},
+		{"list health without get health", Config{Socket: sock, StateDir: "x",
+			ControllerCapabilities: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH}},
+			"LIST_VOLUME_HEALTH without GET_VOLUME_HEALTH"},
+		{"empty mutable parameter", Config{Socket: sock, StateDir: "x", MutableParameters: []string{"iops", ""}}, "Config.MutableParameters"},
+		{"negative ready after", Config{Socket: sock, StateDir: "x", SnapshotReadyAfter: -1}, "Config.SnapshotReadyAfter"},
+		{"negative content bytes", Config{Socket: sock, StateDir: "x", MaxContentBytes: -1}, "Config.MaxContentBytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,7 +180,9 @@ func TestNewDefaults(t *testing.T) {
 	}
 	cfg := p.Config()
 	if cfg.Name != DefaultName || cfg.VendorVersion != DefaultVendorVersion || cfg.Type != TypeMonolith ||
-		cfg.NodeID == "" || cfg.Capacity != DefaultCapacity || cfg.Mounts != MountsMarker {
+		cfg.NodeID == "" || cfg.Capacity != DefaultCapacity || cfg.Mounts != MountsMarker ||
+		cfg.Expansion != ExpansionOnline || !slices.Equal(cfg.MutableParameters, DefaultMutableParameters) ||
+		cfg.MaxContentBytes != DefaultMaxContentBytes || cfg.TopologyKey != "" {
 		t.Fatalf("defaults not applied: %+v", cfg)
 	}
 }

@@ -85,6 +85,8 @@ func runSanity(t *testing.T, mounts string) {
 		Topology:   map[string]string{"topology.testplugin/zone": "z1"},
 		// Everything the plugin can do, so that csi-sanity tests it all.
 		ControllerCapabilities: SupportedControllerCapabilities,
+		VolumeHealth:           true,
+		VolumeMountGroup:       true,
 		Mounts:                 mounts,
 	})
 	if err != nil {
@@ -107,6 +109,9 @@ func runSanity(t *testing.T, mounts string) {
 	cfg.StagingPath = filepath.Join(dir, "staging")
 	cfg.TestNodeVolumeAttachLimit = true
 	cfg.IdempotentCount = 3
+	// The modify specs send these; they must be mutable parameters the
+	// plugin accepts (DefaultMutableParameters).
+	cfg.TestVolumeMutableParameters = map[string]string{"iops": "3000", "tier": "fast"}
 	sc := sanity.GinkgoTest(&cfg)
 	defer sc.Finalize()
 

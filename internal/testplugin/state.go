@@ -20,11 +20,13 @@ import (
 //	snapshots/<id>.json  record of a snapshot
 //	node/<id>.json       node record of a staged or published volume
 //	data/<id>/           the volume's directory; node targets link to it
+//	snapdata/<id>/       the content of a snapshot, copied from its source
 const (
 	volumesDir   = "volumes"
 	snapshotsDir = "snapshots"
 	nodeDir      = "node"
 	dataDir      = "data"
+	snapDataDir  = "snapdata"
 )
 
 // idRE is the form of every volume and snapshot id the plugin accepts; it
@@ -33,14 +35,20 @@ var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // volume is the controller record of a volume.
 type volume struct {
-	ID               string                 `json:"id"`
-	Name             string                 `json:"name"`
-	CapacityBytes    int64                  `json:"capacity_bytes"`
-	Parameters       map[string]string      `json:"parameters,omitempty"`
-	SourceSnapshotID string                 `json:"source_snapshot_id,omitempty"`
-	Topology         map[string]string      `json:"topology,omitempty"`
-	Published        map[string]publication `json:"published,omitempty"` // by node id
-	CreatedAt        time.Time              `json:"created_at"`
+	ID               string            `json:"id"`
+	Name             string            `json:"name"`
+	CapacityBytes    int64             `json:"capacity_bytes"`
+	Parameters       map[string]string `json:"parameters,omitempty"`
+	SourceSnapshotID string            `json:"source_snapshot_id,omitempty"`
+	SourceVolumeID   string            `json:"source_volume_id,omitempty"`
+	// CreateMutableParameters are the mutable parameters CreateVolume was
+	// given, which a repeated CreateVolume must match; MutableParameters
+	// are the current ones, changed by ControllerModifyVolume.
+	CreateMutableParameters map[string]string      `json:"create_mutable_parameters,omitempty"`
+	MutableParameters       map[string]string      `json:"mutable_parameters,omitempty"`
+	Topology                map[string]string      `json:"topology,omitempty"`
+	Published               map[string]publication `json:"published,omitempty"` // by node id
+	CreatedAt               time.Time              `json:"created_at"`
 }
 
 // publication is one ControllerPublishVolume of a volume to a node.
@@ -56,6 +64,9 @@ type snapshot struct {
 	SourceVolumeID string    `json:"source_volume_id"`
 	SizeBytes      int64     `json:"size_bytes"`
 	CreatedAt      time.Time `json:"created_at"`
+	// NotReadyReports is how many more times the snapshot is reported
+	// with ready_to_use=false (see Config.SnapshotReadyAfter).
+	NotReadyReports int `json:"not_ready_reports,omitempty"`
 }
 
 // nodeVolume is the node record of a volume staged or published on this node.
@@ -63,14 +74,16 @@ type nodeVolume struct {
 	ID            string            `json:"id"`
 	StagingPath   string            `json:"staging_path,omitempty"`
 	StageMode     int32             `json:"stage_mode,omitempty"`
+	StageGroup    string            `json:"stage_mount_group,omitempty"`
 	Targets       map[string]target `json:"targets,omitempty"` // by target path
 	CapacityBytes int64             `json:"capacity_bytes,omitempty"`
 }
 
 // target is one NodePublishVolume of a volume.
 type target struct {
-	AccessMode int32 `json:"access_mode"`
-	Readonly   bool  `json:"readonly"`
+	AccessMode int32  `json:"access_mode"`
+	Readonly   bool   `json:"readonly"`
+	MountGroup string `json:"mount_group,omitempty"`
 }
 
 // state is the plugin's records, kept in memory and written through to the
@@ -87,7 +100,7 @@ type state struct {
 
 // openState creates the state directory layout and loads every record.
 func openState(dir string) (*state, error) {
-	for _, sub := range []string{volumesDir, snapshotsDir, nodeDir, dataDir} {
+	for _, sub := range []string{volumesDir, snapshotsDir, nodeDir, dataDir, snapDataDir} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("testplugin: state dir %q: %w", dir, err)
 		}
@@ -241,13 +254,16 @@ func (s *state) putSnapshot(snap *snapshot) error {
 	return nil
 }
 
-// deleteSnapshot removes snap's record.
+// deleteSnapshot removes snap's record and content.
 func (s *state) deleteSnapshot(snap *snapshot) error {
 	if err := s.remove(snapshotsDir, snap.ID); err != nil {
 		return err
 	}
 	delete(s.snapshots, snap.ID)
 	delete(s.snapNames, snap.Name)
+	if err := os.RemoveAll(s.snapDataPath(snap.ID)); err != nil {
+		return fmt.Errorf("testplugin: remove snapshot content: %w", err)
+	}
 	return nil
 }
 
@@ -271,6 +287,11 @@ func (s *state) putNode(n *nodeVolume) error {
 // dataPath is the directory of volume id.
 func (s *state) dataPath(id string) string {
 	return filepath.Join(s.dir, dataDir, id)
+}
+
+// snapDataPath is the content directory of snapshot id.
+func (s *state) snapDataPath(id string) string {
+	return filepath.Join(s.dir, snapDataDir, id)
 }
 
 // newID returns prefix followed by 16 random hex digits.
