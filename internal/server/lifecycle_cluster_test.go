@@ -23,7 +23,9 @@ import (
 // nodeLocalCluster is a real cluster of 3 servers and 2 agents, each agent
 // with a node-local test plugin "nl": every instance keeps its volumes
 // and snapshots to itself, reports the topology {DefaultTopologyKey:
-// csi-node-<i>}, and creates on its own node whatever it is asked.
+// csi-node-<i>}, creates on its own node whatever it is asked, and
+// advertises every controller capability it has (GET_SNAPSHOT,
+// CLONE_VOLUME and MODIFY_VOLUME among them).
 type nodeLocalCluster struct {
 	*claimCluster
 }
@@ -33,7 +35,8 @@ func newNodeLocalCluster(t *testing.T, configure func(i int, cfg *testplugin.Con
 	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2, Configure: fastVolumeWatcher})
 	cc := &claimCluster{c: c}
 	for i, a := range c.Agents() {
-		cfg := testplugin.Config{NodeID: fmt.Sprintf("csi-node-%d", i), NodeLocal: true}
+		cfg := testplugin.Config{NodeID: fmt.Sprintf("csi-node-%d", i), NodeLocal: true,
+			ControllerCapabilities: testplugin.SupportedControllerCapabilities}
 		if configure != nil {
 			configure(i, &cfg)
 		}
@@ -46,8 +49,8 @@ func newNodeLocalCluster(t *testing.T, configure func(i int, cfg *testplugin.Con
 	return &nodeLocalCluster{claimCluster: cc}
 }
 
-// topologyOf is the requirement of one segment naming csi-node-<i>.
-func topologyOf(i int) *csisupdv1.TopologySegment {
+// nodeSegment is the requirement of one segment naming csi-node-<i>.
+func nodeSegment(i int) *csisupdv1.TopologySegment {
 	return &csisupdv1.TopologySegment{Segments: map[string]string{testplugin.DefaultTopologyKey: fmt.Sprintf("csi-node-%d", i)}}
 }
 
@@ -68,7 +71,7 @@ func (nc *nodeLocalCluster) createOn(t *testing.T, id string, agent int, src *cs
 		ContentSource: src,
 	}
 	if agent >= 0 {
-		req.AccessibilityRequirements = &csisupdv1.TopologyRequirement{Requisite: []*csisupdv1.TopologySegment{topologyOf(agent)}}
+		req.AccessibilityRequirements = &csisupdv1.TopologyRequirement{Requisite: []*csisupdv1.TopologySegment{nodeSegment(agent)}}
 	}
 	resp, err := nc.control(t).CreateVolume(context.Background(), req)
 	return resp.GetVolume(), err
@@ -156,7 +159,7 @@ func TestCreateFollowsRequiredTopology(t *testing.T) {
 	// own node even when asked for the other.
 	resp, err := nc.directCSI(t, first).CreateVolume(context.Background(), &csi.CreateVolumeRequest{
 		Name: "stable-order", VolumeCapabilities: mountCaps,
-		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: topologyOf(1 - first).GetSegments()}}},
+		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: nodeSegment(1 - first).GetSegments()}}},
 	})
 	if err != nil {
 		t.Fatal(err)
