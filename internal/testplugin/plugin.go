@@ -219,6 +219,10 @@ type Faults struct {
 	Delays map[string]time.Duration
 	// Errors fails calls by method name with the given code, after any delay.
 	Errors map[string]codes.Code
+	// AnswerDelays delays the answer of calls by method name after the
+	// call has done its work: a caller that gives up, or dies, in the
+	// meantime loses an answer whose effect is already there.
+	AnswerDelays map[string]time.Duration
 }
 
 // Stats counts calls by method name (for example "ControllerPublishVolume").
@@ -730,6 +734,11 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 			p.logNodeCall(req)
 		}
 		p.logger.Debug("call", "method", method, "code", status.Code(err))
+		if err == nil {
+			if err := sleep(ctx, f.AnswerDelays[method]); err != nil {
+				return nil, err
+			}
+		}
 		return resp, err
 	}
 }

@@ -302,6 +302,17 @@ func TestFaults(t *testing.T) {
 
 	p.SetFaults(Faults{})
 	createVolume(t, c, "v", 1<<20)
+
+	// An answer delayed after the work: the caller gives up, and the
+	// snapshot exists all the same.
+	p.SetFaults(Faults{AnswerDelays: map[string]time.Duration{"CreateSnapshot": time.Hour}})
+	short, cancel = context.WithTimeout(ctx(t), 50*time.Millisecond)
+	_, err = c.ctrl.CreateSnapshot(short, &csi.CreateSnapshotRequest{Name: "lost-answer", SourceVolumeId: p.Volumes()[0].ID})
+	cancel()
+	wantCode(t, err, codes.DeadlineExceeded)
+	if snaps := p.Snapshots(); len(snaps) != 1 || snaps[0].Name != "lost-answer" {
+		t.Fatalf("snapshots after a lost answer = %v, want lost-answer", snaps)
+	}
 }
 
 // A hanging call must not block Stop, and must end when the plugin stops.
