@@ -54,6 +54,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./internal/consulsync/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench PluginUpdates -benchtime 50000x -count 1 ./internal/server/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench ClaimRelease -benchtime 50x -count 1 ./internal/server/ | tee -a bench.out
+	$(GO) test -run '^$$' -bench SnapshotAndExpand -benchtime 50x -count 1 ./internal/server/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench NodePageToAPI -benchtime 2s -count 1 ./internal/server/statepb/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench PluginSources -benchtime 20x -count 1 ./internal/registry/ | tee -a bench.out
 
