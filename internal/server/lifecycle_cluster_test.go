@@ -274,6 +274,9 @@ func TestSnapshotLifecycle(t *testing.T) {
 		}
 		return true
 	})
+	if n := nc.plugins[0].Stats().Calls["GetSnapshot"]; n == 0 {
+		t.Errorf("snapshots followed without GetSnapshot, which the plugin has")
+	}
 	l, err := ctl.ListVolumeSnapshots(ctx, &csisupdv1.VolumeSnapshotListRequest{VolumeId: "a"})
 	if err != nil {
 		t.Fatal(err)
@@ -447,4 +450,71 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestMisplacedCreateIsUndone: a plugin whose controller satisfies the
+// requisite segment but creates the volume elsewhere (it ignored the
+// requirement) gets the volume deleted again, and the create is refused
+// with a TopologyUnsatisfiable error that says so; nothing is recorded.
+func TestMisplacedCreateIsUndone(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 3})
+	leader := checkFormed(t, c, 3)
+	cl := c.Control(leader.Index)
+	a := startFakeAgent(t, "node-a")
+	inZone := monolith("p1", "node-a")
+	inZone.AccessibleTopology = map[string]string{"zone": "a"}
+	startNode(t, "node-a", a.addr, c.RPCAddrs(), inZone)
+	testutil.WaitFor(t, 10*time.Second, "a healthy controller", func() bool {
+		p := pluginOf(t, cl, "p1")
+		return p != nil && p.GetControllersHealthy() == 1
+	})
+	// The fake controller puts a volume in the zone its "zone" parameter
+	// names, whatever the requirement says.
+	_, err := cl.CreateVolume(context.Background(), &csisupdv1.VolumeCreateRequest{
+		Id: "astray", PluginId: "p1", Parameters: map[string]string{"zone": "b"},
+		AccessibilityRequirements: &csisupdv1.TopologyRequirement{Requisite: []*csisupdv1.TopologySegment{{Segments: map[string]string{"zone": "a"}}}},
+	})
+	d, ok := csisupdv1.ErrorDetail[*csisupdv1.TopologyUnsatisfiable](err)
+	if status.Code(err) != codes.FailedPrecondition || !ok || !containsAll(d.GetReason(), "ignored the requirement", "zone=b", "deleted") {
+		t.Fatalf("misplaced create = %v (detail %v), want TopologyUnsatisfiable saying the volume was deleted", err, d)
+	}
+	if a.callCount("create astray") != 1 || a.callCount("delete ext-astray") != 1 {
+		t.Errorf("controller calls %v, want one create and one delete of astray", a.calls)
+	}
+	if _, err := cl.GetVolume(context.Background(), &csisupdv1.VolumeGetRequest{Id: "astray"}); status.Code(err) != codes.NotFound {
+		t.Errorf("the misplaced volume was recorded: %v", err)
+	}
+	// In its zone, the same controller's volume is recorded with the
+	// topology the plugin returned.
+	resp, err := cl.CreateVolume(context.Background(), &csisupdv1.VolumeCreateRequest{
+		Id: "placed", PluginId: "p1", Parameters: map[string]string{"zone": "a"},
+		AccessibilityRequirements: &csisupdv1.TopologyRequirement{Requisite: []*csisupdv1.TopologySegment{{Segments: map[string]string{"zone": "a"}}}},
+	})
+	if err != nil || len(resp.GetVolume().GetAccessibleTopology()) != 1 || resp.GetVolume().GetAccessibleTopology()[0].GetSegments()["zone"] != "a" {
+		t.Fatalf("create in the zone = %v, %v", resp.GetVolume(), err)
+	}
+}
+
+// TestSnapshotFollowedWithListSnapshots: a plugin without GET_SNAPSHOT has
+// its snapshots followed with ListSnapshots until they are ready.
+func TestSnapshotFollowedWithListSnapshots(t *testing.T) {
+	nc := newNodeLocalCluster(t, func(_ int, cfg *testplugin.Config) {
+		cfg.SnapshotReadyAfter = 2
+		cfg.ControllerCapabilities = testplugin.DefaultControllerCapabilities
+	})
+	if _, err := nc.createOn(t, "v", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctl := nc.control(t)
+	if _, err := ctl.CreateVolumeSnapshot(context.Background(), &csisupdv1.VolumeSnapshotCreateRequest{VolumeId: "v", Id: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 20*time.Second, "the snapshot followed until ready", func() bool {
+		r, err := ctl.GetVolumeSnapshot(context.Background(), &csisupdv1.VolumeSnapshotGetRequest{Id: "s"})
+		return err == nil && r.GetSnapshot().GetReadyToUse()
+	})
+	st := nc.plugins[0].Stats()
+	if st.Calls["ListSnapshots"] == 0 || st.Calls["GetSnapshot"] != 0 {
+		t.Errorf("calls: ListSnapshots %d, GetSnapshot %d; want ListSnapshots only", st.Calls["ListSnapshots"], st.Calls["GetSnapshot"])
+	}
 }
