@@ -401,3 +401,52 @@ func TestSnapshotReadyAfter(t *testing.T) {
 		}
 	}
 }
+
+// Snapshot content, mutable parameters, clone sources and the readiness
+// countdown survive a plugin made again on the same state directory.
+func TestContentPersistence(t *testing.T) {
+	stateDir := t.TempDir()
+	cfg := Config{StateDir: stateDir, ControllerCapabilities: SupportedControllerCapabilities, SnapshotReadyAfter: 1}
+	p := startPlugin(t, cfg)
+	c := dial(t, p.Socket())
+	resp, err := c.ctrl.CreateVolume(ctx(t), &csi.CreateVolumeRequest{Name: "kept", VolumeCapabilities: []*csi.VolumeCapability{snw},
+		MutableParameters: map[string]string{"tier": "gold"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetVolume().GetVolumeId()
+	writeFiles(t, p.st.dataPath(id), map[string]string{"kept.txt": "still here"})
+	snap, err := c.ctrl.CreateSnapshot(ctx(t), &csi.CreateSnapshotRequest{Name: "kept-snap", SourceVolumeId: id})
+	if err != nil || snap.GetSnapshot().GetReadyToUse() {
+		t.Fatalf("CreateSnapshot = %v, %v; want not ready", snap, err)
+	}
+	clone, err := createFrom(t, c, "kept-clone", volumeSource(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stop()
+
+	p2 := startPlugin(t, cfg)
+	c2 := dial(t, p2.Socket())
+	if v, ok := p2.Volume(id); !ok || !reflect.DeepEqual(v.MutableParameters, map[string]string{"tier": "gold"}) {
+		t.Fatalf("Volume after restart = %+v, %v; want mutable tier=gold", v, ok)
+	}
+	if v, ok := p2.Volume(clone.GetVolumeId()); !ok || v.SourceVolumeID != id {
+		t.Fatalf("clone after restart = %+v, %v; want source %s", v, ok, id)
+	}
+	snapID := snap.GetSnapshot().GetSnapshotId()
+	for _, want := range []bool{false, true} {
+		got, err := c2.ctrl.GetSnapshot(ctx(t), &csi.GetSnapshotRequest{SnapshotId: snapID})
+		if err != nil || got.GetSnapshot().GetReadyToUse() != want {
+			t.Fatalf("GetSnapshot after restart = %v, %v; want ready %v", got, err, want)
+		}
+	}
+	restored, err := createFrom(t, c2, "kept-restored", snapshotSource(snapID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(p2.st.dataPath(restored.GetVolumeId()), "kept.txt"))
+	if err != nil || string(b) != "still here" {
+		t.Fatalf("restored content after restart = %q, %v", b, err)
+	}
+}

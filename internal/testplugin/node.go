@@ -68,7 +68,7 @@ func (s *nodeServer) known(id string) bool {
 	if _, ok := st.node[id]; ok {
 		return true
 	}
-	if s.p.cfg.NodeLocal || s.p.hasCtrl && !s.p.cfg.ForeignVolumes && slices.Contains(s.p.caps, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME) {
+	if s.p.cfg.NodeLocal || (s.p.hasCtrl && !s.p.cfg.ForeignVolumes && slices.Contains(s.p.caps, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)) {
 		_, ok := st.volumes[id]
 		return ok
 	}

@@ -85,7 +85,8 @@ const DefaultTopologyKey = "topology.csisupd.io/node"
 // advertises and how it behaves.
 const (
 	// ExpansionOnline, the default, advertises the ONLINE VolumeExpansion
-	// plugin capability: volumes grow while published.
+	// plugin capability (when the controller or the node can expand):
+	// volumes grow while published.
 	ExpansionOnline = "online"
 	// ExpansionOffline advertises OFFLINE: ControllerExpandVolume refuses,
 	// with FailedPrecondition, a volume published to any node. It needs
@@ -144,8 +145,9 @@ type Config struct {
 	ForeignVolumes bool
 	// ControllerCapabilities overrides the advertised controller
 	// capabilities with a subset of SupportedControllerCapabilities; nil
-	// means DefaultControllerCapabilities. Controller RPCs whose capability
-	// is not advertised return Unimplemented.
+	// means DefaultControllerCapabilities (without EXPAND_VOLUME when
+	// Expansion is ExpansionNone). Controller RPCs whose capability is not
+	// advertised return Unimplemented.
 	ControllerCapabilities []csi.ControllerServiceCapability_RPC_Type
 	// Capacity is the total size of the storage pool (default DefaultCapacity).
 	Capacity int64
@@ -170,7 +172,9 @@ type Config struct {
 	Expansion string
 	// NodeExpansionRequired makes ControllerExpandVolume answer
 	// node_expansion_required=true, so a CO calls NodeExpandVolume on
-	// every node the volume is staged or published on.
+	// every node the volume is staged or published on, and the node
+	// keeps the old size until it does. Without it the answer is false
+	// and the node sees the new size at once.
 	NodeExpansionRequired bool
 	// MutableParameters are the keys CreateVolume's mutable_parameters
 	// and ControllerModifyVolume accept; other keys are InvalidArgument.

@@ -25,31 +25,42 @@ import (
 var sanitySkips = []string{}
 
 // sanityChildEnv marks the child process that runs the suite; its value is
-// the plugin's Config.Mounts.
+// the plugin's Config.Mounts, with nodeLocalSuffix for a node-local plugin.
 const sanityChildEnv = "TESTPLUGIN_SANITY_CHILD"
+
+// nodeLocalSuffix marks a suite run against a node-local plugin.
+const nodeLocalSuffix = "+nodelocal"
 
 // TestSanity runs the csi-sanity suite against a monolith plugin over a real
 // unix socket, once with markers and once with bind mounts (when this
-// process can mount). Ginkgo runs a suite at most once per process and
-// exits the process under go test -count > 1, so each suite runs in a child
-// process: a fresh copy of this test binary running only this test.
+// process can mount), with a zone topology; and once more node-local, with
+// markers. Ginkgo runs a suite at most once per process and exits the
+// process under go test -count > 1, so each suite runs in a child process:
+// a fresh copy of this test binary running only this test.
 func TestSanity(t *testing.T) {
-	if mounts := os.Getenv(sanityChildEnv); mounts != "" {
-		runSanity(t, mounts)
+	if mode := os.Getenv(sanityChildEnv); mode != "" {
+		mounts, nodeLocal := strings.CutSuffix(mode, nodeLocalSuffix)
+		runSanity(t, mounts, nodeLocal)
 		return
 	}
-	inModes(t, sanityChild)
+	inModes(t, func(t *testing.T, mounts string) { sanityChild(t, mounts, false) })
+	t.Run("node-local", func(t *testing.T) { sanityChild(t, MountsMarker, true) })
 }
 
-// sanityChild runs the suite in a child process with the given mounts.
-func sanityChild(t *testing.T, mounts string) {
+// sanityChild runs the suite in a child process with the given mounts,
+// against a node-local plugin when nodeLocal is set.
+func sanityChild(t *testing.T, mounts string, nodeLocal bool) {
 	if mounts == MountsBind {
 		skipWithoutMounts(t)
+	}
+	mode := mounts
+	if nodeLocal {
+		mode += nodeLocalSuffix
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSanity$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), sanityChildEnv+"="+mounts)
+	cmd.Env = append(os.Environ(), sanityChildEnv+"="+mode)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("csi-sanity failed (%v):\n%s", err, out)
@@ -70,19 +81,24 @@ func sanityChild(t *testing.T, mounts string) {
 const summaryPrefix = "csi-sanity| "
 
 // runSanity runs the suite in this process; only once per process.
-func runSanity(t *testing.T, mounts string) {
+func runSanity(t *testing.T, mounts string, nodeLocal bool) {
 	dir, err := os.MkdirTemp("", "csi")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
+	topology := map[string]string{"topology.testplugin/zone": "z1"}
+	if nodeLocal {
+		topology = nil
+	}
 	p, err := New(Config{
 		Socket:     filepath.Join(dir, "csi.sock"),
 		StateDir:   t.TempDir(),
 		NodeID:     "sanity-node",
 		MaxVolumes: 4,
-		Topology:   map[string]string{"topology.testplugin/zone": "z1"},
+		Topology:   topology,
+		NodeLocal:  nodeLocal,
 		// Everything the plugin can do, so that csi-sanity tests it all.
 		ControllerCapabilities: SupportedControllerCapabilities,
 		VolumeHealth:           true,

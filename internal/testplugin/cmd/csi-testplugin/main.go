@@ -22,6 +22,14 @@
 // root); they stay when the process exits, as a driver's do, and are the
 // caller's to unmount. The default, --mounts marker, mounts nothing.
 //
+// The flags --node-local, --topology-key, --expansion,
+// --node-expansion-required, --mutable-parameters, --snapshot-ready-after,
+// --max-content-bytes, --volume-health, --volume-mount-group and
+// --controller-capabilities set the testplugin.Config fields of the same
+// names (see the package testplugin). --controller-capabilities takes CSI
+// names, such as CLONE_VOLUME,MODIFY_VOLUME, plus "default" for the
+// default ones and "all" for every supported one.
+//
 // With --probe-log FILE every Probe call a plugin serves appends the line
 // "<plugin id> <unix nanoseconds>" to FILE, stamped when the answer is
 // ready; the id is what csisupd calls the plugin (the directory of a
@@ -44,6 +52,7 @@ import (
 	"syscall"
 	"time"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/hashicorp/go-hclog"
 )
@@ -77,6 +86,17 @@ type options struct {
 	logLevel     string
 	probeLog     string
 	mounts       string
+
+	nodeLocal             bool
+	topologyKey           string
+	expansion             string
+	nodeExpansionRequired bool
+	mutableParameters     *string // nil: not given, the default keys
+	snapshotReadyAfter    int
+	maxContentBytes       int64
+	volumeHealth          bool
+	volumeMountGroup      bool
+	controllerCaps        string
 }
 
 // errUsage marks errors in the command line.
@@ -101,6 +121,21 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: trace, debug, info, warn or error")
 	fs.StringVar(&o.mounts, "mounts", testplugin.MountsMarker, "how the node service places volumes: marker (links, no privileges) or bind (real bind mounts, needs root)")
 	fs.StringVar(&o.probeLog, "probe-log", "", "append \"<plugin id> <unix ns>\" to this file for every Probe served")
+	fs.BoolVar(&o.nodeLocal, "node-local", false, "behave like a node-local driver: topology {<topology-key>: <node-id>}, volumes only on this node")
+	fs.StringVar(&o.topologyKey, "topology-key", "", "topology key of --node-local (default "+testplugin.DefaultTopologyKey+")")
+	fs.StringVar(&o.expansion, "expansion", testplugin.ExpansionOnline, "volume expansion: online, offline or none")
+	fs.BoolVar(&o.nodeExpansionRequired, "node-expansion-required", false, "ControllerExpandVolume answers node_expansion_required=true")
+	fs.Func("mutable-parameters", "comma-separated mutable parameter keys ControllerModifyVolume accepts; empty accepts none (default "+
+		strings.Join(testplugin.DefaultMutableParameters, ",")+")", func(v string) error {
+		o.mutableParameters = &v
+		return nil
+	})
+	fs.IntVar(&o.snapshotReadyAfter, "snapshot-ready-after", 0, "report a new snapshot not ready in CreateSnapshot's answer and this many more answers")
+	fs.Int64Var(&o.maxContentBytes, "max-content-bytes", testplugin.DefaultMaxContentBytes, "most file bytes a snapshot, restore or clone copies")
+	fs.BoolVar(&o.volumeHealth, "volume-health", false, "advertise the node GET_VOLUME_HEALTH and GET_STORAGE_HEALTH capabilities")
+	fs.BoolVar(&o.volumeMountGroup, "volume-mount-group", false, "advertise VOLUME_MOUNT_GROUP and accept volume_mount_group")
+	fs.StringVar(&o.controllerCaps, "controller-capabilities", "", "comma-separated controller capabilities to advertise, by CSI name (CLONE_VOLUME); "+
+		"\"default\" adds the default ones, \"all\" every supported one (default: the default ones)")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -119,8 +154,80 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("%w: --mounts %q is not %s or %s", errUsage, o.mounts, testplugin.MountsMarker, testplugin.MountsBind)
 	case hclog.LevelFromString(o.logLevel) == hclog.NoLevel:
 		return o, fmt.Errorf("%w: --log-level %q is unknown", errUsage, o.logLevel)
+	case o.expansion != testplugin.ExpansionOnline && o.expansion != testplugin.ExpansionOffline && o.expansion != testplugin.ExpansionNone:
+		return o, fmt.Errorf("%w: --expansion %q is not %s, %s or %s", errUsage, o.expansion,
+			testplugin.ExpansionOnline, testplugin.ExpansionOffline, testplugin.ExpansionNone)
+	case o.snapshotReadyAfter < 0 || o.maxContentBytes < 1:
+		return o, fmt.Errorf("%w: --snapshot-ready-after must not be negative and --max-content-bytes must be positive", errUsage)
 	}
 	return o, nil
+}
+
+// controllerCapabilities parses --controller-capabilities: CSI names,
+// "default" and "all"; "" is nil, the plugin's default.
+func controllerCapabilities(s string) ([]csi.ControllerServiceCapability_RPC_Type, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var caps []csi.ControllerServiceCapability_RPC_Type
+	for _, name := range strings.Split(s, ",") {
+		switch name = strings.ToUpper(strings.TrimSpace(name)); name {
+		case "DEFAULT":
+			caps = append(caps, testplugin.DefaultControllerCapabilities...)
+		case "ALL":
+			caps = append(caps, testplugin.SupportedControllerCapabilities...)
+		default:
+			v, ok := csi.ControllerServiceCapability_RPC_Type_value[name]
+			if !ok || v == 0 {
+				return nil, fmt.Errorf("%w: --controller-capabilities: %q is not a controller capability", errUsage, name)
+			}
+			caps = append(caps, csi.ControllerServiceCapability_RPC_Type(v))
+		}
+	}
+	return caps, nil
+}
+
+// pluginConfig is the Config the options give every plugin, before the
+// per-plugin socket, state directory, name and logger.
+func pluginConfig(o options) (testplugin.Config, error) {
+	topology, err := keyValues(o.topology)
+	if err != nil {
+		return testplugin.Config{}, err
+	}
+	var known []string
+	if o.knownNodeIDs != "" {
+		known = strings.Split(o.knownNodeIDs, ",")
+	}
+	caps, err := controllerCapabilities(o.controllerCaps)
+	if err != nil {
+		return testplugin.Config{}, err
+	}
+	var mutable []string
+	if o.mutableParameters != nil {
+		mutable = []string{} // given empty: no key is mutable
+		if *o.mutableParameters != "" {
+			mutable = strings.Split(*o.mutableParameters, ",")
+		}
+	}
+	return testplugin.Config{
+		Name:                   o.name,
+		Type:                   o.typ,
+		NodeID:                 o.nodeID,
+		MaxVolumes:             o.maxVolumes,
+		Topology:               topology,
+		KnownNodeIDs:           known,
+		Mounts:                 o.mounts,
+		ControllerCapabilities: caps,
+		NodeLocal:              o.nodeLocal,
+		TopologyKey:            o.topologyKey,
+		Expansion:              o.expansion,
+		NodeExpansionRequired:  o.nodeExpansionRequired,
+		MutableParameters:      mutable,
+		SnapshotReadyAfter:     o.snapshotReadyAfter,
+		MaxContentBytes:        o.maxContentBytes,
+		VolumeHealth:           o.volumeHealth,
+		VolumeMountGroup:       o.volumeMountGroup,
+	}, nil
 }
 
 // keyValues parses "k=v,k=v".
@@ -145,14 +252,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
 		return exitUsage
 	}
-	topology, err := keyValues(o.topology)
+	base, err := pluginConfig(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
 		return exitUsage
-	}
-	var known []string
-	if o.knownNodeIDs != "" {
-		known = strings.Split(o.knownNodeIDs, ",")
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "csi-testplugin", Output: stderr, Level: hclog.LevelFromString(o.logLevel)})
 
@@ -185,18 +288,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var plugins []*testplugin.Plugin
 	defer func() { stopAll(plugins) }()
 	for i := range o.count {
-		cfg := testplugin.Config{
-			Socket:       o.socket,
-			StateDir:     stateDir,
-			Name:         o.name,
-			Type:         o.typ,
-			NodeID:       o.nodeID,
-			MaxVolumes:   o.maxVolumes,
-			Topology:     topology,
-			KnownNodeIDs: known,
-			Mounts:       o.mounts,
-			Logger:       logger,
-		}
+		cfg := base
+		cfg.Socket, cfg.StateDir, cfg.Logger = o.socket, stateDir, logger
 		if o.dir != "" {
 			id := fmt.Sprintf("p%04d", i)
 			cfg.Socket = filepath.Join(o.dir, id, "csi.sock")

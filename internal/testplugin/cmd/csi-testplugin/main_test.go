@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -186,6 +189,10 @@ func TestUsage(t *testing.T) {
 		{"unknown flag", []string{"--nope"}, "nope"},
 		{"bad log level", []string{"--socket", "a", "--log-level", "loud"}, "--log-level"},
 		{"bad mounts", []string{"--socket", "a", "--mounts", "overlay"}, "--mounts \"overlay\""},
+		{"bad expansion", []string{"--socket", "a", "--expansion", "sometimes"}, "--expansion \"sometimes\""},
+		{"negative ready after", []string{"--socket", "a", "--snapshot-ready-after", "-1"}, "--snapshot-ready-after"},
+		{"zero content bytes", []string{"--socket", "a", "--max-content-bytes", "0"}, "--max-content-bytes"},
+		{"unknown capability", []string{"--socket", "a", "--controller-capabilities", "CLONE_VOLUME,TELEPORT"}, "\"TELEPORT\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -197,6 +204,71 @@ func TestUsage(t *testing.T) {
 				t.Fatalf("stderr %q does not mention %q", stderr.String(), tt.want)
 			}
 		})
+	}
+}
+
+// Every Config field the flags set reaches the plugin's Config.
+func TestPluginConfigFlags(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		check func(testplugin.Config) bool
+	}{
+		{"defaults", nil, func(c testplugin.Config) bool {
+			return !c.NodeLocal && c.TopologyKey == "" && c.Expansion == testplugin.ExpansionOnline && !c.NodeExpansionRequired &&
+				c.MutableParameters == nil && c.SnapshotReadyAfter == 0 && c.MaxContentBytes == testplugin.DefaultMaxContentBytes &&
+				!c.VolumeHealth && !c.VolumeMountGroup && c.ControllerCapabilities == nil
+		}},
+		{"node-local", []string{"--node-local", "--topology-key", "example.com/host"}, func(c testplugin.Config) bool {
+			return c.NodeLocal && c.TopologyKey == "example.com/host"
+		}},
+		{"expansion", []string{"--expansion", "offline", "--node-expansion-required"}, func(c testplugin.Config) bool {
+			return c.Expansion == testplugin.ExpansionOffline && c.NodeExpansionRequired
+		}},
+		{"mutable parameters", []string{"--mutable-parameters", "qos,iops"}, func(c testplugin.Config) bool {
+			return slices.Equal(c.MutableParameters, []string{"qos", "iops"})
+		}},
+		{"no mutable parameters", []string{"--mutable-parameters", ""}, func(c testplugin.Config) bool {
+			return c.MutableParameters != nil && len(c.MutableParameters) == 0
+		}},
+		{"snapshots and content", []string{"--snapshot-ready-after", "3", "--max-content-bytes", "4096"}, func(c testplugin.Config) bool {
+			return c.SnapshotReadyAfter == 3 && c.MaxContentBytes == 4096
+		}},
+		{"node capabilities", []string{"--volume-health", "--volume-mount-group"}, func(c testplugin.Config) bool {
+			return c.VolumeHealth && c.VolumeMountGroup
+		}},
+		{"controller capabilities", []string{"--controller-capabilities", "default,clone_volume, MODIFY_VOLUME"}, func(c testplugin.Config) bool {
+			return slices.Equal(c.ControllerCapabilities, append(slices.Clone(testplugin.DefaultControllerCapabilities),
+				csi.ControllerServiceCapability_RPC_CLONE_VOLUME, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME))
+		}},
+		{"all controller capabilities", []string{"--controller-capabilities", "all"}, func(c testplugin.Config) bool {
+			return slices.Equal(c.ControllerCapabilities, testplugin.SupportedControllerCapabilities)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parse(append([]string{"--socket", "a"}, tt.args...), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := pluginConfig(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(cfg) {
+				t.Fatalf("config from %q: %+v", tt.args, cfg)
+			}
+		})
+	}
+}
+
+// A node-local plugin process reports its node as its topology.
+func TestNodeLocalFlag(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "csi.sock")
+	start(t, "--socket", sock, "--node-id", "n7", "--node-local", "--topology-key", "example.com/host", "--state-dir", t.TempDir())
+	_, node := pluginInfo(t, sock)
+	if got := node.GetAccessibleTopology().GetSegments(); len(got) != 1 || got["example.com/host"] != "n7" {
+		t.Fatalf("NodeGetInfo topology = %v, want example.com/host=n7", got)
 	}
 }
 
