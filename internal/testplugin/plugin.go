@@ -264,6 +264,9 @@ type Plugin struct {
 	statsMu  sync.Mutex
 	stats    Stats
 	nodeLog  []NodeCall // guarded by statsMu
+	// secrets are the secrets each method was called with, in order;
+	// guarded by statsMu.
+	secrets map[string][]map[string]string
 	healthMu sync.Mutex
 	health   map[string][]VolumeHealthStatus // by volume id
 	storage  []StorageHealthStatus
@@ -688,6 +691,33 @@ func (p *Plugin) Stats() Stats {
 
 // ResetStats zeroes the call counters; MaxInFlight restarts from the calls
 // running now.
+// Secrets returns the secrets of every call of method received so far
+// (nil entries for calls without any), in order, so that tests can check
+// what reached the plugin.
+func (p *Plugin) Secrets(method string) []map[string]string {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	var out []map[string]string
+	for _, m := range p.secrets[method] {
+		out = append(out, maps.Clone(m))
+	}
+	return out
+}
+
+// recordSecrets keeps the secrets of a request that has them.
+func (p *Plugin) recordSecrets(method string, req any) {
+	r, ok := req.(interface{ GetSecrets() map[string]string })
+	if !ok {
+		return
+	}
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	if p.secrets == nil {
+		p.secrets = map[string][]map[string]string{}
+	}
+	p.secrets[method] = append(p.secrets[method], maps.Clone(r.GetSecrets()))
+}
+
 func (p *Plugin) ResetStats() {
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
@@ -715,6 +745,7 @@ func newStats() Stats {
 func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method := path.Base(info.FullMethod)
+		p.recordSecrets(method, req)
 		p.callStarted(method)
 		defer p.callEnded(method)
 

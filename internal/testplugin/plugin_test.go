@@ -302,6 +302,12 @@ func TestFaults(t *testing.T) {
 
 	p.SetFaults(Faults{})
 	createVolume(t, c, "v", 1<<20)
+	if _, err := c.ctrl.DeleteVolume(ctx(t), &csi.DeleteVolumeRequest{VolumeId: "unknown", Secrets: map[string]string{"token": "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Secrets("DeleteVolume"); len(got) != 1 || got[0]["token"] != "t1" {
+		t.Errorf("Secrets(DeleteVolume) = %v, want the one call's token", got)
+	}
 
 	// An answer delayed after the work: the caller gives up, and the
 	// snapshot exists all the same.
