@@ -266,7 +266,7 @@ type Plugin struct {
 	nodeLog  []NodeCall // guarded by statsMu
 	// secrets are the secrets each method was called with, in order;
 	// guarded by statsMu.
-	secrets map[string][]map[string]string
+	secrets  map[string][]map[string]string
 	healthMu sync.Mutex
 	health   map[string][]VolumeHealthStatus // by volume id
 	storage  []StorageHealthStatus
