@@ -135,7 +135,9 @@
 // # Faults and statistics
 //
 // Plugin.SetFaults makes Probe report not-ready, fail, answer late or hang,
-// and delays or fails any method by name. Plugin.Secrets lists the secrets each method was called with. Plugin.Stats counts calls and the
+// and delays or fails any method by name, or delays its answer after the
+// work is done (AnswerDelays: a caller that gives up loses an answer whose
+// effect is there). Plugin.Secrets lists the secrets each method was called with. Plugin.Stats counts calls and the
 // highest number of calls in flight per method, so tests can check how many
 // calls a client runs at once. Plugin.NodeLog lists the successful stage,
 // unstage, publish, unpublish and expand calls in order, with their paths,
