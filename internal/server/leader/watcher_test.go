@@ -1,0 +1,370 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/csisupd/csisupd/internal/keylock"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/state"
+	"github.com/csisupd/csisupd/internal/server/statepb"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// sentinel is a snapshot that always needs work and whose step always
+// succeeds; its id sorts after every other, and snapshots come after
+// expansions in a pass, so its calls count the passes that are through.
+const sentinel = "~sentinel"
+
+const waitTimeout = 10 * time.Second
+
+// lifecycleEnv runs a watcher over a state store with fake lifecycle
+// hooks that count their calls.
+type lifecycleEnv struct {
+	t     *testing.T
+	st    *state.Store
+	locks *keylock.Set
+	w     *Watcher
+
+	mu     sync.Mutex
+	calls  map[string]int // "expand/<id>" or "follow/<id>"
+	errors []string       // what the hooks found wrong
+}
+
+// hook is the behaviour of a fake hook on its call-th call (from 1).
+type hook func(env *lifecycleEnv, id string, call int) error
+
+// finishes completes the work in the state and succeeds.
+func finishes(env *lifecycleEnv, id string, _ int) error {
+	env.complete(id)
+	return nil
+}
+
+// fails always fails.
+func fails(*lifecycleEnv, string, int) error { return errors.New("plugin unavailable") }
+
+// noProgress succeeds without finishing: the work stays.
+func noProgress(*lifecycleEnv, string, int) error { return nil }
+
+func newLifecycleEnv(t *testing.T, interval time.Duration, vols []*statepb.Volume, snaps []*statepb.VolumeSnapshot, expand, follow hook) *lifecycleEnv {
+	st, err := state.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &lifecycleEnv{t: t, st: st, locks: &keylock.Set{}, calls: map[string]int{}}
+	env.write(func(txn *state.Txn) error {
+		for _, v := range vols {
+			if err := txn.PutVolume(proto.Clone(v).(*statepb.Volume)); err != nil {
+				return err
+			}
+		}
+		for _, s := range append(slices.Clone(snaps), &statepb.VolumeSnapshot{Id: sentinel, State: claims.SnapshotCreating}) {
+			if err := txn.PutVolumeSnapshot(proto.Clone(s).(*statepb.VolumeSnapshot)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	noClaims := func(what string) {
+		env.mu.Lock()
+		env.errors = append(env.errors, what+" called without claims")
+		env.mu.Unlock()
+	}
+	env.w = NewWatcher(WatcherConfig{
+		Interval:           interval,
+		MaxBackoff:         4 * interval,
+		ClaimGCGrace:       time.Hour,
+		ClaimResumeTimeout: time.Hour,
+		State:              func() *state.Store { return st },
+		Locks:              env.locks,
+		ReleaseWithoutNode: func(claims.Ref) (*statepb.VolumeClaim, error) {
+			noClaims("ReleaseWithoutNode")
+			return nil, errors.New("no claims")
+		},
+		Release: func(context.Context, claims.Ref) error { noClaims("Release"); return nil },
+		Finish:  func(context.Context, claims.Ref) error { noClaims("Finish"); return nil },
+		ResumeExpansion: func(ctx context.Context, id string) error {
+			// The watcher holds the volume's lock for the call.
+			if unlock, ok := env.locks.TryLock(id); ok {
+				unlock()
+				env.mu.Lock()
+				env.errors = append(env.errors, "ResumeExpansion of "+id+" called without the volume's lock")
+				env.mu.Unlock()
+			}
+			return expand(env, id, env.count("expand/"+id))
+		},
+		FollowSnapshot: func(ctx context.Context, id string) error {
+			n := env.count("follow/" + id)
+			if id == sentinel {
+				return nil
+			}
+			return follow(env, id, n)
+		},
+	}, nil)
+	return env
+}
+
+// run runs the watcher until the test ends.
+func (env *lifecycleEnv) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		env.w.Run(ctx)
+	}()
+	env.t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func (env *lifecycleEnv) count(key string) int {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	env.calls[key]++
+	return env.calls[key]
+}
+
+func (env *lifecycleEnv) callsOf(key string) int {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	return env.calls[key]
+}
+
+func (env *lifecycleEnv) write(fn func(txn *state.Txn) error) {
+	txn := env.st.Write()
+	defer txn.Abort()
+	if err := fn(txn); err != nil {
+		env.t.Error(err)
+		return
+	}
+	txn.Commit()
+}
+
+// complete finishes the work on id: a volume's expansion ends, a
+// snapshot becomes created and ready to use.
+func (env *lifecycleEnv) complete(id string) {
+	env.write(func(txn *state.Txn) error {
+		if v := txn.Volume(id); v != nil {
+			nv := proto.Clone(v).(*statepb.Volume)
+			nv.CapacityBytes, nv.Expansion = v.GetExpansion().GetCapacityBytes(), nil
+			return txn.PutVolume(nv)
+		}
+		if s := txn.VolumeSnapshot(id); s != nil {
+			ns := proto.Clone(s).(*statepb.VolumeSnapshot)
+			ns.State, ns.ReadyToUse = claims.SnapshotCreated, true
+			return txn.PutVolumeSnapshot(ns)
+		}
+		return fmt.Errorf("nothing named %q", id)
+	})
+}
+
+// waitPass waits until pass number n (from 1) is through its lifecycle
+// work.
+func (env *lifecycleEnv) waitPass(n int) {
+	env.t.Helper()
+	testutil.WaitFor(env.t, waitTimeout, fmt.Sprintf("watcher pass %d", n), func() bool {
+		return env.callsOf("follow/"+sentinel) >= n
+	})
+}
+
+// nextPass kicks the watcher after pass n and waits for pass n+1. A kick
+// given once pass n reached the sentinel is taken by the loop's wait
+// after that pass: it starts exactly one more.
+func (env *lifecycleEnv) nextPass(n int) {
+	env.t.Helper()
+	env.w.Kick()
+	env.waitPass(n + 1)
+}
+
+func (env *lifecycleEnv) checkErrors() {
+	env.t.Helper()
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	for _, e := range env.errors {
+		env.t.Error(e)
+	}
+}
+
+func expandingVolume(id string) *statepb.Volume {
+	return &statepb.Volume{Id: id, PluginId: "p", CapacityBytes: 10, CreateIndex: 1, ModifyIndex: 2,
+		Expansion: &statepb.VolumeExpansion{CapacityBytes: 40, State: claims.ExpansionController}}
+}
+
+func snapshotIn(id, st string, ready bool) *statepb.VolumeSnapshot {
+	return &statepb.VolumeSnapshot{Id: id, PluginId: "p", SourceVolumeId: "v", State: st, ReadyToUse: ready, CreateIndex: 3, ModifyIndex: 3}
+}
+
+// TestWatcherLifecycle runs passes of the watcher, each started by a kick
+// (the interval is too long to start one), and counts the hooks' calls
+// after each pass.
+func TestWatcherLifecycle(t *testing.T) {
+	tests := []struct {
+		name   string
+		vols   []*statepb.Volume
+		snaps  []*statepb.VolumeSnapshot
+		expand hook
+		follow hook
+		// lockedPasses are the passes during which someone else holds
+		// volume v's lock.
+		lockedPasses int
+		// want are the calls of each hook after each pass: key ->
+		// cumulative calls after pass 1, 2, ...
+		want map[string][]int
+	}{
+		{
+			name:   "an expansion under way is resumed until it is done",
+			vols:   []*statepb.Volume{expandingVolume("v"), {Id: "idle", PluginId: "p", CapacityBytes: 10}},
+			expand: finishes, follow: noProgress,
+			want: map[string][]int{"expand/v": {1, 1, 1}, "expand/idle": {0, 0, 0}},
+		},
+		{
+			name:   "an expansion that makes no progress is resumed every pass",
+			vols:   []*statepb.Volume{expandingVolume("v")},
+			expand: noProgress, follow: noProgress,
+			want: map[string][]int{"expand/v": {1, 2, 3}},
+		},
+		{
+			name: "a failed expansion backs off",
+			vols: []*statepb.Volume{expandingVolume("v"), expandingVolume("w")},
+			expand: func(env *lifecycleEnv, id string, call int) error {
+				if id == "v" {
+					return fails(env, id, call)
+				}
+				return noProgress(env, id, call)
+			},
+			follow: noProgress,
+			want:   map[string][]int{"expand/v": {1, 1, 1}, "expand/w": {1, 2, 3}},
+		},
+		{
+			name:   "a volume locked by someone else is skipped until it is free",
+			vols:   []*statepb.Volume{expandingVolume("v"), expandingVolume("w")},
+			expand: finishes, follow: noProgress,
+			lockedPasses: 2,
+			want:         map[string][]int{"expand/v": {0, 0, 1, 1}, "expand/w": {1, 1, 1, 1}},
+		},
+		{
+			name: "snapshots that need work are followed until done",
+			snaps: []*statepb.VolumeSnapshot{
+				snapshotIn("creating", claims.SnapshotCreating, false),
+				snapshotIn("not-ready", claims.SnapshotCreated, false),
+				snapshotIn("deleting", claims.SnapshotDeleting, false),
+				snapshotIn("ready", claims.SnapshotCreated, true),
+			},
+			expand: noProgress,
+			follow: func(env *lifecycleEnv, id string, call int) error {
+				if id == "deleting" {
+					return noProgress(env, id, call)
+				}
+				if call < 2 {
+					return nil // not ready yet
+				}
+				return finishes(env, id, call)
+			},
+			want: map[string][]int{
+				"follow/creating":  {1, 2, 2},
+				"follow/not-ready": {1, 2, 2},
+				"follow/deleting":  {1, 2, 3},
+				"follow/ready":     {0, 0, 0},
+			},
+		},
+		{
+			name:   "a failed snapshot step backs off, the others go on",
+			snaps:  []*statepb.VolumeSnapshot{snapshotIn("bad", claims.SnapshotCreating, false), snapshotIn("good", claims.SnapshotCreating, false)},
+			expand: noProgress,
+			follow: func(env *lifecycleEnv, id string, call int) error {
+				if id == "bad" {
+					return fails(env, id, call)
+				}
+				return noProgress(env, id, call)
+			},
+			want: map[string][]int{"follow/bad": {1, 1, 1}, "follow/good": {1, 2, 3}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newLifecycleEnv(t, time.Hour, tt.vols, tt.snaps, tt.expand, tt.follow)
+			var unlock func()
+			if tt.lockedPasses > 0 {
+				var ok bool
+				if unlock, ok = env.locks.TryLock("v"); !ok {
+					t.Fatal("lock of v taken")
+				}
+				defer func() {
+					if unlock != nil {
+						unlock()
+					}
+				}()
+			}
+			passes := 0
+			for _, counts := range tt.want {
+				passes = max(passes, len(counts))
+			}
+			env.run()
+			for pass := 1; pass <= passes; pass++ {
+				if pass == 1 {
+					env.waitPass(1)
+				} else {
+					if pass == tt.lockedPasses+1 && unlock != nil {
+						unlock()
+						unlock = nil
+					}
+					env.nextPass(pass - 1)
+				}
+				for key, counts := range tt.want {
+					if got := env.callsOf(key); got != counts[pass-1] {
+						t.Errorf("after pass %d: %s called %d times, want %d", pass, key, got, counts[pass-1])
+					}
+				}
+			}
+			env.checkErrors()
+		})
+	}
+}
+
+// TestWatcherLifecycleRetriesAfterBackoff: with a short interval, a
+// failed step is tried again once its backoff has passed, and the work
+// is finished.
+func TestWatcherLifecycleRetriesAfterBackoff(t *testing.T) {
+	tests := []struct {
+		name  string
+		vols  []*statepb.Volume
+		snaps []*statepb.VolumeSnapshot
+		key   string
+		done  func(st *state.Store) bool
+	}{
+		{"expansion", []*statepb.Volume{expandingVolume("v")}, nil, "expand/v",
+			func(st *state.Store) bool { return st.Volume("v").GetExpansion() == nil }},
+		{"snapshot", nil, []*statepb.VolumeSnapshot{snapshotIn("s", claims.SnapshotCreating, false)}, "follow/s",
+			func(st *state.Store) bool { return !claims.SnapshotNeedsWork(st.VolumeSnapshot("s")) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			failTwice := func(env *lifecycleEnv, id string, call int) error {
+				if call <= 2 {
+					return fails(env, id, call)
+				}
+				return finishes(env, id, call)
+			}
+			env := newLifecycleEnv(t, 20*time.Millisecond, tt.vols, tt.snaps, failTwice, failTwice)
+			env.run()
+			testutil.WaitFor(t, waitTimeout, "the work done after two failures", func() bool {
+				return env.callsOf(tt.key) >= 3 && tt.done(env.st)
+			})
+			// Done: later passes leave it alone.
+			n := env.callsOf("follow/" + sentinel)
+			env.waitPass(n + 2)
+			if got := env.callsOf(tt.key); got != 3 {
+				t.Fatalf("%s called %d times, want 3", tt.key, got)
+			}
+			env.checkErrors()
+		})
+	}
+}
