@@ -142,7 +142,8 @@ func (p placement) unsatisfiable(pluginID string, cands []candidate) error {
 
 // csiRequirement returns the CSI accessibility requirements of a create
 // call: the requisite segments (the caller's, else the source's) and the
-// preferred ones.
+// preferred ones that CSI allows beside them (all, without requisite
+// segments; else those that are requisite segments too).
 func (p placement) csiRequirement() *csi.TopologyRequirement {
 	requisite := p.requisite
 	if len(requisite) == 0 {
@@ -156,6 +157,13 @@ func (p placement) csiRequirement() *csi.TopologyRequirement {
 		r.Requisite = append(r.Requisite, &csi.Topology{Segments: maps.Clone(s.GetSegments())})
 	}
 	for _, s := range p.preferred {
+		// CSI: with requisite segments, each preferred one must be one of
+		// them; the others only ordered the controllers.
+		if len(requisite) > 0 && !slices.ContainsFunc(requisite, func(q *statepb.TopologySegment) bool {
+			return maps.Equal(q.GetSegments(), s.GetSegments())
+		}) {
+			continue
+		}
 		r.Preferred = append(r.Preferred, &csi.Topology{Segments: maps.Clone(s.GetSegments())})
 	}
 	return r

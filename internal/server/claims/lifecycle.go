@@ -130,11 +130,16 @@ func CheckExpandStep(v *statepb.Volume, cmd *statepb.VolumeExpandCommand) error 
 	case old == nil && e == nil:
 		return status.Errorf(codes.FailedPrecondition, "volume %q: no expansion is under way", v.GetId())
 	case old == nil:
-		if _, _, err := CheckExpandRequest(v, e.GetCapacityBytes(), e.GetLimitBytes()); err != nil {
+		_, done, err := CheckExpandRequest(v, e.GetCapacityBytes(), e.GetLimitBytes())
+		if err != nil {
 			return err
 		}
-	case e != nil && e.GetCapacityBytes() != old.GetCapacityBytes():
-		return status.Errorf(codes.FailedPrecondition, "volume %q: an expansion to %d bytes is under way, not to %d", v.GetId(), old.GetCapacityBytes(), e.GetCapacityBytes())
+		if done {
+			return status.Errorf(codes.FailedPrecondition, "volume %q already has %d bytes: nothing to expand", v.GetId(), v.GetCapacityBytes())
+		}
+	case e != nil && (e.GetCapacityBytes() != old.GetCapacityBytes() || e.GetLimitBytes() != old.GetLimitBytes()):
+		return status.Errorf(codes.FailedPrecondition, "volume %q: an expansion to %d bytes (limit %d) is under way, not to %d (limit %d)",
+			v.GetId(), old.GetCapacityBytes(), old.GetLimitBytes(), e.GetCapacityBytes(), e.GetLimitBytes())
 	}
 	if e != nil && e.GetState() != ExpansionController && e.GetState() != ExpansionNodes {
 		return status.Errorf(codes.InvalidArgument, "volume %q: unknown expansion state %q", v.GetId(), e.GetState())
