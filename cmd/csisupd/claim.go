@@ -13,6 +13,7 @@ import (
 func newVolumeClaimCommand(opts *clientOptions) *cobra.Command {
 	var (
 		node, workload, accessMode, fsType string
+		mountGroup                         string
 		readOnly, block                    bool
 		mountFlags, secrets                []string
 	)
@@ -23,16 +24,23 @@ func newVolumeClaimCommand(opts *clientOptions) *cobra.Command {
 against the volume's other claims, the volume's topology and the node's volume
 limit, publish the volume to the node through a controller, and have the
 node's agent stage and publish it. The claim's host path is where the workload
-finds the volume.`,
+finds the volume.
+
+--mount-group GID asks the plugin to make the volume's files accessible to
+that group id (CSI volume_mount_group), for workloads that run as a group
+other than the file owner's. Only plugins with the VOLUME_MOUNT_GROUP node
+capability take it: the servers refuse the claim on a node whose plugin
+lacks it.`,
 		Args: rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlags(cmd, "node", "workload"); err != nil {
 				return err
 			}
-			usage := &csisupdv1.VolumeUsage{ReadOnly: readOnly, AccessType: "mount", FsType: fsType, MountFlags: mountFlags}
+			usage := &csisupdv1.VolumeUsage{ReadOnly: readOnly, AccessType: "mount", FsType: fsType, MountFlags: mountFlags,
+				VolumeMountGroup: mountGroup}
 			if block {
-				if fsType != "" || len(mountFlags) > 0 {
-					return usageError{fmt.Errorf("--fs-type and --mount-flag do not apply to --block")}
+				if fsType != "" || len(mountFlags) > 0 || mountGroup != "" {
+					return usageError{fmt.Errorf("--fs-type, --mount-flag and --mount-group do not apply to --block")}
 				}
 				usage.AccessType = "block"
 			}
@@ -74,6 +82,7 @@ finds the volume.`,
 	f.BoolVar(&block, "block", false, "use the volume as a block device rather than a file system")
 	f.StringVar(&fsType, "fs-type", "", "file system type to mount, e.g. ext4")
 	f.StringArrayVar(&mountFlags, "mount-flag", nil, "mount flag; repeatable")
+	f.StringVar(&mountGroup, "mount-group", "", "group id (decimal GID) the plugin makes the volume accessible to (CSI volume_mount_group; needs the plugin's VOLUME_MOUNT_GROUP node capability)")
 	f.StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
 	return cmd
 }

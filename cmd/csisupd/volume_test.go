@@ -197,6 +197,30 @@ func TestVolumeCommands(t *testing.T) {
 		!strings.Contains(err.Error(), "claim refused (capability)") {
 		t.Fatalf("block claim of a mount volume: %v", err)
 	}
+	// A mount group: refused with a usage error beside --block, by the
+	// servers when malformed, and, unless the node's plugin has
+	// VOLUME_MOUNT_GROUP, with the capability, plugin and node named.
+	if _, err := execute(t, "--address", addr, "volume", "claim", "data", "--node", a.Name, "--workload", "job-3", "--block", "--mount-group", "1000"); !errors.As(err, new(usageError)) ||
+		!strings.Contains(err.Error(), "--mount-group") {
+		t.Fatalf("--block --mount-group: %v, want a usage error", err)
+	}
+	if _, err := execute(t, "--address", addr, "volume", "claim", "data", "--node", a.Name, "--workload", "job-3", "--mount-group", "staff"); err == nil ||
+		!strings.Contains(err.Error(), `usage.volume_mount_group "staff" is not a group id`) {
+		t.Fatalf("--mount-group staff: %v", err)
+	}
+	if out, err := execute(t, "--address", addr, "--json", "volume", "claim", "data", "--node", a.Name, "--workload", "job-3", "--mount-group", "1000"); err != nil {
+		t.Logf("--mount-group 1000 refused: %v", err)
+		for _, want := range []string{"VOLUME_MOUNT_GROUP", `plugin "tp"`, `node "` + a.NodeID() + `"`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("--mount-group 1000 refused: %v; want it to name %s", err, want)
+			}
+		}
+	} else {
+		if !strings.Contains(out, `"volume_mount_group": "1000"`) && !strings.Contains(out, `"volume_mount_group":"1000"`) {
+			t.Errorf("--mount-group 1000 claimed, but the claim's usage has no group: %s", out)
+		}
+		run("volume", "release", "data", "--node", a.NodeID(), "--workload", "job-3")
+	}
 	run("volume", "release", "data", "--node", a.NodeID(), "--workload", "job-1")
 	if v := mustJSON(t, "--address", addr, "volume", "status", "data"); len(v["claims"].([]any)) != 0 {
 		t.Fatalf("claims after release: %v", v["claims"])

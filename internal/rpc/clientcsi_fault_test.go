@@ -85,6 +85,22 @@ var everyMethod = []clientCSICall{
 		_, err := c.ControllerListSnapshots(ctx, &csisupdv1.ControllerListSnapshotsRequest{PluginId: id, Request: &csi.ListSnapshotsRequest{}})
 		return err
 	}},
+	{"ControllerGetSnapshot", "GET_SNAPSHOT", func(ctx context.Context, c csisupdv1.ClientCSIClient, id string) error {
+		_, err := c.ControllerGetSnapshot(ctx, &csisupdv1.ControllerGetSnapshotRequest{PluginId: id, Request: &csi.GetSnapshotRequest{}})
+		return err
+	}},
+	{"ControllerModifyVolume", "MODIFY_VOLUME", func(ctx context.Context, c csisupdv1.ClientCSIClient, id string) error {
+		_, err := c.ControllerModifyVolume(ctx, &csisupdv1.ControllerModifyVolumeRequest{PluginId: id, Request: &csi.ControllerModifyVolumeRequest{}})
+		return err
+	}},
+	{"ControllerGetVolumeHealth", "GET_VOLUME_HEALTH", func(ctx context.Context, c csisupdv1.ClientCSIClient, id string) error {
+		_, err := c.ControllerGetVolumeHealth(ctx, &csisupdv1.ControllerGetVolumeHealthRequest{PluginId: id, Request: &csi.ControllerGetVolumeHealthRequest{}})
+		return err
+	}},
+	{"ControllerListVolumeHealth", "LIST_VOLUME_HEALTH", func(ctx context.Context, c csisupdv1.ClientCSIClient, id string) error {
+		_, err := c.ControllerListVolumeHealth(ctx, &csisupdv1.ControllerListVolumeHealthRequest{PluginId: id, Request: &csi.ControllerListVolumeHealthRequest{}})
+		return err
+	}},
 }
 
 func TestEveryMethodListed(t *testing.T) {
@@ -123,6 +139,10 @@ func countCalls(mc *driver.MockControllerServer, n *atomic.Int64, err error) {
 	mc.EXPECT().CreateSnapshot(gomock.Any(), gomock.Any()).Do(f).Return(nil, err).AnyTimes()
 	mc.EXPECT().DeleteSnapshot(gomock.Any(), gomock.Any()).Do(f).Return(nil, err).AnyTimes()
 	mc.EXPECT().ListSnapshots(gomock.Any(), gomock.Any()).Do(f).Return(nil, err).AnyTimes()
+	mc.EXPECT().GetSnapshot(gomock.Any(), gomock.Any()).Do(f).Return(nil, err).AnyTimes()
+	mc.EXPECT().ControllerModifyVolume(gomock.Any(), gomock.Any()).Do(f).Return(nil, err).AnyTimes()
+	mc.EXPECT().ControllerGetVolumeHealth(gomock.Any(), gomock.Any()).Do(f).Return(nil, err).AnyTimes()
+	mc.EXPECT().ControllerListVolumeHealth(gomock.Any(), gomock.Any()).Do(f).Return(nil, err).AnyTimes()
 }
 
 func TestClientCSIPluginNotFound(t *testing.T) {
@@ -425,6 +445,9 @@ func TestClientCSIIgnorable(t *testing.T) {
 		{"ControllerAttachVolume", false},
 		{"ControllerValidateVolume", false},
 		{"ControllerCreateSnapshot", false},
+		{"ControllerGetSnapshot", false},
+		{"ControllerModifyVolume", false},
+		{"ControllerGetVolumeHealth", false},
 	}
 	env := newMockEnv(t, controllerFingerprint(allControllerCaps...), heartbeat.Healthy, ClientCSIConfig{})
 	var calls atomic.Int64

@@ -151,6 +151,10 @@ var allControllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 }
 
 // mockReporter lets gomock fail the test from a gRPC handler goroutine,

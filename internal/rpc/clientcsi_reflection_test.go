@@ -107,7 +107,35 @@ func TestClientCSIReflection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	method := d.(protoreflect.ServiceDescriptor).Methods().ByName("ControllerCreateVolume")
+	// Every method is described with its CSI request and response, the
+	// CSI 1.13 additions included, so grpcurl can build their requests.
+	svcDesc := d.(protoreflect.ServiceDescriptor)
+	for _, tt := range []struct{ method, request, response string }{
+		{"ControllerCreateVolume", "csi.v1.CreateVolumeRequest", "csi.v1.CreateVolumeResponse"},
+		{"ControllerGetSnapshot", "csi.v1.GetSnapshotRequest", "csi.v1.GetSnapshotResponse"},
+		{"ControllerModifyVolume", "csi.v1.ControllerModifyVolumeRequest", "csi.v1.ControllerModifyVolumeResponse"},
+		{"ControllerGetVolumeHealth", "csi.v1.ControllerGetVolumeHealthRequest", "csi.v1.ControllerGetVolumeHealthResponse"},
+		{"ControllerListVolumeHealth", "csi.v1.ControllerListVolumeHealthRequest", "csi.v1.ControllerListVolumeHealthResponse"},
+	} {
+		m := svcDesc.Methods().ByName(protoreflect.Name(tt.method))
+		if m == nil {
+			t.Errorf("reflected ClientCSI has no %s", tt.method)
+			continue
+		}
+		req := m.Input().Fields().ByName("request")
+		resp := m.Output().Fields().ByName("response")
+		if m.Input().Fields().ByName("plugin_id") == nil || req == nil || string(req.Message().FullName()) != tt.request {
+			t.Errorf("%s takes %s, want plugin_id and request %s", tt.method, m.Input().FullName(), tt.request)
+		}
+		if resp == nil || string(resp.Message().FullName()) != tt.response {
+			t.Errorf("%s returns %s, want response %s", tt.method, m.Output().FullName(), tt.response)
+		}
+	}
+	if got, want := svcDesc.Methods().Len(), len(methodNames()); got != want {
+		t.Errorf("reflection describes %d ClientCSI methods, the service has %d", got, want)
+	}
+
+	method := svcDesc.Methods().ByName("ControllerCreateVolume")
 	if method == nil {
 		t.Fatal("reflected ClientCSI has no ControllerCreateVolume")
 	}

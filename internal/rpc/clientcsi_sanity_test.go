@@ -90,6 +90,26 @@ func (a *controllerAdapter) ControllerGetVolume(ctx context.Context, r *csi.Cont
 	return resp.GetResponse(), err
 }
 
+func (a *controllerAdapter) GetSnapshot(ctx context.Context, r *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	resp, err := a.c.ControllerGetSnapshot(ctx, &csisupdv1.ControllerGetSnapshotRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ControllerModifyVolume(ctx context.Context, r *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	resp, err := a.c.ControllerModifyVolume(ctx, &csisupdv1.ControllerModifyVolumeRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ControllerGetVolumeHealth(ctx context.Context, r *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
+	resp, err := a.c.ControllerGetVolumeHealth(ctx, &csisupdv1.ControllerGetVolumeHealthRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
+func (a *controllerAdapter) ControllerListVolumeHealth(ctx context.Context, r *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
+	resp, err := a.c.ControllerListVolumeHealth(ctx, &csisupdv1.ControllerListVolumeHealthRequest{PluginId: a.plugin, Request: r})
+	return resp.GetResponse(), err
+}
+
 // serveAdapter serves the adapter for plugin on a unix socket in dir and
 // returns the socket. mediated counts the controller calls it receives.
 func serveAdapter(t *testing.T, dir string, c csisupdv1.ClientCSIClient, plugin, pluginSocket string, mediated *atomic.Int64) string {
@@ -119,9 +139,10 @@ func TestClientCSISanity(t *testing.T) {
 		NodeID:     "sanity-node",
 		MaxVolumes: 4,
 		Topology:   map[string]string{"topology.testplugin/zone": "z1"},
-		// Everything ClientCSI mediates (GET_SNAPSHOT is not part of it).
-		ControllerCapabilities: append(slices.Clone(testplugin.DefaultControllerCapabilities),
-			csi.ControllerServiceCapability_RPC_PUBLISH_READONLY),
+		// Every capability the plugin can advertise: ClientCSI mediates
+		// every controller RPC of CSI 1.13, so each spec the plugin makes
+		// run directly must pass through ClientCSI too.
+		ControllerCapabilities: slices.Clone(testplugin.SupportedControllerCapabilities),
 	}
 	env := newManagedEnv(t, "sanity", pcfg, ClientCSIConfig{}, nil)
 	var mediatedCalls atomic.Int64

@@ -1,6 +1,7 @@
 package volreq
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -98,6 +99,24 @@ func FuzzMapsAndCapacity(f *testing.F) {
 			t.Fatalf("limit %d below minimum %d passed", maxBytes, minBytes)
 		case len(params) > MaxMapEntries || size > MaxMapBytes:
 			t.Fatalf("parameters of %d entries, %d bytes passed", len(params), size)
+		}
+	})
+}
+
+// FuzzVolumeMountGroup feeds volume mount groups to the validator: what it
+// lets through is a group id the kernel accepts, spelt the one canonical
+// way.
+func FuzzVolumeMountGroup(f *testing.F) {
+	for _, seed := range []string{"", "0", "1000", "4294967294", "4294967295", "01", "-1", "+1", "1e3", "wheel", " 7"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, group string) {
+		if VolumeMountGroup("usage.volume_mount_group", group) != nil || group == "" {
+			return
+		}
+		n, err := strconv.ParseUint(group, 10, 32)
+		if err != nil || n > MaxGroupID || strconv.FormatUint(n, 10) != group {
+			t.Fatalf("group %q passed (parsed %d, %v)", group, n, err)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -113,10 +114,44 @@ func FSType(field, fsType string) error {
 	return nil
 }
 
-// Usage checks the mount options of a usage: its fs type and mount flags,
-// with allowed the privileged flags that may pass. A nil usage passes.
+// MaxGroupID is the largest group id a volume mount group may name: the
+// kernel's gid_t is 32 bits, and its all-ones value means "no group".
+const MaxGroupID = 1<<32 - 2
+
+// VolumeMountGroup checks a volume mount group (CSI's
+// VolumeCapability.MountVolume.volume_mount_group); empty means none. It
+// must be a group id in canonical decimal form (no sign, no leading zero)
+// of at most MaxGroupID: the plugin hands it to mount options such as
+// gid=, and one spelling per group keeps the usages of a volume
+// comparable.
+func VolumeMountGroup(field, group string) error {
+	if group == "" {
+		return nil
+	}
+	if len(group) > len(strconv.Itoa(MaxGroupID)) || strings.IndexFunc(group, func(r rune) bool { return r < '0' || r > '9' }) >= 0 ||
+		(len(group) > 1 && group[0] == '0') {
+		return fmt.Errorf("%s %q is not a group id: give a decimal number from 0 to %d without leading zeros", field, group, MaxGroupID)
+	}
+	if n, err := strconv.ParseUint(group, 10, 64); err != nil || n > MaxGroupID {
+		return fmt.Errorf("%s %q is out of range: group ids go from 0 to %d", field, group, MaxGroupID)
+	}
+	return nil
+}
+
+// Usage checks the mount options of a usage: its fs type, mount flags
+// (allowed are the privileged flags that may pass) and volume mount group.
+// A nil usage passes.
 func Usage(field string, u *csisupdv1.VolumeUsage, allowed []string) error {
-	return mountOptions(field, u.GetFsType(), u.GetMountFlags(), allowed)
+	if err := mountOptions(field, u.GetFsType(), u.GetMountFlags(), allowed); err != nil {
+		return err
+	}
+	if err := VolumeMountGroup(field+".volume_mount_group", u.GetVolumeMountGroup()); err != nil {
+		return err
+	}
+	if u.GetVolumeMountGroup() != "" && u.GetAccessType() == "block" {
+		return fmt.Errorf("%s.volume_mount_group applies to access_type mount only, not block", field)
+	}
+	return nil
 }
 
 // Capabilities checks the mount options of a volume's capabilities as the

@@ -98,6 +98,31 @@ func TestFSType(t *testing.T) {
 	}
 }
 
+func TestVolumeMountGroup(t *testing.T) {
+	tests := []struct{ group, want string }{
+		{"", ""},
+		{"0", ""},
+		{"1000", ""},
+		{"4294967294", ""},
+		{"4294967295", `out of range: group ids go from 0 to 4294967294`},
+		{"9999999999", `out of range`},
+		{"10000000000", `is not a group id`},
+		{"01000", `is not a group id: give a decimal number from 0 to 4294967294 without leading zeros`},
+		{"-1", `is not a group id`},
+		{"+5", `is not a group id`},
+		{"1e3", `is not a group id`},
+		{" 1000", `is not a group id`},
+		{"1000\n", `is not a group id`},
+		{"wheel", `"wheel" is not a group id`},
+		{"١٢", `is not a group id`}, // Arabic-Indic digits are not ASCII digits
+	}
+	for _, tt := range tests {
+		t.Run(tt.group, func(t *testing.T) {
+			wantErr(t, VolumeMountGroup("usage.volume_mount_group", tt.group), tt.want)
+		})
+	}
+}
+
 func TestUsageAndCapabilities(t *testing.T) {
 	usages := []struct {
 		name    string
@@ -111,6 +136,9 @@ func TestUsageAndCapabilities(t *testing.T) {
 		{"bad flag", &csisupdv1.VolumeUsage{MountFlags: []string{"bind"}}, nil, `usage.mount_flags[0] "bind"`},
 		{"suid at the servers", &csisupdv1.VolumeUsage{MountFlags: []string{"suid", "dev"}}, privileged, ""},
 		{"suid on a node", &csisupdv1.VolumeUsage{MountFlags: []string{"suid"}}, nil, `usage.mount_flags[0] "suid" is not allowed on this node`},
+		{"mount group", &csisupdv1.VolumeUsage{VolumeMountGroup: "1000"}, nil, ""},
+		{"bad mount group", &csisupdv1.VolumeUsage{VolumeMountGroup: "staff"}, nil, `usage.volume_mount_group "staff" is not a group id`},
+		{"block mount group", &csisupdv1.VolumeUsage{AccessType: "block", VolumeMountGroup: "1000"}, nil, `usage.volume_mount_group applies to access_type mount only`},
 	}
 	for _, tt := range usages {
 		t.Run("usage "+tt.name, func(t *testing.T) {

@@ -125,6 +125,11 @@ func ExpandVolume(req *csisupdv1.ExpandVolumeRequest) error {
 	)
 }
 
+// StorageHealth checks a NodeVolumes.StorageHealth request.
+func StorageHealth(req *csisupdv1.StorageHealthRequest) error {
+	return Secrets("secrets", req.GetSecrets())
+}
+
 // first runs checks in order and returns the first error.
 func first(checks ...func() error) error {
 	for _, check := range checks {

@@ -108,6 +108,12 @@ func TestRequests(t *testing.T) {
 		{"expand limit below", ExpandVolume(&csisupdv1.ExpandVolumeRequest{RequiredBytes: 10, LimitBytes: 5}), `limit_bytes 5 is below required_bytes 10`},
 		{"expand secrets", ExpandVolume(&csisupdv1.ExpandVolumeRequest{Secrets: entries(513)}), `secrets has 513 entries`},
 		{"expand ok", ExpandVolume(&csisupdv1.ExpandVolumeRequest{RequiredBytes: 10}), ""},
+		{"claim mount group", ClaimVolume(&csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "2000"}}), ""},
+		{"claim bad mount group", ClaimVolume(&csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "-1"}}), `usage.volume_mount_group "-1" is not a group id`},
+		{"mount bad mount group", MountVolume(&csisupdv1.MountVolumeRequest{Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "99999999999"}}, nil), `usage.volume_mount_group "99999999999"`},
+		{"mount block mount group", MountVolume(&csisupdv1.MountVolumeRequest{Usage: &csisupdv1.VolumeUsage{AccessType: "block", VolumeMountGroup: "5"}}, nil), `applies to access_type mount only`},
+		{"storage health secrets", StorageHealth(&csisupdv1.StorageHealthRequest{Secrets: entries(513)}), `secrets has 513 entries`},
+		{"storage health ok", StorageHealth(&csisupdv1.StorageHealthRequest{PluginId: "p"}), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantErr(t, tt.err, tt.want) })

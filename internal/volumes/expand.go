@@ -53,6 +53,41 @@ func (m *Manager) Stats(ctx context.Context, req *csisupdv1.VolumeStatsRequest) 
 	return &csisupdv1.VolumeStatsResponse{Response: resp, VolumePath: r.HostPath}, nil
 }
 
+// VolumeHealth calls NodeGetVolumeHealth on a published mount of the
+// volume, the workload's or any when the request names none, with the
+// mount's publish and staging paths as Stats does.
+func (m *Manager) VolumeHealth(ctx context.Context, req *csisupdv1.VolumeHealthRequest) (*csisupdv1.VolumeHealthResponse, error) {
+	r, unlock, err := m.publishedMount(ctx, methodVolumeHealth, plugin.CapGetVolumeHealth, req.GetPluginId(), req.GetVolumeId(), req.GetWorkloadId())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	hreq := &csi.NodeGetVolumeHealthRequest{VolumeId: r.ExternalID, VolumePublishPath: r.PluginPath, StagingTargetPath: r.PluginStagingPath}
+	resp, err := call(ctx, m, r.PluginID, methodVolumeHealth, "NodeGetVolumeHealth", hreq, csi.NodeClient.NodeGetVolumeHealth)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.VolumeHealthResponse{Response: resp, VolumePath: r.HostPath}, nil
+}
+
+// StorageHealth calls NodeGetStorageHealth on a plugin: the health of the
+// storage it reaches from this node. It needs no mount and takes no
+// volume lock.
+func (m *Manager) StorageHealth(ctx context.Context, req *csisupdv1.StorageHealthRequest) (*csisupdv1.StorageHealthResponse, error) {
+	if err := checkID("plugin_id", req.GetPluginId()); err != nil {
+		return nil, err
+	}
+	if _, err := m.resolve(req.GetPluginId(), methodStorageHealth, plugin.CapGetStorageHealth); err != nil {
+		return nil, err
+	}
+	sreq := &csi.NodeGetStorageHealthRequest{Secrets: req.GetSecrets()}
+	resp, err := call(ctx, m, req.GetPluginId(), methodStorageHealth, "NodeGetStorageHealth", sreq, csi.NodeClient.NodeGetStorageHealth)
+	if err != nil {
+		return nil, err
+	}
+	return &csisupdv1.StorageHealthResponse{Response: resp}, nil
+}
+
 // publishedMount checks the request, the plugin and its capability, takes
 // the volume's lock and returns the first published mount of the volume
 // (of the workload, when set) with the function that releases the lock.

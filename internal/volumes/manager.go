@@ -29,6 +29,10 @@ const (
 	methodUnmount = "UnmountVolume"
 	methodExpand  = "ExpandVolume"
 	methodStats   = "VolumeStats"
+	// methodVolumeHealth and methodStorageHealth are the NodeVolumes
+	// health methods.
+	methodVolumeHealth  = "VolumeHealth"
+	methodStorageHealth = "StorageHealth"
 )
 
 // Manager stages, publishes, unpublishes and unstages volumes through the
@@ -37,6 +41,7 @@ const (
 // methods are safe for concurrent use.
 type Manager struct {
 	dataDir  string
+	node     string // Config.NodeName, for CapabilityMissing errors
 	store    store
 	calls    *csiclient.Invoker
 	dirs     map[string]PluginDirs
@@ -109,6 +114,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		dataDir:   dataDir,
+		node:      cfg.NodeName,
 		store:     st,
 		calls:     calls,
 		dirs:      dirs,
@@ -199,6 +205,13 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 	p, err := m.resolve(pluginID, methodMount, "")
 	if err != nil {
 		return nil, err
+	}
+	// The servers admit a mount group only where the plugin has
+	// VOLUME_MOUNT_GROUP; check again here, since a plugin may have been
+	// replaced since, and scheduler agents call this node directly. A
+	// plugin without the capability would ignore the group.
+	if u.MountGroup != "" && !slices.Contains(p.GetNodeCapabilities(), plugin.CapVolumeMountGroup) {
+		return nil, csisupdv1.NewNodeCapabilityMissingError(pluginID, m.node, methodMount, plugin.CapVolumeMountGroup)
 	}
 	var r *record
 	if lost != nil {

@@ -56,6 +56,9 @@ type usage struct {
 	ReadOnly   bool     `json:"read_only,omitempty"`
 	FSType     string   `json:"fs_type,omitempty"`
 	MountFlags []string `json:"mount_flags,omitempty"`
+	// MountGroup is CSI's volume_mount_group; records written before it
+	// existed load with none.
+	MountGroup string `json:"volume_mount_group,omitempty"`
 }
 
 // normaliseUsage checks u and applies its defaults. A nil u is the default
@@ -67,6 +70,7 @@ func normaliseUsage(u *csisupdv1.VolumeUsage) (usage, error) {
 		ReadOnly:   u.GetReadOnly(),
 		FSType:     u.GetFsType(),
 		MountFlags: append([]string(nil), u.GetMountFlags()...),
+		MountGroup: u.GetVolumeMountGroup(),
 	}
 	if n.AccessMode == "" {
 		n.AccessMode = DefaultAccessMode
@@ -80,8 +84,8 @@ func normaliseUsage(u *csisupdv1.VolumeUsage) (usage, error) {
 	switch n.AccessType {
 	case AccessTypeMount:
 	case AccessTypeBlock:
-		if n.FSType != "" || len(n.MountFlags) > 0 {
-			return usage{}, status.Error(codes.InvalidArgument, "usage: fs_type and mount_flags apply to access_type mount only, not block")
+		if n.FSType != "" || len(n.MountFlags) > 0 || n.MountGroup != "" {
+			return usage{}, status.Error(codes.InvalidArgument, "usage: fs_type, mount_flags and volume_mount_group apply to access_type mount only, not block")
 		}
 	default:
 		return usage{}, status.Errorf(codes.InvalidArgument, "usage.access_type %q is neither %q nor %q", n.AccessType, AccessTypeMount, AccessTypeBlock)
@@ -95,8 +99,10 @@ func normaliseUsage(u *csisupdv1.VolumeUsage) (usage, error) {
 }
 
 // key returns the usage key: <rw|ro>-<file-system|block>-<access mode>,
-// followed by 8 hex digits of a hash of the mount options when there are
-// any, so that two usages with other options never share a staging.
+// followed by 8 hex digits of a hash of the mount options (mount group
+// included) when there are any, so that two usages with other options
+// never share a staging. A usage without a mount group hashes as before
+// the group existed, so the keys, and paths, of older records stay.
 func (u usage) key() string {
 	var b strings.Builder
 	if u.ReadOnly {
@@ -110,12 +116,17 @@ func (u usage) key() string {
 		b.WriteString("file-system-")
 	}
 	b.WriteString(strings.ToLower(strings.ReplaceAll(u.AccessMode, "_", "-")))
-	if u.FSType != "" || len(u.MountFlags) > 0 {
+	if u.FSType != "" || len(u.MountFlags) > 0 || u.MountGroup != "" {
 		h := sha256.New()
 		h.Write([]byte(u.FSType))
 		for _, f := range u.MountFlags {
 			h.Write([]byte{0})
 			h.Write([]byte(f))
+		}
+		if u.MountGroup != "" {
+			// 1 never occurs in a mount flag: a group cannot pass for one.
+			h.Write([]byte{1})
+			h.Write([]byte(u.MountGroup))
 		}
 		b.WriteString("-")
 		b.WriteString(hex.EncodeToString(h.Sum(nil)[:4]))
@@ -126,11 +137,12 @@ func (u usage) key() string {
 // proto returns the usage as its API message.
 func (u usage) proto() *csisupdv1.VolumeUsage {
 	return &csisupdv1.VolumeUsage{
-		AccessMode: u.AccessMode,
-		AccessType: u.AccessType,
-		ReadOnly:   u.ReadOnly,
-		FsType:     u.FSType,
-		MountFlags: append([]string(nil), u.MountFlags...),
+		AccessMode:       u.AccessMode,
+		AccessType:       u.AccessType,
+		ReadOnly:         u.ReadOnly,
+		FsType:           u.FSType,
+		MountFlags:       append([]string(nil), u.MountFlags...),
+		VolumeMountGroup: u.MountGroup,
 	}
 }
 
@@ -143,8 +155,9 @@ func (u usage) capability() *csi.VolumeCapability {
 		c.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
 	} else {
 		c.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
-			FsType:     u.FSType,
-			MountFlags: append([]string(nil), u.MountFlags...),
+			FsType:           u.FSType,
+			MountFlags:       append([]string(nil), u.MountFlags...),
+			VolumeMountGroup: u.MountGroup,
 		}}
 	}
 	return c

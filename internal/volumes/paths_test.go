@@ -15,6 +15,9 @@ func TestUsageKey(t *testing.T) {
 		{nil, "rw-file-system-single-node-writer"},
 		{&csisupdv1.VolumeUsage{ReadOnly: true, AccessType: "block", AccessMode: "MULTI_NODE_READER_ONLY"}, "ro-block-multi-node-reader-only"},
 		{&csisupdv1.VolumeUsage{AccessMode: "MULTI_NODE_MULTI_WRITER"}, "rw-file-system-multi-node-multi-writer"},
+		// Keys are paths of existing mounts: a usage without a mount group
+		// keeps the key it had before mount groups existed.
+		{&csisupdv1.VolumeUsage{FsType: "ext4", MountFlags: []string{"noatime", "uid=1000"}}, "rw-file-system-single-node-writer-c9b0aae0"},
 	}
 	for _, tc := range cases {
 		u, err := normaliseUsage(tc.usage)
@@ -30,6 +33,8 @@ func TestUsageKey(t *testing.T) {
 	for _, u := range []*csisupdv1.VolumeUsage{
 		{FsType: "ext4"}, {FsType: "xfs"}, {MountFlags: []string{"noatime"}}, {FsType: "ext4", MountFlags: []string{"noatime"}},
 		{FsType: "ext4noatime"}, {MountFlags: []string{"a", "b"}}, {MountFlags: []string{"ab"}},
+		{VolumeMountGroup: "1000"}, {VolumeMountGroup: "2000"}, {FsType: "ext4", VolumeMountGroup: "1000"},
+		{MountFlags: []string{"1000"}}, {FsType: "1000"},
 	} {
 		n, err := normaliseUsage(u)
 		if err != nil {

@@ -1,6 +1,7 @@
 package volumes
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -105,6 +107,7 @@ func usageOf(c *csi.VolumeCapability, readOnly bool) *csisupdv1.VolumeUsage {
 		u.AccessType = AccessTypeMount
 		u.FsType = c.GetMount().GetFsType()
 		u.MountFlags = c.GetMount().GetMountFlags()
+		u.VolumeMountGroup = c.GetMount().GetVolumeMountGroup()
 	}
 	return u
 }
@@ -313,6 +316,33 @@ func (a *nodeAdapter) NodeGetVolumeStats(ctx context.Context, r *csi.NodeGetVolu
 	return resp.GetResponse(), nil
 }
 
+// NodeGetVolumeHealth calls VolumeHealth for the mount at
+// volume_publish_path, or any mount of the volume when the call names no
+// path.
+func (a *nodeAdapter) NodeGetVolumeHealth(ctx context.Context, r *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	if err := required("volume_id", r.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	workload := ""
+	if path := cmp.Or(r.GetVolumePublishPath(), r.GetStagingTargetPath()); path != "" {
+		workload = a.workloadAt(r.GetVolumeId(), path)
+	}
+	resp, err := a.nv.VolumeHealth(ctx, &csisupdv1.VolumeHealthRequest{PluginId: a.id, VolumeId: volumeOf(r.GetVolumeId()), WorkloadId: workload})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+// NodeGetStorageHealth calls StorageHealth.
+func (a *nodeAdapter) NodeGetStorageHealth(ctx context.Context, r *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
+	resp, err := a.nv.StorageHealth(ctx, &csisupdv1.StorageHealthRequest{PluginId: a.id, Secrets: r.GetSecrets()})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
 // NodeExpandVolume calls ExpandVolume for the mount at volume_path.
 func (a *nodeAdapter) NodeExpandVolume(ctx context.Context, r *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	if err := required("volume_id", r.GetVolumeId(), "volume_path", r.GetVolumePath()); err != nil {
@@ -404,11 +434,13 @@ func TestNodeVolumesSanity(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = client.Close() })
 
-	// The read model the registry would make of this plugin.
+	// The read model the registry would make of this plugin, with the
+	// node capabilities the plugin advertises, so that every node spec it
+	// runs directly can run through NodeVolumes too.
 	plugins := newFixedPlugins()
 	plugins.set(&csisupdv1.Plugin{
 		Id: "tp", Type: string(plugin.TypeMonolith), Healthy: true, HealthState: "healthy", NodeId: "sanity-node", MaxVolumes: 4,
-		NodeCapabilities: []string{plugin.CapStageUnstageVolume, plugin.CapGetVolumeStats, plugin.CapExpandVolume},
+		NodeCapabilities: nodeCapabilities(t, client),
 	}, client)
 	e := &env{dir: dir, dataDir: filepath.Join(dir, "data"), plugins: plugins, events: &events{}, logs: &testutil.SyncBuffer{}}
 	m := e.manager(t, Config{}, true)
@@ -500,4 +532,21 @@ func TestNodeVolumesSanity(t *testing.T) {
 	if left := m.List("", ""); len(left) != 0 {
 		t.Errorf("mounts left after csi-sanity: %v", left)
 	}
+}
+
+// nodeCapabilities returns the node capabilities the plugin behind c
+// advertises, named as fingerprints name them.
+func nodeCapabilities(t *testing.T, c *csiclient.Client) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTime)
+	defer cancel()
+	var caps []string
+	resp, err := c.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+	for _, nc := range resp.GetCapabilities() {
+		caps = append(caps, nc.GetRpc().GetType().String())
+	}
+	if err != nil || !slices.Contains(caps, plugin.CapStageUnstageVolume) {
+		t.Fatalf("node capabilities of the test plugin: %v, %v", caps, err)
+	}
+	return caps
 }

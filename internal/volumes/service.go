@@ -74,6 +74,19 @@ func (s *Service) VolumeStats(ctx context.Context, in *csisupdv1.VolumeStatsRequ
 	return s.m.Stats(ctx, in)
 }
 
+// VolumeHealth calls Manager.VolumeHealth.
+func (s *Service) VolumeHealth(ctx context.Context, in *csisupdv1.VolumeHealthRequest) (*csisupdv1.VolumeHealthResponse, error) {
+	return s.m.VolumeHealth(ctx, in)
+}
+
+// StorageHealth checks the request and calls Manager.StorageHealth.
+func (s *Service) StorageHealth(ctx context.Context, in *csisupdv1.StorageHealthRequest) (*csisupdv1.StorageHealthResponse, error) {
+	if err := invalidRequest(volreq.StorageHealth(in)); err != nil {
+		return nil, err
+	}
+	return s.m.StorageHealth(ctx, in)
+}
+
 // ListMounts calls Manager.List.
 func (s *Service) ListMounts(_ context.Context, in *csisupdv1.ListMountsRequest) (*csisupdv1.ListMountsResponse, error) {
 	return &csisupdv1.ListMountsResponse{Mounts: s.m.List(in.GetPluginId(), in.GetVolumeId())}, nil

@@ -3,6 +3,7 @@ package volumes
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -48,6 +50,32 @@ func TestServiceOverGRPC(t *testing.T) {
 	st, err := c.VolumeStats(ctx, &csisupdv1.VolumeStatsRequest{PluginId: "tp", VolumeId: "v1"})
 	if err != nil || st.GetVolumePath() != resp.GetMount().GetHostPath() {
 		t.Errorf("VolumeStats = %v, %v", st, err)
+	}
+	// The read model of "tp" lacks the health capabilities: the typed
+	// refusals cross the wire.
+	for method, call := range map[string]func() error{
+		plugin.CapGetVolumeHealth: func() error {
+			_, err := c.VolumeHealth(ctx, &csisupdv1.VolumeHealthRequest{PluginId: "tp", VolumeId: "v1"})
+			return err
+		},
+		plugin.CapGetStorageHealth: func() error {
+			_, err := c.StorageHealth(ctx, &csisupdv1.StorageHealthRequest{PluginId: "tp"})
+			return err
+		},
+		plugin.CapVolumeMountGroup: func() error {
+			_, err := c.MountVolume(ctx, &csisupdv1.MountVolumeRequest{PluginId: "tp", VolumeId: "v2", WorkloadId: "w1",
+				Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "1000"}})
+			return err
+		},
+	} {
+		err := call()
+		if d, ok := csisupdv1.ErrorDetail[*csisupdv1.CapabilityMissing](err); !ok || d.GetCapability() != method {
+			t.Errorf("%s missing: error = %v, want CapabilityMissing across the wire", method, err)
+		}
+	}
+	if _, err := c.MountVolume(ctx, &csisupdv1.MountVolumeRequest{PluginId: "tp", VolumeId: "v2", WorkloadId: "w1",
+		Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "-5"}}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "usage.volume_mount_group") {
+		t.Errorf("MountVolume with a malformed mount group: %v, want InvalidArgument naming usage.volume_mount_group", err)
 	}
 	if _, err := c.ExpandVolume(ctx, &csisupdv1.ExpandVolumeRequest{PluginId: "tp", VolumeId: "v9"}); status.Code(err) != codes.NotFound {
 		t.Errorf("ExpandVolume of a volume not mounted: %v, want NotFound", err)

@@ -100,6 +100,16 @@ func NewTopologyUnsatisfiableError(pluginID string, requisite []string, reason s
 		&TopologyUnsatisfiable{PluginId: pluginID, Requisite: requisite, Reason: reason})
 }
 
+// NewNodeCapabilityMissingError returns a FailedPrecondition error with the
+// CapabilityMissing detail for a node capability that the plugin's
+// instance on node lacks. It is not retryable: the plugin on that node
+// must change first.
+func NewNodeCapabilityMissingError(pluginID, node, method, capability string) error {
+	msg := fmt.Sprintf("plugin %q on node %q does not advertise the %s node capability that %s needs", pluginID, node, capability, method)
+	return withDetails(codes.FailedPrecondition, msg,
+		&CapabilityMissing{PluginId: pluginID, Method: method, Capability: capability, Node: node})
+}
+
 // Rules a claim can break, as ClaimRefused.rule names them.
 const (
 	ClaimRuleAccessMode   = "access-mode"

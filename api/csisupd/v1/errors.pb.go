@@ -243,9 +243,14 @@ type CapabilityMissing struct {
 	PluginId string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
 	// method is the ClientCSI method, for example ControllerAttachVolume.
 	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
-	// capability is the plugin capability (CONTROLLER_SERVICE) or controller
-	// capability (for example PUBLISH_UNPUBLISH_VOLUME) the method needs.
-	Capability    string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	// capability is the plugin capability (CONTROLLER_SERVICE), controller
+	// capability (for example PUBLISH_UNPUBLISH_VOLUME) or node capability
+	// (for example VOLUME_MOUNT_GROUP) the method needs.
+	Capability string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	// node names the node whose instance of the plugin lacks a node
+	// capability, when the servers refuse a claim (method ClaimVolume) or a
+	// node's agent refuses a mount; empty otherwise.
+	Node          string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +302,13 @@ func (x *CapabilityMissing) GetMethod() string {
 func (x *CapabilityMissing) GetCapability() string {
 	if x != nil {
 		return x.Capability
+	}
+	return ""
+}
+
+func (x *CapabilityMissing) GetNode() string {
+	if x != nil {
+		return x.Node
 	}
 	return ""
 }
@@ -692,13 +704,14 @@ const file_csisupd_v1_errors_proto_rawDesc = "" +
 	"\x0fPluginUnhealthy\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12!\n" +
 	"\fhealth_state\x18\x02 \x01(\tR\vhealthState\x12-\n" +
-	"\x12health_description\x18\x03 \x01(\tR\x11healthDescription\"h\n" +
+	"\x12health_description\x18\x03 \x01(\tR\x11healthDescription\"|\n" +
 	"\x11CapabilityMissing\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x03 \x01(\tR\n" +
-	"capability\"`\n" +
+	"capability\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\"`\n" +
 	"\x10EventsFellBehind\x12!\n" +
 	"\fresume_index\x18\x01 \x01(\x04R\vresumeIndex\x12\x10\n" +
 	"\x03lag\x18\x02 \x01(\x04R\x03lag\x12\x17\n" +

@@ -24,6 +24,7 @@ func TestTypedErrors(t *testing.T) {
 		{"wrapped plugin not found", fmt.Errorf("calling node n1: %w", NewPluginNotFoundError("p", "")), codes.NotFound, true, false, true},
 		{"plugin unhealthy", NewPluginUnhealthyError("p", "unhealthy", "probe failed"), codes.Unavailable, true, false, false},
 		{"capability missing", NewCapabilityMissingError("p", "ControllerAttachVolume", "PUBLISH_UNPUBLISH_VOLUME"), codes.FailedPrecondition, false, false, false},
+		{"node capability missing", NewNodeCapabilityMissingError("p", "n1", "ClaimVolume", "VOLUME_MOUNT_GROUP"), codes.FailedPrecondition, false, false, false},
 		{"marked ignorable", MarkIgnorable(plain, "already gone"), codes.NotFound, false, true, false},
 		{"marked retryable", MarkRetryable(status.Error(codes.Aborted, "conflict"), "try again"), codes.Aborted, true, false, false},
 		{"marked twice", MarkRetryable(MarkIgnorable(plain, "gone"), "again"), codes.NotFound, true, true, false},
@@ -75,6 +76,7 @@ func TestErrorMessages(t *testing.T) {
 		{NewPluginNotFoundError("p1", ""), `plugin "p1" is not registered`},
 		{NewPluginUnhealthyError("p1", "unhealthy", "probe: connection refused"), `plugin "p1" is unhealthy: probe: connection refused`},
 		{NewCapabilityMissingError("p1", "ControllerExpandVolume", "EXPAND_VOLUME"), `plugin "p1" does not advertise the EXPAND_VOLUME capability that ControllerExpandVolume needs`},
+		{NewNodeCapabilityMissingError("p1", "n1", "ClaimVolume", "VOLUME_MOUNT_GROUP"), `plugin "p1" on node "n1" does not advertise the VOLUME_MOUNT_GROUP node capability that ClaimVolume needs`},
 		{NewEventsFellBehindError(7, 600, 512), "fell behind: 600 events behind the newest (at most 512); resume from index 7"},
 		{NewEventsGoneError(7, 1200), "events after index 7 are no longer buffered (the oldest is 1200): read the state again, then follow the newest events"},
 		{NewClaimRefusedError(ClaimRuleTopology, "not reachable from node n1"), "claim refused (topology): not reachable from node n1"},
@@ -110,5 +112,16 @@ func TestEventErrorDetails(t *testing.T) {
 	g, ok := ErrorDetail[*EventsGone](NewEventsGoneError(7, 1200))
 	if !ok || g.GetAfter() != 7 || g.GetOldestIndex() != 1200 {
 		t.Errorf("EventsGone = %v, want after 7, oldest 1200", g)
+	}
+}
+
+func TestNodeCapabilityMissingDetail(t *testing.T) {
+	err := NewNodeCapabilityMissingError("p1", "n1", "MountVolume", "VOLUME_MOUNT_GROUP")
+	d, ok := ErrorDetail[*CapabilityMissing](err)
+	if !ok {
+		t.Fatalf("error %v has no CapabilityMissing detail", err)
+	}
+	if d.GetPluginId() != "p1" || d.GetNode() != "n1" || d.GetMethod() != "MountVolume" || d.GetCapability() != "VOLUME_MOUNT_GROUP" {
+		t.Errorf("detail = %v, want plugin p1, node n1, method MountVolume, capability VOLUME_MOUNT_GROUP", d)
 	}
 }

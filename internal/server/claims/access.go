@@ -41,8 +41,8 @@ func Usage(v *statepb.Volume, req *csisupdv1.VolumeClaimRequest) (*statepb.Volum
 	if _, ok := accessModes[u.AccessMode]; !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "claim usage: access_mode %q cannot be claimed", u.AccessMode)
 	}
-	if u.AccessType == "block" && (u.FsType != "" || len(u.MountFlags) > 0) {
-		return nil, status.Error(codes.InvalidArgument, "claim usage: fs_type and mount_flags are for access_type mount only")
+	if u.AccessType == "block" && (u.FsType != "" || len(u.MountFlags) > 0 || u.VolumeMountGroup != "") {
+		return nil, status.Error(codes.InvalidArgument, "claim usage: fs_type, mount_flags and volume_mount_group are for access_type mount only")
 	}
 	return u, nil
 }

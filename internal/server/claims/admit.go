@@ -21,6 +21,10 @@ import (
 // claims are published read-only.
 const CapPublishReadonly = "PUBLISH_READONLY"
 
+// MethodClaimVolume names the claim in the CapabilityMissing errors of
+// admission: the Control method that takes claims.
+const MethodClaimVolume = "ClaimVolume"
+
 // Reader is the part of the replicated state admission reads;
 // *state.Store is one.
 type Reader interface {
@@ -60,7 +64,9 @@ func Admit(st Reader, v *statepb.Volume, req *csisupdv1.VolumeClaimRequest, now 
 
 // CheckTake checks a new claim against the node, the volume and its
 // claims as st holds them: the node is ready and runs the plugin's node
-// service, healthy and with a CSI node id (the claim's); the usage is one
+// service, healthy and with a CSI node id (the claim's), and with the
+// VOLUME_MOUNT_GROUP node capability when the usage names a mount group
+// (a CapabilityMissing error otherwise); the usage is one
 // of the volume's capabilities; the node's topology reaches the volume;
 // the node stays within the plugin's max_volumes; and the access modes of
 // the claim and of every claim the volume has, in any state, allow it. It
@@ -101,6 +107,12 @@ func CheckTake(st Reader, v *statepb.Volume, claim *statepb.VolumeClaim) error {
 	if claim.GetCsiNodeId() != p.GetNodeId() {
 		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleStale,
 			fmt.Sprintf("plugin %q reports CSI node id %q on node %q, not %q", v.GetPluginId(), p.GetNodeId(), node.GetId(), claim.GetCsiNodeId()))
+	}
+	// A mount group the plugin does not know would be dropped silently
+	// by it, and the workload would find files it cannot read: refuse
+	// the claim before anything is published.
+	if claim.GetUsage().GetVolumeMountGroup() != "" && !slices.Contains(p.GetNodeCapabilities(), plugin.CapVolumeMountGroup) {
+		return csisupdv1.NewNodeCapabilityMissingError(v.GetPluginId(), node.GetId(), MethodClaimVolume, plugin.CapVolumeMountGroup)
 	}
 	usage := claim.GetUsage()
 	if !slices.ContainsFunc(DefaultCapabilities(v.GetCapabilities()), func(c *statepb.VolumeCapability) bool {

@@ -1,6 +1,7 @@
 package claims
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -177,5 +179,73 @@ func TestAdmitBuildsTheClaim(t *testing.T) {
 	}
 	if _, err := Admit(admitFixture(), vol(snw), &csisupdv1.VolumeClaimRequest{Id: "v", NodeId: "n9", WorkloadId: "w"}, now); status.Code(err) != codes.NotFound {
 		t.Fatalf("claim on an unknown node: %v, want NotFound", err)
+	}
+}
+
+// TestCheckTakeMountGroup checks that a claim with a volume mount group is
+// admitted only on a node whose plugin instance has VOLUME_MOUNT_GROUP,
+// and that the refusal names the capability, the node and the plugin.
+func TestCheckTakeMountGroup(t *testing.T) {
+	withGroup := func(group string) *statepb.VolumeClaim {
+		c := claimOn("n1", "w", snw, false)
+		c.Usage.VolumeMountGroup = group
+		return c
+	}
+	tests := []struct {
+		name    string
+		nodeCap []string
+		claim   *statepb.VolumeClaim
+		refused bool
+	}{
+		{"group, capability", []string{"STAGE_UNSTAGE_VOLUME", plugin.CapVolumeMountGroup}, withGroup("1000"), false},
+		{"group, no capability", []string{"STAGE_UNSTAGE_VOLUME"}, withGroup("1000"), true},
+		{"group, no capabilities at all", nil, withGroup("0"), true},
+		{"no group, no capability", nil, withGroup(""), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := admitFixture()
+			st.nodes["n1"].Plugins[0].NodeCapabilities = tt.nodeCap
+			err := CheckTake(st, vol(snw), tt.claim)
+			if !tt.refused {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if status.Code(err) != codes.FailedPrecondition || csisupdv1.IsRetryable(err) {
+				t.Fatalf("error = %v, want FailedPrecondition, not retryable", err)
+			}
+			d, ok := csisupdv1.ErrorDetail[*csisupdv1.CapabilityMissing](err)
+			if !ok || d.GetCapability() != plugin.CapVolumeMountGroup || d.GetNode() != "n1" || d.GetPluginId() != "p" || d.GetMethod() != MethodClaimVolume {
+				t.Errorf("CapabilityMissing detail = %v, want VOLUME_MOUNT_GROUP of plugin p on node n1 for ClaimVolume", d)
+			}
+			for _, want := range []string{`"p"`, `"n1"`, plugin.CapVolumeMountGroup} {
+				if !strings.Contains(status.Convert(err).Message(), want) {
+					t.Errorf("message %q does not name %s", status.Convert(err).Message(), want)
+				}
+			}
+		})
+	}
+}
+
+// TestAdmitMountGroup checks that Admit keeps the request's mount group in
+// the claim's usage and refuses one on a block usage.
+func TestAdmitMountGroup(t *testing.T) {
+	st := admitFixture()
+	st.nodes["n1"].Plugins[0].NodeCapabilities = []string{plugin.CapVolumeMountGroup}
+	c, err := Admit(st, vol(snw), &csisupdv1.VolumeClaimRequest{Id: "v", NodeId: "n1", WorkloadId: "w",
+		Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "2000"}}, timestamppb.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.GetUsage().GetVolumeMountGroup(); got != "2000" {
+		t.Errorf("claim usage mount group = %q, want 2000", got)
+	}
+	blockVol := &statepb.Volume{Id: "v", PluginId: "p", Capabilities: []*statepb.VolumeCapability{{AccessType: "block", AccessMode: snw}}}
+	_, err = Admit(st, blockVol, &csisupdv1.VolumeClaimRequest{Id: "v", NodeId: "n1", WorkloadId: "w",
+		Usage: &csisupdv1.VolumeUsage{AccessType: "block", VolumeMountGroup: "2000"}}, timestamppb.Now())
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "volume_mount_group") {
+		t.Errorf("block usage with a mount group: error = %v, want InvalidArgument naming volume_mount_group", err)
 	}
 }

@@ -539,11 +539,12 @@ func VolumeUsageFromAPI(in *csisupdv1.VolumeUsage) *VolumeUsage {
 		return nil
 	}
 	return &VolumeUsage{
-		AccessMode: in.AccessMode,
-		AccessType: in.AccessType,
-		ReadOnly:   in.ReadOnly,
-		FsType:     in.FsType,
-		MountFlags: slices.Clone(in.MountFlags),
+		AccessMode:       in.AccessMode,
+		AccessType:       in.AccessType,
+		ReadOnly:         in.ReadOnly,
+		FsType:           in.FsType,
+		MountFlags:       slices.Clone(in.MountFlags),
+		VolumeMountGroup: in.VolumeMountGroup,
 	}
 }
 
@@ -553,11 +554,12 @@ func VolumeUsageToAPI(in *VolumeUsage) *csisupdv1.VolumeUsage {
 		return nil
 	}
 	return &csisupdv1.VolumeUsage{
-		AccessMode: in.AccessMode,
-		AccessType: in.AccessType,
-		ReadOnly:   in.ReadOnly,
-		FsType:     in.FsType,
-		MountFlags: in.MountFlags,
+		AccessMode:       in.AccessMode,
+		AccessType:       in.AccessType,
+		ReadOnly:         in.ReadOnly,
+		FsType:           in.FsType,
+		MountFlags:       in.MountFlags,
+		VolumeMountGroup: in.VolumeMountGroup,
 	}
 }
 
