@@ -224,7 +224,7 @@ func (s *Server) modifyVolume(ctx context.Context, req *csisupdv1.VolumeModifyRe
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	cands, err := s.placedControllers(v.GetPluginId(), capModifyVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
+	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapModifyVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 	if err != nil {
 		return nil, err
 	}

@@ -298,7 +298,7 @@ func (s *Server) refreshSnapshot(ctx context.Context, snap *statepb.VolumeSnapsh
 		return nil
 	}
 	method := "ListSnapshots"
-	if withGet := withCapability(cands, capGetSnapshot); len(withGet) > 0 {
+	if withGet := withCapability(cands, plugin.CapGetSnapshot); len(withGet) > 0 {
 		cands, method = withGet, "GetSnapshot"
 		read = func(ctx context.Context, c candidate) error {
 			resp, err := s.controllers.GetSnapshot(ctx, c.addr, snap.GetPluginId(), &csi.GetSnapshotRequest{SnapshotId: snap.GetExternalId()})

@@ -172,7 +172,7 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 	}
 	capability := plugin.CapCreateDeleteVolume
 	if req.GetContentSource().GetVolumeId() != "" {
-		capability = capCloneVolume
+		capability = plugin.CapCloneVolume
 	}
 	cands, err := s.placedControllers(req.GetPluginId(), capability, place)
 	if err != nil {
@@ -321,14 +321,6 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 	}})
 	return err
 }
-
-// Controller capabilities the volume lifecycle needs besides those the
-// plugin package names.
-const (
-	capCloneVolume  = "CLONE_VOLUME"
-	capModifyVolume = "MODIFY_VOLUME"
-	capGetSnapshot  = "GET_SNAPSHOT"
-)
 
 // placedControllers returns the controller candidates of a plugin that
 // advertise capability and that place allows, in the order place ranks
