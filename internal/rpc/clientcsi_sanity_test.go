@@ -156,6 +156,9 @@ func TestClientCSISanity(t *testing.T) {
 		cfg.StagingPath = filepath.Join(env.dir, name+"-staging")
 		cfg.TestNodeVolumeAttachLimit = true
 		cfg.IdempotentCount = 2
+		// The modify specs send these; the test plugin accepts its
+		// default mutable parameter keys.
+		cfg.TestVolumeMutableParameters = map[string]string{"iops": "3000", "tier": "fast"}
 		return &cfg
 	}
 	const direct, mediated = "direct", "through ClientCSI"
