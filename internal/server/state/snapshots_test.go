@@ -1,6 +1,7 @@
 package state
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -164,5 +165,44 @@ func TestSnapshotRoundTripKeepsLifecycle(t *testing.T) {
 	}
 	if got := snapshotIDs(r.VolumeSnapshots()); !slices.Equal(got, []string{"s1", "s2"}) {
 		t.Errorf("restored snapshots %v", got)
+	}
+}
+
+// Counts counts volume snapshots by state, created ones not ready yet
+// apart, and expansions under way by state.
+func TestCountsSnapshotsAndExpansions(t *testing.T) {
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := s.Write()
+	for _, snap := range []*statepb.VolumeSnapshot{
+		{Id: "a", State: "creating"},
+		{Id: "b", State: "created", ReadyToUse: true},
+		{Id: "c", State: "created"},
+		{Id: "d", State: "deleting"},
+		{Id: "e", State: "created", ReadyToUse: true},
+	} {
+		if err := txn.PutVolumeSnapshot(snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range []*statepb.Volume{
+		{Id: "v1", Expansion: &statepb.VolumeExpansion{State: "controller"}},
+		{Id: "v2", Expansion: &statepb.VolumeExpansion{State: "nodes"}},
+		{Id: "v3", Expansion: &statepb.VolumeExpansion{State: "nodes"}},
+		{Id: "v4"},
+	} {
+		if err := txn.PutVolume(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn.Commit()
+	n := s.Counts()
+	if want := map[string]int{"creating": 1, "created": 2, SnapshotNotReady: 1, "deleting": 1}; !maps.Equal(n.Snapshots, want) {
+		t.Errorf("Counts().Snapshots = %v, want %v", n.Snapshots, want)
+	}
+	if want := map[string]int{"controller": 1, "nodes": 2}; !maps.Equal(n.Expansions, want) {
+		t.Errorf("Counts().Expansions = %v, want %v", n.Expansions, want)
 	}
 }
