@@ -13,6 +13,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -254,7 +255,7 @@ func (s *Server) snapshotDeleteFailed(snap *statepb.VolumeSnapshot, callErr erro
 func (s *Server) followSnapshot(ctx context.Context, id string) error {
 	unlock, ok := s.snapshotLocks.TryLock(id)
 	if !ok {
-		return nil // its caller works on it
+		return leader.ErrBusy // its caller works on it
 	}
 	defer unlock()
 	snap := s.State().VolumeSnapshot(id)

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,7 +45,7 @@ type WatcherConfig struct {
 	Finish func(ctx context.Context, ref claims.Ref) error
 	// FollowSnapshot does the next step of a volume snapshot that is being
 	// created or deleted, or is not ready to use yet (claims.SnapshotNeedsWork).
-	// It takes the snapshot's lock itself and returns nil at once when
+	// It takes the snapshot's lock itself and returns ErrBusy at once when
 	// someone else holds it. Optional.
 	FollowSnapshot func(ctx context.Context, id string) error
 	// ResumeExpansion finishes the expansion under way of a volume. The
@@ -183,7 +184,7 @@ func (r *watchRun) lifecycle(ctx context.Context, live map[string]bool) {
 			r.retrying(ctx, key, "volume expansion", r.logger.With("volume", v.GetId()), func() error {
 				unlock, ok := r.cfg.Locks.TryLock(v.GetId())
 				if !ok {
-					return nil
+					return ErrBusy
 				}
 				defer unlock()
 				return r.cfg.ResumeExpansion(ctx, v.GetId())
@@ -205,6 +206,11 @@ func (r *watchRun) lifecycle(ctx context.Context, live map[string]bool) {
 	}
 }
 
+// ErrBusy is what a hook of the watcher returns when someone else works
+// on the same thing now: the watcher looks again at its next pass, and
+// keeps the backoff of earlier failures.
+var ErrBusy = errors.New("someone else works on it")
+
 // retrying runs fn unless its last failure (under key) was too recent,
 // and delays the next attempt with backoff when it fails.
 func (r *watchRun) retrying(ctx context.Context, key, what string, log hclog.Logger, fn func() error) {
@@ -213,7 +219,7 @@ func (r *watchRun) retrying(ctx context.Context, key, what string, log hclog.Log
 		return
 	}
 	if err := fn(); err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrBusy) {
 			return
 		}
 		d := r.failed(key, now)
