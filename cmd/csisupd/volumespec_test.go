@@ -375,3 +375,32 @@ func TestExpandAndModifyRequests(t *testing.T) {
 		})
 	}
 }
+
+// The README's example specification parses and makes a request.
+func TestREADMEVolumeSpecExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "### Volume specification files\n")
+	if !ok {
+		t.Fatal(`README has no "### Volume specification files" section`)
+	}
+	_, example, ok := strings.Cut(section, "```hcl\n")
+	if !ok {
+		t.Fatal("the README's volume specification section has no hcl example")
+	}
+	example, _, _ = strings.Cut(example, "```")
+	s, err := volspec.Parse("README.md", []byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := s.CreateRequest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.GetId() != "database" || req.GetCapacityMinBytes() != 100<<30 || len(req.GetAccessibilityRequirements().GetRequisite()) != 2 ||
+		req.GetContentSource().GetSnapshotId() != "database-nightly" || req.GetCapabilities()[0].GetFsType() != "ext4" {
+		t.Errorf("README example: %v", req)
+	}
+}
