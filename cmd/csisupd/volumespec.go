@@ -105,6 +105,20 @@ func sizeFlag(fs *pflag.FlagSet, name, value string, dst *int64) error {
 	return nil
 }
 
+// checkCapacities refuses, as a usage error, a minimum over the maximum
+// once a capacity flag changed either: the spec's own check would name
+// the file's line of a value the flag replaced.
+func checkCapacities(fs *pflag.FlagSet, s *volspec.Spec) error {
+	if !fs.Changed("capacity") && !fs.Changed("capacity-max") {
+		return nil
+	}
+	if s.CapacityMax > 0 && s.CapacityMin > s.CapacityMax {
+		return usageError{fmt.Errorf("--capacity, --capacity-max: the capacity, %s, is more than the maximum, %s",
+			formatBytes(s.CapacityMin), formatBytes(s.CapacityMax))}
+	}
+	return nil
+}
+
 // specBase returns the spec of -f (an empty one without it) with the
 // NAME argument as its id.
 func specBase(file string, args []string, in io.Reader) (*volspec.Spec, error) {
@@ -197,6 +211,9 @@ func (f *createFlags) request(fs *pflag.FlagSet, args []string, in io.Reader) (*
 		return nil, err
 	}
 	if err := sizeFlag(fs, "capacity-max", f.capacityMax, &s.CapacityMax); err != nil {
+		return nil, err
+	}
+	if err := checkCapacities(fs, s); err != nil {
 		return nil, err
 	}
 	if err := f.caps.apply(fs, s); err != nil {
@@ -321,6 +338,9 @@ func (f *registerFlags) volume(fs *pflag.FlagSet, args []string, in io.Reader) (
 		return nil, err
 	}
 	if err := sizeFlag(fs, "capacity-max", f.capacityMax, &s.CapacityMax); err != nil {
+		return nil, err
+	}
+	if err := checkCapacities(fs, s); err != nil {
 		return nil, err
 	}
 	if err := f.caps.apply(fs, s); err != nil {

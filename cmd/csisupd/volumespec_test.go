@@ -201,6 +201,8 @@ func TestCreateRequest(t *testing.T) {
 			wantErr: `--topology-preferred "zone": "zone" is not K=V; want K=V[,K=V...]`},
 		{name: "bad capacity", args: []string{"v", "--plugin", "p", "--capacity", "big"}, usage: true,
 			wantErr: `--capacity: "big" is not a size (examples: 1GiB, 500MB, 4096)`},
+		{name: "capacity over the file's maximum", args: []string{"-f", file, "--capacity-max", "512MiB"}, usage: true,
+			wantErr: "--capacity, --capacity-max: the capacity, 1.0 GiB, is more than the maximum, 512.0 MiB"},
 		{name: "bad mutable parameter", args: []string{"v", "--plugin", "p", "--mutable-parameter", "iops"}, usage: true,
 			wantErr: `--mutable-parameter "iops": want key=value`},
 		{name: "fs type of a block file", args: []string{"-f", file, "--access-type", "block"},

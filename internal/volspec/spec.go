@@ -73,7 +73,9 @@ var DefaultCapability = Capability{AccessMode: "SINGLE_NODE_WRITER", AccessType:
 
 // MountOptions is the mount_options block.
 type MountOptions struct {
-	FSType     string
+	// FSType is the file system to mount, such as ext4.
+	FSType string
+	// MountFlags are mount options, one each, such as noatime.
 	MountFlags []string
 }
 
