@@ -80,8 +80,16 @@ func TestTextOutputEscapesOutsideStrings(t *testing.T) {
 	cplugin := &csisupdv1.ClusterPlugin{Id: hostile, Provider: hostile, Version: hostile,
 		Instances: []*csisupdv1.PluginInstance{{NodeId: hostile, NodeName: hostile, HealthDescription: hostile, Plugin: plugin}}}
 	volume := &csisupdv1.Volume{Id: hostile, PluginId: hostile, ExternalId: hostile, ControllerNodeId: hostile,
-		Capabilities: []*csisupdv1.VolumeCapability{{AccessType: hostile, AccessMode: hostile, FsType: hostile}},
-		Claims:       []*csisupdv1.VolumeClaim{{NodeId: hostile, CsiNodeId: hostile}}}
+		Capabilities:  []*csisupdv1.VolumeCapability{{AccessType: hostile, AccessMode: hostile, FsType: hostile}},
+		Claims:        []*csisupdv1.VolumeClaim{{NodeId: hostile, CsiNodeId: hostile}},
+		ContentSource: &csisupdv1.VolumeContentSource{Source: &csisupdv1.VolumeContentSource_SnapshotId{SnapshotId: hostile}},
+		Parameters:    map[string]string{hostile: hostile}, MutableParameters: map[string]string{hostile: hostile},
+		AccessibleTopology: []*csisupdv1.TopologySegment{{Segments: map[string]string{hostile: hostile}}},
+		Expansion: &csisupdv1.VolumeExpansion{CapacityBytes: 1 << 30, State: hostile, NodesPending: []string{hostile},
+			NodesDone: []string{hostile}, LastError: hostile}}
+	snapshot := &csisupdv1.VolumeSnapshot{Id: hostile, PluginId: hostile, SourceVolumeId: hostile, ExternalId: hostile,
+		State: hostile, ControllerNodeId: hostile, LastError: hostile,
+		AccessibleTopology: []*csisupdv1.TopologySegment{{Segments: map[string]string{hostile: hostile}}}}
 	tests := []struct {
 		name  string
 		print func(w *bytes.Buffer) error
@@ -101,7 +109,10 @@ func TestTextOutputEscapesOutsideStrings(t *testing.T) {
 		{"node status", func(w *bytes.Buffer) error { return printNodeList(w, []*csisupdv1.ClusterNode{node}) }, 2},
 		{"node status ID", func(w *bytes.Buffer) error { return printNode(w, node) }, 10},
 		{"volume list", func(w *bytes.Buffer) error { return printVolumeList(w, []*csisupdv1.Volume{volume}) }, 2},
-		{"volume status", func(w *bytes.Buffer) error { return printVolume(w, volume) }, 11},
+		{"volume status", func(w *bytes.Buffer) error { return printVolume(w, volume) }, 24},
+		{"volume expand", func(w *bytes.Buffer) error { return printExpandResult(w, volume) }, 1},
+		{"volume snapshot list", func(w *bytes.Buffer) error { return printSnapshotList(w, []*csisupdv1.VolumeSnapshot{snapshot}) }, 2},
+		{"volume snapshot status", func(w *bytes.Buffer) error { return printSnapshot(w, snapshot) }, 11},
 		{"volume create", func(w *bytes.Buffer) error { return printVolumeResult(w, false, "Created", volume) }, 1},
 		{"agent error", func(w *bytes.Buffer) error {
 			w.WriteString(agentError(hostile, status.Error(codes.Internal, hostile)).Error() + "\n")

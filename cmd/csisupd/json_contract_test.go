@@ -33,6 +33,10 @@ func documentedKeys() map[string]map[string][]string {
 				"plugin_capabilities", "controller_capabilities", "node_capabilities", "last_probe", "registered_at"},
 		},
 		"events": {"": {"time", "type", "plugin_id", "description", "index", "volume_id", "workload_id"}},
+		"volume snapshot list": {
+			"":            {"snapshots"},
+			"snapshots[]": {"id", "plugin_id", "source_volume_id", "external_id", "size_bytes", "ready_to_use", "created_at"},
+		},
 		// plugin mounts is computed from the configuration, without an
 		// agent: its document is encoding/json's, not an API message.
 		"plugin mounts": {
@@ -252,5 +256,39 @@ func TestEventsFromIndex(t *testing.T) {
 	err := eventsError("127.0.0.1:4780", csisupdv1.NewEventsFellBehindError(41, 800, 768))
 	if err == nil || !strings.Contains(err.Error(), "resume from index 41") || !strings.Contains(err.Error(), "csisupd events --index 41") {
 		t.Errorf("fell-behind error %q does not name the index and the command", err)
+	}
+}
+
+// volume snapshot list --json prints {"snapshots": [...]} with every key
+// the README documents, every page of the listing in it, size_bytes a
+// string (an int64), ready_to_use a bool and created_at an RFC 3339 time.
+func TestSnapshotListJSONContract(t *testing.T) {
+	_, addr := startFakeControl(t)
+	for _, pageSize := range []string{"0", "1"} {
+		doc := mustJSON(t, "--address", addr, "volume", "snapshot", "list", "--page-size", pageSize)
+		checkKeys(t, "volume snapshot list", doc, documentedKeys()["volume snapshot list"])
+		snaps, _ := doc["snapshots"].([]any)
+		if len(snaps) != 2 {
+			t.Fatalf("--page-size %s: snapshots = %v, want both", pageSize, doc["snapshots"])
+		}
+		if _, ok := doc["next_token"]; ok {
+			t.Errorf("--page-size %s: the listing of every page has a next_token: %v", pageSize, doc)
+		}
+		first := snaps[0].(map[string]any)
+		if first["id"] != "s1" || first["plugin_id"] != "tp" || first["source_volume_id"] != "data" ||
+			first["external_id"] != "snap-1" || first["size_bytes"] != "1073741824" || first["ready_to_use"] != true {
+			t.Errorf("--page-size %s: first snapshot %v", pageSize, first)
+		}
+		if s, _ := first["created_at"].(string); !rfc3339(s) {
+			t.Errorf("created_at = %#v, want an RFC 3339 time", first["created_at"])
+		}
+		if snaps[1].(map[string]any)["ready_to_use"] != false {
+			t.Errorf("second snapshot: ready_to_use = %#v, want false", snaps[1].(map[string]any)["ready_to_use"])
+		}
+	}
+	// An empty listing is an empty list, not null.
+	doc := mustJSON(t, "--address", addr, "volume", "snapshot", "list", "--volume", "none")
+	if snaps, ok := doc["snapshots"].([]any); !ok || len(snaps) != 0 {
+		t.Errorf("empty listing: snapshots = %#v, want []", doc["snapshots"])
 	}
 }

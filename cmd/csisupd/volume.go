@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+	"maps"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -24,10 +23,11 @@ import (
 func newVolumeCommand(opts *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "volume",
-		Short: "Create, claim, release, delete and inspect volumes",
+		Short: "Create, claim, release, expand, snapshot, delete and inspect volumes",
 		Args:  rangeArgs(0, 0),
 	}
 	cmd.AddCommand(
+		newVolumeInitCommand(),
 		newVolumeCreateCommand(opts),
 		newVolumeRegisterCommand(opts),
 		newVolumeDeleteCommand(opts),
@@ -36,6 +36,9 @@ func newVolumeCommand(opts *clientOptions) *cobra.Command {
 		newVolumeClaimCommand(opts),
 		newVolumeReleaseCommand(opts),
 		newVolumeDetachCommand(opts),
+		newVolumeExpandCommand(opts),
+		newVolumeModifyCommand(opts),
+		newVolumeSnapshotCommand(opts),
 	)
 	return cmd
 }
@@ -108,39 +111,6 @@ func parseAccessMode(s string) (string, error) {
 	return name, nil
 }
 
-// sizeUnits are the suffixes parseSize accepts, longest first.
-var sizeUnits = []struct {
-	suffix string
-	factor int64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"PiB", 1 << 50},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"PB", 1e15},
-	{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"Pi", 1 << 50},
-	{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"P", 1e15},
-	{"B", 1},
-}
-
-// parseSize parses a byte size such as 1GiB, 500MB, 10Gi or 4096.
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	factor := int64(1)
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, factor = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.factor
-			break
-		}
-	}
-	n, err := strconv.ParseFloat(t, 64)
-	if err != nil || n < 0 || math.IsInf(n, 0) || math.IsNaN(n) {
-		return 0, fmt.Errorf("%q is not a size (examples: 1GiB, 500MB, 4096)", s)
-	}
-	b := n * float64(factor)
-	if b > math.MaxInt64 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return int64(b), nil
-}
-
 // parseKeyValues turns repeated k=v flags into a map.
 func parseKeyValues(flag string, pairs []string) (map[string]string, error) {
 	if len(pairs) == 0 {
@@ -155,119 +125,6 @@ func parseKeyValues(flag string, pairs []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
-}
-
-func newVolumeCreateCommand(opts *clientOptions) *cobra.Command {
-	var (
-		pluginID    string
-		capacity    string
-		capacityMax string
-		caps        capabilityFlags
-		params      []string
-		secrets     []string
-	)
-	cmd := &cobra.Command{
-		Use:   "create NAME --plugin PLUGIN",
-		Short: "Create a volume through a healthy controller of the plugin",
-		Args:  rangeArgs(1, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "plugin"); err != nil {
-				return err
-			}
-			req := &csisupdv1.VolumeCreateRequest{Id: args[0], PluginId: pluginID}
-			var err error
-			if capacity != "" {
-				if req.CapacityMinBytes, err = parseSize(capacity); err != nil {
-					return usageError{fmt.Errorf("--capacity: %w", err)}
-				}
-			}
-			if capacityMax != "" {
-				if req.CapacityMaxBytes, err = parseSize(capacityMax); err != nil {
-					return usageError{fmt.Errorf("--capacity-max: %w", err)}
-				}
-			}
-			c, err := caps.capability()
-			if err != nil {
-				return err
-			}
-			req.Capabilities = []*csisupdv1.VolumeCapability{c}
-			if req.Parameters, err = parseKeyValues("parameter", params); err != nil {
-				return err
-			}
-			if req.Secrets, err = parseKeyValues("secret", secrets); err != nil {
-				return err
-			}
-			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
-				resp, err := cl.CreateVolume(ctx, req)
-				if err != nil {
-					return controlError(opts.address, err)
-				}
-				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Created", resp.GetVolume())
-			})
-		},
-	}
-	fs := cmd.Flags()
-	fs.StringVar(&pluginID, "plugin", "", "plugin id (required)")
-	fs.StringVar(&capacity, "capacity", "", "minimum capacity, e.g. 1GiB")
-	fs.StringVar(&capacityMax, "capacity-max", "", "maximum capacity, e.g. 2GiB")
-	caps.register(fs)
-	fs.StringArrayVar(&params, "parameter", nil, "plugin parameter key=value; repeatable")
-	fs.StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
-	return cmd
-}
-
-func newVolumeRegisterCommand(opts *clientOptions) *cobra.Command {
-	var (
-		pluginID   string
-		externalID string
-		capacity   string
-		caps       capabilityFlags
-		volCtx     []string
-		params     []string
-	)
-	cmd := &cobra.Command{
-		Use:   "register ID --plugin PLUGIN --external-id EXTERNAL_ID",
-		Short: "Record a volume that already exists in the storage provider",
-		Args:  rangeArgs(1, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "plugin", "external-id"); err != nil {
-				return err
-			}
-			v := &csisupdv1.Volume{Id: args[0], PluginId: pluginID, ExternalId: externalID}
-			var err error
-			if capacity != "" {
-				if v.CapacityBytes, err = parseSize(capacity); err != nil {
-					return usageError{fmt.Errorf("--capacity: %w", err)}
-				}
-			}
-			c, err := caps.capability()
-			if err != nil {
-				return err
-			}
-			v.Capabilities = []*csisupdv1.VolumeCapability{c}
-			if v.Context, err = parseKeyValues("context", volCtx); err != nil {
-				return err
-			}
-			if v.Parameters, err = parseKeyValues("parameter", params); err != nil {
-				return err
-			}
-			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
-				resp, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: v})
-				if err != nil {
-					return controlError(opts.address, err)
-				}
-				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Registered", resp.GetVolume())
-			})
-		},
-	}
-	fs := cmd.Flags()
-	fs.StringVar(&pluginID, "plugin", "", "plugin id (required)")
-	fs.StringVar(&externalID, "external-id", "", "the volume id in the storage provider (required)")
-	fs.StringVar(&capacity, "capacity", "", "capacity of the volume, e.g. 1GiB")
-	caps.register(fs)
-	fs.StringArrayVar(&volCtx, "context", nil, "volume context key=value; repeatable")
-	fs.StringArrayVar(&params, "parameter", nil, "parameter key=value to record; repeatable")
-	return cmd
 }
 
 func newVolumeDeleteCommand(opts *clientOptions) *cobra.Command {
@@ -452,15 +309,83 @@ func printVolumeList(w io.Writer, vols []*csisupdv1.Volume) error {
 	return tw.Flush()
 }
 
+// field writes one "Label: value" line of a detail view, the value
+// passed through display.
+func field(w io.Writer, label, value string) {
+	fmt.Fprintf(w, "%-20s%s\n", label+":", display(value))
+}
+
+// formatMap prints a map as sorted k=v pairs, or "-" when empty.
+func formatMap(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// formatSegments prints topology segments as "k=v,k=v; k=v", or "-".
+func formatSegments(segs []*csisupdv1.TopologySegment) string {
+	if len(segs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(segs))
+	for i, s := range segs {
+		parts[i] = formatMap(s.GetSegments())
+	}
+	return strings.Join(parts, "; ")
+}
+
+// formatSource names what a volume was created from.
+func formatSource(src *csisupdv1.VolumeContentSource) string {
+	switch {
+	case src.GetSnapshotId() != "":
+		return "snapshot " + src.GetSnapshotId()
+	case src.GetVolumeId() != "":
+		return "volume " + src.GetVolumeId()
+	}
+	return "-"
+}
+
+// formatList prints a list of names, or "-" when empty.
+func formatList(l []string) string {
+	if len(l) == 0 {
+		return "-"
+	}
+	return strings.Join(l, ", ")
+}
+
 func printVolume(w io.Writer, v *csisupdv1.Volume) error {
-	fmt.Fprintf(w, "ID:          %s\n", display(v.GetId()))
-	fmt.Fprintf(w, "Plugin:      %s\n", display(v.GetPluginId()))
-	fmt.Fprintf(w, "External ID: %s\n", display(dash(v.GetExternalId())))
-	fmt.Fprintf(w, "Capacity:    %s\n", formatBytes(v.GetCapacityBytes()))
-	fmt.Fprintf(w, "Controller:  %s\n", display(dash(v.GetControllerNodeId())))
-	fmt.Fprintf(w, "Created:     %s\n", dash(formatTime(v.GetCreatedAt())))
+	field(w, "ID", v.GetId())
+	field(w, "Plugin", v.GetPluginId())
+	field(w, "External ID", dash(v.GetExternalId()))
+	field(w, "Capacity", formatBytes(v.GetCapacityBytes()))
+	field(w, "Capacity limit", formatBytes(v.GetCapacityLimitBytes()))
+	field(w, "Content source", formatSource(v.GetContentSource()))
+	field(w, "Controller", dash(v.GetControllerNodeId()))
+	field(w, "Created", dash(formatTime(v.GetCreatedAt())))
+	field(w, "Topology", formatSegments(v.GetAccessibleTopology()))
+	field(w, "Parameters", formatMap(v.GetParameters()))
+	field(w, "Mutable parameters", formatMap(v.GetMutableParameters()))
 	for _, c := range v.GetCapabilities() {
-		fmt.Fprintf(w, "Capability:  %s %s %s\n", display(c.GetAccessType()), display(c.GetAccessMode()), display(c.GetFsType()))
+		field(w, "Capability", strings.TrimSpace(c.GetAccessType()+" "+c.GetAccessMode()+" "+c.GetFsType()))
+	}
+	if e := v.GetExpansion(); e != nil {
+		fmt.Fprintln(w, "\nExpansion under way")
+		target := formatBytes(e.GetCapacityBytes())
+		if e.GetLimitBytes() > 0 {
+			target += " (limit " + formatBytes(e.GetLimitBytes()) + ")"
+		}
+		field(w, "Target", target)
+		field(w, "State", dash(e.GetState()))
+		field(w, "Started", dash(formatTime(e.GetStartedAt())))
+		field(w, "Nodes pending", formatList(e.GetNodesPending()))
+		field(w, "Nodes done", formatList(e.GetNodesDone()))
+		field(w, "Last error", dash(e.GetLastError()))
 	}
 	if len(v.GetClaims()) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo claims.")

@@ -7,35 +7,6 @@ import (
 	"testing"
 )
 
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    int64
-		wantErr bool
-	}{
-		{in: "4096", want: 4096},
-		{in: "1GiB", want: 1 << 30},
-		{in: "1Gi", want: 1 << 30},
-		{in: "1.5GiB", want: 3 << 29},
-		{in: "500MB", want: 500e6},
-		{in: "10G", want: 10e9},
-		{in: "2 MiB", want: 2 << 20},
-		{in: "1KiB", want: 1024},
-		{in: "7B", want: 7},
-		{in: "", wantErr: true},
-		{in: "GiB", wantErr: true},
-		{in: "-1GiB", wantErr: true},
-		{in: "1XB", wantErr: true},
-		{in: "99999999PiB", wantErr: true},
-	}
-	for _, tt := range tests {
-		got, err := parseSize(tt.in)
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
 func TestParseAccessMode(t *testing.T) {
 	tests := []struct {
 		in      string
@@ -158,7 +129,7 @@ func TestVolumeCommands(t *testing.T) {
 		t.Fatalf("create: %q", out)
 	}
 	vol := mustJSON(t, "--address", addr, "volume", "status", "data")
-	const volumeKeys = "accessible_topology,capabilities,capacity_bytes,claims,context,controller_node_id,create_index,created_at,external_id,id,modify_index,parameters,plugin_id"
+	const volumeKeys = "accessible_topology,capabilities,capacity_bytes,capacity_limit_bytes,claims,content_source,context,controller_node_id,create_index,created_at,expansion,external_id,id,modify_index,mutable_parameters,parameters,plugin_id"
 	if keys(vol) != volumeKeys {
 		t.Fatalf("volume keys %s, want %s", keys(vol), volumeKeys)
 	}

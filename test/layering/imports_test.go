@@ -12,6 +12,7 @@ const module = "github.com/csisupd/csisupd/"
 // The tiers of the graph, top to bottom:
 //
 //	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog, volreq, kubeletreg}
+//	cmd -> volspec (volume specification files, read by the CLI only)
 //
 // and inside the server role:
 //
@@ -32,8 +33,8 @@ var (
 
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
-	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil"}, // testplugin: the --dev demo plugin
-	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),       // raftnode: a stopped server's raft state, for the offline operator commands
+	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil", "internal/volspec"}, // testplugin: the --dev demo plugin
+	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),                           // raftnode: a stopped server's raft state, for the offline operator commands
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog", "internal/kubeletreg"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
@@ -74,7 +75,10 @@ var allowed = map[string][]string{
 	"internal/kubeletreg": {"internal/config", "internal/csiclient"},
 	// volreq checks volume requests for the servers and the node agent:
 	// the API's messages in, plain errors out.
-	"internal/volreq":   {api},
+	"internal/volreq": {api},
+	// volspec reads volume specification files for the CLI: HCL in, the
+	// API's requests out.
+	"internal/volspec":  {api},
 	"internal/acl":      {api},
 	"internal/tlsutil":  {},
 	"internal/keylock":  {},
@@ -115,6 +119,8 @@ var forbiddenOutside = map[string][]string{
 	"internal/server/leader": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
 	// volreq is the API's messages and the standard library only.
 	"internal/volreq": {"github.com", "golang.org", "google.golang.org/grpc"},
+	// volspec parses files; it makes no calls.
+	"internal/volspec": {"google.golang.org/grpc"},
 }
 
 // testHelpers may be imported by every package's tests.

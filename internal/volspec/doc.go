@@ -1,0 +1,37 @@
+// Package volspec reads volume specification files: HCL that follows
+// Nomad's volume specification, so that a Nomad operator's volume files
+// work with `csisupd volume create -f` and `volume register -f` as they
+// are.
+//
+// Parse decodes a file into a Spec, checking every key and value where it
+// is written: unknown keys and blocks, values of the wrong type, sizes
+// that do not parse and access modes csisupd does not know are errors
+// naming the file and line ("volume.hcl:7: capacity_min: ..."), every
+// problem of the file at once. A Spec is plain data the CLI may change
+// (its flags override a file's keys) before turning it into the request
+// of Control.CreateVolume (CreateRequest) or the volume of
+// Control.RegisterVolume (Volume); those check what depends on the
+// operation, such as the keys only one of them takes.
+//
+// Where csisupd differs from Nomad:
+//
+//   - A csisupd volume has one name: its id, which is also the name the
+//     plugin's CreateVolume gets. Nomad has both an id (how jobs refer to
+//     the volume) and a name (what the storage provider sees). A file
+//     may set id, name or both; both must then be equal, so that no one
+//     expects the provider to see a name it never gets.
+//   - csisupd has no namespaces: namespace may only be "default".
+//   - type must be "csi" (the default); Nomad's host volumes are not
+//     csisupd's business.
+//   - mutable_parameters (ControllerModifyVolume's parameters) is
+//     csisupd's own key.
+//   - HCL 2, not HCL 1: a one-line block holds one argument and no
+//     block, so Nomad's topology { segments { rack = "R1", zone = "z1" } }
+//     is written topology { segments = { rack = "R1", zone = "z1" } } (or
+//     over several lines); map keys that are not identifiers
+//     ("csi.storage.k8s.io/fstype") use the argument form as well. A
+//     syntax error on such a line says so.
+//
+// Secrets are never printed: Spec's Secrets redacts its values when
+// formatted, and no error quotes a secret's value.
+package volspec
