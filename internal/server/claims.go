@@ -148,17 +148,24 @@ func (s *Server) controllerAdvertises(pluginID, capability string) bool {
 	return claims.ControllerAdvertises(s.State().Plugin(pluginID), capability)
 }
 
-// publishCandidates returns the healthy controllers of a plugin that can
-// publish and unpublish.
-func (s *Server) publishCandidates(pluginID string) ([]candidate, error) {
-	cands, err := s.controllerCandidates(pluginID)
+// publishCandidates returns the healthy controllers of v's plugin that can
+// publish and unpublish and reach v: a node-local controller answers only
+// for its own volumes, so the one that created v comes first, and only
+// controllers whose node's topology reaches v's are tried.
+func (s *Server) publishCandidates(v *statepb.Volume) ([]candidate, error) {
+	cands, err := s.controllerCandidates(v.GetPluginId())
 	if err != nil {
 		return nil, err
 	}
 	if cands = withCapability(cands, plugin.CapPublishUnpublishVolume); len(cands) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", pluginID, plugin.CapPublishUnpublishVolume)
+		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", v.GetPluginId(), plugin.CapPublishUnpublishVolume)
 	}
-	return cands, nil
+	place := placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId())
+	ranked := place.rank(cands)
+	if ranked == nil {
+		return nil, place.unsatisfiable(v.GetPluginId(), cands)
+	}
+	return ranked, nil
 }
 
 // finishClaim runs the steps a taken claim still lacks: controller publish
@@ -247,7 +254,7 @@ func (s *Server) resumeClaim(ctx context.Context, ref claims.Ref) error {
 // controllerPublish calls ControllerPublishVolume for a claim and returns
 // the publish context.
 func (s *Server) controllerPublish(ctx context.Context, v *statepb.Volume, claim *statepb.VolumeClaim, secrets map[string]string) (map[string]string, error) {
-	cands, err := s.publishCandidates(v.GetPluginId())
+	cands, err := s.publishCandidates(v)
 	if err != nil {
 		return nil, err
 	}
@@ -431,7 +438,7 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statep
 // volume is left on the node, and records controller-unpublished.
 func (s *Server) controllerUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim, secrets map[string]string) error {
 	if !claims.OthersOnNode(v, c) && (c.GetControllerPublished() || s.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume)) {
-		cands, err := s.publishCandidates(v.GetPluginId())
+		cands, err := s.publishCandidates(v)
 		if err != nil {
 			return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)
 		}

@@ -115,8 +115,9 @@ var mountCaps = []*csi.VolumeCapability{{
 // TestCreateFollowsRequiredTopology creates a volume with a requisite
 // segment naming each node in turn, the node a stable order would skip
 // first: it lands on that node, and the volume records the topology the
-// plugin returned. A requirement no node has is refused with a typed
-// error, and nothing is created anywhere. The control at the end shows
+// plugin returned; its claim and its delete reach that node's controller.
+// A requirement no node has is refused with a typed error, and nothing is
+// created anywhere. The control at the end shows
 // that routing by stable order puts the volume on the wrong node.
 func TestCreateFollowsRequiredTopology(t *testing.T) {
 	nc := newNodeLocalCluster(t, nil)
@@ -135,6 +136,25 @@ func TestCreateFollowsRequiredTopology(t *testing.T) {
 		}
 		if top := v.GetAccessibleTopology(); len(top) != 1 || top[0].GetSegments()[testplugin.DefaultTopologyKey] != fmt.Sprintf("csi-node-%d", agent) {
 			t.Errorf("%s: recorded topology %v, want the plugin's {%s: csi-node-%d}", id, top, testplugin.DefaultTopologyKey, agent)
+		}
+	}
+
+	// Claims and deletes reach the controller that holds the volume too:
+	// the other one would answer NotFound to the publish, and success to
+	// the delete, leaving the volume behind.
+	for n, agent := range []int{1 - first, first} {
+		id := fmt.Sprintf("placed-%d", n)
+		if _, err := nc.claim(t, id, agent, "w", nil); err != nil {
+			t.Fatalf("claim %s on agent %d: %v", id, agent, err)
+		}
+		if err := nc.release(t, id, agent, "w"); err != nil {
+			t.Fatalf("release %s: %v", id, err)
+		}
+		if _, err := nc.control(t).DeleteVolume(context.Background(), &csisupdv1.VolumeDeleteRequest{Id: id}); err != nil {
+			t.Fatalf("delete %s: %v", id, err)
+		}
+		if at := nc.holder(t, id); at >= 0 {
+			t.Errorf("%s is still in the plugin on agent %d after its delete", id, at)
 		}
 	}
 

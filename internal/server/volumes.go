@@ -297,12 +297,12 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 		return err
 	}
 	if !req.GetDeregisterOnly() {
-		cands, err := s.controllerCandidates(v.GetPluginId())
+		// A node-local controller answers success for a volume it does
+		// not have (CSI: deleting an unknown volume succeeds), so the
+		// delete must reach one that holds it.
+		cands, err := s.placedControllers(v.GetPluginId(), plugin.CapCreateDeleteVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 		if err != nil {
 			return err
-		}
-		if cands = withCapability(cands, plugin.CapCreateDeleteVolume); len(cands) == 0 {
-			return status.Errorf(codes.FailedPrecondition, "plugin %q does not advertise %s", v.GetPluginId(), plugin.CapCreateDeleteVolume)
 		}
 		csiReq := &csi.DeleteVolumeRequest{VolumeId: v.GetExternalId(), Secrets: req.GetSecrets()}
 		_, err = s.callControllers(ctx, "DeleteVolume", cands, func(ctx context.Context, c candidate) error {
