@@ -34,8 +34,8 @@ type snapshotListDoc struct {
 // when the test can: claim and write a file, snapshot, change the file,
 // restore the snapshot into a new volume (it holds the old content) and
 // clone the volume (it holds the new one), then delete the snapshot, which
-// leaves the plugin and the list. Each volume lands on the node that holds
-// its source, and with real mounts every claim's host path is checked in
+// leaves the plugin and the list; the claimed volume is expanded and
+// modified on the way. Each volume lands on the node that holds its source, and with real mounts every claim's host path is checked in
 // the mount table.
 func TestSnapshotRoundTrip(t *testing.T) {
 	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2})
@@ -105,6 +105,16 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		if got := read(claim(tc.vol)); got != tc.want {
 			t.Errorf("%s holds %q, want %q", tc.vol, got, tc.want)
 		}
+	}
+
+	// The claimed volume grows, and takes new mutable parameters.
+	cliJSON(t, addr, &vol, "volume", "expand", "data", "--capacity", "8MiB")
+	if vol.CapacityBytes != 8<<20 {
+		t.Errorf("volume expand: capacity %d, want %d", vol.CapacityBytes, 8<<20)
+	}
+	cliJSON(t, addr, &vol, "volume", "modify", "data", "--parameter", "iops=500")
+	if v, ok := plugins[home].Volume(vol.ExternalID); !ok || v.MutableParameters["iops"] != "500" || v.CapacityBytes != 8<<20 {
+		t.Errorf("the plugin's record of data after expand and modify: %+v", v)
 	}
 
 	var list snapshotListDoc
