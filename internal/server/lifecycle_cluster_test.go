@@ -538,3 +538,44 @@ func TestSnapshotFollowedWithListSnapshots(t *testing.T) {
 		t.Errorf("calls: ListSnapshots %d, GetSnapshot %d; want ListSnapshots only", st.Calls["ListSnapshots"], st.Calls["GetSnapshot"])
 	}
 }
+
+// TestVolumeDeleteWaitsForItsSnapshots: while a snapshot of a volume is
+// being created, deleting the volume is refused before the plugin is
+// called; the snapshot is completed by the leader after its caller gave
+// up, and then the volume can go.
+func TestVolumeDeleteWaitsForItsSnapshots(t *testing.T) {
+	nc := newNodeLocalCluster(t, nil)
+	if _, err := nc.createOn(t, "v", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	nc.plugins[0].SetFaults(testplugin.Faults{AnswerDelays: map[string]time.Duration{"CreateSnapshot": time.Hour}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := nc.control(t).CreateVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotCreateRequest{VolumeId: "v", Id: "s"})
+		done <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the plugin to make the snapshot", func() bool { return len(nc.plugins[0].Snapshots()) == 1 })
+	_, err := nc.control(t).DeleteVolume(context.Background(), &csisupdv1.VolumeDeleteRequest{Id: "v"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "being created") {
+		t.Fatalf("delete while a snapshot is being created = %v, want FailedPrecondition", err)
+	}
+	if nc.holder(t, "v") != 0 {
+		t.Fatal("the refused delete reached the plugin")
+	}
+	nc.plugins[0].SetFaults(testplugin.Faults{})
+	if err := <-done; err == nil {
+		t.Fatal("the snapshot call whose answer never came succeeded")
+	}
+	testutil.WaitFor(t, 20*time.Second, "the leader to complete the snapshot", func() bool {
+		r, err := nc.control(t).GetVolumeSnapshot(context.Background(), &csisupdv1.VolumeSnapshotGetRequest{Id: "s"})
+		return err == nil && r.GetSnapshot().GetState() == "created"
+	})
+	if n := len(nc.plugins[0].Snapshots()); n != 1 {
+		t.Errorf("plugin has %d snapshots, want the one", n)
+	}
+	if _, err := nc.control(t).DeleteVolume(context.Background(), &csisupdv1.VolumeDeleteRequest{Id: "v"}); err != nil {
+		t.Fatalf("delete once the snapshot is created: %v", err)
+	}
+}

@@ -63,19 +63,7 @@ func (s *Server) createVolumeSnapshot(ctx context.Context, req *csisupdv1.Volume
 	snap := s.State().VolumeSnapshot(req.GetId())
 	switch {
 	case snap == nil:
-		// Refuse early what would fail anyway, before anything is recorded.
-		if _, err := s.placedControllers(v.GetPluginId(), plugin.CapCreateDeleteSnapshot, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId())); err != nil {
-			return nil, err
-		}
-		snap, err = s.applySnapshot(&statepb.VolumeSnapshot{
-			Id:                 req.GetId(),
-			PluginId:           v.GetPluginId(),
-			SourceVolumeId:     v.GetId(),
-			Parameters:         req.GetParameters(),
-			State:              claims.SnapshotCreating,
-			AccessibleTopology: v.GetAccessibleTopology(),
-		}, 0)
-		if err != nil {
+		if snap, err = s.recordSnapshotIntent(ctx, req); err != nil {
 			return nil, err
 		}
 	case snap.GetSourceVolumeId() != v.GetId():
@@ -86,6 +74,34 @@ func (s *Server) createVolumeSnapshot(ctx context.Context, req *csisupdv1.Volume
 		return snap, nil
 	}
 	return s.completeSnapshot(ctx, snap, req.GetSecrets())
+}
+
+// recordSnapshotIntent records a new snapshot of a volume in state
+// creating. It holds the volume's lock while it does, so that a delete of
+// the volume either sees the snapshot (and is refused) or is over (and
+// the snapshot is refused).
+func (s *Server) recordSnapshotIntent(ctx context.Context, req *csisupdv1.VolumeSnapshotCreateRequest) (*statepb.VolumeSnapshot, error) {
+	unlock, err := s.volumeLocks.Lock(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer unlock()
+	v := s.State().Volume(req.GetVolumeId())
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "create snapshot %q: volume %q not found", req.GetId(), req.GetVolumeId())
+	}
+	// Refuse early what would fail anyway, before anything is recorded.
+	if _, err := s.placedControllers(v.GetPluginId(), plugin.CapCreateDeleteSnapshot, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId())); err != nil {
+		return nil, err
+	}
+	return s.applySnapshot(&statepb.VolumeSnapshot{
+		Id:                 req.GetId(),
+		PluginId:           v.GetPluginId(),
+		SourceVolumeId:     v.GetId(),
+		Parameters:         req.GetParameters(),
+		State:              claims.SnapshotCreating,
+		AccessibleTopology: v.GetAccessibleTopology(),
+	}, 0)
 }
 
 // completeSnapshot calls CreateSnapshot for a snapshot recorded in state

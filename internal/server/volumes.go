@@ -296,6 +296,11 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 	if err := claims.CheckDelete(v, 0); err != nil {
 		return err
 	}
+	// Refused before the plugin is called, as the FSM would refuse it
+	// after.
+	if err := claims.CheckDeleteWithSnapshots(v, s.State().VolumeSnapshots()); err != nil {
+		return err
+	}
 	if !req.GetDeregisterOnly() {
 		// A node-local controller answers success for a volume it does
 		// not have (CSI: deleting an unknown volume succeeds), so the
