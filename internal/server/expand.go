@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -154,7 +153,7 @@ func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secret
 		resp, err = s.controllers.ExpandVolume(ctx, c.addr, v.GetPluginId(), csiReq)
 		return err
 	}); err != nil {
-		return nil, s.expansionFailed(v, errors.New(claims.ScrubSecrets(err.Error(), secrets)))
+		return nil, s.expansionFailed(v, scrubbed(err, secrets))
 	}
 	next := proto.Clone(e).(*statepb.VolumeExpansion)
 	next.State, next.LastError = claims.ExpansionNodes, ""
@@ -184,7 +183,7 @@ func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID strin
 		})
 		cancel()
 		if err != nil && status.Code(err) != codes.NotFound {
-			return nil, s.expansionFailed(v, fmt.Errorf("node %s: %s", nodeID, claims.ScrubSecrets(err.Error(), secrets)))
+			return nil, s.expansionFailed(v, status.Errorf(status.Code(err), "node %s: %s", nodeID, status.Convert(scrubbed(err, secrets)).Message()))
 		}
 		if err == nil {
 			s.heartbeats.Confirm(nodeID)
@@ -232,7 +231,7 @@ func (s *Server) modifyVolume(ctx context.Context, req *csisupdv1.VolumeModifyRe
 	if _, err := s.callControllers(ctx, "ControllerModifyVolume", cands, func(ctx context.Context, c candidate) error {
 		return s.controllers.ModifyVolume(ctx, c.addr, v.GetPluginId(), csiReq)
 	}); err != nil {
-		return nil, status.Errorf(status.Code(err), "%s", claims.ScrubSecrets(err.Error(), req.GetSecrets()))
+		return nil, scrubbed(err, req.GetSecrets())
 	}
 	return s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeModify{VolumeModify: &statepb.VolumeModifyCommand{
 		VolumeId: v.GetId(), VolumeIndex: v.GetModifyIndex(), MutableParameters: req.GetMutableParameters(),

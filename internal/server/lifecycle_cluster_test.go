@@ -579,3 +579,38 @@ func TestVolumeDeleteWaitsForItsSnapshots(t *testing.T) {
 		t.Fatalf("delete once the snapshot is created: %v", err)
 	}
 }
+
+// TestRefusedSnapshotIsForgotten: a CreateSnapshot the plugin refuses
+// (InvalidArgument) fails the call with the plugin's code and forgets the
+// snapshot, since the plugin made none; a failure that may pass (the
+// plugin unavailable) keeps it recorded as creating, with the error, and
+// the leader completes it once the plugin answers.
+func TestRefusedSnapshotIsForgotten(t *testing.T) {
+	nc := newNodeLocalCluster(t, nil)
+	if _, err := nc.createOn(t, "v", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctl := nc.control(t)
+	ctx := context.Background()
+	nc.plugins[0].SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"CreateSnapshot": codes.InvalidArgument}})
+	if _, err := ctl.CreateVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotCreateRequest{VolumeId: "v", Id: "refused"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("refused snapshot = %v, want the plugin's InvalidArgument", err)
+	}
+	if _, err := ctl.GetVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotGetRequest{Id: "refused"}); status.Code(err) != codes.NotFound {
+		t.Errorf("a refused snapshot is still recorded: %v", err)
+	}
+
+	nc.plugins[0].SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"CreateSnapshot": codes.Internal}})
+	if _, err := ctl.CreateVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotCreateRequest{VolumeId: "v", Id: "later"}); status.Code(err) != codes.Internal {
+		t.Fatalf("failed snapshot = %v, want the plugin's Internal", err)
+	}
+	r, err := ctl.GetVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotGetRequest{Id: "later"})
+	if err != nil || r.GetSnapshot().GetState() != "creating" || r.GetSnapshot().GetLastError() == "" {
+		t.Fatalf("failed snapshot recorded as %v, %v; want creating with its error", r.GetSnapshot(), err)
+	}
+	nc.plugins[0].SetFaults(testplugin.Faults{})
+	testutil.WaitFor(t, 30*time.Second, "the leader to complete the snapshot", func() bool {
+		r, err := ctl.GetVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotGetRequest{Id: "later"})
+		return err == nil && r.GetSnapshot().GetState() == "created" && r.GetSnapshot().GetLastError() == ""
+	})
+}

@@ -129,7 +129,7 @@ func (s *Server) completeSnapshot(ctx context.Context, snap *statepb.VolumeSnaps
 		return err
 	})
 	if err != nil {
-		return nil, s.snapshotFailed(snap, errors.New(claims.ScrubSecrets(err.Error(), secrets)))
+		return nil, s.snapshotFailed(snap, scrubbed(err, secrets))
 	}
 	done := proto.Clone(snap).(*statepb.VolumeSnapshot)
 	done.State = claims.SnapshotCreated
@@ -209,7 +209,7 @@ func (s *Server) finishSnapshotDelete(ctx context.Context, snap *statepb.VolumeS
 		}
 		return err
 	}); err != nil {
-		return s.snapshotDeleteFailed(snap, errors.New(claims.ScrubSecrets(err.Error(), secrets)))
+		return s.snapshotDeleteFailed(snap, scrubbed(err, secrets))
 	}
 	return s.forgetSnapshot(snap)
 }
@@ -240,7 +240,7 @@ func (s *Server) deleteUnnamedSnapshot(ctx context.Context, snap *statepb.Volume
 			// The plugin refuses to make it, so it has none of that name.
 			return s.forgetSnapshot(snap)
 		}
-		return s.snapshotDeleteFailed(snap, errors.New(claims.ScrubSecrets(err.Error(), secrets)))
+		return s.snapshotDeleteFailed(snap, scrubbed(err, secrets))
 	}
 	named := proto.Clone(snap).(*statepb.VolumeSnapshot)
 	named.ExternalId = resp.GetSnapshot().GetSnapshotId()
@@ -341,4 +341,10 @@ func (s *Server) refreshSnapshot(ctx context.Context, snap *statepb.VolumeSnapsh
 		return fmt.Errorf("snapshot %q is not ready to use yet", snap.GetId())
 	}
 	return nil
+}
+
+// scrubbed returns err with the values of secrets replaced in its
+// message, keeping its gRPC code, which tells a refusal from a failure.
+func scrubbed(err error, secrets map[string]string) error {
+	return status.Error(status.Code(err), claims.ScrubSecrets(status.Convert(err).Message(), secrets))
 }
