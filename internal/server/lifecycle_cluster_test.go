@@ -584,7 +584,8 @@ func TestVolumeDeleteWaitsForItsSnapshots(t *testing.T) {
 // (InvalidArgument) fails the call with the plugin's code and forgets the
 // snapshot, since the plugin made none; a failure that may pass (the
 // plugin unavailable) keeps it recorded as creating, with the error, and
-// the leader completes it once the plugin answers.
+// the leader completes it once the plugin answers. A delete the plugin
+// refuses keeps the snapshot, created, with the refusal.
 func TestRefusedSnapshotIsForgotten(t *testing.T) {
 	nc := newNodeLocalCluster(t, nil)
 	if _, err := nc.createOn(t, "v", 0, nil); err != nil {
@@ -613,4 +614,21 @@ func TestRefusedSnapshotIsForgotten(t *testing.T) {
 		r, err := ctl.GetVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotGetRequest{Id: "later"})
 		return err == nil && r.GetSnapshot().GetState() == "created" && r.GetSnapshot().GetLastError() == ""
 	})
+
+	// A delete the plugin refuses keeps the snapshot, created.
+	nc.plugins[0].SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"DeleteSnapshot": codes.FailedPrecondition}})
+	if _, err := ctl.DeleteVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotDeleteRequest{Id: "later"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("refused delete = %v, want the plugin's FailedPrecondition", err)
+	}
+	r, err = ctl.GetVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotGetRequest{Id: "later"})
+	if err != nil || r.GetSnapshot().GetState() != "created" || r.GetSnapshot().GetLastError() == "" || len(nc.plugins[0].Snapshots()) != 1 {
+		t.Fatalf("after a refused delete: %v, %v; want it kept, created, with the refusal", r.GetSnapshot(), err)
+	}
+	nc.plugins[0].SetFaults(testplugin.Faults{})
+	if _, err := ctl.DeleteVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotDeleteRequest{Id: "later"}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if n := len(nc.plugins[0].Snapshots()); n != 0 {
+		t.Errorf("plugin still has %d snapshots", n)
+	}
 }

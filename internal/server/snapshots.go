@@ -146,14 +146,11 @@ func (s *Server) completeSnapshot(ctx context.Context, snap *statepb.VolumeSnaps
 // (the plugin made none); anything else is recorded as its last error,
 // and the volume watcher tries again.
 func (s *Server) snapshotFailed(snap *statepb.VolumeSnapshot, callErr error) error {
-	switch status.Code(callErr) {
-	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition, codes.Unimplemented, codes.PermissionDenied, codes.OutOfRange:
-		if _, ok := csisupdv1.ErrorDetail[*csisupdv1.TopologyUnsatisfiable](callErr); !ok {
-			if err := s.forgetSnapshot(snap); err != nil {
-				return errors.Join(callErr, fmt.Errorf("forget snapshot %q: %w", snap.GetId(), err))
-			}
-			return callErr
+	if pluginRefusal(callErr) {
+		if err := s.forgetSnapshot(snap); err != nil {
+			return errors.Join(callErr, fmt.Errorf("forget snapshot %q: %w", snap.GetId(), err))
 		}
+		return callErr
 	}
 	failed := proto.Clone(snap).(*statepb.VolumeSnapshot)
 	failed.LastError = callErr.Error()
@@ -253,13 +250,37 @@ func (s *Server) deleteUnnamedSnapshot(ctx context.Context, snap *statepb.Volume
 
 // snapshotDeleteFailed records a failed deletion on the snapshot, for the
 // volume watcher to try again, and returns the failure.
+//
+// A refusal of the plugin's own (a snapshot it will not delete, for
+// example one that volumes still depend on) puts the snapshot back in
+// state created, with the refusal as its last error: trying again would
+// be refused again.
 func (s *Server) snapshotDeleteFailed(snap *statepb.VolumeSnapshot, callErr error) error {
 	failed := proto.Clone(snap).(*statepb.VolumeSnapshot)
 	failed.LastError = callErr.Error()
+	refused := pluginRefusal(callErr) && snap.GetExternalId() != ""
+	if refused {
+		failed.State = claims.SnapshotCreated
+	}
 	if _, err := s.applySnapshot(failed, snap.GetModifyIndex()); err != nil {
 		return errors.Join(callErr, err)
 	}
+	if refused {
+		return status.Errorf(status.Code(callErr), "delete snapshot %q: %v (the plugin refused; the snapshot is kept)", snap.GetId(), status.Convert(callErr).Message())
+	}
 	return status.Errorf(status.Code(callErr), "%v (the snapshot is recorded as being deleted; the cluster keeps trying)", callErr)
+}
+
+// pluginRefusal reports whether err is a plugin's answer that the same
+// call would get again: not a failure to reach it, and not a
+// TopologyUnsatisfiable of the cluster's (a node may come back).
+func pluginRefusal(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition, codes.Unimplemented, codes.PermissionDenied, codes.OutOfRange:
+		_, topo := csisupdv1.ErrorDetail[*csisupdv1.TopologyUnsatisfiable](err)
+		return !topo
+	}
+	return false
 }
 
 // followSnapshot is the volume watcher's step for one snapshot: it

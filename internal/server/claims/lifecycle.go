@@ -190,6 +190,7 @@ var snapshotTransitions = map[[2]string]bool{
 	{SnapshotCreated, SnapshotCreated}:   true, // ready_to_use and size follow the plugin
 	{SnapshotCreated, SnapshotDeleting}:  true,
 	{SnapshotDeleting, SnapshotDeleting}: true, // a failed attempt recorded
+	{SnapshotDeleting, SnapshotCreated}:  true, // the plugin refused the delete
 }
 
 // CheckSnapshotPut checks a snapshot_put command. old is the stored

@@ -317,6 +317,7 @@ func TestSnapshotTransitions(t *testing.T) {
 		{SnapshotCreated, SnapshotCreated}:   true,
 		{SnapshotCreated, SnapshotDeleting}:  true,
 		{SnapshotDeleting, SnapshotDeleting}: true,
+		{SnapshotDeleting, SnapshotCreated}:  true,
 	}
 	src := &statepb.Volume{Id: "v", PluginId: "p"}
 	for _, from := range snapshotStates {

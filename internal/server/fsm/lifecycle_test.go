@@ -447,7 +447,18 @@ func TestFSMSnapshotCommands(t *testing.T) {
 		{name: "a new snapshot with a taken id", setup: stored, entry: snapPut(0, snapOf("s", "v", claims.SnapshotCreating)), refused: withCode(codes.AlreadyExists)},
 		{name: "a new snapshot of another plugin", setup: []*statepb.LogEntry{vol}, entry: snapPut(0, &statepb.VolumeSnapshot{Id: "s", PluginId: "q", SourceVolumeId: "v", State: claims.SnapshotCreating}), refused: withCode(codes.InvalidArgument)},
 		{name: "a change decided on an older row", setup: stored, entry: snapPut(2, snapOf("s", "v", claims.SnapshotDeleting)), refused: stale},
-		{name: "back from deleting", setup: append(stored[:3:3], snapPut(3, snapOf("s", "v", claims.SnapshotDeleting))), entry: snapPut(4, created()), refused: withCode(codes.FailedPrecondition)},
+		{
+			// The plugin refused the delete: the snapshot is kept, and no
+			// second volume-snapshot-created is emitted.
+			name:  "back from deleting after a refused delete",
+			setup: append(stored[:3:3], snapPut(3, snapOf("s", "v", claims.SnapshotDeleting))),
+			entry: snapPut(4, created()),
+			check: func(t *testing.T, st *state.Store, at uint64) {
+				if s := st.VolumeSnapshot("s"); s.GetState() != claims.SnapshotCreated || s.GetModifyIndex() != at {
+					t.Fatalf("snapshot after a refused delete: %v", s)
+				}
+			},
+		},
 		{name: "back from created to creating", setup: stored, entry: snapPut(3, snapOf("s", "v", claims.SnapshotCreating)), refused: withCode(codes.FailedPrecondition)},
 		{name: "a change of an unknown snapshot", setup: []*statepb.LogEntry{vol}, entry: snapPut(1, created()), refused: withCode(codes.NotFound)},
 		{name: "delete decided on an older row", setup: stored, entry: snapDelete("s", 2), refused: stale},
