@@ -135,7 +135,7 @@ func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secret
 	e := v.GetExpansion()
 	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapExpandVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 	if err != nil {
-		return nil, s.expansionFailed(v, err)
+		return nil, s.expansionFailed(v, err, false)
 	}
 	csiReq := &csi.ControllerExpandVolumeRequest{
 		VolumeId:      v.GetExternalId(),
@@ -153,7 +153,7 @@ func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secret
 		resp, err = s.controllers.ExpandVolume(ctx, c.addr, v.GetPluginId(), csiReq)
 		return err
 	}); err != nil {
-		return nil, s.expansionFailed(v, scrubbed(err, secrets))
+		return nil, s.expansionFailed(v, scrubbed(err, secrets), true)
 	}
 	next := proto.Clone(e).(*statepb.VolumeExpansion)
 	next.State, next.LastError = claims.ExpansionNodes, ""
@@ -183,7 +183,7 @@ func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID strin
 		})
 		cancel()
 		if err != nil && status.Code(err) != codes.NotFound {
-			return nil, s.expansionFailed(v, status.Errorf(status.Code(err), "node %s: %s", nodeID, status.Convert(scrubbed(err, secrets)).Message()))
+			return nil, s.expansionFailed(v, status.Errorf(status.Code(err), "node %s: %s", nodeID, status.Convert(scrubbed(err, secrets)).Message()), false)
 		}
 		if err == nil {
 			s.heartbeats.Confirm(nodeID)
@@ -197,12 +197,24 @@ func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID strin
 }
 
 // expansionFailed records a failed expansion step on the volume, for the
-// volume watcher to try again, and returns the failure.
-func (s *Server) expansionFailed(v *statepb.Volume, callErr error) error {
+// volume watcher to try again, and returns the failure. When the plugin
+// answered the controller step (answered is set) with a refusal (a size
+// it will not give, for example), trying again would be refused again:
+// the expansion is abandoned, after its error is recorded, and the volume
+// keeps its size. A controller that could not be found or reached is not
+// a refusal: the step may have happened.
+func (s *Server) expansionFailed(v *statepb.Volume, callErr error, answered bool) error {
 	next := proto.Clone(v.GetExpansion()).(*statepb.VolumeExpansion)
 	next.LastError = callErr.Error()
-	if _, err := s.applyExpansion(claims.ExpansionStep(v, next, 0)); err != nil {
+	v, err := s.applyExpansion(claims.ExpansionStep(v, next, 0))
+	if err != nil {
 		return errors.Join(callErr, err)
+	}
+	if answered && v.GetExpansion().GetState() == claims.ExpansionController && pluginRefusal(callErr) {
+		if _, err := s.applyExpansion(claims.ExpansionStep(v, nil, 0)); err != nil {
+			return errors.Join(callErr, err)
+		}
+		return status.Errorf(status.Code(callErr), "expand volume %q: %s (the plugin refused; the expansion is abandoned)", v.GetId(), status.Convert(callErr).Message())
 	}
 	return status.Errorf(status.Code(callErr), "expand volume %q: %v (the expansion is recorded; the cluster keeps trying)", v.GetId(), callErr)
 }

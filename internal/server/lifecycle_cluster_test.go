@@ -632,3 +632,40 @@ func TestRefusedSnapshotIsForgotten(t *testing.T) {
 		t.Errorf("plugin still has %d snapshots", n)
 	}
 }
+
+// TestRefusedExpansionIsAbandoned: a ControllerExpandVolume the plugin
+// refuses ends the expansion with the plugin's code, and the volume keeps
+// its size, with nothing left for the volume watcher; an expansion the
+// plugin fails for now stays recorded with its error, and the leader
+// finishes it once the plugin answers.
+func TestRefusedExpansionIsAbandoned(t *testing.T) {
+	cc := newClaimCluster(t)
+	cc.create(t, "v", "SINGLE_NODE_WRITER")
+	ctx := context.Background()
+	for _, p := range cc.plugins {
+		p.SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"ControllerExpandVolume": codes.OutOfRange}})
+	}
+	if _, err := cc.control(t).ExpandVolume(ctx, &csisupdv1.VolumeExpandRequest{Id: "v", CapacityMinBytes: 4 << 20}); status.Code(err) != codes.OutOfRange {
+		t.Fatalf("refused expansion = %v, want the plugin's OutOfRange", err)
+	}
+	if v := cc.volume(t, "v"); v.GetExpansion() != nil || v.GetCapacityBytes() != 1<<20 {
+		t.Fatalf("after a refused expansion: capacity %d, expansion %v; want 1 MiB and none", v.GetCapacityBytes(), v.GetExpansion())
+	}
+
+	for _, p := range cc.plugins {
+		p.SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"ControllerExpandVolume": codes.Internal}})
+	}
+	if _, err := cc.control(t).ExpandVolume(ctx, &csisupdv1.VolumeExpandRequest{Id: "v", CapacityMinBytes: 4 << 20}); status.Code(err) != codes.Internal {
+		t.Fatalf("failed expansion = %v, want the plugin's Internal", err)
+	}
+	if e := cc.volume(t, "v").GetExpansion(); e.GetState() != "controller" || e.GetLastError() == "" {
+		t.Fatalf("after a failed expansion: %v, want it recorded with its error", e)
+	}
+	for _, p := range cc.plugins {
+		p.SetFaults(testplugin.Faults{})
+	}
+	testutil.WaitFor(t, 30*time.Second, "the leader to finish the expansion", func() bool {
+		v := cc.volume(t, "v")
+		return v.GetExpansion() == nil && v.GetCapacityBytes() == 4<<20
+	})
+}

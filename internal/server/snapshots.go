@@ -119,7 +119,7 @@ func (s *Server) completeSnapshot(ctx context.Context, snap *statepb.VolumeSnaps
 	}
 	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapCreateDeleteSnapshot, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 	if err != nil {
-		return nil, s.snapshotFailed(snap, err)
+		return nil, s.snapshotFailed(snap, err, false)
 	}
 	csiReq := &csi.CreateSnapshotRequest{Name: snap.GetId(), SourceVolumeId: v.GetExternalId(), Parameters: snap.GetParameters(), Secrets: secrets}
 	var resp *csi.CreateSnapshotResponse
@@ -129,7 +129,7 @@ func (s *Server) completeSnapshot(ctx context.Context, snap *statepb.VolumeSnaps
 		return err
 	})
 	if err != nil {
-		return nil, s.snapshotFailed(snap, scrubbed(err, secrets))
+		return nil, s.snapshotFailed(snap, scrubbed(err, secrets), true)
 	}
 	done := proto.Clone(snap).(*statepb.VolumeSnapshot)
 	done.State = claims.SnapshotCreated
@@ -142,11 +142,13 @@ func (s *Server) completeSnapshot(ctx context.Context, snap *statepb.VolumeSnaps
 }
 
 // snapshotFailed handles a failed CreateSnapshot of a snapshot in state
-// creating: a refusal the plugin will give again forgets the snapshot
-// (the plugin made none); anything else is recorded as its last error,
-// and the volume watcher tries again.
-func (s *Server) snapshotFailed(snap *statepb.VolumeSnapshot, callErr error) error {
-	if pluginRefusal(callErr) {
+// creating: a refusal the plugin answered (answered is set) and would
+// give again forgets the snapshot, since the plugin made none; anything
+// else, a controller that could not be found or reached among them (the
+// plugin may have made it), is recorded as its last error, and the volume
+// watcher tries again.
+func (s *Server) snapshotFailed(snap *statepb.VolumeSnapshot, callErr error, answered bool) error {
+	if answered && pluginRefusal(callErr) {
 		if err := s.forgetSnapshot(snap); err != nil {
 			return errors.Join(callErr, fmt.Errorf("forget snapshot %q: %w", snap.GetId(), err))
 		}

@@ -241,6 +241,20 @@ func TestFSMVolumeExpand(t *testing.T) {
 			desc:   "expanded to 40 bytes (was 10)",
 		},
 		{
+			// The plugin refused the controller step: the volume keeps
+			// its size, and the event says the expansion was abandoned.
+			name:  "the expansion is abandoned",
+			setup: append(started[:2:2], volExpand("v", 2, &statepb.VolumeExpansion{CapacityBytes: 40, State: claims.ExpansionController, LastError: "out of range"}, 0)),
+			entry: volExpand("v", 3, nil, 0),
+			check: func(t *testing.T, st *state.Store, at uint64) {
+				wantVolume(t, st, "v", at, func(v *statepb.Volume) bool {
+					return v.GetCapacityBytes() == 10 && v.GetExpansion() == nil
+				})
+			},
+			events: []string{"volume-updated volume/v "},
+			desc:   "expansion to 40 bytes abandoned at 10 bytes: out of range",
+		},
+		{
 			name:    "decided on an older row",
 			setup:   started,
 			entry:   volExpand("v", 1, nil, 40),

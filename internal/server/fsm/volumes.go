@@ -117,6 +117,9 @@ func expandVolume(txn *state.Txn, index uint64, cmd *statepb.VolumeExpandCommand
 		return err
 	}
 	switch e := nv.GetExpansion(); {
+	case e == nil && nv.GetCapacityBytes() < v.GetExpansion().GetCapacityBytes():
+		ev("volume-updated", "", nv.GetPluginId(), nv.GetId(), fmt.Sprintf("expansion to %d bytes abandoned at %d bytes: %s",
+			v.GetExpansion().GetCapacityBytes(), nv.GetCapacityBytes(), v.GetExpansion().GetLastError()))
 	case e == nil:
 		ev("volume-expanded", "", nv.GetPluginId(), nv.GetId(), fmt.Sprintf("expanded to %d bytes (was %d)", nv.GetCapacityBytes(), v.GetCapacityBytes()))
 	default:
