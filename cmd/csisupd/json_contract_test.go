@@ -261,9 +261,27 @@ func TestEventsFromIndex(t *testing.T) {
 
 // volume snapshot list --json prints {"snapshots": [...]} with every key
 // the README documents, every page of the listing in it, size_bytes a
-// string (an int64), ready_to_use a bool and created_at an RFC 3339 time.
+// string (an int64), ready_to_use a bool (false too) and created_at an
+// RFC 3339 time. Plugin "slow" reports its snapshots not ready to use for
+// longer than the test runs.
 func TestSnapshotListJSONContract(t *testing.T) {
-	_, addr := startFakeControl(t)
+	_, addr, _ := oneNodeClusterWith(t, map[string]testplugin.Config{
+		"tp":   {NodeID: "csi-a"},
+		"slow": {NodeID: "csi-a", SnapshotReadyAfter: 1 << 30},
+	})
+	for _, args := range [][]string{
+		{"volume", "create", "data", "--plugin", "tp", "--capacity", "1GiB"},
+		{"volume", "create", "logs", "--plugin", "slow", "--capacity", "2MiB"},
+		{"volume", "snapshot", "create", "data", "s1"},
+	} {
+		if _, err := execute(t, append([]string{"--address", addr}, args...)...); err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+	}
+	out, err := execute(t, "--address", addr, "volume", "snapshot", "create", "logs", "s2")
+	if err != nil || !strings.HasSuffix(out, ", 2.0 MiB, not ready to use yet)\n") {
+		t.Fatalf("snapshot create of plugin slow: %v\n%s", err, out)
+	}
 	for _, pageSize := range []string{"0", "1"} {
 		doc := mustJSON(t, "--address", addr, "volume", "snapshot", "list", "--page-size", pageSize)
 		checkKeys(t, "volume snapshot list", doc, documentedKeys()["volume snapshot list"])
@@ -274,17 +292,24 @@ func TestSnapshotListJSONContract(t *testing.T) {
 		if _, ok := doc["next_token"]; ok {
 			t.Errorf("--page-size %s: the listing of every page has a next_token: %v", pageSize, doc)
 		}
-		first := snaps[0].(map[string]any)
-		if first["id"] != "s1" || first["plugin_id"] != "tp" || first["source_volume_id"] != "data" ||
-			first["external_id"] != "snap-1" || first["size_bytes"] != "1073741824" || first["ready_to_use"] != true {
+		first, second := snaps[0].(map[string]any), snaps[1].(map[string]any)
+		if ext, _ := first["external_id"].(string); first["id"] != "s1" || first["plugin_id"] != "tp" || first["source_volume_id"] != "data" ||
+			!strings.HasPrefix(ext, "snap-") || first["size_bytes"] != "1073741824" || first["ready_to_use"] != true {
 			t.Errorf("--page-size %s: first snapshot %v", pageSize, first)
 		}
-		if s, _ := first["created_at"].(string); !rfc3339(s) {
-			t.Errorf("created_at = %#v, want an RFC 3339 time", first["created_at"])
+		for _, s := range []map[string]any{first, second} {
+			if c, _ := s["created_at"].(string); !rfc3339(c) {
+				t.Errorf("created_at = %#v, want an RFC 3339 time", s["created_at"])
+			}
 		}
-		if snaps[1].(map[string]any)["ready_to_use"] != false {
-			t.Errorf("second snapshot: ready_to_use = %#v, want false", snaps[1].(map[string]any)["ready_to_use"])
+		if second["id"] != "s2" || second["plugin_id"] != "slow" || second["size_bytes"] != "2097152" || second["ready_to_use"] != false {
+			t.Errorf("--page-size %s: second snapshot %v, want s2 of plugin slow with ready_to_use false", pageSize, second)
 		}
+	}
+	// A snapshot not ready to use yet is not restored.
+	if _, err := execute(t, "--address", addr, "volume", "create", "warm", "--plugin", "slow", "--snapshot", "s2"); err == nil ||
+		!strings.Contains(err.Error(), `snapshot "s2" is not ready to use yet`) {
+		t.Errorf("restore of a snapshot not ready to use: %v", err)
 	}
 	// An empty listing is an empty list, not null.
 	doc := mustJSON(t, "--address", addr, "volume", "snapshot", "list", "--volume", "none")

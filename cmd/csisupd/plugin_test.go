@@ -65,15 +65,30 @@ func keys(v any) string {
 // "tp", and waits until the plugin is healthy in the cluster.
 func oneNodeCluster(t *testing.T) (*testcluster.Cluster, string) {
 	t.Helper()
-	c := testcluster.New(t, testcluster.Config{Servers: 1, Agents: 1})
-	c.Agent(0).StartPlugin("tp", testplugin.Config{NodeID: "csi-a"})
-	addr := c.Member(0).RPCAddr
-	testutil.WaitFor(t, 30*time.Second, "plugin tp healthy", func() bool {
-		out, err := execute(t, "--address", addr, "plugin", "status", "tp", "--json")
-		var p csisupdv1.ClusterPlugin
-		return err == nil && protojson.Unmarshal([]byte(out), &p) == nil && p.GetControllersHealthy() == 1 && p.GetNodesHealthy() == 1
-	})
+	c, addr, _ := oneNodeClusterWith(t, map[string]testplugin.Config{"tp": {NodeID: "csi-a"}})
 	return c, addr
+}
+
+// oneNodeClusterWith starts one server and one agent running a test
+// plugin per entry of plugins, configured by it, and waits until each is
+// healthy in the cluster. It returns the plugins by id, for their faults
+// and records.
+func oneNodeClusterWith(t *testing.T, plugins map[string]testplugin.Config) (*testcluster.Cluster, string, map[string]*testplugin.Plugin) {
+	t.Helper()
+	c := testcluster.New(t, testcluster.Config{Servers: 1, Agents: 1})
+	started := make(map[string]*testplugin.Plugin, len(plugins))
+	for id, cfg := range plugins {
+		started[id] = c.Agent(0).StartPlugin(id, cfg)
+	}
+	addr := c.Member(0).RPCAddr
+	for id := range plugins {
+		testutil.WaitFor(t, 30*time.Second, "plugin "+id+" healthy", func() bool {
+			out, err := execute(t, "--address", addr, "plugin", "status", id, "--json")
+			var p csisupdv1.ClusterPlugin
+			return err == nil && protojson.Unmarshal([]byte(out), &p) == nil && p.GetControllersHealthy() == 1 && p.GetNodesHealthy() == 1
+		})
+	}
+	return c, addr, started
 }
 
 func TestPluginAndNodeStatus(t *testing.T) {

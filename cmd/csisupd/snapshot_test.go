@@ -1,303 +1,441 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"net"
+	"bytes"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/testutil"
+	"github.com/csisupd/csisupd/internal/testplugin"
 )
 
-// fakeControl answers the Control calls of the volume commands from
-// fixed data and keeps the requests it got, so that the commands are
-// tested from the flags to the printed output before a server implements
-// the calls. It answers as the proto's comments say the servers do:
-// pages by next_token, NotFound for an unknown snapshot.
-type fakeControl struct {
-	csisupdv1.UnimplementedControlServer
-
-	mu       sync.Mutex
-	requests []proto.Message
-	snaps    []*csisupdv1.VolumeSnapshot
-	volume   *csisupdv1.Volume
+// getVolume returns a volume as volume status --json prints it.
+func getVolume(t *testing.T, addr, id string) *csisupdv1.Volume {
+	t.Helper()
+	v := &csisupdv1.Volume{}
+	getJSON(t, v, "--address", addr, "volume", "status", id)
+	return v
 }
 
-func (f *fakeControl) record(m proto.Message) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.requests = append(f.requests, m)
+// getSnapshot returns a snapshot as volume snapshot status --json prints
+// it.
+func getSnapshot(t *testing.T, addr, id string) *csisupdv1.VolumeSnapshot {
+	t.Helper()
+	s := &csisupdv1.VolumeSnapshot{}
+	getJSON(t, s, "--address", addr, "volume", "snapshot", "status", id)
+	return s
 }
 
-// last returns the last request the server got.
-func (f *fakeControl) last() proto.Message {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.requests) == 0 {
+// getJSON runs the CLI with --json and decodes what it prints into m.
+func getJSON(t *testing.T, m proto.Message, args ...string) {
+	t.Helper()
+	out, err := execute(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(args, " "), err)
+	}
+	if err := protojson.Unmarshal([]byte(out), m); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// fieldLine is one line of a status command's text: the label padded to
+// the value's column.
+func fieldLine(label, value string) string {
+	return fmt.Sprintf("%-20s%s\n", label+":", value)
+}
+
+// lastSecrets returns the secrets of the last call of method the plugin
+// got.
+func lastSecrets(p *testplugin.Plugin, method string) map[string]string {
+	all := p.Secrets(method)
+	if len(all) == 0 {
 		return nil
 	}
-	return f.requests[len(f.requests)-1]
+	return all[len(all)-1]
 }
 
-func (f *fakeControl) CreateVolume(_ context.Context, req *csisupdv1.VolumeCreateRequest) (*csisupdv1.VolumeCreateResponse, error) {
-	f.record(req)
-	return &csisupdv1.VolumeCreateResponse{Volume: &csisupdv1.Volume{Id: req.GetId(), PluginId: req.GetPluginId(), ExternalId: "ext-" + req.GetId()}}, nil
+// lifecyclePlugin is a node-local plugin with every controller capability,
+// whose ControllerExpandVolume asks for node expansion.
+var lifecyclePlugin = testplugin.Config{
+	NodeID:                 "csi-a",
+	NodeLocal:              true,
+	ControllerCapabilities: testplugin.SupportedControllerCapabilities,
+	NodeExpansionRequired:  true,
 }
 
-func (f *fakeControl) ExpandVolume(_ context.Context, req *csisupdv1.VolumeExpandRequest) (*csisupdv1.VolumeExpandResponse, error) {
-	f.record(req)
-	return &csisupdv1.VolumeExpandResponse{Volume: f.volume}, nil
-}
-
-func (f *fakeControl) ModifyVolume(_ context.Context, req *csisupdv1.VolumeModifyRequest) (*csisupdv1.VolumeModifyResponse, error) {
-	f.record(req)
-	v := proto.Clone(f.volume).(*csisupdv1.Volume)
-	v.MutableParameters = req.GetMutableParameters()
-	return &csisupdv1.VolumeModifyResponse{Volume: v}, nil
-}
-
-func (f *fakeControl) GetVolume(_ context.Context, req *csisupdv1.VolumeGetRequest) (*csisupdv1.VolumeGetResponse, error) {
-	f.record(req)
-	return &csisupdv1.VolumeGetResponse{Volume: f.volume, Index: 9}, nil
-}
-
-func (f *fakeControl) CreateVolumeSnapshot(_ context.Context, req *csisupdv1.VolumeSnapshotCreateRequest) (*csisupdv1.VolumeSnapshotCreateResponse, error) {
-	f.record(req)
-	return &csisupdv1.VolumeSnapshotCreateResponse{Snapshot: f.snaps[0]}, nil
-}
-
-// ListVolumeSnapshots hands out one snapshot per page when page_size is
-// 1, each page's token the index of the next snapshot.
-func (f *fakeControl) ListVolumeSnapshots(_ context.Context, req *csisupdv1.VolumeSnapshotListRequest) (*csisupdv1.VolumeSnapshotListResponse, error) {
-	f.record(req)
-	var match []*csisupdv1.VolumeSnapshot
-	for _, s := range f.snaps {
-		if (req.GetVolumeId() == "" || s.GetSourceVolumeId() == req.GetVolumeId()) && (req.GetPluginId() == "" || s.GetPluginId() == req.GetPluginId()) {
-			match = append(match, s)
+// The volume commands drive the cluster from their flags: a create's
+// topology, capacity limit, mutable parameters and content source reach
+// the plugin and the recorded volume; snapshots are taken, listed page by
+// page, shown and deleted; modify and expand change the volume, and an
+// expansion that a node fails stays recorded and shows in volume status.
+func TestVolumeLifecycleCommands(t *testing.T) {
+	c, addr, plugins := oneNodeClusterWith(t, map[string]testplugin.Config{"tp": lifecyclePlugin})
+	a, p := c.Agent(0), plugins["tp"]
+	cli := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, err := execute(t, append([]string{"--address", addr}, args...)...)
+		if err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+		if strings.Contains(out, "s3cr3t") {
+			t.Errorf("%s printed a secret:\n%s", strings.Join(args, " "), out)
+		}
+		return out
+	}
+	fail := func(t *testing.T, args ...string) error {
+		t.Helper()
+		_, err := execute(t, append([]string{"--address", addr}, args...)...)
+		if err == nil {
+			t.Fatalf("%s succeeded, want an error", strings.Join(args, " "))
+		}
+		if strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: error %v shows a secret", strings.Join(args, " "), err)
+		}
+		return err
+	}
+	here := testplugin.DefaultTopologyKey + "=csi-a"
+	hereTopology := []*csisupdv1.TopologySegment{{Segments: map[string]string{testplugin.DefaultTopologyKey: "csi-a"}}}
+	checkVolume := func(v *csisupdv1.Volume, capacity, limit int64, mutable map[string]string, source *csisupdv1.VolumeContentSource) {
+		t.Helper()
+		if v.GetCapacityBytes() != capacity || v.GetCapacityLimitBytes() != limit || !maps.Equal(v.GetMutableParameters(), mutable) ||
+			!proto.Equal(v.GetContentSource(), source) || v.GetControllerNodeId() != a.NodeID() ||
+			len(v.GetAccessibleTopology()) != 1 || !proto.Equal(v.GetAccessibleTopology()[0], hereTopology[0]) {
+			t.Errorf("volume %s: capacity %d, limit %d, mutable parameters %v, content source %v, controller %s, topology %v;\n"+
+				"want %d, %d, %v, %v, %s, %v", v.GetId(), v.GetCapacityBytes(), v.GetCapacityLimitBytes(), v.GetMutableParameters(),
+				v.GetContentSource(), v.GetControllerNodeId(), v.GetAccessibleTopology(), capacity, limit, mutable, source, a.NodeID(), hereTopology)
 		}
 	}
-	if req.GetPageSize() != 1 {
-		return &csisupdv1.VolumeSnapshotListResponse{Snapshots: match, Index: 7}, nil
-	}
-	start := 0
-	if req.GetNextToken() != "" {
-		for start < len(match) && match[start].GetId() != req.GetNextToken() {
-			start++
+	pluginVolume := func(v *csisupdv1.Volume) testplugin.Volume {
+		t.Helper()
+		pv, ok := p.Volume(v.GetExternalId())
+		if !ok {
+			t.Fatalf("the plugin has no volume %s (volume %s)", v.GetExternalId(), v.GetId())
 		}
+		return pv
 	}
-	resp := &csisupdv1.VolumeSnapshotListResponse{Index: 7}
-	if start < len(match) {
-		resp.Snapshots = match[start : start+1]
-	}
-	if start+1 < len(match) {
-		resp.NextToken = proto.String(match[start+1].GetId())
-	}
-	return resp, nil
-}
 
-func (f *fakeControl) GetVolumeSnapshot(_ context.Context, req *csisupdv1.VolumeSnapshotGetRequest) (*csisupdv1.VolumeSnapshotGetResponse, error) {
-	f.record(req)
-	for _, s := range f.snaps {
-		if s.GetId() == req.GetId() {
-			return &csisupdv1.VolumeSnapshotGetResponse{Snapshot: s, Index: 7}, nil
-		}
+	// Create: the topology, the capacity range and the mutable parameters
+	// reach the plugin and are recorded.
+	out := cli(t, "volume", "create", "data", "--plugin", "tp", "--capacity", "2MiB", "--capacity-max", "8MiB",
+		"--mutable-parameter", "iops=3000", "--topology-required", here, "--topology-preferred", here, "--secret", "token=s3cr3t")
+	data := getVolume(t, addr, "data")
+	if want := "Created volume data (plugin tp, external id " + data.GetExternalId() + ")\n"; out != want || data.GetExternalId() == "" {
+		t.Errorf("create printed %q, want %q", out, want)
 	}
-	return nil, status.Errorf(codes.NotFound, "snapshot %q not found", req.GetId())
-}
-
-func (f *fakeControl) DeleteVolumeSnapshot(_ context.Context, req *csisupdv1.VolumeSnapshotDeleteRequest) (*csisupdv1.VolumeSnapshotDeleteResponse, error) {
-	f.record(req)
-	return &csisupdv1.VolumeSnapshotDeleteResponse{}, nil
-}
-
-var snapTime = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-
-// startFakeControl serves a fakeControl with two snapshots and a volume
-// whose expansion waits for a node, and returns it with its address.
-func startFakeControl(t *testing.T) (*fakeControl, string) {
-	t.Helper()
-	f := &fakeControl{
-		snaps: []*csisupdv1.VolumeSnapshot{
-			{Id: "s1", PluginId: "tp", SourceVolumeId: "data", ExternalId: "snap-1", SizeBytes: 1 << 30, ReadyToUse: true,
-				CreatedAt: timestamppb.New(snapTime), State: "created"},
-			{Id: "s2", PluginId: "tp", SourceVolumeId: "logs", ExternalId: "snap-2", SizeBytes: 2 << 20,
-				CreatedAt: timestamppb.New(snapTime), State: "created"},
-		},
-		volume: &csisupdv1.Volume{Id: "data", PluginId: "tp", ExternalId: "ext-data", CapacityBytes: 1 << 30,
-			CapacityLimitBytes: 4 << 30, MutableParameters: map[string]string{"iops": "3000"},
-			ContentSource: &csisupdv1.VolumeContentSource{Source: &csisupdv1.VolumeContentSource_SnapshotId{SnapshotId: "s0"}},
-			Expansion: &csisupdv1.VolumeExpansion{CapacityBytes: 2 << 30, LimitBytes: 4 << 30, State: "nodes",
-				NodesPending: []string{"node-2", "node-3"}, NodesDone: []string{"node-1"},
-				LastError: "node-2: NodeExpandVolume: device busy", StartedAt: timestamppb.New(snapTime)}},
+	checkVolume(data, 2<<20, 8<<20, map[string]string{"iops": "3000"}, nil)
+	if pv := pluginVolume(data); pv.CapacityBytes != 2<<20 || !maps.Equal(pv.MutableParameters, map[string]string{"iops": "3000"}) ||
+		!maps.Equal(pv.Topology, hereTopology[0].GetSegments()) {
+		t.Errorf("the plugin's volume: %+v", pv)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if got := lastSecrets(p, "CreateVolume"); !maps.Equal(got, map[string]string{"token": "s3cr3t"}) {
+		t.Errorf("CreateVolume got secrets %v", got)
 	}
-	g := grpc.NewServer()
-	csisupdv1.RegisterControlServer(g, f)
-	testutil.ServeGRPC(t, ln, g)
-	return f, ln.Addr().String()
-}
 
-// The new volume commands send the requests their flags describe and
-// print the answers, as text and as protojson.
-func TestVolumeCommandsAgainstControl(t *testing.T) {
-	f, addr := startFakeControl(t)
-	tests := []struct {
+	// A create the cluster refuses records nothing.
+	for _, tt := range []struct {
 		name string
 		args []string
-		// want is the request the server gets.
-		want proto.Message
-		// out is the exact text printed; contains lists parts of it.
-		out      string
-		contains []string
+		want string
 	}{
-		{name: "create with topology and a snapshot",
-			args: []string{"volume", "create", "data", "--plugin", "tp", "--topology-required", "zone=a", "--snapshot", "s1"},
-			want: &csisupdv1.VolumeCreateRequest{Id: "data", PluginId: "tp",
-				Capabilities:              []*csisupdv1.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}},
-				AccessibilityRequirements: &csisupdv1.TopologyRequirement{Requisite: segs(map[string]string{"zone": "a"})},
-				ContentSource:             &csisupdv1.VolumeContentSource{Source: &csisupdv1.VolumeContentSource_SnapshotId{SnapshotId: "s1"}}},
-			out: "Created volume data (plugin tp, external id ext-data)\n"},
-		{name: "snapshot create",
-			args: []string{"volume", "snapshot", "create", "data", "s1", "--parameter", "type=full", "--secret", "k=s3cr3t"},
-			want: &csisupdv1.VolumeSnapshotCreateRequest{VolumeId: "data", Id: "s1", Parameters: map[string]string{"type": "full"},
-				Secrets: map[string]string{"k": "s3cr3t"}},
-			out: "Created snapshot s1 of volume data (plugin tp, external id snap-1, 1.0 GiB, ready to use)\n"},
-		{name: "snapshot list, every page",
-			args: []string{"volume", "snapshot", "list", "--page-size", "1"},
-			want: &csisupdv1.VolumeSnapshotListRequest{PageSize: 1, NextToken: "s2"},
-			out: "ID  VOLUME  PLUGIN  EXTERNAL ID  SIZE     READY  STATE    CREATED\n" +
-				"s1  data    tp      snap-1       1.0 GiB  true   created  " + formatTime(timestamppb.New(snapTime)) + "\n" +
-				"s2  logs    tp      snap-2       2.0 MiB  false  created  " + formatTime(timestamppb.New(snapTime)) + "\n"},
-		{name: "snapshot list of a volume",
-			args:     []string{"volume", "snapshot", "list", "--volume", "logs", "--plugin", "tp", "--stale"},
-			want:     &csisupdv1.VolumeSnapshotListRequest{VolumeId: "logs", PluginId: "tp", Stale: true},
-			contains: []string{"s2  logs"}},
-		{name: "snapshot list, none",
-			args: []string{"volume", "snapshot", "list", "--volume", "nothing"},
-			want: &csisupdv1.VolumeSnapshotListRequest{VolumeId: "nothing"},
-			out:  "No snapshots.\n"},
-		{name: "snapshot status",
-			args:     []string{"volume", "snapshot", "status", "s2"},
-			want:     &csisupdv1.VolumeSnapshotGetRequest{Id: "s2"},
-			contains: []string{"ID:                 s2\n", "Volume:             logs\n", "Ready to use:       false\n", "Size:               2.0 MiB\n"}},
-		{name: "snapshot delete",
-			args: []string{"volume", "snapshot", "delete", "s1", "--secret", "k=v"},
-			want: &csisupdv1.VolumeSnapshotDeleteRequest{Id: "s1", Secrets: map[string]string{"k": "v"}},
-			out:  "Deleted snapshot s1\n"},
-		{name: "expand",
-			args: []string{"volume", "expand", "data", "--capacity", "2GiB"},
-			want: &csisupdv1.VolumeExpandRequest{Id: "data", CapacityMinBytes: 2 << 30},
-			out:  "Expanding volume data to 2.0 GiB: waiting for 2 node(s); last error: node-2: NodeExpandVolume: device busy (see volume status data)\n"},
-		{name: "modify",
-			args: []string{"volume", "modify", "data", "--parameter", "iops=6000"},
-			want: &csisupdv1.VolumeModifyRequest{Id: "data", MutableParameters: map[string]string{"iops": "6000"}},
-			out:  "Modified volume data: mutable parameters iops=6000\n"},
-		{name: "status with an expansion under way",
-			args: []string{"volume", "status", "data"},
-			want: &csisupdv1.VolumeGetRequest{Id: "data"},
-			contains: []string{
-				"Capacity:           1.0 GiB\n",
-				"Capacity limit:     4.0 GiB\n",
-				"Content source:     snapshot s0\n",
-				"Mutable parameters: iops=3000\n",
-				"\nExpansion under way\n" +
-					"Target:             2.0 GiB (limit 4.0 GiB)\n" +
-					"State:              nodes\n" +
-					"Started:            " + formatTime(timestamppb.New(snapTime)) + "\n" +
-					"Nodes pending:      node-2, node-3\n" +
-					"Nodes done:         node-1\n" +
-					"Last error:         node-2: NodeExpandVolume: device busy\n",
-			}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, err := execute(t, append([]string{"--address", addr}, tt.args...)...)
-			if err != nil {
-				t.Fatal(err)
+		{"topology the plugin is not in", []string{"--topology-required", testplugin.DefaultTopologyKey + "=csi-b"},
+			"topology requirement [" + testplugin.DefaultTopologyKey + "=csi-b] cannot be met"},
+		{"unknown snapshot", []string{"--snapshot", "nope"}, `create volume "refused": snapshot "nope" not found`},
+		{"unknown source volume", []string{"--clone", "nope"}, `create volume "refused": source volume "nope" not found`},
+	} {
+		t.Run("create refused: "+tt.name, func(t *testing.T) {
+			err := fail(t, append([]string{"volume", "create", "refused", "--plugin", "tp"}, tt.args...)...)
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want it to say %q", err, tt.want)
 			}
-			if got := f.last(); !proto.Equal(got, tt.want) {
-				t.Errorf("request %v, want %v", got, tt.want)
-			}
-			if tt.out != "" && out != tt.out {
-				t.Errorf("printed\n%s\nwant\n%s", out, tt.out)
-			}
-			for _, c := range tt.contains {
-				if !strings.Contains(out, c) {
-					t.Errorf("printed\n%s\nwithout %q", out, c)
-				}
-			}
-			if strings.Contains(out, "s3cr3t") {
-				t.Errorf("printed a secret:\n%s", out)
+			if _, err := execute(t, "--address", addr, "volume", "status", "refused"); err == nil || !strings.Contains(err.Error(), `volume "refused" not found`) {
+				t.Errorf("status of the refused volume: %v", err)
 			}
 		})
 	}
 
-	// --json prints the API message of each answer.
-	jsonTests := []struct {
-		args  []string
-		check func(doc map[string]any) bool
-	}{
-		{[]string{"volume", "snapshot", "create", "data", "s1"}, func(d map[string]any) bool {
-			return d["id"] == "s1" && d["size_bytes"] == "1073741824" && d["ready_to_use"] == true
-		}},
-		{[]string{"volume", "snapshot", "status", "s1"}, func(d map[string]any) bool { return d["id"] == "s1" && d["state"] == "created" }},
-		{[]string{"volume", "snapshot", "delete", "s1"}, func(d map[string]any) bool { return len(d) == 0 }},
-		{[]string{"volume", "expand", "data", "--capacity", "2GiB"}, func(d map[string]any) bool {
-			e, _ := d["expansion"].(map[string]any)
-			return d["id"] == "data" && e["capacity_bytes"] == "2147483648" && e["state"] == "nodes"
-		}},
-		{[]string{"volume", "modify", "data", "--parameter", "iops=6000"}, func(d map[string]any) bool {
-			m, _ := d["mutable_parameters"].(map[string]any)
-			return d["id"] == "data" && m["iops"] == "6000"
-		}},
+	// Snapshots of data, restored and cloned into new volumes: the clone,
+	// created without a capacity, has the plugin's default size.
+	out = cli(t, "volume", "snapshot", "create", "data", "s1", "--parameter", "type=full", "--secret", "k=s3cr3t")
+	s1 := getSnapshot(t, addr, "s1")
+	if want := "Created snapshot s1 of volume data (plugin tp, external id " + s1.GetExternalId() + ", 2.0 MiB, ready to use)\n"; out != want {
+		t.Errorf("snapshot create printed %q, want %q", out, want)
 	}
-	for _, tt := range jsonTests {
-		doc := mustJSON(t, append([]string{"--address", addr}, tt.args...)...)
-		if !tt.check(doc) {
-			b, _ := json.Marshal(doc)
-			t.Errorf("%s --json: %s", strings.Join(tt.args, " "), b)
-		}
+	if s1.GetPluginId() != "tp" || s1.GetSourceVolumeId() != "data" || !strings.HasPrefix(s1.GetExternalId(), "snap-") ||
+		s1.GetSizeBytes() != 2<<20 || !s1.GetReadyToUse() || s1.GetState() != "created" || s1.GetControllerNodeId() != a.NodeID() ||
+		!maps.Equal(s1.GetParameters(), map[string]string{"type": "full"}) || s1.GetCreatedAt() == nil || s1.GetLastError() != "" {
+		t.Errorf("snapshot s1: %v", s1)
+	}
+	if got := lastSecrets(p, "CreateSnapshot"); !maps.Equal(got, map[string]string{"k": "s3cr3t"}) {
+		t.Errorf("CreateSnapshot got secrets %v", got)
 	}
 
-	if _, err := execute(t, "--address", addr, "volume", "snapshot", "status", "nope"); err == nil || !strings.Contains(err.Error(), `snapshot "nope" not found`) {
-		t.Errorf("status of an unknown snapshot: %v", err)
+	cli(t, "volume", "create", "logs", "--plugin", "tp", "--snapshot", "s1", "--capacity", "2MiB")
+	logs := getVolume(t, addr, "logs")
+	checkVolume(logs, 2<<20, 0, nil, &csisupdv1.VolumeContentSource{Source: &csisupdv1.VolumeContentSource_SnapshotId{SnapshotId: "s1"}})
+	if pv := pluginVolume(logs); pv.SourceSnapshotID != s1.GetExternalId() {
+		t.Errorf("logs was restored from %q in the plugin, want %q", pv.SourceSnapshotID, s1.GetExternalId())
 	}
+	cli(t, "volume", "create", "copy", "--plugin", "tp", "--clone", "data")
+	cp := getVolume(t, addr, "copy")
+	checkVolume(cp, testplugin.DefaultVolumeSize, 0, nil, &csisupdv1.VolumeContentSource{Source: &csisupdv1.VolumeContentSource_VolumeId{VolumeId: "data"}})
+	if pv := pluginVolume(cp); pv.SourceVolumeID != data.GetExternalId() {
+		t.Errorf("copy was cloned from %q in the plugin, want %q", pv.SourceVolumeID, data.GetExternalId())
+	}
+	cli(t, "volume", "snapshot", "create", "logs", "s2")
+	s3 := mustJSON(t, "--address", addr, "volume", "snapshot", "create", "data", "s3")
+	if s3["id"] != "s3" || s3["source_volume_id"] != "data" || s3["size_bytes"] != "2097152" || s3["ready_to_use"] != true || s3["state"] != "created" {
+		t.Errorf("snapshot create --json: %v", s3)
+	}
+
+	// -f: the file's keys, with NAME and the flags given over them.
+	spec := filepath.Join(t.TempDir(), "volume.hcl")
+	if err := os.WriteFile(spec, []byte(`id = "from-file"
+plugin_id = "tp"
+capacity_min = "1MiB"
+capacity_max = "16MiB"
+snapshot_id = "s1"
+topology_request {
+  required {
+    topology { segments = { "`+testplugin.DefaultTopologyKey+`" = "csi-a" } }
+  }
 }
-
-// Until the servers implement a call, the command says so rather than
-// failing in a way that hides it.
-func TestVolumeCommandsUnimplemented(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+mutable_parameters {
+  tier = "gold"
+}
+`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
-	csisupdv1.RegisterControlServer(g, csisupdv1.UnimplementedControlServer{})
-	testutil.ServeGRPC(t, ln, g)
-	for _, args := range [][]string{
-		{"volume", "expand", "v", "--capacity", "1GiB"},
-		{"volume", "modify", "v", "--parameter", "a=b"},
-		{"volume", "snapshot", "create", "v", "s"},
-		{"volume", "snapshot", "list"},
-		{"volume", "snapshot", "delete", "s"},
-	} {
-		_, err := execute(t, append([]string{"--address", ln.Addr().String()}, args...)...)
-		if err == nil || !strings.Contains(err.Error(), "not implemented") {
-			t.Errorf("%s against a server without it: %v", strings.Join(args, " "), err)
+	if out := cli(t, "volume", "create", "restored", "-f", spec, "--capacity", "3MiB", "--snapshot", "s2", "--mutable-parameter", "iops=100"); !strings.HasPrefix(out, "Created volume restored (plugin tp, external id vol-") {
+		t.Errorf("create -f printed %q", out)
+	}
+	restored := getVolume(t, addr, "restored")
+	checkVolume(restored, 3<<20, 16<<20, map[string]string{"tier": "gold", "iops": "100"},
+		&csisupdv1.VolumeContentSource{Source: &csisupdv1.VolumeContentSource_SnapshotId{SnapshotId: "s2"}})
+	if _, err := execute(t, "--address", addr, "volume", "status", "from-file"); err == nil {
+		t.Error("create -f with NAME also created the file's id")
+	}
+
+	// Listing, over pages of every size: the same snapshots in id order.
+	all := &csisupdv1.VolumeSnapshotListResponse{}
+	getJSON(t, all, "--address", addr, "volume", "snapshot", "list")
+	var ids []string
+	for _, s := range all.GetSnapshots() {
+		ids = append(ids, s.GetId())
+	}
+	if !slices.Equal(ids, []string{"s1", "s2", "s3"}) {
+		t.Fatalf("snapshot list: %v, want s1, s2, s3", ids)
+	}
+	for _, size := range []string{"1", "2", "3"} {
+		paged := &csisupdv1.VolumeSnapshotListResponse{}
+		getJSON(t, paged, "--address", addr, "volume", "snapshot", "list", "--page-size", size)
+		if len(paged.GetSnapshots()) != 3 || paged.NextToken != nil {
+			t.Errorf("--page-size %s: %v", size, paged)
+			continue
 		}
+		for i, s := range paged.GetSnapshots() {
+			if !proto.Equal(s, all.GetSnapshots()[i]) {
+				t.Errorf("--page-size %s: snapshot %d is %v, want %v", size, i, s, all.GetSnapshots()[i])
+			}
+		}
+	}
+	row := func(s *csisupdv1.VolumeSnapshot) []string {
+		return []string{s.GetId(), s.GetSourceVolumeId(), "tp", s.GetExternalId(), "2.0", "MiB", "true", "created", formatTime(s.GetCreatedAt())}
+	}
+	header := []string{"ID", "VOLUME", "PLUGIN", "EXTERNAL", "ID", "SIZE", "READY", "STATE", "CREATED"}
+	byID := map[string]*csisupdv1.VolumeSnapshot{}
+	for _, s := range all.GetSnapshots() {
+		byID[s.GetId()] = s
+	}
+	for _, tt := range []struct {
+		args []string
+		ids  []string
+	}{
+		{[]string{"--page-size", "1"}, []string{"s1", "s2", "s3"}},
+		{[]string{"--volume", "data"}, []string{"s1", "s3"}},
+		{[]string{"--volume", "logs", "--plugin", "tp", "--stale"}, []string{"s2"}},
+		{[]string{"--volume", "data", "--page-size", "1"}, []string{"s1", "s3"}},
+		{[]string{"--volume", "nothing"}, nil},
+		{[]string{"--plugin", "other"}, nil},
+	} {
+		t.Run("snapshot list "+strings.Join(tt.args, " "), func(t *testing.T) {
+			out := cli(t, append([]string{"volume", "snapshot", "list"}, tt.args...)...)
+			if len(tt.ids) == 0 {
+				if out != "No snapshots.\n" {
+					t.Errorf("printed %q, want No snapshots.", out)
+				}
+				return
+			}
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != len(tt.ids)+1 || !slices.Equal(strings.Fields(lines[0]), header) {
+				t.Fatalf("printed\n%s\nwant a header and %d rows", out, len(tt.ids))
+			}
+			for i, id := range tt.ids {
+				if got, want := strings.Fields(lines[i+1]), row(byID[id]); !slices.Equal(got, want) {
+					t.Errorf("row %d: %q, want %q", i, got, want)
+				}
+				// The columns line up under the header.
+				if strings.Index(lines[i+1], "2.0 MiB") != strings.Index(lines[0], "SIZE") {
+					t.Errorf("row %d is not aligned with the header:\n%s", i, out)
+				}
+			}
+		})
+	}
+
+	// Status of one snapshot, and of one the cluster does not have.
+	s2 := byID["s2"]
+	want := fieldLine("ID", "s2") + fieldLine("Volume", "logs") + fieldLine("Plugin", "tp") +
+		fieldLine("External ID", s2.GetExternalId()) + fieldLine("Size", "2.0 MiB") + fieldLine("Ready to use", "true") +
+		fieldLine("State", "created") + fieldLine("Controller", a.NodeID()) + fieldLine("Created", formatTime(s2.GetCreatedAt())) +
+		fieldLine("Topology", here) + fieldLine("Last error", "-")
+	if out := cli(t, "volume", "snapshot", "status", "s2"); out != want {
+		t.Errorf("snapshot status printed\n%s\nwant\n%s", out, want)
+	}
+	if got := cli(t, "volume", "snapshot", "status", "s2", "--stale"); got != want {
+		t.Errorf("snapshot status --stale printed\n%s\nwant\n%s", got, want)
+	}
+	if code := run([]string{"--address", addr, "volume", "snapshot", "status", "nope"}); code != exitError {
+		t.Errorf("status of an unknown snapshot: exit code %d, want %d", code, exitError)
+	}
+	if err := fail(t, "volume", "snapshot", "status", "nope"); err.Error() != "agent at "+addr+`: snapshot "nope" not found` {
+		t.Errorf("status of an unknown snapshot: %v", err)
+	}
+
+	// Modify: the plugin gets the parameters and the cluster records them;
+	// a key the plugin does not take changes nothing.
+	if out := cli(t, "volume", "modify", "data", "--parameter", "iops=6000", "--secret", "k=s3cr3t"); out != "Modified volume data: mutable parameters iops=6000\n" {
+		t.Errorf("modify printed %q", out)
+	}
+	if got := lastSecrets(p, "ControllerModifyVolume"); !maps.Equal(got, map[string]string{"k": "s3cr3t"}) {
+		t.Errorf("ControllerModifyVolume got secrets %v", got)
+	}
+	modified := mustJSON(t, "--address", addr, "volume", "modify", "data", "--parameter", "throughput=100")
+	if m, _ := modified["mutable_parameters"].(map[string]any); modified["id"] != "data" || m["throughput"] != "100" {
+		t.Errorf("modify --json: %v", modified)
+	}
+	mutable := getVolume(t, addr, "data").GetMutableParameters()
+	if pv := pluginVolume(data); !maps.Equal(pv.MutableParameters, mutable) || mutable["throughput"] != "100" {
+		t.Errorf("mutable parameters: recorded %v, in the plugin %v", mutable, pv.MutableParameters)
+	}
+	if err := fail(t, "volume", "modify", "data", "--parameter", "colour=red"); !strings.Contains(err.Error(), "colour") {
+		t.Errorf("modify of a key the plugin does not take: %v", err)
+	}
+	if got := getVolume(t, addr, "data").GetMutableParameters(); !maps.Equal(got, mutable) {
+		t.Errorf("mutable parameters after a refused modify: %v, want %v", got, mutable)
+	}
+
+	// Expand, with the volume mounted on the node and the node's step
+	// failing: the expansion stays recorded, waiting for the node.
+	cli(t, "volume", "claim", "data", "--node", a.Name, "--workload", "job-1")
+	p.SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"NodeExpandVolume": codes.Internal}})
+	if code := run([]string{"--address", addr, "volume", "expand", "data", "--capacity", "4MiB"}); code != exitError {
+		t.Errorf("expand with the node failing: exit code %d, want %d", code, exitError)
+	}
+	err := fail(t, "volume", "expand", "data", "--capacity", "4MiB")
+	for _, part := range []string{`expand volume "data": node ` + a.NodeID() + ": ", "injected Internal error for NodeExpandVolume",
+		"the expansion is recorded; the cluster keeps trying"} {
+		if !strings.Contains(err.Error(), part) {
+			t.Errorf("expand with the node failing: %v; want it to say %q", err, part)
+		}
+	}
+	for _, tt := range []struct{ capacity, want string }{
+		{"6MiB", `an expansion to 4194304 bytes is under way (state nodes)`},
+		{"16MiB", `16777216 bytes is over the volume's limit of 8388608 bytes`},
+	} {
+		if err := fail(t, "volume", "expand", "data", "--capacity", tt.capacity); !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("expand to %s during an expansion: %v, want %q", tt.capacity, err, tt.want)
+		}
+	}
+	expanding := getVolume(t, addr, "data")
+	e := expanding.GetExpansion()
+	if e.GetState() != "nodes" || e.GetCapacityBytes() != 4<<20 || e.GetLimitBytes() != 8<<20 ||
+		!slices.Equal(e.GetNodesPending(), []string{a.NodeID()}) || len(e.GetNodesDone()) != 0 || e.GetStartedAt() == nil ||
+		!strings.HasPrefix(e.GetLastError(), "node "+a.NodeID()+": ") || !strings.Contains(e.GetLastError(), "injected Internal error for NodeExpandVolume") {
+		t.Fatalf("expansion: %v", e)
+	}
+	status := cli(t, "volume", "status", "data")
+	for _, part := range []string{
+		fieldLine("Capacity", "4.0 MiB"),
+		fieldLine("Capacity limit", "8.0 MiB"),
+		fieldLine("Content source", "-"),
+		fieldLine("Topology", here),
+		fieldLine("Mutable parameters", formatMap(mutable)),
+		"\nExpansion under way\n" +
+			fieldLine("Target", "4.0 MiB (limit 8.0 MiB)") +
+			fieldLine("State", "nodes") +
+			fieldLine("Started", formatTime(e.GetStartedAt())) +
+			fieldLine("Nodes pending", a.NodeID()) +
+			fieldLine("Nodes done", "-") +
+			fieldLine("Last error", e.GetLastError()) +
+			"\nClaims\n",
+	} {
+		if !strings.Contains(status, part) {
+			t.Errorf("volume status printed\n%s\nwithout\n%s", status, part)
+		}
+	}
+	if s := cli(t, "volume", "status", "logs"); !strings.Contains(s, fieldLine("Content source", "snapshot s1")) || strings.Contains(s, "Expansion under way") {
+		t.Errorf("volume status logs printed\n%s", s)
+	}
+	var line bytes.Buffer
+	if err := printExpandResult(&line, expanding); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Expanding volume data to 4.0 MiB: waiting for 1 node(s); last error: " + e.GetLastError() + " (see volume status data)\n"; line.String() != want {
+		t.Errorf("expand result of the volume under way: %q, want %q", line.String(), want)
+	}
+
+	// Once the node works again the expansion ends, on the node too.
+	p.SetFaults(testplugin.Faults{})
+	if out := cli(t, "volume", "expand", "data", "--capacity", "4MiB"); out != "Expanded volume data: capacity 4.0 MiB\n" {
+		t.Errorf("expand after the node recovered printed %q", out)
+	}
+	if v := getVolume(t, addr, "data"); v.GetExpansion() != nil || v.GetCapacityBytes() != 4<<20 {
+		t.Errorf("volume after the expansion: capacity %d, expansion %v", v.GetCapacityBytes(), v.GetExpansion())
+	}
+	if nv := p.NodeVolumes()[data.GetExternalId()]; nv.CapacityBytes != 4<<20 {
+		t.Errorf("the node sees %d bytes, want %d", nv.CapacityBytes, 4<<20)
+	}
+	grown := mustJSON(t, "--address", addr, "volume", "expand", "data", "--capacity", "5MiB")
+	if grown["id"] != "data" || grown["capacity_bytes"] != "5242880" || grown["expansion"] != nil {
+		t.Errorf("expand --json: %v", grown)
+	}
+	if nv := p.NodeVolumes()[data.GetExternalId()]; nv.CapacityBytes != 5<<20 {
+		t.Errorf("the node sees %d bytes, want %d", nv.CapacityBytes, 5<<20)
+	}
+	cli(t, "volume", "release", "data", "--node", a.NodeID(), "--workload", "job-1")
+
+	// Delete: the plugin forgets the snapshot, and so does the cluster.
+	if out := cli(t, "volume", "snapshot", "delete", "s1", "--secret", "k=s3cr3t"); out != "Deleted snapshot s1\n" {
+		t.Errorf("snapshot delete printed %q", out)
+	}
+	if got := lastSecrets(p, "DeleteSnapshot"); !maps.Equal(got, map[string]string{"k": "s3cr3t"}) {
+		t.Errorf("DeleteSnapshot got secrets %v", got)
+	}
+	if del := mustJSON(t, "--address", addr, "volume", "snapshot", "delete", "s3"); len(del) != 0 {
+		t.Errorf("snapshot delete --json: %v, want {}", del)
+	}
+	for _, id := range []string{"s1", "s3"} {
+		if err := fail(t, "volume", "snapshot", "status", id); !strings.Contains(err.Error(), fmt.Sprintf("snapshot %q not found", id)) {
+			t.Errorf("status of deleted snapshot %s: %v", id, err)
+		}
+	}
+	var left []string
+	for _, s := range p.Snapshots() {
+		left = append(left, s.ID)
+	}
+	if !slices.Equal(left, []string{s2.GetExternalId()}) {
+		t.Errorf("the plugin's snapshots: %v, want only s2's %s", left, s2.GetExternalId())
+	}
+	if out := cli(t, "volume", "snapshot", "list", "--volume", "data"); out != "No snapshots.\n" {
+		t.Errorf("snapshots of data after the deletes: %q", out)
 	}
 }
 
