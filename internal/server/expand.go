@@ -204,8 +204,9 @@ func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID strin
 // keeps its size. A controller that could not be found or reached is not
 // a refusal: the step may have happened.
 func (s *Server) expansionFailed(v *statepb.Volume, callErr error, answered bool) error {
+	msg := status.Convert(callErr).Message()
 	next := proto.Clone(v.GetExpansion()).(*statepb.VolumeExpansion)
-	next.LastError = callErr.Error()
+	next.LastError = msg
 	v, err := s.applyExpansion(claims.ExpansionStep(v, next, 0))
 	if err != nil {
 		return errors.Join(callErr, err)
@@ -214,9 +215,9 @@ func (s *Server) expansionFailed(v *statepb.Volume, callErr error, answered bool
 		if _, err := s.applyExpansion(claims.ExpansionStep(v, nil, 0)); err != nil {
 			return errors.Join(callErr, err)
 		}
-		return status.Errorf(status.Code(callErr), "expand volume %q: %s (the plugin refused; the expansion is abandoned)", v.GetId(), status.Convert(callErr).Message())
+		return status.Errorf(status.Code(callErr), "expand volume %q: %s (the plugin refused; the expansion is abandoned)", v.GetId(), msg)
 	}
-	return status.Errorf(status.Code(callErr), "expand volume %q: %v (the expansion is recorded; the cluster keeps trying)", v.GetId(), callErr)
+	return status.Errorf(status.Code(callErr), "expand volume %q: %s (the expansion is recorded; the cluster keeps trying)", v.GetId(), msg)
 }
 
 // modifyVolume runs on the leader: ControllerModifyVolume through a

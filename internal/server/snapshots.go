@@ -155,11 +155,11 @@ func (s *Server) snapshotFailed(snap *statepb.VolumeSnapshot, callErr error, ans
 		return callErr
 	}
 	failed := proto.Clone(snap).(*statepb.VolumeSnapshot)
-	failed.LastError = callErr.Error()
+	failed.LastError = status.Convert(callErr).Message()
 	if _, err := s.applySnapshot(failed, snap.GetModifyIndex()); err != nil {
 		return errors.Join(callErr, err)
 	}
-	return status.Errorf(status.Code(callErr), "%v (the snapshot is recorded as being created; the cluster keeps trying)", callErr)
+	return status.Errorf(status.Code(callErr), "create snapshot %q: %s (the snapshot is recorded as being created; the cluster keeps trying)", snap.GetId(), failed.GetLastError())
 }
 
 // deleteVolumeSnapshot runs on the leader: it records that the snapshot
@@ -259,7 +259,7 @@ func (s *Server) deleteUnnamedSnapshot(ctx context.Context, snap *statepb.Volume
 // be refused again.
 func (s *Server) snapshotDeleteFailed(snap *statepb.VolumeSnapshot, callErr error) error {
 	failed := proto.Clone(snap).(*statepb.VolumeSnapshot)
-	failed.LastError = callErr.Error()
+	failed.LastError = status.Convert(callErr).Message()
 	refused := pluginRefusal(callErr) && snap.GetExternalId() != ""
 	if refused {
 		failed.State = claims.SnapshotCreated
@@ -268,9 +268,9 @@ func (s *Server) snapshotDeleteFailed(snap *statepb.VolumeSnapshot, callErr erro
 		return errors.Join(callErr, err)
 	}
 	if refused {
-		return status.Errorf(status.Code(callErr), "delete snapshot %q: %v (the plugin refused; the snapshot is kept)", snap.GetId(), status.Convert(callErr).Message())
+		return status.Errorf(status.Code(callErr), "delete snapshot %q: %s (the plugin refused; the snapshot is kept)", snap.GetId(), failed.GetLastError())
 	}
-	return status.Errorf(status.Code(callErr), "%v (the snapshot is recorded as being deleted; the cluster keeps trying)", callErr)
+	return status.Errorf(status.Code(callErr), "delete snapshot %q: %s (the snapshot is recorded as being deleted; the cluster keeps trying)", snap.GetId(), failed.GetLastError())
 }
 
 // pluginRefusal reports whether err is a plugin's answer that the same
