@@ -31,6 +31,22 @@ func (s *Server) applyVolume(volumeID string, e *statepb.LogEntry) (*statepb.Vol
 	return s.State().Volume(volumeID), nil
 }
 
+// lockVolume takes the lock of volume id and returns the volume as
+// stored under it, with the function that releases the lock; an unknown
+// volume is NotFound, with the lock already released.
+func (s *Server) lockVolume(ctx context.Context, id string) (*statepb.Volume, func(), error) {
+	unlock, err := s.volumeLocks.Lock(ctx, id)
+	if err != nil {
+		return nil, nil, toStatus(err)
+	}
+	v := s.State().Volume(id)
+	if v == nil {
+		unlock()
+		return nil, nil, status.Errorf(codes.NotFound, "volume %q not found", id)
+	}
+	return v, unlock, nil
+}
+
 // stepClaim writes one claim_step command and returns the volume and the
 // claim as stored after it.
 func (s *Server) stepClaim(cmd *statepb.ClaimStepCommand) (*statepb.Volume, *statepb.VolumeClaim, error) {
@@ -82,16 +98,11 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 			s.watcher.Kick()
 		}
 	}()
-	unlock, err := s.volumeLocks.Lock(ctx, req.GetId())
+	v, unlock, err := s.lockVolume(ctx, req.GetId())
 	if err != nil {
-		return nil, nil, toStatus(err)
+		return nil, nil, err
 	}
 	defer unlock()
-
-	v := s.State().Volume(req.GetId())
-	if v == nil {
-		return nil, nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
-	}
 	ref := claims.Ref{VolumeID: v.GetId(), NodeID: req.GetNodeId(), WorkloadID: req.GetWorkloadId()}
 	_, claim := claims.Find(v, ref.NodeID, ref.WorkloadID)
 	switch {
@@ -293,15 +304,11 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 	if req.GetId() == "" || req.GetNodeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "release volume: id and node_id are required")
 	}
-	unlock, err := s.volumeLocks.Lock(ctx, req.GetId())
+	v, unlock, err := s.lockVolume(ctx, req.GetId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	defer unlock()
-	v := s.State().Volume(req.GetId())
-	if v == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
-	}
 	match := func(c *statepb.VolumeClaim) bool {
 		return c.GetNodeId() == req.GetNodeId() && (req.GetWorkloadId() == "" || c.GetWorkloadId() == req.GetWorkloadId())
 	}

@@ -55,15 +55,11 @@ func (s *Server) expansionOf(pluginID string) expansionPlugin {
 // it to its end (driveExpansion). A failure leaves the expansion recorded
 // with its last error, and the volume watcher finishes it.
 func (s *Server) expandVolume(ctx context.Context, req *csisupdv1.VolumeExpandRequest) (*statepb.Volume, error) {
-	unlock, err := s.volumeLocks.Lock(ctx, req.GetId())
+	v, unlock, err := s.lockVolume(ctx, req.GetId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	defer unlock()
-	v := s.State().Volume(req.GetId())
-	if v == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
-	}
 	limit, done, err := claims.CheckExpandRequest(v, req.GetCapacityMinBytes(), req.GetCapacityMaxBytes())
 	if err != nil || done {
 		return v, err
@@ -227,15 +223,11 @@ func (s *Server) modifyVolume(ctx context.Context, req *csisupdv1.VolumeModifyRe
 	if len(req.GetMutableParameters()) == 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "modify volume %q: mutable_parameters are required", req.GetId())
 	}
-	unlock, err := s.volumeLocks.Lock(ctx, req.GetId())
+	v, unlock, err := s.lockVolume(ctx, req.GetId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	defer unlock()
-	v := s.State().Volume(req.GetId())
-	if v == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
-	}
 	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapModifyVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 	if err != nil {
 		return nil, err

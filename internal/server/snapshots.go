@@ -81,15 +81,11 @@ func (s *Server) createVolumeSnapshot(ctx context.Context, req *csisupdv1.Volume
 // the volume either sees the snapshot (and is refused) or is over (and
 // the snapshot is refused).
 func (s *Server) recordSnapshotIntent(ctx context.Context, req *csisupdv1.VolumeSnapshotCreateRequest) (*statepb.VolumeSnapshot, error) {
-	unlock, err := s.volumeLocks.Lock(ctx, req.GetVolumeId())
+	v, unlock, err := s.lockVolume(ctx, req.GetVolumeId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	defer unlock()
-	v := s.State().Volume(req.GetVolumeId())
-	if v == nil {
-		return nil, status.Errorf(codes.NotFound, "create snapshot %q: volume %q not found", req.GetId(), req.GetVolumeId())
-	}
 	// Refuse early what would fail anyway, before anything is recorded.
 	if _, err := s.placedControllers(v.GetPluginId(), plugin.CapCreateDeleteSnapshot, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId())); err != nil {
 		return nil, err

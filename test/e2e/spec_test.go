@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,31 +19,13 @@ import (
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
-// lockedBuffer is a log sink several goroutines write.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestVolumeSpecFile creates a volume from a Nomad-style specification
 // (topology, capability, mount options, parameters, secrets) with the
 // CLI: the volume lands where its topology asks, records what the spec
 // says, and its secret reaches the plugin but none of the servers' raft
 // data, any log line at trace level, or any cluster event.
 func TestVolumeSpecFile(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testutil.SyncBuffer{}
 	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: logs})})
 	var plugins []*testplugin.Plugin

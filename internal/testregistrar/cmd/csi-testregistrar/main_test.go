@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csisupd/csisupd/internal/kubeletreg"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -28,30 +28,12 @@ func TestMain(m *testing.M) {
 // wait bounds every wait on the process.
 const wait = 30 * time.Second
 
-// lockedBuffer collects a process's standard error while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a running csi-testregistrar.
 type proc struct {
 	cmd    *exec.Cmd
 	lines  chan string   // standard output, line by line
 	exited chan struct{} // closed when the process has been waited for
-	stderr *lockedBuffer
+	stderr *testutil.SyncBuffer
 }
 
 // build compiles the command into a temporary directory.
@@ -78,7 +60,7 @@ func shortDir(t *testing.T) string {
 // start runs the command and waits for its socket to appear.
 func start(t *testing.T, bin, socket string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), lines: make(chan string, 16), exited: make(chan struct{}), stderr: &lockedBuffer{}}
+	p := &proc{cmd: exec.Command(bin, args...), lines: make(chan string, 16), exited: make(chan struct{}), stderr: &testutil.SyncBuffer{}}
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
