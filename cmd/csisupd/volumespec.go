@@ -119,6 +119,21 @@ func checkCapacities(fs *pflag.FlagSet, s *volspec.Spec) error {
 	return nil
 }
 
+// applyShape sets the flags create and register share over the spec:
+// --capacity, --capacity-max (checked together) and the capability flags.
+func applyShape(fs *pflag.FlagSet, s *volspec.Spec, capacity, capacityMax string, caps *capabilityFlags) error {
+	if err := sizeFlag(fs, "capacity", capacity, &s.CapacityMin); err != nil {
+		return err
+	}
+	if err := sizeFlag(fs, "capacity-max", capacityMax, &s.CapacityMax); err != nil {
+		return err
+	}
+	if err := checkCapacities(fs, s); err != nil {
+		return err
+	}
+	return caps.apply(fs, s)
+}
+
 // specBase returns the spec of -f (an empty one without it) with the
 // NAME argument as its id.
 func specBase(file string, args []string, in io.Reader) (*volspec.Spec, error) {
@@ -207,16 +222,7 @@ func (f *createFlags) request(fs *pflag.FlagSet, args []string, in io.Reader) (*
 	if err := requireSpecFlag(f.file, s.PluginID, "plugin_id", "plugin"); err != nil {
 		return nil, err
 	}
-	if err := sizeFlag(fs, "capacity", f.capacity, &s.CapacityMin); err != nil {
-		return nil, err
-	}
-	if err := sizeFlag(fs, "capacity-max", f.capacityMax, &s.CapacityMax); err != nil {
-		return nil, err
-	}
-	if err := checkCapacities(fs, s); err != nil {
-		return nil, err
-	}
-	if err := f.caps.apply(fs, s); err != nil {
+	if err := applyShape(fs, s, f.capacity, f.capacityMax, &f.caps); err != nil {
 		return nil, err
 	}
 	if s.Parameters, err = mergeKeyValues("parameter", f.params, s.Parameters); err != nil {
@@ -334,16 +340,7 @@ func (f *registerFlags) volume(fs *pflag.FlagSet, args []string, in io.Reader) (
 	if err := requireSpecFlag(f.file, s.ExternalID, "external_id", "external-id"); err != nil {
 		return nil, err
 	}
-	if err := sizeFlag(fs, "capacity", f.capacity, &s.CapacityMin); err != nil {
-		return nil, err
-	}
-	if err := sizeFlag(fs, "capacity-max", f.capacityMax, &s.CapacityMax); err != nil {
-		return nil, err
-	}
-	if err := checkCapacities(fs, s); err != nil {
-		return nil, err
-	}
-	if err := f.caps.apply(fs, s); err != nil {
+	if err := applyShape(fs, s, f.capacity, f.capacityMax, &f.caps); err != nil {
 		return nil, err
 	}
 	if s.Context, err = mergeKeyValues("context", f.volCtx, s.Context); err != nil {
