@@ -201,6 +201,18 @@ type Config struct {
 	// read-write-search and set-group-id, so new files join the group).
 	// Without it a mount group is InvalidArgument.
 	VolumeMountGroup bool
+	// Journal, when set, is a file to which the plugin appends a
+	// JournalRecord line when every Node and Controller call begins and
+	// another when it ends (Identity calls are left out), each synced
+	// before the call goes on, so the file holds a record of every effect
+	// a caller could have seen even if the process is killed right after
+	// an answer. The file is opened by Start, created when missing and
+	// appended to, never truncated, so a plugin started again on the same
+	// path adds to it. Secrets are never written, only their keys. When a
+	// record cannot be written the call fails with Internal: with the
+	// begin record before any effect; with the end record after the
+	// effect, which the begin record then covers as an unknown outcome.
+	Journal string
 	// Logger receives debug logs of every call (default: discard).
 	Logger hclog.Logger
 }
@@ -270,6 +282,7 @@ type Plugin struct {
 	healthMu sync.Mutex
 	health   map[string][]VolumeHealthStatus // by volume id
 	storage  []StorageHealthStatus
+	journal  *journal // nil without Config.Journal
 }
 
 // maxNodeLog bounds the node call log; older calls are dropped.
@@ -475,6 +488,9 @@ func New(cfg Config) (*Plugin, error) {
 	p.st = st
 	p.cfg = cfg
 	p.stats = newStats()
+	if cfg.Journal != "" {
+		p.journal = newJournal(cfg.Journal, cfg.Name, cfg.NodeID)
+	}
 	return p, nil
 }
 
@@ -594,8 +610,14 @@ func (p *Plugin) Start() error {
 	if err := removeStaleSocket(p.cfg.Socket); err != nil {
 		return err
 	}
+	if p.journal != nil {
+		if err := p.journal.open(); err != nil {
+			return err
+		}
+	}
 	l, err := net.Listen("unix", p.cfg.Socket)
 	if err != nil {
+		p.closeJournal()
 		return fmt.Errorf("testplugin: listen on socket %q: %w", p.cfg.Socket, err)
 	}
 	runCtx, runStop := context.WithCancel(context.Background())
@@ -642,6 +664,7 @@ func (p *Plugin) Stop() {
 	p.srv.GracefulStop()
 	<-p.done
 	p.srv, p.lis = nil, nil
+	p.closeJournal()
 	if err := os.Remove(p.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		p.logger.Warn("cannot remove socket", "error", err)
 	}
@@ -661,6 +684,16 @@ func (p *Plugin) Kill() {
 	p.srv.Stop()
 	<-p.done
 	p.srv, p.lis = nil, nil
+	// A call still running after Stop cannot write its end record any
+	// more and fails, as in a crashed process; its begin record stays.
+	p.closeJournal()
+}
+
+// closeJournal closes the journal file, when there is one.
+func (p *Plugin) closeJournal() {
+	if p.journal != nil {
+		p.journal.close()
+	}
 }
 
 // SetFaults replaces the fault knobs; it copies f's maps.
@@ -740,14 +773,27 @@ func newStats() Stats {
 }
 
 // interceptor returns the server's interceptor: it counts every call,
-// cancels it when runCtx ends (the plugin stops), and applies the method
-// delays and errors of the current faults.
+// cancels it when runCtx ends (the plugin stops), applies the method
+// delays and errors of the current faults, and with Config.Journal
+// journals Node and Controller calls before they start and before they
+// answer.
 func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method := path.Base(info.FullMethod)
 		p.recordSecrets(method, req)
 		p.callStarted(method)
 		defer p.callEnded(method)
+
+		var rec JournalRecord
+		jn := p.journal != nil && journaled(info.FullMethod)
+		if jn {
+			// Before anything else, so a record covers every effect.
+			rec = journalRequest(method, req)
+			rec.Phase = JournalBegin
+			if err := p.journal.write(&rec); err != nil {
+				return nil, status.Errorf(codes.Internal, "testplugin: %s not done: %v", method, err)
+			}
+		}
 
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -758,15 +804,15 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 		if method == "ControllerPublishVolume" {
 			delay += f.PublishDelay
 		}
-		if err := sleep(ctx, delay); err != nil {
-			return nil, err
-		}
-		if code := f.Errors[method]; code != codes.OK {
-			return nil, status.Errorf(code, "testplugin: injected %s error for %s", code, method)
-		}
-		resp, err := handler(ctx, req)
-		if err == nil {
-			p.logNodeCall(req)
+		resp, err := p.serve(ctx, req, method, delay, f.Errors[method], handler)
+		if jn {
+			// Before the answer: a caller never sees an effect the
+			// journal does not hold. Code is the work's outcome; a
+			// lost answer below does not undo the effect.
+			journalOutcome(&rec, resp, err)
+			if jerr := p.journal.write(&rec); jerr != nil {
+				return nil, status.Errorf(codes.Internal, "testplugin: %s done with code %s but not journaled: %v", method, status.Code(err), jerr)
+			}
 		}
 		p.logger.Debug("call", "method", method, "code", status.Code(err))
 		if err == nil {
@@ -776,6 +822,22 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 		}
 		return resp, err
 	}
+}
+
+// serve runs one call: the injected delay and error, then the handler,
+// logging a successful node call.
+func (p *Plugin) serve(ctx context.Context, req any, method string, delay time.Duration, code codes.Code, handler grpc.UnaryHandler) (any, error) {
+	if err := sleep(ctx, delay); err != nil {
+		return nil, err
+	}
+	if code != codes.OK {
+		return nil, status.Errorf(code, "testplugin: injected %s error for %s", code, method)
+	}
+	resp, err := handler(ctx, req)
+	if err == nil {
+		p.logNodeCall(req)
+	}
+	return resp, err
 }
 
 func (p *Plugin) callStarted(method string) {
