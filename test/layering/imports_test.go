@@ -21,8 +21,8 @@ const module = "github.com/csisupd/csisupd/"
 // with leader -> {claims, state}: the leader's duties never see the Server.
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
-// packages (testutil, testplugin, testregistrar, testcluster, consultest,
-// metricsdoc) are imported by tests, benchmarks and --dev only.
+// packages (testutil, testplugin and its journal reader, testregistrar,
+// testcluster, consultest, metricsdoc) are imported by tests, benchmarks and --dev only.
 var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
@@ -90,6 +90,7 @@ var allowed = map[string][]string{
 	"internal/testutil/metricsdoc":                 {},
 	"internal/plugin/plugintest":                   {api, "internal/plugin"},
 	"internal/testplugin":                          {},
+	"internal/testplugin/journal":                  {"internal/testplugin"},
 	"internal/testplugin/cmd/csi-testplugin":       {"internal/testplugin"},
 	"internal/testregistrar":                       {},
 	"internal/testregistrar/cmd/csi-testregistrar": {"internal/testregistrar"},
@@ -124,7 +125,7 @@ var forbiddenOutside = map[string][]string{
 }
 
 // testHelpers may be imported by every package's tests.
-var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/testregistrar", "internal/plugin/plugintest", "internal/consulsync/consultest"}
+var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/testplugin/journal", "internal/testregistrar", "internal/plugin/plugintest", "internal/consulsync/consultest"}
 
 // allowedInTests lists what a package's tests may import beyond its own
 // allowed imports and testHelpers, each with why. Tests run the real parts
