@@ -79,19 +79,19 @@ type call struct {
 
 // outcome of a call.
 const (
-	succeeded = iota
-	failed
-	unknown // no end record
+	outcomeOK = iota
+	outcomeFailed
+	outcomeUnknown // no end record
 )
 
 func (c call) outcome() int {
 	switch {
 	case c.end == nil:
-		return unknown
+		return outcomeUnknown
 	case c.end.Code == "OK":
-		return succeeded
+		return outcomeOK
 	default:
-		return failed
+		return outcomeFailed
 	}
 }
 
@@ -186,11 +186,11 @@ func intervals(cs []call, kind, openMethod, closeMethod string, pathOf func(Reco
 		for _, c := range g {
 			o := c.outcome()
 			switch {
-			case c.begin.Method == openMethod && o != failed && cur == nil:
+			case c.begin.Method == openMethod && o != outcomeFailed && cur == nil:
 				cur = &interval{kind: kind, node: k.node, volume: k.volume, path: k.path, mode: c.begin.AccessMode,
-					readonly: c.begin.Readonly, start: c.begin.Time, unknown: o == unknown, records: c.records()}
+					readonly: c.begin.Readonly, start: c.begin.Time, unknown: o == outcomeUnknown, records: c.records()}
 				out = append(out, cur)
-			case c.begin.Method == closeMethod && o == succeeded && cur != nil:
+			case c.begin.Method == closeMethod && o == outcomeOK && cur != nil:
 				cur.end = c.end.Time
 				cur.records = append(cur.records, c.records()...)
 				cur = nil

@@ -39,7 +39,7 @@ func (e *TornLineError) Is(target error) bool { return target == ErrTornLine }
 const maxTornText = 80
 
 // Read reads the journal file at path. A torn record is skipped: a line
-// that is not a record and is the last one, or is followed by the first
+// that is not even valid JSON and is the last one, or is followed by the first
 // record of a plugin instance (Seq 1), which is how a restarted plugin
 // leaves the torn tail of the one before (it ends it with a newline before
 // appending). Then Read returns every other record together with
@@ -69,7 +69,7 @@ func Read(path string) ([]Record, error) {
 		}
 		r, err := parse(line)
 		if err != nil {
-			if restartFollows(lines[i+1:], tail) {
+			if !json.Valid(line) && restartFollows(lines[i+1:], tail) {
 				torn = append(torn, tornError(path, i+1, line))
 				continue
 			}
@@ -84,9 +84,12 @@ func Read(path string) ([]Record, error) {
 	if len(bytes.TrimSpace(tail)) > 0 {
 		n := len(lines) + 1
 		r, err := parse(tail)
-		if err != nil {
+		switch {
+		case err != nil && json.Valid(tail):
+			return nil, fmt.Errorf("journal: %s:%d: bad record: %w", path, n, err)
+		case err != nil:
 			torn = append(torn, tornError(path, n, tail))
-		} else {
+		default:
 			// Whole but for its newline: a record all the same.
 			r.File, r.Line = path, n
 			if err := check(r, state); err != nil {
@@ -116,7 +119,7 @@ func restartFollows(rest [][]byte, tail []byte) bool {
 		}
 		r, err := parse(l)
 		if err != nil {
-			return restartFollows(rest[i+1:], tail)
+			return !json.Valid(l) && restartFollows(rest[i+1:], tail)
 		}
 		return r.Seq == 1
 	}
