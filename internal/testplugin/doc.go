@@ -150,6 +150,25 @@
 // nodes, snapshot readiness. Plugin.Kill stops like a crashed process: the
 // socket file stays and dialing it is refused until Start runs again.
 //
+// # Call journal
+//
+// With Config.Journal the plugin keeps its own evidence of what it was
+// asked and did, for tests that check invariants from records the system
+// under test does not write: it appends a JournalRecord line to the file
+// when each Node and Controller call begins (before any fault or effect)
+// and when its work is done (with the outcome's gRPC code), syncing each
+// before the call goes on, so the answer a caller saw always has its
+// records even if the process is killed right after sending it. Records
+// carry a wall-clock time, a sequence number and an id per plugin
+// instance, the writer's node id, the method and the request's volume id,
+// node id, paths, readonly flag and access mode; of secrets only the keys,
+// and every string is cut to MaxJournalString. The file is appended to,
+// never truncated, by any number of instances and restarts. A record that
+// cannot be written fails the call with Internal, so no effect goes
+// unrecorded: a call whose end record failed still has its begin record,
+// which readers take as an effect of unknown outcome. Package journal
+// reads journals and checks them.
+//
 // # Conformance
 //
 // The package's tests run the csi-sanity suite (kubernetes-csi/csi-test

@@ -36,6 +36,14 @@
 // csi.sock socket, else the socket's name without ".sock"). Lines are
 // buffered and written at least every 100 ms and at exit, so soak tests
 // can tell how regularly an agent probed.
+//
+// With --journal FILE every plugin appends a JSON record (see
+// testplugin.JournalRecord) when a Node or Controller call begins and
+// another before it answers, each synced first, so the file survives a
+// SIGKILL with a record of every answer sent; the plugins of --dir share
+// the file, their records telling them apart. A call whose record cannot
+// be written fails with Internal. Package testplugin/journal reads the
+// file and checks invariants on it.
 package main
 
 import (
@@ -85,6 +93,7 @@ type options struct {
 	exitAfter    time.Duration
 	logLevel     string
 	probeLog     string
+	journal      string
 	mounts       string
 
 	nodeLocal             bool
@@ -121,6 +130,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: trace, debug, info, warn or error")
 	fs.StringVar(&o.mounts, "mounts", testplugin.MountsMarker, "how the node service places volumes: marker (links, no privileges) or bind (real bind mounts, needs root)")
 	fs.StringVar(&o.probeLog, "probe-log", "", "append \"<plugin id> <unix ns>\" to this file for every Probe served")
+	fs.StringVar(&o.journal, "journal", "", "append a synced JSON record to this file when each Node and Controller call begins and before it answers")
 	fs.BoolVar(&o.nodeLocal, "node-local", false, "behave like a node-local driver: topology {<topology-key>: <node-id>}, volumes only on this node")
 	fs.StringVar(&o.topologyKey, "topology-key", "", "topology key of --node-local (default "+testplugin.DefaultTopologyKey+")")
 	fs.StringVar(&o.expansion, "expansion", testplugin.ExpansionOnline, "volume expansion: online, offline or none")
@@ -227,6 +237,7 @@ func pluginConfig(o options) (testplugin.Config, error) {
 		MaxContentBytes:        o.maxContentBytes,
 		VolumeHealth:           o.volumeHealth,
 		VolumeMountGroup:       o.volumeMountGroup,
+		Journal:                o.journal,
 	}, nil
 }
 

@@ -217,7 +217,10 @@ func TestPluginConfigFlags(t *testing.T) {
 		{"defaults", nil, func(c testplugin.Config) bool {
 			return !c.NodeLocal && c.TopologyKey == "" && c.Expansion == testplugin.ExpansionOnline && !c.NodeExpansionRequired &&
 				c.MutableParameters == nil && c.SnapshotReadyAfter == 0 && c.MaxContentBytes == testplugin.DefaultMaxContentBytes &&
-				!c.VolumeHealth && !c.VolumeMountGroup && c.ControllerCapabilities == nil
+				!c.VolumeHealth && !c.VolumeMountGroup && c.ControllerCapabilities == nil && c.Journal == ""
+		}},
+		{"journal", []string{"--journal", "calls.jsonl"}, func(c testplugin.Config) bool {
+			return c.Journal == "calls.jsonl"
 		}},
 		{"node-local", []string{"--node-local", "--topology-key", "example.com/host"}, func(c testplugin.Config) bool {
 			return c.NodeLocal && c.TopologyKey == "example.com/host"
