@@ -64,8 +64,9 @@ type JournalRecord struct {
 	Node string `json:"node"`
 	// Method is the gRPC method name, for example "NodePublishVolume".
 	Method string `json:"method"`
-	// VolumeID is the request's volume_id; in the end record of a
-	// successful CreateVolume, the id of the volume created.
+	// VolumeID is the request's volume_id (source_volume_id for
+	// CreateSnapshot); in the end record of a successful CreateVolume,
+	// the id of the volume created.
 	VolumeID string `json:"volume_id,omitempty"`
 	// NodeID is the node_id of a ControllerPublishVolume or
 	// ControllerUnpublishVolume request.

@@ -254,3 +254,32 @@ func unjoin(err error) []error {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// FuzzRead checks Read never panics and, when it returns records, that
+// they are the file's, in line order, each valid.
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(`{"seq":1,"call":1,"phase":"begin","time":"2026-01-02T03:04:05Z","instance":"i","method":"M"}` + "\n"))
+	f.Add([]byte(`{"seq":1,"call":1,"phase":"begin","time":"2026-01-02T03:04:05Z","instance":"i","method":"M"}` + "\n{\"seq\":2,"))
+	f.Add([]byte("{\"seq\":3,\"ca\n" + `{"seq":1,"call":1,"phase":"begin","time":"2026-01-02T03:04:05Z","instance":"j","method":"M"}`))
+	f.Add([]byte("\n\n[1]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "j")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := Read(path)
+		if err != nil && !errors.Is(err, ErrTornLine) {
+			if recs != nil {
+				t.Fatalf("records with error %v", err)
+			}
+			return
+		}
+		last := 0
+		for _, r := range recs {
+			if r.File != path || r.Line <= last || r.Instance == "" || r.Seq == 0 {
+				t.Fatalf("record %+v after line %d", r, last)
+			}
+			last = r.Line
+		}
+	})
+}
