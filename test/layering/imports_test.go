@@ -22,7 +22,7 @@ const module = "github.com/csisupd/csisupd/"
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
 // packages (testutil, testplugin and its journal reader, testregistrar,
-// testcluster, consultest, metricsdoc) are imported by tests, benchmarks and --dev only.
+// testcluster, consultest, metricsdoc, netlab) are imported by tests, benchmarks and --dev only.
 var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
@@ -96,6 +96,9 @@ var allowed = map[string][]string{
 	"internal/testregistrar/cmd/csi-testregistrar": {"internal/testregistrar"},
 	"internal/testcluster":                         {api, "internal/agent", "internal/config", "internal/server", "internal/testplugin", "internal/testutil"},
 	"internal/consulsync/consultest":               {},
+	// netlab builds lab networks for fault tests: the standard library and
+	// the ip and iptables commands only.
+	"internal/netlab": {},
 
 	"test/agent":                {},
 	"test/bench":                {},
@@ -125,7 +128,7 @@ var forbiddenOutside = map[string][]string{
 }
 
 // testHelpers may be imported by every package's tests.
-var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/testplugin/journal", "internal/testregistrar", "internal/plugin/plugintest", "internal/consulsync/consultest"}
+var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/testplugin/journal", "internal/testregistrar", "internal/plugin/plugintest", "internal/consulsync/consultest", "internal/netlab"}
 
 // allowedInTests lists what a package's tests may import beyond its own
 // allowed imports and testHelpers, each with why. Tests run the real parts
