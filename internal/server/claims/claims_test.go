@@ -14,29 +14,31 @@ import (
 )
 
 func TestNodeGoneDue(t *testing.T) {
-	now := time.Unix(1000, 0)
 	grace := time.Minute
-	down := func(ago time.Duration) *statepb.ClusterNode {
-		return &statepb.ClusterNode{Id: "n", Status: state.NodeStatusDown, StatusUpdatedAt: timestamppb.New(now.Add(-ago))}
-	}
-	ready := &statepb.ClusterNode{Id: "n", Status: state.NodeStatusReady, StatusUpdatedAt: timestamppb.New(now.Add(-time.Hour))}
+	// The node's replicated status time says it went down long ago (a
+	// leader's clock that ran ahead): only downFor, the caller's own
+	// measure, counts.
+	down := &statepb.ClusterNode{Id: "n", Status: state.NodeStatusDown, StatusUpdatedAt: timestamppb.New(time.Unix(0, 0))}
+	ready := &statepb.ClusterNode{Id: "n", Status: state.NodeStatusReady, StatusUpdatedAt: timestamppb.New(time.Unix(0, 0))}
 	tests := []struct {
-		name  string
-		claim *statepb.VolumeClaim
-		node  *statepb.ClusterNode
-		want  bool
+		name    string
+		claim   *statepb.VolumeClaim
+		node    *statepb.ClusterNode
+		downFor time.Duration
+		want    bool
 	}{
-		{"taken, node down past the grace", &statepb.VolumeClaim{State: StateTaken}, down(2 * time.Minute), true},
-		{"unpublishing, node down past the grace", &statepb.VolumeClaim{State: StateUnpublishing}, down(2 * time.Minute), true},
-		{"taken, node down within the grace", &statepb.VolumeClaim{State: StateTaken}, down(30 * time.Second), false},
-		{"taken, node ready", &statepb.VolumeClaim{State: StateTaken}, ready, false},
-		{"taken, node not known", &statepb.VolumeClaim{State: StateTaken}, nil, true},
-		{"node-unpublished: past the node's step", &statepb.VolumeClaim{State: StateNodeUnpublished}, nil, false},
-		{"released without its node already", &statepb.VolumeClaim{State: StateUnpublishing, NodeGone: true}, nil, false},
+		{"taken, node seen down past the grace", &statepb.VolumeClaim{State: StateTaken}, down, 2 * time.Minute, true},
+		{"unpublishing, node seen down past the grace", &statepb.VolumeClaim{State: StateUnpublishing}, down, 2 * time.Minute, true},
+		{"taken, node seen down within the grace, whatever its status time", &statepb.VolumeClaim{State: StateTaken}, down, 30 * time.Second, false},
+		{"taken, node not seen down yet", &statepb.VolumeClaim{State: StateTaken}, down, 0, false},
+		{"taken, node ready", &statepb.VolumeClaim{State: StateTaken}, ready, time.Hour, false},
+		{"taken, node not known", &statepb.VolumeClaim{State: StateTaken}, nil, 0, true},
+		{"node-unpublished: past the node's step", &statepb.VolumeClaim{State: StateNodeUnpublished}, nil, time.Hour, false},
+		{"released without its node already", &statepb.VolumeClaim{State: StateUnpublishing, NodeGone: true}, nil, time.Hour, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := NodeGoneDue(tt.claim, tt.node, now, grace); got != tt.want {
+			if got := NodeGoneDue(tt.claim, tt.node, tt.downFor, grace); got != tt.want {
 				t.Fatalf("NodeGoneDue = %v, want %v", got, tt.want)
 			}
 		})

@@ -92,13 +92,15 @@ func OthersOnNode(v *statepb.Volume, c *statepb.VolumeClaim) bool {
 
 // NodeGoneDue reports whether a claim must be released without its node:
 // it is taken or unpublishing, and its node (nil: not known to the cluster
-// any more) has been down for longer than grace at now.
-func NodeGoneDue(c *statepb.VolumeClaim, node *statepb.ClusterNode, now time.Time, grace time.Duration) bool {
+// any more) is down and has been seen down for downFor, longer than grace.
+// downFor is measured by the caller on its monotonic clock, not from the
+// node's replicated status time, which is another server's wall clock.
+func NodeGoneDue(c *statepb.VolumeClaim, node *statepb.ClusterNode, downFor, grace time.Duration) bool {
 	if c.GetNodeGone() || (c.GetState() != StateTaken && c.GetState() != StateUnpublishing) {
 		return false
 	}
 	if node == nil {
 		return true
 	}
-	return node.GetStatus() == state.NodeStatusDown && now.Sub(node.GetStatusUpdatedAt().AsTime()) > grace
+	return node.GetStatus() == state.NodeStatusDown && downFor > grace
 }

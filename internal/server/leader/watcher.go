@@ -88,6 +88,14 @@ type watchRun struct {
 	retries map[string]*claimRetry
 	// resumed holds the claims whose release this watcher logged.
 	resumed map[string]bool
+	// downSince holds, for each node found down in this term, and
+	// unfinishedSince, for each claim found taken but unfinished, when
+	// this watcher first saw it so, on the monotonic clock. The grace
+	// periods count from there, never from a replicated wall-clock time:
+	// a clock that jumps, on this server or on the leader that wrote the
+	// time, neither cuts one short nor stretches it. A new leader starts
+	// counting anew, which can only make it wait longer.
+	downSince, unfinishedSince map[string]time.Time
 }
 
 type claimRetry struct {
@@ -110,7 +118,8 @@ func (w *Watcher) Run(ctx context.Context) {
 	defer loop.Done()
 	// The release steps beat the loop between their calls to agents.
 	ctx = WithLoop(ctx, loop)
-	r := &watchRun{Watcher: w, loop: loop, retries: map[string]*claimRetry{}, resumed: map[string]bool{}}
+	r := &watchRun{Watcher: w, loop: loop, retries: map[string]*claimRetry{}, resumed: map[string]bool{},
+		downSince: map[string]time.Time{}, unfinishedSince: map[string]time.Time{}}
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -139,6 +148,7 @@ func watchKey(volumeID string, c *statepb.VolumeClaim) string {
 
 // pass looks at every claim once.
 func (r *watchRun) pass(ctx context.Context) {
+	r.observeNodes(time.Now())
 	live := map[string]bool{}
 	for _, v := range r.cfg.State().Volumes("") {
 		for _, c := range v.GetClaims() {
@@ -148,12 +158,21 @@ func (r *watchRun) pass(ctx context.Context) {
 			r.loop.Beat()
 			key := watchKey(v.GetId(), c)
 			live[key] = true
-			switch now := time.Now(); {
+			now := time.Now()
+			if _, seen := r.unfinishedSince[key]; !seen && claims.Unfinished(c) {
+				r.unfinishedSince[key] = now
+			}
+			switch {
 			case r.nodeGoneDue(c, now) || claims.Releasing(c.GetState()):
 				r.release(ctx, v.GetId(), c, key)
-			case r.resumeDue(c, now):
+			case r.resumeDue(c, key, now):
 				r.finish(ctx, v.GetId(), c, key)
 			}
+		}
+	}
+	for key := range r.unfinishedSince {
+		if !live[key] {
+			delete(r.unfinishedSince, key)
 		}
 	}
 	r.lifecycle(ctx, live)
@@ -229,23 +248,50 @@ func (r *watchRun) retrying(ctx context.Context, key, what string, log hclog.Log
 	delete(r.retries, key)
 }
 
-// nodeGoneDue reports whether a claim must be released without its node:
-// it is taken or unmounting, and its node has been down for longer than
-// ClaimGCGrace (or is not known to the cluster any more).
-func (r *watchRun) nodeGoneDue(c *statepb.VolumeClaim, now time.Time) bool {
-	return claims.NodeGoneDue(c, r.cfg.State().Node(c.GetNodeId()), now, r.cfg.ClaimGCGrace)
+// observeNodes records when this watcher first saw each down node down,
+// and forgets the nodes that are not down.
+func (r *watchRun) observeNodes(now time.Time) {
+	down := map[string]bool{}
+	for _, n := range r.cfg.State().Nodes() {
+		if n.GetStatus() != state.NodeStatusDown {
+			continue
+		}
+		down[n.GetId()] = true
+		if _, seen := r.downSince[n.GetId()]; !seen {
+			r.downSince[n.GetId()] = now
+		}
+	}
+	for id := range r.downSince {
+		if !down[id] {
+			delete(r.downSince, id)
+		}
+	}
 }
 
-// resumeDue reports whether a claim is taken but not mounted, and has
-// been so for longer than ClaimResumeTimeout: no caller finished it.
-func (r *watchRun) resumeDue(c *statepb.VolumeClaim, now time.Time) bool {
-	return claims.Unfinished(c) && now.Sub(c.GetStateUpdatedAt().AsTime()) > r.cfg.ClaimResumeTimeout
+// nodeGoneDue reports whether a claim must be released without its node:
+// it is taken or unmounting, and this watcher has seen its node down for
+// longer than ClaimGCGrace (or the node is not known to the cluster any
+// more).
+func (r *watchRun) nodeGoneDue(c *statepb.VolumeClaim, now time.Time) bool {
+	var downFor time.Duration
+	if since, ok := r.downSince[c.GetNodeId()]; ok {
+		downFor = now.Sub(since)
+	}
+	return claims.NodeGoneDue(c, r.cfg.State().Node(c.GetNodeId()), downFor, r.cfg.ClaimGCGrace)
+}
+
+// resumeDue reports whether a claim is taken but not mounted, and this
+// watcher has seen it so for longer than ClaimResumeTimeout: no caller
+// finished it.
+func (r *watchRun) resumeDue(c *statepb.VolumeClaim, key string, now time.Time) bool {
+	since, ok := r.unfinishedSince[key]
+	return ok && claims.Unfinished(c) && now.Sub(since) > r.cfg.ClaimResumeTimeout
 }
 
 // finish runs Finish for one unfinished claim.
 func (r *watchRun) finish(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key string) {
 	r.locked(ctx, volumeID, c, key, "finishing an unfinished volume claim", func(now time.Time, ref claims.Ref, c *statepb.VolumeClaim, log hclog.Logger) error {
-		if !r.resumeDue(c, now) {
+		if !r.resumeDue(c, key, now) {
 			return nil // its caller finished it
 		}
 		log.Info("resuming unfinished volume claim", "claim_index", c.GetClaimIndex(), "taken_at", c.GetStateUpdatedAt().AsTime(),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/server/claims"
@@ -365,6 +366,60 @@ func TestWatcherLifecycleRetriesAfterBackoff(t *testing.T) {
 				t.Fatalf("%s called %d times, want 3", tt.key, got)
 			}
 			env.checkErrors()
+		})
+	}
+}
+
+// TestGracePeriodsCountFromWhatTheWatcherSaw: a node whose replicated
+// status time says it went down two hours ago, and a claim left
+// unfinished two hours ago by the same times (as a leader whose clock ran
+// ahead would write them), are left alone for the whole grace and resume
+// timeout of an hour, counted from when this watcher first saw them so;
+// with no grace, they are released and finished within a few passes.
+func TestGracePeriodsCountFromWhatTheWatcherSaw(t *testing.T) {
+	longAgo := timestamppb.New(time.Now().Add(-2 * time.Hour))
+	vol := &statepb.Volume{Id: "v", PluginId: "p", CreateIndex: 1, ModifyIndex: 2, Claims: []*statepb.VolumeClaim{
+		{NodeId: "gone", WorkloadId: "w1", State: claims.StateTaken, Mounted: true, ClaimIndex: 1, StateUpdatedAt: longAgo},
+		{NodeId: "up", WorkloadId: "w2", State: claims.StateTaken, ClaimIndex: 2, StateUpdatedAt: longAgo},
+	}}
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		want  bool
+	}{
+		{"within an hour's grace", time.Hour, false},
+		{"without grace", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newLifecycleEnv(t, time.Hour, []*statepb.Volume{vol}, nil, noProgress, noProgress)
+			env.write(func(txn *state.Txn) error {
+				for _, n := range []*statepb.ClusterNode{
+					{Id: "gone", Status: state.NodeStatusDown, StatusUpdatedAt: longAgo},
+					{Id: "up", Status: state.NodeStatusReady, StatusUpdatedAt: longAgo},
+				} {
+					if err := txn.PutNode(n); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			env.w.cfg.ClaimGCGrace, env.w.cfg.ClaimResumeTimeout = tc.grace, tc.grace
+			env.w.cfg.ReleaseWithoutNode = func(ref claims.Ref) (*statepb.VolumeClaim, error) {
+				env.count("gone/" + ref.NodeID)
+				return &statepb.VolumeClaim{NodeId: ref.NodeID, WorkloadId: ref.WorkloadID, State: claims.StateTaken}, nil
+			}
+			env.w.cfg.Finish = func(_ context.Context, ref claims.Ref) error {
+				env.count("finish/" + ref.NodeID)
+				return nil
+			}
+			env.run()
+			env.waitPass(1)
+			env.nextPass(1)
+			env.nextPass(2)
+			gone, finished := env.callsOf("gone/gone") > 0, env.callsOf("finish/up") > 0
+			if gone != tc.want || finished != tc.want {
+				t.Errorf("after 3 passes: claim released without its node %v, unfinished claim finished %v; want %v for both", gone, finished, tc.want)
+			}
 		})
 	}
 }
