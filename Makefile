@@ -20,7 +20,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-fault bench fuzz tools proto proto-check lint clean
+.PHONY: all build run test test-fault nemesis bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -41,6 +41,12 @@ test:
 test-fault:
 	$(GO) vet -tags fault ./...
 	$(GO) test -race -count=1 -tags fault -timeout 30m ./...
+
+## nemesis: servers and agents as processes on simulated hosts (network namespaces), killed,
+## stopped and partitioned (build tag "nemesis"; needs root, ip and iptables, else it skips).
+## SEED=N passes -seed=N, the seed of the fault schedule (logged by every run)
+nemesis:
+	$(GO) test -race -tags nemesis -count=1 -timeout 60m ./test/nemesis/ $(if $(SEED),-args -seed=$(SEED),)
 
 ## bench: benchmarks, each reported beside the direct path measured in the same run
 ## (node agent; a 10,000-node cluster; ClientCSI vs direct plugin calls; event latency beside

@@ -1,0 +1,52 @@
+//go:build nemesis
+
+// Package nemesis runs csisupd as a cluster of real processes on simulated
+// hosts and injects faults into it: processes killed and restarted,
+// stopped and continued, hosts partitioned. Its tests carry the build tag
+// nemesis (make nemesis) and need root, ip and iptables (package netlab);
+// elsewhere they skip with the reason.
+//
+// # The cluster
+//
+// StartCluster builds a netlab lab with server hosts s1..sN, agent hosts
+// a1..aM and one more host, ctl, for the test's own clients. Each server
+// host runs `csisupd agent` with the server role (bootstrap_expect = N,
+// retry_join naming every server); each agent host runs `csisupd agent`
+// with the client role and a csi-testplugin process serving the plugin
+// "tp" in node-local mode, with the host name as its CSI node id and a
+// call journal in a directory that outlives the processes (Journals).
+// Every process binds its host's lab address and the default ports (each
+// host has an address of its own), so all of their traffic crosses the
+// lab's router, where the cuts apply. A process restarted keeps its data
+// dir, state dir and configuration.
+//
+// # How the test talks to the cluster
+//
+// The test process stays in the root network namespace, which has no
+// route into the lab. It reads the cluster by running the csisupd CLI
+// (`--json`) inside the ctl host with Lab.Command, one bounded command per
+// question, against the servers' lab addresses. The ctl host is never cut
+// by Cut or Isolate unless a test names it; HealAll heals it too. The CLI
+// is the external contract (DESIGN section 6), so the test reads what an
+// operator would.
+//
+// # Faults and the schedule
+//
+// Kill (SIGKILL), Restart, Stop (SIGSTOP), Cont (SIGCONT), Cut, Isolate,
+// Rejoin and HealAll are each bounded and recorded with a timestamp in the
+// test log and in Events, the fault schedule of the run. Processes are
+// named by their host (s1, a2) and plugins by PluginName (a2/plugin).
+//
+// # Seed
+//
+// The -seed flag (make nemesis SEED=N) sets Options.Seed; 0 picks one from
+// the clock and logs it. Nothing random is drawn from it yet: it is for the
+// fault schedules of the soak test to come, so that a failing run can be
+// replayed.
+//
+// # Not yet
+//
+// The random fault schedule and the workload (volume claims whose journals
+// are checked with package testplugin/journal at the end) are not written
+// yet; only the cluster, its controls and TestClusterComesUp are.
+package nemesis
