@@ -3,9 +3,13 @@
 package nemesis
 
 import (
+	"errors"
+	"os"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/testplugin/journal"
 )
 
 // Bounds of the test's waits.
@@ -64,36 +68,63 @@ func TestClusterComesUp(t *testing.T) {
 	must(t, c.WaitNodeStatus(a, "ready", readyTimeout))
 	must(t, c.WaitHealthyPlugins(len(agents), readyTimeout))
 
-	// A server isolated and healed: the cluster keeps a leader and all
-	// three servers answer again.
+	// The leader isolated: the other two elect one of themselves, and
+	// the test's clients cannot reach it; healed, it answers again and
+	// follows.
 	leader, err := c.WaitLeader(electionTimeout)
 	must(t, err)
-	var follower string
-	for _, s := range c.Servers() {
-		if s != leader {
-			follower = s
-			break
-		}
+	must(t, c.Isolate(leader))
+	if res, err := c.CLI(c.RPCAddr(leader), "operator", "raft", "list-peers"); err == nil && res.code == 0 {
+		t.Fatalf("isolated %s answered: %s", leader, res.stdout)
 	}
-	must(t, c.Isolate(follower))
-	if _, err := c.WaitLeader(electionTimeout); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.waitFor(electionTimeout, "a leader other than the isolated "+leader, func() (bool, error) {
+		l := c.Leader()
+		return l != "" && l != leader, nil
+	}))
 	must(t, c.HealAll())
-	must(t, c.waitFor(electionTimeout, "every server answering with the leader", func() (bool, error) {
+	must(t, c.waitFor(electionTimeout, leader+" answering with the leader and every server", func() (bool, error) {
 		var peers peersDoc
-		if err := c.cliJSON(c.RPCAddr(follower), &peers, "operator", "raft", "list-peers"); err != nil {
+		if err := c.cliJSON(c.RPCAddr(leader), &peers, "operator", "raft", "list-peers"); err != nil {
 			return false, err
 		}
-		return len(peers.Peers) == len(c.Servers()), nil
+		leaders := 0
+		for _, p := range peers.Peers {
+			if p.Leader {
+				leaders++
+			}
+		}
+		return len(peers.Peers) == len(c.Servers()) && leaders == 1, nil
 	}))
 
-	// An agent killed and restarted: ready again with its plugin.
+	// An agent killed: its node goes down; restarted with its data, it
+	// is ready again with its plugin.
 	b := agents[1]
 	must(t, c.Kill(b))
+	must(t, c.WaitNodeStatus(b, "down", nodeDownTimeout))
 	must(t, c.Restart(b))
 	must(t, c.WaitNodeStatus(b, "ready", readyTimeout))
 	must(t, c.WaitHealthyPlugins(len(agents), readyTimeout))
+
+	// A plugin killed: its instance turns unhealthy; restarted (on the
+	// socket its killed run left behind), healthy again.
+	p := PluginName(agents[2])
+	must(t, c.Kill(p))
+	must(t, c.waitFor(readyTimeout, p+" unhealthy", func() (bool, error) {
+		got, err := c.HealthyPlugins()
+		return err == nil && !slices.Contains(got, agents[2]), err
+	}))
+	must(t, c.Restart(p))
+	must(t, c.WaitHealthyPlugins(len(agents), readyTimeout))
+
+	// The journals outlive the processes and read back.
+	for _, j := range c.Journals() {
+		if _, err := os.Stat(j); err != nil {
+			t.Fatalf("journal: %v", err)
+		}
+	}
+	if _, err := journal.Merge(c.Journals()...); err != nil && !errors.Is(err, journal.ErrTornLine) {
+		t.Fatalf("journals: %v", err)
+	}
 
 	for _, e := range c.Events() {
 		t.Logf("schedule: %s", e)
