@@ -42,6 +42,7 @@ const (
 	exitTimeout   = 10 * time.Second // a killed process to be reaped
 	formTimeout   = 90 * time.Second // the cluster to form and report every plugin
 	signalTimeout = 5 * time.Second  // a stopped or continued process to show its new state
+	pollInterval  = 250 * time.Millisecond
 )
 
 // Options configure StartCluster.
@@ -200,7 +201,7 @@ func (c *Cluster) writeConfig(host, body string) string {
 	content := fmt.Sprintf(`name      = %q
 data_dir  = %q
 bind_addr = %q
-log_level = "debug"
+log_level = "info"
 ports {
   rpc  = %d
   raft = %d
@@ -371,6 +372,10 @@ func (c *Cluster) signal(name string, sig syscall.Signal, stop bool) error {
 	if err := run.Cmd.Process.Signal(sig); err != nil {
 		return err
 	}
+	// The signal is delivered asynchronously: poll the process's state
+	// in /proc until it shows, within signalTimeout.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(signalTimeout)
 	for {
 		st, err := procState(run.Pid())
@@ -383,7 +388,7 @@ func (c *Cluster) signal(name string, sig syscall.Signal, stop bool) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("nemesis: %s in state %c %s after %v", name, st, signalTimeout, sig)
 		}
-		time.Sleep(10 * time.Millisecond) // polling /proc, bounded by deadline
+		<-tick.C
 	}
 	c.mu.Lock()
 	p.stopped = stop
@@ -481,8 +486,8 @@ func (c *Cluster) Close() {
 	}
 }
 
-// cliResult is one run of the csisupd CLI.
-type cliResult struct {
+// CLIResult is one run of the csisupd CLI.
+type CLIResult struct {
 	stdout, stderr string
 	code           int
 }
@@ -490,7 +495,7 @@ type cliResult struct {
 // CLI runs the csisupd CLI in the ctl host against addr, bounded by
 // cliTimeout. An error means the command could not run or timed out; a
 // command that ran and failed gives its exit code.
-func (c *Cluster) CLI(addr string, args ...string) (cliResult, error) {
+func (c *Cluster) CLI(addr string, args ...string) (CLIResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
 	cmd := c.lab.CommandContext(ctx, ctlHost, csisupdBin,
@@ -499,7 +504,7 @@ func (c *Cluster) CLI(addr string, args ...string) (cliResult, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
-	res := cliResult{stdout: out.String(), stderr: errb.String()}
+	res := CLIResult{stdout: out.String(), stderr: errb.String()}
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
@@ -528,7 +533,7 @@ func (c *Cluster) cliJSON(addr string, v any, args ...string) error {
 	return nil
 }
 
-// live returns the servers that run and are not stopped.
+// liveServers returns the servers that run and are not stopped.
 func (c *Cluster) liveServers() []string {
 	var out []string
 	for _, s := range c.servers {
@@ -585,8 +590,11 @@ func (c *Cluster) WaitLeader(timeout time.Duration) (string, error) {
 	return leader, err
 }
 
-// waitFor polls cond until it holds, fails or timeout passes.
+// waitFor polls cond until it holds or timeout passes; the last error of
+// cond is in the timeout's.
 func (c *Cluster) waitFor(timeout time.Duration, what string, cond func() (bool, error)) error {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
@@ -603,7 +611,7 @@ func (c *Cluster) waitFor(timeout time.Duration, what string, cond func() (bool,
 			}
 			return fmt.Errorf("nemesis: no %s within %s", what, timeout)
 		}
-		time.Sleep(250 * time.Millisecond) // poll interval, bounded by deadline
+		<-tick.C
 	}
 }
 

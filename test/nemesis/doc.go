@@ -26,9 +26,11 @@
 // route into the lab. It reads the cluster by running the csisupd CLI
 // (`--json`) inside the ctl host with Lab.Command, one bounded command per
 // question, against the servers' lab addresses. The ctl host is never cut
-// by Cut or Isolate unless a test names it; HealAll heals it too. The CLI
-// is the external contract (DESIGN section 6), so the test reads what an
-// operator would.
+// by Cut unless a test names it, but Isolate cuts a host from ctl too (so
+// an isolated server cannot be asked anything); HealAll heals it. The CLI's
+// JSON is the project's stable external contract, so the test reads what
+// an operator would, and needs no client code of its own. A process's
+// output is kept in memory and logged when the test fails.
 //
 // # Faults and the schedule
 //
