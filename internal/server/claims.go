@@ -351,6 +351,11 @@ func (s *Server) releaseWithoutNode(ref claims.Ref) (*statepb.VolumeClaim, error
 	if c == nil {
 		return nil, status.Errorf(codes.NotFound, "claim of %s not found", ref)
 	}
+	if !c.GetNodeGone() {
+		if err := claims.CheckNodeGone(s.State().Node(ref.NodeID), ref); err != nil {
+			return nil, err
+		}
+	}
 	_, c, err := s.stepClaim(claims.ReleaseWithoutNode(v, c))
 	return c, err
 }

@@ -1,6 +1,7 @@
 package claims
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,28 @@ func TestScrubSecrets(t *testing.T) {
 	got := ScrubSecrets("denied for key s3cret and s3cret", map[string]string{"key": "s3cret", "empty": ""})
 	if got != "denied for key [redacted] and [redacted]" {
 		t.Fatalf("scrubbed %q", got)
+	}
+}
+
+func TestCheckNodeGone(t *testing.T) {
+	ref := Ref{VolumeID: "v", NodeID: "n1", WorkloadID: "w"}
+	tests := []struct {
+		name string
+		node *statepb.ClusterNode
+		ok   bool
+	}{
+		{"no such node", nil, true},
+		{"down", &statepb.ClusterNode{Id: "n1", Status: state.NodeStatusDown}, true},
+		{"ready", &statepb.ClusterNode{Id: "n1", Status: state.NodeStatusReady}, false},
+		{"initializing", &statepb.ClusterNode{Id: "n1", Status: state.NodeStatusInitializing}, false},
+	}
+	for _, tt := range tests {
+		err := CheckNodeGone(tt.node, ref)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: CheckNodeGone = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && (status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "n1")) {
+			t.Errorf("%s: error %v is not FailedPrecondition naming the node", tt.name, err)
+		}
 	}
 }

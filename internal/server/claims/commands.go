@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -99,6 +100,20 @@ func ReleaseWithoutNode(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.Clai
 	cmd := step(v, c, StateUnpublishing)
 	cmd.NodeGone = true
 	return cmd
+}
+
+// CheckNodeGone refuses a step that releases a claim without its node
+// while the node is stored and not down. Such a step skips the node's
+// unpublish and unstage, which only a node that is gone may skip: a
+// leader that decided on a view the node has since left (it came back
+// between the decision and the write) would otherwise free a volume that
+// is still mounted there, for another writer to take.
+func CheckNodeGone(node *statepb.ClusterNode, ref Ref) error {
+	if node == nil || node.GetStatus() == state.NodeStatusDown {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"claim of %s: its node is %s, not down, so the claim cannot be released without it", ref, node.GetStatus())
 }
 
 // NodeUnpublished returns the step that records that the node no longer

@@ -73,6 +73,9 @@ func newSchedule(t *testing.T, seed uint64, checkTake func(claims.Reader, *state
 	for _, n := range propNodes {
 		s.apply(register(n, &statepb.Plugin{Id: "p", Type: "node", Healthy: true, NodeId: "csi-" + n}))
 	}
+	// One node down, so that its claims can be released without it (a
+	// node_gone step needs its node down or gone).
+	s.apply(setStatus(propNodes[len(propNodes)-1], state.NodeStatusDown))
 	modes := make([]string, 0, len(accessModeRules))
 	for m := range accessModeRules {
 		modes = append(modes, m)

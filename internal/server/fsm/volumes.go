@@ -72,6 +72,16 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		if err != nil {
 			return err
 		}
+		if step := c.ClaimStep; step.GetNodeGone() {
+			// Checked when the step makes the claim node_gone; a repeat
+			// of a decision already stored is no new decision.
+			if _, old := claims.Find(v, step.GetNodeId(), step.GetWorkloadId()); !old.GetNodeGone() {
+				ref := claims.Ref{VolumeID: v.GetId(), NodeID: step.GetNodeId(), WorkloadID: step.GetWorkloadId()}
+				if err := claims.CheckNodeGone(txn.Node(step.GetNodeId()), ref); err != nil {
+					return err
+				}
+			}
+		}
 		nv := proto.Clone(v).(*statepb.Volume)
 		i, _ := claims.Find(nv, claim.GetNodeId(), claim.GetWorkloadId())
 		nv.Claims[i] = claim
