@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -44,6 +45,11 @@ const (
 // maxSocketPath is the longest path a unix socket address can hold on Linux
 // (108 bytes including the terminating NUL).
 const maxSocketPath = 107
+
+// ExitCrash is the exit status of a plugin process that crashes as armed
+// (ArmCrash without Config.Crash), the same as csi-testplugin's
+// --exit-after.
+const ExitCrash = 3
 
 // AnyNode in Config.KnownNodeIDs makes ControllerPublishVolume accept every
 // node id.
@@ -137,6 +143,10 @@ type Config struct {
 	// KnownNodeIDs are node ids, besides NodeID, that ControllerPublishVolume
 	// accepts. AnyNode accepts every id.
 	KnownNodeIDs []string
+	// Crash is what a call armed by ArmCrash calls after its work; nil
+	// exits the process with status ExitCrash. Tests set it to observe
+	// the crash in process.
+	Crash func()
 	// ForeignVolumes makes the node service serve every well-formed volume
 	// id, as a node-only plugin does, rather than only the volumes this
 	// instance's controller created: the instances of one plugin on
@@ -283,6 +293,10 @@ type Plugin struct {
 	health   map[string][]VolumeHealthStatus // by volume id
 	storage  []StorageHealthStatus
 	journal  *journal // nil without Config.Journal
+	// slow is the delay of slow mode (SetSlow), in nanoseconds; 0 off.
+	slow atomic.Int64
+	// crashArmed makes the next mutating call crash (ArmCrash).
+	crashArmed atomic.Bool
 }
 
 // maxNodeLog bounds the node call log; older calls are dropped.
@@ -799,12 +813,27 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 		defer cancel()
 		defer context.AfterFunc(runCtx, cancel)()
 
+		if d := time.Duration(p.slow.Load()); d > 0 && journaled(info.FullMethod) {
+			// Slow mode waits whatever the caller does: a slow plugin
+			// acts late, after its caller may have given up. Only
+			// stopping the plugin ends the wait early.
+			if err := sleep(runCtx, d); err != nil {
+				return nil, err
+			}
+		}
+
 		f := p.currentFaults()
 		delay := f.Delays[method]
 		if method == "ControllerPublishVolume" {
 			delay += f.PublishDelay
 		}
 		resp, err := p.serve(ctx, req, method, delay, f.Errors[method], handler)
+		if mutating[method] && p.crashArmed.CompareAndSwap(true, false) {
+			// The work is done and saved; its caller is never told, and
+			// the journal has no end record for it.
+			p.logger.Info("crashing in the middle of a call, as armed", "method", method, "code", status.Code(err))
+			p.crash()
+		}
 		if jn {
 			// Before the answer: a caller never sees an effect the
 			// journal does not hold. Code is the work's outcome; a
@@ -822,6 +851,38 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 		}
 		return resp, err
 	}
+}
+
+// mutating are the methods that change a volume, a snapshot or a mount:
+// the calls ArmCrash crashes in.
+var mutating = map[string]bool{
+	"CreateVolume": true, "DeleteVolume": true, "ControllerPublishVolume": true, "ControllerUnpublishVolume": true,
+	"CreateSnapshot": true, "DeleteSnapshot": true, "ControllerExpandVolume": true, "ControllerModifyVolume": true,
+	"NodeStageVolume": true, "NodeUnstageVolume": true, "NodePublishVolume": true, "NodeUnpublishVolume": true,
+	"NodeExpandVolume": true,
+}
+
+// SetSlow turns slow mode on with delay d, or off with 0: every Node and
+// Controller call waits d before its work, even after its caller gave up
+// (a stopped plugin's calls end early). Faults.Delays, which end with the
+// caller, still apply after it.
+func (p *Plugin) SetSlow(d time.Duration) {
+	p.slow.Store(int64(max(d, 0)))
+}
+
+// ArmCrash makes the next mutating call (CreateVolume, NodePublishVolume
+// and the like) crash after its work is done and saved, before its answer
+// and before the journal's end record: Config.Crash is called, and
+// without it the process exits with status 3. One call crashes per
+// arming.
+func (p *Plugin) ArmCrash() { p.crashArmed.Store(true) }
+
+func (p *Plugin) crash() {
+	if p.cfg.Crash != nil {
+		p.cfg.Crash()
+		return
+	}
+	os.Exit(ExitCrash)
 }
 
 // serve runs one call: the injected delay and error, then the handler,

@@ -70,7 +70,7 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
-	exitCrash = 3
+	exitCrash = testplugin.ExitCrash
 )
 
 func main() {
@@ -97,6 +97,8 @@ type options struct {
 	mounts       string
 
 	nodeLocal             bool
+	foreignVolumes        bool
+	slowDelay             time.Duration
 	topologyKey           string
 	expansion             string
 	nodeExpansionRequired bool
@@ -132,6 +134,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.probeLog, "probe-log", "", "append \"<plugin id> <unix ns>\" to this file for every Probe served")
 	fs.StringVar(&o.journal, "journal", "", "append a synced JSON record to this file when each Node and Controller call begins and before it answers")
 	fs.BoolVar(&o.nodeLocal, "node-local", false, "behave like a node-local driver: topology {<topology-key>: <node-id>}, volumes only on this node")
+	fs.BoolVar(&o.foreignVolumes, "foreign-volumes", false, "serve every well-formed volume id on the node service, as a network storage driver's node plugin does, not only the volumes this instance created")
+	fs.DurationVar(&o.slowDelay, "slow-delay", 2*time.Second, "how long each Node and Controller call waits in slow mode (SIGUSR1 on, SIGUSR2 off); the wait outlasts the caller")
 	fs.StringVar(&o.topologyKey, "topology-key", "", "topology key of --node-local (default "+testplugin.DefaultTopologyKey+")")
 	fs.StringVar(&o.expansion, "expansion", testplugin.ExpansionOnline, "volume expansion: online, offline or none")
 	fs.BoolVar(&o.nodeExpansionRequired, "node-expansion-required", false, "ControllerExpandVolume answers node_expansion_required=true")
@@ -158,6 +162,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("%w: --count %d is not between 1 and 10000", errUsage, o.count)
 	case o.socket != "" && o.count != 1:
 		return o, fmt.Errorf("%w: --count needs --dir", errUsage)
+	case o.foreignVolumes && o.nodeLocal:
+		return o, fmt.Errorf("%w: --foreign-volumes and --node-local exclude each other: a node-local driver serves only its own volumes", errUsage)
+	case o.slowDelay <= 0:
+		return o, fmt.Errorf("%w: --slow-delay must be positive", errUsage)
 	case o.probeDelay < 0 || o.exitAfter < 0:
 		return o, fmt.Errorf("%w: durations must not be negative", errUsage)
 	case o.mounts != testplugin.MountsMarker && o.mounts != testplugin.MountsBind:
@@ -229,6 +237,7 @@ func pluginConfig(o options) (testplugin.Config, error) {
 		Mounts:                 o.mounts,
 		ControllerCapabilities: caps,
 		NodeLocal:              o.nodeLocal,
+		ForeignVolumes:         o.foreignVolumes,
 		TopologyKey:            o.topologyKey,
 		Expansion:              o.expansion,
 		NodeExpansionRequired:  o.nodeExpansionRequired,
@@ -330,19 +339,49 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.exitAfter > 0 {
 		crash = time.After(o.exitAfter)
 	}
-	select {
-	case <-ctx.Done():
-		logger.Info("stopping on signal")
-		return exitOK
-	case <-crash:
-		// Like a crash: no deferred cleanup, sockets stay behind. The
-		// probe log is the test's record, not plugin state: keep it whole.
-		if probes != nil {
-			_ = probes.Close()
+	// Faults at run time, for the soak tests: SIGUSR1 and SIGUSR2 turn
+	// slow mode on and off, SIGHUP arms a crash in the next mutating call.
+	controls := make(chan os.Signal, 4)
+	signal.Notify(controls, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP)
+	defer signal.Stop(controls)
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("stopping on signal")
+			return exitOK
+		case <-crash:
+			// Like a crash: no deferred cleanup, sockets stay behind. The
+			// probe log is the test's record, not plugin state: keep it whole.
+			if probes != nil {
+				_ = probes.Close()
+			}
+			os.Exit(exitCrash)
+		case sig := <-controls:
+			control(logger, plugins, sig, o.slowDelay)
 		}
-		os.Exit(exitCrash)
 	}
-	return exitOK
+}
+
+// control applies a run-time fault signal to every plugin.
+func control(logger hclog.Logger, plugins []*testplugin.Plugin, sig os.Signal, slowDelay time.Duration) {
+	for _, p := range plugins {
+		switch sig {
+		case syscall.SIGUSR1:
+			p.SetSlow(slowDelay)
+		case syscall.SIGUSR2:
+			p.SetSlow(0)
+		case syscall.SIGHUP:
+			p.ArmCrash()
+		}
+	}
+	switch sig {
+	case syscall.SIGUSR1:
+		logger.Info("slow mode on", "delay", slowDelay)
+	case syscall.SIGUSR2:
+		logger.Info("slow mode off")
+	case syscall.SIGHUP:
+		logger.Info("armed: crashing in the next mutating call")
+	}
 }
 
 // stopAll stops plugins concurrently; each removes its socket.
