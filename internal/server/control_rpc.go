@@ -258,6 +258,9 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 	if err := invalidRequest("release volume", volreq.ReleaseVolume(req)); err != nil {
 		return nil, err
 	}
+	if defectAckRelease && req.GetWorkloadId() != "" {
+		return &csisupdv1.VolumeReleaseResponse{}, nil
+	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeReleaseResponse, error) {
 			return cl.ReleaseVolume(ctx, req)

@@ -170,6 +170,9 @@ func (m *Manager) pruneRemovals(since uint64) {
 // before claims were read: a mount removed after it (an unmount that
 // ended meanwhile) is not lost.
 func (m *Manager) noteLost(ctx context.Context, loop *watchdog.Loop, claims []*csisupdv1.NodeClaimRef, since uint64) {
+	if defectForgetRecord {
+		return
+	}
 	for _, c := range claims {
 		if !c.GetMounted() || c.GetHostPath() == "" || ctx.Err() != nil {
 			continue

@@ -390,6 +390,9 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 	m.mu.Unlock()
 	resp := &csisupdv1.UnmountVolumeResponse{}
 	if len(recs) == 0 {
+		if defectForgetRecord {
+			return resp, nil
+		}
 		fromServers, err := m.requestRecord(req, u)
 		if err != nil {
 			return nil, err
@@ -442,10 +445,12 @@ func (m *Manager) teardown(ctx context.Context, r *record, skipCurrent bool) (un
 		if err := m.save(r); err != nil {
 			return false, status.Error(codes.Internal, err.Error())
 		}
-		ureq := &csi.NodeUnpublishVolumeRequest{VolumeId: r.ExternalID, TargetPath: r.PluginPath}
-		if _, err := call(ctx, m, r.PluginID, methodUnmount, "NodeUnpublishVolume", ureq, csi.NodeClient.NodeUnpublishVolume); err != nil {
-			if status.Code(err) != codes.NotFound {
-				return false, m.stepFailed(r, err)
+		if !defectSkipUnpublish {
+			ureq := &csi.NodeUnpublishVolumeRequest{VolumeId: r.ExternalID, TargetPath: r.PluginPath}
+			if _, err := call(ctx, m, r.PluginID, methodUnmount, "NodeUnpublishVolume", ureq, csi.NodeClient.NodeUnpublishVolume); err != nil {
+				if status.Code(err) != codes.NotFound {
+					return false, m.stepFailed(r, err)
+				}
 			}
 		}
 		m.emit(plugin.EventVolumeUnpublished, r, fmt.Sprintf("volume %s unpublished for workload %s from %s", r.VolumeID, r.WorkloadID, r.HostPath))

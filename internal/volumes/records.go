@@ -213,6 +213,9 @@ func (s store) load() (map[string]*record, error) {
 	if err := os.MkdirAll(s.dir, dirMode); err != nil {
 		return nil, fmt.Errorf("volumes: create records directory %q: %w", s.dir, err)
 	}
+	if defectForgetRecord {
+		return map[string]*record{}, nil
+	}
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("volumes: read records directory %q: %w", s.dir, err)

@@ -99,6 +99,9 @@ func RW(readOnly bool) string {
 func accessConflict(c, old *statepb.VolumeClaim) string {
 	for _, cl := range []*statepb.VolumeClaim{c, old} {
 		mode, r := ruleOf(cl)
+		if defectSingleWriter && c.GetNodeId() != old.GetNodeId() {
+			continue
+		}
 		var why string
 		switch {
 		case r.oneNode && c.GetNodeId() != old.GetNodeId():
