@@ -20,7 +20,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-fault nemesis bench fuzz tools proto proto-check lint clean
+.PHONY: all build run test test-fault nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -42,11 +42,28 @@ test-fault:
 	$(GO) vet -tags fault ./...
 	$(GO) test -race -count=1 -tags fault -timeout 30m ./...
 
-## nemesis: servers and agents as processes on simulated hosts (network namespaces), killed,
-## stopped and partitioned (build tag "nemesis"; needs root, ip and iptables, else it skips).
-## SEED=N passes -seed=N, the seed of the fault schedule (logged by every run)
+## nemesis: the soak: servers and agents as processes on simulated hosts (network namespaces)
+## under randomised overlapping faults, checked from the test plugins' call journals and the
+## clients' claim history (build tag "nemesis"; needs root, ip, iptables and unshare, else it
+## skips). SEED=N is the first seed (default: from the clock, logged), SEEDS=K how many seeds
+## (default 1, a fresh cluster each), NEMESIS_TIME=D how long each runs (default 3m).
+## Replay a failing run with the SEED and NEMESIS_TIME it printed.
+## FAULTS=kind,kind limits the faults drawn (the kinds are in README "How we test").
+NEMESIS_FLAGS = $(if $(SEED),-seed=$(SEED)) -nemesis-seeds=$(or $(SEEDS),1) -nemesis-time=$(or $(NEMESIS_TIME),3m) $(if $(FAULTS),-nemesis-faults=$(FAULTS))
 nemesis:
-	$(GO) test -race -tags nemesis -count=1 -timeout 60m ./test/nemesis/ $(if $(SEED),-args -seed=$(SEED),)
+	$(GO) test -race -tags nemesis -count=1 -timeout 0 -v -run 'TestNemesis$$' ./test/nemesis/ -args $(NEMESIS_FLAGS)
+
+## DEFECT_TAGS are the deliberate defects of TestDefects; lint vets each build.
+DEFECT_TAGS = nemesis_defect_single_writer nemesis_defect_forget_record nemesis_defect_skip_unpublish nemesis_defect_ack_release
+
+## nemesis-defects: build csisupd with each deliberate defect (nemesis_defect_* tags) and show
+## that the soak's check meant for it catches it
+nemesis-defects:
+	$(GO) test -tags nemesis -count=1 -timeout 60m -run 'TestDefects' ./test/nemesis/
+
+## nemesis-short: the CI run of the soak: fixed seeds, a minute each, then the cluster controls
+nemesis-short:
+	$(GO) test -race -tags nemesis -count=1 -timeout 15m -run 'TestNemesis$$' ./test/nemesis/ -args -seed=1 -nemesis-seeds=2 -nemesis-time=45s
 
 ## bench: benchmarks, each reported beside the direct path measured in the same run
 ## (node agent; a 10,000-node cluster; ClientCSI vs direct plugin calls; event latency beside
@@ -102,9 +119,12 @@ lint: tools
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags fault ./...
+	$(GO) vet -tags nemesis ./...
+	for tag in $(DEFECT_TAGS); do $(GO) vet -tags $$tag ./... || exit 1; done
 	$(GO) mod tidy -diff
 	$(TOOLS)/staticcheck ./...
 	$(TOOLS)/staticcheck -tags fault ./...
+	$(TOOLS)/staticcheck -tags nemesis ./...
 	$(MAKE) proto-check
 
 clean:

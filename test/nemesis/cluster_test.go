@@ -8,18 +8,27 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/netlab"
 	"github.com/csisupd/csisupd/internal/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Ports every csisupd process listens on, at its host's lab address.
@@ -32,10 +41,6 @@ const (
 // ctlHost is the lab host the test's clients run on.
 const ctlHost = "ctl"
 
-// pluginID is the id of every agent's test plugin (its socket's
-// directory under plugin_dir).
-const pluginID = "tp"
-
 // Bounds of the cluster's operations.
 const (
 	cliTimeout    = 15 * time.Second // one CLI command in the ctl host
@@ -43,6 +48,11 @@ const (
 	formTimeout   = 90 * time.Second // the cluster to form and report every plugin
 	signalTimeout = 5 * time.Second  // a stopped or continued process to show its new state
 	pollInterval  = 250 * time.Millisecond
+	// slowDelay is how long a slowed plugin waits before each call: longer
+	// than the agents' probe timeout (so probes fail and the instance
+	// flaps), shorter than a claim's deadline (so some claims still go
+	// through, late).
+	slowDelay = 3 * time.Second
 )
 
 // Options configure StartCluster.
@@ -53,6 +63,11 @@ type Options struct {
 	// Seed seeds the fault schedule; 0 takes -seed, and a -seed of 0 one
 	// from the clock. The seed used is logged.
 	Seed int64
+	// Bin is the csisupd binary of the servers and agents (default the
+	// one TestMain built; a defect test gives a defective build).
+	Bin string
+	// GCGrace is the servers' claim_gc_grace (default theirs).
+	GCGrace time.Duration
 }
 
 // Event is one fault or control action, for the run's fault schedule.
@@ -84,7 +99,11 @@ type Cluster struct {
 	mu     sync.Mutex
 	procs  map[string]*proc
 	events []Event
+	exits  []string // processes that exited without being killed or armed to crash
 	closed bool
+	dirs   map[string]string                   // each host's directory: agent.hcl, data
+	conns  map[string]*grpc.ClientConn         // Control clients by server host
+	clocks map[time.Duration]*testutil.Process // time-namespace holders by offset
 }
 
 // proc is one process of the cluster and how to start it again.
@@ -94,10 +113,17 @@ type proc struct {
 	args       []string
 	p          *testutil.Process // the current run; nil before the first start
 	stopped    bool              // SIGSTOP sent and no SIGCONT since
+	killed     bool              // the current run was sent SIGKILL
+	crashArmed bool              // the current run was told to crash (a plugin)
+	clock      time.Duration     // monotonic clock offset of the current run
+	plugin     bool              // a test plugin, not csisupd
+	agent      string            // the agent host of a plugin
 }
 
-// PluginName is the process name of agent's test plugin.
-func PluginName(agent string) string { return agent + "/plugin" }
+// journalPath is where agent's plugin writes its call journal.
+func (c *Cluster) journalPath(agent, plugin string) string {
+	return filepath.Join(c.journal, agent+"."+plugin+".journal")
+}
 
 // StartCluster builds the lab, starts every process and waits until a
 // leader exists and every agent's plugin is healthy in the cluster. It
@@ -117,12 +143,20 @@ func StartCluster(t *testing.T, opts Options) *Cluster {
 	if opts.Seed == 0 {
 		opts.Seed = *seedFlag
 	}
+	if opts.Bin == "" {
+		opts.Bin = csisupdBin
+	}
+	gcGrace := ""
+	if opts.GCGrace > 0 {
+		gcGrace = fmt.Sprintf("  claim_gc_grace         = %q\n", opts.GCGrace)
+	}
 	if opts.Seed == 0 {
 		opts.Seed = time.Now().UnixNano()
 	}
 	t.Logf("nemesis seed %d (rerun with make nemesis SEED=%d)", opts.Seed, opts.Seed)
 
-	c := &Cluster{t: t, Seed: opts.Seed, procs: map[string]*proc{}, journal: t.TempDir()}
+	c := &Cluster{t: t, Seed: opts.Seed, procs: map[string]*proc{}, journal: t.TempDir(),
+		dirs: map[string]string{}, conns: map[string]*grpc.ClientConn{}, clocks: map[time.Duration]*testutil.Process{}}
 	hosts := []string{ctlHost}
 	for i := 1; i <= opts.Servers; i++ {
 		c.servers = append(c.servers, fmt.Sprintf("s%d", i))
@@ -153,9 +187,9 @@ server {
   min_heartbeat_ttl      = "2s"
   heartbeat_grace        = "3s"
   failover_heartbeat_ttl = "10s"
-}
-`, opts.Servers, hclList(join)))
-		c.add(&proc{name: s, host: s, bin: csisupdBin, args: []string{"agent", "--config", cfg}})
+%s}
+`, opts.Servers, hclList(join), gcGrace))
+		c.add(&proc{name: s, host: s, bin: opts.Bin, args: []string{"agent", "--config", cfg}})
 	}
 	for _, a := range c.agents {
 		// Short paths: unix socket paths are limited to 108 bytes.
@@ -168,24 +202,35 @@ server {
   probe_timeout  = "1s"
 }
 `, pluginDir, hclList(join)))
-		c.add(&proc{name: PluginName(a), host: a, bin: testPluginBin, args: []string{
-			"--socket", filepath.Join(pluginDir, pluginID, "csi.sock"),
-			"--state-dir", stateDir,
-			"--node-local", "--node-id", a,
-			"--journal", filepath.Join(c.journal, a+".journal"),
-		}})
-		c.add(&proc{name: a, host: a, bin: csisupdBin, args: []string{"agent", "--config", cfg}})
+		for _, id := range plugins {
+			args := []string{
+				"--socket", filepath.Join(pluginDir, id, "csi.sock"),
+				"--state-dir", filepath.Join(stateDir, id),
+				"--node-id", a,
+				"--journal", c.journalPath(a, id),
+				"--slow-delay", slowDelay.String(),
+			}
+			if id == localPlugin {
+				args = append(args, "--node-local")
+			} else {
+				args = append(args, "--foreign-volumes", "--known-node-ids", "*")
+			}
+			c.add(&proc{name: PluginName(a, id), host: a, bin: testPluginBin, args: args, plugin: true, agent: a})
+		}
+		c.add(&proc{name: a, host: a, bin: opts.Bin, args: []string{"agent", "--config", cfg}})
 	}
 	for _, name := range c.names() {
-		if err := c.start(name); err != nil {
+		if err := c.start(name, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := c.WaitLeader(formTimeout); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WaitHealthyPlugins(len(c.agents), formTimeout); err != nil {
-		t.Fatal(err)
+	for _, id := range plugins {
+		if err := c.WaitHealthyPlugins(id, len(c.agents), formTimeout); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return c
 }
@@ -198,6 +243,9 @@ func (c *Cluster) writeConfig(host, body string) string {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		c.t.Fatal(err)
 	}
+	c.mu.Lock()
+	c.dirs[host] = dir
+	c.mu.Unlock()
 	content := fmt.Sprintf(`name      = %q
 data_dir  = %q
 bind_addr = %q
@@ -214,6 +262,13 @@ consul { enabled = false }
 		c.t.Fatal(err)
 	}
 	return path
+}
+
+// dataDir is host's csisupd data dir.
+func (c *Cluster) dataDir(host string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return filepath.Join(c.dirs[host], "data")
 }
 
 func hclList(items []string) string {
@@ -236,7 +291,10 @@ func (c *Cluster) names() []string {
 	var out []string
 	out = append(out, c.servers...)
 	for _, a := range c.agents {
-		out = append(out, PluginName(a), a)
+		for _, id := range plugins {
+			out = append(out, PluginName(a, id))
+		}
+		out = append(out, a)
 	}
 	return out
 }
@@ -253,12 +311,12 @@ func (c *Cluster) RPCAddr(host string) string {
 	return fmt.Sprintf("%s:%d", c.lab.Addr(host), rpcPort)
 }
 
-// Journals returns the paths of the plugins' call journals, one per agent
-// host; they outlive the plugins' restarts.
-func (c *Cluster) Journals() []string {
+// Journals returns the paths of the call journals of plugin's instances,
+// one per agent host; they outlive the plugins' restarts.
+func (c *Cluster) Journals(plugin string) []string {
 	var out []string
 	for _, a := range c.agents {
-		out = append(out, filepath.Join(c.journal, a+".journal"))
+		out = append(out, c.journalPath(a, plugin))
 	}
 	return out
 }
@@ -293,9 +351,9 @@ func (c *Cluster) proc(name string) (*proc, error) {
 	return p, nil
 }
 
-// start runs name's command in its host's namespace; it must not be
-// running.
-func (c *Cluster) start(name string) error {
+// start runs name's command in its host's namespace, with its monotonic
+// clock offset by clock (0: the host's clocks); it must not be running.
+func (c *Cluster) start(name string, clock time.Duration) error {
 	p, err := c.proc(name)
 	if err != nil {
 		return err
@@ -305,13 +363,93 @@ func (c *Cluster) start(name string) error {
 	if p.p != nil && !p.p.Exited() {
 		return fmt.Errorf("nemesis: %s is running", name)
 	}
-	// ip netns exec replaces itself with the program: the process is the
-	// program itself, and signals reach it.
-	args := append([]string{"netns", "exec", c.lab.Namespace(p.host), p.bin}, p.args...)
+	c.noteExitLocked(p)
+	// ip netns exec (and nsenter) replace themselves with the program:
+	// the process is the program itself, and signals reach it.
+	args := []string{"netns", "exec", c.lab.Namespace(p.host)}
+	if clock != 0 {
+		ns, err := c.clockNamespaceLocked(clock)
+		if err != nil {
+			return err
+		}
+		args = append(args, "nsenter", "--time="+ns)
+	}
+	args = append(append(args, p.bin), p.args...)
 	p.p = testutil.StartProcess(c.t, nil, "ip", args...)
 	p.p.Name = name
-	p.stopped = false
+	p.stopped, p.killed, p.crashArmed, p.clock = false, false, false, clock
 	return nil
+}
+
+// noteExitLocked records the end of p's current run when nothing the test
+// did explains it: not killed, and not a plugin armed to crash.
+func (c *Cluster) noteExitLocked(p *proc) {
+	if p.p == nil || !p.p.Exited() || p.killed || p.crashArmed {
+		return
+	}
+	c.exits = append(c.exits, fmt.Sprintf("%s exited by itself with status %d; stderr:\n%s", p.name, p.p.ExitCode(), tail(p.p.Stderr.String(), 4096)))
+	p.killed = true // noted once
+}
+
+// tail returns the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// UnexpectedExits returns the processes that exited or crashed without the
+// test killing them (a plugin told to crash excepted), and every csisupd
+// process whose output shows a panic or a data race, even if it was killed
+// afterwards.
+func (c *Cluster) UnexpectedExits() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		c.noteExitLocked(p)
+	}
+	out := slices.Clone(c.exits)
+	for _, name := range slices.Sorted(maps.Keys(c.procs)) {
+		p := c.procs[name]
+		if p.plugin || p.p == nil {
+			continue
+		}
+		for _, sign := range []string{"panic: ", "fatal error: ", "WARNING: DATA RACE"} {
+			if i := strings.Index(p.p.Stderr.String(), sign); i >= 0 {
+				out = append(out, fmt.Sprintf("%s printed %q:\n%s", name, sign, tail(p.p.Stderr.String()[i:], 4096)))
+			}
+		}
+	}
+	return out
+}
+
+// clockNamespaceLocked returns the path of a time namespace whose
+// monotonic and boot-time clocks are offset by clock, made once per
+// offset: a holder process (unshare's child) lives in it, and a program
+// started with nsenter --time joins it.
+func (c *Cluster) clockNamespaceLocked(clock time.Duration) (string, error) {
+	h, ok := c.clocks[clock]
+	if !ok {
+		secs := strconv.FormatInt(int64(clock/time.Second), 10)
+		h = testutil.StartProcess(c.t, nil, "unshare", "--time", "--monotonic", secs, "--boottime", secs,
+			"--fork", "--kill-child", "sleep", "1d")
+		c.clocks[clock] = h
+	}
+	// unshare itself stays outside: the namespace is its child's.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(signalTimeout)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", h.Pid(), h.Pid()))
+		if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+			return "/proc/" + f[0] + "/ns/time", nil
+		}
+		if h.Exited() || time.Now().After(deadline) {
+			return "", fmt.Errorf("nemesis: no time namespace with offset %s: unshare: %v %s", clock, err, h.Stderr)
+		}
+		<-tick.C
+	}
 }
 
 // Kill sends SIGKILL to the process name and waits until it is gone.
@@ -326,11 +464,12 @@ func (c *Cluster) kill(name string) error {
 	}
 	c.mu.Lock()
 	run := p.p
-	p.stopped = false
-	c.mu.Unlock()
 	if run == nil || run.Exited() {
+		c.mu.Unlock()
 		return fmt.Errorf("nemesis: %s is not running", name)
 	}
+	p.stopped, p.killed = false, true
+	c.mu.Unlock()
 	if err := run.Cmd.Process.Kill(); err != nil {
 		return err
 	}
@@ -343,9 +482,78 @@ func (c *Cluster) kill(name string) error {
 }
 
 // Restart starts the process name again, with the same configuration and
-// data, after Kill (or after it exited by itself).
+// data, after Kill (or after it exited by itself), on the host's clocks.
 func (c *Cluster) Restart(name string) error {
-	return c.record("restart", name, c.start(name))
+	return c.record("restart", name, c.start(name, 0))
+}
+
+// RestartWithClock is Restart with the process's monotonic and boot-time
+// clocks offset by clock from the host's, in a time namespace: to the
+// process, its clocks jumped by the difference from its last run's.
+func (c *Cluster) RestartWithClock(name string, clock time.Duration) error {
+	return c.record("restart-clock-"+clock.String(), name, c.start(name, clock))
+}
+
+// Clock returns the monotonic clock offset of name's current run.
+func (c *Cluster) Clock(name string) time.Duration {
+	p, err := c.proc(name)
+	if err != nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.clock
+}
+
+// SlowPlugin turns the slow mode of a plugin process on or off: every
+// Node and Controller call waits slowDelay first, and acts even when its
+// caller gave up.
+func (c *Cluster) SlowPlugin(name string, on bool) error {
+	sig, action := syscall.SIGUSR2, "plugin-fast"
+	if on {
+		sig, action = syscall.SIGUSR1, "plugin-slow"
+	}
+	return c.record(action, name, c.send(name, sig, false))
+}
+
+// CrashPlugin tells a plugin process to exit in its next mutating call,
+// after the call's work and before its answer.
+func (c *Cluster) CrashPlugin(name string) error {
+	return c.record("plugin-crash-armed", name, c.send(name, syscall.SIGHUP, true))
+}
+
+// send sends sig to name's current run; arm marks the run as told to
+// crash.
+func (c *Cluster) send(name string, sig syscall.Signal, arm bool) error {
+	p, err := c.proc(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.p == nil || p.p.Exited() {
+		return fmt.Errorf("nemesis: %s is not running", name)
+	}
+	if arm {
+		p.crashArmed = true
+	}
+	return p.p.Cmd.Process.Signal(sig)
+}
+
+// WipeMountRecords removes agent's volume mount records, the disk fault
+// of a lost record; the agent must not be running.
+func (c *Cluster) WipeMountRecords(agent string) error {
+	err := func() error {
+		if c.Running(agent) {
+			return fmt.Errorf("nemesis: %s is running", agent)
+		}
+		p, err := c.proc(agent)
+		if err != nil {
+			return err
+		}
+		return os.RemoveAll(filepath.Join(c.dataDir(p.host), "volumes"))
+	}()
+	return c.record("wipe-mount-records", agent, err)
 }
 
 // Stop sends SIGSTOP to the process name and waits until it is stopped.
@@ -463,6 +671,9 @@ func (c *Cluster) Close() {
 		return
 	}
 	c.closed = true
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
 	var runs []*testutil.Process
 	for _, p := range c.procs {
 		if p.p != nil {
@@ -484,6 +695,93 @@ func (c *Cluster) Close() {
 	if err := c.lab.Close(); err != nil {
 		c.t.Errorf("nemesis: close the lab: %v", err)
 	}
+}
+
+// Control returns a Control API client of the csisupd server on host,
+// connected from the ctl host like the CLI. Its connection lives until
+// Close and redials a restarted server within a second.
+func (c *Cluster) Control(host string) (csisupdv1.ControlClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("nemesis: the cluster is closed")
+	}
+	if conn, ok := c.conns[host]; ok {
+		return csisupdv1.NewControlClient(conn), nil
+	}
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = time.Second
+	conn, err := grpc.NewClient("passthrough:///"+c.RPCAddr(host),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 2 * time.Second}),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return c.lab.DialContext(ctx, ctlHost, "tcp", addr)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("nemesis: control client of %s: %w", host, err)
+	}
+	c.conns[host] = conn
+	return csisupdv1.NewControlClient(conn), nil
+}
+
+// Usage is what a csisupd process uses: its goroutines, by its metrics,
+// and its resident memory.
+type Usage struct {
+	Goroutines int
+	RSSBytes   int64
+}
+
+// Usage reads the goroutines (go_goroutines on /metrics, fetched from the
+// ctl host) and the resident set size (/proc) of the csisupd process on
+// host.
+func (c *Cluster) Usage(host string) (Usage, error) {
+	p, err := c.proc(host)
+	if err != nil {
+		return Usage{}, err
+	}
+	c.mu.Lock()
+	run := p.p
+	c.mu.Unlock()
+	if run == nil || run.Exited() {
+		return Usage{}, fmt.Errorf("nemesis: %s is not running", host)
+	}
+	var u Usage
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", run.Pid()))
+	if err != nil {
+		return u, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" && f[2] == "kB" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			u.RSSBytes = kb << 10
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return c.lab.DialContext(ctx, ctlHost, network, addr)
+		},
+	}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(fmt.Sprintf("http://%s:%d/metrics", c.lab.Addr(host), httpPort))
+	if err != nil {
+		return u, fmt.Errorf("nemesis: metrics of %s: %w", host, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return u, fmt.Errorf("nemesis: metrics of %s: %w", host, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return u, fmt.Errorf("nemesis: metrics of %s: go_goroutines %q: %w", host, v, err)
+			}
+			u.Goroutines = int(f)
+			return u, nil
+		}
+	}
+	return u, fmt.Errorf("nemesis: metrics of %s have no go_goroutines", host)
 }
 
 // CLIResult is one run of the csisupd CLI.
@@ -644,11 +942,11 @@ func (c *Cluster) query(v any, args ...string) error {
 	return last
 }
 
-// HealthyPlugins returns the agents whose plugin instance is healthy in
-// the cluster's view.
-func (c *Cluster) HealthyPlugins() ([]string, error) {
+// HealthyPlugins returns the agents whose instance of plugin is healthy
+// in the cluster's view.
+func (c *Cluster) HealthyPlugins(plugin string) ([]string, error) {
 	var p pluginDoc
-	if err := c.query(&p, "plugin", "status", pluginID); err != nil {
+	if err := c.query(&p, "plugin", "status", plugin); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -661,10 +959,10 @@ func (c *Cluster) HealthyPlugins() ([]string, error) {
 	return out, nil
 }
 
-// WaitHealthyPlugins waits until n plugin instances are healthy.
-func (c *Cluster) WaitHealthyPlugins(n int, timeout time.Duration) error {
-	return c.waitFor(timeout, fmt.Sprintf("%d healthy plugin instances", n), func() (bool, error) {
-		got, err := c.HealthyPlugins()
+// WaitHealthyPlugins waits until n instances of plugin are healthy.
+func (c *Cluster) WaitHealthyPlugins(plugin string, n int, timeout time.Duration) error {
+	return c.waitFor(timeout, fmt.Sprintf("%d healthy instances of plugin %s", n, plugin), func() (bool, error) {
+		got, err := c.HealthyPlugins(plugin)
 		return len(got) == n, err
 	})
 }

@@ -33,10 +33,12 @@ func must(t *testing.T, err error) {
 func TestClusterComesUp(t *testing.T) {
 	c := StartCluster(t, Options{Servers: 3, Agents: 3})
 	agents := c.Agents()
-	got, err := c.HealthyPlugins()
-	must(t, err)
-	if !slices.Equal(got, agents) {
-		t.Fatalf("healthy plugin instances on %v, want %v", got, agents)
+	for _, id := range plugins {
+		got, err := c.HealthyPlugins(id)
+		must(t, err)
+		if !slices.Equal(got, agents) {
+			t.Fatalf("healthy instances of %s on %v, want %v", id, got, agents)
+		}
 	}
 	for _, a := range agents {
 		st, err := c.NodeStatus(a)
@@ -66,7 +68,7 @@ func TestClusterComesUp(t *testing.T) {
 	must(t, c.WaitNodeStatus(a, "down", nodeDownTimeout))
 	must(t, c.Cont(a))
 	must(t, c.WaitNodeStatus(a, "ready", readyTimeout))
-	must(t, c.WaitHealthyPlugins(len(agents), readyTimeout))
+	must(t, c.WaitHealthyPlugins(localPlugin, len(agents), readyTimeout))
 
 	// The leader isolated: the other two elect one of themselves, and
 	// the test's clients cannot reach it; healed, it answers again and
@@ -103,27 +105,29 @@ func TestClusterComesUp(t *testing.T) {
 	must(t, c.WaitNodeStatus(b, "down", nodeDownTimeout))
 	must(t, c.Restart(b))
 	must(t, c.WaitNodeStatus(b, "ready", readyTimeout))
-	must(t, c.WaitHealthyPlugins(len(agents), readyTimeout))
+	must(t, c.WaitHealthyPlugins(localPlugin, len(agents), readyTimeout))
 
 	// A plugin killed: its instance turns unhealthy; restarted (on the
 	// socket its killed run left behind), healthy again.
-	p := PluginName(agents[2])
+	p := PluginName(agents[2], localPlugin)
 	must(t, c.Kill(p))
 	must(t, c.waitFor(readyTimeout, p+" unhealthy", func() (bool, error) {
-		got, err := c.HealthyPlugins()
+		got, err := c.HealthyPlugins(localPlugin)
 		return err == nil && !slices.Contains(got, agents[2]), err
 	}))
 	must(t, c.Restart(p))
-	must(t, c.WaitHealthyPlugins(len(agents), readyTimeout))
+	must(t, c.WaitHealthyPlugins(localPlugin, len(agents), readyTimeout))
 
 	// The journals outlive the processes and read back.
-	for _, j := range c.Journals() {
-		if _, err := os.Stat(j); err != nil {
-			t.Fatalf("journal: %v", err)
+	for _, id := range plugins {
+		for _, j := range c.Journals(id) {
+			if _, err := os.Stat(j); err != nil {
+				t.Fatalf("journal: %v", err)
+			}
 		}
-	}
-	if _, err := journal.Merge(c.Journals()...); err != nil && !errors.Is(err, journal.ErrTornLine) {
-		t.Fatalf("journals: %v", err)
+		if _, err := journal.Merge(c.Journals(id)...); err != nil && !errors.Is(err, journal.ErrTornLine) {
+			t.Fatalf("journals of %s: %v", id, err)
+		}
 	}
 
 	for _, e := range c.Events() {

@@ -39,16 +39,23 @@
 // test log and in Events, the fault schedule of the run. Processes are
 // named by their host (s1, a2) and plugins by PluginName (a2/plugin).
 //
+// # The soak
+//
+// TestNemesis (Run) runs the workload (Workload: schedulers claiming and
+// releasing, a lifecycle client, leader bursts) and a fault schedule
+// (Schedule, drawn from the seed) for -nemesis-time, heals everything,
+// and checks the invariants: the plugins' journals (package
+// testplugin/journal: single writer, single node, leftovers against the
+// servers' claims once the cluster converged and again after every claim
+// is released), the clients' claim history (CheckHistory, a porcupine
+// model), unexpected exits, panics and races, and the processes' usage.
+// TestDefects runs it on builds with deliberate defects and fails unless
+// the check meant for each catches it.
+//
 // # Seed
 //
-// The -seed flag (make nemesis SEED=N) sets Options.Seed; 0 picks one from
-// the clock and logs it. Nothing random is drawn from it yet: it is for the
-// fault schedules of the soak test to come, so that a failing run can be
-// replayed.
-//
-// # Not yet
-//
-// The random fault schedule and the workload (volume claims whose journals
-// are checked with package testplugin/journal at the end) are not written
-// yet; only the cluster, its controls and TestClusterComesUp are.
+// The -seed flag (make nemesis SEED=N) is the first seed; 0 picks one from
+// the clock. Each run logs its seed and schedule first; the same seed and
+// -nemesis-time give the same schedule. The model and the schedule have
+// their own tests without the build tag, so they run with every go test.
 package nemesis

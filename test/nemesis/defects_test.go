@@ -1,0 +1,89 @@
+//go:build nemesis
+
+package nemesis
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/testplugin/journal"
+)
+
+// A defect is a deliberate bug that a build tag puts into csisupd, and
+// the check of the soak that must catch it.
+type defect struct {
+	tag   string
+	check string
+	// kinds are the faults that let it show (nil: every kind).
+	kinds []string
+}
+
+// defects are the deliberate bugs of the defect builds (each a
+// nemesis_defect_* build tag in the package the bug is in).
+var defects = []defect{
+	// The FSM and the leader admit a second writer on another node.
+	{tag: "nemesis_defect_single_writer", check: journal.CheckSingleWriter, kinds: []string{faultSlowPlugin}},
+	// A restarted agent forgets its mount records and takes the servers'
+	// release for done without unmounting.
+	{tag: "nemesis_defect_forget_record", check: journal.CheckLeftovers, kinds: []string{faultKillAgent}},
+	// The agent's release skips NodeUnpublishVolume.
+	{tag: "nemesis_defect_skip_unpublish", check: journal.CheckLeftovers, kinds: []string{faultSlowPlugin}},
+	// Control.ReleaseVolume acknowledges a release it never did.
+	{tag: "nemesis_defect_ack_release", check: checkHistory, kinds: []string{faultSlowPlugin}},
+}
+
+// Bounds of the defect runs: a defect shows within a minute of
+// claims, and its leftovers never heal.
+const (
+	defectRun   = time.Minute
+	defectQuiet = 45 * time.Second
+	defectSeeds = 3
+)
+
+// TestDefects builds csisupd with each deliberate defect and runs the soak
+// on it until the check meant for the defect reports a violation, within
+// defectSeeds seeds (make nemesis-defects). It fails when a check stays
+// blind to its defect: a change that made the invariants unable to see a
+// bug would pass the soak silently otherwise.
+func TestDefects(t *testing.T) {
+	dir := t.TempDir() // removed with the test
+	for _, d := range defects {
+		t.Run(strings.TrimPrefix(d.tag, "nemesis_defect_"), func(t *testing.T) {
+			bin := filepath.Join(dir, "csisupd-"+d.tag)
+			build := exec.Command("go", "build", "-tags", d.tag, "-o", bin, "github.com/csisupd/csisupd/cmd/csisupd")
+			if out, err := build.CombinedOutput(); err != nil {
+				t.Fatalf("build with %s: %v\n%s", d.tag, err, out)
+			}
+			first := *seedFlag
+			if first == 0 {
+				first = 1
+			}
+			for i := range int64(defectSeeds) {
+				seed := first + i
+				var r *Report
+				t.Run("seed="+strconv.FormatInt(seed, 10), func(t *testing.T) {
+					r = Run(t, RunConfig{Seed: seed, Duration: defectRun, Kinds: d.kinds, Bin: bin, QuietBound: defectQuiet})
+				})
+				if r != nil && r.Violated(d.check) {
+					t.Logf("%s caught by %s with seed %d:\n%s", d.tag, d.check, seed, firstOf(r.Violations, d.check))
+					return
+				}
+			}
+			t.Errorf("%s: no %s violation in %d seeds from %d: the check is blind to its defect", d.tag, d.check, defectSeeds, first)
+		})
+	}
+}
+
+// firstOf returns the first violation of check.
+func firstOf(violations []string, check string) string {
+	for _, v := range violations {
+		if strings.HasPrefix(v, check+":") {
+			return v
+		}
+	}
+	return ""
+}
