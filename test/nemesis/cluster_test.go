@@ -73,7 +73,11 @@ type Options struct {
 // Event is one fault or control action, for the run's fault schedule.
 type Event struct {
 	Time   time.Time
-	Action string // kill, restart, stop, cont, cut, isolate, rejoin, heal-all
+	// Action is kill, restart, restart-clock-<offset>, stop, cont, cut,
+	// heal, isolate, rejoin, heal-all, cut-servers, heal-servers,
+	// cut-from-servers, heal-from-servers, plugin-slow, plugin-fast,
+	// plugin-crash-armed or wipe-mount-records.
+	Action string
 	Target string // a process name, "from->to" or a host
 	Err    error
 }
