@@ -378,10 +378,7 @@ func (w *Workload) Lifecycle(ctx context.Context) {
 			id := mine[i]
 			if do("delete", func(ctx context.Context, cl csisupdv1.ControlClient) error {
 				_, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: id})
-				if status.Code(err) == codes.NotFound {
-					return nil
-				}
-				return err
+				return gone(err)
 			}) {
 				mine = slices.Delete(mine, i, i+1)
 			}
@@ -400,10 +397,7 @@ func (w *Workload) Lifecycle(ctx context.Context) {
 			id := snaps[i]
 			if do("snapshot-delete", func(ctx context.Context, cl csisupdv1.ControlClient) error {
 				_, err := cl.DeleteVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotDeleteRequest{Id: id})
-				if status.Code(err) == codes.NotFound {
-					return nil
-				}
-				return err
+				return gone(err)
 			}) {
 				snaps = slices.Delete(snaps, i, i+1)
 			}
@@ -426,6 +420,14 @@ func (w *Workload) Lifecycle(ctx context.Context) {
 		// every few hundred milliseconds.
 		pause(ctx, time.Duration(200+rng.IntN(400))*time.Millisecond)
 	}
+}
+
+// gone takes NotFound for done: a delete wants its object absent.
+func gone(err error) error {
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	return err
 }
 
 // Drain releases every claim the servers hold, retrying until each
