@@ -49,7 +49,9 @@ test-fault:
 ## (default 1, a fresh cluster each), NEMESIS_TIME=D how long each runs (default 3m).
 ## Replay a failing run with the SEED and NEMESIS_TIME it printed.
 ## FAULTS=kind,kind limits the faults drawn (the kinds are in README "How we test").
-NEMESIS_FLAGS = $(if $(SEED),-seed=$(SEED)) -nemesis-seeds=$(or $(SEEDS),1) -nemesis-time=$(or $(NEMESIS_TIME),3m) $(if $(FAULTS),-nemesis-faults=$(FAULTS))
+## SERVERS=N and AGENTS=M fix the cluster's size (default: drawn from each seed).
+NEMESIS_FLAGS = $(if $(SEED),-seed=$(SEED)) -nemesis-seeds=$(or $(SEEDS),1) -nemesis-time=$(or $(NEMESIS_TIME),3m) \
+	$(if $(FAULTS),-nemesis-faults=$(FAULTS)) $(if $(SERVERS),-nemesis-servers=$(SERVERS)) $(if $(AGENTS),-nemesis-agents=$(AGENTS))
 nemesis:
 	$(GO) test -race -tags nemesis -count=1 -timeout 0 -v -run 'TestNemesis$$' ./test/nemesis/ -args $(NEMESIS_FLAGS)
 
@@ -63,7 +65,7 @@ nemesis-defects:
 
 ## nemesis-short: the CI run of the soak: two fixed seeds of 45 s each
 nemesis-short:
-	$(GO) test -race -tags nemesis -count=1 -timeout 15m -run 'TestNemesis$$' ./test/nemesis/ -args -seed=1 -nemesis-seeds=2 -nemesis-time=45s
+	$(GO) test -race -tags nemesis -count=1 -timeout 15m -run 'TestNemesis$$' ./test/nemesis/ -args -seed=1 -nemesis-seeds=2 -nemesis-time=45s -nemesis-servers=3 -nemesis-agents=3
 
 ## bench: benchmarks, each reported beside the direct path measured in the same run
 ## (node agent; a 10,000-node cluster; ClientCSI vs direct plugin calls; event latency beside

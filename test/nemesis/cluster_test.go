@@ -72,7 +72,7 @@ type Options struct {
 
 // Event is one fault or control action, for the run's fault schedule.
 type Event struct {
-	Time   time.Time
+	Time time.Time
 	// Action is kill, restart, restart-clock-<offset>, stop, cont, cut,
 	// heal, isolate, rejoin, heal-all, cut-servers, heal-servers,
 	// cut-from-servers, heal-from-servers, plugin-slow, plugin-fast,

@@ -25,10 +25,12 @@ import (
 
 // Flags of the soak (make nemesis SEED=N NEMESIS_TIME=D SEEDS=K).
 var (
-	nemesisTime   = flag.Duration("nemesis-time", 3*time.Minute, "how long each seed's faults and workload run")
-	nemesisSeeds  = flag.Int("nemesis-seeds", 1, "how many seeds to run, from -seed on (each a fresh cluster)")
-	nemesisFaults = flag.String("nemesis-faults", "", "comma-separated fault kinds to draw from (default: every kind)")
-	nemesisKeep   = flag.String("nemesis-keep", "", "copy each seed's journals and claim history into this directory (seed-N/)")
+	nemesisTime    = flag.Duration("nemesis-time", 3*time.Minute, "how long each seed's faults and workload run")
+	nemesisSeeds   = flag.Int("nemesis-seeds", 1, "how many seeds to run, from -seed on (each a fresh cluster)")
+	nemesisServers = flag.Int("nemesis-servers", 0, "servers of each seed's cluster (0: 3 or 5, drawn from the seed)")
+	nemesisAgents  = flag.Int("nemesis-agents", 0, "agents of each seed's cluster (0: 3 to 5, drawn from the seed)")
+	nemesisFaults  = flag.String("nemesis-faults", "", "comma-separated fault kinds to draw from (default: every kind)")
+	nemesisKeep    = flag.String("nemesis-keep", "", "copy each seed's journals and claim history into this directory (seed-N/)")
 )
 
 // Settings of the soak's servers and of its quiet period.
@@ -99,6 +101,8 @@ type RunConfig struct {
 	Duration time.Duration
 	// Kinds limits the faults (nil: every kind).
 	Kinds []string
+	// Servers and Agents size the cluster (default 3 each).
+	Servers, Agents int
 	// Bin is the csisupd binary (default the one TestMain built).
 	Bin string
 	// QuietBound bounds the quiet period and the drain (default
@@ -109,7 +113,9 @@ type RunConfig struct {
 
 // TestNemesis runs the soak for -nemesis-seeds seeds from -seed (a seed
 // from the clock when 0), each -nemesis-time long on a fresh cluster of
-// three servers and three agents, and fails on any invariant violation.
+// three or five servers and three to five agents (ClusterSize, unless
+// -nemesis-servers and -nemesis-agents say), and fails on any invariant
+// violation.
 func TestNemesis(t *testing.T) {
 	first := *seedFlag
 	if first == 0 {
@@ -128,7 +134,14 @@ func TestNemesis(t *testing.T) {
 					}
 				}
 			}
-			r := Run(t, RunConfig{Seed: seed, Duration: *nemesisTime, Kinds: kinds})
+			servers, agents := ClusterSize(seed)
+			if *nemesisServers > 0 {
+				servers = *nemesisServers
+			}
+			if *nemesisAgents > 0 {
+				agents = *nemesisAgents
+			}
+			r := Run(t, RunConfig{Seed: seed, Duration: *nemesisTime, Kinds: kinds, Servers: servers, Agents: agents})
 			reports = append(reports, r)
 			if len(r.Violations) > 0 {
 				t.Errorf("seed %d: %d invariant violations (replay: make nemesis SEED=%d NEMESIS_TIME=%s):\n%s",
@@ -169,7 +182,7 @@ func summarise(t *testing.T, reports []*Report) {
 // every invariant. Violations are returned, not failed, so that the
 // defect tests can ask which check caught what.
 func Run(t *testing.T, cfg RunConfig) *Report {
-	c := StartCluster(t, Options{Seed: cfg.Seed, Bin: cfg.Bin, GCGrace: gcGrace})
+	c := StartCluster(t, Options{Seed: cfg.Seed, Bin: cfg.Bin, GCGrace: gcGrace, Servers: cfg.Servers, Agents: cfg.Agents})
 	r := &Report{Seed: cfg.Seed, Faults: map[string]int{}}
 	r.Schedule = Schedule(cfg.Seed, cfg.Duration, c.Servers(), c.Agents(), cfg.Kinds)
 	for _, f := range r.Schedule {

@@ -47,4 +47,16 @@ func TestSchedule(t *testing.T) {
 	if len(only) == 0 {
 		t.Error("kill-agent only: no fault")
 	}
+
+	sizes := map[[2]int]bool{}
+	for seed := range int64(100) {
+		s, a := ClusterSize(seed)
+		if (s != 3 && s != 5) || a < 3 || a > 5 {
+			t.Fatalf("seed %d: %d servers and %d agents", seed, s, a)
+		}
+		sizes[[2]int{s, a}] = true
+	}
+	if len(sizes) != 6 {
+		t.Errorf("100 seeds drew %d of the 6 cluster sizes", len(sizes))
+	}
 }

@@ -36,6 +36,12 @@ var faultKinds = []string{faultKillServer, faultKillAgent, faultStopServer, faul
 // a restart into another one jumps the agent's clocks forward or back.
 var clockOffsets = []time.Duration{0, time.Hour, 24 * time.Hour, 30 * 24 * time.Hour}
 
+// ClusterSize draws a seed's cluster: 3 or 5 servers and 3 to 5 agents.
+func ClusterSize(seed int64) (servers, agents int) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 5))
+	return 3 + 2*rng.IntN(2), 3 + rng.IntN(3)
+}
+
 // Fault is one entry of the schedule.
 type Fault struct {
 	At   time.Duration // after the start of the run
