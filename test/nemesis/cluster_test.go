@@ -119,6 +119,7 @@ type proc struct {
 	stopped    bool              // SIGSTOP sent and no SIGCONT since
 	killed     bool              // the current run was sent SIGKILL
 	crashArmed bool              // the current run was told to crash (a plugin)
+	scanned    bool              // the current run's complete output was checked for crashes
 	clock      time.Duration     // monotonic clock offset of the current run
 	plugin     bool              // a test plugin, not csisupd
 	agent      string            // the agent host of a plugin
@@ -368,6 +369,7 @@ func (c *Cluster) start(name string, clock time.Duration) error {
 		return fmt.Errorf("nemesis: %s is running", name)
 	}
 	c.noteExitLocked(p)
+	c.noteCrashLocked(p)
 	// ip netns exec (and nsenter) replace themselves with the program:
 	// the process is the program itself, and signals reach it.
 	args := []string{"netns", "exec", c.lab.Namespace(p.host)}
@@ -381,7 +383,7 @@ func (c *Cluster) start(name string, clock time.Duration) error {
 	args = append(append(args, p.bin), p.args...)
 	p.p = testutil.StartProcess(c.t, nil, "ip", args...)
 	p.p.Name = name
-	p.stopped, p.killed, p.crashArmed, p.clock = false, false, false, clock
+	p.stopped, p.killed, p.crashArmed, p.scanned, p.clock = false, false, false, false, clock
 	return nil
 }
 
@@ -393,6 +395,27 @@ func (c *Cluster) noteExitLocked(p *proc) {
 	}
 	c.exits = append(c.exits, fmt.Sprintf("%s exited by itself with status %d; stderr:\n%s", p.name, p.p.ExitCode(), tail(p.p.Stderr.String(), 4096)))
 	p.killed = true // noted once
+}
+
+// crashSigns are what a Go program prints when it panics, dies or races.
+var crashSigns = []string{"panic: ", "fatal error: ", "WARNING: DATA RACE"}
+
+// noteCrashLocked records a panic, fatal error or data race in the output
+// of p's current run (csisupd only), once, before that run is replaced or
+// at the end.
+func (c *Cluster) noteCrashLocked(p *proc) {
+	if p.plugin || p.p == nil || p.scanned {
+		return
+	}
+	out := p.p.Stderr.String()
+	for _, sign := range crashSigns {
+		if i := strings.Index(out, sign); i >= 0 {
+			c.exits = append(c.exits, fmt.Sprintf("%s printed %q:\n%s", p.name, sign, tail(out[i:], 4096)))
+		}
+	}
+	if p.p.Exited() {
+		p.scanned = true // its output is complete
+	}
 }
 
 // tail returns the last n bytes of s.
@@ -410,22 +433,11 @@ func tail(s string, n int) string {
 func (c *Cluster) UnexpectedExits() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range c.procs {
-		c.noteExitLocked(p)
-	}
-	out := slices.Clone(c.exits)
 	for _, name := range slices.Sorted(maps.Keys(c.procs)) {
-		p := c.procs[name]
-		if p.plugin || p.p == nil {
-			continue
-		}
-		for _, sign := range []string{"panic: ", "fatal error: ", "WARNING: DATA RACE"} {
-			if i := strings.Index(p.p.Stderr.String(), sign); i >= 0 {
-				out = append(out, fmt.Sprintf("%s printed %q:\n%s", name, sign, tail(p.p.Stderr.String()[i:], 4096)))
-			}
-		}
+		c.noteExitLocked(c.procs[name])
+		c.noteCrashLocked(c.procs[name])
 	}
-	return out
+	return slices.Clone(c.exits)
 }
 
 // clockNamespaceLocked returns the path of a time namespace whose
