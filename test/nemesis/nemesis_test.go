@@ -544,10 +544,15 @@ func (n *nemesis) apply(ctx context.Context, f Fault) {
 			n.count(f.Kind)
 		}
 	case faultClockJump:
+		old := c.Clock(target)
 		if c.Kill(target) == nil {
-			n.count(f.Kind)
 			pause(ctx, f.For)
-			_ = c.RestartWithClock(target, f.Clock)
+			if c.RestartWithClock(target, f.Clock) == nil {
+				n.count(f.Kind)
+			} else {
+				// No time namespace here: back on the clock it had.
+				_ = c.RestartWithClock(target, old)
+			}
 		}
 	case faultLostRecord:
 		if c.Kill(target) == nil {
