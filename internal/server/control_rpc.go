@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
@@ -28,6 +29,8 @@ const maxSnapshotBytes = 512 << 20
 type controlService struct {
 	csisupdv1.UnimplementedControlServer
 	s *Server
+	// releases counts ReleaseVolume calls for defectPanic only.
+	releases atomic.Int64
 }
 
 // route runs local on the ready leader (after a leadership check for
@@ -260,6 +263,9 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 	}
 	if defectAckRelease && req.GetWorkloadId() != "" {
 		return &csisupdv1.VolumeReleaseResponse{}, nil
+	}
+	if defectPanic && c.releases.Add(1) == 25 {
+		panic("nemesis_defect_panic: the 25th release")
 	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeReleaseResponse, error) {

@@ -276,6 +276,11 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 	}
 	m.emit(plugin.EventVolumePublished, r, fmt.Sprintf("volume %s published for workload %s at %s", volumeID, workloadID, r.HostPath))
 	log.Info("volume mounted", "path", r.HostPath, "staged", r.StagingPath != "")
+	if defectLeak {
+		for range 10 {
+			go func() { select {} }()
+		}
+	}
 	return r.proto(), nil
 }
 
