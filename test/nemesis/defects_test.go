@@ -16,6 +16,7 @@ import (
 // A defect is a deliberate bug that a build tag puts into csisupd, and
 // the check of the soak that must catch it.
 type defect struct {
+	name  string
 	tag   string
 	check string
 	// kinds are the faults that let it show (nil: every kind).
@@ -23,17 +24,24 @@ type defect struct {
 }
 
 // defects are the deliberate bugs of the defect builds (each a
-// nemesis_defect_* build tag in the package the bug is in).
+// nemesis_defect_* build tag in the package the bug is in), one for each
+// check of the soak.
 var defects = []defect{
-	// The FSM and the leader admit a second writer on another node.
-	{tag: "nemesis_defect_single_writer", check: journal.CheckSingleWriter, kinds: []string{faultSlowPlugin}},
+	// The FSM and the leader admit a second writer on another node...
+	{name: "single_writer", tag: "nemesis_defect_single_writer", check: journal.CheckSingleWriter, kinds: []string{faultSlowPlugin}},
+	// ...and a single-node volume on a second node.
+	{name: "single_node", tag: "nemesis_defect_single_writer", check: journal.CheckSingleNode, kinds: []string{faultSlowPlugin}},
 	// A restarted agent forgets its mount records and takes the servers'
 	// release for done without unmounting.
-	{tag: "nemesis_defect_forget_record", check: journal.CheckLeftovers, kinds: []string{faultKillAgent}},
+	{name: "forget_record", tag: "nemesis_defect_forget_record", check: journal.CheckLeftovers, kinds: []string{faultKillAgent}},
 	// The agent's release skips NodeUnpublishVolume.
-	{tag: "nemesis_defect_skip_unpublish", check: journal.CheckLeftovers, kinds: []string{faultSlowPlugin}},
+	{name: "skip_unpublish", tag: "nemesis_defect_skip_unpublish", check: journal.CheckLeftovers, kinds: []string{faultSlowPlugin}},
 	// Control.ReleaseVolume acknowledges a release it never did.
-	{tag: "nemesis_defect_ack_release", check: checkHistory, kinds: []string{faultSlowPlugin}},
+	{name: "ack_release", tag: "nemesis_defect_ack_release", check: checkHistory, kinds: []string{faultSlowPlugin}},
+	// A server panics on its 25th release.
+	{name: "panic", tag: "nemesis_defect_panic", check: checkExit, kinds: []string{faultSlowPlugin}},
+	// Every mount leaks goroutines in the agent.
+	{name: "leak", tag: "nemesis_defect_leak", check: checkUsage, kinds: []string{faultSlowPlugin}},
 }
 
 // Bounds of the defect runs: a defect shows within a minute of
@@ -52,7 +60,7 @@ const (
 func TestDefects(t *testing.T) {
 	dir := t.TempDir() // removed with the test
 	for _, d := range defects {
-		t.Run(strings.TrimPrefix(d.tag, "nemesis_defect_"), func(t *testing.T) {
+		t.Run(d.name, func(t *testing.T) {
 			bin := filepath.Join(dir, "csisupd-"+d.tag)
 			build := exec.Command("go", "build", "-tags", d.tag, "-o", bin, "github.com/csisupd/csisupd/cmd/csisupd")
 			if out, err := build.CombinedOutput(); err != nil {
