@@ -61,14 +61,15 @@ type WatcherConfig struct {
 // mounted because their leader died or lost its term in the middle
 // (finished, or released when a step fails, once ClaimResumeTimeout has
 // passed without a caller finishing them); and the releases of claims
-// whose node has been down for longer than ClaimGCGrace. It holds no
-// state that matters beyond one term: a new leader's watcher starts from
-// the state.
+// whose node has been down for longer than ClaimGCGrace. Beyond one term
+// it keeps only what it saw when (observations); everything else a new
+// term's watcher reads from the state.
 type Watcher struct {
 	cfg    WatcherConfig
 	logger hclog.Logger
 	// kick wakes the watcher before its next interval.
 	kick chan struct{}
+	seen *observations
 }
 
 // NewWatcher returns a volume watcher; Run runs it for one term.
@@ -76,7 +77,7 @@ func NewWatcher(cfg WatcherConfig, logger hclog.Logger) *Watcher {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Watcher{cfg: cfg, logger: logger, kick: make(chan struct{}, 1)}
+	return &Watcher{cfg: cfg, logger: logger, kick: make(chan struct{}, 1), seen: newObservations()}
 }
 
 // watchRun is one term's pass state.
@@ -88,14 +89,6 @@ type watchRun struct {
 	retries map[string]*claimRetry
 	// resumed holds the claims whose release this watcher logged.
 	resumed map[string]bool
-	// downSince holds, for each node found down in this term, and
-	// unfinishedSince, for each claim found taken but unfinished, when
-	// this watcher first saw it so, on the monotonic clock. The grace
-	// periods count from there, never from a replicated wall-clock time:
-	// a clock that jumps, on this server or on the leader that wrote the
-	// time, neither cuts one short nor stretches it. A new leader starts
-	// counting anew, which can only make it wait longer.
-	downSince, unfinishedSince map[string]time.Time
 }
 
 type claimRetry struct {
@@ -118,8 +111,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	defer loop.Done()
 	// The release steps beat the loop between their calls to agents.
 	ctx = WithLoop(ctx, loop)
-	r := &watchRun{Watcher: w, loop: loop, retries: map[string]*claimRetry{}, resumed: map[string]bool{},
-		downSince: map[string]time.Time{}, unfinishedSince: map[string]time.Time{}}
+	r := &watchRun{Watcher: w, loop: loop, retries: map[string]*claimRetry{}, resumed: map[string]bool{}}
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -148,7 +140,7 @@ func watchKey(volumeID string, c *statepb.VolumeClaim) string {
 
 // pass looks at every claim once.
 func (r *watchRun) pass(ctx context.Context) {
-	r.observeNodes(time.Now())
+	r.seen.nodes(r.cfg.State().Nodes(), time.Now())
 	live := map[string]bool{}
 	for _, v := range r.cfg.State().Volumes("") {
 		for _, c := range v.GetClaims() {
@@ -159,9 +151,7 @@ func (r *watchRun) pass(ctx context.Context) {
 			key := watchKey(v.GetId(), c)
 			live[key] = true
 			now := time.Now()
-			if _, seen := r.unfinishedSince[key]; !seen && claims.Unfinished(c) {
-				r.unfinishedSince[key] = now
-			}
+			r.seen.claim(key, claims.Unfinished(c), now)
 			switch {
 			case r.nodeGoneDue(c, now) || claims.Releasing(c.GetState()):
 				r.release(ctx, v.GetId(), c, key)
@@ -170,11 +160,7 @@ func (r *watchRun) pass(ctx context.Context) {
 			}
 		}
 	}
-	for key := range r.unfinishedSince {
-		if !live[key] {
-			delete(r.unfinishedSince, key)
-		}
-	}
+	r.seen.keepClaims(live)
 	r.lifecycle(ctx, live)
 	for key := range r.retries {
 		if !live[key] {
@@ -248,44 +234,21 @@ func (r *watchRun) retrying(ctx context.Context, key, what string, log hclog.Log
 	delete(r.retries, key)
 }
 
-// observeNodes records when this watcher first saw each down node down,
-// and forgets the nodes that are not down.
-func (r *watchRun) observeNodes(now time.Time) {
-	down := map[string]bool{}
-	for _, n := range r.cfg.State().Nodes() {
-		if n.GetStatus() != state.NodeStatusDown {
-			continue
-		}
-		down[n.GetId()] = true
-		if _, seen := r.downSince[n.GetId()]; !seen {
-			r.downSince[n.GetId()] = now
-		}
-	}
-	for id := range r.downSince {
-		if !down[id] {
-			delete(r.downSince, id)
-		}
-	}
-}
-
 // nodeGoneDue reports whether a claim must be released without its node:
-// it is taken or unmounting, and this watcher has seen its node down for
-// longer than ClaimGCGrace (or the node is not known to the cluster any
-// more).
+// it is taken or unmounting, and this server's watcher has seen its node
+// down for longer than ClaimGCGrace (or the node is not known to the
+// cluster any more).
 func (r *watchRun) nodeGoneDue(c *statepb.VolumeClaim, now time.Time) bool {
-	var downFor time.Duration
-	if since, ok := r.downSince[c.GetNodeId()]; ok {
-		downFor = now.Sub(since)
-	}
-	return claims.NodeGoneDue(c, r.cfg.State().Node(c.GetNodeId()), downFor, r.cfg.ClaimGCGrace)
+	node := r.cfg.State().Node(c.GetNodeId())
+	return claims.NodeGoneDue(c, node, r.seen.downFor(node, now), r.cfg.ClaimGCGrace)
 }
 
 // resumeDue reports whether a claim is taken but not mounted, and this
-// watcher has seen it so for longer than ClaimResumeTimeout: no caller
-// finished it.
+// server's watcher has seen it so for longer than ClaimResumeTimeout: no
+// caller finished it.
 func (r *watchRun) resumeDue(c *statepb.VolumeClaim, key string, now time.Time) bool {
-	since, ok := r.unfinishedSince[key]
-	return ok && claims.Unfinished(c) && now.Sub(since) > r.cfg.ClaimResumeTimeout
+	d, ok := r.seen.unfinishedFor(key, now)
+	return ok && claims.Unfinished(c) && d > r.cfg.ClaimResumeTimeout
 }
 
 // finish runs Finish for one unfinished claim.
