@@ -364,14 +364,20 @@ func (c *Cluster) Claims(ctx context.Context) ([]HeldClaim, error) {
 func converge(ctx context.Context, c *Cluster) []string {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
+	var last []string
 	for {
 		diffs := differences(ctx, c)
 		if len(diffs) == 0 {
 			return nil
 		}
+		// A look that ctx's end cut short shows nothing: report the
+		// last whole one.
+		if ctx.Err() == nil || last == nil {
+			last = diffs
+		}
 		select {
 		case <-ctx.Done():
-			return diffs
+			return last
 		case <-tick.C:
 		}
 	}
