@@ -232,10 +232,18 @@ func (s *Server) monitorLeadership() {
 		}
 	}
 	defer stop()
+	// A follower's watcher keeps its observations current, so that the
+	// grace periods go on counting if this server takes over.
+	observe := time.NewTicker(s.cfg.VolumeWatchInterval)
+	defer observe.Stop()
 	for {
 		loop.Beat()
 		select {
 		case <-loop.C():
+		case <-observe.C:
+			if cur == nil {
+				s.watcher.Observe(time.Now())
+			}
 		case isLeader := <-s.node.LeaderCh():
 			if isLeader && cur == nil {
 				ctx, cancel := context.WithCancel(context.Background())

@@ -15,13 +15,15 @@ import (
 // time: a clock that jumps, here or on the leader that wrote the time,
 // neither cuts one short nor stretches it.
 //
-// They outlive a term. A leader whose lease lapsed under load and that
-// won again a moment later goes on counting: a claim unfinished under
-// the same claim index has been unfinished all along (a claim is never
-// unmounted while taken), and a node is keyed by when its status last
-// changed, so a node that came back and went down again while this
-// server followed is counted anew. Another server that becomes leader
-// starts counting itself, which can only make it wait longer.
+// They outlive a term, and a follower keeps them current too (Observe):
+// a leader whose lease lapsed under load, or another server that takes
+// over, goes on counting from when it first saw a claim unfinished or a
+// node down, instead of starting again at every change of leader. A
+// claim unfinished under the same claim index has been unfinished all
+// along (a claim is never unmounted while taken); a node is keyed by when
+// its status last changed, so a node that came back and went down again
+// is counted anew. What a server saw is a lower bound of the truth: its
+// state lags the leader's, which can only make it wait longer.
 type observations struct {
 	mu              sync.Mutex
 	downSince       map[string]time.Time // by downKey

@@ -138,6 +138,24 @@ func watchKey(volumeID string, c *statepb.VolumeClaim) string {
 	return fmt.Sprintf("%s\x00%s\x00%s\x00%d", volumeID, c.GetNodeId(), c.GetWorkloadId(), c.GetClaimIndex())
 }
 
+// Observe records, on a server that does not lead, which nodes are down
+// and which claims unfinished in its replicated state, so that if it
+// takes over, its grace periods count from when it first saw them rather
+// than from its first pass as leader. What a follower saw is a lower
+// bound of how long it has been so: its state lags the leader's.
+func (w *Watcher) Observe(now time.Time) {
+	w.seen.nodes(w.cfg.State().Nodes(), now)
+	live := map[string]bool{}
+	for _, v := range w.cfg.State().Volumes("") {
+		for _, c := range v.GetClaims() {
+			key := watchKey(v.GetId(), c)
+			live[key] = true
+			w.seen.claim(key, claims.Unfinished(c), now)
+		}
+	}
+	w.seen.keepClaims(live)
+}
+
 // pass looks at every claim once.
 func (r *watchRun) pass(ctx context.Context) {
 	r.seen.nodes(r.cfg.State().Nodes(), time.Now())
