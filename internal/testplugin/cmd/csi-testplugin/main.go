@@ -267,6 +267,13 @@ func keyValues(s string) (map[string]string, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// The run-time fault signals are caught before anything else: a
+	// signal that arrives while the plugins start must not end the
+	// process, as SIGUSR1, SIGUSR2 and SIGHUP do by default. They are
+	// applied once the plugins serve.
+	controls := make(chan os.Signal, 4)
+	signal.Notify(controls, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP)
+	defer signal.Stop(controls)
 	o, err := parse(args, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "csi-testplugin: %v\n", err)
@@ -341,9 +348,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// Faults at run time, for the soak tests: SIGUSR1 and SIGUSR2 turn
 	// slow mode on and off, SIGHUP arms a crash in the next mutating call.
-	controls := make(chan os.Signal, 4)
-	signal.Notify(controls, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP)
-	defer signal.Stop(controls)
 	for {
 		select {
 		case <-ctx.Done():
