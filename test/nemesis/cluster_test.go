@@ -120,6 +120,7 @@ type proc struct {
 	killed     bool              // the current run was sent SIGKILL
 	crashArmed bool              // the current run was told to crash (a plugin)
 	scanned    bool              // the current run's complete output was checked for crashes
+	slow       bool              // the current run is in slow mode (a plugin)
 	clock      time.Duration     // monotonic clock offset of the current run
 	plugin     bool              // a test plugin, not csisupd
 	agent      string            // the agent host of a plugin
@@ -383,7 +384,7 @@ func (c *Cluster) start(name string, clock time.Duration) error {
 	args = append(append(args, p.bin), p.args...)
 	p.p = testutil.StartProcess(c.t, nil, "ip", args...)
 	p.p.Name = name
-	p.stopped, p.killed, p.crashArmed, p.scanned, p.clock = false, false, false, false, clock
+	p.stopped, p.killed, p.crashArmed, p.scanned, p.slow, p.clock = false, false, false, false, false, clock
 	return nil
 }
 
@@ -529,7 +530,27 @@ func (c *Cluster) SlowPlugin(name string, on bool) error {
 	if on {
 		sig, action = syscall.SIGUSR1, "plugin-slow"
 	}
-	return c.record(action, name, c.send(name, sig, false))
+	err := c.send(name, sig, false)
+	if err == nil {
+		if p, perr := c.proc(name); perr == nil {
+			c.mu.Lock()
+			p.slow = on
+			c.mu.Unlock()
+		}
+	}
+	return c.record(action, name, err)
+}
+
+// Slow reports whether the plugin process name's current run was slowed
+// and not made fast again.
+func (c *Cluster) Slow(name string) bool {
+	p, err := c.proc(name)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.slow
 }
 
 // CrashPlugin tells a plugin process to exit in its next mutating call,

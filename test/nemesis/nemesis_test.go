@@ -543,7 +543,9 @@ func (n *nemesis) apply(ctx context.Context, f Fault) {
 		if c.SlowPlugin(target, true) == nil {
 			n.count(f.Kind)
 			pause(ctx, f.For)
-			_ = c.SlowPlugin(target, false)
+			if c.Slow(target) { // not restarted meanwhile
+				_ = c.SlowPlugin(target, false)
+			}
 		}
 	case faultCrashPlugin:
 		if c.CrashPlugin(target) == nil {
@@ -621,16 +623,14 @@ func (n *nemesis) heal() {
 	c := n.c
 	_ = c.HealAll()
 	for _, name := range c.names() {
+		if c.Slow(name) {
+			_ = c.SlowPlugin(name, false)
+		}
 		if c.Stopped(name) {
 			_ = c.Cont(name)
 		}
 		if !c.Running(name) {
 			_ = c.RestartWithClock(name, c.Clock(name))
-		}
-	}
-	for _, a := range c.Agents() {
-		for _, id := range plugins {
-			_ = c.SlowPlugin(PluginName(a, id), false)
 		}
 	}
 }
