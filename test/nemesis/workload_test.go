@@ -206,27 +206,28 @@ func (w *Workload) Counts() map[string]int {
 
 // claim claims v on node for workload.
 func (w *Workload) claim(ctx context.Context, rng *rand.Rand, client int, v baseVolume, node, workload, mode string, readOnly bool) Op {
-	o := Op{Client: client, Kind: opClaim, Volume: v.id, Node: node, Workload: workload, Call: time.Now()}
-	_, err := w.call(ctx, rng, func(ctx context.Context, cl csisupdv1.ControlClient) error {
+	o := Op{Client: client, Kind: opClaim, Volume: v.id, Node: node, Workload: workload}
+	return w.do(ctx, rng, o, func(ctx context.Context, cl csisupdv1.ControlClient) error {
 		_, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: v.id, NodeId: w.nodeIDs[node], WorkloadId: workload,
 			Usage: &csisupdv1.VolumeUsage{AccessMode: mode, AccessType: "mount", ReadOnly: readOnly}})
 		return err
 	})
-	o.Return, o.Outcome = time.Now(), outcome(err)
-	if err != nil {
-		o.Err = err.Error()
-	}
-	w.record(o)
-	return o
 }
 
 // release releases workload's claim of volume on node.
 func (w *Workload) release(ctx context.Context, rng *rand.Rand, client int, volume, node, workload string) Op {
-	o := Op{Client: client, Kind: opRelease, Volume: volume, Node: node, Workload: workload, Call: time.Now()}
-	_, err := w.call(ctx, rng, func(ctx context.Context, cl csisupdv1.ControlClient) error {
+	o := Op{Client: client, Kind: opRelease, Volume: volume, Node: node, Workload: workload}
+	return w.do(ctx, rng, o, func(ctx context.Context, cl csisupdv1.ControlClient) error {
 		_, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: volume, NodeId: w.nodeIDs[node], WorkloadId: workload})
 		return err
 	})
+}
+
+// do makes the call of claim or release o, times it, records its
+// outcome in the history and returns it.
+func (w *Workload) do(ctx context.Context, rng *rand.Rand, o Op, f func(context.Context, csisupdv1.ControlClient) error) Op {
+	o.Call = time.Now()
+	_, err := w.call(ctx, rng, f)
 	o.Return, o.Outcome = time.Now(), outcome(err)
 	if err != nil {
 		o.Err = err.Error()

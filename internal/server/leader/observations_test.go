@@ -1,11 +1,9 @@
 package leader
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -72,11 +70,6 @@ func TestObservationsOutliveATerm(t *testing.T) {
 // it observed an hour ago are due at its first passes as leader, with
 // an hour's grace; without those observations they are not.
 func TestFollowerObservationsCount(t *testing.T) {
-	now := timestamppb.Now()
-	vol := &statepb.Volume{Id: "v", PluginId: "p", CreateIndex: 1, ModifyIndex: 2, Claims: []*statepb.VolumeClaim{
-		{NodeId: "gone", WorkloadId: "w1", State: claims.StateTaken, Mounted: true, ClaimIndex: 1, StateUpdatedAt: now},
-		{NodeId: "up", WorkloadId: "w2", State: claims.StateTaken, ClaimIndex: 2, StateUpdatedAt: now},
-	}}
 	for _, tc := range []struct {
 		name     string
 		observed bool
@@ -85,35 +78,12 @@ func TestFollowerObservationsCount(t *testing.T) {
 		{"never observed before", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := newLifecycleEnv(t, time.Hour, []*statepb.Volume{vol}, nil, noProgress, noProgress)
-			env.write(func(txn *state.Txn) error {
-				for _, n := range []*statepb.ClusterNode{
-					{Id: "gone", Status: state.NodeStatusDown, StatusUpdatedAt: now},
-					{Id: "up", Status: state.NodeStatusReady, StatusUpdatedAt: now},
-				} {
-					if err := txn.PutNode(n); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			env.w.cfg.ClaimGCGrace, env.w.cfg.ClaimResumeTimeout = 30*time.Minute, 30*time.Minute
-			env.w.cfg.ReleaseWithoutNode = func(ref claims.Ref) (*statepb.VolumeClaim, error) {
-				env.count("gone/" + ref.NodeID)
-				return &statepb.VolumeClaim{NodeId: ref.NodeID, WorkloadId: ref.WorkloadID, State: claims.StateTaken}, nil
-			}
-			env.w.cfg.Finish = func(_ context.Context, ref claims.Ref) error {
-				env.count("finish/" + ref.NodeID)
-				return nil
-			}
+			env := newGraceEnv(t, timestamppb.Now(), 30*time.Minute)
 			if tc.observed {
 				env.w.Observe(time.Now().Add(-time.Hour))
 			}
 			env.run()
-			env.waitPass(1)
-			env.nextPass(1)
-			env.nextPass(2)
-			gone, finished := env.callsOf("gone/gone") > 0, env.callsOf("finish/up") > 0
+			gone, finished := env.afterPasses()
 			if gone != tc.observed || finished != tc.observed {
 				t.Errorf("after 3 passes: released without its node %v, unfinished claim finished %v; want %v for both", gone, finished, tc.observed)
 			}

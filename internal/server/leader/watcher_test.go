@@ -378,10 +378,6 @@ func TestWatcherLifecycleRetriesAfterBackoff(t *testing.T) {
 // with no grace, they are released and finished within a few passes.
 func TestGracePeriodsCountFromWhatTheWatcherSaw(t *testing.T) {
 	longAgo := timestamppb.New(time.Now().Add(-2 * time.Hour))
-	vol := &statepb.Volume{Id: "v", PluginId: "p", CreateIndex: 1, ModifyIndex: 2, Claims: []*statepb.VolumeClaim{
-		{NodeId: "gone", WorkloadId: "w1", State: claims.StateTaken, Mounted: true, ClaimIndex: 1, StateUpdatedAt: longAgo},
-		{NodeId: "up", WorkloadId: "w2", State: claims.StateTaken, ClaimIndex: 2, StateUpdatedAt: longAgo},
-	}}
 	for _, tc := range []struct {
 		name  string
 		grace time.Duration
@@ -391,35 +387,55 @@ func TestGracePeriodsCountFromWhatTheWatcherSaw(t *testing.T) {
 		{"without grace", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := newLifecycleEnv(t, time.Hour, []*statepb.Volume{vol}, nil, noProgress, noProgress)
-			env.write(func(txn *state.Txn) error {
-				for _, n := range []*statepb.ClusterNode{
-					{Id: "gone", Status: state.NodeStatusDown, StatusUpdatedAt: longAgo},
-					{Id: "up", Status: state.NodeStatusReady, StatusUpdatedAt: longAgo},
-				} {
-					if err := txn.PutNode(n); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			env.w.cfg.ClaimGCGrace, env.w.cfg.ClaimResumeTimeout = tc.grace, tc.grace
-			env.w.cfg.ReleaseWithoutNode = func(ref claims.Ref) (*statepb.VolumeClaim, error) {
-				env.count("gone/" + ref.NodeID)
-				return &statepb.VolumeClaim{NodeId: ref.NodeID, WorkloadId: ref.WorkloadID, State: claims.StateTaken}, nil
-			}
-			env.w.cfg.Finish = func(_ context.Context, ref claims.Ref) error {
-				env.count("finish/" + ref.NodeID)
-				return nil
-			}
+			env := newGraceEnv(t, longAgo, tc.grace)
 			env.run()
-			env.waitPass(1)
-			env.nextPass(1)
-			env.nextPass(2)
-			gone, finished := env.callsOf("gone/gone") > 0, env.callsOf("finish/up") > 0
+			gone, finished := env.afterPasses()
 			if gone != tc.want || finished != tc.want {
 				t.Errorf("after 3 passes: claim released without its node %v, unfinished claim finished %v; want %v for both", gone, finished, tc.want)
 			}
 		})
 	}
+}
+
+// graceEnv is a watcher with two claims: one mounted on node "gone",
+// which is down, and one unfinished on node "up"; the claim and status
+// times are at. Releasing without the node and finishing are counted.
+type graceEnv struct{ *lifecycleEnv }
+
+func newGraceEnv(t *testing.T, at *timestamppb.Timestamp, grace time.Duration) graceEnv {
+	vol := &statepb.Volume{Id: "v", PluginId: "p", CreateIndex: 1, ModifyIndex: 2, Claims: []*statepb.VolumeClaim{
+		{NodeId: "gone", WorkloadId: "w1", State: claims.StateTaken, Mounted: true, ClaimIndex: 1, StateUpdatedAt: at},
+		{NodeId: "up", WorkloadId: "w2", State: claims.StateTaken, ClaimIndex: 2, StateUpdatedAt: at},
+	}}
+	env := newLifecycleEnv(t, time.Hour, []*statepb.Volume{vol}, nil, noProgress, noProgress)
+	env.write(func(txn *state.Txn) error {
+		for _, n := range []*statepb.ClusterNode{
+			{Id: "gone", Status: state.NodeStatusDown, StatusUpdatedAt: at},
+			{Id: "up", Status: state.NodeStatusReady, StatusUpdatedAt: at},
+		} {
+			if err := txn.PutNode(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	env.w.cfg.ClaimGCGrace, env.w.cfg.ClaimResumeTimeout = grace, grace
+	env.w.cfg.ReleaseWithoutNode = func(ref claims.Ref) (*statepb.VolumeClaim, error) {
+		env.count("gone/" + ref.NodeID)
+		return &statepb.VolumeClaim{NodeId: ref.NodeID, WorkloadId: ref.WorkloadID, State: claims.StateTaken}, nil
+	}
+	env.w.cfg.Finish = func(_ context.Context, ref claims.Ref) error {
+		env.count("finish/" + ref.NodeID)
+		return nil
+	}
+	return graceEnv{env}
+}
+
+// afterPasses waits for three passes and reports whether the claim on
+// the down node was released without it and the unfinished one finished.
+func (env graceEnv) afterPasses() (gone, finished bool) {
+	env.waitPass(1)
+	env.nextPass(1)
+	env.nextPass(2)
+	return env.callsOf("gone/gone") > 0, env.callsOf("finish/up") > 0
 }
