@@ -215,6 +215,12 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	wg.Add(1)
 	go func() { defer wg.Done(); leaders.run(wctx) }()
 	n := &nemesis{c: c, w: w, t: t, report: r, seed: cfg.Seed}
+	// A plugin armed to crash may crash late, in a release of the quiet
+	// period: its orchestrator restarts it until the checks.
+	rctx, stopRestarts := context.WithCancel(ctx)
+	restarts := make(chan struct{})
+	go func() { defer close(restarts); n.restartCrashedPlugins(rctx) }()
+	defer func() { stopRestarts(); <-restarts }()
 	n.run(wctx, r.Schedule)
 	wg.Wait()
 	n.heal()
@@ -246,6 +252,8 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 		r.Violations = append(r.Violations, left...)
 	}
 
+	stopRestarts()
+	<-restarts
 	if *nemesisKeep != "" {
 		keep(t, c, w, filepath.Join(*nemesisKeep, fmt.Sprintf("seed-%d", cfg.Seed)))
 	}
@@ -457,12 +465,10 @@ type nemesis struct {
 }
 
 // run applies each fault at its time, each undone on a goroutine of its
-// own after its duration, and restarts plugins that crashed. It returns
-// when the schedule is applied and ctx ends; heal undoes the rest.
+// own after its duration. It returns when the schedule is applied and
+// ctx ends; heal undoes the rest.
 func (n *nemesis) run(ctx context.Context, schedule []Fault) {
 	start := time.Now()
-	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.restartCrashedPlugins(ctx) }()
 	for _, f := range schedule {
 		select {
 		case <-ctx.Done():
