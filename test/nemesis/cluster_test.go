@@ -68,7 +68,17 @@ type Options struct {
 	Bin string
 	// GCGrace is the servers' claim_gc_grace (default theirs).
 	GCGrace time.Duration
+	// SharedWithoutPublish starts the shared plugin without
+	// PUBLISH_UNPUBLISH_VOLUME, as many network drivers run: no
+	// controller then refuses a single-node volume on a second node, and
+	// only csisupd's access-mode rule keeps it on one.
+	SharedWithoutPublish bool
 }
+
+// withoutPublish are the test plugin's default controller capabilities
+// but PUBLISH_UNPUBLISH_VOLUME (and LIST_VOLUMES_PUBLISHED_NODES, which
+// needs it).
+const withoutPublish = "CREATE_DELETE_VOLUME,LIST_VOLUMES,GET_CAPACITY,CREATE_DELETE_SNAPSHOT,LIST_SNAPSHOTS,EXPAND_VOLUME,GET_VOLUME"
 
 // Event is one fault or control action, for the run's fault schedule.
 type Event struct {
@@ -220,6 +230,9 @@ server {
 				args = append(args, "--node-local")
 			} else {
 				args = append(args, "--foreign-volumes", "--known-node-ids", "*")
+				if opts.SharedWithoutPublish {
+					args = append(args, "--controller-capabilities", withoutPublish)
+				}
 			}
 			c.add(&proc{name: PluginName(a, id), host: a, bin: testPluginBin, args: args, plugin: true, agent: a})
 		}

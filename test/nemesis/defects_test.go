@@ -21,6 +21,9 @@ type defect struct {
 	check string
 	// kinds are the faults that let it show (nil: every kind).
 	kinds []string
+	// withoutPublish runs the shared plugin without controller publish
+	// (RunConfig.SharedWithoutPublish).
+	withoutPublish bool
 }
 
 // defects are the deliberate bugs of the defect builds (each a
@@ -29,8 +32,10 @@ type defect struct {
 var defects = []defect{
 	// The FSM and the leader admit a second writer on another node...
 	{name: "single_writer", tag: "nemesis_defect_single_writer", check: journal.CheckSingleWriter, kinds: []string{faultSlowPlugin}},
-	// ...and a single-node volume on a second node.
-	{name: "single_node", tag: "nemesis_defect_single_writer", check: journal.CheckSingleNode, kinds: []string{faultSlowPlugin}},
+	// ...and a single-node volume on a second node, when no controller
+	// publish refuses it (the test plugin's controller does, as CSI
+	// asks).
+	{name: "single_node", tag: "nemesis_defect_single_writer", check: journal.CheckSingleNode, kinds: []string{faultSlowPlugin}, withoutPublish: true},
 	// A restarted agent forgets its mount records and takes the servers'
 	// release for done without unmounting.
 	{name: "forget_record", tag: "nemesis_defect_forget_record", check: journal.CheckLeftovers, kinds: []string{faultKillAgent}},
@@ -74,7 +79,8 @@ func TestDefects(t *testing.T) {
 				seed := first + i
 				var r *Report
 				t.Run("seed="+strconv.FormatInt(seed, 10), func(t *testing.T) {
-					r = Run(t, RunConfig{Seed: seed, Duration: defectRun, Kinds: d.kinds, Bin: bin, QuietBound: defectQuiet})
+					r = Run(t, RunConfig{Seed: seed, Duration: defectRun, Kinds: d.kinds, Bin: bin, QuietBound: defectQuiet,
+						SharedWithoutPublish: d.withoutPublish})
 				})
 				if r != nil && r.Violated(d.check) {
 					t.Logf("%s caught by %s with seed %d:\n%s", d.tag, d.check, seed, firstOf(r.Violations, d.check))

@@ -105,6 +105,8 @@ type RunConfig struct {
 	Servers, Agents int
 	// Bin is the csisupd binary (default the one TestMain built).
 	Bin string
+	// SharedWithoutPublish is Options.SharedWithoutPublish.
+	SharedWithoutPublish bool
 	// QuietBound bounds the quiet period and the drain (default
 	// quietBound). Only the defect tests shorten it: their leftovers
 	// never heal, and waiting longer shows nothing more.
@@ -182,7 +184,8 @@ func summarise(t *testing.T, reports []*Report) {
 // every invariant. Violations are returned, not failed, so that the
 // defect tests can ask which check caught what.
 func Run(t *testing.T, cfg RunConfig) *Report {
-	c := StartCluster(t, Options{Seed: cfg.Seed, Bin: cfg.Bin, GCGrace: gcGrace, Servers: cfg.Servers, Agents: cfg.Agents})
+	c := StartCluster(t, Options{Seed: cfg.Seed, Bin: cfg.Bin, GCGrace: gcGrace, Servers: cfg.Servers, Agents: cfg.Agents,
+		SharedWithoutPublish: cfg.SharedWithoutPublish})
 	r := &Report{Seed: cfg.Seed, Faults: map[string]int{}}
 	r.Schedule = Schedule(cfg.Seed, cfg.Duration, c.Servers(), c.Agents(), cfg.Kinds)
 	for _, f := range r.Schedule {
