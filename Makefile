@@ -37,10 +37,12 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
-## test-fault: the long fault and soak tests (build tag "fault")
+## test-fault: the long fault and soak tests (build tag "fault"), then the nemesis soak's
+## short run (it skips, saying why, without root and the tools it needs)
 test-fault:
 	$(GO) vet -tags fault ./...
 	$(GO) test -race -count=1 -tags fault -timeout 30m ./...
+	$(MAKE) nemesis-short
 
 ## nemesis: the soak: servers and agents as processes on simulated hosts (network namespaces)
 ## under randomised overlapping faults, checked from the test plugins' call journals and the
