@@ -417,6 +417,9 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 		if err := m.resolveFor(r, methodUnmount); err != nil {
 			return nil, err
 		}
+		if defectBusyRelease && m.stagingInUse(r) {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is in use on this node", r.VolumeID)
+		}
 		before := r.proto()
 		unstaged, err := m.teardown(ctx, r, false)
 		if err != nil {

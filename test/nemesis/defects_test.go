@@ -41,6 +41,9 @@ var defects = []defect{
 	{name: "forget_record", tag: "nemesis_defect_forget_record", check: journal.CheckLeftovers, kinds: []string{faultKillAgent}},
 	// The agent's release skips NodeUnpublishVolume.
 	{name: "skip_unpublish", tag: "nemesis_defect_skip_unpublish", check: journal.CheckLeftovers, kinds: []string{faultSlowPlugin}},
+	// The agent refuses to release a mount while another mount of the
+	// volume on the node shares its staging: releases that never finish.
+	{name: "busy_release", tag: "nemesis_defect_busy_release", check: checkDrain, kinds: []string{faultSlowPlugin}},
 	// Control.ReleaseVolume acknowledges a release it never did.
 	{name: "ack_release", tag: "nemesis_defect_ack_release", check: checkHistory, kinds: []string{faultSlowPlugin}},
 	// A server panics on its 25th release.
