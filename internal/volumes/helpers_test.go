@@ -119,9 +119,17 @@ type testPlugin struct {
 // test.
 func startPlugin(t *testing.T, dir, name, typ string) *testPlugin {
 	t.Helper()
+	return startPluginWith(t, dir, name, testplugin.Config{Type: typ})
+}
+
+// startPluginWith starts a test plugin of cfg in dir/name, on node-1; it
+// stops with the test.
+func startPluginWith(t *testing.T, dir, name string, cfg testplugin.Config) *testPlugin {
+	t.Helper()
 	sock := filepath.Join(dir, name+".sock")
 	stateDir := filepath.Join(dir, name+"-state")
-	p, err := testplugin.New(testplugin.Config{Socket: sock, StateDir: stateDir, NodeID: "node-1", Type: typ})
+	cfg.Socket, cfg.StateDir, cfg.NodeID = sock, stateDir, "node-1"
+	p, err := testplugin.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

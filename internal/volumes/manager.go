@@ -245,7 +245,7 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 			VolumeContext:     req.GetVolumeContext(),
 		}
 		if _, err := call(ctx, m, pluginID, methodMount, "NodeStageVolume", sreq, csi.NodeClient.NodeStageVolume); err != nil {
-			return nil, m.failMount(ctx, log, r, err, rejected(status.Code(err)))
+			return nil, m.failMount(ctx, log, r, err, rejected(err))
 		}
 		m.emit(plugin.EventVolumeStaged, r, fmt.Sprintf("volume %s staged at %s (usage %s)", volumeID, r.StagingPath, usageKey))
 		r.State = StatePublishing
@@ -265,7 +265,7 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 		VolumeContext:     req.GetVolumeContext(),
 	}
 	if _, err := call(ctx, m, pluginID, methodMount, "NodePublishVolume", preq, csi.NodeClient.NodePublishVolume); err != nil {
-		return nil, m.failMount(ctx, log, r, err, rejected(status.Code(err)))
+		return nil, m.failMount(ctx, log, r, err, rejected(err))
 	}
 	r.State, r.Error = StatePublished, ""
 	if err := m.save(r); err != nil {
@@ -456,7 +456,7 @@ func (m *Manager) teardown(ctx context.Context, r *record, skipCurrent bool) (un
 		if !defectSkipUnpublish {
 			ureq := &csi.NodeUnpublishVolumeRequest{VolumeId: r.ExternalID, TargetPath: r.PluginPath}
 			if _, err := call(ctx, m, r.PluginID, methodUnmount, "NodeUnpublishVolume", ureq, csi.NodeClient.NodeUnpublishVolume); err != nil {
-				if status.Code(err) != codes.NotFound {
+				if !absent(err) {
 					return false, m.stepFailed(r, err)
 				}
 			}
@@ -473,7 +473,7 @@ func (m *Manager) teardown(ctx context.Context, r *record, skipCurrent bool) (un
 			}
 			ureq := &csi.NodeUnstageVolumeRequest{VolumeId: r.ExternalID, StagingTargetPath: r.PluginStagingPath}
 			if _, err := call(ctx, m, r.PluginID, methodUnmount, "NodeUnstageVolume", ureq, csi.NodeClient.NodeUnstageVolume); err != nil {
-				if status.Code(err) != codes.NotFound {
+				if !absent(err) {
 					return false, m.stepFailed(r, err)
 				}
 			}
@@ -620,17 +620,40 @@ func compareRecords(a, b *record) int {
 		cmp.Compare(a.WorkloadID, b.WorkloadID), cmp.Compare(a.UsageKey, b.UsageKey))
 }
 
-// rejected reports whether a step that failed with c was refused by the
+// rejected reports whether a step that failed with err was refused by the
 // plugin without any effect, so that it needs no undo. Other failures
 // (deadline, cancellation, unavailable, internal errors) leave the outcome
-// unknown.
-func rejected(c codes.Code) bool {
-	switch c {
+// unknown, and so do csisupd's own refusals (the plugin is not found or
+// lost a capability): they come before a retry as well as before a first
+// attempt, and an earlier attempt may have done the step before the
+// plugin went away.
+func rejected(err error) bool {
+	if ownRefusal(err) {
+		return false
+	}
+	switch status.Code(err) {
 	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition,
 		codes.OutOfRange, codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
 		return true
 	}
 	return false
+}
+
+// absent reports whether the plugin itself answered an unpublish or an
+// unstage with NotFound: the volume is not there, so the step is done. A
+// plugin that is not found on the node says nothing of its volumes.
+func absent(err error) bool {
+	return status.Code(err) == codes.NotFound && !ownRefusal(err)
+}
+
+// ownRefusal reports whether err is csisupd's refusal to call the plugin
+// (PluginNotFound, CapabilityMissing) rather than the plugin's answer.
+func ownRefusal(err error) bool {
+	if csisupdv1.IsPluginNotFound(err) {
+		return true
+	}
+	_, missing := csisupdv1.ErrorDetail[*csisupdv1.CapabilityMissing](err)
+	return missing
 }
 
 // statusMessage returns the message of err's gRPC status, or err's text.

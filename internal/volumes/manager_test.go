@@ -543,3 +543,41 @@ func TestCallsForOneVolumeAreSerialised(t *testing.T) {
 		t.Fatal("Unmount did not return after the plugin stopped")
 	}
 }
+
+func TestAPluginGoneMidMountIsUndoneWhenItReturns(t *testing.T) {
+	// The plugin stages the volume and then leaves the node (it crashed;
+	// its socket is gone) before the publish. csisupd's own "plugin not
+	// found" for the publish and for the undo's unstage says nothing of
+	// what the plugin holds: the agent keeps the record and unstages once
+	// the plugin is back, rather than forget a staged volume that the
+	// servers would then give to another node.
+	e := newEnv(t, Config{}, true)
+	gone := startPluginWith(t, e.dir, "gone", testplugin.Config{Type: testplugin.TypeNode, Crash: func() { e.plugins.remove("gone") }})
+	c, p := gone.client, gone.Plugin
+	e.plugins.set(nodeModel("gone"), c)
+
+	p.ArmCrash() // in NodeStageVolume, after staging
+	_, err := e.m.Mount(context.Background(), &csisupdv1.MountVolumeRequest{PluginId: "gone", VolumeId: "v1", WorkloadId: "w1"})
+	if !csisupdv1.IsPluginNotFound(err) {
+		t.Fatalf("Mount = %v, want PluginNotFound", err)
+	}
+	if _, staged := gone.node(t, "v1"); !staged {
+		t.Fatal("the plugin did not stage the volume before it went away")
+	}
+	if n := len(e.m.List("gone", "v1")); n != 1 {
+		t.Fatalf("records of the failed mount = %d, want 1 kept until the plugin undoes it", n)
+	}
+	// A release meanwhile is not confirmed either.
+	if _, err := e.m.Unmount(context.Background(), &csisupdv1.UnmountVolumeRequest{PluginId: "gone", VolumeId: "v1", WorkloadId: "w1"}); err == nil {
+		t.Fatal("Unmount succeeded while the plugin holding the volume was away")
+	}
+
+	e.plugins.set(nodeModel("gone"), c) // the plugin is back
+	testutil.WaitFor(t, waitTime, "the failed mount undone", func() bool { return len(e.m.List("gone", "")) == 0 })
+	if _, staged := gone.node(t, "v1"); staged {
+		t.Error("the record is gone but the plugin still has the volume staged")
+	}
+	if n := gone.calls("NodeUnstageVolume"); n == 0 {
+		t.Error("NodeUnstageVolume never reached the plugin")
+	}
+}
