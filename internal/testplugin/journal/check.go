@@ -190,7 +190,7 @@ func intervals(cs []call, kind, openMethod, closeMethod string, pathOf func(Reco
 				cur = &interval{kind: kind, node: k.node, volume: k.volume, path: k.path, mode: c.begin.AccessMode,
 					readonly: c.begin.Readonly, start: c.begin.Time, unknown: o == outcomeUnknown, records: c.records()}
 				out = append(out, cur)
-			case c.begin.Method == closeMethod && o == outcomeOK && cur != nil:
+			case c.begin.Method == closeMethod && (o == outcomeOK || o == outcomeFailed && c.end.Code == "NotFound") && cur != nil:
 				cur.end = c.end.Time
 				cur.records = append(cur.records, c.records()...)
 				cur = nil

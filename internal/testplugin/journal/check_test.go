@@ -202,6 +202,17 @@ func TestSingleNode(t *testing.T) {
 			name:  "staged and published on one node",
 			steps: []step{stage("a", "v1", snsw, 0, 1), pub("a", "v1", snsw, false, 2, 3)},
 		},
+		{
+			// The plugin says it holds nothing at the staging path: the
+			// stage of unknown outcome had not happened.
+			name:  "stage of unknown outcome, then NotFound from its unstage",
+			steps: []step{stage("b", "v1", snw, 0, noEnd), failed(unstage("b", "v1", 10, 11), "NotFound"), stage("a", "v1", snw, 20, 21)},
+		},
+		{
+			name:  "stage of unknown outcome, then a failed unstage",
+			steps: []step{stage("b", "v1", snw, 0, noEnd), failed(unstage("b", "v1", 10, 11), "Internal"), stage("a", "v1", snw, 20, 21)},
+			want:  []summary{{CheckSingleNode, "v1", ab}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -28,8 +28,10 @@
 //     unless it is already published there (a repeated publish keeps the
 //     interval open).
 //   - A NodeUnpublishVolume of the same volume, node and target path that
-//     succeeded ends the interval at the time of its end record. Failed
-//     calls, and unpublishes of unknown outcome, change nothing.
+//     succeeded, or that the plugin answered NotFound (it holds nothing
+//     there: a stage or publish of unknown outcome had not happened), ends
+//     the interval at the time of its end record. Other failed calls, and
+//     unpublishes of unknown outcome, change nothing.
 //   - NodeStageVolume and NodeUnstageVolume make staged intervals the same
 //     way, by staging path.
 //
