@@ -143,6 +143,23 @@ type interval struct {
 	end      time.Time // zero while open
 	unknown  bool      // opened by a call of unknown outcome
 	records  []Record
+	// effectBy is when the opening call's effect had certainly happened:
+	// its end (zero while it has none). opener is the plugin instance
+	// that made it.
+	effectBy time.Time
+	opener   string
+}
+
+// closedBy reports whether call c, a close that succeeded (or that the
+// plugin answered NotFound), certainly came after iv's opening effect: it
+// began once the opening call had ended, or, for an opening call that
+// never ended, in another instance of the plugin (the one that made it
+// had died).
+func (iv *interval) closedBy(c call) bool {
+	if iv.effectBy.IsZero() {
+		return c.begin.Instance != iv.opener
+	}
+	return !c.begin.Time.Before(iv.effectBy)
 }
 
 func (iv *interval) open() bool { return iv.end.IsZero() }
@@ -188,9 +205,12 @@ func intervals(cs []call, kind, openMethod, closeMethod string, pathOf func(Reco
 			switch {
 			case c.begin.Method == openMethod && o != outcomeFailed && cur == nil:
 				cur = &interval{kind: kind, node: k.node, volume: k.volume, path: k.path, mode: c.begin.AccessMode,
-					readonly: c.begin.Readonly, start: c.begin.Time, unknown: o == outcomeUnknown, records: c.records()}
+					readonly: c.begin.Readonly, start: c.begin.Time, unknown: o == outcomeUnknown, records: c.records(), opener: c.begin.Instance}
+				if c.end != nil {
+					cur.effectBy = c.end.Time
+				}
 				out = append(out, cur)
-			case c.begin.Method == closeMethod && (o == outcomeOK || o == outcomeFailed && c.end.Code == "NotFound") && cur != nil:
+			case c.begin.Method == closeMethod && (o == outcomeOK || o == outcomeFailed && c.end.Code == "NotFound") && cur != nil && cur.closedBy(c):
 				cur.end = c.end.Time
 				cur.records = append(cur.records, c.records()...)
 				cur = nil

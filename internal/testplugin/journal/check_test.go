@@ -206,7 +206,24 @@ func TestSingleNode(t *testing.T) {
 			// The plugin says it holds nothing at the staging path: the
 			// stage of unknown outcome had not happened.
 			name:  "stage of unknown outcome, then NotFound from its unstage",
-			steps: []step{stage("b", "v1", snw, 0, noEnd), failed(unstage("b", "v1", 10, 11), "NotFound"), stage("a", "v1", snw, 20, 21)},
+			steps: []step{stage("b", "v1", snw, 0, noEnd), afterRestart(failed(unstage("b", "v1", 10, 11), "NotFound")), stage("a", "v1", snw, 20, 21)},
+		},
+		{
+			// The plugin that never answered the stage may still do it.
+			name:  "stage of unknown outcome, unstaged by the same instance",
+			steps: []step{stage("b", "v1", snw, 0, noEnd), unstage("b", "v1", 10, 11), stage("a", "v1", snw, 20, 21)},
+			want:  []summary{{CheckSingleNode, "v1", ab}},
+		},
+		{
+			// An unstage that began before the stage ended may have come
+			// first: the plugin staged late, after its caller gave up.
+			name:  "unstaged while the stage was still running",
+			steps: []step{stage("b", "v1", snw, 0, 30), unstage("b", "v1", 10, 11), stage("a", "v1", snw, 40, 41)},
+			want:  []summary{{CheckSingleNode, "v1", ab}},
+		},
+		{
+			name:  "unstaged after the stage ended",
+			steps: []step{stage("b", "v1", snw, 0, 30), unstage("b", "v1", 30, 31), stage("a", "v1", snw, 40, 41)},
 		},
 		{
 			name:  "stage of unknown outcome, then a failed unstage",

@@ -30,8 +30,12 @@
 //   - A NodeUnpublishVolume of the same volume, node and target path that
 //     succeeded, or that the plugin answered NotFound (it holds nothing
 //     there: a stage or publish of unknown outcome had not happened), ends
-//     the interval at the time of its end record. Other failed calls, and
-//     unpublishes of unknown outcome, change nothing.
+//     the interval at the time of its end record, provided it certainly
+//     came after the publish's effect: it began once the publish had
+//     ended, or, for a publish that never ended, in a restarted plugin. A
+//     plugin may act late, after its caller gave up, so an unpublish made
+//     while the publish was still running may have come first. Other
+//     failed calls, and unpublishes of unknown outcome, change nothing.
 //   - NodeStageVolume and NodeUnstageVolume make staged intervals the same
 //     way, by staging path.
 //

@@ -31,6 +31,15 @@ type step struct {
 	ro                            bool
 	begin, end                    int    // ms after t0; end noEnd: no end record
 	code                          string // "" is OK
+	// restarted makes the call one of the node's plugin after a restart:
+	// another instance.
+	restarted bool
+}
+
+// afterRestart makes s a call of the node's restarted plugin.
+func afterRestart(s step) step {
+	s.restarted = true
+	return s
 }
 
 const (
@@ -75,11 +84,17 @@ func build(steps ...step) []Record {
 		if r.Phase == testplugin.JournalBegin {
 			r.Call = r.Seq
 		}
-		r.Instance, r.Plugin, r.File, r.Line = "i-"+r.Node, "p", r.Node+".jsonl", int(r.Seq)
+		r.Plugin, r.File, r.Line = "p", r.Node+".jsonl", int(r.Seq)
+		if r.Instance == "" {
+			r.Instance = "i-" + r.Node
+		}
 		recs = append(recs, r)
 	}
 	for _, s := range steps {
 		r := Record{Node: s.node, Method: s.method, VolumeID: s.vol, AccessMode: s.mode, Readonly: s.ro}
+		if s.restarted {
+			r.Instance = "i2-" + s.node
+		}
 		if s.method == "NodeStageVolume" || s.method == "NodeUnstageVolume" {
 			r.StagingPath = s.path
 		} else {
