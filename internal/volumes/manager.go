@@ -195,6 +195,10 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 			// The servers finish the claim of a mount whose record was
 			// lost: stage and publish it again (both are idempotent).
 			lost = existing.clone()
+		case StateSettling:
+			// A failed mount undone and settling is mounted again: a late
+			// effect of the failed step is what is asked now. The new
+			// record replaces it, and its settling ends.
 		default:
 			return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Aborted,
 				"the mount of volume %q for workload %q (usage %s) is %s: its step is being finished or undone",
@@ -347,6 +351,9 @@ func (m *Manager) failMount(ctx context.Context, log hclog.Logger, r *record, st
 	r.Error = fmt.Sprintf("%s failed: %s", r.State, msg)
 	m.emit(plugin.EventVolumeMountFailed, r, fmt.Sprintf("mount of volume %s for workload %s failed while %s: %s", r.VolumeID, r.WorkloadID, r.State, msg))
 	log.Warn("mount failed; undoing it", "state", r.State, "code", status.Code(stepErr), "error", msg)
+	// The plugin may still do a step whose outcome is unknown, after its
+	// caller gave up: the undo is made again once that cannot be so.
+	r.Uncertain = !rejectedStep
 	// The caller may have gone (its context ended): the undo runs on,
 	// each call with the default deadline.
 	undoCtx := context.WithoutCancel(ctx)
@@ -388,7 +395,7 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 	m.mu.Lock()
 	for _, r := range m.records {
 		if r.PluginID == req.GetPluginId() && r.VolumeID == req.GetVolumeId() && r.WorkloadID == req.GetWorkloadId() &&
-			(usageKey == "" || r.UsageKey == usageKey) {
+			(usageKey == "" || r.UsageKey == usageKey) && r.State != StateSettling {
 			recs = append(recs, r.clone())
 		}
 	}
@@ -482,6 +489,14 @@ func (m *Manager) teardown(ctx context.Context, r *record, skipCurrent bool) (un
 		}
 		m.removeStagingDirs(r)
 	}
+	if r.Uncertain {
+		r.Uncertain, r.State, r.SettleAt = false, StateSettling, time.Now().UTC().Add(m.timeout)
+		if err := m.save(r); err != nil {
+			return unstaged, status.Error(codes.Internal, err.Error())
+		}
+		m.schedule(r.name())
+		return unstaged, nil
+	}
 	if err := m.store.remove(r.name()); err != nil {
 		return unstaged, status.Error(codes.Internal, err.Error())
 	}
@@ -538,7 +553,7 @@ func (m *Manager) reserve(r *record, maxVolumes int32) error {
 			continue
 		}
 		volumes[o.VolumeID] = true
-		if r.sharesStaging(o) && o.State != StateStaging && o.State != StateUnstaging {
+		if r.sharesStaging(o) && o.State != StateStaging && o.State != StateUnstaging && o.State != StateSettling {
 			staged = true
 		}
 	}

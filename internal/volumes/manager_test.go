@@ -425,15 +425,16 @@ func TestRetriesUnavailable(t *testing.T) {
 	if got := e.plug.calls("NodePublishVolume"); got != csiclient.MaxAttempts {
 		t.Errorf("NodePublishVolume calls = %d, want %d", got, csiclient.MaxAttempts)
 	}
-	// The failed mount was undone: unpublished and unstaged, no record.
+	// The failed mount was undone: unpublished and unstaged. Its outcome
+	// was unknown, so its record settles until the undo is repeated.
 	if e.plug.calls("NodeUnpublishVolume") != 1 || e.plug.calls("NodeUnstageVolume") != 1 {
 		t.Errorf("undo calls = %v, want one unpublish and one unstage", e.plug.Stats().Calls)
 	}
 	if _, ok := e.plug.node(t, "v1"); ok {
 		t.Error("the failed mount left the volume staged")
 	}
-	if files := e.recordFiles(t); len(files) != 0 {
-		t.Errorf("records left: %v", files)
+	if got := e.m.List("", ""); len(got) != 1 || got[0].GetState() != StateSettling {
+		t.Errorf("mounts after the failed mount: %v, want it settling", got)
 	}
 	// Codes that are not transient are not retried.
 	e.plug.ResetStats()
@@ -579,5 +580,39 @@ func TestAPluginGoneMidMountIsUndoneWhenItReturns(t *testing.T) {
 	}
 	if n := gone.calls("NodeUnstageVolume"); n == 0 {
 		t.Error("NodeUnstageVolume never reached the plugin")
+	}
+}
+
+func TestALateStageIsUndoneAgain(t *testing.T) {
+	// The plugin stages late, after the agent gave up on the call and
+	// undid it (a plugin that is slow and does not stop when its caller
+	// does). The agent keeps the record settling and undoes the mount
+	// again after the RPC timeout: nothing is left staged.
+	e := newEnv(t, Config{RPCTimeout: time.Second}, true)
+	e.plug.SetSlow(300 * time.Millisecond)
+	go func() {
+		// Fast again once the stage is under way: the undo is not slow.
+		deadline := time.Now().Add(waitTime)
+		for e.plug.Stats().InFlight["NodeStageVolume"] == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // polls a condition, with a deadline
+		}
+		e.plug.SetSlow(0)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := e.m.Mount(ctx, mountReq("v1", "w1")); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("Mount = %v, want DeadlineExceeded", err)
+	}
+	if got := e.m.List("tp", "v1"); len(got) != 1 || got[0].GetState() != StateSettling {
+		t.Fatalf("mounts after the failed mount = %v, want one settling", got)
+	}
+	testutil.WaitFor(t, waitTime, "the late stage done and the record settled", func() bool {
+		return e.plug.Stats().InFlight["NodeStageVolume"] == 0 && len(e.recordFiles(t)) == 0
+	})
+	if _, staged := e.plug.node(t, "v1"); staged {
+		t.Error("the plugin's late stage is left: the volume is staged with no record of it")
+	}
+	if n := e.plug.calls("NodeUnstageVolume"); n < 2 {
+		t.Errorf("NodeUnstageVolume calls = %d, want the undo and its repeat", n)
 	}
 }

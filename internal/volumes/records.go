@@ -29,6 +29,12 @@ const (
 	// agent had no record of it (its record file was lost): it is listed
 	// with the servers' paths and undone from them on release.
 	StateRecordLost = "record-lost"
+	// StateSettling is a mount whose stage or publish failed with an
+	// unknown outcome and was undone: the plugin may still do the step
+	// late, after its caller gave up, so the undo is made again at
+	// SettleAt (the RPC timeout later) before the record is forgotten.
+	// It is no mount: releases and the servers' claims pass it by.
+	StateSettling = "settling"
 )
 
 // recordVersion is the version of the record format this package writes
@@ -70,7 +76,11 @@ type record struct {
 	Cluster     bool   `json:"cluster,omitempty"`
 	ClaimIndex  uint64 `json:"claim_index,omitempty"`
 	// Error is the (redacted) message of the last failed step.
-	Error     string    `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Uncertain tells that a step failed with an unknown outcome: once
+	// undone, the record settles (StateSettling) until SettleAt.
+	Uncertain bool      `json:"uncertain,omitempty"`
+	SettleAt  time.Time `json:"settle_at,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

@@ -80,7 +80,13 @@ func (m *Manager) startFinish(ctx context.Context, name string) {
 	m.wg.Go(func() {
 		b := m.retry.NewBackOff()
 		for {
+			if retry.Wait(ctx, m.settleDelay(name)) != nil {
+				return
+			}
 			err := m.finish(ctx, name)
+			if err == nil && m.settleDelay(name) > 0 {
+				continue // undone, and settling: undo again later
+			}
 			if err == nil {
 				m.finished(name)
 				return
@@ -95,6 +101,19 @@ func (m *Manager) startFinish(ctx context.Context, name string) {
 			}
 		}
 	})
+}
+
+// settleDelay is how long the record named name settles still: until its
+// SettleAt, at most the RPC timeout from now (a wall clock set back must
+// not hold it for long).
+func (m *Manager) settleDelay(name string) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.records[name]
+	if r == nil || r.State != StateSettling {
+		return 0
+	}
+	return min(max(time.Until(r.SettleAt), 0), m.timeout)
 }
 
 // finished marks name as no longer pending, and closes Recovered when it
@@ -126,6 +145,13 @@ func (m *Manager) finish(ctx context.Context, name string) error {
 		return err
 	}
 	state := r.State
+	if r.State == StateSettling {
+		if m.settleDelay(name) > 0 {
+			return nil // settling still: the caller waits and comes back
+		}
+		// Undo again whatever the plugin did late.
+		r.State = StateUnpublishing
+	}
 	unstaged, err := m.teardown(ctx, r, false)
 	if err != nil {
 		return err
@@ -222,7 +248,7 @@ func (m *Manager) reconcile(ctx context.Context, loop *watchdog.Loop, quiet bool
 	var released []*record
 	m.mu.Lock()
 	for _, r := range m.records {
-		if r.Cluster && r.ClaimIndex <= index && !held[[2]string{r.VolumeID, r.WorkloadID}] {
+		if r.Cluster && r.ClaimIndex <= index && !held[[2]string{r.VolumeID, r.WorkloadID}] && r.State != StateSettling {
 			released = append(released, r.clone())
 		}
 	}
