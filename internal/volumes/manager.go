@@ -569,12 +569,15 @@ func (m *Manager) reserve(r *record, maxVolumes int32) error {
 	return nil
 }
 
-// stagingInUse reports whether a mount other than r uses r's staging.
+// stagingInUse reports whether a mount other than r uses r's staging. A
+// settling record is no mount: it must not keep a staging that live mounts
+// no longer use (the servers count the volume free of the node), and its
+// own repeated undo leaves a staging that a live mount uses.
 func (m *Manager) stagingInUse(r *record) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, o := range m.records {
-		if name != r.name() && r.sharesStaging(o) {
+		if name != r.name() && r.sharesStaging(o) && o.State != StateSettling {
 			return true
 		}
 	}

@@ -616,3 +616,30 @@ func TestALateStageIsUndoneAgain(t *testing.T) {
 		t.Errorf("NodeUnstageVolume calls = %d, want the undo and its repeat", n)
 	}
 }
+
+func TestASettlingMountHoldsNoStaging(t *testing.T) {
+	// A failed mount settles; a second workload of the volume on the node
+	// mounts and releases it: the release unstages, since the settling
+	// record is no mount (nemesis seed 1 of the second run: the volume
+	// stayed staged for the settle time, freed in the servers' eyes).
+	e := newEnv(t, Config{}, true)
+	e.plug.SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"NodePublishVolume": codes.Unavailable}})
+	if _, err := e.m.Mount(context.Background(), mountReq("v1", "w1")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Mount: %v, want Unavailable", err)
+	}
+	e.plug.SetFaults(testplugin.Faults{})
+	if _, err := e.m.Mount(context.Background(), mountReq("v1", "w2")); err != nil {
+		t.Fatal(err)
+	}
+	unstages := e.plug.calls("NodeUnstageVolume")
+	resp, err := e.m.Unmount(context.Background(), unmountReq("v1", "w2"))
+	if err != nil || !resp.GetUnstaged() {
+		t.Fatalf("Unmount = %v, %v; want the staging undone", resp, err)
+	}
+	if e.plug.calls("NodeUnstageVolume") != unstages+1 {
+		t.Error("the release did not call NodeUnstageVolume")
+	}
+	if _, staged := e.plug.node(t, "v1"); staged {
+		t.Error("the volume is left staged while only a settling record shares its staging")
+	}
+}
