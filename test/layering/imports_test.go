@@ -105,6 +105,7 @@ var allowed = map[string][]string{
 	"test/deploy":               {},
 	"test/e2e":                  {},
 	"test/layering":             {},
+	"test/nemesis":              {},
 	"test/soak":                 {},
 	"test/upgrade":              {},
 	"test/soak/cmd/csi-hostile": {"internal/testutil"},
