@@ -191,9 +191,9 @@ func serveHostile(t *testing.T, h *hostile) string {
 func returnsAtDeadline(t *testing.T, name string, call func(context.Context) error) {
 	t.Helper()
 	const deadline = 300 * time.Millisecond
+	start := time.Now() // before the deadline is set, so that took cannot fall short of it
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	start := time.Now()
 	err := call(ctx)
 	took := time.Since(start)
 	if status.Code(err) != codes.DeadlineExceeded && !errors.Is(err, context.DeadlineExceeded) {
