@@ -176,6 +176,10 @@ func (r *record) check() error {
 		if !r.ServerPaths {
 			return errors.New("state record-lost without server_paths")
 		}
+	case StateSettling:
+		if r.SettleAt.IsZero() {
+			return errors.New("state settling without settle_at")
+		}
 	case StatePublishing, StatePublished, StateUnpublishing:
 	default:
 		return fmt.Errorf("state %q is not a mount state", r.State)

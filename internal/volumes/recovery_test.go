@@ -391,3 +391,26 @@ func TestReconcileRemovesReleasedClusterMounts(t *testing.T) {
 		t.Error("the released volume is still staged or published")
 	}
 }
+
+// A settling record survives a restart: the next agent loads it and
+// repeats its undo once it is due.
+func TestRestartKeepsSettling(t *testing.T) {
+	e := newEnv(t, Config{RPCTimeout: 200 * time.Millisecond}, false)
+	e.plug.SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"NodePublishVolume": codes.Unavailable}})
+	if _, err := e.m.Mount(context.Background(), mountReq("v1", "w1")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Mount: %v, want Unavailable", err)
+	}
+	e.plug.SetFaults(testplugin.Faults{})
+	if rec, ok := e.readRecord(t, "tp", "v1", "w1", defaultKey); !ok || rec.State != StateSettling {
+		t.Fatalf("record after the failed mount = %+v, %t; want settling", rec, ok)
+	}
+	unpublishes := e.plug.calls("NodeUnpublishVolume")
+	m2 := e.manager(t, Config{RPCTimeout: 200 * time.Millisecond}, true)
+	waitRecovered(t, m2)
+	if got := m2.List("", ""); len(got) != 0 {
+		t.Errorf("mounts after the settling = %v, want none", got)
+	}
+	if e.plug.calls("NodeUnpublishVolume") <= unpublishes {
+		t.Error("the restarted agent did not repeat the undo")
+	}
+}
