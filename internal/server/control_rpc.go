@@ -482,6 +482,11 @@ func (c *controlService) WatchEvents(req *csisupdv1.ClusterEventWatchRequest, sr
 		return eventsStatus(err)
 	}
 	defer sub.Close()
+	// The header tells the caller the subscription is live: every write
+	// applied after it arrives is streamed, even with no_replay.
+	if err := srv.SendHeader(nil); err != nil {
+		return err
+	}
 	dst := make([]fsm.Event, 0, eventsPerSend)
 	for {
 		dst, err = sub.Next(ctx, dst)

@@ -336,13 +336,18 @@ func TestWatchEvents(t *testing.T) {
 	c := testcluster.New(t, testcluster.Config{Servers: 1})
 	checkFormed(t, c, 1)
 	cl := c.Control(0)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream, err := cl.WatchEvents(ctx, &csisupdv1.ClusterEventWatchRequest{NoReplay: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The subscription is live once the stream is open; writes follow.
+	// The subscription is live once its header arrived; writes follow.
+	// (An open stream alone is not: the server may not have subscribed
+	// yet, and the write's event would come before it.)
+	if _, err := stream.Header(); err != nil {
+		t.Fatal(err)
+	}
 	testutil.WaitFor(t, 5*time.Second, "volume registered", func() bool {
 		_, err := cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: &csisupdv1.Volume{Id: "v1", PluginId: "p", ExternalId: "x"}})
 		return err == nil

@@ -137,7 +137,8 @@ type ControlClient interface {
 	// resume_index continues without a gap or a duplicate. A call whose
 	// events are no longer buffered, or predate a snapshot restore, is ended
 	// with OutOfRange and the EventsGone detail: read the state again and
-	// follow from its index.
+	// follow from its index. The response header comes once the stream is
+	// subscribed: the events of every write applied after it will follow.
 	WatchEvents(ctx context.Context, in *ClusterEventWatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ClusterEvent], error)
 }
 
@@ -484,7 +485,8 @@ type ControlServer interface {
 	// resume_index continues without a gap or a duplicate. A call whose
 	// events are no longer buffered, or predate a snapshot restore, is ended
 	// with OutOfRange and the EventsGone detail: read the state again and
-	// follow from its index.
+	// follow from its index. The response header comes once the stream is
+	// subscribed: the events of every write applied after it will follow.
 	WatchEvents(*ClusterEventWatchRequest, grpc.ServerStreamingServer[ClusterEvent]) error
 	mustEmbedUnimplementedControlServer()
 }
