@@ -557,13 +557,7 @@ func (c *Cluster) SlowPlugin(name string, on bool) error {
 // Slow reports whether the plugin process name's current run was slowed
 // and not made fast again.
 func (c *Cluster) Slow(name string) bool {
-	p, err := c.proc(name)
-	if err != nil {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return p.slow
+	return c.procIs(name, func(p *proc) bool { return p.slow })
 }
 
 // CrashPlugin tells a plugin process to exit in its next mutating call,
@@ -671,24 +665,24 @@ func procState(pid int) (byte, error) {
 
 // Running reports whether the process name runs (stopped or not).
 func (c *Cluster) Running(name string) bool {
-	p, err := c.proc(name)
-	if err != nil {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return p.p != nil && !p.p.Exited()
+	return c.procIs(name, func(p *proc) bool { return p.p != nil && !p.p.Exited() })
 }
 
 // Stopped reports whether the process name was stopped and not continued.
 func (c *Cluster) Stopped(name string) bool {
+	return c.procIs(name, func(p *proc) bool { return p.stopped })
+}
+
+// procIs reports what is of the process name, read under the cluster's
+// lock; false for a process the cluster does not have.
+func (c *Cluster) procIs(name string, is func(p *proc) bool) bool {
 	p, err := c.proc(name)
 	if err != nil {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return p.stopped
+	return is(p)
 }
 
 // Cut drops what host from sends to host to (netlab.Lab.Cut).
