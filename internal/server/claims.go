@@ -31,6 +31,16 @@ func (s *Server) applyVolume(volumeID string, e *statepb.LogEntry) (*statepb.Vol
 	return s.State().Volume(volumeID), nil
 }
 
+// confirmLeader checks, with a quorum, that this server still leads, for
+// an answer it gives from its own state without a raft write (a release
+// with nothing left to release, a claim already mounted, a volume that
+// exists). A leader that was paused and lost its term unnoticed would
+// otherwise acknowledge, from a state the new leader has moved past, a
+// release of a claim it never saw.
+func (s *Server) confirmLeader() error {
+	return s.fwd.consistentRead()
+}
+
 // lockVolume takes the lock of volume id and returns the volume as
 // stored under it, with the function that releases the lock; an unknown
 // volume is NotFound, with the lock already released.
@@ -123,6 +133,13 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 		}
 		s.logger.Info("volume claimed", "volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID,
 			"access_mode", claim.GetUsage().GetAccessMode(), "read_only", claim.GetReadOnly(), "claim_index", claim.GetClaimIndex())
+	}
+	if claim.GetMounted() {
+		// Mounted already: answered from this server's state.
+		if err := s.confirmLeader(); err != nil {
+			return nil, nil, err
+		}
+		return v, claim, nil
 	}
 	claimIndex := claim.GetClaimIndex()
 	v, claim, err = s.finishClaim(ctx, v, claim, req.GetSecrets())
@@ -319,6 +336,9 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 		}
 	}
 	if len(refs) == 0 {
+		if err := s.confirmLeader(); err != nil {
+			return nil, err
+		}
 		return v, nil
 	}
 	for _, ref := range refs {

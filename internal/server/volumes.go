@@ -163,6 +163,9 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 		if v.GetPluginId() != req.GetPluginId() {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q already exists for plugin %q", req.GetId(), v.GetPluginId())
 		}
+		if err := s.confirmLeader(); err != nil {
+			return nil, err
+		}
 		return v, nil
 	}
 	place := placementOf(req.GetAccessibilityRequirements())

@@ -306,7 +306,7 @@ func (c *Cluster) Leader() *Member {
 	var leader *Member
 	for _, m := range c.Members() {
 		s := m.Server()
-		if s == nil || m.gate.isBlocked() || !s.IsLeader() {
+		if s == nil || m.gate.isBlocked(true) || !s.IsLeader() {
 			continue
 		}
 		if leader != nil {
@@ -319,7 +319,7 @@ func (c *Cluster) Leader() *Member {
 	}
 	for _, m := range c.Members() {
 		s := m.Server()
-		if s == nil || m.gate.isBlocked() {
+		if s == nil || m.gate.isBlocked(true) {
 			continue
 		}
 		if s.Leader() != leader.ID {
@@ -349,7 +349,7 @@ func (c *Cluster) describe() string {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s=(leader:%v sees:%q term:%d partitioned:%v)",
-			m.ID, s.IsLeader(), s.Leader(), s.Term(), m.gate.isBlocked()))
+			m.ID, s.IsLeader(), s.Leader(), s.Term(), m.gate.isBlocked(true)))
 	}
 	return strings.Join(parts, " ")
 }
@@ -375,6 +375,14 @@ func (c *Cluster) Partition(i int) { c.Member(i).gate.setBlocked(true) }
 
 // Heal ends the partition of member i.
 func (c *Cluster) Heal(i int) { c.Member(i).gate.setBlocked(false) }
+
+// PartitionRaft cuts member i's raft off from the other servers while its
+// RPCs still pass: a leader so cut keeps answering clients until its
+// lease runs out.
+func (c *Cluster) PartitionRaft(i int) { c.Member(i).gate.setRaftBlocked(true) }
+
+// HealRaft ends the raft partition of member i.
+func (c *Cluster) HealRaft(i int) { c.Member(i).gate.setRaftBlocked(false) }
 
 // AddServer starts one more server with the cluster's bootstrap_expect and
 // every member in retry_join, and returns it.

@@ -17,9 +17,10 @@ var errPartitioned = errors.New("testcluster: network partitioned")
 // netGate tracks one server's connections and cuts them when the server is
 // partitioned.
 type netGate struct {
-	mu      sync.Mutex
-	blocked bool
-	conns   map[net.Conn]bool // true for raft connections
+	mu          sync.Mutex
+	blocked     bool
+	raftBlocked bool              // only raft is cut off; RPCs pass
+	conns       map[net.Conn]bool // true for raft connections
 }
 
 func newNetGate() *netGate { return &netGate{conns: map[net.Conn]bool{}} }
@@ -47,10 +48,31 @@ func (g *netGate) setBlocked(b bool) {
 	}
 }
 
-func (g *netGate) isBlocked() bool {
+// setRaftBlocked cuts (or restores) only the raft connections: the server
+// keeps serving RPCs while it hears from no other server.
+func (g *netGate) setRaftBlocked(b bool) {
+	g.mu.Lock()
+	g.raftBlocked = b
+	var raftConns []net.Conn
+	if b {
+		for c, isRaft := range g.conns {
+			if isRaft {
+				raftConns = append(raftConns, c)
+			}
+		}
+	}
+	g.mu.Unlock()
+	for _, c := range raftConns {
+		c.Close()
+	}
+}
+
+// isBlocked reports whether a connection, a raft one when isRaft, is cut
+// off.
+func (g *netGate) isBlocked(isRaft bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.blocked
+	return g.blocked || isRaft && g.raftBlocked
 }
 
 // track registers c, a raft connection when isRaft, or closes it and
@@ -58,7 +80,7 @@ func (g *netGate) isBlocked() bool {
 func (g *netGate) track(c net.Conn, isRaft bool) (net.Conn, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.blocked {
+	if g.blocked || isRaft && g.raftBlocked {
 		c.Close()
 		return nil, false
 	}
@@ -104,7 +126,7 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 // dial connects from the gated server to addr, failing while partitioned
 // or when the target is partitioned; isRaft marks a raft connection.
 func (g *netGate) dial(ctx context.Context, target *netGate, addr string, isRaft bool) (net.Conn, error) {
-	if g.isBlocked() || (target != nil && target.isBlocked()) {
+	if g.isBlocked(isRaft) || (target != nil && target.isBlocked(isRaft)) {
 		return nil, fmt.Errorf("dial %s: %w", addr, errPartitioned)
 	}
 	var d net.Dialer
