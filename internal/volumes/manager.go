@@ -392,14 +392,29 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 	defer unlock()
 
 	var recs []*record
+	var settling *record
 	m.mu.Lock()
 	for _, r := range m.records {
-		if r.PluginID == req.GetPluginId() && r.VolumeID == req.GetVolumeId() && r.WorkloadID == req.GetWorkloadId() &&
-			(usageKey == "" || r.UsageKey == usageKey) && r.State != StateSettling {
-			recs = append(recs, r.clone())
+		if r.PluginID != req.GetPluginId() || r.VolumeID != req.GetVolumeId() || r.WorkloadID != req.GetWorkloadId() ||
+			usageKey != "" && r.UsageKey != usageKey {
+			continue
 		}
+		if r.State == StateSettling {
+			settling = r.clone()
+			continue
+		}
+		recs = append(recs, r.clone())
 	}
 	m.mu.Unlock()
+	if settling != nil {
+		// The plugin may still do the failed step late, and the undo is
+		// repeated at SettleAt: confirming the release before then would
+		// let the servers give the volume to another node while this one
+		// may have it published.
+		return nil, csisupdv1.MarkRetryable(status.Errorf(codes.Aborted,
+			"the mount of volume %q for workload %q (usage %s) failed with an unknown outcome and was undone; the plugin may still do its step late, so the undo is repeated at %s before the release is confirmed",
+			settling.VolumeID, settling.WorkloadID, settling.UsageKey, settling.SettleAt.Format(time.RFC3339)), "the undo is repeated by itself")
+	}
 	resp := &csisupdv1.UnmountVolumeResponse{}
 	if len(recs) == 0 {
 		if defectForgetRecord {

@@ -617,6 +617,34 @@ func TestALateStageIsUndoneAgain(t *testing.T) {
 	}
 }
 
+func TestAReleaseWaitsForItsSettlingMount(t *testing.T) {
+	// A publish of unknown outcome is undone, and the record settles: the
+	// plugin may still publish late (nemesis seed 10: it did, after the
+	// undo, and the servers had freed the claim and given the volume to
+	// another node). The release of that workload is refused, retryable,
+	// until the undo is repeated; then it succeeds.
+	e := newEnv(t, Config{RPCTimeout: time.Second}, true)
+	e.plug.SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"NodePublishVolume": codes.Unavailable}})
+	if _, err := e.m.Mount(context.Background(), mountReq("v1", "w1")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Mount: %v, want Unavailable", err)
+	}
+	e.plug.SetFaults(testplugin.Faults{})
+	if got := e.m.List("tp", "v1"); len(got) != 1 || got[0].GetState() != StateSettling {
+		t.Fatalf("mounts after the failed mount = %v, want one settling", got)
+	}
+	_, err := e.m.Unmount(context.Background(), unmountReq("v1", "w1"))
+	if status.Code(err) != codes.Aborted || !csisupdv1.IsRetryable(err) || !strings.Contains(err.Error(), "repeated") {
+		t.Fatalf("Unmount of a settling mount = %v, want a retryable Aborted naming the repeated undo", err)
+	}
+	testutil.WaitFor(t, waitTime, "the undo repeated and the record gone", func() bool { return len(e.recordFiles(t)) == 0 })
+	if _, err := e.m.Unmount(context.Background(), unmountReq("v1", "w1")); err != nil {
+		t.Fatalf("Unmount once settled = %v", err)
+	}
+	if _, staged := e.plug.node(t, "v1"); staged {
+		t.Error("the volume is left staged")
+	}
+}
+
 func TestASettlingMountHoldsNoStaging(t *testing.T) {
 	// A failed mount settles; a second workload of the volume on the node
 	// mounts and releases it: the release unstages, since the settling

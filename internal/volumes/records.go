@@ -33,7 +33,10 @@ const (
 	// unknown outcome and was undone: the plugin may still do the step
 	// late, after its caller gave up, so the undo is made again at
 	// SettleAt (the RPC timeout later) before the record is forgotten.
-	// It is no mount: releases and the servers' claims pass it by.
+	// It is no mount (other workloads' releases and the servers' claims
+	// pass it by), but a release of its own workload waits for it: the
+	// servers must not free the claim while a late step may hold the
+	// volume here.
 	StateSettling = "settling"
 )
 
