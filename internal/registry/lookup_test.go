@@ -12,6 +12,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -21,18 +22,56 @@ import (
 // with another instance while callers keep looking the plugin up and
 // calling it, as ClientCSI does. The new instance is slow to fingerprint,
 // so for a while the record still describes the old instance while the
-// supervisor already watches the new one. Whatever answers a call made on
-// the connection Lookup returned must be the instance the record returned
+// supervisor already watches the new one (see lookupAcrossReplacement).
+func TestLookupPairsRecordAndConnectionOfOneInstance(t *testing.T) {
+	lookupAcrossReplacement(t, testplugin.Faults{Delays: map[string]time.Duration{"GetPluginCapabilities": 1500 * time.Millisecond}}, nil)
+}
+
+// TestLookupWithholdsAReplacementNotFingerprinted is the same replacement
+// with a new instance whose first fingerprint fails: the record takes the
+// new instance over and keeps the old fingerprint, stale, until the new
+// one answers. Lookup withholds the connection meanwhile (CI under load
+// found calls of the old version's record reaching the new version, when
+// the slow fingerprint above timed out).
+func TestLookupWithholdsAReplacementNotFingerprinted(t *testing.T) {
+	lookupAcrossReplacement(t, testplugin.Faults{Errors: map[string]codes.Code{"GetPluginCapabilities": codes.Unavailable}},
+		func(m *Manager, v2 *testplugin.Plugin) {
+			testutil.WaitFor(t, 20*time.Second, "the new instance registered, its fingerprint stale", func() bool {
+				p, ok := m.Registry().Get("a")
+				return ok && p.FingerprintStale
+			})
+			// Callers look it up in this state until the fingerprint is
+			// tried again.
+			testutil.WaitFor(t, 20*time.Second, "a second fingerprint of the new instance", func() bool {
+				return v2.Stats().Calls["GetPluginCapabilities"] >= 2
+			})
+			v2.SetFaults(testplugin.Faults{})
+		})
+}
+
+// lookupAcrossReplacement replaces plugin "a" (version 1.0.0) with
+// version 2.0.0, whose faults are faults, while callers keep looking it up
+// and calling it, as ClientCSI does; between, when not nil, runs after the
+// new socket took the path over. Whatever answers a call made on the
+// connection Lookup returned must be the instance the record returned
 // with it describes: never the new instance with the old one's
 // capabilities, nor the reverse. Run it with -race.
-func TestLookupPairsRecordAndConnectionOfOneInstance(t *testing.T) {
+func lookupAcrossReplacement(t *testing.T, faults testplugin.Faults, between func(m *Manager, v2 *testplugin.Plugin)) {
+	t.Helper()
 	dir := testutil.TempDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	startPlugin(t, sock, testplugin.Config{VendorVersion: "1.0.0"})
 	m := startManager(t, ManagerConfig{PluginDir: dir})
-	testutil.WaitFor(t, 10*time.Second, "version 1.0.0 registered and healthy", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "version 1.0.0 registered, healthy and answering", func() bool {
 		p, c, ok := m.Lookup("a")
-		return ok && c != nil && p.GetHealthy() && p.GetVendorVersion() == "1.0.0"
+		if !ok || c == nil || !p.GetHealthy() || p.GetVendorVersion() != "1.0.0" {
+			return false
+		}
+		// Connected before the replacement, as a busy ClientCSI is.
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer ccancel()
+		_, err := c.Identity.GetPluginInfo(cctx, &csi.GetPluginInfoRequest{})
+		return err == nil
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -65,21 +104,28 @@ func TestLookupPairsRecordAndConnectionOfOneInstance(t *testing.T) {
 		})
 	}
 
+	testutil.WaitFor(t, 10*time.Second, "calls answered by the old instance", func() bool { return answered.Load() > 0 })
+
 	// The new instance listens elsewhere, then takes the path over; the
 	// old one keeps serving its open connections.
 	next := filepath.Join(testutil.TempDir(t), "next.sock")
 	v2 := newPlugin(t, next, testplugin.Config{VendorVersion: "2.0.0"})
-	v2.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"GetPluginCapabilities": 1500 * time.Millisecond}})
+	v2.SetFaults(faults)
 	if err := v2.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(next, sock); err != nil {
 		t.Fatal(err)
 	}
+	if between != nil {
+		between(m, v2)
+	}
 	testutil.WaitFor(t, 20*time.Second, "version 2.0.0 registered", func() bool {
 		p, c, ok := m.Lookup("a")
 		return ok && c != nil && p.GetVendorVersion() == "2.0.0"
 	})
+	before := answered.Load()
+	testutil.WaitFor(t, 10*time.Second, "calls answered by the new instance", func() bool { return answered.Load() > before })
 	cancel()
 	wg.Wait()
 

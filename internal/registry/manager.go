@@ -367,7 +367,7 @@ func (m *Manager) Lookup(id string) (*csisupdv1.Plugin, *csiclient.Client, bool)
 		return nil, nil, false
 	}
 	inst, c, ok := m.rec.lookup(id)
-	if !ok || inst != p.Instance || !p.Fingerprinted {
+	if !ok || inst != p.Instance || !p.FingerprintOfInstance() {
 		return p.Proto(), nil, true
 	}
 	return p.Proto(), c, true

@@ -26,7 +26,15 @@ type Plugin struct {
 	RegisteredAt time.Time               `json:"registered_at"`
 	// Fingerprinted is false until the plugin answered a fingerprint once.
 	Fingerprinted bool `json:"fingerprinted"`
+	// FingerprintStale is true while Fingerprint is the one of an
+	// instance that Instance replaced: the new instance has not answered
+	// a fingerprint yet, and may be another version with other
+	// capabilities.
+	FingerprintStale bool `json:"fingerprint_stale,omitempty"`
 }
+
+// FingerprintOfInstance reports whether Fingerprint describes Instance.
+func (p Plugin) FingerprintOfInstance() bool { return p.Fingerprinted && !p.FingerprintStale }
 
 // Healthy reports whether the latest probe found the plugin healthy.
 func (p Plugin) Healthy() bool { return p.Health.State == heartbeat.Healthy }
@@ -136,6 +144,7 @@ func (r *Registry) Register(id string, inst plugin.Instance, fp *fingerprint.Fin
 	case ok:
 		old := p.Instance
 		p.Instance = inst
+		p.FingerprintStale = p.Fingerprinted
 		p.Health = heartbeat.Health{State: heartbeat.Unknown, Since: r.now()}
 		p.RegisteredAt = r.now()
 		r.emitLocked(plugin.EventRegistered, id, fmt.Sprintf("new plugin instance at %s (replaces inode %d)", inst, old.Inode))
@@ -153,8 +162,7 @@ func (r *Registry) Register(id string, inst plugin.Instance, fp *fingerprint.Fin
 	}
 	if fp != nil {
 		// Part of registration: the first fingerprint is no change.
-		p.Fingerprint = *fp
-		p.Fingerprinted = true
+		p.Fingerprint, p.Fingerprinted, p.FingerprintStale = *fp, true, false
 	}
 	r.changedLocked()
 }
@@ -171,15 +179,16 @@ func (r *Registry) SetFingerprint(id string, inst plugin.Instance, fp fingerprin
 }
 
 func (r *Registry) setFingerprintLocked(p *Plugin, fp fingerprint.Fingerprint) {
-	if p.Fingerprinted && p.Fingerprint.Equal(fp) {
+	same := p.Fingerprinted && p.Fingerprint.Equal(fp)
+	if same && !p.FingerprintStale {
 		return
 	}
-	if p.Fingerprinted {
+	if p.Fingerprinted && !same {
+		// Also for a replaced instance: an upgrade shows as a change.
 		r.metrics.fingerprintChanged(p.ID)
 		r.emitLocked(plugin.EventFingerprintChanged, p.ID, "changed: "+strings.Join(p.Fingerprint.Diff(fp), ", "))
 	}
-	p.Fingerprint = fp
-	p.Fingerprinted = true
+	p.Fingerprint, p.Fingerprinted, p.FingerprintStale = fp, true, false
 	r.changedLocked()
 }
 

@@ -185,6 +185,42 @@ func TestRegistryFingerprintChangeEvents(t *testing.T) {
 	}
 }
 
+func TestRegistryReplacedInstanceFingerprintIsStale(t *testing.T) {
+	// A replaced instance that did not answer its fingerprint yet (CI
+	// under load: the new instance's fingerprint timed out) keeps the
+	// old one's fingerprint for display, marked stale, so that Lookup
+	// does not pair it with the new instance's connection.
+	r := New(Config{})
+	v1 := fingerprint.Fingerprint{VendorName: "v", VendorVersion: "1", Type: plugin.TypeNode}
+	r.Register("a", inst(1), &v1)
+	if p, _ := r.Get("a"); !p.FingerprintOfInstance() {
+		t.Fatalf("first instance: %+v, want its fingerprint current", p)
+	}
+	r.Register("a", inst(2), nil)
+	p, _ := r.Get("a")
+	if p.FingerprintOfInstance() || !p.FingerprintStale || p.Fingerprint.VendorVersion != "1" {
+		t.Fatalf("replaced instance before its fingerprint: %+v, want version 1's fingerprint, stale", p)
+	}
+	version := r.Version()
+	r.SetFingerprint("a", inst(2), v1) // the same fingerprint: current again, no event
+	if p, _ := r.Get("a"); !p.FingerprintOfInstance() || r.Version() == version {
+		t.Fatalf("after the new instance's fingerprint: %+v (version moved: %v), want it current", p, r.Version() != version)
+	}
+	if _, ok := findEvent(r, "a", plugin.EventFingerprintChanged); ok {
+		t.Error("an unchanged fingerprint of the new instance emitted fingerprint-changed")
+	}
+	r.Register("a", inst(3), nil)
+	v2 := v1
+	v2.VendorVersion = "2"
+	r.SetFingerprint("a", inst(3), v2) // an upgrade
+	if e, ok := findEvent(r, "a", plugin.EventFingerprintChanged); !ok || !strings.Contains(e.Description, "vendor_version") {
+		t.Errorf("upgrade: fingerprint-changed event %+v (found %v), want one naming vendor_version", e, ok)
+	}
+	if p, _ := r.Get("a"); !p.FingerprintOfInstance() || p.Fingerprint.VendorVersion != "2" {
+		t.Errorf("after the upgrade: %+v", p)
+	}
+}
+
 func TestRegistrySubscriptionCoalesces(t *testing.T) {
 	r := New(Config{})
 	sub := r.Subscribe()
