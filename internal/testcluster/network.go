@@ -32,14 +32,28 @@ func newNetGate() *netGate { return &netGate{conns: map[net.Conn]bool{}} }
 func (g *netGate) setBlocked(b bool) {
 	g.mu.Lock()
 	g.blocked = b
+	g.closeCutLocked()
+}
+
+// setRaftBlocked cuts (or restores) only the raft connections: the server
+// keeps serving RPCs while it hears from no other server.
+func (g *netGate) setRaftBlocked(b bool) {
+	g.mu.Lock()
+	g.raftBlocked = b
+	g.closeCutLocked()
+}
+
+// closeCutLocked closes, raft's first, the connections the gate's state
+// now cuts, and unlocks mu before closing them.
+func (g *netGate) closeCutLocked() {
 	var raftConns, others []net.Conn
-	if b {
-		for c, isRaft := range g.conns {
-			if isRaft {
-				raftConns = append(raftConns, c)
-			} else {
-				others = append(others, c)
-			}
+	for c, isRaft := range g.conns {
+		switch {
+		case !g.cutLocked(isRaft):
+		case isRaft:
+			raftConns = append(raftConns, c)
+		default:
+			others = append(others, c)
 		}
 	}
 	g.mu.Unlock()
@@ -48,23 +62,10 @@ func (g *netGate) setBlocked(b bool) {
 	}
 }
 
-// setRaftBlocked cuts (or restores) only the raft connections: the server
-// keeps serving RPCs while it hears from no other server.
-func (g *netGate) setRaftBlocked(b bool) {
-	g.mu.Lock()
-	g.raftBlocked = b
-	var raftConns []net.Conn
-	if b {
-		for c, isRaft := range g.conns {
-			if isRaft {
-				raftConns = append(raftConns, c)
-			}
-		}
-	}
-	g.mu.Unlock()
-	for _, c := range raftConns {
-		c.Close()
-	}
+// cutLocked reports whether a connection, a raft one when isRaft, is cut
+// off. The caller holds mu.
+func (g *netGate) cutLocked(isRaft bool) bool {
+	return g.blocked || isRaft && g.raftBlocked
 }
 
 // isBlocked reports whether a connection, a raft one when isRaft, is cut
@@ -72,7 +73,7 @@ func (g *netGate) setRaftBlocked(b bool) {
 func (g *netGate) isBlocked(isRaft bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.blocked || isRaft && g.raftBlocked
+	return g.cutLocked(isRaft)
 }
 
 // track registers c, a raft connection when isRaft, or closes it and
@@ -80,7 +81,7 @@ func (g *netGate) isBlocked(isRaft bool) bool {
 func (g *netGate) track(c net.Conn, isRaft bool) (net.Conn, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.blocked || isRaft && g.raftBlocked {
+	if g.cutLocked(isRaft) {
 		c.Close()
 		return nil, false
 	}
