@@ -203,11 +203,8 @@ func (s *Server) publishCandidates(v *statepb.Volume) ([]candidate, error) {
 // them is finished again (both steps are idempotent) or released (its
 // controller publication with it, since the release unpublishes whenever
 // the plugin publishes). Only the taken claim must be in raft before they
-// start.
+// start. Its callers pass a claim not mounted yet.
 func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *statepb.VolumeClaim, secrets map[string]string) (*statepb.Volume, *statepb.VolumeClaim, error) {
-	if claim.GetMounted() {
-		return v, claim, nil
-	}
 	var err error
 	pc, published := claim.GetPublishContext(), claim.GetControllerPublished()
 	if !published {
