@@ -170,6 +170,13 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 		return nil, err
 	}
 	defer unlock()
+	// Once it holds the volume, a mount runs its steps to their end, each
+	// call within the RPC timeout, even when its caller goes away (a
+	// leader that died mid-claim): a step cut off by its caller has an
+	// unknown outcome, and its undo would then have to settle for the
+	// RPC timeout, holding the claim's release as long. A release waits
+	// for the volume's lock, so it comes after the mount either way.
+	ctx = context.WithoutCancel(ctx)
 
 	name := recordName(pluginID, volumeID, workloadID, usageKey)
 	m.mu.Lock()
@@ -354,10 +361,9 @@ func (m *Manager) failMount(ctx context.Context, log hclog.Logger, r *record, st
 	// The plugin may still do a step whose outcome is unknown, after its
 	// caller gave up: the undo is made again once that cannot be so.
 	r.Uncertain = !rejectedStep
-	// The caller may have gone (its context ended): the undo runs on,
-	// each call with the default deadline.
-	undoCtx := context.WithoutCancel(ctx)
-	if _, err := m.teardown(undoCtx, r, rejectedStep); err != nil {
+	// ctx is Mount's, which its caller cannot end: the undo runs on, each
+	// call with the default deadline.
+	if _, err := m.teardown(ctx, r, rejectedStep); err != nil {
 		log.Warn("undoing a failed mount failed; retrying in the background", "state", r.State, "error", statusMessage(err))
 		m.schedule(r.name())
 	}

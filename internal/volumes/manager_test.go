@@ -584,12 +584,12 @@ func TestAPluginGoneMidMountIsUndoneWhenItReturns(t *testing.T) {
 }
 
 func TestALateStageIsUndoneAgain(t *testing.T) {
-	// The plugin stages late, after the agent gave up on the call and
-	// undid it (a plugin that is slow and does not stop when its caller
-	// does). The agent keeps the record settling and undoes the mount
-	// again after the RPC timeout: nothing is left staged.
+	// The plugin stages late, after the agent gave up on the call at its
+	// RPC timeout and undid it (a plugin that is slow and does not stop
+	// at its deadline). The agent keeps the record settling and undoes
+	// the mount again after the RPC timeout: nothing is left staged.
 	e := newEnv(t, Config{RPCTimeout: time.Second}, true)
-	e.plug.SetSlow(300 * time.Millisecond)
+	e.plug.SetSlow(1500 * time.Millisecond)
 	go func() {
 		// Fast again once the stage is under way: the undo is not slow.
 		deadline := time.Now().Add(waitTime)
@@ -598,9 +598,7 @@ func TestALateStageIsUndoneAgain(t *testing.T) {
 		}
 		e.plug.SetSlow(0)
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if _, err := e.m.Mount(ctx, mountReq("v1", "w1")); status.Code(err) != codes.DeadlineExceeded {
+	if _, err := e.m.Mount(context.Background(), mountReq("v1", "w1")); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("Mount = %v, want DeadlineExceeded", err)
 	}
 	if got := e.m.List("tp", "v1"); len(got) != 1 || got[0].GetState() != StateSettling {
@@ -614,6 +612,36 @@ func TestALateStageIsUndoneAgain(t *testing.T) {
 	}
 	if n := e.plug.calls("NodeUnstageVolume"); n < 2 {
 		t.Errorf("NodeUnstageVolume calls = %d, want the undo and its repeat", n)
+	}
+}
+
+func TestAMountOutlivesItsCaller(t *testing.T) {
+	// The caller of a mount goes away while the plugin publishes (nemesis
+	// seed 10: the leader died mid-claim). The mount runs on to its end,
+	// so its outcome is known: published, with no settling record, and
+	// a release after it unpublishes at once.
+	e := newEnv(t, Config{}, true)
+	e.plug.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"NodePublishVolume": 300 * time.Millisecond}})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		deadline := time.Now().Add(waitTime)
+		for e.plug.Stats().InFlight["NodePublishVolume"] == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // polls a condition, with a deadline
+		}
+		cancel()
+	}()
+	m, err := e.m.Mount(ctx, mountReq("v1", "w1"))
+	if err != nil || m.GetState() != StatePublished {
+		t.Fatalf("Mount whose caller went away = %v, %v; want it published", m, err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the caller's context did not end during the publish; the test did not exercise it")
+	}
+	if _, err := e.m.Unmount(context.Background(), unmountReq("v1", "w1")); err != nil {
+		t.Fatalf("Unmount = %v", err)
+	}
+	if _, staged := e.plug.node(t, "v1"); staged {
+		t.Error("the volume is left staged")
 	}
 }
 
