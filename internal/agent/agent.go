@@ -20,6 +20,7 @@ import (
 	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
+	"github.com/csisupd/csisupd/internal/secrets"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/tlsutil"
 	"github.com/csisupd/csisupd/internal/volumes"
@@ -68,6 +69,7 @@ type Agent struct {
 	http     *http.Server
 	manager  *registry.Manager
 	consul   *consulsync.Syncer
+	secrets  *secrets.Store     // the plugins' secrets files, for every CSI call of this node
 	volumes  *volumes.Manager   // stages and publishes volumes on this node
 	server   *server.Server     // nil unless the server role is enabled
 	nodes    *nodeclient.Client // nil unless the client has servers to report to
@@ -103,7 +105,7 @@ type Agent struct {
 // from the configuration and the components of the steps before it, in
 // this order: directories and listeners, the watchdog, TLS and the gRPC
 // metrics, the plugin registry, the Consul sync, the server role, the node
-// client, the node volumes, the token resolver, the gRPC server and its
+// client, the plugins' secrets files, the node volumes, the token resolver, the gRPC server and its
 // services, the HTTP server. A step returns its component and its
 // part (what Run runs of it, what releases it, how Reload changes it); no
 // step reads a component that a later one builds.
@@ -175,6 +177,10 @@ func New(c Config) (a *Agent, err error) {
 	}
 	add(p)
 	if a.nodes, p, err = a.setupNodeClient(&cfg, dial); err != nil {
+		return nil, err
+	}
+	add(p)
+	if a.secrets, p, err = a.setupSecrets(&cfg); err != nil {
 		return nil, err
 	}
 	add(p)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
+	"github.com/csisupd/csisupd/internal/secrets"
 	"github.com/csisupd/csisupd/internal/volumes"
 )
 
@@ -132,6 +134,42 @@ func (a *Agent) setupNodeClient(cfg *config.Config, dial dialing) (*nodeclient.C
 	return c, part{name: "node registration", run: c.Run}, nil
 }
 
+// setupSecrets reads the plugins' secrets files (plugin "<id>" {
+// secrets_file = ... }): a file that cannot be used fails New, naming it.
+// Its part reads them again on Reload, where a bad file keeps the
+// secrets read before and a removed one drops them.
+func (a *Agent) setupSecrets(cfg *config.Config) (*secrets.Store, part, error) {
+	store := secrets.NewStore(a.log.Named("secrets"))
+	if err := store.Load(cfg.SecretsFiles()); err != nil {
+		return nil, part{}, fmt.Errorf("agent: plugin secrets: %w", err)
+	}
+	reload := func(want, applied *config.Config) ([]string, error) {
+		files := want.SecretsFiles()
+		err := store.Load(files)
+		// The paths are applied even when a file failed: the next reload
+		// reads the new path again, and the error names the file.
+		applied.Plugins = maps.Clone(applied.Plugins) // prev's map is the running one's
+		for id, p := range applied.Plugins {
+			p.SecretsFile = files[id]
+			applied.Plugins[id] = p
+		}
+		for id, path := range files {
+			if _, ok := applied.Plugins[id]; !ok {
+				// A block new since start: only its secrets file is live.
+				if applied.Plugins == nil {
+					applied.Plugins = map[string]config.PluginConfig{}
+				}
+				applied.Plugins[id] = config.PluginConfig{SecretsFile: path, HealthTimeout: config.DefaultPluginHealthTimeout}
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reload secrets files: %w", err)
+		}
+		return nil, nil
+	}
+	return store, part{name: "plugin secrets", reload: reload}, nil
+}
+
 // setupVolumes creates the node volume manager. With servers to report
 // to, it removes the cluster mounts whose claims the servers released
 // while the node was away. Its part runs it.
@@ -151,6 +189,7 @@ func (a *Agent) setupVolumes(cfg *config.Config) (*volumes.Manager, part, error)
 		Logger:     a.log, // the manager names its logger
 		QuietStart: config.DefaultQuietStart,
 		Watchdog:   a.watchdog,
+		Secrets:    a.secrets,
 	}
 	if a.nodes != nil {
 		vc.Claims = a.nodes.NodeClaims

@@ -25,7 +25,11 @@ import (
 //     then on);
 //   - the declaration keys of plugin blocks (socket, type, required,
 //     health_timeout): only the plugins whose declaration changed are
-//     touched.
+//     touched;
+//   - the plugins' secrets files (secrets_file), each read again even
+//     when its path did not change: a file that cannot be used keeps the
+//     secrets read before, and fails the reload naming it; a removed file
+//     or key drops them.
 //
 // Every other key is compared with the running value, and each one that
 // changed is logged by name at warn level as taking effect only after a

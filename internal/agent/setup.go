@@ -160,6 +160,7 @@ func (a *Agent) setupServices(cfg *config.Config, g *grpc.Server) (*rpc.AgentSer
 		MaxDestructiveInFlight: cfg.Client.MaxDestructiveInFlight,
 		Retry:                  a.retry.ClientCSI,
 		Logger:                 a.log.Named("clientcsi"),
+		Secrets:                a.secrets,
 	})
 	if err != nil {
 		return nil, part{}, fmt.Errorf("agent: ClientCSI: %w", err)

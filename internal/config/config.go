@@ -339,12 +339,28 @@ type PluginConfig struct {
 	// HealthTimeout is how long a required plugin may be absent or
 	// unhealthy before plugin-missing (DefaultPluginHealthTimeout).
 	HealthTimeout time.Duration
+	// SecretsFile is the plugin's CSI secrets file (package secrets),
+	// merged into every CSI call the agent makes to the plugin and read
+	// again on SIGHUP. Empty means none.
+	SecretsFile string
 }
 
 // Declared reports whether the block states anything about the plugin
 // itself (its socket, its type or that it is required) rather than only
 // where its volumes are mounted.
 func (p PluginConfig) Declared() bool { return p.Socket != "" || p.Type != "" || p.Required }
+
+// SecretsFiles returns the secrets file of each plugin block that names
+// one, by plugin id.
+func (c *Config) SecretsFiles() map[string]string {
+	out := map[string]string{}
+	for id, p := range c.Plugins {
+		if p.SecretsFile != "" {
+			out[id] = p.SecretsFile
+		}
+	}
+	return out
+}
 
 // MountDir returns the mount root of plugin id: its plugin block's
 // mount_dir, else <data_dir>/volumes/<id>.

@@ -173,6 +173,7 @@ func pluginFields(p *PluginConfig) map[string]any {
 		"type":             &p.Type,
 		"required":         &p.Required,
 		"health_timeout":   &p.HealthTimeout,
+		"secrets_file":     &p.SecretsFile,
 	}
 }
 

@@ -181,6 +181,7 @@ plugin "ebs.csi" {
   type             = "node"
   required         = true
   health_timeout   = "45s"
+  secrets_file     = "/etc/csisupd.d/secrets/ebs.hcl"
 }
 consul {
   enabled                = false
@@ -237,7 +238,7 @@ acl {
 						FailoverHeartbeatTTL: 10 * time.Minute, ServerStabilizationTime: 30 * time.Second},
 					Telemetry: TelemetryConfig{PrometheusMetrics: false},
 					Plugins: map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins",
-						Socket: "/run/ebs/csi.sock", Type: "node", Required: true, HealthTimeout: 45 * time.Second}},
+						Socket: "/run/ebs/csi.sock", Type: "node", Required: true, HealthTimeout: 45 * time.Second, SecretsFile: "/etc/csisupd.d/secrets/ebs.hcl"}},
 					Consul: ConsulConfig{
 						Enabled: false, Address: "127.0.0.1:8501", Token: "abc", ServiceName: "supd",
 						PluginServiceName: "plugin-{{id}}-csi", Tags: []string{"a", "b"},

@@ -133,6 +133,9 @@ func (c *Config) Validate() error {
 		if p.MountDir != "" && !filepath.IsAbs(p.MountDir) {
 			v.add(key+".mount_dir", "%q must be an absolute path", p.MountDir)
 		}
+		if p.SecretsFile != "" && !filepath.IsAbs(p.SecretsFile) {
+			v.add(key+".secrets_file", "%q must be an absolute path", p.SecretsFile)
+		}
 		if p.PluginMountDir != "" && !filepath.IsAbs(p.PluginMountDir) {
 			v.add(key+".plugin_mount_dir", "%q must be an absolute path", p.PluginMountDir)
 		}

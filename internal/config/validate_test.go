@@ -63,6 +63,8 @@ func TestValidateErrors(t *testing.T) {
 			`agent.hcl:2: plugin.ebs.socket: "/run/ebs/../ebs/csi.sock" is not a clean path: write "/run/ebs/csi.sock"`},
 		{"plugin socket too long", "plugin \"ebs\" {\n  socket = \"/" + strings.Repeat("s", 107) + "\"\n}", nil,
 			`agent.hcl:2: plugin.ebs.socket: "/` + strings.Repeat("s", 107) + `" is 108 bytes, over the 107-byte limit of a unix socket address`},
+		{"plugin secrets_file relative", "plugin \"ebs\" {\n  secrets_file = \"secrets/ebs.hcl\"\n}", nil,
+			`agent.hcl:2: plugin.ebs.secrets_file: "secrets/ebs.hcl" must be an absolute path`},
 		{"plugin type", "plugin \"ebs\" {\n  type = \"both\"\n}", nil,
 			`agent.hcl:2: plugin.ebs.type: "both" is not a plugin type: use node, controller or monolith`},
 		{"plugin health_timeout zero", "plugin \"ebs\" {\n  type = \"node\"\n  health_timeout = \"0s\"\n}", nil,

@@ -60,6 +60,19 @@ type InvokerConfig struct {
 	// Logger receives one debug line per call, and at trace level the
 	// request with its secrets redacted. Optional.
 	Logger hclog.Logger
+	// Secrets, when set, adds the node's secrets of the plugin called to
+	// each request (under the secrets the request carries), so that every
+	// call of this node, whoever asked for it, has what the plugin needs.
+	// Optional.
+	Secrets SecretSource
+}
+
+// SecretSource adds a plugin's secrets to a CSI request. The agent's is a
+// secrets.Store over its plugins' secrets files.
+type SecretSource interface {
+	// Apply merges pluginID's secrets into req; requests without a
+	// secrets field are left alone.
+	Apply(pluginID string, req proto.Message)
 }
 
 // Invoker makes the calls of ClientCSI and of the node volume manager to
@@ -73,6 +86,7 @@ type Invoker struct {
 	node    string
 	retry   retry.Policy
 	log     hclog.Logger
+	secrets SecretSource
 }
 
 // NewInvoker validates cfg and returns an Invoker.
@@ -90,7 +104,7 @@ func NewInvoker(cfg InvokerConfig) (*Invoker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Invoker{plugins: cfg.Plugins, node: cfg.NodeName, retry: cfg.Retry, log: cfg.Logger}, nil
+	return &Invoker{plugins: cfg.Plugins, node: cfg.NodeName, retry: cfg.Retry, log: cfg.Logger, secrets: cfg.Secrets}, nil
 }
 
 // Policy returns the retry policy that spaces the attempts of a call.
@@ -178,6 +192,11 @@ func Invoke[Resp any](ctx context.Context, inv *Invoker, svc Service, c Call, re
 ) (Resp, error) {
 	var zero Resp
 	start := time.Now()
+	if inv.secrets != nil {
+		// Before the log line and the first attempt: errors and logs
+		// redact what req holds, the node's secrets included.
+		inv.secrets.Apply(c.PluginID, req)
+	}
 	if inv.log.IsTrace() {
 		inv.log.Trace("call", c.logArgs("request", redactedJSON(req))...)
 	}

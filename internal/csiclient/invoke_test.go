@@ -3,6 +3,7 @@ package csiclient
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/secrets"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -469,5 +471,36 @@ func TestNewInvokerConfig(t *testing.T) {
 	if _, err := NewInvoker(InvokerConfig{}); err == nil ||
 		!strings.Contains(err.Error(), "Plugins is required") || !strings.Contains(err.Error(), "InvokerConfig.Retry") {
 		t.Errorf("NewInvoker(empty) = %v, want errors naming Plugins and Retry", err)
+	}
+}
+
+func TestInvokeAddsTheNodesSecrets(t *testing.T) {
+	// The node's secrets file of the plugin reaches the plugin on every
+	// call, under the caller's own secrets, and is redacted from the
+	// error and the log like them.
+	const fileSecret = "from-the-node-file-5e7"
+	path := filepath.Join(testutil.TempDir(t), "p.hcl")
+	if err := os.WriteFile(path, []byte("default { token = \""+fileSecret+"\" }\ncontroller { user = \"file\" }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := secrets.NewStore(nil)
+	if err := store.Load(map[string]string{"p": path}); err != nil {
+		t.Fatal(err)
+	}
+	var seen map[string]string
+	e := newInvokeEnv(t, shortRetry, func(_ int, got map[string]string) error {
+		seen = got
+		return status.Error(codes.PermissionDenied, "token "+got["token"]+" refused")
+	})
+	e.inv.secrets = store
+	err := e.create(context.Background(), map[string]string{"user": "caller"})
+	if seen["token"] != fileSecret || seen["user"] != "caller" {
+		t.Errorf("the plugin got token from the file: %v, user %q; want the file's token and the caller's user", seen["token"] == fileSecret, seen["user"])
+	}
+	if st := status.Convert(err); st.Message() != "token "+Redacted+" refused" {
+		t.Errorf("error = %v, want the file's secret redacted", err)
+	}
+	if strings.Contains(e.logs.String(), fileSecret) {
+		t.Errorf("the log holds the file's secret:\n%s", e.logs.String())
 	}
 }

@@ -45,6 +45,9 @@ type ClientCSIConfig struct {
 	// Logger receives one debug line per call, and at trace level the
 	// request with its secrets redacted. Optional.
 	Logger hclog.Logger
+	// Secrets adds the node's secrets of a plugin (its secrets file) to
+	// every call made to it. Optional.
+	Secrets csiclient.SecretSource
 }
 
 // method describes one ClientCSI method.
@@ -108,7 +111,8 @@ func NewClientCSI(cfg ClientCSIConfig) (*ClientCSI, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	calls, err := csiclient.NewInvoker(csiclient.InvokerConfig{Plugins: cfg.Plugins, NodeName: cfg.NodeName, Retry: cfg.Retry, Logger: cfg.Logger.Named("clientcsi")})
+	calls, err := csiclient.NewInvoker(csiclient.InvokerConfig{Plugins: cfg.Plugins, NodeName: cfg.NodeName, Retry: cfg.Retry, Logger: cfg.Logger.Named("clientcsi"),
+		Secrets: cfg.Secrets})
 	if err != nil {
 		return nil, fmt.Errorf("rpc: ClientCSI: %w", err)
 	}

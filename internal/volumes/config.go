@@ -77,6 +77,9 @@ type Config struct {
 	Events EventSink
 	// Logger receives the manager's logs. Optional.
 	Logger hclog.Logger
+	// Secrets adds the node's secrets of a plugin (its secrets file) to
+	// every call made to it. Optional.
+	Secrets csiclient.SecretSource
 	// Claims, when set, makes Run remove the cluster mounts whose claim
 	// the servers released (see ClaimSource). Optional.
 	Claims ClaimSource

@@ -103,7 +103,8 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(dataDir, "volumes"), dirMode); err != nil {
 		return nil, fmt.Errorf("volumes: create %q: %w", filepath.Join(dataDir, "volumes"), err)
 	}
-	calls, err := csiclient.NewInvoker(csiclient.InvokerConfig{Plugins: cfg.Plugins, NodeName: cfg.NodeName, Retry: cfg.Retry, Logger: cfg.Logger.Named("volumes")})
+	calls, err := csiclient.NewInvoker(csiclient.InvokerConfig{Plugins: cfg.Plugins, NodeName: cfg.NodeName, Retry: cfg.Retry, Logger: cfg.Logger.Named("volumes"),
+		Secrets: cfg.Secrets})
 	if err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
