@@ -190,6 +190,12 @@ type Config struct {
 	// and ControllerModifyVolume accept; other keys are InvalidArgument.
 	// nil means DefaultMutableParameters; an empty list accepts none.
 	MutableParameters []string
+	// RequiredSecrets makes the plugin refuse, with Unauthenticated, every
+	// call that can carry secrets (its request has a secrets field) and
+	// lacks one of these or has another value, as drivers that
+	// authenticate each call to their storage do (Ceph RBD, many SAN
+	// arrays). The error names the key, never a value.
+	RequiredSecrets map[string]string
 	// SnapshotReadyAfter makes a new snapshot report ready_to_use=false
 	// in CreateSnapshot's answer and in the next SnapshotReadyAfter
 	// answers that include it (repeated CreateSnapshot, GetSnapshot,
@@ -765,6 +771,21 @@ func (p *Plugin) recordSecrets(method string, req any) {
 	p.secrets[method] = append(p.secrets[method], maps.Clone(r.GetSecrets()))
 }
 
+// checkSecrets refuses a call that can carry secrets and lacks
+// Config.RequiredSecrets.
+func (p *Plugin) checkSecrets(method string, req any) error {
+	r, ok := req.(interface{ GetSecrets() map[string]string })
+	if !ok {
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.cfg.RequiredSecrets)) {
+		if got, ok := r.GetSecrets()[k]; !ok || got != p.cfg.RequiredSecrets[k] {
+			return status.Errorf(codes.Unauthenticated, "testplugin: %s needs secret %q, missing or wrong", method, k)
+		}
+	}
+	return nil
+}
+
 func (p *Plugin) ResetStats() {
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
@@ -797,6 +818,9 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 		p.recordSecrets(method, req)
 		p.callStarted(method)
 		defer p.callEnded(method)
+		if err := p.checkSecrets(method, req); err != nil {
+			return nil, err
+		}
 
 		var rec JournalRecord
 		jn := p.journal != nil && journaled(info.FullMethod)

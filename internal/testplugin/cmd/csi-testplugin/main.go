@@ -108,6 +108,7 @@ type options struct {
 	volumeHealth          bool
 	volumeMountGroup      bool
 	controllerCaps        string
+	requireSecrets        string
 }
 
 // errUsage marks errors in the command line.
@@ -150,6 +151,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.volumeMountGroup, "volume-mount-group", false, "advertise VOLUME_MOUNT_GROUP and accept volume_mount_group")
 	fs.StringVar(&o.controllerCaps, "controller-capabilities", "", "comma-separated controller capabilities to advertise, by CSI name (CLONE_VOLUME); "+
 		"\"default\" adds the default ones, \"all\" every supported one (default: the default ones)")
+	fs.StringVar(&o.requireSecrets, "require-secrets", "", "refuse every call that can carry secrets without the secrets in this file "+
+		"(key=value lines; kept off the command line, where any user can read it)")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -220,6 +223,10 @@ func pluginConfig(o options) (testplugin.Config, error) {
 	if err != nil {
 		return testplugin.Config{}, err
 	}
+	required, err := requiredSecrets(o.requireSecrets)
+	if err != nil {
+		return testplugin.Config{}, err
+	}
 	var mutable []string
 	if o.mutableParameters != nil {
 		mutable = []string{} // given empty: no key is mutable
@@ -246,8 +253,33 @@ func pluginConfig(o options) (testplugin.Config, error) {
 		MaxContentBytes:        o.maxContentBytes,
 		VolumeHealth:           o.volumeHealth,
 		VolumeMountGroup:       o.volumeMountGroup,
+		RequiredSecrets:        required,
 		Journal:                o.journal,
 	}, nil
+}
+
+// requiredSecrets reads the key=value lines of --require-secrets; errors
+// name the file and line, never a value.
+func requiredSecrets(path string) (map[string]string, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--require-secrets: %w", err)
+	}
+	out := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("%w: --require-secrets %s:%d: not key=value", errUsage, path, i+1)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
 }
 
 // keyValues parses "k=v,k=v".
