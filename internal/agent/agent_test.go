@@ -52,17 +52,20 @@ func testConfig(t *testing.T) *config.Config {
 // startPlugin serves a test plugin with id in cfg's plugin directory.
 func startPlugin(t *testing.T, cfg *config.Config, id string) {
 	t.Helper()
+	startPluginWith(t, cfg, id, testplugin.Config{})
+}
+
+// startPluginWith serves a monolith test plugin of pc with id in cfg's
+// plugin directory; it stops when the test ends.
+func startPluginWith(t *testing.T, cfg *config.Config, id string, pc testplugin.Config) *testplugin.Plugin {
+	t.Helper()
 	sock := filepath.Join(cfg.Client.PluginDir, id, "csi.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p, err := testplugin.New(testplugin.Config{
-		Socket:   sock,
-		StateDir: filepath.Join(cfg.DataDir, "plugin-"+id),
-		Type:     testplugin.TypeMonolith,
-		NodeID:   "n1",
-		Logger:   hclog.NewNullLogger(),
-	})
+	pc.Socket, pc.StateDir = sock, filepath.Join(cfg.DataDir, "plugin-"+id)
+	pc.Type, pc.NodeID, pc.Logger = testplugin.TypeMonolith, "n1", hclog.NewNullLogger()
+	p, err := testplugin.New(pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +73,7 @@ func startPlugin(t *testing.T, cfg *config.Config, id string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
+	return p
 }
 
 // runAgent runs a in the background until the test ends; the returned stop
