@@ -296,7 +296,7 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 	if v = s.State().Volume(req.GetId()); v == nil {
 		return status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	if err := claims.CheckDelete(v, 0); err != nil {
+	if err := claims.CheckDelete(v, &statepb.VolumeDeleteCommand{}); err != nil {
 		return err
 	}
 	// Refused before the plugin is called, as the FSM would refuse it

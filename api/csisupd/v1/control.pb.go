@@ -39,11 +39,14 @@ type ClusterNode struct {
 	StatusUpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=status_updated_at,json=statusUpdatedAt,proto3" json:"status_updated_at,omitempty"`
 	RegisteredAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
 	// plugins are the plugin instances on the node as the agent reported them.
-	Plugins       []*Plugin `protobuf:"bytes,8,rep,name=plugins,proto3" json:"plugins,omitempty"`
-	CreateIndex   uint64    `protobuf:"varint,9,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64    `protobuf:"varint,10,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Plugins     []*Plugin `protobuf:"bytes,8,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	CreateIndex uint64    `protobuf:"varint,9,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex uint64    `protobuf:"varint,10,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// draining_plugins are the plugins an operator drains on the node
+	// (`plugin drain`): new claims of their volumes there are refused.
+	DrainingPlugins []string `protobuf:"bytes,11,rep,name=draining_plugins,json=drainingPlugins,proto3" json:"draining_plugins,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterNode) Reset() {
@@ -144,6 +147,13 @@ func (x *ClusterNode) GetModifyIndex() uint64 {
 		return x.ModifyIndex
 	}
 	return 0
+}
+
+func (x *ClusterNode) GetDrainingPlugins() []string {
+	if x != nil {
+		return x.DrainingPlugins
+	}
+	return nil
 }
 
 // PluginInstance is one plugin on one node.
@@ -434,7 +444,12 @@ type VolumeClaim struct {
 	ClaimIndex uint64 `protobuf:"varint,15,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
 	// staging_path is the staging target on the node, once mounted; empty
 	// when the plugin does not stage.
-	StagingPath   string `protobuf:"bytes,16,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
+	StagingPath string `protobuf:"bytes,16,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
+	// forced tells that an operator forced the release (`volume release
+	// --force`); skipped_steps are the release steps a forced release
+	// skipped after they failed, each with its error.
+	Forced        bool     `protobuf:"varint,17,opt,name=forced,proto3" json:"forced,omitempty"`
+	SkippedSteps  []string `protobuf:"bytes,18,rep,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -581,6 +596,20 @@ func (x *VolumeClaim) GetStagingPath() string {
 	return ""
 }
 
+func (x *VolumeClaim) GetForced() bool {
+	if x != nil {
+		return x.Forced
+	}
+	return false
+}
+
+func (x *VolumeClaim) GetSkippedSteps() []string {
+	if x != nil {
+		return x.SkippedSteps
+	}
+	return nil
+}
+
 // Volume is one volume the cluster knows about.
 type Volume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -613,7 +642,11 @@ type Volume struct {
 	// modified with (ControllerModifyVolume).
 	MutableParameters map[string]string `protobuf:"bytes,16,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// expansion is set while an expansion is under way.
-	Expansion     *VolumeExpansion `protobuf:"bytes,17,opt,name=expansion,proto3" json:"expansion,omitempty"`
+	Expansion *VolumeExpansion `protobuf:"bytes,17,opt,name=expansion,proto3" json:"expansion,omitempty"`
+	// availability is the operator's (`volume availability`): "" (active)
+	// takes new claims, "pause" refuses them, "drain" refuses them and
+	// releases the volume's claims.
+	Availability  string `protobuf:"bytes,18,opt,name=availability,proto3" json:"availability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -765,6 +798,13 @@ func (x *Volume) GetExpansion() *VolumeExpansion {
 		return x.Expansion
 	}
 	return nil
+}
+
+func (x *Volume) GetAvailability() string {
+	if x != nil {
+		return x.Availability
+	}
+	return ""
 }
 
 // TopologySegment is one CSI topology segment: keys and values.
@@ -3790,7 +3830,7 @@ var File_csisupd_v1_control_proto protoreflect.FileDescriptor
 const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/control.proto\x12\n" +
-	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x03\n" +
+	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x03\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -3802,7 +3842,8 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\aplugins\x18\b \x03(\v2\x12.csisupd.v1.PluginR\aplugins\x12!\n" +
 	"\fcreate_index\x18\t \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\n" +
-	" \x01(\x04R\vmodifyIndex\"\xbb\x01\n" +
+	" \x01(\x04R\vmodifyIndex\x12)\n" +
+	"\x10draining_plugins\x18\v \x03(\tR\x0fdrainingPlugins\"\xbb\x01\n" +
 	"\x0ePluginInstance\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x18\n" +
@@ -3825,7 +3866,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"accessMode\x12\x17\n" +
 	"\afs_type\x18\x03 \x01(\tR\x06fsType\x12\x1f\n" +
 	"\vmount_flags\x18\x04 \x03(\tR\n" +
-	"mountFlags\"\xcd\x05\n" +
+	"mountFlags\"\x8a\x06\n" +
 	"\vVolumeClaim\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\vcsi_node_id\x18\x02 \x01(\tR\tcsiNodeId\x12\x1b\n" +
@@ -3847,10 +3888,12 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"last_error\x18\x0e \x01(\tR\tlastError\x12\x1f\n" +
 	"\vclaim_index\x18\x0f \x01(\x04R\n" +
 	"claimIndex\x12!\n" +
-	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x1aA\n" +
+	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x12\x16\n" +
+	"\x06forced\x18\x11 \x01(\bR\x06forced\x12#\n" +
+	"\rskipped_steps\x18\x12 \x03(\tR\fskippedSteps\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\b\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -3873,7 +3916,8 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x14capacity_limit_bytes\x18\x0e \x01(\x03R\x12capacityLimitBytes\x12F\n" +
 	"\x0econtent_source\x18\x0f \x01(\v2\x1f.csisupd.v1.VolumeContentSourceR\rcontentSource\x12X\n" +
 	"\x12mutable_parameters\x18\x10 \x03(\v2).csisupd.v1.Volume.MutableParametersEntryR\x11mutableParameters\x129\n" +
-	"\texpansion\x18\x11 \x01(\v2\x1b.csisupd.v1.VolumeExpansionR\texpansion\x1a:\n" +
+	"\texpansion\x18\x11 \x01(\v2\x1b.csisupd.v1.VolumeExpansionR\texpansion\x12\"\n" +
+	"\favailability\x18\x12 \x01(\tR\favailability\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +

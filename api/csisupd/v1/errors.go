@@ -126,6 +126,10 @@ const (
 	// ClaimRuleInvalid refuses a claim whose usage is not allowed: mount
 	// flags or a file system type that may not reach a plugin.
 	ClaimRuleInvalid = "invalid-usage"
+	// ClaimRuleAvailability refuses a new claim of a volume an operator
+	// paused or drains (`volume availability`), or of a plugin an
+	// operator drains on the claim's node (`plugin drain`).
+	ClaimRuleAvailability = "availability"
 )
 
 // NewClaimRefusedError returns the FailedPrecondition error that refuses a

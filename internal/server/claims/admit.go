@@ -63,7 +63,9 @@ func Admit(st Reader, v *statepb.Volume, req *csisupdv1.VolumeClaimRequest, now 
 }
 
 // CheckTake checks a new claim against the node, the volume and its
-// claims as st holds them: the node is ready and runs the plugin's node
+// claims as st holds them: the node is ready; neither the volume nor
+// its plugin on the node is kept from new claims (CheckAvailability); the
+// node runs the plugin's node
 // service, healthy and with a CSI node id (the claim's), and with the
 // VOLUME_MOUNT_GROUP node capability when the usage names a mount group
 // (a CapabilityMissing error otherwise); the usage is one
@@ -88,6 +90,9 @@ func CheckTake(st Reader, v *statepb.Volume, claim *statepb.VolumeClaim) error {
 	if node.GetStatus() != state.NodeStatusReady {
 		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleNodeNotReady,
 			fmt.Sprintf("node %q is %s (%s)", node.GetId(), node.GetStatus(), node.GetStatusDescription()))
+	}
+	if err := CheckAvailability(v, node); err != nil {
+		return err
 	}
 	p := nodePlugin(node, v.GetPluginId())
 	if _, nodeService := plugin.Type(p.GetType()).Roles(); p == nil || !nodeService || !p.GetHealthy() || p.GetNodeId() == "" {

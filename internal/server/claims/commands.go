@@ -3,6 +3,7 @@ package claims
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -179,6 +180,16 @@ func ApplyStep(v *statepb.Volume, cmd *statepb.ClaimStepCommand, now *timestampp
 		c.State, c.StateUpdatedAt = cmd.GetTo(), now
 	}
 	c.LastError = cmd.GetError()
+	// An operator's force stays on the claim, with every step it
+	// skipped: the node may still hold what a skipped step left.
+	c.Forced = c.Forced || cmd.GetForced()
+	if s := cmd.GetSkipped(); s != "" {
+		if !cmd.GetForced() {
+			return nil, status.Errorf(codes.InvalidArgument, "claim of %s: only a forced release skips a step",
+				Ref{VolumeID: v.GetId(), NodeID: cmd.GetNodeId(), WorkloadID: cmd.GetWorkloadId()})
+		}
+		c.SkippedSteps = append(slices.Clone(c.SkippedSteps), s)
+	}
 	switch cmd.GetTo() {
 	case StateTaken:
 		// Results only add: a publication or a mount is undone by a

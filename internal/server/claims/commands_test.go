@@ -224,16 +224,51 @@ func TestCheckCreateAndDelete(t *testing.T) {
 		t.Fatalf("create of a volume with claims: %v, want InvalidArgument", err)
 	}
 	for _, idx := range []uint64{0, 5} {
-		if err := CheckDelete(v, idx); err != nil {
+		if err := CheckDelete(v, &statepb.VolumeDeleteCommand{VolumeIndex: idx}); err != nil {
 			t.Fatalf("delete at index %d of a volume without claims: %v", idx, err)
 		}
 	}
-	if err := CheckDelete(v, 4); rule(err) != csisupdv1.ClaimRuleStale {
+	if err := CheckDelete(v, &statepb.VolumeDeleteCommand{VolumeIndex: 4}); rule(err) != csisupdv1.ClaimRuleStale {
 		t.Fatalf("delete decided on an older row: %v, want the stale rule", err)
 	}
+	if err := CheckDelete(v, &statepb.VolumeDeleteCommand{VolumeIndex: 4, Forced: true}); rule(err) != csisupdv1.ClaimRuleStale {
+		t.Fatalf("a forced delete decided on an older row: %v, want the stale rule", err)
+	}
 	for _, st := range allStates {
-		if err := CheckDelete(volumeWith(claimIn(st)), 0); status.Code(err) != codes.FailedPrecondition {
+		if err := CheckDelete(volumeWith(claimIn(st)), &statepb.VolumeDeleteCommand{}); status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("delete of a volume with a claim %s: %v, want FailedPrecondition", st, err)
 		}
+		if err := CheckDelete(volumeWith(claimIn(st)), &statepb.VolumeDeleteCommand{Forced: true}); err != nil {
+			t.Fatalf("forced delete of a volume with a claim %s: %v", st, err)
+		}
+	}
+}
+
+func TestApplyStepRecordsAForcedSkip(t *testing.T) {
+	c := claimIn(StateUnpublishing)
+	v := volumeWith(c)
+	cmd := NodeUnpublished(v, c)
+	cmd.Forced, cmd.Skipped = true, "node-unpublish: node n did not answer"
+	got, err := ApplyStep(v, cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.GetForced() || len(got.GetSkippedSteps()) != 1 || got.GetSkippedSteps()[0] != cmd.Skipped || got.GetState() != StateNodeUnpublished {
+		t.Fatalf("claim after a forced skip: forced=%v skipped=%v state=%s", got.GetForced(), got.GetSkippedSteps(), got.GetState())
+	}
+	if len(c.GetSkippedSteps()) != 0 {
+		t.Error("ApplyStep changed the stored claim")
+	}
+	// A later step keeps the record.
+	v2 := volumeWith(got)
+	next, err := ApplyStep(v2, ControllerUnpublished(v2, got), nil)
+	if err != nil || !next.GetForced() || len(next.GetSkippedSteps()) != 1 {
+		t.Fatalf("the next step: %v, forced=%v skipped=%v", err, next.GetForced(), next.GetSkippedSteps())
+	}
+	// Only a forced release skips.
+	cmd = NodeUnpublished(v, c)
+	cmd.Skipped = "node-unpublish: x"
+	if _, err := ApplyStep(v, cmd, nil); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a skip without force: %v, want InvalidArgument", err)
 	}
 }

@@ -2,6 +2,7 @@ package claims
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,16 +25,17 @@ func CheckCreate(old, v *statepb.Volume) error {
 	return nil
 }
 
-// CheckDelete checks the removal of volume v: it has no claims, in any
-// state, and when volumeIndex is not 0, v is still the row the leader
-// decided on (its modify index).
-func CheckDelete(v *statepb.Volume, volumeIndex uint64) error {
-	if n := len(v.GetClaims()); n > 0 {
-		return status.Errorf(codes.FailedPrecondition, "volume %q has %d claims; release them first", v.GetId(), n)
+// CheckDelete checks the removal of volume v by cmd: v has no claims, in
+// any state, unless cmd is forced (an operator forgets a volume whose
+// claims cannot be released); and when cmd's volume_index is not 0, v is
+// still the row the leader decided on (its modify index).
+func CheckDelete(v *statepb.Volume, cmd *statepb.VolumeDeleteCommand) error {
+	if n := len(v.GetClaims()); n > 0 && !cmd.GetForced() {
+		return status.Errorf(codes.FailedPrecondition, "volume %q has %d claims; release them first, or deregister it with --force", v.GetId(), n)
 	}
-	if volumeIndex != 0 && v.GetModifyIndex() != volumeIndex {
+	if idx := cmd.GetVolumeIndex(); idx != 0 && v.GetModifyIndex() != idx {
 		return csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleStale,
-			fmt.Sprintf("volume %q changed at index %d after the delete was decided at index %d", v.GetId(), v.GetModifyIndex(), volumeIndex))
+			fmt.Sprintf("volume %q changed at index %d after the delete was decided at index %d", v.GetId(), v.GetModifyIndex(), idx))
 	}
 	return nil
 }
@@ -46,4 +48,22 @@ func checkNew(v *statepb.Volume, c *statepb.VolumeClaim) error {
 			RefOf(v.GetId(), c), c.GetState())
 	}
 	return nil
+}
+
+// Describe names each claim by node, workload and state, with the paths
+// the node mounts it at: what a forced deregistration leaves on the
+// nodes.
+func Describe(cs []*statepb.VolumeClaim) string {
+	parts := make([]string, 0, len(cs))
+	for _, c := range cs {
+		s := fmt.Sprintf("node %s workload %s (%s", c.GetNodeId(), c.GetWorkloadId(), c.GetState())
+		if c.GetHostPath() != "" {
+			s += ", at " + c.GetHostPath()
+		}
+		if c.GetStagingPath() != "" {
+			s += ", staged at " + c.GetStagingPath()
+		}
+		parts = append(parts, s+")")
+	}
+	return strings.Join(parts, "; ")
 }

@@ -44,6 +44,8 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 		if old := txn.Node(n.GetId()); old != nil {
 			n.CreateIndex = old.GetCreateIndex()
 			oldPlugins = old.GetPlugins()
+			// The operator's drains outlive the agent's registrations.
+			n.DrainingPlugins = old.GetDrainingPlugins()
 		}
 		if err := txn.PutNode(n); err != nil {
 			return err
@@ -104,10 +106,12 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 		return putVolume(txn, index, ts, txn.Volume(v.GetId()), v, ev)
 	case *statepb.LogEntry_VolumeDelete:
 		// Written by earlier releases only; a volume with claims is kept.
-		return deleteVolume(txn, c.VolumeDelete, 0, ev)
+		return deleteVolume(txn, &statepb.VolumeDeleteCommand{VolumeId: c.VolumeDelete}, ev)
+	case *statepb.LogEntry_PluginDrain:
+		return applyPluginDrain(txn, index, c.PluginDrain, ev)
 	case *statepb.LogEntry_VolumeCreate, *statepb.LogEntry_VolumeDeleteChecked, *statepb.LogEntry_ClaimTake,
 		*statepb.LogEntry_ClaimStep, *statepb.LogEntry_ClaimRemove, *statepb.LogEntry_VolumeExpand,
-		*statepb.LogEntry_VolumeModify:
+		*statepb.LogEntry_VolumeModify, *statepb.LogEntry_VolumeAvailability:
 		return f.applyVolumeCommand(txn, index, ts, c, ev)
 	case *statepb.LogEntry_SnapshotPut, *statepb.LogEntry_SnapshotDelete:
 		return applySnapshotCommand(txn, index, ts, c, func(e *csisupdv1.ClusterEvent) {

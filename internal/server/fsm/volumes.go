@@ -30,7 +30,7 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		}
 		return putVolume(txn, index, ts, nil, v, ev)
 	case *statepb.LogEntry_VolumeDeleteChecked:
-		return deleteVolume(txn, c.VolumeDeleteChecked.GetVolumeId(), c.VolumeDeleteChecked.GetVolumeIndex(), ev)
+		return deleteVolume(txn, c.VolumeDeleteChecked, ev)
 	case *statepb.LogEntry_VolumeExpand:
 		return expandVolume(txn, index, c.VolumeExpand, ev)
 	case *statepb.LogEntry_VolumeModify:
@@ -47,6 +47,26 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 			return err
 		}
 		ev("volume-modified", "", nv.GetPluginId(), nv.GetId(), "mutable parameters set: "+strings.Join(slices.Sorted(maps.Keys(c.VolumeModify.GetMutableParameters())), ", "))
+		return nil
+	case *statepb.LogEntry_VolumeAvailability:
+		v, err := volumeOf(txn, c.VolumeAvailability.GetVolumeId())
+		if err != nil {
+			return err
+		}
+		to := c.VolumeAvailability.GetAvailability()
+		if err := claims.CheckSetAvailability(v, to); err != nil {
+			return err
+		}
+		if v.GetAvailability() == to {
+			return nil
+		}
+		nv := proto.Clone(v).(*statepb.Volume)
+		nv.Availability = to
+		if err := replaceVolume(txn, index, v, nv); err != nil {
+			return err
+		}
+		ev("volume-availability", "", nv.GetPluginId(), nv.GetId(), fmt.Sprintf("availability %s (was %s)",
+			claims.AvailabilityName(to), claims.AvailabilityName(v.GetAvailability())))
 		return nil
 	case *statepb.LogEntry_ClaimTake:
 		v, err := volumeOf(txn, c.ClaimTake.GetVolumeId())
@@ -178,15 +198,15 @@ func putVolume(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, old, nv 
 	return nil
 }
 
-// deleteVolume removes a volume that has no claims. A volumeIndex other
-// than 0 must be the volume's modify index: the leader decided on that
-// row.
-func deleteVolume(txn *state.Txn, id string, volumeIndex uint64, ev eventFunc) error {
-	v, err := volumeOf(txn, id)
+// deleteVolume removes the volume of cmd, which has no claims unless cmd
+// is forced. A volume_index other than 0 must be the volume's modify
+// index: the leader decided on that row.
+func deleteVolume(txn *state.Txn, cmd *statepb.VolumeDeleteCommand, ev eventFunc) error {
+	v, err := volumeOf(txn, cmd.GetVolumeId())
 	if err != nil {
 		return err
 	}
-	if err := claims.CheckDelete(v, volumeIndex); err != nil {
+	if err := claims.CheckDelete(v, cmd); err != nil {
 		return err
 	}
 	if err := claims.CheckDeleteWithSnapshots(v, txn.VolumeSnapshots()); err != nil {
@@ -195,6 +215,43 @@ func deleteVolume(txn *state.Txn, id string, volumeIndex uint64, ev eventFunc) e
 	if err := txn.DeleteVolume(v); err != nil {
 		return err
 	}
-	ev("volume-deleted", "", v.GetPluginId(), v.GetId(), "")
+	desc := ""
+	if n := len(v.GetClaims()); n > 0 {
+		desc = fmt.Sprintf("deregistered by force with %d claims left: %s", n, claims.Describe(v.GetClaims()))
+	}
+	ev("volume-deleted", "", v.GetPluginId(), v.GetId(), desc)
+	return nil
+}
+
+// applyPluginDrain starts or ends the drain of a plugin on a node.
+func applyPluginDrain(txn *state.Txn, index uint64, cmd *statepb.PluginDrainCommand, ev eventFunc) error {
+	old := txn.Node(cmd.GetNodeId())
+	if old == nil {
+		return fmt.Errorf("node %q: %w", cmd.GetNodeId(), state.ErrNotFound)
+	}
+	if cmd.GetPluginId() == "" {
+		return fmt.Errorf("plugin drain on node %q: plugin_id is required", cmd.GetNodeId())
+	}
+	draining := slices.Contains(old.GetDrainingPlugins(), cmd.GetPluginId())
+	if draining == cmd.GetDraining() {
+		return nil
+	}
+	n := state.CopyNode(old)
+	n.DrainingPlugins = slices.Clone(n.DrainingPlugins) // the stored row's is shared
+	if cmd.GetDraining() {
+		n.DrainingPlugins = append(n.DrainingPlugins, cmd.GetPluginId())
+		slices.Sort(n.DrainingPlugins)
+	} else {
+		n.DrainingPlugins = slices.DeleteFunc(n.DrainingPlugins, func(id string) bool { return id == cmd.GetPluginId() })
+	}
+	n.ModifyIndex = index
+	if err := txn.PutNode(n); err != nil {
+		return err
+	}
+	if cmd.GetDraining() {
+		ev("plugin-draining", n.GetId(), cmd.GetPluginId(), "", "new claims of the plugin's volumes on the node are refused")
+	} else {
+		ev("plugin-drain-ended", n.GetId(), cmd.GetPluginId(), "", "the node takes new claims of the plugin's volumes again")
+	}
 	return nil
 }

@@ -130,6 +130,6 @@ func CopyNode(n *statepb.ClusterNode) *statepb.ClusterNode {
 	return &statepb.ClusterNode{
 		Id: n.Id, Name: n.Name, Address: n.Address, Status: n.Status, StatusDescription: n.StatusDescription,
 		StatusUpdatedAt: n.StatusUpdatedAt, RegisteredAt: n.RegisteredAt, Plugins: n.Plugins,
-		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
+		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex, DrainingPlugins: n.DrainingPlugins,
 	}
 }

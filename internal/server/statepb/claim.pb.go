@@ -51,7 +51,12 @@ type VolumeClaim struct {
 	// claim_index is the raft index at which the claim was taken.
 	ClaimIndex uint64 `protobuf:"varint,15,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
 	// staging_path is the staging target the node's agent reported.
-	StagingPath   string `protobuf:"bytes,16,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
+	StagingPath string `protobuf:"bytes,16,opt,name=staging_path,json=stagingPath,proto3" json:"staging_path,omitempty"`
+	// forced tells that an operator forced the release (`volume release
+	// --force`); skipped_steps are the release steps a forced release on a
+	// node that answers skipped after they failed, each with its error.
+	Forced        bool     `protobuf:"varint,17,opt,name=forced,proto3" json:"forced,omitempty"`
+	SkippedSteps  []string `protobuf:"bytes,18,rep,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -198,6 +203,20 @@ func (x *VolumeClaim) GetStagingPath() string {
 	return ""
 }
 
+func (x *VolumeClaim) GetForced() bool {
+	if x != nil {
+		return x.Forced
+	}
+	return false
+}
+
+func (x *VolumeClaim) GetSkippedSteps() []string {
+	if x != nil {
+		return x.SkippedSteps
+	}
+	return nil
+}
+
 // VolumeUsage is how a workload uses a volume.
 type VolumeUsage struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -289,7 +308,7 @@ var File_internal_server_statepb_claim_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_claim_proto_rawDesc = "" +
 	"\n" +
-	"#internal/server/statepb/claim.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x05\n" +
+	"#internal/server/statepb/claim.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x06\n" +
 	"\vVolumeClaim\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\vcsi_node_id\x18\x02 \x01(\tR\tcsiNodeId\x12\x1b\n" +
@@ -311,7 +330,9 @@ const file_internal_server_statepb_claim_proto_rawDesc = "" +
 	"last_error\x18\x0e \x01(\tR\tlastError\x12\x1f\n" +
 	"\vclaim_index\x18\x0f \x01(\x04R\n" +
 	"claimIndex\x12!\n" +
-	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x1aA\n" +
+	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x12\x16\n" +
+	"\x06forced\x18\x11 \x01(\bR\x06forced\x12#\n" +
+	"\rskipped_steps\x18\x12 \x03(\tR\fskippedSteps\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x01\n" +

@@ -214,6 +214,7 @@ func ClusterNodeFromAPI(in *csisupdv1.ClusterNode) *ClusterNode {
 		Plugins:           PluginsFromAPI(in.Plugins),
 		CreateIndex:       in.CreateIndex,
 		ModifyIndex:       in.ModifyIndex,
+		DrainingPlugins:   slices.Clone(in.DrainingPlugins),
 	}
 }
 
@@ -233,6 +234,7 @@ func ClusterNodeToAPI(in *ClusterNode) *csisupdv1.ClusterNode {
 		Plugins:           PluginsToAPI(in.Plugins),
 		CreateIndex:       in.CreateIndex,
 		ModifyIndex:       in.ModifyIndex,
+		DrainingPlugins:   in.DrainingPlugins,
 	}
 }
 
@@ -337,6 +339,7 @@ func VolumeFromAPI(in *csisupdv1.Volume) *Volume {
 		ContentSource:      VolumeContentSourceFromAPI(in.ContentSource),
 		MutableParameters:  maps.Clone(in.MutableParameters),
 		Expansion:          VolumeExpansionFromAPI(in.Expansion),
+		Availability:       in.Availability,
 	}
 }
 
@@ -363,6 +366,7 @@ func VolumeToAPI(in *Volume) *csisupdv1.Volume {
 		ContentSource:      VolumeContentSourceToAPI(in.ContentSource),
 		MutableParameters:  in.MutableParameters,
 		Expansion:          VolumeExpansionToAPI(in.Expansion),
+		Availability:       in.Availability,
 	}
 }
 
@@ -505,6 +509,8 @@ func VolumeClaimFromAPI(in *csisupdv1.VolumeClaim) *VolumeClaim {
 		LastError:           in.LastError,
 		ClaimIndex:          in.ClaimIndex,
 		StagingPath:         in.StagingPath,
+		Forced:              in.Forced,
+		SkippedSteps:        slices.Clone(in.SkippedSteps),
 	}
 }
 
@@ -530,6 +536,8 @@ func VolumeClaimToAPI(in *VolumeClaim) *csisupdv1.VolumeClaim {
 		LastError:           in.LastError,
 		ClaimIndex:          in.ClaimIndex,
 		StagingPath:         in.StagingPath,
+		Forced:              in.Forced,
+		SkippedSteps:        in.SkippedSteps,
 	}
 }
 

@@ -71,6 +71,9 @@ var storageOnly = map[protoreflect.FullName]bool{
 	"csisupd.state.v1.VolumeModifyCommand":   true,
 	"csisupd.state.v1.SnapshotPutCommand":    true,
 	"csisupd.state.v1.SnapshotDeleteCommand": true,
+	// The operator's commands of availability and drain came later.
+	"csisupd.state.v1.VolumeAvailabilityCommand": true,
+	"csisupd.state.v1.PluginDrainCommand":        true,
 	// Volume snapshots came with the typed commands; they are shown
 	// through VolumeSnapshotView.
 	"csisupd.state.v1.VolumeSnapshot": true,

@@ -74,6 +74,8 @@ type LogEntry struct {
 	//	*LogEntry_VolumeModify
 	//	*LogEntry_SnapshotPut
 	//	*LogEntry_SnapshotDelete
+	//	*LogEntry_VolumeAvailability
+	//	*LogEntry_PluginDrain
 	Command       isLogEntry_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -321,6 +323,24 @@ func (x *LogEntry) GetSnapshotDelete() *SnapshotDeleteCommand {
 	return nil
 }
 
+func (x *LogEntry) GetVolumeAvailability() *VolumeAvailabilityCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_VolumeAvailability); ok {
+			return x.VolumeAvailability
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetPluginDrain() *PluginDrainCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_PluginDrain); ok {
+			return x.PluginDrain
+		}
+	}
+	return nil
+}
+
 type isLogEntry_Command interface {
 	isLogEntry_Command()
 }
@@ -419,6 +439,14 @@ type LogEntry_SnapshotDelete struct {
 	SnapshotDelete *SnapshotDeleteCommand `protobuf:"bytes,23,opt,name=snapshot_delete,json=snapshotDelete,proto3,oneof"`
 }
 
+type LogEntry_VolumeAvailability struct {
+	VolumeAvailability *VolumeAvailabilityCommand `protobuf:"bytes,24,opt,name=volume_availability,json=volumeAvailability,proto3,oneof"`
+}
+
+type LogEntry_PluginDrain struct {
+	PluginDrain *PluginDrainCommand `protobuf:"bytes,25,opt,name=plugin_drain,json=pluginDrain,proto3,oneof"`
+}
+
 func (*LogEntry_NodeUpsert) isLogEntry_Command() {}
 
 func (*LogEntry_NodePlugins) isLogEntry_Command() {}
@@ -462,6 +490,10 @@ func (*LogEntry_VolumeModify) isLogEntry_Command() {}
 func (*LogEntry_SnapshotPut) isLogEntry_Command() {}
 
 func (*LogEntry_SnapshotDelete) isLogEntry_Command() {}
+
+func (*LogEntry_VolumeAvailability) isLogEntry_Command() {}
+
+func (*LogEntry_PluginDrain) isLogEntry_Command() {}
 
 // LogBatch groups several commands into one raft entry. An entry of the
 // batch without a time has the time of the batch's entry.
@@ -513,7 +545,7 @@ var File_internal_server_statepb_log_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_log_proto_rawDesc = "" +
 	"\n" +
-	"!internal/server/statepb/log.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!internal/server/statepb/acl.proto\x1a&internal/server/statepb/commands.proto\x1a\"internal/server/statepb/node.proto\x1a&internal/server/statepb/snapshot.proto\x1a$internal/server/statepb/volcmd.proto\x1a$internal/server/statepb/volume.proto\"\x8f\f\n" +
+	"!internal/server/statepb/log.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!internal/server/statepb/acl.proto\x1a&internal/server/statepb/commands.proto\x1a\"internal/server/statepb/node.proto\x1a&internal/server/statepb/snapshot.proto\x1a$internal/server/statepb/volcmd.proto\x1a$internal/server/statepb/volume.proto\"\xba\r\n" +
 	"\bLogEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12@\n" +
 	"\vnode_upsert\x18\x02 \x01(\v2\x1d.csisupd.state.v1.ClusterNodeH\x00R\n" +
@@ -542,7 +574,9 @@ const file_internal_server_statepb_log_proto_rawDesc = "" +
 	"\rvolume_expand\x18\x14 \x01(\v2%.csisupd.state.v1.VolumeExpandCommandH\x00R\fvolumeExpand\x12L\n" +
 	"\rvolume_modify\x18\x15 \x01(\v2%.csisupd.state.v1.VolumeModifyCommandH\x00R\fvolumeModify\x12I\n" +
 	"\fsnapshot_put\x18\x16 \x01(\v2$.csisupd.state.v1.SnapshotPutCommandH\x00R\vsnapshotPut\x12R\n" +
-	"\x0fsnapshot_delete\x18\x17 \x01(\v2'.csisupd.state.v1.SnapshotDeleteCommandH\x00R\x0esnapshotDeleteB\t\n" +
+	"\x0fsnapshot_delete\x18\x17 \x01(\v2'.csisupd.state.v1.SnapshotDeleteCommandH\x00R\x0esnapshotDelete\x12^\n" +
+	"\x13volume_availability\x18\x18 \x01(\v2+.csisupd.state.v1.VolumeAvailabilityCommandH\x00R\x12volumeAvailability\x12I\n" +
+	"\fplugin_drain\x18\x19 \x01(\v2$.csisupd.state.v1.PluginDrainCommandH\x00R\vpluginDrainB\t\n" +
 	"\acommand\"@\n" +
 	"\bLogBatch\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.csisupd.state.v1.LogEntryR\aentriesB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
@@ -561,26 +595,28 @@ func file_internal_server_statepb_log_proto_rawDescGZIP() []byte {
 
 var file_internal_server_statepb_log_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_internal_server_statepb_log_proto_goTypes = []any{
-	(*LogEntry)(nil),              // 0: csisupd.state.v1.LogEntry
-	(*LogBatch)(nil),              // 1: csisupd.state.v1.LogBatch
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
-	(*ClusterNode)(nil),           // 3: csisupd.state.v1.ClusterNode
-	(*NodePluginsCommand)(nil),    // 4: csisupd.state.v1.NodePluginsCommand
-	(*NodeStatusCommand)(nil),     // 5: csisupd.state.v1.NodeStatusCommand
-	(*Volume)(nil),                // 6: csisupd.state.v1.Volume
-	(*ServerRecord)(nil),          // 7: csisupd.state.v1.ServerRecord
-	(*ACLPolicy)(nil),             // 8: csisupd.state.v1.ACLPolicy
-	(*ACLTokenRecord)(nil),        // 9: csisupd.state.v1.ACLTokenRecord
-	(*ACLBootstrapCommand)(nil),   // 10: csisupd.state.v1.ACLBootstrapCommand
-	(*VolumeCreateCommand)(nil),   // 11: csisupd.state.v1.VolumeCreateCommand
-	(*VolumeDeleteCommand)(nil),   // 12: csisupd.state.v1.VolumeDeleteCommand
-	(*ClaimTakeCommand)(nil),      // 13: csisupd.state.v1.ClaimTakeCommand
-	(*ClaimStepCommand)(nil),      // 14: csisupd.state.v1.ClaimStepCommand
-	(*ClaimRemoveCommand)(nil),    // 15: csisupd.state.v1.ClaimRemoveCommand
-	(*VolumeExpandCommand)(nil),   // 16: csisupd.state.v1.VolumeExpandCommand
-	(*VolumeModifyCommand)(nil),   // 17: csisupd.state.v1.VolumeModifyCommand
-	(*SnapshotPutCommand)(nil),    // 18: csisupd.state.v1.SnapshotPutCommand
-	(*SnapshotDeleteCommand)(nil), // 19: csisupd.state.v1.SnapshotDeleteCommand
+	(*LogEntry)(nil),                  // 0: csisupd.state.v1.LogEntry
+	(*LogBatch)(nil),                  // 1: csisupd.state.v1.LogBatch
+	(*timestamppb.Timestamp)(nil),     // 2: google.protobuf.Timestamp
+	(*ClusterNode)(nil),               // 3: csisupd.state.v1.ClusterNode
+	(*NodePluginsCommand)(nil),        // 4: csisupd.state.v1.NodePluginsCommand
+	(*NodeStatusCommand)(nil),         // 5: csisupd.state.v1.NodeStatusCommand
+	(*Volume)(nil),                    // 6: csisupd.state.v1.Volume
+	(*ServerRecord)(nil),              // 7: csisupd.state.v1.ServerRecord
+	(*ACLPolicy)(nil),                 // 8: csisupd.state.v1.ACLPolicy
+	(*ACLTokenRecord)(nil),            // 9: csisupd.state.v1.ACLTokenRecord
+	(*ACLBootstrapCommand)(nil),       // 10: csisupd.state.v1.ACLBootstrapCommand
+	(*VolumeCreateCommand)(nil),       // 11: csisupd.state.v1.VolumeCreateCommand
+	(*VolumeDeleteCommand)(nil),       // 12: csisupd.state.v1.VolumeDeleteCommand
+	(*ClaimTakeCommand)(nil),          // 13: csisupd.state.v1.ClaimTakeCommand
+	(*ClaimStepCommand)(nil),          // 14: csisupd.state.v1.ClaimStepCommand
+	(*ClaimRemoveCommand)(nil),        // 15: csisupd.state.v1.ClaimRemoveCommand
+	(*VolumeExpandCommand)(nil),       // 16: csisupd.state.v1.VolumeExpandCommand
+	(*VolumeModifyCommand)(nil),       // 17: csisupd.state.v1.VolumeModifyCommand
+	(*SnapshotPutCommand)(nil),        // 18: csisupd.state.v1.SnapshotPutCommand
+	(*SnapshotDeleteCommand)(nil),     // 19: csisupd.state.v1.SnapshotDeleteCommand
+	(*VolumeAvailabilityCommand)(nil), // 20: csisupd.state.v1.VolumeAvailabilityCommand
+	(*PluginDrainCommand)(nil),        // 21: csisupd.state.v1.PluginDrainCommand
 }
 var file_internal_server_statepb_log_proto_depIdxs = []int32{
 	2,  // 0: csisupd.state.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
@@ -602,12 +638,14 @@ var file_internal_server_statepb_log_proto_depIdxs = []int32{
 	17, // 16: csisupd.state.v1.LogEntry.volume_modify:type_name -> csisupd.state.v1.VolumeModifyCommand
 	18, // 17: csisupd.state.v1.LogEntry.snapshot_put:type_name -> csisupd.state.v1.SnapshotPutCommand
 	19, // 18: csisupd.state.v1.LogEntry.snapshot_delete:type_name -> csisupd.state.v1.SnapshotDeleteCommand
-	0,  // 19: csisupd.state.v1.LogBatch.entries:type_name -> csisupd.state.v1.LogEntry
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	20, // 19: csisupd.state.v1.LogEntry.volume_availability:type_name -> csisupd.state.v1.VolumeAvailabilityCommand
+	21, // 20: csisupd.state.v1.LogEntry.plugin_drain:type_name -> csisupd.state.v1.PluginDrainCommand
+	0,  // 21: csisupd.state.v1.LogBatch.entries:type_name -> csisupd.state.v1.LogEntry
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_log_proto_init() }
@@ -644,6 +682,8 @@ func file_internal_server_statepb_log_proto_init() {
 		(*LogEntry_VolumeModify)(nil),
 		(*LogEntry_SnapshotPut)(nil),
 		(*LogEntry_SnapshotDelete)(nil),
+		(*LogEntry_VolumeAvailability)(nil),
+		(*LogEntry_PluginDrain)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

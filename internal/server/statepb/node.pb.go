@@ -40,11 +40,15 @@ type ClusterNode struct {
 	RegisteredAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
 	// plugins are the plugin instances on the node as the agent reported
 	// them, sorted by id.
-	Plugins       []*Plugin `protobuf:"bytes,8,rep,name=plugins,proto3" json:"plugins,omitempty"`
-	CreateIndex   uint64    `protobuf:"varint,9,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64    `protobuf:"varint,10,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Plugins     []*Plugin `protobuf:"bytes,8,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	CreateIndex uint64    `protobuf:"varint,9,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex uint64    `protobuf:"varint,10,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// draining_plugins are the plugins an operator drains on the node
+	// (`plugin drain`): new claims of their volumes there are refused. The
+	// agent's reports do not change it.
+	DrainingPlugins []string `protobuf:"bytes,11,rep,name=draining_plugins,json=drainingPlugins,proto3" json:"draining_plugins,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterNode) Reset() {
@@ -145,6 +149,13 @@ func (x *ClusterNode) GetModifyIndex() uint64 {
 		return x.ModifyIndex
 	}
 	return 0
+}
+
+func (x *ClusterNode) GetDrainingPlugins() []string {
+	if x != nil {
+		return x.DrainingPlugins
+	}
+	return nil
 }
 
 // Plugin is one CSI plugin instance on one node, as its agent reported it.
@@ -380,7 +391,7 @@ var File_internal_server_statepb_node_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_node_proto_rawDesc = "" +
 	"\n" +
-	"\"internal/server/statepb/node.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x03\n" +
+	"\"internal/server/statepb/node.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x03\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -392,7 +403,8 @@ const file_internal_server_statepb_node_proto_rawDesc = "" +
 	"\aplugins\x18\b \x03(\v2\x18.csisupd.state.v1.PluginR\aplugins\x12!\n" +
 	"\fcreate_index\x18\t \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\n" +
-	" \x01(\x04R\vmodifyIndex\"\xaf\a\n" +
+	" \x01(\x04R\vmodifyIndex\x12)\n" +
+	"\x10draining_plugins\x18\v \x03(\tR\x0fdrainingPlugins\"\xaf\a\n" +
 	"\x06Plugin\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +

@@ -75,13 +75,16 @@ func (x *VolumeCreateCommand) GetVolume() *Volume {
 }
 
 // VolumeDeleteCommand removes a volume. It is refused while the volume
-// has claims, or when it changed after volume_index.
+// has claims, unless forced (`volume deregister --force`: an operator
+// forgets a volume whose claims cannot be released), or when it changed
+// after volume_index.
 type VolumeDeleteCommand struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
 	// volume_index is the volume's modify_index the leader decided from;
 	// 0 skips the check.
 	VolumeIndex   uint64 `protobuf:"varint,2,opt,name=volume_index,json=volumeIndex,proto3" json:"volume_index,omitempty"`
+	Forced        bool   `protobuf:"varint,3,opt,name=forced,proto3" json:"forced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -128,6 +131,13 @@ func (x *VolumeDeleteCommand) GetVolumeIndex() uint64 {
 		return x.VolumeIndex
 	}
 	return 0
+}
+
+func (x *VolumeDeleteCommand) GetForced() bool {
+	if x != nil {
+		return x.Forced
+	}
+	return false
 }
 
 // ClaimTakeCommand adds a claim to a volume, in state taken. The FSM
@@ -220,7 +230,12 @@ type ClaimStepCommand struct {
 	// error is the step's failure, or empty after a success.
 	Error string `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`
 	// node_gone releases the claim without its node.
-	NodeGone      bool `protobuf:"varint,14,opt,name=node_gone,json=nodeGone,proto3" json:"node_gone,omitempty"`
+	NodeGone bool `protobuf:"varint,14,opt,name=node_gone,json=nodeGone,proto3" json:"node_gone,omitempty"`
+	// forced marks an operator's forced release; skipped is a step it
+	// skipped after it failed ("node-unpublish: <error>"), recorded on the
+	// claim.
+	Forced        bool   `protobuf:"varint,15,opt,name=forced,proto3" json:"forced,omitempty"`
+	Skipped       string `protobuf:"bytes,16,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -353,6 +368,136 @@ func (x *ClaimStepCommand) GetNodeGone() bool {
 	return false
 }
 
+func (x *ClaimStepCommand) GetForced() bool {
+	if x != nil {
+		return x.Forced
+	}
+	return false
+}
+
+func (x *ClaimStepCommand) GetSkipped() string {
+	if x != nil {
+		return x.Skipped
+	}
+	return ""
+}
+
+// VolumeAvailabilityCommand sets a volume's availability ("", "pause" or
+// "drain").
+type VolumeAvailabilityCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Availability  string                 `protobuf:"bytes,2,opt,name=availability,proto3" json:"availability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeAvailabilityCommand) Reset() {
+	*x = VolumeAvailabilityCommand{}
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeAvailabilityCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeAvailabilityCommand) ProtoMessage() {}
+
+func (x *VolumeAvailabilityCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeAvailabilityCommand.ProtoReflect.Descriptor instead.
+func (*VolumeAvailabilityCommand) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *VolumeAvailabilityCommand) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeAvailabilityCommand) GetAvailability() string {
+	if x != nil {
+		return x.Availability
+	}
+	return ""
+}
+
+// PluginDrainCommand starts (draining) or ends the drain of a plugin on a
+// node: new claims of its volumes there are refused while it drains.
+type PluginDrainCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	PluginId      string                 `protobuf:"bytes,2,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	Draining      bool                   `protobuf:"varint,3,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginDrainCommand) Reset() {
+	*x = PluginDrainCommand{}
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginDrainCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginDrainCommand) ProtoMessage() {}
+
+func (x *PluginDrainCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginDrainCommand.ProtoReflect.Descriptor instead.
+func (*PluginDrainCommand) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PluginDrainCommand) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PluginDrainCommand) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *PluginDrainCommand) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 // ClaimRemoveCommand frees a claim whose release is done: it must be in
 // state controller-unpublished with claim_index.
 type ClaimRemoveCommand struct {
@@ -368,7 +513,7 @@ type ClaimRemoveCommand struct {
 
 func (x *ClaimRemoveCommand) Reset() {
 	*x = ClaimRemoveCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[4]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +525,7 @@ func (x *ClaimRemoveCommand) String() string {
 func (*ClaimRemoveCommand) ProtoMessage() {}
 
 func (x *ClaimRemoveCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[4]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +538,7 @@ func (x *ClaimRemoveCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRemoveCommand.ProtoReflect.Descriptor instead.
 func (*ClaimRemoveCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{4}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClaimRemoveCommand) GetVolumeId() string {
@@ -449,7 +594,7 @@ type VolumeExpandCommand struct {
 
 func (x *VolumeExpandCommand) Reset() {
 	*x = VolumeExpandCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +606,7 @@ func (x *VolumeExpandCommand) String() string {
 func (*VolumeExpandCommand) ProtoMessage() {}
 
 func (x *VolumeExpandCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +619,7 @@ func (x *VolumeExpandCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandCommand.ProtoReflect.Descriptor instead.
 func (*VolumeExpandCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{5}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VolumeExpandCommand) GetVolumeId() string {
@@ -519,7 +664,7 @@ type VolumeModifyCommand struct {
 
 func (x *VolumeModifyCommand) Reset() {
 	*x = VolumeModifyCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +676,7 @@ func (x *VolumeModifyCommand) String() string {
 func (*VolumeModifyCommand) ProtoMessage() {}
 
 func (x *VolumeModifyCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +689,7 @@ func (x *VolumeModifyCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyCommand.ProtoReflect.Descriptor instead.
 func (*VolumeModifyCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{6}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VolumeModifyCommand) GetVolumeId() string {
@@ -581,7 +726,7 @@ type SnapshotPutCommand struct {
 
 func (x *SnapshotPutCommand) Reset() {
 	*x = SnapshotPutCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +738,7 @@ func (x *SnapshotPutCommand) String() string {
 func (*SnapshotPutCommand) ProtoMessage() {}
 
 func (x *SnapshotPutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +751,7 @@ func (x *SnapshotPutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPutCommand.ProtoReflect.Descriptor instead.
 func (*SnapshotPutCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{7}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotPutCommand) GetSnapshot() *VolumeSnapshot {
@@ -635,7 +780,7 @@ type SnapshotDeleteCommand struct {
 
 func (x *SnapshotDeleteCommand) Reset() {
 	*x = SnapshotDeleteCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +792,7 @@ func (x *SnapshotDeleteCommand) String() string {
 func (*SnapshotDeleteCommand) ProtoMessage() {}
 
 func (x *SnapshotDeleteCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +805,7 @@ func (x *SnapshotDeleteCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteCommand.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{8}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotDeleteCommand) GetSnapshotId() string {
@@ -683,14 +828,15 @@ const file_internal_server_statepb_volcmd_proto_rawDesc = "" +
 	"\n" +
 	"$internal/server/statepb/volcmd.proto\x12\x10csisupd.state.v1\x1a#internal/server/statepb/claim.proto\x1a$internal/server/statepb/volume.proto\"G\n" +
 	"\x13VolumeCreateCommand\x120\n" +
-	"\x06volume\x18\x01 \x01(\v2\x18.csisupd.state.v1.VolumeR\x06volume\"U\n" +
+	"\x06volume\x18\x01 \x01(\v2\x18.csisupd.state.v1.VolumeR\x06volume\"m\n" +
 	"\x13VolumeDeleteCommand\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
-	"\fvolume_index\x18\x02 \x01(\x04R\vvolumeIndex\"\x87\x01\n" +
+	"\fvolume_index\x18\x02 \x01(\x04R\vvolumeIndex\x12\x16\n" +
+	"\x06forced\x18\x03 \x01(\bR\x06forced\"\x87\x01\n" +
 	"\x10ClaimTakeCommand\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.csisupd.state.v1.VolumeClaimR\x05claim\x12!\n" +
-	"\fvolume_index\x18\x03 \x01(\x04R\vvolumeIndex\"\xb5\x04\n" +
+	"\fvolume_index\x18\x03 \x01(\x04R\vvolumeIndex\"\xe7\x04\n" +
 	"\x10ClaimStepCommand\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
@@ -708,10 +854,19 @@ const file_internal_server_statepb_volcmd_proto_rawDesc = "" +
 	"\thost_path\x18\v \x01(\tR\bhostPath\x12!\n" +
 	"\fstaging_path\x18\f \x01(\tR\vstagingPath\x12\x14\n" +
 	"\x05error\x18\r \x01(\tR\x05error\x12\x1b\n" +
-	"\tnode_gone\x18\x0e \x01(\bR\bnodeGone\x1aA\n" +
+	"\tnode_gone\x18\x0e \x01(\bR\bnodeGone\x12\x16\n" +
+	"\x06forced\x18\x0f \x01(\bR\x06forced\x12\x18\n" +
+	"\askipped\x18\x10 \x01(\tR\askipped\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
+	"\x19VolumeAvailabilityCommand\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\"\n" +
+	"\favailability\x18\x02 \x01(\tR\favailability\"f\n" +
+	"\x12PluginDrainCommand\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1a\n" +
+	"\bdraining\x18\x03 \x01(\bR\bdraining\"\xaf\x01\n" +
 	"\x12ClaimRemoveCommand\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
@@ -752,31 +907,33 @@ func file_internal_server_statepb_volcmd_proto_rawDescGZIP() []byte {
 	return file_internal_server_statepb_volcmd_proto_rawDescData
 }
 
-var file_internal_server_statepb_volcmd_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_internal_server_statepb_volcmd_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_internal_server_statepb_volcmd_proto_goTypes = []any{
-	(*VolumeCreateCommand)(nil),   // 0: csisupd.state.v1.VolumeCreateCommand
-	(*VolumeDeleteCommand)(nil),   // 1: csisupd.state.v1.VolumeDeleteCommand
-	(*ClaimTakeCommand)(nil),      // 2: csisupd.state.v1.ClaimTakeCommand
-	(*ClaimStepCommand)(nil),      // 3: csisupd.state.v1.ClaimStepCommand
-	(*ClaimRemoveCommand)(nil),    // 4: csisupd.state.v1.ClaimRemoveCommand
-	(*VolumeExpandCommand)(nil),   // 5: csisupd.state.v1.VolumeExpandCommand
-	(*VolumeModifyCommand)(nil),   // 6: csisupd.state.v1.VolumeModifyCommand
-	(*SnapshotPutCommand)(nil),    // 7: csisupd.state.v1.SnapshotPutCommand
-	(*SnapshotDeleteCommand)(nil), // 8: csisupd.state.v1.SnapshotDeleteCommand
-	nil,                           // 9: csisupd.state.v1.ClaimStepCommand.PublishContextEntry
-	nil,                           // 10: csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
-	(*Volume)(nil),                // 11: csisupd.state.v1.Volume
-	(*VolumeClaim)(nil),           // 12: csisupd.state.v1.VolumeClaim
-	(*VolumeExpansion)(nil),       // 13: csisupd.state.v1.VolumeExpansion
-	(*VolumeSnapshot)(nil),        // 14: csisupd.state.v1.VolumeSnapshot
+	(*VolumeCreateCommand)(nil),       // 0: csisupd.state.v1.VolumeCreateCommand
+	(*VolumeDeleteCommand)(nil),       // 1: csisupd.state.v1.VolumeDeleteCommand
+	(*ClaimTakeCommand)(nil),          // 2: csisupd.state.v1.ClaimTakeCommand
+	(*ClaimStepCommand)(nil),          // 3: csisupd.state.v1.ClaimStepCommand
+	(*VolumeAvailabilityCommand)(nil), // 4: csisupd.state.v1.VolumeAvailabilityCommand
+	(*PluginDrainCommand)(nil),        // 5: csisupd.state.v1.PluginDrainCommand
+	(*ClaimRemoveCommand)(nil),        // 6: csisupd.state.v1.ClaimRemoveCommand
+	(*VolumeExpandCommand)(nil),       // 7: csisupd.state.v1.VolumeExpandCommand
+	(*VolumeModifyCommand)(nil),       // 8: csisupd.state.v1.VolumeModifyCommand
+	(*SnapshotPutCommand)(nil),        // 9: csisupd.state.v1.SnapshotPutCommand
+	(*SnapshotDeleteCommand)(nil),     // 10: csisupd.state.v1.SnapshotDeleteCommand
+	nil,                               // 11: csisupd.state.v1.ClaimStepCommand.PublishContextEntry
+	nil,                               // 12: csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
+	(*Volume)(nil),                    // 13: csisupd.state.v1.Volume
+	(*VolumeClaim)(nil),               // 14: csisupd.state.v1.VolumeClaim
+	(*VolumeExpansion)(nil),           // 15: csisupd.state.v1.VolumeExpansion
+	(*VolumeSnapshot)(nil),            // 16: csisupd.state.v1.VolumeSnapshot
 }
 var file_internal_server_statepb_volcmd_proto_depIdxs = []int32{
-	11, // 0: csisupd.state.v1.VolumeCreateCommand.volume:type_name -> csisupd.state.v1.Volume
-	12, // 1: csisupd.state.v1.ClaimTakeCommand.claim:type_name -> csisupd.state.v1.VolumeClaim
-	9,  // 2: csisupd.state.v1.ClaimStepCommand.publish_context:type_name -> csisupd.state.v1.ClaimStepCommand.PublishContextEntry
-	13, // 3: csisupd.state.v1.VolumeExpandCommand.expansion:type_name -> csisupd.state.v1.VolumeExpansion
-	10, // 4: csisupd.state.v1.VolumeModifyCommand.mutable_parameters:type_name -> csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
-	14, // 5: csisupd.state.v1.SnapshotPutCommand.snapshot:type_name -> csisupd.state.v1.VolumeSnapshot
+	13, // 0: csisupd.state.v1.VolumeCreateCommand.volume:type_name -> csisupd.state.v1.Volume
+	14, // 1: csisupd.state.v1.ClaimTakeCommand.claim:type_name -> csisupd.state.v1.VolumeClaim
+	11, // 2: csisupd.state.v1.ClaimStepCommand.publish_context:type_name -> csisupd.state.v1.ClaimStepCommand.PublishContextEntry
+	15, // 3: csisupd.state.v1.VolumeExpandCommand.expansion:type_name -> csisupd.state.v1.VolumeExpansion
+	12, // 4: csisupd.state.v1.VolumeModifyCommand.mutable_parameters:type_name -> csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
+	16, // 5: csisupd.state.v1.SnapshotPutCommand.snapshot:type_name -> csisupd.state.v1.VolumeSnapshot
 	6,  // [6:6] is the sub-list for method output_type
 	6,  // [6:6] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
@@ -797,7 +954,7 @@ func file_internal_server_statepb_volcmd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_server_statepb_volcmd_proto_rawDesc), len(file_internal_server_statepb_volcmd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

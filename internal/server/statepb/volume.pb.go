@@ -55,7 +55,11 @@ type Volume struct {
 	// modified with.
 	MutableParameters map[string]string `protobuf:"bytes,16,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// expansion is set while an expansion is under way.
-	Expansion     *VolumeExpansion `protobuf:"bytes,17,opt,name=expansion,proto3" json:"expansion,omitempty"`
+	Expansion *VolumeExpansion `protobuf:"bytes,17,opt,name=expansion,proto3" json:"expansion,omitempty"`
+	// availability is the operator's: "" (active) takes new claims,
+	// "pause" refuses them, "drain" refuses them and releases the claims
+	// the volume has.
+	Availability  string `protobuf:"bytes,18,opt,name=availability,proto3" json:"availability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +211,13 @@ func (x *Volume) GetExpansion() *VolumeExpansion {
 		return x.Expansion
 	}
 	return nil
+}
+
+func (x *Volume) GetAvailability() string {
+	if x != nil {
+		return x.Availability
+	}
+	return ""
 }
 
 // VolumeContentSource names what a volume started with, by cluster ids.
@@ -611,7 +622,7 @@ var File_internal_server_statepb_volume_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	"\n" +
-	"$internal/server/statepb/volume.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#internal/server/statepb/claim.proto\x1a\"internal/server/statepb/node.proto\"\xec\b\n" +
+	"$internal/server/statepb/volume.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#internal/server/statepb/claim.proto\x1a\"internal/server/statepb/node.proto\"\x90\t\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -634,7 +645,8 @@ const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	"\x14capacity_limit_bytes\x18\x0e \x01(\x03R\x12capacityLimitBytes\x12L\n" +
 	"\x0econtent_source\x18\x0f \x01(\v2%.csisupd.state.v1.VolumeContentSourceR\rcontentSource\x12^\n" +
 	"\x12mutable_parameters\x18\x10 \x03(\v2/.csisupd.state.v1.Volume.MutableParametersEntryR\x11mutableParameters\x12?\n" +
-	"\texpansion\x18\x11 \x01(\v2!.csisupd.state.v1.VolumeExpansionR\texpansion\x1a:\n" +
+	"\texpansion\x18\x11 \x01(\v2!.csisupd.state.v1.VolumeExpansionR\texpansion\x12\"\n" +
+	"\favailability\x18\x12 \x01(\tR\favailability\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
