@@ -338,16 +338,37 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 		}
 		return v, nil
 	}
+	force := req.GetForce()
+	if force == 1 {
+		// Only a node that is down or gone may be left out of its
+		// claims' release: one that answers still mounts them.
+		if err := claims.CheckNodeGone(s.State().Node(req.GetNodeId()), refs[0]); err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "%s; --force releases only the claims of a node that is down or gone "+
+				"(give --force twice to release on a node that answers, skipping the steps that fail)", status.Convert(err).Message())
+		}
+	}
 	for _, ref := range refs {
-		if v, c := s.readClaim(ref); c != nil && c.GetState() == claims.StateTaken {
-			if _, _, err := s.stepClaim(claims.StartRelease(v, c)); err != nil {
-				return nil, err
-			}
+		v, c := s.readClaim(ref)
+		if c == nil {
+			continue
+		}
+		var cmd *statepb.ClaimStepCommand
+		switch {
+		case force == 1 && !c.GetNodeGone() && (c.GetState() == claims.StateTaken || c.GetState() == claims.StateUnpublishing):
+			cmd = claims.ReleaseWithoutNode(v, c)
+		case c.GetState() == claims.StateTaken:
+			cmd = claims.StartRelease(v, c)
+		default:
+			continue
+		}
+		cmd.Forced = force > 0
+		if _, _, err := s.stepClaim(cmd); err != nil {
+			return nil, err
 		}
 	}
 	var first error
 	for _, ref := range refs {
-		if err := s.runRelease(ctx, ref, req.GetSecrets()); err != nil && first == nil {
+		if err := s.runRelease(ctx, ref, req.GetSecrets(), force == 2); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -380,14 +401,16 @@ func (s *Server) releaseWithoutNode(ref claims.Ref) (*statepb.VolumeClaim, error
 // resumeRelease is runRelease for the volume watcher, which has no
 // secrets: a release it resumes goes to the plugin without them.
 func (s *Server) resumeRelease(ctx context.Context, ref claims.Ref) error {
-	return s.runRelease(ctx, ref, nil)
+	return s.runRelease(ctx, ref, nil, false)
 }
 
 // runRelease runs the release steps of one claim from its recorded state
 // until it is freed, each recorded through raft before the next begins. A
-// failed step is recorded in the claim's last_error and returned. The
-// caller holds the volume's lock. A claim that is gone is done.
-func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[string]string) error {
+// failed step is recorded in the claim's last_error and returned; with
+// skipFailed (an operator's --force --force) it is recorded as skipped on
+// the claim instead, and the release goes on. The caller holds the
+// volume's lock. A claim that is gone is done.
+func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[string]string, skipFailed bool) error {
 	for {
 		leader.Beat(ctx)
 		if err := ctx.Err(); err != nil {
@@ -416,6 +439,11 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 		default:
 			return status.Errorf(codes.FailedPrecondition, "claim of %s is %s, not being released", ref, c.GetState())
 		}
+		if err != nil && skipFailed && c.GetState() != claims.StateControllerUnpublished {
+			if err = s.skipStep(ctx, ref, c, claims.ScrubSecrets(err.Error(), secrets)); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			s.busyWriting(ctx)
 			if uerr := s.failClaim(ref, c.GetClaimIndex(), claims.ScrubSecrets(err.Error(), secrets)); uerr != nil {
@@ -425,6 +453,29 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 			return err
 		}
 	}
+}
+
+// skipStep records that a forced release skipped the failed step of
+// claim c (its state's next step) and moves the claim past it.
+func (s *Server) skipStep(ctx context.Context, ref claims.Ref, c *statepb.VolumeClaim, msg string) error {
+	v, cur := s.readClaim(ref)
+	if cur == nil || cur.GetClaimIndex() != c.GetClaimIndex() || cur.GetState() != c.GetState() {
+		return nil // moved on meanwhile: runRelease reads it again
+	}
+	var cmd *statepb.ClaimStepCommand
+	switch cur.GetState() {
+	case claims.StateUnpublishing:
+		cmd = claims.NodeUnpublished(v, cur)
+		cmd.Skipped = "node-unpublish: " + msg
+	default:
+		cmd = claims.ControllerUnpublished(v, cur)
+		cmd.Skipped = "controller-unpublish: " + msg
+	}
+	cmd.Forced = true
+	s.logger.Warn("forced release skips a failed step", "volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID, "skipped", cmd.Skipped)
+	s.busyWriting(ctx)
+	_, _, err := s.stepClaim(cmd)
+	return err
 }
 
 // busyWriting tells the watchdog loop ctx carries (the volume watcher's)

@@ -233,10 +233,11 @@ func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.Volume
 			return cl.DeleteVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeDeleteResponse, error) {
-			if err := c.s.deleteVolume(ctx, req); err != nil {
+			left, err := c.s.deleteVolume(ctx, req)
+			if err != nil {
 				return nil, err
 			}
-			return &csisupdv1.VolumeDeleteResponse{}, nil
+			return &csisupdv1.VolumeDeleteResponse{ClaimsLeft: statepb.VolumeClaimsToAPI(left)}, nil
 		})
 }
 

@@ -275,34 +275,36 @@ func (s *Server) registerVolume(ctx context.Context, v *statepb.Volume) (*statep
 	return s.addVolume(v)
 }
 
-// deleteVolume runs on the leader.
-func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRequest) error {
+// deleteVolume runs on the leader. A forced deregistration forgets a
+// volume with claims, and returns them: what the nodes may still hold.
+func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRequest) ([]*statepb.VolumeClaim, error) {
 	v := s.State().Volume(req.GetId())
 	if v == nil {
-		return status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
 	unlock, err := s.pluginLocks.Lock(ctx, v.GetPluginId())
 	if err != nil {
-		return toStatus(err)
+		return nil, toStatus(err)
 	}
 	defer unlock()
 	// The volume lock keeps claims out until the volume is gone.
 	unlockVolume, err := s.volumeLocks.Lock(ctx, req.GetId())
 	if err != nil {
-		return toStatus(err)
+		return nil, toStatus(err)
 	}
 	defer unlockVolume()
 	// Read again under the locks: another call may have changed it.
 	if v = s.State().Volume(req.GetId()); v == nil {
-		return status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	if err := claims.CheckDelete(v, &statepb.VolumeDeleteCommand{}); err != nil {
-		return err
+	cmd := &statepb.VolumeDeleteCommand{VolumeId: v.GetId(), VolumeIndex: v.GetModifyIndex(), Forced: req.GetForce() && req.GetDeregisterOnly()}
+	if err := claims.CheckDelete(v, cmd); err != nil {
+		return nil, err
 	}
 	// Refused before the plugin is called, as the FSM would refuse it
 	// after.
 	if err := claims.CheckDeleteWithSnapshots(v, s.State().VolumeSnapshots()); err != nil {
-		return err
+		return nil, err
 	}
 	if !req.GetDeregisterOnly() {
 		// A node-local controller answers success for a volume it does
@@ -310,7 +312,7 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 		// delete must reach one that holds it.
 		cands, err := s.placedControllers(v.GetPluginId(), plugin.CapCreateDeleteVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		csiReq := &csi.DeleteVolumeRequest{VolumeId: v.GetExternalId(), Secrets: req.GetSecrets()}
 		_, err = s.callControllers(ctx, "DeleteVolume", cands, func(ctx context.Context, c candidate) error {
@@ -321,13 +323,16 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 			return err
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	_, err = s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeDeleteChecked{
-		VolumeDeleteChecked: &statepb.VolumeDeleteCommand{VolumeId: v.GetId(), VolumeIndex: v.GetModifyIndex()},
-	}})
-	return err
+	if _, err = s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeDeleteChecked{VolumeDeleteChecked: cmd}}); err != nil {
+		return nil, err
+	}
+	if n := len(v.GetClaims()); n > 0 {
+		s.logger.Warn("volume deregistered by force with claims left", "volume", v.GetId(), "claims", n, "left", claims.Describe(v.GetClaims()))
+	}
+	return v.GetClaims(), nil
 }
 
 // placedControllers returns the controller candidates of a plugin that

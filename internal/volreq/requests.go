@@ -1,6 +1,7 @@
 package volreq
 
 import (
+	"errors"
 	"fmt"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -95,11 +96,17 @@ func ClaimVolume(req *csisupdv1.VolumeClaimRequest) error {
 
 // ReleaseVolume checks a Control.ReleaseVolume request.
 func ReleaseVolume(req *csisupdv1.VolumeReleaseRequest) error {
+	if f := req.GetForce(); f > 2 {
+		return fmt.Errorf("force: %d is not 0, 1 (a node that is down or gone) or 2 (also a node that answers)", f)
+	}
 	return Secrets("secrets", req.GetSecrets())
 }
 
 // DeleteVolume checks a Control.DeleteVolume request.
 func DeleteVolume(req *csisupdv1.VolumeDeleteRequest) error {
+	if req.GetForce() && !req.GetDeregisterOnly() {
+		return errors.New("force: only a deregistration (deregister_only) forgets a volume with claims; a delete must release them first")
+	}
 	return Secrets("secrets", req.GetSecrets())
 }
 

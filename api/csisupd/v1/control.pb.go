@@ -1984,8 +1984,11 @@ type VolumeDeleteRequest struct {
 	// deregister_only forgets the volume without calling the plugin.
 	DeregisterOnly bool              `protobuf:"varint,2,opt,name=deregister_only,json=deregisterOnly,proto3" json:"deregister_only,omitempty"`
 	Secrets        map[string]string `protobuf:"bytes,3,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// force, with deregister_only, forgets a volume that still has claims
+	// (their release cannot finish); the answer lists them.
+	Force         bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeDeleteRequest) Reset() {
@@ -2039,8 +2042,18 @@ func (x *VolumeDeleteRequest) GetSecrets() map[string]string {
 	return nil
 }
 
+func (x *VolumeDeleteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type VolumeDeleteResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// claims_left are the claims a forced deregistration forgot: what the
+	// nodes may still hold of the volume.
+	ClaimsLeft    []*VolumeClaim `protobuf:"bytes,1,rep,name=claims_left,json=claimsLeft,proto3" json:"claims_left,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2073,6 +2086,13 @@ func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use VolumeDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteResponse) Descriptor() ([]byte, []int) {
 	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *VolumeDeleteResponse) GetClaimsLeft() []*VolumeClaim {
+	if x != nil {
+		return x.ClaimsLeft
+	}
+	return nil
 }
 
 type VolumeClaimRequest struct {
@@ -2214,7 +2234,11 @@ type VolumeReleaseRequest struct {
 	WorkloadId string `protobuf:"bytes,3,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
 	// secrets go to ControllerUnpublishVolume; never stored or logged. A
 	// release the watcher resumes calls it without secrets.
-	Secrets       map[string]string `protobuf:"bytes,4,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Secrets map[string]string `protobuf:"bytes,4,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// force: 1 releases the claims of a node that is down or gone without
+	// it; 2 also on a node that is up, skipping failed steps (see
+	// ReleaseVolume).
+	Force         uint32 `protobuf:"varint,5,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2277,6 +2301,355 @@ func (x *VolumeReleaseRequest) GetSecrets() map[string]string {
 	return nil
 }
 
+func (x *VolumeReleaseRequest) GetForce() uint32 {
+	if x != nil {
+		return x.Force
+	}
+	return 0
+}
+
+type VolumeAvailabilityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// availability is "active", "pause" or "drain".
+	Availability  string `protobuf:"bytes,2,opt,name=availability,proto3" json:"availability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeAvailabilityRequest) Reset() {
+	*x = VolumeAvailabilityRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeAvailabilityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeAvailabilityRequest) ProtoMessage() {}
+
+func (x *VolumeAvailabilityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeAvailabilityRequest.ProtoReflect.Descriptor instead.
+func (*VolumeAvailabilityRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *VolumeAvailabilityRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeAvailabilityRequest) GetAvailability() string {
+	if x != nil {
+		return x.Availability
+	}
+	return ""
+}
+
+type VolumeAvailabilityResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeAvailabilityResponse) Reset() {
+	*x = VolumeAvailabilityResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeAvailabilityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeAvailabilityResponse) ProtoMessage() {}
+
+func (x *VolumeAvailabilityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeAvailabilityResponse.ProtoReflect.Descriptor instead.
+func (*VolumeAvailabilityResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *VolumeAvailabilityResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+type PluginDrainRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PluginId string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	NodeId   string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// cancel ends the drain.
+	Cancel        bool `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginDrainRequest) Reset() {
+	*x = PluginDrainRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginDrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginDrainRequest) ProtoMessage() {}
+
+func (x *PluginDrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginDrainRequest.ProtoReflect.Descriptor instead.
+func (*PluginDrainRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PluginDrainRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *PluginDrainRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PluginDrainRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type PluginDrainGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PluginId      string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginDrainGetRequest) Reset() {
+	*x = PluginDrainGetRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginDrainGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginDrainGetRequest) ProtoMessage() {}
+
+func (x *PluginDrainGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginDrainGetRequest.ProtoReflect.Descriptor instead.
+func (*PluginDrainGetRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *PluginDrainGetRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+func (x *PluginDrainGetRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type PluginDrainResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Draining bool                   `protobuf:"varint,1,opt,name=draining,proto3" json:"draining,omitempty"`
+	// claims are the claims of the plugin's volumes on the node, as the
+	// servers hold them.
+	Claims []*PluginDrainClaim `protobuf:"bytes,2,rep,name=claims,proto3" json:"claims,omitempty"`
+	// mounts are the plugin's mounts the node's agent reports; when it
+	// cannot be asked, mounts_error says why.
+	Mounts        []*Mount `protobuf:"bytes,3,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	MountsError   string   `protobuf:"bytes,4,opt,name=mounts_error,json=mountsError,proto3" json:"mounts_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginDrainResponse) Reset() {
+	*x = PluginDrainResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginDrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginDrainResponse) ProtoMessage() {}
+
+func (x *PluginDrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginDrainResponse.ProtoReflect.Descriptor instead.
+func (*PluginDrainResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PluginDrainResponse) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *PluginDrainResponse) GetClaims() []*PluginDrainClaim {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
+func (x *PluginDrainResponse) GetMounts() []*Mount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
+func (x *PluginDrainResponse) GetMountsError() string {
+	if x != nil {
+		return x.MountsError
+	}
+	return ""
+}
+
+type PluginDrainClaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId    string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginDrainClaim) Reset() {
+	*x = PluginDrainClaim{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginDrainClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginDrainClaim) ProtoMessage() {}
+
+func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginDrainClaim.ProtoReflect.Descriptor instead.
+func (*PluginDrainClaim) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PluginDrainClaim) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *PluginDrainClaim) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *PluginDrainClaim) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 type VolumeReleaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
@@ -2286,7 +2659,7 @@ type VolumeReleaseResponse struct {
 
 func (x *VolumeReleaseResponse) Reset() {
 	*x = VolumeReleaseResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2671,7 @@ func (x *VolumeReleaseResponse) String() string {
 func (*VolumeReleaseResponse) ProtoMessage() {}
 
 func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2684,7 @@ func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseResponse.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *VolumeReleaseResponse) GetVolume() *Volume {
@@ -2337,7 +2710,7 @@ type VolumeListRequest struct {
 
 func (x *VolumeListRequest) Reset() {
 	*x = VolumeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2722,7 @@ func (x *VolumeListRequest) String() string {
 func (*VolumeListRequest) ProtoMessage() {}
 
 func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2735,7 @@ func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *VolumeListRequest) GetPluginId() string {
@@ -2406,7 +2779,7 @@ type VolumeListResponse struct {
 
 func (x *VolumeListResponse) Reset() {
 	*x = VolumeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2791,7 @@ func (x *VolumeListResponse) String() string {
 func (*VolumeListResponse) ProtoMessage() {}
 
 func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2804,7 @@ func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *VolumeListResponse) GetVolumes() []*Volume {
@@ -2465,7 +2838,7 @@ type VolumeGetRequest struct {
 
 func (x *VolumeGetRequest) Reset() {
 	*x = VolumeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2850,7 @@ func (x *VolumeGetRequest) String() string {
 func (*VolumeGetRequest) ProtoMessage() {}
 
 func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2863,7 @@ func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *VolumeGetRequest) GetId() string {
@@ -2517,7 +2890,7 @@ type VolumeGetResponse struct {
 
 func (x *VolumeGetResponse) Reset() {
 	*x = VolumeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2902,7 @@ func (x *VolumeGetResponse) String() string {
 func (*VolumeGetResponse) ProtoMessage() {}
 
 func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2915,7 @@ func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *VolumeGetResponse) GetVolume() *Volume {
@@ -2576,7 +2949,7 @@ type VolumeExpandRequest struct {
 
 func (x *VolumeExpandRequest) Reset() {
 	*x = VolumeExpandRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2961,7 @@ func (x *VolumeExpandRequest) String() string {
 func (*VolumeExpandRequest) ProtoMessage() {}
 
 func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2974,7 @@ func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandRequest.ProtoReflect.Descriptor instead.
 func (*VolumeExpandRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *VolumeExpandRequest) GetId() string {
@@ -2641,7 +3014,7 @@ type VolumeExpandResponse struct {
 
 func (x *VolumeExpandResponse) Reset() {
 	*x = VolumeExpandResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +3026,7 @@ func (x *VolumeExpandResponse) String() string {
 func (*VolumeExpandResponse) ProtoMessage() {}
 
 func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +3039,7 @@ func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandResponse.ProtoReflect.Descriptor instead.
 func (*VolumeExpandResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *VolumeExpandResponse) GetVolume() *Volume {
@@ -2688,7 +3061,7 @@ type VolumeModifyRequest struct {
 
 func (x *VolumeModifyRequest) Reset() {
 	*x = VolumeModifyRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +3073,7 @@ func (x *VolumeModifyRequest) String() string {
 func (*VolumeModifyRequest) ProtoMessage() {}
 
 func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +3086,7 @@ func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyRequest.ProtoReflect.Descriptor instead.
 func (*VolumeModifyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *VolumeModifyRequest) GetId() string {
@@ -2746,7 +3119,7 @@ type VolumeModifyResponse struct {
 
 func (x *VolumeModifyResponse) Reset() {
 	*x = VolumeModifyResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +3131,7 @@ func (x *VolumeModifyResponse) String() string {
 func (*VolumeModifyResponse) ProtoMessage() {}
 
 func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +3144,7 @@ func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyResponse.ProtoReflect.Descriptor instead.
 func (*VolumeModifyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *VolumeModifyResponse) GetVolume() *Volume {
@@ -2796,7 +3169,7 @@ type VolumeSnapshotCreateRequest struct {
 
 func (x *VolumeSnapshotCreateRequest) Reset() {
 	*x = VolumeSnapshotCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +3181,7 @@ func (x *VolumeSnapshotCreateRequest) String() string {
 func (*VolumeSnapshotCreateRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +3194,7 @@ func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *VolumeSnapshotCreateRequest) GetVolumeId() string {
@@ -2861,7 +3234,7 @@ type VolumeSnapshotCreateResponse struct {
 
 func (x *VolumeSnapshotCreateResponse) Reset() {
 	*x = VolumeSnapshotCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3246,7 @@ func (x *VolumeSnapshotCreateResponse) String() string {
 func (*VolumeSnapshotCreateResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3259,7 @@ func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *VolumeSnapshotCreateResponse) GetSnapshot() *VolumeSnapshot {
@@ -2912,7 +3285,7 @@ type VolumeSnapshotListRequest struct {
 
 func (x *VolumeSnapshotListRequest) Reset() {
 	*x = VolumeSnapshotListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3297,7 @@ func (x *VolumeSnapshotListRequest) String() string {
 func (*VolumeSnapshotListRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3310,7 @@ func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *VolumeSnapshotListRequest) GetVolumeId() string {
@@ -2987,7 +3360,7 @@ type VolumeSnapshotListResponse struct {
 
 func (x *VolumeSnapshotListResponse) Reset() {
 	*x = VolumeSnapshotListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3372,7 @@ func (x *VolumeSnapshotListResponse) String() string {
 func (*VolumeSnapshotListResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3385,7 @@ func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *VolumeSnapshotListResponse) GetSnapshots() []*VolumeSnapshot {
@@ -3046,7 +3419,7 @@ type VolumeSnapshotGetRequest struct {
 
 func (x *VolumeSnapshotGetRequest) Reset() {
 	*x = VolumeSnapshotGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3431,7 @@ func (x *VolumeSnapshotGetRequest) String() string {
 func (*VolumeSnapshotGetRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3444,7 @@ func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *VolumeSnapshotGetRequest) GetId() string {
@@ -3098,7 +3471,7 @@ type VolumeSnapshotGetResponse struct {
 
 func (x *VolumeSnapshotGetResponse) Reset() {
 	*x = VolumeSnapshotGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3483,7 @@ func (x *VolumeSnapshotGetResponse) String() string {
 func (*VolumeSnapshotGetResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3496,7 @@ func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VolumeSnapshotGetResponse) GetSnapshot() *VolumeSnapshot {
@@ -3151,7 +3524,7 @@ type VolumeSnapshotDeleteRequest struct {
 
 func (x *VolumeSnapshotDeleteRequest) Reset() {
 	*x = VolumeSnapshotDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +3536,7 @@ func (x *VolumeSnapshotDeleteRequest) String() string {
 func (*VolumeSnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +3549,7 @@ func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VolumeSnapshotDeleteRequest) GetId() string {
@@ -3201,7 +3574,7 @@ type VolumeSnapshotDeleteResponse struct {
 
 func (x *VolumeSnapshotDeleteResponse) Reset() {
 	*x = VolumeSnapshotDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3586,7 @@ func (x *VolumeSnapshotDeleteResponse) String() string {
 func (*VolumeSnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3599,7 @@ func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 // RaftPeer is one server of the raft configuration.
@@ -3260,7 +3633,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3645,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3658,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -3366,7 +3739,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3751,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3764,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 type RaftPeersResponse struct {
@@ -3405,7 +3778,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3790,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3803,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -3463,7 +3836,7 @@ type RaftRemovePeerRequest struct {
 
 func (x *RaftRemovePeerRequest) Reset() {
 	*x = RaftRemovePeerRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +3848,7 @@ func (x *RaftRemovePeerRequest) String() string {
 func (*RaftRemovePeerRequest) ProtoMessage() {}
 
 func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +3861,7 @@ func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftRemovePeerRequest) GetId() string {
@@ -3506,7 +3879,7 @@ type RaftRemovePeerResponse struct {
 
 func (x *RaftRemovePeerResponse) Reset() {
 	*x = RaftRemovePeerResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3891,7 @@ func (x *RaftRemovePeerResponse) String() string {
 func (*RaftRemovePeerResponse) ProtoMessage() {}
 
 func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3904,7 @@ func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 type SnapshotSaveRequest struct {
@@ -3542,7 +3915,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3554,7 +3927,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3567,7 +3940,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 // SnapshotChunk is one piece of a snapshot stream.
@@ -3580,7 +3953,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3965,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3978,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -3624,7 +3997,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +4009,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +4022,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -3673,7 +4046,7 @@ type ClusterEventWatchRequest struct {
 
 func (x *ClusterEventWatchRequest) Reset() {
 	*x = ClusterEventWatchRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3685,7 +4058,7 @@ func (x *ClusterEventWatchRequest) String() string {
 func (*ClusterEventWatchRequest) ProtoMessage() {}
 
 func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3698,7 +4071,7 @@ func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEventWatchRequest.ProtoReflect.Descriptor instead.
 func (*ClusterEventWatchRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ClusterEventWatchRequest) GetFromIndex() uint64 {
@@ -3741,7 +4114,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +4126,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +4139,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ClusterEvent) GetIndex() uint64 {
@@ -4042,15 +4415,18 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x15VolumeRegisterRequest\x12*\n" +
 	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"D\n" +
 	"\x16VolumeRegisterResponse\x12*\n" +
-	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"\xd2\x01\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"\xe8\x01\n" +
 	"\x13VolumeDeleteRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fderegister_only\x18\x02 \x01(\bR\x0ederegisterOnly\x12F\n" +
-	"\asecrets\x18\x03 \x03(\v2,.csisupd.v1.VolumeDeleteRequest.SecretsEntryR\asecrets\x1a:\n" +
+	"\asecrets\x18\x03 \x03(\v2,.csisupd.v1.VolumeDeleteRequest.SecretsEntryR\asecrets\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x16\n" +
-	"\x14VolumeDeleteResponse\"\x90\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\x14VolumeDeleteResponse\x128\n" +
+	"\vclaims_left\x18\x01 \x03(\v2\x17.csisupd.v1.VolumeClaimR\n" +
+	"claimsLeft\"\x90\x02\n" +
 	"\x12VolumeClaimRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
@@ -4063,16 +4439,39 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"p\n" +
 	"\x13VolumeClaimResponse\x12*\n" +
 	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\x12-\n" +
-	"\x05claim\x18\x02 \x01(\v2\x17.csisupd.v1.VolumeClaimR\x05claim\"\xe5\x01\n" +
+	"\x05claim\x18\x02 \x01(\v2\x17.csisupd.v1.VolumeClaimR\x05claim\"\xfb\x01\n" +
 	"\x14VolumeReleaseRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vworkload_id\x18\x03 \x01(\tR\n" +
 	"workloadId\x12G\n" +
-	"\asecrets\x18\x04 \x03(\v2-.csisupd.v1.VolumeReleaseRequest.SecretsEntryR\asecrets\x1a:\n" +
+	"\asecrets\x18\x04 \x03(\v2-.csisupd.v1.VolumeReleaseRequest.SecretsEntryR\asecrets\x12\x14\n" +
+	"\x05force\x18\x05 \x01(\rR\x05force\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x19VolumeAvailabilityRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\"\n" +
+	"\favailability\x18\x02 \x01(\tR\favailability\"H\n" +
+	"\x1aVolumeAvailabilityResponse\x12*\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"b\n" +
+	"\x12PluginDrainRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"M\n" +
+	"\x15PluginDrainGetRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xb5\x01\n" +
+	"\x13PluginDrainResponse\x12\x1a\n" +
+	"\bdraining\x18\x01 \x01(\bR\bdraining\x124\n" +
+	"\x06claims\x18\x02 \x03(\v2\x1c.csisupd.v1.PluginDrainClaimR\x06claims\x12)\n" +
+	"\x06mounts\x18\x03 \x03(\v2\x11.csisupd.v1.MountR\x06mounts\x12!\n" +
+	"\fmounts_error\x18\x04 \x01(\tR\vmountsError\"f\n" +
+	"\x10PluginDrainClaim\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x02 \x01(\tR\n" +
+	"workloadId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"C\n" +
 	"\x15VolumeReleaseResponse\x12*\n" +
 	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"\x82\x01\n" +
 	"\x11VolumeListRequest\x12\x1b\n" +
@@ -4196,7 +4595,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\tvolume_id\x18\x06 \x01(\tR\bvolumeId\x12 \n" +
 	"\vdescription\x18\a \x01(\tR\vdescription\x12\x1f\n" +
 	"\vsnapshot_id\x18\b \x01(\tR\n" +
-	"snapshotId2\xc1\x0e\n" +
+	"snapshotId2\xcf\x10\n" +
 	"\aControl\x12L\n" +
 	"\vListPlugins\x12\x1d.csisupd.v1.PluginListRequest\x1a\x1e.csisupd.v1.PluginListResponse\x12H\n" +
 	"\tGetPlugin\x12\x1c.csisupd.v1.PluginGetRequest\x1a\x1d.csisupd.v1.PluginGetResponse\x12F\n" +
@@ -4206,7 +4605,10 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x0eRegisterVolume\x12!.csisupd.v1.VolumeRegisterRequest\x1a\".csisupd.v1.VolumeRegisterResponse\x12Q\n" +
 	"\fDeleteVolume\x12\x1f.csisupd.v1.VolumeDeleteRequest\x1a .csisupd.v1.VolumeDeleteResponse\x12N\n" +
 	"\vClaimVolume\x12\x1e.csisupd.v1.VolumeClaimRequest\x1a\x1f.csisupd.v1.VolumeClaimResponse\x12T\n" +
-	"\rReleaseVolume\x12 .csisupd.v1.VolumeReleaseRequest\x1a!.csisupd.v1.VolumeReleaseResponse\x12L\n" +
+	"\rReleaseVolume\x12 .csisupd.v1.VolumeReleaseRequest\x1a!.csisupd.v1.VolumeReleaseResponse\x12f\n" +
+	"\x15SetVolumeAvailability\x12%.csisupd.v1.VolumeAvailabilityRequest\x1a&.csisupd.v1.VolumeAvailabilityResponse\x12N\n" +
+	"\vDrainPlugin\x12\x1e.csisupd.v1.PluginDrainRequest\x1a\x1f.csisupd.v1.PluginDrainResponse\x12T\n" +
+	"\x0eGetPluginDrain\x12!.csisupd.v1.PluginDrainGetRequest\x1a\x1f.csisupd.v1.PluginDrainResponse\x12L\n" +
 	"\vListVolumes\x12\x1d.csisupd.v1.VolumeListRequest\x1a\x1e.csisupd.v1.VolumeListResponse\x12H\n" +
 	"\tGetVolume\x12\x1c.csisupd.v1.VolumeGetRequest\x1a\x1d.csisupd.v1.VolumeGetResponse\x12Q\n" +
 	"\fExpandVolume\x12\x1f.csisupd.v1.VolumeExpandRequest\x1a .csisupd.v1.VolumeExpandResponse\x12Q\n" +
@@ -4234,7 +4636,7 @@ func file_csisupd_v1_control_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_control_proto_rawDescData
 }
 
-var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_csisupd_v1_control_proto_goTypes = []any{
 	(*ClusterNode)(nil),                  // 0: csisupd.v1.ClusterNode
 	(*PluginInstance)(nil),               // 1: csisupd.v1.PluginInstance
@@ -4264,166 +4666,183 @@ var file_csisupd_v1_control_proto_goTypes = []any{
 	(*VolumeClaimRequest)(nil),           // 25: csisupd.v1.VolumeClaimRequest
 	(*VolumeClaimResponse)(nil),          // 26: csisupd.v1.VolumeClaimResponse
 	(*VolumeReleaseRequest)(nil),         // 27: csisupd.v1.VolumeReleaseRequest
-	(*VolumeReleaseResponse)(nil),        // 28: csisupd.v1.VolumeReleaseResponse
-	(*VolumeListRequest)(nil),            // 29: csisupd.v1.VolumeListRequest
-	(*VolumeListResponse)(nil),           // 30: csisupd.v1.VolumeListResponse
-	(*VolumeGetRequest)(nil),             // 31: csisupd.v1.VolumeGetRequest
-	(*VolumeGetResponse)(nil),            // 32: csisupd.v1.VolumeGetResponse
-	(*VolumeExpandRequest)(nil),          // 33: csisupd.v1.VolumeExpandRequest
-	(*VolumeExpandResponse)(nil),         // 34: csisupd.v1.VolumeExpandResponse
-	(*VolumeModifyRequest)(nil),          // 35: csisupd.v1.VolumeModifyRequest
-	(*VolumeModifyResponse)(nil),         // 36: csisupd.v1.VolumeModifyResponse
-	(*VolumeSnapshotCreateRequest)(nil),  // 37: csisupd.v1.VolumeSnapshotCreateRequest
-	(*VolumeSnapshotCreateResponse)(nil), // 38: csisupd.v1.VolumeSnapshotCreateResponse
-	(*VolumeSnapshotListRequest)(nil),    // 39: csisupd.v1.VolumeSnapshotListRequest
-	(*VolumeSnapshotListResponse)(nil),   // 40: csisupd.v1.VolumeSnapshotListResponse
-	(*VolumeSnapshotGetRequest)(nil),     // 41: csisupd.v1.VolumeSnapshotGetRequest
-	(*VolumeSnapshotGetResponse)(nil),    // 42: csisupd.v1.VolumeSnapshotGetResponse
-	(*VolumeSnapshotDeleteRequest)(nil),  // 43: csisupd.v1.VolumeSnapshotDeleteRequest
-	(*VolumeSnapshotDeleteResponse)(nil), // 44: csisupd.v1.VolumeSnapshotDeleteResponse
-	(*RaftPeer)(nil),                     // 45: csisupd.v1.RaftPeer
-	(*RaftPeersRequest)(nil),             // 46: csisupd.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),            // 47: csisupd.v1.RaftPeersResponse
-	(*RaftRemovePeerRequest)(nil),        // 48: csisupd.v1.RaftRemovePeerRequest
-	(*RaftRemovePeerResponse)(nil),       // 49: csisupd.v1.RaftRemovePeerResponse
-	(*SnapshotSaveRequest)(nil),          // 50: csisupd.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),                // 51: csisupd.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),      // 52: csisupd.v1.SnapshotRestoreResponse
-	(*ClusterEventWatchRequest)(nil),     // 53: csisupd.v1.ClusterEventWatchRequest
-	(*ClusterEvent)(nil),                 // 54: csisupd.v1.ClusterEvent
-	nil,                                  // 55: csisupd.v1.VolumeClaim.PublishContextEntry
-	nil,                                  // 56: csisupd.v1.Volume.ContextEntry
-	nil,                                  // 57: csisupd.v1.Volume.ParametersEntry
-	nil,                                  // 58: csisupd.v1.Volume.MutableParametersEntry
-	nil,                                  // 59: csisupd.v1.TopologySegment.SegmentsEntry
-	nil,                                  // 60: csisupd.v1.VolumeSnapshot.ParametersEntry
-	nil,                                  // 61: csisupd.v1.VolumeCreateRequest.ParametersEntry
-	nil,                                  // 62: csisupd.v1.VolumeCreateRequest.SecretsEntry
-	nil,                                  // 63: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	nil,                                  // 64: csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	nil,                                  // 65: csisupd.v1.VolumeClaimRequest.SecretsEntry
-	nil,                                  // 66: csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	nil,                                  // 67: csisupd.v1.VolumeExpandRequest.SecretsEntry
-	nil,                                  // 68: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	nil,                                  // 69: csisupd.v1.VolumeModifyRequest.SecretsEntry
-	nil,                                  // 70: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	nil,                                  // 71: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	nil,                                  // 72: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),        // 73: google.protobuf.Timestamp
-	(*Plugin)(nil),                       // 74: csisupd.v1.Plugin
-	(*VolumeUsage)(nil),                  // 75: csisupd.v1.VolumeUsage
+	(*VolumeAvailabilityRequest)(nil),    // 28: csisupd.v1.VolumeAvailabilityRequest
+	(*VolumeAvailabilityResponse)(nil),   // 29: csisupd.v1.VolumeAvailabilityResponse
+	(*PluginDrainRequest)(nil),           // 30: csisupd.v1.PluginDrainRequest
+	(*PluginDrainGetRequest)(nil),        // 31: csisupd.v1.PluginDrainGetRequest
+	(*PluginDrainResponse)(nil),          // 32: csisupd.v1.PluginDrainResponse
+	(*PluginDrainClaim)(nil),             // 33: csisupd.v1.PluginDrainClaim
+	(*VolumeReleaseResponse)(nil),        // 34: csisupd.v1.VolumeReleaseResponse
+	(*VolumeListRequest)(nil),            // 35: csisupd.v1.VolumeListRequest
+	(*VolumeListResponse)(nil),           // 36: csisupd.v1.VolumeListResponse
+	(*VolumeGetRequest)(nil),             // 37: csisupd.v1.VolumeGetRequest
+	(*VolumeGetResponse)(nil),            // 38: csisupd.v1.VolumeGetResponse
+	(*VolumeExpandRequest)(nil),          // 39: csisupd.v1.VolumeExpandRequest
+	(*VolumeExpandResponse)(nil),         // 40: csisupd.v1.VolumeExpandResponse
+	(*VolumeModifyRequest)(nil),          // 41: csisupd.v1.VolumeModifyRequest
+	(*VolumeModifyResponse)(nil),         // 42: csisupd.v1.VolumeModifyResponse
+	(*VolumeSnapshotCreateRequest)(nil),  // 43: csisupd.v1.VolumeSnapshotCreateRequest
+	(*VolumeSnapshotCreateResponse)(nil), // 44: csisupd.v1.VolumeSnapshotCreateResponse
+	(*VolumeSnapshotListRequest)(nil),    // 45: csisupd.v1.VolumeSnapshotListRequest
+	(*VolumeSnapshotListResponse)(nil),   // 46: csisupd.v1.VolumeSnapshotListResponse
+	(*VolumeSnapshotGetRequest)(nil),     // 47: csisupd.v1.VolumeSnapshotGetRequest
+	(*VolumeSnapshotGetResponse)(nil),    // 48: csisupd.v1.VolumeSnapshotGetResponse
+	(*VolumeSnapshotDeleteRequest)(nil),  // 49: csisupd.v1.VolumeSnapshotDeleteRequest
+	(*VolumeSnapshotDeleteResponse)(nil), // 50: csisupd.v1.VolumeSnapshotDeleteResponse
+	(*RaftPeer)(nil),                     // 51: csisupd.v1.RaftPeer
+	(*RaftPeersRequest)(nil),             // 52: csisupd.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),            // 53: csisupd.v1.RaftPeersResponse
+	(*RaftRemovePeerRequest)(nil),        // 54: csisupd.v1.RaftRemovePeerRequest
+	(*RaftRemovePeerResponse)(nil),       // 55: csisupd.v1.RaftRemovePeerResponse
+	(*SnapshotSaveRequest)(nil),          // 56: csisupd.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                // 57: csisupd.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),      // 58: csisupd.v1.SnapshotRestoreResponse
+	(*ClusterEventWatchRequest)(nil),     // 59: csisupd.v1.ClusterEventWatchRequest
+	(*ClusterEvent)(nil),                 // 60: csisupd.v1.ClusterEvent
+	nil,                                  // 61: csisupd.v1.VolumeClaim.PublishContextEntry
+	nil,                                  // 62: csisupd.v1.Volume.ContextEntry
+	nil,                                  // 63: csisupd.v1.Volume.ParametersEntry
+	nil,                                  // 64: csisupd.v1.Volume.MutableParametersEntry
+	nil,                                  // 65: csisupd.v1.TopologySegment.SegmentsEntry
+	nil,                                  // 66: csisupd.v1.VolumeSnapshot.ParametersEntry
+	nil,                                  // 67: csisupd.v1.VolumeCreateRequest.ParametersEntry
+	nil,                                  // 68: csisupd.v1.VolumeCreateRequest.SecretsEntry
+	nil,                                  // 69: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	nil,                                  // 70: csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	nil,                                  // 71: csisupd.v1.VolumeClaimRequest.SecretsEntry
+	nil,                                  // 72: csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	nil,                                  // 73: csisupd.v1.VolumeExpandRequest.SecretsEntry
+	nil,                                  // 74: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	nil,                                  // 75: csisupd.v1.VolumeModifyRequest.SecretsEntry
+	nil,                                  // 76: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	nil,                                  // 77: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	nil,                                  // 78: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),        // 79: google.protobuf.Timestamp
+	(*Plugin)(nil),                       // 80: csisupd.v1.Plugin
+	(*VolumeUsage)(nil),                  // 81: csisupd.v1.VolumeUsage
+	(*Mount)(nil),                        // 82: csisupd.v1.Mount
 }
 var file_csisupd_v1_control_proto_depIdxs = []int32{
-	73, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
-	73, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
-	74, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
-	74, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
+	79, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
+	79, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
+	80, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
+	80, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
 	1,  // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
-	55, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
-	73, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
-	75, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
-	73, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
-	56, // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
-	57, // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
+	61, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
+	79, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
+	81, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
+	79, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
+	62, // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
+	63, // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
 	3,  // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
 	4,  // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
-	73, // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	79, // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	8,  // 15: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
-	58, // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
+	64, // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
 	9,  // 17: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
-	59, // 18: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
+	65, // 18: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
 	6,  // 19: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
 	6,  // 20: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
-	73, // 21: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
-	73, // 22: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	60, // 23: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
+	79, // 21: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	79, // 22: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	66, // 23: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
 	6,  // 24: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	2,  // 25: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
 	2,  // 26: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
 	0,  // 27: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
 	0,  // 28: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
 	3,  // 29: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
-	61, // 30: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
-	62, // 31: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
+	67, // 30: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
+	68, // 31: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
 	7,  // 32: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
 	8,  // 33: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
-	63, // 34: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	69, // 34: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
 	5,  // 35: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
 	5,  // 36: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
 	5,  // 37: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
-	64, // 38: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	75, // 39: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
-	65, // 40: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
-	5,  // 41: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
-	4,  // 42: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
-	66, // 43: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	5,  // 44: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
-	5,  // 45: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
-	5,  // 46: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	67, // 47: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
-	5,  // 48: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
-	68, // 49: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	69, // 50: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
-	5,  // 51: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
-	70, // 52: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	71, // 53: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	10, // 54: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	10, // 55: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
-	10, // 56: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	72, // 57: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	73, // 58: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
-	45, // 59: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	73, // 60: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	11, // 61: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	13, // 62: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	15, // 63: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	17, // 64: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	19, // 65: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	21, // 66: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	23, // 67: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	25, // 68: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
-	27, // 69: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
-	29, // 70: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	31, // 71: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	33, // 72: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
-	35, // 73: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
-	37, // 74: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
-	39, // 75: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
-	41, // 76: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
-	43, // 77: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
-	46, // 78: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	48, // 79: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	50, // 80: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	51, // 81: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	53, // 82: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	12, // 83: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	14, // 84: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	16, // 85: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	18, // 86: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	20, // 87: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	22, // 88: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	24, // 89: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	26, // 90: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
-	28, // 91: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
-	30, // 92: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	32, // 93: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	34, // 94: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
-	36, // 95: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
-	38, // 96: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
-	40, // 97: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
-	42, // 98: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
-	44, // 99: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
-	47, // 100: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	49, // 101: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	51, // 102: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	52, // 103: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	54, // 104: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	83, // [83:105] is the sub-list for method output_type
-	61, // [61:83] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	70, // 38: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	4,  // 39: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
+	81, // 40: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	71, // 41: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
+	5,  // 42: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
+	4,  // 43: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
+	72, // 44: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	5,  // 45: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
+	33, // 46: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
+	82, // 47: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
+	5,  // 48: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
+	5,  // 49: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
+	5,  // 50: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
+	73, // 51: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
+	5,  // 52: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
+	74, // 53: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	75, // 54: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
+	5,  // 55: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
+	76, // 56: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	77, // 57: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	10, // 58: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	10, // 59: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
+	10, // 60: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	78, // 61: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	79, // 62: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
+	51, // 63: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	79, // 64: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	11, // 65: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	13, // 66: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	15, // 67: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	17, // 68: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	19, // 69: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	21, // 70: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	23, // 71: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	25, // 72: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	27, // 73: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	28, // 74: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
+	30, // 75: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
+	31, // 76: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
+	35, // 77: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	37, // 78: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	39, // 79: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
+	41, // 80: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
+	43, // 81: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
+	45, // 82: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
+	47, // 83: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
+	49, // 84: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
+	52, // 85: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	54, // 86: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	56, // 87: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	57, // 88: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	59, // 89: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	12, // 90: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	14, // 91: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	16, // 92: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	18, // 93: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	20, // 94: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	22, // 95: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	24, // 96: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	26, // 97: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	34, // 98: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	29, // 99: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
+	32, // 100: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
+	32, // 101: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
+	36, // 102: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	38, // 103: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	40, // 104: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
+	42, // 105: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
+	44, // 106: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
+	46, // 107: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
+	48, // 108: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
+	50, // 109: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
+	53, // 110: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	55, // 111: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	57, // 112: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	58, // 113: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	60, // 114: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	90, // [90:115] is the sub-list for method output_type
+	65, // [65:90] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
@@ -4439,15 +4858,15 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_control_proto_msgTypes[12].OneofWrappers = []any{}
 	file_csisupd_v1_control_proto_msgTypes[16].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[30].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[40].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[36].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[46].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_control_proto_rawDesc), len(file_csisupd_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,28 +19,31 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_ListPlugins_FullMethodName          = "/csisupd.v1.Control/ListPlugins"
-	Control_GetPlugin_FullMethodName            = "/csisupd.v1.Control/GetPlugin"
-	Control_ListNodes_FullMethodName            = "/csisupd.v1.Control/ListNodes"
-	Control_GetNode_FullMethodName              = "/csisupd.v1.Control/GetNode"
-	Control_CreateVolume_FullMethodName         = "/csisupd.v1.Control/CreateVolume"
-	Control_RegisterVolume_FullMethodName       = "/csisupd.v1.Control/RegisterVolume"
-	Control_DeleteVolume_FullMethodName         = "/csisupd.v1.Control/DeleteVolume"
-	Control_ClaimVolume_FullMethodName          = "/csisupd.v1.Control/ClaimVolume"
-	Control_ReleaseVolume_FullMethodName        = "/csisupd.v1.Control/ReleaseVolume"
-	Control_ListVolumes_FullMethodName          = "/csisupd.v1.Control/ListVolumes"
-	Control_GetVolume_FullMethodName            = "/csisupd.v1.Control/GetVolume"
-	Control_ExpandVolume_FullMethodName         = "/csisupd.v1.Control/ExpandVolume"
-	Control_ModifyVolume_FullMethodName         = "/csisupd.v1.Control/ModifyVolume"
-	Control_CreateVolumeSnapshot_FullMethodName = "/csisupd.v1.Control/CreateVolumeSnapshot"
-	Control_ListVolumeSnapshots_FullMethodName  = "/csisupd.v1.Control/ListVolumeSnapshots"
-	Control_GetVolumeSnapshot_FullMethodName    = "/csisupd.v1.Control/GetVolumeSnapshot"
-	Control_DeleteVolumeSnapshot_FullMethodName = "/csisupd.v1.Control/DeleteVolumeSnapshot"
-	Control_RaftPeers_FullMethodName            = "/csisupd.v1.Control/RaftPeers"
-	Control_RemovePeer_FullMethodName           = "/csisupd.v1.Control/RemovePeer"
-	Control_SnapshotSave_FullMethodName         = "/csisupd.v1.Control/SnapshotSave"
-	Control_SnapshotRestore_FullMethodName      = "/csisupd.v1.Control/SnapshotRestore"
-	Control_WatchEvents_FullMethodName          = "/csisupd.v1.Control/WatchEvents"
+	Control_ListPlugins_FullMethodName           = "/csisupd.v1.Control/ListPlugins"
+	Control_GetPlugin_FullMethodName             = "/csisupd.v1.Control/GetPlugin"
+	Control_ListNodes_FullMethodName             = "/csisupd.v1.Control/ListNodes"
+	Control_GetNode_FullMethodName               = "/csisupd.v1.Control/GetNode"
+	Control_CreateVolume_FullMethodName          = "/csisupd.v1.Control/CreateVolume"
+	Control_RegisterVolume_FullMethodName        = "/csisupd.v1.Control/RegisterVolume"
+	Control_DeleteVolume_FullMethodName          = "/csisupd.v1.Control/DeleteVolume"
+	Control_ClaimVolume_FullMethodName           = "/csisupd.v1.Control/ClaimVolume"
+	Control_ReleaseVolume_FullMethodName         = "/csisupd.v1.Control/ReleaseVolume"
+	Control_SetVolumeAvailability_FullMethodName = "/csisupd.v1.Control/SetVolumeAvailability"
+	Control_DrainPlugin_FullMethodName           = "/csisupd.v1.Control/DrainPlugin"
+	Control_GetPluginDrain_FullMethodName        = "/csisupd.v1.Control/GetPluginDrain"
+	Control_ListVolumes_FullMethodName           = "/csisupd.v1.Control/ListVolumes"
+	Control_GetVolume_FullMethodName             = "/csisupd.v1.Control/GetVolume"
+	Control_ExpandVolume_FullMethodName          = "/csisupd.v1.Control/ExpandVolume"
+	Control_ModifyVolume_FullMethodName          = "/csisupd.v1.Control/ModifyVolume"
+	Control_CreateVolumeSnapshot_FullMethodName  = "/csisupd.v1.Control/CreateVolumeSnapshot"
+	Control_ListVolumeSnapshots_FullMethodName   = "/csisupd.v1.Control/ListVolumeSnapshots"
+	Control_GetVolumeSnapshot_FullMethodName     = "/csisupd.v1.Control/GetVolumeSnapshot"
+	Control_DeleteVolumeSnapshot_FullMethodName  = "/csisupd.v1.Control/DeleteVolumeSnapshot"
+	Control_RaftPeers_FullMethodName             = "/csisupd.v1.Control/RaftPeers"
+	Control_RemovePeer_FullMethodName            = "/csisupd.v1.Control/RemovePeer"
+	Control_SnapshotSave_FullMethodName          = "/csisupd.v1.Control/SnapshotSave"
+	Control_SnapshotRestore_FullMethodName       = "/csisupd.v1.Control/SnapshotRestore"
+	Control_WatchEvents_FullMethodName           = "/csisupd.v1.Control/WatchEvents"
 )
 
 // ControlClient is the client API for Control service.
@@ -88,7 +91,28 @@ type ControlClient interface {
 	// -> freed; a freed claim is removed). It returns when the claims are
 	// freed, or with the error of the step that failed: the leader's volume
 	// watcher keeps retrying that step with backoff.
+	//
+	// force 1 releases the claims of a node that is down or gone now,
+	// without it (controller unpublish, then freed; its agent cleans up
+	// when it returns); it is refused for a node that is up. force 2 also
+	// releases on a node that is up, skipping each step that fails and
+	// recording it on the claim (skipped_steps), with a
+	// volume-claim-forced event.
 	ReleaseVolume(ctx context.Context, in *VolumeReleaseRequest, opts ...grpc.CallOption) (*VolumeReleaseResponse, error)
+	// SetVolumeAvailability sets whether a volume takes new claims: active;
+	// pause refuses new claims (rule "availability") and keeps the claims
+	// it has; drain also releases its claims through the leader's volume
+	// watcher.
+	SetVolumeAvailability(ctx context.Context, in *VolumeAvailabilityRequest, opts ...grpc.CallOption) (*VolumeAvailabilityResponse, error)
+	// DrainPlugin starts, or with cancel ends, the drain of a plugin on a
+	// node: new claims of the plugin's volumes there are refused (rule
+	// "availability"). It answers what the node still holds of the plugin,
+	// as GetPluginDrain does for a caller that waits for none.
+	DrainPlugin(ctx context.Context, in *PluginDrainRequest, opts ...grpc.CallOption) (*PluginDrainResponse, error)
+	// GetPluginDrain returns the drain of a plugin on a node: whether it
+	// drains, the claims of the plugin's volumes there, and the mounts the
+	// node's agent reports for the plugin.
+	GetPluginDrain(ctx context.Context, in *PluginDrainGetRequest, opts ...grpc.CallOption) (*PluginDrainResponse, error)
 	// ListVolumes returns the recorded volumes, sorted by id.
 	ListVolumes(ctx context.Context, in *VolumeListRequest, opts ...grpc.CallOption) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
@@ -234,6 +258,36 @@ func (c *controlClient) ReleaseVolume(ctx context.Context, in *VolumeReleaseRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(VolumeReleaseResponse)
 	err := c.cc.Invoke(ctx, Control_ReleaseVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) SetVolumeAvailability(ctx context.Context, in *VolumeAvailabilityRequest, opts ...grpc.CallOption) (*VolumeAvailabilityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeAvailabilityResponse)
+	err := c.cc.Invoke(ctx, Control_SetVolumeAvailability_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DrainPlugin(ctx context.Context, in *PluginDrainRequest, opts ...grpc.CallOption) (*PluginDrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PluginDrainResponse)
+	err := c.cc.Invoke(ctx, Control_DrainPlugin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetPluginDrain(ctx context.Context, in *PluginDrainGetRequest, opts ...grpc.CallOption) (*PluginDrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PluginDrainResponse)
+	err := c.cc.Invoke(ctx, Control_GetPluginDrain_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +490,28 @@ type ControlServer interface {
 	// -> freed; a freed claim is removed). It returns when the claims are
 	// freed, or with the error of the step that failed: the leader's volume
 	// watcher keeps retrying that step with backoff.
+	//
+	// force 1 releases the claims of a node that is down or gone now,
+	// without it (controller unpublish, then freed; its agent cleans up
+	// when it returns); it is refused for a node that is up. force 2 also
+	// releases on a node that is up, skipping each step that fails and
+	// recording it on the claim (skipped_steps), with a
+	// volume-claim-forced event.
 	ReleaseVolume(context.Context, *VolumeReleaseRequest) (*VolumeReleaseResponse, error)
+	// SetVolumeAvailability sets whether a volume takes new claims: active;
+	// pause refuses new claims (rule "availability") and keeps the claims
+	// it has; drain also releases its claims through the leader's volume
+	// watcher.
+	SetVolumeAvailability(context.Context, *VolumeAvailabilityRequest) (*VolumeAvailabilityResponse, error)
+	// DrainPlugin starts, or with cancel ends, the drain of a plugin on a
+	// node: new claims of the plugin's volumes there are refused (rule
+	// "availability"). It answers what the node still holds of the plugin,
+	// as GetPluginDrain does for a caller that waits for none.
+	DrainPlugin(context.Context, *PluginDrainRequest) (*PluginDrainResponse, error)
+	// GetPluginDrain returns the drain of a plugin on a node: whether it
+	// drains, the claims of the plugin's volumes there, and the mounts the
+	// node's agent reports for the plugin.
+	GetPluginDrain(context.Context, *PluginDrainGetRequest) (*PluginDrainResponse, error)
 	// ListVolumes returns the recorded volumes, sorted by id.
 	ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
@@ -524,6 +599,15 @@ func (UnimplementedControlServer) ClaimVolume(context.Context, *VolumeClaimReque
 }
 func (UnimplementedControlServer) ReleaseVolume(context.Context, *VolumeReleaseRequest) (*VolumeReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseVolume not implemented")
+}
+func (UnimplementedControlServer) SetVolumeAvailability(context.Context, *VolumeAvailabilityRequest) (*VolumeAvailabilityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetVolumeAvailability not implemented")
+}
+func (UnimplementedControlServer) DrainPlugin(context.Context, *PluginDrainRequest) (*PluginDrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainPlugin not implemented")
+}
+func (UnimplementedControlServer) GetPluginDrain(context.Context, *PluginDrainGetRequest) (*PluginDrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPluginDrain not implemented")
 }
 func (UnimplementedControlServer) ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListVolumes not implemented")
@@ -743,6 +827,60 @@ func _Control_ReleaseVolume_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).ReleaseVolume(ctx, req.(*VolumeReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_SetVolumeAvailability_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeAvailabilityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SetVolumeAvailability(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SetVolumeAvailability_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SetVolumeAvailability(ctx, req.(*VolumeAvailabilityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DrainPlugin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PluginDrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DrainPlugin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DrainPlugin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DrainPlugin(ctx, req.(*PluginDrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetPluginDrain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PluginDrainGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetPluginDrain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetPluginDrain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetPluginDrain(ctx, req.(*PluginDrainGetRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -998,6 +1136,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseVolume",
 			Handler:    _Control_ReleaseVolume_Handler,
+		},
+		{
+			MethodName: "SetVolumeAvailability",
+			Handler:    _Control_SetVolumeAvailability_Handler,
+		},
+		{
+			MethodName: "DrainPlugin",
+			Handler:    _Control_DrainPlugin_Handler,
+		},
+		{
+			MethodName: "GetPluginDrain",
+			Handler:    _Control_GetPluginDrain_Handler,
 		},
 		{
 			MethodName: "ListVolumes",

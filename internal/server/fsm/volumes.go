@@ -103,9 +103,24 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 			}
 		}
 		nv := proto.Clone(v).(*statepb.Volume)
-		i, _ := claims.Find(nv, claim.GetNodeId(), claim.GetWorkloadId())
+		i, old := claims.Find(nv, claim.GetNodeId(), claim.GetWorkloadId())
 		nv.Claims[i] = claim
-		return putVolume(txn, index, ts, v, nv, ev)
+		if err := putVolume(txn, index, ts, v, nv, ev); err != nil {
+			return err
+		}
+		switch step := c.ClaimStep; {
+		case step.GetSkipped() != "":
+			ev("volume-claim-forced", claim.GetNodeId(), nv.GetPluginId(), nv.GetId(), fmt.Sprintf(
+				"release of workload %s forced past a failed step: %s", claim.GetWorkloadId(), step.GetSkipped()))
+		case step.GetForced() && !old.GetForced():
+			how := "on a node that answers"
+			if claim.GetNodeGone() {
+				how = "without its node"
+			}
+			ev("volume-claim-forced", claim.GetNodeId(), nv.GetPluginId(), nv.GetId(), fmt.Sprintf(
+				"release of workload %s forced %s", claim.GetWorkloadId(), how))
+		}
+		return nil
 	case *statepb.LogEntry_ClaimRemove:
 		v, err := volumeOf(txn, c.ClaimRemove.GetVolumeId())
 		if err != nil {

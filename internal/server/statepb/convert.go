@@ -541,6 +541,11 @@ func VolumeClaimToAPI(in *VolumeClaim) *csisupdv1.VolumeClaim {
 	}
 }
 
+// VolumeClaimsToAPI converts a list of stored claims to their public form.
+func VolumeClaimsToAPI(in []*VolumeClaim) []*csisupdv1.VolumeClaim {
+	return convertAll(in, VolumeClaimToAPI)
+}
+
 // VolumeUsageFromAPI converts a public volume usage to its storage form.
 func VolumeUsageFromAPI(in *csisupdv1.VolumeUsage) *VolumeUsage {
 	if in == nil {
