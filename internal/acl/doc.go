@@ -62,13 +62,14 @@
 //	                            NodeHeartbeat, ResolveToken           node:write (servers and clients;
 //	                                                                  server identity passes; agents
 //	                                                                  present their own agent token)
-//	Control                     ListPlugins, GetPlugin                plugin:read
+//	Control                     ListPlugins, GetPlugin, GetPluginDrain plugin:read
 //	                            ListNodes, GetNode, WatchEvents       node:read
 //	                            ListVolumes, GetVolume                volume:read
 //	                            CreateVolume, RegisterVolume, DeleteVolume,
-//	                            AttachVolume, DetachVolume            volume:write
+//	                            AttachVolume, DetachVolume,
+//	                            SetVolumeAvailability                 volume:write
 //	                            RaftPeers                             operator:read
-//	                            RemovePeer, SnapshotSave              operator:write
+//	                            RemovePeer, SnapshotSave, DrainPlugin operator:write
 //	                            SnapshotRestore                       a management token (a restore
 //	                                                                  replaces the ACL state too)
 //	                            (servers and CLIs; server identity passes)

@@ -398,6 +398,21 @@ func (s *Server) releaseWithoutNode(ref claims.Ref) (*statepb.VolumeClaim, error
 	return c, err
 }
 
+// startRelease records that a taken claim starts its release (a draining
+// volume's, for the volume watcher) and returns the stored claim. The
+// caller holds the volume's lock.
+func (s *Server) startRelease(ref claims.Ref) (*statepb.VolumeClaim, error) {
+	v, c := s.readClaim(ref)
+	if c == nil {
+		return nil, status.Errorf(codes.NotFound, "claim of %s not found", ref)
+	}
+	if c.GetState() != claims.StateTaken {
+		return c, nil
+	}
+	_, c, err := s.stepClaim(claims.StartRelease(v, c))
+	return c, err
+}
+
 // resumeRelease is runRelease for the volume watcher, which has no
 // secrets: a release it resumes goes to the plugin without them.
 func (s *Server) resumeRelease(ctx context.Context, ref claims.Ref) error {

@@ -281,6 +281,41 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 		})
 }
 
+func (c *controlService) SetVolumeAvailability(ctx context.Context, req *csisupdv1.VolumeAvailabilityRequest) (*csisupdv1.VolumeAvailabilityResponse, error) {
+	return route(ctx, c.s.fwd, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeAvailabilityResponse, error) {
+			return cl.SetVolumeAvailability(ctx, req)
+		},
+		func() (*csisupdv1.VolumeAvailabilityResponse, error) {
+			v, err := c.s.setVolumeAvailability(req)
+			if err != nil {
+				return nil, err
+			}
+			return &csisupdv1.VolumeAvailabilityResponse{Volume: statepb.VolumeToAPI(v)}, nil
+		})
+}
+
+func (c *controlService) DrainPlugin(ctx context.Context, req *csisupdv1.PluginDrainRequest) (*csisupdv1.PluginDrainResponse, error) {
+	return route(ctx, c.s.fwd, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginDrainResponse, error) {
+			return cl.DrainPlugin(ctx, req)
+		},
+		func() (*csisupdv1.PluginDrainResponse, error) { return c.s.drainPlugin(ctx, req) })
+}
+
+func (c *controlService) GetPluginDrain(ctx context.Context, req *csisupdv1.PluginDrainGetRequest) (*csisupdv1.PluginDrainResponse, error) {
+	if req.GetPluginId() == "" || req.GetNodeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "plugin drain: plugin_id and node_id are required")
+	}
+	return route(ctx, c.s.fwd, false, true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginDrainResponse, error) {
+			return cl.GetPluginDrain(ctx, req)
+		},
+		func() (*csisupdv1.PluginDrainResponse, error) {
+			return c.s.pluginDrain(ctx, req.GetPluginId(), req.GetNodeId())
+		})
+}
+
 func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
 	return route(ctx, c.s.fwd, false, true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {

@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -495,6 +497,24 @@ func (f *fakeNodeVolumes) UnmountVolume(ctx context.Context, addr string, req *c
 		}
 	}
 	return nil
+}
+
+// ListMounts returns the mounts held at addr, of req's plugin and volume
+// when set, sorted by volume, workload and usage key, as the NodeVolumes
+// service sorts them.
+func (f *fakeNodeVolumes) ListMounts(_ context.Context, addr string, req *csisupdv1.ListMountsRequest) ([]*csisupdv1.Mount, error) {
+	f.journal.add("list-mounts " + addr)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*csisupdv1.Mount
+	for _, key := range slices.Sorted(maps.Keys(f.mounts)) {
+		m := f.mounts[key]
+		if strings.HasPrefix(key, addr+"|") && (req.GetPluginId() == "" || m.GetPluginId() == req.GetPluginId()) &&
+			(req.GetVolumeId() == "" || m.GetVolumeId() == req.GetVolumeId()) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // mounted returns how many mounts the fake holds.

@@ -23,6 +23,8 @@ type NodeVolumesClient interface {
 	// node, with that mount's paths, and returns the size the plugin
 	// reported.
 	ExpandVolume(ctx context.Context, addr string, req *csisupdv1.ExpandVolumeRequest) (int64, error)
+	// ListMounts returns the mounts the node's agent holds.
+	ListMounts(ctx context.Context, addr string, req *csisupdv1.ListMountsRequest) ([]*csisupdv1.Mount, error)
 }
 
 // grpcNodeVolumes implements NodeVolumesClient with the NodeVolumes gRPC
@@ -66,6 +68,18 @@ func (g *grpcNodeVolumes) ExpandVolume(ctx context.Context, addr string, req *cs
 		return 0, agentError(addr, err)
 	}
 	return resp.GetCapacityBytes(), nil
+}
+
+func (g *grpcNodeVolumes) ListMounts(ctx context.Context, addr string, req *csisupdv1.ListMountsRequest) ([]*csisupdv1.Mount, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ListMounts(ctx, req)
+	if err != nil {
+		return nil, agentError(addr, err)
+	}
+	return resp.GetMounts(), nil
 }
 
 // agentNotReachedError is the error of a NodeVolumes call that reached no

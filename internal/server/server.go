@@ -99,6 +99,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		Locks:              &s.volumeLocks,
 		ClaimResumeTimeout: cfg.ClaimResumeTimeout,
 		ReleaseWithoutNode: s.releaseWithoutNode,
+		StartRelease:       s.startRelease,
 		Release:            s.resumeRelease,
 		Finish:             s.resumeClaim,
 		FollowSnapshot:     s.followSnapshot,

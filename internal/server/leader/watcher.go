@@ -39,6 +39,10 @@ type WatcherConfig struct {
 	// Release runs the release steps of one claim from its recorded state
 	// until it is freed. The caller holds the volume's lock. Required.
 	Release func(ctx context.Context, ref claims.Ref) error
+	// StartRelease records that a taken claim of a draining volume starts
+	// its release, and returns the claim as stored. The caller holds the
+	// volume's lock. Required.
+	StartRelease func(ref claims.Ref) (*statepb.VolumeClaim, error)
 	// Finish runs the steps a taken but unfinished claim lacks and
 	// records the result, or starts its release when a step fails. The
 	// caller holds the volume's lock. Required.
@@ -57,7 +61,8 @@ type WatcherConfig struct {
 
 // Watcher is the leader's loop that finishes from the replicated state
 // what claims left half-done: the releases a failed step, a failed claim,
-// a crash or a leader change left behind; the claims taken but never
+// a crash or a leader change left behind; the claims of volumes an
+// operator drains (released); the claims taken but never
 // mounted because their leader died or lost its term in the middle
 // (finished, or released when a step fails, once ClaimResumeTimeout has
 // passed without a caller finishing them); and the releases of claims
@@ -171,7 +176,7 @@ func (r *watchRun) pass(ctx context.Context) {
 			now := time.Now()
 			r.seen.claim(key, claims.Unfinished(c), now)
 			switch {
-			case r.nodeGoneDue(c, now) || claims.Releasing(c.GetState()):
+			case r.nodeGoneDue(c, now) || claims.Releasing(c.GetState()) || drains(v, c):
 				r.release(ctx, v.GetId(), c, key)
 			case r.resumeDue(c, key, now):
 				r.finish(ctx, v.GetId(), c, key)
@@ -281,10 +286,25 @@ func (r *watchRun) finish(ctx context.Context, volumeID string, c *statepb.Volum
 	})
 }
 
+// drains reports whether claim c of v is to be released because an
+// operator drains v.
+func drains(v *statepb.Volume, c *statepb.VolumeClaim) bool {
+	return v.GetAvailability() == claims.AvailabilityDrain && c.GetState() == claims.StateTaken
+}
+
 // release runs the release steps of one claim, first marking its node
-// gone when it has been down for longer than ClaimGCGrace.
+// gone when it has been down for longer than ClaimGCGrace, or starting
+// its release when its volume drains.
 func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key string) {
 	r.locked(ctx, volumeID, c, key, "volume claim release step", func(now time.Time, ref claims.Ref, c *statepb.VolumeClaim, log hclog.Logger) error {
+		if drains(r.cfg.State().Volume(volumeID), c) {
+			log.Info("volume drains; releasing its claim")
+			var err error
+			if c, err = r.cfg.StartRelease(ref); err != nil {
+				return fmt.Errorf("start the release of a draining volume's claim: %w", err)
+			}
+			r.resumed[key] = true
+		}
 		if r.nodeGoneDue(c, now) {
 			log.Info("node down for longer than the claim gc grace; releasing the claim without it",
 				"claim_gc_grace", r.cfg.ClaimGCGrace, "state", c.GetState())

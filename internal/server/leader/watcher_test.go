@@ -90,7 +90,11 @@ func newLifecycleEnv(t *testing.T, interval time.Duration, vols []*statepb.Volum
 			return nil, errors.New("no claims")
 		},
 		Release: func(context.Context, claims.Ref) error { noClaims("Release"); return nil },
-		Finish:  func(context.Context, claims.Ref) error { noClaims("Finish"); return nil },
+		StartRelease: func(claims.Ref) (*statepb.VolumeClaim, error) {
+			noClaims("StartRelease")
+			return nil, errors.New("no claims")
+		},
+		Finish: func(context.Context, claims.Ref) error { noClaims("Finish"); return nil },
 		ResumeExpansion: func(ctx context.Context, id string) error {
 			// The watcher holds the volume's lock for the call.
 			if unlock, ok := env.locks.TryLock(id); ok {
