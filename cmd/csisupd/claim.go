@@ -91,20 +91,40 @@ func newVolumeReleaseCommand(opts *clientOptions) *cobra.Command {
 	var (
 		node, workload string
 		secrets        []string
+		force          int
 	)
 	cmd := &cobra.Command{
-		Use:   "release ID --node NODE --workload W",
+		Use:   "release ID --node NODE --workload W [--force [--force]]",
 		Short: "Release a workload's claim: unpublish and unstage on the node, then unpublish in the controller",
-		Args:  rangeArgs(1, 1),
+		Long: `Release a workload's claim: unpublish and unstage on the node, then unpublish in the controller.
+
+--force releases the claims of a node that is down or gone for good without
+it: the controller unpublishes, the claims are freed, and the node's agent
+cleans up when it comes back. Without --workload it releases every claim of
+the volume on the node. It is refused for a node that is up.
+
+--force --force also releases on a node that is up and answering, skipping
+each step that fails; the skipped steps are recorded on the claim and raise
+a volume-claim-forced event. What a skipped step left (a mount, a
+publication) stays on the node or in the storage until someone removes it.`,
+		Args: rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "node", "workload"); err != nil {
+			required := []string{"node", "workload"}
+			if force > 0 {
+				required = required[:1]
+			}
+			if err := requireFlags(cmd, required...); err != nil {
 				return err
 			}
-			return releaseClaims(cmd, opts, args[0], node, workload, secrets)
+			if force > 2 {
+				return usageError{fmt.Errorf("--force is given once (a node that is down or gone) or twice (also a node that answers), not %d times", force)}
+			}
+			return releaseClaims(cmd, opts, args[0], node, workload, secrets, uint32(force))
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node id or name of the claim (required)")
-	cmd.Flags().StringVar(&workload, "workload", "", "workload id of the claim (required)")
+	cmd.Flags().StringVar(&workload, "workload", "", "workload id of the claim (required without --force)")
+	cmd.Flags().CountVar(&force, "force", "release without a node that is down or gone; twice: also on a node that answers, skipping failed steps")
 	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
 	return cmd
 }
@@ -122,7 +142,7 @@ func newVolumeDetachCommand(opts *clientOptions) *cobra.Command {
 			if err := requireFlags(cmd, "node"); err != nil {
 				return err
 			}
-			return releaseClaims(cmd, opts, args[0], node, "", secrets)
+			return releaseClaims(cmd, opts, args[0], node, "", secrets, 0)
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node id or name (required)")
@@ -132,7 +152,7 @@ func newVolumeDetachCommand(opts *clientOptions) *cobra.Command {
 
 // releaseClaims releases the claims of workload (every claim when empty)
 // of volume id on node, and prints the volume.
-func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload string, secrets []string) error {
+func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload string, secrets []string, force uint32) error {
 	sec, err := parseKeyValues("secret", secrets)
 	if err != nil {
 		return err
@@ -142,7 +162,7 @@ func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload s
 		if err != nil {
 			return controlError(opts.address, err)
 		}
-		resp, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: id, NodeId: nodeID, WorkloadId: workload, Secrets: sec})
+		resp, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: id, NodeId: nodeID, WorkloadId: workload, Secrets: sec, Force: force})
 		if err != nil {
 			return controlError(opts.address, err)
 		}

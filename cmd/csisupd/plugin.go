@@ -93,7 +93,7 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 	}
 	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
 	pageFlag(statusCmd, &pageSize)
-	cmd.AddCommand(statusCmd, newPluginMountsCommand(opts))
+	cmd.AddCommand(statusCmd, newPluginMountsCommand(opts), newPluginDrainCommand(opts))
 	return cmd
 }
 
@@ -118,6 +118,9 @@ func printPlugin(w io.Writer, p *csisupdv1.ClusterPlugin) error {
 	fmt.Fprintf(w, "Version:     %s\n", display(dash(p.GetVersion())))
 	fmt.Fprintf(w, "Controllers: %d healthy / %d expected\n", p.GetControllersHealthy(), p.GetControllersExpected())
 	fmt.Fprintf(w, "Nodes:       %d healthy / %d expected\n", p.GetNodesHealthy(), p.GetNodesExpected())
+	if len(p.GetDrainingNodes()) > 0 {
+		fmt.Fprintf(w, "Draining on: %s\n", display(strings.Join(p.GetDrainingNodes(), ", ")))
+	}
 	if len(p.GetInstances()) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo instances.")
 		return err

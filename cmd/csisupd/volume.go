@@ -31,6 +31,8 @@ func newVolumeCommand(opts *clientOptions) *cobra.Command {
 		newVolumeCreateCommand(opts),
 		newVolumeRegisterCommand(opts),
 		newVolumeDeleteCommand(opts),
+		newVolumeDeregisterCommand(opts),
+		newVolumeAvailabilityCommand(opts),
 		newVolumeListCommand(opts),
 		newVolumeStatusCommand(opts),
 		newVolumeClaimCommand(opts),
@@ -163,6 +165,76 @@ func newVolumeDeleteCommand(opts *clientOptions) *cobra.Command {
 	cmd.Flags().BoolVar(&deregisterOnly, "deregister-only", false, "forget the volume without deleting it in the plugin")
 	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
 	return cmd
+}
+
+func newVolumeDeregisterCommand(opts *clientOptions) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "deregister ID [--force]",
+		Short: "Forget a volume without deleting it in the plugin",
+		Long: `Forget a volume without deleting it in the plugin (volume delete
+--deregister-only).
+
+--force forgets a volume that still has claims whose release cannot
+finish, and prints each claim it forgot: what the nodes may still hold of
+the volume (mounts, staging, controller publications), for an operator to
+remove by hand.`,
+		Args: rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				resp, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: args[0], DeregisterOnly: true, Force: force})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				w := cmd.OutOrStdout()
+				if opts.json {
+					return printProto(w, resp)
+				}
+				if _, err := fmt.Fprintf(w, "Deregistered volume %s\n", display(args[0])); err != nil {
+					return err
+				}
+				if len(resp.GetClaimsLeft()) > 0 {
+					fmt.Fprintf(w, "Left behind (%d claims; the nodes may still hold them):\n", len(resp.GetClaimsLeft()))
+					for _, c := range resp.GetClaimsLeft() {
+						fmt.Fprintf(w, "  node %s  workload %s  state %s  host path %s  staging path %s  controller published %v\n",
+							display(c.GetNodeId()), display(c.GetWorkloadId()), display(c.GetState()), display(dash(c.GetHostPath())),
+							display(dash(c.GetStagingPath())), c.GetControllerPublished())
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "forget the volume even with claims whose release cannot finish")
+	return cmd
+}
+
+func newVolumeAvailabilityCommand(opts *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "availability ID active|pause|drain",
+		Short: "Set whether a volume takes new claims (pause), or also release its claims (drain)",
+		Long: `Set whether a volume takes new claims.
+
+active  takes new claims.
+pause   refuses new claims (rule "availability"); the claims it has stay.
+drain   refuses new claims and releases every claim it has, through the
+        leader's volume watcher; follow them with "csisupd events".`,
+		Args: rangeArgs(2, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch args[1] {
+			case "active", "pause", "drain":
+			default:
+				return usageError{fmt.Errorf("availability %q: want active, pause or drain", args[1])}
+			}
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				resp, err := cl.SetVolumeAvailability(ctx, &csisupdv1.VolumeAvailabilityRequest{Id: args[0], Availability: args[1]})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				return printVolumeResult(cmd.OutOrStdout(), opts.json, "Set availability "+args[1]+" of", resp.GetVolume())
+			})
+		},
+	}
 }
 
 // resolveNode returns the id of the node named by arg: a node id, or the
@@ -371,6 +443,7 @@ func printVolume(w io.Writer, v *csisupdv1.Volume) error {
 	field(w, "Topology", formatSegments(v.GetAccessibleTopology()))
 	field(w, "Parameters", formatMap(v.GetParameters()))
 	field(w, "Mutable parameters", formatMap(v.GetMutableParameters()))
+	field(w, "Availability", availabilityName(v.GetAvailability()))
 	for _, c := range v.GetCapabilities() {
 		field(w, "Capability", strings.TrimSpace(c.GetAccessType()+" "+c.GetAccessMode()+" "+c.GetFsType()))
 	}
@@ -394,9 +467,31 @@ func printVolume(w io.Writer, v *csisupdv1.Volume) error {
 	fmt.Fprintln(w, "\nClaims")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tWORKLOAD\tSTATE\tMODE\tREAD ONLY\tHOST PATH\tCLAIMED\tLAST ERROR")
+	var forced []*csisupdv1.VolumeClaim
 	for _, c := range v.GetClaims() {
-		row(tw, c.GetNodeId(), dash(c.GetWorkloadId()), dash(c.GetState()), dash(c.GetUsage().GetAccessMode()),
+		state := c.GetState()
+		if c.GetForced() {
+			state += " (forced)"
+			forced = append(forced, c)
+		}
+		row(tw, c.GetNodeId(), dash(c.GetWorkloadId()), dash(state), dash(c.GetUsage().GetAccessMode()),
 			fmt.Sprint(c.GetReadOnly()), dash(c.GetHostPath()), dash(formatTime(c.GetClaimedAt())), dash(c.GetLastError()))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, c := range forced {
+		for _, s := range c.GetSkippedSteps() {
+			fmt.Fprintf(w, "Skipped by force (node %s, workload %s): %s\n", display(c.GetNodeId()), display(c.GetWorkloadId()), display(s))
+		}
+	}
+	return nil
+}
+
+// availabilityName names a volume's stored availability: "" is active.
+func availabilityName(a string) string {
+	if a == "" {
+		return "active"
+	}
+	return a
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -100,7 +101,14 @@ func (c *controlService) GetPlugin(ctx context.Context, req *csisupdv1.PluginGet
 				return nil, status.Errorf(codes.NotFound, "plugin %q not found", req.GetId())
 			}
 			c.s.heartbeats.View().Plugins(p)
-			return &csisupdv1.PluginGetResponse{Plugin: pluginToAPI(p), Index: st.LatestIndex()}, nil
+			out := pluginToAPI(p)
+			for _, n := range st.Nodes() {
+				if slices.Contains(n.GetDrainingPlugins(), p.ID) {
+					out.DrainingNodes = append(out.DrainingNodes, n.GetId())
+				}
+			}
+			slices.Sort(out.DrainingNodes)
+			return &csisupdv1.PluginGetResponse{Plugin: out, Index: st.LatestIndex()}, nil
 		})
 }
 

@@ -247,7 +247,10 @@ type ClusterPlugin struct {
 	NodesHealthy        uint32                 `protobuf:"varint,6,opt,name=nodes_healthy,json=nodesHealthy,proto3" json:"nodes_healthy,omitempty"`
 	NodesExpected       uint32                 `protobuf:"varint,7,opt,name=nodes_expected,json=nodesExpected,proto3" json:"nodes_expected,omitempty"`
 	// instances are sorted by node id.
-	Instances     []*PluginInstance `protobuf:"bytes,8,rep,name=instances,proto3" json:"instances,omitempty"`
+	Instances []*PluginInstance `protobuf:"bytes,8,rep,name=instances,proto3" json:"instances,omitempty"`
+	// draining_nodes are the nodes where an operator drains the plugin
+	// (`plugin drain`), sorted; GetPlugin fills it.
+	DrainingNodes []string `protobuf:"bytes,9,rep,name=draining_nodes,json=drainingNodes,proto3" json:"draining_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +337,13 @@ func (x *ClusterPlugin) GetNodesExpected() uint32 {
 func (x *ClusterPlugin) GetInstances() []*PluginInstance {
 	if x != nil {
 		return x.Instances
+	}
+	return nil
+}
+
+func (x *ClusterPlugin) GetDrainingNodes() []string {
+	if x != nil {
+		return x.DrainingNodes
 	}
 	return nil
 }
@@ -4222,7 +4232,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x18\n" +
 	"\ahealthy\x18\x03 \x01(\bR\ahealthy\x12-\n" +
 	"\x12health_description\x18\x04 \x01(\tR\x11healthDescription\x12*\n" +
-	"\x06plugin\x18\x05 \x01(\v2\x12.csisupd.v1.PluginR\x06plugin\"\xbf\x02\n" +
+	"\x06plugin\x18\x05 \x01(\v2\x12.csisupd.v1.PluginR\x06plugin\"\xe6\x02\n" +
 	"\rClusterPlugin\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x18\n" +
@@ -4231,7 +4241,8 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x14controllers_expected\x18\x05 \x01(\rR\x13controllersExpected\x12#\n" +
 	"\rnodes_healthy\x18\x06 \x01(\rR\fnodesHealthy\x12%\n" +
 	"\x0enodes_expected\x18\a \x01(\rR\rnodesExpected\x128\n" +
-	"\tinstances\x18\b \x03(\v2\x1a.csisupd.v1.PluginInstanceR\tinstances\"\x8e\x01\n" +
+	"\tinstances\x18\b \x03(\v2\x1a.csisupd.v1.PluginInstanceR\tinstances\x12%\n" +
+	"\x0edraining_nodes\x18\t \x03(\tR\rdrainingNodes\"\x8e\x01\n" +
 	"\x10VolumeCapability\x12\x1f\n" +
 	"\vaccess_type\x18\x01 \x01(\tR\n" +
 	"accessType\x12\x1f\n" +
