@@ -54,6 +54,7 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 	var (
 		stale    bool
 		pageSize uint32
+		capacity bool
 	)
 	statusCmd := &cobra.Command{
 		Use:   "status [ID]",
@@ -84,14 +85,28 @@ func newPluginCommand(opts *clientOptions) *cobra.Command {
 				if err != nil {
 					return controlError(opts.address, err)
 				}
+				var capacities *csisupdv1.PluginCapacityResponse
+				if capacity {
+					if capacities, err = cl.GetPluginCapacity(ctx, &csisupdv1.PluginCapacityRequest{PluginId: args[0]}); err != nil {
+						return controlError(opts.address, err)
+					}
+				}
 				if opts.json {
+					if capacity {
+						return printProto(w, capacities)
+					}
 					return printProto(w, resp.GetPlugin())
 				}
-				return printPlugin(w, resp.GetPlugin())
+				if err := printPlugin(w, resp.GetPlugin()); err != nil || !capacity {
+					return err
+				}
+				return printCapacities(w, capacities.GetCapacities())
 			})
 		},
 	}
 	statusCmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	statusCmd.Flags().BoolVar(&capacity, "capacity", false, "with ID: ask the plugin's capacity (GetCapacity) in each topology segment of its controllers; "+
+		"with --json, print the capacities")
 	pageFlag(statusCmd, &pageSize)
 	cmd.AddCommand(statusCmd, newPluginMountsCommand(opts), newPluginDrainCommand(opts))
 	return cmd
@@ -131,6 +146,22 @@ func printPlugin(w io.Writer, p *csisupdv1.ClusterPlugin) error {
 	for _, in := range p.GetInstances() {
 		row(tw, in.GetNodeId(), dash(in.GetNodeName()), dash(in.GetPlugin().GetType()),
 			fmt.Sprint(in.GetHealthy()), dash(in.GetHealthDescription()))
+	}
+	return tw.Flush()
+}
+
+// printCapacities prints a plugin's capacity per topology segment.
+func printCapacities(w io.Writer, caps []*csisupdv1.PluginCapacity) error {
+	fmt.Fprintln(w, "\nCapacity")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEGMENT\tCONTROLLER\tAVAILABLE\tMAX VOLUME\tMIN VOLUME\tERROR")
+	for _, c := range caps {
+		available := formatBytes(c.GetAvailableBytes())
+		if c.GetError() == "" && c.GetAvailableBytes() == 0 {
+			available = "0 B" // full, not unknown
+		}
+		row(tw, formatSegments([]*csisupdv1.TopologySegment{c.GetSegment()}), dash(c.GetControllerNodeId()), available,
+			formatBytes(c.GetMaximumVolumeBytes()), formatBytes(c.GetMinimumVolumeBytes()), dash(c.GetError()))
 	}
 	return tw.Flush()
 }

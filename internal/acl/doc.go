@@ -62,7 +62,8 @@
 //	                            NodeHeartbeat, ResolveToken           node:write (servers and clients;
 //	                                                                  server identity passes; agents
 //	                                                                  present their own agent token)
-//	Control                     ListPlugins, GetPlugin, GetPluginDrain plugin:read
+//	Control                     ListPlugins, GetPlugin, GetPluginDrain,
+//	                            GetPluginCapacity                     plugin:read
 //	                            ListNodes, GetNode, WatchEvents       node:read
 //	                            ListVolumes, GetVolume                volume:read
 //	                            CreateVolume, RegisterVolume, DeleteVolume,

@@ -324,6 +324,17 @@ func (c *controlService) GetPluginDrain(ctx context.Context, req *csisupdv1.Plug
 		})
 }
 
+func (c *controlService) GetPluginCapacity(ctx context.Context, req *csisupdv1.PluginCapacityRequest) (*csisupdv1.PluginCapacityResponse, error) {
+	if req.GetPluginId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "plugin capacity: plugin_id is required")
+	}
+	return route(ctx, c.s.fwd, false, true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginCapacityResponse, error) {
+			return cl.GetPluginCapacity(ctx, req)
+		},
+		func() (*csisupdv1.PluginCapacityResponse, error) { return c.s.pluginCapacity(ctx, req.GetPluginId()) })
+}
+
 func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
 	return route(ctx, c.s.fwd, false, true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {

@@ -37,6 +37,8 @@ type ControllerClient interface {
 	GetSnapshot(ctx context.Context, addr, pluginID string, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error)
 	// ModifyVolume calls the plugin's ControllerModifyVolume.
 	ModifyVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerModifyVolumeRequest) error
+	// GetCapacity calls the plugin's GetCapacity.
+	GetCapacity(ctx context.Context, addr, pluginID string, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error)
 }
 
 // DefaultIsRetryable reports whether a ClientCSI error means the next
@@ -183,4 +185,16 @@ func (g *grpcControllers) ModifyVolume(ctx context.Context, addr, pluginID strin
 	}
 	_, err = c.ControllerModifyVolume(ctx, &csisupdv1.ControllerModifyVolumeRequest{PluginId: pluginID, Request: req})
 	return err
+}
+
+func (g *grpcControllers) GetCapacity(ctx context.Context, addr, pluginID string, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerGetCapacity(ctx, &csisupdv1.ControllerGetCapacityRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
 }

@@ -31,6 +31,7 @@ const (
 	Control_SetVolumeAvailability_FullMethodName = "/csisupd.v1.Control/SetVolumeAvailability"
 	Control_DrainPlugin_FullMethodName           = "/csisupd.v1.Control/DrainPlugin"
 	Control_GetPluginDrain_FullMethodName        = "/csisupd.v1.Control/GetPluginDrain"
+	Control_GetPluginCapacity_FullMethodName     = "/csisupd.v1.Control/GetPluginCapacity"
 	Control_ListVolumes_FullMethodName           = "/csisupd.v1.Control/ListVolumes"
 	Control_GetVolume_FullMethodName             = "/csisupd.v1.Control/GetVolume"
 	Control_ExpandVolume_FullMethodName          = "/csisupd.v1.Control/ExpandVolume"
@@ -113,6 +114,11 @@ type ControlClient interface {
 	// drains, the claims of the plugin's volumes there, and the mounts the
 	// node's agent reports for the plugin.
 	GetPluginDrain(ctx context.Context, in *PluginDrainGetRequest, opts ...grpc.CallOption) (*PluginDrainResponse, error)
+	// GetPluginCapacity asks GetCapacity (GET_CAPACITY) once for each
+	// accessible topology segment of the plugin's healthy controllers, through
+	// a controller in that segment (once without a segment for controllers
+	// that report none), and answers each segment's capacity, or its error.
+	GetPluginCapacity(ctx context.Context, in *PluginCapacityRequest, opts ...grpc.CallOption) (*PluginCapacityResponse, error)
 	// ListVolumes returns the recorded volumes, sorted by id.
 	ListVolumes(ctx context.Context, in *VolumeListRequest, opts ...grpc.CallOption) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
@@ -288,6 +294,16 @@ func (c *controlClient) GetPluginDrain(ctx context.Context, in *PluginDrainGetRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PluginDrainResponse)
 	err := c.cc.Invoke(ctx, Control_GetPluginDrain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetPluginCapacity(ctx context.Context, in *PluginCapacityRequest, opts ...grpc.CallOption) (*PluginCapacityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PluginCapacityResponse)
+	err := c.cc.Invoke(ctx, Control_GetPluginCapacity_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -512,6 +528,11 @@ type ControlServer interface {
 	// drains, the claims of the plugin's volumes there, and the mounts the
 	// node's agent reports for the plugin.
 	GetPluginDrain(context.Context, *PluginDrainGetRequest) (*PluginDrainResponse, error)
+	// GetPluginCapacity asks GetCapacity (GET_CAPACITY) once for each
+	// accessible topology segment of the plugin's healthy controllers, through
+	// a controller in that segment (once without a segment for controllers
+	// that report none), and answers each segment's capacity, or its error.
+	GetPluginCapacity(context.Context, *PluginCapacityRequest) (*PluginCapacityResponse, error)
 	// ListVolumes returns the recorded volumes, sorted by id.
 	ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
@@ -608,6 +629,9 @@ func (UnimplementedControlServer) DrainPlugin(context.Context, *PluginDrainReque
 }
 func (UnimplementedControlServer) GetPluginDrain(context.Context, *PluginDrainGetRequest) (*PluginDrainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPluginDrain not implemented")
+}
+func (UnimplementedControlServer) GetPluginCapacity(context.Context, *PluginCapacityRequest) (*PluginCapacityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPluginCapacity not implemented")
 }
 func (UnimplementedControlServer) ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListVolumes not implemented")
@@ -885,6 +909,24 @@ func _Control_GetPluginDrain_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_GetPluginCapacity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PluginCapacityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetPluginCapacity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetPluginCapacity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetPluginCapacity(ctx, req.(*PluginCapacityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_ListVolumes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(VolumeListRequest)
 	if err := dec(in); err != nil {
@@ -1148,6 +1190,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPluginDrain",
 			Handler:    _Control_GetPluginDrain_Handler,
+		},
+		{
+			MethodName: "GetPluginCapacity",
+			Handler:    _Control_GetPluginCapacity_Handler,
 		},
 		{
 			MethodName: "ListVolumes",
