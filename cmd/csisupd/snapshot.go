@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"errors"
 	"io"
 	"text/tabwriter"
 
@@ -91,13 +92,27 @@ func newSnapshotListCommand(opts *clientOptions) *cobra.Command {
 		volumeID, pluginID string
 		stale              bool
 		pageSize           uint32
+		external           bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--volume VOLUME] [--plugin PLUGIN]",
-		Short: "List the snapshots of the cluster",
+		Use:   "list [--volume VOLUME] [--plugin PLUGIN [--external]]",
+		Short: "List the snapshots of the cluster, or with --external what the plugin holds beside them",
 		Args:  rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if external && (pluginID == "" || volumeID != "") {
+				return usageError{errors.New("--external needs --plugin, and not --volume")}
+			}
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				if external {
+					resp, err := cl.ListExternalSnapshots(ctx, &csisupdv1.ExternalListRequest{PluginId: pluginID})
+					if err != nil {
+						return controlError(opts.address, err)
+					}
+					if opts.json {
+						return printProto(cmd.OutOrStdout(), resp)
+					}
+					return printExternalSnapshots(cmd.OutOrStdout(), resp)
+				}
 				resp := &csisupdv1.VolumeSnapshotListResponse{}
 				err := listAllPages(func(token string) (string, error) {
 					page, err := cl.ListVolumeSnapshots(ctx, &csisupdv1.VolumeSnapshotListRequest{
@@ -122,6 +137,7 @@ func newSnapshotListCommand(opts *clientOptions) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&volumeID, "volume", "", "only snapshots of this volume")
 	cmd.Flags().StringVar(&pluginID, "plugin", "", "only snapshots of this plugin")
+	cmd.Flags().BoolVar(&external, "external", false, "list the snapshots the plugin holds (ListSnapshots), marked known, unknown or missing (needs --plugin)")
 	cmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
 	pageFlag(cmd, &pageSize)
 	return cmd
@@ -207,4 +223,18 @@ func newSnapshotDeleteCommand(opts *clientOptions) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
 	return cmd
+}
+
+// printExternalSnapshots prints ListExternalSnapshots' answer.
+func printExternalSnapshots(w io.Writer, r *csisupdv1.ExternalSnapshotsResponse) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tEXTERNAL ID\tCLUSTER ID\tSOURCE\tSIZE\tREADY\tCONTROLLERS")
+	for _, s := range r.GetSnapshots() {
+		row(tw, s.GetState(), s.GetExternalId(), dash(s.GetClusterId()), dash(s.GetSourceExternalId()), formatBytes(s.GetSizeBytes()),
+			fmt.Sprint(s.GetReadyToUse()), formatList(s.GetControllerNodeIds()))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printListingGaps(w, r.GetComplete(), r.GetTruncated(), r.GetErrors())
 }

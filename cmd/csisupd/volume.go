@@ -272,13 +272,33 @@ func newVolumeListCommand(opts *clientOptions) *cobra.Command {
 		pluginID string
 		stale    bool
 		pageSize uint32
+		external bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List the volumes of the cluster",
-		Args:  rangeArgs(0, 0),
+		Use:   "list [--plugin P [--external]]",
+		Short: "List the volumes of the cluster, or with --external what the plugin holds beside them",
+		Long: `List the volumes of the cluster.
+
+--external (with --plugin) lists the volumes the plugin's controllers hold
+(ListVolumes) and marks each one known (with its cluster id) or unknown to
+the cluster, and each volume of the cluster that no controller listed as
+missing. Adopt an unknown one with "volume register --external-id".`,
+		Args: rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if external && pluginID == "" {
+				return usageError{errors.New("--external needs --plugin")}
+			}
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				if external {
+					resp, err := cl.ListExternalVolumes(ctx, &csisupdv1.ExternalListRequest{PluginId: pluginID})
+					if err != nil {
+						return controlError(opts.address, err)
+					}
+					if opts.json {
+						return printProto(cmd.OutOrStdout(), resp)
+					}
+					return printExternalVolumes(cmd.OutOrStdout(), resp)
+				}
 				resp := &csisupdv1.VolumeListResponse{}
 				err := listAllPages(func(token string) (string, error) {
 					page, err := cl.ListVolumes(ctx, &csisupdv1.VolumeListRequest{PluginId: pluginID, Stale: stale, PageSize: pageSize, NextToken: token})
@@ -301,6 +321,7 @@ func newVolumeListCommand(opts *clientOptions) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&pluginID, "plugin", "", "only volumes of this plugin")
 	cmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	cmd.Flags().BoolVar(&external, "external", false, "list what the plugin holds, marked known, unknown or missing (needs --plugin)")
 	pageFlag(cmd, &pageSize)
 	return cmd
 }
@@ -494,4 +515,33 @@ func availabilityName(a string) string {
 		return "active"
 	}
 	return a
+}
+
+// printExternalVolumes prints ListExternalVolumes' answer.
+func printExternalVolumes(w io.Writer, r *csisupdv1.ExternalVolumesResponse) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tEXTERNAL ID\tCLUSTER ID\tCAPACITY\tTOPOLOGY\tCONTROLLERS")
+	for _, v := range r.GetVolumes() {
+		row(tw, v.GetState(), v.GetExternalId(), dash(v.GetClusterId()), formatBytes(v.GetCapacityBytes()),
+			formatSegments(v.GetAccessibleTopology()), formatList(v.GetControllerNodeIds()))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printListingGaps(w, r.GetComplete(), r.GetTruncated(), r.GetErrors())
+}
+
+// printListingGaps says why an external listing marked nothing missing.
+func printListingGaps(w io.Writer, complete, truncated bool, errs []string) error {
+	if complete {
+		return nil
+	}
+	fmt.Fprintln(w, "\nIncomplete: nothing is marked missing.")
+	if truncated {
+		fmt.Fprintln(w, "The listing was cut at its cap of entries.")
+	}
+	for _, e := range errs {
+		fmt.Fprintf(w, "Not listed: %s\n", display(e))
+	}
+	return nil
 }

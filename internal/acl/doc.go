@@ -65,7 +65,8 @@
 //	Control                     ListPlugins, GetPlugin, GetPluginDrain,
 //	                            GetPluginCapacity                     plugin:read
 //	                            ListNodes, GetNode, WatchEvents       node:read
-//	                            ListVolumes, GetVolume                volume:read
+//	                            ListVolumes, GetVolume, ListExternalVolumes,
+//	                            ListExternalSnapshots                 volume:read
 //	                            CreateVolume, RegisterVolume, DeleteVolume,
 //	                            AttachVolume, DetachVolume,
 //	                            SetVolumeAvailability                 volume:write

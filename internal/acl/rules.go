@@ -251,9 +251,11 @@ var methodRules = map[string]Rule{
 	csisupdv1.Control_SetVolumeAvailability_FullMethodName: controlRule(ResourceVolume, LevelWrite),
 	// A plugin's drain on a node is an operator's act on the node's
 	// claims of every volume of the plugin.
-	csisupdv1.Control_DrainPlugin_FullMethodName:       controlRule(ResourceOperator, LevelWrite),
-	csisupdv1.Control_GetPluginDrain_FullMethodName:    controlRule(ResourcePlugin, LevelRead),
-	csisupdv1.Control_GetPluginCapacity_FullMethodName: controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_DrainPlugin_FullMethodName:           controlRule(ResourceOperator, LevelWrite),
+	csisupdv1.Control_GetPluginDrain_FullMethodName:        controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_GetPluginCapacity_FullMethodName:     controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_ListExternalVolumes_FullMethodName:   controlRule(ResourceVolume, LevelRead),
+	csisupdv1.Control_ListExternalSnapshots_FullMethodName: controlRule(ResourceVolume, LevelRead),
 
 	csisupdv1.Control_CreateVolumeSnapshot_FullMethodName: controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_ListVolumeSnapshots_FullMethodName:  controlRule(ResourceVolume, LevelRead),

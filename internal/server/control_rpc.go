@@ -335,6 +335,30 @@ func (c *controlService) GetPluginCapacity(ctx context.Context, req *csisupdv1.P
 		func() (*csisupdv1.PluginCapacityResponse, error) { return c.s.pluginCapacity(ctx, req.GetPluginId()) })
 }
 
+func (c *controlService) ListExternalVolumes(ctx context.Context, req *csisupdv1.ExternalListRequest) (*csisupdv1.ExternalVolumesResponse, error) {
+	if req.GetPluginId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "list external volumes: plugin_id is required")
+	}
+	return route(ctx, c.s.fwd, false, true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.ExternalVolumesResponse, error) {
+			return cl.ListExternalVolumes(ctx, req)
+		},
+		func() (*csisupdv1.ExternalVolumesResponse, error) { return c.s.externalVolumes(ctx, req.GetPluginId()) })
+}
+
+func (c *controlService) ListExternalSnapshots(ctx context.Context, req *csisupdv1.ExternalListRequest) (*csisupdv1.ExternalSnapshotsResponse, error) {
+	if req.GetPluginId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "list external snapshots: plugin_id is required")
+	}
+	return route(ctx, c.s.fwd, false, true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.ExternalSnapshotsResponse, error) {
+			return cl.ListExternalSnapshots(ctx, req)
+		},
+		func() (*csisupdv1.ExternalSnapshotsResponse, error) {
+			return c.s.externalSnapshots(ctx, req.GetPluginId())
+		})
+}
+
 func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
 	return route(ctx, c.s.fwd, false, true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {

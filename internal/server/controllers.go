@@ -37,6 +37,8 @@ type ControllerClient interface {
 	GetSnapshot(ctx context.Context, addr, pluginID string, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error)
 	// ModifyVolume calls the plugin's ControllerModifyVolume.
 	ModifyVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerModifyVolumeRequest) error
+	// ListVolumes calls the plugin's ListVolumes.
+	ListVolumes(ctx context.Context, addr, pluginID string, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error)
 	// GetCapacity calls the plugin's GetCapacity.
 	GetCapacity(ctx context.Context, addr, pluginID string, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error)
 }
@@ -193,6 +195,18 @@ func (g *grpcControllers) GetCapacity(ctx context.Context, addr, pluginID string
 		return nil, err
 	}
 	resp, err := c.ControllerGetCapacity(ctx, &csisupdv1.ControllerGetCapacityRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) ListVolumes(ctx context.Context, addr, pluginID string, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerListVolumes(ctx, &csisupdv1.ControllerListVolumesRequest{PluginId: pluginID, Request: req})
 	if err != nil {
 		return nil, err
 	}

@@ -2600,6 +2600,369 @@ func (x *PluginDrainResponse) GetMountsError() string {
 	return ""
 }
 
+type ExternalListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PluginId      string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExternalListRequest) Reset() {
+	*x = ExternalListRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalListRequest) ProtoMessage() {}
+
+func (x *ExternalListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalListRequest.ProtoReflect.Descriptor instead.
+func (*ExternalListRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ExternalListRequest) GetPluginId() string {
+	if x != nil {
+		return x.PluginId
+	}
+	return ""
+}
+
+type ExternalVolume struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ExternalId string                 `protobuf:"bytes,1,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	// cluster_id is the cluster's volume id: empty when unknown.
+	ClusterId string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// state is "known", "unknown" or "missing".
+	State              string             `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	CapacityBytes      int64              `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	AccessibleTopology []*TopologySegment `protobuf:"bytes,5,rep,name=accessible_topology,json=accessibleTopology,proto3" json:"accessible_topology,omitempty"`
+	// controller_node_ids are the nodes whose controllers listed it.
+	ControllerNodeIds []string `protobuf:"bytes,6,rep,name=controller_node_ids,json=controllerNodeIds,proto3" json:"controller_node_ids,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ExternalVolume) Reset() {
+	*x = ExternalVolume{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalVolume) ProtoMessage() {}
+
+func (x *ExternalVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalVolume.ProtoReflect.Descriptor instead.
+func (*ExternalVolume) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ExternalVolume) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *ExternalVolume) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *ExternalVolume) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ExternalVolume) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *ExternalVolume) GetAccessibleTopology() []*TopologySegment {
+	if x != nil {
+		return x.AccessibleTopology
+	}
+	return nil
+}
+
+func (x *ExternalVolume) GetControllerNodeIds() []string {
+	if x != nil {
+		return x.ControllerNodeIds
+	}
+	return nil
+}
+
+type ExternalVolumesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volumes are sorted by state (known, unknown, missing) and external id.
+	Volumes []*ExternalVolume `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// complete is false when a controller could not be listed: nothing is
+	// marked missing then, and errors says why.
+	Complete bool     `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
+	Errors   []string `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
+	// truncated is set when the listings were cut at the cap of entries.
+	Truncated     bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExternalVolumesResponse) Reset() {
+	*x = ExternalVolumesResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalVolumesResponse) ProtoMessage() {}
+
+func (x *ExternalVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalVolumesResponse.ProtoReflect.Descriptor instead.
+func (*ExternalVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ExternalVolumesResponse) GetVolumes() []*ExternalVolume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *ExternalVolumesResponse) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *ExternalVolumesResponse) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+func (x *ExternalVolumesResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type ExternalSnapshot struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ExternalId        string                 `protobuf:"bytes,1,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	ClusterId         string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	State             string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	SourceExternalId  string                 `protobuf:"bytes,4,opt,name=source_external_id,json=sourceExternalId,proto3" json:"source_external_id,omitempty"`
+	SizeBytes         int64                  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	ReadyToUse        bool                   `protobuf:"varint,6,opt,name=ready_to_use,json=readyToUse,proto3" json:"ready_to_use,omitempty"`
+	ControllerNodeIds []string               `protobuf:"bytes,7,rep,name=controller_node_ids,json=controllerNodeIds,proto3" json:"controller_node_ids,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ExternalSnapshot) Reset() {
+	*x = ExternalSnapshot{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalSnapshot) ProtoMessage() {}
+
+func (x *ExternalSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalSnapshot.ProtoReflect.Descriptor instead.
+func (*ExternalSnapshot) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ExternalSnapshot) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *ExternalSnapshot) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *ExternalSnapshot) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ExternalSnapshot) GetSourceExternalId() string {
+	if x != nil {
+		return x.SourceExternalId
+	}
+	return ""
+}
+
+func (x *ExternalSnapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ExternalSnapshot) GetReadyToUse() bool {
+	if x != nil {
+		return x.ReadyToUse
+	}
+	return false
+}
+
+func (x *ExternalSnapshot) GetControllerNodeIds() []string {
+	if x != nil {
+		return x.ControllerNodeIds
+	}
+	return nil
+}
+
+type ExternalSnapshotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*ExternalSnapshot    `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Complete      bool                   `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
+	Errors        []string               `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
+	Truncated     bool                   `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExternalSnapshotsResponse) Reset() {
+	*x = ExternalSnapshotsResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalSnapshotsResponse) ProtoMessage() {}
+
+func (x *ExternalSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ExternalSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExternalSnapshotsResponse) GetSnapshots() []*ExternalSnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *ExternalSnapshotsResponse) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *ExternalSnapshotsResponse) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+func (x *ExternalSnapshotsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 type PluginCapacityRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PluginId      string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
@@ -2609,7 +2972,7 @@ type PluginCapacityRequest struct {
 
 func (x *PluginCapacityRequest) Reset() {
 	*x = PluginCapacityRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2984,7 @@ func (x *PluginCapacityRequest) String() string {
 func (*PluginCapacityRequest) ProtoMessage() {}
 
 func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2997,7 @@ func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityRequest.ProtoReflect.Descriptor instead.
 func (*PluginCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PluginCapacityRequest) GetPluginId() string {
@@ -2654,7 +3017,7 @@ type PluginCapacityResponse struct {
 
 func (x *PluginCapacityResponse) Reset() {
 	*x = PluginCapacityResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +3029,7 @@ func (x *PluginCapacityResponse) String() string {
 func (*PluginCapacityResponse) ProtoMessage() {}
 
 func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +3042,7 @@ func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityResponse.ProtoReflect.Descriptor instead.
 func (*PluginCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PluginCapacityResponse) GetCapacities() []*PluginCapacity {
@@ -2710,7 +3073,7 @@ type PluginCapacity struct {
 
 func (x *PluginCapacity) Reset() {
 	*x = PluginCapacity{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +3085,7 @@ func (x *PluginCapacity) String() string {
 func (*PluginCapacity) ProtoMessage() {}
 
 func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +3098,7 @@ func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacity.ProtoReflect.Descriptor instead.
 func (*PluginCapacity) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PluginCapacity) GetSegment() *TopologySegment {
@@ -2791,7 +3154,7 @@ type PluginDrainClaim struct {
 
 func (x *PluginDrainClaim) Reset() {
 	*x = PluginDrainClaim{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3166,7 @@ func (x *PluginDrainClaim) String() string {
 func (*PluginDrainClaim) ProtoMessage() {}
 
 func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3179,7 @@ func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainClaim.ProtoReflect.Descriptor instead.
 func (*PluginDrainClaim) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PluginDrainClaim) GetVolumeId() string {
@@ -2849,7 +3212,7 @@ type VolumeReleaseResponse struct {
 
 func (x *VolumeReleaseResponse) Reset() {
 	*x = VolumeReleaseResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +3224,7 @@ func (x *VolumeReleaseResponse) String() string {
 func (*VolumeReleaseResponse) ProtoMessage() {}
 
 func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +3237,7 @@ func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseResponse.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *VolumeReleaseResponse) GetVolume() *Volume {
@@ -2900,7 +3263,7 @@ type VolumeListRequest struct {
 
 func (x *VolumeListRequest) Reset() {
 	*x = VolumeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3275,7 @@ func (x *VolumeListRequest) String() string {
 func (*VolumeListRequest) ProtoMessage() {}
 
 func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3288,7 @@ func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *VolumeListRequest) GetPluginId() string {
@@ -2969,7 +3332,7 @@ type VolumeListResponse struct {
 
 func (x *VolumeListResponse) Reset() {
 	*x = VolumeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3344,7 @@ func (x *VolumeListResponse) String() string {
 func (*VolumeListResponse) ProtoMessage() {}
 
 func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3357,7 @@ func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *VolumeListResponse) GetVolumes() []*Volume {
@@ -3028,7 +3391,7 @@ type VolumeGetRequest struct {
 
 func (x *VolumeGetRequest) Reset() {
 	*x = VolumeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3403,7 @@ func (x *VolumeGetRequest) String() string {
 func (*VolumeGetRequest) ProtoMessage() {}
 
 func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3416,7 @@ func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *VolumeGetRequest) GetId() string {
@@ -3080,7 +3443,7 @@ type VolumeGetResponse struct {
 
 func (x *VolumeGetResponse) Reset() {
 	*x = VolumeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3455,7 @@ func (x *VolumeGetResponse) String() string {
 func (*VolumeGetResponse) ProtoMessage() {}
 
 func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3468,7 @@ func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *VolumeGetResponse) GetVolume() *Volume {
@@ -3139,7 +3502,7 @@ type VolumeExpandRequest struct {
 
 func (x *VolumeExpandRequest) Reset() {
 	*x = VolumeExpandRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3514,7 @@ func (x *VolumeExpandRequest) String() string {
 func (*VolumeExpandRequest) ProtoMessage() {}
 
 func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3527,7 @@ func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandRequest.ProtoReflect.Descriptor instead.
 func (*VolumeExpandRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *VolumeExpandRequest) GetId() string {
@@ -3204,7 +3567,7 @@ type VolumeExpandResponse struct {
 
 func (x *VolumeExpandResponse) Reset() {
 	*x = VolumeExpandResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3579,7 @@ func (x *VolumeExpandResponse) String() string {
 func (*VolumeExpandResponse) ProtoMessage() {}
 
 func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3592,7 @@ func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandResponse.ProtoReflect.Descriptor instead.
 func (*VolumeExpandResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VolumeExpandResponse) GetVolume() *Volume {
@@ -3251,7 +3614,7 @@ type VolumeModifyRequest struct {
 
 func (x *VolumeModifyRequest) Reset() {
 	*x = VolumeModifyRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3626,7 @@ func (x *VolumeModifyRequest) String() string {
 func (*VolumeModifyRequest) ProtoMessage() {}
 
 func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3639,7 @@ func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyRequest.ProtoReflect.Descriptor instead.
 func (*VolumeModifyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VolumeModifyRequest) GetId() string {
@@ -3309,7 +3672,7 @@ type VolumeModifyResponse struct {
 
 func (x *VolumeModifyResponse) Reset() {
 	*x = VolumeModifyResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3684,7 @@ func (x *VolumeModifyResponse) String() string {
 func (*VolumeModifyResponse) ProtoMessage() {}
 
 func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3697,7 @@ func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyResponse.ProtoReflect.Descriptor instead.
 func (*VolumeModifyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VolumeModifyResponse) GetVolume() *Volume {
@@ -3359,7 +3722,7 @@ type VolumeSnapshotCreateRequest struct {
 
 func (x *VolumeSnapshotCreateRequest) Reset() {
 	*x = VolumeSnapshotCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3371,7 +3734,7 @@ func (x *VolumeSnapshotCreateRequest) String() string {
 func (*VolumeSnapshotCreateRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3384,7 +3747,7 @@ func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VolumeSnapshotCreateRequest) GetVolumeId() string {
@@ -3424,7 +3787,7 @@ type VolumeSnapshotCreateResponse struct {
 
 func (x *VolumeSnapshotCreateResponse) Reset() {
 	*x = VolumeSnapshotCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3799,7 @@ func (x *VolumeSnapshotCreateResponse) String() string {
 func (*VolumeSnapshotCreateResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3812,7 @@ func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VolumeSnapshotCreateResponse) GetSnapshot() *VolumeSnapshot {
@@ -3475,7 +3838,7 @@ type VolumeSnapshotListRequest struct {
 
 func (x *VolumeSnapshotListRequest) Reset() {
 	*x = VolumeSnapshotListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3850,7 @@ func (x *VolumeSnapshotListRequest) String() string {
 func (*VolumeSnapshotListRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3863,7 @@ func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VolumeSnapshotListRequest) GetVolumeId() string {
@@ -3550,7 +3913,7 @@ type VolumeSnapshotListResponse struct {
 
 func (x *VolumeSnapshotListResponse) Reset() {
 	*x = VolumeSnapshotListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3562,7 +3925,7 @@ func (x *VolumeSnapshotListResponse) String() string {
 func (*VolumeSnapshotListResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3575,7 +3938,7 @@ func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VolumeSnapshotListResponse) GetSnapshots() []*VolumeSnapshot {
@@ -3609,7 +3972,7 @@ type VolumeSnapshotGetRequest struct {
 
 func (x *VolumeSnapshotGetRequest) Reset() {
 	*x = VolumeSnapshotGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +3984,7 @@ func (x *VolumeSnapshotGetRequest) String() string {
 func (*VolumeSnapshotGetRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +3997,7 @@ func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *VolumeSnapshotGetRequest) GetId() string {
@@ -3661,7 +4024,7 @@ type VolumeSnapshotGetResponse struct {
 
 func (x *VolumeSnapshotGetResponse) Reset() {
 	*x = VolumeSnapshotGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +4036,7 @@ func (x *VolumeSnapshotGetResponse) String() string {
 func (*VolumeSnapshotGetResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +4049,7 @@ func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *VolumeSnapshotGetResponse) GetSnapshot() *VolumeSnapshot {
@@ -3714,7 +4077,7 @@ type VolumeSnapshotDeleteRequest struct {
 
 func (x *VolumeSnapshotDeleteRequest) Reset() {
 	*x = VolumeSnapshotDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3726,7 +4089,7 @@ func (x *VolumeSnapshotDeleteRequest) String() string {
 func (*VolumeSnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3739,7 +4102,7 @@ func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *VolumeSnapshotDeleteRequest) GetId() string {
@@ -3764,7 +4127,7 @@ type VolumeSnapshotDeleteResponse struct {
 
 func (x *VolumeSnapshotDeleteResponse) Reset() {
 	*x = VolumeSnapshotDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +4139,7 @@ func (x *VolumeSnapshotDeleteResponse) String() string {
 func (*VolumeSnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +4152,7 @@ func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 // RaftPeer is one server of the raft configuration.
@@ -3823,7 +4186,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3835,7 +4198,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3848,7 +4211,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -3929,7 +4292,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +4304,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4317,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 type RaftPeersResponse struct {
@@ -3968,7 +4331,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3980,7 +4343,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3993,7 +4356,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -4026,7 +4389,7 @@ type RaftRemovePeerRequest struct {
 
 func (x *RaftRemovePeerRequest) Reset() {
 	*x = RaftRemovePeerRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4038,7 +4401,7 @@ func (x *RaftRemovePeerRequest) String() string {
 func (*RaftRemovePeerRequest) ProtoMessage() {}
 
 func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4051,7 +4414,7 @@ func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftRemovePeerRequest) GetId() string {
@@ -4069,7 +4432,7 @@ type RaftRemovePeerResponse struct {
 
 func (x *RaftRemovePeerResponse) Reset() {
 	*x = RaftRemovePeerResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4444,7 @@ func (x *RaftRemovePeerResponse) String() string {
 func (*RaftRemovePeerResponse) ProtoMessage() {}
 
 func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4457,7 @@ func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 type SnapshotSaveRequest struct {
@@ -4105,7 +4468,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4117,7 +4480,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4130,7 +4493,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 // SnapshotChunk is one piece of a snapshot stream.
@@ -4143,7 +4506,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4155,7 +4518,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +4531,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -4187,7 +4550,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4199,7 +4562,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4212,7 +4575,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -4236,7 +4599,7 @@ type ClusterEventWatchRequest struct {
 
 func (x *ClusterEventWatchRequest) Reset() {
 	*x = ClusterEventWatchRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4611,7 @@ func (x *ClusterEventWatchRequest) String() string {
 func (*ClusterEventWatchRequest) ProtoMessage() {}
 
 func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4624,7 @@ func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEventWatchRequest.ProtoReflect.Descriptor instead.
 func (*ClusterEventWatchRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ClusterEventWatchRequest) GetFromIndex() uint64 {
@@ -4304,7 +4667,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4316,7 +4679,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4329,7 +4692,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ClusterEvent) GetIndex() uint64 {
@@ -4657,7 +5020,40 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\bdraining\x18\x01 \x01(\bR\bdraining\x124\n" +
 	"\x06claims\x18\x02 \x03(\v2\x1c.csisupd.v1.PluginDrainClaimR\x06claims\x12)\n" +
 	"\x06mounts\x18\x03 \x03(\v2\x11.csisupd.v1.MountR\x06mounts\x12!\n" +
-	"\fmounts_error\x18\x04 \x01(\tR\vmountsError\"4\n" +
+	"\fmounts_error\x18\x04 \x01(\tR\vmountsError\"2\n" +
+	"\x13ExternalListRequest\x12\x1b\n" +
+	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\"\x8b\x02\n" +
+	"\x0eExternalVolume\x12\x1f\n" +
+	"\vexternal_id\x18\x01 \x01(\tR\n" +
+	"externalId\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12%\n" +
+	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x12L\n" +
+	"\x13accessible_topology\x18\x05 \x03(\v2\x1b.csisupd.v1.TopologySegmentR\x12accessibleTopology\x12.\n" +
+	"\x13controller_node_ids\x18\x06 \x03(\tR\x11controllerNodeIds\"\xa1\x01\n" +
+	"\x17ExternalVolumesResponse\x124\n" +
+	"\avolumes\x18\x01 \x03(\v2\x1a.csisupd.v1.ExternalVolumeR\avolumes\x12\x1a\n" +
+	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12\x16\n" +
+	"\x06errors\x18\x03 \x03(\tR\x06errors\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"\x87\x02\n" +
+	"\x10ExternalSnapshot\x12\x1f\n" +
+	"\vexternal_id\x18\x01 \x01(\tR\n" +
+	"externalId\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12,\n" +
+	"\x12source_external_id\x18\x04 \x01(\tR\x10sourceExternalId\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12 \n" +
+	"\fready_to_use\x18\x06 \x01(\bR\n" +
+	"readyToUse\x12.\n" +
+	"\x13controller_node_ids\x18\a \x03(\tR\x11controllerNodeIds\"\xa9\x01\n" +
+	"\x19ExternalSnapshotsResponse\x12:\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x1c.csisupd.v1.ExternalSnapshotR\tsnapshots\x12\x1a\n" +
+	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12\x16\n" +
+	"\x06errors\x18\x03 \x03(\tR\x06errors\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"4\n" +
 	"\x15PluginCapacityRequest\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\"T\n" +
 	"\x16PluginCapacityResponse\x12:\n" +
@@ -4799,7 +5195,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\tvolume_id\x18\x06 \x01(\tR\bvolumeId\x12 \n" +
 	"\vdescription\x18\a \x01(\tR\vdescription\x12\x1f\n" +
 	"\vsnapshot_id\x18\b \x01(\tR\n" +
-	"snapshotId2\xab\x11\n" +
+	"snapshotId2\xe9\x12\n" +
 	"\aControl\x12L\n" +
 	"\vListPlugins\x12\x1d.csisupd.v1.PluginListRequest\x1a\x1e.csisupd.v1.PluginListResponse\x12H\n" +
 	"\tGetPlugin\x12\x1c.csisupd.v1.PluginGetRequest\x1a\x1d.csisupd.v1.PluginGetResponse\x12F\n" +
@@ -4813,7 +5209,9 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x15SetVolumeAvailability\x12%.csisupd.v1.VolumeAvailabilityRequest\x1a&.csisupd.v1.VolumeAvailabilityResponse\x12N\n" +
 	"\vDrainPlugin\x12\x1e.csisupd.v1.PluginDrainRequest\x1a\x1f.csisupd.v1.PluginDrainResponse\x12T\n" +
 	"\x0eGetPluginDrain\x12!.csisupd.v1.PluginDrainGetRequest\x1a\x1f.csisupd.v1.PluginDrainResponse\x12Z\n" +
-	"\x11GetPluginCapacity\x12!.csisupd.v1.PluginCapacityRequest\x1a\".csisupd.v1.PluginCapacityResponse\x12L\n" +
+	"\x11GetPluginCapacity\x12!.csisupd.v1.PluginCapacityRequest\x1a\".csisupd.v1.PluginCapacityResponse\x12[\n" +
+	"\x13ListExternalVolumes\x12\x1f.csisupd.v1.ExternalListRequest\x1a#.csisupd.v1.ExternalVolumesResponse\x12_\n" +
+	"\x15ListExternalSnapshots\x12\x1f.csisupd.v1.ExternalListRequest\x1a%.csisupd.v1.ExternalSnapshotsResponse\x12L\n" +
 	"\vListVolumes\x12\x1d.csisupd.v1.VolumeListRequest\x1a\x1e.csisupd.v1.VolumeListResponse\x12H\n" +
 	"\tGetVolume\x12\x1c.csisupd.v1.VolumeGetRequest\x1a\x1d.csisupd.v1.VolumeGetResponse\x12Q\n" +
 	"\fExpandVolume\x12\x1f.csisupd.v1.VolumeExpandRequest\x1a .csisupd.v1.VolumeExpandResponse\x12Q\n" +
@@ -4841,7 +5239,7 @@ func file_csisupd_v1_control_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_control_proto_rawDescData
 }
 
-var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_csisupd_v1_control_proto_goTypes = []any{
 	(*ClusterNode)(nil),                  // 0: csisupd.v1.ClusterNode
 	(*PluginInstance)(nil),               // 1: csisupd.v1.PluginInstance
@@ -4876,185 +5274,197 @@ var file_csisupd_v1_control_proto_goTypes = []any{
 	(*PluginDrainRequest)(nil),           // 30: csisupd.v1.PluginDrainRequest
 	(*PluginDrainGetRequest)(nil),        // 31: csisupd.v1.PluginDrainGetRequest
 	(*PluginDrainResponse)(nil),          // 32: csisupd.v1.PluginDrainResponse
-	(*PluginCapacityRequest)(nil),        // 33: csisupd.v1.PluginCapacityRequest
-	(*PluginCapacityResponse)(nil),       // 34: csisupd.v1.PluginCapacityResponse
-	(*PluginCapacity)(nil),               // 35: csisupd.v1.PluginCapacity
-	(*PluginDrainClaim)(nil),             // 36: csisupd.v1.PluginDrainClaim
-	(*VolumeReleaseResponse)(nil),        // 37: csisupd.v1.VolumeReleaseResponse
-	(*VolumeListRequest)(nil),            // 38: csisupd.v1.VolumeListRequest
-	(*VolumeListResponse)(nil),           // 39: csisupd.v1.VolumeListResponse
-	(*VolumeGetRequest)(nil),             // 40: csisupd.v1.VolumeGetRequest
-	(*VolumeGetResponse)(nil),            // 41: csisupd.v1.VolumeGetResponse
-	(*VolumeExpandRequest)(nil),          // 42: csisupd.v1.VolumeExpandRequest
-	(*VolumeExpandResponse)(nil),         // 43: csisupd.v1.VolumeExpandResponse
-	(*VolumeModifyRequest)(nil),          // 44: csisupd.v1.VolumeModifyRequest
-	(*VolumeModifyResponse)(nil),         // 45: csisupd.v1.VolumeModifyResponse
-	(*VolumeSnapshotCreateRequest)(nil),  // 46: csisupd.v1.VolumeSnapshotCreateRequest
-	(*VolumeSnapshotCreateResponse)(nil), // 47: csisupd.v1.VolumeSnapshotCreateResponse
-	(*VolumeSnapshotListRequest)(nil),    // 48: csisupd.v1.VolumeSnapshotListRequest
-	(*VolumeSnapshotListResponse)(nil),   // 49: csisupd.v1.VolumeSnapshotListResponse
-	(*VolumeSnapshotGetRequest)(nil),     // 50: csisupd.v1.VolumeSnapshotGetRequest
-	(*VolumeSnapshotGetResponse)(nil),    // 51: csisupd.v1.VolumeSnapshotGetResponse
-	(*VolumeSnapshotDeleteRequest)(nil),  // 52: csisupd.v1.VolumeSnapshotDeleteRequest
-	(*VolumeSnapshotDeleteResponse)(nil), // 53: csisupd.v1.VolumeSnapshotDeleteResponse
-	(*RaftPeer)(nil),                     // 54: csisupd.v1.RaftPeer
-	(*RaftPeersRequest)(nil),             // 55: csisupd.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),            // 56: csisupd.v1.RaftPeersResponse
-	(*RaftRemovePeerRequest)(nil),        // 57: csisupd.v1.RaftRemovePeerRequest
-	(*RaftRemovePeerResponse)(nil),       // 58: csisupd.v1.RaftRemovePeerResponse
-	(*SnapshotSaveRequest)(nil),          // 59: csisupd.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),                // 60: csisupd.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),      // 61: csisupd.v1.SnapshotRestoreResponse
-	(*ClusterEventWatchRequest)(nil),     // 62: csisupd.v1.ClusterEventWatchRequest
-	(*ClusterEvent)(nil),                 // 63: csisupd.v1.ClusterEvent
-	nil,                                  // 64: csisupd.v1.VolumeClaim.PublishContextEntry
-	nil,                                  // 65: csisupd.v1.Volume.ContextEntry
-	nil,                                  // 66: csisupd.v1.Volume.ParametersEntry
-	nil,                                  // 67: csisupd.v1.Volume.MutableParametersEntry
-	nil,                                  // 68: csisupd.v1.TopologySegment.SegmentsEntry
-	nil,                                  // 69: csisupd.v1.VolumeSnapshot.ParametersEntry
-	nil,                                  // 70: csisupd.v1.VolumeCreateRequest.ParametersEntry
-	nil,                                  // 71: csisupd.v1.VolumeCreateRequest.SecretsEntry
-	nil,                                  // 72: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	nil,                                  // 73: csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	nil,                                  // 74: csisupd.v1.VolumeClaimRequest.SecretsEntry
-	nil,                                  // 75: csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	nil,                                  // 76: csisupd.v1.VolumeExpandRequest.SecretsEntry
-	nil,                                  // 77: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	nil,                                  // 78: csisupd.v1.VolumeModifyRequest.SecretsEntry
-	nil,                                  // 79: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	nil,                                  // 80: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	nil,                                  // 81: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),        // 82: google.protobuf.Timestamp
-	(*Plugin)(nil),                       // 83: csisupd.v1.Plugin
-	(*VolumeUsage)(nil),                  // 84: csisupd.v1.VolumeUsage
-	(*Mount)(nil),                        // 85: csisupd.v1.Mount
+	(*ExternalListRequest)(nil),          // 33: csisupd.v1.ExternalListRequest
+	(*ExternalVolume)(nil),               // 34: csisupd.v1.ExternalVolume
+	(*ExternalVolumesResponse)(nil),      // 35: csisupd.v1.ExternalVolumesResponse
+	(*ExternalSnapshot)(nil),             // 36: csisupd.v1.ExternalSnapshot
+	(*ExternalSnapshotsResponse)(nil),    // 37: csisupd.v1.ExternalSnapshotsResponse
+	(*PluginCapacityRequest)(nil),        // 38: csisupd.v1.PluginCapacityRequest
+	(*PluginCapacityResponse)(nil),       // 39: csisupd.v1.PluginCapacityResponse
+	(*PluginCapacity)(nil),               // 40: csisupd.v1.PluginCapacity
+	(*PluginDrainClaim)(nil),             // 41: csisupd.v1.PluginDrainClaim
+	(*VolumeReleaseResponse)(nil),        // 42: csisupd.v1.VolumeReleaseResponse
+	(*VolumeListRequest)(nil),            // 43: csisupd.v1.VolumeListRequest
+	(*VolumeListResponse)(nil),           // 44: csisupd.v1.VolumeListResponse
+	(*VolumeGetRequest)(nil),             // 45: csisupd.v1.VolumeGetRequest
+	(*VolumeGetResponse)(nil),            // 46: csisupd.v1.VolumeGetResponse
+	(*VolumeExpandRequest)(nil),          // 47: csisupd.v1.VolumeExpandRequest
+	(*VolumeExpandResponse)(nil),         // 48: csisupd.v1.VolumeExpandResponse
+	(*VolumeModifyRequest)(nil),          // 49: csisupd.v1.VolumeModifyRequest
+	(*VolumeModifyResponse)(nil),         // 50: csisupd.v1.VolumeModifyResponse
+	(*VolumeSnapshotCreateRequest)(nil),  // 51: csisupd.v1.VolumeSnapshotCreateRequest
+	(*VolumeSnapshotCreateResponse)(nil), // 52: csisupd.v1.VolumeSnapshotCreateResponse
+	(*VolumeSnapshotListRequest)(nil),    // 53: csisupd.v1.VolumeSnapshotListRequest
+	(*VolumeSnapshotListResponse)(nil),   // 54: csisupd.v1.VolumeSnapshotListResponse
+	(*VolumeSnapshotGetRequest)(nil),     // 55: csisupd.v1.VolumeSnapshotGetRequest
+	(*VolumeSnapshotGetResponse)(nil),    // 56: csisupd.v1.VolumeSnapshotGetResponse
+	(*VolumeSnapshotDeleteRequest)(nil),  // 57: csisupd.v1.VolumeSnapshotDeleteRequest
+	(*VolumeSnapshotDeleteResponse)(nil), // 58: csisupd.v1.VolumeSnapshotDeleteResponse
+	(*RaftPeer)(nil),                     // 59: csisupd.v1.RaftPeer
+	(*RaftPeersRequest)(nil),             // 60: csisupd.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),            // 61: csisupd.v1.RaftPeersResponse
+	(*RaftRemovePeerRequest)(nil),        // 62: csisupd.v1.RaftRemovePeerRequest
+	(*RaftRemovePeerResponse)(nil),       // 63: csisupd.v1.RaftRemovePeerResponse
+	(*SnapshotSaveRequest)(nil),          // 64: csisupd.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                // 65: csisupd.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),      // 66: csisupd.v1.SnapshotRestoreResponse
+	(*ClusterEventWatchRequest)(nil),     // 67: csisupd.v1.ClusterEventWatchRequest
+	(*ClusterEvent)(nil),                 // 68: csisupd.v1.ClusterEvent
+	nil,                                  // 69: csisupd.v1.VolumeClaim.PublishContextEntry
+	nil,                                  // 70: csisupd.v1.Volume.ContextEntry
+	nil,                                  // 71: csisupd.v1.Volume.ParametersEntry
+	nil,                                  // 72: csisupd.v1.Volume.MutableParametersEntry
+	nil,                                  // 73: csisupd.v1.TopologySegment.SegmentsEntry
+	nil,                                  // 74: csisupd.v1.VolumeSnapshot.ParametersEntry
+	nil,                                  // 75: csisupd.v1.VolumeCreateRequest.ParametersEntry
+	nil,                                  // 76: csisupd.v1.VolumeCreateRequest.SecretsEntry
+	nil,                                  // 77: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	nil,                                  // 78: csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	nil,                                  // 79: csisupd.v1.VolumeClaimRequest.SecretsEntry
+	nil,                                  // 80: csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	nil,                                  // 81: csisupd.v1.VolumeExpandRequest.SecretsEntry
+	nil,                                  // 82: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	nil,                                  // 83: csisupd.v1.VolumeModifyRequest.SecretsEntry
+	nil,                                  // 84: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	nil,                                  // 85: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	nil,                                  // 86: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),        // 87: google.protobuf.Timestamp
+	(*Plugin)(nil),                       // 88: csisupd.v1.Plugin
+	(*VolumeUsage)(nil),                  // 89: csisupd.v1.VolumeUsage
+	(*Mount)(nil),                        // 90: csisupd.v1.Mount
 }
 var file_csisupd_v1_control_proto_depIdxs = []int32{
-	82, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
-	82, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
-	83, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
-	83, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
+	87, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
+	87, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
+	88, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
+	88, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
 	1,  // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
-	64, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
-	82, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
-	84, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
-	82, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
-	65, // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
-	66, // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
+	69, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
+	87, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
+	89, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
+	87, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
+	70, // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
+	71, // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
 	3,  // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
 	4,  // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
-	82, // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	87, // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	8,  // 15: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
-	67, // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
+	72, // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
 	9,  // 17: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
-	68, // 18: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
+	73, // 18: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
 	6,  // 19: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
 	6,  // 20: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
-	82, // 21: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
-	82, // 22: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	69, // 23: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
+	87, // 21: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	87, // 22: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	74, // 23: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
 	6,  // 24: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	2,  // 25: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
 	2,  // 26: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
 	0,  // 27: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
 	0,  // 28: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
 	3,  // 29: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
-	70, // 30: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
-	71, // 31: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
+	75, // 30: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
+	76, // 31: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
 	7,  // 32: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
 	8,  // 33: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
-	72, // 34: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	77, // 34: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
 	5,  // 35: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
 	5,  // 36: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
 	5,  // 37: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
-	73, // 38: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	78, // 38: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
 	4,  // 39: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
-	84, // 40: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
-	74, // 41: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
+	89, // 40: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	79, // 41: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
 	5,  // 42: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
 	4,  // 43: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
-	75, // 44: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	80, // 44: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
 	5,  // 45: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
-	36, // 46: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
-	85, // 47: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
-	35, // 48: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
-	6,  // 49: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
-	5,  // 50: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
-	5,  // 51: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
-	5,  // 52: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	76, // 53: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
-	5,  // 54: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
-	77, // 55: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	78, // 56: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
-	5,  // 57: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
-	79, // 58: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	80, // 59: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	10, // 60: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	10, // 61: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
-	10, // 62: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	81, // 63: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	82, // 64: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
-	54, // 65: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	82, // 66: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	11, // 67: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	13, // 68: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	15, // 69: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	17, // 70: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	19, // 71: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	21, // 72: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	23, // 73: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	25, // 74: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
-	27, // 75: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
-	28, // 76: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
-	30, // 77: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
-	31, // 78: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
-	33, // 79: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
-	38, // 80: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	40, // 81: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	42, // 82: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
-	44, // 83: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
-	46, // 84: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
-	48, // 85: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
-	50, // 86: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
-	52, // 87: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
-	55, // 88: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	57, // 89: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	59, // 90: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	60, // 91: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	62, // 92: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	12, // 93: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	14, // 94: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	16, // 95: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	18, // 96: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	20, // 97: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	22, // 98: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	24, // 99: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	26, // 100: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
-	37, // 101: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
-	29, // 102: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
-	32, // 103: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
-	32, // 104: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
-	34, // 105: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
-	39, // 106: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	41, // 107: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	43, // 108: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
-	45, // 109: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
-	47, // 110: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
-	49, // 111: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
-	51, // 112: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
-	53, // 113: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
-	56, // 114: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	58, // 115: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	60, // 116: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	61, // 117: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	63, // 118: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	93, // [93:119] is the sub-list for method output_type
-	67, // [67:93] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	41, // 46: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
+	90, // 47: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
+	6,  // 48: csisupd.v1.ExternalVolume.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	34, // 49: csisupd.v1.ExternalVolumesResponse.volumes:type_name -> csisupd.v1.ExternalVolume
+	36, // 50: csisupd.v1.ExternalSnapshotsResponse.snapshots:type_name -> csisupd.v1.ExternalSnapshot
+	40, // 51: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
+	6,  // 52: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
+	5,  // 53: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
+	5,  // 54: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
+	5,  // 55: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
+	81, // 56: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
+	5,  // 57: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
+	82, // 58: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	83, // 59: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
+	5,  // 60: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
+	84, // 61: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	85, // 62: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	10, // 63: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	10, // 64: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
+	10, // 65: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	86, // 66: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	87, // 67: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
+	59, // 68: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	87, // 69: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	11, // 70: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	13, // 71: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	15, // 72: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	17, // 73: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	19, // 74: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	21, // 75: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	23, // 76: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	25, // 77: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	27, // 78: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	28, // 79: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
+	30, // 80: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
+	31, // 81: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
+	38, // 82: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
+	33, // 83: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
+	33, // 84: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
+	43, // 85: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	45, // 86: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	47, // 87: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
+	49, // 88: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
+	51, // 89: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
+	53, // 90: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
+	55, // 91: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
+	57, // 92: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
+	60, // 93: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	62, // 94: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	64, // 95: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	65, // 96: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	67, // 97: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	12, // 98: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	14, // 99: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	16, // 100: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	18, // 101: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	20, // 102: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	22, // 103: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	24, // 104: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	26, // 105: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	42, // 106: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	29, // 107: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
+	32, // 108: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
+	32, // 109: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
+	39, // 110: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
+	35, // 111: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
+	37, // 112: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
+	44, // 113: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	46, // 114: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	48, // 115: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
+	50, // 116: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
+	52, // 117: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
+	54, // 118: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
+	56, // 119: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
+	58, // 120: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
+	61, // 121: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	63, // 122: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	65, // 123: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	66, // 124: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	68, // 125: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	98, // [98:126] is the sub-list for method output_type
+	70, // [70:98] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
@@ -5070,15 +5480,15 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_control_proto_msgTypes[12].OneofWrappers = []any{}
 	file_csisupd_v1_control_proto_msgTypes[16].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[39].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[49].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[44].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[54].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_control_proto_rawDesc), len(file_csisupd_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   82,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

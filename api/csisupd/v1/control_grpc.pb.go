@@ -32,6 +32,8 @@ const (
 	Control_DrainPlugin_FullMethodName           = "/csisupd.v1.Control/DrainPlugin"
 	Control_GetPluginDrain_FullMethodName        = "/csisupd.v1.Control/GetPluginDrain"
 	Control_GetPluginCapacity_FullMethodName     = "/csisupd.v1.Control/GetPluginCapacity"
+	Control_ListExternalVolumes_FullMethodName   = "/csisupd.v1.Control/ListExternalVolumes"
+	Control_ListExternalSnapshots_FullMethodName = "/csisupd.v1.Control/ListExternalSnapshots"
 	Control_ListVolumes_FullMethodName           = "/csisupd.v1.Control/ListVolumes"
 	Control_GetVolume_FullMethodName             = "/csisupd.v1.Control/GetVolume"
 	Control_ExpandVolume_FullMethodName          = "/csisupd.v1.Control/ExpandVolume"
@@ -119,6 +121,17 @@ type ControlClient interface {
 	// a controller in that segment (once without a segment for controllers
 	// that report none), and answers each segment's capacity, or its error.
 	GetPluginCapacity(ctx context.Context, in *PluginCapacityRequest, opts ...grpc.CallOption) (*PluginCapacityResponse, error)
+	// ListExternalVolumes compares what the plugin holds with what the
+	// cluster knows: it lists every page of ListVolumes (LIST_VOLUMES) from
+	// each healthy controller of the plugin (a node-local controller lists
+	// only its own) and marks each volume known (with its cluster id) or
+	// unknown, and each volume of the plugin in the cluster that no
+	// controller listed as missing, once every controller answered.
+	// Adopt an unknown one with RegisterVolume.
+	ListExternalVolumes(ctx context.Context, in *ExternalListRequest, opts ...grpc.CallOption) (*ExternalVolumesResponse, error)
+	// ListExternalSnapshots does the same with ListSnapshots
+	// (LIST_SNAPSHOTS) and the cluster's volume snapshots.
+	ListExternalSnapshots(ctx context.Context, in *ExternalListRequest, opts ...grpc.CallOption) (*ExternalSnapshotsResponse, error)
 	// ListVolumes returns the recorded volumes, sorted by id.
 	ListVolumes(ctx context.Context, in *VolumeListRequest, opts ...grpc.CallOption) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
@@ -304,6 +317,26 @@ func (c *controlClient) GetPluginCapacity(ctx context.Context, in *PluginCapacit
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PluginCapacityResponse)
 	err := c.cc.Invoke(ctx, Control_GetPluginCapacity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListExternalVolumes(ctx context.Context, in *ExternalListRequest, opts ...grpc.CallOption) (*ExternalVolumesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExternalVolumesResponse)
+	err := c.cc.Invoke(ctx, Control_ListExternalVolumes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListExternalSnapshots(ctx context.Context, in *ExternalListRequest, opts ...grpc.CallOption) (*ExternalSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExternalSnapshotsResponse)
+	err := c.cc.Invoke(ctx, Control_ListExternalSnapshots_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -533,6 +566,17 @@ type ControlServer interface {
 	// a controller in that segment (once without a segment for controllers
 	// that report none), and answers each segment's capacity, or its error.
 	GetPluginCapacity(context.Context, *PluginCapacityRequest) (*PluginCapacityResponse, error)
+	// ListExternalVolumes compares what the plugin holds with what the
+	// cluster knows: it lists every page of ListVolumes (LIST_VOLUMES) from
+	// each healthy controller of the plugin (a node-local controller lists
+	// only its own) and marks each volume known (with its cluster id) or
+	// unknown, and each volume of the plugin in the cluster that no
+	// controller listed as missing, once every controller answered.
+	// Adopt an unknown one with RegisterVolume.
+	ListExternalVolumes(context.Context, *ExternalListRequest) (*ExternalVolumesResponse, error)
+	// ListExternalSnapshots does the same with ListSnapshots
+	// (LIST_SNAPSHOTS) and the cluster's volume snapshots.
+	ListExternalSnapshots(context.Context, *ExternalListRequest) (*ExternalSnapshotsResponse, error)
 	// ListVolumes returns the recorded volumes, sorted by id.
 	ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error)
 	// GetVolume returns one volume, or NotFound.
@@ -632,6 +676,12 @@ func (UnimplementedControlServer) GetPluginDrain(context.Context, *PluginDrainGe
 }
 func (UnimplementedControlServer) GetPluginCapacity(context.Context, *PluginCapacityRequest) (*PluginCapacityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPluginCapacity not implemented")
+}
+func (UnimplementedControlServer) ListExternalVolumes(context.Context, *ExternalListRequest) (*ExternalVolumesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListExternalVolumes not implemented")
+}
+func (UnimplementedControlServer) ListExternalSnapshots(context.Context, *ExternalListRequest) (*ExternalSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListExternalSnapshots not implemented")
 }
 func (UnimplementedControlServer) ListVolumes(context.Context, *VolumeListRequest) (*VolumeListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListVolumes not implemented")
@@ -927,6 +977,42 @@ func _Control_GetPluginCapacity_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_ListExternalVolumes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExternalListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListExternalVolumes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListExternalVolumes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListExternalVolumes(ctx, req.(*ExternalListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListExternalSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExternalListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListExternalSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListExternalSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListExternalSnapshots(ctx, req.(*ExternalListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_ListVolumes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(VolumeListRequest)
 	if err := dec(in); err != nil {
@@ -1194,6 +1280,14 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPluginCapacity",
 			Handler:    _Control_GetPluginCapacity_Handler,
+		},
+		{
+			MethodName: "ListExternalVolumes",
+			Handler:    _Control_ListExternalVolumes_Handler,
+		},
+		{
+			MethodName: "ListExternalSnapshots",
+			Handler:    _Control_ListExternalSnapshots_Handler,
 		},
 		{
 			MethodName: "ListVolumes",

@@ -1,0 +1,182 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/plugin"
+)
+
+// Bounds of the external listings: what one plugin may make the leader
+// hold, and how many entries are asked for per page.
+const (
+	maxExternalEntries = 100_000
+	externalPageSize   = 1000
+)
+
+// External states, as ExternalVolume.state and ExternalSnapshot.state name
+// them.
+const (
+	externalKnown   = "known"
+	externalUnknown = "unknown"
+	externalMissing = "missing"
+)
+
+// externalListing is what every controller of a plugin listed: entries by
+// external id, the controllers that listed each, and the controllers that
+// could not be listed.
+type externalListing[E any] struct {
+	entries   map[string]E
+	nodes     map[string][]string
+	errs      []string
+	truncated bool
+}
+
+// listControllers lists every page of each candidate with page (a
+// ListVolumes or ListSnapshots call from a starting token), keyed by id,
+// up to maxExternalEntries in all. A controller whose listing fails, or
+// repeats a page token, is named in errs.
+func listControllers[E any](ctx context.Context, timeout time.Duration, cands []candidate,
+	page func(ctx context.Context, c candidate, token string) ([]E, string, error), id func(E) string,
+) externalListing[E] {
+	out := externalListing[E]{entries: map[string]E{}, nodes: map[string][]string{}}
+	for _, c := range cands {
+		seen := map[string]bool{}
+		token := ""
+		for {
+			pctx, cancel := context.WithTimeout(ctx, timeout)
+			entries, next, err := page(pctx, c, token)
+			cancel()
+			if err != nil {
+				out.errs = append(out.errs, fmt.Sprintf("controller on node %s: %s", c.nodeID, status.Convert(err).Message()))
+				break
+			}
+			for _, e := range entries {
+				k := id(e)
+				if _, dup := out.entries[k]; !dup {
+					if len(out.entries) >= maxExternalEntries {
+						out.truncated = true
+						continue
+					}
+					out.entries[k] = e
+				}
+				if !slices.Contains(out.nodes[k], c.nodeID) {
+					out.nodes[k] = append(out.nodes[k], c.nodeID)
+				}
+			}
+			if next == "" || out.truncated {
+				break
+			}
+			if seen[next] {
+				out.errs = append(out.errs, fmt.Sprintf("controller on node %s: the plugin answered next_token %q twice", c.nodeID, next))
+				break
+			}
+			seen[next] = true
+			token = next
+		}
+	}
+	return out
+}
+
+// listCandidates returns the plugin's healthy controllers that have
+// capability, or the error that says there are none.
+func (s *Server) listCandidates(pluginID, capability string) ([]candidate, error) {
+	cands, err := s.controllerCandidates(pluginID)
+	if err != nil {
+		return nil, err
+	}
+	if cands = withCapability(cands, capability); len(cands) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", pluginID, capability)
+	}
+	return cands, nil
+}
+
+// externalVolumes runs ListExternalVolumes on the leader.
+func (s *Server) externalVolumes(ctx context.Context, pluginID string) (*csisupdv1.ExternalVolumesResponse, error) {
+	cands, err := s.listCandidates(pluginID, plugin.CapListVolumes)
+	if err != nil {
+		return nil, err
+	}
+	l := listControllers(ctx, s.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.ListVolumesResponse_Entry, string, error) {
+		resp, err := s.controllers.ListVolumes(ctx, c.addr, pluginID, &csi.ListVolumesRequest{MaxEntries: externalPageSize, StartingToken: token})
+		return resp.GetEntries(), resp.GetNextToken(), err
+	}, func(e *csi.ListVolumesResponse_Entry) string { return e.GetVolume().GetVolumeId() })
+
+	resp := &csisupdv1.ExternalVolumesResponse{Complete: len(l.errs) == 0 && !l.truncated, Errors: l.errs, Truncated: l.truncated}
+	known := map[string]string{} // external id -> cluster id
+	for _, v := range s.State().Volumes(pluginID) {
+		known[v.GetExternalId()] = v.GetId()
+		if _, listed := l.entries[v.GetExternalId()]; !listed && resp.Complete {
+			resp.Volumes = append(resp.Volumes, &csisupdv1.ExternalVolume{ExternalId: v.GetExternalId(), ClusterId: v.GetId(), State: externalMissing})
+		}
+	}
+	for id, e := range l.entries {
+		ev := &csisupdv1.ExternalVolume{
+			ExternalId: id, ClusterId: known[id], State: externalUnknown,
+			CapacityBytes: e.GetVolume().GetCapacityBytes(), ControllerNodeIds: l.nodes[id],
+		}
+		if ev.ClusterId != "" {
+			ev.State = externalKnown
+		}
+		for _, t := range e.GetVolume().GetAccessibleTopology() {
+			ev.AccessibleTopology = append(ev.AccessibleTopology, &csisupdv1.TopologySegment{Segments: maps.Clone(t.GetSegments())})
+		}
+		resp.Volumes = append(resp.Volumes, ev)
+	}
+	slices.SortFunc(resp.Volumes, func(a, b *csisupdv1.ExternalVolume) int {
+		return cmp.Or(cmp.Compare(externalOrder(a.GetState()), externalOrder(b.GetState())), cmp.Compare(a.GetExternalId(), b.GetExternalId()))
+	})
+	return resp, nil
+}
+
+// externalSnapshots runs ListExternalSnapshots on the leader.
+func (s *Server) externalSnapshots(ctx context.Context, pluginID string) (*csisupdv1.ExternalSnapshotsResponse, error) {
+	cands, err := s.listCandidates(pluginID, plugin.CapListSnapshots)
+	if err != nil {
+		return nil, err
+	}
+	l := listControllers(ctx, s.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
+		resp, err := s.controllers.ListSnapshots(ctx, c.addr, pluginID, &csi.ListSnapshotsRequest{MaxEntries: externalPageSize, StartingToken: token})
+		return resp.GetEntries(), resp.GetNextToken(), err
+	}, func(e *csi.ListSnapshotsResponse_Entry) string { return e.GetSnapshot().GetSnapshotId() })
+
+	resp := &csisupdv1.ExternalSnapshotsResponse{Complete: len(l.errs) == 0 && !l.truncated, Errors: l.errs, Truncated: l.truncated}
+	known := map[string]string{}
+	for _, snap := range s.State().VolumeSnapshots() {
+		if snap.GetPluginId() != pluginID || snap.GetExternalId() == "" {
+			continue // another plugin's, or not made yet
+		}
+		known[snap.GetExternalId()] = snap.GetId()
+		if _, listed := l.entries[snap.GetExternalId()]; !listed && resp.Complete {
+			resp.Snapshots = append(resp.Snapshots, &csisupdv1.ExternalSnapshot{ExternalId: snap.GetExternalId(), ClusterId: snap.GetId(), State: externalMissing})
+		}
+	}
+	for id, e := range l.entries {
+		es := &csisupdv1.ExternalSnapshot{
+			ExternalId: id, ClusterId: known[id], State: externalUnknown, SourceExternalId: e.GetSnapshot().GetSourceVolumeId(),
+			SizeBytes: e.GetSnapshot().GetSizeBytes(), ReadyToUse: e.GetSnapshot().GetReadyToUse(), ControllerNodeIds: l.nodes[id],
+		}
+		if es.ClusterId != "" {
+			es.State = externalKnown
+		}
+		resp.Snapshots = append(resp.Snapshots, es)
+	}
+	slices.SortFunc(resp.Snapshots, func(a, b *csisupdv1.ExternalSnapshot) int {
+		return cmp.Or(cmp.Compare(externalOrder(a.GetState()), externalOrder(b.GetState())), cmp.Compare(a.GetExternalId(), b.GetExternalId()))
+	})
+	return resp, nil
+}
+
+// externalOrder sorts the external states: known, unknown, missing.
+func externalOrder(state string) int {
+	return slices.Index([]string{externalKnown, externalUnknown, externalMissing}, state)
+}
