@@ -656,7 +656,10 @@ type Volume struct {
 	// availability is the operator's (`volume availability`): "" (active)
 	// takes new claims, "pause" refuses them, "drain" refuses them and
 	// releases the volume's claims.
-	Availability  string `protobuf:"bytes,18,opt,name=availability,proto3" json:"availability,omitempty"`
+	Availability string `protobuf:"bytes,18,opt,name=availability,proto3" json:"availability,omitempty"`
+	// conditions are the abnormal health conditions reported of the
+	// volume, one per source ("controller" or a node id), sorted by source.
+	Conditions    []*VolumeCondition `protobuf:"bytes,19,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,7 +820,77 @@ func (x *Volume) GetAvailability() string {
 	return ""
 }
 
+func (x *Volume) GetConditions() []*VolumeCondition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
 // TopologySegment is one CSI topology segment: keys and values.
+// VolumeCondition is an abnormal health condition a source reported of a
+// volume: "controller" (ControllerListVolumeHealth) or a node id
+// (NodeGetVolumeHealth on that node).
+type VolumeCondition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeCondition) Reset() {
+	*x = VolumeCondition{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeCondition) ProtoMessage() {}
+
+func (x *VolumeCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeCondition.ProtoReflect.Descriptor instead.
+func (*VolumeCondition) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VolumeCondition) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *VolumeCondition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *VolumeCondition) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 type TopologySegment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Segments      map[string]string      `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -827,7 +900,7 @@ type TopologySegment struct {
 
 func (x *TopologySegment) Reset() {
 	*x = TopologySegment{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[6]
+	mi := &file_csisupd_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +912,7 @@ func (x *TopologySegment) String() string {
 func (*TopologySegment) ProtoMessage() {}
 
 func (x *TopologySegment) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[6]
+	mi := &file_csisupd_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +925,7 @@ func (x *TopologySegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologySegment.ProtoReflect.Descriptor instead.
 func (*TopologySegment) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TopologySegment) GetSegments() map[string]string {
@@ -876,7 +949,7 @@ type TopologyRequirement struct {
 
 func (x *TopologyRequirement) Reset() {
 	*x = TopologyRequirement{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[7]
+	mi := &file_csisupd_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +961,7 @@ func (x *TopologyRequirement) String() string {
 func (*TopologyRequirement) ProtoMessage() {}
 
 func (x *TopologyRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[7]
+	mi := &file_csisupd_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +974,7 @@ func (x *TopologyRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologyRequirement.ProtoReflect.Descriptor instead.
 func (*TopologyRequirement) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TopologyRequirement) GetRequisite() []*TopologySegment {
@@ -933,7 +1006,7 @@ type VolumeContentSource struct {
 
 func (x *VolumeContentSource) Reset() {
 	*x = VolumeContentSource{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[8]
+	mi := &file_csisupd_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1018,7 @@ func (x *VolumeContentSource) String() string {
 func (*VolumeContentSource) ProtoMessage() {}
 
 func (x *VolumeContentSource) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[8]
+	mi := &file_csisupd_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1031,7 @@ func (x *VolumeContentSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeContentSource.ProtoReflect.Descriptor instead.
 func (*VolumeContentSource) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VolumeContentSource) GetSource() isVolumeContentSource_Source {
@@ -1023,7 +1096,7 @@ type VolumeExpansion struct {
 
 func (x *VolumeExpansion) Reset() {
 	*x = VolumeExpansion{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[9]
+	mi := &file_csisupd_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1108,7 @@ func (x *VolumeExpansion) String() string {
 func (*VolumeExpansion) ProtoMessage() {}
 
 func (x *VolumeExpansion) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[9]
+	mi := &file_csisupd_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1121,7 @@ func (x *VolumeExpansion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpansion.ProtoReflect.Descriptor instead.
 func (*VolumeExpansion) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *VolumeExpansion) GetCapacityBytes() int64 {
@@ -1130,7 +1203,7 @@ type VolumeSnapshot struct {
 
 func (x *VolumeSnapshot) Reset() {
 	*x = VolumeSnapshot{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[10]
+	mi := &file_csisupd_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1215,7 @@ func (x *VolumeSnapshot) String() string {
 func (*VolumeSnapshot) ProtoMessage() {}
 
 func (x *VolumeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[10]
+	mi := &file_csisupd_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1228,7 @@ func (x *VolumeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshot.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshot) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VolumeSnapshot) GetId() string {
@@ -1270,7 +1343,7 @@ type PluginListRequest struct {
 
 func (x *PluginListRequest) Reset() {
 	*x = PluginListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[11]
+	mi := &file_csisupd_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1355,7 @@ func (x *PluginListRequest) String() string {
 func (*PluginListRequest) ProtoMessage() {}
 
 func (x *PluginListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[11]
+	mi := &file_csisupd_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1368,7 @@ func (x *PluginListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginListRequest.ProtoReflect.Descriptor instead.
 func (*PluginListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PluginListRequest) GetStale() bool {
@@ -1332,7 +1405,7 @@ type PluginListResponse struct {
 
 func (x *PluginListResponse) Reset() {
 	*x = PluginListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[12]
+	mi := &file_csisupd_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1417,7 @@ func (x *PluginListResponse) String() string {
 func (*PluginListResponse) ProtoMessage() {}
 
 func (x *PluginListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[12]
+	mi := &file_csisupd_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1430,7 @@ func (x *PluginListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginListResponse.ProtoReflect.Descriptor instead.
 func (*PluginListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PluginListResponse) GetPlugins() []*ClusterPlugin {
@@ -1391,7 +1464,7 @@ type PluginGetRequest struct {
 
 func (x *PluginGetRequest) Reset() {
 	*x = PluginGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[13]
+	mi := &file_csisupd_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1476,7 @@ func (x *PluginGetRequest) String() string {
 func (*PluginGetRequest) ProtoMessage() {}
 
 func (x *PluginGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[13]
+	mi := &file_csisupd_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1489,7 @@ func (x *PluginGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginGetRequest.ProtoReflect.Descriptor instead.
 func (*PluginGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PluginGetRequest) GetId() string {
@@ -1443,7 +1516,7 @@ type PluginGetResponse struct {
 
 func (x *PluginGetResponse) Reset() {
 	*x = PluginGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[14]
+	mi := &file_csisupd_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1528,7 @@ func (x *PluginGetResponse) String() string {
 func (*PluginGetResponse) ProtoMessage() {}
 
 func (x *PluginGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[14]
+	mi := &file_csisupd_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1541,7 @@ func (x *PluginGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginGetResponse.ProtoReflect.Descriptor instead.
 func (*PluginGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PluginGetResponse) GetPlugin() *ClusterPlugin {
@@ -1503,7 +1576,7 @@ type NodeListRequest struct {
 
 func (x *NodeListRequest) Reset() {
 	*x = NodeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[15]
+	mi := &file_csisupd_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1588,7 @@ func (x *NodeListRequest) String() string {
 func (*NodeListRequest) ProtoMessage() {}
 
 func (x *NodeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[15]
+	mi := &file_csisupd_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1601,7 @@ func (x *NodeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeListRequest.ProtoReflect.Descriptor instead.
 func (*NodeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeListRequest) GetStale() bool {
@@ -1579,7 +1652,7 @@ type NodeListResponse struct {
 
 func (x *NodeListResponse) Reset() {
 	*x = NodeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[16]
+	mi := &file_csisupd_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1664,7 @@ func (x *NodeListResponse) String() string {
 func (*NodeListResponse) ProtoMessage() {}
 
 func (x *NodeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[16]
+	mi := &file_csisupd_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1677,7 @@ func (x *NodeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeListResponse.ProtoReflect.Descriptor instead.
 func (*NodeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeListResponse) GetNodes() []*ClusterNode {
@@ -1638,7 +1711,7 @@ type NodeGetRequest struct {
 
 func (x *NodeGetRequest) Reset() {
 	*x = NodeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[17]
+	mi := &file_csisupd_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1723,7 @@ func (x *NodeGetRequest) String() string {
 func (*NodeGetRequest) ProtoMessage() {}
 
 func (x *NodeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[17]
+	mi := &file_csisupd_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1736,7 @@ func (x *NodeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGetRequest.ProtoReflect.Descriptor instead.
 func (*NodeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeGetRequest) GetId() string {
@@ -1690,7 +1763,7 @@ type NodeGetResponse struct {
 
 func (x *NodeGetResponse) Reset() {
 	*x = NodeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[18]
+	mi := &file_csisupd_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1775,7 @@ func (x *NodeGetResponse) String() string {
 func (*NodeGetResponse) ProtoMessage() {}
 
 func (x *NodeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[18]
+	mi := &file_csisupd_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1788,7 @@ func (x *NodeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGetResponse.ProtoReflect.Descriptor instead.
 func (*NodeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeGetResponse) GetNode() *ClusterNode {
@@ -1758,7 +1831,7 @@ type VolumeCreateRequest struct {
 
 func (x *VolumeCreateRequest) Reset() {
 	*x = VolumeCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[19]
+	mi := &file_csisupd_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1843,7 @@ func (x *VolumeCreateRequest) String() string {
 func (*VolumeCreateRequest) ProtoMessage() {}
 
 func (x *VolumeCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[19]
+	mi := &file_csisupd_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1856,7 @@ func (x *VolumeCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *VolumeCreateRequest) GetId() string {
@@ -1865,7 +1938,7 @@ type VolumeCreateResponse struct {
 
 func (x *VolumeCreateResponse) Reset() {
 	*x = VolumeCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+	mi := &file_csisupd_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +1950,7 @@ func (x *VolumeCreateResponse) String() string {
 func (*VolumeCreateResponse) ProtoMessage() {}
 
 func (x *VolumeCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+	mi := &file_csisupd_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +1963,7 @@ func (x *VolumeCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *VolumeCreateResponse) GetVolume() *Volume {
@@ -1909,7 +1982,7 @@ type VolumeRegisterRequest struct {
 
 func (x *VolumeRegisterRequest) Reset() {
 	*x = VolumeRegisterRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+	mi := &file_csisupd_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +1994,7 @@ func (x *VolumeRegisterRequest) String() string {
 func (*VolumeRegisterRequest) ProtoMessage() {}
 
 func (x *VolumeRegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+	mi := &file_csisupd_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2007,7 @@ func (x *VolumeRegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRegisterRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRegisterRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VolumeRegisterRequest) GetVolume() *Volume {
@@ -1953,7 +2026,7 @@ type VolumeRegisterResponse struct {
 
 func (x *VolumeRegisterResponse) Reset() {
 	*x = VolumeRegisterResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[22]
+	mi := &file_csisupd_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2038,7 @@ func (x *VolumeRegisterResponse) String() string {
 func (*VolumeRegisterResponse) ProtoMessage() {}
 
 func (x *VolumeRegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[22]
+	mi := &file_csisupd_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2051,7 @@ func (x *VolumeRegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRegisterResponse.ProtoReflect.Descriptor instead.
 func (*VolumeRegisterResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *VolumeRegisterResponse) GetVolume() *Volume {
@@ -2003,7 +2076,7 @@ type VolumeDeleteRequest struct {
 
 func (x *VolumeDeleteRequest) Reset() {
 	*x = VolumeDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[23]
+	mi := &file_csisupd_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2088,7 @@ func (x *VolumeDeleteRequest) String() string {
 func (*VolumeDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[23]
+	mi := &file_csisupd_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2101,7 @@ func (x *VolumeDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *VolumeDeleteRequest) GetId() string {
@@ -2070,7 +2143,7 @@ type VolumeDeleteResponse struct {
 
 func (x *VolumeDeleteResponse) Reset() {
 	*x = VolumeDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[24]
+	mi := &file_csisupd_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2155,7 @@ func (x *VolumeDeleteResponse) String() string {
 func (*VolumeDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[24]
+	mi := &file_csisupd_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2168,7 @@ func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *VolumeDeleteResponse) GetClaimsLeft() []*VolumeClaim {
@@ -2121,7 +2194,7 @@ type VolumeClaimRequest struct {
 
 func (x *VolumeClaimRequest) Reset() {
 	*x = VolumeClaimRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[25]
+	mi := &file_csisupd_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2206,7 @@ func (x *VolumeClaimRequest) String() string {
 func (*VolumeClaimRequest) ProtoMessage() {}
 
 func (x *VolumeClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[25]
+	mi := &file_csisupd_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2219,7 @@ func (x *VolumeClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeClaimRequest.ProtoReflect.Descriptor instead.
 func (*VolumeClaimRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VolumeClaimRequest) GetId() string {
@@ -2194,7 +2267,7 @@ type VolumeClaimResponse struct {
 
 func (x *VolumeClaimResponse) Reset() {
 	*x = VolumeClaimResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[26]
+	mi := &file_csisupd_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2279,7 @@ func (x *VolumeClaimResponse) String() string {
 func (*VolumeClaimResponse) ProtoMessage() {}
 
 func (x *VolumeClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[26]
+	mi := &file_csisupd_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2292,7 @@ func (x *VolumeClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeClaimResponse.ProtoReflect.Descriptor instead.
 func (*VolumeClaimResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VolumeClaimResponse) GetVolume() *Volume {
@@ -2255,7 +2328,7 @@ type VolumeReleaseRequest struct {
 
 func (x *VolumeReleaseRequest) Reset() {
 	*x = VolumeReleaseRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[27]
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2340,7 @@ func (x *VolumeReleaseRequest) String() string {
 func (*VolumeReleaseRequest) ProtoMessage() {}
 
 func (x *VolumeReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[27]
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2353,7 @@ func (x *VolumeReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseRequest.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VolumeReleaseRequest) GetId() string {
@@ -2329,7 +2402,7 @@ type VolumeAvailabilityRequest struct {
 
 func (x *VolumeAvailabilityRequest) Reset() {
 	*x = VolumeAvailabilityRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2414,7 @@ func (x *VolumeAvailabilityRequest) String() string {
 func (*VolumeAvailabilityRequest) ProtoMessage() {}
 
 func (x *VolumeAvailabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2427,7 @@ func (x *VolumeAvailabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAvailabilityRequest.ProtoReflect.Descriptor instead.
 func (*VolumeAvailabilityRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *VolumeAvailabilityRequest) GetId() string {
@@ -2380,7 +2453,7 @@ type VolumeAvailabilityResponse struct {
 
 func (x *VolumeAvailabilityResponse) Reset() {
 	*x = VolumeAvailabilityResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2465,7 @@ func (x *VolumeAvailabilityResponse) String() string {
 func (*VolumeAvailabilityResponse) ProtoMessage() {}
 
 func (x *VolumeAvailabilityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2478,7 @@ func (x *VolumeAvailabilityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAvailabilityResponse.ProtoReflect.Descriptor instead.
 func (*VolumeAvailabilityResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *VolumeAvailabilityResponse) GetVolume() *Volume {
@@ -2427,7 +2500,7 @@ type PluginDrainRequest struct {
 
 func (x *PluginDrainRequest) Reset() {
 	*x = PluginDrainRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2512,7 @@ func (x *PluginDrainRequest) String() string {
 func (*PluginDrainRequest) ProtoMessage() {}
 
 func (x *PluginDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2525,7 @@ func (x *PluginDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainRequest.ProtoReflect.Descriptor instead.
 func (*PluginDrainRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PluginDrainRequest) GetPluginId() string {
@@ -2486,7 +2559,7 @@ type PluginDrainGetRequest struct {
 
 func (x *PluginDrainGetRequest) Reset() {
 	*x = PluginDrainGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2571,7 @@ func (x *PluginDrainGetRequest) String() string {
 func (*PluginDrainGetRequest) ProtoMessage() {}
 
 func (x *PluginDrainGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2584,7 @@ func (x *PluginDrainGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainGetRequest.ProtoReflect.Descriptor instead.
 func (*PluginDrainGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PluginDrainGetRequest) GetPluginId() string {
@@ -2544,7 +2617,7 @@ type PluginDrainResponse struct {
 
 func (x *PluginDrainResponse) Reset() {
 	*x = PluginDrainResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2629,7 @@ func (x *PluginDrainResponse) String() string {
 func (*PluginDrainResponse) ProtoMessage() {}
 
 func (x *PluginDrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2642,7 @@ func (x *PluginDrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainResponse.ProtoReflect.Descriptor instead.
 func (*PluginDrainResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PluginDrainResponse) GetDraining() bool {
@@ -2609,7 +2682,7 @@ type ExternalListRequest struct {
 
 func (x *ExternalListRequest) Reset() {
 	*x = ExternalListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2694,7 @@ func (x *ExternalListRequest) String() string {
 func (*ExternalListRequest) ProtoMessage() {}
 
 func (x *ExternalListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2707,7 @@ func (x *ExternalListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalListRequest.ProtoReflect.Descriptor instead.
 func (*ExternalListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExternalListRequest) GetPluginId() string {
@@ -2661,7 +2734,7 @@ type ExternalVolume struct {
 
 func (x *ExternalVolume) Reset() {
 	*x = ExternalVolume{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2746,7 @@ func (x *ExternalVolume) String() string {
 func (*ExternalVolume) ProtoMessage() {}
 
 func (x *ExternalVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2759,7 @@ func (x *ExternalVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalVolume.ProtoReflect.Descriptor instead.
 func (*ExternalVolume) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExternalVolume) GetExternalId() string {
@@ -2747,7 +2820,7 @@ type ExternalVolumesResponse struct {
 
 func (x *ExternalVolumesResponse) Reset() {
 	*x = ExternalVolumesResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2832,7 @@ func (x *ExternalVolumesResponse) String() string {
 func (*ExternalVolumesResponse) ProtoMessage() {}
 
 func (x *ExternalVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2845,7 @@ func (x *ExternalVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ExternalVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExternalVolumesResponse) GetVolumes() []*ExternalVolume {
@@ -2818,7 +2891,7 @@ type ExternalSnapshot struct {
 
 func (x *ExternalSnapshot) Reset() {
 	*x = ExternalSnapshot{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2903,7 @@ func (x *ExternalSnapshot) String() string {
 func (*ExternalSnapshot) ProtoMessage() {}
 
 func (x *ExternalSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2916,7 @@ func (x *ExternalSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalSnapshot.ProtoReflect.Descriptor instead.
 func (*ExternalSnapshot) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExternalSnapshot) GetExternalId() string {
@@ -2907,7 +2980,7 @@ type ExternalSnapshotsResponse struct {
 
 func (x *ExternalSnapshotsResponse) Reset() {
 	*x = ExternalSnapshotsResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +2992,7 @@ func (x *ExternalSnapshotsResponse) String() string {
 func (*ExternalSnapshotsResponse) ProtoMessage() {}
 
 func (x *ExternalSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3005,7 @@ func (x *ExternalSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ExternalSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExternalSnapshotsResponse) GetSnapshots() []*ExternalSnapshot {
@@ -2972,7 +3045,7 @@ type PluginCapacityRequest struct {
 
 func (x *PluginCapacityRequest) Reset() {
 	*x = PluginCapacityRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3057,7 @@ func (x *PluginCapacityRequest) String() string {
 func (*PluginCapacityRequest) ProtoMessage() {}
 
 func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3070,7 @@ func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityRequest.ProtoReflect.Descriptor instead.
 func (*PluginCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PluginCapacityRequest) GetPluginId() string {
@@ -3017,7 +3090,7 @@ type PluginCapacityResponse struct {
 
 func (x *PluginCapacityResponse) Reset() {
 	*x = PluginCapacityResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3102,7 @@ func (x *PluginCapacityResponse) String() string {
 func (*PluginCapacityResponse) ProtoMessage() {}
 
 func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3115,7 @@ func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityResponse.ProtoReflect.Descriptor instead.
 func (*PluginCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PluginCapacityResponse) GetCapacities() []*PluginCapacity {
@@ -3073,7 +3146,7 @@ type PluginCapacity struct {
 
 func (x *PluginCapacity) Reset() {
 	*x = PluginCapacity{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3158,7 @@ func (x *PluginCapacity) String() string {
 func (*PluginCapacity) ProtoMessage() {}
 
 func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3171,7 @@ func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacity.ProtoReflect.Descriptor instead.
 func (*PluginCapacity) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PluginCapacity) GetSegment() *TopologySegment {
@@ -3154,7 +3227,7 @@ type PluginDrainClaim struct {
 
 func (x *PluginDrainClaim) Reset() {
 	*x = PluginDrainClaim{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3239,7 @@ func (x *PluginDrainClaim) String() string {
 func (*PluginDrainClaim) ProtoMessage() {}
 
 func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3252,7 @@ func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainClaim.ProtoReflect.Descriptor instead.
 func (*PluginDrainClaim) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PluginDrainClaim) GetVolumeId() string {
@@ -3212,7 +3285,7 @@ type VolumeReleaseResponse struct {
 
 func (x *VolumeReleaseResponse) Reset() {
 	*x = VolumeReleaseResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3297,7 @@ func (x *VolumeReleaseResponse) String() string {
 func (*VolumeReleaseResponse) ProtoMessage() {}
 
 func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3310,7 @@ func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseResponse.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *VolumeReleaseResponse) GetVolume() *Volume {
@@ -3263,7 +3336,7 @@ type VolumeListRequest struct {
 
 func (x *VolumeListRequest) Reset() {
 	*x = VolumeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3348,7 @@ func (x *VolumeListRequest) String() string {
 func (*VolumeListRequest) ProtoMessage() {}
 
 func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3361,7 @@ func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *VolumeListRequest) GetPluginId() string {
@@ -3332,7 +3405,7 @@ type VolumeListResponse struct {
 
 func (x *VolumeListResponse) Reset() {
 	*x = VolumeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3417,7 @@ func (x *VolumeListResponse) String() string {
 func (*VolumeListResponse) ProtoMessage() {}
 
 func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3430,7 @@ func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *VolumeListResponse) GetVolumes() []*Volume {
@@ -3391,7 +3464,7 @@ type VolumeGetRequest struct {
 
 func (x *VolumeGetRequest) Reset() {
 	*x = VolumeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3476,7 @@ func (x *VolumeGetRequest) String() string {
 func (*VolumeGetRequest) ProtoMessage() {}
 
 func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3489,7 @@ func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *VolumeGetRequest) GetId() string {
@@ -3443,7 +3516,7 @@ type VolumeGetResponse struct {
 
 func (x *VolumeGetResponse) Reset() {
 	*x = VolumeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +3528,7 @@ func (x *VolumeGetResponse) String() string {
 func (*VolumeGetResponse) ProtoMessage() {}
 
 func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +3541,7 @@ func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *VolumeGetResponse) GetVolume() *Volume {
@@ -3502,7 +3575,7 @@ type VolumeExpandRequest struct {
 
 func (x *VolumeExpandRequest) Reset() {
 	*x = VolumeExpandRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3514,7 +3587,7 @@ func (x *VolumeExpandRequest) String() string {
 func (*VolumeExpandRequest) ProtoMessage() {}
 
 func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3527,7 +3600,7 @@ func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandRequest.ProtoReflect.Descriptor instead.
 func (*VolumeExpandRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VolumeExpandRequest) GetId() string {
@@ -3567,7 +3640,7 @@ type VolumeExpandResponse struct {
 
 func (x *VolumeExpandResponse) Reset() {
 	*x = VolumeExpandResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3652,7 @@ func (x *VolumeExpandResponse) String() string {
 func (*VolumeExpandResponse) ProtoMessage() {}
 
 func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3665,7 @@ func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandResponse.ProtoReflect.Descriptor instead.
 func (*VolumeExpandResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VolumeExpandResponse) GetVolume() *Volume {
@@ -3614,7 +3687,7 @@ type VolumeModifyRequest struct {
 
 func (x *VolumeModifyRequest) Reset() {
 	*x = VolumeModifyRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3699,7 @@ func (x *VolumeModifyRequest) String() string {
 func (*VolumeModifyRequest) ProtoMessage() {}
 
 func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3712,7 @@ func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyRequest.ProtoReflect.Descriptor instead.
 func (*VolumeModifyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VolumeModifyRequest) GetId() string {
@@ -3672,7 +3745,7 @@ type VolumeModifyResponse struct {
 
 func (x *VolumeModifyResponse) Reset() {
 	*x = VolumeModifyResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3757,7 @@ func (x *VolumeModifyResponse) String() string {
 func (*VolumeModifyResponse) ProtoMessage() {}
 
 func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3770,7 @@ func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyResponse.ProtoReflect.Descriptor instead.
 func (*VolumeModifyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VolumeModifyResponse) GetVolume() *Volume {
@@ -3722,7 +3795,7 @@ type VolumeSnapshotCreateRequest struct {
 
 func (x *VolumeSnapshotCreateRequest) Reset() {
 	*x = VolumeSnapshotCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3734,7 +3807,7 @@ func (x *VolumeSnapshotCreateRequest) String() string {
 func (*VolumeSnapshotCreateRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3747,7 +3820,7 @@ func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VolumeSnapshotCreateRequest) GetVolumeId() string {
@@ -3787,7 +3860,7 @@ type VolumeSnapshotCreateResponse struct {
 
 func (x *VolumeSnapshotCreateResponse) Reset() {
 	*x = VolumeSnapshotCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +3872,7 @@ func (x *VolumeSnapshotCreateResponse) String() string {
 func (*VolumeSnapshotCreateResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +3885,7 @@ func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VolumeSnapshotCreateResponse) GetSnapshot() *VolumeSnapshot {
@@ -3838,7 +3911,7 @@ type VolumeSnapshotListRequest struct {
 
 func (x *VolumeSnapshotListRequest) Reset() {
 	*x = VolumeSnapshotListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +3923,7 @@ func (x *VolumeSnapshotListRequest) String() string {
 func (*VolumeSnapshotListRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +3936,7 @@ func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VolumeSnapshotListRequest) GetVolumeId() string {
@@ -3913,7 +3986,7 @@ type VolumeSnapshotListResponse struct {
 
 func (x *VolumeSnapshotListResponse) Reset() {
 	*x = VolumeSnapshotListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +3998,7 @@ func (x *VolumeSnapshotListResponse) String() string {
 func (*VolumeSnapshotListResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4011,7 @@ func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *VolumeSnapshotListResponse) GetSnapshots() []*VolumeSnapshot {
@@ -3972,7 +4045,7 @@ type VolumeSnapshotGetRequest struct {
 
 func (x *VolumeSnapshotGetRequest) Reset() {
 	*x = VolumeSnapshotGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3984,7 +4057,7 @@ func (x *VolumeSnapshotGetRequest) String() string {
 func (*VolumeSnapshotGetRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3997,7 +4070,7 @@ func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *VolumeSnapshotGetRequest) GetId() string {
@@ -4024,7 +4097,7 @@ type VolumeSnapshotGetResponse struct {
 
 func (x *VolumeSnapshotGetResponse) Reset() {
 	*x = VolumeSnapshotGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4036,7 +4109,7 @@ func (x *VolumeSnapshotGetResponse) String() string {
 func (*VolumeSnapshotGetResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4049,7 +4122,7 @@ func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *VolumeSnapshotGetResponse) GetSnapshot() *VolumeSnapshot {
@@ -4077,7 +4150,7 @@ type VolumeSnapshotDeleteRequest struct {
 
 func (x *VolumeSnapshotDeleteRequest) Reset() {
 	*x = VolumeSnapshotDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4162,7 @@ func (x *VolumeSnapshotDeleteRequest) String() string {
 func (*VolumeSnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4175,7 @@ func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *VolumeSnapshotDeleteRequest) GetId() string {
@@ -4127,7 +4200,7 @@ type VolumeSnapshotDeleteResponse struct {
 
 func (x *VolumeSnapshotDeleteResponse) Reset() {
 	*x = VolumeSnapshotDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4139,7 +4212,7 @@ func (x *VolumeSnapshotDeleteResponse) String() string {
 func (*VolumeSnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4152,7 +4225,7 @@ func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 // RaftPeer is one server of the raft configuration.
@@ -4186,7 +4259,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4198,7 +4271,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4211,7 +4284,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -4292,7 +4365,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4304,7 +4377,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4317,7 +4390,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 type RaftPeersResponse struct {
@@ -4331,7 +4404,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4343,7 +4416,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4356,7 +4429,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -4389,7 +4462,7 @@ type RaftRemovePeerRequest struct {
 
 func (x *RaftRemovePeerRequest) Reset() {
 	*x = RaftRemovePeerRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4401,7 +4474,7 @@ func (x *RaftRemovePeerRequest) String() string {
 func (*RaftRemovePeerRequest) ProtoMessage() {}
 
 func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4414,7 +4487,7 @@ func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RaftRemovePeerRequest) GetId() string {
@@ -4432,7 +4505,7 @@ type RaftRemovePeerResponse struct {
 
 func (x *RaftRemovePeerResponse) Reset() {
 	*x = RaftRemovePeerResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4444,7 +4517,7 @@ func (x *RaftRemovePeerResponse) String() string {
 func (*RaftRemovePeerResponse) ProtoMessage() {}
 
 func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4457,7 +4530,7 @@ func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 type SnapshotSaveRequest struct {
@@ -4468,7 +4541,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[64]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4480,7 +4553,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[64]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4493,7 +4566,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 // SnapshotChunk is one piece of a snapshot stream.
@@ -4506,7 +4579,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[65]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4518,7 +4591,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[65]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4531,7 +4604,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -4550,7 +4623,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[66]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4562,7 +4635,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[66]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4575,7 +4648,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -4599,7 +4672,7 @@ type ClusterEventWatchRequest struct {
 
 func (x *ClusterEventWatchRequest) Reset() {
 	*x = ClusterEventWatchRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[67]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +4684,7 @@ func (x *ClusterEventWatchRequest) String() string {
 func (*ClusterEventWatchRequest) ProtoMessage() {}
 
 func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[67]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +4697,7 @@ func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEventWatchRequest.ProtoReflect.Descriptor instead.
 func (*ClusterEventWatchRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ClusterEventWatchRequest) GetFromIndex() uint64 {
@@ -4667,7 +4740,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[68]
+	mi := &file_csisupd_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +4752,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[68]
+	mi := &file_csisupd_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +4765,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ClusterEvent) GetIndex() uint64 {
@@ -4820,7 +4893,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\rskipped_steps\x18\x12 \x03(\tR\fskippedSteps\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\t\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -4844,7 +4917,10 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x0econtent_source\x18\x0f \x01(\v2\x1f.csisupd.v1.VolumeContentSourceR\rcontentSource\x12X\n" +
 	"\x12mutable_parameters\x18\x10 \x03(\v2).csisupd.v1.Volume.MutableParametersEntryR\x11mutableParameters\x129\n" +
 	"\texpansion\x18\x11 \x01(\v2\x1b.csisupd.v1.VolumeExpansionR\texpansion\x12\"\n" +
-	"\favailability\x18\x12 \x01(\tR\favailability\x1a:\n" +
+	"\favailability\x18\x12 \x01(\tR\favailability\x12;\n" +
+	"\n" +
+	"conditions\x18\x13 \x03(\v2\x1b.csisupd.v1.VolumeConditionR\n" +
+	"conditions\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
@@ -4853,7 +4929,11 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aD\n" +
 	"\x16MutableParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
+	"\x0fVolumeCondition\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\x95\x01\n" +
 	"\x0fTopologySegment\x12E\n" +
 	"\bsegments\x18\x01 \x03(\v2).csisupd.v1.TopologySegment.SegmentsEntryR\bsegments\x1a;\n" +
 	"\rSegmentsEntry\x12\x10\n" +
@@ -5239,7 +5319,7 @@ func file_csisupd_v1_control_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_control_proto_rawDescData
 }
 
-var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_csisupd_v1_control_proto_goTypes = []any{
 	(*ClusterNode)(nil),                  // 0: csisupd.v1.ClusterNode
 	(*PluginInstance)(nil),               // 1: csisupd.v1.PluginInstance
@@ -5247,224 +5327,227 @@ var file_csisupd_v1_control_proto_goTypes = []any{
 	(*VolumeCapability)(nil),             // 3: csisupd.v1.VolumeCapability
 	(*VolumeClaim)(nil),                  // 4: csisupd.v1.VolumeClaim
 	(*Volume)(nil),                       // 5: csisupd.v1.Volume
-	(*TopologySegment)(nil),              // 6: csisupd.v1.TopologySegment
-	(*TopologyRequirement)(nil),          // 7: csisupd.v1.TopologyRequirement
-	(*VolumeContentSource)(nil),          // 8: csisupd.v1.VolumeContentSource
-	(*VolumeExpansion)(nil),              // 9: csisupd.v1.VolumeExpansion
-	(*VolumeSnapshot)(nil),               // 10: csisupd.v1.VolumeSnapshot
-	(*PluginListRequest)(nil),            // 11: csisupd.v1.PluginListRequest
-	(*PluginListResponse)(nil),           // 12: csisupd.v1.PluginListResponse
-	(*PluginGetRequest)(nil),             // 13: csisupd.v1.PluginGetRequest
-	(*PluginGetResponse)(nil),            // 14: csisupd.v1.PluginGetResponse
-	(*NodeListRequest)(nil),              // 15: csisupd.v1.NodeListRequest
-	(*NodeListResponse)(nil),             // 16: csisupd.v1.NodeListResponse
-	(*NodeGetRequest)(nil),               // 17: csisupd.v1.NodeGetRequest
-	(*NodeGetResponse)(nil),              // 18: csisupd.v1.NodeGetResponse
-	(*VolumeCreateRequest)(nil),          // 19: csisupd.v1.VolumeCreateRequest
-	(*VolumeCreateResponse)(nil),         // 20: csisupd.v1.VolumeCreateResponse
-	(*VolumeRegisterRequest)(nil),        // 21: csisupd.v1.VolumeRegisterRequest
-	(*VolumeRegisterResponse)(nil),       // 22: csisupd.v1.VolumeRegisterResponse
-	(*VolumeDeleteRequest)(nil),          // 23: csisupd.v1.VolumeDeleteRequest
-	(*VolumeDeleteResponse)(nil),         // 24: csisupd.v1.VolumeDeleteResponse
-	(*VolumeClaimRequest)(nil),           // 25: csisupd.v1.VolumeClaimRequest
-	(*VolumeClaimResponse)(nil),          // 26: csisupd.v1.VolumeClaimResponse
-	(*VolumeReleaseRequest)(nil),         // 27: csisupd.v1.VolumeReleaseRequest
-	(*VolumeAvailabilityRequest)(nil),    // 28: csisupd.v1.VolumeAvailabilityRequest
-	(*VolumeAvailabilityResponse)(nil),   // 29: csisupd.v1.VolumeAvailabilityResponse
-	(*PluginDrainRequest)(nil),           // 30: csisupd.v1.PluginDrainRequest
-	(*PluginDrainGetRequest)(nil),        // 31: csisupd.v1.PluginDrainGetRequest
-	(*PluginDrainResponse)(nil),          // 32: csisupd.v1.PluginDrainResponse
-	(*ExternalListRequest)(nil),          // 33: csisupd.v1.ExternalListRequest
-	(*ExternalVolume)(nil),               // 34: csisupd.v1.ExternalVolume
-	(*ExternalVolumesResponse)(nil),      // 35: csisupd.v1.ExternalVolumesResponse
-	(*ExternalSnapshot)(nil),             // 36: csisupd.v1.ExternalSnapshot
-	(*ExternalSnapshotsResponse)(nil),    // 37: csisupd.v1.ExternalSnapshotsResponse
-	(*PluginCapacityRequest)(nil),        // 38: csisupd.v1.PluginCapacityRequest
-	(*PluginCapacityResponse)(nil),       // 39: csisupd.v1.PluginCapacityResponse
-	(*PluginCapacity)(nil),               // 40: csisupd.v1.PluginCapacity
-	(*PluginDrainClaim)(nil),             // 41: csisupd.v1.PluginDrainClaim
-	(*VolumeReleaseResponse)(nil),        // 42: csisupd.v1.VolumeReleaseResponse
-	(*VolumeListRequest)(nil),            // 43: csisupd.v1.VolumeListRequest
-	(*VolumeListResponse)(nil),           // 44: csisupd.v1.VolumeListResponse
-	(*VolumeGetRequest)(nil),             // 45: csisupd.v1.VolumeGetRequest
-	(*VolumeGetResponse)(nil),            // 46: csisupd.v1.VolumeGetResponse
-	(*VolumeExpandRequest)(nil),          // 47: csisupd.v1.VolumeExpandRequest
-	(*VolumeExpandResponse)(nil),         // 48: csisupd.v1.VolumeExpandResponse
-	(*VolumeModifyRequest)(nil),          // 49: csisupd.v1.VolumeModifyRequest
-	(*VolumeModifyResponse)(nil),         // 50: csisupd.v1.VolumeModifyResponse
-	(*VolumeSnapshotCreateRequest)(nil),  // 51: csisupd.v1.VolumeSnapshotCreateRequest
-	(*VolumeSnapshotCreateResponse)(nil), // 52: csisupd.v1.VolumeSnapshotCreateResponse
-	(*VolumeSnapshotListRequest)(nil),    // 53: csisupd.v1.VolumeSnapshotListRequest
-	(*VolumeSnapshotListResponse)(nil),   // 54: csisupd.v1.VolumeSnapshotListResponse
-	(*VolumeSnapshotGetRequest)(nil),     // 55: csisupd.v1.VolumeSnapshotGetRequest
-	(*VolumeSnapshotGetResponse)(nil),    // 56: csisupd.v1.VolumeSnapshotGetResponse
-	(*VolumeSnapshotDeleteRequest)(nil),  // 57: csisupd.v1.VolumeSnapshotDeleteRequest
-	(*VolumeSnapshotDeleteResponse)(nil), // 58: csisupd.v1.VolumeSnapshotDeleteResponse
-	(*RaftPeer)(nil),                     // 59: csisupd.v1.RaftPeer
-	(*RaftPeersRequest)(nil),             // 60: csisupd.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),            // 61: csisupd.v1.RaftPeersResponse
-	(*RaftRemovePeerRequest)(nil),        // 62: csisupd.v1.RaftRemovePeerRequest
-	(*RaftRemovePeerResponse)(nil),       // 63: csisupd.v1.RaftRemovePeerResponse
-	(*SnapshotSaveRequest)(nil),          // 64: csisupd.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),                // 65: csisupd.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),      // 66: csisupd.v1.SnapshotRestoreResponse
-	(*ClusterEventWatchRequest)(nil),     // 67: csisupd.v1.ClusterEventWatchRequest
-	(*ClusterEvent)(nil),                 // 68: csisupd.v1.ClusterEvent
-	nil,                                  // 69: csisupd.v1.VolumeClaim.PublishContextEntry
-	nil,                                  // 70: csisupd.v1.Volume.ContextEntry
-	nil,                                  // 71: csisupd.v1.Volume.ParametersEntry
-	nil,                                  // 72: csisupd.v1.Volume.MutableParametersEntry
-	nil,                                  // 73: csisupd.v1.TopologySegment.SegmentsEntry
-	nil,                                  // 74: csisupd.v1.VolumeSnapshot.ParametersEntry
-	nil,                                  // 75: csisupd.v1.VolumeCreateRequest.ParametersEntry
-	nil,                                  // 76: csisupd.v1.VolumeCreateRequest.SecretsEntry
-	nil,                                  // 77: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	nil,                                  // 78: csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	nil,                                  // 79: csisupd.v1.VolumeClaimRequest.SecretsEntry
-	nil,                                  // 80: csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	nil,                                  // 81: csisupd.v1.VolumeExpandRequest.SecretsEntry
-	nil,                                  // 82: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	nil,                                  // 83: csisupd.v1.VolumeModifyRequest.SecretsEntry
-	nil,                                  // 84: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	nil,                                  // 85: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	nil,                                  // 86: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),        // 87: google.protobuf.Timestamp
-	(*Plugin)(nil),                       // 88: csisupd.v1.Plugin
-	(*VolumeUsage)(nil),                  // 89: csisupd.v1.VolumeUsage
-	(*Mount)(nil),                        // 90: csisupd.v1.Mount
+	(*VolumeCondition)(nil),              // 6: csisupd.v1.VolumeCondition
+	(*TopologySegment)(nil),              // 7: csisupd.v1.TopologySegment
+	(*TopologyRequirement)(nil),          // 8: csisupd.v1.TopologyRequirement
+	(*VolumeContentSource)(nil),          // 9: csisupd.v1.VolumeContentSource
+	(*VolumeExpansion)(nil),              // 10: csisupd.v1.VolumeExpansion
+	(*VolumeSnapshot)(nil),               // 11: csisupd.v1.VolumeSnapshot
+	(*PluginListRequest)(nil),            // 12: csisupd.v1.PluginListRequest
+	(*PluginListResponse)(nil),           // 13: csisupd.v1.PluginListResponse
+	(*PluginGetRequest)(nil),             // 14: csisupd.v1.PluginGetRequest
+	(*PluginGetResponse)(nil),            // 15: csisupd.v1.PluginGetResponse
+	(*NodeListRequest)(nil),              // 16: csisupd.v1.NodeListRequest
+	(*NodeListResponse)(nil),             // 17: csisupd.v1.NodeListResponse
+	(*NodeGetRequest)(nil),               // 18: csisupd.v1.NodeGetRequest
+	(*NodeGetResponse)(nil),              // 19: csisupd.v1.NodeGetResponse
+	(*VolumeCreateRequest)(nil),          // 20: csisupd.v1.VolumeCreateRequest
+	(*VolumeCreateResponse)(nil),         // 21: csisupd.v1.VolumeCreateResponse
+	(*VolumeRegisterRequest)(nil),        // 22: csisupd.v1.VolumeRegisterRequest
+	(*VolumeRegisterResponse)(nil),       // 23: csisupd.v1.VolumeRegisterResponse
+	(*VolumeDeleteRequest)(nil),          // 24: csisupd.v1.VolumeDeleteRequest
+	(*VolumeDeleteResponse)(nil),         // 25: csisupd.v1.VolumeDeleteResponse
+	(*VolumeClaimRequest)(nil),           // 26: csisupd.v1.VolumeClaimRequest
+	(*VolumeClaimResponse)(nil),          // 27: csisupd.v1.VolumeClaimResponse
+	(*VolumeReleaseRequest)(nil),         // 28: csisupd.v1.VolumeReleaseRequest
+	(*VolumeAvailabilityRequest)(nil),    // 29: csisupd.v1.VolumeAvailabilityRequest
+	(*VolumeAvailabilityResponse)(nil),   // 30: csisupd.v1.VolumeAvailabilityResponse
+	(*PluginDrainRequest)(nil),           // 31: csisupd.v1.PluginDrainRequest
+	(*PluginDrainGetRequest)(nil),        // 32: csisupd.v1.PluginDrainGetRequest
+	(*PluginDrainResponse)(nil),          // 33: csisupd.v1.PluginDrainResponse
+	(*ExternalListRequest)(nil),          // 34: csisupd.v1.ExternalListRequest
+	(*ExternalVolume)(nil),               // 35: csisupd.v1.ExternalVolume
+	(*ExternalVolumesResponse)(nil),      // 36: csisupd.v1.ExternalVolumesResponse
+	(*ExternalSnapshot)(nil),             // 37: csisupd.v1.ExternalSnapshot
+	(*ExternalSnapshotsResponse)(nil),    // 38: csisupd.v1.ExternalSnapshotsResponse
+	(*PluginCapacityRequest)(nil),        // 39: csisupd.v1.PluginCapacityRequest
+	(*PluginCapacityResponse)(nil),       // 40: csisupd.v1.PluginCapacityResponse
+	(*PluginCapacity)(nil),               // 41: csisupd.v1.PluginCapacity
+	(*PluginDrainClaim)(nil),             // 42: csisupd.v1.PluginDrainClaim
+	(*VolumeReleaseResponse)(nil),        // 43: csisupd.v1.VolumeReleaseResponse
+	(*VolumeListRequest)(nil),            // 44: csisupd.v1.VolumeListRequest
+	(*VolumeListResponse)(nil),           // 45: csisupd.v1.VolumeListResponse
+	(*VolumeGetRequest)(nil),             // 46: csisupd.v1.VolumeGetRequest
+	(*VolumeGetResponse)(nil),            // 47: csisupd.v1.VolumeGetResponse
+	(*VolumeExpandRequest)(nil),          // 48: csisupd.v1.VolumeExpandRequest
+	(*VolumeExpandResponse)(nil),         // 49: csisupd.v1.VolumeExpandResponse
+	(*VolumeModifyRequest)(nil),          // 50: csisupd.v1.VolumeModifyRequest
+	(*VolumeModifyResponse)(nil),         // 51: csisupd.v1.VolumeModifyResponse
+	(*VolumeSnapshotCreateRequest)(nil),  // 52: csisupd.v1.VolumeSnapshotCreateRequest
+	(*VolumeSnapshotCreateResponse)(nil), // 53: csisupd.v1.VolumeSnapshotCreateResponse
+	(*VolumeSnapshotListRequest)(nil),    // 54: csisupd.v1.VolumeSnapshotListRequest
+	(*VolumeSnapshotListResponse)(nil),   // 55: csisupd.v1.VolumeSnapshotListResponse
+	(*VolumeSnapshotGetRequest)(nil),     // 56: csisupd.v1.VolumeSnapshotGetRequest
+	(*VolumeSnapshotGetResponse)(nil),    // 57: csisupd.v1.VolumeSnapshotGetResponse
+	(*VolumeSnapshotDeleteRequest)(nil),  // 58: csisupd.v1.VolumeSnapshotDeleteRequest
+	(*VolumeSnapshotDeleteResponse)(nil), // 59: csisupd.v1.VolumeSnapshotDeleteResponse
+	(*RaftPeer)(nil),                     // 60: csisupd.v1.RaftPeer
+	(*RaftPeersRequest)(nil),             // 61: csisupd.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),            // 62: csisupd.v1.RaftPeersResponse
+	(*RaftRemovePeerRequest)(nil),        // 63: csisupd.v1.RaftRemovePeerRequest
+	(*RaftRemovePeerResponse)(nil),       // 64: csisupd.v1.RaftRemovePeerResponse
+	(*SnapshotSaveRequest)(nil),          // 65: csisupd.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                // 66: csisupd.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),      // 67: csisupd.v1.SnapshotRestoreResponse
+	(*ClusterEventWatchRequest)(nil),     // 68: csisupd.v1.ClusterEventWatchRequest
+	(*ClusterEvent)(nil),                 // 69: csisupd.v1.ClusterEvent
+	nil,                                  // 70: csisupd.v1.VolumeClaim.PublishContextEntry
+	nil,                                  // 71: csisupd.v1.Volume.ContextEntry
+	nil,                                  // 72: csisupd.v1.Volume.ParametersEntry
+	nil,                                  // 73: csisupd.v1.Volume.MutableParametersEntry
+	nil,                                  // 74: csisupd.v1.TopologySegment.SegmentsEntry
+	nil,                                  // 75: csisupd.v1.VolumeSnapshot.ParametersEntry
+	nil,                                  // 76: csisupd.v1.VolumeCreateRequest.ParametersEntry
+	nil,                                  // 77: csisupd.v1.VolumeCreateRequest.SecretsEntry
+	nil,                                  // 78: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	nil,                                  // 79: csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	nil,                                  // 80: csisupd.v1.VolumeClaimRequest.SecretsEntry
+	nil,                                  // 81: csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	nil,                                  // 82: csisupd.v1.VolumeExpandRequest.SecretsEntry
+	nil,                                  // 83: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	nil,                                  // 84: csisupd.v1.VolumeModifyRequest.SecretsEntry
+	nil,                                  // 85: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	nil,                                  // 86: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	nil,                                  // 87: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),        // 88: google.protobuf.Timestamp
+	(*Plugin)(nil),                       // 89: csisupd.v1.Plugin
+	(*VolumeUsage)(nil),                  // 90: csisupd.v1.VolumeUsage
+	(*Mount)(nil),                        // 91: csisupd.v1.Mount
 }
 var file_csisupd_v1_control_proto_depIdxs = []int32{
-	87, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
-	87, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
-	88, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
-	88, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
-	1,  // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
-	69, // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
-	87, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
-	89, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
-	87, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
-	70, // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
-	71, // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
-	3,  // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
-	4,  // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
-	87, // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
-	8,  // 15: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
-	72, // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
-	9,  // 17: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
-	73, // 18: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
-	6,  // 19: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
-	6,  // 20: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
-	87, // 21: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
-	87, // 22: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	74, // 23: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
-	6,  // 24: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
-	2,  // 25: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
-	2,  // 26: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
-	0,  // 27: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
-	0,  // 28: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
-	3,  // 29: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
-	75, // 30: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
-	76, // 31: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
-	7,  // 32: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
-	8,  // 33: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
-	77, // 34: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	5,  // 35: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
-	5,  // 36: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
-	5,  // 37: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
-	78, // 38: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	4,  // 39: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
-	89, // 40: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
-	79, // 41: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
-	5,  // 42: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
-	4,  // 43: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
-	80, // 44: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	5,  // 45: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
-	41, // 46: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
-	90, // 47: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
-	6,  // 48: csisupd.v1.ExternalVolume.accessible_topology:type_name -> csisupd.v1.TopologySegment
-	34, // 49: csisupd.v1.ExternalVolumesResponse.volumes:type_name -> csisupd.v1.ExternalVolume
-	36, // 50: csisupd.v1.ExternalSnapshotsResponse.snapshots:type_name -> csisupd.v1.ExternalSnapshot
-	40, // 51: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
-	6,  // 52: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
-	5,  // 53: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
-	5,  // 54: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
-	5,  // 55: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	81, // 56: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
-	5,  // 57: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
-	82, // 58: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	83, // 59: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
-	5,  // 60: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
-	84, // 61: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	85, // 62: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	10, // 63: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	10, // 64: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
-	10, // 65: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	86, // 66: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	87, // 67: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
-	59, // 68: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	87, // 69: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	11, // 70: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	13, // 71: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	15, // 72: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	17, // 73: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	19, // 74: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	21, // 75: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	23, // 76: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	25, // 77: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
-	27, // 78: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
-	28, // 79: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
-	30, // 80: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
-	31, // 81: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
-	38, // 82: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
-	33, // 83: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
-	33, // 84: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
-	43, // 85: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	45, // 86: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	47, // 87: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
-	49, // 88: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
-	51, // 89: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
-	53, // 90: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
-	55, // 91: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
-	57, // 92: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
-	60, // 93: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	62, // 94: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	64, // 95: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	65, // 96: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	67, // 97: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	12, // 98: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	14, // 99: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	16, // 100: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	18, // 101: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	20, // 102: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	22, // 103: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	24, // 104: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	26, // 105: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
-	42, // 106: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
-	29, // 107: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
-	32, // 108: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
-	32, // 109: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
-	39, // 110: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
-	35, // 111: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
-	37, // 112: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
-	44, // 113: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	46, // 114: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	48, // 115: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
-	50, // 116: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
-	52, // 117: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
-	54, // 118: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
-	56, // 119: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
-	58, // 120: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
-	61, // 121: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	63, // 122: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	65, // 123: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	66, // 124: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	68, // 125: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	98, // [98:126] is the sub-list for method output_type
-	70, // [70:98] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	88,  // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
+	88,  // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
+	89,  // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
+	89,  // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
+	1,   // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
+	70,  // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
+	88,  // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
+	90,  // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
+	88,  // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
+	71,  // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
+	72,  // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
+	3,   // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
+	4,   // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
+	88,  // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	7,   // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	9,   // 15: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
+	73,  // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
+	10,  // 17: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
+	6,   // 18: csisupd.v1.Volume.conditions:type_name -> csisupd.v1.VolumeCondition
+	88,  // 19: csisupd.v1.VolumeCondition.since:type_name -> google.protobuf.Timestamp
+	74,  // 20: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
+	7,   // 21: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
+	7,   // 22: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
+	88,  // 23: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	88,  // 24: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	75,  // 25: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
+	7,   // 26: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	2,   // 27: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
+	2,   // 28: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
+	0,   // 29: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
+	0,   // 30: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
+	3,   // 31: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
+	76,  // 32: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
+	77,  // 33: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
+	8,   // 34: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
+	9,   // 35: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
+	78,  // 36: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	5,   // 37: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
+	5,   // 38: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
+	5,   // 39: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
+	79,  // 40: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	4,   // 41: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
+	90,  // 42: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	80,  // 43: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
+	5,   // 44: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
+	4,   // 45: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
+	81,  // 46: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	5,   // 47: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
+	42,  // 48: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
+	91,  // 49: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
+	7,   // 50: csisupd.v1.ExternalVolume.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	35,  // 51: csisupd.v1.ExternalVolumesResponse.volumes:type_name -> csisupd.v1.ExternalVolume
+	37,  // 52: csisupd.v1.ExternalSnapshotsResponse.snapshots:type_name -> csisupd.v1.ExternalSnapshot
+	41,  // 53: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
+	7,   // 54: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
+	5,   // 55: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
+	5,   // 56: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
+	5,   // 57: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
+	82,  // 58: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
+	5,   // 59: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
+	83,  // 60: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	84,  // 61: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
+	5,   // 62: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
+	85,  // 63: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	86,  // 64: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	11,  // 65: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	11,  // 66: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
+	11,  // 67: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	87,  // 68: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	88,  // 69: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
+	60,  // 70: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	88,  // 71: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	12,  // 72: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	14,  // 73: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	16,  // 74: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	18,  // 75: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	20,  // 76: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	22,  // 77: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	24,  // 78: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	26,  // 79: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	28,  // 80: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	29,  // 81: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
+	31,  // 82: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
+	32,  // 83: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
+	39,  // 84: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
+	34,  // 85: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
+	34,  // 86: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
+	44,  // 87: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	46,  // 88: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	48,  // 89: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
+	50,  // 90: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
+	52,  // 91: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
+	54,  // 92: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
+	56,  // 93: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
+	58,  // 94: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
+	61,  // 95: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	63,  // 96: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	65,  // 97: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	66,  // 98: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	68,  // 99: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	13,  // 100: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	15,  // 101: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	17,  // 102: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	19,  // 103: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	21,  // 104: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	23,  // 105: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	25,  // 106: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	27,  // 107: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	43,  // 108: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	30,  // 109: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
+	33,  // 110: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
+	33,  // 111: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
+	40,  // 112: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
+	36,  // 113: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
+	38,  // 114: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
+	45,  // 115: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	47,  // 116: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	49,  // 117: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
+	51,  // 118: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
+	53,  // 119: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
+	55,  // 120: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
+	57,  // 121: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
+	59,  // 122: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
+	62,  // 123: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	64,  // 124: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	66,  // 125: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	67,  // 126: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	69,  // 127: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	100, // [100:128] is the sub-list for method output_type
+	72,  // [72:100] is the sub-list for method input_type
+	72,  // [72:72] is the sub-list for extension type_name
+	72,  // [72:72] is the sub-list for extension extendee
+	0,   // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
@@ -5474,21 +5557,21 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_volumes_proto_init()
-	file_csisupd_v1_control_proto_msgTypes[8].OneofWrappers = []any{
+	file_csisupd_v1_control_proto_msgTypes[9].OneofWrappers = []any{
 		(*VolumeContentSource_SnapshotId)(nil),
 		(*VolumeContentSource_VolumeId)(nil),
 	}
-	file_csisupd_v1_control_proto_msgTypes[12].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[16].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[44].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[54].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[13].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[17].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[45].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_control_proto_rawDesc), len(file_csisupd_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   87,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

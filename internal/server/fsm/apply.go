@@ -111,7 +111,7 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 		return applyPluginDrain(txn, index, c.PluginDrain, ev)
 	case *statepb.LogEntry_VolumeCreate, *statepb.LogEntry_VolumeDeleteChecked, *statepb.LogEntry_ClaimTake,
 		*statepb.LogEntry_ClaimStep, *statepb.LogEntry_ClaimRemove, *statepb.LogEntry_VolumeExpand,
-		*statepb.LogEntry_VolumeModify, *statepb.LogEntry_VolumeAvailability:
+		*statepb.LogEntry_VolumeModify, *statepb.LogEntry_VolumeAvailability, *statepb.LogEntry_VolumeHealth:
 		return f.applyVolumeCommand(txn, index, ts, c, ev)
 	case *statepb.LogEntry_SnapshotPut, *statepb.LogEntry_SnapshotDelete:
 		return applySnapshotCommand(txn, index, ts, c, func(e *csisupdv1.ClusterEvent) {

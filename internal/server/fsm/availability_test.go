@@ -166,3 +166,34 @@ func TestFSMForcedDelete(t *testing.T) {
 		t.Errorf("events of the forced delete = %v, want one naming the claim left", r.Events)
 	}
 }
+
+func TestFSMVolumeHealth(t *testing.T) {
+	e := newAvailabilityEnv(t)
+	report := func(source string, abnormal bool, msg string) *statepb.LogEntry {
+		return &statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
+			VolumeId: "v", Source: source, Abnormal: abnormal, Message: msg}}}
+	}
+	r := e.must(e.apply(report("n1", true, "DEGRADED")))
+	if len(r.Events) != 1 || r.Events[0].GetType() != "volume-abnormal" || r.Events[0].GetNodeId() != "n1" {
+		t.Fatalf("events = %v, want volume-abnormal on n1", r.Events)
+	}
+	idx := e.f.State().Volume("v").GetModifyIndex()
+	// The same report again changes nothing.
+	if r := e.must(e.apply(report("n1", true, "DEGRADED"))); len(r.Events) != 0 || e.f.State().Volume("v").GetModifyIndex() != idx {
+		t.Errorf("a repeated report wrote the volume or raised %v", r.Events)
+	}
+	r = e.must(e.apply(report(claims.HealthSourceController, true, "INACCESSIBLE")))
+	if len(r.Events) != 1 || r.Events[0].GetNodeId() != "" {
+		t.Errorf("controller report events = %v", r.Events)
+	}
+	r = e.must(e.apply(report("n1", false, "")))
+	if len(r.Events) != 1 || r.Events[0].GetType() != "volume-normal" {
+		t.Errorf("events of normal = %v", r.Events)
+	}
+	if c := e.f.State().Volume("v").GetConditions(); len(c) != 1 || c[0].GetSource() != claims.HealthSourceController {
+		t.Errorf("conditions = %v, want the controller's only", c)
+	}
+	if r := e.apply(report("", true, "x")); r.Err == nil {
+		t.Error("a report without a source was applied")
+	}
+}

@@ -68,6 +68,30 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		ev("volume-availability", "", nv.GetPluginId(), nv.GetId(), fmt.Sprintf("availability %s (was %s)",
 			claims.AvailabilityName(to), claims.AvailabilityName(v.GetAvailability())))
 		return nil
+	case *statepb.LogEntry_VolumeHealth:
+		cmd := c.VolumeHealth
+		v, err := volumeOf(txn, cmd.GetVolumeId())
+		if err != nil {
+			return err
+		}
+		if err := claims.CheckHealth(v, cmd); err != nil {
+			return err
+		}
+		if !claims.HealthChanged(v, cmd.GetSource(), cmd.GetAbnormal(), cmd.GetMessage()) {
+			return nil // a report another leader already recorded
+		}
+		nv := proto.Clone(v).(*statepb.Volume)
+		nv.Conditions = claims.ApplyHealth(v, cmd, ts)
+		if err := replaceVolume(txn, index, v, nv); err != nil {
+			return err
+		}
+		typ, desc := claims.HealthEvent(cmd)
+		node := ""
+		if cmd.GetSource() != claims.HealthSourceController {
+			node = cmd.GetSource()
+		}
+		ev(typ, node, nv.GetPluginId(), nv.GetId(), desc)
+		return nil
 	case *statepb.LogEntry_ClaimTake:
 		v, err := volumeOf(txn, c.ClaimTake.GetVolumeId())
 		if err != nil {

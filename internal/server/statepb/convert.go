@@ -340,6 +340,7 @@ func VolumeFromAPI(in *csisupdv1.Volume) *Volume {
 		MutableParameters:  maps.Clone(in.MutableParameters),
 		Expansion:          VolumeExpansionFromAPI(in.Expansion),
 		Availability:       in.Availability,
+		Conditions:         convertAll(in.Conditions, VolumeConditionFromAPI),
 	}
 }
 
@@ -367,6 +368,7 @@ func VolumeToAPI(in *Volume) *csisupdv1.Volume {
 		MutableParameters:  in.MutableParameters,
 		Expansion:          VolumeExpansionToAPI(in.Expansion),
 		Availability:       in.Availability,
+		Conditions:         convertAll(in.Conditions, VolumeConditionToAPI),
 	}
 }
 
@@ -432,6 +434,24 @@ func VolumeExpansionToAPI(in *VolumeExpansion) *csisupdv1.VolumeExpansion {
 		LastError:     in.LastError,
 		StartedAt:     in.StartedAt,
 	}
+}
+
+// VolumeConditionFromAPI converts a public volume condition to its
+// storage form.
+func VolumeConditionFromAPI(in *csisupdv1.VolumeCondition) *VolumeCondition {
+	if in == nil {
+		return nil
+	}
+	return &VolumeCondition{Source: in.Source, Message: in.Message, Since: cloneTime(in.Since)}
+}
+
+// VolumeConditionToAPI converts a stored volume condition to its public
+// form.
+func VolumeConditionToAPI(in *VolumeCondition) *csisupdv1.VolumeCondition {
+	if in == nil {
+		return nil
+	}
+	return &csisupdv1.VolumeCondition{Source: in.Source, Message: in.Message, Since: in.Since}
 }
 
 // VolumeSnapshotView returns the public form of a stored volume snapshot.

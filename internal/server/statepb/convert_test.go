@@ -50,6 +50,7 @@ var conversions = []conversion{
 	conv(statepb.TopologySegmentFromAPI, statepb.TopologySegmentToAPI),
 	conv(statepb.VolumeContentSourceFromAPI, statepb.VolumeContentSourceToAPI),
 	conv(statepb.VolumeExpansionFromAPI, statepb.VolumeExpansionToAPI),
+	conv(statepb.VolumeConditionFromAPI, statepb.VolumeConditionToAPI),
 	conv(statepb.ACLPolicyFromAPI, statepb.ACLPolicyToAPI),
 	conv(statepb.ACLTokenRecordFromAPI, statepb.ACLTokenRecordToAPI),
 	conv(statepb.ACLBootstrapCommandFromAPI, statepb.ACLBootstrapCommandToAPI),
@@ -74,6 +75,7 @@ var storageOnly = map[protoreflect.FullName]bool{
 	// The operator's commands of availability and drain came later.
 	"csisupd.state.v1.VolumeAvailabilityCommand": true,
 	"csisupd.state.v1.PluginDrainCommand":        true,
+	"csisupd.state.v1.VolumeHealthCommand":       true,
 	// Volume snapshots came with the typed commands; they are shown
 	// through VolumeSnapshotView.
 	"csisupd.state.v1.VolumeSnapshot": true,

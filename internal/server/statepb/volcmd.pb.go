@@ -436,6 +436,76 @@ func (x *VolumeAvailabilityCommand) GetAvailability() string {
 	return ""
 }
 
+// VolumeHealthCommand records what a source reports of a volume's health:
+// abnormal with message, or normal (its condition is removed).
+type VolumeHealthCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Source        string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	Abnormal      bool                   `protobuf:"varint,3,opt,name=abnormal,proto3" json:"abnormal,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeHealthCommand) Reset() {
+	*x = VolumeHealthCommand{}
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeHealthCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeHealthCommand) ProtoMessage() {}
+
+func (x *VolumeHealthCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeHealthCommand.ProtoReflect.Descriptor instead.
+func (*VolumeHealthCommand) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *VolumeHealthCommand) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeHealthCommand) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *VolumeHealthCommand) GetAbnormal() bool {
+	if x != nil {
+		return x.Abnormal
+	}
+	return false
+}
+
+func (x *VolumeHealthCommand) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // PluginDrainCommand starts (draining) or ends the drain of a plugin on a
 // node: new claims of its volumes there are refused while it drains.
 type PluginDrainCommand struct {
@@ -449,7 +519,7 @@ type PluginDrainCommand struct {
 
 func (x *PluginDrainCommand) Reset() {
 	*x = PluginDrainCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +531,7 @@ func (x *PluginDrainCommand) String() string {
 func (*PluginDrainCommand) ProtoMessage() {}
 
 func (x *PluginDrainCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[5]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +544,7 @@ func (x *PluginDrainCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainCommand.ProtoReflect.Descriptor instead.
 func (*PluginDrainCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{5}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PluginDrainCommand) GetNodeId() string {
@@ -513,7 +583,7 @@ type ClaimRemoveCommand struct {
 
 func (x *ClaimRemoveCommand) Reset() {
 	*x = ClaimRemoveCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +595,7 @@ func (x *ClaimRemoveCommand) String() string {
 func (*ClaimRemoveCommand) ProtoMessage() {}
 
 func (x *ClaimRemoveCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[6]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +608,7 @@ func (x *ClaimRemoveCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRemoveCommand.ProtoReflect.Descriptor instead.
 func (*ClaimRemoveCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{6}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClaimRemoveCommand) GetVolumeId() string {
@@ -594,7 +664,7 @@ type VolumeExpandCommand struct {
 
 func (x *VolumeExpandCommand) Reset() {
 	*x = VolumeExpandCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +676,7 @@ func (x *VolumeExpandCommand) String() string {
 func (*VolumeExpandCommand) ProtoMessage() {}
 
 func (x *VolumeExpandCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[7]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +689,7 @@ func (x *VolumeExpandCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandCommand.ProtoReflect.Descriptor instead.
 func (*VolumeExpandCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{7}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VolumeExpandCommand) GetVolumeId() string {
@@ -664,7 +734,7 @@ type VolumeModifyCommand struct {
 
 func (x *VolumeModifyCommand) Reset() {
 	*x = VolumeModifyCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +746,7 @@ func (x *VolumeModifyCommand) String() string {
 func (*VolumeModifyCommand) ProtoMessage() {}
 
 func (x *VolumeModifyCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[8]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +759,7 @@ func (x *VolumeModifyCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyCommand.ProtoReflect.Descriptor instead.
 func (*VolumeModifyCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{8}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VolumeModifyCommand) GetVolumeId() string {
@@ -726,7 +796,7 @@ type SnapshotPutCommand struct {
 
 func (x *SnapshotPutCommand) Reset() {
 	*x = SnapshotPutCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[9]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +808,7 @@ func (x *SnapshotPutCommand) String() string {
 func (*SnapshotPutCommand) ProtoMessage() {}
 
 func (x *SnapshotPutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[9]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +821,7 @@ func (x *SnapshotPutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPutCommand.ProtoReflect.Descriptor instead.
 func (*SnapshotPutCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{9}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotPutCommand) GetSnapshot() *VolumeSnapshot {
@@ -780,7 +850,7 @@ type SnapshotDeleteCommand struct {
 
 func (x *SnapshotDeleteCommand) Reset() {
 	*x = SnapshotDeleteCommand{}
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[10]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +862,7 @@ func (x *SnapshotDeleteCommand) String() string {
 func (*SnapshotDeleteCommand) ProtoMessage() {}
 
 func (x *SnapshotDeleteCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[10]
+	mi := &file_internal_server_statepb_volcmd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +875,7 @@ func (x *SnapshotDeleteCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteCommand.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteCommand) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{10}
+	return file_internal_server_statepb_volcmd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotDeleteCommand) GetSnapshotId() string {
@@ -862,7 +932,12 @@ const file_internal_server_statepb_volcmd_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
 	"\x19VolumeAvailabilityCommand\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\"\n" +
-	"\favailability\x18\x02 \x01(\tR\favailability\"f\n" +
+	"\favailability\x18\x02 \x01(\tR\favailability\"\x80\x01\n" +
+	"\x13VolumeHealthCommand\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1a\n" +
+	"\babnormal\x18\x03 \x01(\bR\babnormal\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"f\n" +
 	"\x12PluginDrainCommand\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1a\n" +
@@ -907,33 +982,34 @@ func file_internal_server_statepb_volcmd_proto_rawDescGZIP() []byte {
 	return file_internal_server_statepb_volcmd_proto_rawDescData
 }
 
-var file_internal_server_statepb_volcmd_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_internal_server_statepb_volcmd_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_internal_server_statepb_volcmd_proto_goTypes = []any{
 	(*VolumeCreateCommand)(nil),       // 0: csisupd.state.v1.VolumeCreateCommand
 	(*VolumeDeleteCommand)(nil),       // 1: csisupd.state.v1.VolumeDeleteCommand
 	(*ClaimTakeCommand)(nil),          // 2: csisupd.state.v1.ClaimTakeCommand
 	(*ClaimStepCommand)(nil),          // 3: csisupd.state.v1.ClaimStepCommand
 	(*VolumeAvailabilityCommand)(nil), // 4: csisupd.state.v1.VolumeAvailabilityCommand
-	(*PluginDrainCommand)(nil),        // 5: csisupd.state.v1.PluginDrainCommand
-	(*ClaimRemoveCommand)(nil),        // 6: csisupd.state.v1.ClaimRemoveCommand
-	(*VolumeExpandCommand)(nil),       // 7: csisupd.state.v1.VolumeExpandCommand
-	(*VolumeModifyCommand)(nil),       // 8: csisupd.state.v1.VolumeModifyCommand
-	(*SnapshotPutCommand)(nil),        // 9: csisupd.state.v1.SnapshotPutCommand
-	(*SnapshotDeleteCommand)(nil),     // 10: csisupd.state.v1.SnapshotDeleteCommand
-	nil,                               // 11: csisupd.state.v1.ClaimStepCommand.PublishContextEntry
-	nil,                               // 12: csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
-	(*Volume)(nil),                    // 13: csisupd.state.v1.Volume
-	(*VolumeClaim)(nil),               // 14: csisupd.state.v1.VolumeClaim
-	(*VolumeExpansion)(nil),           // 15: csisupd.state.v1.VolumeExpansion
-	(*VolumeSnapshot)(nil),            // 16: csisupd.state.v1.VolumeSnapshot
+	(*VolumeHealthCommand)(nil),       // 5: csisupd.state.v1.VolumeHealthCommand
+	(*PluginDrainCommand)(nil),        // 6: csisupd.state.v1.PluginDrainCommand
+	(*ClaimRemoveCommand)(nil),        // 7: csisupd.state.v1.ClaimRemoveCommand
+	(*VolumeExpandCommand)(nil),       // 8: csisupd.state.v1.VolumeExpandCommand
+	(*VolumeModifyCommand)(nil),       // 9: csisupd.state.v1.VolumeModifyCommand
+	(*SnapshotPutCommand)(nil),        // 10: csisupd.state.v1.SnapshotPutCommand
+	(*SnapshotDeleteCommand)(nil),     // 11: csisupd.state.v1.SnapshotDeleteCommand
+	nil,                               // 12: csisupd.state.v1.ClaimStepCommand.PublishContextEntry
+	nil,                               // 13: csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
+	(*Volume)(nil),                    // 14: csisupd.state.v1.Volume
+	(*VolumeClaim)(nil),               // 15: csisupd.state.v1.VolumeClaim
+	(*VolumeExpansion)(nil),           // 16: csisupd.state.v1.VolumeExpansion
+	(*VolumeSnapshot)(nil),            // 17: csisupd.state.v1.VolumeSnapshot
 }
 var file_internal_server_statepb_volcmd_proto_depIdxs = []int32{
-	13, // 0: csisupd.state.v1.VolumeCreateCommand.volume:type_name -> csisupd.state.v1.Volume
-	14, // 1: csisupd.state.v1.ClaimTakeCommand.claim:type_name -> csisupd.state.v1.VolumeClaim
-	11, // 2: csisupd.state.v1.ClaimStepCommand.publish_context:type_name -> csisupd.state.v1.ClaimStepCommand.PublishContextEntry
-	15, // 3: csisupd.state.v1.VolumeExpandCommand.expansion:type_name -> csisupd.state.v1.VolumeExpansion
-	12, // 4: csisupd.state.v1.VolumeModifyCommand.mutable_parameters:type_name -> csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
-	16, // 5: csisupd.state.v1.SnapshotPutCommand.snapshot:type_name -> csisupd.state.v1.VolumeSnapshot
+	14, // 0: csisupd.state.v1.VolumeCreateCommand.volume:type_name -> csisupd.state.v1.Volume
+	15, // 1: csisupd.state.v1.ClaimTakeCommand.claim:type_name -> csisupd.state.v1.VolumeClaim
+	12, // 2: csisupd.state.v1.ClaimStepCommand.publish_context:type_name -> csisupd.state.v1.ClaimStepCommand.PublishContextEntry
+	16, // 3: csisupd.state.v1.VolumeExpandCommand.expansion:type_name -> csisupd.state.v1.VolumeExpansion
+	13, // 4: csisupd.state.v1.VolumeModifyCommand.mutable_parameters:type_name -> csisupd.state.v1.VolumeModifyCommand.MutableParametersEntry
+	17, // 5: csisupd.state.v1.SnapshotPutCommand.snapshot:type_name -> csisupd.state.v1.VolumeSnapshot
 	6,  // [6:6] is the sub-list for method output_type
 	6,  // [6:6] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
@@ -954,7 +1030,7 @@ func file_internal_server_statepb_volcmd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_server_statepb_volcmd_proto_rawDesc), len(file_internal_server_statepb_volcmd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -59,7 +59,11 @@ type Volume struct {
 	// availability is the operator's: "" (active) takes new claims,
 	// "pause" refuses them, "drain" refuses them and releases the claims
 	// the volume has.
-	Availability  string `protobuf:"bytes,18,opt,name=availability,proto3" json:"availability,omitempty"`
+	Availability string `protobuf:"bytes,18,opt,name=availability,proto3" json:"availability,omitempty"`
+	// conditions are the abnormal health conditions reported of the volume,
+	// one per source (the controller, or a node), sorted by source; a
+	// source that reports the volume normal has none.
+	Conditions    []*VolumeCondition `protobuf:"bytes,19,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +224,77 @@ func (x *Volume) GetAvailability() string {
 	return ""
 }
 
+func (x *Volume) GetConditions() []*VolumeCondition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+// VolumeCondition is an abnormal health condition a source reported of a
+// volume: "controller" (ControllerListVolumeHealth) or a node id
+// (NodeGetVolumeHealth on that node).
+type VolumeCondition struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Source  string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// since is when the source first reported it abnormal.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeCondition) Reset() {
+	*x = VolumeCondition{}
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeCondition) ProtoMessage() {}
+
+func (x *VolumeCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeCondition.ProtoReflect.Descriptor instead.
+func (*VolumeCondition) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *VolumeCondition) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *VolumeCondition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *VolumeCondition) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 // VolumeContentSource names what a volume started with, by cluster ids.
 type VolumeContentSource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -234,7 +309,7 @@ type VolumeContentSource struct {
 
 func (x *VolumeContentSource) Reset() {
 	*x = VolumeContentSource{}
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[1]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +321,7 @@ func (x *VolumeContentSource) String() string {
 func (*VolumeContentSource) ProtoMessage() {}
 
 func (x *VolumeContentSource) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[1]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +334,7 @@ func (x *VolumeContentSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeContentSource.ProtoReflect.Descriptor instead.
 func (*VolumeContentSource) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{1}
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *VolumeContentSource) GetSource() isVolumeContentSource_Source {
@@ -320,7 +395,7 @@ type VolumeExpansion struct {
 
 func (x *VolumeExpansion) Reset() {
 	*x = VolumeExpansion{}
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[2]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +407,7 @@ func (x *VolumeExpansion) String() string {
 func (*VolumeExpansion) ProtoMessage() {}
 
 func (x *VolumeExpansion) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[2]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +420,7 @@ func (x *VolumeExpansion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpansion.ProtoReflect.Descriptor instead.
 func (*VolumeExpansion) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{2}
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *VolumeExpansion) GetCapacityBytes() int64 {
@@ -421,7 +496,7 @@ type VolumeSnapshot struct {
 
 func (x *VolumeSnapshot) Reset() {
 	*x = VolumeSnapshot{}
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[3]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +508,7 @@ func (x *VolumeSnapshot) String() string {
 func (*VolumeSnapshot) ProtoMessage() {}
 
 func (x *VolumeSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[3]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +521,7 @@ func (x *VolumeSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshot.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshot) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{3}
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *VolumeSnapshot) GetId() string {
@@ -562,7 +637,7 @@ type VolumeCapability struct {
 
 func (x *VolumeCapability) Reset() {
 	*x = VolumeCapability{}
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[4]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +649,7 @@ func (x *VolumeCapability) String() string {
 func (*VolumeCapability) ProtoMessage() {}
 
 func (x *VolumeCapability) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_server_statepb_volume_proto_msgTypes[4]
+	mi := &file_internal_server_statepb_volume_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +662,7 @@ func (x *VolumeCapability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCapability.ProtoReflect.Descriptor instead.
 func (*VolumeCapability) Descriptor() ([]byte, []int) {
-	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{4}
+	return file_internal_server_statepb_volume_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *VolumeCapability) GetAccessType() string {
@@ -622,7 +697,7 @@ var File_internal_server_statepb_volume_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	"\n" +
-	"$internal/server/statepb/volume.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#internal/server/statepb/claim.proto\x1a\"internal/server/statepb/node.proto\"\x90\t\n" +
+	"$internal/server/statepb/volume.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#internal/server/statepb/claim.proto\x1a\"internal/server/statepb/node.proto\"\xd3\t\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -646,7 +721,10 @@ const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	"\x0econtent_source\x18\x0f \x01(\v2%.csisupd.state.v1.VolumeContentSourceR\rcontentSource\x12^\n" +
 	"\x12mutable_parameters\x18\x10 \x03(\v2/.csisupd.state.v1.Volume.MutableParametersEntryR\x11mutableParameters\x12?\n" +
 	"\texpansion\x18\x11 \x01(\v2!.csisupd.state.v1.VolumeExpansionR\texpansion\x12\"\n" +
-	"\favailability\x18\x12 \x01(\tR\favailability\x1a:\n" +
+	"\favailability\x18\x12 \x01(\tR\favailability\x12A\n" +
+	"\n" +
+	"conditions\x18\x13 \x03(\v2!.csisupd.state.v1.VolumeConditionR\n" +
+	"conditions\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
@@ -655,7 +733,11 @@ const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aD\n" +
 	"\x16MutableParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
+	"\x0fVolumeCondition\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"a\n" +
 	"\x13VolumeContentSource\x12!\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tH\x00R\n" +
 	"snapshotId\x12\x1d\n" +
@@ -720,40 +802,43 @@ func file_internal_server_statepb_volume_proto_rawDescGZIP() []byte {
 	return file_internal_server_statepb_volume_proto_rawDescData
 }
 
-var file_internal_server_statepb_volume_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_internal_server_statepb_volume_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_internal_server_statepb_volume_proto_goTypes = []any{
 	(*Volume)(nil),                // 0: csisupd.state.v1.Volume
-	(*VolumeContentSource)(nil),   // 1: csisupd.state.v1.VolumeContentSource
-	(*VolumeExpansion)(nil),       // 2: csisupd.state.v1.VolumeExpansion
-	(*VolumeSnapshot)(nil),        // 3: csisupd.state.v1.VolumeSnapshot
-	(*VolumeCapability)(nil),      // 4: csisupd.state.v1.VolumeCapability
-	nil,                           // 5: csisupd.state.v1.Volume.ContextEntry
-	nil,                           // 6: csisupd.state.v1.Volume.ParametersEntry
-	nil,                           // 7: csisupd.state.v1.Volume.MutableParametersEntry
-	nil,                           // 8: csisupd.state.v1.VolumeSnapshot.ParametersEntry
-	(*VolumeClaim)(nil),           // 9: csisupd.state.v1.VolumeClaim
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*TopologySegment)(nil),       // 11: csisupd.state.v1.TopologySegment
+	(*VolumeCondition)(nil),       // 1: csisupd.state.v1.VolumeCondition
+	(*VolumeContentSource)(nil),   // 2: csisupd.state.v1.VolumeContentSource
+	(*VolumeExpansion)(nil),       // 3: csisupd.state.v1.VolumeExpansion
+	(*VolumeSnapshot)(nil),        // 4: csisupd.state.v1.VolumeSnapshot
+	(*VolumeCapability)(nil),      // 5: csisupd.state.v1.VolumeCapability
+	nil,                           // 6: csisupd.state.v1.Volume.ContextEntry
+	nil,                           // 7: csisupd.state.v1.Volume.ParametersEntry
+	nil,                           // 8: csisupd.state.v1.Volume.MutableParametersEntry
+	nil,                           // 9: csisupd.state.v1.VolumeSnapshot.ParametersEntry
+	(*VolumeClaim)(nil),           // 10: csisupd.state.v1.VolumeClaim
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*TopologySegment)(nil),       // 12: csisupd.state.v1.TopologySegment
 }
 var file_internal_server_statepb_volume_proto_depIdxs = []int32{
-	5,  // 0: csisupd.state.v1.Volume.context:type_name -> csisupd.state.v1.Volume.ContextEntry
-	6,  // 1: csisupd.state.v1.Volume.parameters:type_name -> csisupd.state.v1.Volume.ParametersEntry
-	4,  // 2: csisupd.state.v1.Volume.capabilities:type_name -> csisupd.state.v1.VolumeCapability
-	9,  // 3: csisupd.state.v1.Volume.claims:type_name -> csisupd.state.v1.VolumeClaim
-	10, // 4: csisupd.state.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	11, // 5: csisupd.state.v1.Volume.accessible_topology:type_name -> csisupd.state.v1.TopologySegment
-	1,  // 6: csisupd.state.v1.Volume.content_source:type_name -> csisupd.state.v1.VolumeContentSource
-	7,  // 7: csisupd.state.v1.Volume.mutable_parameters:type_name -> csisupd.state.v1.Volume.MutableParametersEntry
-	2,  // 8: csisupd.state.v1.Volume.expansion:type_name -> csisupd.state.v1.VolumeExpansion
-	10, // 9: csisupd.state.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
-	10, // 10: csisupd.state.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 11: csisupd.state.v1.VolumeSnapshot.parameters:type_name -> csisupd.state.v1.VolumeSnapshot.ParametersEntry
-	11, // 12: csisupd.state.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.state.v1.TopologySegment
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 0: csisupd.state.v1.Volume.context:type_name -> csisupd.state.v1.Volume.ContextEntry
+	7,  // 1: csisupd.state.v1.Volume.parameters:type_name -> csisupd.state.v1.Volume.ParametersEntry
+	5,  // 2: csisupd.state.v1.Volume.capabilities:type_name -> csisupd.state.v1.VolumeCapability
+	10, // 3: csisupd.state.v1.Volume.claims:type_name -> csisupd.state.v1.VolumeClaim
+	11, // 4: csisupd.state.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	12, // 5: csisupd.state.v1.Volume.accessible_topology:type_name -> csisupd.state.v1.TopologySegment
+	2,  // 6: csisupd.state.v1.Volume.content_source:type_name -> csisupd.state.v1.VolumeContentSource
+	8,  // 7: csisupd.state.v1.Volume.mutable_parameters:type_name -> csisupd.state.v1.Volume.MutableParametersEntry
+	3,  // 8: csisupd.state.v1.Volume.expansion:type_name -> csisupd.state.v1.VolumeExpansion
+	1,  // 9: csisupd.state.v1.Volume.conditions:type_name -> csisupd.state.v1.VolumeCondition
+	11, // 10: csisupd.state.v1.VolumeCondition.since:type_name -> google.protobuf.Timestamp
+	11, // 11: csisupd.state.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	11, // 12: csisupd.state.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 13: csisupd.state.v1.VolumeSnapshot.parameters:type_name -> csisupd.state.v1.VolumeSnapshot.ParametersEntry
+	12, // 14: csisupd.state.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.state.v1.TopologySegment
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_volume_proto_init() }
@@ -763,7 +848,7 @@ func file_internal_server_statepb_volume_proto_init() {
 	}
 	file_internal_server_statepb_claim_proto_init()
 	file_internal_server_statepb_node_proto_init()
-	file_internal_server_statepb_volume_proto_msgTypes[1].OneofWrappers = []any{
+	file_internal_server_statepb_volume_proto_msgTypes[2].OneofWrappers = []any{
 		(*VolumeContentSource_SnapshotId)(nil),
 		(*VolumeContentSource_VolumeId)(nil),
 	}
@@ -773,7 +858,7 @@ func file_internal_server_statepb_volume_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_server_statepb_volume_proto_rawDesc), len(file_internal_server_statepb_volume_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

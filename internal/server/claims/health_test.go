@@ -1,0 +1,68 @@
+package claims
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/csisupd/csisupd/internal/server/statepb"
+)
+
+func TestHealthCondition(t *testing.T) {
+	if abnormal, msg := HealthCondition(&csi.VolumeHealth{VolumeId: "v"}); abnormal || msg != "" {
+		t.Errorf("no statuses: %v %q, want normal", abnormal, msg)
+	}
+	h := &csi.VolumeHealth{HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{
+		{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: "Abnormal", Message: "disk slow"},
+		{Status: csi.VolumeHealthErrorType_INACCESSIBLE},
+	}}
+	if abnormal, msg := HealthCondition(h); !abnormal || msg != "DEGRADED Abnormal: disk slow; INACCESSIBLE" {
+		t.Errorf("two statuses: %v %q", abnormal, msg)
+	}
+	long := &csi.VolumeHealth{HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{{Message: strings.Repeat("é", MaxHealthMessage)}}}
+	if _, msg := HealthCondition(long); len(msg) > MaxHealthMessage || !strings.HasPrefix(msg, "UNKNOWN") {
+		t.Errorf("a long message is %d bytes, want at most %d", len(msg), MaxHealthMessage)
+	}
+}
+
+func TestApplyHealth(t *testing.T) {
+	t0, t1 := timestamppb.New(timestamppb.Now().AsTime().Add(-1)), timestamppb.Now()
+	v := &statepb.Volume{Id: "v"}
+	report := func(source string, abnormal bool, msg string) *statepb.VolumeHealthCommand {
+		return &statepb.VolumeHealthCommand{VolumeId: "v", Source: source, Abnormal: abnormal, Message: msg}
+	}
+	if HealthChanged(v, "n1", false, "") {
+		t.Error("normal over nothing is a change")
+	}
+	if !HealthChanged(v, "n1", true, "bad") {
+		t.Error("abnormal over nothing is no change")
+	}
+	v.Conditions = ApplyHealth(v, report("n1", true, "bad"), t0)
+	v.Conditions = ApplyHealth(v, report(HealthSourceController, true, "worse"), t0)
+	if len(v.Conditions) != 2 || v.Conditions[0].GetSource() != HealthSourceController {
+		t.Fatalf("conditions = %v, want two sorted by source", v.Conditions)
+	}
+	if HealthChanged(v, "n1", true, "bad") {
+		t.Error("the same report again is a change")
+	}
+	// A new message keeps since; normal removes the condition.
+	v.Conditions = ApplyHealth(v, report("n1", true, "still bad"), t1)
+	if c := Condition(v, "n1"); c.GetMessage() != "still bad" || !c.GetSince().AsTime().Equal(t0.AsTime()) {
+		t.Errorf("condition after a new message = %v, want since kept", c)
+	}
+	v.Conditions = ApplyHealth(v, report("n1", false, ""), t1)
+	if Condition(v, "n1") != nil || len(v.Conditions) != 1 {
+		t.Errorf("conditions after normal = %v", v.Conditions)
+	}
+	if err := CheckHealth(v, report("", true, "x")); err == nil {
+		t.Error("a report without a source passed")
+	}
+	if typ, _ := HealthEvent(report("n1", true, "x")); typ != "volume-abnormal" {
+		t.Errorf("event %s", typ)
+	}
+	if typ, _ := HealthEvent(report("n1", false, "")); typ != "volume-normal" {
+		t.Errorf("event %s", typ)
+	}
+}
