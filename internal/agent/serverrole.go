@@ -49,6 +49,7 @@ func serverTuning(cfg *config.Config) config.ServerTuning {
 	t := config.DefaultServerTuning()
 	t.ClaimGCGrace = cfg.Server.ClaimGCGrace
 	t.ClaimResumeTimeout = cfg.Server.ClaimResumeTimeout
+	t.VolumeHealthInterval = cfg.Server.VolumeHealthInterval
 	t.HeartbeatGrace = cfg.Server.HeartbeatGrace
 	t.MinHeartbeatTTL = cfg.Server.MinHeartbeatTTL
 	t.MaxHeartbeatsPerSecond = cfg.Server.MaxHeartbeatsPerSecond

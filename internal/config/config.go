@@ -48,6 +48,9 @@ const (
 	DefaultMaxEventSubscribersPerConn = 32
 
 	DefaultRaftMultiplier = 1
+	// DefaultVolumeHealthInterval is how often the leader asks for the
+	// volumes' health (server.volume_health_interval).
+	DefaultVolumeHealthInterval = time.Minute
 	// DefaultClaimGCGrace is how long a node may be down before the
 	// servers release its volume claims through the controller alone.
 	DefaultClaimGCGrace = 5 * time.Minute
@@ -277,6 +280,10 @@ type ServerConfig struct {
 	// mounted, with no caller finishing it, before the leader's volume
 	// watcher finishes it (or releases it when a step fails).
 	ClaimResumeTimeout time.Duration
+	// VolumeHealthInterval is how often the leader asks the plugins'
+	// controllers for the health of their volumes
+	// (ControllerListVolumeHealth); 0 turns the monitor off.
+	VolumeHealthInterval time.Duration
 	// HeartbeatGrace is added to a node's heartbeat TTL before the leader
 	// marks the node down.
 	HeartbeatGrace time.Duration
@@ -537,6 +544,7 @@ func Default() Config {
 			RaftMultiplier:          DefaultRaftMultiplier,
 			ClaimGCGrace:            DefaultClaimGCGrace,
 			ClaimResumeTimeout:      DefaultClaimResumeTimeout,
+			VolumeHealthInterval:    DefaultVolumeHealthInterval,
 			HeartbeatGrace:          DefaultHeartbeatGrace,
 			MinHeartbeatTTL:         DefaultMinHeartbeatTTL,
 			MaxHeartbeatsPerSecond:  DefaultMaxHeartbeatsPerSecond,
@@ -669,6 +677,7 @@ func (c Config) String() string {
 	w(in, "raft_multiplier", c.Server.RaftMultiplier)
 	w(in, "claim_gc_grace", c.Server.ClaimGCGrace)
 	w(in, "claim_resume_timeout", c.Server.ClaimResumeTimeout)
+	w(in, "volume_health_interval", c.Server.VolumeHealthInterval)
 	w(in, "heartbeat_grace", c.Server.HeartbeatGrace)
 	w(in, "min_heartbeat_ttl", c.Server.MinHeartbeatTTL)
 	w(in, "max_heartbeats_per_second", c.Server.MaxHeartbeatsPerSecond)

@@ -71,7 +71,7 @@ func TestString(t *testing.T) {
 		"  probe_interval = \"5s\"\n",
 		"  servers = [\"a:1\", \"b:2\"]\n",
 		"  plugin_service_name = \"csi-plugin-{{id}}\"\n",
-		"  claim_gc_grace = \"5m0s\"\n  claim_resume_timeout = \"2m0s\"\n  heartbeat_grace = \"10s\"\n  min_heartbeat_ttl = \"10s\"\n  max_heartbeats_per_second = 50\n" +
+		"  claim_gc_grace = \"5m0s\"\n  claim_resume_timeout = \"2m0s\"\n  volume_health_interval = \"1m0s\"\n  heartbeat_grace = \"10s\"\n  min_heartbeat_ttl = \"10s\"\n  max_heartbeats_per_second = 50\n" +
 			"  failover_heartbeat_ttl = \"5m0s\"\n  server_stabilization_time = \"10s\"\n",
 	} {
 		if !strings.Contains(out, want) {

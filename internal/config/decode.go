@@ -64,6 +64,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"raft_multiplier":           &c.Server.RaftMultiplier,
 			"claim_gc_grace":            &c.Server.ClaimGCGrace,
 			"claim_resume_timeout":      &c.Server.ClaimResumeTimeout,
+			"volume_health_interval":    &c.Server.VolumeHealthInterval,
 			"heartbeat_grace":           &c.Server.HeartbeatGrace,
 			"min_heartbeat_ttl":         &c.Server.MinHeartbeatTTL,
 			"max_heartbeats_per_second": &c.Server.MaxHeartbeatsPerSecond,

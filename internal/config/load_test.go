@@ -94,7 +94,7 @@ func TestDefault(t *testing.T) {
 			MaxEventSubscribers:        256,
 			MaxEventSubscribersPerConn: 32,
 		},
-		Server: ServerConfig{RaftMultiplier: 1, ClaimGCGrace: 5 * time.Minute, ClaimResumeTimeout: 2 * time.Minute,
+		Server: ServerConfig{RaftMultiplier: 1, ClaimGCGrace: 5 * time.Minute, ClaimResumeTimeout: 2 * time.Minute, VolumeHealthInterval: time.Minute,
 			// Nomad's heartbeat defaults and Consul's stabilization time.
 			HeartbeatGrace: 10 * time.Second, MinHeartbeatTTL: 10 * time.Second, MaxHeartbeatsPerSecond: 50,
 			FailoverHeartbeatTTL: 5 * time.Minute, ServerStabilizationTime: 10 * time.Second},
@@ -165,6 +165,7 @@ server {
   raft_multiplier  = 5
   claim_gc_grace   = "90s"
   claim_resume_timeout = "45s"
+  volume_health_interval = "5m"
   heartbeat_grace           = "20s"
   min_heartbeat_ttl         = "15s"
   max_heartbeats_per_second = 12.5
@@ -233,7 +234,7 @@ acl {
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
 						AllowMountFlags: []string{"suid", "dev"}, KubeletRegistrationDir: KubeletRegistrationDir,
 					},
-					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second, ClaimResumeTimeout: 45 * time.Second,
+					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second, ClaimResumeTimeout: 45 * time.Second, VolumeHealthInterval: 5 * time.Minute,
 						HeartbeatGrace: 20 * time.Second, MinHeartbeatTTL: 15 * time.Second, MaxHeartbeatsPerSecond: 12.5,
 						FailoverHeartbeatTTL: 10 * time.Minute, ServerStabilizationTime: 30 * time.Second},
 					Telemetry: TelemetryConfig{PrometheusMetrics: false},

@@ -73,6 +73,10 @@ type ServerTuning struct {
 	// delay of a claim whose release step failed; the delay doubles with
 	// each failure, up to MaxVolumeWatchBackoff.
 	VolumeWatchInterval time.Duration
+	// VolumeHealthInterval is how often the leader lists the volumes'
+	// health from the plugins' controllers; 0 turns it off. The agent
+	// fills it from server.volume_health_interval.
+	VolumeHealthInterval time.Duration
 }
 
 // MaxVolumeWatchBackoff caps the delay between two attempts of a failing
@@ -99,6 +103,7 @@ func DefaultServerTuning() ServerTuning {
 		ClaimGCGrace:            DefaultClaimGCGrace,
 		ClaimResumeTimeout:      DefaultClaimResumeTimeout,
 		VolumeWatchInterval:     time.Second,
+		VolumeHealthInterval:    DefaultVolumeHealthInterval,
 	}
 }
 
@@ -122,6 +127,9 @@ func (t ServerTuning) Validate() error {
 	}
 	if !(t.MaxHeartbeatsPerSecond > 0) {
 		errs = append(errs, fmt.Errorf("server tuning: MaxHeartbeatsPerSecond must be positive, got %v", t.MaxHeartbeatsPerSecond))
+	}
+	if t.VolumeHealthInterval < 0 {
+		errs = append(errs, fmt.Errorf("server tuning: VolumeHealthInterval must not be negative, got %s", t.VolumeHealthInterval))
 	}
 	if t.SnapshotThreshold == 0 {
 		errs = append(errs, errors.New("server tuning: SnapshotThreshold must be positive"))

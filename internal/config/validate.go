@@ -114,6 +114,9 @@ func (c *Config) Validate() error {
 	}
 	v.positive("server.claim_gc_grace", sv.ClaimGCGrace)
 	v.positive("server.claim_resume_timeout", sv.ClaimResumeTimeout)
+	if sv.VolumeHealthInterval < 0 {
+		v.add("server.volume_health_interval", "must not be negative (0 turns the health monitor off), got %s", sv.VolumeHealthInterval)
+	}
 	v.positive("server.heartbeat_grace", sv.HeartbeatGrace)
 	minTTL := v.positive("server.min_heartbeat_ttl", sv.MinHeartbeatTTL)
 	if !(sv.MaxHeartbeatsPerSecond > 0) {
