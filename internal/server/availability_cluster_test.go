@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/server/state"
-	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -129,18 +127,9 @@ func TestPluginDrain(t *testing.T) {
 // --force there skips the failing node unpublish and records it; --force
 // on a node that went down frees its claim through the controller at once.
 func TestForcedRelease(t *testing.T) {
-	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2, Configure: func(i int, cfg *server.Config) {
-		fastVolumeWatcher(i, cfg)
+	cc := newClaimClusterWith(t, func(cfg *server.Config) {
 		cfg.MinHeartbeatTTL, cfg.HeartbeatGrace = 300*time.Millisecond, 300*time.Millisecond
 		cfg.ClaimGCGrace = time.Hour // the force, not the grace, frees the claim
-	}})
-	cc := &claimCluster{c: c}
-	for i, a := range c.Agents() {
-		cc.plugins = append(cc.plugins, a.StartPlugin("tp", testplugin.Config{NodeID: fmt.Sprintf("csi-node-%d", i)}))
-	}
-	testutil.WaitFor(t, 30*time.Second, "plugin tp healthy on both agents", func() bool {
-		p, err := cc.control(t).GetPlugin(context.Background(), &csisupdv1.PluginGetRequest{Id: "tp"})
-		return err == nil && p.GetPlugin().GetNodesHealthy() == 2
 	})
 	cc.create(t, "v", "MULTI_NODE_MULTI_WRITER")
 	for i, w := range []string{"w0", "w1"} {

@@ -31,7 +31,19 @@ type claimCluster struct {
 
 func newClaimCluster(t *testing.T, controllerCaps ...csi.ControllerServiceCapability_RPC_Type) *claimCluster {
 	t.Helper()
-	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2, Configure: fastVolumeWatcher})
+	return newClaimClusterWith(t, nil, controllerCaps...)
+}
+
+// newClaimClusterWith is newClaimCluster with the servers' configuration
+// changed by configure (after fastVolumeWatcher's).
+func newClaimClusterWith(t *testing.T, configure func(cfg *server.Config), controllerCaps ...csi.ControllerServiceCapability_RPC_Type) *claimCluster {
+	t.Helper()
+	c := testcluster.New(t, testcluster.Config{Servers: 3, Agents: 2, Configure: func(i int, cfg *server.Config) {
+		fastVolumeWatcher(i, cfg)
+		if configure != nil {
+			configure(cfg)
+		}
+	}})
 	cc := &claimCluster{c: c}
 	for i, a := range c.Agents() {
 		cc.plugins = append(cc.plugins, a.StartPlugin("tp", testplugin.Config{

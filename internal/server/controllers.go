@@ -39,6 +39,8 @@ type ControllerClient interface {
 	ModifyVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerModifyVolumeRequest) error
 	// ListVolumes calls the plugin's ListVolumes.
 	ListVolumes(ctx context.Context, addr, pluginID string, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error)
+	// ListVolumeHealth calls the plugin's ControllerListVolumeHealth.
+	ListVolumeHealth(ctx context.Context, addr, pluginID string, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error)
 	// GetCapacity calls the plugin's GetCapacity.
 	GetCapacity(ctx context.Context, addr, pluginID string, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error)
 }
@@ -207,6 +209,18 @@ func (g *grpcControllers) ListVolumes(ctx context.Context, addr, pluginID string
 		return nil, err
 	}
 	resp, err := c.ControllerListVolumes(ctx, &csisupdv1.ControllerListVolumesRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) ListVolumeHealth(ctx context.Context, addr, pluginID string, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerListVolumeHealth(ctx, &csisupdv1.ControllerListVolumeHealthRequest{PluginId: pluginID, Request: req})
 	if err != nil {
 		return nil, err
 	}

@@ -32,11 +32,12 @@ const (
 )
 
 // externalListing is what every controller of a plugin listed: entries by
-// external id, the controllers that listed each, and the controllers that
-// could not be listed.
+// external id, the controllers that listed each, the controllers whose
+// listing was whole, and the controllers that could not be listed.
 type externalListing[E any] struct {
 	entries   map[string]E
 	nodes     map[string][]string
+	answered  map[string]bool // by node id
 	errs      []string
 	truncated bool
 }
@@ -48,7 +49,7 @@ type externalListing[E any] struct {
 func listControllers[E any](ctx context.Context, timeout time.Duration, cands []candidate,
 	page func(ctx context.Context, c candidate, token string) ([]E, string, error), id func(E) string,
 ) externalListing[E] {
-	out := externalListing[E]{entries: map[string]E{}, nodes: map[string][]string{}}
+	out := externalListing[E]{entries: map[string]E{}, nodes: map[string][]string{}, answered: map[string]bool{}}
 	for _, c := range cands {
 		seen := map[string]bool{}
 		token := ""
@@ -72,6 +73,9 @@ func listControllers[E any](ctx context.Context, timeout time.Duration, cands []
 				if !slices.Contains(out.nodes[k], c.nodeID) {
 					out.nodes[k] = append(out.nodes[k], c.nodeID)
 				}
+			}
+			if next == "" && !out.truncated {
+				out.answered[c.nodeID] = true
 			}
 			if next == "" || out.truncated {
 				break

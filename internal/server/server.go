@@ -263,8 +263,8 @@ func (s *Server) monitorLeadership() {
 }
 
 // leaderLoop runs the leader's duties until ctx ends: make the state
-// current, record this server, start heartbeat timers, autopilot and the
-// volume watcher.
+// current, record this server, start heartbeat timers, autopilot, the
+// volume watcher and the volume health monitor.
 func (s *Server) leaderLoop(ctx context.Context) {
 	s.logger.Info("cluster leadership acquired")
 	defer s.logger.Info("cluster leadership lost")
@@ -297,6 +297,11 @@ func (s *Server) leaderLoop(ctx context.Context) {
 		defer close(watcherDone)
 		s.watcher.Run(ctx)
 	}()
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		s.runHealthMonitor(ctx)
+	}()
 
 	for ctx.Err() == nil {
 		loop.Beat()
@@ -309,6 +314,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	s.heartbeats.Clear()
 	<-s.node.StopAutopilot()
 	<-watcherDone
+	<-healthDone
 }
 
 // waitBeating waits for d like retry.Wait, beating loop meanwhile.

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/csisupd/csisupd/internal/plugin"
+	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/statepb"
+	"github.com/csisupd/csisupd/internal/watchdog"
+)
+
+// runHealthMonitor asks the plugins' controllers for the health of their
+// volumes every VolumeHealthInterval until ctx ends (leadership ends).
+// It writes through raft only what changed, so that a steady state costs
+// the cluster nothing but the listings.
+func (s *Server) runHealthMonitor(ctx context.Context) {
+	if s.cfg.VolumeHealthInterval <= 0 {
+		return
+	}
+	loop := s.cfg.Watchdog.Loop("volume health monitor")
+	defer loop.Done()
+	for {
+		s.pollControllerHealth(ctx, loop)
+		if loop.Wait(ctx, s.cfg.VolumeHealthInterval) != nil {
+			return
+		}
+	}
+}
+
+// pollControllerHealth lists ControllerListVolumeHealth from the healthy
+// controllers of every plugin that has LIST_VOLUME_HEALTH and records the
+// condition of each listed volume the cluster knows, when it changed.
+func (s *Server) pollControllerHealth(ctx context.Context, loop *watchdog.Loop) {
+	for _, p := range s.State().Plugins() {
+		cands, err := s.listCandidates(p.ID, plugin.CapListVolumeHealth)
+		if err != nil {
+			continue // no controller that can say
+		}
+		l := listControllers(ctx, s.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.VolumeHealth, string, error) {
+			loop.Busy(time.Now().Add(s.cfg.RPCTimeout))
+			resp, err := s.controllers.ListVolumeHealth(ctx, c.addr, p.ID, &csi.ControllerListVolumeHealthRequest{MaxEntries: externalPageSize, StartingToken: token})
+			return resp.GetEntries(), resp.GetNextToken(), err
+		}, func(h *csi.VolumeHealth) string { return h.GetVolumeId() })
+		for _, e := range l.errs {
+			s.logger.Warn("volume health not listed", "plugin", p.ID, "error", e)
+		}
+		byExternal := map[string]*statepb.Volume{}
+		for _, v := range s.State().Volumes(p.ID) {
+			byExternal[v.GetExternalId()] = v
+		}
+		for id, v := range byExternal {
+			h, listed := l.entries[id]
+			if !listed && !listedWhole(l.answered, v) {
+				continue // its controller was not heard in full: nothing is known
+			}
+			// A volume left out of a whole listing is healthy: CSI
+			// recommends listing only abnormal volumes.
+			abnormal, msg := claims.HealthCondition(h)
+			if err := s.recordHealth(v, claims.HealthSourceController, abnormal, msg); err != nil {
+				s.logger.Warn("record a volume's health", "volume", v.GetId(), "error", err)
+			}
+			loop.Beat()
+		}
+	}
+}
+
+// listedWhole reports whether a controller that reaches v listed in full:
+// the one that created it when it is recorded (a node-local controller
+// lists only its own volumes), else any.
+func listedWhole(answered map[string]bool, v *statepb.Volume) bool {
+	if n := v.GetControllerNodeId(); n != "" {
+		return answered[n]
+	}
+	return len(answered) > 0
+}
+
+// recordHealth writes what source reports of v's health when it changes
+// what is stored.
+func (s *Server) recordHealth(v *statepb.Volume, source string, abnormal bool, message string) error {
+	if !claims.HealthChanged(v, source, abnormal, message) {
+		return nil
+	}
+	_, err := s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
+		VolumeId: v.GetId(), Source: source, Abnormal: abnormal, Message: message,
+	}}})
+	return err
+}

@@ -1,0 +1,75 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// TestVolumeHealthMonitor reports a volume abnormal in its plugin: the
+// leader's monitor records it within an interval, with a volume-abnormal
+// event; a steady state writes nothing to raft while the monitor keeps
+// asking; back to normal gives volume-normal.
+func TestVolumeHealthMonitor(t *testing.T) {
+	cc := newClaimClusterWith(t, func(cfg *server.Config) { cfg.VolumeHealthInterval = 100 * time.Millisecond },
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH)
+	v := cc.create(t, "v", "SINGLE_NODE_WRITER")
+	for _, p := range cc.plugins {
+		p.SetVolumeCondition(v.GetExternalId(), true, "disk slow")
+	}
+	events := volumeEvents(t, cc.control(t), "v", typeIs("volume-abnormal"))
+	if e := events[len(events)-1]; !strings.Contains(e.GetDescription(), "disk slow") || e.GetNodeId() != "" {
+		t.Errorf("event %v, want the controller's message", e)
+	}
+	got := cc.volume(t, "v").GetConditions()
+	if len(got) != 1 || got[0].GetSource() != "controller" || !strings.Contains(got[0].GetMessage(), "DEGRADED") {
+		t.Fatalf("conditions = %v, want the controller's DEGRADED", got)
+	}
+
+	// Steady state: the monitor asks again and again, and writes nothing.
+	index := func() uint64 {
+		resp, err := cc.control(t).ListVolumes(context.Background(), &csisupdv1.VolumeListRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetIndex()
+	}
+	asked := func() int64 {
+		var n int64
+		for _, p := range cc.plugins {
+			n += p.Stats().Calls["ControllerListVolumeHealth"]
+		}
+		return n
+	}
+	before, askedBefore := index(), asked()
+	testutil.WaitFor(t, 20*time.Second, "ten more health listings", func() bool { return asked() >= askedBefore+10 })
+	if after := index(); after != before {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, _ := cc.control(t).WatchEvents(ctx, &csisupdv1.ClusterEventWatchRequest{FromIndex: before})
+		for {
+			e, err := st.Recv()
+			if err != nil {
+				break
+			}
+			t.Logf("written in the steady state: %v", e)
+		}
+		t.Errorf("raft index went from %d to %d in a steady state", before, after)
+	}
+
+	for _, p := range cc.plugins {
+		p.SetVolumeCondition(v.GetExternalId(), false, "")
+	}
+	volumeEvents(t, cc.control(t), "v", typeIs("volume-normal"))
+	if got := cc.volume(t, "v").GetConditions(); len(got) != 0 {
+		t.Errorf("conditions after normal = %v", got)
+	}
+}
