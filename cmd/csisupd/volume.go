@@ -327,13 +327,29 @@ missing. Adopt an unknown one with "volume register --external-id".`,
 }
 
 func newVolumeStatusCommand(opts *clientOptions) *cobra.Command {
-	var stale bool
+	var stale, health bool
 	cmd := &cobra.Command{
-		Use:   "status ID",
-		Short: "Show one volume with its claims",
+		Use:   "status ID [--health]",
+		Short: "Show one volume with its claims, and with --health its health as the controller and each node see it now",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if health && stale {
+				return usageError{errors.New("--health asks the plugins through the leader; it does not go with --stale")}
+			}
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				if health {
+					resp, err := cl.GetVolumeHealth(ctx, &csisupdv1.VolumeHealthGetRequest{Id: args[0]})
+					if err != nil {
+						return controlError(opts.address, err)
+					}
+					if opts.json {
+						return printProto(cmd.OutOrStdout(), resp)
+					}
+					if err := printVolume(cmd.OutOrStdout(), resp.GetVolume()); err != nil {
+						return err
+					}
+					return printHealthAnswers(cmd.OutOrStdout(), resp.GetAnswers())
+				}
 				resp, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: args[0], Stale: stale})
 				if err != nil {
 					return controlError(opts.address, err)
@@ -346,7 +362,26 @@ func newVolumeStatusCommand(opts *clientOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&stale, "stale", false, "let any server answer from its local state, without asking the leader")
+	cmd.Flags().BoolVar(&health, "health", false, "ask the volume's health now: the controller (ControllerGetVolumeHealth) and every node that mounts it (NodeGetVolumeHealth)")
 	return cmd
+}
+
+// printHealthAnswers prints what each source said of a volume's health.
+func printHealthAnswers(w io.Writer, answers []*csisupdv1.VolumeHealthAnswer) error {
+	fmt.Fprintln(w, "\nHealth now")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tNODE\tHEALTH\tMESSAGE")
+	for _, a := range answers {
+		state, msg := "normal", a.GetMessage()
+		switch {
+		case a.GetError() != "":
+			state, msg = "unknown", a.GetError()
+		case a.GetAbnormal():
+			state = "abnormal"
+		}
+		row(tw, a.GetSource(), dash(a.GetNodeId()), state, dash(msg))
+	}
+	return tw.Flush()
 }
 
 // printVolumeResult prints the volume a write returned.
@@ -467,6 +502,9 @@ func printVolume(w io.Writer, v *csisupdv1.Volume) error {
 	field(w, "Availability", availabilityName(v.GetAvailability()))
 	for _, c := range v.GetCapabilities() {
 		field(w, "Capability", strings.TrimSpace(c.GetAccessType()+" "+c.GetAccessMode()+" "+c.GetFsType()))
+	}
+	for _, c := range v.GetConditions() {
+		field(w, "Abnormal", fmt.Sprintf("%s since %s: %s", c.GetSource(), formatTime(c.GetSince()), c.GetMessage()))
 	}
 	if e := v.GetExpansion(); e != nil {
 		fmt.Fprintln(w, "\nExpansion under way")

@@ -66,7 +66,7 @@
 //	                            GetPluginCapacity                     plugin:read
 //	                            ListNodes, GetNode, WatchEvents       node:read
 //	                            ListVolumes, GetVolume, ListExternalVolumes,
-//	                            ListExternalSnapshots                 volume:read
+//	                            ListExternalSnapshots, GetVolumeHealth volume:read
 //	                            CreateVolume, RegisterVolume, DeleteVolume,
 //	                            AttachVolume, DetachVolume,
 //	                            SetVolumeAvailability                 volume:write

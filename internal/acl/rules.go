@@ -255,6 +255,7 @@ var methodRules = map[string]Rule{
 	csisupdv1.Control_GetPluginDrain_FullMethodName:        controlRule(ResourcePlugin, LevelRead),
 	csisupdv1.Control_GetPluginCapacity_FullMethodName:     controlRule(ResourcePlugin, LevelRead),
 	csisupdv1.Control_ListExternalVolumes_FullMethodName:   controlRule(ResourceVolume, LevelRead),
+	csisupdv1.Control_GetVolumeHealth_FullMethodName:       controlRule(ResourceVolume, LevelRead),
 	csisupdv1.Control_ListExternalSnapshots_FullMethodName: controlRule(ResourceVolume, LevelRead),
 
 	csisupdv1.Control_CreateVolumeSnapshot_FullMethodName: controlRule(ResourceVolume, LevelWrite),

@@ -359,6 +359,17 @@ func (c *controlService) ListExternalSnapshots(ctx context.Context, req *csisupd
 		})
 }
 
+func (c *controlService) GetVolumeHealth(ctx context.Context, req *csisupdv1.VolumeHealthGetRequest) (*csisupdv1.VolumeHealthGetResponse, error) {
+	if req.GetId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume health: id is required")
+	}
+	return route(ctx, c.s.fwd, false, true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeHealthGetResponse, error) {
+			return cl.GetVolumeHealth(ctx, req)
+		},
+		func() (*csisupdv1.VolumeHealthGetResponse, error) { return c.s.volumeHealth(ctx, req.GetId()) })
+}
+
 func (c *controlService) RaftPeers(ctx context.Context, req *csisupdv1.RaftPeersRequest) (*csisupdv1.RaftPeersResponse, error) {
 	return route(ctx, c.s.fwd, false, true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.RaftPeersResponse, error) {

@@ -39,6 +39,8 @@ type ControllerClient interface {
 	ModifyVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerModifyVolumeRequest) error
 	// ListVolumes calls the plugin's ListVolumes.
 	ListVolumes(ctx context.Context, addr, pluginID string, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error)
+	// GetVolumeHealth calls the plugin's ControllerGetVolumeHealth.
+	GetVolumeHealth(ctx context.Context, addr, pluginID string, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error)
 	// ListVolumeHealth calls the plugin's ControllerListVolumeHealth.
 	ListVolumeHealth(ctx context.Context, addr, pluginID string, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error)
 	// GetCapacity calls the plugin's GetCapacity.
@@ -221,6 +223,18 @@ func (g *grpcControllers) ListVolumeHealth(ctx context.Context, addr, pluginID s
 		return nil, err
 	}
 	resp, err := c.ControllerListVolumeHealth(ctx, &csisupdv1.ControllerListVolumeHealthRequest{PluginId: pluginID, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponse(), nil
+}
+
+func (g *grpcControllers) GetVolumeHealth(ctx context.Context, addr, pluginID string, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ControllerGetVolumeHealth(ctx, &csisupdv1.ControllerGetVolumeHealthRequest{PluginId: pluginID, Request: req})
 	if err != nil {
 		return nil, err
 	}

@@ -2,9 +2,14 @@ package server
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/claims"
@@ -87,4 +92,58 @@ func (s *Server) recordHealth(v *statepb.Volume, source string, abnormal bool, m
 		VolumeId: v.GetId(), Source: source, Abnormal: abnormal, Message: message,
 	}}})
 	return err
+}
+
+// volumeHealth runs GetVolumeHealth on the leader: the controller's
+// answer, then each node's that mounts the volume, each bounded by
+// RPCTimeout; a source that cannot answer gives its error.
+func (s *Server) volumeHealth(ctx context.Context, id string) (*csisupdv1.VolumeHealthGetResponse, error) {
+	v := s.State().Volume(id)
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
+	}
+	resp := &csisupdv1.VolumeHealthGetResponse{Volume: statepb.VolumeToAPI(v)}
+	ctrl := &csisupdv1.VolumeHealthAnswer{Source: claims.HealthSourceController}
+	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapGetVolumeHealth, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
+	if err == nil {
+		_, err = s.callControllers(ctx, "ControllerGetVolumeHealth", cands, func(ctx context.Context, c candidate) error {
+			h, err := s.controllers.GetVolumeHealth(ctx, c.addr, v.GetPluginId(), &csi.ControllerGetVolumeHealthRequest{VolumeId: v.GetExternalId()})
+			if err == nil {
+				ctrl.NodeId = c.nodeID
+				ctrl.Abnormal, ctrl.Message = claims.HealthCondition(h.GetVolumeHealth())
+			}
+			return err
+		})
+	}
+	if err != nil {
+		ctrl.Error = status.Convert(err).Message()
+	}
+	resp.Answers = append(resp.Answers, ctrl)
+
+	var nodes []string
+	for _, c := range v.GetClaims() {
+		if c.GetMounted() && !slices.Contains(nodes, c.GetNodeId()) {
+			nodes = append(nodes, c.GetNodeId())
+		}
+	}
+	slices.Sort(nodes)
+	for _, id := range nodes {
+		a := &csisupdv1.VolumeHealthAnswer{Source: id, NodeId: id}
+		node := s.State().Node(id)
+		if node == nil {
+			a.Error = "node not found"
+			resp.Answers = append(resp.Answers, a)
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+		h, err := s.nodeVolumes.VolumeHealth(hctx, node.GetAddress(), &csisupdv1.VolumeHealthRequest{PluginId: v.GetPluginId(), VolumeId: v.GetId()})
+		cancel()
+		if err != nil {
+			a.Error = status.Convert(err).Message()
+		} else {
+			a.Abnormal, a.Message = claims.HealthCondition(h.GetVolumeHealth())
+		}
+		resp.Answers = append(resp.Answers, a)
+	}
+	return resp, nil
 }

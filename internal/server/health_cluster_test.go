@@ -10,6 +10,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
+	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -71,5 +72,44 @@ func TestVolumeHealthMonitor(t *testing.T) {
 	volumeEvents(t, cc.control(t), "v", typeIs("volume-normal"))
 	if got := cc.volume(t, "v").GetConditions(); len(got) != 0 {
 		t.Errorf("conditions after normal = %v", got)
+	}
+}
+
+// TestGetVolumeHealth asks a claimed volume's health: the controller that
+// holds it and the node that mounts it both answer, abnormal once its
+// plugin says so.
+func TestGetVolumeHealth(t *testing.T) {
+	nc := newNodeLocalCluster(t, func(_ int, cfg *testplugin.Config) { cfg.VolumeHealth = true })
+	v, err := nc.createOn(t, "v", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.claim(t, "v", 0, "w1", nil); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() []*csisupdv1.VolumeHealthAnswer {
+		t.Helper()
+		resp, err := nc.control(t).GetVolumeHealth(context.Background(), &csisupdv1.VolumeHealthGetRequest{Id: "v"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := resp.GetAnswers(); len(a) != 2 || a[0].GetSource() != "controller" || a[1].GetSource() != nc.c.Agent(0).NodeID() {
+			t.Fatalf("answers = %v, want the controller's and node 0's", a)
+		}
+		return resp.GetAnswers()
+	}
+	for _, a := range ask() {
+		if a.GetAbnormal() || a.GetError() != "" {
+			t.Errorf("answer %v, want healthy", a)
+		}
+	}
+	nc.plugins[0].SetVolumeCondition(v.GetExternalId(), true, "bad sectors")
+	for _, a := range ask() {
+		if !a.GetAbnormal() || !strings.Contains(a.GetMessage(), "bad sectors") {
+			t.Errorf("answer %v, want abnormal with the plugin's message", a)
+		}
+	}
+	if got := ask()[0].GetNodeId(); got != nc.c.Agent(0).NodeID() {
+		t.Errorf("controller answer from node %s, want the holder's", got)
 	}
 }

@@ -499,6 +499,21 @@ func (f *fakeNodeVolumes) UnmountVolume(ctx context.Context, addr string, req *c
 	return nil
 }
 
+// VolumeHealth answers NodeGetVolumeHealth for a mount held at addr, as
+// the NodeVolumes service does: NotFound when the volume is not mounted
+// there, else healthy (no statuses).
+func (f *fakeNodeVolumes) VolumeHealth(_ context.Context, addr string, req *csisupdv1.VolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	f.journal.add(fmt.Sprintf("volume-health %s %s", req.GetVolumeId(), addr))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key := range f.mounts {
+		if strings.HasPrefix(key, addr+"|"+req.GetVolumeId()+"|") {
+			return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: req.GetVolumeId()}}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "volume %q is not mounted", req.GetVolumeId())
+}
+
 // ListMounts returns the mounts held at addr, of req's plugin and volume
 // when set, sorted by volume, workload and usage key, as the NodeVolumes
 // service sorts them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -23,6 +24,9 @@ type NodeVolumesClient interface {
 	// node, with that mount's paths, and returns the size the plugin
 	// reported.
 	ExpandVolume(ctx context.Context, addr string, req *csisupdv1.ExpandVolumeRequest) (int64, error)
+	// VolumeHealth calls NodeGetVolumeHealth on a mount of the volume on
+	// the node.
+	VolumeHealth(ctx context.Context, addr string, req *csisupdv1.VolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error)
 	// ListMounts returns the mounts the node's agent holds.
 	ListMounts(ctx context.Context, addr string, req *csisupdv1.ListMountsRequest) ([]*csisupdv1.Mount, error)
 }
@@ -68,6 +72,18 @@ func (g *grpcNodeVolumes) ExpandVolume(ctx context.Context, addr string, req *cs
 		return 0, agentError(addr, err)
 	}
 	return resp.GetCapacityBytes(), nil
+}
+
+func (g *grpcNodeVolumes) VolumeHealth(ctx context.Context, addr string, req *csisupdv1.VolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	c, err := g.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.VolumeHealth(ctx, req)
+	if err != nil {
+		return nil, agentError(addr, err)
+	}
+	return resp.GetResponse(), nil
 }
 
 func (g *grpcNodeVolumes) ListMounts(ctx context.Context, addr string, req *csisupdv1.ListMountsRequest) ([]*csisupdv1.Mount, error) {

@@ -3036,6 +3036,184 @@ func (x *ExternalSnapshotsResponse) GetTruncated() bool {
 	return false
 }
 
+type VolumeHealthGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeHealthGetRequest) Reset() {
+	*x = VolumeHealthGetRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeHealthGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeHealthGetRequest) ProtoMessage() {}
+
+func (x *VolumeHealthGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeHealthGetRequest.ProtoReflect.Descriptor instead.
+func (*VolumeHealthGetRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *VolumeHealthGetRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type VolumeHealthGetResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Volume *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// answers come from the controller first, then each node by id.
+	Answers       []*VolumeHealthAnswer `protobuf:"bytes,2,rep,name=answers,proto3" json:"answers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeHealthGetResponse) Reset() {
+	*x = VolumeHealthGetResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeHealthGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeHealthGetResponse) ProtoMessage() {}
+
+func (x *VolumeHealthGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeHealthGetResponse.ProtoReflect.Descriptor instead.
+func (*VolumeHealthGetResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *VolumeHealthGetResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *VolumeHealthGetResponse) GetAnswers() []*VolumeHealthAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+// VolumeHealthAnswer is what one source said of a volume's health.
+type VolumeHealthAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is "controller" or the node id.
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// node_id is the node that answered (the controller's node for the
+	// controller).
+	NodeId   string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Abnormal bool   `protobuf:"varint,3,opt,name=abnormal,proto3" json:"abnormal,omitempty"`
+	Message  string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// error is why the source could not answer.
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeHealthAnswer) Reset() {
+	*x = VolumeHealthAnswer{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeHealthAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeHealthAnswer) ProtoMessage() {}
+
+func (x *VolumeHealthAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeHealthAnswer.ProtoReflect.Descriptor instead.
+func (*VolumeHealthAnswer) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *VolumeHealthAnswer) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *VolumeHealthAnswer) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *VolumeHealthAnswer) GetAbnormal() bool {
+	if x != nil {
+		return x.Abnormal
+	}
+	return false
+}
+
+func (x *VolumeHealthAnswer) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *VolumeHealthAnswer) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type PluginCapacityRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PluginId      string                 `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
@@ -3045,7 +3223,7 @@ type PluginCapacityRequest struct {
 
 func (x *PluginCapacityRequest) Reset() {
 	*x = PluginCapacityRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3235,7 @@ func (x *PluginCapacityRequest) String() string {
 func (*PluginCapacityRequest) ProtoMessage() {}
 
 func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3248,7 @@ func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityRequest.ProtoReflect.Descriptor instead.
 func (*PluginCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PluginCapacityRequest) GetPluginId() string {
@@ -3090,7 +3268,7 @@ type PluginCapacityResponse struct {
 
 func (x *PluginCapacityResponse) Reset() {
 	*x = PluginCapacityResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3280,7 @@ func (x *PluginCapacityResponse) String() string {
 func (*PluginCapacityResponse) ProtoMessage() {}
 
 func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3293,7 @@ func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityResponse.ProtoReflect.Descriptor instead.
 func (*PluginCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PluginCapacityResponse) GetCapacities() []*PluginCapacity {
@@ -3146,7 +3324,7 @@ type PluginCapacity struct {
 
 func (x *PluginCapacity) Reset() {
 	*x = PluginCapacity{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3158,7 +3336,7 @@ func (x *PluginCapacity) String() string {
 func (*PluginCapacity) ProtoMessage() {}
 
 func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3171,7 +3349,7 @@ func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacity.ProtoReflect.Descriptor instead.
 func (*PluginCapacity) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PluginCapacity) GetSegment() *TopologySegment {
@@ -3227,7 +3405,7 @@ type PluginDrainClaim struct {
 
 func (x *PluginDrainClaim) Reset() {
 	*x = PluginDrainClaim{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3417,7 @@ func (x *PluginDrainClaim) String() string {
 func (*PluginDrainClaim) ProtoMessage() {}
 
 func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3430,7 @@ func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainClaim.ProtoReflect.Descriptor instead.
 func (*PluginDrainClaim) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PluginDrainClaim) GetVolumeId() string {
@@ -3285,7 +3463,7 @@ type VolumeReleaseResponse struct {
 
 func (x *VolumeReleaseResponse) Reset() {
 	*x = VolumeReleaseResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3475,7 @@ func (x *VolumeReleaseResponse) String() string {
 func (*VolumeReleaseResponse) ProtoMessage() {}
 
 func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3488,7 @@ func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseResponse.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *VolumeReleaseResponse) GetVolume() *Volume {
@@ -3336,7 +3514,7 @@ type VolumeListRequest struct {
 
 func (x *VolumeListRequest) Reset() {
 	*x = VolumeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3526,7 @@ func (x *VolumeListRequest) String() string {
 func (*VolumeListRequest) ProtoMessage() {}
 
 func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3539,7 @@ func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *VolumeListRequest) GetPluginId() string {
@@ -3405,7 +3583,7 @@ type VolumeListResponse struct {
 
 func (x *VolumeListResponse) Reset() {
 	*x = VolumeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3595,7 @@ func (x *VolumeListResponse) String() string {
 func (*VolumeListResponse) ProtoMessage() {}
 
 func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3608,7 @@ func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VolumeListResponse) GetVolumes() []*Volume {
@@ -3464,7 +3642,7 @@ type VolumeGetRequest struct {
 
 func (x *VolumeGetRequest) Reset() {
 	*x = VolumeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3654,7 @@ func (x *VolumeGetRequest) String() string {
 func (*VolumeGetRequest) ProtoMessage() {}
 
 func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3667,7 @@ func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VolumeGetRequest) GetId() string {
@@ -3516,7 +3694,7 @@ type VolumeGetResponse struct {
 
 func (x *VolumeGetResponse) Reset() {
 	*x = VolumeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3706,7 @@ func (x *VolumeGetResponse) String() string {
 func (*VolumeGetResponse) ProtoMessage() {}
 
 func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3719,7 @@ func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VolumeGetResponse) GetVolume() *Volume {
@@ -3575,7 +3753,7 @@ type VolumeExpandRequest struct {
 
 func (x *VolumeExpandRequest) Reset() {
 	*x = VolumeExpandRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3587,7 +3765,7 @@ func (x *VolumeExpandRequest) String() string {
 func (*VolumeExpandRequest) ProtoMessage() {}
 
 func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3600,7 +3778,7 @@ func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandRequest.ProtoReflect.Descriptor instead.
 func (*VolumeExpandRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VolumeExpandRequest) GetId() string {
@@ -3640,7 +3818,7 @@ type VolumeExpandResponse struct {
 
 func (x *VolumeExpandResponse) Reset() {
 	*x = VolumeExpandResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3830,7 @@ func (x *VolumeExpandResponse) String() string {
 func (*VolumeExpandResponse) ProtoMessage() {}
 
 func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3843,7 @@ func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandResponse.ProtoReflect.Descriptor instead.
 func (*VolumeExpandResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VolumeExpandResponse) GetVolume() *Volume {
@@ -3687,7 +3865,7 @@ type VolumeModifyRequest struct {
 
 func (x *VolumeModifyRequest) Reset() {
 	*x = VolumeModifyRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3877,7 @@ func (x *VolumeModifyRequest) String() string {
 func (*VolumeModifyRequest) ProtoMessage() {}
 
 func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3890,7 @@ func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyRequest.ProtoReflect.Descriptor instead.
 func (*VolumeModifyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VolumeModifyRequest) GetId() string {
@@ -3745,7 +3923,7 @@ type VolumeModifyResponse struct {
 
 func (x *VolumeModifyResponse) Reset() {
 	*x = VolumeModifyResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3935,7 @@ func (x *VolumeModifyResponse) String() string {
 func (*VolumeModifyResponse) ProtoMessage() {}
 
 func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3948,7 @@ func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyResponse.ProtoReflect.Descriptor instead.
 func (*VolumeModifyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VolumeModifyResponse) GetVolume() *Volume {
@@ -3795,7 +3973,7 @@ type VolumeSnapshotCreateRequest struct {
 
 func (x *VolumeSnapshotCreateRequest) Reset() {
 	*x = VolumeSnapshotCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +3985,7 @@ func (x *VolumeSnapshotCreateRequest) String() string {
 func (*VolumeSnapshotCreateRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +3998,7 @@ func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *VolumeSnapshotCreateRequest) GetVolumeId() string {
@@ -3860,7 +4038,7 @@ type VolumeSnapshotCreateResponse struct {
 
 func (x *VolumeSnapshotCreateResponse) Reset() {
 	*x = VolumeSnapshotCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3872,7 +4050,7 @@ func (x *VolumeSnapshotCreateResponse) String() string {
 func (*VolumeSnapshotCreateResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3885,7 +4063,7 @@ func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *VolumeSnapshotCreateResponse) GetSnapshot() *VolumeSnapshot {
@@ -3911,7 +4089,7 @@ type VolumeSnapshotListRequest struct {
 
 func (x *VolumeSnapshotListRequest) Reset() {
 	*x = VolumeSnapshotListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3923,7 +4101,7 @@ func (x *VolumeSnapshotListRequest) String() string {
 func (*VolumeSnapshotListRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3936,7 +4114,7 @@ func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *VolumeSnapshotListRequest) GetVolumeId() string {
@@ -3986,7 +4164,7 @@ type VolumeSnapshotListResponse struct {
 
 func (x *VolumeSnapshotListResponse) Reset() {
 	*x = VolumeSnapshotListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4176,7 @@ func (x *VolumeSnapshotListResponse) String() string {
 func (*VolumeSnapshotListResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4189,7 @@ func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *VolumeSnapshotListResponse) GetSnapshots() []*VolumeSnapshot {
@@ -4045,7 +4223,7 @@ type VolumeSnapshotGetRequest struct {
 
 func (x *VolumeSnapshotGetRequest) Reset() {
 	*x = VolumeSnapshotGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4057,7 +4235,7 @@ func (x *VolumeSnapshotGetRequest) String() string {
 func (*VolumeSnapshotGetRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4070,7 +4248,7 @@ func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *VolumeSnapshotGetRequest) GetId() string {
@@ -4097,7 +4275,7 @@ type VolumeSnapshotGetResponse struct {
 
 func (x *VolumeSnapshotGetResponse) Reset() {
 	*x = VolumeSnapshotGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4109,7 +4287,7 @@ func (x *VolumeSnapshotGetResponse) String() string {
 func (*VolumeSnapshotGetResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4122,7 +4300,7 @@ func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *VolumeSnapshotGetResponse) GetSnapshot() *VolumeSnapshot {
@@ -4150,7 +4328,7 @@ type VolumeSnapshotDeleteRequest struct {
 
 func (x *VolumeSnapshotDeleteRequest) Reset() {
 	*x = VolumeSnapshotDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4162,7 +4340,7 @@ func (x *VolumeSnapshotDeleteRequest) String() string {
 func (*VolumeSnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4175,7 +4353,7 @@ func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *VolumeSnapshotDeleteRequest) GetId() string {
@@ -4200,7 +4378,7 @@ type VolumeSnapshotDeleteResponse struct {
 
 func (x *VolumeSnapshotDeleteResponse) Reset() {
 	*x = VolumeSnapshotDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4390,7 @@ func (x *VolumeSnapshotDeleteResponse) String() string {
 func (*VolumeSnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4403,7 @@ func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 // RaftPeer is one server of the raft configuration.
@@ -4259,7 +4437,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +4449,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +4462,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -4365,7 +4543,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4377,7 +4555,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4390,7 +4568,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 type RaftPeersResponse struct {
@@ -4404,7 +4582,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4594,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4607,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -4462,7 +4640,7 @@ type RaftRemovePeerRequest struct {
 
 func (x *RaftRemovePeerRequest) Reset() {
 	*x = RaftRemovePeerRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4474,7 +4652,7 @@ func (x *RaftRemovePeerRequest) String() string {
 func (*RaftRemovePeerRequest) ProtoMessage() {}
 
 func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4487,7 +4665,7 @@ func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RaftRemovePeerRequest) GetId() string {
@@ -4505,7 +4683,7 @@ type RaftRemovePeerResponse struct {
 
 func (x *RaftRemovePeerResponse) Reset() {
 	*x = RaftRemovePeerResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[64]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4517,7 +4695,7 @@ func (x *RaftRemovePeerResponse) String() string {
 func (*RaftRemovePeerResponse) ProtoMessage() {}
 
 func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[64]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4530,7 +4708,7 @@ func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 type SnapshotSaveRequest struct {
@@ -4541,7 +4719,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[65]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4553,7 +4731,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[65]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4566,7 +4744,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 // SnapshotChunk is one piece of a snapshot stream.
@@ -4579,7 +4757,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[66]
+	mi := &file_csisupd_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +4769,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[66]
+	mi := &file_csisupd_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +4782,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -4623,7 +4801,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[67]
+	mi := &file_csisupd_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4635,7 +4813,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[67]
+	mi := &file_csisupd_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4648,7 +4826,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -4672,7 +4850,7 @@ type ClusterEventWatchRequest struct {
 
 func (x *ClusterEventWatchRequest) Reset() {
 	*x = ClusterEventWatchRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[68]
+	mi := &file_csisupd_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +4862,7 @@ func (x *ClusterEventWatchRequest) String() string {
 func (*ClusterEventWatchRequest) ProtoMessage() {}
 
 func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[68]
+	mi := &file_csisupd_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +4875,7 @@ func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEventWatchRequest.ProtoReflect.Descriptor instead.
 func (*ClusterEventWatchRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ClusterEventWatchRequest) GetFromIndex() uint64 {
@@ -4740,7 +4918,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[69]
+	mi := &file_csisupd_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4930,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[69]
+	mi := &file_csisupd_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4943,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ClusterEvent) GetIndex() uint64 {
@@ -5133,7 +5311,18 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\tsnapshots\x18\x01 \x03(\v2\x1c.csisupd.v1.ExternalSnapshotR\tsnapshots\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12\x16\n" +
 	"\x06errors\x18\x03 \x03(\tR\x06errors\x12\x1c\n" +
-	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"4\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"(\n" +
+	"\x16VolumeHealthGetRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x7f\n" +
+	"\x17VolumeHealthGetResponse\x12*\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\x128\n" +
+	"\aanswers\x18\x02 \x03(\v2\x1e.csisupd.v1.VolumeHealthAnswerR\aanswers\"\x91\x01\n" +
+	"\x12VolumeHealthAnswer\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\babnormal\x18\x03 \x01(\bR\babnormal\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"4\n" +
 	"\x15PluginCapacityRequest\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\"T\n" +
 	"\x16PluginCapacityResponse\x12:\n" +
@@ -5275,7 +5464,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\tvolume_id\x18\x06 \x01(\tR\bvolumeId\x12 \n" +
 	"\vdescription\x18\a \x01(\tR\vdescription\x12\x1f\n" +
 	"\vsnapshot_id\x18\b \x01(\tR\n" +
-	"snapshotId2\xe9\x12\n" +
+	"snapshotId2\xc5\x13\n" +
 	"\aControl\x12L\n" +
 	"\vListPlugins\x12\x1d.csisupd.v1.PluginListRequest\x1a\x1e.csisupd.v1.PluginListResponse\x12H\n" +
 	"\tGetPlugin\x12\x1c.csisupd.v1.PluginGetRequest\x1a\x1d.csisupd.v1.PluginGetResponse\x12F\n" +
@@ -5289,7 +5478,8 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x15SetVolumeAvailability\x12%.csisupd.v1.VolumeAvailabilityRequest\x1a&.csisupd.v1.VolumeAvailabilityResponse\x12N\n" +
 	"\vDrainPlugin\x12\x1e.csisupd.v1.PluginDrainRequest\x1a\x1f.csisupd.v1.PluginDrainResponse\x12T\n" +
 	"\x0eGetPluginDrain\x12!.csisupd.v1.PluginDrainGetRequest\x1a\x1f.csisupd.v1.PluginDrainResponse\x12Z\n" +
-	"\x11GetPluginCapacity\x12!.csisupd.v1.PluginCapacityRequest\x1a\".csisupd.v1.PluginCapacityResponse\x12[\n" +
+	"\x11GetPluginCapacity\x12!.csisupd.v1.PluginCapacityRequest\x1a\".csisupd.v1.PluginCapacityResponse\x12Z\n" +
+	"\x0fGetVolumeHealth\x12\".csisupd.v1.VolumeHealthGetRequest\x1a#.csisupd.v1.VolumeHealthGetResponse\x12[\n" +
 	"\x13ListExternalVolumes\x12\x1f.csisupd.v1.ExternalListRequest\x1a#.csisupd.v1.ExternalVolumesResponse\x12_\n" +
 	"\x15ListExternalSnapshots\x12\x1f.csisupd.v1.ExternalListRequest\x1a%.csisupd.v1.ExternalSnapshotsResponse\x12L\n" +
 	"\vListVolumes\x12\x1d.csisupd.v1.VolumeListRequest\x1a\x1e.csisupd.v1.VolumeListResponse\x12H\n" +
@@ -5319,7 +5509,7 @@ func file_csisupd_v1_control_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_control_proto_rawDescData
 }
 
-var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_csisupd_v1_control_proto_goTypes = []any{
 	(*ClusterNode)(nil),                  // 0: csisupd.v1.ClusterNode
 	(*PluginInstance)(nil),               // 1: csisupd.v1.PluginInstance
@@ -5360,194 +5550,201 @@ var file_csisupd_v1_control_proto_goTypes = []any{
 	(*ExternalVolumesResponse)(nil),      // 36: csisupd.v1.ExternalVolumesResponse
 	(*ExternalSnapshot)(nil),             // 37: csisupd.v1.ExternalSnapshot
 	(*ExternalSnapshotsResponse)(nil),    // 38: csisupd.v1.ExternalSnapshotsResponse
-	(*PluginCapacityRequest)(nil),        // 39: csisupd.v1.PluginCapacityRequest
-	(*PluginCapacityResponse)(nil),       // 40: csisupd.v1.PluginCapacityResponse
-	(*PluginCapacity)(nil),               // 41: csisupd.v1.PluginCapacity
-	(*PluginDrainClaim)(nil),             // 42: csisupd.v1.PluginDrainClaim
-	(*VolumeReleaseResponse)(nil),        // 43: csisupd.v1.VolumeReleaseResponse
-	(*VolumeListRequest)(nil),            // 44: csisupd.v1.VolumeListRequest
-	(*VolumeListResponse)(nil),           // 45: csisupd.v1.VolumeListResponse
-	(*VolumeGetRequest)(nil),             // 46: csisupd.v1.VolumeGetRequest
-	(*VolumeGetResponse)(nil),            // 47: csisupd.v1.VolumeGetResponse
-	(*VolumeExpandRequest)(nil),          // 48: csisupd.v1.VolumeExpandRequest
-	(*VolumeExpandResponse)(nil),         // 49: csisupd.v1.VolumeExpandResponse
-	(*VolumeModifyRequest)(nil),          // 50: csisupd.v1.VolumeModifyRequest
-	(*VolumeModifyResponse)(nil),         // 51: csisupd.v1.VolumeModifyResponse
-	(*VolumeSnapshotCreateRequest)(nil),  // 52: csisupd.v1.VolumeSnapshotCreateRequest
-	(*VolumeSnapshotCreateResponse)(nil), // 53: csisupd.v1.VolumeSnapshotCreateResponse
-	(*VolumeSnapshotListRequest)(nil),    // 54: csisupd.v1.VolumeSnapshotListRequest
-	(*VolumeSnapshotListResponse)(nil),   // 55: csisupd.v1.VolumeSnapshotListResponse
-	(*VolumeSnapshotGetRequest)(nil),     // 56: csisupd.v1.VolumeSnapshotGetRequest
-	(*VolumeSnapshotGetResponse)(nil),    // 57: csisupd.v1.VolumeSnapshotGetResponse
-	(*VolumeSnapshotDeleteRequest)(nil),  // 58: csisupd.v1.VolumeSnapshotDeleteRequest
-	(*VolumeSnapshotDeleteResponse)(nil), // 59: csisupd.v1.VolumeSnapshotDeleteResponse
-	(*RaftPeer)(nil),                     // 60: csisupd.v1.RaftPeer
-	(*RaftPeersRequest)(nil),             // 61: csisupd.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),            // 62: csisupd.v1.RaftPeersResponse
-	(*RaftRemovePeerRequest)(nil),        // 63: csisupd.v1.RaftRemovePeerRequest
-	(*RaftRemovePeerResponse)(nil),       // 64: csisupd.v1.RaftRemovePeerResponse
-	(*SnapshotSaveRequest)(nil),          // 65: csisupd.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),                // 66: csisupd.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),      // 67: csisupd.v1.SnapshotRestoreResponse
-	(*ClusterEventWatchRequest)(nil),     // 68: csisupd.v1.ClusterEventWatchRequest
-	(*ClusterEvent)(nil),                 // 69: csisupd.v1.ClusterEvent
-	nil,                                  // 70: csisupd.v1.VolumeClaim.PublishContextEntry
-	nil,                                  // 71: csisupd.v1.Volume.ContextEntry
-	nil,                                  // 72: csisupd.v1.Volume.ParametersEntry
-	nil,                                  // 73: csisupd.v1.Volume.MutableParametersEntry
-	nil,                                  // 74: csisupd.v1.TopologySegment.SegmentsEntry
-	nil,                                  // 75: csisupd.v1.VolumeSnapshot.ParametersEntry
-	nil,                                  // 76: csisupd.v1.VolumeCreateRequest.ParametersEntry
-	nil,                                  // 77: csisupd.v1.VolumeCreateRequest.SecretsEntry
-	nil,                                  // 78: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	nil,                                  // 79: csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	nil,                                  // 80: csisupd.v1.VolumeClaimRequest.SecretsEntry
-	nil,                                  // 81: csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	nil,                                  // 82: csisupd.v1.VolumeExpandRequest.SecretsEntry
-	nil,                                  // 83: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	nil,                                  // 84: csisupd.v1.VolumeModifyRequest.SecretsEntry
-	nil,                                  // 85: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	nil,                                  // 86: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	nil,                                  // 87: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),        // 88: google.protobuf.Timestamp
-	(*Plugin)(nil),                       // 89: csisupd.v1.Plugin
-	(*VolumeUsage)(nil),                  // 90: csisupd.v1.VolumeUsage
-	(*Mount)(nil),                        // 91: csisupd.v1.Mount
+	(*VolumeHealthGetRequest)(nil),       // 39: csisupd.v1.VolumeHealthGetRequest
+	(*VolumeHealthGetResponse)(nil),      // 40: csisupd.v1.VolumeHealthGetResponse
+	(*VolumeHealthAnswer)(nil),           // 41: csisupd.v1.VolumeHealthAnswer
+	(*PluginCapacityRequest)(nil),        // 42: csisupd.v1.PluginCapacityRequest
+	(*PluginCapacityResponse)(nil),       // 43: csisupd.v1.PluginCapacityResponse
+	(*PluginCapacity)(nil),               // 44: csisupd.v1.PluginCapacity
+	(*PluginDrainClaim)(nil),             // 45: csisupd.v1.PluginDrainClaim
+	(*VolumeReleaseResponse)(nil),        // 46: csisupd.v1.VolumeReleaseResponse
+	(*VolumeListRequest)(nil),            // 47: csisupd.v1.VolumeListRequest
+	(*VolumeListResponse)(nil),           // 48: csisupd.v1.VolumeListResponse
+	(*VolumeGetRequest)(nil),             // 49: csisupd.v1.VolumeGetRequest
+	(*VolumeGetResponse)(nil),            // 50: csisupd.v1.VolumeGetResponse
+	(*VolumeExpandRequest)(nil),          // 51: csisupd.v1.VolumeExpandRequest
+	(*VolumeExpandResponse)(nil),         // 52: csisupd.v1.VolumeExpandResponse
+	(*VolumeModifyRequest)(nil),          // 53: csisupd.v1.VolumeModifyRequest
+	(*VolumeModifyResponse)(nil),         // 54: csisupd.v1.VolumeModifyResponse
+	(*VolumeSnapshotCreateRequest)(nil),  // 55: csisupd.v1.VolumeSnapshotCreateRequest
+	(*VolumeSnapshotCreateResponse)(nil), // 56: csisupd.v1.VolumeSnapshotCreateResponse
+	(*VolumeSnapshotListRequest)(nil),    // 57: csisupd.v1.VolumeSnapshotListRequest
+	(*VolumeSnapshotListResponse)(nil),   // 58: csisupd.v1.VolumeSnapshotListResponse
+	(*VolumeSnapshotGetRequest)(nil),     // 59: csisupd.v1.VolumeSnapshotGetRequest
+	(*VolumeSnapshotGetResponse)(nil),    // 60: csisupd.v1.VolumeSnapshotGetResponse
+	(*VolumeSnapshotDeleteRequest)(nil),  // 61: csisupd.v1.VolumeSnapshotDeleteRequest
+	(*VolumeSnapshotDeleteResponse)(nil), // 62: csisupd.v1.VolumeSnapshotDeleteResponse
+	(*RaftPeer)(nil),                     // 63: csisupd.v1.RaftPeer
+	(*RaftPeersRequest)(nil),             // 64: csisupd.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),            // 65: csisupd.v1.RaftPeersResponse
+	(*RaftRemovePeerRequest)(nil),        // 66: csisupd.v1.RaftRemovePeerRequest
+	(*RaftRemovePeerResponse)(nil),       // 67: csisupd.v1.RaftRemovePeerResponse
+	(*SnapshotSaveRequest)(nil),          // 68: csisupd.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                // 69: csisupd.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),      // 70: csisupd.v1.SnapshotRestoreResponse
+	(*ClusterEventWatchRequest)(nil),     // 71: csisupd.v1.ClusterEventWatchRequest
+	(*ClusterEvent)(nil),                 // 72: csisupd.v1.ClusterEvent
+	nil,                                  // 73: csisupd.v1.VolumeClaim.PublishContextEntry
+	nil,                                  // 74: csisupd.v1.Volume.ContextEntry
+	nil,                                  // 75: csisupd.v1.Volume.ParametersEntry
+	nil,                                  // 76: csisupd.v1.Volume.MutableParametersEntry
+	nil,                                  // 77: csisupd.v1.TopologySegment.SegmentsEntry
+	nil,                                  // 78: csisupd.v1.VolumeSnapshot.ParametersEntry
+	nil,                                  // 79: csisupd.v1.VolumeCreateRequest.ParametersEntry
+	nil,                                  // 80: csisupd.v1.VolumeCreateRequest.SecretsEntry
+	nil,                                  // 81: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	nil,                                  // 82: csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	nil,                                  // 83: csisupd.v1.VolumeClaimRequest.SecretsEntry
+	nil,                                  // 84: csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	nil,                                  // 85: csisupd.v1.VolumeExpandRequest.SecretsEntry
+	nil,                                  // 86: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	nil,                                  // 87: csisupd.v1.VolumeModifyRequest.SecretsEntry
+	nil,                                  // 88: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	nil,                                  // 89: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	nil,                                  // 90: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),        // 91: google.protobuf.Timestamp
+	(*Plugin)(nil),                       // 92: csisupd.v1.Plugin
+	(*VolumeUsage)(nil),                  // 93: csisupd.v1.VolumeUsage
+	(*Mount)(nil),                        // 94: csisupd.v1.Mount
 }
 var file_csisupd_v1_control_proto_depIdxs = []int32{
-	88,  // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
-	88,  // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
-	89,  // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
-	89,  // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
+	91,  // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
+	91,  // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
+	92,  // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
+	92,  // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
 	1,   // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
-	70,  // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
-	88,  // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
-	90,  // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
-	88,  // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
-	71,  // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
-	72,  // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
+	73,  // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
+	91,  // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
+	93,  // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
+	91,  // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
+	74,  // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
+	75,  // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
 	3,   // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
 	4,   // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
-	88,  // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	91,  // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	9,   // 15: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
-	73,  // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
+	76,  // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
 	10,  // 17: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
 	6,   // 18: csisupd.v1.Volume.conditions:type_name -> csisupd.v1.VolumeCondition
-	88,  // 19: csisupd.v1.VolumeCondition.since:type_name -> google.protobuf.Timestamp
-	74,  // 20: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
+	91,  // 19: csisupd.v1.VolumeCondition.since:type_name -> google.protobuf.Timestamp
+	77,  // 20: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
 	7,   // 21: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
 	7,   // 22: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
-	88,  // 23: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
-	88,  // 24: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	75,  // 25: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
+	91,  // 23: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	91,  // 24: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	78,  // 25: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
 	7,   // 26: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	2,   // 27: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
 	2,   // 28: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
 	0,   // 29: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
 	0,   // 30: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
 	3,   // 31: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
-	76,  // 32: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
-	77,  // 33: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
+	79,  // 32: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
+	80,  // 33: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
 	8,   // 34: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
 	9,   // 35: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
-	78,  // 36: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	81,  // 36: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
 	5,   // 37: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
 	5,   // 38: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
 	5,   // 39: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
-	79,  // 40: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	82,  // 40: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
 	4,   // 41: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
-	90,  // 42: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
-	80,  // 43: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
+	93,  // 42: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	83,  // 43: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
 	5,   // 44: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
 	4,   // 45: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
-	81,  // 46: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	84,  // 46: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
 	5,   // 47: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
-	42,  // 48: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
-	91,  // 49: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
+	45,  // 48: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
+	94,  // 49: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
 	7,   // 50: csisupd.v1.ExternalVolume.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	35,  // 51: csisupd.v1.ExternalVolumesResponse.volumes:type_name -> csisupd.v1.ExternalVolume
 	37,  // 52: csisupd.v1.ExternalSnapshotsResponse.snapshots:type_name -> csisupd.v1.ExternalSnapshot
-	41,  // 53: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
-	7,   // 54: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
-	5,   // 55: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
-	5,   // 56: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
-	5,   // 57: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	82,  // 58: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
-	5,   // 59: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
-	83,  // 60: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	84,  // 61: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
-	5,   // 62: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
-	85,  // 63: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	86,  // 64: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	11,  // 65: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	11,  // 66: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
-	11,  // 67: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	87,  // 68: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	88,  // 69: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
-	60,  // 70: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	88,  // 71: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	12,  // 72: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	14,  // 73: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	16,  // 74: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	18,  // 75: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	20,  // 76: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	22,  // 77: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	24,  // 78: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	26,  // 79: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
-	28,  // 80: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
-	29,  // 81: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
-	31,  // 82: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
-	32,  // 83: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
-	39,  // 84: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
-	34,  // 85: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
-	34,  // 86: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
-	44,  // 87: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	46,  // 88: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	48,  // 89: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
-	50,  // 90: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
-	52,  // 91: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
-	54,  // 92: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
-	56,  // 93: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
-	58,  // 94: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
-	61,  // 95: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	63,  // 96: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	65,  // 97: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	66,  // 98: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	68,  // 99: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	13,  // 100: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	15,  // 101: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	17,  // 102: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	19,  // 103: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	21,  // 104: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	23,  // 105: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	25,  // 106: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	27,  // 107: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
-	43,  // 108: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
-	30,  // 109: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
-	33,  // 110: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
-	33,  // 111: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
-	40,  // 112: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
-	36,  // 113: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
-	38,  // 114: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
-	45,  // 115: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	47,  // 116: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	49,  // 117: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
-	51,  // 118: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
-	53,  // 119: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
-	55,  // 120: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
-	57,  // 121: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
-	59,  // 122: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
-	62,  // 123: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	64,  // 124: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	66,  // 125: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	67,  // 126: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	69,  // 127: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	100, // [100:128] is the sub-list for method output_type
-	72,  // [72:100] is the sub-list for method input_type
-	72,  // [72:72] is the sub-list for extension type_name
-	72,  // [72:72] is the sub-list for extension extendee
-	0,   // [0:72] is the sub-list for field type_name
+	5,   // 53: csisupd.v1.VolumeHealthGetResponse.volume:type_name -> csisupd.v1.Volume
+	41,  // 54: csisupd.v1.VolumeHealthGetResponse.answers:type_name -> csisupd.v1.VolumeHealthAnswer
+	44,  // 55: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
+	7,   // 56: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
+	5,   // 57: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
+	5,   // 58: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
+	5,   // 59: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
+	85,  // 60: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
+	5,   // 61: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
+	86,  // 62: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	87,  // 63: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
+	5,   // 64: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
+	88,  // 65: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	89,  // 66: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	11,  // 67: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	11,  // 68: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
+	11,  // 69: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	90,  // 70: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	91,  // 71: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
+	63,  // 72: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	91,  // 73: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	12,  // 74: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	14,  // 75: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	16,  // 76: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	18,  // 77: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	20,  // 78: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	22,  // 79: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	24,  // 80: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	26,  // 81: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	28,  // 82: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	29,  // 83: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
+	31,  // 84: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
+	32,  // 85: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
+	42,  // 86: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
+	39,  // 87: csisupd.v1.Control.GetVolumeHealth:input_type -> csisupd.v1.VolumeHealthGetRequest
+	34,  // 88: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
+	34,  // 89: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
+	47,  // 90: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	49,  // 91: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	51,  // 92: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
+	53,  // 93: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
+	55,  // 94: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
+	57,  // 95: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
+	59,  // 96: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
+	61,  // 97: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
+	64,  // 98: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	66,  // 99: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	68,  // 100: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	69,  // 101: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	71,  // 102: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	13,  // 103: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	15,  // 104: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	17,  // 105: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	19,  // 106: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	21,  // 107: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	23,  // 108: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	25,  // 109: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	27,  // 110: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	46,  // 111: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	30,  // 112: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
+	33,  // 113: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
+	33,  // 114: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
+	43,  // 115: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
+	40,  // 116: csisupd.v1.Control.GetVolumeHealth:output_type -> csisupd.v1.VolumeHealthGetResponse
+	36,  // 117: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
+	38,  // 118: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
+	48,  // 119: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	50,  // 120: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	52,  // 121: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
+	54,  // 122: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
+	56,  // 123: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
+	58,  // 124: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
+	60,  // 125: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
+	62,  // 126: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
+	65,  // 127: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	67,  // 128: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	69,  // 129: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	70,  // 130: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	72,  // 131: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	103, // [103:132] is the sub-list for method output_type
+	74,  // [74:103] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
@@ -5563,15 +5760,15 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_control_proto_msgTypes[13].OneofWrappers = []any{}
 	file_csisupd_v1_control_proto_msgTypes[17].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[45].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[55].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[48].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[58].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_control_proto_rawDesc), len(file_csisupd_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   88,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	Control_DrainPlugin_FullMethodName           = "/csisupd.v1.Control/DrainPlugin"
 	Control_GetPluginDrain_FullMethodName        = "/csisupd.v1.Control/GetPluginDrain"
 	Control_GetPluginCapacity_FullMethodName     = "/csisupd.v1.Control/GetPluginCapacity"
+	Control_GetVolumeHealth_FullMethodName       = "/csisupd.v1.Control/GetVolumeHealth"
 	Control_ListExternalVolumes_FullMethodName   = "/csisupd.v1.Control/ListExternalVolumes"
 	Control_ListExternalSnapshots_FullMethodName = "/csisupd.v1.Control/ListExternalSnapshots"
 	Control_ListVolumes_FullMethodName           = "/csisupd.v1.Control/ListVolumes"
@@ -121,6 +122,12 @@ type ControlClient interface {
 	// a controller in that segment (once without a segment for controllers
 	// that report none), and answers each segment's capacity, or its error.
 	GetPluginCapacity(ctx context.Context, in *PluginCapacityRequest, opts ...grpc.CallOption) (*PluginCapacityResponse, error)
+	// GetVolumeHealth asks a volume's health now: ControllerGetVolumeHealth
+	// (GET_VOLUME_HEALTH) through a controller that reaches the volume, and
+	// NodeGetVolumeHealth on each node where a claim mounted it. Each answer,
+	// or its error, is returned; the volume comes with the conditions the
+	// monitors recorded.
+	GetVolumeHealth(ctx context.Context, in *VolumeHealthGetRequest, opts ...grpc.CallOption) (*VolumeHealthGetResponse, error)
 	// ListExternalVolumes compares what the plugin holds with what the
 	// cluster knows: it lists every page of ListVolumes (LIST_VOLUMES) from
 	// each healthy controller of the plugin (a node-local controller lists
@@ -317,6 +324,16 @@ func (c *controlClient) GetPluginCapacity(ctx context.Context, in *PluginCapacit
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PluginCapacityResponse)
 	err := c.cc.Invoke(ctx, Control_GetPluginCapacity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetVolumeHealth(ctx context.Context, in *VolumeHealthGetRequest, opts ...grpc.CallOption) (*VolumeHealthGetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeHealthGetResponse)
+	err := c.cc.Invoke(ctx, Control_GetVolumeHealth_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -566,6 +583,12 @@ type ControlServer interface {
 	// a controller in that segment (once without a segment for controllers
 	// that report none), and answers each segment's capacity, or its error.
 	GetPluginCapacity(context.Context, *PluginCapacityRequest) (*PluginCapacityResponse, error)
+	// GetVolumeHealth asks a volume's health now: ControllerGetVolumeHealth
+	// (GET_VOLUME_HEALTH) through a controller that reaches the volume, and
+	// NodeGetVolumeHealth on each node where a claim mounted it. Each answer,
+	// or its error, is returned; the volume comes with the conditions the
+	// monitors recorded.
+	GetVolumeHealth(context.Context, *VolumeHealthGetRequest) (*VolumeHealthGetResponse, error)
 	// ListExternalVolumes compares what the plugin holds with what the
 	// cluster knows: it lists every page of ListVolumes (LIST_VOLUMES) from
 	// each healthy controller of the plugin (a node-local controller lists
@@ -676,6 +699,9 @@ func (UnimplementedControlServer) GetPluginDrain(context.Context, *PluginDrainGe
 }
 func (UnimplementedControlServer) GetPluginCapacity(context.Context, *PluginCapacityRequest) (*PluginCapacityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPluginCapacity not implemented")
+}
+func (UnimplementedControlServer) GetVolumeHealth(context.Context, *VolumeHealthGetRequest) (*VolumeHealthGetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetVolumeHealth not implemented")
 }
 func (UnimplementedControlServer) ListExternalVolumes(context.Context, *ExternalListRequest) (*ExternalVolumesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListExternalVolumes not implemented")
@@ -973,6 +999,24 @@ func _Control_GetPluginCapacity_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).GetPluginCapacity(ctx, req.(*PluginCapacityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetVolumeHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeHealthGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetVolumeHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetVolumeHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetVolumeHealth(ctx, req.(*VolumeHealthGetRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1280,6 +1324,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPluginCapacity",
 			Handler:    _Control_GetPluginCapacity_Handler,
+		},
+		{
+			MethodName: "GetVolumeHealth",
+			Handler:    _Control_GetVolumeHealth_Handler,
 		},
 		{
 			MethodName: "ListExternalVolumes",
