@@ -59,7 +59,8 @@
 //	                            server identity passes)
 //	Cluster                     PeerInfo, Join, ServerStats           servers only, no token
 //	                            NodeRegister, NodeUpdatePlugins,
-//	                            NodeHeartbeat, ResolveToken           node:write (servers and clients;
+//	                            NodeHeartbeat, ResolveToken,
+//	                            NodeClaims, NodeVolumeHealth          node:write (servers and clients;
 //	                                                                  server identity passes; agents
 //	                                                                  present their own agent token)
 //	Control                     ListPlugins, GetPlugin, GetPluginDrain,

@@ -223,6 +223,7 @@ var methodRules = map[string]Rule{
 	csisupdv1.Cluster_NodeHeartbeat_FullMethodName:     nodeRule(),
 	csisupdv1.Cluster_ResolveToken_FullMethodName:      nodeRule(),
 	csisupdv1.Cluster_NodeClaims_FullMethodName:        nodeRule(),
+	csisupdv1.Cluster_NodeVolumeHealth_FullMethodName:  nodeRule(),
 
 	// The scheduler agent next to csisupd calls NodeVolumes with a CLI
 	// certificate; servers call it for claims.

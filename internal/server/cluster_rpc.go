@@ -144,3 +144,32 @@ func (c *clusterService) ResolveToken(ctx context.Context, req *csisupdv1.Resolv
 	}
 	return &csisupdv1.ResolveTokenResponse{Token: statepb.ACLTokenView(tok), Policies: statepb.ACLPoliciesToAPI(policies)}, nil
 }
+
+func (c *clusterService) NodeVolumeHealth(ctx context.Context, req *csisupdv1.NodeVolumeHealthRequest) (*csisupdv1.NodeVolumeHealthResponse, error) {
+	fctx, conn, err := c.fwd.leaderConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if conn != nil {
+		return csisupdv1.NewClusterClient(conn).NodeVolumeHealth(fctx, req)
+	}
+	if c.state().Node(req.GetNodeId()) == nil {
+		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
+	}
+	if n := len(req.GetMessage()); n > claims.MaxHealthMessage {
+		return nil, status.Errorf(codes.InvalidArgument, "node volume health: message of %d bytes is over %d", n, claims.MaxHealthMessage)
+	}
+	v := c.state().Volume(req.GetVolumeId())
+	if v == nil {
+		return &csisupdv1.NodeVolumeHealthResponse{}, nil // forgotten meanwhile: nothing to record
+	}
+	if !claims.HealthChanged(v, req.GetNodeId(), req.GetAbnormal(), req.GetMessage()) {
+		return &csisupdv1.NodeVolumeHealthResponse{}, nil
+	}
+	if _, err := c.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
+		VolumeId: v.GetId(), Source: req.GetNodeId(), Abnormal: req.GetAbnormal(), Message: req.GetMessage(),
+	}}}); err != nil {
+		return nil, toStatus(err)
+	}
+	return &csisupdv1.NodeVolumeHealthResponse{}, nil
+}

@@ -22,6 +22,111 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type NodeVolumeHealthRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	VolumeId string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Abnormal bool                   `protobuf:"varint,3,opt,name=abnormal,proto3" json:"abnormal,omitempty"`
+	// message is what the plugin said, capped at 1 KiB.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeVolumeHealthRequest) Reset() {
+	*x = NodeVolumeHealthRequest{}
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeVolumeHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeVolumeHealthRequest) ProtoMessage() {}
+
+func (x *NodeVolumeHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeVolumeHealthRequest.ProtoReflect.Descriptor instead.
+func (*NodeVolumeHealthRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *NodeVolumeHealthRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeVolumeHealthRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *NodeVolumeHealthRequest) GetAbnormal() bool {
+	if x != nil {
+		return x.Abnormal
+	}
+	return false
+}
+
+func (x *NodeVolumeHealthRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type NodeVolumeHealthResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeVolumeHealthResponse) Reset() {
+	*x = NodeVolumeHealthResponse{}
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeVolumeHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeVolumeHealthResponse) ProtoMessage() {}
+
+func (x *NodeVolumeHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeVolumeHealthResponse.ProtoReflect.Descriptor instead.
+func (*NodeVolumeHealthResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
 type NodeClaimsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -31,7 +136,7 @@ type NodeClaimsRequest struct {
 
 func (x *NodeClaimsRequest) Reset() {
 	*x = NodeClaimsRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +148,7 @@ func (x *NodeClaimsRequest) String() string {
 func (*NodeClaimsRequest) ProtoMessage() {}
 
 func (x *NodeClaimsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[0]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,7 +161,7 @@ func (x *NodeClaimsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeClaimsRequest.ProtoReflect.Descriptor instead.
 func (*NodeClaimsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *NodeClaimsRequest) GetNodeId() string {
@@ -90,7 +195,7 @@ type NodeClaimRef struct {
 
 func (x *NodeClaimRef) Reset() {
 	*x = NodeClaimRef{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +207,7 @@ func (x *NodeClaimRef) String() string {
 func (*NodeClaimRef) ProtoMessage() {}
 
 func (x *NodeClaimRef) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[1]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +220,7 @@ func (x *NodeClaimRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeClaimRef.ProtoReflect.Descriptor instead.
 func (*NodeClaimRef) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NodeClaimRef) GetVolumeId() string {
@@ -200,7 +305,7 @@ type NodeClaimsResponse struct {
 
 func (x *NodeClaimsResponse) Reset() {
 	*x = NodeClaimsResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +317,7 @@ func (x *NodeClaimsResponse) String() string {
 func (*NodeClaimsResponse) ProtoMessage() {}
 
 func (x *NodeClaimsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[2]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +330,7 @@ func (x *NodeClaimsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeClaimsResponse.ProtoReflect.Descriptor instead.
 func (*NodeClaimsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NodeClaimsResponse) GetClaims() []*NodeClaimRef {
@@ -251,7 +356,7 @@ type ResolveTokenRequest struct {
 
 func (x *ResolveTokenRequest) Reset() {
 	*x = ResolveTokenRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +368,7 @@ func (x *ResolveTokenRequest) String() string {
 func (*ResolveTokenRequest) ProtoMessage() {}
 
 func (x *ResolveTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[3]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +381,7 @@ func (x *ResolveTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveTokenRequest.ProtoReflect.Descriptor instead.
 func (*ResolveTokenRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResolveTokenRequest) GetSecretId() string {
@@ -296,7 +401,7 @@ type ResolveTokenResponse struct {
 
 func (x *ResolveTokenResponse) Reset() {
 	*x = ResolveTokenResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +413,7 @@ func (x *ResolveTokenResponse) String() string {
 func (*ResolveTokenResponse) ProtoMessage() {}
 
 func (x *ResolveTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[4]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +426,7 @@ func (x *ResolveTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveTokenResponse.ProtoReflect.Descriptor instead.
 func (*ResolveTokenResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ResolveTokenResponse) GetToken() *ACLToken {
@@ -346,7 +451,7 @@ type PeerInfoRequest struct {
 
 func (x *PeerInfoRequest) Reset() {
 	*x = PeerInfoRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +463,7 @@ func (x *PeerInfoRequest) String() string {
 func (*PeerInfoRequest) ProtoMessage() {}
 
 func (x *PeerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[5]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +476,7 @@ func (x *PeerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInfoRequest.ProtoReflect.Descriptor instead.
 func (*PeerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 type PeerInfoResponse struct {
@@ -396,7 +501,7 @@ type PeerInfoResponse struct {
 
 func (x *PeerInfoResponse) Reset() {
 	*x = PeerInfoResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +513,7 @@ func (x *PeerInfoResponse) String() string {
 func (*PeerInfoResponse) ProtoMessage() {}
 
 func (x *PeerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[6]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +526,7 @@ func (x *PeerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInfoResponse.ProtoReflect.Descriptor instead.
 func (*PeerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PeerInfoResponse) GetServerId() string {
@@ -491,7 +596,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +608,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[7]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +621,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinRequest) GetServerId() string {
@@ -548,7 +653,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +665,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[8]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +678,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 type ServerStatsRequest struct {
@@ -584,7 +689,7 @@ type ServerStatsRequest struct {
 
 func (x *ServerStatsRequest) Reset() {
 	*x = ServerStatsRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +701,7 @@ func (x *ServerStatsRequest) String() string {
 func (*ServerStatsRequest) ProtoMessage() {}
 
 func (x *ServerStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[9]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +714,7 @@ func (x *ServerStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatsRequest.ProtoReflect.Descriptor instead.
 func (*ServerStatsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 type ServerStatsResponse struct {
@@ -626,7 +731,7 @@ type ServerStatsResponse struct {
 
 func (x *ServerStatsResponse) Reset() {
 	*x = ServerStatsResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +743,7 @@ func (x *ServerStatsResponse) String() string {
 func (*ServerStatsResponse) ProtoMessage() {}
 
 func (x *ServerStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[10]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +756,7 @@ func (x *ServerStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatsResponse.ProtoReflect.Descriptor instead.
 func (*ServerStatsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ServerStatsResponse) GetServerId() string {
@@ -695,7 +800,7 @@ type NodeRegisterRequest struct {
 
 func (x *NodeRegisterRequest) Reset() {
 	*x = NodeRegisterRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +812,7 @@ func (x *NodeRegisterRequest) String() string {
 func (*NodeRegisterRequest) ProtoMessage() {}
 
 func (x *NodeRegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[11]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +825,7 @@ func (x *NodeRegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRegisterRequest.ProtoReflect.Descriptor instead.
 func (*NodeRegisterRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeRegisterRequest) GetNodeId() string {
@@ -761,7 +866,7 @@ type NodeRegisterResponse struct {
 
 func (x *NodeRegisterResponse) Reset() {
 	*x = NodeRegisterResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +878,7 @@ func (x *NodeRegisterResponse) String() string {
 func (*NodeRegisterResponse) ProtoMessage() {}
 
 func (x *NodeRegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[12]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +891,7 @@ func (x *NodeRegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRegisterResponse.ProtoReflect.Descriptor instead.
 func (*NodeRegisterResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeRegisterResponse) GetHeartbeatTtlMs() int64 {
@@ -814,7 +919,7 @@ type NodeUpdatePluginsRequest struct {
 
 func (x *NodeUpdatePluginsRequest) Reset() {
 	*x = NodeUpdatePluginsRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +931,7 @@ func (x *NodeUpdatePluginsRequest) String() string {
 func (*NodeUpdatePluginsRequest) ProtoMessage() {}
 
 func (x *NodeUpdatePluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[13]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +944,7 @@ func (x *NodeUpdatePluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUpdatePluginsRequest.ProtoReflect.Descriptor instead.
 func (*NodeUpdatePluginsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeUpdatePluginsRequest) GetNodeId() string {
@@ -865,7 +970,7 @@ type NodeUpdatePluginsResponse struct {
 
 func (x *NodeUpdatePluginsResponse) Reset() {
 	*x = NodeUpdatePluginsResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +982,7 @@ func (x *NodeUpdatePluginsResponse) String() string {
 func (*NodeUpdatePluginsResponse) ProtoMessage() {}
 
 func (x *NodeUpdatePluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[14]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +995,7 @@ func (x *NodeUpdatePluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUpdatePluginsResponse.ProtoReflect.Descriptor instead.
 func (*NodeUpdatePluginsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeUpdatePluginsResponse) GetIndex() uint64 {
@@ -909,7 +1014,7 @@ type NodeHeartbeatRequest struct {
 
 func (x *NodeHeartbeatRequest) Reset() {
 	*x = NodeHeartbeatRequest{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1026,7 @@ func (x *NodeHeartbeatRequest) String() string {
 func (*NodeHeartbeatRequest) ProtoMessage() {}
 
 func (x *NodeHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[15]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1039,7 @@ func (x *NodeHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeHeartbeatRequest) GetNodeId() string {
@@ -953,7 +1058,7 @@ type NodeHeartbeatResponse struct {
 
 func (x *NodeHeartbeatResponse) Reset() {
 	*x = NodeHeartbeatResponse{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1070,7 @@ func (x *NodeHeartbeatResponse) String() string {
 func (*NodeHeartbeatResponse) ProtoMessage() {}
 
 func (x *NodeHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[16]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1083,7 @@ func (x *NodeHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeHeartbeatResponse) GetHeartbeatTtlMs() int64 {
@@ -1000,7 +1105,7 @@ type ServerRecord struct {
 
 func (x *ServerRecord) Reset() {
 	*x = ServerRecord{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1117,7 @@ func (x *ServerRecord) String() string {
 func (*ServerRecord) ProtoMessage() {}
 
 func (x *ServerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[17]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1130,7 @@ func (x *ServerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerRecord.ProtoReflect.Descriptor instead.
 func (*ServerRecord) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ServerRecord) GetId() string {
@@ -1075,7 +1180,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1192,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[18]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1205,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LogEntry) GetTime() *timestamppb.Timestamp {
@@ -1329,7 +1434,7 @@ type NodePluginsCommand struct {
 
 func (x *NodePluginsCommand) Reset() {
 	*x = NodePluginsCommand{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1446,7 @@ func (x *NodePluginsCommand) String() string {
 func (*NodePluginsCommand) ProtoMessage() {}
 
 func (x *NodePluginsCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1459,7 @@ func (x *NodePluginsCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodePluginsCommand.ProtoReflect.Descriptor instead.
 func (*NodePluginsCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodePluginsCommand) GetNodeId() string {
@@ -1383,7 +1488,7 @@ type NodeStatusCommand struct {
 
 func (x *NodeStatusCommand) Reset() {
 	*x = NodeStatusCommand{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[20]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1500,7 @@ func (x *NodeStatusCommand) String() string {
 func (*NodeStatusCommand) ProtoMessage() {}
 
 func (x *NodeStatusCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[20]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1513,7 @@ func (x *NodeStatusCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusCommand.ProtoReflect.Descriptor instead.
 func (*NodeStatusCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeStatusCommand) GetNodeId() string {
@@ -1442,7 +1547,7 @@ type LogBatch struct {
 
 func (x *LogBatch) Reset() {
 	*x = LogBatch{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[21]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1559,7 @@ func (x *LogBatch) String() string {
 func (*LogBatch) ProtoMessage() {}
 
 func (x *LogBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[21]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1572,7 @@ func (x *LogBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBatch.ProtoReflect.Descriptor instead.
 func (*LogBatch) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogBatch) GetEntries() []*LogEntry {
@@ -1498,7 +1603,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[22]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1615,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[22]
+	mi := &file_csisupd_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1628,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StateSnapshot) GetVersion() uint32 {
@@ -1587,7 +1692,13 @@ var File_csisupd_v1_cluster_proto protoreflect.FileDescriptor
 const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/cluster.proto\x12\n" +
-	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\",\n" +
+	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x01\n" +
+	"\x17NodeVolumeHealthRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1a\n" +
+	"\babnormal\x18\x03 \x01(\bR\babnormal\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x1a\n" +
+	"\x18NodeVolumeHealthResponse\",\n" +
 	"\x11NodeClaimsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xca\x02\n" +
 	"\fNodeClaimRef\x12\x1b\n" +
@@ -1696,7 +1807,7 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\facl_policies\x18\x06 \x03(\v2\x15.csisupd.v1.ACLPolicyR\vaclPolicies\x129\n" +
 	"\n" +
 	"acl_tokens\x18\a \x03(\v2\x1a.csisupd.v1.ACLTokenRecordR\taclTokens\x12.\n" +
-	"\x13acl_bootstrap_index\x18\b \x01(\x04R\x11aclBootstrapIndex2\x86\x05\n" +
+	"\x13acl_bootstrap_index\x18\b \x01(\x04R\x11aclBootstrapIndex2\xe5\x05\n" +
 	"\aCluster\x12E\n" +
 	"\bPeerInfo\x12\x1b.csisupd.v1.PeerInfoRequest\x1a\x1c.csisupd.v1.PeerInfoResponse\x129\n" +
 	"\x04Join\x12\x17.csisupd.v1.JoinRequest\x1a\x18.csisupd.v1.JoinResponse\x12N\n" +
@@ -1706,7 +1817,8 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\rNodeHeartbeat\x12 .csisupd.v1.NodeHeartbeatRequest\x1a!.csisupd.v1.NodeHeartbeatResponse\x12Q\n" +
 	"\fResolveToken\x12\x1f.csisupd.v1.ResolveTokenRequest\x1a .csisupd.v1.ResolveTokenResponse\x12K\n" +
 	"\n" +
-	"NodeClaims\x12\x1d.csisupd.v1.NodeClaimsRequest\x1a\x1e.csisupd.v1.NodeClaimsResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"NodeClaims\x12\x1d.csisupd.v1.NodeClaimsRequest\x1a\x1e.csisupd.v1.NodeClaimsResponse\x12]\n" +
+	"\x10NodeVolumeHealth\x12#.csisupd.v1.NodeVolumeHealthRequest\x1a$.csisupd.v1.NodeVolumeHealthResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_cluster_proto_rawDescOnce sync.Once
@@ -1720,83 +1832,87 @@ func file_csisupd_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_cluster_proto_rawDescData
 }
 
-var file_csisupd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_csisupd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_csisupd_v1_cluster_proto_goTypes = []any{
-	(*NodeClaimsRequest)(nil),         // 0: csisupd.v1.NodeClaimsRequest
-	(*NodeClaimRef)(nil),              // 1: csisupd.v1.NodeClaimRef
-	(*NodeClaimsResponse)(nil),        // 2: csisupd.v1.NodeClaimsResponse
-	(*ResolveTokenRequest)(nil),       // 3: csisupd.v1.ResolveTokenRequest
-	(*ResolveTokenResponse)(nil),      // 4: csisupd.v1.ResolveTokenResponse
-	(*PeerInfoRequest)(nil),           // 5: csisupd.v1.PeerInfoRequest
-	(*PeerInfoResponse)(nil),          // 6: csisupd.v1.PeerInfoResponse
-	(*JoinRequest)(nil),               // 7: csisupd.v1.JoinRequest
-	(*JoinResponse)(nil),              // 8: csisupd.v1.JoinResponse
-	(*ServerStatsRequest)(nil),        // 9: csisupd.v1.ServerStatsRequest
-	(*ServerStatsResponse)(nil),       // 10: csisupd.v1.ServerStatsResponse
-	(*NodeRegisterRequest)(nil),       // 11: csisupd.v1.NodeRegisterRequest
-	(*NodeRegisterResponse)(nil),      // 12: csisupd.v1.NodeRegisterResponse
-	(*NodeUpdatePluginsRequest)(nil),  // 13: csisupd.v1.NodeUpdatePluginsRequest
-	(*NodeUpdatePluginsResponse)(nil), // 14: csisupd.v1.NodeUpdatePluginsResponse
-	(*NodeHeartbeatRequest)(nil),      // 15: csisupd.v1.NodeHeartbeatRequest
-	(*NodeHeartbeatResponse)(nil),     // 16: csisupd.v1.NodeHeartbeatResponse
-	(*ServerRecord)(nil),              // 17: csisupd.v1.ServerRecord
-	(*LogEntry)(nil),                  // 18: csisupd.v1.LogEntry
-	(*NodePluginsCommand)(nil),        // 19: csisupd.v1.NodePluginsCommand
-	(*NodeStatusCommand)(nil),         // 20: csisupd.v1.NodeStatusCommand
-	(*LogBatch)(nil),                  // 21: csisupd.v1.LogBatch
-	(*StateSnapshot)(nil),             // 22: csisupd.v1.StateSnapshot
-	(*VolumeUsage)(nil),               // 23: csisupd.v1.VolumeUsage
-	(*ACLToken)(nil),                  // 24: csisupd.v1.ACLToken
-	(*ACLPolicy)(nil),                 // 25: csisupd.v1.ACLPolicy
-	(*Plugin)(nil),                    // 26: csisupd.v1.Plugin
-	(*timestamppb.Timestamp)(nil),     // 27: google.protobuf.Timestamp
-	(*ClusterNode)(nil),               // 28: csisupd.v1.ClusterNode
-	(*Volume)(nil),                    // 29: csisupd.v1.Volume
-	(*ACLTokenRecord)(nil),            // 30: csisupd.v1.ACLTokenRecord
-	(*ACLBootstrapCommand)(nil),       // 31: csisupd.v1.ACLBootstrapCommand
+	(*NodeVolumeHealthRequest)(nil),   // 0: csisupd.v1.NodeVolumeHealthRequest
+	(*NodeVolumeHealthResponse)(nil),  // 1: csisupd.v1.NodeVolumeHealthResponse
+	(*NodeClaimsRequest)(nil),         // 2: csisupd.v1.NodeClaimsRequest
+	(*NodeClaimRef)(nil),              // 3: csisupd.v1.NodeClaimRef
+	(*NodeClaimsResponse)(nil),        // 4: csisupd.v1.NodeClaimsResponse
+	(*ResolveTokenRequest)(nil),       // 5: csisupd.v1.ResolveTokenRequest
+	(*ResolveTokenResponse)(nil),      // 6: csisupd.v1.ResolveTokenResponse
+	(*PeerInfoRequest)(nil),           // 7: csisupd.v1.PeerInfoRequest
+	(*PeerInfoResponse)(nil),          // 8: csisupd.v1.PeerInfoResponse
+	(*JoinRequest)(nil),               // 9: csisupd.v1.JoinRequest
+	(*JoinResponse)(nil),              // 10: csisupd.v1.JoinResponse
+	(*ServerStatsRequest)(nil),        // 11: csisupd.v1.ServerStatsRequest
+	(*ServerStatsResponse)(nil),       // 12: csisupd.v1.ServerStatsResponse
+	(*NodeRegisterRequest)(nil),       // 13: csisupd.v1.NodeRegisterRequest
+	(*NodeRegisterResponse)(nil),      // 14: csisupd.v1.NodeRegisterResponse
+	(*NodeUpdatePluginsRequest)(nil),  // 15: csisupd.v1.NodeUpdatePluginsRequest
+	(*NodeUpdatePluginsResponse)(nil), // 16: csisupd.v1.NodeUpdatePluginsResponse
+	(*NodeHeartbeatRequest)(nil),      // 17: csisupd.v1.NodeHeartbeatRequest
+	(*NodeHeartbeatResponse)(nil),     // 18: csisupd.v1.NodeHeartbeatResponse
+	(*ServerRecord)(nil),              // 19: csisupd.v1.ServerRecord
+	(*LogEntry)(nil),                  // 20: csisupd.v1.LogEntry
+	(*NodePluginsCommand)(nil),        // 21: csisupd.v1.NodePluginsCommand
+	(*NodeStatusCommand)(nil),         // 22: csisupd.v1.NodeStatusCommand
+	(*LogBatch)(nil),                  // 23: csisupd.v1.LogBatch
+	(*StateSnapshot)(nil),             // 24: csisupd.v1.StateSnapshot
+	(*VolumeUsage)(nil),               // 25: csisupd.v1.VolumeUsage
+	(*ACLToken)(nil),                  // 26: csisupd.v1.ACLToken
+	(*ACLPolicy)(nil),                 // 27: csisupd.v1.ACLPolicy
+	(*Plugin)(nil),                    // 28: csisupd.v1.Plugin
+	(*timestamppb.Timestamp)(nil),     // 29: google.protobuf.Timestamp
+	(*ClusterNode)(nil),               // 30: csisupd.v1.ClusterNode
+	(*Volume)(nil),                    // 31: csisupd.v1.Volume
+	(*ACLTokenRecord)(nil),            // 32: csisupd.v1.ACLTokenRecord
+	(*ACLBootstrapCommand)(nil),       // 33: csisupd.v1.ACLBootstrapCommand
 }
 var file_csisupd_v1_cluster_proto_depIdxs = []int32{
-	23, // 0: csisupd.v1.NodeClaimRef.usage:type_name -> csisupd.v1.VolumeUsage
-	1,  // 1: csisupd.v1.NodeClaimsResponse.claims:type_name -> csisupd.v1.NodeClaimRef
-	24, // 2: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
-	25, // 3: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
-	26, // 4: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
-	26, // 5: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
-	27, // 6: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	28, // 7: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
-	19, // 8: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
-	20, // 9: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
-	29, // 10: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
-	17, // 11: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
-	21, // 12: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
-	25, // 13: csisupd.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.v1.ACLPolicy
-	30, // 14: csisupd.v1.LogEntry.acl_token_upsert:type_name -> csisupd.v1.ACLTokenRecord
-	31, // 15: csisupd.v1.LogEntry.acl_bootstrap:type_name -> csisupd.v1.ACLBootstrapCommand
-	26, // 16: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
-	18, // 17: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
-	28, // 18: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
-	29, // 19: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
-	17, // 20: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
-	25, // 21: csisupd.v1.StateSnapshot.acl_policies:type_name -> csisupd.v1.ACLPolicy
-	30, // 22: csisupd.v1.StateSnapshot.acl_tokens:type_name -> csisupd.v1.ACLTokenRecord
-	5,  // 23: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
-	7,  // 24: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
-	9,  // 25: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
-	11, // 26: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
-	13, // 27: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
-	15, // 28: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
-	3,  // 29: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
-	0,  // 30: csisupd.v1.Cluster.NodeClaims:input_type -> csisupd.v1.NodeClaimsRequest
-	6,  // 31: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
-	8,  // 32: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
-	10, // 33: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
-	12, // 34: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
-	14, // 35: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
-	16, // 36: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
-	4,  // 37: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
-	2,  // 38: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
-	31, // [31:39] is the sub-list for method output_type
-	23, // [23:31] is the sub-list for method input_type
+	25, // 0: csisupd.v1.NodeClaimRef.usage:type_name -> csisupd.v1.VolumeUsage
+	3,  // 1: csisupd.v1.NodeClaimsResponse.claims:type_name -> csisupd.v1.NodeClaimRef
+	26, // 2: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
+	27, // 3: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
+	28, // 4: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
+	28, // 5: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
+	29, // 6: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	30, // 7: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
+	21, // 8: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
+	22, // 9: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
+	31, // 10: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
+	19, // 11: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
+	23, // 12: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
+	27, // 13: csisupd.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.v1.ACLPolicy
+	32, // 14: csisupd.v1.LogEntry.acl_token_upsert:type_name -> csisupd.v1.ACLTokenRecord
+	33, // 15: csisupd.v1.LogEntry.acl_bootstrap:type_name -> csisupd.v1.ACLBootstrapCommand
+	28, // 16: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
+	20, // 17: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
+	30, // 18: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
+	31, // 19: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
+	19, // 20: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
+	27, // 21: csisupd.v1.StateSnapshot.acl_policies:type_name -> csisupd.v1.ACLPolicy
+	32, // 22: csisupd.v1.StateSnapshot.acl_tokens:type_name -> csisupd.v1.ACLTokenRecord
+	7,  // 23: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
+	9,  // 24: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
+	11, // 25: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
+	13, // 26: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
+	15, // 27: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
+	17, // 28: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
+	5,  // 29: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
+	2,  // 30: csisupd.v1.Cluster.NodeClaims:input_type -> csisupd.v1.NodeClaimsRequest
+	0,  // 31: csisupd.v1.Cluster.NodeVolumeHealth:input_type -> csisupd.v1.NodeVolumeHealthRequest
+	8,  // 32: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
+	10, // 33: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
+	12, // 34: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
+	14, // 35: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
+	16, // 36: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
+	18, // 37: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
+	6,  // 38: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
+	4,  // 39: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
+	1,  // 40: csisupd.v1.Cluster.NodeVolumeHealth:output_type -> csisupd.v1.NodeVolumeHealthResponse
+	32, // [32:41] is the sub-list for method output_type
+	23, // [23:32] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -1811,7 +1927,7 @@ func file_csisupd_v1_cluster_proto_init() {
 	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_control_proto_init()
 	file_csisupd_v1_volumes_proto_init()
-	file_csisupd_v1_cluster_proto_msgTypes[18].OneofWrappers = []any{
+	file_csisupd_v1_cluster_proto_msgTypes[20].OneofWrappers = []any{
 		(*LogEntry_NodeUpsert)(nil),
 		(*LogEntry_NodePlugins)(nil),
 		(*LogEntry_NodeStatus)(nil),
@@ -1832,7 +1948,7 @@ func file_csisupd_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_cluster_proto_rawDesc), len(file_csisupd_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

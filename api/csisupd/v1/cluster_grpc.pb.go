@@ -27,6 +27,7 @@ const (
 	Cluster_NodeHeartbeat_FullMethodName     = "/csisupd.v1.Cluster/NodeHeartbeat"
 	Cluster_ResolveToken_FullMethodName      = "/csisupd.v1.Cluster/ResolveToken"
 	Cluster_NodeClaims_FullMethodName        = "/csisupd.v1.Cluster/NodeClaims"
+	Cluster_NodeVolumeHealth_FullMethodName  = "/csisupd.v1.Cluster/NodeVolumeHealth"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -64,6 +65,11 @@ type ClusterClient interface {
 	// that its agent can remove the cluster mounts whose claims were
 	// released without it. It is answered from the leader's state.
 	NodeClaims(ctx context.Context, in *NodeClaimsRequest, opts ...grpc.CallOption) (*NodeClaimsResponse, error)
+	// NodeVolumeHealth records what a node's agent saw of a mounted
+	// volume's health (NodeGetVolumeHealth) when it changed. The leader
+	// writes it through raft only when it differs from what is stored, as
+	// the volume's condition with the node as its source.
+	NodeVolumeHealth(ctx context.Context, in *NodeVolumeHealthRequest, opts ...grpc.CallOption) (*NodeVolumeHealthResponse, error)
 }
 
 type clusterClient struct {
@@ -154,6 +160,16 @@ func (c *clusterClient) NodeClaims(ctx context.Context, in *NodeClaimsRequest, o
 	return out, nil
 }
 
+func (c *clusterClient) NodeVolumeHealth(ctx context.Context, in *NodeVolumeHealthRequest, opts ...grpc.CallOption) (*NodeVolumeHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeVolumeHealthResponse)
+	err := c.cc.Invoke(ctx, Cluster_NodeVolumeHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -189,6 +205,11 @@ type ClusterServer interface {
 	// that its agent can remove the cluster mounts whose claims were
 	// released without it. It is answered from the leader's state.
 	NodeClaims(context.Context, *NodeClaimsRequest) (*NodeClaimsResponse, error)
+	// NodeVolumeHealth records what a node's agent saw of a mounted
+	// volume's health (NodeGetVolumeHealth) when it changed. The leader
+	// writes it through raft only when it differs from what is stored, as
+	// the volume's condition with the node as its source.
+	NodeVolumeHealth(context.Context, *NodeVolumeHealthRequest) (*NodeVolumeHealthResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -222,6 +243,9 @@ func (UnimplementedClusterServer) ResolveToken(context.Context, *ResolveTokenReq
 }
 func (UnimplementedClusterServer) NodeClaims(context.Context, *NodeClaimsRequest) (*NodeClaimsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NodeClaims not implemented")
+}
+func (UnimplementedClusterServer) NodeVolumeHealth(context.Context, *NodeVolumeHealthRequest) (*NodeVolumeHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NodeVolumeHealth not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -388,6 +412,24 @@ func _Cluster_NodeClaims_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_NodeVolumeHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NodeVolumeHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).NodeVolumeHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_NodeVolumeHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).NodeVolumeHealth(ctx, req.(*NodeVolumeHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -426,6 +468,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeClaims",
 			Handler:    _Cluster_NodeClaims_Handler,
+		},
+		{
+			MethodName: "NodeVolumeHealth",
+			Handler:    _Cluster_NodeVolumeHealth_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -111,3 +111,13 @@ func HealthEvent(cmd *statepb.VolumeHealthCommand) (typ, desc string) {
 	}
 	return "volume-normal", fmt.Sprintf("%s reports the volume normal", cmd.GetSource())
 }
+
+// NodeConditionsLeft returns v's conditions without node's once v has no
+// claim left on node: a node that no longer mounts the volume reports
+// nothing of it, and its last word would stay forever.
+func NodeConditionsLeft(v *statepb.Volume, node string) []*statepb.VolumeCondition {
+	if slices.ContainsFunc(v.GetClaims(), func(c *statepb.VolumeClaim) bool { return c.GetNodeId() == node }) {
+		return v.GetConditions()
+	}
+	return slices.DeleteFunc(slices.Clone(v.GetConditions()), func(c *statepb.VolumeCondition) bool { return c.GetSource() == node })
+}

@@ -66,3 +66,20 @@ func TestApplyHealth(t *testing.T) {
 		t.Errorf("event %s", typ)
 	}
 }
+
+func TestNodeConditionsLeft(t *testing.T) {
+	v := &statepb.Volume{
+		Claims:     []*statepb.VolumeClaim{{NodeId: "n1", WorkloadId: "w"}},
+		Conditions: []*statepb.VolumeCondition{{Source: HealthSourceController}, {Source: "n1"}, {Source: "n2"}},
+	}
+	if got := NodeConditionsLeft(v, "n1"); len(got) != 3 {
+		t.Errorf("a node with a claim left loses its condition: %v", got)
+	}
+	got := NodeConditionsLeft(v, "n2")
+	if len(got) != 2 || got[0].GetSource() != HealthSourceController || got[1].GetSource() != "n1" {
+		t.Errorf("conditions after n2's last claim = %v", got)
+	}
+	if len(v.Conditions) != 3 {
+		t.Error("NodeConditionsLeft changed the volume")
+	}
+}

@@ -156,6 +156,7 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		}
 		nv := proto.Clone(v).(*statepb.Volume)
 		nv.Claims = slices.Delete(nv.Claims, i, i+1)
+		nv.Conditions = claims.NodeConditionsLeft(nv, c.ClaimRemove.GetNodeId())
 		return putVolume(txn, index, ts, v, nv, ev)
 	}
 	return fmt.Errorf("unknown volume command %T", cmd)
