@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -13,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -23,36 +22,12 @@ const HealthSourceController = "controller"
 
 // MaxHealthMessage caps a stored condition's message: it comes from a
 // plugin.
-const MaxHealthMessage = 1024
+const MaxHealthMessage = plugin.MaxConditionMessage
 
-// HealthCondition summarises what a plugin reported of a volume's health:
-// abnormal when it lists any status, with each as "STATUS reason:
-// message", capped at MaxHealthMessage.
+// HealthCondition summarises what a plugin reported of a volume's health
+// (plugin.VolumeCondition).
 func HealthCondition(h *csi.VolumeHealth) (abnormal bool, message string) {
-	var parts []string
-	for _, st := range h.GetHealthStatuses() {
-		p := st.GetStatus().String()
-		if r := st.GetReason(); r != "" {
-			p += " " + r
-		}
-		if m := st.GetMessage(); m != "" {
-			p += ": " + m
-		}
-		parts = append(parts, p)
-	}
-	return len(parts) > 0, capMessage(strings.Join(parts, "; "))
-}
-
-// capMessage cuts s to MaxHealthMessage bytes at a rune boundary.
-func capMessage(s string) string {
-	if len(s) <= MaxHealthMessage {
-		return s
-	}
-	s = s[:MaxHealthMessage]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
+	return plugin.VolumeCondition(h)
 }
 
 // Condition returns v's condition from source, or nil when it is normal.
@@ -73,7 +48,7 @@ func HealthChanged(v *statepb.Volume, source string, abnormal bool, message stri
 	if !abnormal {
 		return c != nil
 	}
-	return c == nil || c.GetMessage() != capMessage(message)
+	return c == nil || c.GetMessage() != plugin.CapConditionMessage(message)
 }
 
 // CheckHealth checks a volume_health command against v as stored.

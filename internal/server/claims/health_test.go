@@ -1,31 +1,12 @@
 package claims
 
 import (
-	"strings"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
-
-func TestHealthCondition(t *testing.T) {
-	if abnormal, msg := HealthCondition(&csi.VolumeHealth{VolumeId: "v"}); abnormal || msg != "" {
-		t.Errorf("no statuses: %v %q, want normal", abnormal, msg)
-	}
-	h := &csi.VolumeHealth{HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{
-		{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: "Abnormal", Message: "disk slow"},
-		{Status: csi.VolumeHealthErrorType_INACCESSIBLE},
-	}}
-	if abnormal, msg := HealthCondition(h); !abnormal || msg != "DEGRADED Abnormal: disk slow; INACCESSIBLE" {
-		t.Errorf("two statuses: %v %q", abnormal, msg)
-	}
-	long := &csi.VolumeHealth{HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{{Message: strings.Repeat("é", MaxHealthMessage)}}}
-	if _, msg := HealthCondition(long); len(msg) > MaxHealthMessage || !strings.HasPrefix(msg, "UNKNOWN") {
-		t.Errorf("a long message is %d bytes, want at most %d", len(msg), MaxHealthMessage)
-	}
-}
 
 func TestApplyHealth(t *testing.T) {
 	t0, t1 := timestamppb.New(timestamppb.Now().AsTime().Add(-1)), timestamppb.Now()
