@@ -193,6 +193,7 @@ func (a *Agent) setupVolumes(cfg *config.Config) (*volumes.Manager, part, error)
 	}
 	if a.nodes != nil {
 		vc.Claims = a.nodes.NodeClaims
+		vc.HealthReport, vc.HealthInterval = a.nodes.NodeVolumeHealth, cfg.Client.VolumeHealthInterval
 	}
 	m, err := volumes.New(vc)
 	if err != nil {

@@ -239,6 +239,10 @@ type ClientConfig struct {
 	RescanInterval time.Duration
 	// RPCTimeout is the deadline of ClientCSI calls that arrive without one.
 	RPCTimeout time.Duration
+	// VolumeHealthInterval is how often the agent asks the plugins with
+	// the GET_VOLUME_HEALTH node capability for the health of its cluster
+	// mounts and reports what changed to the servers; 0 turns it off.
+	VolumeHealthInterval time.Duration
 	// MaxDestructiveInFlight limits concurrent destructive controller RPCs
 	// per plugin.
 	MaxDestructiveInFlight int
@@ -535,6 +539,7 @@ func Default() Config {
 			DeregisterGrace:            DefaultDeregisterGrace,
 			RescanInterval:             DefaultRescanInterval,
 			RPCTimeout:                 DefaultRPCTimeout,
+			VolumeHealthInterval:       DefaultVolumeHealthInterval,
 			MaxDestructiveInFlight:     DefaultMaxDestructiveInFlight,
 			MaxPluginMessageSize:       DefaultMaxPluginMessageSize,
 			MaxEventSubscribers:        DefaultMaxEventSubscribers,
@@ -665,6 +670,7 @@ func (c Config) String() string {
 	w(in, "rescan_interval", c.Client.RescanInterval)
 	w(in, "kubelet_registration_dir", c.Client.KubeletRegistrationDir)
 	w(in, "rpc_timeout", c.Client.RPCTimeout)
+	w(in, "volume_health_interval", c.Client.VolumeHealthInterval)
 	w(in, "max_destructive_in_flight", c.Client.MaxDestructiveInFlight)
 	w(in, "max_plugin_message_size", c.Client.MaxPluginMessageSize)
 	w(in, "max_event_subscribers", c.Client.MaxEventSubscribers)

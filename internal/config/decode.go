@@ -47,6 +47,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"deregister_grace":                     &c.Client.DeregisterGrace,
 			"rescan_interval":                      &c.Client.RescanInterval,
 			"rpc_timeout":                          &c.Client.RPCTimeout,
+			"volume_health_interval":               &c.Client.VolumeHealthInterval,
 			"max_destructive_in_flight":            &c.Client.MaxDestructiveInFlight,
 			"max_plugin_message_size":              &c.Client.MaxPluginMessageSize,
 			"max_event_subscribers":                &c.Client.MaxEventSubscribers,

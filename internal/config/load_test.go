@@ -89,6 +89,7 @@ func TestDefault(t *testing.T) {
 			DeregisterGrace:            10 * time.Second,
 			RescanInterval:             30 * time.Second,
 			RPCTimeout:                 2 * time.Minute,
+			VolumeHealthInterval:       time.Minute,
 			MaxDestructiveInFlight:     1,
 			MaxPluginMessageSize:       4 << 20,
 			MaxEventSubscribers:        256,
@@ -148,6 +149,7 @@ client {
   deregister_grace          = "15s"
   rescan_interval           = "1m"
   rpc_timeout               = "90s"
+  volume_health_interval    = "30s"
   max_destructive_in_flight = 2
   max_plugin_message_size   = 1048576
   max_event_subscribers     = 100
@@ -228,7 +230,7 @@ acl {
 						Enabled: true, PluginDir: "/run/csi",
 						ProbeInterval: 7 * time.Second, ProbeTimeout: 2 * time.Second,
 						FingerprintInterval: 2 * time.Minute, DeregisterGrace: 15 * time.Second,
-						RescanInterval: time.Minute, RPCTimeout: 90 * time.Second,
+						RescanInterval: time.Minute, RPCTimeout: 90 * time.Second, VolumeHealthInterval: 30 * time.Second,
 						MaxDestructiveInFlight: 2, MaxPluginMessageSize: 1 << 20,
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},

@@ -79,6 +79,9 @@ func (c *Config) Validate() error {
 		v.add("client.kubelet_registration_dir", "%q must be an absolute path (%s in a Kubernetes layout)", cl.KubeletRegistrationDir, KubeletRegistrationDir)
 	}
 	v.positive("client.rpc_timeout", cl.RPCTimeout)
+	if cl.VolumeHealthInterval < 0 {
+		v.add("client.volume_health_interval", "must not be negative (0 turns the agent's health reports off), got %s", cl.VolumeHealthInterval)
+	}
 	if cl.MaxDestructiveInFlight < 1 {
 		v.add("client.max_destructive_in_flight", "must be at least 1, got %d", cl.MaxDestructiveInFlight)
 	}

@@ -516,6 +516,15 @@ func (c *Client) NodeClaims(ctx context.Context) ([]*csisupdv1.NodeClaimRef, uin
 	return resp.GetClaims(), resp.GetIndex(), nil
 }
 
+// NodeVolumeHealth reports what this node saw of a mounted volume's
+// health to the servers (they record it only when it changed).
+func (c *Client) NodeVolumeHealth(ctx context.Context, volumeID string, abnormal bool, message string) error {
+	_, err := callWithFailover(ctx, c, "report volume health", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.NodeVolumeHealthResponse, error) {
+		return cl.NodeVolumeHealth(ctx, &csisupdv1.NodeVolumeHealthRequest{NodeId: c.cfg.Node.ID, VolumeId: volumeID, Abnormal: abnormal, Message: message})
+	})
+	return err
+}
+
 // callWithFailover makes one call to the current server, and once more to
 // the next server when the first is unavailable. what names the call in
 // errors.

@@ -39,6 +39,10 @@ type EventSink interface {
 // released by the servers without this node.
 type ClaimSource func(ctx context.Context) (claims []*csisupdv1.NodeClaimRef, index uint64, err error)
 
+// HealthReporter tells the servers what the node saw of a mounted
+// volume's health, when it changed (the nodeclient's NodeVolumeHealth).
+type HealthReporter func(ctx context.Context, volumeID string, abnormal bool, message string) error
+
 // PluginDirs are the mount directories of one plugin.
 type PluginDirs struct {
 	// MountDir is the plugin's mount root on the host (config plugin
@@ -91,8 +95,15 @@ type Config struct {
 	// succeeds: servers electing their first leader are the expected start
 	// of a cluster.
 	QuietStart time.Duration
-	// Watchdog, when set, watches the reconcile loop ("volume reconcile").
+	// Watchdog, when set, watches the reconcile loop ("volume reconcile")
+	// and the health loop ("volume health").
 	Watchdog *watchdog.Monitor
+	// HealthReport, with HealthInterval, makes Run ask the plugins with
+	// the GET_VOLUME_HEALTH node capability for the health of each
+	// cluster mount every HealthInterval (client.volume_health_interval)
+	// and report each change. Optional.
+	HealthReport   HealthReporter
+	HealthInterval time.Duration
 }
 
 // validate checks every field of cfg and reports all problems at once.
@@ -112,6 +123,9 @@ func (cfg *Config) validate() error {
 	}
 	if err := cfg.Retry.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("volumes: Config.Retry: %w", err))
+	}
+	if cfg.HealthInterval < 0 {
+		errs = append(errs, fmt.Errorf("volumes: Config.HealthInterval must not be negative, got %s", cfg.HealthInterval))
 	}
 	if cfg.ReconcileInterval < 0 {
 		errs = append(errs, fmt.Errorf("volumes: Config.ReconcileInterval must not be negative, got %s", cfg.ReconcileInterval))

@@ -53,6 +53,8 @@ type Manager struct {
 	interval time.Duration
 	quiet    time.Duration     // Config.QuietStart
 	watchdog *watchdog.Monitor // Config.Watchdog
+	health   HealthReporter    // Config.HealthReport
+	healthIn time.Duration     // Config.HealthInterval
 
 	locks keylock.Set // one per (plugin, volume)
 	dirMu sync.Mutex  // serialises creating and removing mount directories
@@ -127,6 +129,8 @@ func New(cfg Config) (*Manager, error) {
 		interval:  cfg.ReconcileInterval,
 		quiet:     cfg.QuietStart,
 		watchdog:  cfg.Watchdog,
+		health:    cfg.HealthReport,
+		healthIn:  cfg.HealthInterval,
 		records:   recs,
 		pending:   make(map[string]bool),
 		initial:   make(map[string]bool),

@@ -38,6 +38,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	if m.claims != nil {
 		m.wg.Go(func() { m.reconcileLoop(ctx) })
 	}
+	if m.health != nil && m.healthIn > 0 {
+		m.wg.Go(func() { m.healthLoop(ctx) })
+	}
 
 	<-ctx.Done()
 	m.mu.Lock()
