@@ -163,6 +163,10 @@ var (
 		"Volume snapshots in the replicated state, by state (creating, created, created-not-ready, deleting).", []string{"state"}, nil)
 	expansionsDesc = prometheus.NewDesc("csisupd_cluster_volume_expansions",
 		"Volume expansions under way, by state (controller, nodes).", []string{"state"}, nil)
+	abnormalDesc = prometheus.NewDesc("csisupd_cluster_volumes_abnormal",
+		"Volumes with an abnormal health condition reported by their controller or a node.", nil, nil)
+	unavailableDesc = prometheus.NewDesc("csisupd_cluster_volumes_unavailable",
+		"Volumes an operator keeps from new claims, by availability (pause, drain).", []string{"availability"}, nil)
 )
 
 // stateCollector reports the server's raft and cluster state at scrape
@@ -174,7 +178,8 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{leaderDesc, commitIndexDesc, appliedIndexDesc, lastIndexDesc,
-		lastContactDesc, peersDesc, nodesDesc, timersDesc, pluginsDesc, volumesDesc, claimsDesc, snapshotsDesc, expansionsDesc} {
+		lastContactDesc, peersDesc, nodesDesc, timersDesc, pluginsDesc, volumesDesc, claimsDesc, snapshotsDesc, expansionsDesc,
+		abnormalDesc, unavailableDesc} {
 		ch <- d
 	}
 }
@@ -235,6 +240,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for st, count := range expansions {
 		gauge(expansionsDesc, float64(count), st)
 	}
+	gauge(abnormalDesc, float64(n.Abnormal))
+	gauge(unavailableDesc, float64(n.Paused), cl.AvailabilityPause)
+	gauge(unavailableDesc, float64(n.Draining), cl.AvailabilityDrain)
 }
 
 func boolGauge(b bool) float64 {

@@ -89,6 +89,9 @@ func TestClusterMetrics(t *testing.T) {
 	if _, err := e.claim("vol-1", "node-a", "w1", nil); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := e.cl.SetVolumeAvailability(ctx, &csisupdv1.VolumeAvailabilityRequest{Id: "vol-1", Availability: "pause"}); err != nil {
+		t.Fatal(err)
+	}
 
 	checkSeries(t, reg, []series{
 		{"csisupd_cluster_nodes", []string{"status", "ready"}, 1},
@@ -105,6 +108,9 @@ func TestClusterMetrics(t *testing.T) {
 		{"csisupd_cluster_volume_snapshots", []string{"state", "deleting"}, 0},
 		{"csisupd_cluster_volume_expansions", []string{"state", "controller"}, 0},
 		{"csisupd_cluster_volume_expansions", []string{"state", "nodes"}, 0},
+		{"csisupd_cluster_volumes_abnormal", nil, 0},
+		{"csisupd_cluster_volumes_unavailable", []string{"availability", "pause"}, 1},
+		{"csisupd_cluster_volumes_unavailable", []string{"availability", "drain"}, 0},
 		{"csisupd_cluster_heartbeat_timers", nil, 1},
 		{"csisupd_server_leader", nil, 1},
 		{"csisupd_server_raft_last_contact_seconds", nil, 0},

@@ -20,6 +20,9 @@ type Counts struct {
 	// Snapshots counts the volume snapshots by state; created snapshots
 	// not yet ready to use are counted under "created-not-ready".
 	Snapshots map[string]int
+	// Abnormal counts the volumes with an abnormal condition; Paused and
+	// Draining the volumes an operator keeps from new claims.
+	Abnormal, Paused, Draining int
 }
 
 // SnapshotNotReady is the Counts.Snapshots key of created snapshots that
@@ -56,6 +59,16 @@ func (s *Store) Counts() Counts {
 			}
 			if e := v.GetExpansion(); e != nil {
 				out.Expansions[e.GetState()]++
+			}
+			if len(v.GetConditions()) > 0 {
+				out.Abnormal++
+			}
+			// "pause" and "drain" are the claims package's availabilities.
+			switch v.GetAvailability() {
+			case "pause":
+				out.Paused++
+			case "drain":
+				out.Draining++
 			}
 		}
 	}
