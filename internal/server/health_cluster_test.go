@@ -35,7 +35,6 @@ func TestVolumeHealthMonitor(t *testing.T) {
 		t.Fatalf("conditions = %v, want the controller's DEGRADED", got)
 	}
 
-
 	// Steady state: the monitor asks again and again, and writes nothing.
 	index := func() uint64 {
 		resp, err := cc.control(t).ListVolumes(context.Background(), &csisupdv1.VolumeListRequest{})
