@@ -443,3 +443,33 @@ func TestProbeLogUnwritable(t *testing.T) {
 		t.Fatalf("stderr %q does not name the probe log", stderr.String())
 	}
 }
+
+func TestRequireSecretsFlag(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("# the storage's token\ntoken = s3cr3t-value\n\nuser=admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parse([]string{"--socket", "a", "--require-secrets", good}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pluginConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.RequiredSecrets) != 2 || cfg.RequiredSecrets["token"] != "s3cr3t-value" || cfg.RequiredSecrets["user"] != "admin" {
+		t.Fatalf("required secrets: %d keys", len(cfg.RequiredSecrets))
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("token = x\ns3cr3t-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err = parse([]string{"--socket", "a", "--require-secrets", bad}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pluginConfig(o); err == nil || !strings.Contains(err.Error(), bad+":2") || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("a bad line: %v, want the file and line, never the value", err)
+	}
+}
