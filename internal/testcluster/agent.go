@@ -103,6 +103,9 @@ consul {
   enabled = false
 }
 `, a.Name, a.DataDir, logLevel(c.logger), ports[0], ports[1], ports[2], a.PluginDir, strings.Join(servers, ", "))
+	if c.cfg.AgentConfig != nil {
+		hcl += c.cfg.AgentConfig(i, dir)
+	}
 	if err := os.WriteFile(a.ConfigFile, []byte(hcl), 0o600); err != nil {
 		os.RemoveAll(dir)
 		c.t.Fatalf("testcluster: agent config: %v", err)
@@ -126,6 +129,20 @@ func logLevel(l hclog.Logger) string {
 	default:
 		return "error"
 	}
+}
+
+// Reload loads the agent's configuration file again and applies it, as
+// SIGHUP does; it returns the reload's error.
+func (a *Agent) Reload() error {
+	cfg, err := config.Load(config.LoadInput{Files: []string{a.ConfigFile}, Env: func(string) string { return "" }})
+	if err != nil {
+		return fmt.Errorf("agent %s: %w", a.Name, err)
+	}
+	ag := a.Agent()
+	if ag == nil {
+		return fmt.Errorf("agent %s is not running", a.Name)
+	}
+	return ag.Reload(cfg)
 }
 
 // start loads the config file, creates the agent on the reserved ports and

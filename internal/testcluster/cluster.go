@@ -45,6 +45,9 @@ type Config struct {
 	// Agents is the number of client-only agents (see Agent) started once
 	// the servers have a leader. Each lists every server in client.servers.
 	Agents int
+	// AgentConfig, when set, returns HCL appended to agent i's
+	// configuration file, whose directory is dir (plugin blocks, say).
+	AgentConfig func(i int, dir string) string
 }
 
 // Cluster is a set of servers on loopback.
