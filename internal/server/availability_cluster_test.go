@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
+	"github.com/csisupd/csisupd/internal/volumes"
 )
 
 var mnmw = &csisupdv1.VolumeUsage{AccessMode: "MULTI_NODE_MULTI_WRITER"}
@@ -178,5 +181,20 @@ func TestForcedRelease(t *testing.T) {
 	}
 	if got := cc.plugins[0].Stats().Calls["ControllerUnpublishVolume"] - unpublishes; got != 1 {
 		t.Errorf("controller unpublishes through agent 0 = %d, want 1", got)
+	}
+
+	// Node 1's agent comes back: it unmounts what the forced release left,
+	// and keeps no record of it.
+	if n := len(cc.plugins[1].NodeVolumes()); n != 1 {
+		t.Fatalf("agent 1's plugin holds %d volumes before the agent returns, want the forced claim's", n)
+	}
+	cc.c.RestartAgent(1)
+	records := filepath.Join(cc.c.Agent(1).DataDir, volumes.RecordsDir)
+	testutil.WaitFor(t, 20*time.Second, "agent 1's mount undone and its record gone", func() bool {
+		entries, err := os.ReadDir(records)
+		return err == nil && len(entries) == 0 && len(cc.plugins[1].NodeVolumes()) == 0
+	})
+	if !slices.Contains(methods(cc.plugins[1].NodeLog()), "NodeUnpublishVolume") {
+		t.Errorf("agent 1's plugin was never unpublished: %v", methods(cc.plugins[1].NodeLog()))
 	}
 }
