@@ -4904,7 +4904,13 @@ type ClusterEvent struct {
 	// volume-claimed, volume-claim-updated (a claim changed state),
 	// volume-claim-freed, volume-deleted, volume-expanded (an expansion
 	// finished), volume-modified, volume-snapshot-created (a snapshot the
-	// plugin made was recorded), volume-snapshot-deleted.
+	// plugin made was recorded), volume-snapshot-deleted,
+	// volume-availability (an operator paused, drained or activated the
+	// volume), volume-claim-forced (an operator forced a release; the
+	// description names the skipped step), plugin-draining and
+	// plugin-drain-ended (a plugin's drain on node_id), volume-abnormal and
+	// volume-normal (a health change reported by the controller, or by
+	// node_id).
 	Type        string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	NodeId      string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	PluginId    string `protobuf:"bytes,5,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
