@@ -109,7 +109,7 @@ func TestTextOutputEscapesOutsideStrings(t *testing.T) {
 		{"node status", func(w *bytes.Buffer) error { return printNodeList(w, []*csisupdv1.ClusterNode{node}) }, 2},
 		{"node status ID", func(w *bytes.Buffer) error { return printNode(w, node) }, 10},
 		{"volume list", func(w *bytes.Buffer) error { return printVolumeList(w, []*csisupdv1.Volume{volume}) }, 2},
-		{"volume status", func(w *bytes.Buffer) error { return printVolume(w, volume) }, 24},
+		{"volume status", func(w *bytes.Buffer) error { return printVolume(w, volume) }, 25},
 		{"volume expand", func(w *bytes.Buffer) error { return printExpandResult(w, volume) }, 1},
 		{"volume snapshot list", func(w *bytes.Buffer) error { return printSnapshotList(w, []*csisupdv1.VolumeSnapshot{snapshot}) }, 2},
 		{"volume snapshot status", func(w *bytes.Buffer) error { return printSnapshot(w, snapshot) }, 11},

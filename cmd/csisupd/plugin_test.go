@@ -103,7 +103,7 @@ func TestPluginAndNodeStatus(t *testing.T) {
 	if len(plugins) != 1 {
 		t.Fatalf("plugins: %v", plugins)
 	}
-	const pluginKeys = "controllers_expected,controllers_healthy,id,instances,nodes_expected,nodes_healthy,provider,version"
+	const pluginKeys = "controllers_expected,controllers_healthy,draining_nodes,id,instances,nodes_expected,nodes_healthy,provider,version"
 	if keys(plugins[0]) != pluginKeys {
 		t.Fatalf("plugin keys %s, want %s", keys(plugins[0]), pluginKeys)
 	}

@@ -150,7 +150,8 @@ func newVolumeDeleteCommand(opts *clientOptions) *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				if opts.json {
-					// The call's response has no fields: {} and exit code 0.
+					// The claims a forced deregistration left (none without
+					// --force), and exit code 0.
 					return printProto(w, resp)
 				}
 				verb := "Deleted"
