@@ -46,6 +46,13 @@ type clientAgent struct {
 
 func startClaimNode(t *testing.T) *claimNode {
 	t.Helper()
+	return startClaimNodeWithGrace(t, "2s")
+}
+
+// startClaimNodeWithGrace is startClaimNode with the server's
+// claim_gc_grace set to grace.
+func startClaimNodeWithGrace(t *testing.T, grace string) *claimNode {
+	t.Helper()
 	ports := testutil.FreePorts(t, 3)
 	n := &claimNode{serverAddr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 
@@ -59,8 +66,8 @@ func startClaimNode(t *testing.T) *claimNode {
 server {
   enabled          = true
   bootstrap_expect = 1
-  claim_gc_grace   = "2s"
-}`, serverPlugins))
+  claim_gc_grace   = %q
+}`, serverPlugins, grace))
 	startAgentProcess(t, "server s0", ports[2], "--config", serverCfg)
 
 	n.clientAgent = n.addClient(t, "c0")
