@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +27,13 @@ import (
 // and published. The node plugins make real bind mounts when the test
 // can, so the mount table shows what stays mounted.
 type claimNode struct {
-	serverAddr string
-	controller *testplugin.Plugin
-	ctrlState  string
+	serverAddr    string
+	server        *agentProcess
+	serverData    string
+	serverSecrets string // its secrets file of plugin "tp", when it has one
+	controller    *testplugin.Plugin
+	ctrlState     string
+	opts          claimNodeOptions
 	*clientAgent
 }
 
@@ -38,37 +44,55 @@ type clientAgent struct {
 	addr string // its gRPC address
 	node *testplugin.Plugin
 
-	clientCfg  string
-	clientHTTP int
-	clientData string
-	client     *agentProcess
+	clientCfg   string
+	secretsFile string // its secrets file of plugin "tp", when the node has one
+	clientHTTP  int
+	clientData  string
+	client      *agentProcess
 }
 
 func startClaimNode(t *testing.T) *claimNode {
 	t.Helper()
-	return startClaimNodeWithGrace(t, "2s")
+	return startClaimNodeWith(t, claimNodeOptions{})
 }
 
-// startClaimNodeWithGrace is startClaimNode with the server's
-// claim_gc_grace set to grace.
-func startClaimNodeWithGrace(t *testing.T, grace string) *claimNode {
+// claimNodeOptions change the cluster startClaimNodeWith makes.
+type claimNodeOptions struct {
+	// grace is the server's claim_gc_grace; "2s" when empty.
+	grace string
+	// secrets, when set, are required by every plugin on every call and
+	// are in each agent's secrets file of plugin "tp", and nowhere else.
+	secrets map[string]string
+}
+
+// startClaimNodeWith is startClaimNode with opts.
+func startClaimNodeWith(t *testing.T, opts claimNodeOptions) *claimNode {
 	t.Helper()
+	if opts.grace == "" {
+		opts.grace = "2s"
+	}
 	ports := testutil.FreePorts(t, 3)
-	n := &claimNode{serverAddr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	n := &claimNode{serverAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), opts: opts}
 
 	serverPlugins := testutil.TempDir(t)
 	n.ctrlState = testutil.TempDir(t)
 	n.controller = startTestPlugin(t, testplugin.Config{
 		Socket: filepath.Join(serverPlugins, "tp", "csi.sock"), StateDir: n.ctrlState,
 		Type: testplugin.TypeController, NodeID: "csi-server", KnownNodeIDs: []string{testplugin.AnyNode},
+		RequiredSecrets: opts.secrets,
 	})
-	serverCfg := agentHCL(t, "s0", ports[0], ports[1], ports[2], fmt.Sprintf(`client { plugin_dir = %q }
+	n.serverData = testutil.TempDir(t)
+	if len(opts.secrets) > 0 {
+		n.serverSecrets = filepath.Join(testutil.TempDir(t), "tp.hcl")
+	}
+	serverCfg := agentHCLIn(t, "s0", n.serverData, ports[0], ports[1], ports[2], fmt.Sprintf(`client { plugin_dir = %q }
 server {
   enabled          = true
   bootstrap_expect = 1
   claim_gc_grace   = %q
-}`, serverPlugins, grace))
-	startAgentProcess(t, "server s0", ports[2], "--config", serverCfg)
+}
+%s`, serverPlugins, opts.grace, secretsBlock(t, opts.secrets, n.serverSecrets)))
+	n.server = startAgentProcess(t, "server s0", ports[2], "--config", serverCfg)
 
 	n.clientAgent = n.addClient(t, "c0")
 	testutil.WaitFor(t, 60*time.Second, "plugin tp with a controller and a node", func() bool {
@@ -76,6 +100,31 @@ server {
 		return ok && p.ControllersHealthy == 1 && p.NodesHealthy == 1
 	})
 	return n
+}
+
+// secretsBlock writes secrets, when there are any, to the secrets file
+// of plugin "tp" at path and returns the agent config block that names it.
+func secretsBlock(t *testing.T, secrets map[string]string, path string) string {
+	t.Helper()
+	if len(secrets) == 0 {
+		return ""
+	}
+	writeSecretsFile(t, path, secrets)
+	return fmt.Sprintf("plugin \"tp\" {\n  secrets_file = %q\n}\n", path)
+}
+
+// writeSecretsFile writes secrets as a secrets file's default block.
+func writeSecretsFile(t *testing.T, path string, secrets map[string]string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("default {\n")
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		fmt.Fprintf(&b, "  %s = %q\n", k, secrets[k])
+	}
+	b.WriteString("}\n")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // addClient starts a client agent named name, with the node service of
@@ -90,7 +139,11 @@ func (n *claimNode) addClient(t *testing.T, name string) *clientAgent {
 	c.node = startTestPlugin(t, testplugin.Config{
 		Socket: filepath.Join(clientPlugins, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
 		Type: testplugin.TypeNode, NodeID: "csi-" + name, Mounts: pluginMounts(t),
+		RequiredSecrets: n.opts.secrets,
 	})
+	if len(n.opts.secrets) > 0 {
+		c.secretsFile = filepath.Join(testutil.TempDir(t), "tp.hcl")
+	}
 	c.clientCfg = filepath.Join(testutil.TempDir(t), "agent.hcl")
 	if err := os.WriteFile(c.clientCfg, []byte(fmt.Sprintf(`name      = %q
 data_dir  = %q
@@ -107,7 +160,7 @@ client {
   probe_interval = "1s"
   probe_timeout  = "1s"
 }
-`, name, c.clientData, ports[0], ports[1], ports[2], clientPlugins, n.serverAddr)), 0o600); err != nil {
+%s`, name, c.clientData, ports[0], ports[1], ports[2], clientPlugins, n.serverAddr, secretsBlock(t, n.opts.secrets, c.secretsFile))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c.startClient(t)

@@ -17,7 +17,7 @@ import (
 // it had and keeps no mount record. While the agent answers, --force
 // alone is refused.
 func TestForcedReleaseOfAKilledNode(t *testing.T) {
-	n := startClaimNodeWithGrace(t, "1h")
+	n := startClaimNodeWith(t, claimNodeOptions{grace: "1h"})
 	var vol volumeDoc
 	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
 	var claim claimDoc
