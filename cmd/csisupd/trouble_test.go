@@ -21,14 +21,7 @@ func TestStuckVolumeCommands(t *testing.T) {
 	c, addr, plugins := oneNodeClusterWith(t, map[string]testplugin.Config{"tp": {NodeID: "csi-a", VolumeHealth: true,
 		ControllerCapabilities: testplugin.SupportedControllerCapabilities}})
 	a := c.Agent(0)
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := execute(t, append([]string{"--address", addr}, args...)...)
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(args, " "), err)
-		}
-		return out
-	}
+	run := runAt(t, addr)
 	fail := func(want string, args ...string) {
 		t.Helper()
 		if _, err := execute(t, append([]string{"--address", addr}, args...)...); err == nil || !strings.Contains(err.Error(), want) {

@@ -111,10 +111,10 @@ func TestCapabilityFlags(t *testing.T) {
 	}
 }
 
-func TestVolumeCommands(t *testing.T) {
-	c, addr := oneNodeCluster(t)
-	a := c.Agent(0)
-	run := func(args ...string) string {
+// runAt returns a function that runs the CLI against addr and returns its
+// output, failing the test on an error.
+func runAt(t *testing.T, addr string) func(args ...string) string {
+	return func(args ...string) string {
 		t.Helper()
 		out, err := execute(t, append([]string{"--address", addr}, args...)...)
 		if err != nil {
@@ -122,6 +122,12 @@ func TestVolumeCommands(t *testing.T) {
 		}
 		return out
 	}
+}
+
+func TestVolumeCommands(t *testing.T) {
+	c, addr := oneNodeCluster(t)
+	a := c.Agent(0)
+	run := runAt(t, addr)
 
 	out := run("volume", "create", "data", "--plugin", "tp", "--capacity", "2MiB", "--fs-type", "ext4",
 		"--parameter", "tier=gold", "--secret", "token=s3cr3t")
