@@ -23,16 +23,51 @@ func TestVolumeHealthMonitor(t *testing.T) {
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH)
 	v := cc.create(t, "v", "SINGLE_NODE_WRITER")
-	for _, p := range cc.plugins {
-		p.SetVolumeCondition(v.GetExternalId(), true, "disk slow")
+	askedEach := func() []int64 {
+		var n []int64
+		for _, p := range cc.plugins {
+			n = append(n, p.Stats().Calls["ControllerListVolumeHealth"])
+		}
+		return n
+	}
+	asked := func() int64 {
+		var n int64
+		for _, c := range askedEach() {
+			n += c
+		}
+		return n
+	}
+	// setCondition changes what every plugin reports of v, then waits
+	// until one whole monitor round has asked every controller after the
+	// change and has ended. A round asks each controller once, one after
+	// the other, and writes what changed before the next round begins; so
+	// once every controller has been asked twice since the change, some
+	// round asked them all after it, and the next one has begun. "Within
+	// one interval" is thus counted in rounds, not in time.
+	setCondition := func(abnormal bool, message string) {
+		t.Helper()
+		for _, p := range cc.plugins {
+			p.SetVolumeCondition(v.GetExternalId(), abnormal, message)
+		}
+		from := askedEach()
+		testutil.WaitFor(t, 20*time.Second, "one whole health round after the change", func() bool {
+			for i, n := range askedEach() {
+				if n < from[i]+2 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	setCondition(true, "disk slow")
+	got := cc.volume(t, "v").GetConditions()
+	if len(got) != 1 || got[0].GetSource() != "controller" || !strings.Contains(got[0].GetMessage(), "DEGRADED") {
+		t.Fatalf("conditions one round after the change = %v, want the controller's DEGRADED", got)
 	}
 	events := volumeEvents(t, cc.control(t), "v", typeIs("volume-abnormal"))
 	if e := events[len(events)-1]; !strings.Contains(e.GetDescription(), "disk slow") || e.GetNodeId() != "" {
 		t.Errorf("event %v, want the controller's message", e)
-	}
-	got := cc.volume(t, "v").GetConditions()
-	if len(got) != 1 || got[0].GetSource() != "controller" || !strings.Contains(got[0].GetMessage(), "DEGRADED") {
-		t.Fatalf("conditions = %v, want the controller's DEGRADED", got)
 	}
 
 	// Steady state: the monitor asks again and again, and writes nothing.
@@ -42,13 +77,6 @@ func TestVolumeHealthMonitor(t *testing.T) {
 			t.Fatal(err)
 		}
 		return resp.GetIndex()
-	}
-	asked := func() int64 {
-		var n int64
-		for _, p := range cc.plugins {
-			n += p.Stats().Calls["ControllerListVolumeHealth"]
-		}
-		return n
 	}
 	before, askedBefore := index(), asked()
 	testutil.WaitFor(t, 20*time.Second, "ten more health listings", func() bool { return asked() >= askedBefore+10 })
@@ -66,13 +94,11 @@ func TestVolumeHealthMonitor(t *testing.T) {
 		t.Errorf("raft index went from %d to %d in a steady state", before, after)
 	}
 
-	for _, p := range cc.plugins {
-		p.SetVolumeCondition(v.GetExternalId(), false, "")
+	setCondition(false, "")
+	if got := cc.volume(t, "v").GetConditions(); len(got) != 0 {
+		t.Errorf("conditions one round after back to normal = %v", got)
 	}
 	volumeEvents(t, cc.control(t), "v", typeIs("volume-normal"))
-	if got := cc.volume(t, "v").GetConditions(); len(got) != 0 {
-		t.Errorf("conditions after normal = %v", got)
-	}
 }
 
 // TestGetVolumeHealth asks a claimed volume's health: the controller that
