@@ -84,6 +84,7 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Cluster/NodeHeartbeat":     "node:write:agents",
 	"/csisupd.v1.Cluster/ResolveToken":      "node:write:agents",
 	"/csisupd.v1.Cluster/NodeClaims":        "node:write:agents",
+	"/csisupd.v1.Cluster/NodeVolumeHealth":  "node:write:agents",
 
 	"/csisupd.v1.NodeVolumes/MountVolume":   "volume:write:ops",
 	"/csisupd.v1.NodeVolumes/UnmountVolume": "volume:write:ops",
@@ -106,6 +107,14 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/ReleaseVolume":  "volume:write:ops",
 	"/csisupd.v1.Control/ExpandVolume":   "volume:write:ops",
 	"/csisupd.v1.Control/ModifyVolume":   "volume:write:ops",
+
+	"/csisupd.v1.Control/SetVolumeAvailability": "volume:write:ops",
+	"/csisupd.v1.Control/DrainPlugin":           "operator:write:ops",
+	"/csisupd.v1.Control/GetPluginDrain":        "plugin:read:ops",
+	"/csisupd.v1.Control/GetPluginCapacity":     "plugin:read:ops",
+	"/csisupd.v1.Control/GetVolumeHealth":       "volume:read:ops",
+	"/csisupd.v1.Control/ListExternalVolumes":   "volume:read:ops",
+	"/csisupd.v1.Control/ListExternalSnapshots": "volume:read:ops",
 
 	"/csisupd.v1.Control/CreateVolumeSnapshot": "volume:write:ops",
 	"/csisupd.v1.Control/ListVolumeSnapshots":  "volume:read:ops",
