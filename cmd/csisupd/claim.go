@@ -124,7 +124,7 @@ publication) stays on the node or in the storage until someone removes it.`,
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node id or name of the claim (required)")
 	cmd.Flags().StringVar(&workload, "workload", "", "workload id of the claim (required without --force)")
-	cmd.Flags().CountVar(&force, "force", "release without a node that is down or gone; twice: also on a node that answers, skipping failed steps")
+	cmd.Flags().CountVar(&force, "force", "release without a node that is down or gone; twice: also on a node that answers, skipping failed steps (needs operator:write with ACLs)")
 	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
 	return cmd
 }

@@ -206,7 +206,7 @@ remove by hand.`,
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "forget the volume even with claims whose release cannot finish")
+	cmd.Flags().BoolVar(&force, "force", false, "forget the volume even with claims whose release cannot finish (needs operator:write with ACLs)")
 	return cmd
 }
 

@@ -76,6 +76,10 @@
 //	                            SnapshotRestore                       a management token (a restore
 //	                                                                  replaces the ACL state too)
 //	                            (servers and CLIs; server identity passes)
+//	                            ReleaseVolume with force 2, DeleteVolume
+//	                            with force                            operator:write besides volume:write
+//	                                                                  (RaisedRuleFor: they can leave a
+//	                                                                  volume held on a live node)
 //	ACL                         Bootstrap                             no token
 //	                            TokenSelf                             any valid token
 //	                            every other method                    a management token

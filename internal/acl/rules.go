@@ -143,6 +143,30 @@ func RuleFor(fullMethod string) (Rule, bool) {
 	return r, ok
 }
 
+// RaisedRuleFor returns the rule a call of fullMethod with req must pass
+// besides the method's own: a forced call that can leave a volume held on
+// a node that is up, which a token that may only use volumes must not
+// make. A release with force 2 skips every step that fails, and a forced
+// deregistration forgets claims; both need operator:write too (a server
+// forwarding such a call passes by its identity, as it did the
+// forwarding follower's check). False when the call needs nothing more.
+func RaisedRuleFor(fullMethod string, req any) (Rule, bool) {
+	switch r := req.(type) {
+	case *csisupdv1.VolumeReleaseRequest:
+		if fullMethod == csisupdv1.Control_ReleaseVolume_FullMethodName && r.GetForce() >= 2 {
+			return forcedRule, true
+		}
+	case *csisupdv1.VolumeDeleteRequest:
+		if fullMethod == csisupdv1.Control_DeleteVolume_FullMethodName && r.GetForce() {
+			return forcedRule, true
+		}
+	}
+	return Rule{}, false
+}
+
+// forcedRule is the raised rule of RaisedRuleFor.
+var forcedRule = controlRule(ResourceOperator, LevelWrite)
+
 // Rules returns a copy of the whole table, keyed by full method name.
 func Rules() map[string]Rule { return maps.Clone(methodRules) }
 

@@ -178,3 +178,37 @@ func TestPeers(t *testing.T) {
 		t.Error("Has is wrong")
 	}
 }
+
+func TestRaisedRuleFor(t *testing.T) {
+	release, remove := csisupdv1.Control_ReleaseVolume_FullMethodName, csisupdv1.Control_DeleteVolume_FullMethodName
+	tests := []struct {
+		method string
+		req    any
+		raised bool
+	}{
+		{release, &csisupdv1.VolumeReleaseRequest{}, false},
+		{release, &csisupdv1.VolumeReleaseRequest{Force: 1}, false},
+		{release, &csisupdv1.VolumeReleaseRequest{Force: 2}, true},
+		{release, &csisupdv1.VolumeReleaseRequest{Force: 3}, true}, // refused later, never let through cheaper
+		{remove, &csisupdv1.VolumeDeleteRequest{DeregisterOnly: true}, false},
+		{remove, &csisupdv1.VolumeDeleteRequest{DeregisterOnly: true, Force: true}, true},
+		{remove, &csisupdv1.VolumeDeleteRequest{Force: true}, true},
+		{csisupdv1.Control_ClaimVolume_FullMethodName, &csisupdv1.VolumeReleaseRequest{Force: 2}, false},
+		{release, nil, false},
+	}
+	for _, tt := range tests {
+		got, ok := RaisedRuleFor(tt.method, tt.req)
+		if ok != tt.raised {
+			t.Errorf("%s %v: raised %v, want %v", tt.method, tt.req, ok, tt.raised)
+			continue
+		}
+		if want := (Rule{PeerServer | PeerCLI, Capability{ResourceOperator, LevelWrite}, TokenCapability, true}); ok && got != want {
+			t.Errorf("%s %v: %+v, want %+v", tt.method, tt.req, got, want)
+		}
+		if ok {
+			if err := got.Validate(); err != nil {
+				t.Errorf("raised rule: %v", err)
+			}
+		}
+	}
+}

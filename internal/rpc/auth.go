@@ -78,7 +78,7 @@ func (a *Authorizer) ServerOptions() []grpc.ServerOption {
 }
 
 func (a *Authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := a.Authorize(ctx, info.FullMethod); err != nil {
+	if err := a.AuthorizeRequest(ctx, info.FullMethod, req); err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
@@ -96,7 +96,24 @@ func (a *Authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 // rule, a caller whose role may not call it, or a token that does not
 // allow it; Unauthenticated for a missing or unknown token.
 func (a *Authorizer) Authorize(ctx context.Context, fullMethod string) error {
-	err := a.authorize(ctx, fullMethod)
+	return a.AuthorizeRequest(ctx, fullMethod, nil)
+}
+
+// AuthorizeRequest is Authorize for a call with request req, which may
+// need more than its method (acl.RaisedRuleFor): a forced release or
+// deregistration needs operator:write too.
+func (a *Authorizer) AuthorizeRequest(ctx context.Context, fullMethod string, req any) error {
+	rule, ok := acl.RuleFor(fullMethod)
+	var err error
+	if !ok {
+		// Fail closed: a method added without a rule is never open.
+		err = status.Errorf(codes.PermissionDenied, "%s has no access rule", fullMethod)
+	} else {
+		err = a.authorize(ctx, fullMethod, rule)
+	}
+	if raised, ok := acl.RaisedRuleFor(fullMethod, req); err == nil && ok {
+		err = a.authorize(ctx, fullMethod+" (forced)", raised)
+	}
 	if err != nil {
 		addr := "unknown"
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
@@ -107,12 +124,8 @@ func (a *Authorizer) Authorize(ctx context.Context, fullMethod string) error {
 	return err
 }
 
-func (a *Authorizer) authorize(ctx context.Context, method string) error {
-	rule, ok := acl.RuleFor(method)
-	if !ok {
-		// Fail closed: a method added without a rule is never open.
-		return status.Errorf(codes.PermissionDenied, "%s has no access rule", method)
-	}
+// authorize decides one call of method (named in errors) under rule.
+func (a *Authorizer) authorize(ctx context.Context, method string, rule acl.Rule) error {
 	role := tlsutil.RoleCLI
 	if a.cfg.TLS {
 		role = a.peerRole(ctx)

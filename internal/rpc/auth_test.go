@@ -267,7 +267,12 @@ func (p *matrixPKI) dial(t *testing.T, addr string, role tlsutil.Role, token str
 // health and reflection, behind TLS and the Authorizer.
 func startMatrixServer(t *testing.T, pki *matrixPKI, verifyIncoming bool) string {
 	t.Helper()
-	tokens := matrixTokens(t)
+	return startAuthServer(t, pki, verifyIncoming, matrixTokens(t))
+}
+
+// startAuthServer is startMatrixServer with tokens of the caller's own.
+func startAuthServer(t *testing.T, pki *matrixPKI, verifyIncoming bool, tokens map[string]*acl.ACL) string {
+	t.Helper()
 	g := grpc.NewServer(pki.serverOptions(t, verifyIncoming, TokenResolverFunc(func(_ context.Context, secret string) (*acl.ACL, error) {
 		if a, ok := tokens[secret]; ok {
 			return a, nil
@@ -504,5 +509,61 @@ func TestAuthorizationErrorsNameTheCapability(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "client certificate") ||
 		!strings.Contains(err.Error(), "only servers may call it") {
 		t.Errorf("Join with a client certificate: %v", err)
+	}
+}
+
+// TestForcedCallsNeedOperatorWrite: a release forced on a node that is up
+// (force 2) and a forced deregistration can leave a volume held on a
+// live node, so they need operator:write besides the method's
+// volume:write; a plain or once-forced release does not.
+func TestForcedCallsNeedOperatorWrite(t *testing.T) {
+	policy := func(name, text string) *acl.ACL {
+		p, err := acl.ParsePolicy(name, name+".hcl", []byte(text))
+		if err != nil {
+			t.Fatalf("policy %s: %v", name, err)
+		}
+		return acl.Compile(p)
+	}
+	const volumes, operators, operatorsOnly = "volumes-only", "volumes-and-operator", "operator-only"
+	pki := newMatrixPKI(t)
+	addr := startAuthServer(t, pki, true, map[string]*acl.ACL{
+		volumes:       policy("volumes", `volume { policy = "write" }`),
+		operators:     policy("operators", "volume {\n  policy = \"write\"\n}\noperator {\n  policy = \"write\"\n}\n"),
+		operatorsOnly: policy("operator", `operator { policy = "write" }`),
+		tokMgmt:       acl.Management(),
+	})
+	release := func(force uint32) any { return &csisupdv1.VolumeReleaseRequest{Id: "v", NodeId: "n", Force: force} }
+	deregister := func(force bool) any {
+		return &csisupdv1.VolumeDeleteRequest{Id: "v", DeregisterOnly: true, Force: force}
+	}
+	const releaseMethod, deleteMethod = csisupdv1.Control_ReleaseVolume_FullMethodName, csisupdv1.Control_DeleteVolume_FullMethodName
+	tests := []struct {
+		role   tlsutil.Role
+		token  string
+		method string
+		req    any
+		want   codes.Code // Unimplemented: the Authorizer let it through
+		msg    string
+	}{
+		{tlsutil.RoleCLI, volumes, releaseMethod, release(0), codes.Unimplemented, ""},
+		{tlsutil.RoleCLI, volumes, releaseMethod, release(1), codes.Unimplemented, ""},
+		{tlsutil.RoleCLI, volumes, releaseMethod, release(2), codes.PermissionDenied, "(forced) needs operator:write"},
+		{tlsutil.RoleCLI, operators, releaseMethod, release(2), codes.Unimplemented, ""},
+		{tlsutil.RoleCLI, operatorsOnly, releaseMethod, release(2), codes.PermissionDenied, "needs volume:write"},
+		{tlsutil.RoleCLI, tokMgmt, releaseMethod, release(2), codes.Unimplemented, ""},
+		{tlsutil.RoleCLI, volumes, deleteMethod, deregister(false), codes.Unimplemented, ""},
+		{tlsutil.RoleCLI, volumes, deleteMethod, deregister(true), codes.PermissionDenied, "(forced) needs operator:write"},
+		{tlsutil.RoleCLI, operators, deleteMethod, deregister(true), codes.Unimplemented, ""},
+		// A server forwarding a forced call passes by its identity.
+		{tlsutil.RoleServer, "", releaseMethod, release(2), codes.Unimplemented, ""},
+	}
+	for _, tt := range tests {
+		conn := pki.dial(t, addr, tt.role, tt.token)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := conn.Invoke(ctx, tt.method, tt.req, &csisupdv1.VolumeReleaseResponse{})
+		cancel()
+		if status.Code(err) != tt.want || !strings.Contains(status.Convert(err).Message(), tt.msg) {
+			t.Errorf("%s %v with %s (%s): %v, want %s containing %q", tt.method, tt.req, tt.token, tt.role, err, tt.want, tt.msg)
+		}
 	}
 }

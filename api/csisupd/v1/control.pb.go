@@ -2068,7 +2068,8 @@ type VolumeDeleteRequest struct {
 	DeregisterOnly bool              `protobuf:"varint,2,opt,name=deregister_only,json=deregisterOnly,proto3" json:"deregister_only,omitempty"`
 	Secrets        map[string]string `protobuf:"bytes,3,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// force, with deregister_only, forgets a volume that still has claims
-	// (their release cannot finish); the answer lists them.
+	// (their release cannot finish); the answer lists them. With ACLs on,
+	// it needs operator:write besides volume:write.
 	Force         bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2316,7 +2317,8 @@ type VolumeReleaseRequest struct {
 	// workload_id empty releases every claim of the volume on the node.
 	WorkloadId string `protobuf:"bytes,3,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
 	// secrets go to ControllerUnpublishVolume; never stored or logged. A
-	// release the watcher resumes calls it without secrets.
+	// release the watcher resumes has only the secrets the agents' secrets
+	// files give.
 	Secrets map[string]string `protobuf:"bytes,4,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// force: 1 releases the claims of a node that is down or gone without
 	// it; 2 also on a node that is up, skipping failed steps (see

@@ -101,7 +101,8 @@ type ControlClient interface {
 	// when it returns); it is refused for a node that is up. force 2 also
 	// releases on a node that is up, skipping each step that fails and
 	// recording it on the claim (skipped_steps), with a
-	// volume-claim-forced event.
+	// volume-claim-forced event; with ACLs on, it needs operator:write
+	// besides volume:write.
 	ReleaseVolume(ctx context.Context, in *VolumeReleaseRequest, opts ...grpc.CallOption) (*VolumeReleaseResponse, error)
 	// SetVolumeAvailability sets whether a volume takes new claims: active;
 	// pause refuses new claims (rule "availability") and keeps the claims
@@ -562,7 +563,8 @@ type ControlServer interface {
 	// when it returns); it is refused for a node that is up. force 2 also
 	// releases on a node that is up, skipping each step that fails and
 	// recording it on the claim (skipped_steps), with a
-	// volume-claim-forced event.
+	// volume-claim-forced event; with ACLs on, it needs operator:write
+	// besides volume:write.
 	ReleaseVolume(context.Context, *VolumeReleaseRequest) (*VolumeReleaseResponse, error)
 	// SetVolumeAvailability sets whether a volume takes new claims: active;
 	// pause refuses new claims (rule "availability") and keeps the claims
