@@ -498,17 +498,22 @@ func normalise(t *testing.T, name string, raw json.RawMessage) any {
 			for _, k := range []string{"status", "status_description", "status_updated_at", "modify_index"} {
 				delete(n, k)
 			}
+			// Added after the fixture's release; an upgraded node
+			// drains nothing.
+			dropEmpty(n, map[string]any{"draining_plugins": []any{}})
 		}
 	case "volumes":
 		for _, v := range list(doc["volumes"]) {
 			// Added after the fixture's release, which answered without
 			// them; an upgraded volume has them empty, and only then are
 			// they dropped.
-			dropEmpty(v, map[string]any{"capacity_limit_bytes": "0", "content_source": nil, "mutable_parameters": map[string]any{}, "expansion": nil})
+			dropEmpty(v, map[string]any{"capacity_limit_bytes": "0", "content_source": nil, "mutable_parameters": map[string]any{}, "expansion": nil,
+				"availability": "", "conditions": []any{}})
 			for _, c := range list(v["claims"]) {
 				// Added after the fixture's release, which answered
 				// without it; an upgraded claim has none.
 				delete(c, "staging_path")
+				dropEmpty(c, map[string]any{"forced": false, "skipped_steps": []any{}})
 				if u, ok := c["usage"].(map[string]any); ok {
 					dropEmpty(u, map[string]any{"volume_mount_group": ""})
 				}
