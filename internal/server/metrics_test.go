@@ -239,7 +239,7 @@ func TestServerLoopsBeatAndAWedgedOneIsStale(t *testing.T) {
 		c.RPCTimeout = time.Hour
 	}, map[string][]*csisupdv1.Plugin{"node-a": {monolith("p1", "node-a")}})
 
-	want := []string{"server batcher", "server join", "server leader loop", "server leadership monitor", "volume watcher"}
+	want := []string{"server batcher", "server join", "server leader loop", "server leadership monitor", "volume health monitor", "volume watcher"}
 	testutil.WaitFor(t, 10*time.Second, "every loop registered", func() bool { return slices.Equal(loopNames(t, monReg), want) })
 	// Idle loops beat on their own: far past the timeout, every loop is
 	// fresh again after its next tick.

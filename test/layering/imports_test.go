@@ -27,7 +27,7 @@ var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
 		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
-		"internal/kubeletreg"}
+		"internal/kubeletreg", "internal/secrets"}
 	middle = []string{"internal/registry", "internal/volumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
@@ -69,6 +69,9 @@ var allowed = map[string][]string{
 	// type and capabilities by the plugin model's names (plugin).
 	"internal/csiclient": {api, "internal/plugin", "internal/retry"},
 	"internal/config":    {"internal/retry"},
+	// secrets reads a plugin's secrets file and merges it into CSI
+	// requests by their csi_secret fields: protobuf reflection only.
+	"internal/secrets": {},
 	// kubeletreg is kubelet's side of the plugin registration protocol:
 	// it checks a registrar's answer by the plugin id rule (config) and
 	// the socket path limit (csiclient).
@@ -141,9 +144,10 @@ var allowedInTests = map[string][]string{
 	"internal/rpc": {"internal/registry", "internal/fingerprint", "internal/config"},
 	// Consul sync tests read a real registry.
 	"internal/consulsync": {"internal/registry", "internal/fingerprint"},
-	// Servers are tested with real node clients and a real ClientCSI.
+	// Servers are tested with real node clients and a real ClientCSI, and
+	// read the node agents' mount records where the agents keep them.
 	"internal/server": {"internal/nodeclient", "internal/rpc", "internal/registry", "internal/csiclient",
-		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server"},
+		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server", "internal/volumes"},
 	"internal/nodeclient": {"internal/server", "internal/testcluster"},
 	// The CLI is tested against real Agent services and clusters.
 	"cmd/csisupd":    {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster", "internal/server"},
@@ -151,7 +155,8 @@ var allowedInTests = map[string][]string{
 	// Tests of the bottom tier take the retry policies' defaults from config.
 	"internal/heartbeat":   {"internal/csiclient", "internal/config"},
 	"internal/fingerprint": {"internal/config"},
-	"internal/csiclient":   {"internal/config"},
+	// The call path is tested with a real secrets file merged into calls.
+	"internal/csiclient":   {"internal/config", "internal/secrets"},
 	"internal/testcluster": {"internal/testcluster"},
 	// The heartbeat TTL tests check the production defaults.
 	"internal/server/leader": {"internal/config"},
