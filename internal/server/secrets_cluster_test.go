@@ -124,16 +124,34 @@ func TestSecretsFromTheAgentsFiles(t *testing.T) {
 	if !seen {
 		t.Fatal("the plugins never got the token: the check below proves nothing")
 	}
+	// Every server snapshots its state, so that the raft snapshots are
+	// checked as well as the log; so is an operator's snapshot file.
+	snapshots, running := 0, 0
 	for _, m := range c.Members() {
+		if m.Server() != nil { // the killed leader is not
+			running++
+			if err := m.Server().Raft().Snapshot().Error(); err != nil {
+				t.Fatalf("raft snapshot of %s: %v", m.ID, err)
+			}
+		}
 		_ = filepath.WalkDir(m.DataDir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return nil
+			}
+			if filepath.Base(path) == "state.bin" {
+				snapshots++
 			}
 			if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), token) {
 				t.Errorf("server file %s holds the token", path)
 			}
 			return nil
 		})
+	}
+	if running == 0 || snapshots < running {
+		t.Errorf("found %d raft snapshots in the servers' data dirs, want one a running server (%d) at least", snapshots, running)
+	}
+	if strings.Contains(string(saveSnapshot(t, cc.control(t))), token) {
+		t.Error("the operator's snapshot file holds the token")
 	}
 	for _, e := range volumeEvents(t, cc.control(t), "v", func(e *csisupdv1.ClusterEvent) bool {
 		return e.GetType() == "volume-claim-updated" && strings.Contains(e.GetDescription(), "w4")
