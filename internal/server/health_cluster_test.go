@@ -19,7 +19,11 @@ import (
 // event; a steady state writes nothing to raft while the monitor keeps
 // asking; back to normal gives volume-normal.
 func TestVolumeHealthMonitor(t *testing.T) {
-	cc := newClaimClusterWith(t, func(cfg *server.Config) { cfg.VolumeHealthInterval = 100 * time.Millisecond },
+	var regs registries
+	cc := newClaimClusterWith(t, func(cfg *server.Config) {
+		cfg.VolumeHealthInterval = 100 * time.Millisecond
+		regs.configure(cfg)
+	},
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH)
 	v := cc.create(t, "v", "SINGLE_NODE_WRITER")
@@ -65,6 +69,13 @@ func TestVolumeHealthMonitor(t *testing.T) {
 	if len(got) != 1 || got[0].GetSource() != "controller" || !strings.Contains(got[0].GetMessage(), "DEGRADED") {
 		t.Fatalf("conditions one round after the change = %v, want the controller's DEGRADED", got)
 	}
+	abnormalGauge := func() float64 {
+		v, _ := testutil.MetricValue(t, regs.of(cc.c.WaitForLeader(t, 30*time.Second).ID), "csisupd_cluster_volumes_abnormal")
+		return v
+	}
+	if g := abnormalGauge(); g != 1 {
+		t.Errorf("csisupd_cluster_volumes_abnormal = %v with one abnormal volume, want 1", g)
+	}
 	events := volumeEvents(t, cc.control(t), "v", typeIs("volume-abnormal"))
 	if e := events[len(events)-1]; !strings.Contains(e.GetDescription(), "disk slow") || e.GetNodeId() != "" {
 		t.Errorf("event %v, want the controller's message", e)
@@ -97,6 +108,9 @@ func TestVolumeHealthMonitor(t *testing.T) {
 	setCondition(false, "")
 	if got := cc.volume(t, "v").GetConditions(); len(got) != 0 {
 		t.Errorf("conditions one round after back to normal = %v", got)
+	}
+	if g := abnormalGauge(); g != 0 {
+		t.Errorf("csisupd_cluster_volumes_abnormal = %v back to normal, want 0", g)
 	}
 	volumeEvents(t, cc.control(t), "v", typeIs("volume-normal"))
 }
