@@ -670,7 +670,7 @@ func (s *controllerServer) ControllerGetVolumeHealth(_ context.Context, req *csi
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
 	}
-	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: s.p.volumeHealth(req.GetVolumeId())}, nil
+	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: s.p.volumeHealth(req.GetVolumeId(), s.p.fileConditions())}, nil
 }
 
 // ControllerListVolumeHealth lists, in pages ordered by volume id, the
@@ -688,16 +688,17 @@ func (s *controllerServer) ControllerListVolumeHealth(_ context.Context, req *cs
 	st.mu.Lock()
 	ids := slices.Collect(maps.Keys(st.volumes))
 	st.mu.Unlock()
+	conditions := s.p.fileConditions()
 	var sick []string
 	for _, id := range ids {
-		if len(s.p.volumeHealth(id).GetHealthStatuses()) > 0 {
+		if len(s.p.volumeHealth(id, conditions).GetHealthStatuses()) > 0 {
 			sick = append(sick, id)
 		}
 	}
 	sick, next := page(sick, after, req.GetMaxEntries())
 	resp := &csi.ControllerListVolumeHealthResponse{NextToken: next}
 	for _, id := range sick {
-		resp.Entries = append(resp.Entries, s.p.volumeHealth(id))
+		resp.Entries = append(resp.Entries, s.p.volumeHealth(id, conditions))
 	}
 	return resp, nil
 }

@@ -100,8 +100,10 @@
 // The CSI 1.13 health calls (ControllerGetVolumeHealth,
 // ControllerListVolumeHealth, NodeGetVolumeHealth, NodeGetStorageHealth)
 // report the conditions a test sets with Plugin.SetVolumeHealth,
-// Plugin.SetVolumeCondition and Plugin.SetStorageHealth; listings leave
-// healthy volumes out, as CSI recommends.
+// Plugin.SetVolumeCondition and Plugin.SetStorageHealth, and the volumes
+// listed in Config.VolumeConditionsFile, which every health call reads
+// again (the knob of a plugin process); listings leave healthy volumes
+// out, as CSI recommends.
 //
 // With Config.VolumeMountGroup, NodeStageVolume and NodePublishVolume accept
 // a numeric group id in volume_capability.mount.volume_mount_group and

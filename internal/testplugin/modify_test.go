@@ -370,3 +370,79 @@ func hasNodeCap(caps *csi.NodeGetCapabilitiesResponse, want csi.NodeServiceCapab
 	}
 	return false
 }
+
+// TestVolumeConditionsFile turns volumes abnormal and back through the
+// conditions file, as a test or an operator does with a plugin process:
+// every health call reads it again.
+func TestVolumeConditionsFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "conditions")
+	p := startPlugin(t, Config{ControllerCapabilities: SupportedControllerCapabilities, VolumeHealth: true, VolumeConditionsFile: file})
+	c := dial(t, p.Socket())
+	a, b := createVolume(t, c, "a", 1<<20).GetVolumeId(), createVolume(t, c, "b", 1<<20).GetVolumeId()
+	health := func(id string) (ctrl, node []*csi.VolumeHealth_VolumeHealthEntry) {
+		t.Helper()
+		cr, err := c.ctrl.ControllerGetVolumeHealth(ctx(t), &csi.ControllerGetVolumeHealthRequest{VolumeId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nr, err := c.node.NodeGetVolumeHealth(ctx(t), &csi.NodeGetVolumeHealthRequest{VolumeId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cr.GetVolumeHealth().GetHealthStatuses(), nr.GetVolumeHealth().GetHealthStatuses()
+	}
+	listed := func() []string {
+		t.Helper()
+		r, err := c.ctrl.ControllerListVolumeHealth(ctx(t), &csi.ControllerListVolumeHealthRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range r.GetEntries() {
+			out = append(out, e.GetVolumeId())
+		}
+		return out
+	}
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// No file: every volume is healthy.
+	if ctrl, node := health(a); len(ctrl)+len(node) != 0 || len(listed()) != 0 {
+		t.Fatalf("without a file: controller %v, node %v, listed %v", ctrl, node, listed())
+	}
+	write("# volumes in trouble\n\n" + a + "  disk is slow \nno-such-volume gone\n")
+	want := []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: ReasonAbnormal, Message: "disk is slow"}}
+	if ctrl, node := health(a); !healthEqual(ctrl, want) || !healthEqual(node, want) {
+		t.Fatalf("listed in the file: controller %v, node %v, want %v", ctrl, node, want)
+	}
+	if ctrl, node := health(b); len(ctrl)+len(node) != 0 {
+		t.Fatalf("not in the file: controller %v, node %v", ctrl, node)
+	}
+	// Only existing volumes are listed, the unknown line is not.
+	if got := listed(); !slices.Equal(got, []string{a}) {
+		t.Fatalf("listed %v, want [%s]", got, a)
+	}
+	// A condition set in the plugin comes first, the file's after it.
+	p.SetVolumeCondition(a, true, "set by the test")
+	if ctrl, _ := health(a); len(ctrl) != 2 || ctrl[0].GetMessage() != "set by the test" || ctrl[1].GetMessage() != "disk is slow" {
+		t.Fatalf("both conditions: %v", ctrl)
+	}
+	p.SetVolumeCondition(a, false, "")
+
+	// A line without a message still marks the volume; removing the file
+	// makes everything healthy again.
+	write(b + "\n")
+	if ctrl, _ := health(b); len(ctrl) != 1 || ctrl[0].GetMessage() != "" {
+		t.Fatalf("a line without a message: %v", ctrl)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(); len(got) != 0 {
+		t.Fatalf("listed after the file is gone: %v", got)
+	}
+}

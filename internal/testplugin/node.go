@@ -574,7 +574,7 @@ func (s *nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolu
 	if !known {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist on this node", req.GetVolumeId())
 	}
-	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: s.p.volumeHealth(req.GetVolumeId())}, nil
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: s.p.volumeHealth(req.GetVolumeId(), s.p.fileConditions())}, nil
 }
 
 // NodeGetStorageHealth reports the conditions set with

@@ -210,6 +210,14 @@ type Config struct {
 	// LIST_VOLUME_HEALTH come with ControllerCapabilities. Conditions are
 	// set with Plugin.SetVolumeHealth and Plugin.SetStorageHealth.
 	VolumeHealth bool
+	// VolumeConditionsFile, when set, names a file of volumes to report
+	// abnormal besides those of SetVolumeHealth, so that a test or an
+	// operator can turn a volume of a plugin process abnormal and back:
+	// one volume a line, "<volume id> <message>", read again by every
+	// health call (a missing file lists none; at most 64 KiB are read;
+	// blank lines and lines starting with # are skipped). A listed volume
+	// is DEGRADED with reason ReasonAbnormal and the line's message.
+	VolumeConditionsFile string
 	// VolumeMountGroup advertises the VOLUME_MOUNT_GROUP node capability:
 	// NodeStageVolume and NodePublishVolume accept a numeric group id in
 	// volume_capability.mount.volume_mount_group, record it, and with

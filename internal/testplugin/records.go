@@ -1,7 +1,11 @@
 package testplugin
 
 import (
+	"errors"
+	"io"
+	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -172,15 +176,56 @@ func (p *Plugin) SetStorageHealth(statuses ...StorageHealthStatus) {
 	p.storage = slices.Clone(statuses)
 }
 
-// volumeHealth returns volume id's conditions for the wire.
-func (p *Plugin) volumeHealth(id string) *csi.VolumeHealth {
+// volumeHealth returns volume id's conditions for the wire: those set
+// with SetVolumeHealth, then the line of Config.VolumeConditionsFile in
+// fileConditions (from p.fileConditions), if any.
+func (p *Plugin) volumeHealth(id string, fileConditions map[string]string) *csi.VolumeHealth {
 	p.healthMu.Lock()
 	defer p.healthMu.Unlock()
 	h := &csi.VolumeHealth{VolumeId: id}
 	for _, s := range p.health[id] {
 		h.HealthStatuses = append(h.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{Status: s.Status, Reason: s.Reason, Message: s.Message})
 	}
+	if msg, ok := fileConditions[id]; ok && len(h.HealthStatuses) < maxHealthStatuses {
+		h.HealthStatuses = append(h.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+			Status: csi.VolumeHealthErrorType_DEGRADED, Reason: ReasonAbnormal, Message: msg})
+	}
 	return h
+}
+
+// maxConditionsFileBytes bounds what is read of Config.VolumeConditionsFile.
+const maxConditionsFileBytes = 64 << 10
+
+// fileConditions reads Config.VolumeConditionsFile: volume id to message.
+// A missing or unreadable file lists none (the plugin logs why).
+func (p *Plugin) fileConditions() map[string]string {
+	path := p.cfg.VolumeConditionsFile
+	if path == "" {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			p.logger.Warn("volume conditions file not read", "file", path, "error", err)
+		}
+		return nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConditionsFileBytes))
+	if err != nil {
+		p.logger.Warn("volume conditions file not read", "file", path, "error", err)
+		return nil
+	}
+	out := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		id, msg, _ := strings.Cut(line, " ")
+		out[id] = strings.TrimSpace(msg)
+	}
+	return out
 }
 
 // forgetHealth drops the conditions of a deleted volume.

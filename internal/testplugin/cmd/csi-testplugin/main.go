@@ -106,6 +106,7 @@ type options struct {
 	snapshotReadyAfter    int
 	maxContentBytes       int64
 	volumeHealth          bool
+	volumeConditions      string
 	volumeMountGroup      bool
 	controllerCaps        string
 	requireSecrets        string
@@ -148,6 +149,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.snapshotReadyAfter, "snapshot-ready-after", 0, "report a new snapshot not ready in CreateSnapshot's answer and this many more answers")
 	fs.Int64Var(&o.maxContentBytes, "max-content-bytes", testplugin.DefaultMaxContentBytes, "most file bytes a snapshot, restore or clone copies")
 	fs.BoolVar(&o.volumeHealth, "volume-health", false, "advertise the node GET_VOLUME_HEALTH and GET_STORAGE_HEALTH capabilities")
+	fs.StringVar(&o.volumeConditions, "volume-conditions", "", "report the volumes listed in this file abnormal (DEGRADED): \"<volume id> <message>\" lines, "+
+		"read again by every health call")
 	fs.BoolVar(&o.volumeMountGroup, "volume-mount-group", false, "advertise VOLUME_MOUNT_GROUP and accept volume_mount_group")
 	fs.StringVar(&o.controllerCaps, "controller-capabilities", "", "comma-separated controller capabilities to advertise, by CSI name (CLONE_VOLUME); "+
 		"\"default\" adds the default ones, \"all\" every supported one (default: the default ones)")
@@ -252,6 +255,7 @@ func pluginConfig(o options) (testplugin.Config, error) {
 		SnapshotReadyAfter:     o.snapshotReadyAfter,
 		MaxContentBytes:        o.maxContentBytes,
 		VolumeHealth:           o.volumeHealth,
+		VolumeConditionsFile:   o.volumeConditions,
 		VolumeMountGroup:       o.volumeMountGroup,
 		RequiredSecrets:        required,
 		Journal:                o.journal,

@@ -240,6 +240,9 @@ func TestPluginConfigFlags(t *testing.T) {
 		{"node capabilities", []string{"--volume-health", "--volume-mount-group"}, func(c testplugin.Config) bool {
 			return c.VolumeHealth && c.VolumeMountGroup
 		}},
+		{"volume conditions file", []string{"--volume-conditions", "/run/conditions"}, func(c testplugin.Config) bool {
+			return c.VolumeConditionsFile == "/run/conditions"
+		}},
 		{"controller capabilities", []string{"--controller-capabilities", "default,clone_volume, MODIFY_VOLUME"}, func(c testplugin.Config) bool {
 			return slices.Equal(c.ControllerCapabilities, append(slices.Clone(testplugin.DefaultControllerCapabilities),
 				csi.ControllerServiceCapability_RPC_CLONE_VOLUME, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME))
