@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
@@ -106,13 +108,21 @@ func startDemoPlugin(a *agent.Agent, nodeName string, log hclog.Logger) (*testpl
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("demo plugin: %w", err)
 	}
+	// The demo reports volume health, and a volume listed in its
+	// conditions file ("<external id> <message>" lines) is abnormal, so
+	// that volume status --health and the health events can be tried.
+	conditions := filepath.Join(a.DataDir(), "demo-volume-conditions")
 	p, err := testplugin.New(testplugin.Config{
 		Socket:   filepath.Join(dir, "csi.sock"),
 		StateDir: filepath.Join(a.DataDir(), "demo-plugin-state"),
 		Type:     testplugin.TypeMonolith,
 		NodeID:   nodeName,
 		Topology: map[string]string{"topology.csisupd.io/node": nodeName},
-		Logger:   log,
+		ControllerCapabilities: append(slices.Clone(testplugin.DefaultControllerCapabilities),
+			csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH),
+		VolumeHealth:         true,
+		VolumeConditionsFile: conditions,
+		Logger:               log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("demo plugin: %w", err)
@@ -120,6 +130,6 @@ func startDemoPlugin(a *agent.Agent, nodeName string, log hclog.Logger) (*testpl
 	if err := p.Start(); err != nil {
 		return nil, fmt.Errorf("demo plugin: %w", err)
 	}
-	log.Info("demo plugin serving", "socket", filepath.Join(dir, "csi.sock"))
+	log.Info("demo plugin serving", "socket", filepath.Join(dir, "csi.sock"), "volume_conditions_file", conditions)
 	return p, nil
 }
