@@ -17,12 +17,28 @@ func newEventsCommand(opts *clientOptions) *cobra.Command {
 		replay    int32
 		pluginID  string
 		fromIndex uint64
+		cluster   bool
+		volumeID  string
 	)
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Print the agent's plugin events: buffered ones first, then new ones as they happen",
-		Args:  rangeArgs(0, 0),
+		Short: "Print the agent's plugin events, or with --cluster the cluster's: buffered ones first, then new ones as they happen",
+		Long: "Print the agent's plugin events: buffered ones first, then new ones as they happen.\n\n" +
+			"With --cluster, print the cluster's events instead (a server's Control.WatchEvents: nodes,\n" +
+			"plugins, volumes, claims, health), for example to follow a volume drain's releases:\n" +
+			"csisupd events --cluster --volume VOL.",
+		Args: rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if volumeID != "" && !cluster {
+				return usageError{errors.New("--volume needs --cluster: an agent's plugin events filter by --plugin")}
+			}
+			if cluster {
+				if replay > 0 {
+					return usageError{errors.New("--replay N counts an agent's buffered events; with --cluster use --index N, or --replay -1 for none")}
+				}
+				req := &csisupdv1.ClusterEventWatchRequest{FromIndex: fromIndex, NoReplay: replay < 0}
+				return watchClusterEvents(cmd, opts, req, clusterEventFilter{plugin: pluginID, volume: volumeID})
+			}
 			conn, err := opts.dial()
 			if err != nil {
 				return err
@@ -54,7 +70,53 @@ func newEventsCommand(opts *clientOptions) *cobra.Command {
 	cmd.Flags().Int32Var(&replay, "replay", 0, "buffered events to print first: 0 all, -1 none")
 	cmd.Flags().StringVar(&pluginID, "plugin", "", "only events of this plugin id")
 	cmd.Flags().Uint64Var(&fromIndex, "index", 0, "start after the event with this index (instead of --replay): continues a stream that fell behind")
+	cmd.Flags().BoolVar(&cluster, "cluster", false, "the cluster's events, from a server (--replay 0 all buffered, -1 none; --index N after raft index N)")
+	cmd.Flags().StringVar(&volumeID, "volume", "", "with --cluster: only events of this volume id")
 	return cmd
+}
+
+// clusterEventFilter keeps the cluster events of one plugin and one
+// volume, when set.
+type clusterEventFilter struct{ plugin, volume string }
+
+func (f clusterEventFilter) keep(e *csisupdv1.ClusterEvent) bool {
+	return (f.plugin == "" || e.GetPluginId() == f.plugin) && (f.volume == "" || e.GetVolumeId() == f.volume)
+}
+
+// watchClusterEvents follows a server's cluster events until the stream
+// or the command ends.
+func watchClusterEvents(cmd *cobra.Command, opts *clientOptions, req *csisupdv1.ClusterEventWatchRequest, f clusterEventFilter) error {
+	conn, err := opts.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stream, err := csisupdv1.NewControlClient(conn).WatchEvents(cmd.Context(), req)
+	if err != nil {
+		return controlError(opts.address, err)
+	}
+	w := cmd.OutOrStdout()
+	for {
+		e, err := stream.Recv()
+		switch {
+		case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled:
+			return nil
+		case err != nil:
+			return controlError(opts.address, err)
+		}
+		if !f.keep(e) {
+			continue
+		}
+		if opts.json {
+			err = printProtoLine(w, e)
+		} else {
+			_, err = fmt.Fprintf(w, "%s  %-8d %-24s %-20s %-20s %s\n", formatTime(e.GetTime()), e.GetIndex(),
+				display(e.GetType()), dash(display(e.GetVolumeId())), dash(display(e.GetNodeId())), dash(display(e.GetDescription())))
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // eventsError is agentError, plus the command that continues a stream

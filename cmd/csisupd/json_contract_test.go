@@ -32,7 +32,8 @@ func documentedKeys() map[string]map[string][]string {
 				"vendor_name", "vendor_version", "manifest", "node_id", "max_volumes", "accessible_topology",
 				"plugin_capabilities", "controller_capabilities", "node_capabilities", "last_probe", "registered_at"},
 		},
-		"events": {"": {"time", "type", "plugin_id", "description", "index", "volume_id", "workload_id"}},
+		"events":           {"": {"time", "type", "plugin_id", "description", "index", "volume_id", "workload_id"}},
+		"events --cluster": {"": {"index", "time", "type", "node_id", "plugin_id", "volume_id", "snapshot_id", "description"}},
 		"volume snapshot list": {
 			"":            {"snapshots"},
 			"snapshots[]": {"id", "plugin_id", "source_volume_id", "external_id", "size_bytes", "ready_to_use", "created_at"},
@@ -158,6 +159,20 @@ func TestDocumentedJSONKeys(t *testing.T) {
 			t.Errorf("event index = %#v, want a decimal string", e["index"])
 		}
 	}
+
+	for _, line := range watchLines(t, c.WaitForLeader(t, 30*time.Second).RPCAddr, []string{"events", "--cluster", "--json"}, "node-registered") {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("events --cluster --json line %q: %v", line, err)
+		}
+		checkKeys(t, "events --cluster", e, want["events --cluster"])
+		if s, _ := e["time"].(string); !rfc3339(s) {
+			t.Errorf("cluster event time = %#v, want an RFC 3339 time", e["time"])
+		}
+		if s, _ := e["index"].(string); !regexp.MustCompile(`^[1-9][0-9]*$`).MatchString(s) {
+			t.Errorf("cluster event index = %#v, want a decimal string", e["index"])
+		}
+	}
 }
 
 // checkKeys fails the test for every key of want missing in doc. A path
@@ -189,17 +204,25 @@ func checkKeys(t *testing.T, command string, doc map[string]any, want map[string
 // have arrived, stops it, and returns every line it printed.
 func watchEventLines(t *testing.T, addr string, flags []string, types ...string) []string {
 	t.Helper()
+	return watchLines(t, addr, append([]string{"events", "--json", "--plugin", "tp"}, flags...), types...)
+}
+
+// watchLines runs a following command (args, with --json) against addr
+// until events of the given types have arrived, stops it, and returns
+// every line it printed.
+func watchLines(t *testing.T, addr string, args []string, types ...string) []string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out testutil.SyncBuffer
 	root := newRootCommand()
 	root.SetOut(&out)
 	root.SetErr(io.Discard)
-	root.SetArgs(append([]string{"--address", addr, "events", "--json", "--plugin", "tp"}, flags...))
+	root.SetArgs(append([]string{"--address", addr}, args...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
 	lines := func() []string { return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") }
-	testutil.WaitFor(t, 30*time.Second, "events "+strings.Join(types, ", ")+" of tp", func() bool {
+	testutil.WaitFor(t, 30*time.Second, strings.Join(args, " ")+": "+strings.Join(types, ", "), func() bool {
 		seen := map[string]bool{}
 		for _, line := range lines() {
 			var e struct {
@@ -220,10 +243,10 @@ func watchEventLines(t *testing.T, addr string, flags []string, types ...string)
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("events --json: %v", err)
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("events --json did not stop within 10 s of its context's end")
+		t.Fatalf("%s did not stop within 10 s of its context's end", strings.Join(args, " "))
 	}
 	return lines()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,29 @@ func TestStuckVolumeCommands(t *testing.T) {
 	fail("claim refused (availability)", "volume", "claim", "data", "--node", a.Name, "--workload", "w2")
 	run("volume", "availability", "data", "active")
 	fail("want active, pause or drain", "volume", "availability", "data", "paused")
+
+	// The cluster's events of the volume, as the runbook follows a drain.
+	availability := 0
+	for _, line := range watchLines(t, addr, []string{"events", "--cluster", "--volume", "data", "--json"}, "volume-claimed", "volume-availability") {
+		var e struct {
+			Type     string `json:"type"`
+			VolumeID string `json:"volume_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("events --cluster line %q: %v", line, err)
+		}
+		if e.VolumeID != "data" {
+			t.Errorf("events --cluster --volume data printed %q", line)
+		}
+		if e.Type == "volume-availability" {
+			availability++
+		}
+	}
+	if availability != 2 {
+		t.Errorf("events --cluster --volume data: %d volume-availability events, want 2 (pause, active)", availability)
+	}
+	fail("--volume needs --cluster", "events", "--volume", "data")
+	fail("with --cluster use --index", "events", "--cluster", "--replay", "3")
 
 	// Health, capacity, external listing.
 	plugins["tp"].SetVolumeCondition(mustJSON(t, "--address", addr, "volume", "status", "data")["external_id"].(string), true, "bad sectors")
