@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -28,6 +30,7 @@ import (
 // can, so the mount table shows what stays mounted.
 type claimNode struct {
 	serverAddr    string
+	serverHTTP    int
 	server        *agentProcess
 	serverData    string
 	serverSecrets string // its secrets file of plugin "tp", when it has one
@@ -63,6 +66,29 @@ type claimNodeOptions struct {
 	// secrets, when set, are required by every plugin on every call and
 	// are in each agent's secrets file of plugin "tp", and nowhere else.
 	secrets map[string]string
+	// health makes the plugins report volume health (the controller with
+	// GET_VOLUME_HEALTH and LIST_VOLUME_HEALTH) and has the server list
+	// it and every agent ask its mounts' every second.
+	health bool
+}
+
+// healthInterval is the line of a server or client block that asks
+// volume health every second when opts.health is set.
+func (o claimNodeOptions) healthInterval() string {
+	if !o.health {
+		return ""
+	}
+	return "  volume_health_interval = \"1s\"\n"
+}
+
+// controllerCapabilities are the controller's: the defaults, and the
+// health ones with opts.health.
+func (o claimNodeOptions) controllerCapabilities() []csi.ControllerServiceCapability_RPC_Type {
+	if !o.health {
+		return nil
+	}
+	return append(slices.Clone(testplugin.DefaultControllerCapabilities),
+		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH)
 }
 
 // startClaimNodeWith is startClaimNode with opts.
@@ -72,14 +98,14 @@ func startClaimNodeWith(t *testing.T, opts claimNodeOptions) *claimNode {
 		opts.grace = "2s"
 	}
 	ports := testutil.FreePorts(t, 3)
-	n := &claimNode{serverAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), opts: opts}
+	n := &claimNode{serverAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), serverHTTP: ports[2], opts: opts}
 
 	serverPlugins := testutil.TempDir(t)
 	n.ctrlState = testutil.TempDir(t)
 	n.controller = startTestPlugin(t, testplugin.Config{
 		Socket: filepath.Join(serverPlugins, "tp", "csi.sock"), StateDir: n.ctrlState,
 		Type: testplugin.TypeController, NodeID: "csi-server", KnownNodeIDs: []string{testplugin.AnyNode},
-		RequiredSecrets: opts.secrets,
+		RequiredSecrets: opts.secrets, ControllerCapabilities: opts.controllerCapabilities(), VolumeHealth: opts.health,
 	})
 	n.serverData = testutil.TempDir(t)
 	if len(opts.secrets) > 0 {
@@ -90,8 +116,8 @@ server {
   enabled          = true
   bootstrap_expect = 1
   claim_gc_grace   = %q
-}
-%s`, serverPlugins, opts.grace, secretsBlock(t, opts.secrets, n.serverSecrets)))
+%s}
+%s`, serverPlugins, opts.grace, opts.healthInterval(), secretsBlock(t, opts.secrets, n.serverSecrets)))
 	n.server = startAgentProcess(t, "server s0", ports[2], "--config", serverCfg)
 
 	n.clientAgent = n.addClient(t, "c0")
@@ -139,7 +165,7 @@ func (n *claimNode) addClient(t *testing.T, name string) *clientAgent {
 	c.node = startTestPlugin(t, testplugin.Config{
 		Socket: filepath.Join(clientPlugins, "tp", "csi.sock"), StateDir: testutil.TempDir(t),
 		Type: testplugin.TypeNode, NodeID: "csi-" + name, Mounts: pluginMounts(t),
-		RequiredSecrets: n.opts.secrets,
+		RequiredSecrets: n.opts.secrets, VolumeHealth: n.opts.health,
 	})
 	if len(n.opts.secrets) > 0 {
 		c.secretsFile = filepath.Join(testutil.TempDir(t), "tp.hcl")
@@ -159,8 +185,9 @@ client {
   servers        = [%q]
   probe_interval = "1s"
   probe_timeout  = "1s"
-}
-%s`, name, c.clientData, ports[0], ports[1], ports[2], clientPlugins, n.serverAddr, secretsBlock(t, n.opts.secrets, c.secretsFile))), 0o600); err != nil {
+%s}
+%s`, name, c.clientData, ports[0], ports[1], ports[2], clientPlugins, n.serverAddr, n.opts.healthInterval(),
+		secretsBlock(t, n.opts.secrets, c.secretsFile))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c.startClient(t)
