@@ -53,18 +53,8 @@ func newEventsCommand(opts *clientOptions) *cobra.Command {
 				return agentError(opts.address, err)
 			}
 			w := cmd.OutOrStdout()
-			for {
-				e, err := stream.Recv()
-				switch {
-				case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled:
-					return nil
-				case err != nil:
-					return eventsError(opts.address, err)
-				}
-				if err := printEvent(w, e, opts.json); err != nil {
-					return err
-				}
-			}
+			return printStream(stream.Recv, func(err error) error { return eventsError(opts.address, err) },
+				func(e *csisupdv1.Event) error { return printEvent(w, e, opts.json) })
 		},
 	}
 	cmd.Flags().Int32Var(&replay, "replay", 0, "buffered events to print first: 0 all, -1 none")
@@ -96,24 +86,33 @@ func watchClusterEvents(cmd *cobra.Command, opts *clientOptions, req *csisupdv1.
 		return controlError(opts.address, err)
 	}
 	w := cmd.OutOrStdout()
+	return printStream(stream.Recv, func(err error) error { return controlError(opts.address, err) },
+		func(e *csisupdv1.ClusterEvent) error {
+			switch {
+			case !f.keep(e):
+				return nil
+			case opts.json:
+				return printProtoLine(w, e)
+			}
+			_, err := fmt.Fprintf(w, "%s  %-8d %-24s %-20s %-20s %s\n", formatTime(e.GetTime()), e.GetIndex(),
+				display(e.GetType()), dash(display(e.GetVolumeId())), dash(display(e.GetNodeId())), dash(display(e.GetDescription())))
+			return err
+		})
+}
+
+// printStream prints each message of a following stream with print until
+// the stream ends (EOF) or the command does (Canceled), which are no
+// errors; any other error of the stream is returned through fail.
+func printStream[E any](recv func() (E, error), fail func(error) error, print func(E) error) error {
 	for {
-		e, err := stream.Recv()
+		e, err := recv()
 		switch {
 		case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled:
 			return nil
 		case err != nil:
-			return controlError(opts.address, err)
+			return fail(err)
 		}
-		if !f.keep(e) {
-			continue
-		}
-		if opts.json {
-			err = printProtoLine(w, e)
-		} else {
-			_, err = fmt.Fprintf(w, "%s  %-8d %-24s %-20s %-20s %s\n", formatTime(e.GetTime()), e.GetIndex(),
-				display(e.GetType()), dash(display(e.GetVolumeId())), dash(display(e.GetNodeId())), dash(display(e.GetDescription())))
-		}
-		if err != nil {
+		if err := print(e); err != nil {
 			return err
 		}
 	}
