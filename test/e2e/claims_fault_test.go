@@ -238,6 +238,18 @@ func startCLI(t *testing.T, addr string, args ...string) <-chan string {
 	return done
 }
 
+// createAndClaim creates volume v1 of plugin tp, claims it for workload
+// w1 on c0 and checks that c0's plugin holds it where the claim says; it
+// returns the volume, the claim and the staging path.
+func (n *claimNode) createAndClaim(t *testing.T) (volumeDoc, claimDoc, string) {
+	t.Helper()
+	var vol volumeDoc
+	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
+	var claim claimDoc
+	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
+	return vol, claim, n.wantClaimMounted(t, claim, vol.ExternalID)
+}
+
 // waitCalling waits until the plugin is in a call of method.
 func waitCalling(t *testing.T, p *testplugin.Plugin, method string) {
 	t.Helper()
@@ -326,11 +338,7 @@ func TestAgentKilledBetweenStageAndPublish(t *testing.T) {
 // it finishes the unstage and the servers finish the release.
 func TestAgentKilledBetweenUnpublishAndUnstage(t *testing.T) {
 	n := startClaimNode(t)
-	var vol volumeDoc
-	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
-	var claim claimDoc
-	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
-	staging := n.wantClaimMounted(t, claim, vol.ExternalID)
+	vol, claim, staging := n.createAndClaim(t)
 
 	n.node.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"NodeUnstageVolume": 10 * time.Minute}})
 	release := startCLI(t, n.serverAddr, "volume", "release", "v1", "--node", "c0", "--workload", "w1")
@@ -354,11 +362,7 @@ func TestAgentKilledBetweenUnpublishAndUnstage(t *testing.T) {
 // still had.
 func TestNodeDownLongerThanClaimGCGrace(t *testing.T) {
 	n := startClaimNode(t)
-	var vol volumeDoc
-	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
-	var claim claimDoc
-	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
-	staging := n.wantClaimMounted(t, claim, vol.ExternalID)
+	vol, claim, staging := n.createAndClaim(t)
 	n.killClient(t)
 
 	testutil.WaitFor(t, 90*time.Second, "the claim of the down node released", func() bool {

@@ -18,11 +18,7 @@ import (
 // alone is refused.
 func TestForcedReleaseOfAKilledNode(t *testing.T) {
 	n := startClaimNodeWith(t, claimNodeOptions{grace: "1h"})
-	var vol volumeDoc
-	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
-	var claim claimDoc
-	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
-	staging := n.wantClaimMounted(t, claim, vol.ExternalID)
+	vol, claim, staging := n.createAndClaim(t)
 
 	res := cli(t, n.serverAddr, "volume", "release", "v1", "--node", "c0", "--force")
 	if res.code == 0 || !strings.Contains(res.stderr, "--force twice") {

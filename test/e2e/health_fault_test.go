@@ -23,11 +23,7 @@ import (
 // event each and no conditions.
 func TestVolumeHealthOfRealAgents(t *testing.T) {
 	n := startClaimNodeWith(t, claimNodeOptions{grace: "1h", health: true})
-	var vol volumeDoc
-	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
-	var claim claimDoc
-	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
-	n.wantClaimMounted(t, claim, vol.ExternalID)
+	vol, claim, _ := n.createAndClaim(t)
 	events := followCLI(t, n.serverAddr, "events", "--cluster", "--volume", "v1", "--json")
 
 	n.controller.SetVolumeCondition(vol.ExternalID, true, "pool degraded")

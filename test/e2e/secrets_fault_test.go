@@ -29,11 +29,7 @@ func TestSecretsFileAcrossSIGHUP(t *testing.T) {
 	token := "tok-" + secret(t, "token")
 	secrets := map[string]string{"token": token}
 	n := startClaimNodeWith(t, claimNodeOptions{grace: "1h", secrets: secrets})
-	var vol volumeDoc
-	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
-	var claim claimDoc
-	cliJSON(t, n.serverAddr, &claim, "volume", "claim", "v1", "--node", "c0", "--workload", "w1")
-	n.wantClaimMounted(t, claim, vol.ExternalID)
+	vol, claim, _ := n.createAndClaim(t)
 	cliJSON(t, n.serverAddr, &vol, "volume", "release", "v1", "--node", "c0", "--workload", "w1")
 	if len(vol.Claims) != 0 {
 		t.Fatalf("claims after the release: %+v", vol.Claims)
