@@ -252,8 +252,9 @@ func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *stat
 // not mounted and that no caller finished within ClaimResumeTimeout (its
 // leader died, or lost its term, in the middle). The steps are the
 // claim's own, idempotent, so they learn what the node and the controller
-// hold and record it; the watcher has no secrets, so they go to the
-// plugin without them. When a step fails the claim is released.
+// hold and record it; the watcher has no secrets of its own, so they
+// carry only those the agents' secrets files add. When a step fails the
+// claim is released.
 func (s *Server) resumeClaim(ctx context.Context, ref claims.Ref) error {
 	v, c := s.readClaim(ref)
 	if c == nil || !claims.Unfinished(c) {
@@ -414,7 +415,8 @@ func (s *Server) startRelease(ref claims.Ref) (*statepb.VolumeClaim, error) {
 }
 
 // resumeRelease is runRelease for the volume watcher, which has no
-// secrets: a release it resumes goes to the plugin without them.
+// secrets of its own: a release it resumes carries only those the agents'
+// secrets files add.
 func (s *Server) resumeRelease(ctx context.Context, ref claims.Ref) error {
 	return s.runRelease(ctx, ref, nil, false)
 }
