@@ -57,24 +57,30 @@ func TestSecretsFromTheAgentsFiles(t *testing.T) {
 		return err == nil && p.GetPlugin().GetNodesHealthy() == 2 && p.GetPlugin().GetControllersHealthy() == 2
 	})
 	ctx := context.Background()
-	cc.create(t, "v", "MULTI_NODE_MULTI_WRITER")
+	// The test plugin keeps a volume in the state of the controller that
+	// made it, as node-local drivers do: that agent, keep, stays up; the
+	// other, gone, is the node claim_gc_grace releases without.
+	keep, gone := 0, 1
+	if ctrl := cc.create(t, "v", "MULTI_NODE_MULTI_WRITER").GetControllerNodeId(); ctrl == c.Agent(1).NodeID() {
+		keep, gone = 1, 0
+	}
 
 	// A claim and its release.
-	if _, err := cc.claim(t, "v", 0, "w1", mnmw); err != nil {
+	if _, err := cc.claim(t, "v", keep, "w1", mnmw); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	if err := cc.release(t, "v", 0, "w1"); err != nil {
+	if err := cc.release(t, "v", keep, "w1"); err != nil {
 		t.Fatalf("release: %v", err)
 	}
 
 	// A release the watcher resumes after the leader died.
-	if _, err := cc.claim(t, "v", 0, "w2", mnmw); err != nil {
+	if _, err := cc.claim(t, "v", keep, "w2", mnmw); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range cc.plugins {
 		p.SetFaults(testplugin.Faults{Errors: map[string]codes.Code{"ControllerUnpublishVolume": codes.Internal}})
 	}
-	if err := cc.release(t, "v", 0, "w2"); err == nil {
+	if err := cc.release(t, "v", keep, "w2"); err == nil {
 		t.Fatal("the release succeeded through a failing controller")
 	}
 	c.Kill(c.WaitForLeader(t, 30*time.Second).Index)
@@ -88,22 +94,22 @@ func TestSecretsFromTheAgentsFiles(t *testing.T) {
 		t.Fatalf("expand: %v", err)
 	}
 
-	// A claim_gc_grace release: agent 1 goes away.
-	if _, err := cc.claim(t, "v", 1, "w3", mnmw); err != nil {
+	// A claim_gc_grace release: the other agent goes away.
+	if _, err := cc.claim(t, "v", gone, "w3", mnmw); err != nil {
 		t.Fatal(err)
 	}
-	c.StopAgent(1)
+	c.StopAgent(gone)
 	testutil.WaitFor(t, 30*time.Second, "w3 released without its node", func() bool { return len(cc.volume(t, "v").GetClaims()) == 0 })
 
 	// Without the file, the plugin refuses, and the claim says so.
-	if _, err := cc.claim(t, "v", 0, "w4", mnmw); err != nil {
+	if _, err := cc.claim(t, "v", keep, "w4", mnmw); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(secretsFile(c.Agent(0).Dir)); err != nil {
+	if err := os.Remove(secretsFile(c.Agent(keep).Dir)); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.Agent(0).Reload() // fails, naming the missing file; the secrets are dropped
-	err := cc.release(t, "v", 0, "w4")
+	_ = c.Agent(keep).Reload() // fails, naming the missing file; the secrets are dropped
+	err := cc.release(t, "v", keep, "w4")
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("release without the secrets file = %v, want the plugin's Unauthenticated", err)
 	}
