@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -21,12 +20,9 @@ import (
 // topology are asked once, without a segment: they speak for storage
 // that every node reaches.
 func (s *Server) pluginCapacity(ctx context.Context, pluginID string) (*csisupdv1.PluginCapacityResponse, error) {
-	cands, err := s.controllerCandidates(pluginID)
+	cands, err := s.capableControllers(pluginID, plugin.CapGetCapacity)
 	if err != nil {
 		return nil, err
-	}
-	if cands = withCapability(cands, plugin.CapGetCapacity); len(cands) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", pluginID, plugin.CapGetCapacity)
 	}
 	// Segments in the candidates' order; each with its controllers.
 	bySegment := map[string][]candidate{}

@@ -181,12 +181,9 @@ func (s *Server) controllerAdvertises(pluginID, capability string) bool {
 // for its own volumes, so the one that created v comes first, and only
 // controllers whose node's topology reaches v's are tried.
 func (s *Server) publishCandidates(v *statepb.Volume) ([]candidate, error) {
-	cands, err := s.controllerCandidates(v.GetPluginId())
+	cands, err := s.capableControllers(v.GetPluginId(), plugin.CapPublishUnpublishVolume)
 	if err != nil {
 		return nil, err
-	}
-	if cands = withCapability(cands, plugin.CapPublishUnpublishVolume); len(cands) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", v.GetPluginId(), plugin.CapPublishUnpublishVolume)
 	}
 	place := placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId())
 	ranked := place.rank(cands)

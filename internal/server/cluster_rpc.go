@@ -163,13 +163,8 @@ func (c *clusterService) NodeVolumeHealth(ctx context.Context, req *csisupdv1.No
 	if v == nil {
 		return &csisupdv1.NodeVolumeHealthResponse{}, nil // forgotten meanwhile: nothing to record
 	}
-	if !claims.HealthChanged(v, req.GetNodeId(), req.GetAbnormal(), req.GetMessage()) {
-		return &csisupdv1.NodeVolumeHealthResponse{}, nil
-	}
-	if _, err := c.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
-		VolumeId: v.GetId(), Source: req.GetNodeId(), Abnormal: req.GetAbnormal(), Message: req.GetMessage(),
-	}}}); err != nil {
-		return nil, toStatus(err)
+	if err := recordHealth(c.node, v, req.GetNodeId(), req.GetAbnormal(), req.GetMessage()); err != nil {
+		return nil, err
 	}
 	return &csisupdv1.NodeVolumeHealthResponse{}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -91,22 +90,9 @@ func listControllers[E any](ctx context.Context, timeout time.Duration, cands []
 	return out
 }
 
-// listCandidates returns the plugin's healthy controllers that have
-// capability, or the error that says there are none.
-func (s *Server) listCandidates(pluginID, capability string) ([]candidate, error) {
-	cands, err := s.controllerCandidates(pluginID)
-	if err != nil {
-		return nil, err
-	}
-	if cands = withCapability(cands, capability); len(cands) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", pluginID, capability)
-	}
-	return cands, nil
-}
-
 // externalVolumes runs ListExternalVolumes on the leader.
 func (s *Server) externalVolumes(ctx context.Context, pluginID string) (*csisupdv1.ExternalVolumesResponse, error) {
-	cands, err := s.listCandidates(pluginID, plugin.CapListVolumes)
+	cands, err := s.capableControllers(pluginID, plugin.CapListVolumes)
 	if err != nil {
 		return nil, err
 	}
@@ -125,26 +111,21 @@ func (s *Server) externalVolumes(ctx context.Context, pluginID string) (*csisupd
 	}
 	for id, e := range l.entries {
 		ev := &csisupdv1.ExternalVolume{
-			ExternalId: id, ClusterId: known[id], State: externalUnknown,
+			ExternalId: id, ClusterId: known[id], State: externalState(known[id]),
 			CapacityBytes: e.GetVolume().GetCapacityBytes(), ControllerNodeIds: l.nodes[id],
-		}
-		if ev.ClusterId != "" {
-			ev.State = externalKnown
 		}
 		for _, t := range e.GetVolume().GetAccessibleTopology() {
 			ev.AccessibleTopology = append(ev.AccessibleTopology, &csisupdv1.TopologySegment{Segments: maps.Clone(t.GetSegments())})
 		}
 		resp.Volumes = append(resp.Volumes, ev)
 	}
-	slices.SortFunc(resp.Volumes, func(a, b *csisupdv1.ExternalVolume) int {
-		return cmp.Or(cmp.Compare(externalOrder(a.GetState()), externalOrder(b.GetState())), cmp.Compare(a.GetExternalId(), b.GetExternalId()))
-	})
+	sortExternal(resp.Volumes)
 	return resp, nil
 }
 
 // externalSnapshots runs ListExternalSnapshots on the leader.
 func (s *Server) externalSnapshots(ctx context.Context, pluginID string) (*csisupdv1.ExternalSnapshotsResponse, error) {
-	cands, err := s.listCandidates(pluginID, plugin.CapListSnapshots)
+	cands, err := s.capableControllers(pluginID, plugin.CapListSnapshots)
 	if err != nil {
 		return nil, err
 	}
@@ -166,21 +147,34 @@ func (s *Server) externalSnapshots(ctx context.Context, pluginID string) (*csisu
 	}
 	for id, e := range l.entries {
 		es := &csisupdv1.ExternalSnapshot{
-			ExternalId: id, ClusterId: known[id], State: externalUnknown, SourceExternalId: e.GetSnapshot().GetSourceVolumeId(),
+			ExternalId: id, ClusterId: known[id], State: externalState(known[id]), SourceExternalId: e.GetSnapshot().GetSourceVolumeId(),
 			SizeBytes: e.GetSnapshot().GetSizeBytes(), ReadyToUse: e.GetSnapshot().GetReadyToUse(), ControllerNodeIds: l.nodes[id],
-		}
-		if es.ClusterId != "" {
-			es.State = externalKnown
 		}
 		resp.Snapshots = append(resp.Snapshots, es)
 	}
-	slices.SortFunc(resp.Snapshots, func(a, b *csisupdv1.ExternalSnapshot) int {
-		return cmp.Or(cmp.Compare(externalOrder(a.GetState()), externalOrder(b.GetState())), cmp.Compare(a.GetExternalId(), b.GetExternalId()))
-	})
+	sortExternal(resp.Snapshots)
 	return resp, nil
 }
 
-// externalOrder sorts the external states: known, unknown, missing.
-func externalOrder(state string) int {
-	return slices.Index([]string{externalKnown, externalUnknown, externalMissing}, state)
+// externalState is the state of a listed entry: known when the cluster
+// has it under clusterID, else unknown.
+func externalState(clusterID string) string {
+	if clusterID != "" {
+		return externalKnown
+	}
+	return externalUnknown
+}
+
+// sortExternal sorts listed volumes or snapshots by state (known, unknown,
+// missing), then by external id.
+func sortExternal[E interface {
+	GetState() string
+	GetExternalId() string
+}](entries []E) {
+	order := func(state string) int {
+		return slices.Index([]string{externalKnown, externalUnknown, externalMissing}, state)
+	}
+	slices.SortFunc(entries, func(a, b E) int {
+		return cmp.Or(cmp.Compare(order(a.GetState()), order(b.GetState())), cmp.Compare(a.GetExternalId(), b.GetExternalId()))
+	})
 }

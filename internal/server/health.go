@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
@@ -40,7 +40,7 @@ func (s *Server) runHealthMonitor(ctx context.Context) {
 // condition of each listed volume the cluster knows, when it changed.
 func (s *Server) pollControllerHealth(ctx context.Context, loop *watchdog.Loop) {
 	for _, p := range s.State().Plugins() {
-		cands, err := s.listCandidates(p.ID, plugin.CapListVolumeHealth)
+		cands, err := s.capableControllers(p.ID, plugin.CapListVolumeHealth)
 		if err != nil {
 			continue // no controller that can say
 		}
@@ -52,19 +52,15 @@ func (s *Server) pollControllerHealth(ctx context.Context, loop *watchdog.Loop) 
 		for _, e := range l.errs {
 			s.logger.Warn("volume health not listed", "plugin", p.ID, "error", e)
 		}
-		byExternal := map[string]*statepb.Volume{}
 		for _, v := range s.State().Volumes(p.ID) {
-			byExternal[v.GetExternalId()] = v
-		}
-		for id, v := range byExternal {
-			h, listed := l.entries[id]
+			h, listed := l.entries[v.GetExternalId()]
 			if !listed && !listedWhole(l.answered, v) {
 				continue // its controller was not heard in full: nothing is known
 			}
 			// A volume left out of a whole listing is healthy: CSI
 			// recommends listing only abnormal volumes.
-			abnormal, msg := claims.HealthCondition(h)
-			if err := s.recordHealth(v, claims.HealthSourceController, abnormal, msg); err != nil {
+			abnormal, msg := plugin.VolumeCondition(h)
+			if err := recordHealth(s.node, v, claims.HealthSourceController, abnormal, msg); err != nil {
 				s.logger.Warn("record a volume's health", "volume", v.GetId(), "error", err)
 			}
 			loop.Beat()
@@ -82,16 +78,19 @@ func listedWhole(answered map[string]bool, v *statepb.Volume) bool {
 	return len(answered) > 0
 }
 
-// recordHealth writes what source reports of v's health when it changes
-// what is stored.
-func (s *Server) recordHealth(v *statepb.Volume, source string, abnormal bool, message string) error {
+// recordHealth writes through node what source reports of v's health
+// when it changes what is stored: the leader's monitor and the nodes'
+// reports alike, so that a steady state writes nothing.
+func recordHealth(node *raftnode.Node, v *statepb.Volume, source string, abnormal bool, message string) error {
 	if !claims.HealthChanged(v, source, abnormal, message) {
 		return nil
 	}
-	_, err := s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
+	if _, err := node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
 		VolumeId: v.GetId(), Source: source, Abnormal: abnormal, Message: message,
-	}}})
-	return err
+	}}}); err != nil {
+		return toStatus(err)
+	}
+	return nil
 }
 
 // volumeHealth runs GetVolumeHealth on the leader: the controller's
@@ -110,7 +109,7 @@ func (s *Server) volumeHealth(ctx context.Context, id string) (*csisupdv1.Volume
 			h, err := s.controllers.GetVolumeHealth(ctx, c.addr, v.GetPluginId(), &csi.ControllerGetVolumeHealthRequest{VolumeId: v.GetExternalId()})
 			if err == nil {
 				ctrl.NodeId = c.nodeID
-				ctrl.Abnormal, ctrl.Message = claims.HealthCondition(h.GetVolumeHealth())
+				ctrl.Abnormal, ctrl.Message = plugin.VolumeCondition(h.GetVolumeHealth())
 			}
 			return err
 		})
@@ -141,7 +140,7 @@ func (s *Server) volumeHealth(ctx context.Context, id string) (*csisupdv1.Volume
 		if err != nil {
 			a.Error = status.Convert(err).Message()
 		} else {
-			a.Abnormal, a.Message = claims.HealthCondition(h.GetVolumeHealth())
+			a.Abnormal, a.Message = plugin.VolumeCondition(h.GetVolumeHealth())
 		}
 		resp.Answers = append(resp.Answers, a)
 	}

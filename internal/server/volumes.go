@@ -67,6 +67,19 @@ func (s *Server) controllerCandidates(pluginID string) ([]candidate, error) {
 		pluginID, p.ControllersHealthy, p.ControllersExpected)
 }
 
+// capableControllers returns the plugin's controller candidates that
+// advertise capability, or the error that says there are none.
+func (s *Server) capableControllers(pluginID, capability string) ([]candidate, error) {
+	cands, err := s.controllerCandidates(pluginID)
+	if err != nil {
+		return nil, err
+	}
+	if cands = withCapability(cands, capability); len(cands) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "plugin %q has no healthy controller with %s", pluginID, capability)
+	}
+	return cands, nil
+}
+
 // withCapability keeps the candidates that advertise a controller capability.
 func withCapability(cands []candidate, capability string) []candidate {
 	var out []candidate

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -23,12 +22,6 @@ const HealthSourceController = "controller"
 // MaxHealthMessage caps a stored condition's message: it comes from a
 // plugin.
 const MaxHealthMessage = plugin.MaxConditionMessage
-
-// HealthCondition summarises what a plugin reported of a volume's health
-// (plugin.VolumeCondition).
-func HealthCondition(h *csi.VolumeHealth) (abnormal bool, message string) {
-	return plugin.VolumeCondition(h)
-}
 
 // Condition returns v's condition from source, or nil when it is normal.
 func Condition(v *statepb.Volume, source string) *statepb.VolumeCondition {
