@@ -3,26 +3,17 @@ package csiclient
 import (
 	"strings"
 
-	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/csisupd/csisupd/internal/secrets"
 )
 
 // Redacted replaces secret values in redacted messages and strings.
 const Redacted = "[redacted]"
-
-// isSecret reports whether CSI marks fd as secret (csi.v1.csi_secret).
-func isSecret(fd protoreflect.FieldDescriptor) bool {
-	opts := fd.Options()
-	if opts == nil {
-		return false
-	}
-	secret, _ := proto.GetExtension(opts, csi.E_CsiSecret).(bool)
-	return secret
-}
 
 // Redact returns a copy of m in which every field marked secret
 // (csi.v1.csi_secret), at any depth, is replaced: map values and strings by
@@ -39,7 +30,7 @@ func Redact(m proto.Message) proto.Message {
 
 func redactMessage(m protoreflect.Message) {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if isSecret(fd) {
+		if secrets.IsSecretField(fd) {
 			redactField(m, fd, v)
 			return true
 		}
@@ -107,7 +98,7 @@ func SecretValues(m proto.Message) []string {
 	var walk func(protoreflect.Message)
 	walk = func(m protoreflect.Message) {
 		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			if !isSecret(fd) {
+			if !secrets.IsSecretField(fd) {
 				forEachSubMessage(fd, v, walk)
 				return true
 			}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/secrets"
 )
 
 // secretMessages returns every message of the CSI spec with a field marked
@@ -26,7 +27,7 @@ func secretMessages(t *testing.T) []protoreflect.MessageDescriptor {
 			md := mds.Get(i)
 			fields := md.Fields()
 			for j := 0; j < fields.Len(); j++ {
-				if isSecret(fields.Get(j)) {
+				if secrets.IsSecretField(fields.Get(j)) {
 					out = append(out, md)
 					break
 				}
@@ -53,7 +54,7 @@ func TestRedactEveryCSISecret(t *testing.T) {
 			fields := md.Fields()
 			for j := 0; j < fields.Len(); j++ {
 				fd := fields.Get(j)
-				if !isSecret(fd) {
+				if !secrets.IsSecretField(fd) {
 					continue
 				}
 				if !fd.IsMap() || fd.MapValue().Kind() != protoreflect.StringKind {

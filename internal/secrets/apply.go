@@ -27,6 +27,16 @@ func ClassOf(req proto.Message) Class {
 	return Default
 }
 
+// IsSecretField reports whether CSI marks fd as secret (csi.v1.csi_secret).
+func IsSecretField(fd protoreflect.FieldDescriptor) bool {
+	opts := fd.Options()
+	if opts == nil {
+		return false
+	}
+	secret, _ := proto.GetExtension(opts, csi.E_CsiSecret).(bool)
+	return secret
+}
+
 // secretsField returns the field of m's message that CSI marks secret and
 // that maps strings to strings: the request's secrets. ok is false when
 // the message has none.
@@ -34,13 +44,8 @@ func secretsField(m protoreflect.Message) (protoreflect.FieldDescriptor, bool) {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
-		if !fd.IsMap() || fd.MapKey().Kind() != protoreflect.StringKind || fd.MapValue().Kind() != protoreflect.StringKind {
-			continue
-		}
-		if opts := fd.Options(); opts != nil {
-			if secret, _ := proto.GetExtension(opts, csi.E_CsiSecret).(bool); secret {
-				return fd, true
-			}
+		if fd.IsMap() && fd.MapKey().Kind() == protoreflect.StringKind && fd.MapValue().Kind() == protoreflect.StringKind && IsSecretField(fd) {
+			return fd, true
 		}
 	}
 	return nil, false

@@ -66,8 +66,9 @@ var allowed = map[string][]string{
 	// csiclient holds the one plugin call path of ClientCSI and the node
 	// volume manager, so that neither imports the other: it reads the
 	// plugin's read model and typed errors (api) and checks the plugin's
-	// type and capabilities by the plugin model's names (plugin).
-	"internal/csiclient": {api, "internal/plugin", "internal/retry"},
+	// type and capabilities by the plugin model's names (plugin); the
+	// fields CSI marks secret, which it redacts, are named by secrets.
+	"internal/csiclient": {api, "internal/plugin", "internal/retry", "internal/secrets"},
 	"internal/config":    {"internal/retry"},
 	// secrets reads a plugin's secrets file and merges it into CSI
 	// requests by their csi_secret fields: protobuf reflection only.
