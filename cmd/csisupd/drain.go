@@ -86,6 +86,9 @@ func waitDrained(ctx context.Context, cl csisupdv1.ControlClient, plugin, node s
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	last := ""
+	notDrained := func() error {
+		return fmt.Errorf("plugin %s on node %s is not drained after %s: %s", plugin, node, timeout, leftSummary(resp))
+	}
 	for !drained(resp) {
 		if now := leftSummary(resp); !asJSON && now != last {
 			fmt.Fprintf(w, "Waiting: %s\n", now)
@@ -95,13 +98,13 @@ func waitDrained(ctx context.Context, cl csisupdv1.ControlClient, plugin, node s
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("plugin %s on node %s is not drained after %s: %s", plugin, node, timeout, leftSummary(resp))
+			return nil, notDrained()
 		case <-t.C:
 		}
 		next, err := cl.GetPluginDrain(ctx, &csisupdv1.PluginDrainGetRequest{PluginId: plugin, NodeId: node})
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("plugin %s on node %s is not drained after %s: %s", plugin, node, timeout, leftSummary(resp))
+				return nil, notDrained()
 			}
 			return nil, err
 		}

@@ -219,7 +219,8 @@ func newVolumeAvailabilityCommand(opts *clientOptions) *cobra.Command {
 active  takes new claims.
 pause   refuses new claims (rule "availability"); the claims it has stay.
 drain   refuses new claims and releases every claim it has, through the
-        leader's volume watcher; follow them with "csisupd events".`,
+        leader's volume watcher; follow them with
+        "csisupd events --cluster --volume ID".`,
 		Args: rangeArgs(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[1] {
