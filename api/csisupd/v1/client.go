@@ -35,6 +35,10 @@ type ClientConfig struct {
 // secret id.
 const TokenMetadataKey = "csisupd-token"
 
+// NodeSecretMetadataKey is the gRPC metadata key that carries an agent's
+// node secret on its calls of the Cluster service.
+const NodeSecretMetadataKey = "csisupd-node-secret"
+
 // TokenCredentials sends an ACL token with every call of a connection:
 // use it with grpc.WithPerRPCCredentials. It refuses to send the token over
 // a connection without TLS, where anyone on the path could read it;

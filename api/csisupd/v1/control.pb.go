@@ -45,8 +45,13 @@ type ClusterNode struct {
 	// draining_plugins are the plugins an operator drains on the node
 	// (`plugin drain`): new claims of their volumes there are refused.
 	DrainingPlugins []string `protobuf:"bytes,11,rep,name=draining_plugins,json=drainingPlugins,proto3" json:"draining_plugins,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// rekeyed is true after `node rekey`, until an agent registers again.
+	Rekeyed bool `protobuf:"varint,13,opt,name=rekeyed,proto3" json:"rekeyed,omitempty"`
+	// replaced_by is the node that took this node's name after it was
+	// rekeyed (a reinstalled agent); a replaced node is down for good.
+	ReplacedBy    string `protobuf:"bytes,14,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterNode) Reset() {
@@ -154,6 +159,20 @@ func (x *ClusterNode) GetDrainingPlugins() []string {
 		return x.DrainingPlugins
 	}
 	return nil
+}
+
+func (x *ClusterNode) GetRekeyed() bool {
+	if x != nil {
+		return x.Rekeyed
+	}
+	return false
+}
+
+func (x *ClusterNode) GetReplacedBy() string {
+	if x != nil {
+		return x.ReplacedBy
+	}
+	return ""
 }
 
 // PluginInstance is one plugin on one node.
@@ -1805,6 +1824,95 @@ func (x *NodeGetResponse) GetIndex() uint64 {
 	return 0
 }
 
+type NodeRekeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the node's id.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeRekeyRequest) Reset() {
+	*x = NodeRekeyRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeRekeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeRekeyRequest) ProtoMessage() {}
+
+func (x *NodeRekeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeRekeyRequest.ProtoReflect.Descriptor instead.
+func (*NodeRekeyRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *NodeRekeyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type NodeRekeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *ClusterNode           `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeRekeyResponse) Reset() {
+	*x = NodeRekeyResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeRekeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeRekeyResponse) ProtoMessage() {}
+
+func (x *NodeRekeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeRekeyResponse.ProtoReflect.Descriptor instead.
+func (*NodeRekeyResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *NodeRekeyResponse) GetNode() *ClusterNode {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 type VolumeCreateRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1831,7 +1939,7 @@ type VolumeCreateRequest struct {
 
 func (x *VolumeCreateRequest) Reset() {
 	*x = VolumeCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+	mi := &file_csisupd_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1951,7 @@ func (x *VolumeCreateRequest) String() string {
 func (*VolumeCreateRequest) ProtoMessage() {}
 
 func (x *VolumeCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[20]
+	mi := &file_csisupd_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1964,7 @@ func (x *VolumeCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VolumeCreateRequest) GetId() string {
@@ -1938,7 +2046,7 @@ type VolumeCreateResponse struct {
 
 func (x *VolumeCreateResponse) Reset() {
 	*x = VolumeCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+	mi := &file_csisupd_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2058,7 @@ func (x *VolumeCreateResponse) String() string {
 func (*VolumeCreateResponse) ProtoMessage() {}
 
 func (x *VolumeCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[21]
+	mi := &file_csisupd_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2071,7 @@ func (x *VolumeCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *VolumeCreateResponse) GetVolume() *Volume {
@@ -1982,7 +2090,7 @@ type VolumeRegisterRequest struct {
 
 func (x *VolumeRegisterRequest) Reset() {
 	*x = VolumeRegisterRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[22]
+	mi := &file_csisupd_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2102,7 @@ func (x *VolumeRegisterRequest) String() string {
 func (*VolumeRegisterRequest) ProtoMessage() {}
 
 func (x *VolumeRegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[22]
+	mi := &file_csisupd_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2115,7 @@ func (x *VolumeRegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRegisterRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRegisterRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *VolumeRegisterRequest) GetVolume() *Volume {
@@ -2026,7 +2134,7 @@ type VolumeRegisterResponse struct {
 
 func (x *VolumeRegisterResponse) Reset() {
 	*x = VolumeRegisterResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[23]
+	mi := &file_csisupd_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2146,7 @@ func (x *VolumeRegisterResponse) String() string {
 func (*VolumeRegisterResponse) ProtoMessage() {}
 
 func (x *VolumeRegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[23]
+	mi := &file_csisupd_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2159,7 @@ func (x *VolumeRegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRegisterResponse.ProtoReflect.Descriptor instead.
 func (*VolumeRegisterResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *VolumeRegisterResponse) GetVolume() *Volume {
@@ -2077,7 +2185,7 @@ type VolumeDeleteRequest struct {
 
 func (x *VolumeDeleteRequest) Reset() {
 	*x = VolumeDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[24]
+	mi := &file_csisupd_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2197,7 @@ func (x *VolumeDeleteRequest) String() string {
 func (*VolumeDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[24]
+	mi := &file_csisupd_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2210,7 @@ func (x *VolumeDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VolumeDeleteRequest) GetId() string {
@@ -2144,7 +2252,7 @@ type VolumeDeleteResponse struct {
 
 func (x *VolumeDeleteResponse) Reset() {
 	*x = VolumeDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[25]
+	mi := &file_csisupd_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2264,7 @@ func (x *VolumeDeleteResponse) String() string {
 func (*VolumeDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[25]
+	mi := &file_csisupd_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2277,7 @@ func (x *VolumeDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VolumeDeleteResponse) GetClaimsLeft() []*VolumeClaim {
@@ -2195,7 +2303,7 @@ type VolumeClaimRequest struct {
 
 func (x *VolumeClaimRequest) Reset() {
 	*x = VolumeClaimRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[26]
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2315,7 @@ func (x *VolumeClaimRequest) String() string {
 func (*VolumeClaimRequest) ProtoMessage() {}
 
 func (x *VolumeClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[26]
+	mi := &file_csisupd_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2328,7 @@ func (x *VolumeClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeClaimRequest.ProtoReflect.Descriptor instead.
 func (*VolumeClaimRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VolumeClaimRequest) GetId() string {
@@ -2268,7 +2376,7 @@ type VolumeClaimResponse struct {
 
 func (x *VolumeClaimResponse) Reset() {
 	*x = VolumeClaimResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[27]
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2388,7 @@ func (x *VolumeClaimResponse) String() string {
 func (*VolumeClaimResponse) ProtoMessage() {}
 
 func (x *VolumeClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[27]
+	mi := &file_csisupd_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2401,7 @@ func (x *VolumeClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeClaimResponse.ProtoReflect.Descriptor instead.
 func (*VolumeClaimResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *VolumeClaimResponse) GetVolume() *Volume {
@@ -2330,7 +2438,7 @@ type VolumeReleaseRequest struct {
 
 func (x *VolumeReleaseRequest) Reset() {
 	*x = VolumeReleaseRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2450,7 @@ func (x *VolumeReleaseRequest) String() string {
 func (*VolumeReleaseRequest) ProtoMessage() {}
 
 func (x *VolumeReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[28]
+	mi := &file_csisupd_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2463,7 @@ func (x *VolumeReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseRequest.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *VolumeReleaseRequest) GetId() string {
@@ -2404,7 +2512,7 @@ type VolumeAvailabilityRequest struct {
 
 func (x *VolumeAvailabilityRequest) Reset() {
 	*x = VolumeAvailabilityRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2524,7 @@ func (x *VolumeAvailabilityRequest) String() string {
 func (*VolumeAvailabilityRequest) ProtoMessage() {}
 
 func (x *VolumeAvailabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[29]
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2537,7 @@ func (x *VolumeAvailabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAvailabilityRequest.ProtoReflect.Descriptor instead.
 func (*VolumeAvailabilityRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *VolumeAvailabilityRequest) GetId() string {
@@ -2455,7 +2563,7 @@ type VolumeAvailabilityResponse struct {
 
 func (x *VolumeAvailabilityResponse) Reset() {
 	*x = VolumeAvailabilityResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2575,7 @@ func (x *VolumeAvailabilityResponse) String() string {
 func (*VolumeAvailabilityResponse) ProtoMessage() {}
 
 func (x *VolumeAvailabilityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[30]
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2588,7 @@ func (x *VolumeAvailabilityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAvailabilityResponse.ProtoReflect.Descriptor instead.
 func (*VolumeAvailabilityResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *VolumeAvailabilityResponse) GetVolume() *Volume {
@@ -2502,7 +2610,7 @@ type PluginDrainRequest struct {
 
 func (x *PluginDrainRequest) Reset() {
 	*x = PluginDrainRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2622,7 @@ func (x *PluginDrainRequest) String() string {
 func (*PluginDrainRequest) ProtoMessage() {}
 
 func (x *PluginDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2635,7 @@ func (x *PluginDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainRequest.ProtoReflect.Descriptor instead.
 func (*PluginDrainRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PluginDrainRequest) GetPluginId() string {
@@ -2561,7 +2669,7 @@ type PluginDrainGetRequest struct {
 
 func (x *PluginDrainGetRequest) Reset() {
 	*x = PluginDrainGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2681,7 @@ func (x *PluginDrainGetRequest) String() string {
 func (*PluginDrainGetRequest) ProtoMessage() {}
 
 func (x *PluginDrainGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2694,7 @@ func (x *PluginDrainGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainGetRequest.ProtoReflect.Descriptor instead.
 func (*PluginDrainGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PluginDrainGetRequest) GetPluginId() string {
@@ -2619,7 +2727,7 @@ type PluginDrainResponse struct {
 
 func (x *PluginDrainResponse) Reset() {
 	*x = PluginDrainResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2739,7 @@ func (x *PluginDrainResponse) String() string {
 func (*PluginDrainResponse) ProtoMessage() {}
 
 func (x *PluginDrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2752,7 @@ func (x *PluginDrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainResponse.ProtoReflect.Descriptor instead.
 func (*PluginDrainResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PluginDrainResponse) GetDraining() bool {
@@ -2684,7 +2792,7 @@ type ExternalListRequest struct {
 
 func (x *ExternalListRequest) Reset() {
 	*x = ExternalListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2804,7 @@ func (x *ExternalListRequest) String() string {
 func (*ExternalListRequest) ProtoMessage() {}
 
 func (x *ExternalListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2817,7 @@ func (x *ExternalListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalListRequest.ProtoReflect.Descriptor instead.
 func (*ExternalListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExternalListRequest) GetPluginId() string {
@@ -2736,7 +2844,7 @@ type ExternalVolume struct {
 
 func (x *ExternalVolume) Reset() {
 	*x = ExternalVolume{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2856,7 @@ func (x *ExternalVolume) String() string {
 func (*ExternalVolume) ProtoMessage() {}
 
 func (x *ExternalVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2869,7 @@ func (x *ExternalVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalVolume.ProtoReflect.Descriptor instead.
 func (*ExternalVolume) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExternalVolume) GetExternalId() string {
@@ -2822,7 +2930,7 @@ type ExternalVolumesResponse struct {
 
 func (x *ExternalVolumesResponse) Reset() {
 	*x = ExternalVolumesResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +2942,7 @@ func (x *ExternalVolumesResponse) String() string {
 func (*ExternalVolumesResponse) ProtoMessage() {}
 
 func (x *ExternalVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +2955,7 @@ func (x *ExternalVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ExternalVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExternalVolumesResponse) GetVolumes() []*ExternalVolume {
@@ -2893,7 +3001,7 @@ type ExternalSnapshot struct {
 
 func (x *ExternalSnapshot) Reset() {
 	*x = ExternalSnapshot{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +3013,7 @@ func (x *ExternalSnapshot) String() string {
 func (*ExternalSnapshot) ProtoMessage() {}
 
 func (x *ExternalSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3026,7 @@ func (x *ExternalSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalSnapshot.ProtoReflect.Descriptor instead.
 func (*ExternalSnapshot) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExternalSnapshot) GetExternalId() string {
@@ -2982,7 +3090,7 @@ type ExternalSnapshotsResponse struct {
 
 func (x *ExternalSnapshotsResponse) Reset() {
 	*x = ExternalSnapshotsResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3102,7 @@ func (x *ExternalSnapshotsResponse) String() string {
 func (*ExternalSnapshotsResponse) ProtoMessage() {}
 
 func (x *ExternalSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3115,7 @@ func (x *ExternalSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ExternalSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ExternalSnapshotsResponse) GetSnapshots() []*ExternalSnapshot {
@@ -3047,7 +3155,7 @@ type VolumeHealthGetRequest struct {
 
 func (x *VolumeHealthGetRequest) Reset() {
 	*x = VolumeHealthGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3167,7 @@ func (x *VolumeHealthGetRequest) String() string {
 func (*VolumeHealthGetRequest) ProtoMessage() {}
 
 func (x *VolumeHealthGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3180,7 @@ func (x *VolumeHealthGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeHealthGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeHealthGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *VolumeHealthGetRequest) GetId() string {
@@ -3093,7 +3201,7 @@ type VolumeHealthGetResponse struct {
 
 func (x *VolumeHealthGetResponse) Reset() {
 	*x = VolumeHealthGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3213,7 @@ func (x *VolumeHealthGetResponse) String() string {
 func (*VolumeHealthGetResponse) ProtoMessage() {}
 
 func (x *VolumeHealthGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3226,7 @@ func (x *VolumeHealthGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeHealthGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeHealthGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *VolumeHealthGetResponse) GetVolume() *Volume {
@@ -3153,7 +3261,7 @@ type VolumeHealthAnswer struct {
 
 func (x *VolumeHealthAnswer) Reset() {
 	*x = VolumeHealthAnswer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3273,7 @@ func (x *VolumeHealthAnswer) String() string {
 func (*VolumeHealthAnswer) ProtoMessage() {}
 
 func (x *VolumeHealthAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3286,7 @@ func (x *VolumeHealthAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeHealthAnswer.ProtoReflect.Descriptor instead.
 func (*VolumeHealthAnswer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *VolumeHealthAnswer) GetSource() string {
@@ -3225,7 +3333,7 @@ type PluginCapacityRequest struct {
 
 func (x *PluginCapacityRequest) Reset() {
 	*x = PluginCapacityRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3345,7 @@ func (x *PluginCapacityRequest) String() string {
 func (*PluginCapacityRequest) ProtoMessage() {}
 
 func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3358,7 @@ func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityRequest.ProtoReflect.Descriptor instead.
 func (*PluginCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PluginCapacityRequest) GetPluginId() string {
@@ -3270,7 +3378,7 @@ type PluginCapacityResponse struct {
 
 func (x *PluginCapacityResponse) Reset() {
 	*x = PluginCapacityResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3390,7 @@ func (x *PluginCapacityResponse) String() string {
 func (*PluginCapacityResponse) ProtoMessage() {}
 
 func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3403,7 @@ func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityResponse.ProtoReflect.Descriptor instead.
 func (*PluginCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PluginCapacityResponse) GetCapacities() []*PluginCapacity {
@@ -3326,7 +3434,7 @@ type PluginCapacity struct {
 
 func (x *PluginCapacity) Reset() {
 	*x = PluginCapacity{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3446,7 @@ func (x *PluginCapacity) String() string {
 func (*PluginCapacity) ProtoMessage() {}
 
 func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3459,7 @@ func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacity.ProtoReflect.Descriptor instead.
 func (*PluginCapacity) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PluginCapacity) GetSegment() *TopologySegment {
@@ -3407,7 +3515,7 @@ type PluginDrainClaim struct {
 
 func (x *PluginDrainClaim) Reset() {
 	*x = PluginDrainClaim{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3419,7 +3527,7 @@ func (x *PluginDrainClaim) String() string {
 func (*PluginDrainClaim) ProtoMessage() {}
 
 func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3432,7 +3540,7 @@ func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainClaim.ProtoReflect.Descriptor instead.
 func (*PluginDrainClaim) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PluginDrainClaim) GetVolumeId() string {
@@ -3457,15 +3565,18 @@ func (x *PluginDrainClaim) GetState() string {
 }
 
 type VolumeReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Volume *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// released is how many claims of the node (and workload) the call found
+	// taken or being released; 0 when there was nothing to release.
+	Released      uint32 `protobuf:"varint,2,opt,name=released,proto3" json:"released,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeReleaseResponse) Reset() {
 	*x = VolumeReleaseResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3588,7 @@ func (x *VolumeReleaseResponse) String() string {
 func (*VolumeReleaseResponse) ProtoMessage() {}
 
 func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3601,7 @@ func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseResponse.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VolumeReleaseResponse) GetVolume() *Volume {
@@ -3498,6 +3609,13 @@ func (x *VolumeReleaseResponse) GetVolume() *Volume {
 		return x.Volume
 	}
 	return nil
+}
+
+func (x *VolumeReleaseResponse) GetReleased() uint32 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
 }
 
 type VolumeListRequest struct {
@@ -3516,7 +3634,7 @@ type VolumeListRequest struct {
 
 func (x *VolumeListRequest) Reset() {
 	*x = VolumeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3646,7 @@ func (x *VolumeListRequest) String() string {
 func (*VolumeListRequest) ProtoMessage() {}
 
 func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3659,7 @@ func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VolumeListRequest) GetPluginId() string {
@@ -3585,7 +3703,7 @@ type VolumeListResponse struct {
 
 func (x *VolumeListResponse) Reset() {
 	*x = VolumeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3715,7 @@ func (x *VolumeListResponse) String() string {
 func (*VolumeListResponse) ProtoMessage() {}
 
 func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3728,7 @@ func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VolumeListResponse) GetVolumes() []*Volume {
@@ -3644,7 +3762,7 @@ type VolumeGetRequest struct {
 
 func (x *VolumeGetRequest) Reset() {
 	*x = VolumeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3774,7 @@ func (x *VolumeGetRequest) String() string {
 func (*VolumeGetRequest) ProtoMessage() {}
 
 func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3787,7 @@ func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VolumeGetRequest) GetId() string {
@@ -3696,7 +3814,7 @@ type VolumeGetResponse struct {
 
 func (x *VolumeGetResponse) Reset() {
 	*x = VolumeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3708,7 +3826,7 @@ func (x *VolumeGetResponse) String() string {
 func (*VolumeGetResponse) ProtoMessage() {}
 
 func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3721,7 +3839,7 @@ func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VolumeGetResponse) GetVolume() *Volume {
@@ -3755,7 +3873,7 @@ type VolumeExpandRequest struct {
 
 func (x *VolumeExpandRequest) Reset() {
 	*x = VolumeExpandRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3885,7 @@ func (x *VolumeExpandRequest) String() string {
 func (*VolumeExpandRequest) ProtoMessage() {}
 
 func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3898,7 @@ func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandRequest.ProtoReflect.Descriptor instead.
 func (*VolumeExpandRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VolumeExpandRequest) GetId() string {
@@ -3820,7 +3938,7 @@ type VolumeExpandResponse struct {
 
 func (x *VolumeExpandResponse) Reset() {
 	*x = VolumeExpandResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3950,7 @@ func (x *VolumeExpandResponse) String() string {
 func (*VolumeExpandResponse) ProtoMessage() {}
 
 func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3963,7 @@ func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandResponse.ProtoReflect.Descriptor instead.
 func (*VolumeExpandResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VolumeExpandResponse) GetVolume() *Volume {
@@ -3867,7 +3985,7 @@ type VolumeModifyRequest struct {
 
 func (x *VolumeModifyRequest) Reset() {
 	*x = VolumeModifyRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3879,7 +3997,7 @@ func (x *VolumeModifyRequest) String() string {
 func (*VolumeModifyRequest) ProtoMessage() {}
 
 func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3892,7 +4010,7 @@ func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyRequest.ProtoReflect.Descriptor instead.
 func (*VolumeModifyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *VolumeModifyRequest) GetId() string {
@@ -3925,7 +4043,7 @@ type VolumeModifyResponse struct {
 
 func (x *VolumeModifyResponse) Reset() {
 	*x = VolumeModifyResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4055,7 @@ func (x *VolumeModifyResponse) String() string {
 func (*VolumeModifyResponse) ProtoMessage() {}
 
 func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4068,7 @@ func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyResponse.ProtoReflect.Descriptor instead.
 func (*VolumeModifyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *VolumeModifyResponse) GetVolume() *Volume {
@@ -3975,7 +4093,7 @@ type VolumeSnapshotCreateRequest struct {
 
 func (x *VolumeSnapshotCreateRequest) Reset() {
 	*x = VolumeSnapshotCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4105,7 @@ func (x *VolumeSnapshotCreateRequest) String() string {
 func (*VolumeSnapshotCreateRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4118,7 @@ func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *VolumeSnapshotCreateRequest) GetVolumeId() string {
@@ -4040,7 +4158,7 @@ type VolumeSnapshotCreateResponse struct {
 
 func (x *VolumeSnapshotCreateResponse) Reset() {
 	*x = VolumeSnapshotCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4052,7 +4170,7 @@ func (x *VolumeSnapshotCreateResponse) String() string {
 func (*VolumeSnapshotCreateResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4065,7 +4183,7 @@ func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *VolumeSnapshotCreateResponse) GetSnapshot() *VolumeSnapshot {
@@ -4091,7 +4209,7 @@ type VolumeSnapshotListRequest struct {
 
 func (x *VolumeSnapshotListRequest) Reset() {
 	*x = VolumeSnapshotListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4103,7 +4221,7 @@ func (x *VolumeSnapshotListRequest) String() string {
 func (*VolumeSnapshotListRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4116,7 +4234,7 @@ func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *VolumeSnapshotListRequest) GetVolumeId() string {
@@ -4166,7 +4284,7 @@ type VolumeSnapshotListResponse struct {
 
 func (x *VolumeSnapshotListResponse) Reset() {
 	*x = VolumeSnapshotListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4178,7 +4296,7 @@ func (x *VolumeSnapshotListResponse) String() string {
 func (*VolumeSnapshotListResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4191,7 +4309,7 @@ func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *VolumeSnapshotListResponse) GetSnapshots() []*VolumeSnapshot {
@@ -4225,7 +4343,7 @@ type VolumeSnapshotGetRequest struct {
 
 func (x *VolumeSnapshotGetRequest) Reset() {
 	*x = VolumeSnapshotGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4355,7 @@ func (x *VolumeSnapshotGetRequest) String() string {
 func (*VolumeSnapshotGetRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4368,7 @@ func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *VolumeSnapshotGetRequest) GetId() string {
@@ -4277,7 +4395,7 @@ type VolumeSnapshotGetResponse struct {
 
 func (x *VolumeSnapshotGetResponse) Reset() {
 	*x = VolumeSnapshotGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4289,7 +4407,7 @@ func (x *VolumeSnapshotGetResponse) String() string {
 func (*VolumeSnapshotGetResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4302,7 +4420,7 @@ func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *VolumeSnapshotGetResponse) GetSnapshot() *VolumeSnapshot {
@@ -4330,7 +4448,7 @@ type VolumeSnapshotDeleteRequest struct {
 
 func (x *VolumeSnapshotDeleteRequest) Reset() {
 	*x = VolumeSnapshotDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4342,7 +4460,7 @@ func (x *VolumeSnapshotDeleteRequest) String() string {
 func (*VolumeSnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4355,7 +4473,7 @@ func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *VolumeSnapshotDeleteRequest) GetId() string {
@@ -4380,7 +4498,7 @@ type VolumeSnapshotDeleteResponse struct {
 
 func (x *VolumeSnapshotDeleteResponse) Reset() {
 	*x = VolumeSnapshotDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4510,7 @@ func (x *VolumeSnapshotDeleteResponse) String() string {
 func (*VolumeSnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4523,7 @@ func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 // RaftPeer is one server of the raft configuration.
@@ -4439,7 +4557,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4451,7 +4569,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4464,7 +4582,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -4545,7 +4663,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[64]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4557,7 +4675,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[64]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4570,7 +4688,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 type RaftPeersResponse struct {
@@ -4584,7 +4702,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[65]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4596,7 +4714,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[65]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4609,7 +4727,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -4642,7 +4760,7 @@ type RaftRemovePeerRequest struct {
 
 func (x *RaftRemovePeerRequest) Reset() {
 	*x = RaftRemovePeerRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[66]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4654,7 +4772,7 @@ func (x *RaftRemovePeerRequest) String() string {
 func (*RaftRemovePeerRequest) ProtoMessage() {}
 
 func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[66]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4667,7 +4785,7 @@ func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RaftRemovePeerRequest) GetId() string {
@@ -4685,7 +4803,7 @@ type RaftRemovePeerResponse struct {
 
 func (x *RaftRemovePeerResponse) Reset() {
 	*x = RaftRemovePeerResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[67]
+	mi := &file_csisupd_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +4815,7 @@ func (x *RaftRemovePeerResponse) String() string {
 func (*RaftRemovePeerResponse) ProtoMessage() {}
 
 func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[67]
+	mi := &file_csisupd_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +4828,7 @@ func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 type SnapshotSaveRequest struct {
@@ -4721,7 +4839,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[68]
+	mi := &file_csisupd_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4733,7 +4851,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[68]
+	mi := &file_csisupd_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4746,7 +4864,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 // SnapshotChunk is one piece of a snapshot stream.
@@ -4759,7 +4877,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[69]
+	mi := &file_csisupd_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4771,7 +4889,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[69]
+	mi := &file_csisupd_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4784,7 +4902,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -4803,7 +4921,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[70]
+	mi := &file_csisupd_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +4933,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[70]
+	mi := &file_csisupd_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +4946,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -4852,7 +4970,7 @@ type ClusterEventWatchRequest struct {
 
 func (x *ClusterEventWatchRequest) Reset() {
 	*x = ClusterEventWatchRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[71]
+	mi := &file_csisupd_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4864,7 +4982,7 @@ func (x *ClusterEventWatchRequest) String() string {
 func (*ClusterEventWatchRequest) ProtoMessage() {}
 
 func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[71]
+	mi := &file_csisupd_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4877,7 +4995,7 @@ func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEventWatchRequest.ProtoReflect.Descriptor instead.
 func (*ClusterEventWatchRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ClusterEventWatchRequest) GetFromIndex() uint64 {
@@ -4912,7 +5030,9 @@ type ClusterEvent struct {
 	// description names the skipped step), plugin-draining and
 	// plugin-drain-ended (a plugin's drain on node_id), volume-abnormal and
 	// volume-normal (a health change reported by the controller, or by
-	// node_id).
+	// node_id), node-rekeyed (an operator cleared the node's secret) and
+	// node-replaced (a rekeyed node's name was taken by a reinstalled
+	// agent; the description names the new node).
 	Type        string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	NodeId      string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	PluginId    string `protobuf:"bytes,5,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
@@ -4926,7 +5046,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[72]
+	mi := &file_csisupd_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4938,7 +5058,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[72]
+	mi := &file_csisupd_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4951,7 +5071,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ClusterEvent) GetIndex() uint64 {
@@ -5015,7 +5135,7 @@ var File_csisupd_v1_control_proto protoreflect.FileDescriptor
 const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/control.proto\x12\n" +
-	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x03\n" +
+	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x03\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -5028,7 +5148,10 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\fcreate_index\x18\t \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\n" +
 	" \x01(\x04R\vmodifyIndex\x12)\n" +
-	"\x10draining_plugins\x18\v \x03(\tR\x0fdrainingPlugins\"\xbb\x01\n" +
+	"\x10draining_plugins\x18\v \x03(\tR\x0fdrainingPlugins\x12\x18\n" +
+	"\arekeyed\x18\r \x01(\bR\arekeyed\x12\x1f\n" +
+	"\vreplaced_by\x18\x0e \x01(\tR\n" +
+	"replacedBy\"\xbb\x01\n" +
 	"\x0ePluginInstance\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x18\n" +
@@ -5206,7 +5329,11 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"T\n" +
 	"\x0fNodeGetResponse\x12+\n" +
 	"\x04node\x18\x01 \x01(\v2\x17.csisupd.v1.ClusterNodeR\x04node\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xc9\x06\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\"\n" +
+	"\x10NodeRekeyRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
+	"\x11NodeRekeyResponse\x12+\n" +
+	"\x04node\x18\x01 \x01(\v2\x17.csisupd.v1.ClusterNodeR\x04node\"\xc9\x06\n" +
 	"\x13VolumeCreateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12,\n" +
@@ -5348,9 +5475,10 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
 	"\vworkload_id\x18\x02 \x01(\tR\n" +
 	"workloadId\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\"C\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"_\n" +
 	"\x15VolumeReleaseResponse\x12*\n" +
-	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\"\x82\x01\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\x12\x1a\n" +
+	"\breleased\x18\x02 \x01(\rR\breleased\"\x82\x01\n" +
 	"\x11VolumeListRequest\x12\x1b\n" +
 	"\tplugin_id\x18\x01 \x01(\tR\bpluginId\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x12\x1b\n" +
@@ -5472,12 +5600,13 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\tvolume_id\x18\x06 \x01(\tR\bvolumeId\x12 \n" +
 	"\vdescription\x18\a \x01(\tR\vdescription\x12\x1f\n" +
 	"\vsnapshot_id\x18\b \x01(\tR\n" +
-	"snapshotId2\xc5\x13\n" +
+	"snapshotId2\x8f\x14\n" +
 	"\aControl\x12L\n" +
 	"\vListPlugins\x12\x1d.csisupd.v1.PluginListRequest\x1a\x1e.csisupd.v1.PluginListResponse\x12H\n" +
 	"\tGetPlugin\x12\x1c.csisupd.v1.PluginGetRequest\x1a\x1d.csisupd.v1.PluginGetResponse\x12F\n" +
 	"\tListNodes\x12\x1b.csisupd.v1.NodeListRequest\x1a\x1c.csisupd.v1.NodeListResponse\x12B\n" +
-	"\aGetNode\x12\x1a.csisupd.v1.NodeGetRequest\x1a\x1b.csisupd.v1.NodeGetResponse\x12Q\n" +
+	"\aGetNode\x12\x1a.csisupd.v1.NodeGetRequest\x1a\x1b.csisupd.v1.NodeGetResponse\x12H\n" +
+	"\tRekeyNode\x12\x1c.csisupd.v1.NodeRekeyRequest\x1a\x1d.csisupd.v1.NodeRekeyResponse\x12Q\n" +
 	"\fCreateVolume\x12\x1f.csisupd.v1.VolumeCreateRequest\x1a .csisupd.v1.VolumeCreateResponse\x12W\n" +
 	"\x0eRegisterVolume\x12!.csisupd.v1.VolumeRegisterRequest\x1a\".csisupd.v1.VolumeRegisterResponse\x12Q\n" +
 	"\fDeleteVolume\x12\x1f.csisupd.v1.VolumeDeleteRequest\x1a .csisupd.v1.VolumeDeleteResponse\x12N\n" +
@@ -5517,7 +5646,7 @@ func file_csisupd_v1_control_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_control_proto_rawDescData
 }
 
-var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
 var file_csisupd_v1_control_proto_goTypes = []any{
 	(*ClusterNode)(nil),                  // 0: csisupd.v1.ClusterNode
 	(*PluginInstance)(nil),               // 1: csisupd.v1.PluginInstance
@@ -5539,220 +5668,225 @@ var file_csisupd_v1_control_proto_goTypes = []any{
 	(*NodeListResponse)(nil),             // 17: csisupd.v1.NodeListResponse
 	(*NodeGetRequest)(nil),               // 18: csisupd.v1.NodeGetRequest
 	(*NodeGetResponse)(nil),              // 19: csisupd.v1.NodeGetResponse
-	(*VolumeCreateRequest)(nil),          // 20: csisupd.v1.VolumeCreateRequest
-	(*VolumeCreateResponse)(nil),         // 21: csisupd.v1.VolumeCreateResponse
-	(*VolumeRegisterRequest)(nil),        // 22: csisupd.v1.VolumeRegisterRequest
-	(*VolumeRegisterResponse)(nil),       // 23: csisupd.v1.VolumeRegisterResponse
-	(*VolumeDeleteRequest)(nil),          // 24: csisupd.v1.VolumeDeleteRequest
-	(*VolumeDeleteResponse)(nil),         // 25: csisupd.v1.VolumeDeleteResponse
-	(*VolumeClaimRequest)(nil),           // 26: csisupd.v1.VolumeClaimRequest
-	(*VolumeClaimResponse)(nil),          // 27: csisupd.v1.VolumeClaimResponse
-	(*VolumeReleaseRequest)(nil),         // 28: csisupd.v1.VolumeReleaseRequest
-	(*VolumeAvailabilityRequest)(nil),    // 29: csisupd.v1.VolumeAvailabilityRequest
-	(*VolumeAvailabilityResponse)(nil),   // 30: csisupd.v1.VolumeAvailabilityResponse
-	(*PluginDrainRequest)(nil),           // 31: csisupd.v1.PluginDrainRequest
-	(*PluginDrainGetRequest)(nil),        // 32: csisupd.v1.PluginDrainGetRequest
-	(*PluginDrainResponse)(nil),          // 33: csisupd.v1.PluginDrainResponse
-	(*ExternalListRequest)(nil),          // 34: csisupd.v1.ExternalListRequest
-	(*ExternalVolume)(nil),               // 35: csisupd.v1.ExternalVolume
-	(*ExternalVolumesResponse)(nil),      // 36: csisupd.v1.ExternalVolumesResponse
-	(*ExternalSnapshot)(nil),             // 37: csisupd.v1.ExternalSnapshot
-	(*ExternalSnapshotsResponse)(nil),    // 38: csisupd.v1.ExternalSnapshotsResponse
-	(*VolumeHealthGetRequest)(nil),       // 39: csisupd.v1.VolumeHealthGetRequest
-	(*VolumeHealthGetResponse)(nil),      // 40: csisupd.v1.VolumeHealthGetResponse
-	(*VolumeHealthAnswer)(nil),           // 41: csisupd.v1.VolumeHealthAnswer
-	(*PluginCapacityRequest)(nil),        // 42: csisupd.v1.PluginCapacityRequest
-	(*PluginCapacityResponse)(nil),       // 43: csisupd.v1.PluginCapacityResponse
-	(*PluginCapacity)(nil),               // 44: csisupd.v1.PluginCapacity
-	(*PluginDrainClaim)(nil),             // 45: csisupd.v1.PluginDrainClaim
-	(*VolumeReleaseResponse)(nil),        // 46: csisupd.v1.VolumeReleaseResponse
-	(*VolumeListRequest)(nil),            // 47: csisupd.v1.VolumeListRequest
-	(*VolumeListResponse)(nil),           // 48: csisupd.v1.VolumeListResponse
-	(*VolumeGetRequest)(nil),             // 49: csisupd.v1.VolumeGetRequest
-	(*VolumeGetResponse)(nil),            // 50: csisupd.v1.VolumeGetResponse
-	(*VolumeExpandRequest)(nil),          // 51: csisupd.v1.VolumeExpandRequest
-	(*VolumeExpandResponse)(nil),         // 52: csisupd.v1.VolumeExpandResponse
-	(*VolumeModifyRequest)(nil),          // 53: csisupd.v1.VolumeModifyRequest
-	(*VolumeModifyResponse)(nil),         // 54: csisupd.v1.VolumeModifyResponse
-	(*VolumeSnapshotCreateRequest)(nil),  // 55: csisupd.v1.VolumeSnapshotCreateRequest
-	(*VolumeSnapshotCreateResponse)(nil), // 56: csisupd.v1.VolumeSnapshotCreateResponse
-	(*VolumeSnapshotListRequest)(nil),    // 57: csisupd.v1.VolumeSnapshotListRequest
-	(*VolumeSnapshotListResponse)(nil),   // 58: csisupd.v1.VolumeSnapshotListResponse
-	(*VolumeSnapshotGetRequest)(nil),     // 59: csisupd.v1.VolumeSnapshotGetRequest
-	(*VolumeSnapshotGetResponse)(nil),    // 60: csisupd.v1.VolumeSnapshotGetResponse
-	(*VolumeSnapshotDeleteRequest)(nil),  // 61: csisupd.v1.VolumeSnapshotDeleteRequest
-	(*VolumeSnapshotDeleteResponse)(nil), // 62: csisupd.v1.VolumeSnapshotDeleteResponse
-	(*RaftPeer)(nil),                     // 63: csisupd.v1.RaftPeer
-	(*RaftPeersRequest)(nil),             // 64: csisupd.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),            // 65: csisupd.v1.RaftPeersResponse
-	(*RaftRemovePeerRequest)(nil),        // 66: csisupd.v1.RaftRemovePeerRequest
-	(*RaftRemovePeerResponse)(nil),       // 67: csisupd.v1.RaftRemovePeerResponse
-	(*SnapshotSaveRequest)(nil),          // 68: csisupd.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),                // 69: csisupd.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),      // 70: csisupd.v1.SnapshotRestoreResponse
-	(*ClusterEventWatchRequest)(nil),     // 71: csisupd.v1.ClusterEventWatchRequest
-	(*ClusterEvent)(nil),                 // 72: csisupd.v1.ClusterEvent
-	nil,                                  // 73: csisupd.v1.VolumeClaim.PublishContextEntry
-	nil,                                  // 74: csisupd.v1.Volume.ContextEntry
-	nil,                                  // 75: csisupd.v1.Volume.ParametersEntry
-	nil,                                  // 76: csisupd.v1.Volume.MutableParametersEntry
-	nil,                                  // 77: csisupd.v1.TopologySegment.SegmentsEntry
-	nil,                                  // 78: csisupd.v1.VolumeSnapshot.ParametersEntry
-	nil,                                  // 79: csisupd.v1.VolumeCreateRequest.ParametersEntry
-	nil,                                  // 80: csisupd.v1.VolumeCreateRequest.SecretsEntry
-	nil,                                  // 81: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	nil,                                  // 82: csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	nil,                                  // 83: csisupd.v1.VolumeClaimRequest.SecretsEntry
-	nil,                                  // 84: csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	nil,                                  // 85: csisupd.v1.VolumeExpandRequest.SecretsEntry
-	nil,                                  // 86: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	nil,                                  // 87: csisupd.v1.VolumeModifyRequest.SecretsEntry
-	nil,                                  // 88: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	nil,                                  // 89: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	nil,                                  // 90: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),        // 91: google.protobuf.Timestamp
-	(*Plugin)(nil),                       // 92: csisupd.v1.Plugin
-	(*VolumeUsage)(nil),                  // 93: csisupd.v1.VolumeUsage
-	(*Mount)(nil),                        // 94: csisupd.v1.Mount
+	(*NodeRekeyRequest)(nil),             // 20: csisupd.v1.NodeRekeyRequest
+	(*NodeRekeyResponse)(nil),            // 21: csisupd.v1.NodeRekeyResponse
+	(*VolumeCreateRequest)(nil),          // 22: csisupd.v1.VolumeCreateRequest
+	(*VolumeCreateResponse)(nil),         // 23: csisupd.v1.VolumeCreateResponse
+	(*VolumeRegisterRequest)(nil),        // 24: csisupd.v1.VolumeRegisterRequest
+	(*VolumeRegisterResponse)(nil),       // 25: csisupd.v1.VolumeRegisterResponse
+	(*VolumeDeleteRequest)(nil),          // 26: csisupd.v1.VolumeDeleteRequest
+	(*VolumeDeleteResponse)(nil),         // 27: csisupd.v1.VolumeDeleteResponse
+	(*VolumeClaimRequest)(nil),           // 28: csisupd.v1.VolumeClaimRequest
+	(*VolumeClaimResponse)(nil),          // 29: csisupd.v1.VolumeClaimResponse
+	(*VolumeReleaseRequest)(nil),         // 30: csisupd.v1.VolumeReleaseRequest
+	(*VolumeAvailabilityRequest)(nil),    // 31: csisupd.v1.VolumeAvailabilityRequest
+	(*VolumeAvailabilityResponse)(nil),   // 32: csisupd.v1.VolumeAvailabilityResponse
+	(*PluginDrainRequest)(nil),           // 33: csisupd.v1.PluginDrainRequest
+	(*PluginDrainGetRequest)(nil),        // 34: csisupd.v1.PluginDrainGetRequest
+	(*PluginDrainResponse)(nil),          // 35: csisupd.v1.PluginDrainResponse
+	(*ExternalListRequest)(nil),          // 36: csisupd.v1.ExternalListRequest
+	(*ExternalVolume)(nil),               // 37: csisupd.v1.ExternalVolume
+	(*ExternalVolumesResponse)(nil),      // 38: csisupd.v1.ExternalVolumesResponse
+	(*ExternalSnapshot)(nil),             // 39: csisupd.v1.ExternalSnapshot
+	(*ExternalSnapshotsResponse)(nil),    // 40: csisupd.v1.ExternalSnapshotsResponse
+	(*VolumeHealthGetRequest)(nil),       // 41: csisupd.v1.VolumeHealthGetRequest
+	(*VolumeHealthGetResponse)(nil),      // 42: csisupd.v1.VolumeHealthGetResponse
+	(*VolumeHealthAnswer)(nil),           // 43: csisupd.v1.VolumeHealthAnswer
+	(*PluginCapacityRequest)(nil),        // 44: csisupd.v1.PluginCapacityRequest
+	(*PluginCapacityResponse)(nil),       // 45: csisupd.v1.PluginCapacityResponse
+	(*PluginCapacity)(nil),               // 46: csisupd.v1.PluginCapacity
+	(*PluginDrainClaim)(nil),             // 47: csisupd.v1.PluginDrainClaim
+	(*VolumeReleaseResponse)(nil),        // 48: csisupd.v1.VolumeReleaseResponse
+	(*VolumeListRequest)(nil),            // 49: csisupd.v1.VolumeListRequest
+	(*VolumeListResponse)(nil),           // 50: csisupd.v1.VolumeListResponse
+	(*VolumeGetRequest)(nil),             // 51: csisupd.v1.VolumeGetRequest
+	(*VolumeGetResponse)(nil),            // 52: csisupd.v1.VolumeGetResponse
+	(*VolumeExpandRequest)(nil),          // 53: csisupd.v1.VolumeExpandRequest
+	(*VolumeExpandResponse)(nil),         // 54: csisupd.v1.VolumeExpandResponse
+	(*VolumeModifyRequest)(nil),          // 55: csisupd.v1.VolumeModifyRequest
+	(*VolumeModifyResponse)(nil),         // 56: csisupd.v1.VolumeModifyResponse
+	(*VolumeSnapshotCreateRequest)(nil),  // 57: csisupd.v1.VolumeSnapshotCreateRequest
+	(*VolumeSnapshotCreateResponse)(nil), // 58: csisupd.v1.VolumeSnapshotCreateResponse
+	(*VolumeSnapshotListRequest)(nil),    // 59: csisupd.v1.VolumeSnapshotListRequest
+	(*VolumeSnapshotListResponse)(nil),   // 60: csisupd.v1.VolumeSnapshotListResponse
+	(*VolumeSnapshotGetRequest)(nil),     // 61: csisupd.v1.VolumeSnapshotGetRequest
+	(*VolumeSnapshotGetResponse)(nil),    // 62: csisupd.v1.VolumeSnapshotGetResponse
+	(*VolumeSnapshotDeleteRequest)(nil),  // 63: csisupd.v1.VolumeSnapshotDeleteRequest
+	(*VolumeSnapshotDeleteResponse)(nil), // 64: csisupd.v1.VolumeSnapshotDeleteResponse
+	(*RaftPeer)(nil),                     // 65: csisupd.v1.RaftPeer
+	(*RaftPeersRequest)(nil),             // 66: csisupd.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),            // 67: csisupd.v1.RaftPeersResponse
+	(*RaftRemovePeerRequest)(nil),        // 68: csisupd.v1.RaftRemovePeerRequest
+	(*RaftRemovePeerResponse)(nil),       // 69: csisupd.v1.RaftRemovePeerResponse
+	(*SnapshotSaveRequest)(nil),          // 70: csisupd.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                // 71: csisupd.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),      // 72: csisupd.v1.SnapshotRestoreResponse
+	(*ClusterEventWatchRequest)(nil),     // 73: csisupd.v1.ClusterEventWatchRequest
+	(*ClusterEvent)(nil),                 // 74: csisupd.v1.ClusterEvent
+	nil,                                  // 75: csisupd.v1.VolumeClaim.PublishContextEntry
+	nil,                                  // 76: csisupd.v1.Volume.ContextEntry
+	nil,                                  // 77: csisupd.v1.Volume.ParametersEntry
+	nil,                                  // 78: csisupd.v1.Volume.MutableParametersEntry
+	nil,                                  // 79: csisupd.v1.TopologySegment.SegmentsEntry
+	nil,                                  // 80: csisupd.v1.VolumeSnapshot.ParametersEntry
+	nil,                                  // 81: csisupd.v1.VolumeCreateRequest.ParametersEntry
+	nil,                                  // 82: csisupd.v1.VolumeCreateRequest.SecretsEntry
+	nil,                                  // 83: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	nil,                                  // 84: csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	nil,                                  // 85: csisupd.v1.VolumeClaimRequest.SecretsEntry
+	nil,                                  // 86: csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	nil,                                  // 87: csisupd.v1.VolumeExpandRequest.SecretsEntry
+	nil,                                  // 88: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	nil,                                  // 89: csisupd.v1.VolumeModifyRequest.SecretsEntry
+	nil,                                  // 90: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	nil,                                  // 91: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	nil,                                  // 92: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),        // 93: google.protobuf.Timestamp
+	(*Plugin)(nil),                       // 94: csisupd.v1.Plugin
+	(*VolumeUsage)(nil),                  // 95: csisupd.v1.VolumeUsage
+	(*Mount)(nil),                        // 96: csisupd.v1.Mount
 }
 var file_csisupd_v1_control_proto_depIdxs = []int32{
-	91,  // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
-	91,  // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
-	92,  // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
-	92,  // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
+	93,  // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
+	93,  // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
+	94,  // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
+	94,  // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
 	1,   // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
-	73,  // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
-	91,  // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
-	93,  // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
-	91,  // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
-	74,  // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
-	75,  // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
+	75,  // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
+	93,  // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
+	95,  // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
+	93,  // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
+	76,  // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
+	77,  // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
 	3,   // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
 	4,   // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
-	91,  // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	93,  // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	9,   // 15: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
-	76,  // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
+	78,  // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
 	10,  // 17: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
 	6,   // 18: csisupd.v1.Volume.conditions:type_name -> csisupd.v1.VolumeCondition
-	91,  // 19: csisupd.v1.VolumeCondition.since:type_name -> google.protobuf.Timestamp
-	77,  // 20: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
+	93,  // 19: csisupd.v1.VolumeCondition.since:type_name -> google.protobuf.Timestamp
+	79,  // 20: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
 	7,   // 21: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
 	7,   // 22: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
-	91,  // 23: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
-	91,  // 24: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	78,  // 25: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
+	93,  // 23: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	93,  // 24: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	80,  // 25: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
 	7,   // 26: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
 	2,   // 27: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
 	2,   // 28: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
 	0,   // 29: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
 	0,   // 30: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
-	3,   // 31: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
-	79,  // 32: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
-	80,  // 33: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
-	8,   // 34: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
-	9,   // 35: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
-	81,  // 36: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	5,   // 37: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
-	5,   // 38: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
-	5,   // 39: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
-	82,  // 40: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	4,   // 41: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
-	93,  // 42: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
-	83,  // 43: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
-	5,   // 44: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
-	4,   // 45: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
-	84,  // 46: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	5,   // 47: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
-	45,  // 48: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
-	94,  // 49: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
-	7,   // 50: csisupd.v1.ExternalVolume.accessible_topology:type_name -> csisupd.v1.TopologySegment
-	35,  // 51: csisupd.v1.ExternalVolumesResponse.volumes:type_name -> csisupd.v1.ExternalVolume
-	37,  // 52: csisupd.v1.ExternalSnapshotsResponse.snapshots:type_name -> csisupd.v1.ExternalSnapshot
-	5,   // 53: csisupd.v1.VolumeHealthGetResponse.volume:type_name -> csisupd.v1.Volume
-	41,  // 54: csisupd.v1.VolumeHealthGetResponse.answers:type_name -> csisupd.v1.VolumeHealthAnswer
-	44,  // 55: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
-	7,   // 56: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
-	5,   // 57: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
-	5,   // 58: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
-	5,   // 59: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	85,  // 60: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
-	5,   // 61: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
-	86,  // 62: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	87,  // 63: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
-	5,   // 64: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
-	88,  // 65: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	89,  // 66: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	11,  // 67: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	11,  // 68: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
-	11,  // 69: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	90,  // 70: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	91,  // 71: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
-	63,  // 72: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	91,  // 73: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	12,  // 74: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	14,  // 75: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	16,  // 76: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	18,  // 77: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	20,  // 78: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	22,  // 79: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	24,  // 80: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	26,  // 81: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
-	28,  // 82: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
-	29,  // 83: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
-	31,  // 84: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
-	32,  // 85: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
-	42,  // 86: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
-	39,  // 87: csisupd.v1.Control.GetVolumeHealth:input_type -> csisupd.v1.VolumeHealthGetRequest
-	34,  // 88: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
-	34,  // 89: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
-	47,  // 90: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	49,  // 91: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	51,  // 92: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
-	53,  // 93: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
-	55,  // 94: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
-	57,  // 95: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
-	59,  // 96: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
-	61,  // 97: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
-	64,  // 98: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	66,  // 99: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	68,  // 100: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	69,  // 101: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	71,  // 102: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	13,  // 103: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	15,  // 104: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	17,  // 105: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	19,  // 106: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	21,  // 107: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	23,  // 108: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	25,  // 109: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	27,  // 110: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
-	46,  // 111: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
-	30,  // 112: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
-	33,  // 113: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
-	33,  // 114: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
-	43,  // 115: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
-	40,  // 116: csisupd.v1.Control.GetVolumeHealth:output_type -> csisupd.v1.VolumeHealthGetResponse
-	36,  // 117: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
-	38,  // 118: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
-	48,  // 119: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	50,  // 120: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	52,  // 121: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
-	54,  // 122: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
-	56,  // 123: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
-	58,  // 124: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
-	60,  // 125: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
-	62,  // 126: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
-	65,  // 127: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	67,  // 128: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	69,  // 129: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	70,  // 130: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	72,  // 131: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	103, // [103:132] is the sub-list for method output_type
-	74,  // [74:103] is the sub-list for method input_type
-	74,  // [74:74] is the sub-list for extension type_name
-	74,  // [74:74] is the sub-list for extension extendee
-	0,   // [0:74] is the sub-list for field type_name
+	0,   // 31: csisupd.v1.NodeRekeyResponse.node:type_name -> csisupd.v1.ClusterNode
+	3,   // 32: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
+	81,  // 33: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
+	82,  // 34: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
+	8,   // 35: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
+	9,   // 36: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
+	83,  // 37: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	5,   // 38: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
+	5,   // 39: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
+	5,   // 40: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
+	84,  // 41: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	4,   // 42: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
+	95,  // 43: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	85,  // 44: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
+	5,   // 45: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
+	4,   // 46: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
+	86,  // 47: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	5,   // 48: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
+	47,  // 49: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
+	96,  // 50: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
+	7,   // 51: csisupd.v1.ExternalVolume.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	37,  // 52: csisupd.v1.ExternalVolumesResponse.volumes:type_name -> csisupd.v1.ExternalVolume
+	39,  // 53: csisupd.v1.ExternalSnapshotsResponse.snapshots:type_name -> csisupd.v1.ExternalSnapshot
+	5,   // 54: csisupd.v1.VolumeHealthGetResponse.volume:type_name -> csisupd.v1.Volume
+	43,  // 55: csisupd.v1.VolumeHealthGetResponse.answers:type_name -> csisupd.v1.VolumeHealthAnswer
+	46,  // 56: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
+	7,   // 57: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
+	5,   // 58: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
+	5,   // 59: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
+	5,   // 60: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
+	87,  // 61: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
+	5,   // 62: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
+	88,  // 63: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	89,  // 64: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
+	5,   // 65: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
+	90,  // 66: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	91,  // 67: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	11,  // 68: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	11,  // 69: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
+	11,  // 70: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	92,  // 71: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	93,  // 72: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
+	65,  // 73: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	93,  // 74: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	12,  // 75: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	14,  // 76: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	16,  // 77: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	18,  // 78: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	20,  // 79: csisupd.v1.Control.RekeyNode:input_type -> csisupd.v1.NodeRekeyRequest
+	22,  // 80: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	24,  // 81: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	26,  // 82: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	28,  // 83: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	30,  // 84: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	31,  // 85: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
+	33,  // 86: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
+	34,  // 87: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
+	44,  // 88: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
+	41,  // 89: csisupd.v1.Control.GetVolumeHealth:input_type -> csisupd.v1.VolumeHealthGetRequest
+	36,  // 90: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
+	36,  // 91: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
+	49,  // 92: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	51,  // 93: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	53,  // 94: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
+	55,  // 95: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
+	57,  // 96: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
+	59,  // 97: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
+	61,  // 98: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
+	63,  // 99: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
+	66,  // 100: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	68,  // 101: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	70,  // 102: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	71,  // 103: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	73,  // 104: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	13,  // 105: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	15,  // 106: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	17,  // 107: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	19,  // 108: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	21,  // 109: csisupd.v1.Control.RekeyNode:output_type -> csisupd.v1.NodeRekeyResponse
+	23,  // 110: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	25,  // 111: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	27,  // 112: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	29,  // 113: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	48,  // 114: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	32,  // 115: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
+	35,  // 116: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
+	35,  // 117: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
+	45,  // 118: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
+	42,  // 119: csisupd.v1.Control.GetVolumeHealth:output_type -> csisupd.v1.VolumeHealthGetResponse
+	38,  // 120: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
+	40,  // 121: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
+	50,  // 122: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	52,  // 123: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	54,  // 124: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
+	56,  // 125: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
+	58,  // 126: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
+	60,  // 127: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
+	62,  // 128: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
+	64,  // 129: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
+	67,  // 130: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	69,  // 131: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	71,  // 132: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	72,  // 133: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	74,  // 134: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	105, // [105:135] is the sub-list for method output_type
+	75,  // [75:105] is the sub-list for method input_type
+	75,  // [75:75] is the sub-list for extension type_name
+	75,  // [75:75] is the sub-list for extension extendee
+	0,   // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
@@ -5768,15 +5902,15 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_control_proto_msgTypes[13].OneofWrappers = []any{}
 	file_csisupd_v1_control_proto_msgTypes[17].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[48].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[58].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[50].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[60].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_control_proto_rawDesc), len(file_csisupd_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   91,
+			NumMessages:   93,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

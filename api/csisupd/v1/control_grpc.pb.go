@@ -23,6 +23,7 @@ const (
 	Control_GetPlugin_FullMethodName             = "/csisupd.v1.Control/GetPlugin"
 	Control_ListNodes_FullMethodName             = "/csisupd.v1.Control/ListNodes"
 	Control_GetNode_FullMethodName               = "/csisupd.v1.Control/GetNode"
+	Control_RekeyNode_FullMethodName             = "/csisupd.v1.Control/RekeyNode"
 	Control_CreateVolume_FullMethodName          = "/csisupd.v1.Control/CreateVolume"
 	Control_RegisterVolume_FullMethodName        = "/csisupd.v1.Control/RegisterVolume"
 	Control_DeleteVolume_FullMethodName          = "/csisupd.v1.Control/DeleteVolume"
@@ -67,6 +68,12 @@ type ControlClient interface {
 	ListNodes(ctx context.Context, in *NodeListRequest, opts ...grpc.CallOption) (*NodeListResponse, error)
 	// GetNode returns one node, or NotFound.
 	GetNode(ctx context.Context, in *NodeGetRequest, opts ...grpc.CallOption) (*NodeGetResponse, error)
+	// RekeyNode clears the node secret the servers hold for a node (its
+	// hash), so that a reinstalled agent, whose data_dir and secret are new,
+	// can register again: the next registration with the node's id sets the
+	// new secret, and one with another id and the node's name replaces the
+	// node. Needs operator:write.
+	RekeyNode(ctx context.Context, in *NodeRekeyRequest, opts ...grpc.CallOption) (*NodeRekeyResponse, error)
 	// CreateVolume creates a volume through a healthy controller instance of
 	// the plugin and records it.
 	CreateVolume(ctx context.Context, in *VolumeCreateRequest, opts ...grpc.CallOption) (*VolumeCreateResponse, error)
@@ -235,6 +242,16 @@ func (c *controlClient) GetNode(ctx context.Context, in *NodeGetRequest, opts ..
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(NodeGetResponse)
 	err := c.cc.Invoke(ctx, Control_GetNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) RekeyNode(ctx context.Context, in *NodeRekeyRequest, opts ...grpc.CallOption) (*NodeRekeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeRekeyResponse)
+	err := c.cc.Invoke(ctx, Control_RekeyNode_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -529,6 +546,12 @@ type ControlServer interface {
 	ListNodes(context.Context, *NodeListRequest) (*NodeListResponse, error)
 	// GetNode returns one node, or NotFound.
 	GetNode(context.Context, *NodeGetRequest) (*NodeGetResponse, error)
+	// RekeyNode clears the node secret the servers hold for a node (its
+	// hash), so that a reinstalled agent, whose data_dir and secret are new,
+	// can register again: the next registration with the node's id sets the
+	// new secret, and one with another id and the node's name replaces the
+	// node. Needs operator:write.
+	RekeyNode(context.Context, *NodeRekeyRequest) (*NodeRekeyResponse, error)
 	// CreateVolume creates a volume through a healthy controller instance of
 	// the plugin and records it.
 	CreateVolume(context.Context, *VolumeCreateRequest) (*VolumeCreateResponse, error)
@@ -674,6 +697,9 @@ func (UnimplementedControlServer) ListNodes(context.Context, *NodeListRequest) (
 }
 func (UnimplementedControlServer) GetNode(context.Context, *NodeGetRequest) (*NodeGetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetNode not implemented")
+}
+func (UnimplementedControlServer) RekeyNode(context.Context, *NodeRekeyRequest) (*NodeRekeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RekeyNode not implemented")
 }
 func (UnimplementedControlServer) CreateVolume(context.Context, *VolumeCreateRequest) (*VolumeCreateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateVolume not implemented")
@@ -839,6 +865,24 @@ func _Control_GetNode_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).GetNode(ctx, req.(*NodeGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_RekeyNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NodeRekeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RekeyNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RekeyNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RekeyNode(ctx, req.(*NodeRekeyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1290,6 +1334,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetNode",
 			Handler:    _Control_GetNode_Handler,
+		},
+		{
+			MethodName: "RekeyNode",
+			Handler:    _Control_RekeyNode_Handler,
 		},
 		{
 			MethodName: "CreateVolume",

@@ -40,8 +40,20 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 		n.Status = state.NodeStatusReady
 		n.StatusUpdatedAt = ts
 		n.RegisteredAt = ts
+		old := txn.Node(n.GetId())
+		var replaced *statepb.ClusterNode
+		if len(n.GetSecretHash()) > 0 {
+			// Entries of earlier releases carry no secret and are applied
+			// as those releases applied them.
+			var err error
+			if replaced, err = claims.CheckNodeRegister(n.GetId(), n.GetName(), n.GetSecretHash(), old, txn.NodesNamed(n.GetName())); err != nil {
+				return err
+			}
+		} else if old != nil {
+			n.SecretHash, n.Rekeyed = old.GetSecretHash(), old.GetRekeyed()
+		}
 		var oldPlugins []*statepb.Plugin
-		if old := txn.Node(n.GetId()); old != nil {
+		if old != nil {
 			n.CreateIndex = old.GetCreateIndex()
 			oldPlugins = old.GetPlugins()
 			// The operator's drains outlive the agent's registrations.
@@ -49,6 +61,18 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 		}
 		if err := txn.PutNode(n); err != nil {
 			return err
+		}
+		if replaced != nil {
+			r := state.CopyNode(replaced)
+			r.ReplacedBy = n.GetId()
+			r.Status = state.NodeStatusDown
+			r.StatusDescription = fmt.Sprintf("rekeyed and replaced by node %s", n.GetId())
+			r.StatusUpdatedAt = ts
+			r.ModifyIndex = index
+			if err := txn.PutNode(r); err != nil {
+				return err
+			}
+			ev("node-replaced", r.GetId(), "", "", fmt.Sprintf("node %s (%s) was rekeyed and is replaced by node %s", r.GetId(), r.GetName(), n.GetId()))
 		}
 		gc, err := txn.SetNodePlugins(n.GetId(), oldPlugins, n.Plugins)
 		if err != nil {
@@ -77,6 +101,18 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 		for _, id := range gc {
 			ev("plugin-gc", n.GetId(), id, "", "plugin has no instances left")
 		}
+	case *statepb.LogEntry_NodeRekey:
+		old := txn.Node(c.NodeRekey.GetNodeId())
+		if old == nil {
+			return fmt.Errorf("node %q: %w", c.NodeRekey.GetNodeId(), state.ErrNotFound)
+		}
+		n := state.CopyNode(old)
+		n.SecretHash, n.Rekeyed = nil, true
+		n.ModifyIndex = index
+		if err := txn.PutNode(n); err != nil {
+			return err
+		}
+		ev("node-rekeyed", n.GetId(), "", "", fmt.Sprintf("node %s (%s) rekeyed: the next agent to register as it sets its secret", n.GetId(), n.GetName()))
 	case *statepb.LogEntry_NodeStatus:
 		old := txn.Node(c.NodeStatus.GetNodeId())
 		if old == nil {

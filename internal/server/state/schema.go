@@ -42,7 +42,13 @@ func schema() *memdb.DBSchema {
 		return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
 	}
 	tables := map[string]*memdb.TableSchema{
-		tableNodes: {Name: tableNodes, Indexes: map[string]*memdb.IndexSchema{"id": id("Id")}},
+		tableNodes: {Name: tableNodes, Indexes: map[string]*memdb.IndexSchema{
+			"id": id("Id"),
+			// Names are unique among the nodes that hold them (see
+			// claims.CheckNodeRegister), but rows of earlier releases may
+			// share one, and nodes without a name have none.
+			"name": {Name: "name", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+		}},
 		tablePlugins: {Name: tablePlugins, Indexes: map[string]*memdb.IndexSchema{
 			"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
 				&memdb.StringFieldIndex{Field: "PluginID"}, &memdb.StringFieldIndex{Field: "NodeID"},

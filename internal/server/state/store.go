@@ -56,6 +56,26 @@ func getNode(txn *memdb.Txn, id string) *statepb.ClusterNode {
 	return raw.(*statepb.ClusterNode)
 }
 
+// NodesNamed returns the nodes whose name is name, sorted by id.
+func (s *Store) NodesNamed(name string) []*statepb.ClusterNode {
+	return nodesNamed(s.db.Txn(false), name)
+}
+
+func nodesNamed(txn *memdb.Txn, name string) []*statepb.ClusterNode {
+	if name == "" {
+		return nil
+	}
+	it, err := txn.Get(tableNodes, "name", name)
+	if err != nil {
+		return nil
+	}
+	var out []*statepb.ClusterNode
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*statepb.ClusterNode))
+	}
+	return out
+}
+
 // Nodes returns every node sorted by id.
 func (s *Store) Nodes() []*statepb.ClusterNode {
 	out, _ := s.NodesPage("", 0, nil)

@@ -8,6 +8,9 @@ import (
 
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/statepb"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // write runs fn in a write transaction and commits it.
@@ -141,5 +144,38 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodeSnapshot([]byte("garbage")); err == nil {
 		t.Fatal("decode of garbage succeeded")
+	}
+}
+
+// TestCopyNodeKeepsEveryField sets every field of a node and requires its
+// copy to equal it: a field added to the row without CopyNode learning it
+// would be dropped by every status change (the node secret's hash was).
+func TestCopyNodeKeepsEveryField(t *testing.T) {
+	n := &statepb.ClusterNode{}
+	m := n.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			m.Mutable(fd).List().Append(protoreflect.ValueOfMessage(m.Mutable(fd).List().NewElement().Message()))
+		case fd.IsList():
+			m.Mutable(fd).List().Append(protoreflect.ValueOfString("x"))
+		case fd.Message() != nil:
+			m.Set(fd, protoreflect.ValueOfMessage(timestamppb.Now().ProtoReflect()))
+		case fd.Kind() == protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString("x"))
+		case fd.Kind() == protoreflect.BytesKind:
+			m.Set(fd, protoreflect.ValueOfBytes([]byte("x")))
+		case fd.Kind() == protoreflect.BoolKind:
+			m.Set(fd, protoreflect.ValueOfBool(true))
+		case fd.Kind() == protoreflect.Uint64Kind:
+			m.Set(fd, protoreflect.ValueOfUint64(7))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test", fd.Name(), fd.Kind())
+		}
+	}
+	if c := CopyNode(n); !proto.Equal(c, n) {
+		t.Fatalf("CopyNode dropped fields:\n got  %v\n want %v", c, n)
 	}
 }

@@ -33,6 +33,9 @@ func (t *Txn) Abort() { t.txn.Abort() }
 // Node returns one node as the transaction sees it, or nil.
 func (t *Txn) Node(id string) *statepb.ClusterNode { return getNode(t.txn, id) }
 
+// NodesNamed returns the nodes named name as the transaction sees them.
+func (t *Txn) NodesNamed(name string) []*statepb.ClusterNode { return nodesNamed(t.txn, name) }
+
 // Volume returns one volume as the transaction sees it, or nil.
 func (t *Txn) Volume(id string) *statepb.Volume { return getVolume(t.txn, id) }
 
@@ -131,5 +134,6 @@ func CopyNode(n *statepb.ClusterNode) *statepb.ClusterNode {
 		Id: n.Id, Name: n.Name, Address: n.Address, Status: n.Status, StatusDescription: n.StatusDescription,
 		StatusUpdatedAt: n.StatusUpdatedAt, RegisteredAt: n.RegisteredAt, Plugins: n.Plugins,
 		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex, DrainingPlugins: n.DrainingPlugins,
+		SecretHash: n.SecretHash, Rekeyed: n.Rekeyed, ReplacedBy: n.ReplacedBy,
 	}
 }

@@ -140,6 +140,51 @@ func (x *NodeStatusCommand) GetDescription() string {
 	return ""
 }
 
+// NodeRekeyCommand clears a node's stored secret hash (`node rekey`).
+type NodeRekeyCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeRekeyCommand) Reset() {
+	*x = NodeRekeyCommand{}
+	mi := &file_internal_server_statepb_commands_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeRekeyCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeRekeyCommand) ProtoMessage() {}
+
+func (x *NodeRekeyCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_server_statepb_commands_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeRekeyCommand.ProtoReflect.Descriptor instead.
+func (*NodeRekeyCommand) Descriptor() ([]byte, []int) {
+	return file_internal_server_statepb_commands_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeRekeyCommand) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 var File_internal_server_statepb_commands_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_commands_proto_rawDesc = "" +
@@ -151,7 +196,9 @@ const file_internal_server_statepb_commands_proto_rawDesc = "" +
 	"\x11NodeStatusCommand\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescriptionB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"+\n" +
+	"\x10NodeRekeyCommand\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeIdB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
 
 var (
 	file_internal_server_statepb_commands_proto_rawDescOnce sync.Once
@@ -165,14 +212,15 @@ func file_internal_server_statepb_commands_proto_rawDescGZIP() []byte {
 	return file_internal_server_statepb_commands_proto_rawDescData
 }
 
-var file_internal_server_statepb_commands_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_internal_server_statepb_commands_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_internal_server_statepb_commands_proto_goTypes = []any{
 	(*NodePluginsCommand)(nil), // 0: csisupd.state.v1.NodePluginsCommand
 	(*NodeStatusCommand)(nil),  // 1: csisupd.state.v1.NodeStatusCommand
-	(*Plugin)(nil),             // 2: csisupd.state.v1.Plugin
+	(*NodeRekeyCommand)(nil),   // 2: csisupd.state.v1.NodeRekeyCommand
+	(*Plugin)(nil),             // 3: csisupd.state.v1.Plugin
 }
 var file_internal_server_statepb_commands_proto_depIdxs = []int32{
-	2, // 0: csisupd.state.v1.NodePluginsCommand.plugins:type_name -> csisupd.state.v1.Plugin
+	3, // 0: csisupd.state.v1.NodePluginsCommand.plugins:type_name -> csisupd.state.v1.Plugin
 	1, // [1:1] is the sub-list for method output_type
 	1, // [1:1] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
@@ -192,7 +240,7 @@ func file_internal_server_statepb_commands_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_server_statepb_commands_proto_rawDesc), len(file_internal_server_statepb_commands_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

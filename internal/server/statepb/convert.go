@@ -215,6 +215,8 @@ func ClusterNodeFromAPI(in *csisupdv1.ClusterNode) *ClusterNode {
 		CreateIndex:       in.CreateIndex,
 		ModifyIndex:       in.ModifyIndex,
 		DrainingPlugins:   slices.Clone(in.DrainingPlugins),
+		Rekeyed:           in.Rekeyed,
+		ReplacedBy:        in.ReplacedBy,
 	}
 }
 
@@ -235,6 +237,9 @@ func ClusterNodeToAPI(in *ClusterNode) *csisupdv1.ClusterNode {
 		CreateIndex:       in.CreateIndex,
 		ModifyIndex:       in.ModifyIndex,
 		DrainingPlugins:   in.DrainingPlugins,
+		// The secret's hash never leaves the servers.
+		Rekeyed:    in.Rekeyed,
+		ReplacedBy: in.ReplacedBy,
 	}
 }
 

@@ -76,15 +76,24 @@ var storageOnly = map[protoreflect.FullName]bool{
 	"csisupd.state.v1.VolumeAvailabilityCommand": true,
 	"csisupd.state.v1.PluginDrainCommand":        true,
 	"csisupd.state.v1.VolumeHealthCommand":       true,
+	// Node secrets came later still.
+	"csisupd.state.v1.NodeRekeyCommand": true,
 	// Volume snapshots came with the typed commands; they are shown
 	// through VolumeSnapshotView.
 	"csisupd.state.v1.VolumeSnapshot": true,
 }
 
+// storageOnlyFields are the fields of stored messages that never leave
+// the servers, so their public forms lack them: the hash of a node's
+// secret.
+var storageOnlyFields = map[protoreflect.FullName]bool{
+	"csisupd.state.v1.ClusterNode.secret_hash": true,
+}
+
 // storageOnlyField reports whether a field of a storage message holds a
-// storage-only message.
+// storage-only message or is itself storage-only.
 func storageOnlyField(fd protoreflect.FieldDescriptor) bool {
-	return fd.Message() != nil && storageOnly[fd.Message().FullName()]
+	return storageOnlyFields[fd.FullName()] || fd.Message() != nil && storageOnly[fd.Message().FullName()]
 }
 
 // storageOnlyVariant reports whether fill's variant v of a storage message
@@ -100,12 +109,23 @@ func storageOnlyVariant(t protoreflect.MessageType, v int) bool {
 }
 
 // clearStorageOnly clears the fields of m, outside oneofs, that hold
-// storage-only messages: they have no public form to convert to.
+// storage-only messages, and the storage-only fields of the messages m
+// holds: they have no public form to convert to.
 func clearStorageOnly(m protoreflect.Message) {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
-		if fd := fields.Get(i); fd.ContainingOneof() == nil && storageOnlyField(fd) {
+		fd := fields.Get(i)
+		switch {
+		case storageOnlyFields[fd.FullName()] || fd.ContainingOneof() == nil && storageOnlyField(fd):
 			m.Clear(fd)
+		case fd.Message() == nil || fd.IsMap() || !m.Has(fd):
+		case fd.IsList():
+			list := m.Get(fd).List()
+			for j := range list.Len() {
+				clearStorageOnly(list.Get(j).Message())
+			}
+		default:
+			clearStorageOnly(m.Get(fd).Message())
 		}
 	}
 }

@@ -77,6 +77,7 @@ type LogEntry struct {
 	//	*LogEntry_VolumeAvailability
 	//	*LogEntry_PluginDrain
 	//	*LogEntry_VolumeHealth
+	//	*LogEntry_NodeRekey
 	Command       isLogEntry_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -351,6 +352,15 @@ func (x *LogEntry) GetVolumeHealth() *VolumeHealthCommand {
 	return nil
 }
 
+func (x *LogEntry) GetNodeRekey() *NodeRekeyCommand {
+	if x != nil {
+		if x, ok := x.Command.(*LogEntry_NodeRekey); ok {
+			return x.NodeRekey
+		}
+	}
+	return nil
+}
+
 type isLogEntry_Command interface {
 	isLogEntry_Command()
 }
@@ -461,6 +471,10 @@ type LogEntry_VolumeHealth struct {
 	VolumeHealth *VolumeHealthCommand `protobuf:"bytes,26,opt,name=volume_health,json=volumeHealth,proto3,oneof"`
 }
 
+type LogEntry_NodeRekey struct {
+	NodeRekey *NodeRekeyCommand `protobuf:"bytes,27,opt,name=node_rekey,json=nodeRekey,proto3,oneof"`
+}
+
 func (*LogEntry_NodeUpsert) isLogEntry_Command() {}
 
 func (*LogEntry_NodePlugins) isLogEntry_Command() {}
@@ -510,6 +524,8 @@ func (*LogEntry_VolumeAvailability) isLogEntry_Command() {}
 func (*LogEntry_PluginDrain) isLogEntry_Command() {}
 
 func (*LogEntry_VolumeHealth) isLogEntry_Command() {}
+
+func (*LogEntry_NodeRekey) isLogEntry_Command() {}
 
 // LogBatch groups several commands into one raft entry. An entry of the
 // batch without a time has the time of the batch's entry.
@@ -561,7 +577,7 @@ var File_internal_server_statepb_log_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_log_proto_rawDesc = "" +
 	"\n" +
-	"!internal/server/statepb/log.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!internal/server/statepb/acl.proto\x1a&internal/server/statepb/commands.proto\x1a\"internal/server/statepb/node.proto\x1a&internal/server/statepb/snapshot.proto\x1a$internal/server/statepb/volcmd.proto\x1a$internal/server/statepb/volume.proto\"\x88\x0e\n" +
+	"!internal/server/statepb/log.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!internal/server/statepb/acl.proto\x1a&internal/server/statepb/commands.proto\x1a\"internal/server/statepb/node.proto\x1a&internal/server/statepb/snapshot.proto\x1a$internal/server/statepb/volcmd.proto\x1a$internal/server/statepb/volume.proto\"\xcd\x0e\n" +
 	"\bLogEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12@\n" +
 	"\vnode_upsert\x18\x02 \x01(\v2\x1d.csisupd.state.v1.ClusterNodeH\x00R\n" +
@@ -593,7 +609,9 @@ const file_internal_server_statepb_log_proto_rawDesc = "" +
 	"\x0fsnapshot_delete\x18\x17 \x01(\v2'.csisupd.state.v1.SnapshotDeleteCommandH\x00R\x0esnapshotDelete\x12^\n" +
 	"\x13volume_availability\x18\x18 \x01(\v2+.csisupd.state.v1.VolumeAvailabilityCommandH\x00R\x12volumeAvailability\x12I\n" +
 	"\fplugin_drain\x18\x19 \x01(\v2$.csisupd.state.v1.PluginDrainCommandH\x00R\vpluginDrain\x12L\n" +
-	"\rvolume_health\x18\x1a \x01(\v2%.csisupd.state.v1.VolumeHealthCommandH\x00R\fvolumeHealthB\t\n" +
+	"\rvolume_health\x18\x1a \x01(\v2%.csisupd.state.v1.VolumeHealthCommandH\x00R\fvolumeHealth\x12C\n" +
+	"\n" +
+	"node_rekey\x18\x1b \x01(\v2\".csisupd.state.v1.NodeRekeyCommandH\x00R\tnodeRekeyB\t\n" +
 	"\acommand\"@\n" +
 	"\bLogBatch\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.csisupd.state.v1.LogEntryR\aentriesB<Z:github.com/csisupd/csisupd/internal/server/statepb;statepbb\x06proto3"
@@ -635,6 +653,7 @@ var file_internal_server_statepb_log_proto_goTypes = []any{
 	(*VolumeAvailabilityCommand)(nil), // 20: csisupd.state.v1.VolumeAvailabilityCommand
 	(*PluginDrainCommand)(nil),        // 21: csisupd.state.v1.PluginDrainCommand
 	(*VolumeHealthCommand)(nil),       // 22: csisupd.state.v1.VolumeHealthCommand
+	(*NodeRekeyCommand)(nil),          // 23: csisupd.state.v1.NodeRekeyCommand
 }
 var file_internal_server_statepb_log_proto_depIdxs = []int32{
 	2,  // 0: csisupd.state.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
@@ -659,12 +678,13 @@ var file_internal_server_statepb_log_proto_depIdxs = []int32{
 	20, // 19: csisupd.state.v1.LogEntry.volume_availability:type_name -> csisupd.state.v1.VolumeAvailabilityCommand
 	21, // 20: csisupd.state.v1.LogEntry.plugin_drain:type_name -> csisupd.state.v1.PluginDrainCommand
 	22, // 21: csisupd.state.v1.LogEntry.volume_health:type_name -> csisupd.state.v1.VolumeHealthCommand
-	0,  // 22: csisupd.state.v1.LogBatch.entries:type_name -> csisupd.state.v1.LogEntry
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	23, // 22: csisupd.state.v1.LogEntry.node_rekey:type_name -> csisupd.state.v1.NodeRekeyCommand
+	0,  // 23: csisupd.state.v1.LogBatch.entries:type_name -> csisupd.state.v1.LogEntry
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_log_proto_init() }
@@ -704,6 +724,7 @@ func file_internal_server_statepb_log_proto_init() {
 		(*LogEntry_VolumeAvailability)(nil),
 		(*LogEntry_PluginDrain)(nil),
 		(*LogEntry_VolumeHealth)(nil),
+		(*LogEntry_NodeRekey)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

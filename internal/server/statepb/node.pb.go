@@ -47,8 +47,20 @@ type ClusterNode struct {
 	// (`plugin drain`): new claims of their volumes there are refused. The
 	// agent's reports do not change it.
 	DrainingPlugins []string `protobuf:"bytes,11,rep,name=draining_plugins,json=drainingPlugins,proto3" json:"draining_plugins,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// secret_hash is the SHA-256 of the node secret its agent made at its
+	// first start and presents on every call; empty for a node registered
+	// by an earlier release, or rekeyed, until its agent registers again.
+	// The secret itself is never stored.
+	SecretHash []byte `protobuf:"bytes,12,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	// rekeyed is set by `node rekey`: the next registration with this id
+	// sets a new secret_hash, and a registration of another id with this
+	// node's name replaces it (a reinstalled agent with an empty data_dir).
+	Rekeyed bool `protobuf:"varint,13,opt,name=rekeyed,proto3" json:"rekeyed,omitempty"`
+	// replaced_by is the id of the node that took this node's name after it
+	// was rekeyed. A replaced node holds no name and is down.
+	ReplacedBy    string `protobuf:"bytes,14,opt,name=replaced_by,json=replacedBy,proto3" json:"replaced_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterNode) Reset() {
@@ -156,6 +168,27 @@ func (x *ClusterNode) GetDrainingPlugins() []string {
 		return x.DrainingPlugins
 	}
 	return nil
+}
+
+func (x *ClusterNode) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *ClusterNode) GetRekeyed() bool {
+	if x != nil {
+		return x.Rekeyed
+	}
+	return false
+}
+
+func (x *ClusterNode) GetReplacedBy() string {
+	if x != nil {
+		return x.ReplacedBy
+	}
+	return ""
 }
 
 // Plugin is one CSI plugin instance on one node, as its agent reported it.
@@ -391,7 +424,7 @@ var File_internal_server_statepb_node_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_node_proto_rawDesc = "" +
 	"\n" +
-	"\"internal/server/statepb/node.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x03\n" +
+	"\"internal/server/statepb/node.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x04\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -404,7 +437,12 @@ const file_internal_server_statepb_node_proto_rawDesc = "" +
 	"\fcreate_index\x18\t \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\n" +
 	" \x01(\x04R\vmodifyIndex\x12)\n" +
-	"\x10draining_plugins\x18\v \x03(\tR\x0fdrainingPlugins\"\xaf\a\n" +
+	"\x10draining_plugins\x18\v \x03(\tR\x0fdrainingPlugins\x12\x1f\n" +
+	"\vsecret_hash\x18\f \x01(\fR\n" +
+	"secretHash\x12\x18\n" +
+	"\arekeyed\x18\r \x01(\bR\arekeyed\x12\x1f\n" +
+	"\vreplaced_by\x18\x0e \x01(\tR\n" +
+	"replacedBy\"\xaf\a\n" +
 	"\x06Plugin\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
