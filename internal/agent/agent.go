@@ -62,23 +62,26 @@ type Agent struct {
 	// the config package's, which no key changes.
 	retry config.Retry
 
-	rpcLn    net.Listener
-	httpLn   net.Listener
-	grpc     *grpc.Server
-	health   *health.Server
-	http     *http.Server
-	manager  *registry.Manager
-	consul   *consulsync.Syncer
-	secrets  *secrets.Store     // the plugins' secrets files, for every CSI call of this node
-	volumes  *volumes.Manager   // stages and publishes volumes on this node
-	server   *server.Server     // nil unless the server role is enabled
-	nodes    *nodeclient.Client // nil unless the client has servers to report to
-	nodeID   string
-	ready    chan struct{}
-	parts    []part     // what New set up, in order, for Run, Reload and Close
-	ran      bool       // Run was called; it releases everything itself
-	mu       sync.Mutex // guards cfg on Reload
-	stopOnce sync.Once
+	rpcLn   net.Listener
+	httpLn  net.Listener
+	grpc    *grpc.Server
+	health  *health.Server
+	http    *http.Server
+	manager *registry.Manager
+	consul  *consulsync.Syncer
+	secrets *secrets.Store     // the plugins' secrets files, for every CSI call of this node
+	volumes *volumes.Manager   // stages and publishes volumes on this node
+	server  *server.Server     // nil unless the server role is enabled
+	nodes   *nodeclient.Client // nil unless the client has servers to report to
+	nodeID  string
+	// nodeSecret is presented on every call of the Cluster service; never
+	// logged or shown.
+	nodeSecret string
+	ready      chan struct{}
+	parts      []part     // what New set up, in order, for Run, Reload and Close
+	ran        bool       // Run was called; it releases everything itself
+	mu         sync.Mutex // guards cfg on Reload
+	stopOnce   sync.Once
 
 	// agentService serves WatchEvents; Reload changes its stream caps.
 	agentService *rpc.AgentService
@@ -161,6 +164,9 @@ func New(c Config) (a *Agent, err error) {
 		return nil, err
 	}
 	if a.nodeID, err = loadNodeID(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if a.nodeSecret, err = loadNodeSecret(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	if a.manager, p, err = a.setupRegistry(&cfg); err != nil {

@@ -119,7 +119,7 @@ func (a *Agent) setupNodeClient(cfg *config.Config, dial dialing) (*nodeclient.C
 		Servers:          servers,
 		DiscoverServers:  nodeclient.Discover(discover),
 		DiscoverInterval: config.DefaultServerDiscoverInterval,
-		Node:             nodeclient.Node{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr},
+		Node:             nodeclient.Node{ID: a.nodeID, Name: cfg.Name, Address: rpcAddr, Secret: a.nodeSecret},
 		Plugins:          a.manager.Registry().Source(),
 		DialOptions:      slices.Concat(dial.servers, agentTokenOption(cfg)),
 		RPCTimeout:       config.DefaultNodeRPCTimeout,

@@ -39,3 +39,58 @@ func loadNodeID(dataDir string) (string, error) {
 	}
 	return id, nil
 }
+
+// nodeSecretFile holds the node's secret inside data_dir, mode 0600.
+const nodeSecretFile = "node-secret"
+
+// loadNodeSecret returns the node secret saved in dataDir, creating a
+// random one on first start. The agent presents it on every call of the
+// Cluster service; the servers keep only its hash and refuse a call for
+// this node with another secret, so that no other node can act as this
+// one. A reinstalled agent (an empty data_dir) makes a new one, which the
+// servers refuse until an operator runs `csisupd node rekey`.
+func loadNodeSecret(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, nodeSecretFile)
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil:
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("agent: node secret %s: not a regular file (%s)", path, fi.Mode().Type())
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			return "", fmt.Errorf("agent: node secret %s: mode %04o lets others read it; run chmod 0600 %s", path, fi.Mode().Perm(), path)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("agent: node secret: %w", err)
+		}
+		secret := strings.TrimSpace(string(data))
+		if len(secret) < 32 {
+			return "", fmt.Errorf("agent: node secret %s is empty or too short; remove it only if this node is to register as new (then `csisupd node rekey` it)", path)
+		}
+		return secret, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("agent: node secret: %w", err)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("agent: node secret: %w", err)
+	}
+	secret := fmt.Sprintf("%x", b)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("agent: node secret: %w", err)
+	}
+	if _, err := f.WriteString(secret + "\n"); err != nil {
+		f.Close()
+		return "", fmt.Errorf("agent: node secret: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", fmt.Errorf("agent: node secret: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("agent: node secret: %w", err)
+	}
+	return secret, nil
+}

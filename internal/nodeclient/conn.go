@@ -10,8 +10,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/retry"
 )
 
@@ -20,7 +22,9 @@ import (
 // replaces it when it fails over to another server.
 type serverConn struct {
 	connect retry.Policy
-	opts    []grpc.DialOption
+	// secret is the node secret every call presents.
+	secret string
+	opts   []grpc.DialOption
 	// lost receives, without blocking the sender, when the connection to
 	// the current server was lost (see watch). Buffered, size 1.
 	lost chan struct{}
@@ -50,8 +54,10 @@ func (s *serverConn) get(addr string) (*grpc.ClientConn, error) {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	// Reconnect to a restarted server within seconds, not gRPC's default
-	// two minutes. Options given by the caller come later and win.
-	opts = append([]grpc.DialOption{grpc.WithConnectParams(s.connect.ConnectParams(minConnectTimeout))}, opts...)
+	// two minutes. Options given by the caller come later and win. Every
+	// call presents the node secret.
+	opts = append([]grpc.DialOption{grpc.WithConnectParams(s.connect.ConnectParams(minConnectTimeout)),
+		grpc.WithChainUnaryInterceptor(s.presentSecret)}, opts...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial server %s: %w", addr, err)
@@ -65,9 +71,15 @@ func (s *serverConn) get(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
-// newServerConn returns a serverConn without a connection yet.
-func newServerConn(connect retry.Policy, opts []grpc.DialOption) *serverConn {
-	return &serverConn{connect: connect, opts: opts, lost: make(chan struct{}, 1)}
+// newServerConn returns a serverConn without a connection yet, whose
+// calls present secret, the node secret.
+func newServerConn(connect retry.Policy, secret string, opts []grpc.DialOption) *serverConn {
+	return &serverConn{connect: connect, secret: secret, opts: opts, lost: make(chan struct{}, 1)}
+}
+
+// presentSecret adds the node secret to a call's metadata.
+func (s *serverConn) presentSecret(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(metadata.AppendToOutgoingContext(ctx, csisupdv1.NodeSecretMetadataKey, s.secret), method, req, reply, cc, opts...)
 }
 
 // watch signals lost each time conn leaves the ready state other than by

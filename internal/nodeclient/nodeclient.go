@@ -30,6 +30,9 @@ type Node struct {
 	Name string
 	// Address is the gRPC address of the node's ClientCSI service.
 	Address string
+	// Secret is the node secret, presented on every call: the servers
+	// refuse a call for this node with another one. Never logged.
+	Secret string
 }
 
 // Discover returns the gRPC addresses (host:port) of the servers as they
@@ -115,6 +118,9 @@ func (cfg *Config) validate() error {
 	if cfg.Node.Address == "" {
 		errs = append(errs, errors.New("node client: node address is required"))
 	}
+	if cfg.Node.Secret == "" {
+		errs = append(errs, errors.New("node client: node secret is required"))
+	}
 	if cfg.Plugins == nil {
 		errs = append(errs, errors.New("node client: plugins source is required"))
 	}
@@ -147,7 +153,7 @@ func New(cfg Config, logger hclog.Logger) (*Client, error) {
 	return &Client{
 		cfg:    cfg,
 		logger: logger.Named("node-client"),
-		conn:   newServerConn(cfg.Connect, cfg.DialOptions),
+		conn:   newServerConn(cfg.Connect, cfg.Node.Secret, cfg.DialOptions),
 	}, nil
 }
 

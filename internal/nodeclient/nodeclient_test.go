@@ -24,7 +24,7 @@ import (
 func validConfig() nodeclient.Config {
 	return nodeclient.Config{
 		Servers:    []string{"127.0.0.1:4780"},
-		Node:       nodeclient.Node{ID: "node-a", Address: "127.0.0.1:4790"},
+		Node:       nodeclient.Node{ID: "node-a", Address: "127.0.0.1:4790", Secret: "secret-of-node-a-0123456789abcdef0123"},
 		Plugins:    plugintest.NewSource(),
 		RPCTimeout: time.Second,
 		Retry:      config.DefaultRetry().NodeClient,

@@ -95,7 +95,7 @@ func TestRegistrationsSpreadAfterServerRestart(t *testing.T) {
 		id := fmt.Sprintf("node-%03d", i)
 		cl, err := nodeclient.New(nodeclient.Config{
 			Servers:    c.RPCAddrs(),
-			Node:       nodeclient.Node{ID: id, Address: fmt.Sprintf("127.0.0.1:%d", 10000+i)},
+			Node:       nodeclient.Node{ID: id, Address: fmt.Sprintf("127.0.0.1:%d", 10000+i), Secret: "secret-of-" + id},
 			Plugins:    plugintest.NewSource(&csisupdv1.Plugin{Id: "p", Type: "node", Healthy: true, HealthState: "healthy"}),
 			RPCTimeout: 5 * time.Second,
 			Retry:      policy,
