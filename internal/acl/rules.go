@@ -259,10 +259,13 @@ var methodRules = map[string]Rule{
 	csisupdv1.NodeVolumes_StorageHealth_FullMethodName: csiRule(LevelRead),
 	csisupdv1.NodeVolumes_ListMounts_FullMethodName:    csiRule(LevelRead),
 
-	csisupdv1.Control_ListPlugins_FullMethodName:    controlRule(ResourcePlugin, LevelRead),
-	csisupdv1.Control_GetPlugin_FullMethodName:      controlRule(ResourcePlugin, LevelRead),
-	csisupdv1.Control_ListNodes_FullMethodName:      controlRule(ResourceNode, LevelRead),
-	csisupdv1.Control_GetNode_FullMethodName:        controlRule(ResourceNode, LevelRead),
+	csisupdv1.Control_ListPlugins_FullMethodName: controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_GetPlugin_FullMethodName:   controlRule(ResourcePlugin, LevelRead),
+	csisupdv1.Control_ListNodes_FullMethodName:   controlRule(ResourceNode, LevelRead),
+	csisupdv1.Control_GetNode_FullMethodName:     controlRule(ResourceNode, LevelRead),
+	// Clearing a node's secret lets the next agent that registers act as
+	// the node: an operator's act.
+	csisupdv1.Control_RekeyNode_FullMethodName:      controlRule(ResourceOperator, LevelWrite),
 	csisupdv1.Control_ListVolumes_FullMethodName:    controlRule(ResourceVolume, LevelRead),
 	csisupdv1.Control_GetVolume_FullMethodName:      controlRule(ResourceVolume, LevelRead),
 	csisupdv1.Control_CreateVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),

@@ -34,7 +34,7 @@ func BenchmarkPluginUpdates(b *testing.B) {
 		}}
 	}
 	for i := range workers {
-		if _, err := cl.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{
+		if _, err := cl.NodeRegister(asNode(ctx, fmt.Sprintf("node-%03d", i)), &csisupdv1.NodeRegisterRequest{
 			NodeId: fmt.Sprintf("node-%03d", i), Address: "127.0.0.1:1", Plugins: plugins(i, 0),
 		}); err != nil {
 			b.Fatal(err)
@@ -57,7 +57,7 @@ func BenchmarkPluginUpdates(b *testing.B) {
 	})
 	b.ResetTimer()
 	updates := throughput(b, b.N, workers, func(w, i int) error {
-		_, err := cl.NodeUpdatePlugins(ctx, &csisupdv1.NodeUpdatePluginsRequest{
+		_, err := cl.NodeUpdatePlugins(asNode(ctx, fmt.Sprintf("node-%03d", w)), &csisupdv1.NodeUpdatePluginsRequest{
 			NodeId: fmt.Sprintf("node-%03d", w), Plugins: plugins(w, i+1),
 		})
 		return err

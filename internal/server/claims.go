@@ -312,13 +312,13 @@ func (s *Server) controllerPublish(ctx context.Context, v *statepb.Volume, claim
 // unpublishing, then runs their release steps. It returns the volume once
 // they are freed, or the error of the first step that failed; the volume
 // watcher goes on from there. A claim that does not exist is released.
-func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*statepb.Volume, error) {
+func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*statepb.Volume, int, error) {
 	if req.GetId() == "" || req.GetNodeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "release volume: id and node_id are required")
+		return nil, 0, status.Error(codes.InvalidArgument, "release volume: id and node_id are required")
 	}
 	v, unlock, err := s.lockVolume(ctx, req.GetId())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer unlock()
 	match := func(c *statepb.VolumeClaim) bool {
@@ -332,16 +332,16 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 	}
 	if len(refs) == 0 {
 		if err := s.confirmLeader(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		return v, nil
+		return v, 0, nil
 	}
 	force := req.GetForce()
 	if force == 1 {
 		// Only a node that is down or gone may be left out of its
 		// claims' release: one that answers still mounts them.
 		if err := claims.CheckNodeGone(s.State().Node(req.GetNodeId()), refs[0]); err != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "%s; --force releases only the claims of a node that is down or gone "+
+			return nil, 0, status.Errorf(codes.FailedPrecondition, "%s; --force releases only the claims of a node that is down or gone "+
 				"(give --force twice to release on a node that answers, skipping the steps that fail)", status.Convert(err).Message())
 		}
 	}
@@ -361,7 +361,7 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 		}
 		cmd.Forced = force > 0
 		if _, _, err := s.stepClaim(cmd); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	var first error
@@ -371,12 +371,12 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 		}
 	}
 	if first != nil {
-		return nil, first
+		return nil, 0, first
 	}
 	if v = s.State().Volume(req.GetId()); v == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
+		return nil, 0, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	return v, nil
+	return v, len(refs), nil
 }
 
 // releaseWithoutNode records that a claim is released without its node

@@ -220,7 +220,7 @@ func TestClaimRefusalsInCluster(t *testing.T) {
 	}
 	// A node that runs no instance of the plugin.
 	leader := cc.c.WaitForLeader(t, 30*time.Second)
-	if _, err := csisupdv1.NewClusterClient(cc.c.Conn(leader.Index)).NodeRegister(context.Background(), &csisupdv1.NodeRegisterRequest{
+	if _, err := csisupdv1.NewClusterClient(cc.c.Conn(leader.Index)).NodeRegister(asNode(context.Background(), "bare"), &csisupdv1.NodeRegisterRequest{
 		NodeId: "bare", Name: "bare", Address: "127.0.0.1:1",
 	}); err != nil {
 		t.Fatal(err)

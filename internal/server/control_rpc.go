@@ -156,6 +156,27 @@ func (c *controlService) GetNode(ctx context.Context, req *csisupdv1.NodeGetRequ
 		})
 }
 
+// RekeyNode clears the stored hash of a node's secret, on the leader.
+func (c *controlService) RekeyNode(ctx context.Context, req *csisupdv1.NodeRekeyRequest) (*csisupdv1.NodeRekeyResponse, error) {
+	if req.GetId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node rekey: id is required")
+	}
+	return route(ctx, c.s.fwd, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.NodeRekeyResponse, error) {
+			return cl.RekeyNode(ctx, req)
+		},
+		func() (*csisupdv1.NodeRekeyResponse, error) {
+			if c.s.State().Node(req.GetId()) == nil {
+				return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetId())
+			}
+			if _, err := c.s.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_NodeRekey{NodeRekey: &statepb.NodeRekeyCommand{NodeId: req.GetId()}}}); err != nil {
+				return nil, toStatus(err)
+			}
+			c.s.logger.Info("node rekeyed", "node", req.GetId())
+			return &csisupdv1.NodeRekeyResponse{Node: statepb.ClusterNodeToAPI(c.s.State().Node(req.GetId()))}, nil
+		})
+}
+
 func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeListRequest) (*csisupdv1.VolumeListResponse, error) {
 	return route(ctx, c.s.fwd, req.GetStale(), true,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeListResponse, error) {
@@ -281,11 +302,11 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 			return cl.ReleaseVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeReleaseResponse, error) {
-			v, err := c.s.releaseVolume(ctx, req)
+			v, released, err := c.s.releaseVolume(ctx, req)
 			if err != nil {
 				return nil, c.s.nodeUnreachable(req.GetNodeId(), err)
 			}
-			return &csisupdv1.VolumeReleaseResponse{Volume: statepb.VolumeToAPI(v)}, nil
+			return &csisupdv1.VolumeReleaseResponse{Volume: statepb.VolumeToAPI(v), Released: uint32(released)}, nil
 		})
 }
 

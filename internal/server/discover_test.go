@@ -51,7 +51,7 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 	nc, err := nodeclient.New(nodeclient.Config{
 		DiscoverServers:  catalog.discover,
 		DiscoverInterval: 50 * time.Millisecond,
-		Node:             nodeclient.Node{ID: "node-a", Address: a.addr},
+		Node:             nodeclient.Node{ID: "node-a", Address: a.addr, Secret: testNodeSecret("node-a")},
 		Plugins:          plugintest.NewSource(monolith("p1", "node-a")),
 		RPCTimeout:       2 * time.Second,
 		Retry:            retry.Policy{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
@@ -96,7 +96,7 @@ func TestNodeClientFollowsDiscoveredServers(t *testing.T) {
 
 func TestNodeClientNeedsServersOrDiscovery(t *testing.T) {
 	_, err := nodeclient.New(nodeclient.Config{
-		Node:       nodeclient.Node{ID: "n", Address: "127.0.0.1:1"},
+		Node:       nodeclient.Node{ID: "n", Address: "127.0.0.1:1", Secret: testNodeSecret("n")},
 		Plugins:    plugintest.NewSource(),
 		RPCTimeout: time.Second, Retry: retry.Policy{Base: time.Millisecond, Cap: time.Second, Multiplier: 2, Jitter: 0.5},
 		Connect: config.DefaultRetry().ServerConnect,

@@ -275,7 +275,7 @@ func TestTwoThousandAgentsHeartbeat(t *testing.T) {
 			ttl := time.Second
 			sem <- struct{}{}
 			for {
-				resp, err := clients[i%3].NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{
+				resp, err := clients[i%3].NodeRegister(asNode(ctx, id), &csisupdv1.NodeRegisterRequest{
 					NodeId: id, Name: id, Address: "127.0.0.1:1",
 					Plugins: []*csisupdv1.Plugin{{Id: "sim", Type: "node", Healthy: true, NodeId: id}},
 				})
@@ -304,7 +304,7 @@ func TestTwoThousandAgentsHeartbeat(t *testing.T) {
 					<-t.C
 				case <-t.C:
 				}
-				resp, err := clients[i%3].NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: id})
+				resp, err := clients[i%3].NodeHeartbeat(asNode(ctx, id), &csisupdv1.NodeHeartbeatRequest{NodeId: id})
 				ttl = time.Second
 				if err == nil {
 					beats[i].Add(1)

@@ -116,7 +116,20 @@ func (f *forwarder) leaderConn(ctx context.Context) (context.Context, grpc.Clien
 		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, fmt.Sprintf("forward to the leader at %s: %v", addr, err))
 	}
 	f.count(ctx)
-	return metadata.AppendToOutgoingContext(ctx, forwardedKey, f.id), leaderClientConn{conn: conn, server: f.id}, nil
+	return forwardContext(ctx, f.id), leaderClientConn{conn: conn, server: f.id}, nil
+}
+
+// forwardContext is the outgoing context of a request this server
+// forwards to the leader: marked as forwarded, and carrying the node
+// secret an agent presented, which the leader checks.
+func forwardContext(ctx context.Context, id string) context.Context {
+	kv := []string{forwardedKey, id}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for _, secret := range md.Get(csisupdv1.NodeSecretMetadataKey) {
+			kv = append(kv, csisupdv1.NodeSecretMetadataKey, secret)
+		}
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
 
 // forwarded reports whether a follower forwarded the request of ctx.

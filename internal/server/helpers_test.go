@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -215,7 +216,7 @@ func startNode(t testing.TB, id, addr string, servers []string, plugins ...*csis
 	n := &agentNode{id: id, plugins: plugintest.NewSource(plugins...)}
 	nc, err := nodeclient.New(nodeclient.Config{
 		Servers:    servers,
-		Node:       nodeclient.Node{ID: id, Name: "name-" + id, Address: addr},
+		Node:       nodeclient.Node{ID: id, Name: "name-" + id, Address: addr, Secret: testNodeSecret(id)},
 		Plugins:    n.plugins,
 		RPCTimeout: 2 * time.Second,
 		Retry:      retry.Policy{Base: 50 * time.Millisecond, Cap: 500 * time.Millisecond, Multiplier: 2, Jitter: 0.5},
@@ -567,4 +568,13 @@ func (f *fakeNodeVolumes) ExpandVolume(_ context.Context, addr string, req *csis
 		}
 	}
 	return 0, status.Errorf(codes.NotFound, "volume %q of plugin %q is not mounted", req.GetVolumeId(), req.GetPluginId())
+}
+
+// testNodeSecret is the node secret a test gives node id.
+func testNodeSecret(id string) string { return "test-node-secret-of-" + id }
+
+// asNode returns ctx with the outgoing metadata of a call node id makes:
+// its node secret, as its agent presents it.
+func asNode(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, csisupdv1.NodeSecretMetadataKey, testNodeSecret(id))
 }

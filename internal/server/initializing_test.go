@@ -28,7 +28,7 @@ func manualNodes(_ int, cfg *server.Config) {
 // returns the TTL the leader gave it.
 func registerNode(t *testing.T, cl csisupdv1.ClusterClient, id, addr string) time.Duration {
 	t.Helper()
-	resp, err := cl.NodeRegister(context.Background(), &csisupdv1.NodeRegisterRequest{
+	resp, err := cl.NodeRegister(asNode(context.Background(), id), &csisupdv1.NodeRegisterRequest{
 		NodeId: id, Name: "name-" + id, Address: addr, Plugins: []*csisupdv1.Plugin{monolith("p1", id)},
 	})
 	if err != nil {
@@ -39,7 +39,7 @@ func registerNode(t *testing.T, cl csisupdv1.ClusterClient, id, addr string) tim
 
 func beatNode(t *testing.T, cl csisupdv1.ClusterClient, id string) {
 	t.Helper()
-	resp, err := cl.NodeHeartbeat(context.Background(), &csisupdv1.NodeHeartbeatRequest{NodeId: id})
+	resp, err := cl.NodeHeartbeat(asNode(context.Background(), id), &csisupdv1.NodeHeartbeatRequest{NodeId: id})
 	if err != nil || resp.GetHeartbeatTtlMs() <= 0 {
 		t.Fatalf("heartbeat %s: %v, %v", id, resp, err)
 	}
@@ -244,7 +244,7 @@ func TestLeaderChangeNodesInitializingUntilHeartbeat(t *testing.T) {
 		// A leader that is not ready yet answers Unavailable; an agent
 		// retries.
 		testutil.WaitFor(t, 20*time.Second, id+"'s heartbeat", func() bool {
-			_, err := cluster.NodeHeartbeat(context.Background(), &csisupdv1.NodeHeartbeatRequest{NodeId: id})
+			_, err := cluster.NodeHeartbeat(asNode(context.Background(), id), &csisupdv1.NodeHeartbeatRequest{NodeId: id})
 			return err == nil
 		})
 		want := map[string]string{id: state.NodeStatusReady}

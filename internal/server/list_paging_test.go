@@ -27,7 +27,7 @@ func TestListNodesPagingOverGRPC(t *testing.T) {
 		if i%3 == 0 {
 			plugins = append(plugins, &csisupdv1.Plugin{Id: "p-third", Type: "node", Healthy: true})
 		}
-		if _, err := cl.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{
+		if _, err := cl.NodeRegister(asNode(ctx, fmt.Sprintf("node-%03d", i)), &csisupdv1.NodeRegisterRequest{
 			NodeId: fmt.Sprintf("node-%03d", i), Address: "127.0.0.1:1", Plugins: plugins,
 		}); err != nil {
 			t.Fatal(err)

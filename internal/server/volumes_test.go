@@ -193,7 +193,7 @@ func TestHeartbeatsDoNotWriteToRaft(t *testing.T) {
 	cluster := csisupdv1.NewClusterClient(c.Conn((leader.Index + 1) % 3))
 	const nodes = 20
 	for i := range nodes {
-		_, err := cluster.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{
+		_, err := cluster.NodeRegister(asNode(ctx, nodeName(i)), &csisupdv1.NodeRegisterRequest{
 			NodeId: nodeName(i), Address: "127.0.0.1:1", Name: nodeName(i),
 		})
 		if err != nil {
@@ -202,7 +202,7 @@ func TestHeartbeatsDoNotWriteToRaft(t *testing.T) {
 	}
 	beatAll := func(round int) {
 		for i := range nodes {
-			resp, err := cluster.NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: nodeName(i)})
+			resp, err := cluster.NodeHeartbeat(asNode(ctx, nodeName(i)), &csisupdv1.NodeHeartbeatRequest{NodeId: nodeName(i)})
 			if err != nil {
 				t.Fatalf("round %d: %v", round, err)
 			}
@@ -260,7 +260,7 @@ func TestHeartbeatsDoNotWriteToRaft(t *testing.T) {
 		}
 		break
 	}
-	_, err := cluster.NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: "unknown-node"})
+	_, err := cluster.NodeHeartbeat(asNode(ctx, "unknown-node"), &csisupdv1.NodeHeartbeatRequest{NodeId: "unknown-node"})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("heartbeat of an unknown node: %v, want NotFound", err)
 	}

@@ -110,10 +110,10 @@ func TestWatchEventsFellBehindResumesWithoutGap(t *testing.T) {
 		plugins[i] = &csisupdv1.Plugin{Id: fmt.Sprintf("p%04d-%s", i, strings.Repeat("x", 1000)), Type: "node", Healthy: true}
 	}
 	cluster := csisupdv1.NewClusterClient(c.Conn(0))
-	if _, err := cluster.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{NodeId: "n1", Name: "n1", Address: "127.0.0.1:1", Plugins: plugins}); err != nil {
+	if _, err := cluster.NodeRegister(asNode(ctx, "n1"), &csisupdv1.NodeRegisterRequest{NodeId: "n1", Name: "n1", Address: "127.0.0.1:1", Plugins: plugins}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cluster.NodeUpdatePlugins(ctx, &csisupdv1.NodeUpdatePluginsRequest{NodeId: "n1"}); err != nil {
+	if _, err := cluster.NodeUpdatePlugins(asNode(ctx, "n1"), &csisupdv1.NodeUpdatePluginsRequest{NodeId: "n1"}); err != nil {
 		t.Fatal(err)
 	}
 	// More than EventMaxLag batches after it, while the reader is stalled.
