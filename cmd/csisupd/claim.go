@@ -166,7 +166,18 @@ func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload s
 		if err != nil {
 			return controlError(opts.address, err)
 		}
-		return printVolumeResult(cmd.OutOrStdout(), opts.json, "Released claims of", resp.GetVolume())
+		if opts.json {
+			return printProto(cmd.OutOrStdout(), resp.GetVolume())
+		}
+		if resp.GetReleased() == 0 {
+			what := "no claim"
+			if workload != "" {
+				what = fmt.Sprintf("no claim of workload %s", display(workload))
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "Nothing to release: volume %s has %s on node %s\n", display(id), what, display(nodeID))
+			return err
+		}
+		return printVolumeResult(cmd.OutOrStdout(), false, fmt.Sprintf("Released %d claim(s) of", resp.GetReleased()), resp.GetVolume())
 	})
 }
 

@@ -25,7 +25,7 @@ func newNodeCommand(opts *clientOptions) *cobra.Command {
 		nodeStatus string
 	)
 	statusCmd := &cobra.Command{
-		Use:   "status [ID]",
+		Use:   "status [NODE]",
 		Short: "Show every node of the cluster, or one node with its plugins",
 		Long: `Show every node of the cluster, or one node with its plugins.
 
@@ -61,7 +61,11 @@ status instead.`,
 					}
 					return printNodeList(w, resp.GetNodes())
 				}
-				resp, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: args[0], Stale: stale})
+				id, err := resolveNode(ctx, cl, args[0])
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				resp, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: id, Stale: stale})
 				if err != nil {
 					return controlError(opts.address, err)
 				}
@@ -76,8 +80,49 @@ status instead.`,
 	pageFlag(statusCmd, &pageSize)
 	statusCmd.Flags().StringVar(&pluginID, "plugin", "", "only nodes running this plugin")
 	statusCmd.Flags().StringVar(&nodeStatus, "status", "", "only nodes in this status (ready, initializing, down)")
-	cmd.AddCommand(statusCmd)
+	cmd.AddCommand(statusCmd, newNodeRekeyCommand(opts))
 	return cmd
+}
+
+func newNodeRekeyCommand(opts *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rekey NODE",
+		Short: "Clear the node secret the servers hold for a node, so that a reinstalled agent can register",
+		Long: `Clear the node secret the servers hold for a node (by id or name).
+
+Every agent makes a random node secret at its first start, keeps it in
+data_dir/node-secret, and presents it on every call to the servers, which
+keep only its hash and refuse a call for the node with another secret. An
+agent reinstalled with an empty data_dir has a new secret (and a new node
+id), so the servers refuse it until an operator rekeys the node:
+
+- the next agent that registers with the node's id sets the new secret;
+- an agent that registers with another id and the node's name takes the
+  name: the old node is marked replaced and down, and its claims are
+  released without it after claim_gc_grace, as for any node that is gone.
+
+Needs operator:write. Rekey only a node whose agent you reinstalled: until
+an agent registers, whoever registers first as the node becomes it.`,
+		Args: rangeArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				id, err := resolveNode(ctx, cl, args[0])
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				resp, err := cl.RekeyNode(ctx, &csisupdv1.NodeRekeyRequest{Id: id})
+				if err != nil {
+					return controlError(opts.address, err)
+				}
+				if opts.json {
+					return printProto(cmd.OutOrStdout(), resp.GetNode())
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "Rekeyed node %s (%s): the next agent to register as it sets its secret\n",
+					display(id), display(dash(resp.GetNode().GetName())))
+				return err
+			})
+		},
+	}
 }
 
 func nodePluginIDs(n *csisupdv1.ClusterNode) string {
@@ -113,6 +158,12 @@ func printNode(w io.Writer, n *csisupdv1.ClusterNode) error {
 		fmt.Fprintf(w, "            %s\n", display(d))
 	}
 	fmt.Fprintf(w, "Registered: %s\n", dash(formatTime(n.GetRegisteredAt())))
+	switch {
+	case n.GetReplacedBy() != "":
+		fmt.Fprintf(w, "Replaced:   by node %s, after a rekey\n", display(n.GetReplacedBy()))
+	case n.GetRekeyed():
+		fmt.Fprintln(w, "Rekeyed:    the next agent to register as this node sets its secret")
+	}
 	if len(n.GetPlugins()) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo plugins.")
 		return err

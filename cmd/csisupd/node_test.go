@@ -10,6 +10,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
+	"google.golang.org/grpc/metadata"
 )
 
 // TestNodeStatusInitializingAfterRestore restores a snapshot that records
@@ -24,7 +25,7 @@ func TestNodeStatusInitializingAfterRestore(t *testing.T) {
 	addr := c.Member(0).RPCAddr
 	cluster := csisupdv1.NewClusterClient(c.Conn(0))
 	ctx := context.Background()
-	if _, err := cluster.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{NodeId: "node-a", Name: "a", Address: "127.0.0.1:1"}); err != nil {
+	if _, err := cluster.NodeRegister(asNode(ctx, "node-a"), &csisupdv1.NodeRegisterRequest{NodeId: "node-a", Name: "a", Address: "127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
 	status := func() map[string]any {
@@ -60,10 +61,19 @@ func TestNodeStatusInitializingAfterRestore(t *testing.T) {
 		t.Fatalf("node status node-a after the restore: %v\n%s", err, out)
 	}
 
-	if _, err := cluster.NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: "node-a"}); err != nil {
+	if _, err := cluster.NodeHeartbeat(asNode(ctx, "node-a"), &csisupdv1.NodeHeartbeatRequest{NodeId: "node-a"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := status(); n["status"] != "ready" {
 		t.Fatalf("node after its heartbeat: %v", n)
 	}
+}
+
+// testNodeSecret is the node secret a test gives node id.
+func testNodeSecret(id string) string { return "test-node-secret-of-" + id }
+
+// asNode returns ctx with the outgoing metadata of a call node id makes:
+// its node secret, as its agent presents it.
+func asNode(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, csisupdv1.NodeSecretMetadataKey, testNodeSecret(id))
 }

@@ -23,7 +23,7 @@ func TestListsFollowEveryPage(t *testing.T) {
 		if i%2 == 0 {
 			plugins = append(plugins, &csisupdv1.Plugin{Id: "p-even", Type: "node", Healthy: true})
 		}
-		if _, err := cl.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{
+		if _, err := cl.NodeRegister(asNode(ctx, fmt.Sprintf("node-%d", i)), &csisupdv1.NodeRegisterRequest{
 			NodeId: fmt.Sprintf("node-%d", i), Address: "127.0.0.1:1", Plugins: plugins,
 		}); err != nil {
 			t.Fatal(err)

@@ -240,33 +240,38 @@ drain   refuses new claims and releases every claim it has, through the
 }
 
 // resolveNode returns the id of the node named by arg: a node id, or the
-// name of exactly one node.
+// name of exactly one node. A name that is also another node's id, or
+// that two nodes carry (records of an earlier release), is ambiguous: the
+// error lists the candidates and none is picked. A node replaced after a
+// rekey no longer holds its name.
 func resolveNode(ctx context.Context, cl csisupdv1.ControlClient, arg string) (string, error) {
-	_, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: arg})
-	if err == nil {
-		return arg, nil
-	}
-	if status.Code(err) != codes.NotFound {
-		return "", err
-	}
-	resp, lerr := cl.ListNodes(ctx, &csisupdv1.NodeListRequest{})
-	if lerr != nil {
-		return "", lerr
-	}
-	var ids []string
-	for _, n := range resp.GetNodes() {
-		if n.GetName() == arg {
-			ids = append(ids, n.GetId())
+	var candidates []*csisupdv1.ClusterNode
+	err := listAllPages(func(token string) (string, error) {
+		page, err := cl.ListNodes(ctx, &csisupdv1.NodeListRequest{NextToken: token})
+		if err != nil {
+			return "", err
 		}
-	}
-	switch len(ids) {
-	case 0:
+		for _, n := range page.GetNodes() {
+			if n.GetId() == arg || n.GetName() == arg && n.GetReplacedBy() == "" {
+				candidates = append(candidates, n)
+			}
+		}
+		return page.GetNextToken(), nil
+	})
+	if err != nil {
 		return "", err
-	case 1:
-		return ids[0], nil
-	default:
-		return "", status.Errorf(codes.InvalidArgument, "node name %q is ambiguous (ids %s); pass a node id", arg, strings.Join(ids, ", "))
 	}
+	switch len(candidates) {
+	case 0:
+		return "", status.Errorf(codes.NotFound, "node %q not found (neither a node id nor a node name)", arg)
+	case 1:
+		return candidates[0].GetId(), nil
+	}
+	list := make([]string, len(candidates))
+	for i, n := range candidates {
+		list[i] = fmt.Sprintf("%s (name %s, %s)", n.GetId(), dash(n.GetName()), n.GetStatus())
+	}
+	return "", status.Errorf(codes.InvalidArgument, "node %q is ambiguous: it names %s; pass the node id", arg, strings.Join(list, ", "))
 }
 
 func newVolumeListCommand(opts *clientOptions) *cobra.Command {

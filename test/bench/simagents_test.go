@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -216,7 +217,7 @@ func (s *simAgents) runAgent(ctx context.Context, i int) {
 				return
 			}
 			ttl, err = call(func(ctx context.Context, cl csisupdv1.ClusterClient) (int64, error) {
-				resp, err := cl.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{NodeId: id, Name: id, Address: "127.0.0.1:1", Plugins: plugins})
+				resp, err := cl.NodeRegister(asNode(ctx, id), &csisupdv1.NodeRegisterRequest{NodeId: id, Name: id, Address: "127.0.0.1:1", Plugins: plugins})
 				return resp.GetHeartbeatTtlMs(), err
 			})
 			<-s.regSem
@@ -231,7 +232,7 @@ func (s *simAgents) runAgent(ctx context.Context, i int) {
 			}
 		} else {
 			ttl, err = call(func(ctx context.Context, cl csisupdv1.ClusterClient) (int64, error) {
-				resp, err := cl.NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: id})
+				resp, err := cl.NodeHeartbeat(asNode(ctx, id), &csisupdv1.NodeHeartbeatRequest{NodeId: id})
 				return resp.GetHeartbeatTtlMs(), err
 			})
 			if err == nil {
@@ -268,4 +269,13 @@ func (s *simAgents) runAgent(ctx context.Context, i int) {
 		case <-t.C:
 		}
 	}
+}
+
+// testNodeSecret is the node secret a test gives node id.
+func testNodeSecret(id string) string { return "test-node-secret-of-" + id }
+
+// asNode returns ctx with the outgoing metadata of a call node id makes:
+// its node secret, as its agent presents it.
+func asNode(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, csisupdv1.NodeSecretMetadataKey, testNodeSecret(id))
 }

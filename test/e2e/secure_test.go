@@ -127,11 +127,19 @@ type secureServer struct {
 	*agentProcess
 	rpc, raft string
 	httpPort  int
+	dataDir   string
 }
 
 // startSecureCluster starts 3 servers with TLS and ACLs on, each with its
 // own server certificate, formed by bootstrap_expect = 3.
 func startSecureCluster(t *testing.T, p pki) []*secureServer {
+	t.Helper()
+	return startSecureClusterWith(t, p, "")
+}
+
+// startSecureClusterWith is startSecureCluster with extra appended to
+// every server's configuration.
+func startSecureClusterWith(t *testing.T, p pki, extra string) []*secureServer {
 	t.Helper()
 	ports := testutil.FreePorts(t, 9)
 	var servers []*secureServer
@@ -141,16 +149,18 @@ func startSecureCluster(t *testing.T, p pki) []*secureServer {
 	}
 	for i := range 3 {
 		rpcPort, raftPort, httpPort := ports[3*i], ports[3*i+1], ports[3*i+2]
-		cfg := agentHCL(t, fmt.Sprintf("s%d", i), rpcPort, raftPort, httpPort, fmt.Sprintf(`client { enabled = false }
+		dataDir := testutil.TempDir(t)
+		cfg := agentHCLIn(t, fmt.Sprintf("s%d", i), dataDir, rpcPort, raftPort, httpPort, fmt.Sprintf(`client { enabled = false }
 server {
   enabled          = true
   bootstrap_expect = 3
   retry_join       = %s
 }
 acl { enabled = true }
-%s`, hclList(join), p.tlsBlock("server", i)))
+%s
+%s`, hclList(join), p.tlsBlock("server", i), extra))
 		a := startAgentProcess(t, fmt.Sprintf("server s%d", i), httpPort, "--config", cfg)
-		servers = append(servers, &secureServer{agentProcess: a, rpc: join[i], raft: fmt.Sprintf("127.0.0.1:%d", raftPort), httpPort: httpPort})
+		servers = append(servers, &secureServer{agentProcess: a, rpc: join[i], raft: fmt.Sprintf("127.0.0.1:%d", raftPort), httpPort: httpPort, dataDir: dataDir})
 	}
 	return servers
 }
