@@ -89,6 +89,10 @@ func TestANodeSpeaksOnlyForItself(t *testing.T) {
 		res := secureCLI(t, p, addr, "", "acl", "bootstrap", "--json")
 		return res.code == 0 && json.Unmarshal([]byte(res.stdout), &mgmt) == nil
 	})
+	// A server knows the token once the bootstrap reached its state.
+	testutil.WaitFor(t, 30*time.Second, "the management token known to "+addr, func() bool {
+		return secureCLI(t, p, addr, mgmt.SecretID, "acl", "token", "self").code == 0
+	})
 	rules := filepath.Join(p.dir, "agent.hcl")
 	if err := os.WriteFile(rules, []byte(`node { policy = "write" }`), 0o600); err != nil {
 		t.Fatal(err)
@@ -212,11 +216,11 @@ func TestANodeSpeaksOnlyForItself(t *testing.T) {
 	}
 
 	// node-1 keeps working: a claim and a release on it succeed.
-	res := secureCLI(t, p, addr, mgmt.SecretID, "volume", "release", "v1", "--node", "node-1", "--workload", "w1")
+	res := secureCLIRetried(t, p, addr, mgmt.SecretID, "volume", "release", "v1", "--node", "node-1", "--workload", "w1")
 	if res.code != 0 || !strings.Contains(res.stdout, "Released 1 claim(s) of volume v1") {
 		t.Errorf("release w1 on node-1: exit %d: %s%s", res.code, res.stdout, res.stderr)
 	}
-	res = secureCLI(t, p, addr, mgmt.SecretID, "volume", "release", "v1", "--node", "node-1", "--workload", "w1")
+	res = secureCLIRetried(t, p, addr, mgmt.SecretID, "volume", "release", "v1", "--node", "node-1", "--workload", "w1")
 	if res.code != 0 || !strings.Contains(res.stdout, "Nothing to release") {
 		t.Errorf("second release of w1 on node-1: exit %d: %s%s", res.code, res.stdout, res.stderr)
 	}
@@ -349,4 +353,18 @@ func clusterEventsUntil(t *testing.T, p pki, addr, token, last string) string {
 			return text.String()
 		}
 	}
+}
+
+// secureCLIRetried is secureCLI for a call that is safe to repeat: it
+// tries again, for up to a minute, while the CLI says the cluster had no
+// leader (an election on a loaded machine), and returns the first other
+// answer.
+func secureCLIRetried(t *testing.T, p pki, addr, token string, args ...string) cliResult {
+	t.Helper()
+	var res cliResult
+	testutil.WaitFor(t, time.Minute, "an answer with a leader to "+strings.Join(args, " "), func() bool {
+		res = secureCLI(t, p, addr, token, args...)
+		return res.code == 0 || !strings.Contains(res.stderr, "the call is safe to retry")
+	})
+	return res
 }
