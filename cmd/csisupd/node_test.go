@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/testcluster"
-	"google.golang.org/grpc/metadata"
 )
 
 // TestNodeStatusInitializingAfterRestore restores a snapshot that records
@@ -76,4 +77,47 @@ func testNodeSecret(id string) string { return "test-node-secret-of-" + id }
 // its node secret, as its agent presents it.
 func asNode(ctx context.Context, id string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, csisupdv1.NodeSecretMetadataKey, testNodeSecret(id))
+}
+
+// TestNodeNamesAreNotGuessed registers a node whose id is another node's
+// name: a command that takes --node with that word refuses it as
+// ambiguous and lists both, and a release on a node without claims says
+// there was nothing to release.
+func TestNodeNamesAreNotGuessed(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1})
+	c.WaitForLeader(t, 30*time.Second)
+	addr := c.Member(0).RPCAddr
+	cluster := csisupdv1.NewClusterClient(c.Conn(0))
+	ctx := context.Background()
+	for _, n := range []struct{ id, name string }{{"node-a", "web"}, {"web", "other"}} {
+		if _, err := cluster.NodeRegister(asNode(ctx, n.id), &csisupdv1.NodeRegisterRequest{NodeId: n.id, Name: n.name, Address: "127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Control(0).RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: &csisupdv1.Volume{Id: "v1", PluginId: "p", ExternalId: "e1"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"volume", "release", "v1", "--node", "web", "--workload", "w1"},
+		{"node", "status", "web"},
+		{"node", "rekey", "web"},
+	} {
+		out, err := execute(t, append([]string{"--address", addr}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), `node "web" is ambiguous`) ||
+			!strings.Contains(err.Error(), "node-a (name web, ready)") || !strings.Contains(err.Error(), "web (name other, ready)") {
+			t.Errorf("%s: %v\n%s; want the ambiguity with both candidates", strings.Join(args, " "), err, out)
+		}
+	}
+	out, err := execute(t, "--address", addr, "volume", "release", "v1", "--node", "other", "--workload", "w1")
+	if err != nil || !strings.Contains(out, "Nothing to release: volume v1 has no claim of workload w1 on node web") {
+		t.Errorf("release on a node without claims: %v\n%s", err, out)
+	}
+	out, err = execute(t, "--address", addr, "node", "rekey", "node-a")
+	if err != nil || !strings.Contains(out, "Rekeyed node node-a (web)") {
+		t.Errorf("node rekey node-a: %v\n%s", err, out)
+	}
+	out, err = execute(t, "--address", addr, "node", "status", "node-a")
+	if err != nil || !strings.Contains(out, "Rekeyed:") {
+		t.Errorf("node status of a rekeyed node: %v\n%s", err, out)
+	}
 }
