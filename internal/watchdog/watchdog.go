@@ -16,6 +16,10 @@
 // loop that blocks in a call without a deadline is a defect in itself:
 // the watchdog cannot tell a slow call from a hung one.
 //
+// A loop whose work has a hard deadline of its own (a configuration
+// reload) says so with Loop.Due(deadline) instead: it is stale as soon as
+// the deadline passes without a Beat, not a timeout later.
+//
 // Per-plugin supervisors are deliberately not loops: a plugin that hangs
 // bounds its own calls with deadlines and must never restart the agent.
 package watchdog
@@ -176,6 +180,9 @@ type Loop struct {
 	// busyUntil is the deadline of the call the loop is in (Busy); zero
 	// when it is not in one.
 	busyUntil time.Time
+	// dueBy is the deadline of the work the loop is in (Due); zero when
+	// it is not in any.
+	dueBy time.Time
 }
 
 // Beat records that the loop turned. It ends a busy spell (Busy).
@@ -185,7 +192,7 @@ func (l *Loop) Beat() {
 	}
 	now := l.m.cfg.Now()
 	l.mu.Lock()
-	l.last, l.busyUntil = now, time.Time{}
+	l.last, l.busyUntil, l.dueBy = now, time.Time{}, time.Time{}
 	l.mu.Unlock()
 }
 
@@ -202,7 +209,24 @@ func (l *Loop) Busy(until time.Time) {
 	now := l.m.cfg.Now()
 	left := time.Until(until)
 	l.mu.Lock()
-	l.last, l.busyUntil = now, now.Add(left)
+	l.last, l.busyUntil, l.dueBy = now, now.Add(left), time.Time{}
+	l.mu.Unlock()
+}
+
+// Due records that the loop turned and is about to run work that must end
+// by deadline: the loop counts as beating until then, and as stale from
+// the moment deadline passes until its next Beat, which ends the work.
+// Where Busy gives a call its deadline plus the timeout, Due is for work
+// whose deadline is itself the bound the watchdog enforces. Pass the
+// deadline in real time, as for Busy.
+func (l *Loop) Due(deadline time.Time) {
+	if l == nil {
+		return
+	}
+	now := l.m.cfg.Now()
+	left := time.Until(deadline)
+	l.mu.Lock()
+	l.last, l.busyUntil, l.dueBy = now, time.Time{}, now.Add(left)
 	l.mu.Unlock()
 }
 
@@ -251,10 +275,17 @@ func (l *Loop) Done() {
 
 // age is how long before now the loop last counted as beating: at its
 // last Beat, or, while it is busy, at now until the call's deadline and
-// at the deadline after it.
+// at the deadline after it. Past the deadline of its work (Due) it is
+// the timeout plus the overrun, so that the loop is stale at once.
 func (l *Loop) age(now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.dueBy.IsZero() {
+		if now.After(l.dueBy) {
+			return l.m.cfg.Timeout + now.Sub(l.dueBy)
+		}
+		return 0
+	}
 	last := l.last
 	switch {
 	case !l.busyUntil.After(last):

@@ -264,6 +264,67 @@ func TestBusyUntilDeadline(t *testing.T) {
 	nilLoop.Busy(time.Now()) // does nothing
 }
 
+// A loop in work with a deadline (Due) counts as beating until the
+// deadline and is stale as soon as it passes, not a timeout later; its
+// next beat, or a Busy call, ends the work. The beat age it reports past
+// the deadline is the timeout plus the overrun.
+func TestDueStaleAtTheDeadline(t *testing.T) {
+	const timeout = 10 * time.Second
+	type step struct {
+		advance time.Duration
+		due     time.Duration // not 0: Due(now + due)
+		busy    time.Duration // not 0: Busy(now + busy)
+		beat    bool
+	}
+	cases := []struct {
+		name    string
+		steps   []step
+		stale   bool
+		wantAge time.Duration
+	}{
+		{"before the deadline, past the timeout", []step{{due: time.Minute}, {advance: 50 * time.Second}}, false, 0},
+		{"past the deadline", []step{{due: time.Minute}, {advance: time.Minute + time.Second}}, true, timeout + time.Second},
+		{"a deadline shorter than the timeout", []step{{due: time.Second}, {advance: 2 * time.Second}}, true, timeout + time.Second},
+		{"a beat ends the work", []step{{due: time.Second}, {advance: time.Second / 2, beat: true}, {advance: 5 * time.Second}}, false, 5 * time.Second},
+		{"Busy ends the work", []step{{due: time.Second}, {advance: time.Second / 2, busy: time.Minute}, {advance: 5 * time.Second}}, false, 0},
+		{"Due again after a beat", []step{{due: time.Second}, {advance: time.Second / 2, beat: true}, {due: time.Minute}, {advance: 30 * time.Second}}, false, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testutil.NewClock(time.Unix(1000, 0))
+			reg := prometheus.NewRegistry()
+			m, err := New(Config{Timeout: timeout, Now: c.Now, Metrics: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := m.Loop("config reload")
+			defer l.Done()
+			for _, s := range tc.steps {
+				c.Advance(s.advance)
+				if s.beat {
+					l.Beat()
+				}
+				if s.due != 0 {
+					l.Due(time.Now().Add(s.due))
+				}
+				if s.busy != 0 {
+					l.Busy(time.Now().Add(s.busy))
+				}
+			}
+			stale := m.Stale()
+			if got := len(stale) > 0; got != tc.stale || (got && stale[0] != "config reload") {
+				t.Errorf("Stale() = %v, want stale %v", stale, tc.stale)
+			}
+			age, ok := testutil.MetricValue(t, reg, "csisupd_watchdog_loop_beat_age_seconds", "loop", "config reload")
+			if !ok || math.Abs(age-tc.wantAge.Seconds()) > 0.05 {
+				t.Errorf("beat age = %v (found %v), want %v", age, ok, tc.wantAge.Seconds())
+			}
+		})
+	}
+	var nilLoop *Loop
+	nilLoop.Due(time.Now()) // does nothing
+}
+
 func TestPingIntervalIsAThirdOfTheTimeout(t *testing.T) {
 	m, err := New(Config{Timeout: 400 * time.Millisecond})
 	if err != nil {
