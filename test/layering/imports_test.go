@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog", "internal/kubeletreg"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
-	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/safefile", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	// statepb is the servers' storage format; it imports the API only to
 	// convert to and from it (its .proto files import no csisupd file).
 	"internal/server/statepb": {api},
@@ -55,7 +55,7 @@ var allowed = map[string][]string{
 	"internal/server/state":    {"internal/acl", "internal/plugin", "internal/server/statepb"},
 	"internal/server/claims":   {api, "internal/plugin", "internal/server/state", "internal/server/statepb"},
 	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
-	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server/raftnode": {api, "internal/retry", "internal/safefile", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
 
 	"internal/plugin":      {api, "internal/stream"},
