@@ -29,10 +29,7 @@ func runningLogLevel(a *Agent) string {
 // meanwhile return at once, and run once the stuck reload ends; then the
 // agent is healthy and pinging again.
 func TestStuckReloadIsReportedAndTheNextOneRuns(t *testing.T) {
-	sock := testutil.NewNotifySocket(t)
-	t.Setenv("WATCHDOG_USEC", "200000")
-	t.Setenv("WATCHDOG_PID", "")
-	const interval = 200 * time.Millisecond
+	sock, interval := fakeSystemd(t)
 
 	cfg := testConfig(t)
 	logs := &testutil.SyncBuffer{}

@@ -187,13 +187,7 @@ type Loop struct {
 
 // Beat records that the loop turned. It ends a busy spell (Busy).
 func (l *Loop) Beat() {
-	if l == nil {
-		return
-	}
-	now := l.m.cfg.Now()
-	l.mu.Lock()
-	l.last, l.busyUntil, l.dueBy = now, time.Time{}, time.Time{}
-	l.mu.Unlock()
+	l.turn(time.Time{}, time.Time{})
 }
 
 // Busy records that the loop turned and is about to block in a call whose
@@ -203,14 +197,7 @@ func (l *Loop) Beat() {
 // (that of its context, in real time, whatever clock Config.Now is), not
 // a guess: a call that overruns it is what the watchdog must see.
 func (l *Loop) Busy(until time.Time) {
-	if l == nil {
-		return
-	}
-	now := l.m.cfg.Now()
-	left := time.Until(until)
-	l.mu.Lock()
-	l.last, l.busyUntil, l.dueBy = now, now.Add(left), time.Time{}
-	l.mu.Unlock()
+	l.turn(until, time.Time{})
 }
 
 // Due records that the loop turned and is about to run work that must end
@@ -220,13 +207,25 @@ func (l *Loop) Busy(until time.Time) {
 // whose deadline is itself the bound the watchdog enforces. Pass the
 // deadline in real time, as for Busy.
 func (l *Loop) Due(deadline time.Time) {
+	l.turn(time.Time{}, deadline)
+}
+
+// turn records a turn of the loop, busy until busyUntil and with work due
+// by dueBy, each a real-time deadline or zero for none. The deadlines are
+// moved to the monitor's clock by the real time left until them.
+func (l *Loop) turn(busyUntil, dueBy time.Time) {
 	if l == nil {
 		return
 	}
 	now := l.m.cfg.Now()
-	left := time.Until(deadline)
+	onClock := func(deadline time.Time) time.Time {
+		if deadline.IsZero() {
+			return time.Time{}
+		}
+		return now.Add(time.Until(deadline))
+	}
 	l.mu.Lock()
-	l.last, l.busyUntil, l.dueBy = now, time.Time{}, now.Add(left)
+	l.last, l.busyUntil, l.dueBy = now, onClock(busyUntil), onClock(dueBy)
 	l.mu.Unlock()
 }
 
