@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/safefile"
 )
 
 // withACL calls fn with an ACL client (see withClient).
@@ -88,13 +88,11 @@ func newACLPolicyApplyCommand(opts *clientOptions) *cobra.Command {
 
 // readRules reads a policy file, or stdin for "-".
 func readRules(stdin io.Reader, file string) (string, error) {
-	var data []byte
-	var err error
-	if file == "-" {
-		data, err = io.ReadAll(io.LimitReader(stdin, maxPolicyBytes+1))
-	} else {
-		data, err = os.ReadFile(file)
+	if file != "-" {
+		data, err := safefile.Read(context.Background(), file, safefile.Spec{What: "policy rules", MaxSize: maxPolicyBytes})
+		return string(data), err
 	}
+	data, err := io.ReadAll(io.LimitReader(stdin, maxPolicyBytes+1))
 	switch {
 	case err != nil:
 		return "", fmt.Errorf("policy rules %s: %w", file, err)

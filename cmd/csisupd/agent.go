@@ -26,7 +26,8 @@ func newAgentCommand() *cobra.Command {
 			"directory loads its *.hcl files in order), then the environment, then flags.\n" +
 			"SIGHUP reloads log_level, enable_debug, the probe timing, the Consul settings and the event\n" +
 			"stream caps; other changed keys are logged as taking effect after a restart, and a tls\n" +
-			"change is refused (TLS stays as it started). SIGINT/SIGTERM stop gracefully.",
+			"change is refused (TLS stays as it started). A reload that does not finish within " + config.DefaultReloadTimeout.String() + " is\n" +
+			"reported, and /v1/health answers 503 until it ends. SIGINT/SIGTERM stop gracefully.",
 		Args: rangeArgs(0, 0),
 	}
 	flags := config.RegisterFlags(cmd.Flags())
@@ -86,14 +87,9 @@ func runAgent(parent context.Context, flags *config.Flags) error {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				next, err := load()
-				if err != nil {
-					logger.Error("reload failed; keeping the running configuration", "error", err)
-					continue
-				}
-				// Reload logs every key it could not apply, and every
-				// error, itself; logging its error again would double them.
-				_ = a.Reload(next)
+				// The agent's reload loop runs it under a deadline; a
+				// stuck reload never blocks this loop.
+				a.RequestReload(load)
 			}
 		}
 	}()

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/safefile"
 )
 
 // snapshotChunkSize is the size of one SnapshotRestore message.
@@ -189,6 +190,10 @@ func saveSnapshot(ctx context.Context, cl csisupdv1.ControlClient, addr, path st
 	return n, nil
 }
 
+// maxSnapshotFileSize caps a snapshot file to restore: the servers refuse
+// a larger one.
+const maxSnapshotFileSize = 512 << 20
+
 func newSnapshotRestoreCommand(opts *clientOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "restore FILE",
@@ -196,9 +201,9 @@ func newSnapshotRestoreCommand(opts *clientOptions) *cobra.Command {
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
-			data, err := os.ReadFile(path)
+			data, err := safefile.Read(cmd.Context(), path, safefile.Spec{What: "snapshot file", MaxSize: maxSnapshotFileSize})
 			if err != nil {
-				return fmt.Errorf("snapshot file: %w", err)
+				return err
 			}
 			if len(data) == 0 {
 				return fmt.Errorf("snapshot file %s is empty", path)

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/safefile"
+	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
 // DefaultAddress is the agent address client commands use without
@@ -101,9 +103,9 @@ func (o *clientOptions) dial() (*grpc.ClientConn, error) {
 	if o.caFile != "" || o.certFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.serverName}
 		if o.caFile != "" {
-			pem, err := os.ReadFile(o.caFile)
+			pem, err := tlsutil.ReadPEMFile("--ca-file", o.caFile)
 			if err != nil {
-				return nil, fmt.Errorf("--ca-file: %w", err)
+				return nil, err
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
@@ -112,9 +114,9 @@ func (o *clientOptions) dial() (*grpc.ClientConn, error) {
 			tc.RootCAs = pool
 		}
 		if o.certFile != "" || o.keyFile != "" {
-			cert, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
+			cert, err := loadKeyPair(o.certFile, o.keyFile)
 			if err != nil {
-				return nil, fmt.Errorf("--client-cert/--client-key: %w", err)
+				return nil, err
 			}
 			tc.Certificates = []tls.Certificate{cert}
 		}
@@ -153,15 +155,40 @@ func (o *clientOptions) resolveToken(getenv func(string) string) (string, error)
 	if file == "" {
 		return "", nil
 	}
-	data, err := os.ReadFile(file)
+	data, err := safefile.Read(context.Background(), file, safefile.Spec{What: EnvTokenFile, MaxSize: maxTokenFileSize})
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", EnvTokenFile, err)
+		return "", err
 	}
 	t := strings.TrimSpace(string(data))
 	if t == "" {
 		return "", fmt.Errorf("%s: %s is empty", EnvTokenFile, file)
 	}
 	return t, nil
+}
+
+// maxTokenFileSize caps a token file: a token is a UUID.
+const maxTokenFileSize = 4 << 10
+
+// loadKeyPair reads the CLI's client certificate and key (--client-cert,
+// --client-key) through tlsutil.ReadPEMFile, so that neither can be a
+// FIFO that blocks the command.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	if certFile == "" || keyFile == "" {
+		return tls.Certificate{}, errors.New("--client-cert and --client-key go together: set both")
+	}
+	certPEM, err := tlsutil.ReadPEMFile("--client-cert", certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := tlsutil.ReadPEMFile("--client-key", keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("--client-cert %s and --client-key %s: %w", certFile, keyFile, err)
+	}
+	return cert, nil
 }
 
 // requestContext bounds one request by --timeout.

@@ -171,13 +171,13 @@ func runCertCreate(w io.Writer, fl certCreateFlags) error {
 	if keyFile == "" {
 		keyFile = filepath.Join(fl.dir, caKeyFileName)
 	}
-	caPEM, err := os.ReadFile(caFile)
+	caPEM, err := tlsutil.ReadPEMFile("--ca", caFile)
 	if err != nil {
-		return fmt.Errorf("--ca: %w", err)
+		return err
 	}
-	caKeyPEM, err := os.ReadFile(keyFile)
+	caKeyPEM, err := tlsutil.ReadPEMFile("--key", keyFile)
 	if err != nil {
-		return fmt.Errorf("--key: %w", err)
+		return err
 	}
 	certPEM, keyPEM, err := tlsutil.GenerateCert(tlsutil.CertOptions{
 		CACertPEM: caPEM, CAKeyPEM: caKeyPEM, Role: role, Region: fl.region, Days: fl.days,

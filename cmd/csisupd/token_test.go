@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -20,6 +21,10 @@ func TestResolveToken(t *testing.T) {
 	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		flag    string
@@ -31,7 +36,10 @@ func TestResolveToken(t *testing.T) {
 		{name: "flag wins", flag: "from-flag", env: map[string]string{EnvToken: "from-env", EnvTokenFile: file}, want: "from-flag"},
 		{name: "env before file", env: map[string]string{EnvToken: "from-env", EnvTokenFile: file}, want: "from-env"},
 		{name: "file, trimmed", env: map[string]string{EnvTokenFile: file}, want: "from-file"},
-		{name: "missing file", env: map[string]string{EnvTokenFile: filepath.Join(dir, "nope")}, wantErr: EnvTokenFile + ": open "},
+		{name: "missing file", env: map[string]string{EnvTokenFile: filepath.Join(dir, "nope")}, wantErr: EnvTokenFile + " " + filepath.Join(dir, "nope") + ": no such file"},
+		// A FIFO nobody writes to is refused, not opened: the command
+		// would block.
+		{name: "FIFO", env: map[string]string{EnvTokenFile: fifo}, wantErr: EnvTokenFile + " " + fifo + ": not a regular file (a FIFO)"},
 		{name: "empty file", env: map[string]string{EnvTokenFile: empty}, wantErr: EnvTokenFile + ": " + empty + " is empty"},
 	}
 	for _, tt := range tests {
@@ -60,5 +68,41 @@ func TestTokenNeedsTLS(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "secret-value") {
 		t.Fatalf("the error shows the token: %v", err)
+	}
+}
+
+// TestCLIRefusesFIFOs: every file the CLI is given by path is refused when
+// it is a FIFO, naming the flag or file, instead of blocking the command
+// in its open.
+func TestCLIRefusesFIFOs(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(o *clientOptions) error {
+		o.address = "127.0.0.1:1"
+		conn, err := o.dial()
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	}
+	tests := []struct {
+		name string
+		run  func() error
+		want string
+	}{
+		{"--ca-file", func() error { return dial(&clientOptions{caFile: fifo}) }, "--ca-file " + fifo},
+		{"--client-cert", func() error { return dial(&clientOptions{certFile: fifo, keyFile: fifo}) }, "--client-cert " + fifo},
+		{"policy rules", func() error { _, err := readRules(nil, fifo); return err }, "policy rules " + fifo},
+		{"volume specification", func() error { _, err := readSpec(fifo, nil); return err }, "volume specification " + fifo},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.run()
+			if want := tt.want + ": not a regular file (a FIFO)"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("err = %v, want %q", err, want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/safefile"
 	"github.com/csisupd/csisupd/internal/volspec"
 )
 
@@ -20,7 +22,11 @@ func readSpec(path string, in io.Reader) (*volspec.Spec, error) {
 	if path == "-" {
 		return volspec.Read("stdin", in)
 	}
-	return volspec.ParseFile(path)
+	data, err := safefile.Read(context.Background(), path, safefile.Spec{What: "volume specification", MaxSize: volspec.MaxFileSize})
+	if err != nil {
+		return nil, err
+	}
+	return volspec.Read(path, bytes.NewReader(data))
 }
 
 // parseSegments turns repeated --topology-* flags into topology segments:

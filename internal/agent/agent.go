@@ -47,6 +47,9 @@ type Config struct {
 	// open from the configured ports (tests pass ":0" listeners).
 	RPCListener  net.Listener
 	HTTPListener net.Listener
+	// ReloadTimeout bounds one reload of RequestReload; zero is
+	// config.DefaultReloadTimeout. Tests shorten it.
+	ReloadTimeout time.Duration
 }
 
 // Agent is one running csisupd daemon.
@@ -99,6 +102,10 @@ type Agent struct {
 	// debug is enable_debug, which Reload changes: /debug/pprof/ and, with
 	// ACLs off, the Agent API's Profile answer only while it is set.
 	debug atomic.Bool
+	// reloads holds the reload RequestReload asks for until the reload
+	// loop runs it; reloadTimeout bounds each.
+	reloads       chan LoadFunc
+	reloadTimeout time.Duration
 }
 
 // New validates what it needs, creates directories and opens listeners, but
@@ -109,7 +116,7 @@ type Agent struct {
 // this order: directories and listeners, the watchdog, TLS and the gRPC
 // metrics, the plugin registry, the Consul sync, the server role, the node
 // client, the plugins' secrets files, the node volumes, the token resolver, the gRPC server and its
-// services, the HTTP server. A step returns its component and its
+// services, the HTTP server, the reload loop (RequestReload). A step returns its component and its
 // part (what Run runs of it, what releases it, how Reload changes it); no
 // step reads a component that a later one builds.
 func New(c Config) (a *Agent, err error) {
@@ -124,7 +131,11 @@ func New(c Config) (a *Agent, err error) {
 	log.SetLevel(hclog.LevelFromString(cfg.LogLevel))
 
 	a = &Agent{cfg: &cfg, log: log, version: c.Version, startedAt: time.Now(), retry: config.DefaultRetry(),
-		ready: make(chan struct{}), metrics: prometheus.NewRegistry()}
+		ready: make(chan struct{}), metrics: prometheus.NewRegistry(),
+		reloads: make(chan LoadFunc, 1), reloadTimeout: c.ReloadTimeout}
+	if a.reloadTimeout <= 0 {
+		a.reloadTimeout = config.DefaultReloadTimeout
+	}
 	a.debug.Store(cfg.EnableDebug)
 	// The parts' closers undo what New opened when it fails. They capture
 	// values, not a: a failing return sets the named result a to nil.
@@ -207,6 +218,7 @@ func New(c Config) (a *Agent, err error) {
 	add(p)
 	a.http = a.setupHTTP()
 	add(part{name: "systemd status", run: func(ctx context.Context) error { a.runSystemdStatus(ctx); return nil }})
+	add(part{name: reloadLoopName, run: a.runReloads})
 
 	for _, w := range cfg.Warnings {
 		log.Warn("configuration", "warning", w)

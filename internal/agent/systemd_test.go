@@ -19,10 +19,7 @@ import (
 // beats again, marks a reload with RELOADING=1 and READY=1, and says
 // STOPPING=1 at shutdown, in that order.
 func TestSystemdNotifyAndWatchdog(t *testing.T) {
-	sock := testutil.NewNotifySocket(t)
-	t.Setenv("WATCHDOG_USEC", "200000")
-	t.Setenv("WATCHDOG_PID", "")
-	const interval = 200 * time.Millisecond
+	sock, interval := fakeSystemd(t)
 
 	cfg := testConfig(t)
 	startPlugin(t, cfg, "p1")
@@ -115,6 +112,17 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	if got, want := strings.Join(kinds, ","), "RELOADING,READY,STOPPING"; got != want {
 		t.Errorf("messages after start = %s, want %s (all: %q)", got, want, seq)
 	}
+}
+
+// fakeSystemd makes the agents the test starts run as under systemd
+// with a watchdog of interval: it returns the fake notify socket they
+// report to.
+func fakeSystemd(t *testing.T) (sock *testutil.NotifySocket, interval time.Duration) {
+	t.Helper()
+	sock = testutil.NewNotifySocket(t)
+	t.Setenv("WATCHDOG_USEC", "200000")
+	t.Setenv("WATCHDOG_PID", "")
+	return sock, 200 * time.Millisecond
 }
 
 func TestStatusLine(t *testing.T) {

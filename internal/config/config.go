@@ -39,6 +39,13 @@ const (
 	// absent or unhealthy before plugin-missing is emitted, Nomad's
 	// csi_plugin health_timeout default.
 	DefaultPluginHealthTimeout = 30 * time.Second
+	// DefaultReloadTimeout bounds one reload (SIGHUP): reading the
+	// configuration and the files it names, and applying it. A reload
+	// that overruns it is abandoned and reported: /v1/health names the
+	// "config reload" loop and the systemd watchdog pings stop.
+	DefaultReloadTimeout = 30 * time.Second
+	// MaxConfigFileSize caps one configuration file.
+	MaxConfigFileSize = 1 << 20
 	// KubeletRegistrationDir is client.kubelet_registration_dir in a
 	// Kubernetes layout; the setting is off (empty) by default.
 	KubeletRegistrationDir = "/var/lib/kubelet/plugins_registry"

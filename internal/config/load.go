@@ -1,12 +1,15 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/csisupd/csisupd/internal/safefile"
 )
 
 // Environment variables read by Load. Empty values are ignored.
@@ -83,7 +86,7 @@ func (c *Config) loadPaths(paths []string) error {
 			continue
 		}
 		for _, f := range files {
-			src, err := os.ReadFile(f)
+			src, err := safefile.Read(context.Background(), f, safefile.Spec{What: "config file", MaxSize: MaxConfigFileSize})
 			if err != nil {
 				errs = append(errs, fmt.Errorf("config: %w", err))
 				continue

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -520,6 +521,26 @@ func TestLoadMissingFile(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), "missing.hcl") {
 			t.Fatalf("error %q does not name the file", err)
+		}
+	}
+}
+
+// TestLoadRefusesAFIFO: a FIFO given as a config file, or found among a
+// directory's *.hcl files, is refused before anything opens it (an open
+// would block until a writer came), naming it; the other files load.
+func TestLoadRefusesAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "b.hcl")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.hcl"), []byte(`name = "n1"`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, dir} {
+		_, err := Load(LoadInput{Files: []string{path}, Env: func(string) string { return "" }})
+		if err == nil || !strings.Contains(err.Error(), "config file "+fifo+": not a regular file (a FIFO)") {
+			t.Errorf("Load(%s) = %v, want the FIFO refused", path, err)
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/csisupd/csisupd/internal/safefile"
 )
 
 // Validate checks the whole configuration and returns every problem found,
@@ -338,7 +340,7 @@ func (v *validator) file(key, path string) {
 	case err != nil:
 		v.add(key, "%w", err)
 	case !info.Mode().IsRegular():
-		v.add(key, "%q is not a regular file", path)
+		v.add(key, "%q is not a regular file (%s)", path, safefile.Describe(info.Mode()))
 	}
 }
 

@@ -251,7 +251,7 @@ func TestTLS(t *testing.T) {
 		{name: "cert without CA", tls: TLSConfig{CertFile: cert, KeyFile: key},
 			want: "tls.ca_file: is required with tls.cert_file: peers are verified against it, and roles come from the certificates it signed"},
 		{name: "directory as key", tls: TLSConfig{CertFile: cert, KeyFile: dir, CAFile: cert},
-			want: `tls.key_file: "` + dir + `" is not a regular file`},
+			want: `tls.key_file: "` + dir + `" is not a regular file (a directory)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

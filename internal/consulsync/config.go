@@ -15,6 +15,7 @@ import (
 
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
+	"github.com/csisupd/csisupd/internal/safefile"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
@@ -271,6 +272,9 @@ func newConsulClient(c Config) (*consulClient, error) {
 	if c.Token != "" {
 		ac.Token = c.Token
 	}
+	if err := checkFiles(ac, envToken); err != nil {
+		return nil, fmt.Errorf("consulsync: %w", err)
+	}
 	tr := ac.Transport
 	client, err := api.NewClient(ac)
 	if err != nil {
@@ -288,6 +292,34 @@ func newConsulClient(c Config) (*consulClient, error) {
 		source = tokenFromEnv
 	}
 	return &consulClient{api: client, transport: tr, token: token, source: source, address: ac.Address}, nil
+}
+
+// maxFileSize caps the token file and the TLS files consul/api reads.
+const maxFileSize = 1 << 20
+
+// checkFiles inspects, before consul/api opens them, the files that
+// api.NewClient reads for ac: the token file (only when it wins over the
+// token ac carries, envToken being CONSUL_HTTP_TOKEN's) and the TLS CA,
+// certificate and key files. A FIFO, device, socket or directory in their
+// place is refused, naming it (package safefile), where consul/api's open
+// would block the agent's start or reload.
+func checkFiles(ac *api.Config, envToken string) error {
+	type file struct{ what, path string }
+	files := []file{
+		{"consul TLS CA file", ac.TLSConfig.CAFile},
+		{"consul TLS certificate file", ac.TLSConfig.CertFile},
+		{"consul TLS key file", ac.TLSConfig.KeyFile},
+	}
+	if ac.Token == envToken {
+		files = append(files, file{api.HTTPTokenFileEnvName, ac.TokenFile})
+	}
+	var errs []error
+	for _, f := range files {
+		if f.path != "" {
+			errs = append(errs, safefile.Check(f.path, safefile.Spec{What: f.what, MaxSize: maxFileSize}))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func mergeTLS(dst *api.TLSConfig, src api.TLSConfig) {

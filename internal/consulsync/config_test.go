@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,6 +113,10 @@ func TestTokenResolution(t *testing.T) {
 	good := filepath.Join(dir, "good")
 	empty := filepath.Join(dir, "empty")
 	missing := filepath.Join(dir, "missing")
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(good, []byte("  file-token \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +148,11 @@ func TestTokenResolution(t *testing.T) {
 		{"config equal to CONSUL_HTTP_TOKEN counts as it", "env-token", map[string]string{envToken: "env-token", envFile: good}, "file-token", tokenFromFile, ""},
 		{"CONSUL_TOKEN is not read", "", map[string]string{envConsulToken: "ct-token"}, "", tokenNone, ""},
 		{"missing token file", "", map[string]string{envToken: "env-token", envFile: missing}, "", "", missing},
+		// A FIFO would block consul/api's open for good.
+		{"token file a FIFO", "", map[string]string{envFile: fifo}, "", "", envFile + " " + fifo + ": not a regular file (a FIFO)"},
+		{"config, the FIFO is not read", "conf-token", map[string]string{envFile: fifo}, "conf-token", tokenFromConfig, ""},
+		{"CA file a FIFO", "", map[string]string{api.HTTPCAFile: fifo}, "", "", "consul TLS CA file " + fifo + ": not a regular file (a FIFO)"},
+		{"key file a FIFO", "", map[string]string{api.HTTPClientCert: good, api.HTTPClientKey: fifo}, "", "", "consul TLS key file " + fifo + ": not a regular file (a FIFO)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

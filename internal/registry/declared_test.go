@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -285,5 +286,50 @@ func TestDeclaredSocketSymlinkRefused(t *testing.T) {
 	}
 	if p, _ := reg.Source().Get("l"); p.GetHealthy() || !strings.Contains(p.GetHealthDescription(), "not trusted") {
 		t.Errorf("required plugin behind a symlink: %v", p)
+	}
+}
+
+// TestDeclaredSocketNotASocketRefused: a FIFO, a regular file or a
+// directory where a declaration names a socket is refused, and a
+// plugin-socket-ignored event names the path and what is there; nothing
+// is supervised.
+func TestDeclaredSocketNotASocketRefused(t *testing.T) {
+	root := testutil.TempDir(t)
+	fifo := filepath.Join(root, "fifo.sock")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(root, "file.sock")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "dir.sock")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m := startManager(t, ManagerConfig{
+		PluginDir: filepath.Join(root, "plugins"),
+		Declarations: map[string]Declaration{
+			"fifo": {Socket: fifo, Type: plugin.TypeNode, Required: true, HealthTimeout: time.Hour},
+			"file": {Socket: file},
+			"dir":  {Socket: dir},
+		},
+	})
+	reg := m.Registry()
+	for id, want := range map[string][]string{
+		"fifo": {fifo, "not a unix socket (named pipe)"},
+		"file": {file, "not a unix socket (regular file)"},
+		"dir":  {dir, "not a unix socket (directory)"},
+	} {
+		testutil.WaitFor(t, 10*time.Second, "plugin-socket-ignored for "+id, func() bool {
+			ev, ok := findEvent(reg, id, plugin.EventSocketIgnored)
+			return ok && strings.Contains(ev.Description, want[0]) && strings.Contains(ev.Description, want[1])
+		})
+	}
+	if got := reg.List(); len(got) != 0 {
+		t.Errorf("supervising %v", got)
+	}
+	if p, _ := reg.Source().Get("fifo"); p.GetHealthy() || !strings.Contains(p.GetHealthDescription(), "named pipe") {
+		t.Errorf("required plugin at a FIFO: %v", p)
 	}
 }

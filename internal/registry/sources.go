@@ -139,9 +139,10 @@ func mergeClaims(claims []claim) merged {
 }
 
 // inspectNamedSocket looks at a socket that a declaration or a kubelet
-// registration names, with the trust rules of the plugin directory's
-// sockets: no symlink, neither as the socket nor as a parent directory, and
-// an allowed owner. It returns the socket's identity, or why it cannot be
+// registration names, with lstat and the trust rules of the plugin
+// directory's sockets: no symlink, neither as the socket nor as a parent
+// directory, a socket (a FIFO, file, device or directory there is
+// refused, never opened), and an allowed owner. It returns the socket's identity, or why it cannot be
 // supervised (without the path) and whether that is a refusal, reported by
 // a plugin-socket-ignored event, rather than an absence.
 func (p trustPolicy) inspectNamedSocket(path string) (inst plugin.Instance, why string, refused bool) {
@@ -164,6 +165,11 @@ func (p trustPolicy) inspectNamedSocket(path string) (inst plugin.Instance, why 
 		return plugin.Instance{}, "cannot stat: " + err.Error(), false
 	case fi.Mode().Type() == fs.ModeSymlink:
 		return plugin.Instance{}, "is a symlink; symlinks are never followed: name the socket by its real path", true
+	case fi.Mode().Type() != fs.ModeSocket:
+		// Named, so expected to be a socket: something else there is a
+		// mistake to report, and is never opened or dialled.
+		return plugin.Instance{}, fmt.Sprintf("not a unix socket (%s); nothing is dialled there until a socket replaces it",
+			describeMode(fi.Mode().Type())), true
 	}
 	inst, reason, refused, err := p.trustedSocket(path, fi)
 	if err != nil {

@@ -1,19 +1,18 @@
 package secrets
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"maps"
-	"os"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/csisupd/csisupd/internal/safefile"
 )
 
 // Class is a class of CSI operation: a block of a secrets file.
@@ -66,46 +65,19 @@ func (f *File) Keys() map[Class][]string {
 	return out
 }
 
-// Load reads the secrets file at path after checking who may read it: it
-// must be a regular file of root or of this process's user, with no
-// permission for group or others.
+// Load reads the secrets file at path after checking who may read it
+// (package safefile, a private file): it must be a regular file of root
+// or of this process's user, with no permission for group or others, in
+// directories that only root or that user can change; a symlink is
+// resolved and its target checked. A FIFO, device, socket or directory is
+// refused before anything opens it, and the read is bounded in size
+// (MaxFileSize) and time (safefile.DefaultTimeout).
 func Load(path string) (*File, error) {
-	f, err := os.Open(path)
+	src, err := safefile.Read(context.Background(), path, safefile.Spec{What: "secrets file", MaxSize: MaxFileSize, Private: true})
 	if err != nil {
-		return nil, fmt.Errorf("secrets file %s: %w", path, err)
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("secrets file %s: %w", path, err)
-	}
-	if err := checkOwnership(path, info, os.Geteuid()); err != nil {
 		return nil, err
 	}
-	src, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("secrets file %s: %w", path, err)
-	}
-	if len(src) > MaxFileSize {
-		return nil, fmt.Errorf("secrets file %s: larger than %d bytes", path, MaxFileSize)
-	}
 	return Parse(path, src)
-}
-
-// checkOwnership refuses a file that is not regular, that belongs to
-// neither root nor euid, or that group or others may use.
-func checkOwnership(path string, info fs.FileInfo, euid int) error {
-	if !info.Mode().IsRegular() {
-		return fmt.Errorf("secrets file %s: not a regular file (%s)", path, info.Mode().Type())
-	}
-	if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != euid {
-		return fmt.Errorf("secrets file %s: owned by uid %d, not by root or the agent's user (uid %d); fix: chown %d %s",
-			path, st.Uid, euid, euid, path)
-	}
-	if perm := info.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("secrets file %s: mode %04o lets group or others use it; fix: chmod 0600 %s", path, perm, path)
-	}
-	return nil
 }
 
 // Parse reads a secrets file's content; name is its path in errors.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -139,31 +140,37 @@ func TestLoadChecksWhoMayReadTheFile(t *testing.T) {
 	}
 }
 
-func TestCheckOwnership(t *testing.T) {
+// TestLoadRefusesWhatCouldWedgeOrReplaceIt: a FIFO is refused before
+// anything opens it (an open would block for good), and so is a file in a
+// directory others may write; a symlink to a good file is read.
+func TestLoadRefusesWhatCouldWedgeOrReplaceIt(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "s.hcl")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
+	fifo := filepath.Join(dir, "fifo.hcl")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	info, err := os.Stat(path)
-	if err != nil {
+	if _, err := Load(fifo); err == nil || !strings.Contains(err.Error(), "secrets file "+fifo+": not a regular file (a FIFO)") {
+		t.Errorf("a FIFO: %v", err)
+	}
+	good := filepath.Join(dir, "good.hcl")
+	if err := os.WriteFile(good, []byte(`default { token = "`+marker+`" }`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	owner := os.Geteuid()
-	if err := checkOwnership(path, info, owner); err != nil {
-		t.Errorf("the file's owner: %v", err)
+	link := filepath.Join(dir, "link.hcl")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
 	}
-	if owner == 0 {
-		// Root owns the file: any agent user accepts it.
-		if err := checkOwnership(path, info, 1234); err != nil {
-			t.Errorf("a root-owned file for uid 1234: %v", err)
-		}
-		return
+	if f, err := Load(link); err != nil || f.For(Default)["token"] != marker {
+		t.Errorf("a symlink to a good file: %v", err)
 	}
-	// Owned by neither root nor the agent's user.
-	err = checkOwnership(path, info, owner+1)
-	if err == nil || !strings.Contains(err.Error(), "chown") || !strings.Contains(err.Error(), path) {
-		t.Errorf("another user's file: %v", err)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(good); err == nil || !strings.Contains(err.Error(), "directory "+dir+" (mode") || !strings.Contains(err.Error(), "chmod go-w "+dir) {
+		t.Errorf("a file in a directory writable by others: %v", err)
+	}
+	if _, err := Load(link); err == nil || !strings.Contains(err.Error(), "resolves to "+good) {
+		t.Errorf("a symlink to a file in a directory writable by others: %v", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/safefile"
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
@@ -133,12 +134,12 @@ func (a *aclService) bootstrap() (*csisupdv1.ACLToken, error) {
 // readResetIndex reads the bootstrap index an operator wrote into the
 // reset file; errors say why it allows no reset.
 func readResetIndex(path string) (uint64, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.Read(context.Background(), path, safefile.Spec{What: "ACL bootstrap reset file", MaxSize: 4 << 10})
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read the reset file: %w", err)
+		return 0, err
 	}
 	text := strings.TrimSpace(string(data))
 	n, err := strconv.ParseUint(text, 10, 64)

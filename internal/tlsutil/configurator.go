@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,9 +120,9 @@ func (c *Configurator) Certificate() *x509.Certificate { return c.state.Load().c
 
 // load reads and checks the three files.
 func (c *Configurator) load() (*tlsState, error) {
-	caPEM, err := os.ReadFile(c.cfg.CAFile)
+	caPEM, err := ReadPEMFile("tls.ca_file", c.cfg.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls.ca_file %s: %w", c.cfg.CAFile, unwrapPath(err))
+		return nil, err
 	}
 	cas, err := parseCertificates(caPEM)
 	if err != nil {
@@ -136,17 +135,17 @@ func (c *Configurator) load() (*tlsState, error) {
 		}
 		pool.AddCert(ca)
 	}
-	certPEM, err := os.ReadFile(c.cfg.CertFile)
+	certPEM, err := ReadPEMFile("tls.cert_file", c.cfg.CertFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls.cert_file %s: %w", c.cfg.CertFile, unwrapPath(err))
+		return nil, err
 	}
 	chain, err := parseCertificates(certPEM)
 	if err != nil {
 		return nil, fmt.Errorf("tls.cert_file %s: %w", c.cfg.CertFile, err)
 	}
-	keyPEM, err := os.ReadFile(c.cfg.KeyFile)
+	keyPEM, err := ReadPEMFile("tls.key_file", c.cfg.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls.key_file %s: %w", c.cfg.KeyFile, unwrapPath(err))
+		return nil, err
 	}
 	if _, err := parsePrivateKey(keyPEM); err != nil {
 		return nil, fmt.Errorf("tls.key_file %s: %w", c.cfg.KeyFile, err)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,11 +37,20 @@ func TestNewErrors(t *testing.T) {
 	garbage := filepath.Join(dir, "garbage.pem")
 	writeFile(t, garbage, []byte("not PEM at all"))
 	missing := filepath.Join(dir, "missing.pem")
+	fifo := filepath.Join(dir, "fifo.pem")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		cfg  Config
 		want string
 	}{
+		// A FIFO nobody writes to: an open without O_NONBLOCK would block.
+		{"ca_file a FIFO", Config{CAFile: fifo, CertFile: cert, KeyFile: key}, "tls.ca_file " + fifo + ": not a regular file (a FIFO)"},
+		{"cert_file a FIFO", Config{CAFile: ca.file, CertFile: fifo, KeyFile: key}, "tls.cert_file " + fifo + ": not a regular file (a FIFO)"},
+		{"key_file a FIFO", Config{CAFile: ca.file, CertFile: cert, KeyFile: fifo}, "tls.key_file " + fifo + ": not a regular file (a FIFO)"},
+		{"key_file a directory", Config{CAFile: ca.file, CertFile: cert, KeyFile: dir}, "tls.key_file " + dir + ": not a regular file (a directory)"},
 		{"no ca_file", Config{CertFile: cert, KeyFile: key}, "tls.ca_file: required"},
 		{"no cert_file", Config{CAFile: ca.file, KeyFile: key}, "tls.cert_file: required"},
 		{"no key_file", Config{CAFile: ca.file, CertFile: cert}, "tls.key_file: required"},
@@ -520,6 +530,24 @@ func TestReloadKeepsCertificatesOnError(t *testing.T) {
 				t.Errorf("served serial %s after a failed Reload, want %s", got, serial)
 			}
 		})
+	}
+	// A FIFO in the key's place fails the reload at once, naming it.
+	writeFile(t, ca.file, ca.certPEM)
+	writeFile(t, sc, goodCert)
+	if err := os.Remove(sk); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(sk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(); err == nil || !strings.Contains(err.Error(), "tls.key_file "+sk+": not a regular file (a FIFO)") {
+		t.Fatalf("Reload with a FIFO as key_file = %v", err)
+	}
+	if got := served(); got != serial {
+		t.Errorf("served serial %s after a failed Reload, want %s", got, serial)
+	}
+	if err := os.Remove(sk); err != nil {
+		t.Fatal(err)
 	}
 	writeFile(t, ca.file, ca.certPEM)
 	ca.issue(t, "server", RoleServer, 0)

@@ -1,11 +1,14 @@
 package tlsutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/csisupd/csisupd/internal/safefile"
 )
 
 // File modes of written certificates and keys.
@@ -13,6 +16,18 @@ const (
 	CertFileMode fs.FileMode = 0o644
 	KeyFileMode  fs.FileMode = 0o600
 )
+
+// MaxPEMFileSize caps a CA, certificate or key file: a bundle of a few
+// certificates is a few KiB.
+const MaxPEMFileSize = 1 << 20
+
+// ReadPEMFile reads a CA, certificate or key file (package safefile: a
+// regular file, or a symlink to one, read non-blocking, at most
+// MaxPEMFileSize bytes, within safefile.DefaultTimeout). Errors name the
+// file as what (the configuration key or flag) and path.
+func ReadPEMFile(what, path string) ([]byte, error) {
+	return safefile.Read(context.Background(), path, safefile.Spec{What: what, MaxSize: MaxPEMFileSize})
+}
 
 // File is one file for WriteFiles: a name in the directory, its contents
 // and its mode.

@@ -16,6 +16,10 @@
 // loop that blocks in a call without a deadline is a defect in itself:
 // the watchdog cannot tell a slow call from a hung one.
 //
+// A loop whose work has a hard deadline of its own (a configuration
+// reload) says so with Loop.Due(deadline) instead: it is stale as soon as
+// the deadline passes without a Beat, not a timeout later.
+//
 // Per-plugin supervisors are deliberately not loops: a plugin that hangs
 // bounds its own calls with deadlines and must never restart the agent.
 package watchdog
@@ -176,17 +180,14 @@ type Loop struct {
 	// busyUntil is the deadline of the call the loop is in (Busy); zero
 	// when it is not in one.
 	busyUntil time.Time
+	// dueBy is the deadline of the work the loop is in (Due); zero when
+	// it is not in any.
+	dueBy time.Time
 }
 
 // Beat records that the loop turned. It ends a busy spell (Busy).
 func (l *Loop) Beat() {
-	if l == nil {
-		return
-	}
-	now := l.m.cfg.Now()
-	l.mu.Lock()
-	l.last, l.busyUntil = now, time.Time{}
-	l.mu.Unlock()
+	l.turn(time.Time{}, time.Time{})
 }
 
 // Busy records that the loop turned and is about to block in a call whose
@@ -196,13 +197,35 @@ func (l *Loop) Beat() {
 // (that of its context, in real time, whatever clock Config.Now is), not
 // a guess: a call that overruns it is what the watchdog must see.
 func (l *Loop) Busy(until time.Time) {
+	l.turn(until, time.Time{})
+}
+
+// Due records that the loop turned and is about to run work that must end
+// by deadline: the loop counts as beating until then, and as stale from
+// the moment deadline passes until its next Beat, which ends the work.
+// Where Busy gives a call its deadline plus the timeout, Due is for work
+// whose deadline is itself the bound the watchdog enforces. Pass the
+// deadline in real time, as for Busy.
+func (l *Loop) Due(deadline time.Time) {
+	l.turn(time.Time{}, deadline)
+}
+
+// turn records a turn of the loop, busy until busyUntil and with work due
+// by dueBy, each a real-time deadline or zero for none. The deadlines are
+// moved to the monitor's clock by the real time left until them.
+func (l *Loop) turn(busyUntil, dueBy time.Time) {
 	if l == nil {
 		return
 	}
 	now := l.m.cfg.Now()
-	left := time.Until(until)
+	onClock := func(deadline time.Time) time.Time {
+		if deadline.IsZero() {
+			return time.Time{}
+		}
+		return now.Add(time.Until(deadline))
+	}
 	l.mu.Lock()
-	l.last, l.busyUntil = now, now.Add(left)
+	l.last, l.busyUntil, l.dueBy = now, onClock(busyUntil), onClock(dueBy)
 	l.mu.Unlock()
 }
 
@@ -251,10 +274,17 @@ func (l *Loop) Done() {
 
 // age is how long before now the loop last counted as beating: at its
 // last Beat, or, while it is busy, at now until the call's deadline and
-// at the deadline after it.
+// at the deadline after it. Past the deadline of its work (Due) it is
+// the timeout plus the overrun, so that the loop is stale at once.
 func (l *Loop) age(now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.dueBy.IsZero() {
+		if now.After(l.dueBy) {
+			return l.m.cfg.Timeout + now.Sub(l.dueBy)
+		}
+		return 0
+	}
 	last := l.last
 	switch {
 	case !l.busyUntil.After(last):

@@ -202,32 +202,28 @@ func TestWaitBeatsWhileWaiting(t *testing.T) {
 	}
 }
 
-// A loop busy in a call with a deadline counts as beating until that
-// deadline: it is stale only once the deadline plus the timeout passed,
-// and its next beat ends the busy spell. The beat age it reports counts
-// from the deadline.
-func TestBusyUntilDeadline(t *testing.T) {
-	const timeout = 10 * time.Second
-	type step struct {
-		advance time.Duration
-		busy    time.Duration // not 0: Busy(now + busy)
-		beat    bool
-	}
-	cases := []struct {
-		name    string
-		steps   []step
-		stale   bool
-		wantAge time.Duration
-	}{
-		{"before the deadline, past the timeout", []step{{busy: time.Minute}, {advance: 30 * time.Second}}, false, 0},
-		{"at the deadline", []step{{busy: time.Minute}, {advance: time.Minute}}, false, 0},
-		{"within the timeout after the deadline", []step{{busy: time.Minute}, {advance: time.Minute + timeout - time.Second}}, false, timeout - time.Second},
-		{"past deadline plus the timeout", []step{{busy: time.Minute}, {advance: time.Minute + timeout + time.Second}}, true, timeout + time.Second},
-		{"a beat ends the busy spell", []step{{busy: time.Minute}, {advance: time.Second, beat: true}, {advance: timeout + time.Second}}, true, timeout + time.Second},
-		{"busy again after a beat", []step{{busy: time.Minute}, {advance: time.Second, beat: true}, {busy: time.Minute}, {advance: 30 * time.Second}}, false, 0},
-		{"a deadline already past is a beat", []step{{busy: -time.Second}, {advance: timeout + time.Second}}, true, timeout + time.Second},
-		{"a short deadline, then the timeout", []step{{busy: time.Second}, {advance: time.Second + timeout - time.Second/2}}, false, timeout - time.Second/2},
-	}
+// deadlineStep is one step of a deadline test: the monitor's clock
+// advances, then the loop beats, goes busy until now+busy or takes work
+// due by now+due, as set.
+type deadlineStep struct {
+	advance time.Duration
+	busy    time.Duration // not 0: Busy(now + busy)
+	due     time.Duration // not 0: Due(now + due)
+	beat    bool
+}
+
+// deadlineCase is a deadline test: the steps, then whether the loop is
+// stale and the beat age it reports.
+type deadlineCase struct {
+	name    string
+	steps   []deadlineStep
+	stale   bool
+	wantAge time.Duration
+}
+
+// runDeadlineCases runs each case on a new monitor of timeout.
+func runDeadlineCases(t *testing.T, timeout time.Duration, cases []deadlineCase) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testutil.NewClock(time.Unix(1000, 0))
@@ -243,14 +239,17 @@ func TestBusyUntilDeadline(t *testing.T) {
 				if s.beat {
 					l.Beat()
 				}
+				// A deadline is real time; the monitor measures it on its
+				// own clock from the moment of the call.
 				if s.busy != 0 {
-					// A deadline is real time; the monitor measures it on
-					// its own clock from the moment of the call.
 					l.Busy(time.Now().Add(s.busy))
 				}
+				if s.due != 0 {
+					l.Due(time.Now().Add(s.due))
+				}
 			}
-			if got := len(m.Stale()) > 0; got != tc.stale {
-				t.Errorf("stale = %v, want %v (Stale() = %v)", got, tc.stale, m.Stale())
+			if stale := m.Stale(); (len(stale) > 0) != tc.stale || (tc.stale && stale[0] != "caller") {
+				t.Errorf("Stale() = %v, want stale %v", stale, tc.stale)
 			}
 			// The real time that passed during the test moves the deadline
 			// by as much; far less than the tolerance.
@@ -260,8 +259,44 @@ func TestBusyUntilDeadline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A loop busy in a call with a deadline counts as beating until that
+// deadline: it is stale only once the deadline plus the timeout passed,
+// and its next beat ends the busy spell. The beat age it reports counts
+// from the deadline.
+func TestBusyUntilDeadline(t *testing.T) {
+	const timeout = 10 * time.Second
+	runDeadlineCases(t, timeout, []deadlineCase{
+		{"before the deadline, past the timeout", []deadlineStep{{busy: time.Minute}, {advance: 30 * time.Second}}, false, 0},
+		{"at the deadline", []deadlineStep{{busy: time.Minute}, {advance: time.Minute}}, false, 0},
+		{"within the timeout after the deadline", []deadlineStep{{busy: time.Minute}, {advance: time.Minute + timeout - time.Second}}, false, timeout - time.Second},
+		{"past deadline plus the timeout", []deadlineStep{{busy: time.Minute}, {advance: time.Minute + timeout + time.Second}}, true, timeout + time.Second},
+		{"a beat ends the busy spell", []deadlineStep{{busy: time.Minute}, {advance: time.Second, beat: true}, {advance: timeout + time.Second}}, true, timeout + time.Second},
+		{"busy again after a beat", []deadlineStep{{busy: time.Minute}, {advance: time.Second, beat: true}, {busy: time.Minute}, {advance: 30 * time.Second}}, false, 0},
+		{"a deadline already past is a beat", []deadlineStep{{busy: -time.Second}, {advance: timeout + time.Second}}, true, timeout + time.Second},
+		{"a short deadline, then the timeout", []deadlineStep{{busy: time.Second}, {advance: time.Second + timeout - time.Second/2}}, false, timeout - time.Second/2},
+	})
 	var nilLoop *Loop
 	nilLoop.Busy(time.Now()) // does nothing
+}
+
+// A loop in work with a deadline (Due) counts as beating until the
+// deadline and is stale as soon as it passes, not a timeout later; its
+// next beat, or a Busy call, ends the work. The beat age it reports past
+// the deadline is the timeout plus the overrun.
+func TestDueStaleAtTheDeadline(t *testing.T) {
+	const timeout = 10 * time.Second
+	runDeadlineCases(t, timeout, []deadlineCase{
+		{"before the deadline, past the timeout", []deadlineStep{{due: time.Minute}, {advance: 50 * time.Second}}, false, 0},
+		{"past the deadline", []deadlineStep{{due: time.Minute}, {advance: time.Minute + time.Second}}, true, timeout + time.Second},
+		{"a deadline shorter than the timeout", []deadlineStep{{due: time.Second}, {advance: 2 * time.Second}}, true, timeout + time.Second},
+		{"a beat ends the work", []deadlineStep{{due: time.Second}, {advance: time.Second / 2, beat: true}, {advance: 5 * time.Second}}, false, 5 * time.Second},
+		{"Busy ends the work", []deadlineStep{{due: time.Second}, {advance: time.Second / 2, busy: time.Minute}, {advance: 5 * time.Second}}, false, 0},
+		{"Due again after a beat", []deadlineStep{{due: time.Second}, {advance: time.Second / 2, beat: true}, {due: time.Minute}, {advance: 30 * time.Second}}, false, 0},
+	})
+	var nilLoop *Loop
+	nilLoop.Due(time.Now()) // does nothing
 }
 
 func TestPingIntervalIsAThirdOfTheTimeout(t *testing.T) {

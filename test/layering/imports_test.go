@@ -27,22 +27,22 @@ var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
 		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
-		"internal/kubeletreg", "internal/secrets"}
+		"internal/kubeletreg", "internal/secrets", "internal/safefile"}
 	middle = []string{"internal/registry", "internal/volumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
-	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/testplugin", "internal/tlsutil", "internal/volspec"}, // testplugin: the --dev demo plugin
-	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),                           // raftnode: a stopped server's raft state, for the offline operator commands
+	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/safefile", "internal/testplugin", "internal/tlsutil", "internal/volspec"}, // testplugin: the --dev demo plugin
+	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),                                                // raftnode: a stopped server's raft state, for the offline operator commands
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog", "internal/kubeletreg"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
-	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/safefile", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	// statepb is the servers' storage format; it imports the API only to
 	// convert to and from it (its .proto files import no csisupd file).
 	"internal/server/statepb": {api},
-	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/watchdog"},
+	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/safefile", "internal/watchdog"},
 	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
 	"internal/volumes":        {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog", "internal/volreq"},
 
@@ -55,7 +55,7 @@ var allowed = map[string][]string{
 	"internal/server/state":    {"internal/acl", "internal/plugin", "internal/server/statepb"},
 	"internal/server/claims":   {api, "internal/plugin", "internal/server/state", "internal/server/statepb"},
 	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
-	"internal/server/raftnode": {api, "internal/retry", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server/raftnode": {api, "internal/retry", "internal/safefile", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
 
 	"internal/plugin":      {api, "internal/stream"},
@@ -69,10 +69,14 @@ var allowed = map[string][]string{
 	// type and capabilities by the plugin model's names (plugin); the
 	// fields CSI marks secret, which it redacts, are named by secrets.
 	"internal/csiclient": {api, "internal/plugin", "internal/retry", "internal/secrets"},
-	"internal/config":    {"internal/retry"},
-	// secrets reads a plugin's secrets file and merges it into CSI
-	// requests by their csi_secret fields: protobuf reflection only.
-	"internal/secrets": {},
+	"internal/config":    {"internal/retry", "internal/safefile"},
+	// secrets reads a plugin's secrets file (through safefile) and merges
+	// it into CSI requests by their csi_secret fields: protobuf reflection
+	// only.
+	"internal/secrets": {"internal/safefile"},
+	// safefile reads the files the agent and the CLI are given, so that
+	// none can wedge them: the standard library only.
+	"internal/safefile": {},
 	// kubeletreg is kubelet's side of the plugin registration protocol:
 	// it checks a registrar's answer by the plugin id rule (config) and
 	// the socket path limit (csiclient).
@@ -84,7 +88,7 @@ var allowed = map[string][]string{
 	// API's requests out.
 	"internal/volspec":  {api},
 	"internal/acl":      {api},
-	"internal/tlsutil":  {},
+	"internal/tlsutil":  {"internal/safefile"},
 	"internal/keylock":  {},
 	"internal/watchdog": {},
 	api:                 {},

@@ -2,10 +2,10 @@ package raftnode
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -19,6 +19,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/csisupd/csisupd/internal/safefile"
 	"github.com/csisupd/csisupd/internal/server/fsm"
 )
 
@@ -58,17 +59,11 @@ type RecoveryPeer struct {
 // selfID advertising selfAddr. Every error names the file and, when one
 // entry is at fault, the entry.
 func readPeersFile(path, selfID, selfAddr string) (raft.Configuration, error) {
-	f, err := os.Open(path)
+	// A FIFO there would block the server's start in its open: safefile
+	// refuses it, naming it.
+	data, err := safefile.Read(context.Background(), path, safefile.Spec{What: "server: peers file", MaxSize: maxPeersFileSize})
 	if err != nil {
-		return raft.Configuration{}, fmt.Errorf("server: read %s: %w", path, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxPeersFileSize+1))
-	if err != nil {
-		return raft.Configuration{}, fmt.Errorf("server: read %s: %w", path, err)
-	}
-	if len(data) > maxPeersFileSize {
-		return raft.Configuration{}, fmt.Errorf("server: %s is larger than %d bytes", path, maxPeersFileSize)
+		return raft.Configuration{}, err
 	}
 	peers, err := parsePeers(data)
 	if err != nil {
