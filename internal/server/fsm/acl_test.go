@@ -388,3 +388,45 @@ func TestRestoreKeepsPolicyItNoLongerParses(t *testing.T) {
 		}
 	}
 }
+
+// TestFSMNodeIdentityTokens stores tokens with a node identity: a client
+// token needs no policy with one, a management token takes none, and the
+// identity resolves to node:write bound to its node.
+func TestFSMNodeIdentityTokens(t *testing.T) {
+	f, err := newFSM(testEvents(t, 16, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, nodeSecret := newToken(t, acl.TypeClient)
+	node.NodeIdentity = "node-1"
+	both, bothSecret := newToken(t, acl.TypeClient, "vols")
+	both.NodeIdentity = "node-2"
+	mgmt, _ := newToken(t, acl.TypeManagement)
+	mgmt.NodeIdentity = "node-1"
+	long, _ := newToken(t, acl.TypeClient)
+	long.NodeIdentity = strings.Repeat("n", state.MaxACLNodeIdentity+1)
+
+	res := applyAll(t, f, policyUpsert("vols", `volume { policy = "read" }`),
+		tokenUpsert(node), tokenUpsert(both), tokenUpsert(mgmt), tokenUpsert(long))
+	wantErr := []string{"", "", "", "takes no node identity", "node identity is 254 bytes"}
+	for i, w := range wantErr {
+		switch {
+		case w == "" && res[i].Err != nil:
+			t.Errorf("entry %d: %v", i, res[i].Err)
+		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
+			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
+		}
+	}
+	nodeWrite := acl.Capability{Resource: acl.ResourceNode, Level: acl.LevelWrite}
+	volRead := acl.Capability{Resource: acl.ResourceVolume, Level: acl.LevelRead}
+	a, tok, _, err := f.State().ResolveToken(nodeSecret)
+	if err != nil || tok.GetNodeIdentity() != "node-1" || a.NodeIdentity() != "node-1" || !a.Allows(nodeWrite) || a.Allows(volRead) {
+		t.Fatalf("node identity alone: identity %q/%q, node:write %v, volume:read %v, %v",
+			tok.GetNodeIdentity(), a.NodeIdentity(), a.Allows(nodeWrite), a.Allows(volRead), err)
+	}
+	a, _, _, err = f.State().ResolveToken(bothSecret)
+	if err != nil || a.NodeIdentity() != "node-2" || !a.Allows(nodeWrite) || !a.Allows(volRead) {
+		t.Fatalf("node identity with a policy: identity %q, node:write %v, volume:read %v, %v",
+			a.NodeIdentity(), a.Allows(nodeWrite), a.Allows(volRead), err)
+	}
+}
