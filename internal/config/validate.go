@@ -189,6 +189,9 @@ func (c *Config) Validate() error {
 	if t.Enabled() && t.CAFile == "" {
 		v.add("tls.ca_file", "is required with tls.cert_file: peers are verified against it, and roles come from the certificates it signed")
 	}
+	if t.VerifyNodeName && (!t.Enabled() || !t.VerifyIncoming) {
+		v.add("tls.verify_node_name", "needs TLS with tls.verify_incoming = true: a node's name is read from the client certificate every caller must present")
+	}
 	if !validRegion(c.Region) {
 		v.add("region", "%q is not a region name: use 1 to 63 lower-case letters, digits and dashes, starting with a letter or digit", c.Region)
 	}
