@@ -34,10 +34,12 @@ type echoCluster struct {
 }
 
 func (echoCluster) NodeHeartbeat(ctx context.Context, _ *csisupdv1.NodeHeartbeatRequest) (*csisupdv1.NodeHeartbeatResponse, error) {
-	if err := grpc.SetHeader(ctx, metadata.Pairs(callerHeader, acl.CallerNodeFromContext(ctx).String())); err != nil {
-		return nil, err
-	}
-	return &csisupdv1.NodeHeartbeatResponse{}, nil
+	return &csisupdv1.NodeHeartbeatResponse{}, grpc.SetHeader(ctx, callerMD(ctx))
+}
+
+// callerMD is the header that shows the CallerNode of ctx.
+func callerMD(ctx context.Context) metadata.MD {
+	return metadata.Pairs(callerHeader, acl.CallerNodeFromContext(ctx).String())
 }
 
 // echoAgent answers Status, and the stream WatchEvents, the same way.
@@ -46,14 +48,11 @@ type echoAgent struct {
 }
 
 func (echoAgent) Status(ctx context.Context, _ *csisupdv1.StatusRequest) (*csisupdv1.StatusResponse, error) {
-	if err := grpc.SetHeader(ctx, metadata.Pairs(callerHeader, acl.CallerNodeFromContext(ctx).String())); err != nil {
-		return nil, err
-	}
-	return &csisupdv1.StatusResponse{}, nil
+	return &csisupdv1.StatusResponse{}, grpc.SetHeader(ctx, callerMD(ctx))
 }
 
 func (echoAgent) WatchEvents(_ *csisupdv1.WatchEventsRequest, s grpc.ServerStreamingServer[csisupdv1.Event]) error {
-	return s.SendHeader(metadata.Pairs(callerHeader, acl.CallerNodeFromContext(s.Context()).String()))
+	return s.SendHeader(callerMD(s.Context()))
 }
 
 // nodePKI is a CA, a server certificate in files, and certificates of

@@ -60,6 +60,20 @@ func at(sec int64, e *statepb.LogEntry) *statepb.LogEntry {
 	return e
 }
 
+// checkErrors fails t unless each result has the error wanted of it: none
+// for "", else one containing the text.
+func checkErrors(t *testing.T, res []Result, wantErr []string) {
+	t.Helper()
+	for i, w := range wantErr {
+		switch {
+		case w == "" && res[i].Err != nil:
+			t.Errorf("entry %d: %v", i, res[i].Err)
+		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
+			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
+		}
+	}
+}
+
 func TestFSMACLPolicies(t *testing.T) {
 	events := testEvents(t, 16, 8)
 	f, err := newFSM(events)
@@ -78,14 +92,7 @@ func TestFSMACLPolicies(t *testing.T) {
 		policyUpsert("anonymous", `plugin { policy = "read" }`),
 	)
 	wantErr := []string{"", "", `policy name "bad name"`, `policy broken:2: volume.policy: unknown level "admin"`, "at most 65536", "not found", "", "", ""}
-	for i, w := range wantErr {
-		switch {
-		case w == "" && res[i].Err != nil:
-			t.Errorf("entry %d: %v", i, res[i].Err)
-		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
-			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
-		}
-	}
+	checkErrors(t, res, wantErr)
 	if !errors.Is(res[5].Err, state.ErrNotFound) {
 		t.Errorf("delete of a missing policy: %v, want state.ErrNotFound", res[5].Err)
 	}
@@ -142,14 +149,7 @@ func TestFSMACLTokens(t *testing.T) {
 	)
 	wantErr := []string{"", "", "secret hash is 5 bytes", `type "root"`, "takes no policies", "at least one policy",
 		"its secret belongs to another token", "accessor id", "not found", ""}
-	for i, w := range wantErr {
-		switch {
-		case w == "" && res[i].Err != nil:
-			t.Errorf("entry %d: %v", i, res[i].Err)
-		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
-			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
-		}
-	}
+	checkErrors(t, res, wantErr)
 	st := f.State()
 	if got := st.ACLTokenBySecret(clientSecret); got.GetAccessorId() != client.AccessorId || got.GetName() != "renamed" {
 		t.Fatalf("by secret: %v", got)
@@ -409,14 +409,7 @@ func TestFSMNodeIdentityTokens(t *testing.T) {
 	res := applyAll(t, f, policyUpsert("vols", `volume { policy = "read" }`),
 		tokenUpsert(node), tokenUpsert(both), tokenUpsert(mgmt), tokenUpsert(long))
 	wantErr := []string{"", "", "", "takes no node identity", "node identity is 254 bytes"}
-	for i, w := range wantErr {
-		switch {
-		case w == "" && res[i].Err != nil:
-			t.Errorf("entry %d: %v", i, res[i].Err)
-		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
-			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
-		}
-	}
+	checkErrors(t, res, wantErr)
 	nodeWrite := acl.Capability{Resource: acl.ResourceNode, Level: acl.LevelWrite}
 	volRead := acl.Capability{Resource: acl.ResourceVolume, Level: acl.LevelRead}
 	a, tok, _, err := f.State().ResolveToken(nodeSecret)
