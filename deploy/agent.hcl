@@ -71,13 +71,17 @@ tls {
   verify_incoming        = true   # callers need a certificate from the CA (the CLI: a --cli one)
   verify_outgoing        = true
   verify_server_hostname = true   # a server must prove the server role
+  # With one certificate per node (`csisupd tls cert create --client --node NAME`):
+  # servers refuse node calls whose certificate names another node.
+  # verify_node_name     = true
 }
 # region = "global"               # part of the role names in the certificates
 
 # ACLs: every API call needs a token that allows it. Bootstrap once with `csisupd acl bootstrap`.
 acl {
   enabled = true
-  # The agent's own token (a policy with node = write), here or, better, as
+  # The agent's own token (`csisupd acl token create --node-identity NAME`, NAME this
+  # node's name; or a policy with node = write), here or, better, as
   # CSISUPD_AGENT_TOKEN in /etc/csisupd.d/csisupd.env (mode 0600):
   # tokens { agent = "..." }
 }

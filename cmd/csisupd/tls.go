@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
@@ -97,12 +98,13 @@ type certCreateFlags struct {
 	caFile, keyFile     string
 	dnsNames, ips       []string
 	dir                 string
+	node                string
 }
 
 func newTLSCertCreateCommand() *cobra.Command {
 	var fl certCreateFlags
 	cmd := &cobra.Command{
-		Use:   "create --server|--client|--cli",
+		Use:   "create --server|--client [--node NAME]|--cli",
 		Short: "Create a certificate and key for a server, a node agent or an operator",
 		Long: "Create a certificate and key of one role, signed by the CA, in --dir:\n" +
 			"<region>-<role>-csisupd-<n>.pem and <region>-<role>-csisupd-<n>-key.pem (mode 0600), n the\n" +
@@ -111,7 +113,11 @@ func newTLSCertCreateCommand() *cobra.Command {
 			"localhost and 127.0.0.1 and serve both ends of a connection; CLI certificates carry\n" +
 			"cli.<region>.csisupd and localhost and authenticate clients only. --additional-dnsname and\n" +
 			"--additional-ipaddress add names. --ca and --key default to " + caCertFileName + " and\n" +
-			caKeyFileName + " in --dir.",
+			caKeyFileName + " in --dir.\n\n" +
+			"--client --node NAME makes the certificate of node NAME: it names the node in a URI SAN,\n" +
+			"csisupd://<region>/node/NAME. Servers with tls.verify_node_name = true refuse the node\n" +
+			"calls of a client certificate that names another node, or none; an agent with it refuses\n" +
+			"to start with a certificate naming another node than its name. Make one per node.",
 		Args: rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runCertCreate(cmd.OutOrStdout(), fl)
@@ -128,6 +134,7 @@ func newTLSCertCreateCommand() *cobra.Command {
 	f.StringSliceVar(&fl.dnsNames, "additional-dnsname", nil, "another DNS name of the certificate (repeatable)")
 	f.StringSliceVar(&fl.ips, "additional-ipaddress", nil, "another IP address of the certificate (repeatable)")
 	f.StringVar(&fl.dir, "dir", ".", "directory to write the files to")
+	f.StringVar(&fl.node, "node", "", "with --client: the name of the node the certificate is for")
 	return cmd
 }
 
@@ -145,6 +152,14 @@ func runCertCreate(w io.Writer, fl certCreateFlags) error {
 		return usageError{fmt.Errorf("exactly one of --server, --client and --cli is required (got %d)", len(roles))}
 	}
 	role := roles[0]
+	if fl.node != "" {
+		if role != tlsutil.RoleClient {
+			return usageError{fmt.Errorf("--node %q: only a --client certificate names a node", fl.node)}
+		}
+		if err := config.CheckNodeName(fl.node); err != nil {
+			return usageError{fmt.Errorf("--node %w", err)}
+		}
+	}
 	if err := tlsutil.CheckRegion(fl.region); err != nil || fl.region == "" {
 		return usageError{fmt.Errorf("--region %q: must be one DNS label (letters, digits and inner hyphens)", fl.region)}
 	}
@@ -181,7 +196,7 @@ func runCertCreate(w io.Writer, fl certCreateFlags) error {
 	}
 	certPEM, keyPEM, err := tlsutil.GenerateCert(tlsutil.CertOptions{
 		CACertPEM: caPEM, CAKeyPEM: caKeyPEM, Role: role, Region: fl.region, Days: fl.days,
-		DNSNames: fl.dnsNames, IPAddresses: ips,
+		DNSNames: fl.dnsNames, IPAddresses: ips, NodeName: fl.node,
 	})
 	if err != nil {
 		return fmt.Errorf("with the CA %s and %s: %w", caFile, keyFile, err)

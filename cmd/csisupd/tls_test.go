@@ -250,6 +250,9 @@ func TestTLSUsageErrors(t *testing.T) {
 		{"days not a number", append(slices.Clone(cert), "--cli", "--days", "many"), "--days"},
 		{"unknown flag", append(slices.Clone(cert), "--cli", "--wildcard"), "--wildcard"},
 		{"argument", append(slices.Clone(cert), "--cli", "extra"), "received 1"},
+		{"node of a server", append(slices.Clone(cert), "--server", "--node", "node-1"), `--node "node-1": only a --client certificate names a node`},
+		{"node of a cli", append(slices.Clone(cert), "--cli", "--node", "node-1"), `--node "node-1": only a --client certificate names a node`},
+		{"bad node name", append(slices.Clone(cert), "--client", "--node", "node/1"), `--node "node/1" must start with a letter or digit`},
 		{"ca negative days", []string{"tls", "ca", "create", "--dir", dir, "--days", "-1"}, "--days -1"},
 		{"ca empty domain", []string{"tls", "ca", "create", "--dir", dir, "--domain", ""}, "--domain"},
 	}
@@ -273,6 +276,41 @@ func TestTLSUsageErrors(t *testing.T) {
 	_, err := execute(t, append(slices.Clone(cert), "--server", "--additional-dnsname", "db.example.com")...)
 	if err == nil || errors.As(err, new(usageError)) || !strings.Contains(err.Error(), "not permitted") {
 		t.Errorf("a name outside the CA's constraints = %v", err)
+	}
+}
+
+// --client --node puts the node's name in the certificate, where tlsutil
+// reads it back; a certificate without --node names none.
+func TestTLSCertCreateNode(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := execute(t, "tls", "ca", "create", "--dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args     []string
+		file     string
+		wantURIs string
+		wantNode string
+	}{
+		{[]string{"--client", "--node", "node-1"}, "global-client-csisupd-0", "csisupd://global/node/node-1", "node-1"},
+		{[]string{"--client", "--node", "rack_2.node-7", "--region", "eu"}, "eu-client-csisupd-0", "csisupd://eu/node/rack_2.node-7", "rack_2.node-7"},
+		{[]string{"--client"}, "global-client-csisupd-1", "", ""},
+	} {
+		if _, err := execute(t, append([]string{"tls", "cert", "create", "--dir", dir}, tt.args...)...); err != nil {
+			t.Fatal(err)
+		}
+		c := readCert(t, filepath.Join(dir, tt.file+".pem"))
+		var uris []string
+		for _, u := range c.URIs {
+			uris = append(uris, u.String())
+		}
+		if strings.Join(uris, ",") != tt.wantURIs {
+			t.Errorf("%v: URI SANs %v, want %q", tt.args, uris, tt.wantURIs)
+		}
+		region := strings.SplitN(c.DNSNames[0], ".", 3)[1]
+		if got, err := tlsutil.CertNodeName(c, region); err != nil || got != tt.wantNode {
+			t.Errorf("%v: CertNodeName = %q, %v; want %q", tt.args, got, err, tt.wantNode)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package acl
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 )
 
@@ -110,6 +111,8 @@ func (c Capability) valid() bool {
 type ACL struct {
 	management bool
 	levels     map[Resource]Level
+	// nodeIdentity is the node a token made with a node identity acts as.
+	nodeIdentity string
 }
 
 // Compile merges the rules of policies into one ACL. Per resource, an
@@ -133,6 +136,39 @@ func Compile(policies ...*Policy) *ACL {
 		}
 	}
 	return &ACL{levels: levels}
+}
+
+// WithNodeIdentity returns a copy of a for a token with the node identity
+// name (acl token create --node-identity), as Consul's node identities
+// are: it allows node:write (what an agent needs for its Cluster calls)
+// besides a's rules, and binds the token to node name (NodeIdentity). An
+// explicit node deny of a's policies still wins. An empty name returns a
+// unchanged; a nil a is DenyAll.
+func (a *ACL) WithNodeIdentity(name string) *ACL {
+	if a == nil {
+		a = DenyAll()
+	}
+	if name == "" {
+		return a
+	}
+	levels := maps.Clone(a.levels)
+	if levels == nil {
+		levels = map[Resource]Level{}
+	}
+	if levels[ResourceNode] != LevelDeny {
+		levels[ResourceNode] = LevelWrite
+	}
+	return &ACL{management: a.management, levels: levels, nodeIdentity: name}
+}
+
+// NodeIdentity returns the node the token is bound to, "" for a token
+// without a node identity: the servers let such a token act as that node
+// only (CallerNode).
+func (a *ACL) NodeIdentity() string {
+	if a == nil {
+		return ""
+	}
+	return a.nodeIdentity
 }
 
 // Management returns the ACL of a management token: it allows everything.

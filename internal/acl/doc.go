@@ -29,6 +29,22 @@
 // Requests without a token get the rules of the policy named
 // AnonymousPolicy, or nothing when there is no such policy.
 //
+// # Node identities
+//
+// A client token may carry a node identity (acl token create
+// --node-identity NAME), as Consul's node identities do: ACL.WithNodeIdentity
+// adds node:write to its rules, with no policy needed, and NodeIdentity
+// names the node. Which node a caller may act as is a CallerNode: the
+// bindings of its token's node identity and, with tls.verify_node_name,
+// of the node its client certificate names. Bindings only narrow: Check
+// allows a node only when every binding names it, and an unbound caller
+// any node (the node secret, checked by the servers, still applies). The
+// gRPC interceptor puts the CallerNode into each handler's context
+// (WithCallerNode); a server forwarding a call passes it on in the
+// metadata key CallerNodeMetadataKey (AppendCallerNode,
+// CallerNodeFromIncoming), which is safe to read from any peer because it
+// can only narrow. Rule.Node marks the methods the servers check it for.
+//
 // # Method rules
 //
 // RuleFor returns what a gRPC method requires: which caller roles (Peers,
@@ -62,7 +78,10 @@
 //	                            NodeHeartbeat, ResolveToken,
 //	                            NodeClaims, NodeVolumeHealth          node:write (servers and clients;
 //	                                                                  server identity passes; agents
-//	                                                                  present their own agent token)
+//	                                                                  present their own agent token;
+//	                                                                  Node: for the caller's own node,
+//	                                                                  and with tls.verify_node_name a
+//	                                                                  client certificate must name it)
 //	Control                     ListPlugins, GetPlugin, GetPluginDrain,
 //	                            GetPluginCapacity                     plugin:read
 //	                            ListNodes, GetNode, WatchEvents       node:read

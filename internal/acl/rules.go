@@ -95,6 +95,11 @@ type Rule struct {
 	// certificate) pass without a token: servers forwarding to the leader,
 	// servers calling agents. Servers never use a user's token.
 	ServerIdentity bool
+	// Node marks the Cluster methods agents call for their own node. With
+	// tls.verify_node_name a client certificate calling one must name its
+	// node (tls cert create --client --node); the server's Cluster service
+	// checks the name against the node the call is for (CallerNode).
+	Node bool
 }
 
 // Validate reports what is inconsistent in r: no peers, an unknown token
@@ -186,8 +191,13 @@ func agentRule(r Resource, l Level) Rule { return needs(PeersAny, r, l) }
 // another node.
 func csiRule(l Level) Rule { return needs(PeerServer|PeerCLI, ResourceVolume, l) }
 
-// nodeRule is the rule of the Cluster methods agents call.
-func nodeRule() Rule { return needs(PeerServer|PeerClient, ResourceNode, LevelWrite) }
+// nodeRule is the rule of the Cluster methods agents call for their own
+// node.
+func nodeRule() Rule {
+	r := needs(PeerServer|PeerClient, ResourceNode, LevelWrite)
+	r.Node = true
+	return r
+}
 
 // controlRule is the rule of a Control method.
 func controlRule(r Resource, l Level) Rule { return needs(PeerServer|PeerCLI, r, l) }

@@ -94,25 +94,25 @@ func TestRuleTable(t *testing.T) {
 	}{
 		{HealthCheckMethod, Rule{Peers: PeersAny, Token: TokenNone}},
 		{HealthWatchMethod, Rule{Peers: PeersAny, Token: TokenNone}},
-		{csisupdv1.Agent_Status_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelRead), TokenCapability, true}},
-		{csisupdv1.Agent_WatchEvents_FullMethodName, Rule{PeersAny, cap(ResourcePlugin, LevelRead), TokenCapability, true}},
-		{csisupdv1.Agent_Monitor_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelRead), TokenCapability, true}},
-		{csisupdv1.Agent_Metrics_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelRead), TokenCapability, true}},
-		{csisupdv1.Agent_Config_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelRead), TokenCapability, true}},
-		{csisupdv1.Agent_Profile_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelWrite), TokenCapability, true}},
-		{csisupdv1.ClientCSI_ControllerGetCapacity_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelRead), TokenCapability, true}},
-		{csisupdv1.ClientCSI_ControllerDeleteSnapshot_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true}},
+		{csisupdv1.Agent_Status_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Agent_WatchEvents_FullMethodName, Rule{PeersAny, cap(ResourcePlugin, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Agent_Monitor_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Agent_Metrics_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Agent_Config_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Agent_Profile_FullMethodName, Rule{PeersAny, cap(ResourceAgent, LevelWrite), TokenCapability, true, false}},
+		{csisupdv1.ClientCSI_ControllerGetCapacity_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.ClientCSI_ControllerDeleteSnapshot_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true, false}},
 		{csisupdv1.Cluster_Join_FullMethodName, Rule{Peers: PeerServer, Token: TokenNone}},
-		{csisupdv1.Cluster_NodeHeartbeat_FullMethodName, Rule{PeerServer | PeerClient, cap(ResourceNode, LevelWrite), TokenCapability, true}},
-		{csisupdv1.Cluster_ResolveToken_FullMethodName, Rule{PeerServer | PeerClient, cap(ResourceNode, LevelWrite), TokenCapability, true}},
-		{csisupdv1.Control_WatchEvents_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceNode, LevelRead), TokenCapability, true}},
-		{csisupdv1.Control_SnapshotSave_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceOperator, LevelWrite), TokenCapability, true}},
+		{csisupdv1.Cluster_NodeHeartbeat_FullMethodName, Rule{PeerServer | PeerClient, cap(ResourceNode, LevelWrite), TokenCapability, true, true}},
+		{csisupdv1.Cluster_ResolveToken_FullMethodName, Rule{PeerServer | PeerClient, cap(ResourceNode, LevelWrite), TokenCapability, true, true}},
+		{csisupdv1.Control_WatchEvents_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceNode, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Control_SnapshotSave_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceOperator, LevelWrite), TokenCapability, true, false}},
 		{csisupdv1.Control_SnapshotRestore_FullMethodName, Rule{Peers: PeerServer | PeerCLI, Token: TokenManagement, ServerIdentity: true}},
-		{csisupdv1.Control_RaftPeers_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceOperator, LevelRead), TokenCapability, true}},
-		{csisupdv1.Control_ClaimVolume_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true}},
-		{csisupdv1.NodeVolumes_MountVolume_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true}},
-		{csisupdv1.NodeVolumes_ListMounts_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelRead), TokenCapability, true}},
-		{csisupdv1.Cluster_NodeClaims_FullMethodName, Rule{PeerServer | PeerClient, cap(ResourceNode, LevelWrite), TokenCapability, true}},
+		{csisupdv1.Control_RaftPeers_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceOperator, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Control_ClaimVolume_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true, false}},
+		{csisupdv1.NodeVolumes_MountVolume_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true, false}},
+		{csisupdv1.NodeVolumes_ListMounts_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Cluster_NodeClaims_FullMethodName, Rule{PeerServer | PeerClient, cap(ResourceNode, LevelWrite), TokenCapability, true, true}},
 		{csisupdv1.ACL_Bootstrap_FullMethodName, Rule{Peers: PeerServer | PeerCLI, Token: TokenNone, ServerIdentity: true}},
 		{csisupdv1.ACL_TokenSelf_FullMethodName, Rule{Peers: PeerServer | PeerCLI, Token: TokenAny, ServerIdentity: true}},
 		{csisupdv1.ACL_CreateToken_FullMethodName, Rule{Peers: PeerServer | PeerCLI, Token: TokenManagement, ServerIdentity: true}},
@@ -126,8 +126,12 @@ func TestRuleTable(t *testing.T) {
 		}
 	}
 	// Every ACL method but Bootstrap and TokenSelf needs management, and
-	// no client certificate may call ClientCSI, Control or ACL.
+	// no client certificate may call ClientCSI, Control or ACL. The node
+	// methods are exactly the Cluster methods client certificates call.
 	for m, r := range Rules() {
+		if want := strings.HasPrefix(m, "/csisupd.v1.Cluster/") && r.Peers&PeerClient != 0; r.Node != want {
+			t.Errorf("%s: Node is %v, want %v", m, r.Node, want)
+		}
 		if strings.HasPrefix(m, "/csisupd.v1.ACL/") && m != csisupdv1.ACL_Bootstrap_FullMethodName &&
 			m != csisupdv1.ACL_TokenSelf_FullMethodName && r.Token != TokenManagement {
 			t.Errorf("%s needs %s, want management", m, r.Token)
@@ -202,7 +206,7 @@ func TestRaisedRuleFor(t *testing.T) {
 			t.Errorf("%s %v: raised %v, want %v", tt.method, tt.req, ok, tt.raised)
 			continue
 		}
-		if want := (Rule{PeerServer | PeerCLI, Capability{ResourceOperator, LevelWrite}, TokenCapability, true}); ok && got != want {
+		if want := (Rule{PeerServer | PeerCLI, Capability{ResourceOperator, LevelWrite}, TokenCapability, true, false}); ok && got != want {
 			t.Errorf("%s %v: %+v, want %+v", tt.method, tt.req, got, want)
 		}
 		if ok {

@@ -15,10 +15,17 @@ import (
 	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
-// tlsConfig maps the tls block to the certificates' configuration.
+// tlsConfig maps the tls block to the certificates' configuration. With
+// verify_node_name the agent's own client certificate must name the
+// agent's node.
 func tlsConfig(cfg *config.Config) tlsutil.Config {
 	t := cfg.TLS
+	node := ""
+	if t.VerifyNodeName {
+		node = cfg.Name
+	}
 	return tlsutil.Config{
+		NodeName:             node,
 		CAFile:               t.CAFile,
 		CertFile:             t.CertFile,
 		KeyFile:              t.KeyFile,

@@ -102,11 +102,12 @@ func (a *Agent) setupGRPC(cfg *config.Config, resolver rpc.TokenResolver) (*grpc
 		opts = append(opts, grpc.Creds(credentials.NewTLS(a.tls.IncomingConfig())))
 	}
 	auth, err := rpc.NewAuthorizer(rpc.AuthConfig{
-		TLS:      a.tls != nil,
-		Region:   cfg.Region,
-		ACL:      cfg.ACL.Enabled,
-		Resolver: resolver,
-		Logger:   a.log.Named("auth"),
+		TLS:            a.tls != nil,
+		Region:         cfg.Region,
+		ACL:            cfg.ACL.Enabled,
+		Resolver:       resolver,
+		VerifyNodeName: a.tls != nil && cfg.TLS.VerifyNodeName,
+		Logger:         a.log.Named("auth"),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent: %w", err)

@@ -478,6 +478,12 @@ type TLSConfig struct {
 	// role name, so that a node's certificate cannot act as a server.
 	// Default true.
 	VerifyServerHostname bool
+	// VerifyNodeName makes servers refuse the node calls of a client
+	// certificate that does not name the node the call is for (tls cert
+	// create --client --node), and an agent refuse to start with a
+	// client certificate naming another node than its name. Needs TLS
+	// with verify_incoming. Default false.
+	VerifyNodeName bool
 }
 
 // ACLConfig configures ACL tokens.
@@ -719,6 +725,7 @@ func (c Config) String() string {
 	w(in, "verify_incoming", c.TLS.VerifyIncoming)
 	w(in, "verify_outgoing", c.TLS.VerifyOutgoing)
 	w(in, "verify_server_hostname", c.TLS.VerifyServerHostname)
+	w(in, "verify_node_name", c.TLS.VerifyNodeName)
 	b.WriteString("}\ntelemetry {\n")
 	w(in, "prometheus_metrics", c.Telemetry.PrometheusMetrics)
 	b.WriteString("}\nacl {\n")

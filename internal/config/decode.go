@@ -96,6 +96,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"verify_incoming":        &c.TLS.VerifyIncoming,
 			"verify_outgoing":        &c.TLS.VerifyOutgoing,
 			"verify_server_hostname": &c.TLS.VerifyServerHostname,
+			"verify_node_name":       &c.TLS.VerifyNodeName,
 		},
 		"acl": {
 			"enabled": &c.ACL.Enabled,

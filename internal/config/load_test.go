@@ -391,6 +391,21 @@ client {
 			},
 		},
 		{
+			name: "tls verify_node_name",
+			in: input{
+				files: map[string]string{"ca.pem": "pem", "cert.pem": "pem", "key.pem": "pem",
+					"a.hcl": "tls {\n  ca_file = \"ca.pem\"\n  cert_file = \"cert.pem\"\n  key_file = \"key.pem\"\n  verify_node_name = true\n}"},
+				paths: []string{"a.hcl"},
+			},
+			check: func(t *testing.T, c *Config) {
+				assertEqual(t, "tls.verify_node_name", c.TLS.VerifyNodeName, true)
+				assertEqual(t, "origin", c.Origin("tls.verify_node_name"), "a.hcl:5")
+				if !strings.Contains(c.String(), "  verify_node_name = true\n") {
+					t.Errorf("rendered config lacks verify_node_name:\n%s", c.String())
+				}
+			},
+		},
+		{
 			name: "lenient primitive conversions",
 			in: input{
 				files: map[string]string{"a.hcl": "ports { rpc = \"6000\" }\nlog_json = \"true\""},

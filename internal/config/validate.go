@@ -24,8 +24,8 @@ func (c *Config) Validate() error {
 
 	if c.Name == "" {
 		v.add("name", "required (the host name could not be read)")
-	} else if !validName(c.Name) {
-		v.add("name", "%q must start with a letter or digit and contain only letters, digits, '.', '_' and '-' (at most 253)", c.Name)
+	} else if err := CheckNodeName(c.Name); err != nil {
+		v.add("name", "%w", err)
 	}
 	switch {
 	case c.DataDir == "" && !c.Dev:
@@ -191,6 +191,9 @@ func (c *Config) Validate() error {
 	if t.Enabled() && t.CAFile == "" {
 		v.add("tls.ca_file", "is required with tls.cert_file: peers are verified against it, and roles come from the certificates it signed")
 	}
+	if t.VerifyNodeName && (!t.Enabled() || !t.VerifyIncoming) {
+		v.add("tls.verify_node_name", "needs TLS with tls.verify_incoming = true: a node's name is read from the client certificate every caller must present")
+	}
 	if !validRegion(c.Region) {
 		v.add("region", "%q is not a region name: use 1 to 63 lower-case letters, digits and dashes, starting with a letter or digit", c.Region)
 	}
@@ -344,21 +347,23 @@ func (v *validator) file(key, path string) {
 	}
 }
 
-// validName reports whether s is a valid node name: 1 to 253 letters,
-// digits, '.', '_' and '-', starting with a letter or digit.
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 253 {
-		return false
-	}
+// CheckNodeName checks the syntax of a node name (the name key, a token's
+// node identity, the node a certificate names): 1 to 253 letters, digits,
+// '.', '_' and '-', starting with a letter or digit.
+func CheckNodeName(s string) error {
+	ok := len(s) > 0 && len(s) <= 253
 	for i, r := range s {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
 		case i > 0 && (r == '.' || r == '_' || r == '-'):
 		default:
-			return false
+			ok = false
 		}
 	}
-	return true
+	if !ok {
+		return fmt.Errorf("%q must start with a letter or digit and contain only letters, digits, '.', '_' and '-' (at most 253)", s)
+	}
+	return nil
 }
 
 // validRegion reports whether r can be a label of a certificate's DNS

@@ -252,6 +252,11 @@ func TestTLS(t *testing.T) {
 			want: "tls.ca_file: is required with tls.cert_file: peers are verified against it, and roles come from the certificates it signed"},
 		{name: "directory as key", tls: TLSConfig{CertFile: cert, KeyFile: dir, CAFile: cert},
 			want: `tls.key_file: "` + dir + `" is not a regular file (a directory)`},
+		{name: "verify_node_name with verify_incoming", tls: TLSConfig{CertFile: cert, KeyFile: key, CAFile: cert, VerifyIncoming: true, VerifyNodeName: true}},
+		{name: "verify_node_name without verify_incoming", tls: TLSConfig{CertFile: cert, KeyFile: key, CAFile: cert, VerifyNodeName: true},
+			want: "tls.verify_node_name: needs TLS with tls.verify_incoming = true: a node's name is read from the client certificate every caller must present"},
+		{name: "verify_node_name without TLS", tls: TLSConfig{VerifyIncoming: true, VerifyNodeName: true},
+			want: "tls.verify_node_name: needs TLS with tls.verify_incoming = true: a node's name is read from the client certificate every caller must present"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 
@@ -41,6 +42,11 @@ type AuthConfig struct {
 	// ACL turns token checks on. Resolver is then required.
 	ACL      bool
 	Resolver TokenResolver
+	// VerifyNodeName (tls.verify_node_name; needs TLS) trusts the node
+	// name a client certificate carries (tlsutil.PeerNodeName): it binds
+	// the caller to that node, and a node method (acl.Rule.Node) called
+	// with a client certificate that names no node is refused.
+	VerifyNodeName bool
 	// Logger receives one debug line per refused call (never a token).
 	Logger hclog.Logger
 }
@@ -48,7 +54,12 @@ type AuthConfig struct {
 // Authorizer checks, for every call of the gRPC server it is installed on,
 // the rule of acl.RuleFor for the method: the caller's role, proven by its
 // certificate, and the capability its token grants. It is the one place
-// where access is decided; the services do not check again.
+// where access is decided; the services do not check again, except which
+// node a caller may act as: the Authorizer does not know node ids, so it
+// puts the caller's acl.CallerNode (its token's node identity, its
+// certificate's node name with VerifyNodeName, and the bindings a
+// forwarding server passed on) into the handler's context, and the
+// servers' Cluster service checks it against the node each call is for.
 type Authorizer struct {
 	cfg AuthConfig
 	log hclog.Logger
@@ -58,6 +69,9 @@ type Authorizer struct {
 func NewAuthorizer(cfg AuthConfig) (*Authorizer, error) {
 	if cfg.ACL && cfg.Resolver == nil {
 		return nil, errors.New("rpc: auth: ACLs are on but no token resolver is given")
+	}
+	if cfg.VerifyNodeName && !cfg.TLS {
+		return nil, errors.New("rpc: auth: verify_node_name needs TLS: node names are read from client certificates")
 	}
 	if cfg.Region == "" {
 		cfg.Region = tlsutil.DefaultRegion
@@ -78,41 +92,55 @@ func (a *Authorizer) ServerOptions() []grpc.ServerOption {
 }
 
 func (a *Authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := a.AuthorizeRequest(ctx, info.FullMethod, req); err != nil {
+	ctx, err := a.AuthorizeRequest(ctx, info.FullMethod, req)
+	if err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
 func (a *Authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := a.Authorize(ss.Context(), info.FullMethod); err != nil {
+	ctx, err := a.Authorize(ss.Context(), info.FullMethod)
+	if err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	return handler(srv, contextStream{ServerStream: ss, ctx: ctx})
 }
 
+// contextStream is a server stream whose handler sees ctx.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+// Context returns the context the Authorizer made for the handler.
+func (s contextStream) Context() context.Context { return s.ctx }
+
 // Authorize decides one call of fullMethod with the caller of ctx. It
-// returns nil, or a status error: PermissionDenied for a method without a
-// rule, a caller whose role may not call it, or a token that does not
+// returns the context for the method's handler, which carries the
+// caller's acl.CallerNode, or a status error: PermissionDenied for a
+// method without a rule, a caller whose role may not call it, a client
+// certificate that names no node where one must, or a token that does not
 // allow it; Unauthenticated for a missing or unknown token.
-func (a *Authorizer) Authorize(ctx context.Context, fullMethod string) error {
+func (a *Authorizer) Authorize(ctx context.Context, fullMethod string) (context.Context, error) {
 	return a.AuthorizeRequest(ctx, fullMethod, nil)
 }
 
 // AuthorizeRequest is Authorize for a call with request req, which may
 // need more than its method (acl.RaisedRuleFor): a forced release or
 // deregistration needs operator:write too.
-func (a *Authorizer) AuthorizeRequest(ctx context.Context, fullMethod string, req any) error {
+func (a *Authorizer) AuthorizeRequest(ctx context.Context, fullMethod string, req any) (context.Context, error) {
 	rule, ok := acl.RuleFor(fullMethod)
+	var bound acl.CallerNode
 	var err error
 	if !ok {
 		// Fail closed: a method added without a rule is never open.
 		err = status.Errorf(codes.PermissionDenied, "%s has no access rule", fullMethod)
 	} else {
-		err = a.authorize(ctx, fullMethod, rule)
+		bound, err = a.authorize(ctx, fullMethod, rule)
 	}
 	if raised, ok := acl.RaisedRuleFor(fullMethod, req); err == nil && ok {
-		err = a.authorize(ctx, fullMethod+" (forced)", raised)
+		_, err = a.authorize(ctx, fullMethod+" (forced)", raised)
 	}
 	if err != nil {
 		addr := "unknown"
@@ -120,75 +148,109 @@ func (a *Authorizer) AuthorizeRequest(ctx context.Context, fullMethod string, re
 			addr = p.Addr.String()
 		}
 		a.log.Debug("call refused", "method", fullMethod, "peer", addr, "error", err)
+		return ctx, err
 	}
-	return err
+	// What a forwarding server passed on can only narrow what the caller's
+	// own credentials allow, so it is read from any peer.
+	return acl.WithCallerNode(ctx, bound.Merge(acl.CallerNodeFromIncoming(ctx))), nil
 }
 
-// authorize decides one call of method (named in errors) under rule.
-func (a *Authorizer) authorize(ctx context.Context, method string, rule acl.Rule) error {
+// authorize decides one call of method (named in errors) under rule, and
+// returns the node bindings of the caller's credentials.
+func (a *Authorizer) authorize(ctx context.Context, method string, rule acl.Rule) (acl.CallerNode, error) {
+	var bound acl.CallerNode
 	role := tlsutil.RoleCLI
 	if a.cfg.TLS {
-		role = a.peerRole(ctx)
+		state, verified := peerTLS(ctx)
+		if verified {
+			if r, ok := tlsutil.PeerRole(state, a.cfg.Region); ok {
+				role = r
+			}
+		}
 		if rule.Peers&peersOf(role) == 0 {
-			return status.Errorf(codes.PermissionDenied, "%s cannot be called with a %s certificate (%s)",
+			return bound, status.Errorf(codes.PermissionDenied, "%s cannot be called with a %s certificate (%s)",
 				method, role, describePeers(rule.Peers))
 		}
+		if a.cfg.VerifyNodeName && role == tlsutil.RoleClient {
+			var err error
+			if bound, err = certificateNode(state, a.cfg.Region, method, rule); err != nil {
+				return bound, err
+			}
+		}
 		if rule.ServerIdentity && role == tlsutil.RoleServer {
-			return nil
+			return bound, nil
 		}
 	}
 	if !a.cfg.ACL || rule.Token == acl.TokenNone {
-		return nil
+		return bound, nil
 	}
 	secret := acl.TokenFromContext(ctx)
 	if secret == "" && rule.Token != acl.TokenCapability {
-		return status.Errorf(codes.Unauthenticated, "%s needs a token: none was given", method)
+		return bound, status.Errorf(codes.Unauthenticated, "%s needs a token: none was given", method)
 	}
 	granted, err := a.cfg.Resolver.ResolveToken(ctx, secret)
 	switch {
 	case errors.Is(err, acl.ErrTokenNotFound):
-		return status.Errorf(codes.Unauthenticated, "%s: the token given is unknown (deleted, or from another cluster)", method)
+		return bound, status.Errorf(codes.Unauthenticated, "%s: the token given is unknown (deleted, or from another cluster)", method)
 	case err != nil:
 		if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
-			return status.Errorf(s.Code(), "%s: resolve token: %s", method, s.Message())
+			return bound, status.Errorf(s.Code(), "%s: resolve token: %s", method, s.Message())
 		}
-		return status.Errorf(codes.Unavailable, "%s: resolve token: %v", method, err)
+		return bound, status.Errorf(codes.Unavailable, "%s: resolve token: %v", method, err)
+	}
+	if id := granted.NodeIdentity(); id != "" {
+		bound = bound.BindToken(id)
 	}
 	switch rule.Token {
 	case acl.TokenAny:
-		return nil
+		return bound, nil
 	case acl.TokenManagement:
 		if granted.IsManagement() {
-			return nil
+			return bound, nil
 		}
-		return status.Errorf(codes.PermissionDenied, "%s needs a management token", method)
+		return bound, status.Errorf(codes.PermissionDenied, "%s needs a management token", method)
 	}
 	if granted.Allows(rule.Capability) {
-		return nil
+		return bound, nil
 	}
 	if secret == "" {
-		return status.Errorf(codes.Unauthenticated, "%s needs a token that allows %s: none was given, and the %q policy does not allow it",
+		return bound, status.Errorf(codes.Unauthenticated, "%s needs a token that allows %s: none was given, and the %q policy does not allow it",
 			method, rule.Capability, acl.AnonymousPolicy)
 	}
-	return status.Errorf(codes.PermissionDenied, "%s needs %s, which the token does not allow", method, rule.Capability)
+	return bound, status.Errorf(codes.PermissionDenied, "%s needs %s, which the token does not allow", method, rule.Capability)
 }
 
-// peerRole is the role of the caller's verified certificate, RoleCLI for
-// a caller without one (possible only with tls.verify_incoming = false).
-func (a *Authorizer) peerRole(ctx context.Context) tlsutil.Role {
+// certificateNode binds a caller with a client certificate, with
+// VerifyNodeName, to the node its certificate names. A node method needs
+// a certificate that names one; a certificate that names two nodes is
+// refused for every method.
+func certificateNode(state tls.ConnectionState, region, method string, rule acl.Rule) (acl.CallerNode, error) {
+	name, err := tlsutil.PeerNodeName(state, region)
+	switch {
+	case err != nil:
+		return acl.CallerNode{}, status.Errorf(codes.PermissionDenied, "%s: the client %v", method, err)
+	case name != "":
+		return acl.CallerNode{}.BindCertificate(name), nil
+	case rule.Node:
+		return acl.CallerNode{}, status.Errorf(codes.PermissionDenied,
+			"%s needs a client certificate that names its node (tls.verify_node_name is on), and this one names none: "+
+				"make one with `csisupd tls cert create --client --node NAME`", method)
+	}
+	return acl.CallerNode{}, nil
+}
+
+// peerTLS returns the TLS state of the caller's connection; false when
+// the connection is not TLS.
+func peerTLS(ctx context.Context) (tls.ConnectionState, bool) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return tlsutil.RoleCLI
+		return tls.ConnectionState{}, false
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return tlsutil.RoleCLI
+		return tls.ConnectionState{}, false
 	}
-	role, ok := tlsutil.PeerRole(info.State, a.cfg.Region)
-	if !ok {
-		return tlsutil.RoleCLI
-	}
-	return role
+	return info.State, true
 }
 
 // peersOf maps a certificate role to its bit in acl.Peers.

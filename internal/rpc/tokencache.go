@@ -129,8 +129,18 @@ func (c *TokenCache) put(key [sha256.Size]byte, e tokenEntry, now time.Time) {
 
 // ACLFromResolved compiles the answer of Cluster/ResolveToken: a
 // management token allows everything; a client token, or no token (the
-// anonymous policy), what its policies allow.
+// anonymous policy), what its policies allow, and a client token with a
+// node identity node:write bound to that node besides.
 func ACLFromResolved(resp *csisupdv1.ResolveTokenResponse) (*acl.ACL, error) {
+	granted, err := aclOfPolicies(resp)
+	if err != nil {
+		return nil, err
+	}
+	return granted.WithNodeIdentity(resp.GetToken().GetNodeIdentity()), nil
+}
+
+// aclOfPolicies is ACLFromResolved without the node identity.
+func aclOfPolicies(resp *csisupdv1.ResolveTokenResponse) (*acl.ACL, error) {
 	if resp.GetToken().GetType() == acl.TypeManagement {
 		return acl.Management(), nil
 	}

@@ -162,4 +162,15 @@ func TestACLFromResolved(t *testing.T) {
 	if _, err := ACLFromResolved(bad); err == nil || !strings.Contains(err.Error(), `policy "broken"`) {
 		t.Fatalf("a policy that does not parse: %v", err)
 	}
+	// A token with a node identity and no policy: node:write bound to its
+	// node, and nothing else.
+	nodeWrite := acl.Capability{Resource: acl.ResourceNode, Level: acl.LevelWrite}
+	node := &csisupdv1.ResolveTokenResponse{Token: &csisupdv1.ACLToken{Type: acl.TypeClient, NodeIdentity: "node-1"}}
+	if got, err := ACLFromResolved(node); err != nil || !got.Allows(nodeWrite) || got.Allows(volumeRead) || got.NodeIdentity() != "node-1" {
+		t.Fatalf("node identity alone: %v, identity %q, %v", got, got.NodeIdentity(), err)
+	}
+	node.Policies = anon.Policies
+	if got, err := ACLFromResolved(node); err != nil || !got.Allows(nodeWrite) || !got.Allows(volumeRead) || got.NodeIdentity() != "node-1" {
+		t.Fatalf("node identity with a policy: %v, identity %q, %v", got, got.NodeIdentity(), err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/safefile"
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
@@ -231,7 +232,8 @@ func (a *aclService) DeletePolicy(ctx context.Context, req *csisupdv1.ACLDeleteP
 }
 
 // tokenRequest checks a CreateToken request and returns its type and
-// policy names, duplicates dropped.
+// policy names, duplicates dropped. A node identity needs a client token
+// and a node name's syntax; with one, a client token needs no policy.
 func tokenRequest(req *csisupdv1.ACLCreateTokenRequest) (string, []string, error) {
 	typ := req.GetType()
 	if typ == "" {
@@ -251,10 +253,18 @@ func tokenRequest(req *csisupdv1.ACLCreateTokenRequest) (string, []string, error
 			names = append(names, n)
 		}
 	}
+	if id := req.GetNodeIdentity(); id != "" {
+		if typ != acl.TypeClient {
+			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: node identity %q: a %s token takes no node identity, only a %s token", id, typ, acl.TypeClient)
+		}
+		if err := config.CheckNodeName(id); err != nil {
+			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: node identity %v", err)
+		}
+	}
 	switch typ {
 	case acl.TypeClient:
-		if len(names) == 0 {
-			return "", nil, status.Error(codes.InvalidArgument, "acl token: a client token needs at least one policy")
+		if len(names) == 0 && req.GetNodeIdentity() == "" {
+			return "", nil, status.Error(codes.InvalidArgument, "acl token: a client token needs at least one policy or a node identity")
 		}
 		if len(names) > state.MaxACLTokenPolicies {
 			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: %d policies, at most %d are allowed", len(names), state.MaxACLTokenPolicies)
@@ -295,12 +305,13 @@ func (a *aclService) CreateToken(ctx context.Context, req *csisupdv1.ACLCreateTo
 			}
 			now := timestamppb.Now()
 			rec := &statepb.ACLTokenRecord{AccessorId: accessor, SecretHash: acl.HashSecret(secret),
-				Name: req.GetName(), Type: typ, Policies: names, CreateTime: now}
+				Name: req.GetName(), Type: typ, Policies: names, NodeIdentity: req.GetNodeIdentity(), CreateTime: now}
 			idx, err := a.node.Apply(&statepb.LogEntry{Time: now, Command: &statepb.LogEntry_AclTokenUpsert{AclTokenUpsert: rec}})
 			if err != nil {
 				return nil, toStatus(err)
 			}
-			a.logger.Info("ACL token created", "accessor_id", accessor, "type", typ, "policies", names, "index", idx)
+			a.logger.Info("ACL token created", "accessor_id", accessor, "type", typ, "policies", names,
+				"node_identity", req.GetNodeIdentity(), "index", idx)
 			tok := statepb.ACLTokenView(rec)
 			tok.SecretId = secret
 			return &csisupdv1.ACLCreateTokenResponse{Token: tok}, nil

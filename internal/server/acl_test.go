@@ -25,6 +25,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testcluster"
@@ -539,5 +540,98 @@ func TestACLSecretsNeverStored(t *testing.T) {
 	}
 	if !strings.Contains(out, client.GetAccessorId()) {
 		t.Fatalf("the log does not name the token by its accessor id:\n%s", out)
+	}
+}
+
+// TestACLNodeIdentityTokens creates tokens with a node identity on a real
+// server: the identity is stored, shown by every read of the token and by
+// Cluster.ResolveToken, and resolves to node:write bound to its node, both
+// on the server and as an agent compiles the answer.
+func TestACLNodeIdentityTokens(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1})
+	checkFormed(t, c, 1)
+	srv := c.Member(0).Server()
+	ctx := context.Background()
+	cl := csisupdv1.NewACLClient(c.Conn(0))
+	nodeWrite := acl.Capability{Resource: acl.ResourceNode, Level: acl.LevelWrite}
+	volumeRead := acl.Capability{Resource: acl.ResourceVolume, Level: acl.LevelRead}
+	if _, err := cl.UpsertPolicy(ctx, &csisupdv1.ACLUpsertPolicyRequest{Policy: &csisupdv1.ACLPolicy{
+		Name: "vols", Rules: `volume { policy = "read" }`}}); err != nil {
+		t.Fatal(err)
+	}
+
+	refusals := []struct {
+		req  *csisupdv1.ACLCreateTokenRequest
+		want string
+	}{
+		{&csisupdv1.ACLCreateTokenRequest{Type: acl.TypeManagement, NodeIdentity: "node-1"},
+			`node identity "node-1": a management token takes no node identity`},
+		{&csisupdv1.ACLCreateTokenRequest{NodeIdentity: "-node"}, `node identity "-node" must start with a letter or digit`},
+		{&csisupdv1.ACLCreateTokenRequest{NodeIdentity: "node/1"}, `node identity "node/1"`},
+		{&csisupdv1.ACLCreateTokenRequest{NodeIdentity: strings.Repeat("n", 254)}, "at most 253"},
+	}
+	for _, r := range refusals {
+		_, err := cl.CreateToken(ctx, r.req)
+		if msg := wantCode(t, "create token "+r.want, err, codes.InvalidArgument); !strings.Contains(msg, r.want) {
+			t.Errorf("create token: %s, want it to contain %s", msg, r.want)
+		}
+	}
+
+	alone, err := cl.CreateToken(ctx, &csisupdv1.ACLCreateTokenRequest{Name: "node-1 agent", NodeIdentity: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := cl.CreateToken(ctx, &csisupdv1.ACLCreateTokenRequest{NodeIdentity: "node-2", Policies: []string{"vols"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := alone.GetToken(); tok.GetNodeIdentity() != "node-1" || tok.GetType() != acl.TypeClient || len(tok.GetPolicies()) != 0 {
+		t.Fatalf("created token %v: want a client token with node identity node-1 and no policy", tok)
+	}
+	got, err := cl.GetToken(ctx, &csisupdv1.ACLGetTokenRequest{AccessorId: alone.GetToken().GetAccessorId()})
+	if err != nil || got.GetToken().GetNodeIdentity() != "node-1" {
+		t.Fatalf("GetToken: %v, %v", got.GetToken(), err)
+	}
+	list, err := cl.ListTokens(ctx, &csisupdv1.ACLListTokensRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	identities := map[string]string{}
+	for _, tk := range list.GetTokens() {
+		identities[tk.GetAccessorId()] = tk.GetNodeIdentity()
+	}
+	if identities[alone.GetToken().GetAccessorId()] != "node-1" || identities[both.GetToken().GetAccessorId()] != "node-2" {
+		t.Fatalf("ListTokens shows identities %v", identities)
+	}
+	self, err := cl.TokenSelf(acl.WithToken(ctx, alone.GetToken().GetSecretId()), &csisupdv1.ACLTokenSelfRequest{})
+	if err != nil || self.GetToken().GetNodeIdentity() != "node-1" {
+		t.Fatalf("TokenSelf: %v, %v", self.GetToken(), err)
+	}
+
+	cluster := csisupdv1.NewClusterClient(c.Conn(0))
+	for _, tt := range []struct {
+		tok       *csisupdv1.ACLToken
+		node      string
+		allowsVol bool
+	}{
+		{alone.GetToken(), "node-1", false},
+		{both.GetToken(), "node-2", true},
+	} {
+		a, view, err := srv.ResolveToken(tt.tok.GetSecretId())
+		if err != nil || a.NodeIdentity() != tt.node || !a.Allows(nodeWrite) || a.Allows(volumeRead) != tt.allowsVol ||
+			view.GetNodeIdentity() != tt.node {
+			t.Fatalf("server resolves %s: identity %q, node:write %v, volume:read %v, %v", tt.node, a.NodeIdentity(),
+				a.Allows(nodeWrite), a.Allows(volumeRead), err)
+		}
+		// An agent without the server role compiles the servers' answer.
+		res, err := cluster.ResolveToken(ctx, &csisupdv1.ResolveTokenRequest{SecretId: tt.tok.GetSecretId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		onAgent, err := rpc.ACLFromResolved(res)
+		if err != nil || onAgent.NodeIdentity() != tt.node || !onAgent.Allows(nodeWrite) || onAgent.Allows(volumeRead) != tt.allowsVol {
+			t.Fatalf("agent resolves %s: identity %q, node:write %v, volume:read %v, %v", tt.node, onAgent.NodeIdentity(),
+				onAgent.Allows(nodeWrite), onAgent.Allows(volumeRead), err)
+		}
 	}
 }

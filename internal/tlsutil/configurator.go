@@ -35,6 +35,11 @@ type Config struct {
 	VerifyServerHostname bool
 	// Region is the region of the role names; "" means DefaultRegion.
 	Region string
+	// NodeName, when set (tls.verify_node_name), is this agent's node
+	// name: a client certificate in CertFile must name that node
+	// (CertNodeName), and New and Reload refuse one that names another
+	// node or none. Server certificates are not checked.
+	NodeName string
 }
 
 // Configurator builds TLS configurations from a CA, certificate and key
@@ -158,6 +163,9 @@ func (c *Configurator) load() (*tlsState, error) {
 		return nil, fmt.Errorf("tls.cert_file %s: %w by a CA of tls.ca_file %s", c.cfg.CertFile, err, c.cfg.CAFile)
 	}
 	cert.Leaf = chain[0]
+	if err := c.checkNodeName(cert.Leaf); err != nil {
+		return nil, fmt.Errorf("tls.cert_file %s: %w", c.cfg.CertFile, err)
+	}
 	return &tlsState{cert: &cert, pool: pool, cas: cas, chain: chain}, nil
 }
 

@@ -13,6 +13,18 @@
 // from the chain crypto/tls verified, never from a certificate that was
 // only presented.
 //
+// # Node names
+//
+// A client certificate made for one node (`csisupd tls cert create
+// --client --node NAME`, CertOptions.NodeName) names it in a URI SAN,
+// csisupd://<region>/node/<name> (NodeURI): node names are not always DNS
+// names, and a URI SAN can never be read as a role name, nor answer for a
+// host name. PeerNodeName reads it from the verified chain of a connection,
+// as PeerRole does the role; servers with tls.verify_node_name refuse the
+// node calls of a client certificate that names another node, or none.
+// Config.NodeName makes New and Reload refuse an agent's own client
+// certificate naming another node than the agent's.
+//
 // # Configurator
 //
 // A Configurator loads a CA bundle, a certificate and its key from files

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -122,12 +123,17 @@ type CertOptions struct {
 	// DNSNames and IPAddresses are SANs in addition to the defaults.
 	DNSNames    []string
 	IPAddresses []net.IP
+	// NodeName, for a client certificate only, is the node the certificate
+	// is for: it is put in a URI SAN, NodeURI(Region, NodeName), and the
+	// servers read it with PeerNodeName when tls.verify_node_name is on.
+	NodeName string
 }
 
 // GenerateCert creates a certificate of a role signed by the CA: an ECDSA
 // P-256 key and a random 128-bit serial number. Server and client
 // certificates carry the SANs RoleName(role, region), localhost and
-// 127.0.0.1 and may authenticate servers and clients (ExtKeyUsage
+// 127.0.0.1 (and a client certificate made for a node NodeURI(region,
+// node)) and may authenticate servers and clients (ExtKeyUsage
 // ServerAuth and ClientAuth); CLI certificates carry RoleName(RoleCLI,
 // region) and localhost and authenticate clients only. The additional
 // names follow. The certificate is checked against the CA before it is
@@ -143,6 +149,9 @@ func GenerateCert(opts CertOptions) (certPEM, keyPEM []byte, err error) {
 	}
 	if opts.Days < 0 {
 		return nil, nil, fmt.Errorf("certificate validity %d days: must be positive", opts.Days)
+	}
+	if err := checkNodeCert(opts); err != nil {
+		return nil, nil, err
 	}
 	ca, caKey, err := parseCA(opts.CACertPEM, opts.CAKeyPEM)
 	if err != nil {
@@ -191,6 +200,9 @@ func GenerateCert(opts CertOptions) (certPEM, keyPEM []byte, err error) {
 		ExtKeyUsage:           usage,
 		DNSNames:              dnsNames,
 		IPAddresses:           ips,
+	}
+	if opts.NodeName != "" {
+		tmpl.URIs = []*url.URL{NodeURI(opts.Region, opts.NodeName)}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {

@@ -111,9 +111,13 @@ type ACLToken struct {
 	SecretId string `protobuf:"bytes,2,opt,name=secret_id,json=secretId,proto3" json:"secret_id,omitempty"`
 	Name     string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// type is "management" (every capability) or "client" (its policies).
-	Type          string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
-	Policies      []string               `protobuf:"bytes,5,rep,name=policies,proto3" json:"policies,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Type       string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	Policies   []string               `protobuf:"bytes,5,rep,name=policies,proto3" json:"policies,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// node_identity, when set, is the node a client token acts as: it
+	// allows node:write without a policy, and the servers refuse its node
+	// calls for any other node.
+	NodeIdentity  string `protobuf:"bytes,7,opt,name=node_identity,json=nodeIdentity,proto3" json:"node_identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -190,6 +194,13 @@ func (x *ACLToken) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ACLToken) GetNodeIdentity() string {
+	if x != nil {
+		return x.NodeIdentity
+	}
+	return ""
+}
+
 // ACLTokenRecord is a token as raft stores it: the secret only as a hash.
 type ACLTokenRecord struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -200,6 +211,7 @@ type ACLTokenRecord struct {
 	Type          string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
 	Policies      []string               `protobuf:"bytes,5,rep,name=policies,proto3" json:"policies,omitempty"`
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	NodeIdentity  string                 `protobuf:"bytes,7,opt,name=node_identity,json=nodeIdentity,proto3" json:"node_identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +286,13 @@ func (x *ACLTokenRecord) GetCreateTime() *timestamppb.Timestamp {
 		return x.CreateTime
 	}
 	return nil
+}
+
+func (x *ACLTokenRecord) GetNodeIdentity() string {
+	if x != nil {
+		return x.NodeIdentity
+	}
+	return ""
 }
 
 type ACLBootstrapRequest struct {
@@ -698,7 +717,13 @@ type ACLCreateTokenRequest struct {
 	// type is "client" (the default) or "management".
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// policies are the names of the policies a client token grants.
-	Policies      []string `protobuf:"bytes,3,rep,name=policies,proto3" json:"policies,omitempty"`
+	Policies []string `protobuf:"bytes,3,rep,name=policies,proto3" json:"policies,omitempty"`
+	// node_identity makes a client token that acts as this node only, as
+	// Consul's node identities do: it allows what an agent needs for its
+	// Cluster calls (node:write) without a policy, and nothing else unless
+	// policies are given too. A node name: 1 to 253 letters, digits, '.',
+	// '_' and '-', starting with a letter or digit.
+	NodeIdentity  string `protobuf:"bytes,4,opt,name=node_identity,json=nodeIdentity,proto3" json:"node_identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -752,6 +777,13 @@ func (x *ACLCreateTokenRequest) GetPolicies() []string {
 		return x.Policies
 	}
 	return nil
+}
+
+func (x *ACLCreateTokenRequest) GetNodeIdentity() string {
+	if x != nil {
+		return x.NodeIdentity
+	}
+	return ""
 }
 
 type ACLCreateTokenResponse struct {
@@ -1195,7 +1227,7 @@ const file_csisupd_v1_acl_proto_rawDesc = "" +
 	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vmodify_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"modifyTime\"\xc9\x01\n" +
+	"modifyTime\"\xee\x01\n" +
 	"\bACLToken\x12\x1f\n" +
 	"\vaccessor_id\x18\x01 \x01(\tR\n" +
 	"accessorId\x12\x1b\n" +
@@ -1204,7 +1236,8 @@ const file_csisupd_v1_acl_proto_rawDesc = "" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1a\n" +
 	"\bpolicies\x18\x05 \x03(\tR\bpolicies\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xd3\x01\n" +
+	"createTime\x12#\n" +
+	"\rnode_identity\x18\a \x01(\tR\fnodeIdentity\"\xf8\x01\n" +
 	"\x0eACLTokenRecord\x12\x1f\n" +
 	"\vaccessor_id\x18\x01 \x01(\tR\n" +
 	"accessorId\x12\x1f\n" +
@@ -1214,7 +1247,8 @@ const file_csisupd_v1_acl_proto_rawDesc = "" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1a\n" +
 	"\bpolicies\x18\x05 \x03(\tR\bpolicies\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\x15\n" +
+	"createTime\x12#\n" +
+	"\rnode_identity\x18\a \x01(\tR\fnodeIdentity\"\x15\n" +
 	"\x13ACLBootstrapRequest\"B\n" +
 	"\x14ACLBootstrapResponse\x12*\n" +
 	"\x05token\x18\x01 \x01(\v2\x14.csisupd.v1.ACLTokenR\x05token\"G\n" +
@@ -1231,11 +1265,12 @@ const file_csisupd_v1_acl_proto_rawDesc = "" +
 	"\x06policy\x18\x01 \x01(\v2\x15.csisupd.v1.ACLPolicyR\x06policy\",\n" +
 	"\x16ACLDeletePolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x19\n" +
-	"\x17ACLDeletePolicyResponse\"[\n" +
+	"\x17ACLDeletePolicyResponse\"\x80\x01\n" +
 	"\x15ACLCreateTokenRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
-	"\bpolicies\x18\x03 \x03(\tR\bpolicies\"D\n" +
+	"\bpolicies\x18\x03 \x03(\tR\bpolicies\x12#\n" +
+	"\rnode_identity\x18\x04 \x01(\tR\fnodeIdentity\"D\n" +
 	"\x16ACLCreateTokenResponse\x12*\n" +
 	"\x05token\x18\x01 \x01(\v2\x14.csisupd.v1.ACLTokenR\x05token\"\x16\n" +
 	"\x14ACLListTokensRequest\"E\n" +

@@ -60,6 +60,20 @@ func at(sec int64, e *statepb.LogEntry) *statepb.LogEntry {
 	return e
 }
 
+// checkErrors fails t unless each result has the error wanted of it: none
+// for "", else one containing the text.
+func checkErrors(t *testing.T, res []Result, wantErr []string) {
+	t.Helper()
+	for i, w := range wantErr {
+		switch {
+		case w == "" && res[i].Err != nil:
+			t.Errorf("entry %d: %v", i, res[i].Err)
+		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
+			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
+		}
+	}
+}
+
 func TestFSMACLPolicies(t *testing.T) {
 	events := testEvents(t, 16, 8)
 	f, err := newFSM(events)
@@ -78,14 +92,7 @@ func TestFSMACLPolicies(t *testing.T) {
 		policyUpsert("anonymous", `plugin { policy = "read" }`),
 	)
 	wantErr := []string{"", "", `policy name "bad name"`, `policy broken:2: volume.policy: unknown level "admin"`, "at most 65536", "not found", "", "", ""}
-	for i, w := range wantErr {
-		switch {
-		case w == "" && res[i].Err != nil:
-			t.Errorf("entry %d: %v", i, res[i].Err)
-		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
-			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
-		}
-	}
+	checkErrors(t, res, wantErr)
 	if !errors.Is(res[5].Err, state.ErrNotFound) {
 		t.Errorf("delete of a missing policy: %v, want state.ErrNotFound", res[5].Err)
 	}
@@ -142,14 +149,7 @@ func TestFSMACLTokens(t *testing.T) {
 	)
 	wantErr := []string{"", "", "secret hash is 5 bytes", `type "root"`, "takes no policies", "at least one policy",
 		"its secret belongs to another token", "accessor id", "not found", ""}
-	for i, w := range wantErr {
-		switch {
-		case w == "" && res[i].Err != nil:
-			t.Errorf("entry %d: %v", i, res[i].Err)
-		case w != "" && (res[i].Err == nil || !strings.Contains(res[i].Err.Error(), w)):
-			t.Errorf("entry %d: error %v, want it to contain %q", i, res[i].Err, w)
-		}
-	}
+	checkErrors(t, res, wantErr)
 	st := f.State()
 	if got := st.ACLTokenBySecret(clientSecret); got.GetAccessorId() != client.AccessorId || got.GetName() != "renamed" {
 		t.Fatalf("by secret: %v", got)
@@ -386,5 +386,40 @@ func TestRestoreKeepsPolicyItNoLongerParses(t *testing.T) {
 		if a.Allows(acl.Capability{Resource: r, Level: acl.LevelRead}) {
 			t.Fatalf("unparsable policy grants %s:read", r)
 		}
+	}
+}
+
+// TestFSMNodeIdentityTokens stores tokens with a node identity: a client
+// token needs no policy with one, a management token takes none, and the
+// identity resolves to node:write bound to its node.
+func TestFSMNodeIdentityTokens(t *testing.T) {
+	f, err := newFSM(testEvents(t, 16, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, nodeSecret := newToken(t, acl.TypeClient)
+	node.NodeIdentity = "node-1"
+	both, bothSecret := newToken(t, acl.TypeClient, "vols")
+	both.NodeIdentity = "node-2"
+	mgmt, _ := newToken(t, acl.TypeManagement)
+	mgmt.NodeIdentity = "node-1"
+	long, _ := newToken(t, acl.TypeClient)
+	long.NodeIdentity = strings.Repeat("n", state.MaxACLNodeIdentity+1)
+
+	res := applyAll(t, f, policyUpsert("vols", `volume { policy = "read" }`),
+		tokenUpsert(node), tokenUpsert(both), tokenUpsert(mgmt), tokenUpsert(long))
+	wantErr := []string{"", "", "", "takes no node identity", "node identity is 254 bytes"}
+	checkErrors(t, res, wantErr)
+	nodeWrite := acl.Capability{Resource: acl.ResourceNode, Level: acl.LevelWrite}
+	volRead := acl.Capability{Resource: acl.ResourceVolume, Level: acl.LevelRead}
+	a, tok, _, err := f.State().ResolveToken(nodeSecret)
+	if err != nil || tok.GetNodeIdentity() != "node-1" || a.NodeIdentity() != "node-1" || !a.Allows(nodeWrite) || a.Allows(volRead) {
+		t.Fatalf("node identity alone: identity %q/%q, node:write %v, volume:read %v, %v",
+			tok.GetNodeIdentity(), a.NodeIdentity(), a.Allows(nodeWrite), a.Allows(volRead), err)
+	}
+	a, _, _, err = f.State().ResolveToken(bothSecret)
+	if err != nil || a.NodeIdentity() != "node-2" || !a.Allows(nodeWrite) || !a.Allows(volRead) {
+		t.Fatalf("node identity with a policy: identity %q, node:write %v, volume:read %v, %v",
+			a.NodeIdentity(), a.Allows(nodeWrite), a.Allows(volRead), err)
 	}
 }

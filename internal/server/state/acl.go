@@ -31,6 +31,9 @@ const (
 	MaxACLTokenPolicies = 128
 	// MaxACLAccessorID is the longest accessor id.
 	MaxACLAccessorID = 128
+	// MaxACLNodeIdentity is the longest node identity of a token, in
+	// bytes: the longest node name.
+	MaxACLNodeIdentity = 253
 )
 
 // aclPolicyRow is one policy in the acl_policies table, with its parsed
@@ -164,7 +167,9 @@ func getIndex(txn *memdb.Txn, key string) uint64 {
 // empty secret gets the rules of the policy named acl.AnonymousPolicy, or
 // acl.DenyAll when there is none, and a nil token. An unknown secret is
 // acl.ErrTokenNotFound. A management token gets acl.Management; a client
-// token the rules of its policies that exist. The token returned is the
+// token the rules of its policies that exist, and node:write bound to its
+// node when it has a node identity (acl.ACL.WithNodeIdentity). The token
+// returned is the
 // stored record, which holds the secret only as its hash. The policies are those the token names that exist, in the
 // token's order; for an empty secret, the anonymous policy when it
 // exists.
@@ -193,7 +198,7 @@ func (s *Store) ResolveToken(secret string) (*acl.ACL, *statepb.ACLTokenRecord, 
 				parsed = append(parsed, row.Parsed)
 			}
 		}
-		return acl.Compile(parsed...), tok.Token, policies, nil
+		return acl.Compile(parsed...).WithNodeIdentity(tok.Token.GetNodeIdentity()), tok.Token, policies, nil
 	}
 	// A type the state accepted but this version does not know grants
 	// nothing.
@@ -218,7 +223,8 @@ func ParsePolicyRules(p *statepb.ACLPolicy) (*acl.Policy, error) {
 }
 
 // ValidateTokenRecord checks a token record before it is stored: its
-// accessor id, secret hash, name, type and policies.
+// accessor id, secret hash, name, type, policies and node identity (its
+// length: the servers check its syntax when the token is created).
 func ValidateTokenRecord(r *statepb.ACLTokenRecord) error {
 	var errs []error
 	if r.GetAccessorId() == "" || len(r.GetAccessorId()) > MaxACLAccessorID {
@@ -235,9 +241,15 @@ func ValidateTokenRecord(r *statepb.ACLTokenRecord) error {
 		if len(r.GetPolicies()) > 0 {
 			errs = append(errs, errors.New("a management token takes no policies"))
 		}
+		if r.GetNodeIdentity() != "" {
+			errs = append(errs, errors.New("a management token takes no node identity"))
+		}
 	case acl.TypeClient:
-		if len(r.GetPolicies()) == 0 {
-			errs = append(errs, errors.New("a client token needs at least one policy"))
+		if len(r.GetPolicies()) == 0 && r.GetNodeIdentity() == "" {
+			errs = append(errs, errors.New("a client token needs at least one policy or a node identity"))
+		}
+		if len(r.GetNodeIdentity()) > MaxACLNodeIdentity {
+			errs = append(errs, fmt.Errorf("node identity is %d bytes, at most %d are allowed", len(r.GetNodeIdentity()), MaxACLNodeIdentity))
 		}
 		if len(r.GetPolicies()) > MaxACLTokenPolicies {
 			errs = append(errs, fmt.Errorf("%d policies, at most %d are allowed", len(r.GetPolicies()), MaxACLTokenPolicies))

@@ -112,9 +112,13 @@ type ACLTokenRecord struct {
 	SecretHash []byte `protobuf:"bytes,2,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	Name       string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// type is management or client.
-	Type          string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
-	Policies      []string               `protobuf:"bytes,5,rep,name=policies,proto3" json:"policies,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Type       string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	Policies   []string               `protobuf:"bytes,5,rep,name=policies,proto3" json:"policies,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// node_identity, when set, is the node a client token acts as (it
+	// grants node:write without a policy). Tokens written before it existed
+	// have none.
+	NodeIdentity  string `protobuf:"bytes,7,opt,name=node_identity,json=nodeIdentity,proto3" json:"node_identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -191,6 +195,13 @@ func (x *ACLTokenRecord) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ACLTokenRecord) GetNodeIdentity() string {
+	if x != nil {
+		return x.NodeIdentity
+	}
+	return ""
+}
+
 // ACLBootstrapCommand records the first management token and the index a
 // later bootstrap must name to reset.
 type ACLBootstrapCommand struct {
@@ -259,7 +270,7 @@ const file_internal_server_statepb_acl_proto_rawDesc = "" +
 	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vmodify_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"modifyTime\"\xd3\x01\n" +
+	"modifyTime\"\xf8\x01\n" +
 	"\x0eACLTokenRecord\x12\x1f\n" +
 	"\vaccessor_id\x18\x01 \x01(\tR\n" +
 	"accessorId\x12\x1f\n" +
@@ -269,7 +280,8 @@ const file_internal_server_statepb_acl_proto_rawDesc = "" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1a\n" +
 	"\bpolicies\x18\x05 \x03(\tR\bpolicies\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"n\n" +
+	"createTime\x12#\n" +
+	"\rnode_identity\x18\a \x01(\tR\fnodeIdentity\"n\n" +
 	"\x13ACLBootstrapCommand\x126\n" +
 	"\x05token\x18\x01 \x01(\v2 .csisupd.state.v1.ACLTokenRecordR\x05token\x12\x1f\n" +
 	"\vreset_index\x18\x02 \x01(\x04R\n" +

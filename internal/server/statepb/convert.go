@@ -653,12 +653,13 @@ func ACLTokenRecordFromAPI(in *csisupdv1.ACLTokenRecord) *ACLTokenRecord {
 		return nil
 	}
 	return &ACLTokenRecord{
-		AccessorId: in.AccessorId,
-		SecretHash: slices.Clone(in.SecretHash),
-		Name:       in.Name,
-		Type:       in.Type,
-		Policies:   slices.Clone(in.Policies),
-		CreateTime: cloneTime(in.CreateTime),
+		AccessorId:   in.AccessorId,
+		SecretHash:   slices.Clone(in.SecretHash),
+		Name:         in.Name,
+		Type:         in.Type,
+		Policies:     slices.Clone(in.Policies),
+		CreateTime:   cloneTime(in.CreateTime),
+		NodeIdentity: in.NodeIdentity,
 	}
 }
 
@@ -668,12 +669,13 @@ func ACLTokenRecordToAPI(in *ACLTokenRecord) *csisupdv1.ACLTokenRecord {
 		return nil
 	}
 	return &csisupdv1.ACLTokenRecord{
-		AccessorId: in.AccessorId,
-		SecretHash: in.SecretHash,
-		Name:       in.Name,
-		Type:       in.Type,
-		Policies:   in.Policies,
-		CreateTime: in.CreateTime,
+		AccessorId:   in.AccessorId,
+		SecretHash:   in.SecretHash,
+		Name:         in.Name,
+		Type:         in.Type,
+		Policies:     in.Policies,
+		CreateTime:   in.CreateTime,
+		NodeIdentity: in.NodeIdentity,
 	}
 }
 
@@ -684,11 +686,12 @@ func ACLTokenView(in *ACLTokenRecord) *csisupdv1.ACLToken {
 		return nil
 	}
 	return &csisupdv1.ACLToken{
-		AccessorId: in.AccessorId,
-		Name:       in.Name,
-		Type:       in.Type,
-		Policies:   slices.Clone(in.Policies),
-		CreateTime: cloneTime(in.CreateTime),
+		AccessorId:   in.AccessorId,
+		Name:         in.Name,
+		Type:         in.Type,
+		Policies:     slices.Clone(in.Policies),
+		CreateTime:   cloneTime(in.CreateTime),
+		NodeIdentity: in.NodeIdentity,
 	}
 }
 
