@@ -233,7 +233,13 @@ func presentedSecret(ctx context.Context) ([]byte, error) {
 }
 
 // checkCallerNode checks that the caller's credentials allow it to act
-// as node nodeID, named name.
+// as node nodeID, named name: a token with a node identity, and with
+// tls.verify_node_name a certificate made for a node, bind their caller
+// to that node's name (the Authorizer put the bindings into ctx, with
+// those a forwarding server passed on).
 func checkCallerNode(ctx context.Context, nodeID, name string) error {
+	if err := acl.CallerNodeFromContext(ctx).Check(name); err != nil {
+		return status.Errorf(codes.PermissionDenied, "node %q: %v", nodeID, err)
+	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/acl"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
 )
@@ -120,8 +121,9 @@ func (f *forwarder) leaderConn(ctx context.Context) (context.Context, grpc.Clien
 }
 
 // forwardContext is the outgoing context of a request this server
-// forwards to the leader: marked as forwarded, and carrying the node
-// secret an agent presented, which the leader checks.
+// forwards to the leader: marked as forwarded, and carrying what the
+// leader checks of the caller that only this server saw: the node secret
+// an agent presented, and the node its token or certificate binds it to.
 func forwardContext(ctx context.Context, id string) context.Context {
 	kv := []string{forwardedKey, id}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
@@ -129,7 +131,7 @@ func forwardContext(ctx context.Context, id string) context.Context {
 			kv = append(kv, csisupdv1.NodeSecretMetadataKey, secret)
 		}
 	}
-	return metadata.AppendToOutgoingContext(ctx, kv...)
+	return acl.AppendCallerNode(metadata.AppendToOutgoingContext(ctx, kv...), acl.CallerNodeFromContext(ctx))
 }
 
 // forwarded reports whether a follower forwarded the request of ctx.

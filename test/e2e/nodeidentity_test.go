@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -35,6 +36,12 @@ type secureAgent struct {
 // test plugin tp.
 func startSecureAgent(t *testing.T, p pki, servers []*secureServer, name, dataDir, token string) *secureAgent {
 	t.Helper()
+	return startSecureAgentTLS(t, p, servers, name, dataDir, token, p.tlsBlock("client", 0))
+}
+
+// startSecureAgentTLS is startSecureAgent with the tls block given.
+func startSecureAgentTLS(t *testing.T, p pki, servers []*secureServer, name, dataDir, token, tlsBlock string) *secureAgent {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = testutil.TempDir(t)
 	}
@@ -57,7 +64,7 @@ acl {
   enabled = true
   tokens { agent = %q }
 }
-%s`, pluginDir, hclList(rpcs), token, p.tlsBlock("client", 0)))
+%s`, pluginDir, hclList(rpcs), token, tlsBlock))
 	a := startAgentProcess(t, "agent "+name, ports[2], "--config", cfg)
 	return &secureAgent{agentProcess: a, name: name, dataDir: dataDir, rpc: fmt.Sprintf("127.0.0.1:%d", ports[0]), httpPort: ports[2], plugin: plugin}
 }
@@ -367,4 +374,99 @@ func secureCLIRetried(t *testing.T, p pki, addr, token string, args ...string) c
 		return res.code == 0 || !strings.Contains(res.stderr, "the call is safe to retry")
 	})
 	return res
+}
+
+// TestNodeIdentitiesBindCalls gives each agent a token made with
+// --node-identity and a certificate made with --node, with
+// verify_node_name on: node-2's own calls work, and node-1's token or
+// node-1's certificate cannot heartbeat or register as node-2 even with
+// node-2's secret; a client certificate that names no node is refused.
+func TestNodeIdentitiesBindCalls(t *testing.T) {
+	p := pki{dir: testutil.TempDir(t)}
+	p.tls(t, "ca", "create")
+	for range 3 {
+		p.tls(t, "cert", "create", "--server")
+	}
+	p.tls(t, "cert", "create", "--client", "--node", "node-1") // client 0
+	p.tls(t, "cert", "create", "--client", "--node", "node-2") // client 1
+	p.tls(t, "cert", "create", "--client")                     // client 2: no node
+	p.tls(t, "cert", "create", "--cli")
+	const verify = "  verify_node_name = true\n"
+	servers := startSecureClusterTLS(t, p, "", verify)
+	addr := servers[0].rpc
+	var mgmt tokenDoc
+	testutil.WaitFor(t, 60*time.Second, "acl bootstrap", func() bool {
+		res := secureCLI(t, p, addr, "", "acl", "bootstrap", "--json")
+		return res.code == 0 && json.Unmarshal([]byte(res.stdout), &mgmt) == nil
+	})
+	testutil.WaitFor(t, 30*time.Second, "the management token known to "+addr, func() bool {
+		return secureCLI(t, p, addr, mgmt.SecretID, "acl", "token", "self").code == 0
+	})
+	tokens := map[string]tokenDoc{}
+	for _, n := range []string{"node-1", "node-2"} {
+		var tok tokenDoc
+		secureCLIJSON(t, p, addr, mgmt.SecretID, &tok, "acl", "token", "create", "--name", n, "--node-identity", n)
+		tokens[n] = tok
+	}
+	node1 := startSecureAgentTLS(t, p, servers, "node-1", "", tokens["node-1"].SecretID, p.tlsBlockWith("client", 0, verify))
+	node2 := startSecureAgentTLS(t, p, servers, "node-2", "", tokens["node-2"].SecretID, p.tlsBlockWith("client", 1, verify))
+	id2, secret2 := node2.readFile(t, "node-id"), node2.readFile(t, "node-secret")
+	for _, a := range []*secureAgent{node1, node2} {
+		id := a.readFile(t, "node-id")
+		testutil.WaitFor(t, 60*time.Second, a.name+" registered by its own credentials", func() bool {
+			var doc nodeDoc
+			res := secureCLI(t, p, addr, mgmt.SecretID, "node", "status", id, "--json")
+			return res.code == 0 && json.Unmarshal([]byte(res.stdout), &doc) == nil && doc.Status == "ready" && len(doc.Plugins) == 1
+		})
+	}
+
+	// Calls as node-2, with node-2's secret, through a follower and the
+	// leader alike, with the certificate of client n and the token of tok.
+	asNode2 := func(client int, tok, server string) error {
+		t.Helper()
+		cfg := p.clientTLS(t, "client")
+		certFile, keyFile := p.cert("client", client)
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+		conn, err := grpc.NewClient(server, grpc.WithTransportCredentials(credentials.NewTLS(withServerName(cfg, "localhost"))),
+			grpc.WithPerRPCCredentials(csisupdv1.TokenCredentials{Secret: tok}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, csisupdv1.NodeSecretMetadataKey, secret2)
+		cl := csisupdv1.NewClusterClient(conn)
+		if _, err := cl.NodeHeartbeat(ctx, &csisupdv1.NodeHeartbeatRequest{NodeId: id2}); err != nil {
+			return err
+		}
+		_, err = cl.NodeRegister(ctx, &csisupdv1.NodeRegisterRequest{NodeId: id2, Name: "node-2", Address: node2.rpc})
+		return err
+	}
+	for _, s := range servers {
+		if err := asNode2(1, tokens["node-2"].SecretID, s.rpc); err != nil {
+			t.Errorf("node-2's own credentials through %s: %v", s.name, err)
+		}
+		err := asNode2(1, tokens["node-1"].SecretID, s.rpc)
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `the token is bound to node "node-1", not "node-2"`) {
+			t.Errorf("node-1's token as node-2 through %s: %v; want PermissionDenied naming the token's node", s.name, err)
+		}
+		err = asNode2(0, tokens["node-2"].SecretID, s.rpc)
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `the certificate is bound to node "node-1", not "node-2"`) {
+			t.Errorf("node-1's certificate as node-2 through %s: %v; want PermissionDenied naming the certificate's node", s.name, err)
+		}
+		err = asNode2(2, tokens["node-2"].SecretID, s.rpc)
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "tls cert create --client --node") {
+			t.Errorf("a certificate without a node through %s: %v; want PermissionDenied saying how to make one", s.name, err)
+		}
+	}
+	var doc nodeDoc
+	secureCLIJSON(t, p, addr, mgmt.SecretID, &doc, "node", "status", id2)
+	if doc.Address != node2.rpc || doc.Status != "ready" {
+		t.Errorf("node-2 after the refused calls: %+v", doc)
+	}
 }

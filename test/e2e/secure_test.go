@@ -66,9 +66,12 @@ func (p pki) cert(role string, n int) (cert, key string) {
 }
 
 // tlsBlock is the tls block of an agent with the n-th certificate of role.
-func (p pki) tlsBlock(role string, n int) string {
+func (p pki) tlsBlock(role string, n int) string { return p.tlsBlockWith(role, n, "") }
+
+// tlsBlockWith is tlsBlock with extra lines inside the block.
+func (p pki) tlsBlockWith(role string, n int, extra string) string {
 	cert, key := p.cert(role, n)
-	return fmt.Sprintf("tls {\n  ca_file = %q\n  cert_file = %q\n  key_file = %q\n}\n", p.ca(), cert, key)
+	return fmt.Sprintf("tls {\n  ca_file = %q\n  cert_file = %q\n  key_file = %q\n%s}\n", p.ca(), cert, key, extra)
 }
 
 // cliFlags are the CLI's TLS flags with the --cli certificate.
@@ -141,6 +144,13 @@ func startSecureCluster(t *testing.T, p pki) []*secureServer {
 // every server's configuration.
 func startSecureClusterWith(t *testing.T, p pki, extra string) []*secureServer {
 	t.Helper()
+	return startSecureClusterTLS(t, p, extra, "")
+}
+
+// startSecureClusterTLS is startSecureClusterWith with tlsExtra inside
+// every server's tls block.
+func startSecureClusterTLS(t *testing.T, p pki, extra, tlsExtra string) []*secureServer {
+	t.Helper()
 	ports := testutil.FreePorts(t, 9)
 	var servers []*secureServer
 	var join []string
@@ -158,7 +168,7 @@ server {
 }
 acl { enabled = true }
 %s
-%s`, hclList(join), p.tlsBlock("server", i), extra))
+%s`, hclList(join), p.tlsBlockWith("server", i, tlsExtra), extra))
 		a := startAgentProcess(t, fmt.Sprintf("server s%d", i), httpPort, "--config", cfg)
 		servers = append(servers, &secureServer{agentProcess: a, rpc: join[i], raft: fmt.Sprintf("127.0.0.1:%d", raftPort), httpPort: httpPort, dataDir: dataDir})
 	}
