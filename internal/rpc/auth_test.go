@@ -98,6 +98,7 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/GetPlugin":      "plugin:read:ops",
 	"/csisupd.v1.Control/ListNodes":      "node:read:ops",
 	"/csisupd.v1.Control/GetNode":        "node:read:ops",
+	"/csisupd.v1.Control/RekeyNode":      "operator:write:ops",
 	"/csisupd.v1.Control/ListVolumes":    "volume:read:ops",
 	"/csisupd.v1.Control/GetVolume":      "volume:read:ops",
 	"/csisupd.v1.Control/CreateVolume":   "volume:write:ops",

@@ -499,8 +499,8 @@ func normalise(t *testing.T, name string, raw json.RawMessage) any {
 				delete(n, k)
 			}
 			// Added after the fixture's release; an upgraded node
-			// drains nothing.
-			dropEmpty(n, map[string]any{"draining_plugins": []any{}})
+			// drains nothing and was never rekeyed.
+			dropEmpty(n, map[string]any{"draining_plugins": []any{}, "rekeyed": false, "replaced_by": ""})
 		}
 	case "volumes":
 		for _, v := range list(doc["volumes"]) {
