@@ -310,6 +310,9 @@ type watcherConfig struct {
 	// Kubelet, when set, handles kubelet's plugin registration directory:
 	// every scan reads it too, and its accepted registrations are claims.
 	Kubelet *registrations
+	// InUse reports whether a plugin has volumes on this node
+	// (ManagerConfig.InUse); nil means none has.
+	InUse func(pluginID string) bool
 }
 
 // watcher turns the plugin directory into desired states. It watches the
@@ -419,6 +422,10 @@ func (w *watcher) run(ctx context.Context) {
 
 	rescan := time.NewTicker(w.cfg.RescanInterval)
 	defer rescan.Stop()
+	// While a claim is refused, a change of its holder (unhealthy,
+	// deregistered) may free the id: the registry's changes are scanned.
+	sub := w.cfg.Registry.Subscribe()
+	defer sub.Close()
 	// pending is stopped while no scan is scheduled. A lone event is
 	// scanned at once (discovery latency is what users wait for); events
 	// that follow within the gap a scan earned share one trailing scan.
@@ -461,6 +468,10 @@ func (w *watcher) run(ctx context.Context) {
 			schedule()
 		case <-w.poke:
 			schedule()
+		case <-sub.C():
+			if len(w.conflicts) > 0 {
+				schedule()
+			}
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
 				return
