@@ -356,7 +356,9 @@ type PluginConfig struct {
 	// which may lie outside the plugin directory, with the same identity,
 	// trust and health rules as a socket found there. A declared socket
 	// wins over a socket of the same id found in the plugin directory or
-	// registered through kubelet's registration protocol.
+	// registered through kubelet's registration protocol when they meet,
+	// but never takes the id from a plugin in use (healthy, or with
+	// volumes on the node) at another socket.
 	Socket string
 	// Type is the plugin's expected type (node, controller or monolith).
 	// A plugin whose fingerprint says otherwise is unhealthy. Empty
