@@ -115,6 +115,12 @@ func call(ctx context.Context, socket string, f func(context.Context, registerap
 		grpc.WithContextDialer(dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithMaxHeaderListSize(maxHeaderListSize),
+		// A registrar's call moves a few hundred bytes: gRPC's default
+		// 32 KiB read and write buffers per connection would be most of
+		// what a call allocates, and a node may ask hundreds of broken
+		// registrars again and again.
+		grpc.WithReadBufferSize(0),
+		grpc.WithWriteBufferSize(0),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplySize)))
 	if err != nil {
 		return fmt.Errorf("kubeletreg: registrar socket %s: %w", abs, err)
