@@ -74,7 +74,9 @@ func DefaultRetry() Retry {
 		ServerConnect: retry.Policy{Base: 100 * time.Millisecond, Cap: 3 * time.Second, Multiplier: 1.6, Jitter: 0.2},
 
 		// A registrar answers at once or is broken: kubelet itself
-		// tries a registration socket once per change of it.
-		KubeletRegistration: policy(time.Second, time.Minute),
+		// tries a registration socket once per change of it, and every
+		// attempt at one costs a gRPC connection (about a millisecond of
+		// CPU), so hundreds of broken ones must be asked rarely.
+		KubeletRegistration: policy(10*time.Second, time.Minute),
 	}
 }
