@@ -60,6 +60,9 @@ type claim struct {
 	// registration is the kubelet registration socket of a sourceKubelet
 	// claim.
 	registration string
+	// shadowed marks a discovered <id>.sock beside an <id>/csi.sock: it
+	// comes after the other in the order of the sources.
+	shadowed bool
 }
 
 // shownPath is where a claim is listed as ignored: a kubelet claim at its
@@ -163,7 +166,8 @@ func mergeClaims(claims []claim, held map[string]holding) merged {
 	}
 	claims = m.oneIDPerSocket(claims, held)
 	slices.SortFunc(claims, func(a, b claim) int {
-		return cmp.Or(strings.Compare(a.id, b.id), cmp.Compare(a.kind, b.kind), strings.Compare(a.path, b.path))
+		return cmp.Or(strings.Compare(a.id, b.id), cmp.Compare(a.kind, b.kind), compareBool(a.shadowed, b.shadowed),
+			strings.Compare(a.path, b.path))
 	})
 	for i := 0; i < len(claims); {
 		j := i + 1
@@ -185,6 +189,24 @@ func mergeClaims(claims []claim, held map[string]holding) merged {
 	})
 	slices.SortFunc(m.ignored, func(a, b plugin.Ignored) int { return strings.Compare(a.Path, b.Path) })
 	return m
+}
+
+// precedes reports whether claim a comes before b in the order of the
+// sources (same id).
+func precedes(a, b claim) bool {
+	return cmp.Or(cmp.Compare(a.kind, b.kind), compareBool(a.shadowed, b.shadowed), strings.Compare(a.path, b.path)) < 0
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	default:
+		return -1
+	}
 }
 
 // oneIDPerSocket drops the claims that name a socket serving another id
@@ -255,7 +277,7 @@ func (m *merged) decide(cs []claim, held map[string]holding) {
 			m.shared = append(m.shared, conflict{kind: kind, winner: w, loser: c})
 		default:
 			k := kind
-			if k == byHolder && w.kind != sourceHeld && (w.kind < c.kind || (w.kind == c.kind && w.path < c.path)) {
+			if k == byHolder && w.kind != sourceHeld && precedes(w, c) {
 				// The holder wins by order too: say so, so that the
 				// description stays the same whether it is in use or not.
 				k = byOrder

@@ -26,6 +26,7 @@ func TestMergeClaims(t *testing.T) {
 		return c
 	}
 
+	shadowed := func(c claim) claim { c.shadowed = true; return c }
 	inUse := func(path string) holding { return holding{path: path, inUse: true} }
 	idle := func(path string) holding { return holding{path: path} }
 
@@ -134,6 +135,21 @@ func TestMergeClaims(t *testing.T) {
 			sockets:   map[string]string{"a": "/k/a.sock"},
 			conflicts: []string{"a: /k/a.sock > /k/a.sock (socket b)"},
 			ignored:   []string{"/k/a.sock"},
+		},
+		{
+			name:      "an <id>/csi.sock comes before a shadowed <id>.sock",
+			claims:    []claim{shadowed(discovered("a", "/p/a.sock", 1)), discovered("a", "/p/a/csi.sock", 2)},
+			sockets:   map[string]string{"a": "/p/a/csi.sock"},
+			conflicts: []string{"a: /p/a/csi.sock > /p/a.sock"},
+			ignored:   []string{"/p/a.sock"},
+		},
+		{
+			name:      "a shadowed <id>.sock in use keeps its id",
+			claims:    []claim{shadowed(discovered("a", "/p/a.sock", 1)), discovered("a", "/p/a/csi.sock", 2)},
+			held:      map[string]holding{"a": inUse("/p/a.sock")},
+			sockets:   map[string]string{"a": "/p/a.sock"},
+			conflicts: []string{"a: /p/a.sock > /p/a/csi.sock (in use)"},
+			ignored:   []string{"/p/a/csi.sock"},
 		},
 		{
 			name:      "two registrations of one socket under two ids: the first kind, then the smaller id",

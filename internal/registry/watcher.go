@@ -56,6 +56,10 @@ type desiredState struct {
 	TopProblem string
 	// Expect maps a declared plugin's id to the type it must have.
 	Expect map[string]plugin.Type
+	// Shadowed are the <id>.sock sockets not supervised because an
+	// <id>/csi.sock exists too, by id; each is listed in Ignored. One that
+	// holds its plugin id still claims it (see addClaims).
+	Shadowed map[string]plugin.Instance
 }
 
 // refusal is a candidate plugin socket, or plugin subdirectory, that is not
@@ -75,7 +79,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 	if err != nil {
 		return desiredState{}, fmt.Errorf("read plugin directory %q: %w", dir, err)
 	}
-	st := desiredState{Sockets: make(map[string]plugin.Instance)}
+	st := desiredState{Sockets: make(map[string]plugin.Instance), Shadowed: make(map[string]plugin.Instance)}
 	ignore := func(path, reason string) {
 		st.Ignored = append(st.Ignored, plugin.Ignored{Path: path, Reason: reason})
 	}
@@ -164,6 +168,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 	for _, f := range flats {
 		if prev, ok := st.Sockets[f.id]; ok {
 			ignore(f.si.Path, fmt.Sprintf("duplicate plugin id %q: already served by %s", f.id, prev.Path))
+			st.Shadowed[f.id] = f.si
 			continue
 		}
 		st.Sockets[f.id] = f.si

@@ -25,6 +25,14 @@ func (w *watcher) addClaims(st *desiredState) {
 	for id, si := range st.Sockets {
 		claims = append(claims, claim{kind: sourceDiscovered, id: id, path: si.Path, inst: si})
 	}
+	// An <id>.sock that holds its id keeps claiming it when an
+	// <id>/csi.sock appears beside it: no live takeover there either.
+	for id, si := range st.Shadowed {
+		if p, ok := w.cfg.Registry.Get(id); ok && p.Instance.Path == si.Path {
+			claims = append(claims, claim{kind: sourceDiscovered, id: id, path: si.Path, inst: si, shadowed: true})
+			st.Ignored = slices.DeleteFunc(st.Ignored, func(i plugin.Ignored) bool { return i.Path == si.Path })
+		}
+	}
 	st.Expect = make(map[string]plugin.Type)
 	var dirs []string
 	refuse := func(r *refusal) {
