@@ -265,7 +265,7 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 		k.notify(ctx, path, false, err.Error())
 		return
 	}
-	k.log.Info("kubelet registration accepted; supervising its endpoint", "socket", path,
+	k.log.Info("kubelet registration passed its checks; claiming its endpoint", "socket", path,
 		"plugin", info.Name, "endpoint", endpoint, "versions", info.SupportedVersions)
 	sub := k.cfg.Registry.Subscribe()
 	defer sub.Close()
