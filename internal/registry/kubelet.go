@@ -278,7 +278,7 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 		case <-ctx.Done():
 			return
 		case reason := <-reg.lost:
-			k.log.Warn("kubelet registration lost its plugin id to another source", "socket", path, "plugin", info.Name, "reason", reason)
+			k.log.Warn("kubelet registration refused: another claim holds its plugin id or its socket", "socket", path, "plugin", info.Name, "reason", reason)
 			k.notify(ctx, path, false, reason)
 			return
 		case <-sub.C():
@@ -299,8 +299,8 @@ func (k *registrations) checkEndpoint(endpoint string) error {
 		if within(endpoint, d) {
 			return true
 		}
-		real, err := filepath.EvalSymlinks(d)
-		return err == nil && within(endpoint, real)
+		resolved, err := filepath.EvalSymlinks(d)
+		return err == nil && within(endpoint, resolved)
 	})
 	if !inside {
 		return fmt.Errorf("endpoint %s lies outside the directories allowed for kubelet-registered endpoints (%s); "+
