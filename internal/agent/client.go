@@ -38,6 +38,11 @@ func (a *Agent) setupRegistry(cfg *config.Config) (*registry.Manager, part, erro
 		PluginOwners:           cfg.Client.PluginOwnerUIDs,
 		Declarations:           declarations(cfg),
 		KubeletRegistrationDir: cfg.Client.KubeletRegistrationDir,
+		KubeletEndpointDirs:    cfg.Client.EndpointDirs(),
+		KubeletRetry:           a.retry.KubeletRegistration,
+		// A plugin with volumes on this node keeps its socket. The node
+		// volume manager is made after the registry and before it runs.
+		InUse:                  func(id string) bool { return a.volumes != nil && len(a.volumes.List(id, "")) > 0 },
 		AllowInsecurePluginDir: cfg.Client.AllowInsecurePluginDir,
 		PluginRedial:           a.retry.PluginRedial,
 		FingerprintRetry:       a.retry.Fingerprint,

@@ -270,6 +270,26 @@ type ClientConfig struct {
 	// supervises that endpoint. KubeletRegistrationDir is the path in a
 	// Kubernetes layout. Empty (the default) turns it off.
 	KubeletRegistrationDir string
+	// KubeletEndpointDirs are the directories a kubelet-registered
+	// endpoint may lie in; a registration naming an endpoint elsewhere is
+	// refused. Empty means the plugin directory and the parent of
+	// KubeletRegistrationDir (see EndpointDirs).
+	KubeletEndpointDirs []string
+}
+
+// EndpointDirs returns the directories a kubelet-registered endpoint may
+// lie in: KubeletEndpointDirs, or by default the plugin directory and the
+// parent of the registration directory (/var/lib/kubelet/plugins_registry
+// gives /var/lib/kubelet, under which drivers put their sockets). Nil when
+// the registration protocol is off.
+func (c ClientConfig) EndpointDirs() []string {
+	if c.KubeletRegistrationDir == "" {
+		return nil
+	}
+	if len(c.KubeletEndpointDirs) > 0 {
+		return slices.Clone(c.KubeletEndpointDirs)
+	}
+	return []string{c.PluginDir, filepath.Dir(c.KubeletRegistrationDir)}
 }
 
 // ServerConfig configures the server role: the raft cluster.
@@ -343,7 +363,9 @@ type PluginConfig struct {
 	// which may lie outside the plugin directory, with the same identity,
 	// trust and health rules as a socket found there. A declared socket
 	// wins over a socket of the same id found in the plugin directory or
-	// registered through kubelet's registration protocol.
+	// registered through kubelet's registration protocol when they meet,
+	// but never takes the id from a plugin in use (healthy, or with
+	// volumes on the node) at another socket.
 	Socket string
 	// Type is the plugin's expected type (node, controller or monolith).
 	// A plugin whose fingerprint says otherwise is unhealthy. Empty
@@ -682,6 +704,7 @@ func (c Config) String() string {
 	w(in, "deregister_grace", c.Client.DeregisterGrace)
 	w(in, "rescan_interval", c.Client.RescanInterval)
 	w(in, "kubelet_registration_dir", c.Client.KubeletRegistrationDir)
+	w(in, "kubelet_endpoint_dirs", c.Client.KubeletEndpointDirs)
 	w(in, "rpc_timeout", c.Client.RPCTimeout)
 	w(in, "volume_health_interval", c.Client.VolumeHealthInterval)
 	w(in, "max_destructive_in_flight", c.Client.MaxDestructiveInFlight)

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,28 @@ func TestConsulDerivedDurations(t *testing.T) {
 			}
 			if got := c.CheckTimeout(); got != tt.wantTimeout {
 				t.Errorf("CheckTimeout = %s, want %s", got, tt.wantTimeout)
+			}
+		})
+	}
+}
+
+func TestEndpointDirs(t *testing.T) {
+	tests := []struct {
+		name string
+		c    ClientConfig
+		want []string
+	}{
+		{"registration off", ClientConfig{PluginDir: "/run/csi", KubeletEndpointDirs: []string{"/x"}}, nil},
+		{"default: the plugin directory and the registration directory's parent",
+			ClientConfig{PluginDir: "/run/csi", KubeletRegistrationDir: KubeletRegistrationDir},
+			[]string{"/run/csi", "/var/lib/kubelet"}},
+		{"configured", ClientConfig{PluginDir: "/run/csi", KubeletRegistrationDir: KubeletRegistrationDir, KubeletEndpointDirs: []string{"/srv/csi"}},
+			[]string{"/srv/csi"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.c.EndpointDirs(); !slices.Equal(got, tt.want) {
+				t.Errorf("EndpointDirs() = %v, want %v", got, tt.want)
 			}
 		})
 	}

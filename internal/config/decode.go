@@ -54,6 +54,7 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 			"max_event_subscribers_per_connection": &c.Client.MaxEventSubscribersPerConn,
 			"servers":                              &c.Client.Servers,
 			"kubelet_registration_dir":             &c.Client.KubeletRegistrationDir,
+			"kubelet_endpoint_dirs":                &c.Client.KubeletEndpointDirs,
 		},
 		"telemetry": {
 			"prometheus_metrics": &c.Telemetry.PrometheusMetrics,

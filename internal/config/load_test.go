@@ -160,6 +160,7 @@ client {
   plugin_owners             = ["root", "65534"]
   allow_mount_flags         = ["suid", "dev"]
   kubelet_registration_dir  = "/var/lib/kubelet/plugins_registry"
+  kubelet_endpoint_dirs     = ["/var/lib/kubelet/plugins", "/run/csi"]
 }
 server {
   enabled          = true
@@ -236,6 +237,7 @@ acl {
 						MaxEventSubscribers: 100, MaxEventSubscribersPerConn: 10, Servers: []string{"10.0.0.1:4780", "[fd00::1]:4780"},
 						AllowInsecurePluginDir: true, PluginOwners: []string{"root", "65534"}, PluginOwnerUIDs: []uint32{0, 65534},
 						AllowMountFlags: []string{"suid", "dev"}, KubeletRegistrationDir: KubeletRegistrationDir,
+						KubeletEndpointDirs: []string{"/var/lib/kubelet/plugins", "/run/csi"},
 					},
 					Server: ServerConfig{Enabled: true, BootstrapExpect: 3, RetryJoin: []string{"10.0.0.2:4780"}, RaftMultiplier: 5, ClaimGCGrace: 90 * time.Second, ClaimResumeTimeout: 45 * time.Second, VolumeHealthInterval: 5 * time.Minute,
 						HeartbeatGrace: 20 * time.Second, MinHeartbeatTTL: 15 * time.Second, MaxHeartbeatsPerSecond: 12.5,

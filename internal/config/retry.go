@@ -43,6 +43,11 @@ type Retry struct {
 	// NodeClient spaces the node client's calls to the servers after a
 	// failed one: registration, heartbeats and plugin updates.
 	NodeClient retry.Policy
+	// KubeletRegistration spaces the GetInfo attempts at one kubelet
+	// registration socket that does not answer, or answers garbage (a
+	// stale socket, a hung or broken registrar). The registry caps each
+	// wait at one minute, the Cap here.
+	KubeletRegistration retry.Policy
 	// ServerConnect spaces gRPC's reconnects of the connections to the
 	// servers (from servers and node clients) and to agents: a restarted
 	// server is reached again within seconds, not gRPC's default two
@@ -67,5 +72,11 @@ func DefaultRetry() Retry {
 		ServerJoin:    policy(2*time.Second, 2*time.Second),
 		NodeClient:    policy(500*time.Millisecond, 30*time.Second),
 		ServerConnect: retry.Policy{Base: 100 * time.Millisecond, Cap: 3 * time.Second, Multiplier: 1.6, Jitter: 0.2},
+
+		// A registrar answers at once or is broken: kubelet itself
+		// tries a registration socket once per change of it, and every
+		// attempt at one costs a gRPC connection (about a millisecond of
+		// CPU), so hundreds of broken ones must be asked rarely.
+		KubeletRegistration: policy(10*time.Second, time.Minute),
 	}
 }

@@ -23,6 +23,9 @@ func TestDefaultRetry(t *testing.T) {
 		NodeClient:   policy(500*time.Millisecond, 30*time.Second),
 		// gRPC's reconnect shape, with a cap of seconds.
 		ServerConnect: retry.Policy{Base: 100 * time.Millisecond, Cap: 3 * time.Second, Multiplier: 1.6, Jitter: 0.2},
+
+		// Capped at a minute.
+		KubeletRegistration: policy(10*time.Second, time.Minute),
 	}
 	if got := DefaultRetry(); got != want {
 		t.Errorf("DefaultRetry() =\n%+v\nwant\n%+v", got, want)

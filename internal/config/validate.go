@@ -80,6 +80,7 @@ func (c *Config) Validate() error {
 	if cl.KubeletRegistrationDir != "" && !filepath.IsAbs(cl.KubeletRegistrationDir) {
 		v.add("client.kubelet_registration_dir", "%q must be an absolute path (%s in a Kubernetes layout)", cl.KubeletRegistrationDir, KubeletRegistrationDir)
 	}
+	v.endpointDirs(cl.KubeletEndpointDirs)
 	v.positive("client.rpc_timeout", cl.RPCTimeout)
 	if cl.VolumeHealthInterval < 0 {
 		v.add("client.volume_health_interval", "must not be negative (0 turns the agent's health reports off), got %s", cl.VolumeHealthInterval)
@@ -279,6 +280,20 @@ func (v *validator) hostPorts(key string, addrs []string) {
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			v.add(key, "element %d: %q has an invalid port (1-65535)", i, a)
+		}
+	}
+}
+
+// endpointDirs checks client.kubelet_endpoint_dirs: each an absolute, clean
+// path.
+func (v *validator) endpointDirs(dirs []string) {
+	const key = "client.kubelet_endpoint_dirs"
+	for i, d := range dirs {
+		switch {
+		case !filepath.IsAbs(d):
+			v.add(key, "element %d: %q must be an absolute path", i, d)
+		case filepath.Clean(d) != d:
+			v.add(key, "element %d: %q is not a clean path: write %q", i, d, filepath.Clean(d))
 		}
 	}
 }

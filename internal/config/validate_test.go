@@ -73,6 +73,9 @@ func TestValidateErrors(t *testing.T) {
 			`agent.hcl:2: plugin.ebs.required: a required plugin needs its type (node, controller or monolith): the servers count an expected plugin by its type`},
 		{"kubelet_registration_dir relative", "client {\n  kubelet_registration_dir = \"plugins_registry\"\n}", nil,
 			`agent.hcl:2: client.kubelet_registration_dir: "plugins_registry" must be an absolute path (/var/lib/kubelet/plugins_registry in a Kubernetes layout)`},
+		{"kubelet_endpoint_dirs", "client {\n  kubelet_endpoint_dirs = [\"/run/csi\", \"plugins\", \"/var/lib/kubelet/../kubelet\"]\n}", nil,
+			`agent.hcl:2: client.kubelet_endpoint_dirs: element 1: "plugins" must be an absolute path` + "\n" +
+				`agent.hcl:2: client.kubelet_endpoint_dirs: element 2: "/var/lib/kubelet/../kubelet" is not a clean path: write "/var/lib/kubelet"`},
 		{"port range", "ports {\n  http = 0\n}", nil,
 			`agent.hcl:2: ports.http: 0 is not a port number (1-65535)`},
 		{"port clash", "ports {\n  rpc = 5000\n  raft = 5000\n}", nil,

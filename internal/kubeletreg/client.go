@@ -2,8 +2,11 @@ package kubeletreg
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -72,9 +75,19 @@ func Notify(ctx context.Context, socket string, registered bool, reason string) 
 	})
 }
 
+// ErrNotListening is wrapped by the error of a call whose registrar
+// socket refused the connection: the file is there but nobody listens on
+// it (yet: a registrar binds its socket a moment before it listens). Any
+// other failure, a registrar that accepts and then answers garbage or
+// nothing, is not one, so that a caller retries at once only what a
+// moment can fix.
+var ErrNotListening = errors.New("registrar socket refuses connections")
+
 // call runs f on a fresh connection to socket and closes it. One
 // connection per call keeps nothing open to a registrar between the rare
-// calls kubelet's protocol makes.
+// calls kubelet's protocol makes. The connection is dialled here, once,
+// before gRPC sees it: a refused dial fails the call at once with
+// ErrNotListening, and gRPC never redials the socket on its own.
 func call(ctx context.Context, socket string, f func(context.Context, registerapi.RegistrationClient) error) error {
 	abs, err := filepath.Abs(socket)
 	if err != nil {
@@ -83,21 +96,69 @@ func call(ctx context.Context, socket string, f func(context.Context, registerap
 	if err := csiclient.CheckSocketPath(abs); err != nil {
 		return fmt.Errorf("kubeletreg: registrar socket: %w", err)
 	}
-	conn, err := grpc.NewClient("unix://"+abs,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithMaxHeaderListSize(maxHeaderListSize),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplySize)))
-	if err != nil {
-		return fmt.Errorf("kubeletreg: registrar socket %s: %w", abs, err)
-	}
-	defer conn.Close()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "unix", abs)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("kubeletreg: registrar socket %s: %w: %w", abs, ErrNotListening, err)
+	}
+	if err != nil {
+		return fmt.Errorf("kubeletreg: registrar socket %s: %w", abs, err)
+	}
+	dial, unused := onceDialer(raw)
+	defer unused()
+	conn, err := grpc.NewClient("passthrough:///"+abs,
+		grpc.WithContextDialer(dial),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithMaxHeaderListSize(maxHeaderListSize),
+		// A registrar's call moves a few hundred bytes: gRPC's default
+		// 32 KiB read and write buffers per connection would be most of
+		// what a call allocates, and a node may ask hundreds of broken
+		// registrars again and again.
+		grpc.WithReadBufferSize(0),
+		grpc.WithWriteBufferSize(0),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplySize)))
+	if err != nil {
+		return fmt.Errorf("kubeletreg: registrar socket %s: %w", abs, err)
+	}
+	defer conn.Close()
 	if err := f(ctx, registerapi.NewRegistrationClient(conn)); err != nil {
 		return fmt.Errorf("kubeletreg: registrar socket %s: %w", abs, err)
 	}
 	return nil
+}
+
+// errConnectionUsed fails gRPC's redials of a call's connection: a call
+// makes one connection, and a registrar that drops it has answered.
+var errConnectionUsed = errors.New("the call's one connection was used already")
+
+// onceDialer hands gRPC the connection c at its first dial, and fails
+// every later one; unused closes c if gRPC never took it.
+func onceDialer(c net.Conn) (dial func(context.Context, string) (net.Conn, error), unused func()) {
+	ch := make(chan net.Conn, 1)
+	ch <- c
+	take := func() (net.Conn, bool) {
+		select {
+		case c := <-ch:
+			return c, true
+		default:
+			return nil, false
+		}
+	}
+	dial = func(context.Context, string) (net.Conn, error) {
+		if c, ok := take(); ok {
+			return c, nil
+		}
+		return nil, errConnectionUsed
+	}
+	unused = func() {
+		if c, ok := take(); ok {
+			_ = c.Close()
+		}
+	}
+	return dial, unused
 }

@@ -283,3 +283,53 @@ func TestOversizedReply(t *testing.T) {
 		t.Fatalf("GetInfo with a reply under the cap: %v", err)
 	}
 }
+
+// A socket nobody listens on fails a call at once with ErrNotListening; a
+// socket that accepts and answers garbage fails it without, on the one
+// connection the call made.
+func TestNotListeningIsTold(t *testing.T) {
+	dir := shortDir(t)
+	stale := filepath.Join(dir, "stale-reg.sock")
+	lis, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	lis.Close() // the file stays, nobody listens
+
+	junk := filepath.Join(dir, "junk-reg.sock")
+	jl, err := net.Listen("unix", junk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { accepted <- n }()
+		for {
+			c, err := jl.Accept()
+			if err != nil {
+				return
+			}
+			n++
+			_, _ = c.Write([]byte("garbage, not HTTP/2\n"))
+			c.Close()
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := GetInfo(ctx, stale); !errors.Is(err, ErrNotListening) || !strings.Contains(err.Error(), stale) {
+		t.Errorf("GetInfo on a stale socket: %v, want ErrNotListening naming %s", err, stale)
+	}
+	if _, err := GetInfo(ctx, junk); err == nil || errors.Is(err, ErrNotListening) {
+		t.Errorf("GetInfo on a garbage socket: %v, want an error other than ErrNotListening", err)
+	}
+	if ctx.Err() != nil {
+		t.Error("a call waited for its deadline; want both to fail at once")
+	}
+	jl.Close()
+	if n := <-accepted; n != 1 {
+		t.Errorf("the garbage socket was dialled %d times by one call, want once", n)
+	}
+}

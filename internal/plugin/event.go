@@ -31,11 +31,14 @@ const (
 	// health_timeout: its socket is absent, or its plugin unhealthy. It is
 	// emitted once per episode; plugin-healthy ends the episode.
 	EventMissing EventType = "plugin-missing"
-	// EventConflict reports two sources that claim one plugin id (a
-	// declared socket, a kubelet-registered endpoint, a socket in the
-	// plugin directory) at different paths. The description names both
-	// paths and the one supervised: declared first, then kubelet
-	// registration, then discovery. Emitted once per conflict.
+	// EventConflict reports a claim on a plugin id (a declared socket, a
+	// kubelet-registered endpoint, a socket in the plugin directory) that
+	// was refused: another claim holds the id at another path (the plugin
+	// in use there keeps it, or, when claims meet, the order declared,
+	// kubelet registration, discovery decides), or the socket serves
+	// another id. Its plugin id is the refused claim's; the description
+	// names both paths (both ids for a socket), the one supervised and
+	// why. Emitted once per conflict.
 	EventConflict EventType = "plugin-conflict"
 
 	// Volume events, emitted by the node volume manager with the volume

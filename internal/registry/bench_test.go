@@ -107,6 +107,7 @@ func startBenchManager(b *testing.B, cfg ManagerConfig) *Manager {
 	b.Helper()
 	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.FingerprintInterval = testTiming.ProbeInterval, testTiming.ProbeTimeout, testTiming.FingerprintInterval
 	cfg.RescanInterval, cfg.PluginRedial, cfg.FingerprintRetry = time.Minute, testRetry.PluginRedial, testRetry.Fingerprint
+	kubeletDefaults(&cfg)
 	m, err := NewManager(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -18,18 +18,47 @@
 //
 // # Sources
 //
-// Three sources claim plugin ids, and each id is held by one claim, chosen
-// by source before any socket is looked at, so that the choice is the same
-// after a restart: a declared socket (ManagerConfig.Declarations, the
-// plugin blocks of the configuration, which may name a socket anywhere)
-// first, then the endpoint of a kubelet registration (the registration
-// sockets of ManagerConfig.KubeletRegistrationDir, asked as kubelet asks
-// them; see registrations), then a socket in the plugin directory. Two
-// claims at different paths are a conflict: one plugin-conflict event
-// names both paths, and the losing socket is listed as ignored (a losing
-// kubelet registrar is told so). One socket named by two sources is one
-// plugin. Every scan of the watcher looks at all three; the directories of
-// declared sockets and endpoints are watched too.
+// Three sources claim plugin ids: a declared socket
+// (ManagerConfig.Declarations, the plugin blocks of the configuration,
+// which may name a socket anywhere), the endpoint of a kubelet
+// registration (the registration sockets of
+// ManagerConfig.KubeletRegistrationDir, asked as kubelet asks them; see
+// registrations), and a socket in the plugin directory. Every scan of the
+// watcher looks at all three, and mergeClaims decides:
+//
+//   - no live takeover: an id whose plugin is in use (healthy, or with
+//     volumes on this node, ManagerConfig.InUse) keeps the socket of its
+//     record, whatever claim appears later, and while that socket is gone
+//     (its deregistration pending) nobody gets the id. Only a plugin
+//     deregistered, or neither healthy nor in use, or whose socket no
+//     source names any more while it is still there (a declaration moved:
+//     the operator's decision), lets its id go;
+//   - otherwise the order of the sources decides between the claims that
+//     meet (at start, or once the holder is gone): declared first, then
+//     kubelet, then the plugin directory, and between two of one kind the
+//     smaller path; the choice is the same after a restart;
+//   - one socket serves one id: a declaration or registration naming a
+//     socket that serves another id is refused (a discovered socket named
+//     so is simply not a plugin of its own).
+//
+// A claim that loses to another at a different path, or to another id at
+// the same socket, is a conflict: one plugin-conflict event, under the
+// refused id, says which socket holds what and why, a log line names both
+// sockets, and the refused entry is listed as ignored. A losing kubelet
+// registration is refused for good, as kubelet refuses one: its registrar
+// is told why (NotifyRegistrationStatus(false, reason)) and exits, and its
+// restart, a new socket, is a new registration. One socket named by two
+// sources under one id is one plugin. The directories of declared sockets
+// and endpoints are watched too, and while a claim is refused every
+// change of the registry is scanned, so a holder that lets go is replaced
+// at once.
+//
+// A registration is refused as well when its endpoint lies outside
+// ManagerConfig.KubeletEndpointDirs, or fails the trust rules of a plugin
+// socket (below). Registration sockets are asked at most
+// MaxRegistrationCalls at a time; one that does not answer, or answers
+// garbage, is asked again after waits that grow (ManagerConfig.KubeletRetry)
+// up to a minute, each attempt one connection.
 //
 // A declaration may also expect a type (a plugin fingerprinted as another
 // is unhealthy) and make the plugin required: a required plugin without a

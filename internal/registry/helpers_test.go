@@ -121,6 +121,20 @@ var testTiming = timing{
 // supervisors use.
 var testRetry = config.DefaultRetry()
 
+// kubeletDefaults gives a config with a kubelet registration directory
+// the agent's defaults of the kubelet settings it lacks.
+func kubeletDefaults(cfg *ManagerConfig) {
+	if cfg.KubeletRegistrationDir == "" {
+		return
+	}
+	if cfg.KubeletEndpointDirs == nil {
+		cfg.KubeletEndpointDirs = config.ClientConfig{PluginDir: cfg.PluginDir, KubeletRegistrationDir: cfg.KubeletRegistrationDir}.EndpointDirs()
+	}
+	if cfg.KubeletRetry == (retry.Policy{}) {
+		cfg.KubeletRetry = testRetry.KubeletRegistration
+	}
+}
+
 // fastTiming fails fast, for tests of sockets that do not answer, where a
 // slow machine changes no outcome.
 var fastTiming = timing{
@@ -177,6 +191,7 @@ func newTestManager(t *testing.T, cfg ManagerConfig) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
+	kubeletDefaults(&cfg)
 	m, err := NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,13 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/csisupd/csisupd/internal/kubeletreg"
 	"github.com/csisupd/csisupd/internal/plugin"
@@ -24,6 +23,17 @@ import (
 // registration directory: node-driver-registrar creates <driver>-reg.sock,
 // and kubelet looks at every socket there.
 const registrationSuffix = ".sock"
+
+// MaxRegistrationCalls caps the calls to registration sockets in flight at
+// once (GetInfo and NotifyRegistrationStatus, all sockets together): a
+// directory full of registrars that hang costs this many connections at
+// most, whatever their number. A call waits for a free slot, bounded by
+// its handler's life.
+const MaxRegistrationCalls = 64
+
+// maxRegistrationWait caps the wait between two GetInfo attempts at one
+// registration socket that does not answer, or answers garbage.
+const maxRegistrationWait = time.Minute
 
 // notifyAttempts bounds the NotifyRegistrationStatus attempts for one
 // registration: a registrar that cannot be told is left alone; it keeps
@@ -39,11 +49,18 @@ type kubeletConfig struct {
 	// CallTimeout bounds one GetInfo or NotifyRegistrationStatus call.
 	CallTimeout time.Duration
 	// Retry spaces the GetInfo attempts of a registrar that does not
-	// answer (yet), and the notification attempts.
+	// answer (yet), or answers garbage, per socket, each wait capped at
+	// maxRegistrationWait; and the notification attempts.
 	Retry retry.Policy
-	// Redial spaces the dials of one attempt, within CallTimeout, while
-	// the socket refuses connections: a registrar's socket appears at
-	// bind(2), a moment before it listens (ManagerConfig.PluginRedial).
+	// EndpointDirs are the directories an endpoint may lie in
+	// (client.kubelet_endpoint_dirs); a registration naming an endpoint
+	// elsewhere is refused.
+	EndpointDirs []string
+	// Redial spaces the dials of a socket's first attempt, within
+	// CallTimeout, while the socket refuses connections: a registrar's
+	// socket appears at bind(2), a moment before it listens
+	// (ManagerConfig.PluginRedial). Later attempts dial once: a socket
+	// nobody listens on for that long is a stale file.
 	Redial retry.Policy
 	// Poke asks the watcher for a scan: a registration was accepted or
 	// refused.
@@ -64,7 +81,11 @@ type registrations struct {
 	cfg kubeletConfig
 	log hclog.Logger
 
-	wg sync.WaitGroup // the handlers
+	wg    sync.WaitGroup // the handlers
+	calls *callLimiter   // the calls in flight, at most MaxRegistrationCalls
+	// onRetry, when set (by tests), is called before every wait between
+	// two GetInfo attempts.
+	onRetry func(path string, wait time.Duration)
 
 	mu   sync.Mutex
 	regs map[string]*registration // by registration socket path
@@ -87,7 +108,7 @@ type registration struct {
 }
 
 func newRegistrations(cfg kubeletConfig) *registrations {
-	return &registrations{cfg: cfg, log: cfg.Logger, regs: make(map[string]*registration)}
+	return &registrations{cfg: cfg, log: cfg.Logger, calls: newCallLimiter(MaxRegistrationCalls), regs: make(map[string]*registration)}
 }
 
 // scan reads the registration directory: the registration sockets in it,
@@ -201,12 +222,16 @@ func (k *registrations) endpointDirs() []string {
 	return dirs
 }
 
-// lose tells the registration at path that it lost its plugin id, once.
+// lose refuses the registration at path, which lost its plugin id or its
+// socket to another claim, and tells its registrar why, once. As kubelet
+// does, it is not looked at again until its socket is replaced: a
+// registrar told false exits and its restart creates a new socket.
 func (k *registrations) lose(path, reason string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if reg, ok := k.regs[path]; ok && !reg.lostSent {
 		reg.lostSent = true
+		reg.refused = reason
 		reg.lost <- reason
 	}
 }
@@ -228,6 +253,9 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 		endpoint = filepath.Clean(endpoint)
 		err = kubeletreg.Check(info)
 	}
+	if err == nil {
+		err = k.checkEndpoint(endpoint)
+	}
 	if err != nil {
 		k.log.Warn("kubelet registration refused", "socket", path, "driver", info.Name, "error", err)
 		k.mu.Lock()
@@ -237,7 +265,7 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 		k.notify(ctx, path, false, err.Error())
 		return
 	}
-	k.log.Info("kubelet registration accepted; supervising its endpoint", "socket", path,
+	k.log.Info("kubelet registration passed its checks; claiming its endpoint", "socket", path,
 		"plugin", info.Name, "endpoint", endpoint, "versions", info.SupportedVersions)
 	sub := k.cfg.Registry.Subscribe()
 	defer sub.Close()
@@ -250,7 +278,7 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 		case <-ctx.Done():
 			return
 		case reason := <-reg.lost:
-			k.log.Warn("kubelet registration lost its plugin id to another source", "socket", path, "plugin", info.Name, "reason", reason)
+			k.log.Warn("kubelet registration refused: another claim holds its plugin id or its socket", "socket", path, "plugin", info.Name, "reason", reason)
 			k.notify(ctx, path, false, reason)
 			return
 		case <-sub.C():
@@ -262,11 +290,34 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 	}
 }
 
-// getInfo calls GetInfo until the registrar answers or ctx ends.
+// checkEndpoint refuses an endpoint outside EndpointDirs, and one the trust
+// rules of a plugin socket refuse (a symlink on its path, an owner not
+// allowed). An endpoint that does not exist yet passes: the driver may
+// start after its registrar.
+func (k *registrations) checkEndpoint(endpoint string) error {
+	inside := slices.ContainsFunc(k.cfg.EndpointDirs, func(d string) bool {
+		if within(endpoint, d) {
+			return true
+		}
+		resolved, err := filepath.EvalSymlinks(d)
+		return err == nil && within(endpoint, resolved)
+	})
+	if !inside {
+		return fmt.Errorf("endpoint %s lies outside the directories allowed for kubelet-registered endpoints (%s); "+
+			"set client.kubelet_endpoint_dirs to allow its directory", endpoint, strings.Join(k.cfg.EndpointDirs, ", "))
+	}
+	if _, why, refused := k.cfg.Trust.inspectNamedSocket(endpoint); refused {
+		return fmt.Errorf("endpoint %s is not trusted: %s", endpoint, why)
+	}
+	return nil
+}
+
+// getInfo calls GetInfo until the registrar answers or ctx ends, each
+// wait between two attempts growing up to maxRegistrationWait.
 func (k *registrations) getInfo(ctx context.Context, path string, reg *registration) (kubeletreg.Info, bool) {
 	backoff := k.cfg.Retry.NewBackOff()
 	for attempt := 1; ; attempt++ {
-		info, err := k.getInfoOnce(ctx, path)
+		info, err := k.getInfoOnce(ctx, path, attempt == 1)
 		k.mu.Lock()
 		reg.tried = true
 		k.mu.Unlock()
@@ -280,21 +331,37 @@ func (k *registrations) getInfo(ctx context.Context, path string, reg *registrat
 			k.log.Warn("kubelet registration socket does not answer GetInfo; retrying", "socket", path, "error", err)
 			k.cfg.Poke() // the first desired state need not wait for it
 		}
-		if retry.Wait(ctx, backoff.NextBackOff()) != nil {
+		wait := registrationWait(backoff)
+		if k.onRetry != nil {
+			k.onRetry(path, wait)
+		}
+		if retry.Wait(ctx, wait) != nil {
 			return kubeletreg.Info{}, false
 		}
 	}
 }
 
-// getInfoOnce is one GetInfo attempt, bounded by CallTimeout, redialled
-// with the Redial backoff while the registrar refuses connections.
-func (k *registrations) getInfoOnce(ctx context.Context, path string) (kubeletreg.Info, error) {
+// registrationWait is the next wait of b, capped at maxRegistrationWait.
+func registrationWait(b *retry.BackOff) time.Duration {
+	return min(b.NextBackOff(), maxRegistrationWait)
+}
+
+// getInfoOnce is one GetInfo attempt, in one of the MaxRegistrationCalls
+// slots and bounded by CallTimeout once it has one. The first attempt
+// (first) is redialled with the Redial backoff while the registrar
+// refuses connections.
+func (k *registrations) getInfoOnce(ctx context.Context, path string, first bool) (kubeletreg.Info, error) {
+	release, err := k.calls.acquire(ctx)
+	if err != nil {
+		return kubeletreg.Info{}, err
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
 	defer cancel()
 	redial := k.cfg.Redial.NewBackOff()
 	for {
 		info, err := kubeletreg.GetInfo(ctx, path)
-		if status.Code(err) != codes.Unavailable || retry.Wait(ctx, redial.NextBackOff()) != nil {
+		if !first || !errors.Is(err, kubeletreg.ErrNotListening) || retry.Wait(ctx, redial.NextBackOff()) != nil {
 			return info, err
 		}
 	}
@@ -304,9 +371,7 @@ func (k *registrations) getInfoOnce(ctx context.Context, path string) (kubeletre
 func (k *registrations) notify(ctx context.Context, path string, registered bool, reason string) {
 	backoff := k.cfg.Retry.NewBackOff()
 	for attempt := 1; ; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
-		err := kubeletreg.Notify(cctx, path, registered, reason)
-		cancel()
+		err := k.notifyOnce(ctx, path, registered, reason)
 		if err == nil {
 			k.log.Info("kubelet registrar notified", "socket", path, "registered", registered)
 			return
@@ -322,4 +387,55 @@ func (k *registrations) notify(ctx context.Context, path string, registered bool
 			return
 		}
 	}
+}
+
+// notifyOnce is one NotifyRegistrationStatus attempt, in one of the
+// MaxRegistrationCalls slots and bounded by CallTimeout once it has one.
+func (k *registrations) notifyOnce(ctx context.Context, path string, registered bool, reason string) error {
+	release, err := k.calls.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
+	defer cancel()
+	return kubeletreg.Notify(ctx, path, registered, reason)
+}
+
+// callLimiter bounds the calls in flight at once, and keeps the highest
+// number it let run together.
+type callLimiter struct {
+	slots chan struct{}
+
+	mu             sync.Mutex
+	inFlight, peak int
+}
+
+func newCallLimiter(n int) *callLimiter { return &callLimiter{slots: make(chan struct{}, n)} }
+
+// acquire waits for a free slot, or until ctx ends, and returns the
+// function that frees it.
+func (l *callLimiter) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	l.mu.Lock()
+	l.inFlight++
+	l.peak = max(l.peak, l.inFlight)
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.inFlight--
+		l.mu.Unlock()
+		<-l.slots
+	}, nil
+}
+
+// counts returns the calls in flight now and the most there ever were.
+func (l *callLimiter) counts() (inFlight, peak int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inFlight, l.peak
 }

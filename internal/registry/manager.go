@@ -115,6 +115,24 @@ type ManagerConfig struct {
 	// their driver's name and CSI endpoint, and the endpoint is supervised
 	// under the driver's name (see registrations).
 	KubeletRegistrationDir string
+	// KubeletEndpointDirs are the directories a kubelet-registered
+	// endpoint may lie in (client.kubelet_endpoint_dirs, absolute);
+	// required with KubeletRegistrationDir. A registration naming an
+	// endpoint elsewhere, or one that the trust rules of a plugin socket
+	// refuse (a symlink on its path, an owner not allowed), is refused.
+	KubeletEndpointDirs []string
+	// KubeletRetry spaces the GetInfo attempts at one registration
+	// socket that does not answer, or answers garbage; each wait is
+	// capped at one minute whatever the policy says. Required with
+	// KubeletRegistrationDir: config.Retry.KubeletRegistration.
+	KubeletRetry retry.Policy
+	// InUse reports whether plugin pluginID has volumes (staged,
+	// published or being set up) on this node: the node volume manager's
+	// records. A plugin that has, or that is healthy, keeps its socket:
+	// a claim of another source on its id at another socket is refused
+	// until the plugin is deregistered. Nil means no plugin has volumes.
+	// It is called from the watcher's scans and must not block.
+	InUse func(pluginID string) bool
 	// Watchdog, when set, gets the manager's essential loops ("plugin
 	// watcher", "plugin reconciler" and, with a DataDir, "registry
 	// persister"), each beaten on every turn, so that a wedged loop stops
@@ -153,8 +171,21 @@ func (c *ManagerConfig) validate() error {
 	if err := validateDeclarations(c.Declarations); err != nil {
 		errs = append(errs, err)
 	}
-	if c.KubeletRegistrationDir != "" && !filepath.IsAbs(c.KubeletRegistrationDir) {
-		errs = append(errs, fmt.Errorf("registry: KubeletRegistrationDir %q is not absolute", c.KubeletRegistrationDir))
+	if c.KubeletRegistrationDir != "" {
+		if !filepath.IsAbs(c.KubeletRegistrationDir) {
+			errs = append(errs, fmt.Errorf("registry: KubeletRegistrationDir %q is not absolute", c.KubeletRegistrationDir))
+		}
+		if len(c.KubeletEndpointDirs) == 0 {
+			errs = append(errs, errors.New("registry: KubeletEndpointDirs is required with KubeletRegistrationDir"))
+		}
+		for _, d := range c.KubeletEndpointDirs {
+			if !filepath.IsAbs(d) {
+				errs = append(errs, fmt.Errorf("registry: KubeletEndpointDirs: %q is not absolute", d))
+			}
+		}
+		if err := c.KubeletRetry.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("registry: KubeletRetry: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -172,6 +203,10 @@ type Manager struct {
 	// watcher is Run's, once it has started: SetDeclarations asks it for
 	// a scan.
 	watcher atomic.Pointer[watcher]
+	// onRegistrationRetry, when set before Run (by tests), is called
+	// before every wait between two GetInfo attempts at a registration
+	// socket.
+	onRegistrationRetry func(path string, wait time.Duration)
 }
 
 // NewManager validates cfg and returns a Manager. Nothing runs until Run.
@@ -254,15 +289,17 @@ func (m *Manager) Run(ctx context.Context) error {
 	var kubelet *registrations
 	if m.cfg.KubeletRegistrationDir != "" {
 		kubelet = newRegistrations(kubeletConfig{
-			Dir:         m.cfg.KubeletRegistrationDir,
-			Registry:    m.reg,
-			Trust:       trust,
-			CallTimeout: m.cfg.ProbeTimeout,
-			Retry:       fingerprintRetry(m.cfg.FingerprintRetry, m.cfg.ProbeInterval),
-			Redial:      m.cfg.PluginRedial,
-			Poke:        m.requestScan,
-			Logger:      m.log.Named("kubelet"),
+			Dir:          m.cfg.KubeletRegistrationDir,
+			Registry:     m.reg,
+			Trust:        trust,
+			CallTimeout:  m.cfg.ProbeTimeout,
+			Retry:        m.cfg.KubeletRetry,
+			EndpointDirs: cleanPaths(m.cfg.KubeletEndpointDirs),
+			Redial:       m.cfg.PluginRedial,
+			Poke:         m.requestScan,
+			Logger:       m.log.Named("kubelet"),
 		})
+		kubelet.onRetry = m.onRegistrationRetry
 	}
 	w, err := newWatcher(watcherConfig{
 		Dir:            m.cfg.PluginDir,
@@ -272,6 +309,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		Logger:         m.log,
 		Watchdog:       m.cfg.Watchdog,
 		Kubelet:        kubelet,
+		InUse:          m.cfg.InUse,
 	})
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
@@ -371,4 +409,13 @@ func (m *Manager) Lookup(id string) (*csisupdv1.Plugin, *csiclient.Client, bool)
 		return p.Proto(), nil, true
 	}
 	return p.Proto(), c, true
+}
+
+// cleanPaths returns paths, each cleaned.
+func cleanPaths(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = filepath.Clean(p)
+	}
+	return out
 }

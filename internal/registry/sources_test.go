@@ -3,6 +3,7 @@ package registry
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,9 +26,14 @@ func TestMergeClaims(t *testing.T) {
 		return c
 	}
 
+	shadowed := func(c claim) claim { c.shadowed = true; return c }
+	inUse := func(path string) holding { return holding{path: path, inUse: true} }
+	idle := func(path string) holding { return holding{path: path} }
+
 	tests := []struct {
 		name      string
 		claims    []claim
+		held      map[string]holding
 		sockets   map[string]string // id -> supervised path
 		absent    []string          // ids held by a claim without a socket
 		conflicts []string          // "id: winner path > loser path"
@@ -51,7 +57,7 @@ func TestMergeClaims(t *testing.T) {
 			claims:    []claim{kubelet("a", "/k/a.sock", 1), declared("a", "/run/a.sock", 2)},
 			sockets:   map[string]string{"a": "/run/a.sock"},
 			conflicts: []string{"a: /run/a.sock > /k/a.sock"},
-			ignored:   []string{"/k/a.sock"},
+			ignored:   []string{"/reg/a-reg.sock"},
 		},
 		{
 			name:      "kubelet beats discovered",
@@ -65,7 +71,92 @@ func TestMergeClaims(t *testing.T) {
 			claims:    []claim{discovered("a", "/p/a.sock", 1), kubelet("a", "/k/a.sock", 2), declared("a", "/run/a.sock", 3)},
 			sockets:   map[string]string{"a": "/run/a.sock"},
 			conflicts: []string{"a: /run/a.sock > /k/a.sock", "a: /run/a.sock > /p/a.sock"},
-			ignored:   []string{"/k/a.sock", "/p/a.sock"},
+			ignored:   []string{"/p/a.sock", "/reg/a-reg.sock"},
+		},
+		{
+			name:      "a plugin in use keeps its socket against a kubelet registration",
+			claims:    []claim{discovered("a", "/p/a.sock", 1), kubelet("a", "/k/a.sock", 2)},
+			held:      map[string]holding{"a": inUse("/p/a.sock")},
+			sockets:   map[string]string{"a": "/p/a.sock"},
+			conflicts: []string{"a: /p/a.sock > /k/a.sock (in use)"},
+			ignored:   []string{"/reg/a-reg.sock"},
+		},
+		{
+			name:      "a plugin in use keeps its socket against a declaration",
+			claims:    []claim{kubelet("a", "/k/a.sock", 1), declared("a", "/run/a.sock", 2)},
+			held:      map[string]holding{"a": inUse("/k/a.sock")},
+			sockets:   map[string]string{"a": "/k/a.sock"},
+			conflicts: []string{"a: /k/a.sock > /run/a.sock (in use)"},
+			ignored:   []string{"/run/a.sock"},
+		},
+		{
+			name:      "a plugin not in use gives way to the order of the sources",
+			claims:    []claim{discovered("a", "/p/a.sock", 1), kubelet("a", "/k/a.sock", 2)},
+			held:      map[string]holding{"a": idle("/p/a.sock")},
+			sockets:   map[string]string{"a": "/k/a.sock"},
+			conflicts: []string{"a: /k/a.sock > /p/a.sock"},
+			ignored:   []string{"/p/a.sock"},
+		},
+		{
+			name:      "a holder that wins by order too is a conflict by order",
+			claims:    []claim{declared("a", "/run/a.sock", 1), discovered("a", "/p/a.sock", 2)},
+			held:      map[string]holding{"a": inUse("/run/a.sock")},
+			sockets:   map[string]string{"a": "/run/a.sock"},
+			conflicts: []string{"a: /run/a.sock > /p/a.sock"},
+			ignored:   []string{"/p/a.sock"},
+		},
+		{
+			name:      "the id of a plugin in use whose socket is gone is held by nobody",
+			claims:    []claim{kubelet("a", "/k/a.sock", 2)},
+			held:      map[string]holding{"a": inUse("/p/a.sock")},
+			sockets:   map[string]string{},
+			absent:    []string{"a"},
+			conflicts: []string{"a: /p/a.sock > /k/a.sock (in use)"},
+			ignored:   []string{"/reg/a-reg.sock"},
+		},
+		{
+			name:    "a plugin that is gone and not in use frees its id",
+			claims:  []claim{kubelet("a", "/k/a.sock", 2)},
+			held:    map[string]holding{"a": idle("/p/a.sock")},
+			sockets: map[string]string{"a": "/k/a.sock"},
+		},
+		{
+			name:      "a registration of a socket serving another id is refused",
+			claims:    []claim{discovered("a", "/p/a.sock", 1), kubelet("b", "/p/a.sock", 1)},
+			held:      map[string]holding{"a": idle("/p/a.sock")},
+			sockets:   map[string]string{"a": "/p/a.sock"},
+			conflicts: []string{"a: /p/a.sock > /p/a.sock (socket b)"},
+			ignored:   []string{"/reg/b-reg.sock"},
+		},
+		{
+			name:      "a declaration of a socket serving another id is refused",
+			claims:    []claim{kubelet("a", "/k/a.sock", 1), declared("b", "/k/a.sock", 1)},
+			held:      map[string]holding{"a": inUse("/k/a.sock")},
+			sockets:   map[string]string{"a": "/k/a.sock"},
+			conflicts: []string{"a: /k/a.sock > /k/a.sock (socket b)"},
+			ignored:   []string{"/k/a.sock"},
+		},
+		{
+			name:      "an <id>/csi.sock comes before a shadowed <id>.sock",
+			claims:    []claim{shadowed(discovered("a", "/p/a.sock", 1)), discovered("a", "/p/a/csi.sock", 2)},
+			sockets:   map[string]string{"a": "/p/a/csi.sock"},
+			conflicts: []string{"a: /p/a/csi.sock > /p/a.sock"},
+			ignored:   []string{"/p/a.sock"},
+		},
+		{
+			name:      "a shadowed <id>.sock in use keeps its id",
+			claims:    []claim{shadowed(discovered("a", "/p/a.sock", 1)), discovered("a", "/p/a/csi.sock", 2)},
+			held:      map[string]holding{"a": inUse("/p/a.sock")},
+			sockets:   map[string]string{"a": "/p/a.sock"},
+			conflicts: []string{"a: /p/a.sock > /p/a/csi.sock (in use)"},
+			ignored:   []string{"/p/a/csi.sock"},
+		},
+		{
+			name:      "two registrations of one socket under two ids: the first kind, then the smaller id",
+			claims:    []claim{kubelet("b", "/k/x.sock", 1), kubelet("a", "/k/x.sock", 1)},
+			sockets:   map[string]string{"a": "/k/x.sock"},
+			conflicts: []string{"a: /k/x.sock > /k/x.sock (socket b)"},
+			ignored:   []string{"/reg/b-reg.sock"},
 		},
 		{
 			name:    "the declaration holds its id while its socket is absent",
@@ -94,14 +185,14 @@ func TestMergeClaims(t *testing.T) {
 			claims:    []claim{kubelet("a", "/k2/a.sock", 2), kubelet("a", "/k1/a.sock", 1)},
 			sockets:   map[string]string{"a": "/k1/a.sock"},
 			conflicts: []string{"a: /k1/a.sock > /k2/a.sock"},
-			ignored:   []string{"/k2/a.sock"},
+			ignored:   []string{"/reg/a-reg.sock"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// The outcome does not depend on the order of the claims.
 			for _, claims := range [][]claim{tt.claims, reversed(tt.claims)} {
-				m := mergeClaims(slices.Clone(claims))
+				m := mergeClaims(slices.Clone(claims), tt.held)
 				got := map[string]string{}
 				for id, si := range m.sockets {
 					got[id] = si.Path
@@ -119,8 +210,19 @@ func TestMergeClaims(t *testing.T) {
 				}
 				var conflicts []string
 				for _, c := range m.conflicts {
-					conflicts = append(conflicts, c.winner.id+": "+c.winner.path+" > "+c.loser.path)
-					if d := c.description(); !strings.Contains(d, c.winner.path) || !strings.Contains(d, c.loser.path) {
+					s := c.winner.id + ": " + c.winner.path + " > " + c.loser.path
+					d := c.description()
+					switch c.kind {
+					case byHolder:
+						s += " (in use)"
+					case bySocket:
+						s += " (socket " + c.loser.id + ")"
+						if !strings.Contains(d, strconv.Quote(c.winner.id)) || !strings.Contains(d, strconv.Quote(c.loser.id)) {
+							t.Errorf("socket conflict description %q does not name both ids", d)
+						}
+					}
+					conflicts = append(conflicts, s)
+					if !strings.Contains(d, c.winner.path) || !strings.Contains(d, c.loser.path) {
 						t.Errorf("conflict description %q does not name both paths", d)
 					}
 				}

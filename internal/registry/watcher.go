@@ -56,6 +56,10 @@ type desiredState struct {
 	TopProblem string
 	// Expect maps a declared plugin's id to the type it must have.
 	Expect map[string]plugin.Type
+	// Shadowed are the <id>.sock sockets not supervised because an
+	// <id>/csi.sock exists too, by id; each is listed in Ignored. One that
+	// holds its plugin id still claims it (see addClaims).
+	Shadowed map[string]plugin.Instance
 }
 
 // refusal is a candidate plugin socket, or plugin subdirectory, that is not
@@ -75,7 +79,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 	if err != nil {
 		return desiredState{}, fmt.Errorf("read plugin directory %q: %w", dir, err)
 	}
-	st := desiredState{Sockets: make(map[string]plugin.Instance)}
+	st := desiredState{Sockets: make(map[string]plugin.Instance), Shadowed: make(map[string]plugin.Instance)}
 	ignore := func(path, reason string) {
 		st.Ignored = append(st.Ignored, plugin.Ignored{Path: path, Reason: reason})
 	}
@@ -164,6 +168,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 	for _, f := range flats {
 		if prev, ok := st.Sockets[f.id]; ok {
 			ignore(f.si.Path, fmt.Sprintf("duplicate plugin id %q: already served by %s", f.id, prev.Path))
+			st.Shadowed[f.id] = f.si
 			continue
 		}
 		st.Sockets[f.id] = f.si
@@ -310,6 +315,9 @@ type watcherConfig struct {
 	// Kubelet, when set, handles kubelet's plugin registration directory:
 	// every scan reads it too, and its accepted registrations are claims.
 	Kubelet *registrations
+	// InUse reports whether a plugin has volumes on this node
+	// (ManagerConfig.InUse); nil means none has.
+	InUse func(pluginID string) bool
 }
 
 // watcher turns the plugin directory into desired states. It watches the
@@ -419,6 +427,10 @@ func (w *watcher) run(ctx context.Context) {
 
 	rescan := time.NewTicker(w.cfg.RescanInterval)
 	defer rescan.Stop()
+	// While a claim is refused, a change of its holder (unhealthy,
+	// deregistered) may free the id: the registry's changes are scanned.
+	sub := w.cfg.Registry.Subscribe()
+	defer sub.Close()
 	// pending is stopped while no scan is scheduled. A lone event is
 	// scanned at once (discovery latency is what users wait for); events
 	// that follow within the gap a scan earned share one trailing scan.
@@ -461,6 +473,10 @@ func (w *watcher) run(ctx context.Context) {
 			schedule()
 		case <-w.poke:
 			schedule()
+		case <-sub.C():
+			if len(w.conflicts) > 0 {
+				schedule()
+			}
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
 				return

@@ -25,6 +25,14 @@ func (w *watcher) addClaims(st *desiredState) {
 	for id, si := range st.Sockets {
 		claims = append(claims, claim{kind: sourceDiscovered, id: id, path: si.Path, inst: si})
 	}
+	// An <id>.sock that holds its id keeps claiming it when an
+	// <id>/csi.sock appears beside it: no live takeover there either.
+	for id, si := range st.Shadowed {
+		if p, ok := w.cfg.Registry.Get(id); ok && p.Instance.Path == si.Path {
+			claims = append(claims, claim{kind: sourceDiscovered, id: id, path: si.Path, inst: si, shadowed: true})
+			st.Ignored = slices.DeleteFunc(st.Ignored, func(i plugin.Ignored) bool { return i.Path == si.Path })
+		}
+	}
 	st.Expect = make(map[string]plugin.Type)
 	var dirs []string
 	refuse := func(r *refusal) {
@@ -63,7 +71,7 @@ func (w *watcher) addClaims(st *desiredState) {
 		dirs = append(append(dirs, k.cfg.Dir), k.endpointDirs()...)
 	}
 
-	m := mergeClaims(claims)
+	m := mergeClaims(claims, w.holdings(claims))
 	st.Sockets = m.sockets
 	st.Ignored = append(st.Ignored, m.ignored...)
 	slices.SortFunc(st.Ignored, func(a, b plugin.Ignored) int { return strings.Compare(a.Path, b.Path) })
@@ -89,9 +97,51 @@ func (w *watcher) addClaims(st *desiredState) {
 	w.watchExtra(dirs)
 }
 
+// holdings returns what the registry holds for each plugin id, for
+// mergeClaims: its record's socket, and whether it is in use. A plugin
+// whose socket is still there but named by no source any more (its
+// declaration moved or went away: the operator's decision) is not in use:
+// the id goes where the sources say. Whether a plugin has volumes on this
+// node (InUse) is asked only of one that is not healthy and that a claim
+// names at another socket.
+func (w *watcher) holdings(claims []claim) map[string]holding {
+	recs := w.cfg.Registry.List()
+	paths := make(map[string]string, len(recs))
+	for _, p := range recs {
+		paths[p.ID] = p.Instance.Path
+	}
+	named := make(map[string]bool, len(claims))
+	contested := make(map[string]bool)
+	for _, c := range claims {
+		named[c.path] = true
+		if path, ok := paths[c.id]; ok && path != c.path {
+			contested[c.id] = true
+		}
+	}
+	held := make(map[string]holding, len(recs))
+	for _, p := range recs {
+		h := holding{path: p.Instance.Path, inUse: p.Healthy()}
+		switch {
+		case !named[h.path] && socketThere(h.path):
+			h.inUse = false
+		case !h.inUse && contested[p.ID] && w.cfg.InUse != nil:
+			h.inUse = w.cfg.InUse(p.ID)
+		}
+		held[p.ID] = h
+	}
+	return held
+}
+
+// socketThere reports whether a socket file is at path.
+func socketThere(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().Type() == fs.ModeSocket
+}
+
 // reportConflicts emits plugin-conflict for every conflict that is new
-// since the previous scan, and tells a losing kubelet registration; a
-// socket claimed by two sources under one id is logged once.
+// since the previous scan, under the plugin id that was refused, logs it
+// naming both sockets, and tells a losing kubelet registration; a socket
+// claimed by two sources under one id is logged once.
 func (w *watcher) reportConflicts(m merged) {
 	next := make(map[string]string, len(m.conflicts))
 	for _, c := range m.conflicts {
@@ -99,9 +149,9 @@ func (w *watcher) reportConflicts(m merged) {
 		desc := c.description()
 		next[key] = desc
 		if w.conflicts[key] != desc {
-			w.log.Warn("plugin conflict", "plugin", c.winner.id, "supervised", c.winner.path, "ignored", c.loser.path,
-				"description", desc)
-			w.cfg.Registry.emitConflict(c.winner.id, desc)
+			w.log.Warn("plugin conflict", "plugin", c.loser.id, "holder", c.winner.id, "supervised", c.winner.path,
+				"refused", c.loser.path, "source", c.loser.kind.String(), "description", desc)
+			w.cfg.Registry.emitConflict(c.loser.id, desc)
 		}
 		if c.loser.kind == sourceKubelet && w.cfg.Kubelet != nil {
 			w.cfg.Kubelet.lose(c.loser.registration, desc)
