@@ -147,10 +147,16 @@ func (c *clusterService) NodeClaims(ctx context.Context, req *csisupdv1.NodeClai
 			return cl.NodeClaims(ctx, req)
 		},
 		func() (*csisupdv1.NodeClaimsResponse, error) {
+			st := c.state()
+			// A node that never registered holds no claims, and the
+			// answer says no more than that; its agent asks at start,
+			// before its registration may have gone through.
+			if st.Node(req.GetNodeId()) == nil {
+				return &csisupdv1.NodeClaimsResponse{Index: st.LatestIndex()}, nil
+			}
 			if _, err := c.actAs(ctx, req.GetNodeId()); err != nil {
 				return nil, err
 			}
-			st := c.state()
 			return claims.NodeClaims(st.LatestIndex(), st.Volumes(""), req.GetNodeId()), nil
 		})
 }

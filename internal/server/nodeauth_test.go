@@ -152,6 +152,12 @@ func TestEveryClusterMethodActsOnlyForItsNode(t *testing.T) {
 		t.Errorf("clusterMethodChecks has %d rows, the service %d methods: remove the rows of methods that are gone", len(clusterMethodChecks), seen)
 	}
 
+	// A node that never registered holds no claims; its agent asks before
+	// its registration went through.
+	if nc, err := cluster.NodeClaims(asNode(ctx, "node-new"), &csisupdv1.NodeClaimsRequest{NodeId: "node-new"}); err != nil || len(nc.GetClaims()) != 0 {
+		t.Errorf("node claims of a node that never registered: %v, %v; want none", nc, err)
+	}
+
 	// node-b speaks only of the volumes it holds claims on.
 	_, err := cluster.NodeVolumeHealth(asNode(ctx, "node-b"), &csisupdv1.NodeVolumeHealthRequest{NodeId: "node-b", VolumeId: "vol-1", Abnormal: true, Message: "forged"})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `node "node-b" has no claim on volume "vol-1"`) {
