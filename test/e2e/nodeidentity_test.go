@@ -321,8 +321,10 @@ func TestANodeSpeaksOnlyForItself(t *testing.T) {
 		places[a.name+"'s log"] = a.logs.String()
 	}
 	places["the cluster's events"] = clusterEventsUntil(t, p, addr, mgmt.SecretID, "node-replaced")
-	if !strings.Contains(places["node-1's log"], "[TRACE]") && !strings.Contains(places["node-1's log"], "trace") {
-		t.Errorf("node-1 did not log at trace level: the check below proves little")
+	// The agents log their calls at trace level; the servers have no
+	// trace lines of their own, and log below info only when set lower.
+	if !strings.Contains(places["node-1's log"], "[TRACE]") || !strings.Contains(places[servers[0].name+"'s log"], "[DEBUG]") {
+		t.Errorf("node-1 logged no trace line, or %s no debug line: the check below would prove little", servers[0].name)
 	}
 	for who, secret := range secrets {
 		for where, text := range places {
