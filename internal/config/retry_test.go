@@ -25,7 +25,7 @@ func TestDefaultRetry(t *testing.T) {
 		ServerConnect: retry.Policy{Base: 100 * time.Millisecond, Cap: 3 * time.Second, Multiplier: 1.6, Jitter: 0.2},
 
 		// Capped at a minute.
-		KubeletRegistration: policy(10*time.Second, time.Minute),
+		KubeletRegistration: policy(20*time.Second, time.Minute),
 	}
 	if got := DefaultRetry(); got != want {
 		t.Errorf("DefaultRetry() =\n%+v\nwant\n%+v", got, want)

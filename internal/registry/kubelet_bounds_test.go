@@ -153,7 +153,7 @@ func TestRegistrationGarbageBacksOff(t *testing.T) {
 }
 
 // Whatever the policy, a registration socket is asked at least once a
-// minute; the agent's policy grows from ten seconds to that minute.
+// minute; the agent's policy grows from twenty seconds to that minute.
 func TestRegistrationWaitCapped(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -161,7 +161,7 @@ func TestRegistrationWaitCapped(t *testing.T) {
 		firstMax  time.Duration
 		reachesAt int // the wait that is at least half a minute
 	}{
-		{"the agent's policy", config.DefaultRetry().KubeletRegistration, 15 * time.Second, 4},
+		{"the agent's policy", config.DefaultRetry().KubeletRegistration, 30 * time.Second, 3},
 		{"a policy capped above a minute", retry.Policy{Base: 10 * time.Second, Cap: 10 * time.Minute, Multiplier: 2, Jitter: 0.5}, 15 * time.Second, 4},
 	}
 	for _, tt := range tests {
