@@ -69,6 +69,22 @@ acl {
 	return &secureAgent{agentProcess: a, name: name, dataDir: dataDir, rpc: fmt.Sprintf("127.0.0.1:%d", ports[0]), httpPort: ports[2], plugin: plugin}
 }
 
+// bootstrapACL bootstraps the ACLs of a secure cluster through addr once
+// it has a leader, and returns the management token once addr's own state
+// knows it.
+func bootstrapACL(t *testing.T, p pki, addr string) tokenDoc {
+	t.Helper()
+	var mgmt tokenDoc
+	testutil.WaitFor(t, 60*time.Second, "acl bootstrap", func() bool {
+		res := secureCLI(t, p, addr, "", "acl", "bootstrap", "--json")
+		return res.code == 0 && json.Unmarshal([]byte(res.stdout), &mgmt) == nil
+	})
+	testutil.WaitFor(t, 30*time.Second, "the management token known to "+addr, func() bool {
+		return secureCLI(t, p, addr, mgmt.SecretID, "acl", "token", "self").code == 0
+	})
+	return mgmt
+}
+
 // readFile returns the trimmed content of a file of an agent's data dir.
 func (a *secureAgent) readFile(t *testing.T, name string) string {
 	t.Helper()
@@ -91,15 +107,7 @@ func TestANodeSpeaksOnlyForItself(t *testing.T) {
 	servers := startSecureClusterWith(t, p, `log_level = "trace"`)
 	addr := servers[0].rpc
 
-	var mgmt tokenDoc
-	testutil.WaitFor(t, 60*time.Second, "acl bootstrap", func() bool {
-		res := secureCLI(t, p, addr, "", "acl", "bootstrap", "--json")
-		return res.code == 0 && json.Unmarshal([]byte(res.stdout), &mgmt) == nil
-	})
-	// A server knows the token once the bootstrap reached its state.
-	testutil.WaitFor(t, 30*time.Second, "the management token known to "+addr, func() bool {
-		return secureCLI(t, p, addr, mgmt.SecretID, "acl", "token", "self").code == 0
-	})
+	mgmt := bootstrapACL(t, p, addr)
 	rules := filepath.Join(p.dir, "agent.hcl")
 	if err := os.WriteFile(rules, []byte(`node { policy = "write" }`), 0o600); err != nil {
 		t.Fatal(err)
@@ -396,14 +404,7 @@ func TestNodeIdentitiesBindCalls(t *testing.T) {
 	const verify = "  verify_node_name = true\n"
 	servers := startSecureClusterTLS(t, p, "", verify)
 	addr := servers[0].rpc
-	var mgmt tokenDoc
-	testutil.WaitFor(t, 60*time.Second, "acl bootstrap", func() bool {
-		res := secureCLI(t, p, addr, "", "acl", "bootstrap", "--json")
-		return res.code == 0 && json.Unmarshal([]byte(res.stdout), &mgmt) == nil
-	})
-	testutil.WaitFor(t, 30*time.Second, "the management token known to "+addr, func() bool {
-		return secureCLI(t, p, addr, mgmt.SecretID, "acl", "token", "self").code == 0
-	})
+	mgmt := bootstrapACL(t, p, addr)
 	tokens := map[string]tokenDoc{}
 	for _, n := range []string{"node-1", "node-2"} {
 		var tok tokenDoc
