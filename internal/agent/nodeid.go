@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/csisupd/csisupd/internal/safefile"
 )
 
 // nodeIDFile holds the node's stable id inside data_dir.
@@ -51,26 +54,18 @@ const nodeSecretFile = "node-secret"
 // servers refuse until an operator runs `csisupd node rekey`.
 func loadNodeSecret(dataDir string) (string, error) {
 	path := filepath.Join(dataDir, nodeSecretFile)
-	fi, err := os.Lstat(path)
+	// Read as a secrets file is: regular, private to the agent's user, in
+	// directories nobody else can change.
+	data, err := safefile.Read(context.Background(), path, safefile.Spec{What: "agent: node secret", MaxSize: 4 << 10, Private: true})
 	switch {
 	case err == nil:
-		if !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("agent: node secret %s: not a regular file (%s)", path, fi.Mode().Type())
-		}
-		if fi.Mode().Perm()&0o077 != 0 {
-			return "", fmt.Errorf("agent: node secret %s: mode %04o lets others read it; run chmod 0600 %s", path, fi.Mode().Perm(), path)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("agent: node secret: %w", err)
-		}
 		secret := strings.TrimSpace(string(data))
 		if len(secret) < 32 {
 			return "", fmt.Errorf("agent: node secret %s is empty or too short; remove it only if this node is to register as new (then `csisupd node rekey` it)", path)
 		}
 		return secret, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("agent: node secret: %w", err)
+		return "", err
 	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
