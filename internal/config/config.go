@@ -1,13 +1,10 @@
 package config
 
 import (
-	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -480,74 +477,6 @@ func (c ConsulConfig) CheckTTL() time.Duration {
 	return max(DefaultConsulCheckTTL, 4*c.SyncInterval)
 }
 
-// TLSConfig configures TLS of every port: the gRPC APIs and raft. Once
-// cert_file and key_file are set, TLS is on and ca_file is required.
-type TLSConfig struct {
-	// CAFile, CertFile and KeyFile are PEM file paths. CAFile may hold
-	// several CA certificates (during a CA rotation).
-	CAFile   string
-	CertFile string
-	KeyFile  string
-	// VerifyIncoming requires callers of the gRPC port to present a
-	// certificate signed by the CA (the CLI uses a --cli certificate).
-	// The raft port always requires a server certificate. Default true.
-	VerifyIncoming bool
-	// VerifyOutgoing verifies the certificate of every server and agent
-	// this process calls against the CA. Default true.
-	VerifyOutgoing bool
-	// VerifyServerHostname checks that a server called carries the server
-	// role name (server.<region>.csisupd) and an agent called the client
-	// role name, so that a node's certificate cannot act as a server.
-	// Default true.
-	VerifyServerHostname bool
-	// VerifyNodeName makes servers refuse the node calls of a client
-	// certificate that does not name the node the call is for (tls cert
-	// create --client --node), and an agent refuse to start with a
-	// client certificate naming another node than its name. Needs TLS
-	// with verify_incoming. Default false.
-	VerifyNodeName bool
-}
-
-// ACLConfig configures ACL tokens.
-type ACLConfig struct {
-	// Enabled turns ACLs on: every API method then needs a token that
-	// allows it (or the anonymous policy does). Needs TLS.
-	Enabled bool
-	// AgentToken is the token the agent presents to the servers
-	// (acl.tokens.agent, else CSISUPD_AGENT_TOKEN). Its policy needs
-	// node = write.
-	AgentToken Secret
-}
-
-// Enabled reports whether a certificate and key are configured.
-func (t TLSConfig) Enabled() bool {
-	return t.CertFile != "" && t.KeyFile != ""
-}
-
-// Secret is a string that is never printed: fmt verbs and text or JSON
-// encoding show "[redacted]" instead. Use string(s) to read the value.
-type Secret string
-
-const redacted = "[redacted]"
-
-// String returns "[redacted]", or "" for an empty secret.
-func (s Secret) String() string {
-	if s == "" {
-		return ""
-	}
-	return redacted
-}
-
-// GoString returns the redacted form for %#v.
-func (s Secret) GoString() string {
-	return strconv.Quote(s.String())
-}
-
-// MarshalText returns the redacted form, so encoders never see the value.
-func (s Secret) MarshalText() ([]byte, error) {
-	return []byte(s.String()), nil
-}
-
 // Default returns the default configuration: a client-only agent with
 // Consul registration. Name is the host name, or empty when it cannot be
 // read.
@@ -667,136 +596,4 @@ func (c *Config) setOrigin(key, origin string) {
 		c.origins = make(map[string]string)
 	}
 	c.origins[key] = origin
-}
-
-// String renders the configuration in HCL syntax with the Consul token
-// redacted. Dev mode shows as a comment; warnings and sources are left out.
-func (c Config) String() string {
-	var b strings.Builder
-	if c.Dev {
-		b.WriteString("# dev mode\n")
-	}
-	w := func(indent, key string, v any) {
-		fmt.Fprintf(&b, "%s%s = %s\n", indent, key, hclValue(v))
-	}
-	w("", "name", c.Name)
-	w("", "data_dir", c.DataDir)
-	w("", "bind_addr", c.BindAddr)
-	w("", "advertise_addr", c.AdvertiseAddr)
-	w("", "log_level", c.LogLevel)
-	w("", "log_json", c.LogJSON)
-	w("", "enable_debug", c.EnableDebug)
-	w("", "region", c.Region)
-	const in = "  "
-	b.WriteString("ports {\n")
-	w(in, "rpc", c.Ports.RPC)
-	w(in, "http", c.Ports.HTTP)
-	w(in, "raft", c.Ports.Raft)
-	b.WriteString("}\nclient {\n")
-	w(in, "enabled", c.Client.Enabled)
-	w(in, "plugin_dir", c.Client.PluginDir)
-	w(in, "allow_insecure_plugin_dir", c.Client.AllowInsecurePluginDir)
-	w(in, "plugin_owners", c.Client.PluginOwners)
-	w(in, "allow_mount_flags", c.Client.AllowMountFlags)
-	w(in, "probe_interval", c.Client.ProbeInterval)
-	w(in, "probe_timeout", c.Client.ProbeTimeout)
-	w(in, "fingerprint_interval", c.Client.FingerprintInterval)
-	w(in, "deregister_grace", c.Client.DeregisterGrace)
-	w(in, "rescan_interval", c.Client.RescanInterval)
-	w(in, "kubelet_registration_dir", c.Client.KubeletRegistrationDir)
-	w(in, "kubelet_endpoint_dirs", c.Client.KubeletEndpointDirs)
-	w(in, "rpc_timeout", c.Client.RPCTimeout)
-	w(in, "volume_health_interval", c.Client.VolumeHealthInterval)
-	w(in, "max_destructive_in_flight", c.Client.MaxDestructiveInFlight)
-	w(in, "max_plugin_message_size", c.Client.MaxPluginMessageSize)
-	w(in, "max_event_subscribers", c.Client.MaxEventSubscribers)
-	w(in, "max_event_subscribers_per_connection", c.Client.MaxEventSubscribersPerConn)
-	w(in, "servers", c.Client.Servers)
-	b.WriteString("}\nserver {\n")
-	w(in, "enabled", c.Server.Enabled)
-	w(in, "bootstrap_expect", c.Server.BootstrapExpect)
-	w(in, "retry_join", c.Server.RetryJoin)
-	w(in, "raft_multiplier", c.Server.RaftMultiplier)
-	w(in, "claim_gc_grace", c.Server.ClaimGCGrace)
-	w(in, "claim_resume_timeout", c.Server.ClaimResumeTimeout)
-	w(in, "volume_health_interval", c.Server.VolumeHealthInterval)
-	w(in, "heartbeat_grace", c.Server.HeartbeatGrace)
-	w(in, "min_heartbeat_ttl", c.Server.MinHeartbeatTTL)
-	w(in, "max_heartbeats_per_second", c.Server.MaxHeartbeatsPerSecond)
-	w(in, "failover_heartbeat_ttl", c.Server.FailoverHeartbeatTTL)
-	w(in, "server_stabilization_time", c.Server.ServerStabilizationTime)
-	b.WriteString("}\nconsul {\n")
-	w(in, "enabled", c.Consul.Enabled)
-	w(in, "address", c.Consul.Address)
-	w(in, "token", c.Consul.Token.String())
-	w(in, "service_name", c.Consul.ServiceName)
-	w(in, "plugin_service_name", c.Consul.PluginServiceName)
-	w(in, "tags", c.Consul.Tags)
-	w(in, "enable_tag_override", c.Consul.EnableTagOverride)
-	w(in, "deregister_on_shutdown", c.Consul.DeregisterOnShutdown)
-	w(in, "sync_interval", c.Consul.SyncInterval)
-	w(in, "check_interval", c.Consul.CheckInterval)
-	w(in, "check_tls_server_name", c.Consul.CheckTLSServerName)
-	w(in, "server_service_name", c.Consul.ServerServiceName)
-	w(in, "server_auto_join", c.Consul.ServerAutoJoin)
-	w(in, "client_auto_join", c.Consul.ClientAutoJoin)
-	w(in, "discovery_wait", c.Consul.DiscoveryWait)
-	b.WriteString("}\ntls {\n")
-	w(in, "ca_file", c.TLS.CAFile)
-	w(in, "cert_file", c.TLS.CertFile)
-	w(in, "key_file", c.TLS.KeyFile)
-	w(in, "verify_incoming", c.TLS.VerifyIncoming)
-	w(in, "verify_outgoing", c.TLS.VerifyOutgoing)
-	w(in, "verify_server_hostname", c.TLS.VerifyServerHostname)
-	w(in, "verify_node_name", c.TLS.VerifyNodeName)
-	b.WriteString("}\ntelemetry {\n")
-	w(in, "prometheus_metrics", c.Telemetry.PrometheusMetrics)
-	b.WriteString("}\nacl {\n")
-	w(in, "enabled", c.ACL.Enabled)
-	b.WriteString(in + "tokens {\n")
-	w(in+in, "agent", c.ACL.AgentToken.String())
-	b.WriteString(in + "}\n}\n")
-	for _, id := range slices.Sorted(maps.Keys(c.Plugins)) {
-		p := c.Plugins[id]
-		fmt.Fprintf(&b, "plugin %q {\n", id)
-		w(in, "mount_dir", p.MountDir)
-		w(in, "plugin_mount_dir", p.PluginMountDir)
-		w(in, "socket", p.Socket)
-		w(in, "type", p.Type)
-		w(in, "required", p.Required)
-		w(in, "health_timeout", p.HealthTimeout)
-		b.WriteString("}\n")
-	}
-	return b.String()
-}
-
-// GoString implements %#v with the Consul token redacted.
-func (c Config) GoString() string {
-	// plain has Config's fields but not its methods, so %#v does not recurse
-	// into GoString; the token still prints through Secret.GoString.
-	type plain Config
-	p := plain(c)
-	p.origins = nil
-	return "config.Config" + strings.TrimPrefix(fmt.Sprintf("%#v", p), "config.plain")
-}
-
-// hclValue formats v as an HCL literal.
-func hclValue(v any) string {
-	switch v := v.(type) {
-	case string:
-		return strconv.Quote(v)
-	case time.Duration:
-		return strconv.Quote(v.String())
-	case float64:
-		// The shortest form that reads back as the same number.
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	case []string:
-		q := make([]string, len(v))
-		for i, s := range v {
-			q[i] = strconv.Quote(s)
-		}
-		return "[" + strings.Join(q, ", ") + "]"
-	default:
-		return fmt.Sprint(v)
-	}
 }
