@@ -18,12 +18,12 @@ import (
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/consulsync"
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/nodevolumes"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/secrets"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/tlsutil"
-	"github.com/csisupd/csisupd/internal/volumes"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
@@ -72,10 +72,10 @@ type Agent struct {
 	http    *http.Server
 	manager *registry.Manager
 	consul  *consulsync.Syncer
-	secrets *secrets.Store     // the plugins' secrets files, for every CSI call of this node
-	volumes *volumes.Manager   // stages and publishes volumes on this node
-	server  *server.Server     // nil unless the server role is enabled
-	nodes   *nodeclient.Client // nil unless the client has servers to report to
+	secrets *secrets.Store       // the plugins' secrets files, for every CSI call of this node
+	volumes *nodevolumes.Manager // stages and publishes volumes on this node
+	server  *server.Server       // nil unless the server role is enabled
+	nodes   *nodeclient.Client   // nil unless the client has servers to report to
 	nodeID  string
 	// nodeSecret is presented on every call of the Cluster service; never
 	// logged or shown.

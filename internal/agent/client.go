@@ -9,10 +9,10 @@ import (
 
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/nodeclient"
+	"github.com/csisupd/csisupd/internal/nodevolumes"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/secrets"
-	"github.com/csisupd/csisupd/internal/volumes"
 )
 
 // This file holds the setup steps of the client role: the plugin
@@ -178,12 +178,12 @@ func (a *Agent) setupSecrets(cfg *config.Config) (*secrets.Store, part, error) {
 // setupVolumes creates the node volume manager. With servers to report
 // to, it removes the cluster mounts whose claims the servers released
 // while the node was away. Its part runs it.
-func (a *Agent) setupVolumes(cfg *config.Config) (*volumes.Manager, part, error) {
-	dirs := make(map[string]volumes.PluginDirs, len(cfg.Plugins))
+func (a *Agent) setupVolumes(cfg *config.Config) (*nodevolumes.Manager, part, error) {
+	dirs := make(map[string]nodevolumes.PluginDirs, len(cfg.Plugins))
 	for id, p := range cfg.Plugins {
-		dirs[id] = volumes.PluginDirs{MountDir: cfg.MountDir(id), PluginMountDir: p.PluginMountDir}
+		dirs[id] = nodevolumes.PluginDirs{MountDir: cfg.MountDir(id), PluginMountDir: p.PluginMountDir}
 	}
-	vc := volumes.Config{
+	vc := nodevolumes.Config{
 		DataDir:    cfg.DataDir,
 		Plugins:    a.manager,
 		PluginDirs: dirs,
@@ -200,7 +200,7 @@ func (a *Agent) setupVolumes(cfg *config.Config) (*volumes.Manager, part, error)
 		vc.Claims = a.nodes.NodeClaims
 		vc.HealthReport, vc.HealthInterval = a.nodes.NodeVolumeHealth, cfg.Client.VolumeHealthInterval
 	}
-	m, err := volumes.New(vc)
+	m, err := nodevolumes.New(vc)
 	if err != nil {
 		return nil, part{}, fmt.Errorf("agent: node volumes: %w", err)
 	}

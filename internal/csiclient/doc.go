@@ -85,7 +85,7 @@
 //
 // # The call path
 //
-// ClientCSI (package rpc) and the node volume manager (package volumes) call
+// ClientCSI (package rpc) and the node volume manager (package nodevolumes) call
 // plugins through one Invoker each, both the same code: Invoke finds the
 // plugin through a PluginLookup (the registry's Manager) and checks that it
 // is healthy, fingerprinted and has the service and capability the call

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -16,7 +16,7 @@ import (
 // availability. A draining volume's claims are released by the volume
 // watcher, which it wakes.
 func (s *Server) setVolumeAvailability(req *csisupdv1.VolumeAvailabilityRequest) (*statepb.Volume, error) {
-	a, err := claims.ParseAvailability(req.GetAvailability())
+	a, err := rules.ParseAvailability(req.GetAvailability())
 	if err != nil {
 		return nil, err
 	}
@@ -29,8 +29,8 @@ func (s *Server) setVolumeAvailability(req *csisupdv1.VolumeAvailabilityRequest)
 	if err != nil {
 		return nil, err
 	}
-	s.logger.Info("volume availability set", "volume", req.GetId(), "availability", claims.AvailabilityName(a))
-	if a == claims.AvailabilityDrain {
+	s.logger.Info("volume availability set", "volume", req.GetId(), "availability", rules.AvailabilityName(a))
+	if a == rules.AvailabilityDrain {
 		s.watcher.Kick()
 	}
 	return v, nil

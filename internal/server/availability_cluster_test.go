@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/nodevolumes"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
-	"github.com/csisupd/csisupd/internal/volumes"
 )
 
 var mnmw = &csisupdv1.VolumeUsage{AccessMode: "MULTI_NODE_MULTI_WRITER"}
@@ -189,7 +189,7 @@ func TestForcedRelease(t *testing.T) {
 		t.Fatalf("agent 1's plugin holds %d volumes before the agent returns, want the forced claim's", n)
 	}
 	cc.c.RestartAgent(1)
-	records := filepath.Join(cc.c.Agent(1).DataDir, volumes.RecordsDir)
+	records := filepath.Join(cc.c.Agent(1).DataDir, nodevolumes.RecordsDir)
 	testutil.WaitFor(t, 20*time.Second, "agent 1's mount undone and its record gone", func() bool {
 		entries, err := os.ReadDir(records)
 		return err == nil && len(entries) == 0 && len(cc.plugins[1].NodeVolumes()) == 0

@@ -15,14 +15,14 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/leader"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // applyVolume writes one typed volume command through raft and returns
 // the volume as stored after it (nil once deleted). The FSM refuses a
-// command that no longer holds against the state (package claims), with
+// command that no longer holds against the state (package rules), with
 // the error the caller sees.
 func (s *Server) applyVolume(volumeID string, e *statepb.LogEntry) (*statepb.Volume, error) {
 	if _, err := s.node.Apply(e); err != nil {
@@ -64,20 +64,20 @@ func (s *Server) stepClaim(cmd *statepb.ClaimStepCommand) (*statepb.Volume, *sta
 	if err != nil {
 		return nil, nil, err
 	}
-	_, c := claims.Find(v, cmd.GetNodeId(), cmd.GetWorkloadId())
+	_, c := rules.Find(v, cmd.GetNodeId(), cmd.GetWorkloadId())
 	if c == nil {
-		return nil, nil, status.Errorf(codes.NotFound, "claim of %s not found", claims.Ref{VolumeID: cmd.GetVolumeId(), NodeID: cmd.GetNodeId(), WorkloadID: cmd.GetWorkloadId()})
+		return nil, nil, status.Errorf(codes.NotFound, "claim of %s not found", rules.Ref{VolumeID: cmd.GetVolumeId(), NodeID: cmd.GetNodeId(), WorkloadID: cmd.GetWorkloadId()})
 	}
 	return v, c, nil
 }
 
 // readClaim returns the stored volume and claim of ref, or nil and nil.
-func (s *Server) readClaim(ref claims.Ref) (*statepb.Volume, *statepb.VolumeClaim) {
+func (s *Server) readClaim(ref rules.Ref) (*statepb.Volume, *statepb.VolumeClaim) {
 	v := s.State().Volume(ref.VolumeID)
 	if v == nil {
 		return nil, nil
 	}
-	_, c := claims.Find(v, ref.NodeID, ref.WorkloadID)
+	_, c := rules.Find(v, ref.NodeID, ref.WorkloadID)
 	if c == nil {
 		return v, nil
 	}
@@ -113,22 +113,22 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 		return nil, nil, err
 	}
 	defer unlock()
-	ref := claims.Ref{VolumeID: v.GetId(), NodeID: req.GetNodeId(), WorkloadID: req.GetWorkloadId()}
-	_, claim := claims.Find(v, ref.NodeID, ref.WorkloadID)
+	ref := rules.Ref{VolumeID: v.GetId(), NodeID: req.GetNodeId(), WorkloadID: req.GetWorkloadId()}
+	_, claim := rules.Find(v, ref.NodeID, ref.WorkloadID)
 	switch {
-	case claim != nil && claim.GetState() != claims.StateTaken:
+	case claim != nil && claim.GetState() != rules.StateTaken:
 		return nil, nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleReleasing,
 			fmt.Sprintf("the claim of workload %q on node %q is being released (state %s); claim again once it is freed",
 				ref.WorkloadID, ref.NodeID, claim.GetState()))
 	case claim == nil:
-		claim, err = claims.Admit(s.State(), v, req, timestamppb.Now())
+		claim, err = rules.Admit(s.State(), v, req, timestamppb.Now())
 		if err != nil {
 			return nil, nil, err
 		}
-		if v, err = s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: claims.Take(v, claim)}}); err != nil {
+		if v, err = s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: rules.Take(v, claim)}}); err != nil {
 			return nil, nil, err
 		}
-		if _, claim = claims.Find(v, ref.NodeID, ref.WorkloadID); claim == nil {
+		if _, claim = rules.Find(v, ref.NodeID, ref.WorkloadID); claim == nil {
 			return nil, nil, status.Errorf(codes.Internal, "claim of %s: not stored after it was taken", ref)
 		}
 		s.logger.Info("volume claimed", "volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID,
@@ -144,7 +144,7 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 	claimIndex := claim.GetClaimIndex()
 	v, claim, err = s.finishClaim(ctx, v, claim, req.GetSecrets())
 	if err != nil {
-		msg := claims.ScrubSecrets(err.Error(), req.GetSecrets())
+		msg := rules.ScrubSecrets(err.Error(), req.GetSecrets())
 		s.logger.Warn("volume claim failed; releasing it", "volume", ref.VolumeID, "node", ref.NodeID,
 			"workload", ref.WorkloadID, "error", msg)
 		if uerr := s.failClaim(ref, claimIndex, msg); uerr != nil {
@@ -161,19 +161,19 @@ func (s *Server) claimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequ
 // failClaim records a failed step of the claim of ref taken at
 // claimIndex: a taken claim starts its release, one being released keeps
 // its state. A claim that is gone or was taken again is left alone.
-func (s *Server) failClaim(ref claims.Ref, claimIndex uint64, msg string) error {
+func (s *Server) failClaim(ref rules.Ref, claimIndex uint64, msg string) error {
 	v, c := s.readClaim(ref)
-	if c == nil || c.GetClaimIndex() != claimIndex || (c.GetLastError() == msg && c.GetState() != claims.StateTaken) {
+	if c == nil || c.GetClaimIndex() != claimIndex || (c.GetLastError() == msg && c.GetState() != rules.StateTaken) {
 		return nil
 	}
-	_, _, err := s.stepClaim(claims.Fail(v, c, msg))
+	_, _, err := s.stepClaim(rules.Fail(v, c, msg))
 	return err
 }
 
 // controllerAdvertises reports whether a controller instance of the
 // plugin, healthy or not, advertises a controller capability.
 func (s *Server) controllerAdvertises(pluginID, capability string) bool {
-	return claims.ControllerAdvertises(s.State().Plugin(pluginID), capability)
+	return rules.ControllerAdvertises(s.State().Plugin(pluginID), capability)
 }
 
 // publishCandidates returns the healthy controllers of v's plugin that can
@@ -205,7 +205,7 @@ func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *stat
 	var err error
 	pc, published := claim.GetPublishContext(), claim.GetControllerPublished()
 	if !published {
-		switch shared := claims.SharedPublication(v, claim); {
+		switch shared := rules.SharedPublication(v, claim); {
 		case shared != nil:
 			pc, published = maps.Clone(shared.GetPublishContext()), true
 		case s.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume):
@@ -242,7 +242,7 @@ func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *stat
 	// before its next heartbeat.
 	s.heartbeats.Confirm(node.GetId())
 	s.busyWriting(ctx)
-	return s.stepClaim(claims.Mounted(v, claim, published, pc, m.GetHostPath(), m.GetStagingPath()))
+	return s.stepClaim(rules.Mounted(v, claim, published, pc, m.GetHostPath(), m.GetStagingPath()))
 }
 
 // resumeClaim finishes, for the volume watcher, a claim that is taken but
@@ -252,9 +252,9 @@ func (s *Server) finishClaim(ctx context.Context, v *statepb.Volume, claim *stat
 // hold and record it; the watcher has no secrets of its own, so they
 // carry only those the agents' secrets files add. When a step fails the
 // claim is released.
-func (s *Server) resumeClaim(ctx context.Context, ref claims.Ref) error {
+func (s *Server) resumeClaim(ctx context.Context, ref rules.Ref) error {
 	v, c := s.readClaim(ref)
-	if c == nil || !claims.Unfinished(c) {
+	if c == nil || !rules.Unfinished(c) {
 		return nil
 	}
 	if _, _, err := s.finishClaim(ctx, v, c, nil); err != nil {
@@ -281,7 +281,7 @@ func (s *Server) controllerPublish(ctx context.Context, v *statepb.Volume, claim
 	if err != nil {
 		return nil, err
 	}
-	csiCap, err := claims.CSICapability(claims.UsageCapability(claim.GetUsage()))
+	csiCap, err := rules.CSICapability(rules.UsageCapability(claim.GetUsage()))
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +292,7 @@ func (s *Server) controllerPublish(ctx context.Context, v *statepb.Volume, claim
 		// readonly), as Kubernetes' attacher does.
 		csiReq := &csi.ControllerPublishVolumeRequest{
 			VolumeId: v.GetExternalId(), NodeId: claim.GetCsiNodeId(), VolumeCapability: csiCap,
-			Readonly: claim.GetReadOnly() && slices.Contains(c.plugin.GetControllerCapabilities(), claims.CapPublishReadonly),
+			Readonly: claim.GetReadOnly() && slices.Contains(c.plugin.GetControllerCapabilities(), rules.CapPublishReadonly),
 			Secrets:  secrets, VolumeContext: v.GetContext(),
 		}
 		resp, err := s.controllers.PublishVolume(ctx, c.addr, v.GetPluginId(), csiReq)
@@ -324,10 +324,10 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 	match := func(c *statepb.VolumeClaim) bool {
 		return c.GetNodeId() == req.GetNodeId() && (req.GetWorkloadId() == "" || c.GetWorkloadId() == req.GetWorkloadId())
 	}
-	var refs []claims.Ref
+	var refs []rules.Ref
 	for _, c := range v.GetClaims() {
 		if match(c) {
-			refs = append(refs, claims.RefOf(v.GetId(), c))
+			refs = append(refs, rules.RefOf(v.GetId(), c))
 		}
 	}
 	if len(refs) == 0 {
@@ -340,7 +340,7 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 	if force == 1 {
 		// Only a node that is down or gone may be left out of its
 		// claims' release: one that answers still mounts them.
-		if err := claims.CheckNodeGone(s.State().Node(req.GetNodeId()), refs[0]); err != nil {
+		if err := rules.CheckNodeGone(s.State().Node(req.GetNodeId()), refs[0]); err != nil {
 			return nil, 0, status.Errorf(codes.FailedPrecondition, "%s; --force releases only the claims of a node that is down or gone "+
 				"(give --force twice to release on a node that answers, skipping the steps that fail)", status.Convert(err).Message())
 		}
@@ -352,10 +352,10 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 		}
 		var cmd *statepb.ClaimStepCommand
 		switch {
-		case force == 1 && !c.GetNodeGone() && (c.GetState() == claims.StateTaken || c.GetState() == claims.StateUnpublishing):
-			cmd = claims.ReleaseWithoutNode(v, c)
-		case c.GetState() == claims.StateTaken:
-			cmd = claims.StartRelease(v, c)
+		case force == 1 && !c.GetNodeGone() && (c.GetState() == rules.StateTaken || c.GetState() == rules.StateUnpublishing):
+			cmd = rules.ReleaseWithoutNode(v, c)
+		case c.GetState() == rules.StateTaken:
+			cmd = rules.StartRelease(v, c)
 		default:
 			continue
 		}
@@ -382,39 +382,39 @@ func (s *Server) releaseVolume(ctx context.Context, req *csisupdv1.VolumeRelease
 // releaseWithoutNode records that a claim is released without its node
 // (its node has been down for longer than ClaimGCGrace) and returns the
 // stored claim. The caller holds the volume's lock.
-func (s *Server) releaseWithoutNode(ref claims.Ref) (*statepb.VolumeClaim, error) {
+func (s *Server) releaseWithoutNode(ref rules.Ref) (*statepb.VolumeClaim, error) {
 	v, c := s.readClaim(ref)
 	if c == nil {
 		return nil, status.Errorf(codes.NotFound, "claim of %s not found", ref)
 	}
 	if !c.GetNodeGone() {
-		if err := claims.CheckNodeGone(s.State().Node(ref.NodeID), ref); err != nil {
+		if err := rules.CheckNodeGone(s.State().Node(ref.NodeID), ref); err != nil {
 			return nil, err
 		}
 	}
-	_, c, err := s.stepClaim(claims.ReleaseWithoutNode(v, c))
+	_, c, err := s.stepClaim(rules.ReleaseWithoutNode(v, c))
 	return c, err
 }
 
 // startRelease records that a taken claim starts its release (a draining
 // volume's, for the volume watcher) and returns the stored claim. The
 // caller holds the volume's lock.
-func (s *Server) startRelease(ref claims.Ref) (*statepb.VolumeClaim, error) {
+func (s *Server) startRelease(ref rules.Ref) (*statepb.VolumeClaim, error) {
 	v, c := s.readClaim(ref)
 	if c == nil {
 		return nil, status.Errorf(codes.NotFound, "claim of %s not found", ref)
 	}
-	if c.GetState() != claims.StateTaken {
+	if c.GetState() != rules.StateTaken {
 		return c, nil
 	}
-	_, c, err := s.stepClaim(claims.StartRelease(v, c))
+	_, c, err := s.stepClaim(rules.StartRelease(v, c))
 	return c, err
 }
 
 // resumeRelease is runRelease for the volume watcher, which has no
 // secrets of its own: a release it resumes carries only those the agents'
 // secrets files add.
-func (s *Server) resumeRelease(ctx context.Context, ref claims.Ref) error {
+func (s *Server) resumeRelease(ctx context.Context, ref rules.Ref) error {
 	return s.runRelease(ctx, ref, nil, false)
 }
 
@@ -424,7 +424,7 @@ func (s *Server) resumeRelease(ctx context.Context, ref claims.Ref) error {
 // skipFailed (an operator's --force --force) it is recorded as skipped on
 // the claim instead, and the release goes on. The caller holds the
 // volume's lock. A claim that is gone is done.
-func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[string]string, skipFailed bool) error {
+func (s *Server) runRelease(ctx context.Context, ref rules.Ref, secrets map[string]string, skipFailed bool) error {
 	for {
 		leader.Beat(ctx)
 		if err := ctx.Err(); err != nil {
@@ -434,33 +434,33 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 		if v == nil {
 			return nil
 		}
-		_, c := claims.Find(v, ref.NodeID, ref.WorkloadID)
+		_, c := rules.Find(v, ref.NodeID, ref.WorkloadID)
 		if c == nil {
 			return nil
 		}
 		var err error
 		switch c.GetState() {
-		case claims.StateUnpublishing:
+		case rules.StateUnpublishing:
 			err = s.nodeUnpublish(ctx, v, c)
-		case claims.StateNodeUnpublished:
+		case rules.StateNodeUnpublished:
 			err = s.controllerUnpublish(ctx, v, c, secrets)
-		case claims.StateControllerUnpublished:
+		case rules.StateControllerUnpublished:
 			s.busyWriting(ctx)
-			_, err = s.applyVolume(ref.VolumeID, &statepb.LogEntry{Command: &statepb.LogEntry_ClaimRemove{ClaimRemove: claims.Remove(v, c)}})
+			_, err = s.applyVolume(ref.VolumeID, &statepb.LogEntry{Command: &statepb.LogEntry_ClaimRemove{ClaimRemove: rules.Remove(v, c)}})
 			if err == nil {
 				s.logger.Info("volume claim freed", "volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID)
 			}
 		default:
 			return status.Errorf(codes.FailedPrecondition, "claim of %s is %s, not being released", ref, c.GetState())
 		}
-		if err != nil && skipFailed && c.GetState() != claims.StateControllerUnpublished {
-			if err = s.skipStep(ctx, ref, c, claims.ScrubSecrets(err.Error(), secrets)); err == nil {
+		if err != nil && skipFailed && c.GetState() != rules.StateControllerUnpublished {
+			if err = s.skipStep(ctx, ref, c, rules.ScrubSecrets(err.Error(), secrets)); err == nil {
 				continue
 			}
 		}
 		if err != nil {
 			s.busyWriting(ctx)
-			if uerr := s.failClaim(ref, c.GetClaimIndex(), claims.ScrubSecrets(err.Error(), secrets)); uerr != nil {
+			if uerr := s.failClaim(ref, c.GetClaimIndex(), rules.ScrubSecrets(err.Error(), secrets)); uerr != nil {
 				s.logger.Warn("record a failed release step", "volume", ref.VolumeID, "node", ref.NodeID,
 					"workload", ref.WorkloadID, "error", uerr)
 			}
@@ -471,18 +471,18 @@ func (s *Server) runRelease(ctx context.Context, ref claims.Ref, secrets map[str
 
 // skipStep records that a forced release skipped the failed step of
 // claim c (its state's next step) and moves the claim past it.
-func (s *Server) skipStep(ctx context.Context, ref claims.Ref, c *statepb.VolumeClaim, msg string) error {
+func (s *Server) skipStep(ctx context.Context, ref rules.Ref, c *statepb.VolumeClaim, msg string) error {
 	v, cur := s.readClaim(ref)
 	if cur == nil || cur.GetClaimIndex() != c.GetClaimIndex() || cur.GetState() != c.GetState() {
 		return nil // moved on meanwhile: runRelease reads it again
 	}
 	var cmd *statepb.ClaimStepCommand
 	switch cur.GetState() {
-	case claims.StateUnpublishing:
-		cmd = claims.NodeUnpublished(v, cur)
+	case rules.StateUnpublishing:
+		cmd = rules.NodeUnpublished(v, cur)
 		cmd.Skipped = "node-unpublish: " + msg
 	default:
-		cmd = claims.ControllerUnpublished(v, cur)
+		cmd = rules.ControllerUnpublished(v, cur)
 		cmd.Skipped = "controller-unpublish: " + msg
 	}
 	cmd.Forced = true
@@ -523,7 +523,7 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statep
 		}
 	}
 	s.busyWriting(ctx)
-	_, _, err := s.stepClaim(claims.NodeUnpublished(v, c))
+	_, _, err := s.stepClaim(rules.NodeUnpublished(v, c))
 	return err
 }
 
@@ -531,7 +531,7 @@ func (s *Server) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statep
 // plugin publishes (or the claim was published) and no other claim of the
 // volume is left on the node, and records controller-unpublished.
 func (s *Server) controllerUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim, secrets map[string]string) error {
-	if !claims.OthersOnNode(v, c) && (c.GetControllerPublished() || s.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume)) {
+	if !rules.OthersOnNode(v, c) && (c.GetControllerPublished() || s.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume)) {
 		cands, err := s.publishCandidates(v)
 		if err != nil {
 			return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)
@@ -549,6 +549,6 @@ func (s *Server) controllerUnpublish(ctx context.Context, v *statepb.Volume, c *
 		}
 	}
 	s.busyWriting(ctx)
-	_, _, err := s.stepClaim(claims.ControllerUnpublished(v, c))
+	_, _, err := s.stepClaim(rules.ControllerUnpublished(v, c))
 	return err
 }

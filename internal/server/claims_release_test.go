@@ -12,7 +12,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -66,7 +66,7 @@ func TestFailedStepsAreFinishedByTheWatcher(t *testing.T) {
 		t.Fatalf("release with a failing unmount: %v, want Unavailable", err)
 	}
 	c := claimOf(e.volume(t, "v"), "node-a", "w1")
-	if c.GetState() != claims.StateUnpublishing || !strings.Contains(c.GetLastError(), "plugin restarting") || !c.GetMounted() {
+	if c.GetState() != rules.StateUnpublishing || !strings.Contains(c.GetLastError(), "plugin restarting") || !c.GetMounted() {
 		t.Fatalf("claim after a failed unmount: %v", c)
 	}
 	// Claiming it again while it is released is refused.
@@ -79,7 +79,7 @@ func TestFailedStepsAreFinishedByTheWatcher(t *testing.T) {
 	e.nv.setFail(nil, nil)
 	testutil.WaitFor(t, 10*time.Second, "the claim node-unpublished with the controller's error", func() bool {
 		c := claimOf(e.volume(t, "v"), "node-a", "w1")
-		return c.GetState() == claims.StateNodeUnpublished && strings.Contains(c.GetLastError(), "backend down") && !c.GetMounted()
+		return c.GetState() == rules.StateNodeUnpublished && strings.Contains(c.GetLastError(), "backend down") && !c.GetMounted()
 	})
 	e.agents["node-a"].setFail(nil)
 	testutil.WaitFor(t, 10*time.Second, "the watcher to free the claim", func() bool { return len(e.volume(t, "v").GetClaims()) == 0 })
@@ -107,7 +107,7 @@ func TestReleaseResumesAfterLeaderFailover(t *testing.T) {
 	if leader.Index == old.Index {
 		t.Fatal("the killed server leads")
 	}
-	if c := claimOf(statepb.VolumeToAPI(leader.Server().State().Volume("v")), "node-a", "w1"); c.GetState() != claims.StateUnpublishing {
+	if c := claimOf(statepb.VolumeToAPI(leader.Server().State().Volume("v")), "node-a", "w1"); c.GetState() != rules.StateUnpublishing {
 		t.Fatalf("claim on the new leader: %v, want unpublishing", c)
 	}
 	e.nv.setFail(nil, nil)

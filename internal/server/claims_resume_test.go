@@ -10,7 +10,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -82,7 +82,7 @@ func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
 		}
 	}()
 	c := claimOf(statepb.VolumeToAPI(leader.State().Volume("v")), "node-a", "w1")
-	if c.GetState() != claims.StateTaken {
+	if c.GetState() != rules.StateTaken {
 		t.Fatalf("claim after the leader died: %v, want taken", c)
 	}
 	_, err := e.claim("v", "node-b", "w2", nil)
@@ -91,7 +91,7 @@ func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
 	}
 	testutil.WaitFor(t, 20*time.Second, "the new leader to finish the claim", func() bool {
 		c := claimOf(statepb.VolumeToAPI(leader.State().Volume("v")), "node-a", "w1")
-		return c.GetState() == claims.StateTaken && c.GetMounted() && c.GetControllerPublished()
+		return c.GetState() == rules.StateTaken && c.GetMounted() && c.GetControllerPublished()
 	})
 	c = claimOf(e.volume(t, "v"), "node-a", "w1")
 	if e.nv.mounted() != 1 || !strings.Contains(c.GetHostPath(), "/per-workload/w1/v/") || !strings.Contains(c.GetStagingPath(), "/staging/v/") {

@@ -15,7 +15,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testcluster"
@@ -162,7 +162,7 @@ func TestClaimAndReleaseThroughFollower(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := resp.GetClaim()
-	if cl.GetState() != claims.StateTaken || !cl.GetMounted() || !cl.GetControllerPublished() || cl.GetHostPath() == "" ||
+	if cl.GetState() != rules.StateTaken || !cl.GetMounted() || !cl.GetControllerPublished() || cl.GetHostPath() == "" ||
 		cl.GetCsiNodeId() != "csi-node-b" || cl.GetPublishContext()["device"] != "/dev/fake-csi-node-b" || cl.GetClaimIndex() == 0 ||
 		cl.GetUsage().GetAccessMode() != "SINGLE_NODE_WRITER" || cl.GetUsage().GetAccessType() != "mount" || cl.GetReadOnly() {
 		t.Fatalf("claim: %v", cl)

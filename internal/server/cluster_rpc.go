@@ -11,9 +11,9 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
-	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,7 +69,7 @@ func (c *clusterService) NodeRegister(ctx context.Context, req *csisupdv1.NodeRe
 	// credentials can say: the node it may act as.
 	st := c.state()
 	existing := st.Node(req.GetNodeId())
-	if _, err := claims.CheckNodeRegister(req.GetNodeId(), req.GetName(), hash, existing, st.NodesNamed(req.GetName())); err != nil {
+	if _, err := rules.CheckNodeRegister(req.GetNodeId(), req.GetName(), hash, existing, st.NodesNamed(req.GetName())); err != nil {
 		return nil, err
 	}
 	if err := checkCallerNode(ctx, req.GetNodeId(), req.GetName()); err != nil {
@@ -157,7 +157,7 @@ func (c *clusterService) NodeClaims(ctx context.Context, req *csisupdv1.NodeClai
 			if _, err := c.actAs(ctx, req.GetNodeId()); err != nil {
 				return nil, err
 			}
-			return claims.NodeClaims(st.LatestIndex(), st.Volumes(""), req.GetNodeId()), nil
+			return rules.NodeClaims(st.LatestIndex(), st.Volumes(""), req.GetNodeId()), nil
 		})
 }
 
@@ -188,8 +188,8 @@ func (c *clusterService) NodeVolumeHealth(ctx context.Context, req *csisupdv1.No
 	if _, err := c.actAs(ctx, req.GetNodeId()); err != nil {
 		return nil, err
 	}
-	if n := len(req.GetMessage()); n > claims.MaxHealthMessage {
-		return nil, status.Errorf(codes.InvalidArgument, "node volume health: message of %d bytes is over %d", n, claims.MaxHealthMessage)
+	if n := len(req.GetMessage()); n > rules.MaxHealthMessage {
+		return nil, status.Errorf(codes.InvalidArgument, "node volume health: message of %d bytes is over %d", n, rules.MaxHealthMessage)
 	}
 	v := c.state().Volume(req.GetVolumeId())
 	if v == nil {
@@ -218,7 +218,7 @@ func (c *clusterService) actAs(ctx context.Context, nodeID string) (*statepb.Clu
 		return nil, err
 	}
 	node := c.state().Node(nodeID)
-	if err := claims.CheckNodeSecret(nodeID, node, hash); err != nil {
+	if err := rules.CheckNodeSecret(nodeID, node, hash); err != nil {
 		return nil, err
 	}
 	if err := checkCallerNode(ctx, nodeID, node.GetName()); err != nil {
@@ -235,7 +235,7 @@ func presentedSecret(ctx context.Context) ([]byte, error) {
 	if len(v) == 0 || v[0] == "" {
 		return nil, status.Error(codes.Unauthenticated, "no node secret was presented: agents present the one in their data_dir (an agent of an earlier release? upgrade it)")
 	}
-	return claims.SecretHash(v[0]), nil
+	return rules.SecretHash(v[0]), nil
 }
 
 // checkCallerNode checks that the caller's credentials allow it to act

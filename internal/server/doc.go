@@ -35,9 +35,9 @@
 // Volume claims run on the leader, one volume at a time (a lock per
 // volume, which create and delete take too). Every change of a claim or a
 // volume is a typed command that the FSM checks against the state it
-// applies to (package claims holds the rules both use), so the lock only
+// applies to (package rules holds the rules both use), so the lock only
 // saves work: two leaders can never both admit a writer. A claim is
-// admitted by the rules of package claims, then recorded taken
+// admitted by the rules of package rules, then recorded taken
 // (claim_take); the raft index of that write becomes its claim_index, set
 // by the FSM. Controller publish (shared by the claims of one node) and
 // the mount through the node's NodeVolumes service follow; both results

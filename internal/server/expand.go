@@ -13,7 +13,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -60,7 +60,7 @@ func (s *Server) expandVolume(ctx context.Context, req *csisupdv1.VolumeExpandRe
 		return nil, err
 	}
 	defer unlock()
-	limit, done, err := claims.CheckExpandRequest(v, req.GetCapacityMinBytes(), req.GetCapacityMaxBytes())
+	limit, done, err := rules.CheckExpandRequest(v, req.GetCapacityMinBytes(), req.GetCapacityMaxBytes())
 	if err != nil || done {
 		return v, err
 	}
@@ -69,14 +69,14 @@ func (s *Server) expandVolume(ctx context.Context, req *csisupdv1.VolumeExpandRe
 		if !exp.controller && !exp.node {
 			return nil, csisupdv1.NewCapabilityMissingError(v.GetPluginId(), "ExpandVolume", plugin.CapExpandVolume)
 		}
-		if err := claims.CheckOfflineExpansion(v, exp.pluginCaps); err != nil {
+		if err := rules.CheckOfflineExpansion(v, exp.pluginCaps); err != nil {
 			return nil, err
 		}
-		first := claims.ExpansionController
+		first := rules.ExpansionController
 		if !exp.controller {
-			first = claims.ExpansionNodes
+			first = rules.ExpansionNodes
 		}
-		if v, err = s.applyExpansion(claims.NewExpansion(v, req.GetCapacityMinBytes(), limit, first, timestamppb.Now())); err != nil {
+		if v, err = s.applyExpansion(rules.NewExpansion(v, req.GetCapacityMinBytes(), limit, first, timestamppb.Now())); err != nil {
 			return nil, err
 		}
 	}
@@ -106,7 +106,7 @@ func (s *Server) applyExpansion(cmd *statepb.VolumeExpandCommand) (*statepb.Volu
 // next, so that a new leader goes on where this one stopped.
 func (s *Server) driveExpansion(ctx context.Context, v *statepb.Volume, secrets map[string]string) (*statepb.Volume, error) {
 	var err error
-	if v.GetExpansion().GetState() == claims.ExpansionController {
+	if v.GetExpansion().GetState() == rules.ExpansionController {
 		if v, err = s.expandController(ctx, v, secrets); err != nil {
 			return nil, err
 		}
@@ -119,7 +119,7 @@ func (s *Server) driveExpansion(ctx context.Context, v *statepb.Volume, secrets 
 	if e := v.GetExpansion(); e != nil {
 		// Every node is done: the volume has the size asked for, or what
 		// a node reported, whichever is larger.
-		return s.applyExpansion(claims.ExpansionStep(v, nil, max(v.GetCapacityBytes(), e.GetCapacityBytes())))
+		return s.applyExpansion(rules.ExpansionStep(v, nil, max(v.GetCapacityBytes(), e.GetCapacityBytes())))
 	}
 	return v, nil
 }
@@ -139,7 +139,7 @@ func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secret
 		Secrets:       secrets,
 	}
 	if caps := v.GetCapabilities(); len(caps) > 0 {
-		if c, err := claims.CSICapability(caps[0]); err == nil {
+		if c, err := rules.CSICapability(caps[0]); err == nil {
 			csiReq.VolumeCapability = c
 		}
 	}
@@ -152,12 +152,12 @@ func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secret
 		return nil, s.expansionFailed(v, scrubbed(err, secrets), true)
 	}
 	next := proto.Clone(e).(*statepb.VolumeExpansion)
-	next.State, next.LastError = claims.ExpansionNodes, ""
+	next.State, next.LastError = rules.ExpansionNodes, ""
 	if resp.GetNodeExpansionRequired() {
-		next.NodesPending = claims.ExpansionNodesOf(v)
+		next.NodesPending = rules.ExpansionNodesOf(v)
 	}
 	capacity := max(resp.GetCapacityBytes(), v.GetCapacityBytes())
-	return s.applyExpansion(claims.ExpansionStep(v, next, capacity))
+	return s.applyExpansion(rules.ExpansionStep(v, next, capacity))
 }
 
 // expandNode calls NodeExpandVolume on node through its agent, which uses
@@ -167,7 +167,7 @@ func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secret
 func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID string, secrets map[string]string) (*statepb.Volume, error) {
 	e := v.GetExpansion()
 	node := s.State().Node(nodeID)
-	stillMounted := slices.Contains(claims.ExpansionNodesOf(v), nodeID)
+	stillMounted := slices.Contains(rules.ExpansionNodesOf(v), nodeID)
 	if node != nil && stillMounted {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
 		_, err := s.nodeVolumes.ExpandVolume(cctx, node.GetAddress(), &csisupdv1.ExpandVolumeRequest{
@@ -189,7 +189,7 @@ func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID strin
 	next.NodesPending = slices.DeleteFunc(next.NodesPending, func(n string) bool { return n == nodeID })
 	next.NodesDone = append(next.NodesDone, nodeID)
 	next.LastError = ""
-	return s.applyExpansion(claims.ExpansionStep(v, next, 0))
+	return s.applyExpansion(rules.ExpansionStep(v, next, 0))
 }
 
 // expansionFailed records a failed expansion step on the volume, for the
@@ -203,12 +203,12 @@ func (s *Server) expansionFailed(v *statepb.Volume, callErr error, answered bool
 	msg := status.Convert(callErr).Message()
 	next := proto.Clone(v.GetExpansion()).(*statepb.VolumeExpansion)
 	next.LastError = msg
-	v, err := s.applyExpansion(claims.ExpansionStep(v, next, 0))
+	v, err := s.applyExpansion(rules.ExpansionStep(v, next, 0))
 	if err != nil {
 		return errors.Join(callErr, err)
 	}
-	if answered && v.GetExpansion().GetState() == claims.ExpansionController && pluginRefusal(callErr) {
-		if _, err := s.applyExpansion(claims.ExpansionStep(v, nil, 0)); err != nil {
+	if answered && v.GetExpansion().GetState() == rules.ExpansionController && pluginRefusal(callErr) {
+		if _, err := s.applyExpansion(rules.ExpansionStep(v, nil, 0)); err != nil {
 			return errors.Join(callErr, err)
 		}
 		return status.Errorf(status.Code(callErr), "expand volume %q: %s (the plugin refused; the expansion is abandoned)", v.GetId(), msg)

@@ -11,8 +11,8 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
@@ -60,7 +60,7 @@ func (s *Server) pollControllerHealth(ctx context.Context, loop *watchdog.Loop) 
 			// A volume left out of a whole listing is healthy: CSI
 			// recommends listing only abnormal volumes.
 			abnormal, msg := plugin.VolumeCondition(h)
-			if err := recordHealth(s.node, v, claims.HealthSourceController, abnormal, msg); err != nil {
+			if err := recordHealth(s.node, v, rules.HealthSourceController, abnormal, msg); err != nil {
 				s.logger.Warn("record a volume's health", "volume", v.GetId(), "error", err)
 			}
 			loop.Beat()
@@ -82,7 +82,7 @@ func listedWhole(answered map[string]bool, v *statepb.Volume) bool {
 // when it changes what is stored: the leader's monitor and the nodes'
 // reports alike, so that a steady state writes nothing.
 func recordHealth(node *raftnode.Node, v *statepb.Volume, source string, abnormal bool, message string) error {
-	if !claims.HealthChanged(v, source, abnormal, message) {
+	if !rules.HealthChanged(v, source, abnormal, message) {
 		return nil
 	}
 	if _, err := node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
@@ -102,7 +102,7 @@ func (s *Server) volumeHealth(ctx context.Context, id string) (*csisupdv1.Volume
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
 	}
 	resp := &csisupdv1.VolumeHealthGetResponse{Volume: statepb.VolumeToAPI(v)}
-	ctrl := &csisupdv1.VolumeHealthAnswer{Source: claims.HealthSourceController}
+	ctrl := &csisupdv1.VolumeHealthAnswer{Source: rules.HealthSourceController}
 	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapGetVolumeHealth, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 	if err == nil {
 		_, err = s.callControllers(ctx, "ControllerGetVolumeHealth", cands, func(ctx context.Context, c candidate) error {

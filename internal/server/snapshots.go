@@ -12,8 +12,8 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/leader"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -68,9 +68,9 @@ func (s *Server) createVolumeSnapshot(ctx context.Context, req *csisupdv1.Volume
 		}
 	case snap.GetSourceVolumeId() != v.GetId():
 		return nil, status.Errorf(codes.AlreadyExists, "snapshot %q already exists, of volume %q", req.GetId(), snap.GetSourceVolumeId())
-	case snap.GetState() == claims.SnapshotDeleting:
+	case snap.GetState() == rules.SnapshotDeleting:
 		return nil, status.Errorf(codes.FailedPrecondition, "snapshot %q is being deleted", req.GetId())
-	case snap.GetState() == claims.SnapshotCreated:
+	case snap.GetState() == rules.SnapshotCreated:
 		return snap, nil
 	}
 	return s.completeSnapshot(ctx, snap, req.GetSecrets())
@@ -95,7 +95,7 @@ func (s *Server) recordSnapshotIntent(ctx context.Context, req *csisupdv1.Volume
 		PluginId:           v.GetPluginId(),
 		SourceVolumeId:     v.GetId(),
 		Parameters:         req.GetParameters(),
-		State:              claims.SnapshotCreating,
+		State:              rules.SnapshotCreating,
 		AccessibleTopology: v.GetAccessibleTopology(),
 	}, 0)
 }
@@ -128,7 +128,7 @@ func (s *Server) completeSnapshot(ctx context.Context, snap *statepb.VolumeSnaps
 		return nil, s.snapshotFailed(snap, scrubbed(err, secrets), true)
 	}
 	done := proto.Clone(snap).(*statepb.VolumeSnapshot)
-	done.State = claims.SnapshotCreated
+	done.State = rules.SnapshotCreated
 	done.ExternalId = resp.GetSnapshot().GetSnapshotId()
 	done.SizeBytes = resp.GetSnapshot().GetSizeBytes()
 	done.ReadyToUse = resp.GetSnapshot().GetReadyToUse()
@@ -177,9 +177,9 @@ func (s *Server) deleteVolumeSnapshot(ctx context.Context, req *csisupdv1.Volume
 // finishSnapshotDelete deletes a recorded snapshot in the plugin and
 // forgets it; the caller holds its lock.
 func (s *Server) finishSnapshotDelete(ctx context.Context, snap *statepb.VolumeSnapshot, secrets map[string]string) error {
-	if snap.GetState() != claims.SnapshotDeleting {
+	if snap.GetState() != rules.SnapshotDeleting {
 		deleting := proto.Clone(snap).(*statepb.VolumeSnapshot)
-		deleting.State = claims.SnapshotDeleting
+		deleting.State = rules.SnapshotDeleting
 		var err error
 		if snap, err = s.applySnapshot(deleting, snap.GetModifyIndex()); err != nil {
 			return err
@@ -258,7 +258,7 @@ func (s *Server) snapshotDeleteFailed(snap *statepb.VolumeSnapshot, callErr erro
 	failed.LastError = status.Convert(callErr).Message()
 	refused := pluginRefusal(callErr) && snap.GetExternalId() != ""
 	if refused {
-		failed.State = claims.SnapshotCreated
+		failed.State = rules.SnapshotCreated
 	}
 	if _, err := s.applySnapshot(failed, snap.GetModifyIndex()); err != nil {
 		return errors.Join(callErr, err)
@@ -297,10 +297,10 @@ func (s *Server) followSnapshot(ctx context.Context, id string) error {
 	switch {
 	case snap == nil:
 		return nil
-	case snap.GetState() == claims.SnapshotCreating:
+	case snap.GetState() == rules.SnapshotCreating:
 		_, err := s.completeSnapshot(ctx, snap, nil)
 		return err
-	case snap.GetState() == claims.SnapshotDeleting:
+	case snap.GetState() == rules.SnapshotDeleting:
 		return s.finishSnapshotDelete(ctx, snap, nil)
 	case !snap.GetReadyToUse():
 		return s.refreshSnapshot(ctx, snap)
@@ -365,5 +365,5 @@ func (s *Server) refreshSnapshot(ctx context.Context, snap *statepb.VolumeSnapsh
 // scrubbed returns err with the values of secrets replaced in its
 // message, keeping its gRPC code, which tells a refusal from a failure.
 func scrubbed(err error, secrets map[string]string) error {
-	return status.Error(status.Code(err), claims.ScrubSecrets(status.Convert(err).Message(), secrets))
+	return status.Error(status.Code(err), rules.ScrubSecrets(status.Convert(err).Message(), secrets))
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -59,7 +59,7 @@ func convertSegments(in []*csisupdv1.TopologySegment) []*statepb.TopologySegment
 // allows reports whether a controller on a node with topology have may
 // make the operation.
 func (p placement) allows(have map[string]string) bool {
-	return (len(p.requisite) == 0 || claims.TopologyFits(p.requisite, have)) && claims.TopologyFits(p.source, have)
+	return (len(p.requisite) == 0 || rules.TopologyFits(p.requisite, have)) && rules.TopologyFits(p.source, have)
 }
 
 // rank orders the candidates that allow the operation: the source's node
@@ -79,7 +79,7 @@ func (p placement) rank(cands []candidate) []candidate {
 		}
 		r := len(p.preferred) + 1
 		for i, seg := range p.preferred {
-			if claims.TopologyFits([]*statepb.TopologySegment{seg}, have) {
+			if rules.TopologyFits([]*statepb.TopologySegment{seg}, have) {
 				r = i + 1
 				break
 			}
@@ -178,7 +178,7 @@ func (p placement) createdWithin(got []*statepb.TopologySegment) bool {
 		return true
 	}
 	for _, g := range got {
-		if claims.TopologyFits(p.requisite, g.GetSegments()) {
+		if rules.TopologyFits(p.requisite, g.GetSegments()) {
 			return true
 		}
 	}

@@ -15,8 +15,8 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/claims"
 	"github.com/csisupd/csisupd/internal/server/leader"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -152,10 +152,10 @@ func (s *Server) createVolume(ctx context.Context, req *csisupdv1.VolumeCreateRe
 	if err := checkVolumeID("create volume", req.GetId()); err != nil {
 		return nil, err
 	}
-	caps := claims.DefaultCapabilities(statepb.VolumeCapabilitiesFromAPI(req.GetCapabilities()))
+	caps := rules.DefaultCapabilities(statepb.VolumeCapabilitiesFromAPI(req.GetCapabilities()))
 	var csiCaps []*csi.VolumeCapability
 	for _, c := range caps {
-		cc, err := claims.CSICapability(c)
+		cc, err := rules.CSICapability(c)
 		if err != nil {
 			return nil, err
 		}
@@ -263,9 +263,9 @@ func (s *Server) registerVolume(ctx context.Context, v *statepb.Volume) (*statep
 		return nil, err
 	}
 	v.Claims = nil
-	v.Capabilities = claims.DefaultCapabilities(v.Capabilities)
+	v.Capabilities = rules.DefaultCapabilities(v.Capabilities)
 	for _, c := range v.Capabilities {
-		if _, err := claims.CSICapability(c); err != nil {
+		if _, err := rules.CSICapability(c); err != nil {
 			return nil, err
 		}
 	}
@@ -311,12 +311,12 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
 	cmd := &statepb.VolumeDeleteCommand{VolumeId: v.GetId(), VolumeIndex: v.GetModifyIndex(), Forced: req.GetForce() && req.GetDeregisterOnly()}
-	if err := claims.CheckDelete(v, cmd); err != nil {
+	if err := rules.CheckDelete(v, cmd); err != nil {
 		return nil, err
 	}
 	// Refused before the plugin is called, as the FSM would refuse it
 	// after.
-	if err := claims.CheckDeleteWithSnapshots(v, s.State().VolumeSnapshots()); err != nil {
+	if err := rules.CheckDeleteWithSnapshots(v, s.State().VolumeSnapshots()); err != nil {
 		return nil, err
 	}
 	if !req.GetDeregisterOnly() {
@@ -343,7 +343,7 @@ func (s *Server) deleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteRe
 		return nil, err
 	}
 	if n := len(v.GetClaims()); n > 0 {
-		s.logger.Warn("volume deregistered by force with claims left", "volume", v.GetId(), "claims", n, "left", claims.Describe(v.GetClaims()))
+		s.logger.Warn("volume deregistered by force with claims left", "volume", v.GetId(), "claims", n, "left", rules.Describe(v.GetClaims()))
 	}
 	return v.GetClaims(), nil
 }
@@ -379,7 +379,7 @@ func (s *Server) contentSource(req *csisupdv1.VolumeCreateRequest, place *placem
 		if snap.GetPluginId() != req.GetPluginId() {
 			return nil, status.Errorf(codes.InvalidArgument, "create volume %q: snapshot %q belongs to plugin %q, not %q", req.GetId(), snap.GetId(), snap.GetPluginId(), req.GetPluginId())
 		}
-		if snap.GetState() != claims.SnapshotCreated || !snap.GetReadyToUse() {
+		if snap.GetState() != rules.SnapshotCreated || !snap.GetReadyToUse() {
 			return nil, status.Errorf(codes.FailedPrecondition, "create volume %q: snapshot %q is not ready to use yet (state %s)", req.GetId(), snap.GetId(), snap.GetState())
 		}
 		place.source, place.sourceNode = snap.GetAccessibleTopology(), snap.GetControllerNodeId()
@@ -418,7 +418,7 @@ func (s *Server) undoMisplacedCreate(ctx context.Context, used candidate, v *sta
 	defer cancel()
 	err := s.controllers.DeleteVolume(dctx, used.addr, v.GetPluginId(), &csi.DeleteVolumeRequest{VolumeId: v.GetExternalId(), Secrets: secrets})
 	if err != nil && !(status.Code(err) == codes.NotFound && !csisupdv1.IsPluginNotFound(err)) {
-		reason += fmt.Sprintf("; deleting it failed, so it is left in the plugin: %v", claims.ScrubSecrets(err.Error(), secrets))
+		reason += fmt.Sprintf("; deleting it failed, so it is left in the plugin: %v", rules.ScrubSecrets(err.Error(), secrets))
 	} else {
 		reason += "; it was deleted"
 	}

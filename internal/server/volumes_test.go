@@ -14,7 +14,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -84,7 +84,7 @@ func TestVolumeLifecycleThroughFollower(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := claimed.GetClaim(); got.GetCsiNodeId() != "csi-node-b" || got.GetPublishContext()["device"] != "/dev/fake-csi-node-b" ||
-		got.GetState() != claims.StateTaken || got.GetHostPath() == "" {
+		got.GetState() != rules.StateTaken || got.GetHostPath() == "" {
 		t.Fatalf("claim: %v", got)
 	}
 	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "vol-1"}); status.Code(err) != codes.FailedPrecondition ||

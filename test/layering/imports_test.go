@@ -11,7 +11,7 @@ const module = "github.com/csisupd/csisupd/"
 
 // The tiers of the graph, top to bottom:
 //
-//	cmd -> agent -> {registry, volumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog, volreq, kubeletreg}
+//	cmd -> agent -> {registry, nodevolumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog, volreq, kubeletreg}
 //	cmd -> volspec (volume specification files, read by the CLI only)
 //
 // and inside the server role:
@@ -28,7 +28,7 @@ var (
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
 		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
 		"internal/kubeletreg", "internal/secrets", "internal/safefile"}
-	middle = []string{"internal/registry", "internal/volumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
+	middle = []string{"internal/registry", "internal/nodevolumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
 // allowed lists the imports of the module each package's code may have.
@@ -38,13 +38,13 @@ var allowed = map[string][]string{
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog", "internal/kubeletreg"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
-	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/safefile", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/claims", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/safefile", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/rules", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	// statepb is the servers' storage format; it imports the API only to
 	// convert to and from it (its .proto files import no csisupd file).
 	"internal/server/statepb": {api},
 	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/safefile", "internal/watchdog"},
 	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
-	"internal/volumes":        {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog", "internal/volreq"},
+	"internal/nodevolumes":    {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog", "internal/volreq"},
 
 	// The parts of the server role, bottom up: the state store; the claim
 	// rules, which read node statuses and plugin roles from it; the FSM
@@ -53,10 +53,10 @@ var allowed = map[string][]string{
 	// state holds the storage messages (statepb) only: it never imports
 	// the API, whose messages the services convert to.
 	"internal/server/state":    {"internal/acl", "internal/plugin", "internal/server/statepb"},
-	"internal/server/claims":   {api, "internal/plugin", "internal/server/state", "internal/server/statepb"},
-	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
+	"internal/server/rules":    {api, "internal/plugin", "internal/server/state", "internal/server/statepb"},
+	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 	"internal/server/raftnode": {api, "internal/retry", "internal/safefile", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
-	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/claims", "internal/server/state", "internal/server/statepb"},
+	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
@@ -128,7 +128,7 @@ var forbiddenOutside = map[string][]string{
 	"internal/server/fsm":   {"google.golang.org/grpc"},
 	// claims is pure rules: it builds gRPC status errors, as the API's
 	// error constructors do, but holds no connection and knows no raft.
-	"internal/server/claims": {"github.com/hashicorp/raft", "google.golang.org/grpc="},
+	"internal/server/rules":  {"github.com/hashicorp/raft", "google.golang.org/grpc="},
 	"internal/server/leader": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
 	// volreq is the API's messages and the standard library only.
 	"internal/volreq": {"github.com", "golang.org", "google.golang.org/grpc"},
@@ -152,7 +152,7 @@ var allowedInTests = map[string][]string{
 	// Servers are tested with real node clients and a real ClientCSI, and
 	// read the node agents' mount records where the agents keep them.
 	"internal/server": {"internal/nodeclient", "internal/rpc", "internal/registry", "internal/csiclient",
-		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server", "internal/volumes"},
+		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server", "internal/nodevolumes"},
 	"internal/nodeclient": {"internal/server", "internal/testcluster"},
 	// The CLI is tested against real Agent services and clusters.
 	"cmd/csisupd":    {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster", "internal/server"},

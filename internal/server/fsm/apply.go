@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -46,7 +46,7 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 			// Entries of earlier releases carry no secret and are applied
 			// as those releases applied them.
 			var err error
-			if replaced, err = claims.CheckNodeRegister(n.GetId(), n.GetName(), n.GetSecretHash(), old, txn.NodesNamed(n.GetName())); err != nil {
+			if replaced, err = rules.CheckNodeRegister(n.GetId(), n.GetName(), n.GetSecretHash(), old, txn.NodesNamed(n.GetName())); err != nil {
 				return err
 			}
 		} else if old != nil {
@@ -210,7 +210,7 @@ func volumeChanges(old, new *statepb.Volume) []volumeEvent {
 // and what is done. It holds no secret: a claim has none.
 func claimDescription(what string, c *statepb.VolumeClaim) string {
 	d := fmt.Sprintf("claim of workload %s on node %s %s: state %s, %s %s",
-		c.GetWorkloadId(), c.GetNodeId(), what, c.GetState(), c.GetUsage().GetAccessMode(), claims.RW(c.GetReadOnly()))
+		c.GetWorkloadId(), c.GetNodeId(), what, c.GetState(), c.GetUsage().GetAccessMode(), rules.RW(c.GetReadOnly()))
 	if c.GetControllerPublished() {
 		d += ", controller published"
 	}

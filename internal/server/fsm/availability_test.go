@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -63,8 +63,8 @@ func (e *availabilityEnv) must(r applied) applied {
 
 func (e *availabilityEnv) claim(workload string) error {
 	v := e.f.State().Volume("v")
-	return e.apply(&statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: claims.Take(v, &statepb.VolumeClaim{
-		NodeId: "n1", CsiNodeId: "csi-n1", WorkloadId: workload, State: claims.StateTaken,
+	return e.apply(&statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: rules.Take(v, &statepb.VolumeClaim{
+		NodeId: "n1", CsiNodeId: "csi-n1", WorkloadId: workload, State: rules.StateTaken,
 		Usage: &statepb.VolumeUsage{AccessType: "mount", AccessMode: "MULTI_NODE_MULTI_WRITER"}})}}).Err
 }
 
@@ -86,7 +86,7 @@ func TestFSMVolumeAvailability(t *testing.T) {
 	if err := e.claim("w1"); err != nil {
 		t.Fatal(err)
 	}
-	r := e.must(e.apply(setAvailability("v", claims.AvailabilityPause)))
+	r := e.must(e.apply(setAvailability("v", rules.AvailabilityPause)))
 	if len(r.Events) != 1 || r.Events[0].GetType() != "volume-availability" || !strings.Contains(r.Events[0].GetDescription(), "pause (was active)") {
 		t.Errorf("events of pause = %v", r.Events)
 	}
@@ -97,21 +97,21 @@ func TestFSMVolumeAvailability(t *testing.T) {
 		t.Errorf("claims of the paused volume = %d, want the one taken before", n)
 	}
 	// Setting it again changes nothing and says nothing.
-	if r := e.must(e.apply(setAvailability("v", claims.AvailabilityPause))); len(r.Events) != 0 {
+	if r := e.must(e.apply(setAvailability("v", rules.AvailabilityPause))); len(r.Events) != 0 {
 		t.Errorf("a repeated pause raised %v", r.Events)
 	}
-	e.must(e.apply(setAvailability("v", claims.AvailabilityDrain)))
+	e.must(e.apply(setAvailability("v", rules.AvailabilityDrain)))
 	if err := e.claim("w2"); !refusedBy(err, csisupdv1.ClaimRuleAvailability) {
 		t.Fatalf("claim of a draining volume: %v", err)
 	}
-	e.must(e.apply(setAvailability("v", claims.AvailabilityActive)))
+	e.must(e.apply(setAvailability("v", rules.AvailabilityActive)))
 	if err := e.claim("w2"); err != nil {
 		t.Fatalf("claim of an active volume again: %v", err)
 	}
 	if r := e.apply(setAvailability("v", "paused")); r.Err == nil {
 		t.Error("a bad availability was applied")
 	}
-	if r := e.apply(setAvailability("nope", claims.AvailabilityPause)); r.Err == nil {
+	if r := e.apply(setAvailability("nope", rules.AvailabilityPause)); r.Err == nil {
 		t.Error("the availability of a missing volume was applied")
 	}
 }
@@ -182,7 +182,7 @@ func TestFSMVolumeHealth(t *testing.T) {
 	if r := e.must(e.apply(report("n1", true, "DEGRADED"))); len(r.Events) != 0 || e.f.State().Volume("v").GetModifyIndex() != idx {
 		t.Errorf("a repeated report wrote the volume or raised %v", r.Events)
 	}
-	r = e.must(e.apply(report(claims.HealthSourceController, true, "INACCESSIBLE")))
+	r = e.must(e.apply(report(rules.HealthSourceController, true, "INACCESSIBLE")))
 	if len(r.Events) != 1 || r.Events[0].GetNodeId() != "" {
 		t.Errorf("controller report events = %v", r.Events)
 	}
@@ -190,7 +190,7 @@ func TestFSMVolumeHealth(t *testing.T) {
 	if len(r.Events) != 1 || r.Events[0].GetType() != "volume-normal" {
 		t.Errorf("events of normal = %v", r.Events)
 	}
-	if c := e.f.State().Volume("v").GetConditions(); len(c) != 1 || c[0].GetSource() != claims.HealthSourceController {
+	if c := e.f.State().Volume("v").GetConditions(); len(c) != 1 || c[0].GetSource() != rules.HealthSourceController {
 		t.Errorf("conditions = %v, want the controller's only", c)
 	}
 	if r := e.apply(report("", true, "x")); r.Err == nil {

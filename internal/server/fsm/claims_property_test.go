@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -23,7 +23,7 @@ import (
 // single-writer volume, and every claim in a state the transitions reach.
 
 // accessModeRules is what each access mode allows, written out here apart
-// from package claims so that the test does not check the code with
+// from package rules so that the test does not check the code with
 // itself.
 var accessModeRules = map[string]struct{ oneNode, oneWriter, readersOnly bool }{
 	"SINGLE_NODE_WRITER":        {oneNode: true, oneWriter: true},
@@ -61,7 +61,7 @@ var (
 	propWorkloads = []string{"w1", "w2", "w3"}
 )
 
-func newSchedule(t *testing.T, seed uint64, checkTake func(claims.Reader, *statepb.Volume, *statepb.VolumeClaim) error) *schedule {
+func newSchedule(t *testing.T, seed uint64, checkTake func(rules.Reader, *statepb.Volume, *statepb.VolumeClaim) error) *schedule {
 	f, err := New(Config{Events: testEvents(t, 64, 32)})
 	if err != nil {
 		t.Fatal(err)
@@ -126,34 +126,34 @@ func (s *schedule) command() *statepb.LogEntry {
 		ro := s.rnd.IntN(2) == 0
 		c := &statepb.VolumeClaim{
 			NodeId: node, CsiNodeId: "csi-" + node, WorkloadId: propWorkloads[s.rnd.IntN(len(propWorkloads))],
-			State: claims.StateTaken, ReadOnly: ro,
+			State: rules.StateTaken, ReadOnly: ro,
 			Usage: &statepb.VolumeUsage{AccessType: "mount", AccessMode: s.modes[v.GetId()], ReadOnly: ro},
 		}
 		// The leader refuses early what its view refuses.
-		if claims.CheckTake(viewReader{st: s.f.State(), volumes: view}, v, c) != nil {
+		if rules.CheckTake(viewReader{st: s.f.State(), volumes: view}, v, c) != nil {
 			return nil
 		}
-		return &statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: claims.Take(v, c)}}
+		return &statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: rules.Take(v, c)}}
 	}
 	c := v.GetClaims()[s.rnd.IntN(len(v.GetClaims()))]
 	var step *statepb.ClaimStepCommand
 	switch s.rnd.IntN(8) {
 	case 0:
-		step = claims.Mounted(v, c, s.rnd.IntN(2) == 0, map[string]string{"k": "v"}, "/host/"+c.GetWorkloadId(), "/staging")
+		step = rules.Mounted(v, c, s.rnd.IntN(2) == 0, map[string]string{"k": "v"}, "/host/"+c.GetWorkloadId(), "/staging")
 	case 1:
-		step = claims.Published(v, c, map[string]string{"k": "v"})
+		step = rules.Published(v, c, map[string]string{"k": "v"})
 	case 2:
-		step = claims.StartRelease(v, c)
+		step = rules.StartRelease(v, c)
 	case 3:
-		step = claims.Fail(v, c, "step failed")
+		step = rules.Fail(v, c, "step failed")
 	case 4:
-		step = claims.ReleaseWithoutNode(v, c)
+		step = rules.ReleaseWithoutNode(v, c)
 	case 5:
-		step = claims.NodeUnpublished(v, c)
+		step = rules.NodeUnpublished(v, c)
 	case 6:
-		step = claims.ControllerUnpublished(v, c)
+		step = rules.ControllerUnpublished(v, c)
 	default:
-		return &statepb.LogEntry{Command: &statepb.LogEntry_ClaimRemove{ClaimRemove: claims.Remove(v, c)}}
+		return &statepb.LogEntry{Command: &statepb.LogEntry_ClaimRemove{ClaimRemove: rules.Remove(v, c)}}
 	}
 	return &statepb.LogEntry{Command: &statepb.LogEntry_ClaimStep{ClaimStep: step}}
 }
@@ -214,24 +214,24 @@ func (s *schedule) reachable(volumeID string, c *statepb.VolumeClaim) string {
 	switch {
 	case c.GetClaimIndex() == 0:
 		return fmt.Sprintf("volume %s: claim without an index: %v", volumeID, c)
-	case st != claims.StateTaken && !claims.Releasing(st):
+	case st != rules.StateTaken && !rules.Releasing(st):
 		return fmt.Sprintf("volume %s: claim in state %q: %v", volumeID, st, c)
-	case (st == claims.StateNodeUnpublished || st == claims.StateControllerUnpublished) && c.GetMounted():
+	case (st == rules.StateNodeUnpublished || st == rules.StateControllerUnpublished) && c.GetMounted():
 		return fmt.Sprintf("volume %s: claim %s but mounted: %v", volumeID, st, c)
-	case st == claims.StateControllerUnpublished && c.GetControllerPublished():
+	case st == rules.StateControllerUnpublished && c.GetControllerPublished():
 		return fmt.Sprintf("volume %s: claim %s but controller published: %v", volumeID, st, c)
 	case c.GetMounted() && c.GetHostPath() == "":
 		return fmt.Sprintf("volume %s: claim mounted without a host path: %v", volumeID, c)
-	case st == claims.StateTaken && c.GetNodeGone():
+	case st == rules.StateTaken && c.GetNodeGone():
 		return fmt.Sprintf("volume %s: claim taken on a node gone: %v", volumeID, c)
 	}
 	key := claimKey{volumeID, c.GetClaimIndex()}
 	seen := s.seen[key]
 	if n := len(seen); n == 0 || seen[n-1] != st {
-		if n == 0 && st != claims.StateTaken {
+		if n == 0 && st != rules.StateTaken {
 			return fmt.Sprintf("volume %s: claim first seen in state %s: %v", volumeID, st, c)
 		}
-		if n > 0 && !claims.Legal(seen[n-1], st) {
+		if n > 0 && !rules.Legal(seen[n-1], st) {
 			return fmt.Sprintf("volume %s: claim went from %s to %s: %v", volumeID, seen[n-1], st, c)
 		}
 		s.seen[key] = append(seen, st)
@@ -263,8 +263,8 @@ func TestClaimCommandsKeepThePromise(t *testing.T) {
 // two writers, or it proves nothing. The leaders still refuse early
 // what their views refuse, so only stale commands get a second writer in.
 func TestPropertyCatchesAMissingSingleWriterCheck(t *testing.T) {
-	withoutSingleWriter := func(st claims.Reader, v *statepb.Volume, c *statepb.VolumeClaim) error {
-		err := claims.CheckTake(st, v, c)
+	withoutSingleWriter := func(st rules.Reader, v *statepb.Volume, c *statepb.VolumeClaim) error {
+		err := rules.CheckTake(st, v, c)
 		if d, ok := csisupdv1.ErrorDetail[*csisupdv1.ClaimRefused](err); ok &&
 			d.GetRule() == csisupdv1.ClaimRuleAccessMode && strings.Contains(d.GetDescription(), "allows one writer") {
 			return nil

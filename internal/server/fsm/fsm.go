@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -49,9 +49,9 @@ type FSM struct {
 	// raft's FSM goroutine: the leader's heartbeat timers and what it
 	// knows of the nodes belong to the state replaced.
 	onRestore func()
-	// checkTake checks a claim_take command: claims.CheckTake. The
+	// checkTake checks a claim_take command: rules.CheckTake. The
 	// property test replaces it to show what the check prevents.
-	checkTake func(st claims.Reader, v *statepb.Volume, c *statepb.VolumeClaim) error
+	checkTake func(st rules.Reader, v *statepb.Volume, c *statepb.VolumeClaim) error
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -74,7 +74,7 @@ func New(cfg Config) (*FSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: %w", err)
 	}
-	return &FSM{state: st, events: cfg.Events, onRestore: cfg.OnRestore, checkTake: claims.CheckTake}, nil
+	return &FSM{state: st, events: cfg.Events, onRestore: cfg.OnRestore, checkTake: rules.CheckTake}, nil
 }
 
 // State returns the current state store.

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -188,16 +188,16 @@ func wantVolume(t *testing.T, st *state.Store, id string, at uint64, check func(
 }
 
 func TestFSMVolumeExpand(t *testing.T) {
-	started := []*statepb.LogEntry{volCreate("v", 10, 100), volExpand("v", 1, expansion(40, claims.ExpansionController), 0)}
+	started := []*statepb.LogEntry{volCreate("v", 10, 100), volExpand("v", 1, expansion(40, rules.ExpansionController), 0)}
 	tests := []lifecycleCase{
 		{
 			name:  "an expansion starts",
 			setup: []*statepb.LogEntry{volCreate("v", 10, 100)},
-			entry: volExpand("v", 1, &statepb.VolumeExpansion{CapacityBytes: 40, LimitBytes: 100, State: claims.ExpansionController}, 0),
+			entry: volExpand("v", 1, &statepb.VolumeExpansion{CapacityBytes: 40, LimitBytes: 100, State: rules.ExpansionController}, 0),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				wantVolume(t, st, "v", at, func(v *statepb.Volume) bool {
 					e := v.GetExpansion()
-					return v.GetCapacityBytes() == 10 && e.GetCapacityBytes() == 40 && e.GetLimitBytes() == 100 && e.GetState() == claims.ExpansionController
+					return v.GetCapacityBytes() == 10 && e.GetCapacityBytes() == 40 && e.GetLimitBytes() == 100 && e.GetState() == rules.ExpansionController
 				})
 			},
 			events: []string{"volume-updated volume/v "},
@@ -206,11 +206,11 @@ func TestFSMVolumeExpand(t *testing.T) {
 		{
 			name:  "the controller step is recorded",
 			setup: started,
-			entry: volExpand("v", 2, &statepb.VolumeExpansion{CapacityBytes: 40, State: claims.ExpansionNodes, NodesPending: []string{"n1", "n2"}}, 40),
+			entry: volExpand("v", 2, &statepb.VolumeExpansion{CapacityBytes: 40, State: rules.ExpansionNodes, NodesPending: []string{"n1", "n2"}}, 40),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				wantVolume(t, st, "v", at, func(v *statepb.Volume) bool {
 					e := v.GetExpansion()
-					return v.GetCapacityBytes() == 40 && e.GetState() == claims.ExpansionNodes && len(e.GetNodesPending()) == 2
+					return v.GetCapacityBytes() == 40 && e.GetState() == rules.ExpansionNodes && len(e.GetNodesPending()) == 2
 				})
 			},
 			events: []string{"volume-updated volume/v "},
@@ -219,7 +219,7 @@ func TestFSMVolumeExpand(t *testing.T) {
 		{
 			name:  "a failed step is recorded",
 			setup: started,
-			entry: volExpand("v", 2, &statepb.VolumeExpansion{CapacityBytes: 40, State: claims.ExpansionController, LastError: "plugin said no"}, 0),
+			entry: volExpand("v", 2, &statepb.VolumeExpansion{CapacityBytes: 40, State: rules.ExpansionController, LastError: "plugin said no"}, 0),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				wantVolume(t, st, "v", at, func(v *statepb.Volume) bool {
 					return v.GetCapacityBytes() == 10 && v.GetExpansion().GetLastError() == "plugin said no"
@@ -244,7 +244,7 @@ func TestFSMVolumeExpand(t *testing.T) {
 			// The plugin refused the controller step: the volume keeps
 			// its size, and the event says the expansion was abandoned.
 			name:  "the expansion is abandoned",
-			setup: append(started[:2:2], volExpand("v", 2, &statepb.VolumeExpansion{CapacityBytes: 40, State: claims.ExpansionController, LastError: "out of range"}, 0)),
+			setup: append(started[:2:2], volExpand("v", 2, &statepb.VolumeExpansion{CapacityBytes: 40, State: rules.ExpansionController, LastError: "out of range"}, 0)),
 			entry: volExpand("v", 3, nil, 0),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				wantVolume(t, st, "v", at, func(v *statepb.Volume) bool {
@@ -263,19 +263,19 @@ func TestFSMVolumeExpand(t *testing.T) {
 		{
 			name:    "a new expansion over the volume's limit",
 			setup:   []*statepb.LogEntry{volCreate("v", 10, 100)},
-			entry:   volExpand("v", 1, expansion(200, claims.ExpansionController), 0),
+			entry:   volExpand("v", 1, expansion(200, rules.ExpansionController), 0),
 			refused: withCode(codes.InvalidArgument),
 		},
 		{
 			name:    "a new expansion that shrinks",
 			setup:   []*statepb.LogEntry{volCreate("v", 10, 0)},
-			entry:   volExpand("v", 1, expansion(5, claims.ExpansionController), 0),
+			entry:   volExpand("v", 1, expansion(5, rules.ExpansionController), 0),
 			refused: withCode(codes.InvalidArgument),
 		},
 		{
 			name:    "another target while one is under way",
 			setup:   started,
-			entry:   volExpand("v", 2, expansion(50, claims.ExpansionNodes), 0),
+			entry:   volExpand("v", 2, expansion(50, rules.ExpansionNodes), 0),
 			refused: withCode(codes.FailedPrecondition),
 		},
 		{
@@ -299,7 +299,7 @@ func TestFSMVolumeExpand(t *testing.T) {
 		{
 			name:    "an unknown volume",
 			setup:   []*statepb.LogEntry{volCreate("v", 10, 0)},
-			entry:   volExpand("w", 1, expansion(40, claims.ExpansionController), 0),
+			entry:   volExpand("w", 1, expansion(40, rules.ExpansionController), 0),
 			refused: notFound,
 		},
 	}
@@ -375,9 +375,9 @@ func wantSnapshot(t *testing.T, st *state.Store, id string, at, created uint64, 
 
 func TestFSMSnapshotCommands(t *testing.T) {
 	vol := volCreate("v", 10, 0)
-	creating := []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", claims.SnapshotCreating))}
+	creating := []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", rules.SnapshotCreating))}
 	created := func() *statepb.VolumeSnapshot {
-		s := snapOf("s", "v", claims.SnapshotCreated)
+		s := snapOf("s", "v", rules.SnapshotCreated)
 		s.SizeBytes, s.ReadyToUse = 10, true
 		return s
 	}
@@ -386,10 +386,10 @@ func TestFSMSnapshotCommands(t *testing.T) {
 		{
 			name:  "a new snapshot is recorded as creating, without an event",
 			setup: []*statepb.LogEntry{vol},
-			entry: snapPut(0, snapOf("s", "v", claims.SnapshotCreating)),
+			entry: snapPut(0, snapOf("s", "v", rules.SnapshotCreating)),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				wantSnapshot(t, st, "s", at, at, entrySec, func(s *statepb.VolumeSnapshot) bool {
-					return s.GetState() == claims.SnapshotCreating && s.GetSourceVolumeId() == "v"
+					return s.GetState() == rules.SnapshotCreating && s.GetSourceVolumeId() == "v"
 				})
 			},
 		},
@@ -399,7 +399,7 @@ func TestFSMSnapshotCommands(t *testing.T) {
 			entry: snapPut(2, created()),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				wantSnapshot(t, st, "s", at, 2, setupSec, func(s *statepb.VolumeSnapshot) bool {
-					return s.GetState() == claims.SnapshotCreated && s.GetReadyToUse() && s.GetSizeBytes() == 10
+					return s.GetState() == rules.SnapshotCreated && s.GetReadyToUse() && s.GetSizeBytes() == 10
 				})
 			},
 			events: []string{"volume-snapshot-created volume/v s"},
@@ -408,14 +408,14 @@ func TestFSMSnapshotCommands(t *testing.T) {
 		{
 			name:  "a failed attempt while creating: no event",
 			setup: creating,
-			entry: snapPut(2, &statepb.VolumeSnapshot{Id: "s", PluginId: "p", SourceVolumeId: "v", State: claims.SnapshotCreating, LastError: "busy"}),
+			entry: snapPut(2, &statepb.VolumeSnapshot{Id: "s", PluginId: "p", SourceVolumeId: "v", State: rules.SnapshotCreating, LastError: "busy"}),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				wantSnapshot(t, st, "s", at, 2, setupSec, func(s *statepb.VolumeSnapshot) bool { return s.GetLastError() == "busy" })
 			},
 		},
 		{
 			name:  "created again, ready now: no second created event",
-			setup: []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", claims.SnapshotCreating)), snapPut(2, snapOf("s", "v", claims.SnapshotCreated))},
+			setup: []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", rules.SnapshotCreating)), snapPut(2, snapOf("s", "v", rules.SnapshotCreated))},
 			entry: snapPut(3, created()),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				wantSnapshot(t, st, "s", at, 2, setupSec, func(s *statepb.VolumeSnapshot) bool { return s.GetReadyToUse() })
@@ -424,22 +424,22 @@ func TestFSMSnapshotCommands(t *testing.T) {
 		{
 			name:  "deleting: no event yet",
 			setup: stored,
-			entry: snapPut(3, snapOf("s", "v", claims.SnapshotDeleting)),
+			entry: snapPut(3, snapOf("s", "v", rules.SnapshotDeleting)),
 			check: func(t *testing.T, st *state.Store, at uint64) {
-				wantSnapshot(t, st, "s", at, 2, setupSec, func(s *statepb.VolumeSnapshot) bool { return s.GetState() == claims.SnapshotDeleting })
+				wantSnapshot(t, st, "s", at, 2, setupSec, func(s *statepb.VolumeSnapshot) bool { return s.GetState() == rules.SnapshotDeleting })
 			},
 		},
 		{
 			name:  "a create that cannot finish goes to deleting: no event",
 			setup: creating,
-			entry: snapPut(2, snapOf("s", "v", claims.SnapshotDeleting)),
+			entry: snapPut(2, snapOf("s", "v", rules.SnapshotDeleting)),
 			check: func(t *testing.T, st *state.Store, at uint64) {
-				wantSnapshot(t, st, "s", at, 2, setupSec, func(s *statepb.VolumeSnapshot) bool { return s.GetState() == claims.SnapshotDeleting })
+				wantSnapshot(t, st, "s", at, 2, setupSec, func(s *statepb.VolumeSnapshot) bool { return s.GetState() == rules.SnapshotDeleting })
 			},
 		},
 		{
 			name:  "deleted: volume-snapshot-deleted",
-			setup: append(stored[:3:3], snapPut(3, snapOf("s", "v", claims.SnapshotDeleting))),
+			setup: append(stored[:3:3], snapPut(3, snapOf("s", "v", rules.SnapshotDeleting))),
 			entry: snapDelete("s", 4),
 			check: func(t *testing.T, st *state.Store, at uint64) {
 				if s := st.VolumeSnapshot("s"); s != nil {
@@ -456,24 +456,24 @@ func TestFSMSnapshotCommands(t *testing.T) {
 			check:  func(t *testing.T, st *state.Store, at uint64) {},
 			events: []string{"volume-snapshot-deleted volume/v s"},
 		},
-		{name: "a new snapshot of an unknown volume", setup: []*statepb.LogEntry{vol}, entry: snapPut(0, snapOf("s", "w", claims.SnapshotCreating)), refused: withCode(codes.NotFound)},
+		{name: "a new snapshot of an unknown volume", setup: []*statepb.LogEntry{vol}, entry: snapPut(0, snapOf("s", "w", rules.SnapshotCreating)), refused: withCode(codes.NotFound)},
 		{name: "a new snapshot that is already created", setup: []*statepb.LogEntry{vol}, entry: snapPut(0, created()), refused: withCode(codes.InvalidArgument)},
-		{name: "a new snapshot with a taken id", setup: stored, entry: snapPut(0, snapOf("s", "v", claims.SnapshotCreating)), refused: withCode(codes.AlreadyExists)},
-		{name: "a new snapshot of another plugin", setup: []*statepb.LogEntry{vol}, entry: snapPut(0, &statepb.VolumeSnapshot{Id: "s", PluginId: "q", SourceVolumeId: "v", State: claims.SnapshotCreating}), refused: withCode(codes.InvalidArgument)},
-		{name: "a change decided on an older row", setup: stored, entry: snapPut(2, snapOf("s", "v", claims.SnapshotDeleting)), refused: stale},
+		{name: "a new snapshot with a taken id", setup: stored, entry: snapPut(0, snapOf("s", "v", rules.SnapshotCreating)), refused: withCode(codes.AlreadyExists)},
+		{name: "a new snapshot of another plugin", setup: []*statepb.LogEntry{vol}, entry: snapPut(0, &statepb.VolumeSnapshot{Id: "s", PluginId: "q", SourceVolumeId: "v", State: rules.SnapshotCreating}), refused: withCode(codes.InvalidArgument)},
+		{name: "a change decided on an older row", setup: stored, entry: snapPut(2, snapOf("s", "v", rules.SnapshotDeleting)), refused: stale},
 		{
 			// The plugin refused the delete: the snapshot is kept, and no
 			// second volume-snapshot-created is emitted.
 			name:  "back from deleting after a refused delete",
-			setup: append(stored[:3:3], snapPut(3, snapOf("s", "v", claims.SnapshotDeleting))),
+			setup: append(stored[:3:3], snapPut(3, snapOf("s", "v", rules.SnapshotDeleting))),
 			entry: snapPut(4, created()),
 			check: func(t *testing.T, st *state.Store, at uint64) {
-				if s := st.VolumeSnapshot("s"); s.GetState() != claims.SnapshotCreated || s.GetModifyIndex() != at {
+				if s := st.VolumeSnapshot("s"); s.GetState() != rules.SnapshotCreated || s.GetModifyIndex() != at {
 					t.Fatalf("snapshot after a refused delete: %v", s)
 				}
 			},
 		},
-		{name: "back from created to creating", setup: stored, entry: snapPut(3, snapOf("s", "v", claims.SnapshotCreating)), refused: withCode(codes.FailedPrecondition)},
+		{name: "back from created to creating", setup: stored, entry: snapPut(3, snapOf("s", "v", rules.SnapshotCreating)), refused: withCode(codes.FailedPrecondition)},
 		{name: "a change of an unknown snapshot", setup: []*statepb.LogEntry{vol}, entry: snapPut(1, created()), refused: withCode(codes.NotFound)},
 		{name: "delete decided on an older row", setup: stored, entry: snapDelete("s", 2), refused: stale},
 		{name: "delete of an unknown snapshot", setup: stored, entry: snapDelete("t", 0), refused: withCode(codes.NotFound)},
@@ -494,39 +494,39 @@ func TestFSMVolumeDeleteWithLifecycle(t *testing.T) {
 	tests := []lifecycleCase{
 		{
 			name:    "a snapshot being created",
-			setup:   []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", claims.SnapshotCreating))},
+			setup:   []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", rules.SnapshotCreating))},
 			entry:   volDelete("v", 1),
 			refused: withCode(codes.FailedPrecondition),
 		},
 		{
 			name:    "a snapshot being created, delete of an earlier release",
-			setup:   []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", claims.SnapshotCreating))},
+			setup:   []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", rules.SnapshotCreating))},
 			entry:   legacyDelete,
 			refused: withCode(codes.FailedPrecondition),
 		},
 		{
 			name:    "an expansion under way",
-			setup:   []*statepb.LogEntry{vol, volExpand("v", 1, expansion(40, claims.ExpansionNodes), 0)},
+			setup:   []*statepb.LogEntry{vol, volExpand("v", 1, expansion(40, rules.ExpansionNodes), 0)},
 			entry:   volDelete("v", 2),
 			refused: withCode(codes.FailedPrecondition),
 		},
 		{
 			name:   "a created snapshot does not hold the volume",
-			setup:  []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", claims.SnapshotCreating)), snapPut(2, snapOf("s", "v", claims.SnapshotCreated))},
+			setup:  []*statepb.LogEntry{vol, snapPut(0, snapOf("s", "v", rules.SnapshotCreating)), snapPut(2, snapOf("s", "v", rules.SnapshotCreated))},
 			entry:  volDelete("v", 1),
 			check:  gone,
 			events: []string{"volume-deleted volume/v "},
 		},
 		{
 			name:   "another volume's snapshot being created",
-			setup:  []*statepb.LogEntry{vol, volCreate("w", 10, 0), snapPut(0, snapOf("s", "w", claims.SnapshotCreating))},
+			setup:  []*statepb.LogEntry{vol, volCreate("w", 10, 0), snapPut(0, snapOf("s", "w", rules.SnapshotCreating))},
 			entry:  volDelete("v", 1),
 			check:  gone,
 			events: []string{"volume-deleted volume/v "},
 		},
 		{
 			name:   "an expansion that is done",
-			setup:  []*statepb.LogEntry{vol, volExpand("v", 1, expansion(40, claims.ExpansionNodes), 0), volExpand("v", 2, nil, 40)},
+			setup:  []*statepb.LogEntry{vol, volExpand("v", 1, expansion(40, rules.ExpansionNodes), 0), volExpand("v", 2, nil, 40)},
 			entry:  volDelete("v", 3),
 			check:  gone,
 			events: []string{"volume-deleted volume/v "},
@@ -547,8 +547,8 @@ func TestFSMSnapshotRestoreKeepsLifecycle(t *testing.T) {
 	for i, r := range applyAll(t, f,
 		at(setupSec, volCreate("v", 10, 100)),
 		at(setupSec, volModify("v", 1, map[string]string{"iops": "100"})),
-		at(setupSec, volExpand("v", 2, expansion(40, claims.ExpansionController), 0)),
-		at(setupSec, snapPut(0, snapOf("s", "v", claims.SnapshotCreating))),
+		at(setupSec, volExpand("v", 2, expansion(40, rules.ExpansionController), 0)),
+		at(setupSec, snapPut(0, snapOf("s", "v", rules.SnapshotCreating))),
 	) {
 		if r.Err != nil {
 			t.Fatalf("entry %d: %v", i, r.Err)
@@ -566,7 +566,7 @@ func TestFSMSnapshotRestoreKeepsLifecycle(t *testing.T) {
 	}
 	v := g.State().Volume("v")
 	if v.GetExpansion().GetCapacityBytes() != 40 || v.GetMutableParameters()["iops"] != "100" || v.GetCapacityLimitBytes() != 100 ||
-		g.State().VolumeSnapshot("s").GetState() != claims.SnapshotCreating {
+		g.State().VolumeSnapshot("s").GetState() != rules.SnapshotCreating {
 		t.Fatalf("restored volume %v, snapshot %v", v, g.State().VolumeSnapshot("s"))
 	}
 }

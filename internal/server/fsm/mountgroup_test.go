@@ -9,7 +9,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -24,7 +24,7 @@ func TestClaimTakeMountGroup(t *testing.T) {
 		NodeCapabilities: []string{plugin.CapStageUnstageVolume}}
 	take := func(workload string) *statepb.LogEntry {
 		return &statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: &statepb.ClaimTakeCommand{VolumeId: "v",
-			Claim: &statepb.VolumeClaim{NodeId: "n1", CsiNodeId: "csi-n1", WorkloadId: workload, State: claims.StateTaken,
+			Claim: &statepb.VolumeClaim{NodeId: "n1", CsiNodeId: "csi-n1", WorkloadId: workload, State: rules.StateTaken,
 				Usage: &statepb.VolumeUsage{AccessType: "mount", AccessMode: "MULTI_NODE_MULTI_WRITER", VolumeMountGroup: "1000"}}}}}
 	}
 	tests := []struct {

@@ -3,7 +3,7 @@ package fsm
 import (
 	"testing"
 
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"google.golang.org/grpc/codes"
@@ -46,17 +46,17 @@ func TestNodeGoneNeedsTheNodeDown(t *testing.T) {
 				Volume: &statepb.Volume{Id: "v", PluginId: "p", ExternalId: "x-v",
 					Capabilities: []*statepb.VolumeCapability{{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}}}}}}))
 			v := f.State().Volume("v")
-			must(apply(&statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: claims.Take(v, &statepb.VolumeClaim{
-				NodeId: "n1", CsiNodeId: "csi-n1", WorkloadId: "w", State: claims.StateTaken,
+			must(apply(&statepb.LogEntry{Command: &statepb.LogEntry_ClaimTake{ClaimTake: rules.Take(v, &statepb.VolumeClaim{
+				NodeId: "n1", CsiNodeId: "csi-n1", WorkloadId: "w", State: rules.StateTaken,
 				Usage: &statepb.VolumeUsage{AccessType: "mount", AccessMode: "SINGLE_NODE_WRITER"}})}}))
 			if tt.again {
 				must(apply(setStatus("n1", state.NodeStatusDown)))
 				v := f.State().Volume("v")
-				must(apply(&statepb.LogEntry{Command: &statepb.LogEntry_ClaimStep{ClaimStep: claims.ReleaseWithoutNode(v, v.GetClaims()[0])}}))
+				must(apply(&statepb.LogEntry{Command: &statepb.LogEntry_ClaimStep{ClaimStep: rules.ReleaseWithoutNode(v, v.GetClaims()[0])}}))
 			}
 			must(apply(setStatus("n1", tt.status)))
 			v = f.State().Volume("v")
-			err = apply(&statepb.LogEntry{Command: &statepb.LogEntry_ClaimStep{ClaimStep: claims.ReleaseWithoutNode(v, v.GetClaims()[0])}})
+			err = apply(&statepb.LogEntry{Command: &statepb.LogEntry_ClaimStep{ClaimStep: rules.ReleaseWithoutNode(v, v.GetClaims()[0])}})
 			if got := status.Code(err); got != tt.want {
 				t.Fatalf("node_gone step with the node %s: %v, want %s", tt.status, err, tt.want)
 			}

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -15,7 +15,7 @@ import (
 // registerKeyed is a registration of node id named name with a secret.
 func registerKeyed(id, name, secret string) *statepb.LogEntry {
 	return &statepb.LogEntry{Command: &statepb.LogEntry_NodeUpsert{NodeUpsert: &statepb.ClusterNode{
-		Id: id, Name: name, Address: id + ":4780", SecretHash: claims.SecretHash(secret),
+		Id: id, Name: name, Address: id + ":4780", SecretHash: rules.SecretHash(secret),
 	}}}
 }
 
@@ -68,7 +68,7 @@ func TestFSMNodeSecrets(t *testing.T) {
 		}
 	}
 	st := f.State()
-	if n := st.Node("n2"); string(n.GetSecretHash()) != string(claims.SecretHash("s2")) {
+	if n := st.Node("n2"); string(n.GetSecretHash()) != string(rules.SecretHash("s2")) {
 		t.Errorf("n2's hash after an entry of an earlier release: %x", n.GetSecretHash())
 	}
 	old, repl := st.Node("n1"), st.Node("n3")

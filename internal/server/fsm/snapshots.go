@@ -7,13 +7,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // applySnapshotCommand applies snapshot_put and snapshot_delete, checked
-// with the rules of package claims, and emits volume-snapshot-created when
+// with the rules of package rules, and emits volume-snapshot-created when
 // the plugin's snapshot is first recorded and volume-snapshot-deleted when
 // a snapshot is forgotten.
 func applySnapshotCommand(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, cmd any, emit func(*csisupdv1.ClusterEvent)) error {
@@ -21,7 +21,7 @@ func applySnapshotCommand(txn *state.Txn, index uint64, ts *timestamppb.Timestam
 	case *statepb.LogEntry_SnapshotPut:
 		s := c.SnapshotPut.GetSnapshot()
 		old := txn.VolumeSnapshot(s.GetId())
-		if err := claims.CheckSnapshotPut(old, txn.Volume(s.GetSourceVolumeId()), c.SnapshotPut); err != nil {
+		if err := rules.CheckSnapshotPut(old, txn.Volume(s.GetSourceVolumeId()), c.SnapshotPut); err != nil {
 			return err
 		}
 		ns := proto.Clone(s).(*statepb.VolumeSnapshot)
@@ -34,7 +34,7 @@ func applySnapshotCommand(txn *state.Txn, index uint64, ts *timestamppb.Timestam
 		if err := txn.PutVolumeSnapshot(ns); err != nil {
 			return err
 		}
-		if old.GetState() == claims.SnapshotCreating && ns.GetState() == claims.SnapshotCreated {
+		if old.GetState() == rules.SnapshotCreating && ns.GetState() == rules.SnapshotCreated {
 			emit(snapshotEvent("volume-snapshot-created", ns, fmt.Sprintf("snapshot %s of volume %s created by the controller on node %s: external id %s, %d bytes, ready to use: %t",
 				ns.GetId(), ns.GetSourceVolumeId(), ns.GetControllerNodeId(), ns.GetExternalId(), ns.GetSizeBytes(), ns.GetReadyToUse())))
 		}
@@ -42,7 +42,7 @@ func applySnapshotCommand(txn *state.Txn, index uint64, ts *timestamppb.Timestam
 	case *statepb.LogEntry_SnapshotDelete:
 		id := c.SnapshotDelete.GetSnapshotId()
 		old := txn.VolumeSnapshot(id)
-		if err := claims.CheckSnapshotDelete(old, id, c.SnapshotDelete.GetSnapshotIndex()); err != nil {
+		if err := rules.CheckSnapshotDelete(old, id, c.SnapshotDelete.GetSnapshotIndex()); err != nil {
 			return err
 		}
 		if err := txn.DeleteVolumeSnapshot(old); err != nil {

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -19,13 +19,13 @@ type eventFunc func(typ, node, plugin, volume, desc string)
 
 // applyVolumeCommand applies one typed volume command: it checks the
 // command against the state the transaction reads, with the same rules
-// the leader used to build it (package claims), and refuses it with the
+// the leader used to build it (package rules), and refuses it with the
 // error the caller sees, changing nothing, when it no longer holds.
 func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, cmd any, ev eventFunc) error {
 	switch c := cmd.(type) {
 	case *statepb.LogEntry_VolumeCreate:
 		v := c.VolumeCreate.GetVolume()
-		if err := claims.CheckCreate(txn.Volume(v.GetId()), v); err != nil {
+		if err := rules.CheckCreate(txn.Volume(v.GetId()), v); err != nil {
 			return err
 		}
 		return putVolume(txn, index, ts, nil, v, ev)
@@ -38,11 +38,11 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		if err != nil {
 			return err
 		}
-		if err := claims.CheckModify(v, c.VolumeModify); err != nil {
+		if err := rules.CheckModify(v, c.VolumeModify); err != nil {
 			return err
 		}
 		nv := proto.Clone(v).(*statepb.Volume)
-		nv.MutableParameters = claims.MergeMutable(v.GetMutableParameters(), c.VolumeModify.GetMutableParameters())
+		nv.MutableParameters = rules.MergeMutable(v.GetMutableParameters(), c.VolumeModify.GetMutableParameters())
 		if err := replaceVolume(txn, index, v, nv); err != nil {
 			return err
 		}
@@ -54,7 +54,7 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 			return err
 		}
 		to := c.VolumeAvailability.GetAvailability()
-		if err := claims.CheckSetAvailability(v, to); err != nil {
+		if err := rules.CheckSetAvailability(v, to); err != nil {
 			return err
 		}
 		if v.GetAvailability() == to {
@@ -66,7 +66,7 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 			return err
 		}
 		ev("volume-availability", "", nv.GetPluginId(), nv.GetId(), fmt.Sprintf("availability %s (was %s)",
-			claims.AvailabilityName(to), claims.AvailabilityName(v.GetAvailability())))
+			rules.AvailabilityName(to), rules.AvailabilityName(v.GetAvailability())))
 		return nil
 	case *statepb.LogEntry_VolumeHealth:
 		cmd := c.VolumeHealth
@@ -74,20 +74,20 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		if err != nil {
 			return err
 		}
-		if err := claims.CheckHealth(v, cmd); err != nil {
+		if err := rules.CheckHealth(v, cmd); err != nil {
 			return err
 		}
-		if !claims.HealthChanged(v, cmd.GetSource(), cmd.GetAbnormal(), cmd.GetMessage()) {
+		if !rules.HealthChanged(v, cmd.GetSource(), cmd.GetAbnormal(), cmd.GetMessage()) {
 			return nil // a report another leader already recorded
 		}
 		nv := proto.Clone(v).(*statepb.Volume)
-		nv.Conditions = claims.ApplyHealth(v, cmd, ts)
+		nv.Conditions = rules.ApplyHealth(v, cmd, ts)
 		if err := replaceVolume(txn, index, v, nv); err != nil {
 			return err
 		}
-		typ, desc := claims.HealthEvent(cmd)
+		typ, desc := rules.HealthEvent(cmd)
 		node := ""
-		if cmd.GetSource() != claims.HealthSourceController {
+		if cmd.GetSource() != rules.HealthSourceController {
 			node = cmd.GetSource()
 		}
 		ev(typ, node, nv.GetPluginId(), nv.GetId(), desc)
@@ -112,22 +112,22 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		if err != nil {
 			return err
 		}
-		claim, err := claims.ApplyStep(v, c.ClaimStep, ts)
+		claim, err := rules.ApplyStep(v, c.ClaimStep, ts)
 		if err != nil {
 			return err
 		}
 		if step := c.ClaimStep; step.GetNodeGone() {
 			// Checked when the step makes the claim node_gone; a repeat
 			// of a decision already stored is no new decision.
-			if _, old := claims.Find(v, step.GetNodeId(), step.GetWorkloadId()); !old.GetNodeGone() {
-				ref := claims.Ref{VolumeID: v.GetId(), NodeID: step.GetNodeId(), WorkloadID: step.GetWorkloadId()}
-				if err := claims.CheckNodeGone(txn.Node(step.GetNodeId()), ref); err != nil {
+			if _, old := rules.Find(v, step.GetNodeId(), step.GetWorkloadId()); !old.GetNodeGone() {
+				ref := rules.Ref{VolumeID: v.GetId(), NodeID: step.GetNodeId(), WorkloadID: step.GetWorkloadId()}
+				if err := rules.CheckNodeGone(txn.Node(step.GetNodeId()), ref); err != nil {
 					return err
 				}
 			}
 		}
 		nv := proto.Clone(v).(*statepb.Volume)
-		i, old := claims.Find(nv, claim.GetNodeId(), claim.GetWorkloadId())
+		i, old := rules.Find(nv, claim.GetNodeId(), claim.GetWorkloadId())
 		nv.Claims[i] = claim
 		if err := putVolume(txn, index, ts, v, nv, ev); err != nil {
 			return err
@@ -150,13 +150,13 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		if err != nil {
 			return err
 		}
-		i, err := claims.CheckRemove(v, c.ClaimRemove)
+		i, err := rules.CheckRemove(v, c.ClaimRemove)
 		if err != nil {
 			return err
 		}
 		nv := proto.Clone(v).(*statepb.Volume)
 		nv.Claims = slices.Delete(nv.Claims, i, i+1)
-		nv.Conditions = claims.NodeConditionsLeft(nv, c.ClaimRemove.GetNodeId())
+		nv.Conditions = rules.NodeConditionsLeft(nv, c.ClaimRemove.GetNodeId())
 		return putVolume(txn, index, ts, v, nv, ev)
 	}
 	return fmt.Errorf("unknown volume command %T", cmd)
@@ -178,11 +178,11 @@ func expandVolume(txn *state.Txn, index uint64, cmd *statepb.VolumeExpandCommand
 	if err != nil {
 		return err
 	}
-	if err := claims.CheckExpandStep(v, cmd); err != nil {
+	if err := rules.CheckExpandStep(v, cmd); err != nil {
 		return err
 	}
 	nv := proto.Clone(v).(*statepb.Volume)
-	claims.ApplyExpandStep(nv, cmd)
+	rules.ApplyExpandStep(nv, cmd)
 	if err := replaceVolume(txn, index, v, nv); err != nil {
 		return err
 	}
@@ -246,10 +246,10 @@ func deleteVolume(txn *state.Txn, cmd *statepb.VolumeDeleteCommand, ev eventFunc
 	if err != nil {
 		return err
 	}
-	if err := claims.CheckDelete(v, cmd); err != nil {
+	if err := rules.CheckDelete(v, cmd); err != nil {
 		return err
 	}
-	if err := claims.CheckDeleteWithSnapshots(v, txn.VolumeSnapshots()); err != nil {
+	if err := rules.CheckDeleteWithSnapshots(v, txn.VolumeSnapshots()); err != nil {
 		return err
 	}
 	if err := txn.DeleteVolume(v); err != nil {
@@ -257,7 +257,7 @@ func deleteVolume(txn *state.Txn, cmd *statepb.VolumeDeleteCommand, ev eventFunc
 	}
 	desc := ""
 	if n := len(v.GetClaims()); n > 0 {
-		desc = fmt.Sprintf("deregistered by force with %d claims left: %s", n, claims.Describe(v.GetClaims()))
+		desc = fmt.Sprintf("deregistered by force with %d claims left: %s", n, rules.Describe(v.GetClaims()))
 	}
 	ev("volume-deleted", "", v.GetPluginId(), v.GetId(), desc)
 	return nil

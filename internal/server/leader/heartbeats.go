@@ -205,7 +205,7 @@ func (h *Heartbeats) Confirmed(nodeID string) bool {
 }
 
 // ConfirmedWhy is Confirmed with, for a node not confirmed, since when
-// this leader has waited to hear from it (claims.Confirmed).
+// this leader has waited to hear from it (rules.Confirmed).
 func (h *Heartbeats) ConfirmedWhy(nodeID string) (bool, string) {
 	if h.Confirmed(nodeID) {
 		return true, ""

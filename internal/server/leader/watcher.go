@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/csisupd/csisupd/internal/keylock"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/watchdog"
@@ -35,20 +35,20 @@ type WatcherConfig struct {
 	// ReleaseWithoutNode records that a claim is released without its node
 	// and returns the claim as stored. The caller holds the volume's lock.
 	// Required.
-	ReleaseWithoutNode func(ref claims.Ref) (*statepb.VolumeClaim, error)
+	ReleaseWithoutNode func(ref rules.Ref) (*statepb.VolumeClaim, error)
 	// Release runs the release steps of one claim from its recorded state
 	// until it is freed. The caller holds the volume's lock. Required.
-	Release func(ctx context.Context, ref claims.Ref) error
+	Release func(ctx context.Context, ref rules.Ref) error
 	// StartRelease records that a taken claim of a draining volume starts
 	// its release, and returns the claim as stored. The caller holds the
 	// volume's lock. Required.
-	StartRelease func(ref claims.Ref) (*statepb.VolumeClaim, error)
+	StartRelease func(ref rules.Ref) (*statepb.VolumeClaim, error)
 	// Finish runs the steps a taken but unfinished claim lacks and
 	// records the result, or starts its release when a step fails. The
 	// caller holds the volume's lock. Required.
-	Finish func(ctx context.Context, ref claims.Ref) error
+	Finish func(ctx context.Context, ref rules.Ref) error
 	// FollowSnapshot does the next step of a volume snapshot that is being
-	// created or deleted, or is not ready to use yet (claims.SnapshotNeedsWork).
+	// created or deleted, or is not ready to use yet (rules.SnapshotNeedsWork).
 	// It takes the snapshot's lock itself and returns ErrBusy at once when
 	// someone else holds it. Optional.
 	FollowSnapshot func(ctx context.Context, id string) error
@@ -155,7 +155,7 @@ func (w *Watcher) Observe(now time.Time) {
 		for _, c := range v.GetClaims() {
 			key := watchKey(v.GetId(), c)
 			live[key] = true
-			w.seen.claim(key, claims.Unfinished(c), now)
+			w.seen.claim(key, rules.Unfinished(c), now)
 		}
 	}
 	w.seen.keepClaims(live)
@@ -174,9 +174,9 @@ func (r *watchRun) pass(ctx context.Context) {
 			key := watchKey(v.GetId(), c)
 			live[key] = true
 			now := time.Now()
-			r.seen.claim(key, claims.Unfinished(c), now)
+			r.seen.claim(key, rules.Unfinished(c), now)
 			switch {
-			case r.nodeGoneDue(c, now) || claims.Releasing(c.GetState()) || drains(v, c):
+			case r.nodeGoneDue(c, now) || rules.Releasing(c.GetState()) || drains(v, c):
 				r.release(ctx, v.GetId(), c, key)
 			case r.resumeDue(c, key, now):
 				r.finish(ctx, v.GetId(), c, key)
@@ -221,7 +221,7 @@ func (r *watchRun) lifecycle(ctx context.Context, live map[string]bool) {
 	}
 	if r.cfg.FollowSnapshot != nil {
 		for _, snap := range r.cfg.State().VolumeSnapshots() {
-			if !claims.SnapshotNeedsWork(snap) || ctx.Err() != nil {
+			if !rules.SnapshotNeedsWork(snap) || ctx.Err() != nil {
 				continue
 			}
 			r.loop.Beat()
@@ -263,7 +263,7 @@ func (r *watchRun) retrying(ctx context.Context, key, what string, log hclog.Log
 // cluster any more).
 func (r *watchRun) nodeGoneDue(c *statepb.VolumeClaim, now time.Time) bool {
 	node := r.cfg.State().Node(c.GetNodeId())
-	return claims.NodeGoneDue(c, node, r.seen.downFor(node, now), r.cfg.ClaimGCGrace)
+	return rules.NodeGoneDue(c, node, r.seen.downFor(node, now), r.cfg.ClaimGCGrace)
 }
 
 // resumeDue reports whether a claim is taken but not mounted, and this
@@ -271,12 +271,12 @@ func (r *watchRun) nodeGoneDue(c *statepb.VolumeClaim, now time.Time) bool {
 // caller finished it.
 func (r *watchRun) resumeDue(c *statepb.VolumeClaim, key string, now time.Time) bool {
 	d, ok := r.seen.unfinishedFor(key, now)
-	return ok && claims.Unfinished(c) && d > r.cfg.ClaimResumeTimeout
+	return ok && rules.Unfinished(c) && d > r.cfg.ClaimResumeTimeout
 }
 
 // finish runs Finish for one unfinished claim.
 func (r *watchRun) finish(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key string) {
-	r.locked(ctx, volumeID, c, key, "finishing an unfinished volume claim", func(now time.Time, ref claims.Ref, c *statepb.VolumeClaim, log hclog.Logger) error {
+	r.locked(ctx, volumeID, c, key, "finishing an unfinished volume claim", func(now time.Time, ref rules.Ref, c *statepb.VolumeClaim, log hclog.Logger) error {
 		if !r.resumeDue(c, key, now) {
 			return nil // its caller finished it
 		}
@@ -289,14 +289,14 @@ func (r *watchRun) finish(ctx context.Context, volumeID string, c *statepb.Volum
 // drains reports whether claim c of v is to be released because an
 // operator drains v.
 func drains(v *statepb.Volume, c *statepb.VolumeClaim) bool {
-	return v.GetAvailability() == claims.AvailabilityDrain && c.GetState() == claims.StateTaken
+	return v.GetAvailability() == rules.AvailabilityDrain && c.GetState() == rules.StateTaken
 }
 
 // release runs the release steps of one claim, first marking its node
 // gone when it has been down for longer than ClaimGCGrace, or starting
 // its release when its volume drains.
 func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key string) {
-	r.locked(ctx, volumeID, c, key, "volume claim release step", func(now time.Time, ref claims.Ref, c *statepb.VolumeClaim, log hclog.Logger) error {
+	r.locked(ctx, volumeID, c, key, "volume claim release step", func(now time.Time, ref rules.Ref, c *statepb.VolumeClaim, log hclog.Logger) error {
 		if drains(r.cfg.State().Volume(volumeID), c) {
 			log.Info("volume drains; releasing its claim")
 			var err error
@@ -314,7 +314,7 @@ func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.Volu
 			}
 			r.resumed[key] = true
 		}
-		if !claims.Releasing(c.GetState()) {
+		if !rules.Releasing(c.GetState()) {
 			return nil
 		}
 		if !r.resumed[key] {
@@ -331,7 +331,7 @@ func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.Volu
 // claim is gone or was taken again since the pass read it. A failure of fn
 // (what names the work in the log) delays the next attempt with backoff.
 func (r *watchRun) locked(ctx context.Context, volumeID string, c *statepb.VolumeClaim, key, what string,
-	fn func(now time.Time, ref claims.Ref, c *statepb.VolumeClaim, log hclog.Logger) error,
+	fn func(now time.Time, ref rules.Ref, c *statepb.VolumeClaim, log hclog.Logger) error,
 ) {
 	now := time.Now()
 	if cr := r.retries[key]; cr != nil && now.Before(cr.next) {
@@ -342,12 +342,12 @@ func (r *watchRun) locked(ctx context.Context, volumeID string, c *statepb.Volum
 		return
 	}
 	defer unlock()
-	ref := claims.RefOf(volumeID, c)
+	ref := rules.RefOf(volumeID, c)
 	v := r.cfg.State().Volume(volumeID)
 	if v == nil {
 		return
 	}
-	if _, c = claims.Find(v, ref.NodeID, ref.WorkloadID); c == nil || watchKey(volumeID, c) != key {
+	if _, c = rules.Find(v, ref.NodeID, ref.WorkloadID); c == nil || watchKey(volumeID, c) != key {
 		return
 	}
 	log := r.logger.With("volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID)

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/csisupd/csisupd/internal/keylock"
-	"github.com/csisupd/csisupd/internal/server/claims"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -66,7 +66,7 @@ func newLifecycleEnv(t *testing.T, interval time.Duration, vols []*statepb.Volum
 				return err
 			}
 		}
-		for _, s := range append(slices.Clone(snaps), &statepb.VolumeSnapshot{Id: sentinel, State: claims.SnapshotCreating}) {
+		for _, s := range append(slices.Clone(snaps), &statepb.VolumeSnapshot{Id: sentinel, State: rules.SnapshotCreating}) {
 			if err := txn.PutVolumeSnapshot(proto.Clone(s).(*statepb.VolumeSnapshot)); err != nil {
 				return err
 			}
@@ -85,16 +85,16 @@ func newLifecycleEnv(t *testing.T, interval time.Duration, vols []*statepb.Volum
 		ClaimResumeTimeout: time.Hour,
 		State:              func() *state.Store { return st },
 		Locks:              env.locks,
-		ReleaseWithoutNode: func(claims.Ref) (*statepb.VolumeClaim, error) {
+		ReleaseWithoutNode: func(rules.Ref) (*statepb.VolumeClaim, error) {
 			noClaims("ReleaseWithoutNode")
 			return nil, errors.New("no claims")
 		},
-		Release: func(context.Context, claims.Ref) error { noClaims("Release"); return nil },
-		StartRelease: func(claims.Ref) (*statepb.VolumeClaim, error) {
+		Release: func(context.Context, rules.Ref) error { noClaims("Release"); return nil },
+		StartRelease: func(rules.Ref) (*statepb.VolumeClaim, error) {
 			noClaims("StartRelease")
 			return nil, errors.New("no claims")
 		},
-		Finish: func(context.Context, claims.Ref) error { noClaims("Finish"); return nil },
+		Finish: func(context.Context, rules.Ref) error { noClaims("Finish"); return nil },
 		ResumeExpansion: func(ctx context.Context, id string) error {
 			// The watcher holds the volume's lock for the call.
 			if unlock, ok := env.locks.TryLock(id); ok {
@@ -164,7 +164,7 @@ func (env *lifecycleEnv) complete(id string) {
 		}
 		if s := txn.VolumeSnapshot(id); s != nil {
 			ns := proto.Clone(s).(*statepb.VolumeSnapshot)
-			ns.State, ns.ReadyToUse = claims.SnapshotCreated, true
+			ns.State, ns.ReadyToUse = rules.SnapshotCreated, true
 			return txn.PutVolumeSnapshot(ns)
 		}
 		return fmt.Errorf("nothing named %q", id)
@@ -200,7 +200,7 @@ func (env *lifecycleEnv) checkErrors() {
 
 func expandingVolume(id string) *statepb.Volume {
 	return &statepb.Volume{Id: id, PluginId: "p", CapacityBytes: 10, CreateIndex: 1, ModifyIndex: 2,
-		Expansion: &statepb.VolumeExpansion{CapacityBytes: 40, State: claims.ExpansionController}}
+		Expansion: &statepb.VolumeExpansion{CapacityBytes: 40, State: rules.ExpansionController}}
 }
 
 func snapshotIn(id, st string, ready bool) *statepb.VolumeSnapshot {
@@ -258,10 +258,10 @@ func TestWatcherLifecycle(t *testing.T) {
 		{
 			name: "snapshots that need work are followed until done",
 			snaps: []*statepb.VolumeSnapshot{
-				snapshotIn("creating", claims.SnapshotCreating, false),
-				snapshotIn("not-ready", claims.SnapshotCreated, false),
-				snapshotIn("deleting", claims.SnapshotDeleting, false),
-				snapshotIn("ready", claims.SnapshotCreated, true),
+				snapshotIn("creating", rules.SnapshotCreating, false),
+				snapshotIn("not-ready", rules.SnapshotCreated, false),
+				snapshotIn("deleting", rules.SnapshotDeleting, false),
+				snapshotIn("ready", rules.SnapshotCreated, true),
 			},
 			expand: noProgress,
 			follow: func(env *lifecycleEnv, id string, call int) error {
@@ -282,7 +282,7 @@ func TestWatcherLifecycle(t *testing.T) {
 		},
 		{
 			name:   "a failed snapshot step backs off, the others go on",
-			snaps:  []*statepb.VolumeSnapshot{snapshotIn("bad", claims.SnapshotCreating, false), snapshotIn("good", claims.SnapshotCreating, false)},
+			snaps:  []*statepb.VolumeSnapshot{snapshotIn("bad", rules.SnapshotCreating, false), snapshotIn("good", rules.SnapshotCreating, false)},
 			expand: noProgress,
 			follow: func(env *lifecycleEnv, id string, call int) error {
 				if id == "bad" {
@@ -347,8 +347,8 @@ func TestWatcherLifecycleRetriesAfterBackoff(t *testing.T) {
 	}{
 		{"expansion", []*statepb.Volume{expandingVolume("v")}, nil, "expand/v",
 			func(st *state.Store) bool { return st.Volume("v").GetExpansion() == nil }},
-		{"snapshot", nil, []*statepb.VolumeSnapshot{snapshotIn("s", claims.SnapshotCreating, false)}, "follow/s",
-			func(st *state.Store) bool { return !claims.SnapshotNeedsWork(st.VolumeSnapshot("s")) }},
+		{"snapshot", nil, []*statepb.VolumeSnapshot{snapshotIn("s", rules.SnapshotCreating, false)}, "follow/s",
+			func(st *state.Store) bool { return !rules.SnapshotNeedsWork(st.VolumeSnapshot("s")) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -408,8 +408,8 @@ type graceEnv struct{ *lifecycleEnv }
 
 func newGraceEnv(t *testing.T, at *timestamppb.Timestamp, grace time.Duration) graceEnv {
 	vol := &statepb.Volume{Id: "v", PluginId: "p", CreateIndex: 1, ModifyIndex: 2, Claims: []*statepb.VolumeClaim{
-		{NodeId: "gone", WorkloadId: "w1", State: claims.StateTaken, Mounted: true, ClaimIndex: 1, StateUpdatedAt: at},
-		{NodeId: "up", WorkloadId: "w2", State: claims.StateTaken, ClaimIndex: 2, StateUpdatedAt: at},
+		{NodeId: "gone", WorkloadId: "w1", State: rules.StateTaken, Mounted: true, ClaimIndex: 1, StateUpdatedAt: at},
+		{NodeId: "up", WorkloadId: "w2", State: rules.StateTaken, ClaimIndex: 2, StateUpdatedAt: at},
 	}}
 	env := newLifecycleEnv(t, time.Hour, []*statepb.Volume{vol}, nil, noProgress, noProgress)
 	env.write(func(txn *state.Txn) error {
@@ -424,11 +424,11 @@ func newGraceEnv(t *testing.T, at *timestamppb.Timestamp, grace time.Duration) g
 		return nil
 	})
 	env.w.cfg.ClaimGCGrace, env.w.cfg.ClaimResumeTimeout = grace, grace
-	env.w.cfg.ReleaseWithoutNode = func(ref claims.Ref) (*statepb.VolumeClaim, error) {
+	env.w.cfg.ReleaseWithoutNode = func(ref rules.Ref) (*statepb.VolumeClaim, error) {
 		env.count("gone/" + ref.NodeID)
-		return &statepb.VolumeClaim{NodeId: ref.NodeID, WorkloadId: ref.WorkloadID, State: claims.StateTaken}, nil
+		return &statepb.VolumeClaim{NodeId: ref.NodeID, WorkloadId: ref.WorkloadID, State: rules.StateTaken}, nil
 	}
-	env.w.cfg.Finish = func(_ context.Context, ref claims.Ref) error {
+	env.w.cfg.Finish = func(_ context.Context, ref rules.Ref) error {
 		env.count("finish/" + ref.NodeID)
 		return nil
 	}

@@ -76,7 +76,7 @@ func (s *Store) Counts() Counts {
 		for raw := it.Next(); raw != nil; raw = it.Next() {
 			snap := raw.(*statepb.VolumeSnapshot)
 			st := snap.GetState()
-			// "created" is claims.SnapshotCreated, which this package cannot
+			// "created" is rules.SnapshotCreated, which this package cannot
 			// import.
 			if st == "created" && !snap.GetReadyToUse() {
 				st = SnapshotNotReady

@@ -45,7 +45,7 @@ func schema() *memdb.DBSchema {
 		tableNodes: {Name: tableNodes, Indexes: map[string]*memdb.IndexSchema{
 			"id": id("Id"),
 			// Names are unique among the nodes that hold them (see
-			// claims.CheckNodeRegister), but rows of earlier releases may
+			// rules.CheckNodeRegister), but rows of earlier releases may
 			// share one, and nodes without a name have none.
 			"name": {Name: "name", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 		}},

@@ -7,7 +7,7 @@
 // Part of csisupd.state.v1, the storage format of the servers' replicated
 // state: the typed commands of the raft log that change volumes and their
 // claims. The FSM applies each only when it is still legal against the
-// state it is applied to (package fsm, with the rules of package claims);
+// state it is applied to (package fsm, with the pure rules of package rules);
 // a refused command changes nothing. The rules that keep the format
 // compatible with every earlier release are at the top of log.proto.
 
