@@ -1,6 +1,12 @@
 // Package csiclient connects to one CSI plugin's unix socket, and holds
 // the node's one path for calling plugins (Invoker, see "The call path").
 //
+// Which connection: the agent on the plugin's node is the gRPC client
+// here, and the CSI plugin, listening on its unix socket, is the server.
+// Not to be confused with package nodeclient (the agent dialling the
+// servers' Cluster service) or with the agent's client.go (the setup of
+// the client role).
+//
 // A Client holds two connections to the plugin, for two kinds of traffic:
 //
 //   - the supervision connection (Supervision) carries probes and

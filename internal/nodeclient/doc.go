@@ -4,4 +4,11 @@
 // heartbeats at the TTL the servers return, registers again when a server
 // does not know the node, and fails over between servers, found in a
 // fixed list or through discovery.
+//
+// Which connection: the agent (client role) is the gRPC client here, and
+// the servers' Cluster service is the server. Not to be confused with
+// package csiclient (the agent dialling a CSI plugin's unix socket) or
+// with the agent's client.go (the setup of the client role, which dials
+// nothing itself). The servers' calls back into an agent (ClientCSI,
+// NodeVolumes) are made by package server, not here.
 package nodeclient
