@@ -12,11 +12,15 @@ import (
 // message it was split from, field by field and recursively: the same
 // field numbers with the same names, kinds, cardinalities, packing and
 // oneofs, and for enums the same numbers. Messages of other packages
-// (google.protobuf.Timestamp) must be the same message.
+// (google.protobuf.Timestamp) must be the same message. The messages that
+// left the public API are compared as the record of them has them.
 func TestSameWireLayout(t *testing.T) {
 	seen := map[protoreflect.FullName]bool{}
 	for _, c := range conversions {
 		compareMessages(t, c.api.Descriptor(), c.stored.Descriptor(), seen)
+	}
+	for _, o := range oldStored(t) {
+		compareMessages(t, o.old.Descriptor(), o.stored.Descriptor(), seen)
 	}
 }
 
@@ -123,40 +127,55 @@ func oneofName(fd protoreflect.FieldDescriptor) protoreflect.Name {
 // TestOldEncodingDecodes encodes fully populated public messages as the
 // releases before the storage format did (every command of a log entry,
 // a snapshot, and each row), decodes the bytes as the storage message, and
-// requires what the converter makes of the public message, with no field
-// left unknown. The other way too: what a newer server writes, an older
-// one reads.
+// requires no field left unknown and, for a row, what the converter makes
+// of the public message. The other way too: what a newer server writes,
+// an older one reads, as the message it wrote.
 func TestOldEncodingDecodes(t *testing.T) {
 	for _, c := range conversions {
 		for v := range variants(c.api) {
 			api := full(c.api, v)
-			b, err := proto.Marshal(api)
-			if err != nil {
-				t.Fatalf("encode %s: %v", name(c.api), err)
-			}
-			st := c.stored.New().Interface()
-			if err := proto.Unmarshal(b, st); err != nil {
-				t.Fatalf("decode %s as %s: %v", c.api.Descriptor().FullName(), c.stored.Descriptor().FullName(), err)
-			}
+			what := fmt.Sprintf("%s (case %d)", name(c.api), v)
+			st := decodesLosslessly(t, what, mustMarshal(t, api), c.api, c.stored)
 			if want := c.fromAPI(api); !proto.Equal(st, want) {
-				t.Errorf("%s (case %d) decoded as %s:\n got  %v\n want %v", name(c.api), v, c.stored.Descriptor().FullName(), st, want)
-			}
-			if u := unknownFields(st.ProtoReflect()); u != "" {
-				t.Errorf("%s (case %d) decoded with unknown fields in %s", name(c.api), v, u)
-			}
-
-			back := c.api.New().Interface()
-			if err := proto.Unmarshal(mustMarshal(t, st), back); err != nil {
-				t.Fatalf("decode %s as %s: %v", c.stored.Descriptor().FullName(), c.api.Descriptor().FullName(), err)
-			}
-			if !proto.Equal(back, api) {
-				t.Errorf("%s (case %d) re-encoded from storage decodes as\n %v\nnot\n %v", name(c.api), v, back, api)
-			}
-			if u := unknownFields(back.ProtoReflect()); u != "" {
-				t.Errorf("%s (case %d) re-encoded from storage has unknown fields in %s", name(c.api), v, u)
+				t.Errorf("%s decoded as %s:\n got  %v\n want %v", what, c.stored.Descriptor().FullName(), st, want)
 			}
 		}
 	}
+	for _, o := range oldStored(t) {
+		for v := range variants(o.old) {
+			decodesLosslessly(t, fmt.Sprintf("old %s (case %d)", name(o.old), v), mustMarshal(t, full(o.old, v)), o.old, o.stored)
+		}
+	}
+}
+
+// decodesLosslessly decodes b, the encoding of a message of type old, as
+// the storage message type st, and requires no field of either decoding to
+// be unknown and the storage message, encoded again, to decode as old to
+// what b does: the storage message keeps every field b holds. It returns
+// the storage message.
+func decodesLosslessly(t *testing.T, what string, b []byte, old, st protoreflect.MessageType) proto.Message {
+	t.Helper()
+	stored := decodeKnown(t, what, b, st)
+	want := decodeKnown(t, what, b, old)
+	back := decodeKnown(t, what+" re-encoded from storage", mustMarshal(t, stored), old)
+	if !proto.Equal(back, want) {
+		t.Errorf("%s re-encoded from storage decodes as\n %v\nnot\n %v", what, back, want)
+	}
+	return stored
+}
+
+// decodeKnown decodes b as a message of type typ and requires it to keep
+// no unknown field.
+func decodeKnown(t *testing.T, what string, b []byte, typ protoreflect.MessageType) proto.Message {
+	t.Helper()
+	m := typ.New().Interface()
+	if err := proto.Unmarshal(b, m); err != nil {
+		t.Fatalf("%s: decode as %s: %v", what, typ.Descriptor().FullName(), err)
+	}
+	if u := unknownFields(m.ProtoReflect()); u != "" {
+		t.Errorf("%s: decoded as %s with unknown fields in %s", what, typ.Descriptor().FullName(), u)
+	}
+	return m
 }
 
 func mustMarshal(t *testing.T, m proto.Message) []byte {
