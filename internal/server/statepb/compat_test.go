@@ -2,10 +2,15 @@ package statepb_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // TestSameWireLayout compares each storage message with the public
@@ -211,4 +216,60 @@ func unknownFields(m protoreflect.Message) string {
 		return found == ""
 	})
 	return found
+}
+
+// TestAPIHoldsNoStorageMessage requires the public API to hold no message
+// of the storage format, under the name the storage format gives it: no
+// raft log entry or batch, no snapshot, no command of the log and no
+// stored record. Nor may a file of the API import one of the storage
+// format. The API's messages are what its RPCs carry; a stored one there
+// would make users depend on what a data_dir holds.
+func TestAPIHoldsNoStorageMessage(t *testing.T) {
+	stored := map[protoreflect.Name]bool{}
+	for _, f := range storageFiles(t) {
+		msgs := f.Messages()
+		for i := range msgs.Len() {
+			n := msgs.Get(i).Name()
+			if n == "LogEntry" || n == "LogBatch" || n == "StateSnapshot" ||
+				strings.HasSuffix(string(n), "Command") || strings.HasSuffix(string(n), "Record") {
+				stored[n] = true
+			}
+		}
+	}
+	for _, n := range []protoreflect.Name{"LogEntry", "LogBatch", "StateSnapshot", "NodePluginsCommand", "NodeStatusCommand", "ACLBootstrapCommand", "ServerRecord", "ACLTokenRecord"} {
+		if !stored[n] {
+			t.Fatalf("the storage format has no %s: this test looks for the wrong names", n)
+		}
+	}
+
+	api := (&csisupdv1.ClusterNode{}).ProtoReflect().Descriptor().ParentFile().Package()
+	storage := (&statepb.LogEntry{}).ProtoReflect().Descriptor().ParentFile().Package()
+	files := 0
+	protoregistry.GlobalFiles.RangeFilesByPackage(api, func(f protoreflect.FileDescriptor) bool {
+		files++
+		imports := f.Imports()
+		for i := range imports.Len() {
+			if imp := imports.Get(i); imp.Package() == storage {
+				t.Errorf("%s imports %s, of the storage format", f.Path(), imp.Path())
+			}
+		}
+		forEachMessage(f.Messages(), func(m protoreflect.MessageDescriptor) {
+			if stored[m.Name()] {
+				t.Errorf("%s defines %s, a message of the storage format: the servers' raft log, snapshots and rows are package statepb's", f.Path(), m.FullName())
+			}
+		})
+		return true
+	})
+	if files == 0 {
+		t.Fatalf("no file of proto package %s is registered", api)
+	}
+}
+
+// forEachMessage calls f for every message of msgs and every message
+// nested in them.
+func forEachMessage(msgs protoreflect.MessageDescriptors, f func(protoreflect.MessageDescriptor)) {
+	for i := range msgs.Len() {
+		f(msgs.Get(i))
+		forEachMessage(msgs.Get(i).Messages(), f)
+	}
 }
