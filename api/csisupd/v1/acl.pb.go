@@ -201,100 +201,6 @@ func (x *ACLToken) GetNodeIdentity() string {
 	return ""
 }
 
-// ACLTokenRecord is a token as raft stores it: the secret only as a hash.
-type ACLTokenRecord struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	AccessorId string                 `protobuf:"bytes,1,opt,name=accessor_id,json=accessorId,proto3" json:"accessor_id,omitempty"`
-	// secret_hash is the SHA-256 of the secret id.
-	SecretHash    []byte                 `protobuf:"bytes,2,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	Type          string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
-	Policies      []string               `protobuf:"bytes,5,rep,name=policies,proto3" json:"policies,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	NodeIdentity  string                 `protobuf:"bytes,7,opt,name=node_identity,json=nodeIdentity,proto3" json:"node_identity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ACLTokenRecord) Reset() {
-	*x = ACLTokenRecord{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ACLTokenRecord) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ACLTokenRecord) ProtoMessage() {}
-
-func (x *ACLTokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ACLTokenRecord.ProtoReflect.Descriptor instead.
-func (*ACLTokenRecord) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *ACLTokenRecord) GetAccessorId() string {
-	if x != nil {
-		return x.AccessorId
-	}
-	return ""
-}
-
-func (x *ACLTokenRecord) GetSecretHash() []byte {
-	if x != nil {
-		return x.SecretHash
-	}
-	return nil
-}
-
-func (x *ACLTokenRecord) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *ACLTokenRecord) GetType() string {
-	if x != nil {
-		return x.Type
-	}
-	return ""
-}
-
-func (x *ACLTokenRecord) GetPolicies() []string {
-	if x != nil {
-		return x.Policies
-	}
-	return nil
-}
-
-func (x *ACLTokenRecord) GetCreateTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.CreateTime
-	}
-	return nil
-}
-
-func (x *ACLTokenRecord) GetNodeIdentity() string {
-	if x != nil {
-		return x.NodeIdentity
-	}
-	return ""
-}
-
 type ACLBootstrapRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -303,7 +209,7 @@ type ACLBootstrapRequest struct {
 
 func (x *ACLBootstrapRequest) Reset() {
 	*x = ACLBootstrapRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[3]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +221,7 @@ func (x *ACLBootstrapRequest) String() string {
 func (*ACLBootstrapRequest) ProtoMessage() {}
 
 func (x *ACLBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[3]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +234,7 @@ func (x *ACLBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*ACLBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{3}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{2}
 }
 
 type ACLBootstrapResponse struct {
@@ -340,7 +246,7 @@ type ACLBootstrapResponse struct {
 
 func (x *ACLBootstrapResponse) Reset() {
 	*x = ACLBootstrapResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[4]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +258,7 @@ func (x *ACLBootstrapResponse) String() string {
 func (*ACLBootstrapResponse) ProtoMessage() {}
 
 func (x *ACLBootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[4]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +271,7 @@ func (x *ACLBootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLBootstrapResponse.ProtoReflect.Descriptor instead.
 func (*ACLBootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{4}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ACLBootstrapResponse) GetToken() *ACLToken {
@@ -384,7 +290,7 @@ type ACLUpsertPolicyRequest struct {
 
 func (x *ACLUpsertPolicyRequest) Reset() {
 	*x = ACLUpsertPolicyRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[5]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +302,7 @@ func (x *ACLUpsertPolicyRequest) String() string {
 func (*ACLUpsertPolicyRequest) ProtoMessage() {}
 
 func (x *ACLUpsertPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[5]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +315,7 @@ func (x *ACLUpsertPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLUpsertPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ACLUpsertPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{5}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ACLUpsertPolicyRequest) GetPolicy() *ACLPolicy {
@@ -428,7 +334,7 @@ type ACLUpsertPolicyResponse struct {
 
 func (x *ACLUpsertPolicyResponse) Reset() {
 	*x = ACLUpsertPolicyResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[6]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +346,7 @@ func (x *ACLUpsertPolicyResponse) String() string {
 func (*ACLUpsertPolicyResponse) ProtoMessage() {}
 
 func (x *ACLUpsertPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[6]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +359,7 @@ func (x *ACLUpsertPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLUpsertPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ACLUpsertPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{6}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ACLUpsertPolicyResponse) GetPolicy() *ACLPolicy {
@@ -471,7 +377,7 @@ type ACLListPoliciesRequest struct {
 
 func (x *ACLListPoliciesRequest) Reset() {
 	*x = ACLListPoliciesRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[7]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +389,7 @@ func (x *ACLListPoliciesRequest) String() string {
 func (*ACLListPoliciesRequest) ProtoMessage() {}
 
 func (x *ACLListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[7]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +402,7 @@ func (x *ACLListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ACLListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{6}
 }
 
 type ACLListPoliciesResponse struct {
@@ -508,7 +414,7 @@ type ACLListPoliciesResponse struct {
 
 func (x *ACLListPoliciesResponse) Reset() {
 	*x = ACLListPoliciesResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[8]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +426,7 @@ func (x *ACLListPoliciesResponse) String() string {
 func (*ACLListPoliciesResponse) ProtoMessage() {}
 
 func (x *ACLListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[8]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +439,7 @@ func (x *ACLListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ACLListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ACLListPoliciesResponse) GetPolicies() []*ACLPolicy {
@@ -552,7 +458,7 @@ type ACLGetPolicyRequest struct {
 
 func (x *ACLGetPolicyRequest) Reset() {
 	*x = ACLGetPolicyRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[9]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +470,7 @@ func (x *ACLGetPolicyRequest) String() string {
 func (*ACLGetPolicyRequest) ProtoMessage() {}
 
 func (x *ACLGetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[9]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +483,7 @@ func (x *ACLGetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLGetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ACLGetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ACLGetPolicyRequest) GetName() string {
@@ -596,7 +502,7 @@ type ACLGetPolicyResponse struct {
 
 func (x *ACLGetPolicyResponse) Reset() {
 	*x = ACLGetPolicyResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[10]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +514,7 @@ func (x *ACLGetPolicyResponse) String() string {
 func (*ACLGetPolicyResponse) ProtoMessage() {}
 
 func (x *ACLGetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[10]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +527,7 @@ func (x *ACLGetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLGetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ACLGetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ACLGetPolicyResponse) GetPolicy() *ACLPolicy {
@@ -640,7 +546,7 @@ type ACLDeletePolicyRequest struct {
 
 func (x *ACLDeletePolicyRequest) Reset() {
 	*x = ACLDeletePolicyRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[11]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +558,7 @@ func (x *ACLDeletePolicyRequest) String() string {
 func (*ACLDeletePolicyRequest) ProtoMessage() {}
 
 func (x *ACLDeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[11]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +571,7 @@ func (x *ACLDeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLDeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*ACLDeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ACLDeletePolicyRequest) GetName() string {
@@ -683,7 +589,7 @@ type ACLDeletePolicyResponse struct {
 
 func (x *ACLDeletePolicyResponse) Reset() {
 	*x = ACLDeletePolicyResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[12]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +601,7 @@ func (x *ACLDeletePolicyResponse) String() string {
 func (*ACLDeletePolicyResponse) ProtoMessage() {}
 
 func (x *ACLDeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[12]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +614,7 @@ func (x *ACLDeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLDeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*ACLDeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{12}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{11}
 }
 
 type ACLCreateTokenRequest struct {
@@ -730,7 +636,7 @@ type ACLCreateTokenRequest struct {
 
 func (x *ACLCreateTokenRequest) Reset() {
 	*x = ACLCreateTokenRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[13]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +648,7 @@ func (x *ACLCreateTokenRequest) String() string {
 func (*ACLCreateTokenRequest) ProtoMessage() {}
 
 func (x *ACLCreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[13]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +661,7 @@ func (x *ACLCreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLCreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*ACLCreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{13}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ACLCreateTokenRequest) GetName() string {
@@ -795,7 +701,7 @@ type ACLCreateTokenResponse struct {
 
 func (x *ACLCreateTokenResponse) Reset() {
 	*x = ACLCreateTokenResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[14]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +713,7 @@ func (x *ACLCreateTokenResponse) String() string {
 func (*ACLCreateTokenResponse) ProtoMessage() {}
 
 func (x *ACLCreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[14]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +726,7 @@ func (x *ACLCreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLCreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*ACLCreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{14}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ACLCreateTokenResponse) GetToken() *ACLToken {
@@ -838,7 +744,7 @@ type ACLListTokensRequest struct {
 
 func (x *ACLListTokensRequest) Reset() {
 	*x = ACLListTokensRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[15]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +756,7 @@ func (x *ACLListTokensRequest) String() string {
 func (*ACLListTokensRequest) ProtoMessage() {}
 
 func (x *ACLListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[15]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +769,7 @@ func (x *ACLListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ACLListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{15}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{14}
 }
 
 type ACLListTokensResponse struct {
@@ -875,7 +781,7 @@ type ACLListTokensResponse struct {
 
 func (x *ACLListTokensResponse) Reset() {
 	*x = ACLListTokensResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[16]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +793,7 @@ func (x *ACLListTokensResponse) String() string {
 func (*ACLListTokensResponse) ProtoMessage() {}
 
 func (x *ACLListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[16]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +806,7 @@ func (x *ACLListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ACLListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{16}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ACLListTokensResponse) GetTokens() []*ACLToken {
@@ -919,7 +825,7 @@ type ACLGetTokenRequest struct {
 
 func (x *ACLGetTokenRequest) Reset() {
 	*x = ACLGetTokenRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[17]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +837,7 @@ func (x *ACLGetTokenRequest) String() string {
 func (*ACLGetTokenRequest) ProtoMessage() {}
 
 func (x *ACLGetTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[17]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +850,7 @@ func (x *ACLGetTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLGetTokenRequest.ProtoReflect.Descriptor instead.
 func (*ACLGetTokenRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{17}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ACLGetTokenRequest) GetAccessorId() string {
@@ -963,7 +869,7 @@ type ACLGetTokenResponse struct {
 
 func (x *ACLGetTokenResponse) Reset() {
 	*x = ACLGetTokenResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[18]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +881,7 @@ func (x *ACLGetTokenResponse) String() string {
 func (*ACLGetTokenResponse) ProtoMessage() {}
 
 func (x *ACLGetTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[18]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +894,7 @@ func (x *ACLGetTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLGetTokenResponse.ProtoReflect.Descriptor instead.
 func (*ACLGetTokenResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{18}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ACLGetTokenResponse) GetToken() *ACLToken {
@@ -1007,7 +913,7 @@ type ACLDeleteTokenRequest struct {
 
 func (x *ACLDeleteTokenRequest) Reset() {
 	*x = ACLDeleteTokenRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[19]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +925,7 @@ func (x *ACLDeleteTokenRequest) String() string {
 func (*ACLDeleteTokenRequest) ProtoMessage() {}
 
 func (x *ACLDeleteTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[19]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +938,7 @@ func (x *ACLDeleteTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLDeleteTokenRequest.ProtoReflect.Descriptor instead.
 func (*ACLDeleteTokenRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{19}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ACLDeleteTokenRequest) GetAccessorId() string {
@@ -1050,7 +956,7 @@ type ACLDeleteTokenResponse struct {
 
 func (x *ACLDeleteTokenResponse) Reset() {
 	*x = ACLDeleteTokenResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[20]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +968,7 @@ func (x *ACLDeleteTokenResponse) String() string {
 func (*ACLDeleteTokenResponse) ProtoMessage() {}
 
 func (x *ACLDeleteTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[20]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +981,7 @@ func (x *ACLDeleteTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLDeleteTokenResponse.ProtoReflect.Descriptor instead.
 func (*ACLDeleteTokenResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{20}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{19}
 }
 
 type ACLTokenSelfRequest struct {
@@ -1086,7 +992,7 @@ type ACLTokenSelfRequest struct {
 
 func (x *ACLTokenSelfRequest) Reset() {
 	*x = ACLTokenSelfRequest{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[21]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1004,7 @@ func (x *ACLTokenSelfRequest) String() string {
 func (*ACLTokenSelfRequest) ProtoMessage() {}
 
 func (x *ACLTokenSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[21]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1017,7 @@ func (x *ACLTokenSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenSelfRequest.ProtoReflect.Descriptor instead.
 func (*ACLTokenSelfRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{21}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{20}
 }
 
 type ACLTokenSelfResponse struct {
@@ -1123,7 +1029,7 @@ type ACLTokenSelfResponse struct {
 
 func (x *ACLTokenSelfResponse) Reset() {
 	*x = ACLTokenSelfResponse{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[22]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1041,7 @@ func (x *ACLTokenSelfResponse) String() string {
 func (*ACLTokenSelfResponse) ProtoMessage() {}
 
 func (x *ACLTokenSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[22]
+	mi := &file_csisupd_v1_acl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1054,7 @@ func (x *ACLTokenSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenSelfResponse.ProtoReflect.Descriptor instead.
 func (*ACLTokenSelfResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{22}
+	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ACLTokenSelfResponse) GetToken() *ACLToken {
@@ -1156,62 +1062,6 @@ func (x *ACLTokenSelfResponse) GetToken() *ACLToken {
 		return x.Token
 	}
 	return nil
-}
-
-// ACLBootstrapCommand records the first management token and the index
-// a later bootstrap must name to reset.
-type ACLBootstrapCommand struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Token *ACLTokenRecord        `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	// reset_index, when not zero, is the bootstrap index the leader's reset
-	// file named; the command fails unless it is still the current one.
-	ResetIndex    uint64 `protobuf:"varint,2,opt,name=reset_index,json=resetIndex,proto3" json:"reset_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ACLBootstrapCommand) Reset() {
-	*x = ACLBootstrapCommand{}
-	mi := &file_csisupd_v1_acl_proto_msgTypes[23]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ACLBootstrapCommand) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ACLBootstrapCommand) ProtoMessage() {}
-
-func (x *ACLBootstrapCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_acl_proto_msgTypes[23]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ACLBootstrapCommand.ProtoReflect.Descriptor instead.
-func (*ACLBootstrapCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_acl_proto_rawDescGZIP(), []int{23}
-}
-
-func (x *ACLBootstrapCommand) GetToken() *ACLTokenRecord {
-	if x != nil {
-		return x.Token
-	}
-	return nil
-}
-
-func (x *ACLBootstrapCommand) GetResetIndex() uint64 {
-	if x != nil {
-		return x.ResetIndex
-	}
-	return 0
 }
 
 var File_csisupd_v1_acl_proto protoreflect.FileDescriptor
@@ -1232,17 +1082,6 @@ const file_csisupd_v1_acl_proto_rawDesc = "" +
 	"\vaccessor_id\x18\x01 \x01(\tR\n" +
 	"accessorId\x12\x1b\n" +
 	"\tsecret_id\x18\x02 \x01(\tR\bsecretId\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1a\n" +
-	"\bpolicies\x18\x05 \x03(\tR\bpolicies\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12#\n" +
-	"\rnode_identity\x18\a \x01(\tR\fnodeIdentity\"\xf8\x01\n" +
-	"\x0eACLTokenRecord\x12\x1f\n" +
-	"\vaccessor_id\x18\x01 \x01(\tR\n" +
-	"accessorId\x12\x1f\n" +
-	"\vsecret_hash\x18\x02 \x01(\fR\n" +
-	"secretHash\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1a\n" +
 	"\bpolicies\x18\x05 \x03(\tR\bpolicies\x12;\n" +
@@ -1287,11 +1126,7 @@ const file_csisupd_v1_acl_proto_rawDesc = "" +
 	"\x16ACLDeleteTokenResponse\"\x15\n" +
 	"\x13ACLTokenSelfRequest\"B\n" +
 	"\x14ACLTokenSelfResponse\x12*\n" +
-	"\x05token\x18\x01 \x01(\v2\x14.csisupd.v1.ACLTokenR\x05token\"h\n" +
-	"\x13ACLBootstrapCommand\x120\n" +
-	"\x05token\x18\x01 \x01(\v2\x1a.csisupd.v1.ACLTokenRecordR\x05token\x12\x1f\n" +
-	"\vreset_index\x18\x02 \x01(\x04R\n" +
-	"resetIndex2\xcc\x06\n" +
+	"\x05token\x18\x01 \x01(\v2\x14.csisupd.v1.ACLTokenR\x05token2\xcc\x06\n" +
 	"\x03ACL\x12N\n" +
 	"\tBootstrap\x12\x1f.csisupd.v1.ACLBootstrapRequest\x1a .csisupd.v1.ACLBootstrapResponse\x12W\n" +
 	"\fUpsertPolicy\x12\".csisupd.v1.ACLUpsertPolicyRequest\x1a#.csisupd.v1.ACLUpsertPolicyResponse\x12W\n" +
@@ -1317,74 +1152,70 @@ func file_csisupd_v1_acl_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_acl_proto_rawDescData
 }
 
-var file_csisupd_v1_acl_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_csisupd_v1_acl_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_csisupd_v1_acl_proto_goTypes = []any{
 	(*ACLPolicy)(nil),               // 0: csisupd.v1.ACLPolicy
 	(*ACLToken)(nil),                // 1: csisupd.v1.ACLToken
-	(*ACLTokenRecord)(nil),          // 2: csisupd.v1.ACLTokenRecord
-	(*ACLBootstrapRequest)(nil),     // 3: csisupd.v1.ACLBootstrapRequest
-	(*ACLBootstrapResponse)(nil),    // 4: csisupd.v1.ACLBootstrapResponse
-	(*ACLUpsertPolicyRequest)(nil),  // 5: csisupd.v1.ACLUpsertPolicyRequest
-	(*ACLUpsertPolicyResponse)(nil), // 6: csisupd.v1.ACLUpsertPolicyResponse
-	(*ACLListPoliciesRequest)(nil),  // 7: csisupd.v1.ACLListPoliciesRequest
-	(*ACLListPoliciesResponse)(nil), // 8: csisupd.v1.ACLListPoliciesResponse
-	(*ACLGetPolicyRequest)(nil),     // 9: csisupd.v1.ACLGetPolicyRequest
-	(*ACLGetPolicyResponse)(nil),    // 10: csisupd.v1.ACLGetPolicyResponse
-	(*ACLDeletePolicyRequest)(nil),  // 11: csisupd.v1.ACLDeletePolicyRequest
-	(*ACLDeletePolicyResponse)(nil), // 12: csisupd.v1.ACLDeletePolicyResponse
-	(*ACLCreateTokenRequest)(nil),   // 13: csisupd.v1.ACLCreateTokenRequest
-	(*ACLCreateTokenResponse)(nil),  // 14: csisupd.v1.ACLCreateTokenResponse
-	(*ACLListTokensRequest)(nil),    // 15: csisupd.v1.ACLListTokensRequest
-	(*ACLListTokensResponse)(nil),   // 16: csisupd.v1.ACLListTokensResponse
-	(*ACLGetTokenRequest)(nil),      // 17: csisupd.v1.ACLGetTokenRequest
-	(*ACLGetTokenResponse)(nil),     // 18: csisupd.v1.ACLGetTokenResponse
-	(*ACLDeleteTokenRequest)(nil),   // 19: csisupd.v1.ACLDeleteTokenRequest
-	(*ACLDeleteTokenResponse)(nil),  // 20: csisupd.v1.ACLDeleteTokenResponse
-	(*ACLTokenSelfRequest)(nil),     // 21: csisupd.v1.ACLTokenSelfRequest
-	(*ACLTokenSelfResponse)(nil),    // 22: csisupd.v1.ACLTokenSelfResponse
-	(*ACLBootstrapCommand)(nil),     // 23: csisupd.v1.ACLBootstrapCommand
-	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
+	(*ACLBootstrapRequest)(nil),     // 2: csisupd.v1.ACLBootstrapRequest
+	(*ACLBootstrapResponse)(nil),    // 3: csisupd.v1.ACLBootstrapResponse
+	(*ACLUpsertPolicyRequest)(nil),  // 4: csisupd.v1.ACLUpsertPolicyRequest
+	(*ACLUpsertPolicyResponse)(nil), // 5: csisupd.v1.ACLUpsertPolicyResponse
+	(*ACLListPoliciesRequest)(nil),  // 6: csisupd.v1.ACLListPoliciesRequest
+	(*ACLListPoliciesResponse)(nil), // 7: csisupd.v1.ACLListPoliciesResponse
+	(*ACLGetPolicyRequest)(nil),     // 8: csisupd.v1.ACLGetPolicyRequest
+	(*ACLGetPolicyResponse)(nil),    // 9: csisupd.v1.ACLGetPolicyResponse
+	(*ACLDeletePolicyRequest)(nil),  // 10: csisupd.v1.ACLDeletePolicyRequest
+	(*ACLDeletePolicyResponse)(nil), // 11: csisupd.v1.ACLDeletePolicyResponse
+	(*ACLCreateTokenRequest)(nil),   // 12: csisupd.v1.ACLCreateTokenRequest
+	(*ACLCreateTokenResponse)(nil),  // 13: csisupd.v1.ACLCreateTokenResponse
+	(*ACLListTokensRequest)(nil),    // 14: csisupd.v1.ACLListTokensRequest
+	(*ACLListTokensResponse)(nil),   // 15: csisupd.v1.ACLListTokensResponse
+	(*ACLGetTokenRequest)(nil),      // 16: csisupd.v1.ACLGetTokenRequest
+	(*ACLGetTokenResponse)(nil),     // 17: csisupd.v1.ACLGetTokenResponse
+	(*ACLDeleteTokenRequest)(nil),   // 18: csisupd.v1.ACLDeleteTokenRequest
+	(*ACLDeleteTokenResponse)(nil),  // 19: csisupd.v1.ACLDeleteTokenResponse
+	(*ACLTokenSelfRequest)(nil),     // 20: csisupd.v1.ACLTokenSelfRequest
+	(*ACLTokenSelfResponse)(nil),    // 21: csisupd.v1.ACLTokenSelfResponse
+	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
 }
 var file_csisupd_v1_acl_proto_depIdxs = []int32{
-	24, // 0: csisupd.v1.ACLPolicy.create_time:type_name -> google.protobuf.Timestamp
-	24, // 1: csisupd.v1.ACLPolicy.modify_time:type_name -> google.protobuf.Timestamp
-	24, // 2: csisupd.v1.ACLToken.create_time:type_name -> google.protobuf.Timestamp
-	24, // 3: csisupd.v1.ACLTokenRecord.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 4: csisupd.v1.ACLBootstrapResponse.token:type_name -> csisupd.v1.ACLToken
-	0,  // 5: csisupd.v1.ACLUpsertPolicyRequest.policy:type_name -> csisupd.v1.ACLPolicy
-	0,  // 6: csisupd.v1.ACLUpsertPolicyResponse.policy:type_name -> csisupd.v1.ACLPolicy
-	0,  // 7: csisupd.v1.ACLListPoliciesResponse.policies:type_name -> csisupd.v1.ACLPolicy
-	0,  // 8: csisupd.v1.ACLGetPolicyResponse.policy:type_name -> csisupd.v1.ACLPolicy
-	1,  // 9: csisupd.v1.ACLCreateTokenResponse.token:type_name -> csisupd.v1.ACLToken
-	1,  // 10: csisupd.v1.ACLListTokensResponse.tokens:type_name -> csisupd.v1.ACLToken
-	1,  // 11: csisupd.v1.ACLGetTokenResponse.token:type_name -> csisupd.v1.ACLToken
-	1,  // 12: csisupd.v1.ACLTokenSelfResponse.token:type_name -> csisupd.v1.ACLToken
-	2,  // 13: csisupd.v1.ACLBootstrapCommand.token:type_name -> csisupd.v1.ACLTokenRecord
-	3,  // 14: csisupd.v1.ACL.Bootstrap:input_type -> csisupd.v1.ACLBootstrapRequest
-	5,  // 15: csisupd.v1.ACL.UpsertPolicy:input_type -> csisupd.v1.ACLUpsertPolicyRequest
-	7,  // 16: csisupd.v1.ACL.ListPolicies:input_type -> csisupd.v1.ACLListPoliciesRequest
-	9,  // 17: csisupd.v1.ACL.GetPolicy:input_type -> csisupd.v1.ACLGetPolicyRequest
-	11, // 18: csisupd.v1.ACL.DeletePolicy:input_type -> csisupd.v1.ACLDeletePolicyRequest
-	13, // 19: csisupd.v1.ACL.CreateToken:input_type -> csisupd.v1.ACLCreateTokenRequest
-	15, // 20: csisupd.v1.ACL.ListTokens:input_type -> csisupd.v1.ACLListTokensRequest
-	17, // 21: csisupd.v1.ACL.GetToken:input_type -> csisupd.v1.ACLGetTokenRequest
-	19, // 22: csisupd.v1.ACL.DeleteToken:input_type -> csisupd.v1.ACLDeleteTokenRequest
-	21, // 23: csisupd.v1.ACL.TokenSelf:input_type -> csisupd.v1.ACLTokenSelfRequest
-	4,  // 24: csisupd.v1.ACL.Bootstrap:output_type -> csisupd.v1.ACLBootstrapResponse
-	6,  // 25: csisupd.v1.ACL.UpsertPolicy:output_type -> csisupd.v1.ACLUpsertPolicyResponse
-	8,  // 26: csisupd.v1.ACL.ListPolicies:output_type -> csisupd.v1.ACLListPoliciesResponse
-	10, // 27: csisupd.v1.ACL.GetPolicy:output_type -> csisupd.v1.ACLGetPolicyResponse
-	12, // 28: csisupd.v1.ACL.DeletePolicy:output_type -> csisupd.v1.ACLDeletePolicyResponse
-	14, // 29: csisupd.v1.ACL.CreateToken:output_type -> csisupd.v1.ACLCreateTokenResponse
-	16, // 30: csisupd.v1.ACL.ListTokens:output_type -> csisupd.v1.ACLListTokensResponse
-	18, // 31: csisupd.v1.ACL.GetToken:output_type -> csisupd.v1.ACLGetTokenResponse
-	20, // 32: csisupd.v1.ACL.DeleteToken:output_type -> csisupd.v1.ACLDeleteTokenResponse
-	22, // 33: csisupd.v1.ACL.TokenSelf:output_type -> csisupd.v1.ACLTokenSelfResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	22, // 0: csisupd.v1.ACLPolicy.create_time:type_name -> google.protobuf.Timestamp
+	22, // 1: csisupd.v1.ACLPolicy.modify_time:type_name -> google.protobuf.Timestamp
+	22, // 2: csisupd.v1.ACLToken.create_time:type_name -> google.protobuf.Timestamp
+	1,  // 3: csisupd.v1.ACLBootstrapResponse.token:type_name -> csisupd.v1.ACLToken
+	0,  // 4: csisupd.v1.ACLUpsertPolicyRequest.policy:type_name -> csisupd.v1.ACLPolicy
+	0,  // 5: csisupd.v1.ACLUpsertPolicyResponse.policy:type_name -> csisupd.v1.ACLPolicy
+	0,  // 6: csisupd.v1.ACLListPoliciesResponse.policies:type_name -> csisupd.v1.ACLPolicy
+	0,  // 7: csisupd.v1.ACLGetPolicyResponse.policy:type_name -> csisupd.v1.ACLPolicy
+	1,  // 8: csisupd.v1.ACLCreateTokenResponse.token:type_name -> csisupd.v1.ACLToken
+	1,  // 9: csisupd.v1.ACLListTokensResponse.tokens:type_name -> csisupd.v1.ACLToken
+	1,  // 10: csisupd.v1.ACLGetTokenResponse.token:type_name -> csisupd.v1.ACLToken
+	1,  // 11: csisupd.v1.ACLTokenSelfResponse.token:type_name -> csisupd.v1.ACLToken
+	2,  // 12: csisupd.v1.ACL.Bootstrap:input_type -> csisupd.v1.ACLBootstrapRequest
+	4,  // 13: csisupd.v1.ACL.UpsertPolicy:input_type -> csisupd.v1.ACLUpsertPolicyRequest
+	6,  // 14: csisupd.v1.ACL.ListPolicies:input_type -> csisupd.v1.ACLListPoliciesRequest
+	8,  // 15: csisupd.v1.ACL.GetPolicy:input_type -> csisupd.v1.ACLGetPolicyRequest
+	10, // 16: csisupd.v1.ACL.DeletePolicy:input_type -> csisupd.v1.ACLDeletePolicyRequest
+	12, // 17: csisupd.v1.ACL.CreateToken:input_type -> csisupd.v1.ACLCreateTokenRequest
+	14, // 18: csisupd.v1.ACL.ListTokens:input_type -> csisupd.v1.ACLListTokensRequest
+	16, // 19: csisupd.v1.ACL.GetToken:input_type -> csisupd.v1.ACLGetTokenRequest
+	18, // 20: csisupd.v1.ACL.DeleteToken:input_type -> csisupd.v1.ACLDeleteTokenRequest
+	20, // 21: csisupd.v1.ACL.TokenSelf:input_type -> csisupd.v1.ACLTokenSelfRequest
+	3,  // 22: csisupd.v1.ACL.Bootstrap:output_type -> csisupd.v1.ACLBootstrapResponse
+	5,  // 23: csisupd.v1.ACL.UpsertPolicy:output_type -> csisupd.v1.ACLUpsertPolicyResponse
+	7,  // 24: csisupd.v1.ACL.ListPolicies:output_type -> csisupd.v1.ACLListPoliciesResponse
+	9,  // 25: csisupd.v1.ACL.GetPolicy:output_type -> csisupd.v1.ACLGetPolicyResponse
+	11, // 26: csisupd.v1.ACL.DeletePolicy:output_type -> csisupd.v1.ACLDeletePolicyResponse
+	13, // 27: csisupd.v1.ACL.CreateToken:output_type -> csisupd.v1.ACLCreateTokenResponse
+	15, // 28: csisupd.v1.ACL.ListTokens:output_type -> csisupd.v1.ACLListTokensResponse
+	17, // 29: csisupd.v1.ACL.GetToken:output_type -> csisupd.v1.ACLGetTokenResponse
+	19, // 30: csisupd.v1.ACL.DeleteToken:output_type -> csisupd.v1.ACLDeleteTokenResponse
+	21, // 31: csisupd.v1.ACL.TokenSelf:output_type -> csisupd.v1.ACLTokenSelfResponse
+	22, // [22:32] is the sub-list for method output_type
+	12, // [12:22] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_acl_proto_init() }
@@ -1398,7 +1229,7 @@ func file_csisupd_v1_acl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_acl_proto_rawDesc), len(file_csisupd_v1_acl_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,7 +9,6 @@ package csisupdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1093,606 +1092,12 @@ func (x *NodeHeartbeatResponse) GetHeartbeatTtlMs() int64 {
 	return 0
 }
 
-// ServerRecord is one server as stored in the replicated state.
-type ServerRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	RpcAddress    string                 `protobuf:"bytes,3,opt,name=rpc_address,json=rpcAddress,proto3" json:"rpc_address,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ServerRecord) Reset() {
-	*x = ServerRecord{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ServerRecord) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ServerRecord) ProtoMessage() {}
-
-func (x *ServerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[19]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ServerRecord.ProtoReflect.Descriptor instead.
-func (*ServerRecord) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{19}
-}
-
-func (x *ServerRecord) GetId() string {
-	if x != nil {
-		return x.Id
-	}
-	return ""
-}
-
-func (x *ServerRecord) GetRaftAddress() string {
-	if x != nil {
-		return x.RaftAddress
-	}
-	return ""
-}
-
-func (x *ServerRecord) GetRpcAddress() string {
-	if x != nil {
-		return x.RpcAddress
-	}
-	return ""
-}
-
-// LogEntry is one raft log entry. Exactly one field is set.
-type LogEntry struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
-	// Types that are valid to be assigned to Command:
-	//
-	//	*LogEntry_NodeUpsert
-	//	*LogEntry_NodePlugins
-	//	*LogEntry_NodeStatus
-	//	*LogEntry_VolumeUpsert
-	//	*LogEntry_VolumeDelete
-	//	*LogEntry_ServerUpsert
-	//	*LogEntry_Batch
-	//	*LogEntry_Noop
-	//	*LogEntry_AclPolicyUpsert
-	//	*LogEntry_AclPolicyDelete
-	//	*LogEntry_AclTokenUpsert
-	//	*LogEntry_AclTokenDelete
-	//	*LogEntry_AclBootstrap
-	Command       isLogEntry_Command `protobuf_oneof:"command"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *LogEntry) Reset() {
-	*x = LogEntry{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[20]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *LogEntry) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*LogEntry) ProtoMessage() {}
-
-func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[20]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
-func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{20}
-}
-
-func (x *LogEntry) GetTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.Time
-	}
-	return nil
-}
-
-func (x *LogEntry) GetCommand() isLogEntry_Command {
-	if x != nil {
-		return x.Command
-	}
-	return nil
-}
-
-func (x *LogEntry) GetNodeUpsert() *ClusterNode {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_NodeUpsert); ok {
-			return x.NodeUpsert
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetNodePlugins() *NodePluginsCommand {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_NodePlugins); ok {
-			return x.NodePlugins
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetNodeStatus() *NodeStatusCommand {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_NodeStatus); ok {
-			return x.NodeStatus
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetVolumeUpsert() *Volume {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_VolumeUpsert); ok {
-			return x.VolumeUpsert
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetVolumeDelete() string {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_VolumeDelete); ok {
-			return x.VolumeDelete
-		}
-	}
-	return ""
-}
-
-func (x *LogEntry) GetServerUpsert() *ServerRecord {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_ServerUpsert); ok {
-			return x.ServerUpsert
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetBatch() *LogBatch {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_Batch); ok {
-			return x.Batch
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetNoop() []byte {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_Noop); ok {
-			return x.Noop
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetAclPolicyUpsert() *ACLPolicy {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_AclPolicyUpsert); ok {
-			return x.AclPolicyUpsert
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetAclPolicyDelete() string {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_AclPolicyDelete); ok {
-			return x.AclPolicyDelete
-		}
-	}
-	return ""
-}
-
-func (x *LogEntry) GetAclTokenUpsert() *ACLTokenRecord {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_AclTokenUpsert); ok {
-			return x.AclTokenUpsert
-		}
-	}
-	return nil
-}
-
-func (x *LogEntry) GetAclTokenDelete() string {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_AclTokenDelete); ok {
-			return x.AclTokenDelete
-		}
-	}
-	return ""
-}
-
-func (x *LogEntry) GetAclBootstrap() *ACLBootstrapCommand {
-	if x != nil {
-		if x, ok := x.Command.(*LogEntry_AclBootstrap); ok {
-			return x.AclBootstrap
-		}
-	}
-	return nil
-}
-
-type isLogEntry_Command interface {
-	isLogEntry_Command()
-}
-
-type LogEntry_NodeUpsert struct {
-	NodeUpsert *ClusterNode `protobuf:"bytes,2,opt,name=node_upsert,json=nodeUpsert,proto3,oneof"`
-}
-
-type LogEntry_NodePlugins struct {
-	NodePlugins *NodePluginsCommand `protobuf:"bytes,3,opt,name=node_plugins,json=nodePlugins,proto3,oneof"`
-}
-
-type LogEntry_NodeStatus struct {
-	NodeStatus *NodeStatusCommand `protobuf:"bytes,4,opt,name=node_status,json=nodeStatus,proto3,oneof"`
-}
-
-type LogEntry_VolumeUpsert struct {
-	VolumeUpsert *Volume `protobuf:"bytes,5,opt,name=volume_upsert,json=volumeUpsert,proto3,oneof"`
-}
-
-type LogEntry_VolumeDelete struct {
-	VolumeDelete string `protobuf:"bytes,6,opt,name=volume_delete,json=volumeDelete,proto3,oneof"`
-}
-
-type LogEntry_ServerUpsert struct {
-	ServerUpsert *ServerRecord `protobuf:"bytes,7,opt,name=server_upsert,json=serverUpsert,proto3,oneof"`
-}
-
-type LogEntry_Batch struct {
-	Batch *LogBatch `protobuf:"bytes,8,opt,name=batch,proto3,oneof"`
-}
-
-type LogEntry_Noop struct {
-	// noop is used to measure the raft path in benchmarks.
-	Noop []byte `protobuf:"bytes,9,opt,name=noop,proto3,oneof"`
-}
-
-type LogEntry_AclPolicyUpsert struct {
-	AclPolicyUpsert *ACLPolicy `protobuf:"bytes,10,opt,name=acl_policy_upsert,json=aclPolicyUpsert,proto3,oneof"`
-}
-
-type LogEntry_AclPolicyDelete struct {
-	AclPolicyDelete string `protobuf:"bytes,11,opt,name=acl_policy_delete,json=aclPolicyDelete,proto3,oneof"`
-}
-
-type LogEntry_AclTokenUpsert struct {
-	AclTokenUpsert *ACLTokenRecord `protobuf:"bytes,12,opt,name=acl_token_upsert,json=aclTokenUpsert,proto3,oneof"`
-}
-
-type LogEntry_AclTokenDelete struct {
-	// acl_token_delete is an accessor id.
-	AclTokenDelete string `protobuf:"bytes,13,opt,name=acl_token_delete,json=aclTokenDelete,proto3,oneof"`
-}
-
-type LogEntry_AclBootstrap struct {
-	AclBootstrap *ACLBootstrapCommand `protobuf:"bytes,14,opt,name=acl_bootstrap,json=aclBootstrap,proto3,oneof"`
-}
-
-func (*LogEntry_NodeUpsert) isLogEntry_Command() {}
-
-func (*LogEntry_NodePlugins) isLogEntry_Command() {}
-
-func (*LogEntry_NodeStatus) isLogEntry_Command() {}
-
-func (*LogEntry_VolumeUpsert) isLogEntry_Command() {}
-
-func (*LogEntry_VolumeDelete) isLogEntry_Command() {}
-
-func (*LogEntry_ServerUpsert) isLogEntry_Command() {}
-
-func (*LogEntry_Batch) isLogEntry_Command() {}
-
-func (*LogEntry_Noop) isLogEntry_Command() {}
-
-func (*LogEntry_AclPolicyUpsert) isLogEntry_Command() {}
-
-func (*LogEntry_AclPolicyDelete) isLogEntry_Command() {}
-
-func (*LogEntry_AclTokenUpsert) isLogEntry_Command() {}
-
-func (*LogEntry_AclTokenDelete) isLogEntry_Command() {}
-
-func (*LogEntry_AclBootstrap) isLogEntry_Command() {}
-
-// NodePluginsCommand replaces a node's plugins.
-type NodePluginsCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Plugins       []*Plugin              `protobuf:"bytes,2,rep,name=plugins,proto3" json:"plugins,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *NodePluginsCommand) Reset() {
-	*x = NodePluginsCommand{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[21]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *NodePluginsCommand) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*NodePluginsCommand) ProtoMessage() {}
-
-func (x *NodePluginsCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[21]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use NodePluginsCommand.ProtoReflect.Descriptor instead.
-func (*NodePluginsCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{21}
-}
-
-func (x *NodePluginsCommand) GetNodeId() string {
-	if x != nil {
-		return x.NodeId
-	}
-	return ""
-}
-
-func (x *NodePluginsCommand) GetPlugins() []*Plugin {
-	if x != nil {
-		return x.Plugins
-	}
-	return nil
-}
-
-// NodeStatusCommand changes a node's status.
-type NodeStatusCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *NodeStatusCommand) Reset() {
-	*x = NodeStatusCommand{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[22]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *NodeStatusCommand) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*NodeStatusCommand) ProtoMessage() {}
-
-func (x *NodeStatusCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[22]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use NodeStatusCommand.ProtoReflect.Descriptor instead.
-func (*NodeStatusCommand) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{22}
-}
-
-func (x *NodeStatusCommand) GetNodeId() string {
-	if x != nil {
-		return x.NodeId
-	}
-	return ""
-}
-
-func (x *NodeStatusCommand) GetStatus() string {
-	if x != nil {
-		return x.Status
-	}
-	return ""
-}
-
-func (x *NodeStatusCommand) GetDescription() string {
-	if x != nil {
-		return x.Description
-	}
-	return ""
-}
-
-// LogBatch groups several commands into one raft entry.
-type LogBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*LogEntry            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *LogBatch) Reset() {
-	*x = LogBatch{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[23]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *LogBatch) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*LogBatch) ProtoMessage() {}
-
-func (x *LogBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[23]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use LogBatch.ProtoReflect.Descriptor instead.
-func (*LogBatch) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{23}
-}
-
-func (x *LogBatch) GetEntries() []*LogEntry {
-	if x != nil {
-		return x.Entries
-	}
-	return nil
-}
-
-// StateSnapshot is the encoded form of a state snapshot.
-type StateSnapshot struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Nodes   []*ClusterNode         `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Volumes []*Volume              `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	Servers []*ServerRecord        `protobuf:"bytes,4,rep,name=servers,proto3" json:"servers,omitempty"`
-	// index is the raft index of the latest write in the snapshot.
-	Index       uint64       `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
-	AclPolicies []*ACLPolicy `protobuf:"bytes,6,rep,name=acl_policies,json=aclPolicies,proto3" json:"acl_policies,omitempty"`
-	// acl_tokens hold hashes of secret ids, never the secrets.
-	AclTokens []*ACLTokenRecord `protobuf:"bytes,7,rep,name=acl_tokens,json=aclTokens,proto3" json:"acl_tokens,omitempty"`
-	// acl_bootstrap_index is the raft index of the ACL bootstrap; 0 when the
-	// cluster was never bootstrapped.
-	AclBootstrapIndex uint64 `protobuf:"varint,8,opt,name=acl_bootstrap_index,json=aclBootstrapIndex,proto3" json:"acl_bootstrap_index,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
-}
-
-func (x *StateSnapshot) Reset() {
-	*x = StateSnapshot{}
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[24]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StateSnapshot) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StateSnapshot) ProtoMessage() {}
-
-func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_cluster_proto_msgTypes[24]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
-func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_cluster_proto_rawDescGZIP(), []int{24}
-}
-
-func (x *StateSnapshot) GetVersion() uint32 {
-	if x != nil {
-		return x.Version
-	}
-	return 0
-}
-
-func (x *StateSnapshot) GetNodes() []*ClusterNode {
-	if x != nil {
-		return x.Nodes
-	}
-	return nil
-}
-
-func (x *StateSnapshot) GetVolumes() []*Volume {
-	if x != nil {
-		return x.Volumes
-	}
-	return nil
-}
-
-func (x *StateSnapshot) GetServers() []*ServerRecord {
-	if x != nil {
-		return x.Servers
-	}
-	return nil
-}
-
-func (x *StateSnapshot) GetIndex() uint64 {
-	if x != nil {
-		return x.Index
-	}
-	return 0
-}
-
-func (x *StateSnapshot) GetAclPolicies() []*ACLPolicy {
-	if x != nil {
-		return x.AclPolicies
-	}
-	return nil
-}
-
-func (x *StateSnapshot) GetAclTokens() []*ACLTokenRecord {
-	if x != nil {
-		return x.AclTokens
-	}
-	return nil
-}
-
-func (x *StateSnapshot) GetAclBootstrapIndex() uint64 {
-	if x != nil {
-		return x.AclBootstrapIndex
-	}
-	return 0
-}
-
 var File_csisupd_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/cluster.proto\x12\n" +
-	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x01\n" +
+	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\"\x85\x01\n" +
 	"\x17NodeVolumeHealthRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1a\n" +
@@ -1764,50 +1169,7 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\x14NodeHeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"A\n" +
 	"\x15NodeHeartbeatResponse\x12(\n" +
-	"\x10heartbeat_ttl_ms\x18\x01 \x01(\x03R\x0eheartbeatTtlMs\"b\n" +
-	"\fServerRecord\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
-	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
-	"\vrpc_address\x18\x03 \x01(\tR\n" +
-	"rpcAddress\"\x9e\x06\n" +
-	"\bLogEntry\x12.\n" +
-	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12:\n" +
-	"\vnode_upsert\x18\x02 \x01(\v2\x17.csisupd.v1.ClusterNodeH\x00R\n" +
-	"nodeUpsert\x12C\n" +
-	"\fnode_plugins\x18\x03 \x01(\v2\x1e.csisupd.v1.NodePluginsCommandH\x00R\vnodePlugins\x12@\n" +
-	"\vnode_status\x18\x04 \x01(\v2\x1d.csisupd.v1.NodeStatusCommandH\x00R\n" +
-	"nodeStatus\x129\n" +
-	"\rvolume_upsert\x18\x05 \x01(\v2\x12.csisupd.v1.VolumeH\x00R\fvolumeUpsert\x12%\n" +
-	"\rvolume_delete\x18\x06 \x01(\tH\x00R\fvolumeDelete\x12?\n" +
-	"\rserver_upsert\x18\a \x01(\v2\x18.csisupd.v1.ServerRecordH\x00R\fserverUpsert\x12,\n" +
-	"\x05batch\x18\b \x01(\v2\x14.csisupd.v1.LogBatchH\x00R\x05batch\x12\x14\n" +
-	"\x04noop\x18\t \x01(\fH\x00R\x04noop\x12C\n" +
-	"\x11acl_policy_upsert\x18\n" +
-	" \x01(\v2\x15.csisupd.v1.ACLPolicyH\x00R\x0faclPolicyUpsert\x12,\n" +
-	"\x11acl_policy_delete\x18\v \x01(\tH\x00R\x0faclPolicyDelete\x12F\n" +
-	"\x10acl_token_upsert\x18\f \x01(\v2\x1a.csisupd.v1.ACLTokenRecordH\x00R\x0eaclTokenUpsert\x12*\n" +
-	"\x10acl_token_delete\x18\r \x01(\tH\x00R\x0eaclTokenDelete\x12F\n" +
-	"\racl_bootstrap\x18\x0e \x01(\v2\x1f.csisupd.v1.ACLBootstrapCommandH\x00R\faclBootstrapB\t\n" +
-	"\acommand\"[\n" +
-	"\x12NodePluginsCommand\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12,\n" +
-	"\aplugins\x18\x02 \x03(\v2\x12.csisupd.v1.PluginR\aplugins\"f\n" +
-	"\x11NodeStatusCommand\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\":\n" +
-	"\bLogBatch\x12.\n" +
-	"\aentries\x18\x01 \x03(\v2\x14.csisupd.v1.LogEntryR\aentries\"\xf5\x02\n" +
-	"\rStateSnapshot\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
-	"\x05nodes\x18\x02 \x03(\v2\x17.csisupd.v1.ClusterNodeR\x05nodes\x12,\n" +
-	"\avolumes\x18\x03 \x03(\v2\x12.csisupd.v1.VolumeR\avolumes\x122\n" +
-	"\aservers\x18\x04 \x03(\v2\x18.csisupd.v1.ServerRecordR\aservers\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index\x128\n" +
-	"\facl_policies\x18\x06 \x03(\v2\x15.csisupd.v1.ACLPolicyR\vaclPolicies\x129\n" +
-	"\n" +
-	"acl_tokens\x18\a \x03(\v2\x1a.csisupd.v1.ACLTokenRecordR\taclTokens\x12.\n" +
-	"\x13acl_bootstrap_index\x18\b \x01(\x04R\x11aclBootstrapIndex2\xe5\x05\n" +
+	"\x10heartbeat_ttl_ms\x18\x01 \x01(\x03R\x0eheartbeatTtlMs2\xe5\x05\n" +
 	"\aCluster\x12E\n" +
 	"\bPeerInfo\x12\x1b.csisupd.v1.PeerInfoRequest\x1a\x1c.csisupd.v1.PeerInfoResponse\x129\n" +
 	"\x04Join\x12\x17.csisupd.v1.JoinRequest\x1a\x18.csisupd.v1.JoinResponse\x12N\n" +
@@ -1832,7 +1194,7 @@ func file_csisupd_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_cluster_proto_rawDescData
 }
 
-var file_csisupd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_csisupd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_csisupd_v1_cluster_proto_goTypes = []any{
 	(*NodeVolumeHealthRequest)(nil),   // 0: csisupd.v1.NodeVolumeHealthRequest
 	(*NodeVolumeHealthResponse)(nil),  // 1: csisupd.v1.NodeVolumeHealthResponse
@@ -1853,69 +1215,41 @@ var file_csisupd_v1_cluster_proto_goTypes = []any{
 	(*NodeUpdatePluginsResponse)(nil), // 16: csisupd.v1.NodeUpdatePluginsResponse
 	(*NodeHeartbeatRequest)(nil),      // 17: csisupd.v1.NodeHeartbeatRequest
 	(*NodeHeartbeatResponse)(nil),     // 18: csisupd.v1.NodeHeartbeatResponse
-	(*ServerRecord)(nil),              // 19: csisupd.v1.ServerRecord
-	(*LogEntry)(nil),                  // 20: csisupd.v1.LogEntry
-	(*NodePluginsCommand)(nil),        // 21: csisupd.v1.NodePluginsCommand
-	(*NodeStatusCommand)(nil),         // 22: csisupd.v1.NodeStatusCommand
-	(*LogBatch)(nil),                  // 23: csisupd.v1.LogBatch
-	(*StateSnapshot)(nil),             // 24: csisupd.v1.StateSnapshot
-	(*VolumeUsage)(nil),               // 25: csisupd.v1.VolumeUsage
-	(*ACLToken)(nil),                  // 26: csisupd.v1.ACLToken
-	(*ACLPolicy)(nil),                 // 27: csisupd.v1.ACLPolicy
-	(*Plugin)(nil),                    // 28: csisupd.v1.Plugin
-	(*timestamppb.Timestamp)(nil),     // 29: google.protobuf.Timestamp
-	(*ClusterNode)(nil),               // 30: csisupd.v1.ClusterNode
-	(*Volume)(nil),                    // 31: csisupd.v1.Volume
-	(*ACLTokenRecord)(nil),            // 32: csisupd.v1.ACLTokenRecord
-	(*ACLBootstrapCommand)(nil),       // 33: csisupd.v1.ACLBootstrapCommand
+	(*VolumeUsage)(nil),               // 19: csisupd.v1.VolumeUsage
+	(*ACLToken)(nil),                  // 20: csisupd.v1.ACLToken
+	(*ACLPolicy)(nil),                 // 21: csisupd.v1.ACLPolicy
+	(*Plugin)(nil),                    // 22: csisupd.v1.Plugin
 }
 var file_csisupd_v1_cluster_proto_depIdxs = []int32{
-	25, // 0: csisupd.v1.NodeClaimRef.usage:type_name -> csisupd.v1.VolumeUsage
+	19, // 0: csisupd.v1.NodeClaimRef.usage:type_name -> csisupd.v1.VolumeUsage
 	3,  // 1: csisupd.v1.NodeClaimsResponse.claims:type_name -> csisupd.v1.NodeClaimRef
-	26, // 2: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
-	27, // 3: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
-	28, // 4: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
-	28, // 5: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
-	29, // 6: csisupd.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	30, // 7: csisupd.v1.LogEntry.node_upsert:type_name -> csisupd.v1.ClusterNode
-	21, // 8: csisupd.v1.LogEntry.node_plugins:type_name -> csisupd.v1.NodePluginsCommand
-	22, // 9: csisupd.v1.LogEntry.node_status:type_name -> csisupd.v1.NodeStatusCommand
-	31, // 10: csisupd.v1.LogEntry.volume_upsert:type_name -> csisupd.v1.Volume
-	19, // 11: csisupd.v1.LogEntry.server_upsert:type_name -> csisupd.v1.ServerRecord
-	23, // 12: csisupd.v1.LogEntry.batch:type_name -> csisupd.v1.LogBatch
-	27, // 13: csisupd.v1.LogEntry.acl_policy_upsert:type_name -> csisupd.v1.ACLPolicy
-	32, // 14: csisupd.v1.LogEntry.acl_token_upsert:type_name -> csisupd.v1.ACLTokenRecord
-	33, // 15: csisupd.v1.LogEntry.acl_bootstrap:type_name -> csisupd.v1.ACLBootstrapCommand
-	28, // 16: csisupd.v1.NodePluginsCommand.plugins:type_name -> csisupd.v1.Plugin
-	20, // 17: csisupd.v1.LogBatch.entries:type_name -> csisupd.v1.LogEntry
-	30, // 18: csisupd.v1.StateSnapshot.nodes:type_name -> csisupd.v1.ClusterNode
-	31, // 19: csisupd.v1.StateSnapshot.volumes:type_name -> csisupd.v1.Volume
-	19, // 20: csisupd.v1.StateSnapshot.servers:type_name -> csisupd.v1.ServerRecord
-	27, // 21: csisupd.v1.StateSnapshot.acl_policies:type_name -> csisupd.v1.ACLPolicy
-	32, // 22: csisupd.v1.StateSnapshot.acl_tokens:type_name -> csisupd.v1.ACLTokenRecord
-	7,  // 23: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
-	9,  // 24: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
-	11, // 25: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
-	13, // 26: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
-	15, // 27: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
-	17, // 28: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
-	5,  // 29: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
-	2,  // 30: csisupd.v1.Cluster.NodeClaims:input_type -> csisupd.v1.NodeClaimsRequest
-	0,  // 31: csisupd.v1.Cluster.NodeVolumeHealth:input_type -> csisupd.v1.NodeVolumeHealthRequest
-	8,  // 32: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
-	10, // 33: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
-	12, // 34: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
-	14, // 35: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
-	16, // 36: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
-	18, // 37: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
-	6,  // 38: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
-	4,  // 39: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
-	1,  // 40: csisupd.v1.Cluster.NodeVolumeHealth:output_type -> csisupd.v1.NodeVolumeHealthResponse
-	32, // [32:41] is the sub-list for method output_type
-	23, // [23:32] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	20, // 2: csisupd.v1.ResolveTokenResponse.token:type_name -> csisupd.v1.ACLToken
+	21, // 3: csisupd.v1.ResolveTokenResponse.policies:type_name -> csisupd.v1.ACLPolicy
+	22, // 4: csisupd.v1.NodeRegisterRequest.plugins:type_name -> csisupd.v1.Plugin
+	22, // 5: csisupd.v1.NodeUpdatePluginsRequest.plugins:type_name -> csisupd.v1.Plugin
+	7,  // 6: csisupd.v1.Cluster.PeerInfo:input_type -> csisupd.v1.PeerInfoRequest
+	9,  // 7: csisupd.v1.Cluster.Join:input_type -> csisupd.v1.JoinRequest
+	11, // 8: csisupd.v1.Cluster.ServerStats:input_type -> csisupd.v1.ServerStatsRequest
+	13, // 9: csisupd.v1.Cluster.NodeRegister:input_type -> csisupd.v1.NodeRegisterRequest
+	15, // 10: csisupd.v1.Cluster.NodeUpdatePlugins:input_type -> csisupd.v1.NodeUpdatePluginsRequest
+	17, // 11: csisupd.v1.Cluster.NodeHeartbeat:input_type -> csisupd.v1.NodeHeartbeatRequest
+	5,  // 12: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
+	2,  // 13: csisupd.v1.Cluster.NodeClaims:input_type -> csisupd.v1.NodeClaimsRequest
+	0,  // 14: csisupd.v1.Cluster.NodeVolumeHealth:input_type -> csisupd.v1.NodeVolumeHealthRequest
+	8,  // 15: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
+	10, // 16: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
+	12, // 17: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
+	14, // 18: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
+	16, // 19: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
+	18, // 20: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
+	6,  // 21: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
+	4,  // 22: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
+	1,  // 23: csisupd.v1.Cluster.NodeVolumeHealth:output_type -> csisupd.v1.NodeVolumeHealthResponse
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_cluster_proto_init() }
@@ -1925,30 +1259,14 @@ func file_csisupd_v1_cluster_proto_init() {
 	}
 	file_csisupd_v1_acl_proto_init()
 	file_csisupd_v1_agent_proto_init()
-	file_csisupd_v1_control_proto_init()
 	file_csisupd_v1_volumes_proto_init()
-	file_csisupd_v1_cluster_proto_msgTypes[20].OneofWrappers = []any{
-		(*LogEntry_NodeUpsert)(nil),
-		(*LogEntry_NodePlugins)(nil),
-		(*LogEntry_NodeStatus)(nil),
-		(*LogEntry_VolumeUpsert)(nil),
-		(*LogEntry_VolumeDelete)(nil),
-		(*LogEntry_ServerUpsert)(nil),
-		(*LogEntry_Batch)(nil),
-		(*LogEntry_Noop)(nil),
-		(*LogEntry_AclPolicyUpsert)(nil),
-		(*LogEntry_AclPolicyDelete)(nil),
-		(*LogEntry_AclTokenUpsert)(nil),
-		(*LogEntry_AclTokenDelete)(nil),
-		(*LogEntry_AclBootstrap)(nil),
-	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_cluster_proto_rawDesc), len(file_csisupd_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

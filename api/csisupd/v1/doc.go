@@ -13,4 +13,8 @@
 // CapabilityMissing, PluginUnhealthy); use IsRetryable, IsPluginNotFound
 // and IsIgnorable instead of matching messages. The .pb.go files are
 // generated from the .proto files beside them (`make proto`).
+//
+// The messages are what the RPCs carry, never what the servers store:
+// their raft log, snapshots and snapshot files are a format of their own,
+// so no message here is a log entry, a snapshot or a stored record.
 package csisupdv1

@@ -2,21 +2,30 @@ package statepb_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 // TestSameWireLayout compares each storage message with the public
 // message it was split from, field by field and recursively: the same
 // field numbers with the same names, kinds, cardinalities, packing and
 // oneofs, and for enums the same numbers. Messages of other packages
-// (google.protobuf.Timestamp) must be the same message.
+// (google.protobuf.Timestamp) must be the same message. The messages that
+// left the public API are compared as the record of them has them.
 func TestSameWireLayout(t *testing.T) {
 	seen := map[protoreflect.FullName]bool{}
 	for _, c := range conversions {
 		compareMessages(t, c.api.Descriptor(), c.stored.Descriptor(), seen)
+	}
+	for _, o := range oldStored(t) {
+		compareMessages(t, o.old.Descriptor(), o.stored.Descriptor(), seen)
 	}
 }
 
@@ -123,40 +132,55 @@ func oneofName(fd protoreflect.FieldDescriptor) protoreflect.Name {
 // TestOldEncodingDecodes encodes fully populated public messages as the
 // releases before the storage format did (every command of a log entry,
 // a snapshot, and each row), decodes the bytes as the storage message, and
-// requires what the converter makes of the public message, with no field
-// left unknown. The other way too: what a newer server writes, an older
-// one reads.
+// requires no field left unknown and, for a row, what the converter makes
+// of the public message. The other way too: what a newer server writes,
+// an older one reads, as the message it wrote.
 func TestOldEncodingDecodes(t *testing.T) {
 	for _, c := range conversions {
 		for v := range variants(c.api) {
 			api := full(c.api, v)
-			b, err := proto.Marshal(api)
-			if err != nil {
-				t.Fatalf("encode %s: %v", name(c.api), err)
-			}
-			st := c.stored.New().Interface()
-			if err := proto.Unmarshal(b, st); err != nil {
-				t.Fatalf("decode %s as %s: %v", c.api.Descriptor().FullName(), c.stored.Descriptor().FullName(), err)
-			}
+			what := fmt.Sprintf("%s (case %d)", name(c.api), v)
+			st := decodesLosslessly(t, what, mustMarshal(t, api), c.api, c.stored)
 			if want := c.fromAPI(api); !proto.Equal(st, want) {
-				t.Errorf("%s (case %d) decoded as %s:\n got  %v\n want %v", name(c.api), v, c.stored.Descriptor().FullName(), st, want)
-			}
-			if u := unknownFields(st.ProtoReflect()); u != "" {
-				t.Errorf("%s (case %d) decoded with unknown fields in %s", name(c.api), v, u)
-			}
-
-			back := c.api.New().Interface()
-			if err := proto.Unmarshal(mustMarshal(t, st), back); err != nil {
-				t.Fatalf("decode %s as %s: %v", c.stored.Descriptor().FullName(), c.api.Descriptor().FullName(), err)
-			}
-			if !proto.Equal(back, api) {
-				t.Errorf("%s (case %d) re-encoded from storage decodes as\n %v\nnot\n %v", name(c.api), v, back, api)
-			}
-			if u := unknownFields(back.ProtoReflect()); u != "" {
-				t.Errorf("%s (case %d) re-encoded from storage has unknown fields in %s", name(c.api), v, u)
+				t.Errorf("%s decoded as %s:\n got  %v\n want %v", what, c.stored.Descriptor().FullName(), st, want)
 			}
 		}
 	}
+	for _, o := range oldStored(t) {
+		for v := range variants(o.old) {
+			decodesLosslessly(t, fmt.Sprintf("old %s (case %d)", name(o.old), v), mustMarshal(t, full(o.old, v)), o.old, o.stored)
+		}
+	}
+}
+
+// decodesLosslessly decodes b, the encoding of a message of type old, as
+// the storage message type st, and requires no field of either decoding to
+// be unknown and the storage message, encoded again, to decode as old to
+// what b does: the storage message keeps every field b holds. It returns
+// the storage message.
+func decodesLosslessly(t *testing.T, what string, b []byte, old, st protoreflect.MessageType) proto.Message {
+	t.Helper()
+	stored := decodeKnown(t, what, b, st)
+	want := decodeKnown(t, what, b, old)
+	back := decodeKnown(t, what+" re-encoded from storage", mustMarshal(t, stored), old)
+	if !proto.Equal(back, want) {
+		t.Errorf("%s re-encoded from storage decodes as\n %v\nnot\n %v", what, back, want)
+	}
+	return stored
+}
+
+// decodeKnown decodes b as a message of type typ and requires it to keep
+// no unknown field.
+func decodeKnown(t *testing.T, what string, b []byte, typ protoreflect.MessageType) proto.Message {
+	t.Helper()
+	m := typ.New().Interface()
+	if err := proto.Unmarshal(b, m); err != nil {
+		t.Fatalf("%s: decode as %s: %v", what, typ.Descriptor().FullName(), err)
+	}
+	if u := unknownFields(m.ProtoReflect()); u != "" {
+		t.Errorf("%s: decoded as %s with unknown fields in %s", what, typ.Descriptor().FullName(), u)
+	}
+	return m
 }
 
 func mustMarshal(t *testing.T, m proto.Message) []byte {
@@ -192,4 +216,60 @@ func unknownFields(m protoreflect.Message) string {
 		return found == ""
 	})
 	return found
+}
+
+// TestAPIHoldsNoStorageMessage requires the public API to hold no message
+// of the storage format, under the name the storage format gives it: no
+// raft log entry or batch, no snapshot, no command of the log and no
+// stored record. Nor may a file of the API import one of the storage
+// format. The API's messages are what its RPCs carry; a stored one there
+// would make users depend on what a data_dir holds.
+func TestAPIHoldsNoStorageMessage(t *testing.T) {
+	stored := map[protoreflect.Name]bool{}
+	for _, f := range storageFiles(t) {
+		msgs := f.Messages()
+		for i := range msgs.Len() {
+			n := msgs.Get(i).Name()
+			if n == "LogEntry" || n == "LogBatch" || n == "StateSnapshot" ||
+				strings.HasSuffix(string(n), "Command") || strings.HasSuffix(string(n), "Record") {
+				stored[n] = true
+			}
+		}
+	}
+	for _, n := range []protoreflect.Name{"LogEntry", "LogBatch", "StateSnapshot", "NodePluginsCommand", "NodeStatusCommand", "ACLBootstrapCommand", "ServerRecord", "ACLTokenRecord"} {
+		if !stored[n] {
+			t.Fatalf("the storage format has no %s: this test looks for the wrong names", n)
+		}
+	}
+
+	api := (&csisupdv1.ClusterNode{}).ProtoReflect().Descriptor().ParentFile().Package()
+	storage := (&statepb.LogEntry{}).ProtoReflect().Descriptor().ParentFile().Package()
+	files := 0
+	protoregistry.GlobalFiles.RangeFilesByPackage(api, func(f protoreflect.FileDescriptor) bool {
+		files++
+		imports := f.Imports()
+		for i := range imports.Len() {
+			if imp := imports.Get(i); imp.Package() == storage {
+				t.Errorf("%s imports %s, of the storage format", f.Path(), imp.Path())
+			}
+		}
+		forEachMessage(f.Messages(), func(m protoreflect.MessageDescriptor) {
+			if stored[m.Name()] {
+				t.Errorf("%s defines %s, a message of the storage format: the servers' raft log, snapshots and rows are package statepb's", f.Path(), m.FullName())
+			}
+		})
+		return true
+	})
+	if files == 0 {
+		t.Fatalf("no file of proto package %s is registered", api)
+	}
+}
+
+// forEachMessage calls f for every message of msgs and every message
+// nested in them.
+func forEachMessage(msgs protoreflect.MessageDescriptors, f func(protoreflect.MessageDescriptor)) {
+	for i := range msgs.Len() {
+		f(msgs.Get(i))
+		forEachMessage(msgs.Get(i).Messages(), f)
+	}
 }

@@ -9,9 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"google.golang.org/protobuf/proto"
 
-	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -21,11 +19,17 @@ const fixture = "../../../test/upgrade/testdata"
 
 // TestFixtureDecodes decodes what the release before this package wrote,
 // the upgrade fixture's raft log entries, raft snapshots and snapshot
-// file, as storage messages: none may keep an unknown field, and each
-// must be what the converter makes of the same bytes decoded as the
-// public message. The upgrade tests prove the same through the API; this
-// names the field that does not decode.
+// file, as storage messages, as the servers read them: none may keep an
+// unknown field, and each, encoded again, must decode as the message that
+// release stored (oldStored) to what the fixture's bytes do. The upgrade
+// tests prove the same through the API; this names the field that does not
+// decode.
 func TestFixtureDecodes(t *testing.T) {
+	oldSnapshot := oldStoredType(t, "StateSnapshot")
+	oldEntry := oldStoredType(t, "LogEntry")
+	snapshotType := (&statepb.StateSnapshot{}).ProtoReflect().Type()
+	entryType := (&statepb.LogEntry{}).ProtoReflect().Type()
+
 	snapshots, err := filepath.Glob(filepath.Join(fixture, "data", "*", "server", "raft", "snapshots", "*", "state.bin"))
 	if err != nil {
 		t.Fatal(err)
@@ -39,9 +43,7 @@ func TestFixtureDecodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkDecodes(t, path, b, &csisupdv1.StateSnapshot{}, &statepb.StateSnapshot{}, func(m proto.Message) proto.Message {
-			return statepb.StateSnapshotFromAPI(m.(*csisupdv1.StateSnapshot))
-		})
+		decodesLosslessly(t, path, b, oldSnapshot, snapshotType)
 	}
 
 	dbs, err := filepath.Glob(filepath.Join(fixture, "data", "*", "server", "raft", "raft.db"))
@@ -55,32 +57,11 @@ func TestFixtureDecodes(t *testing.T) {
 		entries := 0
 		for idx, data := range commands(t, db) {
 			entries++
-			checkDecodes(t, fmt.Sprintf("%s entry %d", db, idx), data, &csisupdv1.LogEntry{}, &statepb.LogEntry{}, func(m proto.Message) proto.Message {
-				return statepb.LogEntryFromAPI(m.(*csisupdv1.LogEntry))
-			})
+			decodesLosslessly(t, fmt.Sprintf("%s entry %d", db, idx), data, oldEntry, entryType)
 		}
 		if entries == 0 {
 			t.Errorf("%s holds no command", db)
 		}
-	}
-}
-
-// checkDecodes decodes b as the public message api and as the storage
-// message st and requires st to have no unknown field and to equal
-// fromAPI(api).
-func checkDecodes(t *testing.T, what string, b []byte, api, st proto.Message, fromAPI func(proto.Message) proto.Message) {
-	t.Helper()
-	if err := proto.Unmarshal(b, api); err != nil {
-		t.Fatalf("%s: decode as %T: %v", what, api, err)
-	}
-	if err := proto.Unmarshal(b, st); err != nil {
-		t.Fatalf("%s: decode as %T: %v", what, st, err)
-	}
-	if u := unknownFields(st.ProtoReflect()); u != "" {
-		t.Errorf("%s: decoded as %T with unknown fields in %s", what, st, u)
-	}
-	if want := fromAPI(api); !proto.Equal(st, want) {
-		t.Errorf("%s: decoded as %T:\n got  %v\n want %v", what, st, st, want)
 	}
 }
 

@@ -26,7 +26,10 @@
 //   - a new command of LogEntry is a new oneof field with a new number.
 // A test of the package compares these messages with the public ones they
 // were split from, field by field, and decodes the public encoding into
-// them.
+// them; for the messages that have left the public API since (LogEntry,
+// LogBatch, StateSnapshot, NodePluginsCommand, NodeStatusCommand,
+// ACLBootstrapCommand, ServerRecord, ACLTokenRecord), with the record of
+// them in testdata/stored_public_messages.textproto.
 
 package statepb
 
