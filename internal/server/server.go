@@ -97,12 +97,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		State:              s.State,
 		Locks:              s.ops.VolumeLocks(),
 		ClaimResumeTimeout: cfg.ClaimResumeTimeout,
-		ReleaseWithoutNode: s.ops.ReleaseWithoutNode,
-		StartRelease:       s.ops.StartRelease,
-		Release:            s.ops.Release,
-		Finish:             s.ops.Finish,
-		FollowSnapshot:     s.ops.FollowSnapshot,
-		ResumeExpansion:    s.ops.ResumeExpansion,
+		Work:               s.ops,
 		Watchdog:           cfg.Watchdog,
 	}, logger)
 	// Before raft starts, so raft's first metrics reach the sink.
