@@ -18,11 +18,12 @@ import (
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
+	"github.com/csisupd/csisupd/internal/server/volumeops"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
-var _ server.NodeVolumesClient = (*fakeNodeVolumes)(nil)
+var _ volumeops.NodeVolumesClient = (*fakeNodeVolumes)(nil)
 
 // claimEnv is a cluster with fake agents whose NodeVolumes services share
 // one fakeNodeVolumes, and the nodes that register them.

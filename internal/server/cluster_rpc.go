@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -16,7 +17,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/csisupd/csisupd/internal/server/volumeops"
 )
 
 // clusterService implements csisupd.v1.Cluster.
@@ -29,6 +30,8 @@ type clusterService struct {
 	heartbeats *leader.Heartbeats
 	// beats counts the node heartbeats this server handles as leader.
 	beats prometheus.Counter
+	// ops records the volume health the nodes report.
+	ops *volumeops.Ops
 }
 
 func (c *clusterService) PeerInfo(ctx context.Context, _ *csisupdv1.PeerInfoRequest) (*csisupdv1.PeerInfoResponse, error) {
@@ -199,7 +202,7 @@ func (c *clusterService) NodeVolumeHealth(ctx context.Context, req *csisupdv1.No
 	if !slices.ContainsFunc(v.GetClaims(), func(cl *statepb.VolumeClaim) bool { return cl.GetNodeId() == req.GetNodeId() }) {
 		return nil, status.Errorf(codes.PermissionDenied, "node %q has no claim on volume %q: it may report the health of its own volumes only", req.GetNodeId(), req.GetVolumeId())
 	}
-	if err := recordHealth(c.node, v, req.GetNodeId(), req.GetAbnormal(), req.GetMessage()); err != nil {
+	if err := c.ops.RecordHealth(v, req.GetNodeId(), req.GetAbnormal(), req.GetMessage()); err != nil {
 		return nil, err
 	}
 	return &csisupdv1.NodeVolumeHealthResponse{}, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/volumeops"
 	"github.com/csisupd/csisupd/internal/stream"
 	"github.com/csisupd/csisupd/internal/tlsutil"
 	"github.com/csisupd/csisupd/internal/watchdog"
@@ -82,12 +83,13 @@ type Config struct {
 
 	// Controllers calls controller RPCs on a node's agent. Defaults to the
 	// gRPC ClientCSI client.
-	Controllers ControllerClient
+	Controllers volumeops.ControllerClient
 	// NodeVolumes mounts and unmounts claimed volumes on a node's agent.
 	// Defaults to the gRPC NodeVolumes client.
-	NodeVolumes NodeVolumesClient
+	NodeVolumes volumeops.NodeVolumesClient
 	// IsRetryable reports whether a ClientCSI error means the next
-	// controller candidate should be tried. Defaults to DefaultIsRetryable.
+	// controller candidate should be tried. Defaults to
+	// volumeops.DefaultIsRetryable.
 	IsRetryable func(error) bool
 	// DialOptions are used for the gRPC connections to the other servers,
 	// and to agents unless AgentDialOptions is set. Defaults to insecure
@@ -156,14 +158,11 @@ func (c Config) agentDialOptions() []grpc.DialOption {
 }
 
 // withDefaults returns a copy of c with what is derived filled in: the
-// name from the id, the retry rule. Timings and sizes have no defaults
-// here (ServerTuning).
+// name from the id. Timings and sizes have no defaults here
+// (ServerTuning); the volume operations default the retry rule.
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = c.ID
-	}
-	if c.IsRetryable == nil {
-		c.IsRetryable = DefaultIsRetryable
 	}
 	return c
 }

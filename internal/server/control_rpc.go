@@ -14,6 +14,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
+	"github.com/csisupd/csisupd/internal/server/volumeops"
 	"github.com/csisupd/csisupd/internal/stream"
 	"github.com/csisupd/csisupd/internal/volreq"
 )
@@ -25,6 +26,9 @@ const maxSnapshotBytes = 512 << 20
 type controlService struct {
 	csisupdv1.UnimplementedControlServer
 	s *Server
+	// ops runs the volume work of the calls this server answers as
+	// leader.
+	ops *volumeops.Ops
 	// releases counts ReleaseVolume calls for defectPanic only.
 	releases atomic.Int64
 }
@@ -223,7 +227,7 @@ func (c *controlService) CreateVolume(ctx context.Context, req *csisupdv1.Volume
 			return cl.CreateVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeCreateResponse, error) {
-			v, err := c.s.createVolume(ctx, req)
+			v, err := c.ops.CreateVolume(ctx, req)
 			if err != nil {
 				return nil, err
 			}
@@ -240,7 +244,7 @@ func (c *controlService) RegisterVolume(ctx context.Context, req *csisupdv1.Volu
 			return cl.RegisterVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeRegisterResponse, error) {
-			v, err := c.s.registerVolume(ctx, statepb.VolumeFromAPI(req.GetVolume()))
+			v, err := c.ops.RegisterVolume(ctx, statepb.VolumeFromAPI(req.GetVolume()))
 			if err != nil {
 				return nil, err
 			}
@@ -257,7 +261,7 @@ func (c *controlService) DeleteVolume(ctx context.Context, req *csisupdv1.Volume
 			return cl.DeleteVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeDeleteResponse, error) {
-			left, err := c.s.deleteVolume(ctx, req)
+			left, err := c.ops.DeleteVolume(ctx, req)
 			if err != nil {
 				return nil, err
 			}
@@ -274,9 +278,9 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 			return cl.ClaimVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeClaimResponse, error) {
-			v, claim, err := c.s.claimVolume(ctx, req)
+			v, claim, err := c.ops.ClaimVolume(ctx, req)
 			if err != nil {
-				return nil, c.s.nodeUnreachable(req.GetNodeId(), err)
+				return nil, c.nodeUnreachable(req.GetNodeId(), err)
 			}
 			return &csisupdv1.VolumeClaimResponse{Volume: statepb.VolumeToAPI(v), Claim: statepb.VolumeClaimToAPI(claim)}, nil
 		})
@@ -297,9 +301,9 @@ func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.Volum
 			return cl.ReleaseVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeReleaseResponse, error) {
-			v, released, err := c.s.releaseVolume(ctx, req)
+			v, released, err := c.ops.ReleaseVolume(ctx, req)
 			if err != nil {
-				return nil, c.s.nodeUnreachable(req.GetNodeId(), err)
+				return nil, c.nodeUnreachable(req.GetNodeId(), err)
 			}
 			return &csisupdv1.VolumeReleaseResponse{Volume: statepb.VolumeToAPI(v), Released: uint32(released)}, nil
 		})
@@ -311,7 +315,7 @@ func (c *controlService) SetVolumeAvailability(ctx context.Context, req *csisupd
 			return cl.SetVolumeAvailability(ctx, req)
 		},
 		func() (*csisupdv1.VolumeAvailabilityResponse, error) {
-			v, err := c.s.setVolumeAvailability(req)
+			v, err := c.ops.SetVolumeAvailability(req)
 			if err != nil {
 				return nil, err
 			}
@@ -324,7 +328,7 @@ func (c *controlService) DrainPlugin(ctx context.Context, req *csisupdv1.PluginD
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginDrainResponse, error) {
 			return cl.DrainPlugin(ctx, req)
 		},
-		func() (*csisupdv1.PluginDrainResponse, error) { return c.s.drainPlugin(ctx, req) })
+		func() (*csisupdv1.PluginDrainResponse, error) { return c.ops.DrainPlugin(ctx, req) })
 }
 
 func (c *controlService) GetPluginDrain(ctx context.Context, req *csisupdv1.PluginDrainGetRequest) (*csisupdv1.PluginDrainResponse, error) {
@@ -336,7 +340,7 @@ func (c *controlService) GetPluginDrain(ctx context.Context, req *csisupdv1.Plug
 			return cl.GetPluginDrain(ctx, req)
 		},
 		func() (*csisupdv1.PluginDrainResponse, error) {
-			return c.s.pluginDrain(ctx, req.GetPluginId(), req.GetNodeId())
+			return c.ops.PluginDrain(ctx, req.GetPluginId(), req.GetNodeId())
 		})
 }
 
@@ -348,7 +352,7 @@ func (c *controlService) GetPluginCapacity(ctx context.Context, req *csisupdv1.P
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.PluginCapacityResponse, error) {
 			return cl.GetPluginCapacity(ctx, req)
 		},
-		func() (*csisupdv1.PluginCapacityResponse, error) { return c.s.pluginCapacity(ctx, req.GetPluginId()) })
+		func() (*csisupdv1.PluginCapacityResponse, error) { return c.ops.PluginCapacity(ctx, req.GetPluginId()) })
 }
 
 func (c *controlService) ListExternalVolumes(ctx context.Context, req *csisupdv1.ExternalListRequest) (*csisupdv1.ExternalVolumesResponse, error) {
@@ -359,7 +363,9 @@ func (c *controlService) ListExternalVolumes(ctx context.Context, req *csisupdv1
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.ExternalVolumesResponse, error) {
 			return cl.ListExternalVolumes(ctx, req)
 		},
-		func() (*csisupdv1.ExternalVolumesResponse, error) { return c.s.externalVolumes(ctx, req.GetPluginId()) })
+		func() (*csisupdv1.ExternalVolumesResponse, error) {
+			return c.ops.ExternalVolumes(ctx, req.GetPluginId())
+		})
 }
 
 func (c *controlService) ListExternalSnapshots(ctx context.Context, req *csisupdv1.ExternalListRequest) (*csisupdv1.ExternalSnapshotsResponse, error) {
@@ -371,7 +377,7 @@ func (c *controlService) ListExternalSnapshots(ctx context.Context, req *csisupd
 			return cl.ListExternalSnapshots(ctx, req)
 		},
 		func() (*csisupdv1.ExternalSnapshotsResponse, error) {
-			return c.s.externalSnapshots(ctx, req.GetPluginId())
+			return c.ops.ExternalSnapshots(ctx, req.GetPluginId())
 		})
 }
 
@@ -383,7 +389,7 @@ func (c *controlService) GetVolumeHealth(ctx context.Context, req *csisupdv1.Vol
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeHealthGetResponse, error) {
 			return cl.GetVolumeHealth(ctx, req)
 		},
-		func() (*csisupdv1.VolumeHealthGetResponse, error) { return c.s.volumeHealth(ctx, req.GetId()) })
+		func() (*csisupdv1.VolumeHealthGetResponse, error) { return c.ops.VolumeHealth(ctx, req.GetId()) })
 }
 
 // eventsPerSend is how many events WatchEvents reads from the buffer at

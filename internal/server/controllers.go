@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -12,59 +11,9 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
-// ControllerClient calls a controller RPC of plugin pluginID through the
-// ClientCSI service of the agent at addr.
-// Errors should keep the gRPC status the agent returned, so IsRetryable can
-// judge them.
-type ControllerClient interface {
-	// CreateVolume calls the plugin's CreateVolume.
-	CreateVolume(ctx context.Context, addr, pluginID string, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error)
-	// DeleteVolume calls the plugin's DeleteVolume.
-	DeleteVolume(ctx context.Context, addr, pluginID string, req *csi.DeleteVolumeRequest) error
-	// PublishVolume calls the plugin's ControllerPublishVolume.
-	PublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error)
-	// UnpublishVolume calls the plugin's ControllerUnpublishVolume.
-	UnpublishVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerUnpublishVolumeRequest) error
-	// ExpandVolume calls the plugin's ControllerExpandVolume.
-	ExpandVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error)
-	// CreateSnapshot calls the plugin's CreateSnapshot.
-	CreateSnapshot(ctx context.Context, addr, pluginID string, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error)
-	// DeleteSnapshot calls the plugin's DeleteSnapshot.
-	DeleteSnapshot(ctx context.Context, addr, pluginID string, req *csi.DeleteSnapshotRequest) error
-	// ListSnapshots calls the plugin's ListSnapshots.
-	ListSnapshots(ctx context.Context, addr, pluginID string, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error)
-	// GetSnapshot calls the plugin's GetSnapshot.
-	GetSnapshot(ctx context.Context, addr, pluginID string, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error)
-	// ModifyVolume calls the plugin's ControllerModifyVolume.
-	ModifyVolume(ctx context.Context, addr, pluginID string, req *csi.ControllerModifyVolumeRequest) error
-	// ListVolumes calls the plugin's ListVolumes.
-	ListVolumes(ctx context.Context, addr, pluginID string, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error)
-	// GetVolumeHealth calls the plugin's ControllerGetVolumeHealth.
-	GetVolumeHealth(ctx context.Context, addr, pluginID string, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error)
-	// ListVolumeHealth calls the plugin's ControllerListVolumeHealth.
-	ListVolumeHealth(ctx context.Context, addr, pluginID string, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error)
-	// GetCapacity calls the plugin's GetCapacity.
-	GetCapacity(ctx context.Context, addr, pluginID string, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error)
-}
-
-// DefaultIsRetryable reports whether a ClientCSI error means the next
-// controller candidate may succeed: errors marked retryable, a plugin that is
-// not on the node, or an agent that cannot be reached.
-func DefaultIsRetryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	if csisupdv1.IsRetryable(err) || csisupdv1.IsPluginNotFound(err) {
-		return true
-	}
-	if errors.Is(err, context.Canceled) {
-		return false
-	}
-	return status.Code(err) == codes.Unavailable
-}
-
-// grpcControllers implements ControllerClient with the ClientCSI gRPC
-// service.
+// grpcControllers implements volumeops.ControllerClient with the
+// ClientCSI gRPC service of the agents, over the pool of connections to
+// them.
 type grpcControllers struct {
 	conns *connPool
 }

@@ -10,17 +10,22 @@
 // the leader's duties for each term this server leads. The parts, each a
 // package of its own (arrows: what a package may import):
 //
-//	server     services, forwarding, the leader loop, the claim and volume
-//	 |         flows that call controllers and agents, metrics; wires:
-//	 |-> claims    pure claim rules and the claim state machine
-//	 |-> leader    leader duties: node heartbeat timers, volume watcher
-//	 |-> raftnode  raft setup, TLS stream layer, bootstrap, join, autopilot,
-//	 |             peers.json recovery, write batching
-//	 '-> fsm       raft log commands -> state writes and cluster events
-//	      '-> state  memdb schema, reads, pages, ACL tables, snapshots
+//	server     services, forwarding, the leader loop, metrics; wires:
+//	 |-> volumeops  every volume operation (create, claim, release,
+//	 |              snapshots, expansion, health, drain, placement and
+//	 |              routing of controller calls) behind one type, Ops
+//	 |-> leader     leader duties: node heartbeat timers, volume watcher
+//	 |              (which reaches the volume operations through one
+//	 |              interface, VolumeWork)
+//	 |-> raftnode   raft setup, TLS stream layer, bootstrap, join,
+//	 |              autopilot, peers.json recovery, write batching
+//	 '-> fsm        raft log commands -> state writes and cluster events
+//	      |-> rules   pure rules of volumes and claims
+//	      '-> state   memdb schema, reads, pages, ACL tables, snapshots
 //
-// leader may import claims and state, and fsm claims and state; state
-// imports neither raft nor gRPC.
+// volumeops may import leader (the watchdog beats a context carries),
+// rules and state; leader rules and state, and fsm rules and state;
+// state imports neither raft nor gRPC.
 //
 // The replicated state is held in the storage messages of package statepb:
 // raft log entries, snapshots (and the files of `operator snapshot save`)
@@ -32,29 +37,14 @@
 // registered volume); requests and responses that are never stored are
 // used as they are.
 //
-// Volume claims run on the leader, one volume at a time (a lock per
-// volume, which create and delete take too). Every change of a claim or a
-// volume is a typed command that the FSM checks against the state it
-// applies to (package rules holds the rules both use), so the lock only
-// saves work: two leaders can never both admit a writer. A claim is
-// admitted by the rules of package rules, then recorded taken
-// (claim_take); the raft index of that write becomes its claim_index, set
-// by the FSM. Controller publish (shared by the claims of one node) and
-// the mount through the node's NodeVolumes service follow; both results
-// (publish context, host and staging paths) are recorded in one
-// claim_step after the mount. A claim left taken but unmounted (its
-// leader died in the middle) is finished by the volume watcher after
-// Config.ClaimResumeTimeout, or released when a step fails. A release
-// sends the node the claim's paths, so an agent that lost its record still
-// unmounts. A release walks back (unpublishing, node-unpublished,
-// controller-unpublished, then the claim is removed), also recorded step
-// by step, so that the leader's volume watcher (package leader) finishes
-// any release that a failed step, a failed claim or a leader change left
-// behind, from the replicated state alone. A claim whose node has been
-// down for longer than Config.ClaimGCGrace is marked node_gone and
-// released through the controller only; the node's agent removes its
-// mounts when it returns (Cluster.NodeClaims). Secrets of claims and
-// releases go to the plugin only: never into raft, events or logs.
+// The volume calls of the Control service check their request, forward
+// it to the leader, and there call package volumeops, which runs one
+// volume at a time and records every step through raft (its package
+// documentation holds the claim and release steps and the rules they
+// keep across crashes). Its clients of the agents' ClientCSI and
+// NodeVolumes services are implemented here, with gRPC over the pool of
+// connections to agents. Secrets of claims and releases go to the plugin
+// only: never into raft, events or logs.
 //
 // Control.WatchEvents reads the FSM's event buffer at the reader's pace:
 // the buffer keeps the newest Config.EventBufferSize batches, and a stream

@@ -324,7 +324,7 @@ func (j *journal) matching(prefixes ...string) []string {
 	return out
 }
 
-// fakeNodeVolumes implements server.NodeVolumesClient, and the NodeVolumes
+// fakeNodeVolumes implements volumeops.NodeVolumesClient, and the NodeVolumes
 // service of fake agents, with in-memory mounts. It answers as the
 // NodeVolumes service documented in api/csisupd/v1/volumes.proto of this
 // API version does: ids are checked (no "/", no ".."), a mount is keyed by

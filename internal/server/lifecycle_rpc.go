@@ -24,7 +24,7 @@ func (c *controlService) ExpandVolume(ctx context.Context, req *csisupdv1.Volume
 			return cl.ExpandVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeExpandResponse, error) {
-			v, err := c.s.expandVolume(ctx, req)
+			v, err := c.ops.ExpandVolume(ctx, req)
 			if err != nil {
 				return nil, err
 			}
@@ -41,7 +41,7 @@ func (c *controlService) ModifyVolume(ctx context.Context, req *csisupdv1.Volume
 			return cl.ModifyVolume(ctx, req)
 		},
 		func() (*csisupdv1.VolumeModifyResponse, error) {
-			v, err := c.s.modifyVolume(ctx, req)
+			v, err := c.ops.ModifyVolume(ctx, req)
 			if err != nil {
 				return nil, err
 			}
@@ -58,7 +58,7 @@ func (c *controlService) CreateVolumeSnapshot(ctx context.Context, req *csisupdv
 			return cl.CreateVolumeSnapshot(ctx, req)
 		},
 		func() (*csisupdv1.VolumeSnapshotCreateResponse, error) {
-			snap, err := c.s.createVolumeSnapshot(ctx, req)
+			snap, err := c.ops.CreateSnapshot(ctx, req)
 			if err != nil {
 				return nil, err
 			}
@@ -75,7 +75,7 @@ func (c *controlService) DeleteVolumeSnapshot(ctx context.Context, req *csisupdv
 			return cl.DeleteVolumeSnapshot(ctx, req)
 		},
 		func() (*csisupdv1.VolumeSnapshotDeleteResponse, error) {
-			if err := c.s.deleteVolumeSnapshot(ctx, req); err != nil {
+			if err := c.ops.DeleteSnapshot(ctx, req); err != nil {
 				return nil, err
 			}
 			return &csisupdv1.VolumeSnapshotDeleteResponse{}, nil

@@ -10,29 +10,9 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
 
-// NodeVolumesClient mounts and unmounts volumes through the NodeVolumes
-// service of the agent at addr, for volume claims.
-// Errors should keep the gRPC status the agent returned.
-type NodeVolumesClient interface {
-	// MountVolume stages (when needed) and publishes a volume for a
-	// workload, and returns the mount.
-	MountVolume(ctx context.Context, addr string, req *csisupdv1.MountVolumeRequest) (*csisupdv1.Mount, error)
-	// UnmountVolume unpublishes a volume for a workload (and unstages it
-	// after its last workload). A mount that does not exist succeeds.
-	UnmountVolume(ctx context.Context, addr string, req *csisupdv1.UnmountVolumeRequest) error
-	// ExpandVolume calls NodeExpandVolume on a mount of the volume on the
-	// node, with that mount's paths, and returns the size the plugin
-	// reported.
-	ExpandVolume(ctx context.Context, addr string, req *csisupdv1.ExpandVolumeRequest) (int64, error)
-	// VolumeHealth calls NodeGetVolumeHealth on a mount of the volume on
-	// the node.
-	VolumeHealth(ctx context.Context, addr string, req *csisupdv1.VolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error)
-	// ListMounts returns the mounts the node's agent holds.
-	ListMounts(ctx context.Context, addr string, req *csisupdv1.ListMountsRequest) ([]*csisupdv1.Mount, error)
-}
-
-// grpcNodeVolumes implements NodeVolumesClient with the NodeVolumes gRPC
-// service.
+// grpcNodeVolumes implements volumeops.NodeVolumesClient with the
+// NodeVolumes gRPC service of the agents, over the pool of connections to
+// them.
 type grpcNodeVolumes struct {
 	conns *connPool
 }
@@ -123,14 +103,14 @@ func agentError(addr string, err error) error {
 // agent of node nodeID reached no agent into Unavailable with the
 // NodeUnreachable detail naming the node, which the CLI tells apart from
 // an answer of the agent. Any other error is returned as it is.
-func (s *Server) nodeUnreachable(nodeID string, err error) error {
+func (c *controlService) nodeUnreachable(nodeID string, err error) error {
 	var nr *agentNotReachedError
 	if !errors.As(err, &nr) {
 		return err
 	}
 	// Only the agent of the request's node: a controller call goes to
 	// another node's agent.
-	if node := s.State().Node(nodeID); node == nil || node.GetAddress() != nr.addr {
+	if node := c.s.State().Node(nodeID); node == nil || node.GetAddress() != nr.addr {
 		return err
 	}
 	return csisupdv1.NewNodeUnreachableError(nodeID, nr.addr, err)

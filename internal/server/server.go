@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -14,13 +13,12 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
-	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
-	"github.com/csisupd/csisupd/internal/watchdog"
+	"github.com/csisupd/csisupd/internal/server/volumeops"
 )
 
 // Server is one csisupd server: a raft member with the replicated state
@@ -37,19 +35,13 @@ type Server struct {
 
 	leaderReady atomic.Bool
 
-	conns       *connPool // to the other servers
-	agentConns  *connPool // to agents (ClientCSI)
-	heartbeats  *leader.Heartbeats
-	watcher     *leader.Watcher
-	controllers ControllerClient
-	nodeVolumes NodeVolumesClient
-	pluginLocks keylock.Set
-	// volumeLocks serialise the work on one volume: claims, releases, the
-	// volume watcher, and the writes of create, register and delete.
-	volumeLocks keylock.Set
-	// snapshotLocks serialise the work on one volume snapshot: its
-	// create, its delete and the volume watcher.
-	snapshotLocks keylock.Set
+	conns      *connPool // to the other servers
+	agentConns *connPool // to agents (ClientCSI)
+	heartbeats *leader.Heartbeats
+	watcher    *leader.Watcher
+	// ops runs the volume operations, for the Control service and the
+	// volume watcher.
+	ops *volumeops.Ops
 
 	metrics *serverMetrics
 
@@ -83,33 +75,6 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		agentConns: newConnPool(cfg.Connect, cfg.agentDialOptions()),
 		shutdownCh: make(chan struct{}),
 	}
-	s.controllers = cfg.Controllers
-	if s.controllers == nil {
-		s.controllers = &grpcControllers{conns: s.agentConns}
-	}
-	s.nodeVolumes = cfg.NodeVolumes
-	if s.nodeVolumes == nil {
-		s.nodeVolumes = &grpcNodeVolumes{conns: s.agentConns}
-	}
-	s.watcher = leader.NewWatcher(leader.WatcherConfig{
-		Interval:           cfg.VolumeWatchInterval,
-		MaxBackoff:         config.MaxVolumeWatchBackoff,
-		ClaimGCGrace:       cfg.ClaimGCGrace,
-		State:              s.State,
-		Locks:              &s.volumeLocks,
-		ClaimResumeTimeout: cfg.ClaimResumeTimeout,
-		ReleaseWithoutNode: s.releaseWithoutNode,
-		StartRelease:       s.startRelease,
-		Release:            s.resumeRelease,
-		Finish:             s.resumeClaim,
-		FollowSnapshot:     s.followSnapshot,
-		ResumeExpansion:    s.resumeExpansion,
-		Watchdog:           cfg.Watchdog,
-	}, logger)
-	// Before raft starts, so raft's first metrics reach the sink.
-	if s.metrics, err = newServerMetrics(s, cfg.Metrics); err != nil {
-		return nil, err
-	}
 	// A restore on the leader (an operator's snapshot restore) must make
 	// the leader forget which nodes it heard from.
 	// The timers exist before raft starts, which may restore a snapshot;
@@ -122,6 +87,23 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		State:        s.State,
 		Apply:        func(e *statepb.LogEntry) (uint64, error) { return s.node.ApplyBatched(e) },
 	}, logger)
+	if s.ops, err = volumeops.New(s.volumeOpsConfig(), logger); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.watcher = leader.NewWatcher(leader.WatcherConfig{
+		Interval:           cfg.VolumeWatchInterval,
+		MaxBackoff:         config.MaxVolumeWatchBackoff,
+		ClaimGCGrace:       cfg.ClaimGCGrace,
+		State:              s.State,
+		Locks:              s.ops.VolumeLocks(),
+		ClaimResumeTimeout: cfg.ClaimResumeTimeout,
+		Work:               s.ops,
+		Watchdog:           cfg.Watchdog,
+	}, logger)
+	// Before raft starts, so raft's first metrics reach the sink.
+	if s.metrics, err = newServerMetrics(s, cfg.Metrics); err != nil {
+		return nil, err
+	}
 	if s.fsm, err = fsm.New(fsm.Config{Events: events, OnRestore: s.heartbeats.Restored}); err != nil {
 		s.metrics.close()
 		return nil, fmt.Errorf("server: %w", err)
@@ -134,6 +116,36 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// volumeOpsConfig is what the volume operations use of this server: its
+// state, its raft writes and leadership check, the clients of the agents
+// (gRPC over the pool of connections to agents unless the config gives
+// its own), the heartbeat timers' record of the nodes heard from, and the
+// volume watcher's wake-up.
+func (s *Server) volumeOpsConfig() volumeops.Config {
+	cfg := volumeops.Config{
+		State: s.State,
+		Apply: func(e *statepb.LogEntry) (uint64, error) {
+			index, err := s.node.Apply(e)
+			return index, toStatus(err)
+		},
+		ConfirmLeader: func() error { return s.fwd.consistentRead() },
+		Controllers:   s.cfg.Controllers,
+		NodeVolumes:   s.cfg.NodeVolumes,
+		Nodes:         s.heartbeats,
+		IsRetryable:   s.cfg.IsRetryable,
+		KickWatcher:   func() { s.watcher.Kick() },
+		RPCTimeout:    s.cfg.RPCTimeout,
+		ApplyTimeout:  s.cfg.ApplyTimeout,
+	}
+	if cfg.Controllers == nil {
+		cfg.Controllers = &grpcControllers{conns: s.agentConns}
+	}
+	if cfg.NodeVolumes == nil {
+		cfg.NodeVolumes = &grpcNodeVolumes{conns: s.agentConns}
+	}
+	return cfg
+}
+
 // serverConn returns the pooled connection to the server at addr.
 func (s *Server) serverConn(addr string) (grpc.ClientConnInterface, error) {
 	return s.conns.get(addr)
@@ -141,9 +153,9 @@ func (s *Server) serverConn(addr string) (grpc.ClientConnInterface, error) {
 
 // Register registers the Control, Cluster and ACL services on g.
 func (s *Server) Register(g *grpc.Server) {
-	csisupdv1.RegisterControlServer(g, &controlService{s: s})
+	csisupdv1.RegisterControlServer(g, &controlService{s: s, ops: s.ops})
 	csisupdv1.RegisterClusterServer(g, &clusterService{id: s.cfg.ID, fwd: s.fwd, node: s.node, state: s.State,
-		heartbeats: s.heartbeats, beats: s.metrics.heartbeats})
+		heartbeats: s.heartbeats, beats: s.metrics.heartbeats, ops: s.ops})
 	csisupdv1.RegisterACLServer(g, &aclService{fwd: s.fwd, node: s.node, state: s.State, logger: s.logger,
 		resetPath: filepath.Join(s.cfg.DataDir, ACLBootstrapResetFile)})
 }
@@ -216,122 +228,6 @@ func (s *Server) Term() uint64 { return s.node.Term() }
 
 // Configuration returns the current raft configuration.
 func (s *Server) Configuration() (raft.Configuration, error) { return s.node.Configuration() }
-
-func (s *Server) monitorLeadership() {
-	loop := s.cfg.Watchdog.Loop("server leadership monitor")
-	defer loop.Done()
-	type run struct {
-		cancel context.CancelFunc
-		done   chan struct{}
-	}
-	var cur *run
-	stop := func() {
-		if cur != nil {
-			cur.cancel()
-			<-cur.done
-			cur = nil
-		}
-	}
-	defer stop()
-	// A follower's watcher keeps its observations current, so that the
-	// grace periods go on counting if this server takes over.
-	observe := time.NewTicker(s.cfg.VolumeWatchInterval)
-	defer observe.Stop()
-	for {
-		loop.Beat()
-		select {
-		case <-loop.C():
-		case <-observe.C:
-			if cur == nil {
-				s.watcher.Observe(time.Now())
-			}
-		case isLeader := <-s.node.LeaderCh():
-			if isLeader && cur == nil {
-				ctx, cancel := context.WithCancel(context.Background())
-				cur = &run{cancel: cancel, done: make(chan struct{})}
-				go func(done chan struct{}) {
-					defer close(done)
-					s.leaderLoop(ctx)
-				}(cur.done)
-			} else if !isLeader {
-				stop()
-			}
-		case <-s.shutdownCh:
-			return
-		}
-	}
-}
-
-// leaderLoop runs the leader's duties until ctx ends: make the state
-// current, record this server, start heartbeat timers, autopilot, the
-// volume watcher and the volume health monitor.
-func (s *Server) leaderLoop(ctx context.Context) {
-	s.logger.Info("cluster leadership acquired")
-	defer s.logger.Info("cluster leadership lost")
-	// Registered for this term only; Done runs after the teardown below,
-	// so a teardown that hangs is seen.
-	loop := s.cfg.Watchdog.Loop("server leader loop")
-	defer loop.Done()
-	retries := s.cfg.Join.NewBackOff()
-	for {
-		loop.Busy(time.Now().Add(s.cfg.ApplyTimeout))
-		if err := s.node.RaftOp(func() raft.Future { return s.node.Raft().Barrier(s.cfg.ApplyTimeout) }); err == nil {
-			break
-		} else {
-			s.logger.Warn("leader barrier failed", "error", err)
-		}
-		if waitBeating(ctx, loop, retries.NextBackOff()) != nil {
-			return
-		}
-	}
-	loop.Busy(time.Now().Add(s.cfg.ApplyTimeout))
-	if err := s.node.RecordSelf(); err != nil {
-		s.logger.Warn("record own server address", "error", err)
-	}
-	s.node.MarkBootstrapped()
-	s.heartbeats.Initialize()
-	s.leaderReady.Store(true)
-	s.node.StartAutopilot(ctx)
-	watcherDone := make(chan struct{})
-	go func() {
-		defer close(watcherDone)
-		s.watcher.Run(ctx)
-	}()
-	healthDone := make(chan struct{})
-	go func() {
-		defer close(healthDone)
-		s.runHealthMonitor(ctx)
-	}()
-
-	for ctx.Err() == nil {
-		loop.Beat()
-		select {
-		case <-ctx.Done():
-		case <-loop.C():
-		}
-	}
-	s.leaderReady.Store(false)
-	s.heartbeats.Clear()
-	<-s.node.StopAutopilot()
-	<-watcherDone
-	<-healthDone
-}
-
-// waitBeating waits for d like retry.Wait, beating loop meanwhile.
-func waitBeating(ctx context.Context, loop *watchdog.Loop, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		loop.Beat()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		case <-loop.C():
-		}
-	}
-}
 
 // Ready reports whether this server is the leader and ready to serve
 // leader-only requests: it has applied everything committed before it took

@@ -16,9 +16,12 @@ const module = "github.com/csisupd/csisupd/"
 //
 // and inside the server role:
 //
-//	server -> {claims, leader, raftnode} -> fsm -> state, fsm -> claims -> state
+//	server -> {volumeops, leader, raftnode} -> fsm -> state, {volumeops, fsm} -> rules -> state
 //
-// with leader -> {claims, state}: the leader's duties never see the Server.
+// with leader -> {rules, state}: the leader's duties never see the Server,
+// and reach the volume operations only through their interface
+// (leader.VolumeWork); volumeops -> leader for the watchdog beats a
+// context carries and leader.ErrBusy only.
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all. Test-only
 // packages (testutil, testplugin and its journal reader, testregistrar,
@@ -38,7 +41,7 @@ var allowed = map[string][]string{
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog", "internal/kubeletreg"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
-	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/safefile", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/rules", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server":   {api, "internal/plugin", "internal/stream", "internal/retry", "internal/config", "internal/acl", "internal/safefile", "internal/tlsutil", "internal/keylock", "internal/watchdog", "internal/volreq", "internal/server/volumeops", "internal/server/rules", "internal/server/leader", "internal/server/raftnode", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	// statepb is the servers' storage format; it imports the API only to
 	// convert to and from it (its .proto files import no csisupd file).
 	"internal/server/statepb": {api},
@@ -49,7 +52,8 @@ var allowed = map[string][]string{
 	// The parts of the server role, bottom up: the state store; the claim
 	// rules, which read node statuses and plugin roles from it; the FSM
 	// that writes it; the raft member that runs the FSM; the leader's
-	// duties, which read the state and take what they call as funcs. The
+	// duties, which read the state and reach the volume operations through
+	// one interface. The
 	// state holds the storage messages (statepb) only: it never imports
 	// the API, whose messages the services convert to.
 	"internal/server/state":    {"internal/acl", "internal/plugin", "internal/server/statepb"},
@@ -57,6 +61,11 @@ var allowed = map[string][]string{
 	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 	"internal/server/raftnode": {api, "internal/retry", "internal/safefile", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
+	// The volume operations: the rules they admit by, the state they read
+	// and the commands they write, the volume locks, the watchdog beats
+	// of the watcher's loop (leader's context helpers) and the id syntax
+	// of volumes (config). Never the server, which wires them.
+	"internal/server/volumeops": {api, "internal/config", "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/leader", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
@@ -126,10 +135,14 @@ var allowed = map[string][]string{
 var forbiddenOutside = map[string][]string{
 	"internal/server/state": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
 	"internal/server/fsm":   {"google.golang.org/grpc"},
-	// claims is pure rules: it builds gRPC status errors, as the API's
+	// rules is pure rules: it builds gRPC status errors, as the API's
 	// error constructors do, but holds no connection and knows no raft.
 	"internal/server/rules":  {"github.com/hashicorp/raft", "google.golang.org/grpc="},
 	"internal/server/leader": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
+	// volumeops reaches the agents through its client interfaces: it
+	// builds gRPC status errors, but holds no connection and knows no
+	// raft.
+	"internal/server/volumeops": {"github.com/hashicorp/raft", "google.golang.org/grpc="},
 	// volreq is the API's messages and the standard library only.
 	"internal/volreq": {"github.com", "golang.org", "google.golang.org/grpc"},
 	// volspec parses files; it makes no calls.

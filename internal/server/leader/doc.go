@@ -1,8 +1,9 @@
 // Package leader holds the duties only the raft leader runs: the node
 // heartbeat timers and the volume watcher. Each takes what it reads and
 // calls in its Config (the current state, a func that writes through
-// raft, the claim flow's release steps, the volume locks) and holds no
-// server.
+// raft, the volume locks) and holds no server; the watcher reaches the
+// volume operations only through one interface, VolumeWork, which
+// package volumeops implements.
 //
 // Node heartbeats follow Nomad's model: the leader keeps one in-memory TTL
 // timer per node and writes to raft only when a node's status changes.

@@ -25,38 +25,45 @@ type WatcherConfig struct {
 	// claim is released without it.
 	ClaimGCGrace time.Duration
 	// ClaimResumeTimeout is how long a claim may stay taken but not
-	// mounted before the watcher finishes it with Finish. Required.
+	// mounted before the watcher finishes it with Work.Finish. Required.
 	ClaimResumeTimeout time.Duration
 	// State returns the current replicated state. Required.
 	State func() *state.Store
 	// Locks are the volume locks the claim flow takes too; the watcher
 	// skips a volume someone else works on. Required.
 	Locks *keylock.Set
-	// ReleaseWithoutNode records that a claim is released without its node
-	// and returns the claim as stored. The caller holds the volume's lock.
-	// Required.
-	ReleaseWithoutNode func(ref rules.Ref) (*statepb.VolumeClaim, error)
-	// Release runs the release steps of one claim from its recorded state
-	// until it is freed. The caller holds the volume's lock. Required.
-	Release func(ctx context.Context, ref rules.Ref) error
-	// StartRelease records that a taken claim of a draining volume starts
-	// its release, and returns the claim as stored. The caller holds the
-	// volume's lock. Required.
-	StartRelease func(ref rules.Ref) (*statepb.VolumeClaim, error)
-	// Finish runs the steps a taken but unfinished claim lacks and
-	// records the result, or starts its release when a step fails. The
-	// caller holds the volume's lock. Required.
-	Finish func(ctx context.Context, ref rules.Ref) error
-	// FollowSnapshot does the next step of a volume snapshot that is being
-	// created or deleted, or is not ready to use yet (rules.SnapshotNeedsWork).
-	// It takes the snapshot's lock itself and returns ErrBusy at once when
-	// someone else holds it. Optional.
-	FollowSnapshot func(ctx context.Context, id string) error
-	// ResumeExpansion finishes the expansion under way of a volume. The
-	// caller holds the volume's lock. Optional.
-	ResumeExpansion func(ctx context.Context, volumeID string) error
+	// Work runs the volume steps the watcher resumes. Required.
+	Work VolumeWork
 	// Watchdog, when set, tracks each term's watcher loop.
 	Watchdog *watchdog.Monitor
+}
+
+// VolumeWork is the volume work the watcher resumes; the servers' volume
+// operations implement it.
+type VolumeWork interface {
+	// ReleaseWithoutNode records that a claim is released without its
+	// node and returns the claim as stored. The caller holds the
+	// volume's lock.
+	ReleaseWithoutNode(ref rules.Ref) (*statepb.VolumeClaim, error)
+	// StartRelease records that a taken claim of a draining volume
+	// starts its release, and returns the claim as stored. The caller
+	// holds the volume's lock.
+	StartRelease(ref rules.Ref) (*statepb.VolumeClaim, error)
+	// Release runs the release steps of one claim from its recorded
+	// state until it is freed. The caller holds the volume's lock.
+	Release(ctx context.Context, ref rules.Ref) error
+	// Finish runs the steps a taken but unfinished claim lacks and
+	// records the result, or starts its release when a step fails. The
+	// caller holds the volume's lock.
+	Finish(ctx context.Context, ref rules.Ref) error
+	// FollowSnapshot does the next step of a volume snapshot that is
+	// being created or deleted, or is not ready to use yet
+	// (rules.SnapshotNeedsWork). It takes the snapshot's lock itself and
+	// returns ErrBusy at once when someone else holds it.
+	FollowSnapshot(ctx context.Context, id string) error
+	// ResumeExpansion finishes the expansion under way of a volume. The
+	// caller holds the volume's lock.
+	ResumeExpansion(ctx context.Context, volumeID string) error
 }
 
 // Watcher is the leader's loop that finishes from the replicated state
@@ -201,40 +208,36 @@ func (r *watchRun) pass(ctx context.Context) {
 // expansions under way, and the snapshots being created or deleted or
 // not ready yet. Each is retried with backoff after a failure.
 func (r *watchRun) lifecycle(ctx context.Context, live map[string]bool) {
-	if r.cfg.ResumeExpansion != nil {
-		for _, v := range r.cfg.State().Volumes("") {
-			if v.GetExpansion() == nil || ctx.Err() != nil {
-				continue
-			}
-			r.loop.Beat()
-			key := fmt.Sprintf("expand\x00%s\x00%d", v.GetId(), v.GetCreateIndex())
-			live[key] = true
-			r.retrying(ctx, key, "volume expansion", r.logger.With("volume", v.GetId()), func() error {
-				unlock, ok := r.cfg.Locks.TryLock(v.GetId())
-				if !ok {
-					return ErrBusy
-				}
-				defer unlock()
-				return r.cfg.ResumeExpansion(ctx, v.GetId())
-			})
+	for _, v := range r.cfg.State().Volumes("") {
+		if v.GetExpansion() == nil || ctx.Err() != nil {
+			continue
 		}
+		r.loop.Beat()
+		key := fmt.Sprintf("expand\x00%s\x00%d", v.GetId(), v.GetCreateIndex())
+		live[key] = true
+		r.retrying(ctx, key, "volume expansion", r.logger.With("volume", v.GetId()), func() error {
+			unlock, ok := r.cfg.Locks.TryLock(v.GetId())
+			if !ok {
+				return ErrBusy
+			}
+			defer unlock()
+			return r.cfg.Work.ResumeExpansion(ctx, v.GetId())
+		})
 	}
-	if r.cfg.FollowSnapshot != nil {
-		for _, snap := range r.cfg.State().VolumeSnapshots() {
-			if !rules.SnapshotNeedsWork(snap) || ctx.Err() != nil {
-				continue
-			}
-			r.loop.Beat()
-			key := fmt.Sprintf("snapshot\x00%s\x00%d", snap.GetId(), snap.GetCreateIndex())
-			live[key] = true
-			r.retrying(ctx, key, "volume snapshot step", r.logger.With("snapshot", snap.GetId(), "state", snap.GetState()), func() error {
-				return r.cfg.FollowSnapshot(ctx, snap.GetId())
-			})
+	for _, snap := range r.cfg.State().VolumeSnapshots() {
+		if !rules.SnapshotNeedsWork(snap) || ctx.Err() != nil {
+			continue
 		}
+		r.loop.Beat()
+		key := fmt.Sprintf("snapshot\x00%s\x00%d", snap.GetId(), snap.GetCreateIndex())
+		live[key] = true
+		r.retrying(ctx, key, "volume snapshot step", r.logger.With("snapshot", snap.GetId(), "state", snap.GetState()), func() error {
+			return r.cfg.Work.FollowSnapshot(ctx, snap.GetId())
+		})
 	}
 }
 
-// ErrBusy is what a hook of the watcher returns when someone else works
+// ErrBusy is what a VolumeWork method returns when someone else works
 // on the same thing now: the watcher looks again at its next pass, and
 // keeps the backoff of earlier failures.
 var ErrBusy = errors.New("someone else works on it")
@@ -282,7 +285,7 @@ func (r *watchRun) finish(ctx context.Context, volumeID string, c *statepb.Volum
 		}
 		log.Info("resuming unfinished volume claim", "claim_index", c.GetClaimIndex(), "taken_at", c.GetStateUpdatedAt().AsTime(),
 			"controller_published", c.GetControllerPublished())
-		return r.cfg.Finish(ctx, ref)
+		return r.cfg.Work.Finish(ctx, ref)
 	})
 }
 
@@ -300,7 +303,7 @@ func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.Volu
 		if drains(r.cfg.State().Volume(volumeID), c) {
 			log.Info("volume drains; releasing its claim")
 			var err error
-			if c, err = r.cfg.StartRelease(ref); err != nil {
+			if c, err = r.cfg.Work.StartRelease(ref); err != nil {
 				return fmt.Errorf("start the release of a draining volume's claim: %w", err)
 			}
 			r.resumed[key] = true
@@ -309,7 +312,7 @@ func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.Volu
 			log.Info("node down for longer than the claim gc grace; releasing the claim without it",
 				"claim_gc_grace", r.cfg.ClaimGCGrace, "state", c.GetState())
 			var err error
-			if c, err = r.cfg.ReleaseWithoutNode(ref); err != nil {
+			if c, err = r.cfg.Work.ReleaseWithoutNode(ref); err != nil {
 				return fmt.Errorf("mark the claim's node gone: %w", err)
 			}
 			r.resumed[key] = true
@@ -321,7 +324,7 @@ func (r *watchRun) release(ctx context.Context, volumeID string, c *statepb.Volu
 			r.resumed[key] = true
 			log.Info("resuming volume claim release", "state", c.GetState(), "node_gone", c.GetNodeGone(), "last_error", c.GetLastError())
 		}
-		return r.cfg.Release(ctx, ref)
+		return r.cfg.Work.Release(ctx, ref)
 	})
 }
 

@@ -73,11 +73,6 @@ func newLifecycleEnv(t *testing.T, interval time.Duration, vols []*statepb.Volum
 		}
 		return nil
 	})
-	noClaims := func(what string) {
-		env.mu.Lock()
-		env.errors = append(env.errors, what+" called without claims")
-		env.mu.Unlock()
-	}
 	env.w = NewWatcher(WatcherConfig{
 		Interval:           interval,
 		MaxBackoff:         4 * interval,
@@ -85,35 +80,57 @@ func newLifecycleEnv(t *testing.T, interval time.Duration, vols []*statepb.Volum
 		ClaimResumeTimeout: time.Hour,
 		State:              func() *state.Store { return st },
 		Locks:              env.locks,
-		ReleaseWithoutNode: func(rules.Ref) (*statepb.VolumeClaim, error) {
-			noClaims("ReleaseWithoutNode")
-			return nil, errors.New("no claims")
-		},
-		Release: func(context.Context, rules.Ref) error { noClaims("Release"); return nil },
-		StartRelease: func(rules.Ref) (*statepb.VolumeClaim, error) {
-			noClaims("StartRelease")
-			return nil, errors.New("no claims")
-		},
-		Finish: func(context.Context, rules.Ref) error { noClaims("Finish"); return nil },
-		ResumeExpansion: func(ctx context.Context, id string) error {
-			// The watcher holds the volume's lock for the call.
-			if unlock, ok := env.locks.TryLock(id); ok {
-				unlock()
-				env.mu.Lock()
-				env.errors = append(env.errors, "ResumeExpansion of "+id+" called without the volume's lock")
-				env.mu.Unlock()
-			}
-			return expand(env, id, env.count("expand/"+id))
-		},
-		FollowSnapshot: func(ctx context.Context, id string) error {
-			n := env.count("follow/" + id)
-			if id == sentinel {
-				return nil
-			}
-			return follow(env, id, n)
-		},
+		Work:               &lifecycleWork{env: env, expand: expand, follow: follow},
 	}, nil)
 	return env
+}
+
+// lifecycleWork is the watcher's volume work in a lifecycleEnv: its
+// claim steps are never due (the env holds no claims), and its lifecycle
+// steps count their calls and act as their hooks say.
+type lifecycleWork struct {
+	env            *lifecycleEnv
+	expand, follow hook
+}
+
+func (w *lifecycleWork) noClaims(what string) {
+	w.env.mu.Lock()
+	w.env.errors = append(w.env.errors, what+" called without claims")
+	w.env.mu.Unlock()
+}
+
+func (w *lifecycleWork) ReleaseWithoutNode(rules.Ref) (*statepb.VolumeClaim, error) {
+	w.noClaims("ReleaseWithoutNode")
+	return nil, errors.New("no claims")
+}
+
+func (w *lifecycleWork) StartRelease(rules.Ref) (*statepb.VolumeClaim, error) {
+	w.noClaims("StartRelease")
+	return nil, errors.New("no claims")
+}
+
+func (w *lifecycleWork) Release(context.Context, rules.Ref) error { w.noClaims("Release"); return nil }
+
+func (w *lifecycleWork) Finish(context.Context, rules.Ref) error { w.noClaims("Finish"); return nil }
+
+func (w *lifecycleWork) ResumeExpansion(ctx context.Context, id string) error {
+	env := w.env
+	// The watcher holds the volume's lock for the call.
+	if unlock, ok := env.locks.TryLock(id); ok {
+		unlock()
+		env.mu.Lock()
+		env.errors = append(env.errors, "ResumeExpansion of "+id+" called without the volume's lock")
+		env.mu.Unlock()
+	}
+	return w.expand(env, id, env.count("expand/"+id))
+}
+
+func (w *lifecycleWork) FollowSnapshot(ctx context.Context, id string) error {
+	n := w.env.count("follow/" + id)
+	if id == sentinel {
+		return nil
+	}
+	return w.follow(w.env, id, n)
 }
 
 // run runs the watcher until the test ends.
@@ -424,15 +441,21 @@ func newGraceEnv(t *testing.T, at *timestamppb.Timestamp, grace time.Duration) g
 		return nil
 	})
 	env.w.cfg.ClaimGCGrace, env.w.cfg.ClaimResumeTimeout = grace, grace
-	env.w.cfg.ReleaseWithoutNode = func(ref rules.Ref) (*statepb.VolumeClaim, error) {
-		env.count("gone/" + ref.NodeID)
-		return &statepb.VolumeClaim{NodeId: ref.NodeID, WorkloadId: ref.WorkloadID, State: rules.StateTaken}, nil
-	}
-	env.w.cfg.Finish = func(_ context.Context, ref rules.Ref) error {
-		env.count("finish/" + ref.NodeID)
-		return nil
-	}
+	env.w.cfg.Work = graceWork{env.w.cfg.Work.(*lifecycleWork)}
 	return graceEnv{env}
+}
+
+// graceWork counts the releases without a node and the finished claims.
+type graceWork struct{ *lifecycleWork }
+
+func (w graceWork) ReleaseWithoutNode(ref rules.Ref) (*statepb.VolumeClaim, error) {
+	w.env.count("gone/" + ref.NodeID)
+	return &statepb.VolumeClaim{NodeId: ref.NodeID, WorkloadId: ref.WorkloadID, State: rules.StateTaken}, nil
+}
+
+func (w graceWork) Finish(_ context.Context, ref rules.Ref) error {
+	w.env.count("finish/" + ref.NodeID)
+	return nil
 }
 
 // afterPasses waits for three passes and reports whether the claim on

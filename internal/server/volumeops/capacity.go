@@ -1,4 +1,4 @@
-package server
+package volumeops
 
 import (
 	"cmp"
@@ -14,13 +14,13 @@ import (
 	"github.com/csisupd/csisupd/internal/plugin"
 )
 
-// pluginCapacity asks GetCapacity once per accessible topology segment of
+// PluginCapacity asks GetCapacity once per accessible topology segment of
 // the plugin's healthy controllers, through the controllers of that
 // segment in candidate order until one answers. Controllers without a
 // topology are asked once, without a segment: they speak for storage
 // that every node reaches.
-func (s *Server) pluginCapacity(ctx context.Context, pluginID string) (*csisupdv1.PluginCapacityResponse, error) {
-	cands, err := s.capableControllers(pluginID, plugin.CapGetCapacity)
+func (o *Ops) PluginCapacity(ctx context.Context, pluginID string) (*csisupdv1.PluginCapacityResponse, error) {
+	cands, err := o.capableControllers(pluginID, plugin.CapGetCapacity)
 	if err != nil {
 		return nil, err
 	}
@@ -45,8 +45,8 @@ func (s *Server) pluginCapacity(ctx context.Context, pluginID string) (*csisupdv
 		var errs []string
 		for _, c := range bySegment[key] {
 			out.ControllerNodeId = c.nodeID
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
-			got, err := s.controllers.GetCapacity(cctx, c.addr, pluginID, req)
+			cctx, cancel := context.WithTimeout(ctx, o.cfg.RPCTimeout)
+			got, err := o.cfg.Controllers.GetCapacity(cctx, c.addr, pluginID, req)
 			cancel()
 			if err != nil {
 				errs = append(errs, c.nodeID+": "+status.Convert(err).Message())

@@ -1,4 +1,4 @@
-package server
+package volumeops
 
 import (
 	"context"
@@ -28,9 +28,9 @@ type expansionPlugin struct {
 	pluginCaps []string
 }
 
-func (s *Server) expansionOf(pluginID string) expansionPlugin {
+func (o *Ops) expansionOf(pluginID string) expansionPlugin {
 	var e expansionPlugin
-	p := s.State().Plugin(pluginID)
+	p := o.cfg.State().Plugin(pluginID)
 	if p == nil {
 		return e
 	}
@@ -51,11 +51,11 @@ func (s *Server) expansionOf(pluginID string) expansionPlugin {
 	return e
 }
 
-// expandVolume runs on the leader: it records the expansion, then drives
+// ExpandVolume runs on the leader: it records the expansion, then drives
 // it to its end (driveExpansion). A failure leaves the expansion recorded
 // with its last error, and the volume watcher finishes it.
-func (s *Server) expandVolume(ctx context.Context, req *csisupdv1.VolumeExpandRequest) (*statepb.Volume, error) {
-	v, unlock, err := s.lockVolume(ctx, req.GetId())
+func (o *Ops) ExpandVolume(ctx context.Context, req *csisupdv1.VolumeExpandRequest) (*statepb.Volume, error) {
+	v, unlock, err := o.lockVolume(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (s *Server) expandVolume(ctx context.Context, req *csisupdv1.VolumeExpandRe
 		return v, err
 	}
 	if v.GetExpansion() == nil {
-		exp := s.expansionOf(v.GetPluginId())
+		exp := o.expansionOf(v.GetPluginId())
 		if !exp.controller && !exp.node {
 			return nil, csisupdv1.NewCapabilityMissingError(v.GetPluginId(), "ExpandVolume", plugin.CapExpandVolume)
 		}
@@ -76,50 +76,46 @@ func (s *Server) expandVolume(ctx context.Context, req *csisupdv1.VolumeExpandRe
 		if !exp.controller {
 			first = rules.ExpansionNodes
 		}
-		if v, err = s.applyExpansion(rules.NewExpansion(v, req.GetCapacityMinBytes(), limit, first, timestamppb.Now())); err != nil {
+		if v, err = o.applyExpansion(rules.NewExpansion(v, req.GetCapacityMinBytes(), limit, first, timestamppb.Now())); err != nil {
 			return nil, err
 		}
 	}
-	return s.driveExpansion(ctx, v, req.GetSecrets())
+	return o.driveExpansion(ctx, v, req.GetSecrets())
 }
 
-// resumeExpansion is the volume watcher's step for a volume whose
+// ResumeExpansion is the volume watcher's step for a volume whose
 // expansion is under way; the caller holds the volume's lock.
-func (s *Server) resumeExpansion(ctx context.Context, volumeID string) error {
-	v := s.State().Volume(volumeID)
+func (o *Ops) ResumeExpansion(ctx context.Context, volumeID string) error {
+	v := o.cfg.State().Volume(volumeID)
 	if v == nil || v.GetExpansion() == nil {
 		return nil
 	}
-	s.logger.Info("resuming volume expansion", "volume", volumeID, "capacity", v.GetExpansion().GetCapacityBytes(),
+	o.logger.Info("resuming volume expansion", "volume", volumeID, "capacity", v.GetExpansion().GetCapacityBytes(),
 		"state", v.GetExpansion().GetState(), "nodes_pending", v.GetExpansion().GetNodesPending())
-	_, err := s.driveExpansion(ctx, v, nil)
+	_, err := o.driveExpansion(ctx, v, nil)
 	return err
-}
-
-func (s *Server) applyExpansion(cmd *statepb.VolumeExpandCommand) (*statepb.Volume, error) {
-	return s.applyVolume(cmd.GetVolumeId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeExpand{VolumeExpand: cmd}})
 }
 
 // driveExpansion runs the steps of v's expansion from its recorded state:
 // ControllerExpandVolume (state controller), then NodeExpandVolume on each
 // pending node (state nodes), recording each step through raft before the
 // next, so that a new leader goes on where this one stopped.
-func (s *Server) driveExpansion(ctx context.Context, v *statepb.Volume, secrets map[string]string) (*statepb.Volume, error) {
+func (o *Ops) driveExpansion(ctx context.Context, v *statepb.Volume, secrets map[string]string) (*statepb.Volume, error) {
 	var err error
 	if v.GetExpansion().GetState() == rules.ExpansionController {
-		if v, err = s.expandController(ctx, v, secrets); err != nil {
+		if v, err = o.expandController(ctx, v, secrets); err != nil {
 			return nil, err
 		}
 	}
 	for v.GetExpansion() != nil && len(v.GetExpansion().GetNodesPending()) > 0 {
-		if v, err = s.expandNode(ctx, v, v.GetExpansion().GetNodesPending()[0], secrets); err != nil {
+		if v, err = o.expandNode(ctx, v, v.GetExpansion().GetNodesPending()[0], secrets); err != nil {
 			return nil, err
 		}
 	}
 	if e := v.GetExpansion(); e != nil {
 		// Every node is done: the volume has the size asked for, or what
 		// a node reported, whichever is larger.
-		return s.applyExpansion(rules.ExpansionStep(v, nil, max(v.GetCapacityBytes(), e.GetCapacityBytes())))
+		return o.applyExpansion(rules.ExpansionStep(v, nil, max(v.GetCapacityBytes(), e.GetCapacityBytes())))
 	}
 	return v, nil
 }
@@ -127,11 +123,11 @@ func (s *Server) driveExpansion(ctx context.Context, v *statepb.Volume, secrets 
 // expandController calls ControllerExpandVolume through a controller that
 // reaches the volume and records its answer: the new capacity, and the
 // nodes that need NodeExpandVolume when the plugin says so.
-func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secrets map[string]string) (*statepb.Volume, error) {
+func (o *Ops) expandController(ctx context.Context, v *statepb.Volume, secrets map[string]string) (*statepb.Volume, error) {
 	e := v.GetExpansion()
-	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapExpandVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
+	cands, err := o.placedControllers(v.GetPluginId(), plugin.CapExpandVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 	if err != nil {
-		return nil, s.expansionFailed(v, err, false)
+		return nil, o.expansionFailed(v, err, false)
 	}
 	csiReq := &csi.ControllerExpandVolumeRequest{
 		VolumeId:      v.GetExternalId(),
@@ -144,12 +140,12 @@ func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secret
 		}
 	}
 	var resp *csi.ControllerExpandVolumeResponse
-	if _, err := s.callControllers(ctx, "ControllerExpandVolume", cands, func(ctx context.Context, c candidate) error {
+	if _, err := o.callControllers(ctx, "ControllerExpandVolume", cands, func(ctx context.Context, c candidate) error {
 		var err error
-		resp, err = s.controllers.ExpandVolume(ctx, c.addr, v.GetPluginId(), csiReq)
+		resp, err = o.cfg.Controllers.ExpandVolume(ctx, c.addr, v.GetPluginId(), csiReq)
 		return err
 	}); err != nil {
-		return nil, s.expansionFailed(v, scrubbed(err, secrets), true)
+		return nil, o.expansionFailed(v, scrubbed(err, secrets), true)
 	}
 	next := proto.Clone(e).(*statepb.VolumeExpansion)
 	next.State, next.LastError = rules.ExpansionNodes, ""
@@ -157,20 +153,20 @@ func (s *Server) expandController(ctx context.Context, v *statepb.Volume, secret
 		next.NodesPending = rules.ExpansionNodesOf(v)
 	}
 	capacity := max(resp.GetCapacityBytes(), v.GetCapacityBytes())
-	return s.applyExpansion(rules.ExpansionStep(v, next, capacity))
+	return o.applyExpansion(rules.ExpansionStep(v, next, capacity))
 }
 
 // expandNode calls NodeExpandVolume on node through its agent, which uses
 // the volume and staging paths of its own mount of the volume, and
 // records the node as done. A node that no longer mounts the volume has
 // nothing to expand: it expands when the volume is staged there again.
-func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID string, secrets map[string]string) (*statepb.Volume, error) {
+func (o *Ops) expandNode(ctx context.Context, v *statepb.Volume, nodeID string, secrets map[string]string) (*statepb.Volume, error) {
 	e := v.GetExpansion()
-	node := s.State().Node(nodeID)
+	node := o.cfg.State().Node(nodeID)
 	stillMounted := slices.Contains(rules.ExpansionNodesOf(v), nodeID)
 	if node != nil && stillMounted {
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
-		_, err := s.nodeVolumes.ExpandVolume(cctx, node.GetAddress(), &csisupdv1.ExpandVolumeRequest{
+		cctx, cancel := context.WithTimeout(ctx, o.cfg.RPCTimeout)
+		_, err := o.cfg.NodeVolumes.ExpandVolume(cctx, node.GetAddress(), &csisupdv1.ExpandVolumeRequest{
 			PluginId:      v.GetPluginId(),
 			VolumeId:      v.GetId(),
 			RequiredBytes: e.GetCapacityBytes(),
@@ -179,17 +175,17 @@ func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID strin
 		})
 		cancel()
 		if err != nil && status.Code(err) != codes.NotFound {
-			return nil, s.expansionFailed(v, status.Errorf(status.Code(err), "node %s: %s", nodeID, status.Convert(scrubbed(err, secrets)).Message()), false)
+			return nil, o.expansionFailed(v, status.Errorf(status.Code(err), "node %s: %s", nodeID, status.Convert(scrubbed(err, secrets)).Message()), false)
 		}
 		if err == nil {
-			s.heartbeats.Confirm(nodeID)
+			o.cfg.Nodes.Confirm(nodeID)
 		}
 	}
 	next := proto.Clone(e).(*statepb.VolumeExpansion)
 	next.NodesPending = slices.DeleteFunc(next.NodesPending, func(n string) bool { return n == nodeID })
 	next.NodesDone = append(next.NodesDone, nodeID)
 	next.LastError = ""
-	return s.applyExpansion(rules.ExpansionStep(v, next, 0))
+	return o.applyExpansion(rules.ExpansionStep(v, next, 0))
 }
 
 // expansionFailed records a failed expansion step on the volume, for the
@@ -199,46 +195,19 @@ func (s *Server) expandNode(ctx context.Context, v *statepb.Volume, nodeID strin
 // the expansion is abandoned, after its error is recorded, and the volume
 // keeps its size. A controller that could not be found or reached is not
 // a refusal: the step may have happened.
-func (s *Server) expansionFailed(v *statepb.Volume, callErr error, answered bool) error {
+func (o *Ops) expansionFailed(v *statepb.Volume, callErr error, answered bool) error {
 	msg := status.Convert(callErr).Message()
 	next := proto.Clone(v.GetExpansion()).(*statepb.VolumeExpansion)
 	next.LastError = msg
-	v, err := s.applyExpansion(rules.ExpansionStep(v, next, 0))
+	v, err := o.applyExpansion(rules.ExpansionStep(v, next, 0))
 	if err != nil {
 		return errors.Join(callErr, err)
 	}
 	if answered && v.GetExpansion().GetState() == rules.ExpansionController && pluginRefusal(callErr) {
-		if _, err := s.applyExpansion(rules.ExpansionStep(v, nil, 0)); err != nil {
+		if _, err := o.applyExpansion(rules.ExpansionStep(v, nil, 0)); err != nil {
 			return errors.Join(callErr, err)
 		}
 		return status.Errorf(status.Code(callErr), "expand volume %q: %s (the plugin refused; the expansion is abandoned)", v.GetId(), msg)
 	}
 	return status.Errorf(status.Code(callErr), "expand volume %q: %s (the expansion is recorded; the cluster keeps trying)", v.GetId(), msg)
-}
-
-// modifyVolume runs on the leader: ControllerModifyVolume through a
-// controller that reaches the volume, then the mutable parameters are
-// recorded.
-func (s *Server) modifyVolume(ctx context.Context, req *csisupdv1.VolumeModifyRequest) (*statepb.Volume, error) {
-	if len(req.GetMutableParameters()) == 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "modify volume %q: mutable_parameters are required", req.GetId())
-	}
-	v, unlock, err := s.lockVolume(ctx, req.GetId())
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapModifyVolume, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
-	if err != nil {
-		return nil, err
-	}
-	csiReq := &csi.ControllerModifyVolumeRequest{VolumeId: v.GetExternalId(), MutableParameters: req.GetMutableParameters(), Secrets: req.GetSecrets()}
-	if _, err := s.callControllers(ctx, "ControllerModifyVolume", cands, func(ctx context.Context, c candidate) error {
-		return s.controllers.ModifyVolume(ctx, c.addr, v.GetPluginId(), csiReq)
-	}); err != nil {
-		return nil, scrubbed(err, req.GetSecrets())
-	}
-	return s.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeModify{VolumeModify: &statepb.VolumeModifyCommand{
-		VolumeId: v.GetId(), VolumeIndex: v.GetModifyIndex(), MutableParameters: req.GetMutableParameters(),
-	}}})
 }

@@ -1,4 +1,4 @@
-package server
+package volumeops
 
 import (
 	"cmp"
@@ -90,20 +90,20 @@ func listControllers[E any](ctx context.Context, timeout time.Duration, cands []
 	return out
 }
 
-// externalVolumes runs ListExternalVolumes on the leader.
-func (s *Server) externalVolumes(ctx context.Context, pluginID string) (*csisupdv1.ExternalVolumesResponse, error) {
-	cands, err := s.capableControllers(pluginID, plugin.CapListVolumes)
+// ExternalVolumes runs ListExternalVolumes on the leader.
+func (o *Ops) ExternalVolumes(ctx context.Context, pluginID string) (*csisupdv1.ExternalVolumesResponse, error) {
+	cands, err := o.capableControllers(pluginID, plugin.CapListVolumes)
 	if err != nil {
 		return nil, err
 	}
-	l := listControllers(ctx, s.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.ListVolumesResponse_Entry, string, error) {
-		resp, err := s.controllers.ListVolumes(ctx, c.addr, pluginID, &csi.ListVolumesRequest{MaxEntries: externalPageSize, StartingToken: token})
+	l := listControllers(ctx, o.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.ListVolumesResponse_Entry, string, error) {
+		resp, err := o.cfg.Controllers.ListVolumes(ctx, c.addr, pluginID, &csi.ListVolumesRequest{MaxEntries: externalPageSize, StartingToken: token})
 		return resp.GetEntries(), resp.GetNextToken(), err
 	}, func(e *csi.ListVolumesResponse_Entry) string { return e.GetVolume().GetVolumeId() })
 
 	resp := &csisupdv1.ExternalVolumesResponse{Complete: len(l.errs) == 0 && !l.truncated, Errors: l.errs, Truncated: l.truncated}
 	known := map[string]string{} // external id -> cluster id
-	for _, v := range s.State().Volumes(pluginID) {
+	for _, v := range o.cfg.State().Volumes(pluginID) {
 		known[v.GetExternalId()] = v.GetId()
 		if _, listed := l.entries[v.GetExternalId()]; !listed && resp.Complete {
 			resp.Volumes = append(resp.Volumes, &csisupdv1.ExternalVolume{ExternalId: v.GetExternalId(), ClusterId: v.GetId(), State: externalMissing})
@@ -123,20 +123,20 @@ func (s *Server) externalVolumes(ctx context.Context, pluginID string) (*csisupd
 	return resp, nil
 }
 
-// externalSnapshots runs ListExternalSnapshots on the leader.
-func (s *Server) externalSnapshots(ctx context.Context, pluginID string) (*csisupdv1.ExternalSnapshotsResponse, error) {
-	cands, err := s.capableControllers(pluginID, plugin.CapListSnapshots)
+// ExternalSnapshots runs ListExternalSnapshots on the leader.
+func (o *Ops) ExternalSnapshots(ctx context.Context, pluginID string) (*csisupdv1.ExternalSnapshotsResponse, error) {
+	cands, err := o.capableControllers(pluginID, plugin.CapListSnapshots)
 	if err != nil {
 		return nil, err
 	}
-	l := listControllers(ctx, s.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
-		resp, err := s.controllers.ListSnapshots(ctx, c.addr, pluginID, &csi.ListSnapshotsRequest{MaxEntries: externalPageSize, StartingToken: token})
+	l := listControllers(ctx, o.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
+		resp, err := o.cfg.Controllers.ListSnapshots(ctx, c.addr, pluginID, &csi.ListSnapshotsRequest{MaxEntries: externalPageSize, StartingToken: token})
 		return resp.GetEntries(), resp.GetNextToken(), err
 	}, func(e *csi.ListSnapshotsResponse_Entry) string { return e.GetSnapshot().GetSnapshotId() })
 
 	resp := &csisupdv1.ExternalSnapshotsResponse{Complete: len(l.errs) == 0 && !l.truncated, Errors: l.errs, Truncated: l.truncated}
 	known := map[string]string{}
-	for _, snap := range s.State().VolumeSnapshots() {
+	for _, snap := range o.cfg.State().VolumeSnapshots() {
 		if snap.GetPluginId() != pluginID || snap.GetExternalId() == "" {
 			continue // another plugin's, or not made yet
 		}

@@ -1,4 +1,4 @@
-package server
+package volumeops
 
 import (
 	"context"
@@ -11,48 +11,29 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/raftnode"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
-// runHealthMonitor asks the plugins' controllers for the health of their
-// volumes every VolumeHealthInterval until ctx ends (leadership ends).
-// It writes through raft only what changed, so that a steady state costs
-// the cluster nothing but the listings.
-func (s *Server) runHealthMonitor(ctx context.Context) {
-	if s.cfg.VolumeHealthInterval <= 0 {
-		return
-	}
-	loop := s.cfg.Watchdog.Loop("volume health monitor")
-	defer loop.Done()
-	for {
-		s.pollControllerHealth(ctx, loop)
-		if loop.Wait(ctx, s.cfg.VolumeHealthInterval) != nil {
-			return
-		}
-	}
-}
-
-// pollControllerHealth lists ControllerListVolumeHealth from the healthy
+// PollControllerHealth lists ControllerListVolumeHealth from the healthy
 // controllers of every plugin that has LIST_VOLUME_HEALTH and records the
 // condition of each listed volume the cluster knows, when it changed.
-func (s *Server) pollControllerHealth(ctx context.Context, loop *watchdog.Loop) {
-	for _, p := range s.State().Plugins() {
-		cands, err := s.capableControllers(p.ID, plugin.CapListVolumeHealth)
+func (o *Ops) PollControllerHealth(ctx context.Context, loop *watchdog.Loop) {
+	for _, p := range o.cfg.State().Plugins() {
+		cands, err := o.capableControllers(p.ID, plugin.CapListVolumeHealth)
 		if err != nil {
 			continue // no controller that can say
 		}
-		l := listControllers(ctx, s.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.VolumeHealth, string, error) {
-			loop.Busy(time.Now().Add(s.cfg.RPCTimeout))
-			resp, err := s.controllers.ListVolumeHealth(ctx, c.addr, p.ID, &csi.ControllerListVolumeHealthRequest{MaxEntries: externalPageSize, StartingToken: token})
+		l := listControllers(ctx, o.cfg.RPCTimeout, cands, func(ctx context.Context, c candidate, token string) ([]*csi.VolumeHealth, string, error) {
+			loop.Busy(time.Now().Add(o.cfg.RPCTimeout))
+			resp, err := o.cfg.Controllers.ListVolumeHealth(ctx, c.addr, p.ID, &csi.ControllerListVolumeHealthRequest{MaxEntries: externalPageSize, StartingToken: token})
 			return resp.GetEntries(), resp.GetNextToken(), err
 		}, func(h *csi.VolumeHealth) string { return h.GetVolumeId() })
 		for _, e := range l.errs {
-			s.logger.Warn("volume health not listed", "plugin", p.ID, "error", e)
+			o.logger.Warn("volume health not listed", "plugin", p.ID, "error", e)
 		}
-		for _, v := range s.State().Volumes(p.ID) {
+		for _, v := range o.cfg.State().Volumes(p.ID) {
 			h, listed := l.entries[v.GetExternalId()]
 			if !listed && !listedWhole(l.answered, v) {
 				continue // its controller was not heard in full: nothing is known
@@ -60,8 +41,8 @@ func (s *Server) pollControllerHealth(ctx context.Context, loop *watchdog.Loop) 
 			// A volume left out of a whole listing is healthy: CSI
 			// recommends listing only abnormal volumes.
 			abnormal, msg := plugin.VolumeCondition(h)
-			if err := recordHealth(s.node, v, rules.HealthSourceController, abnormal, msg); err != nil {
-				s.logger.Warn("record a volume's health", "volume", v.GetId(), "error", err)
+			if err := o.RecordHealth(v, rules.HealthSourceController, abnormal, msg); err != nil {
+				o.logger.Warn("record a volume's health", "volume", v.GetId(), "error", err)
 			}
 			loop.Beat()
 		}
@@ -78,35 +59,33 @@ func listedWhole(answered map[string]bool, v *statepb.Volume) bool {
 	return len(answered) > 0
 }
 
-// recordHealth writes through node what source reports of v's health
+// RecordHealth writes through raft what source reports of v's health
 // when it changes what is stored: the leader's monitor and the nodes'
 // reports alike, so that a steady state writes nothing.
-func recordHealth(node *raftnode.Node, v *statepb.Volume, source string, abnormal bool, message string) error {
+func (o *Ops) RecordHealth(v *statepb.Volume, source string, abnormal bool, message string) error {
 	if !rules.HealthChanged(v, source, abnormal, message) {
 		return nil
 	}
-	if _, err := node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
+	_, err := o.cfg.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_VolumeHealth{VolumeHealth: &statepb.VolumeHealthCommand{
 		VolumeId: v.GetId(), Source: source, Abnormal: abnormal, Message: message,
-	}}}); err != nil {
-		return toStatus(err)
-	}
-	return nil
+	}}})
+	return err
 }
 
-// volumeHealth runs GetVolumeHealth on the leader: the controller's
+// VolumeHealth runs GetVolumeHealth on the leader: the controller's
 // answer, then each node's that mounts the volume, each bounded by
 // RPCTimeout; a source that cannot answer gives its error.
-func (s *Server) volumeHealth(ctx context.Context, id string) (*csisupdv1.VolumeHealthGetResponse, error) {
-	v := s.State().Volume(id)
+func (o *Ops) VolumeHealth(ctx context.Context, id string) (*csisupdv1.VolumeHealthGetResponse, error) {
+	v := o.cfg.State().Volume(id)
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
 	}
 	resp := &csisupdv1.VolumeHealthGetResponse{Volume: statepb.VolumeToAPI(v)}
 	ctrl := &csisupdv1.VolumeHealthAnswer{Source: rules.HealthSourceController}
-	cands, err := s.placedControllers(v.GetPluginId(), plugin.CapGetVolumeHealth, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
+	cands, err := o.placedControllers(v.GetPluginId(), plugin.CapGetVolumeHealth, placementAt(v.GetAccessibleTopology(), v.GetControllerNodeId()))
 	if err == nil {
-		_, err = s.callControllers(ctx, "ControllerGetVolumeHealth", cands, func(ctx context.Context, c candidate) error {
-			h, err := s.controllers.GetVolumeHealth(ctx, c.addr, v.GetPluginId(), &csi.ControllerGetVolumeHealthRequest{VolumeId: v.GetExternalId()})
+		_, err = o.callControllers(ctx, "ControllerGetVolumeHealth", cands, func(ctx context.Context, c candidate) error {
+			h, err := o.cfg.Controllers.GetVolumeHealth(ctx, c.addr, v.GetPluginId(), &csi.ControllerGetVolumeHealthRequest{VolumeId: v.GetExternalId()})
 			if err == nil {
 				ctrl.NodeId = c.nodeID
 				ctrl.Abnormal, ctrl.Message = plugin.VolumeCondition(h.GetVolumeHealth())
@@ -128,14 +107,14 @@ func (s *Server) volumeHealth(ctx context.Context, id string) (*csisupdv1.Volume
 	slices.Sort(nodes)
 	for _, id := range nodes {
 		a := &csisupdv1.VolumeHealthAnswer{Source: id, NodeId: id}
-		node := s.State().Node(id)
+		node := o.cfg.State().Node(id)
 		if node == nil {
 			a.Error = "node not found"
 			resp.Answers = append(resp.Answers, a)
 			continue
 		}
-		hctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
-		h, err := s.nodeVolumes.VolumeHealth(hctx, node.GetAddress(), &csisupdv1.VolumeHealthRequest{PluginId: v.GetPluginId(), VolumeId: v.GetId()})
+		hctx, cancel := context.WithTimeout(ctx, o.cfg.RPCTimeout)
+		h, err := o.cfg.NodeVolumes.VolumeHealth(hctx, node.GetAddress(), &csisupdv1.VolumeHealthRequest{PluginId: v.GetPluginId(), VolumeId: v.GetId()})
 		cancel()
 		if err != nil {
 			a.Error = status.Convert(err).Message()

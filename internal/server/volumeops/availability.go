@@ -1,4 +1,4 @@
-package server
+package volumeops
 
 import (
 	"context"
@@ -12,68 +12,68 @@ import (
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
-// setVolumeAvailability runs on the leader: it records a volume's
+// SetVolumeAvailability runs on the leader: it records a volume's
 // availability. A draining volume's claims are released by the volume
 // watcher, which it wakes.
-func (s *Server) setVolumeAvailability(req *csisupdv1.VolumeAvailabilityRequest) (*statepb.Volume, error) {
+func (o *Ops) SetVolumeAvailability(req *csisupdv1.VolumeAvailabilityRequest) (*statepb.Volume, error) {
 	a, err := rules.ParseAvailability(req.GetAvailability())
 	if err != nil {
 		return nil, err
 	}
-	if s.State().Volume(req.GetId()) == nil {
+	if o.cfg.State().Volume(req.GetId()) == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	v, err := s.applyVolume(req.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeAvailability{
+	v, err := o.applyVolume(req.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_VolumeAvailability{
 		VolumeAvailability: &statepb.VolumeAvailabilityCommand{VolumeId: req.GetId(), Availability: a},
 	}})
 	if err != nil {
 		return nil, err
 	}
-	s.logger.Info("volume availability set", "volume", req.GetId(), "availability", rules.AvailabilityName(a))
+	o.logger.Info("volume availability set", "volume", req.GetId(), "availability", rules.AvailabilityName(a))
 	if a == rules.AvailabilityDrain {
-		s.watcher.Kick()
+		o.cfg.KickWatcher()
 	}
 	return v, nil
 }
 
-// drainPlugin runs on the leader: it starts or ends the drain of a plugin
+// DrainPlugin runs on the leader: it starts or ends the drain of a plugin
 // on a node, and answers what the node still holds of the plugin.
-func (s *Server) drainPlugin(ctx context.Context, req *csisupdv1.PluginDrainRequest) (*csisupdv1.PluginDrainResponse, error) {
+func (o *Ops) DrainPlugin(ctx context.Context, req *csisupdv1.PluginDrainRequest) (*csisupdv1.PluginDrainResponse, error) {
 	if req.GetPluginId() == "" || req.GetNodeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "plugin drain: plugin_id and node_id are required")
 	}
-	if s.State().Node(req.GetNodeId()) == nil {
+	if o.cfg.State().Node(req.GetNodeId()) == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId())
 	}
-	if _, err := s.node.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_PluginDrain{PluginDrain: &statepb.PluginDrainCommand{
+	if _, err := o.cfg.Apply(&statepb.LogEntry{Command: &statepb.LogEntry_PluginDrain{PluginDrain: &statepb.PluginDrainCommand{
 		NodeId: req.GetNodeId(), PluginId: req.GetPluginId(), Draining: !req.GetCancel(),
 	}}}); err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
-	s.logger.Info("plugin drain", "plugin", req.GetPluginId(), "node", req.GetNodeId(), "draining", !req.GetCancel())
-	return s.pluginDrain(ctx, req.GetPluginId(), req.GetNodeId())
+	o.logger.Info("plugin drain", "plugin", req.GetPluginId(), "node", req.GetNodeId(), "draining", !req.GetCancel())
+	return o.PluginDrain(ctx, req.GetPluginId(), req.GetNodeId())
 }
 
-// pluginDrain returns the drain of plugin on node: whether it drains,
+// PluginDrain returns the drain of plugin on node: whether it drains,
 // the claims of the plugin's volumes on the node, and the plugin's mounts
 // its agent reports (the evidence that nothing is left staged or
 // published there).
-func (s *Server) pluginDrain(ctx context.Context, pluginID, nodeID string) (*csisupdv1.PluginDrainResponse, error) {
-	node := s.State().Node(nodeID)
+func (o *Ops) PluginDrain(ctx context.Context, pluginID, nodeID string) (*csisupdv1.PluginDrainResponse, error) {
+	node := o.cfg.State().Node(nodeID)
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %q not found", nodeID)
 	}
 	resp := &csisupdv1.PluginDrainResponse{Draining: slices.Contains(node.GetDrainingPlugins(), pluginID)}
-	for _, v := range s.State().Volumes(pluginID) {
+	for _, v := range o.cfg.State().Volumes(pluginID) {
 		for _, c := range v.GetClaims() {
 			if c.GetNodeId() == nodeID {
 				resp.Claims = append(resp.Claims, &csisupdv1.PluginDrainClaim{VolumeId: v.GetId(), WorkloadId: c.GetWorkloadId(), State: c.GetState()})
 			}
 		}
 	}
-	lctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	lctx, cancel := context.WithTimeout(ctx, o.cfg.RPCTimeout)
 	defer cancel()
-	mounts, err := s.nodeVolumes.ListMounts(lctx, node.GetAddress(), &csisupdv1.ListMountsRequest{PluginId: pluginID})
+	mounts, err := o.cfg.NodeVolumes.ListMounts(lctx, node.GetAddress(), &csisupdv1.ListMountsRequest{PluginId: pluginID})
 	if err != nil {
 		resp.MountsError = err.Error()
 	}
