@@ -3,7 +3,6 @@ package config
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -327,22 +326,6 @@ type ServerConfig struct {
 	// before autopilot promotes it to a voter.
 	ServerStabilizationTime time.Duration
 }
-
-// PluginIDPattern is the rule every plugin id follows: the name of its
-// socket or socket directory, its key in plugin blocks, and a directory
-// name under the mount roots.
-const PluginIDPattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
-
-var pluginIDRE = regexp.MustCompile(PluginIDPattern)
-
-// ValidPluginID reports whether id follows PluginIDPattern. The same rule
-// keeps volume and workload ids safe as directory names ("." and ".."
-// excepted: see ValidPathID).
-func ValidPluginID(id string) bool { return pluginIDRE.MatchString(id) }
-
-// ValidPathID reports whether id follows PluginIDPattern and is neither
-// "." nor "..": safe as one directory name.
-func ValidPathID(id string) bool { return id != "." && id != ".." && ValidPluginID(id) }
 
 // PluginConfig is one plugin "<id>" { ... } block: the settings of one
 // plugin on this node.
