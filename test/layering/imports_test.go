@@ -53,12 +53,13 @@ var allowed = map[string][]string{
 	// rules, which read node statuses and plugin roles from it; the FSM
 	// that writes it; the raft member that runs the FSM; the leader's
 	// duties, which read the state and take what they call as funcs. The
+	// raft member takes the server's settings as config holds them. The
 	// state holds the storage messages (statepb) only: it never imports
 	// the API, whose messages the services convert to.
 	"internal/server/state":    {"internal/acl", "internal/plugin", "internal/server/statepb"},
 	"internal/server/rules":    {api, "internal/plugin", "internal/server/state", "internal/server/statepb"},
 	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
-	"internal/server/raftnode": {api, "internal/retry", "internal/safefile", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server/raftnode": {api, "internal/config", "internal/retry", "internal/safefile", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 
 	"internal/plugin":      {api, "internal/stream"},
