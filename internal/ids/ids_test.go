@@ -7,52 +7,39 @@ import (
 	"testing"
 )
 
-func TestValidPluginID(t *testing.T) {
+// A plugin id and a path id (volume, snapshot, workload) follow one rule;
+// a path id is also neither "." nor "..".
+func TestValidPluginAndPathID(t *testing.T) {
 	tests := []struct {
-		id   string
-		want bool
+		id           string
+		plugin, path bool
 	}{
-		{"a", true},
-		{"csi-hostpath.example.com", true},
-		{"A_1.b-2", true},
-		{"9lives", true},
-		{strings.Repeat("a", 128), true},
-		{strings.Repeat("a", 129), false},
-		{"", false},
-		{"-a", false},
-		{"_a", false},
-		{".a", false},
-		{"a b", false},
-		{"a/b", false},
-		{"a\n", false},
-		{"plügin", false},
+		{"a", true, true},
+		{"csi-hostpath.example.com", true, true},
+		{"A_1.b-2", true, true},
+		{"9lives", true, true},
+		{"snap.2024-01-01", true, true},
+		{"a..b", true, true},
+		{strings.Repeat("a", 128), true, true},
+		{strings.Repeat("a", 129), false, false},
+		{"", false, false},
+		{"-a", false, false},
+		{"_a", false, false},
+		{".a", false, false},
+		{".", false, false},
+		{"..", false, false},
+		{"../x", false, false},
+		{"a b", false, false},
+		{"a/b", false, false},
+		{"a\n", false, false},
+		{"plügin", false, false},
 	}
 	for _, tt := range tests {
-		if got := ValidPluginID(tt.id); got != tt.want {
-			t.Errorf("ValidPluginID(%q) = %v, want %v", tt.id, got, tt.want)
+		if got := ValidPluginID(tt.id); got != tt.plugin {
+			t.Errorf("ValidPluginID(%q) = %v, want %v", tt.id, got, tt.plugin)
 		}
-	}
-}
-
-func TestValidPathID(t *testing.T) {
-	tests := []struct {
-		id   string
-		want bool
-	}{
-		{"vol-1", true},
-		{"snap.2024-01-01", true},
-		{"a..b", true},
-		{strings.Repeat("v", 128), true},
-		{strings.Repeat("v", 129), false},
-		{".", false},
-		{"..", false},
-		{"../x", false},
-		{"", false},
-		{"-v", false},
-	}
-	for _, tt := range tests {
-		if got := ValidPathID(tt.id); got != tt.want {
-			t.Errorf("ValidPathID(%q) = %v, want %v", tt.id, got, tt.want)
+		if got := ValidPathID(tt.id); got != tt.path {
+			t.Errorf("ValidPathID(%q) = %v, want %v", tt.id, got, tt.path)
 		}
 	}
 }
