@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
@@ -156,7 +156,7 @@ func runCertCreate(w io.Writer, fl certCreateFlags) error {
 		if role != tlsutil.RoleClient {
 			return usageError{fmt.Errorf("--node %q: only a --client certificate names a node", fl.node)}
 		}
-		if err := config.CheckNodeName(fl.node); err != nil {
+		if err := ids.CheckNodeName(fl.node); err != nil {
 			return usageError{fmt.Errorf("--node %w", err)}
 		}
 	}

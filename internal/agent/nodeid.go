@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/safefile"
 )
 
@@ -36,7 +37,7 @@ func loadNodeID(dataDir string) (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("agent: node id: %w", err)
 	}
-	id := fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	id := ids.NodeID(b)
 	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("agent: node id: %w", err)
 	}

@@ -19,18 +19,15 @@ func (a *Agent) setupServer(cfg *config.Config, dial dialing) (*server.Server, p
 		return nil, part{}, nil
 	}
 	srv, err := server.New(server.Config{
+		ServerSettings:   cfg.ServerSettings(),
 		ID:               a.nodeID,
 		Name:             cfg.Name,
 		DataDir:          ServerDataDir(cfg.DataDir),
 		RaftAddr:         net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(cfg.Ports.Raft)),
 		RPCAddr:          a.advertised(cfg.Ports.RPC, a.rpcLn),
-		BootstrapExpect:  cfg.Server.BootstrapExpect,
-		RetryJoin:        cfg.Server.RetryJoin,
 		DiscoverServers:  a.discoverServers(cfg.ServerAutoJoin()),
-		RaftMultiplier:   cfg.Server.RaftMultiplier,
 		Join:             a.retry.ServerJoin,
 		Connect:          a.retry.ServerConnect,
-		ServerTuning:     serverTuning(cfg),
 		DialOptions:      dial.servers,
 		AgentDialOptions: dial.agents,
 		TLS:              a.tls,
@@ -41,19 +38,4 @@ func (a *Agent) setupServer(cfg *config.Config, dial dialing) (*server.Server, p
 		return nil, part{}, fmt.Errorf("agent: server role: %w", err)
 	}
 	return srv, part{close: func() { _ = srv.Shutdown(context.Background()) }}, nil
-}
-
-// serverTuning is the production tuning of the server role with what the
-// configuration sets of it.
-func serverTuning(cfg *config.Config) config.ServerTuning {
-	t := config.DefaultServerTuning()
-	t.ClaimGCGrace = cfg.Server.ClaimGCGrace
-	t.ClaimResumeTimeout = cfg.Server.ClaimResumeTimeout
-	t.VolumeHealthInterval = cfg.Server.VolumeHealthInterval
-	t.HeartbeatGrace = cfg.Server.HeartbeatGrace
-	t.MinHeartbeatTTL = cfg.Server.MinHeartbeatTTL
-	t.MaxHeartbeatsPerSecond = cfg.Server.MaxHeartbeatsPerSecond
-	t.FailoverHeartbeatTTL = cfg.Server.FailoverHeartbeatTTL
-	t.ServerStabilizationTime = cfg.Server.ServerStabilizationTime
-	return t
 }

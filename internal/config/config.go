@@ -3,7 +3,6 @@ package config
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -293,56 +292,11 @@ func (c ClientConfig) EndpointDirs() []string {
 type ServerConfig struct {
 	// Enabled turns the server role on.
 	Enabled bool
-	// BootstrapExpect is the number of servers that form the cluster.
-	// Required (>= 1) when Enabled.
-	BootstrapExpect int
-	// RetryJoin are gRPC addresses (host:port) of other servers to join.
-	RetryJoin []string
-	// RaftMultiplier scales raft timeouts, from 1 (fastest) to 10.
-	RaftMultiplier int
-	// ClaimGCGrace is how long a node may be down before the leader
-	// releases its volume claims through the controller only; the node's
-	// agent unmounts what is left when it returns.
-	ClaimGCGrace time.Duration
-	// ClaimResumeTimeout is how long a claim may stay taken but not
-	// mounted, with no caller finishing it, before the leader's volume
-	// watcher finishes it (or releases it when a step fails).
-	ClaimResumeTimeout time.Duration
-	// VolumeHealthInterval is how often the leader asks the plugins'
-	// controllers for the health of their volumes
-	// (ControllerListVolumeHealth); 0 turns the monitor off.
-	VolumeHealthInterval time.Duration
-	// HeartbeatGrace is added to a node's heartbeat TTL before the leader
-	// marks the node down.
-	HeartbeatGrace time.Duration
-	// MinHeartbeatTTL is the smallest heartbeat TTL the leader gives a
-	// node; MaxHeartbeatsPerSecond is the rate of heartbeats the leader
-	// scales the TTLs to as the node count grows.
-	MinHeartbeatTTL        time.Duration
-	MaxHeartbeatsPerSecond float64
-	// FailoverHeartbeatTTL is the TTL a new leader gives every node before
-	// it has heard from it, so that a failover marks no node down.
-	FailoverHeartbeatTTL time.Duration
-	// ServerStabilizationTime is how long a joining server must be healthy
-	// before autopilot promotes it to a voter.
-	ServerStabilizationTime time.Duration
+	// ServerKeys are the other keys of the server block; with
+	// DefaultServerTuning they make the server's settings
+	// (Config.ServerSettings).
+	ServerKeys
 }
-
-// PluginIDPattern is the rule every plugin id follows: the name of its
-// socket or socket directory, its key in plugin blocks, and a directory
-// name under the mount roots.
-const PluginIDPattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
-
-var pluginIDRE = regexp.MustCompile(PluginIDPattern)
-
-// ValidPluginID reports whether id follows PluginIDPattern. The same rule
-// keeps volume and workload ids safe as directory names ("." and ".."
-// excepted: see ValidPathID).
-func ValidPluginID(id string) bool { return pluginIDRE.MatchString(id) }
-
-// ValidPathID reports whether id follows PluginIDPattern and is neither
-// "." nor "..": safe as one directory name.
-func ValidPathID(id string) bool { return id != "." && id != ".." && ValidPluginID(id) }
 
 // PluginConfig is one plugin "<id>" { ... } block: the settings of one
 // plugin on this node.
@@ -509,17 +463,7 @@ func Default() Config {
 			MaxEventSubscribers:        DefaultMaxEventSubscribers,
 			MaxEventSubscribersPerConn: DefaultMaxEventSubscribersPerConn,
 		},
-		Server: ServerConfig{
-			RaftMultiplier:          DefaultRaftMultiplier,
-			ClaimGCGrace:            DefaultClaimGCGrace,
-			ClaimResumeTimeout:      DefaultClaimResumeTimeout,
-			VolumeHealthInterval:    DefaultVolumeHealthInterval,
-			HeartbeatGrace:          DefaultHeartbeatGrace,
-			MinHeartbeatTTL:         DefaultMinHeartbeatTTL,
-			MaxHeartbeatsPerSecond:  DefaultMaxHeartbeatsPerSecond,
-			FailoverHeartbeatTTL:    DefaultFailoverHeartbeatTTL,
-			ServerStabilizationTime: DefaultServerStabilizationTime,
-		},
+		Server: ServerConfig{ServerKeys: DefaultServerSettings().ServerKeys},
 		Consul: ConsulConfig{
 			Enabled:              true,
 			ServiceName:          DefaultConsulServiceName,

@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/csisupd/csisupd/internal/ids"
 )
 
 // schema returns the keys a config file may set, as pointers into c: the
@@ -188,8 +190,8 @@ func (c *Config) decodePluginBlock(blk *hclsyntax.Block, seen map[string]hcl.Ran
 		return []fileError{{blk.TypeRange, fmt.Errorf("%s: block plugin takes one label, the plugin id: plugin \"<id>\" { ... }", pos(blk.TypeRange))}}
 	}
 	id := blk.Labels[0]
-	if !ValidPluginID(id) {
-		return []fileError{{blk.LabelRanges[0], fmt.Errorf("%s: plugin %q: a plugin id must match %s", pos(blk.LabelRanges[0]), id, PluginIDPattern)}}
+	if !ids.ValidPluginID(id) {
+		return []fileError{{blk.LabelRanges[0], fmt.Errorf("%s: plugin %q: a plugin id must match %s", pos(blk.LabelRanges[0]), id, ids.PluginIDPattern)}}
 	}
 	name := pluginBlock + "." + id
 	if first, dup := seen[name]; dup {

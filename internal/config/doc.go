@@ -23,6 +23,13 @@
 // They are no part of Config, since no key sets them; the components
 // validate the policy they are given and never fill in one of their own.
 //
+// The server role's settings are one struct, ServerSettings: the server
+// block's keys (ServerKeys, part of Config) and the timings and sizes no
+// key sets (ServerTuning, from DefaultServerTuning, no part of Config).
+// Config.ServerSettings joins them; the server and its raft member take
+// that struct as it is, check it with ServerSettings.Validate and fill in
+// nothing of their own.
+//
 // Validate resolves client.plugin_owners (user names or numeric uids) to
 // ClientConfig.PluginOwnerUIDs through the system's user database, so an
 // unknown name stops the agent before anything starts.

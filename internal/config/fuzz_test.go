@@ -17,12 +17,14 @@ const maxFuzzConfig = 64 << 10
 // FuzzLoadConfig feeds arbitrary bytes as a config file through Load, the
 // loader the agent uses, with an empty environment and fixed interface
 // addresses. Load must never panic; a configuration it accepts must pass
-// Validate again; and each problem it reports must say where: the file
+// Validate again, and the settings of a server it enables the server's
+// check; and each problem it reports must say where: the file
 // and line, or, for a value left at its default, the key.
 func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("name = \"n1\"\nclient {\n  probe_interval = \"2s\"\n}\n"))
 	f.Add([]byte("client { max_event_subscribers = 0 }\nclient { }\n"))
 	f.Add([]byte("tls {\n  cert_file = \"/nonexistent/cert.pem\"\n}\nbogus = 1\n"))
+	f.Add([]byte("name = \"n1\"\nserver {\n  enabled = true\n  bootstrap_expect = 1\n  raft_multiplier = 3\n}\n"))
 	keys := schemaKeys()
 	f.Fuzz(func(t *testing.T, src []byte) {
 		if len(src) > maxFuzzConfig {
@@ -42,6 +44,11 @@ func FuzzLoadConfig(f *testing.F) {
 		if err == nil {
 			if err := c.Validate(); err != nil {
 				t.Fatalf("Load accepted a configuration that Validate refuses: %v", err)
+			}
+			if c.Server.Enabled {
+				if err := c.ServerSettings().Validate(); err != nil {
+					t.Fatalf("Load accepted a server whose settings the server refuses: %v", err)
+				}
 			}
 			return
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/csisupd/csisupd/internal/ids"
 )
 
 // PropagationRShared is the mount propagation of a bidirectional mount:
@@ -98,8 +100,8 @@ func (m PluginMounts) Mapped() bool {
 // declared a controller. An id without a plugin block gets the defaults,
 // with a note saying so.
 func (c *Config) PluginMounts(id string) (PluginMounts, error) {
-	if !ValidPluginID(id) {
-		return PluginMounts{}, fmt.Errorf("plugin id %q: must match %s", id, PluginIDPattern)
+	if !ids.ValidPluginID(id) {
+		return PluginMounts{}, fmt.Errorf("plugin id %q: must match %s", id, ids.PluginIDPattern)
 	}
 	p, declared := c.Plugins[id]
 	if c.DataDir == "" && p.MountDir == "" {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/safefile"
 )
 
@@ -24,7 +25,7 @@ func (c *Config) Validate() error {
 
 	if c.Name == "" {
 		v.add("name", "required (the host name could not be read)")
-	} else if err := CheckNodeName(c.Name); err != nil {
+	} else if err := ids.CheckNodeName(c.Name); err != nil {
 		v.add("name", "%w", err)
 	}
 	switch {
@@ -360,25 +361,6 @@ func (v *validator) file(key, path string) {
 	case !info.Mode().IsRegular():
 		v.add(key, "%q is not a regular file (%s)", path, safefile.Describe(info.Mode()))
 	}
-}
-
-// CheckNodeName checks the syntax of a node name (the name key, a token's
-// node identity, the node a certificate names): 1 to 253 letters, digits,
-// '.', '_' and '-', starting with a letter or digit.
-func CheckNodeName(s string) error {
-	ok := len(s) > 0 && len(s) <= 253
-	for i, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-		case i > 0 && (r == '.' || r == '_' || r == '-'):
-		default:
-			ok = false
-		}
-	}
-	if !ok {
-		return fmt.Errorf("%q must start with a letter or digit and contain only letters, digits, '.', '_' and '-' (at most 253)", s)
-	}
-	return nil
 }
 
 // validRegion reports whether r can be a label of a certificate's DNS

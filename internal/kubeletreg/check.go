@@ -9,8 +9,8 @@ import (
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/ids"
 )
 
 // Check reports why kubelet's CSI handler, with csisupd's rules, would
@@ -20,7 +20,7 @@ import (
 // the registrar is quoted and clipped.
 //
 // The rules: Type is CSIPlugin; Name is a valid csisupd plugin id
-// (config.PluginIDPattern); Endpoint passes EndpointPath; and
+// (ids.PluginIDPattern); Endpoint passes EndpointPath; and
 // SupportedVersions holds at least one CSI 1.x version, parsed as kubelet
 // parses them: an optional "v", two or more dot-separated numbers, the
 // first without leading zeros, then anything ("1.0.0", "v1.2", "1.0.0-rc1").
@@ -33,8 +33,8 @@ func Check(info Info) error {
 	if info.Name == "" {
 		return errors.New("plugin name is empty: csisupd needs it as the plugin id")
 	}
-	if !config.ValidPluginID(info.Name) {
-		return fmt.Errorf("plugin name %q is not a valid csisupd plugin id: it must match %s", clip(info.Name), config.PluginIDPattern)
+	if !ids.ValidPluginID(info.Name) {
+		return fmt.Errorf("plugin name %q is not a valid csisupd plugin id: it must match %s", clip(info.Name), ids.PluginIDPattern)
 	}
 	if _, err := EndpointPath(info.Endpoint); err != nil {
 		return err

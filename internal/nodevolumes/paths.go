@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/ids"
 )
 
 // Access types of a usage, as VolumeUsage.access_type names them.
@@ -43,8 +43,8 @@ func checkID(field, id string) error {
 		return status.Errorf(codes.InvalidArgument, "%s is required", field)
 	case id == "." || id == "..":
 		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id", field, id)
-	case !config.ValidPluginID(id):
-		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id: it must match %s", field, id, config.PluginIDPattern)
+	case !ids.ValidPluginID(id):
+		return status.Errorf(codes.InvalidArgument, "%s %q is not a valid id: it must match %s", field, id, ids.PluginIDPattern)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -77,7 +78,7 @@ func workloadOf(targetPath string) string {
 // when it is a valid id, else a hash of it (the CSI id travels as
 // external_id).
 func volumeOf(csiID string) string {
-	if config.ValidPathID(csiID) {
+	if ids.ValidPathID(csiID) {
 		return csiID
 	}
 	h := sha256.Sum256([]byte(csiID))

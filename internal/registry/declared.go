@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/plugin"
 )
 
@@ -45,7 +46,7 @@ func validateDeclarations(decls map[string]Declaration) error {
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(decls)) {
 		d := decls[id]
-		if !ValidPluginID(id) {
+		if !ids.ValidPluginID(id) {
 			errs = append(errs, fmt.Errorf("registry: declared plugin %q: %s", id, invalidIDReason(id)))
 		}
 		if d.Socket != "" && (!filepath.IsAbs(d.Socket) || filepath.Clean(d.Socket) != d.Socket) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
@@ -93,7 +94,7 @@ func readStateFile(path string) ([]Plugin, error) {
 	}
 	plugins := make([]Plugin, 0, len(f.Plugins))
 	for _, pl := range f.Plugins {
-		if !ValidPluginID(pl.ID) || pl.Instance.Path == "" {
+		if !ids.ValidPluginID(pl.ID) || pl.Instance.Path == "" {
 			continue
 		}
 		plugins = append(plugins, pl)

@@ -15,8 +15,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
@@ -28,10 +28,6 @@ const SocketName = "csi.sock"
 // SocketSuffix ends a socket placed directly in the plugin directory:
 // <plugin_dir>/<id>.sock.
 const SocketSuffix = ".sock"
-
-// ValidPluginID reports whether id is a valid plugin id
-// (config.PluginIDPattern).
-func ValidPluginID(id string) bool { return config.ValidPluginID(id) }
 
 // minCoalesce is the shortest time between two event-driven scans. After a
 // scan the watcher waits at least this long, and at least twice as long as
@@ -106,7 +102,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 			if watchSubdir != nil {
 				watchSubdir(path)
 			}
-			if !ValidPluginID(name) {
+			if !ids.ValidPluginID(name) {
 				// Only worth reporting once it holds a socket path.
 				if _, err := os.Lstat(sock); err == nil {
 					ignore(sock, invalidIDReason(name))
@@ -140,7 +136,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 			}
 		case strings.HasSuffix(name, SocketSuffix):
 			id := strings.TrimSuffix(name, SocketSuffix)
-			if !ValidPluginID(id) {
+			if !ids.ValidPluginID(id) {
 				ignore(path, invalidIDReason(id))
 				continue
 			}
@@ -157,7 +153,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 			default:
 				flats = append(flats, flat{id: id, si: si})
 			}
-		case e.Type()&fs.ModeSymlink != 0 && ValidPluginID(name):
+		case e.Type()&fs.ModeSymlink != 0 && ids.ValidPluginID(name):
 			// A symlink as the <id> directory: never followed.
 			refuse(name, path, symlinkReason(path, dir))
 		default:
@@ -185,7 +181,7 @@ func scanPluginDir(dir string, pol trustPolicy, watchSubdir func(path string)) (
 }
 
 func invalidIDReason(id string) string {
-	return fmt.Sprintf("invalid plugin id %q: must match %s", id, config.PluginIDPattern)
+	return fmt.Sprintf("invalid plugin id %q: must match %s", id, ids.PluginIDPattern)
 }
 
 // lstatSocket returns the identity of the unix socket at path, or a reason

@@ -16,32 +16,6 @@ import (
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
-func TestValidPluginID(t *testing.T) {
-	tests := []struct {
-		id   string
-		want bool
-	}{
-		{"a", true},
-		{"csi-hostpath.example.com", true},
-		{"A_1.b-2", true},
-		{"9lives", true},
-		{strings.Repeat("a", 128), true},
-		{strings.Repeat("a", 129), false},
-		{"", false},
-		{"-a", false},
-		{"_a", false},
-		{".a", false},
-		{"a b", false},
-		{"a/b", false},
-		{"plügin", false},
-	}
-	for _, tt := range tests {
-		if got := ValidPluginID(tt.id); got != tt.want {
-			t.Errorf("ValidPluginID(%q) = %v, want %v", tt.id, got, tt.want)
-		}
-	}
-}
-
 func TestScanPluginDir(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -14,7 +14,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
-	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/safefile"
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
@@ -257,7 +257,7 @@ func tokenRequest(req *csisupdv1.ACLCreateTokenRequest) (string, []string, error
 		if typ != acl.TypeClient {
 			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: node identity %q: a %s token takes no node identity, only a %s token", id, typ, acl.TypeClient)
 		}
-		if err := config.CheckNodeName(id); err != nil {
+		if err := ids.CheckNodeName(id); err != nil {
 			return "", nil, status.Errorf(codes.InvalidArgument, "acl token: node identity %v", err)
 		}
 	}

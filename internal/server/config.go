@@ -25,12 +25,17 @@ import (
 // instead of a fixed list.
 type Discover func(ctx context.Context) ([]string, error)
 
-// DefaultRaftPort is the default raft port of a server.
-const DefaultRaftPort = 4781
-
-// Config configures one server. Zero durations take the production defaults
-// listed on each field; tests shrink them.
+// Config configures one server: its settings, as config validated and
+// defaulted them, and its wiring. The server fills in none of the
+// settings; tests shrink them.
 type Config struct {
+	// ServerSettings holds the settings (how the cluster forms, the RPC
+	// and apply timeouts, heartbeat TTLs, autopilot, snapshots, the event
+	// buffer): the agent passes its config's, tests shorten
+	// config.DefaultServerSettings. They reach the raft member as they
+	// are. Required.
+	config.ServerSettings
+
 	// ID is the raft server id; it must be unique in the cluster and stable
 	// across restarts.
 	ID string
@@ -51,20 +56,11 @@ type Config struct {
 	// RPCAddr is the advertised gRPC address of this server (Control and
 	// Cluster services).
 	RPCAddr string
-	// BootstrapExpect is the number of servers that must be reachable before
-	// the cluster bootstraps. It is immutable config.
-	BootstrapExpect int
-	// RetryJoin lists the gRPC addresses of the other servers; they are
-	// retried until the cluster forms.
-	RetryJoin []string
 	// DiscoverServers, when RetryJoin is empty, returns the gRPC addresses
 	// of the servers at each join attempt (Consul's catalog, for example).
 	// Addresses may include this server's own. BootstrapExpect still
 	// decides when the cluster forms.
 	DiscoverServers Discover
-	// RaftMultiplier scales raft timings (1 fastest .. 10; server.raft_multiplier).
-	// Required.
-	RaftMultiplier int
 
 	// Join spaces the join and bootstrap attempts, then the checks of this
 	// server's address record, and a new leader's barrier retries, with
@@ -75,12 +71,6 @@ type Config struct {
 	// Connect spaces gRPC's reconnects of this server's connections to
 	// the other servers and to agents. Required: config.DefaultRetry().ServerConnect.
 	Connect retry.Policy
-	// ServerTuning holds the timings and sizes (RPC and apply timeouts,
-	// heartbeat TTLs, autopilot, snapshots, the event buffer): the
-	// agent passes config.DefaultServerTuning, tests shorten it. The
-	// server fills in none of them. Required.
-	config.ServerTuning
-
 	// Controllers calls controller RPCs on a node's agent. Defaults to the
 	// gRPC ClientCSI client.
 	Controllers volumeops.ControllerClient
@@ -124,28 +114,19 @@ func (c Config) eventBuffer() stream.Config {
 // reaching the other servers through conn.
 func (c Config) raftNode(f *fsm.FSM, conn func(addr string) (grpc.ClientConnInterface, error)) raftnode.Config {
 	return raftnode.Config{
-		ID:                      c.ID,
-		DataDir:                 c.DataDir,
-		RaftAddr:                c.RaftAddr,
-		RaftLayer:               c.RaftLayer,
-		TLS:                     c.TLS,
-		RPCAddr:                 c.RPCAddr,
-		BootstrapExpect:         c.BootstrapExpect,
-		RetryJoin:               c.RetryJoin,
-		DiscoverServers:         raftnode.Discover(c.DiscoverServers),
-		RaftMultiplier:          c.RaftMultiplier,
-		Join:                    c.Join,
-		RPCTimeout:              c.RPCTimeout,
-		ApplyTimeout:            c.ApplyTimeout,
-		SnapshotThreshold:       c.SnapshotThreshold,
-		SnapshotInterval:        c.SnapshotInterval,
-		TrailingLogs:            c.TrailingLogs,
-		ServerStabilizationTime: c.ServerStabilizationTime,
-		DeadServerTimeout:       c.DeadServerTimeout,
-		FSM:                     f,
-		ScratchEvents:           c.eventBuffer(),
-		Conn:                    conn,
-		Watchdog:                c.Watchdog,
+		ServerSettings:  c.ServerSettings,
+		ID:              c.ID,
+		DataDir:         c.DataDir,
+		RaftAddr:        c.RaftAddr,
+		RaftLayer:       c.RaftLayer,
+		TLS:             c.TLS,
+		RPCAddr:         c.RPCAddr,
+		DiscoverServers: raftnode.Discover(c.DiscoverServers),
+		Join:            c.Join,
+		FSM:             f,
+		ScratchEvents:   c.eventBuffer(),
+		Conn:            conn,
+		Watchdog:        c.Watchdog,
 	}
 }
 
@@ -158,8 +139,8 @@ func (c Config) agentDialOptions() []grpc.DialOption {
 }
 
 // withDefaults returns a copy of c with what is derived filled in: the
-// name from the id. Timings and sizes have no defaults here
-// (ServerTuning); the volume operations default the retry rule.
+// name from the id. The settings have no defaults here
+// (config.DefaultServerSettings); the volume operations default the retry rule.
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = c.ID
@@ -167,7 +148,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every problem with the config, naming the field.
+// Validate reports every problem with the config, naming the field: the
+// wiring here, the settings by config.ServerSettings.Validate.
 func (c Config) Validate() error {
 	var errs []error
 	if c.ID == "" {
@@ -184,28 +166,17 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.RPCAddr); err != nil {
 		errs = append(errs, fmt.Errorf("server: rpc address %q: %w", c.RPCAddr, err))
 	}
-	if c.BootstrapExpect < 1 {
-		errs = append(errs, fmt.Errorf("server: bootstrap_expect = %d, must be at least 1", c.BootstrapExpect))
+	if err := c.ServerSettings.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.BootstrapExpect > 1 && len(c.RetryJoin) == 0 && c.DiscoverServers == nil {
 		errs = append(errs, fmt.Errorf("server: bootstrap_expect = %d needs retry_join addresses of the other servers, or a way to discover them", c.BootstrapExpect))
-	}
-	for _, a := range c.RetryJoin {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			errs = append(errs, fmt.Errorf("server: retry_join address %q: %w", a, err))
-		}
-	}
-	if c.RaftMultiplier < 1 || c.RaftMultiplier > 10 {
-		errs = append(errs, fmt.Errorf("server: raft_multiplier = %d, must be between 1 and 10", c.RaftMultiplier))
 	}
 	if err := c.Join.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("server: Join: %w", err))
 	}
 	if err := c.Connect.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("server: Connect: %w", err))
-	}
-	if err := c.ServerTuning.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

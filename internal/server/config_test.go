@@ -9,9 +9,10 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
-	ok := Config{ID: "s1", DataDir: "d", RaftAddr: "127.0.0.1:4781", RPCAddr: "127.0.0.1:4780", BootstrapExpect: 1,
-		RaftMultiplier: 1, Join: config.DefaultRetry().ServerJoin, Connect: config.DefaultRetry().ServerConnect,
-		ServerTuning: config.DefaultServerTuning()}
+	settings := config.DefaultServerSettings()
+	settings.BootstrapExpect = 1
+	ok := Config{ServerSettings: settings, ID: "s1", DataDir: "d", RaftAddr: "127.0.0.1:4781", RPCAddr: "127.0.0.1:4780",
+		Join: config.DefaultRetry().ServerJoin, Connect: config.DefaultRetry().ServerConnect}
 	tests := []struct {
 		name   string
 		mutate func(*Config)
@@ -29,7 +30,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no join policy: none of its own", func(c *Config) { c.Join = retry.Policy{} }, "Join: retry: Base must be positive"},
 		{"join jitter of one", func(c *Config) { c.Join.Jitter = 1 }, "Join: retry: Jitter"},
 		{"no raft multiplier: none of its own", func(c *Config) { c.RaftMultiplier = 0 }, "raft_multiplier = 0"},
-		{"no tuning: none of its own", func(c *Config) { c.ServerTuning = config.ServerTuning{} }, "server tuning: RPCTimeout must be positive"},
+		{"no settings: none of its own", func(c *Config) { c.ServerSettings = config.ServerSettings{} }, "server tuning: RPCTimeout must be positive"},
 		{"event buffer and lag", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 15 }, ""},
 		{"event lag as large as the buffer", func(c *Config) { c.EventBufferSize, c.EventMaxLag = 16, 16 }, "EventMaxLag = 16 with EventBufferSize = 16"},
 		{"event lag beyond the default buffer", func(c *Config) { c.EventMaxLag = 2000 }, "EventMaxLag = 2000 with EventBufferSize = 1024"},

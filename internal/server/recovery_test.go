@@ -27,12 +27,13 @@ import (
 func recoveryConfig(m *testcluster.Member) server.Config {
 	join := config.DefaultRetry().ServerJoin
 	join.Base, join.Cap = join.Base/20, join.Cap/20
-	tuning := config.DefaultServerTuning()
-	tuning.RPCTimeout, tuning.ApplyTimeout = 2*time.Second, 5*time.Second
+	settings := config.DefaultServerSettings()
+	settings.BootstrapExpect, settings.RaftMultiplier = 1, 2
+	settings.RPCTimeout, settings.ApplyTimeout = 2*time.Second, 5*time.Second
 	return server.Config{
-		ID: m.ID, DataDir: m.DataDir, RaftAddr: m.RaftAddr, RPCAddr: m.RPCAddr,
-		BootstrapExpect: 1, RaftMultiplier: 2,
-		Join: join, Connect: config.DefaultRetry().ServerConnect, ServerTuning: tuning,
+		ServerSettings: settings,
+		ID:             m.ID, DataDir: m.DataDir, RaftAddr: m.RaftAddr, RPCAddr: m.RPCAddr,
+		Join: join, Connect: config.DefaultRetry().ServerConnect,
 	}
 }
 

@@ -188,21 +188,19 @@ func (m *Member) start() error {
 	join := config.DefaultRetry().ServerJoin
 	join.Base, join.Cap = join.Base/20, join.Cap/20
 	// Production sizes; timings short enough for tests.
-	tuning := config.DefaultServerTuning()
-	tuning.RPCTimeout, tuning.ApplyTimeout = 2*time.Second, 5*time.Second
-	tuning.MinHeartbeatTTL, tuning.HeartbeatGrace = time.Second, time.Second
-	tuning.FailoverHeartbeatTTL, tuning.DeadServerTimeout = 5*time.Second, 5*time.Second
+	settings := config.DefaultServerSettings()
+	settings.BootstrapExpect, settings.RetryJoin, settings.RaftMultiplier = m.c.cfg.BootstrapExpect, m.c.retryJoin(), 2
+	settings.RPCTimeout, settings.ApplyTimeout = 2*time.Second, 5*time.Second
+	settings.MinHeartbeatTTL, settings.HeartbeatGrace = time.Second, time.Second
+	settings.FailoverHeartbeatTTL, settings.DeadServerTimeout = 5*time.Second, 5*time.Second
 	cfg := server.Config{
-		ID:              m.ID,
-		DataDir:         m.DataDir,
-		RPCAddr:         m.RPCAddr,
-		RaftLayer:       &raftLayer{gatedListener: &gatedListener{Listener: raftLn, gate: m.gate, raft: true}, gate: m.gate, lookup: m.c.gateFor},
-		BootstrapExpect: m.c.cfg.BootstrapExpect,
-		RetryJoin:       m.c.retryJoin(),
-		RaftMultiplier:  2,
-		Join:            join,
-		Connect:         config.DefaultRetry().ServerConnect,
-		ServerTuning:    tuning,
+		ServerSettings: settings,
+		ID:             m.ID,
+		DataDir:        m.DataDir,
+		RPCAddr:        m.RPCAddr,
+		RaftLayer:      &raftLayer{gatedListener: &gatedListener{Listener: raftLn, gate: m.gate, raft: true}, gate: m.gate, lookup: m.c.gateFor},
+		Join:           join,
+		Connect:        config.DefaultRetry().ServerConnect,
 		DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{

@@ -42,7 +42,7 @@ const (
 // measured in seconds; and a failover TTL of 60 s instead of 5 min, which
 // still leaves the agents 3 TTLs to find the new leader.
 func clusterTuning(_ int, cfg *server.Config) {
-	def := config.DefaultServerTuning()
+	def := config.DefaultServerSettings()
 	cfg.RPCTimeout, cfg.ApplyTimeout = def.RPCTimeout, def.ApplyTimeout
 	cfg.DeadServerTimeout = def.DeadServerTimeout
 	cfg.MinHeartbeatTTL, cfg.HeartbeatGrace = def.MinHeartbeatTTL, def.HeartbeatGrace

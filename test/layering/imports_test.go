@@ -23,7 +23,8 @@ const module = "github.com/csisupd/csisupd/"
 // (leader.VolumeWork); volumeops -> leader for the watchdog beats a
 // context carries and leader.ErrBusy only.
 // Each package may import the packages listed for it, and nothing else of
-// the module. The API (api/csisupd/v1) is importable by all. Test-only
+// the module. The API (api/csisupd/v1) is importable by all, and so is
+// internal/ids, the syntax of ids, which imports nothing of the module. Test-only
 // packages (testutil, testplugin and its journal reader, testregistrar,
 // testcluster, consultest, metricsdoc, netlab) are imported by tests, benchmarks and --dev only.
 var (
@@ -31,7 +32,9 @@ var (
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
 		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
 		"internal/kubeletreg", "internal/secrets", "internal/safefile"}
-	middle = []string{"internal/registry", "internal/nodevolumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
+	// everyone lists the packages every package may import.
+	everyone = []string{"internal/ids"}
+	middle   = []string{"internal/registry", "internal/nodevolumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
 )
 
 // allowed lists the imports of the module each package's code may have.
@@ -47,25 +50,26 @@ var allowed = map[string][]string{
 	"internal/server/statepb": {api},
 	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/safefile", "internal/watchdog"},
 	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
-	"internal/nodevolumes":    {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/config", "internal/keylock", "internal/watchdog", "internal/volreq"},
+	"internal/nodevolumes":    {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/keylock", "internal/watchdog", "internal/volreq"},
 
 	// The parts of the server role, bottom up: the state store; the claim
 	// rules, which read node statuses and plugin roles from it; the FSM
 	// that writes it; the raft member that runs the FSM; the leader's
 	// duties, which read the state and reach the volume operations through
-	// one interface. The
+	// one interface. The raft member takes the server's settings as config
+	// holds them. The
 	// state holds the storage messages (statepb) only: it never imports
 	// the API, whose messages the services convert to.
 	"internal/server/state":    {"internal/acl", "internal/plugin", "internal/server/statepb"},
 	"internal/server/rules":    {api, "internal/plugin", "internal/server/state", "internal/server/statepb"},
 	"internal/server/fsm":      {api, "internal/acl", "internal/stream", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
-	"internal/server/raftnode": {api, "internal/retry", "internal/safefile", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
+	"internal/server/raftnode": {api, "internal/config", "internal/retry", "internal/safefile", "internal/stream", "internal/tlsutil", "internal/watchdog", "internal/server/fsm", "internal/server/state", "internal/server/statepb"},
 	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 	// The volume operations: the rules they admit by, the state they read
 	// and the commands they write, the volume locks, the watchdog beats
 	// of the watcher's loop (leader's context helpers) and the id syntax
-	// of volumes (config). Never the server, which wires them.
-	"internal/server/volumeops": {api, "internal/config", "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/leader", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
+	// of volumes (ids, importable by all). Never the server, which wires them.
+	"internal/server/volumeops": {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/leader", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},
@@ -87,9 +91,12 @@ var allowed = map[string][]string{
 	// none can wedge them: the standard library only.
 	"internal/safefile": {},
 	// kubeletreg is kubelet's side of the plugin registration protocol:
-	// it checks a registrar's answer by the plugin id rule (config) and
-	// the socket path limit (csiclient).
-	"internal/kubeletreg": {"internal/config", "internal/csiclient"},
+	// it checks a registrar's answer by the plugin id rule (ids) and the
+	// socket path limit (csiclient).
+	"internal/kubeletreg": {"internal/csiclient"},
+	// ids is the syntax of plugin, volume, snapshot and workload ids and
+	// of node names and ids: the standard library only.
+	"internal/ids": {},
 	// volreq checks volume requests for the servers and the node agent:
 	// the API's messages in, plain errors out.
 	"internal/volreq": {api},
@@ -172,6 +179,7 @@ var allowedInTests = map[string][]string{
 	"internal/agent": {"internal/heartbeat", "internal/registry"},
 	// Tests of the bottom tier take the retry policies' defaults from config.
 	"internal/heartbeat":   {"internal/csiclient", "internal/config"},
+	"internal/nodevolumes": {"internal/config"},
 	"internal/fingerprint": {"internal/config"},
 	// The call path is tested with a real secrets file merged into calls.
 	"internal/csiclient":   {"internal/config", "internal/secrets"},
@@ -265,7 +273,7 @@ func TestImports(t *testing.T) {
 			switch {
 			case imp == "cmd/csisupd" || strings.HasPrefix(imp, "cmd/"):
 				t.Errorf("%s imports %s: nothing imports cmd", p.path, imp)
-			case isTestTree(p.path):
+			case isTestTree(p.path), slices.Contains(everyone, imp):
 			case !slices.Contains(ok, imp):
 				t.Errorf("%s imports %s, which the package graph forbids\n    (allowed: %s)", p.path, imp, strings.Join(ok, " "))
 			}
@@ -282,7 +290,7 @@ func TestImports(t *testing.T) {
 			switch {
 			case strings.HasPrefix(imp, "cmd/"):
 				t.Errorf("the tests of %s import %s: nothing imports cmd", p.path, imp)
-			case isTestTree(p.path), imp == p.path, slices.Contains(ok, imp), slices.Contains(testHelpers, imp),
+			case isTestTree(p.path), imp == p.path, slices.Contains(ok, imp), slices.Contains(everyone, imp), slices.Contains(testHelpers, imp),
 				slices.Contains(allowedInTests[p.path], imp):
 			default:
 				t.Errorf("the tests of %s import %s, which neither the package graph nor this test's list of test-only arrows allows", p.path, imp)

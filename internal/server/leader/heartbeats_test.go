@@ -39,7 +39,7 @@ func TestHeartbeatFailoverTTL(t *testing.T) {
 // against the TTLs Reset hands out: for any node count, a new leader's
 // timer outlasts the longest TTL the previous leader can have given.
 func TestHeartbeatFailoverTTLCoversEveryHandedOutTTL(t *testing.T) {
-	tuning := config.DefaultServerTuning()
+	tuning := config.DefaultServerSettings()
 	tuning.FailoverHeartbeatTTL = time.Second // shorter than any TTL, so the bound is the scaled one
 	for _, nodes := range []int{0, 1, 499, 500, 501, 5000, 20000} {
 		h := NewHeartbeats(HeartbeatConfig{MinTTL: tuning.MinHeartbeatTTL, MaxPerSecond: tuning.MaxHeartbeatsPerSecond,

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/state"
@@ -40,6 +41,15 @@ var ErrNoLeader = errors.New("no cluster leader")
 // Config configures a Node. The server fills it from its own config,
 // which it has validated; fields marked optional may be left zero.
 type Config struct {
+	// ServerSettings are the server's settings, as the server holds them:
+	// BootstrapExpect, RetryJoin and RaftMultiplier; RPCTimeout bounds one
+	// call to another server, ApplyTimeout one raft apply and how long a
+	// shutdown waits for the callers blocked on raft; SnapshotThreshold,
+	// SnapshotInterval and TrailingLogs are raft's; autopilot gives a
+	// joined server a vote after ServerStabilizationTime and removes one
+	// that has not answered for DeadServerTimeout.
+	config.ServerSettings
+
 	// ID is the raft server id, unique in the cluster and stable across
 	// restarts.
 	ID string
@@ -56,35 +66,12 @@ type Config struct {
 	TLS *tlsutil.Configurator
 	// RPCAddr is the advertised gRPC address of this server.
 	RPCAddr string
-	// BootstrapExpect is the number of servers the cluster forms with.
-	BootstrapExpect int
-	// RetryJoin lists the gRPC addresses of the other servers; empty for
-	// a single server or with DiscoverServers.
-	RetryJoin []string
-	// DiscoverServers, optional, finds them at each attempt when
-	// RetryJoin is empty.
+	// DiscoverServers, optional, finds the other servers at each attempt
+	// when RetryJoin is empty.
 	DiscoverServers Discover
-	// RaftMultiplier scales raft's timings (1 fastest .. 10).
-	RaftMultiplier int
 	// Join spaces the join and bootstrap attempts and the checks of this
 	// server's address record; its Base is also autopilot's interval.
 	Join retry.Policy
-
-	// RPCTimeout bounds one call to another server.
-	RPCTimeout time.Duration
-	// ApplyTimeout bounds one raft apply, and how long a shutdown waits
-	// for the callers blocked on raft.
-	ApplyTimeout time.Duration
-	// SnapshotThreshold, SnapshotInterval and TrailingLogs are raft's.
-	SnapshotThreshold uint64
-	SnapshotInterval  time.Duration
-	TrailingLogs      uint64
-	// ServerStabilizationTime is how long autopilot sees a joined server
-	// healthy before it gets a vote.
-	ServerStabilizationTime time.Duration
-	// DeadServerTimeout is how long a server may not answer before
-	// autopilot removes it.
-	DeadServerTimeout time.Duration
 
 	// FSM is the state machine raft applies the log to. Required.
 	FSM *fsm.FSM

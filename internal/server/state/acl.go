@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 
 	"github.com/csisupd/csisupd/internal/acl"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
@@ -33,7 +34,7 @@ const (
 	MaxACLAccessorID = 128
 	// MaxACLNodeIdentity is the longest node identity of a token, in
 	// bytes: the longest node name.
-	MaxACLNodeIdentity = 253
+	MaxACLNodeIdentity = ids.MaxNodeName
 )
 
 // aclPolicyRow is one policy in the acl_policies table, with its parsed

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/rules"
@@ -32,8 +32,8 @@ func (o *Ops) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest
 		return nil, nil, status.Error(codes.InvalidArgument, "claim volume: id, node_id and workload_id are required")
 	}
 	// The agent names directories after them.
-	if !config.ValidPathID(req.GetWorkloadId()) {
-		return nil, nil, status.Errorf(codes.InvalidArgument, "claim volume: workload_id %q must match %s and not be . or ..", req.GetWorkloadId(), config.PluginIDPattern)
+	if !ids.ValidPathID(req.GetWorkloadId()) {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "claim volume: workload_id %q must match %s and not be . or ..", req.GetWorkloadId(), ids.PluginIDPattern)
 	}
 	// Registered first, so that it runs after the unlock below: the
 	// watcher can take the volume then.

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
@@ -20,8 +20,8 @@ import (
 // checkVolumeID refuses a volume id that cannot name a directory: agents
 // stage and publish a volume under its id.
 func checkVolumeID(op, id string) error {
-	if !config.ValidPathID(id) {
-		return status.Errorf(codes.InvalidArgument, "%s: id %q must match %s and not be . or ..", op, id, config.PluginIDPattern)
+	if !ids.ValidPathID(id) {
+		return status.Errorf(codes.InvalidArgument, "%s: id %q must match %s and not be . or ..", op, id, ids.PluginIDPattern)
 	}
 	return nil
 }
