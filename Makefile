@@ -20,7 +20,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-fault nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
+.PHONY: all build run test test-fault fault-tests nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -37,12 +37,29 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
+## FAULT_PKGS and FAULT_TESTS are what the fault tag adds to the default suite: the tests of the
+## files built only with it, and the tests whose settings it changes (test/layering checks the
+## lists against the sources, both ways). The rest of those packages is the default suite's.
+FAULT_PKGS := ./internal/server/ ./internal/server/fsm/ ./test/agent/ ./test/e2e/ ./test/soak/
+FAULT_TESTS := TestFormationRepeated|TestLinearizableVolumesUnderLeaderKills|TestTwoThousandAgentsHeartbeat|\
+	TestVolumeModelRejectsLostWrite|TestVolumeWorkRightAfterFailover|TestExpansionFinishesAfterLeaderKill|\
+	TestSnapshotNeverOrphanedAfterLeaderKill|TestClaimCommandsKeepThePromise|TestPropertyCatchesAMissingSingleWriterCheck|\
+	TestHungRegistrationSocketsCostLittle|TestAgentKilledBetweenStageAndPublish|TestAgentKilledBetweenUnpublishAndUnstage|\
+	TestNodeDownLongerThanClaimGCGrace|TestForcedReleaseOfAKilledNode|TestSecretsFileAcrossSIGHUP|TestClusterLeaderLoss|\
+	TestLostMountRecord|TestWatchdogGapsStayFarBelowTimeout|TestOutageRecoveryByTheREADME|TestLeaderKilledMidClaim|\
+	TestLeaderStoppedMidClaim|TestVolumeHealthOfRealAgents|TestAgentRefusesAFIFOSecretsFile|TestSecretsFileFIFOAcrossSIGHUP|\
+	TestHostilePluginsDoNotStallSupervision
+
 ## test-fault: the long fault and soak tests (build tag "fault"), then the nemesis soak's
 ## short run (it skips, saying why, without root and the tools it needs)
 test-fault:
 	$(GO) vet -tags fault ./...
-	$(GO) test -race -count=1 -tags fault -timeout 30m ./...
+	$(MAKE) fault-tests
 	$(MAKE) nemesis-short
+
+## fault-tests: only the tests of FAULT_TESTS, with the fault tag and the race detector
+fault-tests:
+	$(GO) test -race -count=1 -tags fault -timeout 30m -run '^($(FAULT_TESTS))$$' $(FAULT_PKGS)
 
 ## nemesis: the soak: servers and agents as processes on simulated hosts (network namespaces)
 ## under randomised overlapping faults, checked from the test plugins' call journals and the
