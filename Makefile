@@ -20,7 +20,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-fault fault-tests nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
+.PHONY: all build run test race-tests test-fault fault-tests test-binaries nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -35,6 +35,10 @@ run: build
 ## test: vet plus the whole default test suite with the race detector
 test:
 	$(GO) vet ./...
+	$(MAKE) race-tests
+
+## race-tests: the whole default test suite with the race detector, without vet (CI's lint vets)
+race-tests:
 	$(GO) test -race -count=1 ./...
 
 ## FAULT_PKGS and FAULT_TESTS are what the fault tag adds to the default suite: the tests of the
@@ -80,12 +84,34 @@ DEFECT_TAGS = nemesis_defect_single_writer nemesis_defect_forget_record nemesis_
 
 ## nemesis-defects: build csisupd with each deliberate defect (nemesis_defect_* tags) and show
 ## that the soak's check meant for it catches it; then the cluster's fault controls themselves
+## Each defect's soak is on a lab of its own, DEFECT_PARALLEL at a time (they mostly wait on the
+## cluster), beside TestClusterComesUp; each ends as soon as its check has caught its defect.
+DEFECT_PARALLEL ?= 4
 nemesis-defects:
-	$(GO) test -tags nemesis -count=1 -timeout 60m -run 'TestDefects|TestClusterComesUp' ./test/nemesis/
+	$(GO) test -tags nemesis -count=1 -timeout 60m -parallel $$(( $(DEFECT_PARALLEL) + 2 )) -run 'TestDefects|TestClusterComesUp' \
+		./test/nemesis/ -args -nemesis-parallel=$(DEFECT_PARALLEL)
 
-## nemesis-short: the CI run of the soak: two fixed seeds of 45 s each
+## nemesis-short: the CI run of the soak: two fixed seeds of 45 s each, side by side, each on a
+## cluster and lab of its own
 nemesis-short:
-	$(GO) test -race -tags nemesis -count=1 -timeout 15m -run 'TestNemesis$$' ./test/nemesis/ -args -seed=1 -nemesis-seeds=2 -nemesis-time=45s -nemesis-servers=3 -nemesis-agents=3
+	$(GO) test -race -tags nemesis -count=1 -timeout 15m -parallel 2 -run 'TestNemesis$$' ./test/nemesis/ \
+		-args -seed=1 -nemesis-seeds=2 -nemesis-time=45s -nemesis-servers=3 -nemesis-agents=3 -nemesis-parallel=2
+
+## test-binaries: every binary the tests start as a process, built once into TEST_BINDIR; with
+## CSISUPD_TEST_BINDIR naming it, each test package uses these instead of building its own
+## (testutil.Build; the names are testutil.PrebuiltName's). CI builds them first.
+TEST_BINDIR ?= $(CURDIR)/bin/test
+TEST_CMDS   := ./internal/testplugin/cmd/csi-testplugin ./internal/testregistrar/cmd/csi-testregistrar ./test/soak/cmd/csi-hostile
+## Each is built in a staging directory and renamed into place: a test that starts meanwhile
+## finds a whole binary or none (and then builds its own).
+test-binaries:
+	@rm -rf $(TEST_BINDIR)/.staging && mkdir -p $(TEST_BINDIR)/.staging
+	$(GO) build -o $(TEST_BINDIR)/.staging/csisupd ./cmd/csisupd
+	$(GO) build -o $(TEST_BINDIR)/.staging/ $(TEST_CMDS)
+	for tag in $(DEFECT_TAGS); do $(GO) build -tags $$tag -o $(TEST_BINDIR)/.staging/csisupd-$$tag ./cmd/csisupd || exit 1; done
+	mv $(TEST_BINDIR)/.staging/* $(TEST_BINDIR)/
+	$(GO) build -race -o $(TEST_BINDIR)/.staging/csisupd-race ./cmd/csisupd
+	mv $(TEST_BINDIR)/.staging/csisupd-race $(TEST_BINDIR)/ && rmdir $(TEST_BINDIR)/.staging
 
 ## bench: benchmarks, each reported beside the direct path measured in the same run
 ## (node agent; a 10,000-node cluster; ClientCSI vs direct plugin calls; event latency beside
