@@ -53,6 +53,9 @@ FAULT_TESTS := TestFormationRepeated|TestLinearizableVolumesUnderLeaderKills|Tes
 	TestLostMountRecord|TestWatchdogGapsStayFarBelowTimeout|TestOutageRecoveryByTheREADME|TestLeaderKilledMidClaim|\
 	TestLeaderStoppedMidClaim|TestVolumeHealthOfRealAgents|TestAgentRefusesAFIFOSecretsFile|TestSecretsFileFIFOAcrossSIGHUP|\
 	TestHostilePluginsDoNotStallSupervision
+# FAULT_TESTS as one -run pattern: the continued lines' spaces removed.
+empty :=
+FAULT_RUN = ^($(subst $(empty) ,,$(strip $(FAULT_TESTS))))$$
 
 ## test-fault: the long fault and soak tests (build tag "fault"), then the nemesis soak's
 ## short run (it skips, saying why, without root and the tools it needs)
@@ -63,7 +66,7 @@ test-fault:
 
 ## fault-tests: only the tests of FAULT_TESTS, with the fault tag and the race detector
 fault-tests:
-	$(GO) test -race -count=1 -tags fault -timeout 30m -run '^($(FAULT_TESTS))$$' $(FAULT_PKGS)
+	$(GO) test -race -count=1 -tags fault -timeout 30m -run '$(FAULT_RUN)' $(FAULT_PKGS)
 
 ## nemesis: the soak: servers and agents as processes on simulated hosts (network namespaces)
 ## under randomised overlapping faults, checked from the test plugins' call journals and the
