@@ -369,14 +369,7 @@ var wholeRunChecks = map[string]bool{journal.CheckSingleWriter: true, journal.Ch
 // violation it sends the violations seen to caught and calls stop, which
 // ends the workload and the faults.
 func watchFor(ctx context.Context, t *testing.T, c *Cluster, check string, stop func(), caught chan<- []string) {
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, 2*time.Second, func() bool {
 		var seen []string
 		if check == checkExit {
 			for _, e := range c.UnexpectedExits() {
@@ -386,14 +379,30 @@ func watchFor(ctx context.Context, t *testing.T, c *Cluster, check string, stop 
 			v, err := journalViolations(c)
 			if err != nil {
 				t.Logf("nemesis: %v", err)
-				continue
+				return false
 			}
 			seen = v
 		}
-		r := &Report{Violations: seen}
-		if r.Violated(check) {
-			caught <- seen
-			stop()
+		if r := (&Report{Violations: seen}); !r.Violated(check) {
+			return false
+		}
+		caught <- seen
+		stop()
+		return true
+	})
+}
+
+// every calls f every d until ctx ends or f returns true.
+func every(ctx context.Context, d time.Duration, f func() (done bool)) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if f() {
 			return
 		}
 	}
@@ -529,14 +538,7 @@ type leaderWatch struct {
 func newLeaderWatch(c *Cluster) *leaderWatch { return &leaderWatch{c: c, last: c.Leader()} }
 
 func (l *leaderWatch) run(ctx context.Context) {
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, 2*time.Second, func() bool {
 		if now := l.c.Leader(); now != "" {
 			l.mu.Lock()
 			if now != l.last {
@@ -545,7 +547,8 @@ func (l *leaderWatch) run(ctx context.Context) {
 			}
 			l.mu.Unlock()
 		}
-	}
+		return false
+	})
 }
 
 func (l *leaderWatch) changes() int {
@@ -706,14 +709,7 @@ func (n *nemesis) apply(ctx context.Context, f Fault) {
 // restartCrashedPlugins restarts, a second after, every plugin process
 // that exited (a crash the nemesis armed), as an orchestrator would.
 func (n *nemesis) restartCrashedPlugins(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, time.Second, func() bool {
 		for _, a := range n.c.Agents() {
 			for _, id := range plugins {
 				if name := PluginName(a, id); !n.c.Running(name) {
@@ -721,7 +717,8 @@ func (n *nemesis) restartCrashedPlugins(ctx context.Context) {
 				}
 			}
 		}
-	}
+		return false
+	})
 }
 
 // heal undoes everything left: cuts healed, stopped processes continued,
