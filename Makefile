@@ -57,8 +57,9 @@ FAULT_TESTS := TestFormationRepeated|TestLinearizableVolumesUnderLeaderKills|Tes
 empty :=
 FAULT_RUN = ^($(subst $(empty) ,,$(strip $(FAULT_TESTS))))$$
 
-## test-fault: the long fault and soak tests (build tag "fault"), then the nemesis soak's
-## short run (it skips, saying why, without root and the tools it needs)
+## test-fault: the long fault and soak tests (build tag "fault"; only FAULT_TESTS, the default suite
+## is make test's), then the nemesis soak's short run (it skips, saying why, without root and the
+## tools it needs)
 test-fault:
 	$(GO) vet -tags fault ./...
 	$(MAKE) fault-tests
