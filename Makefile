@@ -20,7 +20,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build run test race-tests test-fault fault-tests test-binaries nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
+.PHONY: all build run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -101,21 +101,23 @@ nemesis-short:
 	$(GO) test -race -tags nemesis -count=1 -timeout 15m -parallel 2 -run 'TestNemesis$$' ./test/nemesis/ \
 		-args -seed=1 -nemesis-seeds=2 -nemesis-time=45s -nemesis-servers=3 -nemesis-agents=3 -nemesis-parallel=2
 
-## test-binaries: every binary the tests start as a process, built once into TEST_BINDIR; with
-## CSISUPD_TEST_BINDIR naming it, each test package uses these instead of building its own
-## (testutil.Build; the names are testutil.PrebuiltName's). CI builds them first.
+## test-binaries, test-binaries-race: every binary the tests start as a process, built once into
+## TEST_BINDIR (the race detector's build of csisupd apart); with CSISUPD_TEST_BINDIR naming it,
+## each test package uses these instead of building its own (testutil.Build; the names are
+## testutil.PrebuiltName's). CI builds them first. Each is built in a staging directory and
+## renamed into place: a test that starts meanwhile finds a whole binary or none (and builds its own).
 TEST_BINDIR ?= $(CURDIR)/bin/test
 TEST_CMDS   := ./internal/testplugin/cmd/csi-testplugin ./internal/testregistrar/cmd/csi-testregistrar ./test/soak/cmd/csi-hostile
-## Each is built in a staging directory and renamed into place: a test that starts meanwhile
-## finds a whole binary or none (and then builds its own).
 test-binaries:
 	@rm -rf $(TEST_BINDIR)/.staging && mkdir -p $(TEST_BINDIR)/.staging
 	$(GO) build -o $(TEST_BINDIR)/.staging/csisupd ./cmd/csisupd
 	$(GO) build -o $(TEST_BINDIR)/.staging/ $(TEST_CMDS)
 	for tag in $(DEFECT_TAGS); do $(GO) build -tags $$tag -o $(TEST_BINDIR)/.staging/csisupd-$$tag ./cmd/csisupd || exit 1; done
-	mv $(TEST_BINDIR)/.staging/* $(TEST_BINDIR)/
-	$(GO) build -race -o $(TEST_BINDIR)/.staging/csisupd-race ./cmd/csisupd
-	mv $(TEST_BINDIR)/.staging/csisupd-race $(TEST_BINDIR)/ && rmdir $(TEST_BINDIR)/.staging
+	mv $(TEST_BINDIR)/.staging/* $(TEST_BINDIR)/ && rmdir $(TEST_BINDIR)/.staging
+test-binaries-race:
+	@mkdir -p $(TEST_BINDIR)/.staging-race
+	$(GO) build -race -o $(TEST_BINDIR)/.staging-race/csisupd-race ./cmd/csisupd
+	mv $(TEST_BINDIR)/.staging-race/csisupd-race $(TEST_BINDIR)/ && rmdir $(TEST_BINDIR)/.staging-race
 
 ## bench: benchmarks, each reported beside the direct path measured in the same run
 ## (node agent; a 10,000-node cluster; ClientCSI vs direct plugin calls; event latency beside
