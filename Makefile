@@ -89,10 +89,10 @@ DEFECT_TAGS = nemesis_defect_single_writer nemesis_defect_forget_record nemesis_
 ## nemesis-defects: build csisupd with each deliberate defect (nemesis_defect_* tags) and show
 ## that the soak's check meant for it catches it; then the cluster's fault controls themselves
 ## Each defect's soak is on a lab of its own, DEFECT_PARALLEL at a time (they mostly wait on the
-## cluster), beside TestClusterComesUp; each ends as soon as its check has caught its defect.
+## cluster), after TestClusterComesUp; each ends as soon as its check has caught its defect.
 DEFECT_PARALLEL ?= 4
 nemesis-defects:
-	$(GO) test -tags nemesis -count=1 -timeout 60m -parallel $$(( $(DEFECT_PARALLEL) + 2 )) -run 'TestDefects|TestClusterComesUp' \
+	$(GO) test -tags nemesis -count=1 -timeout 60m -parallel $$(( $(DEFECT_PARALLEL) + 1 )) -run 'TestDefects|TestClusterComesUp' \
 		./test/nemesis/ -args -nemesis-parallel=$(DEFECT_PARALLEL)
 
 ## nemesis-short: the CI run of the soak: two fixed seeds of 45 s each, side by side, each on a
