@@ -20,7 +20,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-fault nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
+.PHONY: all build run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -35,14 +35,39 @@ run: build
 ## test: vet plus the whole default test suite with the race detector
 test:
 	$(GO) vet ./...
+	$(MAKE) race-tests
+
+## race-tests: the whole default test suite with the race detector, without vet (CI's lint vets)
+race-tests:
 	$(GO) test -race -count=1 ./...
 
-## test-fault: the long fault and soak tests (build tag "fault"), then the nemesis soak's
-## short run (it skips, saying why, without root and the tools it needs)
+## FAULT_PKGS and FAULT_TESTS are what the fault tag adds to the default suite: the tests of the
+## files built only with it, and the tests whose settings it changes (test/layering checks the
+## lists against the sources, both ways). The rest of those packages is the default suite's.
+FAULT_PKGS := ./internal/server/ ./internal/server/fsm/ ./test/agent/ ./test/e2e/ ./test/soak/
+FAULT_TESTS := TestFormationRepeated|TestLinearizableVolumesUnderLeaderKills|TestTwoThousandAgentsHeartbeat|\
+	TestVolumeModelRejectsLostWrite|TestVolumeWorkRightAfterFailover|TestExpansionFinishesAfterLeaderKill|\
+	TestSnapshotNeverOrphanedAfterLeaderKill|TestClaimCommandsKeepThePromise|TestPropertyCatchesAMissingSingleWriterCheck|\
+	TestHungRegistrationSocketsCostLittle|TestAgentKilledBetweenStageAndPublish|TestAgentKilledBetweenUnpublishAndUnstage|\
+	TestNodeDownLongerThanClaimGCGrace|TestForcedReleaseOfAKilledNode|TestSecretsFileAcrossSIGHUP|TestClusterLeaderLoss|\
+	TestLostMountRecord|TestWatchdogGapsStayFarBelowTimeout|TestOutageRecoveryByTheREADME|TestLeaderKilledMidClaim|\
+	TestLeaderStoppedMidClaim|TestVolumeHealthOfRealAgents|TestAgentRefusesAFIFOSecretsFile|TestSecretsFileFIFOAcrossSIGHUP|\
+	TestHostilePluginsDoNotStallSupervision
+# FAULT_TESTS as one -run pattern: the continued lines' spaces removed.
+empty :=
+FAULT_RUN = ^($(subst $(empty) ,,$(strip $(FAULT_TESTS))))$$
+
+## test-fault: the long fault and soak tests (build tag "fault"; only FAULT_TESTS, the default suite
+## is make test's), then the nemesis soak's short run (it skips, saying why, without root and the
+## tools it needs)
 test-fault:
 	$(GO) vet -tags fault ./...
-	$(GO) test -race -count=1 -tags fault -timeout 30m ./...
+	$(MAKE) fault-tests
 	$(MAKE) nemesis-short
+
+## fault-tests: only the tests of FAULT_TESTS, with the fault tag and the race detector
+fault-tests:
+	$(GO) test -race -count=1 -tags fault -timeout 30m -run '$(FAULT_RUN)' $(FAULT_PKGS)
 
 ## nemesis: the soak: servers and agents as processes on simulated hosts (network namespaces)
 ## under randomised overlapping faults, checked from the test plugins' call journals and the
@@ -63,12 +88,36 @@ DEFECT_TAGS = nemesis_defect_single_writer nemesis_defect_forget_record nemesis_
 
 ## nemesis-defects: build csisupd with each deliberate defect (nemesis_defect_* tags) and show
 ## that the soak's check meant for it catches it; then the cluster's fault controls themselves
+## Each defect's soak is on a lab of its own, DEFECT_PARALLEL at a time (they mostly wait on the
+## cluster), after TestClusterComesUp; each ends as soon as its check has caught its defect.
+DEFECT_PARALLEL ?= 4
 nemesis-defects:
-	$(GO) test -tags nemesis -count=1 -timeout 60m -run 'TestDefects|TestClusterComesUp' ./test/nemesis/
+	$(GO) test -tags nemesis -count=1 -timeout 60m -parallel $$(( $(DEFECT_PARALLEL) + 1 )) -run 'TestDefects|TestClusterComesUp' \
+		./test/nemesis/ -args -nemesis-parallel=$(DEFECT_PARALLEL)
 
-## nemesis-short: the CI run of the soak: two fixed seeds of 45 s each
+## nemesis-short: the CI run of the soak: two fixed seeds of 45 s each, side by side, each on a
+## cluster and lab of its own
 nemesis-short:
-	$(GO) test -race -tags nemesis -count=1 -timeout 15m -run 'TestNemesis$$' ./test/nemesis/ -args -seed=1 -nemesis-seeds=2 -nemesis-time=45s -nemesis-servers=3 -nemesis-agents=3
+	$(GO) test -race -tags nemesis -count=1 -timeout 15m -parallel 2 -run 'TestNemesis$$' ./test/nemesis/ \
+		-args -seed=1 -nemesis-seeds=2 -nemesis-time=45s -nemesis-servers=3 -nemesis-agents=3 -nemesis-parallel=2
+
+## test-binaries, test-binaries-race: every binary the tests start as a process, built once into
+## TEST_BINDIR (the race detector's build of csisupd apart); with CSISUPD_TEST_BINDIR naming it,
+## each test package uses these instead of building its own (testutil.Build; the names are
+## testutil.PrebuiltName's). CI builds them first. Each is built in a staging directory and
+## renamed into place: a test that starts meanwhile finds a whole binary or none (and builds its own).
+TEST_BINDIR ?= $(CURDIR)/bin/test
+TEST_CMDS   := ./internal/testplugin/cmd/csi-testplugin ./internal/testregistrar/cmd/csi-testregistrar ./test/soak/cmd/csi-hostile
+test-binaries:
+	@rm -rf $(TEST_BINDIR)/.staging && mkdir -p $(TEST_BINDIR)/.staging
+	$(GO) build -o $(TEST_BINDIR)/.staging/csisupd ./cmd/csisupd
+	$(GO) build -o $(TEST_BINDIR)/.staging/ $(TEST_CMDS)
+	for tag in $(DEFECT_TAGS); do $(GO) build -tags $$tag -o $(TEST_BINDIR)/.staging/csisupd-$$tag ./cmd/csisupd || exit 1; done
+	mv $(TEST_BINDIR)/.staging/* $(TEST_BINDIR)/ && rmdir $(TEST_BINDIR)/.staging
+test-binaries-race:
+	@mkdir -p $(TEST_BINDIR)/.staging-race
+	$(GO) build -race -o $(TEST_BINDIR)/.staging-race/csisupd-race ./cmd/csisupd
+	mv $(TEST_BINDIR)/.staging-race/csisupd-race $(TEST_BINDIR)/ && rmdir $(TEST_BINDIR)/.staging-race
 
 ## bench: benchmarks, each reported beside the direct path measured in the same run
 ## (node agent; a 10,000-node cluster; ClientCSI vs direct plugin calls; event latency beside

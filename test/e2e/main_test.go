@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,40 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // binary is the csisupd binary built once by TestMain.
 var binary string
 
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "csisupd-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "csisupd")
-	build := exec.Command("go", "build", "-o", binary, "github.com/csisupd/csisupd/cmd/csisupd")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building csisupd:", err)
-		return 1
-	}
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: leaked goroutines:", err)
-			return 1
-		}
-	}
-	return code
+	testutil.RunWithBinaries(m, testutil.Binary{Pkg: "github.com/csisupd/csisupd/cmd/csisupd", Path: &binary})
 }
 
 // cliResult is one run of the CLI.

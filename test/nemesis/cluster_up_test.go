@@ -31,6 +31,8 @@ func must(t *testing.T, err error) {
 // is replaced, a stopped agent goes down and comes back when continued, an
 // isolated server rejoins, a killed agent restarted is ready again.
 func TestClusterComesUp(t *testing.T) {
+	// Not parallel: it runs first, alone, before the defects' soaks
+	// (parallel tests), as its elections and heartbeats are timed.
 	c := StartCluster(t, Options{Servers: 3, Agents: 3})
 	agents := c.Agents()
 	for _, id := range plugins {

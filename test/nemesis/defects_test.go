@@ -3,7 +3,6 @@
 package nemesis
 
 import (
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/csisupd/csisupd/internal/testplugin/journal"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // A defect is a deliberate bug that a build tag puts into csisupd, and
@@ -64,16 +64,28 @@ const (
 // on it until the check meant for the defect reports a violation, within
 // defectSeeds seeds (make nemesis-defects). It fails when a check stays
 // blind to its defect: a change that made the invariants unable to see a
-// bug would pass the soak silently otherwise.
+// bug would pass the soak silently otherwise. The defects' soaks run side
+// by side, -nemesis-parallel at a time, each on a lab of its own, and each
+// ends as soon as its check has caught its defect.
 func TestDefects(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir() // removed with the test
+	bins := map[string]string{}
+	for _, d := range defects {
+		bins[d.tag] = filepath.Join(dir, "csisupd-"+d.tag)
+	}
+	// Each build once, before any soak: two defects share a tag.
+	for tag, bin := range bins {
+		if err := testutil.Build("github.com/csisupd/csisupd/cmd/csisupd", false, tag, bin); err != nil {
+			t.Fatalf("build with %s: %v", tag, err)
+		}
+	}
+	slots := make(chan struct{}, max(1, *nemesisParallel))
 	for _, d := range defects {
 		t.Run(d.name, func(t *testing.T) {
-			bin := filepath.Join(dir, "csisupd-"+d.tag)
-			build := exec.Command("go", "build", "-tags", d.tag, "-o", bin, "github.com/csisupd/csisupd/cmd/csisupd")
-			if out, err := build.CombinedOutput(); err != nil {
-				t.Fatalf("build with %s: %v\n%s", d.tag, err, out)
-			}
+			t.Parallel()
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			first := *seedFlag
 			if first == 0 {
 				first = 1
@@ -82,8 +94,8 @@ func TestDefects(t *testing.T) {
 				seed := first + i
 				var r *Report
 				t.Run("seed="+strconv.FormatInt(seed, 10), func(t *testing.T) {
-					r = Run(t, RunConfig{Seed: seed, Duration: defectRun, Kinds: d.kinds, Bin: bin, QuietBound: defectQuiet,
-						SharedWithoutPublish: d.withoutPublish})
+					r = Run(t, RunConfig{Seed: seed, Duration: defectRun, Kinds: d.kinds, Bin: bins[d.tag], QuietBound: defectQuiet,
+						SharedWithoutPublish: d.withoutPublish, Until: d.check})
 				})
 				if r != nil && r.Violated(d.check) {
 					t.Logf("%s caught by %s with seed %d:\n%s", d.tag, d.check, seed, firstOf(r.Violations, d.check))

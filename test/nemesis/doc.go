@@ -50,7 +50,9 @@
 // is released), the clients' claim history (CheckHistory, a porcupine
 // model), unexpected exits, panics and races, and the processes' usage.
 // TestDefects runs it on builds with deliberate defects and fails unless
-// the check meant for each catches it.
+// the check meant for each catches it; each defect's run ends as soon as
+// its check has. Every cluster is on a lab of its own, so seeds and defect
+// soaks can run side by side (-nemesis-parallel).
 //
 // # Seed
 //

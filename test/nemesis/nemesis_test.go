@@ -31,6 +31,9 @@ var (
 	nemesisAgents  = flag.Int("nemesis-agents", 0, "agents of each seed's cluster (0: 3 to 5, drawn from the seed)")
 	nemesisFaults  = flag.String("nemesis-faults", "", "comma-separated fault kinds to draw from (default: every kind)")
 	nemesisKeep    = flag.String("nemesis-keep", "", "copy each seed's journals and claim history into this directory (seed-N/)")
+	// Each seed's cluster is on a lab of its own, so seeds can run side
+	// by side; go test's -parallel must allow as many.
+	nemesisParallel = flag.Int("nemesis-parallel", 1, "how many seeds (or defect soaks) run at once, each on a cluster of its own")
 )
 
 // Settings of the soak's servers and of its quiet period.
@@ -111,6 +114,12 @@ type RunConfig struct {
 	// quietBound). Only the defect tests shorten it: their leftovers
 	// never heal, and waiting longer shows nothing more.
 	QuietBound time.Duration
+	// Until, a check's name, ends the run as soon as that check has
+	// reported a violation: the defect tests ask only whether their check
+	// catches their defect. The checks that see the whole run (single
+	// writer, single node, unexpected exits) are asked every few seconds
+	// while the workload runs; the others after their phase.
+	Until string
 }
 
 // TestNemesis runs the soak for -nemesis-seeds seeds from -seed (a seed
@@ -123,35 +132,56 @@ func TestNemesis(t *testing.T) {
 	if first == 0 {
 		first = time.Now().UnixNano() % 1_000_000
 	}
-	var reports []*Report
-	for i := range *nemesisSeeds {
-		seed := first + int64(i)
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			var kinds []string
-			if *nemesisFaults != "" {
-				kinds = strings.Split(*nemesisFaults, ",")
-				for _, k := range kinds {
-					if !slices.Contains(faultKinds, k) {
-						t.Fatalf("-nemesis-faults: unknown fault kind %q (kinds: %s)", k, strings.Join(faultKinds, ", "))
-					}
+	var (
+		mu      sync.Mutex
+		reports []*Report
+	)
+	slots := make(chan struct{}, max(1, *nemesisParallel))
+	// The group returns when every seed's run has, parallel or not.
+	t.Run("seeds", func(t *testing.T) {
+		for i := range *nemesisSeeds {
+			seed := first + int64(i)
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+				if *nemesisParallel > 1 {
+					t.Parallel()
 				}
-			}
-			servers, agents := ClusterSize(seed)
-			if *nemesisServers > 0 {
-				servers = *nemesisServers
-			}
-			if *nemesisAgents > 0 {
-				agents = *nemesisAgents
-			}
-			r := Run(t, RunConfig{Seed: seed, Duration: *nemesisTime, Kinds: kinds, Servers: servers, Agents: agents})
-			reports = append(reports, r)
-			if len(r.Violations) > 0 {
-				t.Errorf("seed %d: %d invariant violations (replay: make nemesis SEED=%d NEMESIS_TIME=%s):\n%s",
-					seed, len(r.Violations), seed, *nemesisTime, strings.Join(r.Violations, "\n"))
-			}
-		})
-	}
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				r := runSeed(t, seed)
+				mu.Lock()
+				reports = append(reports, r)
+				mu.Unlock()
+			})
+		}
+	})
 	summarise(t, reports)
+}
+
+// runSeed runs TestNemesis's soak for one seed and fails t on any
+// invariant violation.
+func runSeed(t *testing.T, seed int64) *Report {
+	var kinds []string
+	if *nemesisFaults != "" {
+		kinds = strings.Split(*nemesisFaults, ",")
+		for _, k := range kinds {
+			if !slices.Contains(faultKinds, k) {
+				t.Fatalf("-nemesis-faults: unknown fault kind %q (kinds: %s)", k, strings.Join(faultKinds, ", "))
+			}
+		}
+	}
+	servers, agents := ClusterSize(seed)
+	if *nemesisServers > 0 {
+		servers = *nemesisServers
+	}
+	if *nemesisAgents > 0 {
+		agents = *nemesisAgents
+	}
+	r := Run(t, RunConfig{Seed: seed, Duration: *nemesisTime, Kinds: kinds, Servers: servers, Agents: agents})
+	if len(r.Violations) > 0 {
+		t.Errorf("seed %d: %d invariant violations (replay: make nemesis SEED=%d NEMESIS_TIME=%s):\n%s",
+			seed, len(r.Violations), seed, *nemesisTime, strings.Join(r.Violations, "\n"))
+	}
+	return r
 }
 
 // summarise logs the totals of the runs.
@@ -218,6 +248,11 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	wg.Add(1)
 	go func() { defer wg.Done(); leaders.run(wctx) }()
 	n := &nemesis{c: c, w: w, t: t, report: r, seed: cfg.Seed}
+	caught := make(chan []string, 1)
+	if wholeRunChecks[cfg.Until] {
+		wg.Add(1)
+		go func() { defer wg.Done(); watchFor(wctx, t, c, cfg.Until, stopWork, caught) }()
+	}
 	// A plugin armed to crash may crash late, in a release of the quiet
 	// period: its orchestrator restarts it until the checks.
 	rctx, stopRestarts := context.WithCancel(ctx)
@@ -226,6 +261,13 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	defer func() { stopRestarts(); <-restarts }()
 	n.run(wctx, r.Schedule)
 	wg.Wait()
+	select {
+	case v := <-caught:
+		r.Violations = append(r.Violations, v...)
+		t.Logf("nemesis: %s caught while the workload ran; the run ends here", cfg.Until)
+		return r
+	default:
+	}
 	n.heal()
 	faultsEnd := time.Now()
 	r.LeaderChanges = leaders.changes()
@@ -245,6 +287,9 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 		r.Converged = time.Since(faultsEnd)
 		t.Logf("nemesis: converged %s after the faults", r.Converged.Round(time.Millisecond))
 	}
+	if cfg.Until != "" && r.Violated(cfg.Until) {
+		return r
+	}
 
 	// Every claim released: every release finishes, nothing is left.
 	dctx, stopDrain := context.WithTimeout(ctx, bound)
@@ -254,6 +299,9 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	} else if left := converge(dctx, c); left != nil {
 		r.Violations = append(r.Violations, left...)
 	}
+	if cfg.Until != "" && r.Violated(cfg.Until) {
+		return r
+	}
 
 	stopRestarts()
 	<-restarts
@@ -261,15 +309,11 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 		keep(t, c, w, filepath.Join(*nemesisKeep, fmt.Sprintf("seed-%d", cfg.Seed)))
 	}
 	// The journals over the whole run.
-	for _, id := range plugins {
-		recs, err := journal.Merge(c.Journals(id)...)
-		if err != nil && !errors.Is(err, journal.ErrTornLine) {
-			t.Fatalf("journals of %s: %v", id, err)
-		}
-		for _, v := range append(journal.SingleWriter(recs), journal.SingleNode(recs)...) {
-			r.Violations = append(r.Violations, v.String())
-		}
+	v, err := journalViolations(c)
+	if err != nil {
+		t.Fatal(err)
 	}
+	r.Violations = append(r.Violations, v...)
 	// The history.
 	if bad := CheckHistory(w.History(), 2*time.Minute); bad != "" {
 		r.violate(checkHistory, "%s", bad)
@@ -299,6 +343,69 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 		}
 	}
 	return r
+}
+
+// journalViolations returns the violations of the single-writer and
+// single-node checks in both plugins' journals so far.
+func journalViolations(c *Cluster) ([]string, error) {
+	var out []string
+	for _, id := range plugins {
+		recs, err := journal.Merge(c.Journals(id)...)
+		if err != nil && !errors.Is(err, journal.ErrTornLine) {
+			return nil, fmt.Errorf("journals of %s: %w", id, err)
+		}
+		for _, v := range append(journal.SingleWriter(recs), journal.SingleNode(recs)...) {
+			out = append(out, v.String())
+		}
+	}
+	return out, nil
+}
+
+// wholeRunChecks are the checks whose violations stand once seen, whatever
+// happens after: RunConfig.Until asks them while the workload runs.
+var wholeRunChecks = map[string]bool{journal.CheckSingleWriter: true, journal.CheckSingleNode: true, checkExit: true}
+
+// watchFor asks check every few seconds until ctx ends; at its first
+// violation it sends the violations seen to caught and calls stop, which
+// ends the workload and the faults.
+func watchFor(ctx context.Context, t *testing.T, c *Cluster, check string, stop func(), caught chan<- []string) {
+	every(ctx, 2*time.Second, func() bool {
+		var seen []string
+		if check == checkExit {
+			for _, e := range c.UnexpectedExits() {
+				seen = append(seen, checkExit+": "+e)
+			}
+		} else {
+			v, err := journalViolations(c)
+			if err != nil {
+				t.Logf("nemesis: %v", err)
+				return false
+			}
+			seen = v
+		}
+		if r := (&Report{Violations: seen}); !r.Violated(check) {
+			return false
+		}
+		caught <- seen
+		stop()
+		return true
+	})
+}
+
+// every calls f every d until ctx ends or f returns true.
+func every(ctx context.Context, d time.Duration, f func() (done bool)) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if f() {
+			return
+		}
+	}
 }
 
 // keep copies the run's journals and its claim history (JSON lines) into
@@ -431,14 +538,7 @@ type leaderWatch struct {
 func newLeaderWatch(c *Cluster) *leaderWatch { return &leaderWatch{c: c, last: c.Leader()} }
 
 func (l *leaderWatch) run(ctx context.Context) {
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, 2*time.Second, func() bool {
 		if now := l.c.Leader(); now != "" {
 			l.mu.Lock()
 			if now != l.last {
@@ -447,7 +547,8 @@ func (l *leaderWatch) run(ctx context.Context) {
 			}
 			l.mu.Unlock()
 		}
-	}
+		return false
+	})
 }
 
 func (l *leaderWatch) changes() int {
@@ -608,14 +709,7 @@ func (n *nemesis) apply(ctx context.Context, f Fault) {
 // restartCrashedPlugins restarts, a second after, every plugin process
 // that exited (a crash the nemesis armed), as an orchestrator would.
 func (n *nemesis) restartCrashedPlugins(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, time.Second, func() bool {
 		for _, a := range n.c.Agents() {
 			for _, id := range plugins {
 				if name := PluginName(a, id); !n.c.Running(name) {
@@ -623,7 +717,8 @@ func (n *nemesis) restartCrashedPlugins(ctx context.Context) {
 				}
 			}
 		}
-	}
+		return false
+	})
 }
 
 // heal undoes everything left: cuts healed, stopped processes continued,

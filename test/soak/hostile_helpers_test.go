@@ -4,11 +4,11 @@ package soak
 
 import (
 	"fmt"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // Helpers of the hostile-plugin soak test only (build tag fault).
@@ -27,22 +27,10 @@ func (l *lazyBuild) get(t testing.TB, name, pkg string, race bool) string {
 	t.Helper()
 	l.once.Do(func() {
 		l.path = filepath.Join(filepath.Dir(agentBin), name)
-		l.err = build(l.path, pkg, race)
+		l.err = testutil.Build(pkg, race, "", l.path)
 	})
 	if l.err != nil {
 		t.Fatal(l.err)
 	}
 	return l.path
-}
-
-// build runs go build of pkg into out, with the race detector if asked.
-func build(out, pkg string, race bool) error {
-	args := []string{"build", "-o", out}
-	if race {
-		args = append(args, "-race")
-	}
-	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("go %s: %v\n%s", strings.Join(append(args, pkg), " "), err, b)
-	}
-	return nil
 }
