@@ -647,27 +647,31 @@ func TestPaceDecidesTheNextProbe(t *testing.T) {
 		// maxGap.
 		minGap, maxGap time.Duration
 	}{
+		// Intervals, and so probe timeouts, of a quarter second at least:
+		// a busy machine may hold a probe of the in-process plugin for
+		// tens of milliseconds, which must not turn the plugin's Internal
+		// into DeadlineExceeded.
 		{
 			name:     "longer wait and description",
-			interval: 20 * time.Millisecond,
-			pace:     Pace{Wait: 300 * time.Millisecond, Description: "backing off"},
+			interval: 250 * time.Millisecond,
+			pace:     Pace{Wait: time.Second, Description: "backing off"},
 			wantDesc: "backing off",
-			minGap:   300 * time.Millisecond, maxGap: time.Hour,
+			minGap:   time.Second, maxGap: time.Hour,
 		},
 		{
 			name:     "zero wait means the interval",
-			interval: 200 * time.Millisecond,
+			interval: 250 * time.Millisecond,
 			pace:     Pace{},
 			wantDesc: "probe failed: Internal: broken",
-			minGap:   200 * time.Millisecond, maxGap: time.Hour,
+			minGap:   250 * time.Millisecond, maxGap: time.Hour,
 		},
 		{
 			name:     "a kick caused by the failure does not cut a backoff short",
-			interval: 20 * time.Millisecond,
-			pace:     Pace{Wait: 300 * time.Millisecond, Backoff: true},
+			interval: 250 * time.Millisecond,
+			pace:     Pace{Wait: time.Second, Backoff: true},
 			kick:     true,
 			wantDesc: "probe failed: Internal: broken",
-			minGap:   300 * time.Millisecond, maxGap: time.Hour,
+			minGap:   time.Second, maxGap: time.Hour,
 		},
 		{
 			name:     "a backoff at the interval also drops the kick",
@@ -679,7 +683,7 @@ func TestPaceDecidesTheNextProbe(t *testing.T) {
 		},
 		{
 			name:     "a longer wait alone does not drop the kick",
-			interval: 20 * time.Millisecond,
+			interval: 250 * time.Millisecond,
 			pace:     Pace{Wait: time.Hour},
 			kick:     true,
 			wantDesc: "probe failed: Internal: broken",
