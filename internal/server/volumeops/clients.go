@@ -2,11 +2,8 @@ package volumeops
 
 import (
 	"context"
-	"errors"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
@@ -44,22 +41,6 @@ type ControllerClient interface {
 	ListVolumeHealth(ctx context.Context, addr, pluginID string, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error)
 	// GetCapacity calls the plugin's GetCapacity.
 	GetCapacity(ctx context.Context, addr, pluginID string, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error)
-}
-
-// DefaultIsRetryable reports whether a ClientCSI error means the next
-// controller candidate may succeed: errors marked retryable, a plugin that is
-// not on the node, or an agent that cannot be reached.
-func DefaultIsRetryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	if csisupdv1.IsRetryable(err) || csisupdv1.IsPluginNotFound(err) {
-		return true
-	}
-	if errors.Is(err, context.Canceled) {
-		return false
-	}
-	return status.Code(err) == codes.Unavailable
 }
 
 // NodeVolumesClient mounts and unmounts volumes through the NodeVolumes

@@ -109,6 +109,22 @@ func (o *Ops) placedControllers(pluginID, capability string, place placement) ([
 	return ranked, nil
 }
 
+// DefaultIsRetryable reports whether a ClientCSI error means the next
+// controller candidate may succeed: errors marked retryable, a plugin that is
+// not on the node, or an agent that cannot be reached.
+func DefaultIsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if csisupdv1.IsRetryable(err) || csisupdv1.IsPluginNotFound(err) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	return status.Code(err) == codes.Unavailable
+}
+
 // callControllers calls fn on each candidate in order, moving to the next
 // one on a retryable error, and, for a node this leader has not heard from
 // yet, also when its agent could not be reached in time: such a node may
