@@ -43,16 +43,11 @@ func (o *Ops) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateReque
 		}
 		csiCaps = append(csiCaps, cc)
 	}
-	unlock, err := o.pluginLocks.Lock(ctx, req.GetPluginId())
+	unlock, err := o.lockPluginAndVolume(ctx, req.GetPluginId(), req.GetId())
 	if err != nil {
-		return nil, ctxStatus(err)
+		return nil, err
 	}
 	defer unlock()
-	unlockVolume, err := o.volumeLocks.Lock(ctx, req.GetId())
-	if err != nil {
-		return nil, ctxStatus(err)
-	}
-	defer unlockVolume()
 
 	if v := o.cfg.State().Volume(req.GetId()); v != nil {
 		if v.GetPluginId() != req.GetPluginId() {
@@ -151,16 +146,11 @@ func (o *Ops) RegisterVolume(ctx context.Context, v *statepb.Volume) (*statepb.V
 			return nil, err
 		}
 	}
-	unlock, err := o.pluginLocks.Lock(ctx, v.GetPluginId())
+	unlock, err := o.lockPluginAndVolume(ctx, v.GetPluginId(), v.GetId())
 	if err != nil {
-		return nil, ctxStatus(err)
+		return nil, err
 	}
 	defer unlock()
-	unlockVolume, err := o.volumeLocks.Lock(ctx, v.GetId())
-	if err != nil {
-		return nil, ctxStatus(err)
-	}
-	defer unlockVolume()
 	if old := o.cfg.State().Volume(v.GetId()); old != nil {
 		if old.GetPluginId() != v.GetPluginId() || old.GetExternalId() != v.GetExternalId() {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q already exists as %s/%s", v.GetId(), old.GetPluginId(), old.GetExternalId())

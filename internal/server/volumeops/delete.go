@@ -20,17 +20,12 @@ func (o *Ops) DeleteVolume(ctx context.Context, req *csisupdv1.VolumeDeleteReque
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 	}
-	unlock, err := o.pluginLocks.Lock(ctx, v.GetPluginId())
+	// The volume lock keeps claims out until the volume is gone.
+	unlock, err := o.lockPluginAndVolume(ctx, v.GetPluginId(), req.GetId())
 	if err != nil {
-		return nil, ctxStatus(err)
+		return nil, err
 	}
 	defer unlock()
-	// The volume lock keeps claims out until the volume is gone.
-	unlockVolume, err := o.volumeLocks.Lock(ctx, req.GetId())
-	if err != nil {
-		return nil, ctxStatus(err)
-	}
-	defer unlockVolume()
 	// Read again under the locks: another call may have changed it.
 	if v = o.cfg.State().Volume(req.GetId()); v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())

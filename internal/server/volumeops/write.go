@@ -38,6 +38,22 @@ func (o *Ops) confirmLeader() error {
 	return o.cfg.ConfirmLeader()
 }
 
+// lockPluginAndVolume takes the plugin's lock, then the volume's, in
+// the order every operation that writes a volume row takes them (create,
+// register, delete), and returns what releases both.
+func (o *Ops) lockPluginAndVolume(ctx context.Context, pluginID, volumeID string) (func(), error) {
+	unlockPlugin, err := o.pluginLocks.Lock(ctx, pluginID)
+	if err != nil {
+		return nil, ctxStatus(err)
+	}
+	unlockVolume, err := o.volumeLocks.Lock(ctx, volumeID)
+	if err != nil {
+		unlockPlugin()
+		return nil, ctxStatus(err)
+	}
+	return func() { unlockVolume(); unlockPlugin() }, nil
+}
+
 // lockVolume takes the lock of volume id and returns the volume as
 // stored under it, with the function that releases the lock; an unknown
 // volume is NotFound, with the lock already released.
