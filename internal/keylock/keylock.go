@@ -6,8 +6,14 @@ package keylock
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
+
+// ErrHeld is what work returns when it would take a key's mutex that
+// someone else holds (TryLock) and leaves the work to them: whoever
+// retries it looks again later, without counting a failure.
+var ErrHeld = errors.New("someone else works on it")
 
 // Set is a set of mutexes by key. The zero value is ready to use; a Set
 // must not be copied after first use.

@@ -333,3 +333,39 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, name)
 	}
 }
+
+// loopKey is the context key of the Loop that a long chain of calls made
+// for that loop beats between calls (Beat).
+type loopKey struct{}
+
+// WithLoop returns ctx carrying l, so that the calls made with it beat l
+// between steps. The server's volume watcher uses it: one release makes
+// several calls to agents, each bounded by its own timeout, and may take
+// longer in all than the watchdog timeout without being stuck.
+func WithLoop(ctx context.Context, l *Loop) context.Context {
+	return context.WithValue(ctx, loopKey{}, l)
+}
+
+// Busy tells the loop ctx carries, if any, that it is in a call bounded
+// by deadline (Loop.Busy): it is not wedged until then. A request's
+// context carries none, and Busy does nothing then.
+func Busy(ctx context.Context, deadline time.Time) {
+	if l, ok := ctx.Value(loopKey{}).(*Loop); ok {
+		l.Busy(deadline)
+	}
+}
+
+// BusyWith is Busy until call's deadline, for a call made with call, a
+// context derived from ctx with a deadline.
+func BusyWith(ctx, call context.Context) {
+	if d, ok := call.Deadline(); ok {
+		Busy(ctx, d)
+	}
+}
+
+// Beat beats the loop ctx carries, if any.
+func Beat(ctx context.Context) {
+	if l, ok := ctx.Value(loopKey{}).(*Loop); ok {
+		l.Beat()
+	}
+}

@@ -20,8 +20,8 @@ const module = "github.com/csisupd/csisupd/"
 //
 // with leader -> {rules, state}: the leader's duties never see the Server,
 // and reach the volume operations only through their interface
-// (leader.VolumeWork); volumeops -> leader for the watchdog beats a
-// context carries and leader.ErrBusy only.
+// (leader.VolumeWork), which the Server wires; volumeops and leader never
+// import each other.
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all, and so is
 // internal/ids, the syntax of ids, which imports nothing of the module. Test-only
@@ -67,9 +67,9 @@ var allowed = map[string][]string{
 	"internal/server/leader":   {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 	// The volume operations: the rules they admit by, the state they read
 	// and the commands they write, the volume locks, the watchdog beats
-	// of the watcher's loop (leader's context helpers) and the id syntax
+	// of the watcher's loop (watchdog's context helpers) and the id syntax
 	// of volumes (ids, importable by all). Never the server, which wires them.
-	"internal/server/volumeops": {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/leader", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
+	"internal/server/volumeops": {api, "internal/keylock", "internal/plugin", "internal/watchdog", "internal/server/rules", "internal/server/state", "internal/server/statepb"},
 
 	"internal/plugin":      {api, "internal/stream"},
 	"internal/stream":      {},

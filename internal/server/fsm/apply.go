@@ -145,8 +145,9 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 		return deleteVolume(txn, &statepb.VolumeDeleteCommand{VolumeId: c.VolumeDelete}, ev)
 	case *statepb.LogEntry_PluginDrain:
 		return applyPluginDrain(txn, index, c.PluginDrain, ev)
-	case *statepb.LogEntry_VolumeCreate, *statepb.LogEntry_VolumeDeleteChecked, *statepb.LogEntry_ClaimTake,
-		*statepb.LogEntry_ClaimStep, *statepb.LogEntry_ClaimRemove, *statepb.LogEntry_VolumeExpand,
+	case *statepb.LogEntry_ClaimTake, *statepb.LogEntry_ClaimStep, *statepb.LogEntry_ClaimRemove:
+		return f.applyClaimCommand(txn, index, ts, c, ev)
+	case *statepb.LogEntry_VolumeCreate, *statepb.LogEntry_VolumeDeleteChecked, *statepb.LogEntry_VolumeExpand,
 		*statepb.LogEntry_VolumeModify, *statepb.LogEntry_VolumeAvailability, *statepb.LogEntry_VolumeHealth:
 		return f.applyVolumeCommand(txn, index, ts, c, ev)
 	case *statepb.LogEntry_SnapshotPut, *statepb.LogEntry_SnapshotDelete:

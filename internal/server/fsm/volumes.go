@@ -17,10 +17,11 @@ import (
 // eventFunc appends one event of the entry being applied.
 type eventFunc func(typ, node, plugin, volume, desc string)
 
-// applyVolumeCommand applies one typed volume command: it checks the
-// command against the state the transaction reads, with the same rules
-// the leader used to build it (package rules), and refuses it with the
-// error the caller sees, changing nothing, when it no longer holds.
+// applyVolumeCommand applies one typed volume command other than a
+// claim's (applyClaimCommand): it checks the command against the state
+// the transaction reads, with the same rules the leader used to build it
+// (package rules), and refuses it with the error the caller sees,
+// changing nothing, when it no longer holds. So does applyClaimCommand.
 func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, cmd any, ev eventFunc) error {
 	switch c := cmd.(type) {
 	case *statepb.LogEntry_VolumeCreate:
@@ -92,72 +93,6 @@ func (f *FSM) applyVolumeCommand(txn *state.Txn, index uint64, ts *timestamppb.T
 		}
 		ev(typ, node, nv.GetPluginId(), nv.GetId(), desc)
 		return nil
-	case *statepb.LogEntry_ClaimTake:
-		v, err := volumeOf(txn, c.ClaimTake.GetVolumeId())
-		if err != nil {
-			return err
-		}
-		claim := proto.Clone(c.ClaimTake.GetClaim()).(*statepb.VolumeClaim)
-		if err := f.checkTake(txn, v, claim); err != nil {
-			return err
-		}
-		// The claim's index is the index of the write that took it, and
-		// its times are the entry's, so that every server stores the same.
-		claim.ClaimIndex, claim.ClaimedAt, claim.StateUpdatedAt = index, ts, ts
-		nv := proto.Clone(v).(*statepb.Volume)
-		nv.Claims = append(nv.Claims, claim)
-		return putVolume(txn, index, ts, v, nv, ev)
-	case *statepb.LogEntry_ClaimStep:
-		v, err := volumeOf(txn, c.ClaimStep.GetVolumeId())
-		if err != nil {
-			return err
-		}
-		claim, err := rules.ApplyStep(v, c.ClaimStep, ts)
-		if err != nil {
-			return err
-		}
-		if step := c.ClaimStep; step.GetNodeGone() {
-			// Checked when the step makes the claim node_gone; a repeat
-			// of a decision already stored is no new decision.
-			if _, old := rules.Find(v, step.GetNodeId(), step.GetWorkloadId()); !old.GetNodeGone() {
-				ref := rules.Ref{VolumeID: v.GetId(), NodeID: step.GetNodeId(), WorkloadID: step.GetWorkloadId()}
-				if err := rules.CheckNodeGone(txn.Node(step.GetNodeId()), ref); err != nil {
-					return err
-				}
-			}
-		}
-		nv := proto.Clone(v).(*statepb.Volume)
-		i, old := rules.Find(nv, claim.GetNodeId(), claim.GetWorkloadId())
-		nv.Claims[i] = claim
-		if err := putVolume(txn, index, ts, v, nv, ev); err != nil {
-			return err
-		}
-		switch step := c.ClaimStep; {
-		case step.GetSkipped() != "":
-			ev("volume-claim-forced", claim.GetNodeId(), nv.GetPluginId(), nv.GetId(), fmt.Sprintf(
-				"release of workload %s forced past a failed step: %s", claim.GetWorkloadId(), step.GetSkipped()))
-		case step.GetForced() && !old.GetForced():
-			how := "on a node that answers"
-			if claim.GetNodeGone() {
-				how = "without its node"
-			}
-			ev("volume-claim-forced", claim.GetNodeId(), nv.GetPluginId(), nv.GetId(), fmt.Sprintf(
-				"release of workload %s forced %s", claim.GetWorkloadId(), how))
-		}
-		return nil
-	case *statepb.LogEntry_ClaimRemove:
-		v, err := volumeOf(txn, c.ClaimRemove.GetVolumeId())
-		if err != nil {
-			return err
-		}
-		i, err := rules.CheckRemove(v, c.ClaimRemove)
-		if err != nil {
-			return err
-		}
-		nv := proto.Clone(v).(*statepb.Volume)
-		nv.Claims = slices.Delete(nv.Claims, i, i+1)
-		nv.Conditions = rules.NodeConditionsLeft(nv, c.ClaimRemove.GetNodeId())
-		return putVolume(txn, index, ts, v, nv, ev)
 	}
 	return fmt.Errorf("unknown volume command %T", cmd)
 }

@@ -23,6 +23,6 @@
 // is taken, and looks again at the next pass or when kicked.
 //
 // With a watchdog, the volume watcher beats a watchdog.Loop for each term;
-// WithLoop lets the release steps it runs beat that loop between their
+// watchdog.WithLoop lets the release steps it runs beat that loop between their
 // calls to agents.
 package leader

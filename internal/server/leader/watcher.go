@@ -59,7 +59,7 @@ type VolumeWork interface {
 	// FollowSnapshot does the next step of a volume snapshot that is
 	// being created or deleted, or is not ready to use yet
 	// (rules.SnapshotNeedsWork). It takes the snapshot's lock itself and
-	// returns ErrBusy at once when someone else holds it.
+	// returns keylock.ErrHeld at once when someone else holds it.
 	FollowSnapshot(ctx context.Context, id string) error
 	// ResumeExpansion finishes the expansion under way of a volume. The
 	// caller holds the volume's lock.
@@ -122,7 +122,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	loop := w.cfg.Watchdog.Loop("volume watcher")
 	defer loop.Done()
 	// The release steps beat the loop between their calls to agents.
-	ctx = WithLoop(ctx, loop)
+	ctx = watchdog.WithLoop(ctx, loop)
 	r := &watchRun{Watcher: w, loop: loop, retries: map[string]*claimRetry{}, resumed: map[string]bool{}}
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
@@ -218,7 +218,7 @@ func (r *watchRun) lifecycle(ctx context.Context, live map[string]bool) {
 		r.retrying(ctx, key, "volume expansion", r.logger.With("volume", v.GetId()), func() error {
 			unlock, ok := r.cfg.Locks.TryLock(v.GetId())
 			if !ok {
-				return ErrBusy
+				return keylock.ErrHeld
 			}
 			defer unlock()
 			return r.cfg.Work.ResumeExpansion(ctx, v.GetId())
@@ -237,11 +237,6 @@ func (r *watchRun) lifecycle(ctx context.Context, live map[string]bool) {
 	}
 }
 
-// ErrBusy is what a VolumeWork method returns when someone else works
-// on the same thing now: the watcher looks again at its next pass, and
-// keeps the backoff of earlier failures.
-var ErrBusy = errors.New("someone else works on it")
-
 // retrying runs fn unless its last failure (under key) was too recent,
 // and delays the next attempt with backoff when it fails.
 func (r *watchRun) retrying(ctx context.Context, key, what string, log hclog.Logger, fn func() error) {
@@ -250,7 +245,7 @@ func (r *watchRun) retrying(ctx context.Context, key, what string, log hclog.Log
 		return
 	}
 	if err := fn(); err != nil {
-		if ctx.Err() != nil || errors.Is(err, ErrBusy) {
+		if ctx.Err() != nil || errors.Is(err, keylock.ErrHeld) {
 			return
 		}
 		d := r.failed(key, now)

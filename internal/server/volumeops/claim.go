@@ -14,9 +14,9 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // ClaimVolume runs on the leader. It admits a new claim, records it taken
@@ -132,7 +132,7 @@ func (o *Ops) finishClaim(ctx context.Context, v *statepb.Volume, claim *statepb
 		return nil, nil, status.Errorf(codes.NotFound, "node %q not found", claim.GetNodeId())
 	}
 	mctx, cancel := context.WithTimeout(ctx, o.cfg.RPCTimeout)
-	leader.BusyWith(ctx, mctx)
+	watchdog.BusyWith(ctx, mctx)
 	m, err := o.cfg.NodeVolumes.MountVolume(mctx, node.GetAddress(), &csisupdv1.MountVolumeRequest{
 		PluginId:       v.GetPluginId(),
 		VolumeId:       v.GetId(),

@@ -7,7 +7,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/keylock"
-	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -67,9 +66,6 @@ type Ops struct {
 	// create, its delete and the volume watcher.
 	snapshotLocks keylock.Set
 }
-
-// Ops is the volume work the leader's watcher resumes.
-var _ leader.VolumeWork = (*Ops)(nil)
 
 // New checks cfg and returns the volume operations over it, logging to
 // logger (nil: nowhere).

@@ -10,9 +10,9 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // ReleaseVolume runs on the leader: it moves the claims of a workload on a
@@ -134,7 +134,7 @@ func (o *Ops) Release(ctx context.Context, ref rules.Ref) error {
 // volume's lock. A claim that is gone is done.
 func (o *Ops) runRelease(ctx context.Context, ref rules.Ref, secrets map[string]string, skipFailed bool) error {
 	for {
-		leader.Beat(ctx)
+		watchdog.Beat(ctx)
 		if err := ctx.Err(); err != nil {
 			return ctxStatus(err)
 		}
@@ -210,7 +210,7 @@ func (o *Ops) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.V
 		return status.Errorf(codes.NotFound, "unmount volume %q for workload %q: node %q not found", v.GetId(), c.GetWorkloadId(), c.GetNodeId())
 	default:
 		uctx, cancel := context.WithTimeout(ctx, o.cfg.RPCTimeout)
-		leader.BusyWith(ctx, uctx)
+		watchdog.BusyWith(ctx, uctx)
 		// The claim's paths go with the request, so that an agent that
 		// lost its record of the mount still undoes it.
 		err := o.cfg.NodeVolumes.UnmountVolume(uctx, node.GetAddress(), &csisupdv1.UnmountVolumeRequest{

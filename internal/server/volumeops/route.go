@@ -15,10 +15,10 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // candidate is one controller instance a volume operation may use.
@@ -134,9 +134,9 @@ func DefaultIsRetryable(err error) bool {
 func (o *Ops) callControllers(ctx context.Context, op string, cands []candidate, fn func(ctx context.Context, c candidate) error) (candidate, error) {
 	var errs []error
 	for _, c := range cands {
-		leader.Beat(ctx)
+		watchdog.Beat(ctx)
 		cctx, cancel := context.WithTimeout(ctx, o.cfg.RPCTimeout)
-		leader.BusyWith(ctx, cctx)
+		watchdog.BusyWith(ctx, cctx)
 		err := fn(cctx, c)
 		cancel()
 		if err == nil {

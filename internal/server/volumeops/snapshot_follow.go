@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/csisupd/csisupd/internal/keylock"
 	"github.com/csisupd/csisupd/internal/plugin"
-	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -24,7 +24,7 @@ import (
 func (o *Ops) FollowSnapshot(ctx context.Context, id string) error {
 	unlock, ok := o.snapshotLocks.TryLock(id)
 	if !ok {
-		return leader.ErrBusy // its caller works on it
+		return keylock.ErrHeld // its caller works on it
 	}
 	defer unlock()
 	snap := o.cfg.State().VolumeSnapshot(id)

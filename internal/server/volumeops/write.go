@@ -7,9 +7,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
+	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // The raft writes of the volume operations, the locks they take, and the
@@ -100,7 +100,7 @@ func (o *Ops) readClaim(ref rules.Ref) (*statepb.Volume, *statepb.VolumeClaim) {
 // busyWriting tells the watchdog loop ctx carries (the volume watcher's)
 // that a raft write, bounded by ApplyTimeout, follows.
 func (o *Ops) busyWriting(ctx context.Context) {
-	leader.Busy(ctx, time.Now().Add(o.cfg.ApplyTimeout))
+	watchdog.Busy(ctx, time.Now().Add(o.cfg.ApplyTimeout))
 }
 
 // applySnapshot writes a snapshot_put command and returns the snapshot as

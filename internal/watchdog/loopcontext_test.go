@@ -1,4 +1,4 @@
-package leader
+package watchdog
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/csisupd/csisupd/internal/testutil"
-	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
 // TestBusyMarksTheLoopCtxCarries: a call bounded by a deadline keeps the
@@ -37,7 +36,7 @@ func TestBusyMarksTheLoopCtxCarries(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := testutil.NewClock(time.Unix(1_000_000, 0))
-			mon, err := watchdog.New(watchdog.Config{Timeout: timeout, Now: clock.Now})
+			mon, err := New(Config{Timeout: timeout, Now: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
