@@ -16,6 +16,11 @@
 // loop that blocks in a call without a deadline is a defect in itself:
 // the watchdog cannot tell a slow call from a hung one.
 //
+// A chain of calls made for a loop, in packages that do not hold the
+// Loop, beats it through the context: WithLoop puts the loop in a
+// context, and Beat, Busy and BusyWith act on the loop a context carries
+// (none for a request's context).
+//
 // A loop whose work has a hard deadline of its own (a configuration
 // reload) says so with Loop.Due(deadline) instead: it is stale as soon as
 // the deadline passes without a Beat, not a timeout later.

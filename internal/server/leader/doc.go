@@ -22,7 +22,7 @@
 // down for longer than the claim gc grace. It skips a volume whose lock
 // is taken, and looks again at the next pass or when kicked.
 //
-// With a watchdog, the volume watcher beats a watchdog.Loop for each term;
-// watchdog.WithLoop lets the release steps it runs beat that loop between their
-// calls to agents.
+// With a watchdog, the volume watcher beats a watchdog.Loop for each
+// term; watchdog.WithLoop lets the release steps it runs beat that loop
+// between their calls to agents.
 package leader
