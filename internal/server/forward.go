@@ -92,33 +92,140 @@ type forwarder struct {
 	conns *connPool
 	// count counts one forwarded request.
 	count func(ctx context.Context)
+	// hold is how long a request waits for a leader while the servers
+	// elect one; zero is leaderHoldTimeout.
+	hold time.Duration
+}
+
+// leaderHoldTimeout is how long a request that needs the leader waits for
+// one, as Nomad's and Consul's RPC hold timeout does: an election takes a
+// few heartbeat timeouts, and a caller should see it as latency, not as an
+// error it must retry. A request never waits past its own deadline.
+const leaderHoldTimeout = 5 * time.Second
+
+// leaderHoldRetry spaces the looks for a leader during a hold.
+var leaderHoldRetry = retry.Policy{Base: 50 * time.Millisecond, Cap: 500 * time.Millisecond, Multiplier: 2, Jitter: 0.5}
+
+// leaderHold is the wait of one request for a leader.
+type leaderHold struct {
+	until time.Time
+	wait  *retry.BackOff
+}
+
+func (f *forwarder) newHold() *leaderHold {
+	d := f.hold
+	if d <= 0 {
+		d = leaderHoldTimeout
+	}
+	return &leaderHold{until: time.Now().Add(d), wait: leaderHoldRetry.NewBackOff()}
+}
+
+// again waits before the next look for a leader. It reports false, at
+// once, when the hold or ctx would end first: the caller then returns the
+// error it has.
+func (h *leaderHold) again(ctx context.Context) bool {
+	d := h.wait.NextBackOff()
+	if time.Now().Add(d).After(h.until) {
+		return false
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Now().Add(d).After(deadline) {
+		return false
+	}
+	return retry.Wait(ctx, d) == nil
 }
 
 // leaderConn decides where a leader-only request runs. It returns a nil
 // connection when this server is the ready leader; otherwise a connection to
 // the leader (a leaderClientConn) and a context marked as forwarded.
+//
+// A request a caller sent to this server waits, within the leader hold,
+// while there is no leader or the leader has not taken over yet; so does
+// the forwarded call when the leader refuses it before running it. A
+// request forwarded to this server never waits here: the server that
+// forwarded it holds it, so that holds do not add up.
 func (f *forwarder) leaderConn(ctx context.Context) (context.Context, grpc.ClientConnInterface, error) {
 	f.markAnswered(ctx)
+	if forwarded(ctx) {
+		if f.node.IsLeader() && f.ready.Load() {
+			return ctx, nil, nil
+		}
+		reason := "not the leader, and the request was forwarded already"
+		if f.node.IsLeader() {
+			reason = "leader not ready yet"
+		}
+		return ctx, nil, f.refuseForwarded(ctx, reason)
+	}
+	hold := f.newHold()
+	for {
+		conn, err := f.leaderConnOnce()
+		switch {
+		case err == nil && conn == nil:
+			return ctx, nil, nil
+		case err == nil:
+			f.count(ctx)
+			return forwardContext(ctx, f.id), leaderClientConn{conn: conn, server: f.id, hold: hold, resolve: f.remoteLeader}, nil
+		case !errors.Is(err, errNoLeaderYet) || !hold.again(ctx):
+			return ctx, nil, err
+		}
+	}
+}
+
+// refuseForwarded returns the NoLeader error of a forwarded request that
+// this server refuses before running any of it, and marks the answer so:
+// the server that forwarded it may send it again.
+func (f *forwarder) refuseForwarded(ctx context.Context, reason string) error {
+	// Fails only outside a gRPC handler, where nobody reads it.
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(notRunKey, f.id))
+	return csisupdv1.NewNoLeaderError(f.id, reason)
+}
+
+// errNoLeaderYet marks the refusals of leaderConnOnce that an election
+// ends: a request waits them out within its hold.
+var errNoLeaderYet = errors.New("no leader yet")
+
+// leaderConnOnce looks once for where a request runs: nil and no error on
+// the ready leader, the connection to the leader otherwise.
+func (f *forwarder) leaderConnOnce() (*grpc.ClientConn, error) {
 	if f.node.IsLeader() {
 		if !f.ready.Load() {
-			return ctx, nil, csisupdv1.NewNoLeaderError(f.id, "leader not ready yet")
+			return nil, noLeaderYet(csisupdv1.NewNoLeaderError(f.id, "leader not ready yet"))
 		}
-		return ctx, nil, nil
+		return nil, nil
 	}
-	if forwarded(ctx) {
-		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, "not the leader, and the request was forwarded already")
+	return f.remoteLeader()
+}
+
+// remoteLeader returns the connection to the leader when that is another
+// server.
+func (f *forwarder) remoteLeader() (*grpc.ClientConn, error) {
+	if f.node.IsLeader() {
+		// This server took over while the request waited: it cannot run
+		// the request from inside the forwarded call, so the caller
+		// retries (NoLeader is retryable).
+		return nil, csisupdv1.NewNoLeaderError(f.id, "this server became the leader while the request waited for one")
 	}
 	addr, err := f.node.LeaderRPCAddr()
 	if err != nil {
-		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, err.Error())
+		return nil, noLeaderYet(csisupdv1.NewNoLeaderError(f.id, err.Error()))
 	}
 	conn, err := f.conns.get(addr)
 	if err != nil {
-		return ctx, nil, csisupdv1.NewNoLeaderError(f.id, fmt.Sprintf("forward to the leader at %s: %v", addr, err))
+		return nil, csisupdv1.NewNoLeaderError(f.id, fmt.Sprintf("forward to the leader at %s: %v", addr, err))
 	}
-	f.count(ctx)
-	return forwardContext(ctx, f.id), leaderClientConn{conn: conn, server: f.id}, nil
+	return conn, nil
 }
+
+// noLeaderYet wraps err, a NoLeader status, with errNoLeaderYet; the
+// status still reaches the caller unchanged.
+func noLeaderYet(err error) error { return noLeaderYetError{err} }
+
+type noLeaderYetError struct{ error }
+
+func (e noLeaderYetError) Is(target error) bool { return target == errNoLeaderYet }
+func (e noLeaderYetError) Unwrap() error        { return e.error }
+
+// GRPCStatus gives gRPC the status of the wrapped error.
+func (e noLeaderYetError) GRPCStatus() *status.Status { return status.Convert(e.error) }
 
 // forwardContext is the outgoing context of a request this server
 // forwards to the leader: marked as forwarded, and carrying what the
@@ -154,29 +261,69 @@ func (f *forwarder) markAnswered(ctx context.Context) {
 	}
 }
 
+// notRunKey is the trailer a server sets when it refuses a forwarded
+// request before running any of it (it is not the leader, or not ready
+// yet): the follower that forwarded it may send it again.
+const notRunKey = "csisupd-not-run"
+
 // leaderClientConn is the connection a follower forwards one request to
-// the leader on. A unary call that fails Unavailable, without details and
-// without the leader's answeredKey, lost the leader (it died, stopped, or
-// cannot be reached): its error becomes NoLeader, which callers know to
-// retry, rather than a plain Unavailable that reads as a server the caller
-// could not reach. Streams pass through.
+// the leader on.
+//
+// A unary call that the leader refused before running it (notRunKey), or
+// that never reached it, is sent again, to the leader of the moment,
+// within the request's hold. A unary call that fails Unavailable, without
+// details and without the leader's answeredKey, lost the leader (it died,
+// stopped, or cannot be reached): its error becomes NoLeader, which
+// callers know to retry, rather than a plain Unavailable that reads as a
+// server the caller could not reach. Such a call may have run, so it is
+// never sent again here. Streams pass through.
 type leaderClientConn struct {
 	conn *grpc.ClientConn
 	// server is this server's id.
 	server string
+	// hold is the request's wait for a leader; resolve finds the leader
+	// of the moment.
+	hold    *leaderHold
+	resolve func() (*grpc.ClientConn, error)
 }
 
 func (c leaderClientConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	var trailer metadata.MD
-	err := c.conn.Invoke(ctx, method, args, reply, append(opts, grpc.Trailer(&trailer))...)
-	if err == nil || len(trailer.Get(answeredKey)) > 0 || ctx.Err() != nil {
-		return err
+	for {
+		var trailer metadata.MD
+		err := c.conn.Invoke(ctx, method, args, reply, append(opts, grpc.Trailer(&trailer))...)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if notRun := len(trailer.Get(notRunKey)) > 0 || csisupdv1.NotReached(err); notRun && c.hold != nil {
+			if conn, ok := c.next(ctx); ok {
+				c.conn = conn
+				continue
+			}
+		}
+		if len(trailer.Get(answeredKey)) > 0 {
+			return err
+		}
+		st := status.Convert(err)
+		if st.Code() != codes.Unavailable || len(st.Details()) > 0 {
+			return err
+		}
+		return csisupdv1.NewNoLeaderError(c.server, fmt.Sprintf("the leader at %s did not answer: %s", c.conn.Target(), st.Message()))
 	}
-	st := status.Convert(err)
-	if st.Code() != codes.Unavailable || len(st.Details()) > 0 {
-		return err
+}
+
+// next waits within the hold for a leader to send a refused call to
+// again, and reports false when the hold ends first.
+func (c leaderClientConn) next(ctx context.Context) (*grpc.ClientConn, bool) {
+	for c.hold.again(ctx) {
+		conn, err := c.resolve()
+		if err == nil {
+			return conn, true
+		}
+		if !errors.Is(err, errNoLeaderYet) {
+			return nil, false
+		}
 	}
-	return csisupdv1.NewNoLeaderError(c.server, fmt.Sprintf("the leader at %s did not answer: %s", c.conn.Target(), st.Message()))
+	return nil, false
 }
 
 func (c leaderClientConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,14 @@ func serveLeader(t *testing.T, answer func(ctx context.Context) error) (string, 
 // to the leader at addr with, on a pooled connection.
 func forwardClient(t *testing.T, addr string) csisupdv1.ControlClient {
 	t.Helper()
+	conn, _ := leaderConnection(t, addr)
+	return csisupdv1.NewControlClient(leaderClientConn{conn: conn, server: "s2"})
+}
+
+// leaderConnection returns a pooled connection to the leader at addr, and
+// its pool.
+func leaderConnection(t *testing.T, addr string) (*grpc.ClientConn, *connPool) {
+	t.Helper()
 	pool := newConnPool(retry.Policy{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond, Multiplier: 2}, []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials())})
 	t.Cleanup(pool.close)
@@ -60,7 +69,7 @@ func forwardClient(t *testing.T, addr string) csisupdv1.ControlClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return csisupdv1.NewControlClient(leaderClientConn{conn: conn, server: "s2"})
+	return conn, pool
 }
 
 // forwardGet forwards a GetVolume with cl as a follower does.
@@ -128,6 +137,74 @@ func TestForwardedCallNamesALostLeader(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close()
 		wantLostLeader(t, forwardGet(ctx, forwardClient(t, addr)), addr)
+	})
+}
+
+// heldForwardClient is forwardClient for a request that waits for a
+// leader for hold: a refusal before the leader ran the request, or a call
+// that never reached it, is sent again to the leader at addr.
+func heldForwardClient(t *testing.T, addr string, hold time.Duration) csisupdv1.ControlClient {
+	t.Helper()
+	conn, pool := leaderConnection(t, addr)
+	f := &forwarder{id: "s2", hold: hold}
+	return csisupdv1.NewControlClient(leaderClientConn{conn: conn, server: "s2", hold: f.newHold(),
+		resolve: func() (*grpc.ClientConn, error) { return pool.get(addr) }})
+}
+
+// A forwarded request that the leader refused before running it is sent
+// again within the hold, as an election ends; one that may have run is
+// never sent twice.
+func TestForwardedCallWaitsForALeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stub := &forwarder{id: "s1"}
+
+	t.Run("refused twice, then answered", func(t *testing.T) {
+		var calls atomic.Int32
+		addr, _ := serveLeader(t, func(ctx context.Context) error {
+			if calls.Add(1) <= 2 {
+				return stub.refuseForwarded(ctx, "leader not ready yet")
+			}
+			return status.Error(codes.NotFound, `volume "v" not found`)
+		})
+		err := forwardGet(ctx, heldForwardClient(t, addr, 10*time.Second))
+		if status.Code(err) != codes.NotFound || calls.Load() != 3 {
+			t.Fatalf("held call = %v after %d calls, want the leader's NotFound on the third", err, calls.Load())
+		}
+	})
+
+	t.Run("refused until the hold ends", func(t *testing.T) {
+		var calls atomic.Int32
+		addr, _ := serveLeader(t, func(ctx context.Context) error {
+			calls.Add(1)
+			return stub.refuseForwarded(ctx, "not the leader, and the request was forwarded already")
+		})
+		err := forwardGet(ctx, heldForwardClient(t, addr, 300*time.Millisecond))
+		if !csisupdv1.IsNoLeader(err) || calls.Load() < 2 {
+			t.Fatalf("call refused throughout the hold = %v after %d calls, want NoLeader after more than one call", err, calls.Load())
+		}
+	})
+
+	t.Run("the leader may have run it", func(t *testing.T) {
+		var calls atomic.Int32
+		addr, g := serveLeader(t, func(ctx context.Context) error {
+			calls.Add(1)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		errc := make(chan error, 1)
+		go func() { errc <- forwardGet(ctx, heldForwardClient(t, addr, 10*time.Second)) }()
+		testutil.WaitFor(t, 10*time.Second, "the call to reach the leader", func() bool { return calls.Load() == 1 })
+		g.Stop()
+		select {
+		case err := <-errc:
+			wantLostLeader(t, err, addr)
+		case <-ctx.Done():
+			t.Fatal("the forwarded call did not end")
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("a call the leader may have run was sent %d times, want once", n)
+		}
 	})
 }
 
