@@ -157,14 +157,14 @@ func (f *forwarder) leaderConn(ctx context.Context) (context.Context, grpc.Clien
 	}
 	hold := f.newHold()
 	for {
-		conn, err := f.leaderConnOnce()
+		conn, electing, err := f.leaderConnOnce()
 		switch {
 		case err == nil && conn == nil:
 			return ctx, nil, nil
 		case err == nil:
 			f.count(ctx)
 			return forwardContext(ctx, f.id), leaderClientConn{conn: conn, server: f.id, hold: hold, resolve: f.remoteLeader}, nil
-		case !errors.Is(err, errNoLeaderYet) || !hold.again(ctx):
+		case !electing || !hold.again(ctx):
 			return ctx, nil, err
 		}
 	}
@@ -179,53 +179,39 @@ func (f *forwarder) refuseForwarded(ctx context.Context, reason string) error {
 	return csisupdv1.NewNoLeaderError(f.id, reason)
 }
 
-// errNoLeaderYet marks the refusals of leaderConnOnce that an election
-// ends: a request waits them out within its hold.
-var errNoLeaderYet = errors.New("no leader yet")
-
 // leaderConnOnce looks once for where a request runs: nil and no error on
-// the ready leader, the connection to the leader otherwise.
-func (f *forwarder) leaderConnOnce() (*grpc.ClientConn, error) {
+// the ready leader, the connection to the leader otherwise. electing
+// reports an error that an election ends (no leader yet, or one that has
+// not taken over): a request waits it out within its hold.
+func (f *forwarder) leaderConnOnce() (conn *grpc.ClientConn, electing bool, err error) {
 	if f.node.IsLeader() {
 		if !f.ready.Load() {
-			return nil, noLeaderYet(csisupdv1.NewNoLeaderError(f.id, "leader not ready yet"))
+			return nil, true, csisupdv1.NewNoLeaderError(f.id, "leader not ready yet")
 		}
-		return nil, nil
+		return nil, false, nil
 	}
 	return f.remoteLeader()
 }
 
 // remoteLeader returns the connection to the leader when that is another
-// server.
-func (f *forwarder) remoteLeader() (*grpc.ClientConn, error) {
+// server; electing as leaderConnOnce's.
+func (f *forwarder) remoteLeader() (conn *grpc.ClientConn, electing bool, err error) {
 	if f.node.IsLeader() {
 		// This server took over while the request waited: it cannot run
 		// the request from inside the forwarded call, so the caller
 		// retries (NoLeader is retryable).
-		return nil, csisupdv1.NewNoLeaderError(f.id, "this server became the leader while the request waited for one")
+		return nil, false, csisupdv1.NewNoLeaderError(f.id, "this server became the leader while the request waited for one")
 	}
 	addr, err := f.node.LeaderRPCAddr()
 	if err != nil {
-		return nil, noLeaderYet(csisupdv1.NewNoLeaderError(f.id, err.Error()))
+		return nil, true, csisupdv1.NewNoLeaderError(f.id, err.Error())
 	}
-	conn, err := f.conns.get(addr)
+	conn, err = f.conns.get(addr)
 	if err != nil {
-		return nil, csisupdv1.NewNoLeaderError(f.id, fmt.Sprintf("forward to the leader at %s: %v", addr, err))
+		return nil, false, csisupdv1.NewNoLeaderError(f.id, fmt.Sprintf("forward to the leader at %s: %v", addr, err))
 	}
-	return conn, nil
+	return conn, false, nil
 }
-
-// noLeaderYet wraps err, a NoLeader status, with errNoLeaderYet; the
-// status still reaches the caller unchanged.
-func noLeaderYet(err error) error { return noLeaderYetError{err} }
-
-type noLeaderYetError struct{ error }
-
-func (e noLeaderYetError) Is(target error) bool { return target == errNoLeaderYet }
-func (e noLeaderYetError) Unwrap() error        { return e.error }
-
-// GRPCStatus gives gRPC the status of the wrapped error.
-func (e noLeaderYetError) GRPCStatus() *status.Status { return status.Convert(e.error) }
 
 // forwardContext is the outgoing context of a request this server
 // forwards to the leader: marked as forwarded, and carrying what the
@@ -284,7 +270,7 @@ type leaderClientConn struct {
 	// hold is the request's wait for a leader; resolve finds the leader
 	// of the moment.
 	hold    *leaderHold
-	resolve func() (*grpc.ClientConn, error)
+	resolve func() (conn *grpc.ClientConn, electing bool, err error)
 }
 
 func (c leaderClientConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
@@ -315,11 +301,11 @@ func (c leaderClientConn) Invoke(ctx context.Context, method string, args, reply
 // again, and reports false when the hold ends first.
 func (c leaderClientConn) next(ctx context.Context) (*grpc.ClientConn, bool) {
 	for c.hold.again(ctx) {
-		conn, err := c.resolve()
+		conn, electing, err := c.resolve()
 		if err == nil {
 			return conn, true
 		}
-		if !errors.Is(err, errNoLeaderYet) {
+		if !electing {
 			return nil, false
 		}
 	}

@@ -148,7 +148,10 @@ func heldForwardClient(t *testing.T, addr string, hold time.Duration) csisupdv1.
 	conn, pool := leaderConnection(t, addr)
 	f := &forwarder{id: "s2", hold: hold}
 	return csisupdv1.NewControlClient(leaderClientConn{conn: conn, server: "s2", hold: f.newHold(),
-		resolve: func() (*grpc.ClientConn, error) { return pool.get(addr) }})
+		resolve: func() (*grpc.ClientConn, bool, error) {
+			conn, err := pool.get(addr)
+			return conn, false, err
+		}})
 }
 
 // A forwarded request that the leader refused before running it is sent
