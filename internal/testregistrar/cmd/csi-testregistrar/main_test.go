@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,7 +58,9 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-// start runs the command and waits for its socket to appear.
+// start runs the command and waits until its socket accepts connections.
+// The file alone is not enough: a listener binds its socket a moment
+// before it listens, and a dial in between is refused.
 func start(t *testing.T, bin, socket string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), lines: make(chan string, 16), exited: make(chan struct{}), stderr: &testutil.SyncBuffer{}}
@@ -92,14 +95,17 @@ func start(t *testing.T, bin, socket string, args ...string) *proc {
 	defer tick.Stop()
 	for {
 		if fi, err := os.Lstat(socket); err == nil && fi.Mode().Type() == os.ModeSocket {
-			return p
+			if conn, err := net.Dial("unix", socket); err == nil {
+				conn.Close()
+				return p
+			}
 		}
 		select {
 		case <-tick.C:
 		case <-p.exited:
-			t.Fatalf("exited with status %d before its socket %s appeared; stderr: %s", p.cmd.ProcessState.ExitCode(), socket, p.stderr)
+			t.Fatalf("exited with status %d before its socket %s accepted connections; stderr: %s", p.cmd.ProcessState.ExitCode(), socket, p.stderr)
 		case <-deadline:
-			t.Fatalf("socket %s did not appear within %v; stderr: %s", socket, wait, p.stderr)
+			t.Fatalf("socket %s did not accept connections within %v; stderr: %s", socket, wait, p.stderr)
 		}
 	}
 }
