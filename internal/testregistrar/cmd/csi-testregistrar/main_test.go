@@ -94,11 +94,9 @@ func start(t *testing.T, bin, socket string, args ...string) *proc {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if fi, err := os.Lstat(socket); err == nil && fi.Mode().Type() == os.ModeSocket {
-			if conn, err := net.Dial("unix", socket); err == nil {
-				conn.Close()
-				return p
-			}
+		if conn, err := net.Dial("unix", socket); err == nil {
+			conn.Close()
+			return p
 		}
 		select {
 		case <-tick.C:
