@@ -104,7 +104,10 @@ type registration struct {
 	// Set by the handler, under registrations.mu.
 	id, endpoint string // once accepted
 	refused      string // once refused
-	tried        bool   // once the first GetInfo returned, answered or not
+	// tried is set once the first GetInfo failed, or its answer was
+	// accepted or refused: never between an answer and its outcome, so
+	// that the first desired state holds the registration's claim.
+	tried bool
 }
 
 func newRegistrations(cfg kubeletConfig) *registrations {
@@ -171,12 +174,18 @@ func (k *registrations) observe(ctx context.Context, found map[string]plugin.Ins
 	}
 }
 
-// claims returns the claims of the accepted registrations, and the
-// refused registrations as ignored entries.
-func (k *registrations) claims() (claims []claim, ignored []plugin.Ignored, refused []refusal) {
+// claims returns the claims of the accepted registrations, the refused
+// registrations as ignored entries, and whether a registration socket has
+// no first outcome yet (see registration.tried). The watcher holds its
+// first desired state back while one has none (within one call timeout),
+// so that a restarted agent supervises the same socket as before from the
+// start; pending is read with the claims, so that a claim accepted between
+// the two is never missed.
+func (k *registrations) claims() (claims []claim, ignored []plugin.Ignored, refused []refusal, pending bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for path, reg := range k.regs {
+		pending = pending || !reg.tried
 		switch {
 		case reg.refused != "":
 			ignored = append(ignored, plugin.Ignored{Path: path, Reason: "registration refused: " + reg.refused})
@@ -190,22 +199,7 @@ func (k *registrations) claims() (claims []claim, ignored []plugin.Ignored, refu
 			}
 		}
 	}
-	return claims, ignored, refused
-}
-
-// pending reports whether a registration socket has not returned its
-// first GetInfo yet: the watcher holds its first desired state back until
-// none has (within one call timeout), so that a restarted agent supervises
-// the same socket as before from the start.
-func (k *registrations) pending() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, reg := range k.regs {
-		if !reg.tried {
-			return true
-		}
-	}
-	return false
+	return claims, ignored, refused, pending
 }
 
 // endpointDirs returns the directories of the accepted endpoints, for the
@@ -259,7 +253,7 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 	if err != nil {
 		k.log.Warn("kubelet registration refused", "socket", path, "driver", info.Name, "error", err)
 		k.mu.Lock()
-		reg.refused = err.Error()
+		reg.refused, reg.tried = err.Error(), true
 		k.mu.Unlock()
 		k.cfg.Poke()
 		k.notify(ctx, path, false, err.Error())
@@ -270,7 +264,7 @@ func (k *registrations) handle(ctx context.Context, path string, reg *registrati
 	sub := k.cfg.Registry.Subscribe()
 	defer sub.Close()
 	k.mu.Lock()
-	reg.id, reg.endpoint = info.Name, endpoint
+	reg.id, reg.endpoint, reg.tried = info.Name, endpoint, true
 	k.mu.Unlock()
 	k.cfg.Poke()
 	for {
@@ -318,9 +312,6 @@ func (k *registrations) getInfo(ctx context.Context, path string, reg *registrat
 	backoff := k.cfg.Retry.NewBackOff()
 	for attempt := 1; ; attempt++ {
 		info, err := k.getInfoOnce(ctx, path, attempt == 1)
-		k.mu.Lock()
-		reg.tried = true
-		k.mu.Unlock()
 		if err == nil {
 			return info, true
 		}
@@ -328,6 +319,9 @@ func (k *registrations) getInfo(ctx context.Context, path string, reg *registrat
 			return kubeletreg.Info{}, false
 		}
 		if attempt == 1 {
+			k.mu.Lock()
+			reg.tried = true
+			k.mu.Unlock()
 			k.log.Warn("kubelet registration socket does not answer GetInfo; retrying", "socket", path, "error", err)
 			k.cfg.Poke() // the first desired state need not wait for it
 		}

@@ -358,6 +358,9 @@ type watcher struct {
 	// when run began.
 	delivered bool
 	started   time.Time
+	// registrationsPending is the last scan's: a kubelet registration
+	// had no first outcome yet when its claims were read.
+	registrationsPending bool
 }
 
 // newWatcher creates the plugin directory when needed and starts
@@ -547,7 +550,7 @@ func (w *watcher) scan() {
 	w.addClaims(&st)
 	w.cfg.Registry.SetIgnored(st.Ignored)
 	w.report(st)
-	if k := w.cfg.Kubelet; !w.delivered && k != nil && k.pending() && time.Since(w.started) < k.cfg.CallTimeout {
+	if k := w.cfg.Kubelet; !w.delivered && k != nil && w.registrationsPending && time.Since(w.started) < k.cfg.CallTimeout {
 		// The first state waits for the registrations found at start to
 		// answer, or fail, once: else a plugin id that a registration
 		// holds would be given to a socket of the plugin directory for a

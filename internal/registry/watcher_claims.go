@@ -64,7 +64,8 @@ func (w *watcher) addClaims(st *desiredState) {
 		}
 		st.Ignored = append(st.Ignored, ignored...)
 		st.Refused = append(st.Refused, refused...)
-		kclaims, kignored, krefused := k.claims()
+		kclaims, kignored, krefused, pending := k.claims()
+		w.registrationsPending = pending
 		claims = append(claims, kclaims...)
 		st.Ignored = append(st.Ignored, kignored...)
 		st.Refused = append(st.Refused, krefused...)
