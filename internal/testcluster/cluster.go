@@ -187,9 +187,14 @@ func (m *Member) start() error {
 	// clusters form quickly; its jitter is kept.
 	join := config.DefaultRetry().ServerJoin
 	join.Base, join.Cap = join.Base/20, join.Cap/20
-	// Production sizes; timings short enough for tests.
+	// Production sizes; timings short enough for tests. Raft's at
+	// multiplier 5 (a 500 ms leader lease, 1 s heartbeat timeout): the
+	// suite runs with the race detector beside other work on small
+	// machines, where a goroutine can wait a few hundred milliseconds for
+	// a core, and a shorter lease makes leaders step down in tests that
+	// are not about elections.
 	settings := config.DefaultServerSettings()
-	settings.BootstrapExpect, settings.RetryJoin, settings.RaftMultiplier = m.c.cfg.BootstrapExpect, m.c.retryJoin(), 2
+	settings.BootstrapExpect, settings.RetryJoin, settings.RaftMultiplier = m.c.cfg.BootstrapExpect, m.c.retryJoin(), 5
 	settings.RPCTimeout, settings.ApplyTimeout = 2*time.Second, 5*time.Second
 	settings.MinHeartbeatTTL, settings.HeartbeatGrace = time.Second, time.Second
 	settings.FailoverHeartbeatTTL, settings.DeadServerTimeout = 5*time.Second, 5*time.Second
