@@ -18,8 +18,10 @@ import (
 // claimWhileLeaderDies takes a claim of volume v for w1 through a
 // follower, holds the node's mount until the leader is killed, and
 // returns the new leader's server with the error the caller saw: the
-// claim is then taken but not mounted.
-func claimWhileLeaderDies(t *testing.T, e *claimEnv) (*server.Server, error) {
+// claim is then taken but not mounted. Every mount from the kill on
+// fails with mountErr (none when nil): set before the kill, so that the
+// new leader's watcher, however soon it resumes the claim, meets it.
+func claimWhileLeaderDies(t *testing.T, e *claimEnv, mountErr error) (*server.Server, error) {
 	t.Helper()
 	entered, release := e.nv.holdMounts()
 	defer release()
@@ -33,6 +35,7 @@ func claimWhileLeaderDies(t *testing.T, e *claimEnv) (*server.Server, error) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the claim never reached the node's mount")
 	}
+	e.nv.setFail(mountErr, nil)
 	old := e.c.Leader()
 	e.c.Kill(old.Index)
 	var err error
@@ -51,16 +54,17 @@ func claimWhileLeaderDies(t *testing.T, e *claimEnv) (*server.Server, error) {
 // unfinishedClaim starts 3 servers (claim_resume_timeout 1 s) and nodes
 // node-a and node-b, registers volume v, and leaves the claim of w1 on
 // node-a taken but unmounted by a leader that died; the caller saw an
-// error. It returns the env, talking to a running server, and the new
-// leader.
-func unfinishedClaim(t *testing.T) (*claimEnv, *server.Server) {
+// error. Mounts from then on fail with mountErr (see
+// claimWhileLeaderDies). It returns the env, talking to a running server,
+// and the new leader.
+func unfinishedClaim(t *testing.T, mountErr error) (*claimEnv, *server.Server) {
 	t.Helper()
 	e := newClaimEnv(t, 3, func(cfg *server.Config) { cfg.ClaimResumeTimeout = time.Second },
 		map[string][]*csisupdv1.Plugin{"node-a": {monolith("p1", "node-a")}, "node-b": {monolith("p1", "node-b")}})
 	e.register(t, &csisupdv1.Volume{Id: "v", PluginId: "p1", ExternalId: "x-v"})
 	e.cl = e.c.Control(firstRunning(e))
 
-	leader, err := claimWhileLeaderDies(t, e)
+	leader, err := claimWhileLeaderDies(t, e, mountErr)
 	if err == nil {
 		t.Fatal("the claim succeeded though its leader died before the mount")
 	}
@@ -75,7 +79,7 @@ func unfinishedClaim(t *testing.T) (*claimEnv, *server.Server) {
 // second writer is refused all along, and the scheduler learns the
 // outcome by claiming again.
 func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
-	e, leader := unfinishedClaim(t)
+	e, leader := unfinishedClaim(t, nil)
 	defer func() {
 		if t.Failed() {
 			t.Log(e.logs.String())
@@ -111,8 +115,12 @@ func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {
 // refuses the mount when the watcher tries: the claim is released, and
 // only then can another workload take the volume.
 func TestUnfinishedClaimIsReleasedWhenItsStepsFail(t *testing.T) {
-	e, leader := unfinishedClaim(t)
-	e.nv.setFail(status.Error(codes.FailedPrecondition, "fake: volume gone"), nil)
+	e, leader := unfinishedClaim(t, status.Error(codes.FailedPrecondition, "fake: volume gone"))
+	defer func() {
+		if t.Failed() {
+			t.Log(e.logs.String())
+		}
+	}()
 	testutil.WaitFor(t, 20*time.Second, "the new leader to release the claim", func() bool {
 		v := leader.State().Volume("v")
 		return v != nil && len(v.GetClaims()) == 0
