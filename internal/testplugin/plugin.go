@@ -824,6 +824,9 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method := path.Base(info.FullMethod)
 		p.recordSecrets(method, req)
+		// Read before the call is counted: a call that Stats shows in
+		// flight has its slow delay, whatever SetSlow does after.
+		slow := time.Duration(p.slow.Load())
 		p.callStarted(method)
 		defer p.callEnded(method)
 		if err := p.checkSecrets(method, req); err != nil {
@@ -845,11 +848,11 @@ func (p *Plugin) interceptor(runCtx context.Context) grpc.UnaryServerInterceptor
 		defer cancel()
 		defer context.AfterFunc(runCtx, cancel)()
 
-		if d := time.Duration(p.slow.Load()); d > 0 && journaled(info.FullMethod) {
+		if slow > 0 && journaled(info.FullMethod) {
 			// Slow mode waits whatever the caller does: a slow plugin
 			// acts late, after its caller may have given up. Only
 			// stopping the plugin ends the wait early.
-			if err := sleep(runCtx, d); err != nil {
+			if err := sleep(runCtx, slow); err != nil {
 				return nil, err
 			}
 		}
@@ -895,9 +898,10 @@ var mutating = map[string]bool{
 }
 
 // SetSlow turns slow mode on with delay d, or off with 0: every Node and
-// Controller call waits d before its work, even after its caller gave up
-// (a stopped plugin's calls end early). Faults.Delays, which end with the
-// caller, still apply after it.
+// Controller call that starts after it waits d before its work, even
+// after its caller gave up (a stopped plugin's calls end early). A call
+// that Stats already counts in flight keeps the delay it started with.
+// Faults.Delays, which end with the caller, still apply after it.
 func (p *Plugin) SetSlow(d time.Duration) {
 	p.slow.Store(int64(max(d, 0)))
 }
