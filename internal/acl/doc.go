@@ -76,7 +76,8 @@
 //	Cluster                     PeerInfo, Join, ServerStats           servers only, no token
 //	                            NodeRegister, NodeUpdatePlugins,
 //	                            NodeHeartbeat, ResolveToken,
-//	                            NodeClaims, NodeVolumeHealth          node:write (servers and clients;
+//	                            NodeClaims, NodeVolumeHealth,
+//	                            NodeRenewClaims                       node:write (servers and clients;
 //	                                                                  server identity passes; agents
 //	                                                                  present their own agent token;
 //	                                                                  Node: for the caller's own node,
@@ -86,9 +87,11 @@
 //	                            GetPluginCapacity                     plugin:read
 //	                            ListNodes, GetNode, WatchEvents       node:read
 //	                            ListVolumes, GetVolume, ListExternalVolumes,
-//	                            ListExternalSnapshots, GetVolumeHealth volume:read
+//	                            ListExternalSnapshots, GetVolumeHealth,
+//	                            CheckClaim                            volume:read
 //	                            CreateVolume, RegisterVolume, DeleteVolume,
-//	                            AttachVolume, DetachVolume,
+//	                            ClaimVolume, ReleaseVolume, RenewClaims,
+//	                            SyncNodeClaims, ExpandVolume, ModifyVolume,
 //	                            SetVolumeAvailability                 volume:write
 //	                            RaftPeers                             operator:read
 //	                            RemovePeer, SnapshotSave, DrainPlugin operator:write

@@ -257,6 +257,7 @@ var methodRules = map[string]Rule{
 	csisupdv1.Cluster_NodeHeartbeat_FullMethodName:     nodeRule(),
 	csisupdv1.Cluster_ResolveToken_FullMethodName:      nodeRule(),
 	csisupdv1.Cluster_NodeClaims_FullMethodName:        nodeRule(),
+	csisupdv1.Cluster_NodeRenewClaims_FullMethodName:   nodeRule(),
 	csisupdv1.Cluster_NodeVolumeHealth_FullMethodName:  nodeRule(),
 
 	// The scheduler agent next to csisupd calls NodeVolumes with a CLI
@@ -283,6 +284,9 @@ var methodRules = map[string]Rule{
 	csisupdv1.Control_DeleteVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_ClaimVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_ReleaseVolume_FullMethodName:  controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_RenewClaims_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_SyncNodeClaims_FullMethodName: controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_CheckClaim_FullMethodName:     controlRule(ResourceVolume, LevelRead),
 	csisupdv1.Control_ExpandVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_ModifyVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
 

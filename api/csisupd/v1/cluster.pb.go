@@ -1097,7 +1097,7 @@ var File_csisupd_v1_cluster_proto protoreflect.FileDescriptor
 const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/cluster.proto\x12\n" +
-	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\"\x85\x01\n" +
+	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x18csisupd/v1/volumes.proto\"\x85\x01\n" +
 	"\x17NodeVolumeHealthRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1a\n" +
@@ -1169,7 +1169,7 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\x14NodeHeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"A\n" +
 	"\x15NodeHeartbeatResponse\x12(\n" +
-	"\x10heartbeat_ttl_ms\x18\x01 \x01(\x03R\x0eheartbeatTtlMs2\xe5\x05\n" +
+	"\x10heartbeat_ttl_ms\x18\x01 \x01(\x03R\x0eheartbeatTtlMs2\xb9\x06\n" +
 	"\aCluster\x12E\n" +
 	"\bPeerInfo\x12\x1b.csisupd.v1.PeerInfoRequest\x1a\x1c.csisupd.v1.PeerInfoResponse\x129\n" +
 	"\x04Join\x12\x17.csisupd.v1.JoinRequest\x1a\x18.csisupd.v1.JoinResponse\x12N\n" +
@@ -1180,7 +1180,8 @@ const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\fResolveToken\x12\x1f.csisupd.v1.ResolveTokenRequest\x1a .csisupd.v1.ResolveTokenResponse\x12K\n" +
 	"\n" +
 	"NodeClaims\x12\x1d.csisupd.v1.NodeClaimsRequest\x1a\x1e.csisupd.v1.NodeClaimsResponse\x12]\n" +
-	"\x10NodeVolumeHealth\x12#.csisupd.v1.NodeVolumeHealthRequest\x1a$.csisupd.v1.NodeVolumeHealthResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\x10NodeVolumeHealth\x12#.csisupd.v1.NodeVolumeHealthRequest\x1a$.csisupd.v1.NodeVolumeHealthResponse\x12R\n" +
+	"\x0fNodeRenewClaims\x12\x1e.csisupd.v1.RenewClaimsRequest\x1a\x1f.csisupd.v1.RenewClaimsResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_cluster_proto_rawDescOnce sync.Once
@@ -1219,6 +1220,8 @@ var file_csisupd_v1_cluster_proto_goTypes = []any{
 	(*ACLToken)(nil),                  // 20: csisupd.v1.ACLToken
 	(*ACLPolicy)(nil),                 // 21: csisupd.v1.ACLPolicy
 	(*Plugin)(nil),                    // 22: csisupd.v1.Plugin
+	(*RenewClaimsRequest)(nil),        // 23: csisupd.v1.RenewClaimsRequest
+	(*RenewClaimsResponse)(nil),       // 24: csisupd.v1.RenewClaimsResponse
 }
 var file_csisupd_v1_cluster_proto_depIdxs = []int32{
 	19, // 0: csisupd.v1.NodeClaimRef.usage:type_name -> csisupd.v1.VolumeUsage
@@ -1236,17 +1239,19 @@ var file_csisupd_v1_cluster_proto_depIdxs = []int32{
 	5,  // 12: csisupd.v1.Cluster.ResolveToken:input_type -> csisupd.v1.ResolveTokenRequest
 	2,  // 13: csisupd.v1.Cluster.NodeClaims:input_type -> csisupd.v1.NodeClaimsRequest
 	0,  // 14: csisupd.v1.Cluster.NodeVolumeHealth:input_type -> csisupd.v1.NodeVolumeHealthRequest
-	8,  // 15: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
-	10, // 16: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
-	12, // 17: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
-	14, // 18: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
-	16, // 19: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
-	18, // 20: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
-	6,  // 21: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
-	4,  // 22: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
-	1,  // 23: csisupd.v1.Cluster.NodeVolumeHealth:output_type -> csisupd.v1.NodeVolumeHealthResponse
-	15, // [15:24] is the sub-list for method output_type
-	6,  // [6:15] is the sub-list for method input_type
+	23, // 15: csisupd.v1.Cluster.NodeRenewClaims:input_type -> csisupd.v1.RenewClaimsRequest
+	8,  // 16: csisupd.v1.Cluster.PeerInfo:output_type -> csisupd.v1.PeerInfoResponse
+	10, // 17: csisupd.v1.Cluster.Join:output_type -> csisupd.v1.JoinResponse
+	12, // 18: csisupd.v1.Cluster.ServerStats:output_type -> csisupd.v1.ServerStatsResponse
+	14, // 19: csisupd.v1.Cluster.NodeRegister:output_type -> csisupd.v1.NodeRegisterResponse
+	16, // 20: csisupd.v1.Cluster.NodeUpdatePlugins:output_type -> csisupd.v1.NodeUpdatePluginsResponse
+	18, // 21: csisupd.v1.Cluster.NodeHeartbeat:output_type -> csisupd.v1.NodeHeartbeatResponse
+	6,  // 22: csisupd.v1.Cluster.ResolveToken:output_type -> csisupd.v1.ResolveTokenResponse
+	4,  // 23: csisupd.v1.Cluster.NodeClaims:output_type -> csisupd.v1.NodeClaimsResponse
+	1,  // 24: csisupd.v1.Cluster.NodeVolumeHealth:output_type -> csisupd.v1.NodeVolumeHealthResponse
+	24, // 25: csisupd.v1.Cluster.NodeRenewClaims:output_type -> csisupd.v1.RenewClaimsResponse
+	16, // [16:26] is the sub-list for method output_type
+	6,  // [6:16] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1259,6 +1264,7 @@ func file_csisupd_v1_cluster_proto_init() {
 	}
 	file_csisupd_v1_acl_proto_init()
 	file_csisupd_v1_agent_proto_init()
+	file_csisupd_v1_control_proto_init()
 	file_csisupd_v1_volumes_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -28,6 +28,7 @@ const (
 	Cluster_ResolveToken_FullMethodName      = "/csisupd.v1.Cluster/ResolveToken"
 	Cluster_NodeClaims_FullMethodName        = "/csisupd.v1.Cluster/NodeClaims"
 	Cluster_NodeVolumeHealth_FullMethodName  = "/csisupd.v1.Cluster/NodeVolumeHealth"
+	Cluster_NodeRenewClaims_FullMethodName   = "/csisupd.v1.Cluster/NodeRenewClaims"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -70,6 +71,11 @@ type ClusterClient interface {
 	// writes it through raft only when it differs from what is stored, as
 	// the volume's condition with the node as its source.
 	NodeVolumeHealth(ctx context.Context, in *NodeVolumeHealthRequest, opts ...grpc.CallOption) (*NodeVolumeHealthResponse, error)
+	// NodeRenewClaims is Control.RenewClaims for a node's agent, which
+	// renews the leases of the workloads it holds (nodeclient Hold): it
+	// renews only the claims of the caller's own node. It is forwarded to
+	// the leader and writes nothing to raft.
+	NodeRenewClaims(ctx context.Context, in *RenewClaimsRequest, opts ...grpc.CallOption) (*RenewClaimsResponse, error)
 }
 
 type clusterClient struct {
@@ -170,6 +176,16 @@ func (c *clusterClient) NodeVolumeHealth(ctx context.Context, in *NodeVolumeHeal
 	return out, nil
 }
 
+func (c *clusterClient) NodeRenewClaims(ctx context.Context, in *RenewClaimsRequest, opts ...grpc.CallOption) (*RenewClaimsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewClaimsResponse)
+	err := c.cc.Invoke(ctx, Cluster_NodeRenewClaims_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -210,6 +226,11 @@ type ClusterServer interface {
 	// writes it through raft only when it differs from what is stored, as
 	// the volume's condition with the node as its source.
 	NodeVolumeHealth(context.Context, *NodeVolumeHealthRequest) (*NodeVolumeHealthResponse, error)
+	// NodeRenewClaims is Control.RenewClaims for a node's agent, which
+	// renews the leases of the workloads it holds (nodeclient Hold): it
+	// renews only the claims of the caller's own node. It is forwarded to
+	// the leader and writes nothing to raft.
+	NodeRenewClaims(context.Context, *RenewClaimsRequest) (*RenewClaimsResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -246,6 +267,9 @@ func (UnimplementedClusterServer) NodeClaims(context.Context, *NodeClaimsRequest
 }
 func (UnimplementedClusterServer) NodeVolumeHealth(context.Context, *NodeVolumeHealthRequest) (*NodeVolumeHealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NodeVolumeHealth not implemented")
+}
+func (UnimplementedClusterServer) NodeRenewClaims(context.Context, *RenewClaimsRequest) (*RenewClaimsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NodeRenewClaims not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -430,6 +454,24 @@ func _Cluster_NodeVolumeHealth_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_NodeRenewClaims_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewClaimsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).NodeRenewClaims(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_NodeRenewClaims_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).NodeRenewClaims(ctx, req.(*RenewClaimsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -472,6 +514,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeVolumeHealth",
 			Handler:    _Cluster_NodeVolumeHealth_Handler,
+		},
+		{
+			MethodName: "NodeRenewClaims",
+			Handler:    _Cluster_NodeRenewClaims_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -9,6 +9,7 @@ package csisupdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -477,10 +478,26 @@ type VolumeClaim struct {
 	// forced tells that an operator forced the release (`volume release
 	// --force`); skipped_steps are the release steps a forced release
 	// skipped after they failed, each with its error.
-	Forced        bool     `protobuf:"varint,17,opt,name=forced,proto3" json:"forced,omitempty"`
-	SkippedSteps  []string `protobuf:"bytes,18,rep,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Forced       bool     `protobuf:"varint,17,opt,name=forced,proto3" json:"forced,omitempty"`
+	SkippedSteps []string `protobuf:"bytes,18,rep,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`
+	// owner names the scheduler that holds the claim (VolumeClaimRequest
+	// owner); SyncNodeClaims of that owner may release it. Empty: none.
+	Owner string `protobuf:"bytes,19,opt,name=owner,proto3" json:"owner,omitempty"`
+	// release_reason tells why a claim is being released: released (a
+	// ReleaseVolume), forced, node_gone, lease_expired, not_in_sync,
+	// drained, or failed (a step of the claim itself failed). Empty while the
+	// claim is taken.
+	ReleaseReason string `protobuf:"bytes,20,opt,name=release_reason,json=releaseReason,proto3" json:"release_reason,omitempty"`
+	// lease_ttl is the claim's lease (VolumeClaimRequest lease_ttl); unset
+	// for a claim without a lease.
+	LeaseTtl *durationpb.Duration `protobuf:"bytes,21,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	// lease_renewed_at is when the leader last renewed the lease (or took
+	// over, or took the claim); lease_deadline is when it expires unless
+	// renewed. Both come from the leader's memory: unset in a stale read.
+	LeaseRenewedAt *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=lease_renewed_at,json=leaseRenewedAt,proto3" json:"lease_renewed_at,omitempty"`
+	LeaseDeadline  *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=lease_deadline,json=leaseDeadline,proto3" json:"lease_deadline,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *VolumeClaim) Reset() {
@@ -639,6 +656,41 @@ func (x *VolumeClaim) GetSkippedSteps() []string {
 	return nil
 }
 
+func (x *VolumeClaim) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *VolumeClaim) GetReleaseReason() string {
+	if x != nil {
+		return x.ReleaseReason
+	}
+	return ""
+}
+
+func (x *VolumeClaim) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
+}
+
+func (x *VolumeClaim) GetLeaseRenewedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseRenewedAt
+	}
+	return nil
+}
+
+func (x *VolumeClaim) GetLeaseDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseDeadline
+	}
+	return nil
+}
+
 // Volume is one volume the cluster knows about.
 type Volume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -678,7 +730,10 @@ type Volume struct {
 	Availability string `protobuf:"bytes,18,opt,name=availability,proto3" json:"availability,omitempty"`
 	// conditions are the abnormal health conditions reported of the
 	// volume, one per source ("controller" or a node id), sorted by source.
-	Conditions    []*VolumeCondition `protobuf:"bytes,19,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	Conditions []*VolumeCondition `protobuf:"bytes,19,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// ephemeral volumes were created by a claim (VolumeClaimRequest create
+	// with ephemeral): releasing their last claim deletes them.
+	Ephemeral     bool `protobuf:"varint,20,opt,name=ephemeral,proto3" json:"ephemeral,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -844,6 +899,13 @@ func (x *Volume) GetConditions() []*VolumeCondition {
 		return x.Conditions
 	}
 	return nil
+}
+
+func (x *Volume) GetEphemeral() bool {
+	if x != nil {
+		return x.Ephemeral
+	}
+	return false
 }
 
 // TopologySegment is one CSI topology segment: keys and values.
@@ -2296,7 +2358,22 @@ type VolumeClaimRequest struct {
 	Usage *VolumeUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	// secrets go to ControllerPublishVolume, NodeStageVolume and
 	// NodePublishVolume; they are never stored or logged.
-	Secrets       map[string]string `protobuf:"bytes,5,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Secrets map[string]string `protobuf:"bytes,5,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// lease_ttl, when set (5s to 24h), gives the claim a lease: unless
+	// RenewClaims renews it within lease_ttl, it is released with
+	// release_reason lease_expired. Unset: no lease.
+	LeaseTtl *durationpb.Duration `protobuf:"bytes,6,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	// owner names the scheduler that holds the claim (an id, such as
+	// nomad, docker or my-scheduler), for SyncNodeClaims. Empty: none.
+	Owner string `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	// create, when the volume does not exist, creates it first (its id is
+	// the request's id; the id of create must be empty), with the claiming
+	// node's accessible topology of the plugin as its requirement. An
+	// existing volume is claimed as it is.
+	Create *VolumeCreateRequest `protobuf:"bytes,8,opt,name=create,proto3" json:"create,omitempty"`
+	// ephemeral, with create, deletes the volume when its last claim is
+	// released.
+	Ephemeral     bool `protobuf:"varint,9,opt,name=ephemeral,proto3" json:"ephemeral,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2364,6 +2441,34 @@ func (x *VolumeClaimRequest) GetSecrets() map[string]string {
 		return x.Secrets
 	}
 	return nil
+}
+
+func (x *VolumeClaimRequest) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
+}
+
+func (x *VolumeClaimRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *VolumeClaimRequest) GetCreate() *VolumeCreateRequest {
+	if x != nil {
+		return x.Create
+	}
+	return nil
+}
+
+func (x *VolumeClaimRequest) GetEphemeral() bool {
+	if x != nil {
+		return x.Ephemeral
+	}
+	return false
 }
 
 type VolumeClaimResponse struct {
@@ -2501,6 +2606,566 @@ func (x *VolumeReleaseRequest) GetForce() uint32 {
 	return 0
 }
 
+type RenewClaimsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	WorkloadIds   []string               `protobuf:"bytes,2,rep,name=workload_ids,json=workloadIds,proto3" json:"workload_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewClaimsRequest) Reset() {
+	*x = RenewClaimsRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewClaimsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewClaimsRequest) ProtoMessage() {}
+
+func (x *RenewClaimsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewClaimsRequest.ProtoReflect.Descriptor instead.
+func (*RenewClaimsRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RenewClaimsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RenewClaimsRequest) GetWorkloadIds() []string {
+	if x != nil {
+		return x.WorkloadIds
+	}
+	return nil
+}
+
+type RenewClaimsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// renewed lists each leased claim renewed, with its new deadline.
+	Renewed []*RenewedClaim `protobuf:"bytes,1,rep,name=renewed,proto3" json:"renewed,omitempty"`
+	// lost_workload_ids are the requested workloads that hold no claim on
+	// the node any more.
+	LostWorkloadIds []string `protobuf:"bytes,2,rep,name=lost_workload_ids,json=lostWorkloadIds,proto3" json:"lost_workload_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RenewClaimsResponse) Reset() {
+	*x = RenewClaimsResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewClaimsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewClaimsResponse) ProtoMessage() {}
+
+func (x *RenewClaimsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewClaimsResponse.ProtoReflect.Descriptor instead.
+func (*RenewClaimsResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RenewClaimsResponse) GetRenewed() []*RenewedClaim {
+	if x != nil {
+		return x.Renewed
+	}
+	return nil
+}
+
+func (x *RenewClaimsResponse) GetLostWorkloadIds() []string {
+	if x != nil {
+		return x.LostWorkloadIds
+	}
+	return nil
+}
+
+// RenewedClaim is one claim a RenewClaims renewed.
+type RenewedClaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId    string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	LeaseTtl      *durationpb.Duration   `protobuf:"bytes,3,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewedClaim) Reset() {
+	*x = RenewedClaim{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewedClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewedClaim) ProtoMessage() {}
+
+func (x *RenewedClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewedClaim.ProtoReflect.Descriptor instead.
+func (*RenewedClaim) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RenewedClaim) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *RenewedClaim) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *RenewedClaim) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
+}
+
+func (x *RenewedClaim) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+type SyncNodeClaimsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// owner is required: claims without an owner are never synced.
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// workload_ids are every workload of owner alive on the node.
+	WorkloadIds []string `protobuf:"bytes,3,rep,name=workload_ids,json=workloadIds,proto3" json:"workload_ids,omitempty"`
+	// known_index is the cluster index up to which workload_ids is
+	// complete (from ListVolumes, or a claim's claim_index); claims with a
+	// higher claim_index are kept. 0 keeps every claim.
+	KnownIndex    uint64 `protobuf:"varint,4,opt,name=known_index,json=knownIndex,proto3" json:"known_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncNodeClaimsRequest) Reset() {
+	*x = SyncNodeClaimsRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncNodeClaimsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncNodeClaimsRequest) ProtoMessage() {}
+
+func (x *SyncNodeClaimsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncNodeClaimsRequest.ProtoReflect.Descriptor instead.
+func (*SyncNodeClaimsRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SyncNodeClaimsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SyncNodeClaimsRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SyncNodeClaimsRequest) GetWorkloadIds() []string {
+	if x != nil {
+		return x.WorkloadIds
+	}
+	return nil
+}
+
+func (x *SyncNodeClaimsRequest) GetKnownIndex() uint64 {
+	if x != nil {
+		return x.KnownIndex
+	}
+	return 0
+}
+
+type SyncNodeClaimsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// released are the claims the sync started to release.
+	Released []*ClaimRef `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	// kept_by_index are the claims of unlisted workloads kept because
+	// their claim_index is above known_index.
+	KeptByIndex   []*ClaimRef `protobuf:"bytes,2,rep,name=kept_by_index,json=keptByIndex,proto3" json:"kept_by_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncNodeClaimsResponse) Reset() {
+	*x = SyncNodeClaimsResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncNodeClaimsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncNodeClaimsResponse) ProtoMessage() {}
+
+func (x *SyncNodeClaimsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncNodeClaimsResponse.ProtoReflect.Descriptor instead.
+func (*SyncNodeClaimsResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SyncNodeClaimsResponse) GetReleased() []*ClaimRef {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+func (x *SyncNodeClaimsResponse) GetKeptByIndex() []*ClaimRef {
+	if x != nil {
+		return x.KeptByIndex
+	}
+	return nil
+}
+
+// ClaimRef names one claim.
+type ClaimRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	WorkloadId    string                 `protobuf:"bytes,3,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	ClaimIndex    uint64                 `protobuf:"varint,4,opt,name=claim_index,json=claimIndex,proto3" json:"claim_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimRef) Reset() {
+	*x = ClaimRef{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimRef) ProtoMessage() {}
+
+func (x *ClaimRef) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimRef.ProtoReflect.Descriptor instead.
+func (*ClaimRef) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ClaimRef) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *ClaimRef) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ClaimRef) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *ClaimRef) GetClaimIndex() uint64 {
+	if x != nil {
+		return x.ClaimIndex
+	}
+	return 0
+}
+
+type CheckClaimRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// usage defaults as VolumeClaimRequest's does.
+	Usage *VolumeUsage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	// node_ids (ids or names); empty: every node that runs the volume's
+	// plugin.
+	NodeIds       []string `protobuf:"bytes,3,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckClaimRequest) Reset() {
+	*x = CheckClaimRequest{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckClaimRequest) ProtoMessage() {}
+
+func (x *CheckClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckClaimRequest.ProtoReflect.Descriptor instead.
+func (*CheckClaimRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CheckClaimRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *CheckClaimRequest) GetUsage() *VolumeUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *CheckClaimRequest) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+type CheckClaimResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*NodeClaimCheck      `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckClaimResponse) Reset() {
+	*x = CheckClaimResponse{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckClaimResponse) ProtoMessage() {}
+
+func (x *CheckClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckClaimResponse.ProtoReflect.Descriptor instead.
+func (*CheckClaimResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CheckClaimResponse) GetNodes() []*NodeClaimCheck {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+// NodeClaimCheck is the answer of CheckClaim for one node.
+type NodeClaimCheck struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeName string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// ok is true when a claim on the node would be admitted now.
+	Ok bool `protobuf:"varint,3,opt,name=ok,proto3" json:"ok,omitempty"`
+	// rule is the ClaimRefused rule the claim would meet (see errors.proto),
+	// or another short reason (not-found); empty when ok.
+	Rule          string `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeClaimCheck) Reset() {
+	*x = NodeClaimCheck{}
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeClaimCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeClaimCheck) ProtoMessage() {}
+
+func (x *NodeClaimCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeClaimCheck.ProtoReflect.Descriptor instead.
+func (*NodeClaimCheck) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *NodeClaimCheck) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeClaimCheck) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *NodeClaimCheck) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *NodeClaimCheck) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *NodeClaimCheck) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type VolumeAvailabilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2512,7 +3177,7 @@ type VolumeAvailabilityRequest struct {
 
 func (x *VolumeAvailabilityRequest) Reset() {
 	*x = VolumeAvailabilityRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +3189,7 @@ func (x *VolumeAvailabilityRequest) String() string {
 func (*VolumeAvailabilityRequest) ProtoMessage() {}
 
 func (x *VolumeAvailabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[31]
+	mi := &file_csisupd_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +3202,7 @@ func (x *VolumeAvailabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAvailabilityRequest.ProtoReflect.Descriptor instead.
 func (*VolumeAvailabilityRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *VolumeAvailabilityRequest) GetId() string {
@@ -2563,7 +3228,7 @@ type VolumeAvailabilityResponse struct {
 
 func (x *VolumeAvailabilityResponse) Reset() {
 	*x = VolumeAvailabilityResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +3240,7 @@ func (x *VolumeAvailabilityResponse) String() string {
 func (*VolumeAvailabilityResponse) ProtoMessage() {}
 
 func (x *VolumeAvailabilityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[32]
+	mi := &file_csisupd_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +3253,7 @@ func (x *VolumeAvailabilityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAvailabilityResponse.ProtoReflect.Descriptor instead.
 func (*VolumeAvailabilityResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *VolumeAvailabilityResponse) GetVolume() *Volume {
@@ -2610,7 +3275,7 @@ type PluginDrainRequest struct {
 
 func (x *PluginDrainRequest) Reset() {
 	*x = PluginDrainRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +3287,7 @@ func (x *PluginDrainRequest) String() string {
 func (*PluginDrainRequest) ProtoMessage() {}
 
 func (x *PluginDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[33]
+	mi := &file_csisupd_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +3300,7 @@ func (x *PluginDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainRequest.ProtoReflect.Descriptor instead.
 func (*PluginDrainRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PluginDrainRequest) GetPluginId() string {
@@ -2669,7 +3334,7 @@ type PluginDrainGetRequest struct {
 
 func (x *PluginDrainGetRequest) Reset() {
 	*x = PluginDrainGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +3346,7 @@ func (x *PluginDrainGetRequest) String() string {
 func (*PluginDrainGetRequest) ProtoMessage() {}
 
 func (x *PluginDrainGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[34]
+	mi := &file_csisupd_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +3359,7 @@ func (x *PluginDrainGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainGetRequest.ProtoReflect.Descriptor instead.
 func (*PluginDrainGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PluginDrainGetRequest) GetPluginId() string {
@@ -2727,7 +3392,7 @@ type PluginDrainResponse struct {
 
 func (x *PluginDrainResponse) Reset() {
 	*x = PluginDrainResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +3404,7 @@ func (x *PluginDrainResponse) String() string {
 func (*PluginDrainResponse) ProtoMessage() {}
 
 func (x *PluginDrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[35]
+	mi := &file_csisupd_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +3417,7 @@ func (x *PluginDrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainResponse.ProtoReflect.Descriptor instead.
 func (*PluginDrainResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PluginDrainResponse) GetDraining() bool {
@@ -2792,7 +3457,7 @@ type ExternalListRequest struct {
 
 func (x *ExternalListRequest) Reset() {
 	*x = ExternalListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +3469,7 @@ func (x *ExternalListRequest) String() string {
 func (*ExternalListRequest) ProtoMessage() {}
 
 func (x *ExternalListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[36]
+	mi := &file_csisupd_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +3482,7 @@ func (x *ExternalListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalListRequest.ProtoReflect.Descriptor instead.
 func (*ExternalListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ExternalListRequest) GetPluginId() string {
@@ -2844,7 +3509,7 @@ type ExternalVolume struct {
 
 func (x *ExternalVolume) Reset() {
 	*x = ExternalVolume{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +3521,7 @@ func (x *ExternalVolume) String() string {
 func (*ExternalVolume) ProtoMessage() {}
 
 func (x *ExternalVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[37]
+	mi := &file_csisupd_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3534,7 @@ func (x *ExternalVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalVolume.ProtoReflect.Descriptor instead.
 func (*ExternalVolume) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExternalVolume) GetExternalId() string {
@@ -2930,7 +3595,7 @@ type ExternalVolumesResponse struct {
 
 func (x *ExternalVolumesResponse) Reset() {
 	*x = ExternalVolumesResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3607,7 @@ func (x *ExternalVolumesResponse) String() string {
 func (*ExternalVolumesResponse) ProtoMessage() {}
 
 func (x *ExternalVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[38]
+	mi := &file_csisupd_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3620,7 @@ func (x *ExternalVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ExternalVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ExternalVolumesResponse) GetVolumes() []*ExternalVolume {
@@ -3001,7 +3666,7 @@ type ExternalSnapshot struct {
 
 func (x *ExternalSnapshot) Reset() {
 	*x = ExternalSnapshot{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3678,7 @@ func (x *ExternalSnapshot) String() string {
 func (*ExternalSnapshot) ProtoMessage() {}
 
 func (x *ExternalSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[39]
+	mi := &file_csisupd_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3691,7 @@ func (x *ExternalSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalSnapshot.ProtoReflect.Descriptor instead.
 func (*ExternalSnapshot) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ExternalSnapshot) GetExternalId() string {
@@ -3090,7 +3755,7 @@ type ExternalSnapshotsResponse struct {
 
 func (x *ExternalSnapshotsResponse) Reset() {
 	*x = ExternalSnapshotsResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3767,7 @@ func (x *ExternalSnapshotsResponse) String() string {
 func (*ExternalSnapshotsResponse) ProtoMessage() {}
 
 func (x *ExternalSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[40]
+	mi := &file_csisupd_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3780,7 @@ func (x *ExternalSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ExternalSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ExternalSnapshotsResponse) GetSnapshots() []*ExternalSnapshot {
@@ -3155,7 +3820,7 @@ type VolumeHealthGetRequest struct {
 
 func (x *VolumeHealthGetRequest) Reset() {
 	*x = VolumeHealthGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3832,7 @@ func (x *VolumeHealthGetRequest) String() string {
 func (*VolumeHealthGetRequest) ProtoMessage() {}
 
 func (x *VolumeHealthGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[41]
+	mi := &file_csisupd_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3845,7 @@ func (x *VolumeHealthGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeHealthGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeHealthGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VolumeHealthGetRequest) GetId() string {
@@ -3201,7 +3866,7 @@ type VolumeHealthGetResponse struct {
 
 func (x *VolumeHealthGetResponse) Reset() {
 	*x = VolumeHealthGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3878,7 @@ func (x *VolumeHealthGetResponse) String() string {
 func (*VolumeHealthGetResponse) ProtoMessage() {}
 
 func (x *VolumeHealthGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[42]
+	mi := &file_csisupd_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3891,7 @@ func (x *VolumeHealthGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeHealthGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeHealthGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VolumeHealthGetResponse) GetVolume() *Volume {
@@ -3261,7 +3926,7 @@ type VolumeHealthAnswer struct {
 
 func (x *VolumeHealthAnswer) Reset() {
 	*x = VolumeHealthAnswer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3938,7 @@ func (x *VolumeHealthAnswer) String() string {
 func (*VolumeHealthAnswer) ProtoMessage() {}
 
 func (x *VolumeHealthAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[43]
+	mi := &file_csisupd_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3951,7 @@ func (x *VolumeHealthAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeHealthAnswer.ProtoReflect.Descriptor instead.
 func (*VolumeHealthAnswer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VolumeHealthAnswer) GetSource() string {
@@ -3333,7 +3998,7 @@ type PluginCapacityRequest struct {
 
 func (x *PluginCapacityRequest) Reset() {
 	*x = PluginCapacityRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +4010,7 @@ func (x *PluginCapacityRequest) String() string {
 func (*PluginCapacityRequest) ProtoMessage() {}
 
 func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[44]
+	mi := &file_csisupd_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +4023,7 @@ func (x *PluginCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityRequest.ProtoReflect.Descriptor instead.
 func (*PluginCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PluginCapacityRequest) GetPluginId() string {
@@ -3378,7 +4043,7 @@ type PluginCapacityResponse struct {
 
 func (x *PluginCapacityResponse) Reset() {
 	*x = PluginCapacityResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3390,7 +4055,7 @@ func (x *PluginCapacityResponse) String() string {
 func (*PluginCapacityResponse) ProtoMessage() {}
 
 func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[45]
+	mi := &file_csisupd_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3403,7 +4068,7 @@ func (x *PluginCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacityResponse.ProtoReflect.Descriptor instead.
 func (*PluginCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PluginCapacityResponse) GetCapacities() []*PluginCapacity {
@@ -3434,7 +4099,7 @@ type PluginCapacity struct {
 
 func (x *PluginCapacity) Reset() {
 	*x = PluginCapacity{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +4111,7 @@ func (x *PluginCapacity) String() string {
 func (*PluginCapacity) ProtoMessage() {}
 
 func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[46]
+	mi := &file_csisupd_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +4124,7 @@ func (x *PluginCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginCapacity.ProtoReflect.Descriptor instead.
 func (*PluginCapacity) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PluginCapacity) GetSegment() *TopologySegment {
@@ -3515,7 +4180,7 @@ type PluginDrainClaim struct {
 
 func (x *PluginDrainClaim) Reset() {
 	*x = PluginDrainClaim{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +4192,7 @@ func (x *PluginDrainClaim) String() string {
 func (*PluginDrainClaim) ProtoMessage() {}
 
 func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[47]
+	mi := &file_csisupd_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +4205,7 @@ func (x *PluginDrainClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginDrainClaim.ProtoReflect.Descriptor instead.
 func (*PluginDrainClaim) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PluginDrainClaim) GetVolumeId() string {
@@ -3576,7 +4241,7 @@ type VolumeReleaseResponse struct {
 
 func (x *VolumeReleaseResponse) Reset() {
 	*x = VolumeReleaseResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3588,7 +4253,7 @@ func (x *VolumeReleaseResponse) String() string {
 func (*VolumeReleaseResponse) ProtoMessage() {}
 
 func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[48]
+	mi := &file_csisupd_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3601,7 +4266,7 @@ func (x *VolumeReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReleaseResponse.ProtoReflect.Descriptor instead.
 func (*VolumeReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *VolumeReleaseResponse) GetVolume() *Volume {
@@ -3634,7 +4299,7 @@ type VolumeListRequest struct {
 
 func (x *VolumeListRequest) Reset() {
 	*x = VolumeListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +4311,7 @@ func (x *VolumeListRequest) String() string {
 func (*VolumeListRequest) ProtoMessage() {}
 
 func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[49]
+	mi := &file_csisupd_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +4324,7 @@ func (x *VolumeListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *VolumeListRequest) GetPluginId() string {
@@ -3703,7 +4368,7 @@ type VolumeListResponse struct {
 
 func (x *VolumeListResponse) Reset() {
 	*x = VolumeListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3715,7 +4380,7 @@ func (x *VolumeListResponse) String() string {
 func (*VolumeListResponse) ProtoMessage() {}
 
 func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[50]
+	mi := &file_csisupd_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3728,7 +4393,7 @@ func (x *VolumeListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *VolumeListResponse) GetVolumes() []*Volume {
@@ -3762,7 +4427,7 @@ type VolumeGetRequest struct {
 
 func (x *VolumeGetRequest) Reset() {
 	*x = VolumeGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +4439,7 @@ func (x *VolumeGetRequest) String() string {
 func (*VolumeGetRequest) ProtoMessage() {}
 
 func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[51]
+	mi := &file_csisupd_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +4452,7 @@ func (x *VolumeGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *VolumeGetRequest) GetId() string {
@@ -3814,7 +4479,7 @@ type VolumeGetResponse struct {
 
 func (x *VolumeGetResponse) Reset() {
 	*x = VolumeGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +4491,7 @@ func (x *VolumeGetResponse) String() string {
 func (*VolumeGetResponse) ProtoMessage() {}
 
 func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[52]
+	mi := &file_csisupd_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +4504,7 @@ func (x *VolumeGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *VolumeGetResponse) GetVolume() *Volume {
@@ -3873,7 +4538,7 @@ type VolumeExpandRequest struct {
 
 func (x *VolumeExpandRequest) Reset() {
 	*x = VolumeExpandRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +4550,7 @@ func (x *VolumeExpandRequest) String() string {
 func (*VolumeExpandRequest) ProtoMessage() {}
 
 func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[53]
+	mi := &file_csisupd_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +4563,7 @@ func (x *VolumeExpandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandRequest.ProtoReflect.Descriptor instead.
 func (*VolumeExpandRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *VolumeExpandRequest) GetId() string {
@@ -3938,7 +4603,7 @@ type VolumeExpandResponse struct {
 
 func (x *VolumeExpandResponse) Reset() {
 	*x = VolumeExpandResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3950,7 +4615,7 @@ func (x *VolumeExpandResponse) String() string {
 func (*VolumeExpandResponse) ProtoMessage() {}
 
 func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[54]
+	mi := &file_csisupd_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3963,7 +4628,7 @@ func (x *VolumeExpandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeExpandResponse.ProtoReflect.Descriptor instead.
 func (*VolumeExpandResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *VolumeExpandResponse) GetVolume() *Volume {
@@ -3985,7 +4650,7 @@ type VolumeModifyRequest struct {
 
 func (x *VolumeModifyRequest) Reset() {
 	*x = VolumeModifyRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4662,7 @@ func (x *VolumeModifyRequest) String() string {
 func (*VolumeModifyRequest) ProtoMessage() {}
 
 func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[55]
+	mi := &file_csisupd_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4675,7 @@ func (x *VolumeModifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyRequest.ProtoReflect.Descriptor instead.
 func (*VolumeModifyRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *VolumeModifyRequest) GetId() string {
@@ -4043,7 +4708,7 @@ type VolumeModifyResponse struct {
 
 func (x *VolumeModifyResponse) Reset() {
 	*x = VolumeModifyResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4720,7 @@ func (x *VolumeModifyResponse) String() string {
 func (*VolumeModifyResponse) ProtoMessage() {}
 
 func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[56]
+	mi := &file_csisupd_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4733,7 @@ func (x *VolumeModifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeModifyResponse.ProtoReflect.Descriptor instead.
 func (*VolumeModifyResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *VolumeModifyResponse) GetVolume() *Volume {
@@ -4093,7 +4758,7 @@ type VolumeSnapshotCreateRequest struct {
 
 func (x *VolumeSnapshotCreateRequest) Reset() {
 	*x = VolumeSnapshotCreateRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4105,7 +4770,7 @@ func (x *VolumeSnapshotCreateRequest) String() string {
 func (*VolumeSnapshotCreateRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[57]
+	mi := &file_csisupd_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4118,7 +4783,7 @@ func (x *VolumeSnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *VolumeSnapshotCreateRequest) GetVolumeId() string {
@@ -4158,7 +4823,7 @@ type VolumeSnapshotCreateResponse struct {
 
 func (x *VolumeSnapshotCreateResponse) Reset() {
 	*x = VolumeSnapshotCreateResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4170,7 +4835,7 @@ func (x *VolumeSnapshotCreateResponse) String() string {
 func (*VolumeSnapshotCreateResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[58]
+	mi := &file_csisupd_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4183,7 +4848,7 @@ func (x *VolumeSnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *VolumeSnapshotCreateResponse) GetSnapshot() *VolumeSnapshot {
@@ -4209,7 +4874,7 @@ type VolumeSnapshotListRequest struct {
 
 func (x *VolumeSnapshotListRequest) Reset() {
 	*x = VolumeSnapshotListRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4886,7 @@ func (x *VolumeSnapshotListRequest) String() string {
 func (*VolumeSnapshotListRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[59]
+	mi := &file_csisupd_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +4899,7 @@ func (x *VolumeSnapshotListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *VolumeSnapshotListRequest) GetVolumeId() string {
@@ -4284,7 +4949,7 @@ type VolumeSnapshotListResponse struct {
 
 func (x *VolumeSnapshotListResponse) Reset() {
 	*x = VolumeSnapshotListResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4961,7 @@ func (x *VolumeSnapshotListResponse) String() string {
 func (*VolumeSnapshotListResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[60]
+	mi := &file_csisupd_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4974,7 @@ func (x *VolumeSnapshotListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotListResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotListResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *VolumeSnapshotListResponse) GetSnapshots() []*VolumeSnapshot {
@@ -4343,7 +5008,7 @@ type VolumeSnapshotGetRequest struct {
 
 func (x *VolumeSnapshotGetRequest) Reset() {
 	*x = VolumeSnapshotGetRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +5020,7 @@ func (x *VolumeSnapshotGetRequest) String() string {
 func (*VolumeSnapshotGetRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[61]
+	mi := &file_csisupd_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +5033,7 @@ func (x *VolumeSnapshotGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *VolumeSnapshotGetRequest) GetId() string {
@@ -4395,7 +5060,7 @@ type VolumeSnapshotGetResponse struct {
 
 func (x *VolumeSnapshotGetResponse) Reset() {
 	*x = VolumeSnapshotGetResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4407,7 +5072,7 @@ func (x *VolumeSnapshotGetResponse) String() string {
 func (*VolumeSnapshotGetResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[62]
+	mi := &file_csisupd_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4420,7 +5085,7 @@ func (x *VolumeSnapshotGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotGetResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotGetResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *VolumeSnapshotGetResponse) GetSnapshot() *VolumeSnapshot {
@@ -4448,7 +5113,7 @@ type VolumeSnapshotDeleteRequest struct {
 
 func (x *VolumeSnapshotDeleteRequest) Reset() {
 	*x = VolumeSnapshotDeleteRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +5125,7 @@ func (x *VolumeSnapshotDeleteRequest) String() string {
 func (*VolumeSnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[63]
+	mi := &file_csisupd_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +5138,7 @@ func (x *VolumeSnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *VolumeSnapshotDeleteRequest) GetId() string {
@@ -4498,7 +5163,7 @@ type VolumeSnapshotDeleteResponse struct {
 
 func (x *VolumeSnapshotDeleteResponse) Reset() {
 	*x = VolumeSnapshotDeleteResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[64]
+	mi := &file_csisupd_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +5175,7 @@ func (x *VolumeSnapshotDeleteResponse) String() string {
 func (*VolumeSnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[64]
+	mi := &file_csisupd_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +5188,7 @@ func (x *VolumeSnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*VolumeSnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 // RaftPeer is one server of the raft configuration.
@@ -4557,7 +5222,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[65]
+	mi := &file_csisupd_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4569,7 +5234,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[65]
+	mi := &file_csisupd_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4582,7 +5247,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -4663,7 +5328,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[66]
+	mi := &file_csisupd_v1_control_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4675,7 +5340,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[66]
+	mi := &file_csisupd_v1_control_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4688,7 +5353,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{75}
 }
 
 type RaftPeersResponse struct {
@@ -4702,7 +5367,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[67]
+	mi := &file_csisupd_v1_control_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4714,7 +5379,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[67]
+	mi := &file_csisupd_v1_control_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4727,7 +5392,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -4760,7 +5425,7 @@ type RaftRemovePeerRequest struct {
 
 func (x *RaftRemovePeerRequest) Reset() {
 	*x = RaftRemovePeerRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[68]
+	mi := &file_csisupd_v1_control_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +5437,7 @@ func (x *RaftRemovePeerRequest) String() string {
 func (*RaftRemovePeerRequest) ProtoMessage() {}
 
 func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[68]
+	mi := &file_csisupd_v1_control_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +5450,7 @@ func (x *RaftRemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RaftRemovePeerRequest) GetId() string {
@@ -4803,7 +5468,7 @@ type RaftRemovePeerResponse struct {
 
 func (x *RaftRemovePeerResponse) Reset() {
 	*x = RaftRemovePeerResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[69]
+	mi := &file_csisupd_v1_control_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +5480,7 @@ func (x *RaftRemovePeerResponse) String() string {
 func (*RaftRemovePeerResponse) ProtoMessage() {}
 
 func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[69]
+	mi := &file_csisupd_v1_control_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +5493,7 @@ func (x *RaftRemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RaftRemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{78}
 }
 
 type SnapshotSaveRequest struct {
@@ -4839,7 +5504,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[70]
+	mi := &file_csisupd_v1_control_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +5516,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[70]
+	mi := &file_csisupd_v1_control_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +5529,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{79}
 }
 
 // SnapshotChunk is one piece of a snapshot stream.
@@ -4877,7 +5542,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[71]
+	mi := &file_csisupd_v1_control_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4889,7 +5554,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[71]
+	mi := &file_csisupd_v1_control_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4902,7 +5567,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -4921,7 +5586,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[72]
+	mi := &file_csisupd_v1_control_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4933,7 +5598,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[72]
+	mi := &file_csisupd_v1_control_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4946,7 +5611,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -4970,7 +5635,7 @@ type ClusterEventWatchRequest struct {
 
 func (x *ClusterEventWatchRequest) Reset() {
 	*x = ClusterEventWatchRequest{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[73]
+	mi := &file_csisupd_v1_control_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4982,7 +5647,7 @@ func (x *ClusterEventWatchRequest) String() string {
 func (*ClusterEventWatchRequest) ProtoMessage() {}
 
 func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[73]
+	mi := &file_csisupd_v1_control_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4995,7 +5660,7 @@ func (x *ClusterEventWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEventWatchRequest.ProtoReflect.Descriptor instead.
 func (*ClusterEventWatchRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{73}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ClusterEventWatchRequest) GetFromIndex() uint64 {
@@ -5046,7 +5711,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_csisupd_v1_control_proto_msgTypes[74]
+	mi := &file_csisupd_v1_control_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5723,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_control_proto_msgTypes[74]
+	mi := &file_csisupd_v1_control_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5736,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{74}
+	return file_csisupd_v1_control_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ClusterEvent) GetIndex() uint64 {
@@ -5135,7 +5800,7 @@ var File_csisupd_v1_control_proto protoreflect.FileDescriptor
 const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/control.proto\x12\n" +
-	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x03\n" +
+	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x03\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -5175,7 +5840,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"accessMode\x12\x17\n" +
 	"\afs_type\x18\x03 \x01(\tR\x06fsType\x12\x1f\n" +
 	"\vmount_flags\x18\x04 \x03(\tR\n" +
-	"mountFlags\"\x8a\x06\n" +
+	"mountFlags\"\x88\b\n" +
 	"\vVolumeClaim\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\vcsi_node_id\x18\x02 \x01(\tR\tcsiNodeId\x12\x1b\n" +
@@ -5199,10 +5864,15 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"claimIndex\x12!\n" +
 	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x12\x16\n" +
 	"\x06forced\x18\x11 \x01(\bR\x06forced\x12#\n" +
-	"\rskipped_steps\x18\x12 \x03(\tR\fskippedSteps\x1aA\n" +
+	"\rskipped_steps\x18\x12 \x03(\tR\fskippedSteps\x12\x14\n" +
+	"\x05owner\x18\x13 \x01(\tR\x05owner\x12%\n" +
+	"\x0erelease_reason\x18\x14 \x01(\tR\rreleaseReason\x126\n" +
+	"\tlease_ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12D\n" +
+	"\x10lease_renewed_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseRenewedAt\x12A\n" +
+	"\x0elease_deadline\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\t\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -5229,7 +5899,8 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\favailability\x18\x12 \x01(\tR\favailability\x12;\n" +
 	"\n" +
 	"conditions\x18\x13 \x03(\v2\x1b.csisupd.v1.VolumeConditionR\n" +
-	"conditions\x1a:\n" +
+	"conditions\x12\x1c\n" +
+	"\tephemeral\x18\x14 \x01(\bR\tephemeral\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
@@ -5373,14 +6044,18 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
 	"\x14VolumeDeleteResponse\x128\n" +
 	"\vclaims_left\x18\x01 \x03(\v2\x17.csisupd.v1.VolumeClaimR\n" +
-	"claimsLeft\"\x90\x02\n" +
+	"claimsLeft\"\xb5\x03\n" +
 	"\x12VolumeClaimRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vworkload_id\x18\x03 \x01(\tR\n" +
 	"workloadId\x12-\n" +
 	"\x05usage\x18\x04 \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\x12E\n" +
-	"\asecrets\x18\x05 \x03(\v2+.csisupd.v1.VolumeClaimRequest.SecretsEntryR\asecrets\x1a:\n" +
+	"\asecrets\x18\x05 \x03(\v2+.csisupd.v1.VolumeClaimRequest.SecretsEntryR\asecrets\x126\n" +
+	"\tlease_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12\x14\n" +
+	"\x05owner\x18\a \x01(\tR\x05owner\x127\n" +
+	"\x06create\x18\b \x01(\v2\x1f.csisupd.v1.VolumeCreateRequestR\x06create\x12\x1c\n" +
+	"\tephemeral\x18\t \x01(\bR\tephemeral\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"p\n" +
@@ -5396,7 +6071,47 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x05force\x18\x05 \x01(\rR\x05force\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\x12RenewClaimsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
+	"\fworkload_ids\x18\x02 \x03(\tR\vworkloadIds\"u\n" +
+	"\x13RenewClaimsResponse\x122\n" +
+	"\arenewed\x18\x01 \x03(\v2\x18.csisupd.v1.RenewedClaimR\arenewed\x12*\n" +
+	"\x11lost_workload_ids\x18\x02 \x03(\tR\x0flostWorkloadIds\"\xbc\x01\n" +
+	"\fRenewedClaim\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x02 \x01(\tR\n" +
+	"workloadId\x126\n" +
+	"\tlease_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x126\n" +
+	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\x8a\x01\n" +
+	"\x15SyncNodeClaimsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12!\n" +
+	"\fworkload_ids\x18\x03 \x03(\tR\vworkloadIds\x12\x1f\n" +
+	"\vknown_index\x18\x04 \x01(\x04R\n" +
+	"knownIndex\"\x84\x01\n" +
+	"\x16SyncNodeClaimsResponse\x120\n" +
+	"\breleased\x18\x01 \x03(\v2\x14.csisupd.v1.ClaimRefR\breleased\x128\n" +
+	"\rkept_by_index\x18\x02 \x03(\v2\x14.csisupd.v1.ClaimRefR\vkeptByIndex\"\x82\x01\n" +
+	"\bClaimRef\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vworkload_id\x18\x03 \x01(\tR\n" +
+	"workloadId\x12\x1f\n" +
+	"\vclaim_index\x18\x04 \x01(\x04R\n" +
+	"claimIndex\"z\n" +
+	"\x11CheckClaimRequest\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12-\n" +
+	"\x05usage\x18\x02 \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\x12\x19\n" +
+	"\bnode_ids\x18\x03 \x03(\tR\anodeIds\"F\n" +
+	"\x12CheckClaimResponse\x120\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x1a.csisupd.v1.NodeClaimCheckR\x05nodes\"\x84\x01\n" +
+	"\x0eNodeClaimCheck\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x0e\n" +
+	"\x02ok\x18\x03 \x01(\bR\x02ok\x12\x12\n" +
+	"\x04rule\x18\x04 \x01(\tR\x04rule\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"O\n" +
 	"\x19VolumeAvailabilityRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\"\n" +
 	"\favailability\x18\x02 \x01(\tR\favailability\"H\n" +
@@ -5600,7 +6315,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\tvolume_id\x18\x06 \x01(\tR\bvolumeId\x12 \n" +
 	"\vdescription\x18\a \x01(\tR\vdescription\x12\x1f\n" +
 	"\vsnapshot_id\x18\b \x01(\tR\n" +
-	"snapshotId2\x8f\x14\n" +
+	"snapshotId2\x85\x16\n" +
 	"\aControl\x12L\n" +
 	"\vListPlugins\x12\x1d.csisupd.v1.PluginListRequest\x1a\x1e.csisupd.v1.PluginListResponse\x12H\n" +
 	"\tGetPlugin\x12\x1c.csisupd.v1.PluginGetRequest\x1a\x1d.csisupd.v1.PluginGetResponse\x12F\n" +
@@ -5611,7 +6326,11 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x0eRegisterVolume\x12!.csisupd.v1.VolumeRegisterRequest\x1a\".csisupd.v1.VolumeRegisterResponse\x12Q\n" +
 	"\fDeleteVolume\x12\x1f.csisupd.v1.VolumeDeleteRequest\x1a .csisupd.v1.VolumeDeleteResponse\x12N\n" +
 	"\vClaimVolume\x12\x1e.csisupd.v1.VolumeClaimRequest\x1a\x1f.csisupd.v1.VolumeClaimResponse\x12T\n" +
-	"\rReleaseVolume\x12 .csisupd.v1.VolumeReleaseRequest\x1a!.csisupd.v1.VolumeReleaseResponse\x12f\n" +
+	"\rReleaseVolume\x12 .csisupd.v1.VolumeReleaseRequest\x1a!.csisupd.v1.VolumeReleaseResponse\x12N\n" +
+	"\vRenewClaims\x12\x1e.csisupd.v1.RenewClaimsRequest\x1a\x1f.csisupd.v1.RenewClaimsResponse\x12W\n" +
+	"\x0eSyncNodeClaims\x12!.csisupd.v1.SyncNodeClaimsRequest\x1a\".csisupd.v1.SyncNodeClaimsResponse\x12K\n" +
+	"\n" +
+	"CheckClaim\x12\x1d.csisupd.v1.CheckClaimRequest\x1a\x1e.csisupd.v1.CheckClaimResponse\x12f\n" +
 	"\x15SetVolumeAvailability\x12%.csisupd.v1.VolumeAvailabilityRequest\x1a&.csisupd.v1.VolumeAvailabilityResponse\x12N\n" +
 	"\vDrainPlugin\x12\x1e.csisupd.v1.PluginDrainRequest\x1a\x1f.csisupd.v1.PluginDrainResponse\x12T\n" +
 	"\x0eGetPluginDrain\x12!.csisupd.v1.PluginDrainGetRequest\x1a\x1f.csisupd.v1.PluginDrainResponse\x12Z\n" +
@@ -5646,7 +6365,7 @@ func file_csisupd_v1_control_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_control_proto_rawDescData
 }
 
-var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
+var file_csisupd_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
 var file_csisupd_v1_control_proto_goTypes = []any{
 	(*ClusterNode)(nil),                  // 0: csisupd.v1.ClusterNode
 	(*PluginInstance)(nil),               // 1: csisupd.v1.PluginInstance
@@ -5679,214 +6398,242 @@ var file_csisupd_v1_control_proto_goTypes = []any{
 	(*VolumeClaimRequest)(nil),           // 28: csisupd.v1.VolumeClaimRequest
 	(*VolumeClaimResponse)(nil),          // 29: csisupd.v1.VolumeClaimResponse
 	(*VolumeReleaseRequest)(nil),         // 30: csisupd.v1.VolumeReleaseRequest
-	(*VolumeAvailabilityRequest)(nil),    // 31: csisupd.v1.VolumeAvailabilityRequest
-	(*VolumeAvailabilityResponse)(nil),   // 32: csisupd.v1.VolumeAvailabilityResponse
-	(*PluginDrainRequest)(nil),           // 33: csisupd.v1.PluginDrainRequest
-	(*PluginDrainGetRequest)(nil),        // 34: csisupd.v1.PluginDrainGetRequest
-	(*PluginDrainResponse)(nil),          // 35: csisupd.v1.PluginDrainResponse
-	(*ExternalListRequest)(nil),          // 36: csisupd.v1.ExternalListRequest
-	(*ExternalVolume)(nil),               // 37: csisupd.v1.ExternalVolume
-	(*ExternalVolumesResponse)(nil),      // 38: csisupd.v1.ExternalVolumesResponse
-	(*ExternalSnapshot)(nil),             // 39: csisupd.v1.ExternalSnapshot
-	(*ExternalSnapshotsResponse)(nil),    // 40: csisupd.v1.ExternalSnapshotsResponse
-	(*VolumeHealthGetRequest)(nil),       // 41: csisupd.v1.VolumeHealthGetRequest
-	(*VolumeHealthGetResponse)(nil),      // 42: csisupd.v1.VolumeHealthGetResponse
-	(*VolumeHealthAnswer)(nil),           // 43: csisupd.v1.VolumeHealthAnswer
-	(*PluginCapacityRequest)(nil),        // 44: csisupd.v1.PluginCapacityRequest
-	(*PluginCapacityResponse)(nil),       // 45: csisupd.v1.PluginCapacityResponse
-	(*PluginCapacity)(nil),               // 46: csisupd.v1.PluginCapacity
-	(*PluginDrainClaim)(nil),             // 47: csisupd.v1.PluginDrainClaim
-	(*VolumeReleaseResponse)(nil),        // 48: csisupd.v1.VolumeReleaseResponse
-	(*VolumeListRequest)(nil),            // 49: csisupd.v1.VolumeListRequest
-	(*VolumeListResponse)(nil),           // 50: csisupd.v1.VolumeListResponse
-	(*VolumeGetRequest)(nil),             // 51: csisupd.v1.VolumeGetRequest
-	(*VolumeGetResponse)(nil),            // 52: csisupd.v1.VolumeGetResponse
-	(*VolumeExpandRequest)(nil),          // 53: csisupd.v1.VolumeExpandRequest
-	(*VolumeExpandResponse)(nil),         // 54: csisupd.v1.VolumeExpandResponse
-	(*VolumeModifyRequest)(nil),          // 55: csisupd.v1.VolumeModifyRequest
-	(*VolumeModifyResponse)(nil),         // 56: csisupd.v1.VolumeModifyResponse
-	(*VolumeSnapshotCreateRequest)(nil),  // 57: csisupd.v1.VolumeSnapshotCreateRequest
-	(*VolumeSnapshotCreateResponse)(nil), // 58: csisupd.v1.VolumeSnapshotCreateResponse
-	(*VolumeSnapshotListRequest)(nil),    // 59: csisupd.v1.VolumeSnapshotListRequest
-	(*VolumeSnapshotListResponse)(nil),   // 60: csisupd.v1.VolumeSnapshotListResponse
-	(*VolumeSnapshotGetRequest)(nil),     // 61: csisupd.v1.VolumeSnapshotGetRequest
-	(*VolumeSnapshotGetResponse)(nil),    // 62: csisupd.v1.VolumeSnapshotGetResponse
-	(*VolumeSnapshotDeleteRequest)(nil),  // 63: csisupd.v1.VolumeSnapshotDeleteRequest
-	(*VolumeSnapshotDeleteResponse)(nil), // 64: csisupd.v1.VolumeSnapshotDeleteResponse
-	(*RaftPeer)(nil),                     // 65: csisupd.v1.RaftPeer
-	(*RaftPeersRequest)(nil),             // 66: csisupd.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),            // 67: csisupd.v1.RaftPeersResponse
-	(*RaftRemovePeerRequest)(nil),        // 68: csisupd.v1.RaftRemovePeerRequest
-	(*RaftRemovePeerResponse)(nil),       // 69: csisupd.v1.RaftRemovePeerResponse
-	(*SnapshotSaveRequest)(nil),          // 70: csisupd.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),                // 71: csisupd.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),      // 72: csisupd.v1.SnapshotRestoreResponse
-	(*ClusterEventWatchRequest)(nil),     // 73: csisupd.v1.ClusterEventWatchRequest
-	(*ClusterEvent)(nil),                 // 74: csisupd.v1.ClusterEvent
-	nil,                                  // 75: csisupd.v1.VolumeClaim.PublishContextEntry
-	nil,                                  // 76: csisupd.v1.Volume.ContextEntry
-	nil,                                  // 77: csisupd.v1.Volume.ParametersEntry
-	nil,                                  // 78: csisupd.v1.Volume.MutableParametersEntry
-	nil,                                  // 79: csisupd.v1.TopologySegment.SegmentsEntry
-	nil,                                  // 80: csisupd.v1.VolumeSnapshot.ParametersEntry
-	nil,                                  // 81: csisupd.v1.VolumeCreateRequest.ParametersEntry
-	nil,                                  // 82: csisupd.v1.VolumeCreateRequest.SecretsEntry
-	nil,                                  // 83: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	nil,                                  // 84: csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	nil,                                  // 85: csisupd.v1.VolumeClaimRequest.SecretsEntry
-	nil,                                  // 86: csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	nil,                                  // 87: csisupd.v1.VolumeExpandRequest.SecretsEntry
-	nil,                                  // 88: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	nil,                                  // 89: csisupd.v1.VolumeModifyRequest.SecretsEntry
-	nil,                                  // 90: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	nil,                                  // 91: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	nil,                                  // 92: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),        // 93: google.protobuf.Timestamp
-	(*Plugin)(nil),                       // 94: csisupd.v1.Plugin
-	(*VolumeUsage)(nil),                  // 95: csisupd.v1.VolumeUsage
-	(*Mount)(nil),                        // 96: csisupd.v1.Mount
+	(*RenewClaimsRequest)(nil),           // 31: csisupd.v1.RenewClaimsRequest
+	(*RenewClaimsResponse)(nil),          // 32: csisupd.v1.RenewClaimsResponse
+	(*RenewedClaim)(nil),                 // 33: csisupd.v1.RenewedClaim
+	(*SyncNodeClaimsRequest)(nil),        // 34: csisupd.v1.SyncNodeClaimsRequest
+	(*SyncNodeClaimsResponse)(nil),       // 35: csisupd.v1.SyncNodeClaimsResponse
+	(*ClaimRef)(nil),                     // 36: csisupd.v1.ClaimRef
+	(*CheckClaimRequest)(nil),            // 37: csisupd.v1.CheckClaimRequest
+	(*CheckClaimResponse)(nil),           // 38: csisupd.v1.CheckClaimResponse
+	(*NodeClaimCheck)(nil),               // 39: csisupd.v1.NodeClaimCheck
+	(*VolumeAvailabilityRequest)(nil),    // 40: csisupd.v1.VolumeAvailabilityRequest
+	(*VolumeAvailabilityResponse)(nil),   // 41: csisupd.v1.VolumeAvailabilityResponse
+	(*PluginDrainRequest)(nil),           // 42: csisupd.v1.PluginDrainRequest
+	(*PluginDrainGetRequest)(nil),        // 43: csisupd.v1.PluginDrainGetRequest
+	(*PluginDrainResponse)(nil),          // 44: csisupd.v1.PluginDrainResponse
+	(*ExternalListRequest)(nil),          // 45: csisupd.v1.ExternalListRequest
+	(*ExternalVolume)(nil),               // 46: csisupd.v1.ExternalVolume
+	(*ExternalVolumesResponse)(nil),      // 47: csisupd.v1.ExternalVolumesResponse
+	(*ExternalSnapshot)(nil),             // 48: csisupd.v1.ExternalSnapshot
+	(*ExternalSnapshotsResponse)(nil),    // 49: csisupd.v1.ExternalSnapshotsResponse
+	(*VolumeHealthGetRequest)(nil),       // 50: csisupd.v1.VolumeHealthGetRequest
+	(*VolumeHealthGetResponse)(nil),      // 51: csisupd.v1.VolumeHealthGetResponse
+	(*VolumeHealthAnswer)(nil),           // 52: csisupd.v1.VolumeHealthAnswer
+	(*PluginCapacityRequest)(nil),        // 53: csisupd.v1.PluginCapacityRequest
+	(*PluginCapacityResponse)(nil),       // 54: csisupd.v1.PluginCapacityResponse
+	(*PluginCapacity)(nil),               // 55: csisupd.v1.PluginCapacity
+	(*PluginDrainClaim)(nil),             // 56: csisupd.v1.PluginDrainClaim
+	(*VolumeReleaseResponse)(nil),        // 57: csisupd.v1.VolumeReleaseResponse
+	(*VolumeListRequest)(nil),            // 58: csisupd.v1.VolumeListRequest
+	(*VolumeListResponse)(nil),           // 59: csisupd.v1.VolumeListResponse
+	(*VolumeGetRequest)(nil),             // 60: csisupd.v1.VolumeGetRequest
+	(*VolumeGetResponse)(nil),            // 61: csisupd.v1.VolumeGetResponse
+	(*VolumeExpandRequest)(nil),          // 62: csisupd.v1.VolumeExpandRequest
+	(*VolumeExpandResponse)(nil),         // 63: csisupd.v1.VolumeExpandResponse
+	(*VolumeModifyRequest)(nil),          // 64: csisupd.v1.VolumeModifyRequest
+	(*VolumeModifyResponse)(nil),         // 65: csisupd.v1.VolumeModifyResponse
+	(*VolumeSnapshotCreateRequest)(nil),  // 66: csisupd.v1.VolumeSnapshotCreateRequest
+	(*VolumeSnapshotCreateResponse)(nil), // 67: csisupd.v1.VolumeSnapshotCreateResponse
+	(*VolumeSnapshotListRequest)(nil),    // 68: csisupd.v1.VolumeSnapshotListRequest
+	(*VolumeSnapshotListResponse)(nil),   // 69: csisupd.v1.VolumeSnapshotListResponse
+	(*VolumeSnapshotGetRequest)(nil),     // 70: csisupd.v1.VolumeSnapshotGetRequest
+	(*VolumeSnapshotGetResponse)(nil),    // 71: csisupd.v1.VolumeSnapshotGetResponse
+	(*VolumeSnapshotDeleteRequest)(nil),  // 72: csisupd.v1.VolumeSnapshotDeleteRequest
+	(*VolumeSnapshotDeleteResponse)(nil), // 73: csisupd.v1.VolumeSnapshotDeleteResponse
+	(*RaftPeer)(nil),                     // 74: csisupd.v1.RaftPeer
+	(*RaftPeersRequest)(nil),             // 75: csisupd.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),            // 76: csisupd.v1.RaftPeersResponse
+	(*RaftRemovePeerRequest)(nil),        // 77: csisupd.v1.RaftRemovePeerRequest
+	(*RaftRemovePeerResponse)(nil),       // 78: csisupd.v1.RaftRemovePeerResponse
+	(*SnapshotSaveRequest)(nil),          // 79: csisupd.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                // 80: csisupd.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),      // 81: csisupd.v1.SnapshotRestoreResponse
+	(*ClusterEventWatchRequest)(nil),     // 82: csisupd.v1.ClusterEventWatchRequest
+	(*ClusterEvent)(nil),                 // 83: csisupd.v1.ClusterEvent
+	nil,                                  // 84: csisupd.v1.VolumeClaim.PublishContextEntry
+	nil,                                  // 85: csisupd.v1.Volume.ContextEntry
+	nil,                                  // 86: csisupd.v1.Volume.ParametersEntry
+	nil,                                  // 87: csisupd.v1.Volume.MutableParametersEntry
+	nil,                                  // 88: csisupd.v1.TopologySegment.SegmentsEntry
+	nil,                                  // 89: csisupd.v1.VolumeSnapshot.ParametersEntry
+	nil,                                  // 90: csisupd.v1.VolumeCreateRequest.ParametersEntry
+	nil,                                  // 91: csisupd.v1.VolumeCreateRequest.SecretsEntry
+	nil,                                  // 92: csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	nil,                                  // 93: csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	nil,                                  // 94: csisupd.v1.VolumeClaimRequest.SecretsEntry
+	nil,                                  // 95: csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	nil,                                  // 96: csisupd.v1.VolumeExpandRequest.SecretsEntry
+	nil,                                  // 97: csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	nil,                                  // 98: csisupd.v1.VolumeModifyRequest.SecretsEntry
+	nil,                                  // 99: csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	nil,                                  // 100: csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	nil,                                  // 101: csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),        // 102: google.protobuf.Timestamp
+	(*Plugin)(nil),                       // 103: csisupd.v1.Plugin
+	(*VolumeUsage)(nil),                  // 104: csisupd.v1.VolumeUsage
+	(*durationpb.Duration)(nil),          // 105: google.protobuf.Duration
+	(*Mount)(nil),                        // 106: csisupd.v1.Mount
 }
 var file_csisupd_v1_control_proto_depIdxs = []int32{
-	93,  // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
-	93,  // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
-	94,  // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
-	94,  // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
+	102, // 0: csisupd.v1.ClusterNode.status_updated_at:type_name -> google.protobuf.Timestamp
+	102, // 1: csisupd.v1.ClusterNode.registered_at:type_name -> google.protobuf.Timestamp
+	103, // 2: csisupd.v1.ClusterNode.plugins:type_name -> csisupd.v1.Plugin
+	103, // 3: csisupd.v1.PluginInstance.plugin:type_name -> csisupd.v1.Plugin
 	1,   // 4: csisupd.v1.ClusterPlugin.instances:type_name -> csisupd.v1.PluginInstance
-	75,  // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
-	93,  // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
-	95,  // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
-	93,  // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
-	76,  // 9: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
-	77,  // 10: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
-	3,   // 11: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
-	4,   // 12: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
-	93,  // 13: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	7,   // 14: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
-	9,   // 15: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
-	78,  // 16: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
-	10,  // 17: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
-	6,   // 18: csisupd.v1.Volume.conditions:type_name -> csisupd.v1.VolumeCondition
-	93,  // 19: csisupd.v1.VolumeCondition.since:type_name -> google.protobuf.Timestamp
-	79,  // 20: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
-	7,   // 21: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
-	7,   // 22: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
-	93,  // 23: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
-	93,  // 24: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	80,  // 25: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
-	7,   // 26: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
-	2,   // 27: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
-	2,   // 28: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
-	0,   // 29: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
-	0,   // 30: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
-	0,   // 31: csisupd.v1.NodeRekeyResponse.node:type_name -> csisupd.v1.ClusterNode
-	3,   // 32: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
-	81,  // 33: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
-	82,  // 34: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
-	8,   // 35: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
-	9,   // 36: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
-	83,  // 37: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
-	5,   // 38: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
-	5,   // 39: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
-	5,   // 40: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
-	84,  // 41: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
-	4,   // 42: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
-	95,  // 43: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
-	85,  // 44: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
-	5,   // 45: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
-	4,   // 46: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
-	86,  // 47: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
-	5,   // 48: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
-	47,  // 49: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
-	96,  // 50: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
-	7,   // 51: csisupd.v1.ExternalVolume.accessible_topology:type_name -> csisupd.v1.TopologySegment
-	37,  // 52: csisupd.v1.ExternalVolumesResponse.volumes:type_name -> csisupd.v1.ExternalVolume
-	39,  // 53: csisupd.v1.ExternalSnapshotsResponse.snapshots:type_name -> csisupd.v1.ExternalSnapshot
-	5,   // 54: csisupd.v1.VolumeHealthGetResponse.volume:type_name -> csisupd.v1.Volume
-	43,  // 55: csisupd.v1.VolumeHealthGetResponse.answers:type_name -> csisupd.v1.VolumeHealthAnswer
-	46,  // 56: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
-	7,   // 57: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
-	5,   // 58: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
-	5,   // 59: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
-	5,   // 60: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
-	87,  // 61: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
-	5,   // 62: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
-	88,  // 63: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
-	89,  // 64: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
-	5,   // 65: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
-	90,  // 66: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
-	91,  // 67: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
-	11,  // 68: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	11,  // 69: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
-	11,  // 70: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
-	92,  // 71: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
-	93,  // 72: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
-	65,  // 73: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
-	93,  // 74: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	12,  // 75: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
-	14,  // 76: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
-	16,  // 77: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
-	18,  // 78: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
-	20,  // 79: csisupd.v1.Control.RekeyNode:input_type -> csisupd.v1.NodeRekeyRequest
-	22,  // 80: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
-	24,  // 81: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
-	26,  // 82: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
-	28,  // 83: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
-	30,  // 84: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
-	31,  // 85: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
-	33,  // 86: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
-	34,  // 87: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
-	44,  // 88: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
-	41,  // 89: csisupd.v1.Control.GetVolumeHealth:input_type -> csisupd.v1.VolumeHealthGetRequest
-	36,  // 90: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
-	36,  // 91: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
-	49,  // 92: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
-	51,  // 93: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
-	53,  // 94: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
-	55,  // 95: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
-	57,  // 96: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
-	59,  // 97: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
-	61,  // 98: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
-	63,  // 99: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
-	66,  // 100: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
-	68,  // 101: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
-	70,  // 102: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
-	71,  // 103: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
-	73,  // 104: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
-	13,  // 105: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
-	15,  // 106: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
-	17,  // 107: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
-	19,  // 108: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
-	21,  // 109: csisupd.v1.Control.RekeyNode:output_type -> csisupd.v1.NodeRekeyResponse
-	23,  // 110: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
-	25,  // 111: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
-	27,  // 112: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
-	29,  // 113: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
-	48,  // 114: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
-	32,  // 115: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
-	35,  // 116: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
-	35,  // 117: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
-	45,  // 118: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
-	42,  // 119: csisupd.v1.Control.GetVolumeHealth:output_type -> csisupd.v1.VolumeHealthGetResponse
-	38,  // 120: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
-	40,  // 121: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
-	50,  // 122: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
-	52,  // 123: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
-	54,  // 124: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
-	56,  // 125: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
-	58,  // 126: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
-	60,  // 127: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
-	62,  // 128: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
-	64,  // 129: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
-	67,  // 130: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
-	69,  // 131: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
-	71,  // 132: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
-	72,  // 133: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
-	74,  // 134: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
-	105, // [105:135] is the sub-list for method output_type
-	75,  // [75:105] is the sub-list for method input_type
-	75,  // [75:75] is the sub-list for extension type_name
-	75,  // [75:75] is the sub-list for extension extendee
-	0,   // [0:75] is the sub-list for field type_name
+	84,  // 5: csisupd.v1.VolumeClaim.publish_context:type_name -> csisupd.v1.VolumeClaim.PublishContextEntry
+	102, // 6: csisupd.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
+	104, // 7: csisupd.v1.VolumeClaim.usage:type_name -> csisupd.v1.VolumeUsage
+	102, // 8: csisupd.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
+	105, // 9: csisupd.v1.VolumeClaim.lease_ttl:type_name -> google.protobuf.Duration
+	102, // 10: csisupd.v1.VolumeClaim.lease_renewed_at:type_name -> google.protobuf.Timestamp
+	102, // 11: csisupd.v1.VolumeClaim.lease_deadline:type_name -> google.protobuf.Timestamp
+	85,  // 12: csisupd.v1.Volume.context:type_name -> csisupd.v1.Volume.ContextEntry
+	86,  // 13: csisupd.v1.Volume.parameters:type_name -> csisupd.v1.Volume.ParametersEntry
+	3,   // 14: csisupd.v1.Volume.capabilities:type_name -> csisupd.v1.VolumeCapability
+	4,   // 15: csisupd.v1.Volume.claims:type_name -> csisupd.v1.VolumeClaim
+	102, // 16: csisupd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	7,   // 17: csisupd.v1.Volume.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	9,   // 18: csisupd.v1.Volume.content_source:type_name -> csisupd.v1.VolumeContentSource
+	87,  // 19: csisupd.v1.Volume.mutable_parameters:type_name -> csisupd.v1.Volume.MutableParametersEntry
+	10,  // 20: csisupd.v1.Volume.expansion:type_name -> csisupd.v1.VolumeExpansion
+	6,   // 21: csisupd.v1.Volume.conditions:type_name -> csisupd.v1.VolumeCondition
+	102, // 22: csisupd.v1.VolumeCondition.since:type_name -> google.protobuf.Timestamp
+	88,  // 23: csisupd.v1.TopologySegment.segments:type_name -> csisupd.v1.TopologySegment.SegmentsEntry
+	7,   // 24: csisupd.v1.TopologyRequirement.requisite:type_name -> csisupd.v1.TopologySegment
+	7,   // 25: csisupd.v1.TopologyRequirement.preferred:type_name -> csisupd.v1.TopologySegment
+	102, // 26: csisupd.v1.VolumeExpansion.started_at:type_name -> google.protobuf.Timestamp
+	102, // 27: csisupd.v1.VolumeSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 28: csisupd.v1.VolumeSnapshot.parameters:type_name -> csisupd.v1.VolumeSnapshot.ParametersEntry
+	7,   // 29: csisupd.v1.VolumeSnapshot.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	2,   // 30: csisupd.v1.PluginListResponse.plugins:type_name -> csisupd.v1.ClusterPlugin
+	2,   // 31: csisupd.v1.PluginGetResponse.plugin:type_name -> csisupd.v1.ClusterPlugin
+	0,   // 32: csisupd.v1.NodeListResponse.nodes:type_name -> csisupd.v1.ClusterNode
+	0,   // 33: csisupd.v1.NodeGetResponse.node:type_name -> csisupd.v1.ClusterNode
+	0,   // 34: csisupd.v1.NodeRekeyResponse.node:type_name -> csisupd.v1.ClusterNode
+	3,   // 35: csisupd.v1.VolumeCreateRequest.capabilities:type_name -> csisupd.v1.VolumeCapability
+	90,  // 36: csisupd.v1.VolumeCreateRequest.parameters:type_name -> csisupd.v1.VolumeCreateRequest.ParametersEntry
+	91,  // 37: csisupd.v1.VolumeCreateRequest.secrets:type_name -> csisupd.v1.VolumeCreateRequest.SecretsEntry
+	8,   // 38: csisupd.v1.VolumeCreateRequest.accessibility_requirements:type_name -> csisupd.v1.TopologyRequirement
+	9,   // 39: csisupd.v1.VolumeCreateRequest.content_source:type_name -> csisupd.v1.VolumeContentSource
+	92,  // 40: csisupd.v1.VolumeCreateRequest.mutable_parameters:type_name -> csisupd.v1.VolumeCreateRequest.MutableParametersEntry
+	5,   // 41: csisupd.v1.VolumeCreateResponse.volume:type_name -> csisupd.v1.Volume
+	5,   // 42: csisupd.v1.VolumeRegisterRequest.volume:type_name -> csisupd.v1.Volume
+	5,   // 43: csisupd.v1.VolumeRegisterResponse.volume:type_name -> csisupd.v1.Volume
+	93,  // 44: csisupd.v1.VolumeDeleteRequest.secrets:type_name -> csisupd.v1.VolumeDeleteRequest.SecretsEntry
+	4,   // 45: csisupd.v1.VolumeDeleteResponse.claims_left:type_name -> csisupd.v1.VolumeClaim
+	104, // 46: csisupd.v1.VolumeClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	94,  // 47: csisupd.v1.VolumeClaimRequest.secrets:type_name -> csisupd.v1.VolumeClaimRequest.SecretsEntry
+	105, // 48: csisupd.v1.VolumeClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	22,  // 49: csisupd.v1.VolumeClaimRequest.create:type_name -> csisupd.v1.VolumeCreateRequest
+	5,   // 50: csisupd.v1.VolumeClaimResponse.volume:type_name -> csisupd.v1.Volume
+	4,   // 51: csisupd.v1.VolumeClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
+	95,  // 52: csisupd.v1.VolumeReleaseRequest.secrets:type_name -> csisupd.v1.VolumeReleaseRequest.SecretsEntry
+	33,  // 53: csisupd.v1.RenewClaimsResponse.renewed:type_name -> csisupd.v1.RenewedClaim
+	105, // 54: csisupd.v1.RenewedClaim.lease_ttl:type_name -> google.protobuf.Duration
+	102, // 55: csisupd.v1.RenewedClaim.deadline:type_name -> google.protobuf.Timestamp
+	36,  // 56: csisupd.v1.SyncNodeClaimsResponse.released:type_name -> csisupd.v1.ClaimRef
+	36,  // 57: csisupd.v1.SyncNodeClaimsResponse.kept_by_index:type_name -> csisupd.v1.ClaimRef
+	104, // 58: csisupd.v1.CheckClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	39,  // 59: csisupd.v1.CheckClaimResponse.nodes:type_name -> csisupd.v1.NodeClaimCheck
+	5,   // 60: csisupd.v1.VolumeAvailabilityResponse.volume:type_name -> csisupd.v1.Volume
+	56,  // 61: csisupd.v1.PluginDrainResponse.claims:type_name -> csisupd.v1.PluginDrainClaim
+	106, // 62: csisupd.v1.PluginDrainResponse.mounts:type_name -> csisupd.v1.Mount
+	7,   // 63: csisupd.v1.ExternalVolume.accessible_topology:type_name -> csisupd.v1.TopologySegment
+	46,  // 64: csisupd.v1.ExternalVolumesResponse.volumes:type_name -> csisupd.v1.ExternalVolume
+	48,  // 65: csisupd.v1.ExternalSnapshotsResponse.snapshots:type_name -> csisupd.v1.ExternalSnapshot
+	5,   // 66: csisupd.v1.VolumeHealthGetResponse.volume:type_name -> csisupd.v1.Volume
+	52,  // 67: csisupd.v1.VolumeHealthGetResponse.answers:type_name -> csisupd.v1.VolumeHealthAnswer
+	55,  // 68: csisupd.v1.PluginCapacityResponse.capacities:type_name -> csisupd.v1.PluginCapacity
+	7,   // 69: csisupd.v1.PluginCapacity.segment:type_name -> csisupd.v1.TopologySegment
+	5,   // 70: csisupd.v1.VolumeReleaseResponse.volume:type_name -> csisupd.v1.Volume
+	5,   // 71: csisupd.v1.VolumeListResponse.volumes:type_name -> csisupd.v1.Volume
+	5,   // 72: csisupd.v1.VolumeGetResponse.volume:type_name -> csisupd.v1.Volume
+	96,  // 73: csisupd.v1.VolumeExpandRequest.secrets:type_name -> csisupd.v1.VolumeExpandRequest.SecretsEntry
+	5,   // 74: csisupd.v1.VolumeExpandResponse.volume:type_name -> csisupd.v1.Volume
+	97,  // 75: csisupd.v1.VolumeModifyRequest.mutable_parameters:type_name -> csisupd.v1.VolumeModifyRequest.MutableParametersEntry
+	98,  // 76: csisupd.v1.VolumeModifyRequest.secrets:type_name -> csisupd.v1.VolumeModifyRequest.SecretsEntry
+	5,   // 77: csisupd.v1.VolumeModifyResponse.volume:type_name -> csisupd.v1.Volume
+	99,  // 78: csisupd.v1.VolumeSnapshotCreateRequest.parameters:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.ParametersEntry
+	100, // 79: csisupd.v1.VolumeSnapshotCreateRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotCreateRequest.SecretsEntry
+	11,  // 80: csisupd.v1.VolumeSnapshotCreateResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	11,  // 81: csisupd.v1.VolumeSnapshotListResponse.snapshots:type_name -> csisupd.v1.VolumeSnapshot
+	11,  // 82: csisupd.v1.VolumeSnapshotGetResponse.snapshot:type_name -> csisupd.v1.VolumeSnapshot
+	101, // 83: csisupd.v1.VolumeSnapshotDeleteRequest.secrets:type_name -> csisupd.v1.VolumeSnapshotDeleteRequest.SecretsEntry
+	102, // 84: csisupd.v1.RaftPeer.stable_since:type_name -> google.protobuf.Timestamp
+	74,  // 85: csisupd.v1.RaftPeersResponse.peers:type_name -> csisupd.v1.RaftPeer
+	102, // 86: csisupd.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	12,  // 87: csisupd.v1.Control.ListPlugins:input_type -> csisupd.v1.PluginListRequest
+	14,  // 88: csisupd.v1.Control.GetPlugin:input_type -> csisupd.v1.PluginGetRequest
+	16,  // 89: csisupd.v1.Control.ListNodes:input_type -> csisupd.v1.NodeListRequest
+	18,  // 90: csisupd.v1.Control.GetNode:input_type -> csisupd.v1.NodeGetRequest
+	20,  // 91: csisupd.v1.Control.RekeyNode:input_type -> csisupd.v1.NodeRekeyRequest
+	22,  // 92: csisupd.v1.Control.CreateVolume:input_type -> csisupd.v1.VolumeCreateRequest
+	24,  // 93: csisupd.v1.Control.RegisterVolume:input_type -> csisupd.v1.VolumeRegisterRequest
+	26,  // 94: csisupd.v1.Control.DeleteVolume:input_type -> csisupd.v1.VolumeDeleteRequest
+	28,  // 95: csisupd.v1.Control.ClaimVolume:input_type -> csisupd.v1.VolumeClaimRequest
+	30,  // 96: csisupd.v1.Control.ReleaseVolume:input_type -> csisupd.v1.VolumeReleaseRequest
+	31,  // 97: csisupd.v1.Control.RenewClaims:input_type -> csisupd.v1.RenewClaimsRequest
+	34,  // 98: csisupd.v1.Control.SyncNodeClaims:input_type -> csisupd.v1.SyncNodeClaimsRequest
+	37,  // 99: csisupd.v1.Control.CheckClaim:input_type -> csisupd.v1.CheckClaimRequest
+	40,  // 100: csisupd.v1.Control.SetVolumeAvailability:input_type -> csisupd.v1.VolumeAvailabilityRequest
+	42,  // 101: csisupd.v1.Control.DrainPlugin:input_type -> csisupd.v1.PluginDrainRequest
+	43,  // 102: csisupd.v1.Control.GetPluginDrain:input_type -> csisupd.v1.PluginDrainGetRequest
+	53,  // 103: csisupd.v1.Control.GetPluginCapacity:input_type -> csisupd.v1.PluginCapacityRequest
+	50,  // 104: csisupd.v1.Control.GetVolumeHealth:input_type -> csisupd.v1.VolumeHealthGetRequest
+	45,  // 105: csisupd.v1.Control.ListExternalVolumes:input_type -> csisupd.v1.ExternalListRequest
+	45,  // 106: csisupd.v1.Control.ListExternalSnapshots:input_type -> csisupd.v1.ExternalListRequest
+	58,  // 107: csisupd.v1.Control.ListVolumes:input_type -> csisupd.v1.VolumeListRequest
+	60,  // 108: csisupd.v1.Control.GetVolume:input_type -> csisupd.v1.VolumeGetRequest
+	62,  // 109: csisupd.v1.Control.ExpandVolume:input_type -> csisupd.v1.VolumeExpandRequest
+	64,  // 110: csisupd.v1.Control.ModifyVolume:input_type -> csisupd.v1.VolumeModifyRequest
+	66,  // 111: csisupd.v1.Control.CreateVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotCreateRequest
+	68,  // 112: csisupd.v1.Control.ListVolumeSnapshots:input_type -> csisupd.v1.VolumeSnapshotListRequest
+	70,  // 113: csisupd.v1.Control.GetVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotGetRequest
+	72,  // 114: csisupd.v1.Control.DeleteVolumeSnapshot:input_type -> csisupd.v1.VolumeSnapshotDeleteRequest
+	75,  // 115: csisupd.v1.Control.RaftPeers:input_type -> csisupd.v1.RaftPeersRequest
+	77,  // 116: csisupd.v1.Control.RemovePeer:input_type -> csisupd.v1.RaftRemovePeerRequest
+	79,  // 117: csisupd.v1.Control.SnapshotSave:input_type -> csisupd.v1.SnapshotSaveRequest
+	80,  // 118: csisupd.v1.Control.SnapshotRestore:input_type -> csisupd.v1.SnapshotChunk
+	82,  // 119: csisupd.v1.Control.WatchEvents:input_type -> csisupd.v1.ClusterEventWatchRequest
+	13,  // 120: csisupd.v1.Control.ListPlugins:output_type -> csisupd.v1.PluginListResponse
+	15,  // 121: csisupd.v1.Control.GetPlugin:output_type -> csisupd.v1.PluginGetResponse
+	17,  // 122: csisupd.v1.Control.ListNodes:output_type -> csisupd.v1.NodeListResponse
+	19,  // 123: csisupd.v1.Control.GetNode:output_type -> csisupd.v1.NodeGetResponse
+	21,  // 124: csisupd.v1.Control.RekeyNode:output_type -> csisupd.v1.NodeRekeyResponse
+	23,  // 125: csisupd.v1.Control.CreateVolume:output_type -> csisupd.v1.VolumeCreateResponse
+	25,  // 126: csisupd.v1.Control.RegisterVolume:output_type -> csisupd.v1.VolumeRegisterResponse
+	27,  // 127: csisupd.v1.Control.DeleteVolume:output_type -> csisupd.v1.VolumeDeleteResponse
+	29,  // 128: csisupd.v1.Control.ClaimVolume:output_type -> csisupd.v1.VolumeClaimResponse
+	57,  // 129: csisupd.v1.Control.ReleaseVolume:output_type -> csisupd.v1.VolumeReleaseResponse
+	32,  // 130: csisupd.v1.Control.RenewClaims:output_type -> csisupd.v1.RenewClaimsResponse
+	35,  // 131: csisupd.v1.Control.SyncNodeClaims:output_type -> csisupd.v1.SyncNodeClaimsResponse
+	38,  // 132: csisupd.v1.Control.CheckClaim:output_type -> csisupd.v1.CheckClaimResponse
+	41,  // 133: csisupd.v1.Control.SetVolumeAvailability:output_type -> csisupd.v1.VolumeAvailabilityResponse
+	44,  // 134: csisupd.v1.Control.DrainPlugin:output_type -> csisupd.v1.PluginDrainResponse
+	44,  // 135: csisupd.v1.Control.GetPluginDrain:output_type -> csisupd.v1.PluginDrainResponse
+	54,  // 136: csisupd.v1.Control.GetPluginCapacity:output_type -> csisupd.v1.PluginCapacityResponse
+	51,  // 137: csisupd.v1.Control.GetVolumeHealth:output_type -> csisupd.v1.VolumeHealthGetResponse
+	47,  // 138: csisupd.v1.Control.ListExternalVolumes:output_type -> csisupd.v1.ExternalVolumesResponse
+	49,  // 139: csisupd.v1.Control.ListExternalSnapshots:output_type -> csisupd.v1.ExternalSnapshotsResponse
+	59,  // 140: csisupd.v1.Control.ListVolumes:output_type -> csisupd.v1.VolumeListResponse
+	61,  // 141: csisupd.v1.Control.GetVolume:output_type -> csisupd.v1.VolumeGetResponse
+	63,  // 142: csisupd.v1.Control.ExpandVolume:output_type -> csisupd.v1.VolumeExpandResponse
+	65,  // 143: csisupd.v1.Control.ModifyVolume:output_type -> csisupd.v1.VolumeModifyResponse
+	67,  // 144: csisupd.v1.Control.CreateVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotCreateResponse
+	69,  // 145: csisupd.v1.Control.ListVolumeSnapshots:output_type -> csisupd.v1.VolumeSnapshotListResponse
+	71,  // 146: csisupd.v1.Control.GetVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotGetResponse
+	73,  // 147: csisupd.v1.Control.DeleteVolumeSnapshot:output_type -> csisupd.v1.VolumeSnapshotDeleteResponse
+	76,  // 148: csisupd.v1.Control.RaftPeers:output_type -> csisupd.v1.RaftPeersResponse
+	78,  // 149: csisupd.v1.Control.RemovePeer:output_type -> csisupd.v1.RaftRemovePeerResponse
+	80,  // 150: csisupd.v1.Control.SnapshotSave:output_type -> csisupd.v1.SnapshotChunk
+	81,  // 151: csisupd.v1.Control.SnapshotRestore:output_type -> csisupd.v1.SnapshotRestoreResponse
+	83,  // 152: csisupd.v1.Control.WatchEvents:output_type -> csisupd.v1.ClusterEvent
+	120, // [120:153] is the sub-list for method output_type
+	87,  // [87:120] is the sub-list for method input_type
+	87,  // [87:87] is the sub-list for extension type_name
+	87,  // [87:87] is the sub-list for extension extendee
+	0,   // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_control_proto_init() }
@@ -5902,15 +6649,15 @@ func file_csisupd_v1_control_proto_init() {
 	}
 	file_csisupd_v1_control_proto_msgTypes[13].OneofWrappers = []any{}
 	file_csisupd_v1_control_proto_msgTypes[17].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[50].OneofWrappers = []any{}
-	file_csisupd_v1_control_proto_msgTypes[60].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[59].OneofWrappers = []any{}
+	file_csisupd_v1_control_proto_msgTypes[69].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_control_proto_rawDesc), len(file_csisupd_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   93,
+			NumMessages:   102,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

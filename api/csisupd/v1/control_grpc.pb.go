@@ -29,6 +29,9 @@ const (
 	Control_DeleteVolume_FullMethodName          = "/csisupd.v1.Control/DeleteVolume"
 	Control_ClaimVolume_FullMethodName           = "/csisupd.v1.Control/ClaimVolume"
 	Control_ReleaseVolume_FullMethodName         = "/csisupd.v1.Control/ReleaseVolume"
+	Control_RenewClaims_FullMethodName           = "/csisupd.v1.Control/RenewClaims"
+	Control_SyncNodeClaims_FullMethodName        = "/csisupd.v1.Control/SyncNodeClaims"
+	Control_CheckClaim_FullMethodName            = "/csisupd.v1.Control/CheckClaim"
 	Control_SetVolumeAvailability_FullMethodName = "/csisupd.v1.Control/SetVolumeAvailability"
 	Control_DrainPlugin_FullMethodName           = "/csisupd.v1.Control/DrainPlugin"
 	Control_GetPluginDrain_FullMethodName        = "/csisupd.v1.Control/GetPluginDrain"
@@ -111,6 +114,26 @@ type ControlClient interface {
 	// volume-claim-forced event; with ACLs on, it needs operator:write
 	// besides volume:write.
 	ReleaseVolume(ctx context.Context, in *VolumeReleaseRequest, opts ...grpc.CallOption) (*VolumeReleaseResponse, error)
+	// RenewClaims renews, on the node, every leased claim of the listed
+	// workloads: each gets a full lease_ttl from now. Renewals are timers in
+	// the leader's memory, never raft writes; a new leader gives every lease
+	// a full TTL from when it took over. The answer lists the renewed claims
+	// with their deadlines, and the workloads that hold no claim on the node
+	// any more (the holder lost them).
+	RenewClaims(ctx context.Context, in *RenewClaimsRequest, opts ...grpc.CallOption) (*RenewClaimsResponse, error)
+	// SyncNodeClaims releases every claim on the node whose owner is the
+	// request's and whose workload it does not list ("these are all of
+	// owner's workloads alive on the node"), with release_reason
+	// not_in_sync. A claim taken after known_index (its claim_index is
+	// above it) is kept: the caller's list may not know it yet. Claims of
+	// other owners, or of none, are never touched.
+	SyncNodeClaims(ctx context.Context, in *SyncNodeClaimsRequest, opts ...grpc.CallOption) (*SyncNodeClaimsResponse, error)
+	// CheckClaim answers, per node, whether a ClaimVolume of the volume
+	// with this usage would be admitted there now, or the ClaimRefused rule
+	// and message it would meet. It applies the rules the FSM applies, and
+	// writes nothing. With no node_ids it checks every node that runs the
+	// volume's plugin.
+	CheckClaim(ctx context.Context, in *CheckClaimRequest, opts ...grpc.CallOption) (*CheckClaimResponse, error)
 	// SetVolumeAvailability sets whether a volume takes new claims: active;
 	// pause refuses new claims (rule "availability") and keeps the claims
 	// it has; drain also releases its claims through the leader's volume
@@ -302,6 +325,36 @@ func (c *controlClient) ReleaseVolume(ctx context.Context, in *VolumeReleaseRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(VolumeReleaseResponse)
 	err := c.cc.Invoke(ctx, Control_ReleaseVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) RenewClaims(ctx context.Context, in *RenewClaimsRequest, opts ...grpc.CallOption) (*RenewClaimsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewClaimsResponse)
+	err := c.cc.Invoke(ctx, Control_RenewClaims_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) SyncNodeClaims(ctx context.Context, in *SyncNodeClaimsRequest, opts ...grpc.CallOption) (*SyncNodeClaimsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SyncNodeClaimsResponse)
+	err := c.cc.Invoke(ctx, Control_SyncNodeClaims_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CheckClaim(ctx context.Context, in *CheckClaimRequest, opts ...grpc.CallOption) (*CheckClaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckClaimResponse)
+	err := c.cc.Invoke(ctx, Control_CheckClaim_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -589,6 +642,26 @@ type ControlServer interface {
 	// volume-claim-forced event; with ACLs on, it needs operator:write
 	// besides volume:write.
 	ReleaseVolume(context.Context, *VolumeReleaseRequest) (*VolumeReleaseResponse, error)
+	// RenewClaims renews, on the node, every leased claim of the listed
+	// workloads: each gets a full lease_ttl from now. Renewals are timers in
+	// the leader's memory, never raft writes; a new leader gives every lease
+	// a full TTL from when it took over. The answer lists the renewed claims
+	// with their deadlines, and the workloads that hold no claim on the node
+	// any more (the holder lost them).
+	RenewClaims(context.Context, *RenewClaimsRequest) (*RenewClaimsResponse, error)
+	// SyncNodeClaims releases every claim on the node whose owner is the
+	// request's and whose workload it does not list ("these are all of
+	// owner's workloads alive on the node"), with release_reason
+	// not_in_sync. A claim taken after known_index (its claim_index is
+	// above it) is kept: the caller's list may not know it yet. Claims of
+	// other owners, or of none, are never touched.
+	SyncNodeClaims(context.Context, *SyncNodeClaimsRequest) (*SyncNodeClaimsResponse, error)
+	// CheckClaim answers, per node, whether a ClaimVolume of the volume
+	// with this usage would be admitted there now, or the ClaimRefused rule
+	// and message it would meet. It applies the rules the FSM applies, and
+	// writes nothing. With no node_ids it checks every node that runs the
+	// volume's plugin.
+	CheckClaim(context.Context, *CheckClaimRequest) (*CheckClaimResponse, error)
 	// SetVolumeAvailability sets whether a volume takes new claims: active;
 	// pause refuses new claims (rule "availability") and keeps the claims
 	// it has; drain also releases its claims through the leader's volume
@@ -715,6 +788,15 @@ func (UnimplementedControlServer) ClaimVolume(context.Context, *VolumeClaimReque
 }
 func (UnimplementedControlServer) ReleaseVolume(context.Context, *VolumeReleaseRequest) (*VolumeReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseVolume not implemented")
+}
+func (UnimplementedControlServer) RenewClaims(context.Context, *RenewClaimsRequest) (*RenewClaimsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewClaims not implemented")
+}
+func (UnimplementedControlServer) SyncNodeClaims(context.Context, *SyncNodeClaimsRequest) (*SyncNodeClaimsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SyncNodeClaims not implemented")
+}
+func (UnimplementedControlServer) CheckClaim(context.Context, *CheckClaimRequest) (*CheckClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckClaim not implemented")
 }
 func (UnimplementedControlServer) SetVolumeAvailability(context.Context, *VolumeAvailabilityRequest) (*VolumeAvailabilityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetVolumeAvailability not implemented")
@@ -973,6 +1055,60 @@ func _Control_ReleaseVolume_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).ReleaseVolume(ctx, req.(*VolumeReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_RenewClaims_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewClaimsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RenewClaims(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RenewClaims_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RenewClaims(ctx, req.(*RenewClaimsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_SyncNodeClaims_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SyncNodeClaimsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SyncNodeClaims(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SyncNodeClaims_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SyncNodeClaims(ctx, req.(*SyncNodeClaimsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CheckClaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CheckClaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CheckClaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CheckClaim(ctx, req.(*CheckClaimRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1358,6 +1494,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseVolume",
 			Handler:    _Control_ReleaseVolume_Handler,
+		},
+		{
+			MethodName: "RenewClaims",
+			Handler:    _Control_RenewClaims_Handler,
+		},
+		{
+			MethodName: "SyncNodeClaims",
+			Handler:    _Control_SyncNodeClaims_Handler,
+		},
+		{
+			MethodName: "CheckClaim",
+			Handler:    _Control_CheckClaim_Handler,
 		},
 		{
 			MethodName: "SetVolumeAvailability",

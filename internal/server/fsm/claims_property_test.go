@@ -143,7 +143,7 @@ func (s *schedule) command() *statepb.LogEntry {
 	case 1:
 		step = rules.Published(v, c, map[string]string{"k": "v"})
 	case 2:
-		step = rules.StartRelease(v, c)
+		step = rules.StartRelease(v, c, rules.ReasonReleased)
 	case 3:
 		step = rules.Fail(v, c, "step failed")
 	case 4:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
@@ -31,6 +33,38 @@ type Reader interface {
 	Node(id string) *statepb.ClusterNode
 	Plugin(id string) *state.ClusterPlugin
 	Volumes(pluginID string) []*statepb.Volume
+}
+
+// Lease bounds: the lease_ttl a claim may carry.
+const (
+	MinLeaseTTL = 5 * time.Second
+	MaxLeaseTTL = 24 * time.Hour
+)
+
+// CheckClaimRequest checks the fields of a claim request that need no
+// state: the ids, the owner (an id, or empty) and the lease (unset, or
+// MinLeaseTTL to MaxLeaseTTL). Its errors are InvalidArgument naming the
+// field.
+func CheckClaimRequest(req *csisupdv1.VolumeClaimRequest) error {
+	switch {
+	case req.GetId() == "" || req.GetNodeId() == "" || req.GetWorkloadId() == "":
+		return status.Error(codes.InvalidArgument, "claim volume: id, node_id and workload_id are required")
+	// The agent names directories after them.
+	case !ids.ValidPathID(req.GetWorkloadId()):
+		return status.Errorf(codes.InvalidArgument, "claim volume: workload_id %q must match %s and not be . or ..", req.GetWorkloadId(), ids.PluginIDPattern)
+	case req.GetOwner() != "" && !ids.ValidPluginID(req.GetOwner()):
+		return status.Errorf(codes.InvalidArgument, "claim volume: owner %q must match %s", req.GetOwner(), ids.PluginIDPattern)
+	}
+	if d := req.GetLeaseTtl(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return status.Errorf(codes.InvalidArgument, "claim volume: lease_ttl: %v", err)
+		}
+		if ttl := d.AsDuration(); ttl < MinLeaseTTL || ttl > MaxLeaseTTL {
+			return status.Errorf(codes.InvalidArgument, "claim volume: lease_ttl %s is out of range: give %s to %s, or none for a claim without a lease",
+				ttl, MinLeaseTTL, MaxLeaseTTL)
+		}
+	}
+	return nil
 }
 
 // Admit builds the claim a request asks for and checks it with CheckTake
@@ -55,6 +89,8 @@ func Admit(st Reader, v *statepb.Volume, req *csisupdv1.VolumeClaimRequest, now 
 		State:          StateTaken,
 		Usage:          usage,
 		StateUpdatedAt: now,
+		Owner:          req.GetOwner(),
+		LeaseTtl:       req.GetLeaseTtl(),
 	}
 	if err := CheckTake(st, v, claim); err != nil {
 		return nil, err

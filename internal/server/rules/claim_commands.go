@@ -76,9 +76,12 @@ func Mounted(v *statepb.Volume, c *statepb.VolumeClaim, published bool, pc map[s
 	return cmd
 }
 
-// StartRelease returns the step that starts the release of a taken claim.
-func StartRelease(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
-	return step(v, c, StateUnpublishing)
+// StartRelease returns the step that starts the release of a taken claim
+// for reason (one of the Reason constants).
+func StartRelease(v *statepb.Volume, c *statepb.VolumeClaim, reason string) *statepb.ClaimStepCommand {
+	cmd := step(v, c, StateUnpublishing)
+	cmd.ReleaseReason = reason
+	return cmd
 }
 
 // Fail returns the step that records why a claim's taking, or a step of
@@ -91,6 +94,9 @@ func Fail(v *statepb.Volume, c *statepb.VolumeClaim, msg string) *statepb.ClaimS
 	}
 	cmd := step(v, c, to)
 	cmd.Error = msg
+	if c.GetState() == StateTaken {
+		cmd.ReleaseReason = ReasonFailed
+	}
 	return cmd
 }
 
@@ -100,6 +106,7 @@ func Fail(v *statepb.Volume, c *statepb.VolumeClaim, msg string) *statepb.ClaimS
 func ReleaseWithoutNode(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
 	cmd := step(v, c, StateUnpublishing)
 	cmd.NodeGone = true
+	cmd.ReleaseReason = ReasonNodeGone
 	return cmd
 }
 
@@ -167,6 +174,10 @@ func ApplyStep(v *statepb.Volume, cmd *statepb.ClaimStepCommand, now *timestampp
 		return nil, status.Errorf(codes.InvalidArgument, "claim of %s: %s -> %s is not a claim transition",
 			Ref{VolumeID: v.GetId(), NodeID: cmd.GetNodeId(), WorkloadID: cmd.GetWorkloadId()}, cmd.GetFrom(), cmd.GetTo())
 	}
+	if r := cmd.GetReleaseReason(); !ValidReleaseReason(r) || r != "" && !Releasing(cmd.GetTo()) {
+		return nil, status.Errorf(codes.InvalidArgument, "claim of %s: release reason %q on a step to %s",
+			Ref{VolumeID: v.GetId(), NodeID: cmd.GetNodeId(), WorkloadID: cmd.GetWorkloadId()}, r, cmd.GetTo())
+	}
 	_, old, err := find(v, cmd.GetNodeId(), cmd.GetWorkloadId(), cmd.GetClaimIndex())
 	if err != nil {
 		return nil, err
@@ -180,6 +191,12 @@ func ApplyStep(v *statepb.Volume, cmd *statepb.ClaimStepCommand, now *timestampp
 		c.State, c.StateUpdatedAt = cmd.GetTo(), now
 	}
 	c.LastError = cmd.GetError()
+	switch r := cmd.GetReleaseReason(); {
+	case cmd.GetForced():
+		c.ReleaseReason = ReasonForced
+	case r == ReasonNodeGone || r != "" && c.ReleaseReason == "":
+		c.ReleaseReason = r
+	}
 	// An operator's force stays on the claim, with every step it
 	// skipped: the node may still hold what a skipped step left.
 	c.Forced = c.Forced || cmd.GetForced()

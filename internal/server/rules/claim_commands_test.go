@@ -74,8 +74,8 @@ func TestApplyStep(t *testing.T) {
 		}, func(c *statepb.VolumeClaim) bool {
 			return c.Mounted && !c.ControllerPublished && c.PublishContext == nil
 		}},
-		{"release starts", claimIn(StateTaken), StartRelease, func(c *statepb.VolumeClaim) bool {
-			return c.State == StateUnpublishing && c.Mounted && c.StateUpdatedAt == now
+		{"release starts", claimIn(StateTaken), released, func(c *statepb.VolumeClaim) bool {
+			return c.State == StateUnpublishing && c.Mounted && c.StateUpdatedAt == now && c.ReleaseReason == ReasonReleased
 		}},
 		{"a failed claim starts its release", claimIn(StateTaken), func(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
 			return Fail(v, c, "mount failed")
@@ -124,7 +124,7 @@ func TestApplyStepRefusesStale(t *testing.T) {
 	now := timestamppb.Now()
 	for _, state := range allStates {
 		for _, mk := range []func(*statepb.Volume, *statepb.VolumeClaim) *statepb.ClaimStepCommand{
-			StartRelease, NodeUnpublished, ControllerUnpublished,
+			released, NodeUnpublished, ControllerUnpublished,
 		} {
 			c := claimIn(state)
 			v := volumeWith(c)
@@ -149,12 +149,12 @@ func TestApplyStepRefusesStale(t *testing.T) {
 	}
 	c := claimIn(StateTaken)
 	v := volumeWith(c)
-	cmd := StartRelease(v, c)
+	cmd := StartRelease(v, c, ReasonReleased)
 	cmd.ClaimIndex = 3
 	if _, err := ApplyStep(v, cmd, now); rule(err) != csisupdv1.ClaimRuleStale {
 		t.Errorf("step of an earlier claim of the same workload: %v, want the stale rule", err)
 	}
-	cmd = StartRelease(v, c)
+	cmd = StartRelease(v, c, ReasonReleased)
 	cmd.WorkloadId = "gone"
 	if _, err := ApplyStep(v, cmd, now); rule(err) != csisupdv1.ClaimRuleStale {
 		t.Errorf("step of a claim that is gone: %v, want the stale rule", err)
@@ -270,5 +270,72 @@ func TestApplyStepRecordsAForcedSkip(t *testing.T) {
 	cmd.Skipped = "node-unpublish: x"
 	if _, err := ApplyStep(v, cmd, nil); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a skip without force: %v, want InvalidArgument", err)
+	}
+}
+
+// released builds the step that starts a release for ReleaseVolume.
+func released(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
+	return StartRelease(v, c, ReasonReleased)
+}
+
+// TestReleaseReasons checks which reason a claim keeps: the first, unless
+// an operator's force or a node gone for good replaces it, and none on a
+// step of taking or an unknown one.
+func TestReleaseReasons(t *testing.T) {
+	now := timestamppb.Now()
+	for _, tc := range []struct {
+		name   string
+		had    string
+		mk     func(*statepb.Volume, *statepb.VolumeClaim) *statepb.ClaimStepCommand
+		want   string
+		refuse bool
+	}{
+		{"a lease expires", "", func(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
+			return StartRelease(v, c, ReasonLeaseExpired)
+		}, ReasonLeaseExpired, false},
+		{"a failed claim", "", func(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
+			return Fail(v, c, "mount failed")
+		}, ReasonFailed, false},
+		{"the first reason stays", ReasonNotInSync, func(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
+			cmd := Fail(v, c, "node unpublish failed")
+			cmd.ReleaseReason = ReasonReleased
+			return cmd
+		}, ReasonNotInSync, false},
+		{"a force replaces it", ReasonLeaseExpired, func(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
+			cmd := Fail(v, c, "node unpublish failed")
+			cmd.Forced = true
+			return cmd
+		}, ReasonForced, false},
+		{"a node gone replaces it", ReasonLeaseExpired, ReleaseWithoutNode, ReasonNodeGone, false},
+		{"an unknown reason", "", func(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
+			return StartRelease(v, c, "bored")
+		}, "", true},
+		{"a reason on a step of taking", "", func(v *statepb.Volume, c *statepb.VolumeClaim) *statepb.ClaimStepCommand {
+			cmd := Published(v, c, nil)
+			cmd.ReleaseReason = ReasonReleased
+			return cmd
+		}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := claimIn(StateTaken)
+			if tc.had != "" {
+				c = claimIn(StateUnpublishing)
+				c.ReleaseReason = tc.had
+			}
+			v := volumeWith(c)
+			got, err := ApplyStep(v, tc.mk(v, c), now)
+			if tc.refuse {
+				if status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("ApplyStep: %v, want InvalidArgument", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ApplyStep: %v", err)
+			}
+			if got.GetReleaseReason() != tc.want {
+				t.Errorf("release_reason %q, want %q", got.GetReleaseReason(), tc.want)
+			}
+		})
 	}
 }

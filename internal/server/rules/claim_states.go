@@ -20,6 +20,37 @@ const (
 	StateControllerUnpublished = "controller-unpublished"
 )
 
+// Release reasons, as VolumeClaim.release_reason names them: why a
+// claim left state taken. A claim keeps the first reason, except that an
+// operator's force and a node gone for good replace it: they say what the
+// release did last.
+const (
+	// ReasonReleased: a ReleaseVolume of the claim.
+	ReasonReleased = "released"
+	// ReasonForced: an operator's forced release (`volume release --force`).
+	ReasonForced = "forced"
+	// ReasonNodeGone: the node was down for longer than claim_gc_grace.
+	ReasonNodeGone = "node_gone"
+	// ReasonLeaseExpired: the claim's lease was not renewed in time.
+	ReasonLeaseExpired = "lease_expired"
+	// ReasonNotInSync: a SyncNodeClaims of the claim's owner did not
+	// list its workload.
+	ReasonNotInSync = "not_in_sync"
+	// ReasonDrained: its volume is drained (`volume availability drain`).
+	ReasonDrained = "drained"
+	// ReasonFailed: a step of taking the claim failed.
+	ReasonFailed = "failed"
+)
+
+// ValidReleaseReason reports whether r is a release reason, or empty.
+func ValidReleaseReason(r string) bool {
+	switch r {
+	case "", ReasonReleased, ReasonForced, ReasonNodeGone, ReasonLeaseExpired, ReasonNotInSync, ReasonDrained, ReasonFailed:
+		return true
+	}
+	return false
+}
+
 // Releasing reports whether a claim state is one of a release.
 func Releasing(state string) bool {
 	switch state {

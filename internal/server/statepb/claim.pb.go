@@ -13,6 +13,7 @@ package statepb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -55,8 +56,22 @@ type VolumeClaim struct {
 	// forced tells that an operator forced the release (`volume release
 	// --force`); skipped_steps are the release steps a forced release on a
 	// node that answers skipped after they failed, each with its error.
-	Forced        bool     `protobuf:"varint,17,opt,name=forced,proto3" json:"forced,omitempty"`
-	SkippedSteps  []string `protobuf:"bytes,18,rep,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`
+	Forced       bool     `protobuf:"varint,17,opt,name=forced,proto3" json:"forced,omitempty"`
+	SkippedSteps []string `protobuf:"bytes,18,rep,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`
+	// owner names the scheduler that holds the claim, for SyncNodeClaims.
+	Owner string `protobuf:"bytes,19,opt,name=owner,proto3" json:"owner,omitempty"`
+	// release_reason tells why the claim is being released (released,
+	// forced, node_gone, lease_expired, not_in_sync, drained, failed);
+	// empty while taken.
+	ReleaseReason string `protobuf:"bytes,20,opt,name=release_reason,json=releaseReason,proto3" json:"release_reason,omitempty"`
+	// lease_ttl is the claim's lease; unset: none. Renewals are kept in the
+	// leader's memory only.
+	LeaseTtl *durationpb.Duration `protobuf:"bytes,21,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	// leader_term is the raft term of the leader that took the claim: a
+	// later leader knows that nobody drives an unfinished claim of an
+	// earlier term. Storage only; 22 and 23 are the public form's lease
+	// times, which come from the leader's memory and are never stored.
+	LeaderTerm    uint64 `protobuf:"varint,24,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -217,6 +232,34 @@ func (x *VolumeClaim) GetSkippedSteps() []string {
 	return nil
 }
 
+func (x *VolumeClaim) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *VolumeClaim) GetReleaseReason() string {
+	if x != nil {
+		return x.ReleaseReason
+	}
+	return ""
+}
+
+func (x *VolumeClaim) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
+}
+
+func (x *VolumeClaim) GetLeaderTerm() uint64 {
+	if x != nil {
+		return x.LeaderTerm
+	}
+	return 0
+}
+
 // VolumeUsage is how a workload uses a volume.
 type VolumeUsage struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -308,7 +351,7 @@ var File_internal_server_statepb_claim_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_claim_proto_rawDesc = "" +
 	"\n" +
-	"#internal/server/statepb/claim.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x06\n" +
+	"#internal/server/statepb/claim.proto\x12\x10csisupd.state.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\a\n" +
 	"\vVolumeClaim\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\vcsi_node_id\x18\x02 \x01(\tR\tcsiNodeId\x12\x1b\n" +
@@ -332,7 +375,12 @@ const file_internal_server_statepb_claim_proto_rawDesc = "" +
 	"claimIndex\x12!\n" +
 	"\fstaging_path\x18\x10 \x01(\tR\vstagingPath\x12\x16\n" +
 	"\x06forced\x18\x11 \x01(\bR\x06forced\x12#\n" +
-	"\rskipped_steps\x18\x12 \x03(\tR\fskippedSteps\x1aA\n" +
+	"\rskipped_steps\x18\x12 \x03(\tR\fskippedSteps\x12\x14\n" +
+	"\x05owner\x18\x13 \x01(\tR\x05owner\x12%\n" +
+	"\x0erelease_reason\x18\x14 \x01(\tR\rreleaseReason\x126\n" +
+	"\tlease_ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12\x1f\n" +
+	"\vleader_term\x18\x18 \x01(\x04R\n" +
+	"leaderTerm\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x01\n" +
@@ -365,17 +413,19 @@ var file_internal_server_statepb_claim_proto_goTypes = []any{
 	(*VolumeUsage)(nil),           // 1: csisupd.state.v1.VolumeUsage
 	nil,                           // 2: csisupd.state.v1.VolumeClaim.PublishContextEntry
 	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 4: google.protobuf.Duration
 }
 var file_internal_server_statepb_claim_proto_depIdxs = []int32{
 	2, // 0: csisupd.state.v1.VolumeClaim.publish_context:type_name -> csisupd.state.v1.VolumeClaim.PublishContextEntry
 	3, // 1: csisupd.state.v1.VolumeClaim.claimed_at:type_name -> google.protobuf.Timestamp
 	1, // 2: csisupd.state.v1.VolumeClaim.usage:type_name -> csisupd.state.v1.VolumeUsage
 	3, // 3: csisupd.state.v1.VolumeClaim.state_updated_at:type_name -> google.protobuf.Timestamp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 4: csisupd.state.v1.VolumeClaim.lease_ttl:type_name -> google.protobuf.Duration
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_internal_server_statepb_claim_proto_init() }

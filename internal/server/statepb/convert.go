@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -199,6 +200,13 @@ func convertAll[A, B any](in []A, f func(A) B) []B {
 }
 
 // cloneTime copies a timestamp; nil stays nil.
+func cloneDuration(d *durationpb.Duration) *durationpb.Duration {
+	if d == nil {
+		return nil
+	}
+	return &durationpb.Duration{Seconds: d.Seconds, Nanos: d.Nanos}
+}
+
 func cloneTime(t *timestamppb.Timestamp) *timestamppb.Timestamp {
 	if t == nil {
 		return nil

@@ -83,6 +83,16 @@ var storageOnly = map[protoreflect.FullName]bool{
 // secret.
 var storageOnlyFields = map[protoreflect.FullName]bool{
 	"csisupd.state.v1.ClusterNode.secret_hash": true,
+	// The term of the leader that took a claim.
+	"csisupd.state.v1.VolumeClaim.leader_term": true,
+}
+
+// apiOnlyFields are the fields of public messages that are never
+// stored: the leader fills them from its memory (a lease's last renewal
+// and deadline). Their numbers stay free in the storage message.
+var apiOnlyFields = map[protoreflect.FullName]bool{
+	"csisupd.v1.VolumeClaim.lease_renewed_at": true,
+	"csisupd.v1.VolumeClaim.lease_deadline":   true,
 }
 
 // storageOnlyField reports whether a field of a storage message holds a
@@ -157,6 +167,10 @@ func fill(m protoreflect.Message, choice, depth int) {
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() && od.Fields().Get(choice%od.Fields().Len()) != fd {
+			continue
+		}
+		// Never stored, so never in what a conversion starts from.
+		if apiOnlyFields[fd.FullName()] {
 			continue
 		}
 		switch {

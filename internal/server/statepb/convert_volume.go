@@ -35,6 +35,7 @@ func VolumeFromAPI(in *csisupdv1.Volume) *Volume {
 		Expansion:          VolumeExpansionFromAPI(in.Expansion),
 		Availability:       in.Availability,
 		Conditions:         convertAll(in.Conditions, VolumeConditionFromAPI),
+		Ephemeral:          in.Ephemeral,
 	}
 }
 
@@ -63,6 +64,7 @@ func VolumeToAPI(in *Volume) *csisupdv1.Volume {
 		Expansion:          VolumeExpansionToAPI(in.Expansion),
 		Availability:       in.Availability,
 		Conditions:         convertAll(in.Conditions, VolumeConditionToAPI),
+		Ephemeral:          in.Ephemeral,
 	}
 }
 
@@ -225,6 +227,9 @@ func VolumeClaimFromAPI(in *csisupdv1.VolumeClaim) *VolumeClaim {
 		StagingPath:         in.StagingPath,
 		Forced:              in.Forced,
 		SkippedSteps:        slices.Clone(in.SkippedSteps),
+		Owner:               in.Owner,
+		ReleaseReason:       in.ReleaseReason,
+		LeaseTtl:            cloneDuration(in.LeaseTtl),
 	}
 }
 
@@ -252,6 +257,9 @@ func VolumeClaimToAPI(in *VolumeClaim) *csisupdv1.VolumeClaim {
 		StagingPath:         in.StagingPath,
 		Forced:              in.Forced,
 		SkippedSteps:        in.SkippedSteps,
+		Owner:               in.Owner,
+		ReleaseReason:       in.ReleaseReason,
+		LeaseTtl:            in.LeaseTtl,
 	}
 }
 

@@ -234,8 +234,11 @@ type ClaimStepCommand struct {
 	// forced marks an operator's forced release; skipped is a step it
 	// skipped after it failed ("node-unpublish: <error>"), recorded on the
 	// claim.
-	Forced        bool   `protobuf:"varint,15,opt,name=forced,proto3" json:"forced,omitempty"`
-	Skipped       string `protobuf:"bytes,16,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Forced  bool   `protobuf:"varint,15,opt,name=forced,proto3" json:"forced,omitempty"`
+	Skipped string `protobuf:"bytes,16,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// release_reason, on a step from taken into a release, is recorded on
+	// the claim (see VolumeClaim.release_reason).
+	ReleaseReason string `protobuf:"bytes,17,opt,name=release_reason,json=releaseReason,proto3" json:"release_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -378,6 +381,13 @@ func (x *ClaimStepCommand) GetForced() bool {
 func (x *ClaimStepCommand) GetSkipped() string {
 	if x != nil {
 		return x.Skipped
+	}
+	return ""
+}
+
+func (x *ClaimStepCommand) GetReleaseReason() string {
+	if x != nil {
+		return x.ReleaseReason
 	}
 	return ""
 }
@@ -906,7 +916,7 @@ const file_internal_server_statepb_volcmd_proto_rawDesc = "" +
 	"\x10ClaimTakeCommand\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.csisupd.state.v1.VolumeClaimR\x05claim\x12!\n" +
-	"\fvolume_index\x18\x03 \x01(\x04R\vvolumeIndex\"\xe7\x04\n" +
+	"\fvolume_index\x18\x03 \x01(\x04R\vvolumeIndex\"\x8e\x05\n" +
 	"\x10ClaimStepCommand\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1f\n" +
@@ -926,7 +936,8 @@ const file_internal_server_statepb_volcmd_proto_rawDesc = "" +
 	"\x05error\x18\r \x01(\tR\x05error\x12\x1b\n" +
 	"\tnode_gone\x18\x0e \x01(\bR\bnodeGone\x12\x16\n" +
 	"\x06forced\x18\x0f \x01(\bR\x06forced\x12\x18\n" +
-	"\askipped\x18\x10 \x01(\tR\askipped\x1aA\n" +
+	"\askipped\x18\x10 \x01(\tR\askipped\x12%\n" +
+	"\x0erelease_reason\x18\x11 \x01(\tR\rreleaseReason\x1aA\n" +
 	"\x13PublishContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +

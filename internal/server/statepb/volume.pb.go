@@ -63,7 +63,10 @@ type Volume struct {
 	// conditions are the abnormal health conditions reported of the volume,
 	// one per source (the controller, or a node), sorted by source; a
 	// source that reports the volume normal has none.
-	Conditions    []*VolumeCondition `protobuf:"bytes,19,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	Conditions []*VolumeCondition `protobuf:"bytes,19,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// ephemeral volumes were created by a claim: releasing their last
+	// claim deletes them.
+	Ephemeral     bool `protobuf:"varint,20,opt,name=ephemeral,proto3" json:"ephemeral,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,6 +232,13 @@ func (x *Volume) GetConditions() []*VolumeCondition {
 		return x.Conditions
 	}
 	return nil
+}
+
+func (x *Volume) GetEphemeral() bool {
+	if x != nil {
+		return x.Ephemeral
+	}
+	return false
 }
 
 // VolumeCondition is an abnormal health condition a source reported of a
@@ -697,7 +707,7 @@ var File_internal_server_statepb_volume_proto protoreflect.FileDescriptor
 
 const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	"\n" +
-	"$internal/server/statepb/volume.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#internal/server/statepb/claim.proto\x1a\"internal/server/statepb/node.proto\"\xd3\t\n" +
+	"$internal/server/statepb/volume.proto\x12\x10csisupd.state.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#internal/server/statepb/claim.proto\x1a\"internal/server/statepb/node.proto\"\xf1\t\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12\x1f\n" +
@@ -724,7 +734,8 @@ const file_internal_server_statepb_volume_proto_rawDesc = "" +
 	"\favailability\x18\x12 \x01(\tR\favailability\x12A\n" +
 	"\n" +
 	"conditions\x18\x13 \x03(\v2!.csisupd.state.v1.VolumeConditionR\n" +
-	"conditions\x1a:\n" +
+	"conditions\x12\x1c\n" +
+	"\tephemeral\x18\x14 \x01(\bR\tephemeral\x1a:\n" +
 	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/ids"
 	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
@@ -28,12 +27,8 @@ import (
 // write fails, the claim is moved to unpublishing for the volume watcher
 // to release, and the error returned.
 func (o *Ops) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*statepb.Volume, *statepb.VolumeClaim, error) {
-	if req.GetId() == "" || req.GetNodeId() == "" || req.GetWorkloadId() == "" {
-		return nil, nil, status.Error(codes.InvalidArgument, "claim volume: id, node_id and workload_id are required")
-	}
-	// The agent names directories after them.
-	if !ids.ValidPathID(req.GetWorkloadId()) {
-		return nil, nil, status.Errorf(codes.InvalidArgument, "claim volume: workload_id %q must match %s and not be . or ..", req.GetWorkloadId(), ids.PluginIDPattern)
+	if err := rules.CheckClaimRequest(req); err != nil {
+		return nil, nil, err
 	}
 	// Registered first, so that it runs after the unlock below: the
 	// watcher can take the volume then.

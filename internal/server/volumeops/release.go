@@ -63,7 +63,7 @@ func (o *Ops) ReleaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseReq
 		case force == 1 && !c.GetNodeGone() && (c.GetState() == rules.StateTaken || c.GetState() == rules.StateUnpublishing):
 			cmd = rules.ReleaseWithoutNode(v, c)
 		case c.GetState() == rules.StateTaken:
-			cmd = rules.StartRelease(v, c)
+			cmd = rules.StartRelease(v, c, rules.ReasonReleased)
 		default:
 			continue
 		}
@@ -115,7 +115,7 @@ func (o *Ops) StartRelease(ref rules.Ref) (*statepb.VolumeClaim, error) {
 	if c.GetState() != rules.StateTaken {
 		return c, nil
 	}
-	_, c, err := o.stepClaim(rules.StartRelease(v, c))
+	_, c, err := o.stepClaim(rules.StartRelease(v, c, rules.ReasonDrained))
 	return c, err
 }
 
