@@ -85,6 +85,8 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Cluster/ResolveToken":      "node:write:agents",
 	"/csisupd.v1.Cluster/NodeClaims":        "node:write:agents",
 	"/csisupd.v1.Cluster/NodeVolumeHealth":  "node:write:agents",
+	// An agent renews the leases it holds, for its own node only.
+	"/csisupd.v1.Cluster/NodeRenewClaims": "node:write:agents",
 
 	"/csisupd.v1.NodeVolumes/MountVolume":   "volume:write:ops",
 	"/csisupd.v1.NodeVolumes/UnmountVolume": "volume:write:ops",
@@ -108,6 +110,8 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/ReleaseVolume":  "volume:write:ops",
 	"/csisupd.v1.Control/ExpandVolume":   "volume:write:ops",
 	"/csisupd.v1.Control/ModifyVolume":   "volume:write:ops",
+	// Renewing a lease keeps a claim taken: a write of the volume.
+	"/csisupd.v1.Control/RenewClaims": "volume:write:ops",
 
 	"/csisupd.v1.Control/SetVolumeAvailability": "volume:write:ops",
 	"/csisupd.v1.Control/DrainPlugin":           "operator:write:ops",
@@ -116,6 +120,10 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/GetVolumeHealth":       "volume:read:ops",
 	"/csisupd.v1.Control/ListExternalVolumes":   "volume:read:ops",
 	"/csisupd.v1.Control/ListExternalSnapshots": "volume:read:ops",
+
+	// A scheduler's sync releases claims; a placement check only reads.
+	"/csisupd.v1.Control/SyncNodeClaims": "volume:write:ops",
+	"/csisupd.v1.Control/CheckClaim":     "volume:read:ops",
 
 	"/csisupd.v1.Control/CreateVolumeSnapshot": "volume:write:ops",
 	"/csisupd.v1.Control/ListVolumeSnapshots":  "volume:read:ops",
