@@ -37,6 +37,8 @@ func newVolumeCommand(opts *clientOptions) *cobra.Command {
 		newVolumeStatusCommand(opts),
 		newVolumeClaimCommand(opts),
 		newVolumeReleaseCommand(opts),
+		newVolumeSyncCommand(opts),
+		newVolumeCheckCommand(opts),
 		newVolumeDetachCommand(opts),
 		newVolumeExpandCommand(opts),
 		newVolumeModifyCommand(opts),
