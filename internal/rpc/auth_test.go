@@ -117,6 +117,10 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/ListExternalVolumes":   "volume:read:ops",
 	"/csisupd.v1.Control/ListExternalSnapshots": "volume:read:ops",
 
+	// A scheduler's sync releases claims; a placement check only reads.
+	"/csisupd.v1.Control/SyncNodeClaims": "volume:write:ops",
+	"/csisupd.v1.Control/CheckClaim":     "volume:read:ops",
+
 	"/csisupd.v1.Control/CreateVolumeSnapshot": "volume:write:ops",
 	"/csisupd.v1.Control/ListVolumeSnapshots":  "volume:read:ops",
 	"/csisupd.v1.Control/GetVolumeSnapshot":    "volume:read:ops",
