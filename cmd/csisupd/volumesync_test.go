@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // TestReadWorkloadsFrom reads --workloads-from files and stdin: blank
@@ -105,5 +112,65 @@ func TestCheckUsage(t *testing.T) {
 	}
 	if u, err := checkUsage("", true, false); err != nil || u.GetAccessMode() != "" || u.GetAccessType() != "mount" || !u.GetReadOnly() {
 		t.Errorf("--read-only: %v, %v; want a read-only mount usage with the volume's access mode", u, err)
+	}
+}
+
+// TestVolumeSyncAndCheck runs both commands against a real cluster: the
+// check finds the node ok, then refuses a second writer; a sync that
+// reads its live list from stdin releases the owner's claim it leaves
+// out, and keeps one taken after its known index.
+func TestVolumeSyncAndCheck(t *testing.T) {
+	c, addr := oneNodeCluster(t)
+	a := c.Agent(0)
+	run := runAt(t, addr)
+	run("volume", "create", "data", "--plugin", "tp", "--capacity", "1MiB")
+	run("volume", "create", "more", "--plugin", "tp", "--capacity", "1MiB", "--access-mode", "multi-node-multi-writer")
+
+	if out := run("volume", "check", "data"); !strings.Contains(out, a.Name) || !strings.Contains(out, a.NodeID()) || !strings.Contains(out, " ok ") {
+		t.Fatalf("check of a free volume: %q", out)
+	}
+	ctx := context.Background()
+	cl := c.Control(0)
+	claim := func(vol, workload string) uint64 {
+		t.Helper()
+		resp, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: vol, NodeId: a.NodeID(), WorkloadId: workload, Owner: "sched"})
+		if err != nil {
+			t.Fatalf("claim %s for %s: %v", vol, workload, err)
+		}
+		return resp.GetClaim().GetClaimIndex()
+	}
+	known := claim("data", "gone")
+	claim("more", "late")
+	out := run("volume", "check", "data", "--node", a.Name)
+	if !strings.Contains(out, "refused") || !strings.Contains(out, "access-mode: ") {
+		t.Fatalf("check of a second writer: %q", out)
+	}
+	check := mustJSON(t, "--address", addr, "volume", "check", "data")
+	if nodes, _ := check["nodes"].([]any); len(nodes) != 1 || keys(nodes[0]) != "message,node_id,node_name,ok,rule" ||
+		nodes[0].(map[string]any)["ok"] != false || nodes[0].(map[string]any)["rule"] != "access-mode" {
+		t.Fatalf("check --json: %v, want one node refused by access-mode", check)
+	}
+
+	root := newRootCommand()
+	var buf strings.Builder
+	root.SetOut(&buf)
+	root.SetErr(io.Discard)
+	root.SetIn(strings.NewReader("# nothing of sched is alive\n\n"))
+	root.SetArgs([]string{"--address", addr, "volume", "sync", "--node", a.Name, "--owner", "sched", "--workloads-from", "-",
+		"--known-index", strconv.FormatUint(known, 10)})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if out := buf.String(); !strings.Contains(out, "data") || !strings.Contains(out, "releasing (not in sync)") ||
+		!strings.Contains(out, "more") || !strings.Contains(out, "kept (taken after the known index)") {
+		t.Fatalf("sync: %q", out)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the synced claim freed", func() bool {
+		resp, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: "data"})
+		return err == nil && len(resp.GetVolume().GetClaims()) == 0
+	})
+	sync := mustJSON(t, "--address", addr, "volume", "sync", "--node", a.NodeID(), "--owner", "sched", "--known-index", strconv.FormatUint(known, 10))
+	if released, _ := sync["released"].([]any); keys(sync) != "kept_by_index,released" || len(released) != 0 || len(sync["kept_by_index"].([]any)) != 1 {
+		t.Fatalf("sync --json once in sync: %v, want none released and one kept by index", sync)
 	}
 }
