@@ -38,6 +38,8 @@ func newVolumeCommand(opts *clientOptions) *cobra.Command {
 		newVolumeClaimCommand(opts),
 		newVolumeReleaseCommand(opts),
 		newVolumeRenewCommand(opts),
+		newVolumeSyncCommand(opts),
+		newVolumeCheckCommand(opts),
 		newVolumeDetachCommand(opts),
 		newVolumeExpandCommand(opts),
 		newVolumeModifyCommand(opts),

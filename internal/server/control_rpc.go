@@ -12,6 +12,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/server/fsm"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/server/volumeops"
@@ -397,6 +398,35 @@ func (c *controlService) GetVolumeHealth(ctx context.Context, req *csisupdv1.Vol
 			return cl.GetVolumeHealth(ctx, req)
 		},
 		func() (*csisupdv1.VolumeHealthGetResponse, error) { return c.ops.VolumeHealth(ctx, req.GetId()) })
+}
+
+// SyncNodeClaims starts, on the leader, the release of the owner's claims
+// on the node whose workloads the request does not list (see
+// volumeops.Ops.SyncNodeClaims). The request is checked before it is
+// routed, so that a follower refuses a bad one too.
+func (c *controlService) SyncNodeClaims(ctx context.Context, req *csisupdv1.SyncNodeClaimsRequest) (*csisupdv1.SyncNodeClaimsResponse, error) {
+	if err := rules.CheckSyncRequest(req); err != nil {
+		return nil, err
+	}
+	return route(ctx, c.s.fwd, false, false,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.SyncNodeClaimsResponse, error) {
+			return cl.SyncNodeClaims(ctx, req)
+		},
+		func() (*csisupdv1.SyncNodeClaimsResponse, error) { return c.ops.SyncNodeClaims(ctx, req) })
+}
+
+// CheckClaim answers per node whether a claim would be admitted now. It
+// has no stale form: only the leader's state, confirmed with a quorum,
+// is the one the claim that follows a check would meet.
+func (c *controlService) CheckClaim(ctx context.Context, req *csisupdv1.CheckClaimRequest) (*csisupdv1.CheckClaimResponse, error) {
+	if err := invalidRequest("check claim", volreq.ClaimVolume(&csisupdv1.VolumeClaimRequest{Usage: req.GetUsage()})); err != nil {
+		return nil, err
+	}
+	return route(ctx, c.s.fwd, false, true,
+		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.CheckClaimResponse, error) {
+			return cl.CheckClaim(ctx, req)
+		},
+		func() (*csisupdv1.CheckClaimResponse, error) { return c.ops.CheckClaim(req) })
 }
 
 // eventsPerSend is how many events WatchEvents reads from the buffer at

@@ -31,6 +31,11 @@
 // commands.go; Remove frees a released claim. A refused command is the
 // ClaimRefused "stale" error and changes nothing.
 //
+// A scheduler's sync of a node releases, with reason not_in_sync, the
+// claims SyncSelect picks (claim_sync.go); a placement check is Admit for
+// a workload without a claim (CheckPlacement, claim_placement.go), so it
+// meets the rules the claim that follows it meets.
+//
 // A taken claim is published by the controller (shared by the claims of
 // one node) and mounted by the node's agent; both results are recorded in
 // one step after the mount. A release walks back, each step recorded

@@ -63,6 +63,12 @@
 // starts the release with release_reason lease_expired and leaves the
 // steps to the volume watcher.
 //
+// A scheduler's sync of a node (SyncNodeClaims) starts the release of
+// the claims rules.SyncSelect picks, one raft step each under the
+// volume's lock, and leaves the release steps to the volume watcher, which
+// it wakes. A placement check (CheckClaim) runs rules.CheckPlacement per
+// node and writes nothing.
+//
 // Snapshots and expansions are recorded before the plugin is called
 // (state creating, an expansion under way), so that whatever happens to
 // this leader the volume watcher completes them.
