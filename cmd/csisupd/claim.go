@@ -16,6 +16,8 @@ func newVolumeClaimCommand(opts *clientOptions) *cobra.Command {
 		mountGroup                         string
 		readOnly, block                    bool
 		mountFlags, secrets                []string
+		createFrom                         string
+		ephemeral                          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "claim ID --node NODE --workload W",
@@ -30,7 +32,14 @@ finds the volume.
 that group id (CSI volume_mount_group), for workloads that run as a group
 other than the file owner's. Only plugins with the VOLUME_MOUNT_GROUP node
 capability take it: the servers refuse the claim on a node whose plugin
-lacks it.`,
+lacks it.
+
+--create-from SPEC.hcl creates the volume first when it does not exist, from
+the volume specification file that volume create -f reads, on the claiming
+node's topology of the plugin (a node-local driver creates it on that node);
+an existing volume is claimed as it is. The file's id or name, when set, must
+be the claimed volume's. --ephemeral, only with --create-from, deletes the
+volume when its last claim is released.`,
 		Args: rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlags(cmd, "node", "workload"); err != nil {
@@ -55,6 +64,15 @@ lacks it.`,
 			if err != nil {
 				return err
 			}
+			if ephemeral && createFrom == "" {
+				return usageError{fmt.Errorf("--ephemeral needs --create-from: only a volume its claim creates is deleted at its last release")}
+			}
+			var create *csisupdv1.VolumeCreateRequest
+			if createFrom != "" {
+				if create, err = claimCreateRequest(createFrom, args[0], cmd.InOrStdin()); err != nil {
+					return err
+				}
+			}
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
 				nodeID, err := resolveNode(ctx, cl, node)
 				if err != nil {
@@ -62,6 +80,7 @@ lacks it.`,
 				}
 				resp, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{
 					Id: args[0], NodeId: nodeID, WorkloadId: workload, Usage: usage, Secrets: sec,
+					Create: create, Ephemeral: ephemeral,
 				})
 				if err != nil {
 					return controlError(opts.address, err)
@@ -84,6 +103,8 @@ lacks it.`,
 	f.StringArrayVar(&mountFlags, "mount-flag", nil, "mount flag; repeatable")
 	f.StringVar(&mountGroup, "mount-group", "", "group id (decimal GID) the plugin makes the volume accessible to (CSI volume_mount_group; needs the plugin's VOLUME_MOUNT_GROUP node capability)")
 	f.StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	f.StringVar(&createFrom, "create-from", "", "volume specification file (as volume create -f reads; - reads standard input) to create the volume from when it does not exist")
+	f.BoolVar(&ephemeral, "ephemeral", false, "with --create-from: delete the volume when its last claim is released")
 	return cmd
 }
 

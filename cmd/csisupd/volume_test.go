@@ -135,7 +135,7 @@ func TestVolumeCommands(t *testing.T) {
 		t.Fatalf("create: %q", out)
 	}
 	vol := mustJSON(t, "--address", addr, "volume", "status", "data")
-	const volumeKeys = "accessible_topology,availability,capabilities,capacity_bytes,capacity_limit_bytes,claims,conditions,content_source,context,controller_node_id,create_index,created_at,expansion,external_id,id,modify_index,mutable_parameters,parameters,plugin_id"
+	const volumeKeys = "accessible_topology,availability,capabilities,capacity_bytes,capacity_limit_bytes,claims,conditions,content_source,context,controller_node_id,create_index,created_at,ephemeral,expansion,external_id,id,modify_index,mutable_parameters,parameters,plugin_id"
 	if keys(vol) != volumeKeys {
 		t.Fatalf("volume keys %s, want %s", keys(vol), volumeKeys)
 	}
