@@ -26,6 +26,8 @@ func newVolumeClaimCommand(opts *clientOptions) *cobra.Command {
 		readOnly, block                    bool
 		mountFlags, secrets                []string
 		lease                              time.Duration
+		createFrom                         string
+		ephemeral                          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "claim ID --node NODE --workload W",
@@ -44,7 +46,14 @@ lacks it.
 
 --lease D gives the claim a lease (a Go duration, 5s to 24h): unless
 "volume renew" renews it within D, the servers release it (release reason
-lease_expired). --owner O names the scheduler that holds the claim.`,
+lease_expired). --owner O names the scheduler that holds the claim.
+
+--create-from SPEC.hcl creates the volume first when it does not exist, from
+the volume specification file that volume create -f reads, on the claiming
+node's topology of the plugin (a node-local driver creates it on that node);
+an existing volume is claimed as it is. The file's id or name, when set, must
+be the claimed volume's. --ephemeral, only with --create-from, deletes the
+volume when its last claim is released.`,
 		Args: rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlags(cmd, "node", "workload"); err != nil {
@@ -76,6 +85,15 @@ lease_expired). --owner O names the scheduler that holds the claim.`,
 			if err != nil {
 				return err
 			}
+			if ephemeral && createFrom == "" {
+				return usageError{fmt.Errorf("--ephemeral needs --create-from: only a volume its claim creates is deleted at its last release")}
+			}
+			var create *csisupdv1.VolumeCreateRequest
+			if createFrom != "" {
+				if create, err = claimCreateRequest(createFrom, args[0], cmd.InOrStdin()); err != nil {
+					return err
+				}
+			}
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
 				nodeID, err := resolveNode(ctx, cl, node)
 				if err != nil {
@@ -84,6 +102,7 @@ lease_expired). --owner O names the scheduler that holds the claim.`,
 				resp, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{
 					Id: args[0], NodeId: nodeID, WorkloadId: workload, Usage: usage, Secrets: sec,
 					LeaseTtl: leaseTTL, Owner: owner,
+					Create: create, Ephemeral: ephemeral,
 				})
 				if err != nil {
 					return controlError(opts.address, err)
@@ -108,6 +127,8 @@ lease_expired). --owner O names the scheduler that holds the claim.`,
 	f.StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
 	f.DurationVar(&lease, "lease", 0, "lease of the claim, 5s to 24h: released unless renewed (volume renew) within it")
 	f.StringVar(&owner, "owner", "", "name of the scheduler that holds the claim, e.g. nomad")
+	f.StringVar(&createFrom, "create-from", "", "volume specification file (as volume create -f reads; - reads standard input) to create the volume from when it does not exist")
+	f.BoolVar(&ephemeral, "ephemeral", false, "with --create-from: delete the volume when its last claim is released")
 	return cmd
 }
 

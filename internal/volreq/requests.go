@@ -86,11 +86,21 @@ func topology(field string, segs []*csisupdv1.TopologySegment) error {
 }
 
 // ClaimVolume checks a Control.ClaimVolume request at the servers: the
-// privileged mount flags pass, for the node's agent to judge.
+// privileged mount flags pass, for the node's agent to judge. The volume
+// it creates (create) is checked as CreateVolume checks its request.
 func ClaimVolume(req *csisupdv1.VolumeClaimRequest) error {
 	return first(
 		func() error { return Usage("usage", req.GetUsage(), privileged) },
 		func() error { return Secrets("secrets", req.GetSecrets()) },
+		func() error {
+			if req.GetCreate() == nil {
+				return nil
+			}
+			if err := CreateVolume(req.GetCreate()); err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			return nil
+		},
 	)
 }
 

@@ -109,6 +109,11 @@ func TestRequests(t *testing.T) {
 		{"expand secrets", ExpandVolume(&csisupdv1.ExpandVolumeRequest{Secrets: entries(513)}), `secrets has 513 entries`},
 		{"expand ok", ExpandVolume(&csisupdv1.ExpandVolumeRequest{RequiredBytes: 10}), ""},
 		{"claim mount group", ClaimVolume(&csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "2000"}}), ""},
+		{"claim create checked as a create", ClaimVolume(&csisupdv1.VolumeClaimRequest{Create: &csisupdv1.VolumeCreateRequest{
+			CapacityMinBytes: 10, CapacityMaxBytes: 5}}), `create: capacity_max_bytes 5 is below capacity_min_bytes 10`},
+		{"claim create parameters", ClaimVolume(&csisupdv1.VolumeClaimRequest{Create: &csisupdv1.VolumeCreateRequest{Parameters: entries(10000)}}),
+			`create: parameters has 10000 entries`},
+		{"claim create ok", ClaimVolume(&csisupdv1.VolumeClaimRequest{Create: &csisupdv1.VolumeCreateRequest{PluginId: "p"}}), ""},
 		{"claim bad mount group", ClaimVolume(&csisupdv1.VolumeClaimRequest{Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "-1"}}), `usage.volume_mount_group "-1" is not a group id`},
 		{"mount bad mount group", MountVolume(&csisupdv1.MountVolumeRequest{Usage: &csisupdv1.VolumeUsage{VolumeMountGroup: "99999999999"}}, nil), `usage.volume_mount_group "99999999999"`},
 		{"mount block mount group", MountVolume(&csisupdv1.MountVolumeRequest{Usage: &csisupdv1.VolumeUsage{AccessType: "block", VolumeMountGroup: "5"}}, nil), `applies to access_type mount only`},

@@ -64,6 +64,11 @@ type VolumeWork interface {
 	// ResumeExpansion finishes the expansion under way of a volume. The
 	// caller holds the volume's lock.
 	ResumeExpansion(ctx context.Context, volumeID string) error
+	// DeleteEphemeral deletes an ephemeral volume whose last claim is
+	// gone (rules.EphemeralDone). It takes the plugin's and the volume's
+	// locks itself and returns keylock.ErrHeld at once when someone else
+	// holds one.
+	DeleteEphemeral(ctx context.Context, volumeID string) error
 }
 
 // Watcher is the leader's loop that finishes from the replicated state
@@ -233,6 +238,27 @@ func (r *watchRun) lifecycle(ctx context.Context, live map[string]bool) {
 		live[key] = true
 		r.retrying(ctx, key, "volume snapshot step", r.logger.With("snapshot", snap.GetId(), "state", snap.GetState()), func() error {
 			return r.cfg.Work.FollowSnapshot(ctx, snap.GetId())
+		})
+	}
+	r.deleteEphemerals(ctx, live)
+}
+
+// deleteEphemerals deletes the ephemeral volumes left without claims: a
+// release that freed the last claim deletes its volume, unless its leader
+// died between the two or the delete failed. A volume being created for a
+// claim is never seen so: its claim holds the volume's lock from the
+// create to the claim_take, and a new leader's barrier ran before this
+// watcher, so no claim of an earlier leader can be taken after it looks.
+func (r *watchRun) deleteEphemerals(ctx context.Context, live map[string]bool) {
+	for _, v := range r.cfg.State().Volumes("") {
+		if !rules.EphemeralDone(v) || ctx.Err() != nil {
+			continue
+		}
+		r.loop.Beat()
+		key := fmt.Sprintf("ephemeral\x00%s\x00%d", v.GetId(), v.GetCreateIndex())
+		live[key] = true
+		r.retrying(ctx, key, "ephemeral volume delete", r.logger.With("volume", v.GetId()), func() error {
+			return r.cfg.Work.DeleteEphemeral(ctx, v.GetId())
 		})
 	}
 }

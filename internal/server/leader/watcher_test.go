@@ -133,6 +133,20 @@ func (w *lifecycleWork) FollowSnapshot(ctx context.Context, id string) error {
 	return w.follow(w.env, id, n)
 }
 
+// DeleteEphemeral counts its calls and deletes the volume from the
+// state, as the volume operations do once the plugin deleted it.
+func (w *lifecycleWork) DeleteEphemeral(ctx context.Context, id string) error {
+	env := w.env
+	env.count("ephemeral/" + id)
+	env.write(func(txn *state.Txn) error {
+		if v := txn.Volume(id); v != nil {
+			return txn.DeleteVolume(v)
+		}
+		return nil
+	})
+	return nil
+}
+
 // run runs the watcher until the test ends.
 func (env *lifecycleEnv) run() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -465,4 +479,29 @@ func (env graceEnv) afterPasses() (gone, finished bool) {
 	env.nextPass(1)
 	env.nextPass(2)
 	return env.callsOf("gone/gone") > 0, env.callsOf("finish/up") > 0
+}
+
+// TestWatcherDeletesEphemeralVolumes checks that a pass deletes an
+// ephemeral volume left without claims, once, and leaves a volume that is
+// not ephemeral alone. A pass deletes after its snapshot work, so the
+// calls of pass n are counted once pass n+1 has run.
+func TestWatcherDeletesEphemeralVolumes(t *testing.T) {
+	env := newLifecycleEnv(t, time.Hour, []*statepb.Volume{
+		{Id: "scratch", PluginId: "p", Ephemeral: true, CreateIndex: 1, ModifyIndex: 5},
+		{Id: "kept", PluginId: "p", CreateIndex: 2, ModifyIndex: 2},
+	}, nil, noProgress, noProgress)
+	env.run()
+	env.waitPass(1)
+	env.nextPass(1)
+	env.nextPass(2)
+	if got := env.callsOf("ephemeral/scratch"); got != 1 {
+		t.Errorf("DeleteEphemeral of the ephemeral volume called %d times in 3 passes, want 1 (it is gone after the first)", got)
+	}
+	if got := env.callsOf("ephemeral/kept"); got != 0 {
+		t.Errorf("DeleteEphemeral of a volume that is not ephemeral called %d times, want 0", got)
+	}
+	if env.st.Volume("kept") == nil {
+		t.Error("the volume that is not ephemeral is gone")
+	}
+	env.checkErrors()
 }

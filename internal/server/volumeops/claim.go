@@ -27,8 +27,17 @@ import (
 // one that is being released is refused. When a step after the taken
 // write fails, the claim is moved to unpublishing for the volume watcher
 // to release, and the error returned.
+//
+// A request with create claims the volume as it is when it exists, and
+// otherwise creates it first (see volumeForClaim), keeping the volume's
+// lock from the create to the claim_take: a racing claim of the same
+// volume waits for the lock and claims the volume that was created, or is
+// refused by the access rules.
 func (o *Ops) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*statepb.Volume, *statepb.VolumeClaim, error) {
 	if err := rules.CheckClaimRequest(req); err != nil {
+		return nil, nil, err
+	}
+	if err := rules.CheckClaimCreate(req); err != nil {
 		return nil, nil, err
 	}
 	// Registered first, so that it runs after the unlock below: the
@@ -39,7 +48,14 @@ func (o *Ops) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest
 			o.cfg.KickWatcher()
 		}
 	}()
-	v, unlock, err := o.lockVolume(ctx, req.GetId())
+	var v *statepb.Volume
+	var unlock func()
+	var err error
+	if req.GetCreate() != nil {
+		v, unlock, err = o.volumeForClaim(ctx, req)
+	} else {
+		v, unlock, err = o.lockVolume(ctx, req.GetId())
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -34,14 +35,8 @@ func (o *Ops) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateReque
 	if err := checkVolumeID("create volume", req.GetId()); err != nil {
 		return nil, err
 	}
-	caps := rules.DefaultCapabilities(statepb.VolumeCapabilitiesFromAPI(req.GetCapabilities()))
-	var csiCaps []*csi.VolumeCapability
-	for _, c := range caps {
-		cc, err := rules.CSICapability(c)
-		if err != nil {
-			return nil, err
-		}
-		csiCaps = append(csiCaps, cc)
+	if _, _, err := createCapabilities(req); err != nil {
+		return nil, err
 	}
 	unlock, err := o.lockPluginAndVolume(ctx, req.GetPluginId(), req.GetId())
 	if err != nil {
@@ -58,7 +53,33 @@ func (o *Ops) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateReque
 		}
 		return v, nil
 	}
-	place := placementOf(req.GetAccessibilityRequirements())
+	return o.createLocked(ctx, req, placementOf(req.GetAccessibilityRequirements()), false)
+}
+
+// createCapabilities returns the capabilities a new volume records (the
+// request's, or the default) and the same as the plugin takes them.
+func createCapabilities(req *csisupdv1.VolumeCreateRequest) ([]*statepb.VolumeCapability, []*csi.VolumeCapability, error) {
+	caps := rules.DefaultCapabilities(statepb.VolumeCapabilitiesFromAPI(req.GetCapabilities()))
+	var csiCaps []*csi.VolumeCapability
+	for _, c := range caps {
+		cc, err := rules.CSICapability(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		csiCaps = append(csiCaps, cc)
+	}
+	return caps, csiCaps, nil
+}
+
+// createLocked creates the volume req names, which does not exist, through
+// a controller that place allows, and records it (ephemeral: deleted at
+// its last release). The caller holds the plugin's and the volume's
+// locks.
+func (o *Ops) createLocked(ctx context.Context, req *csisupdv1.VolumeCreateRequest, place placement, ephemeral bool) (*statepb.Volume, error) {
+	caps, csiCaps, err := createCapabilities(req)
+	if err != nil {
+		return nil, err
+	}
 	source, err := o.contentSource(req, &place)
 	if err != nil {
 		return nil, err
@@ -105,6 +126,7 @@ func (o *Ops) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateReque
 		CapacityLimitBytes: req.GetCapacityMaxBytes(),
 		ContentSource:      statepb.VolumeContentSourceFromAPI(req.GetContentSource()),
 		MutableParameters:  req.GetMutableParameters(),
+		Ephemeral:          ephemeral,
 	}
 	for _, t := range resp.GetVolume().GetAccessibleTopology() {
 		v.AccessibleTopology = append(v.AccessibleTopology, &statepb.TopologySegment{Segments: t.GetSegments()})
@@ -113,6 +135,72 @@ func (o *Ops) CreateVolume(ctx context.Context, req *csisupdv1.VolumeCreateReque
 		return nil, o.undoMisplacedCreate(ctx, used, v, req.GetSecrets(), place)
 	}
 	return o.addVolume(v)
+}
+
+// volumeForClaim returns the volume a claim with create names, with the
+// volume's lock held and the function that releases it. An existing
+// volume is returned as it is (never created again; the admission of the
+// claim checks that its capabilities serve the usage), unless it belongs
+// to another plugin than the create's. A missing one is created first,
+// under the plugin's lock too, as CreateVolume creates (create's fields,
+// the claim's id), where rules.CreateTopology places it: on the claiming
+// node's topology of the plugin. The claim is admitted against the volume
+// it would make before the plugin is called, so that a claim refused
+// anyway creates nothing. With ephemeral the volume records that its last
+// release deletes it.
+func (o *Ops) volumeForClaim(ctx context.Context, req *csisupdv1.VolumeClaimRequest) (*statepb.Volume, func(), error) {
+	cr := req.GetCreate()
+	if err := checkVolumeID("claim volume", req.GetId()); err != nil {
+		return nil, nil, err
+	}
+	caps, _, err := createCapabilities(cr)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlockPlugin, err := o.pluginLocks.Lock(ctx, cr.GetPluginId())
+	if err != nil {
+		return nil, nil, ctxStatus(err)
+	}
+	// Only the create needs the plugin's lock; the volume's is kept for
+	// the claim.
+	defer unlockPlugin()
+	unlockVolume, err := o.volumeLocks.Lock(ctx, req.GetId())
+	if err != nil {
+		return nil, nil, ctxStatus(err)
+	}
+	fail := func(err error) (*statepb.Volume, func(), error) {
+		unlockVolume()
+		return nil, nil, err
+	}
+	// Read under the locks: a racing claim may have created it.
+	if v := o.cfg.State().Volume(req.GetId()); v != nil {
+		if v.GetPluginId() != cr.GetPluginId() {
+			return fail(status.Errorf(codes.AlreadyExists, "claim volume: volume %q exists for plugin %q, not the create's %q",
+				req.GetId(), v.GetPluginId(), cr.GetPluginId()))
+		}
+		return v, unlockVolume, nil
+	}
+	node := o.cfg.State().Node(req.GetNodeId())
+	if node == nil {
+		return fail(status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId()))
+	}
+	topology, err := rules.CreateTopology(node, cr.GetPluginId(), cr.GetAccessibilityRequirements())
+	if err != nil {
+		return fail(err)
+	}
+	planned := &statepb.Volume{Id: req.GetId(), PluginId: cr.GetPluginId(), Capabilities: caps, AccessibleTopology: topology}
+	if _, err := rules.Admit(o.cfg.State(), planned, req, timestamppb.Now()); err != nil {
+		return fail(err)
+	}
+	creq := proto.Clone(cr).(*csisupdv1.VolumeCreateRequest)
+	creq.Id = req.GetId()
+	v, err := o.createLocked(ctx, creq, placement{requisite: topology, preferred: topology}, req.GetEphemeral())
+	if err != nil {
+		return fail(fmt.Errorf("create volume %q for the claim of workload %q on node %q: %w", req.GetId(), req.GetWorkloadId(), req.GetNodeId(), err))
+	}
+	o.logger.Info("volume created for its first claim", "volume", v.GetId(), "plugin", v.GetPluginId(), "node", req.GetNodeId(),
+		"workload", req.GetWorkloadId(), "controller_node", v.GetControllerNodeId(), "ephemeral", v.GetEphemeral())
+	return v, unlockVolume, nil
 }
 
 // addVolume writes a new volume through raft (volume_create, which the

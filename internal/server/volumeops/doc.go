@@ -69,6 +69,15 @@
 // it wakes. A placement check (CheckClaim) runs rules.CheckPlacement per
 // node and writes nothing.
 //
+// Volumes created at their first claim. A claim with create claims an
+// existing volume as it is; otherwise it creates the volume first, under
+// the plugin's lock with existence re-checked there, on the claiming
+// node's topology of the plugin (rules.CreateTopology), and keeps the
+// volume's lock from the create to its claim_take: racing claims make
+// one volume, and nobody sees the new volume without its claim. An
+// ephemeral volume is deleted by the release that frees its last claim,
+// or else by the volume watcher (DeleteEphemeral).
+//
 // Snapshots and expansions are recorded before the plugin is called
 // (state creating, an expansion under way), so that whatever happens to
 // this leader the volume watcher completes them.

@@ -20,7 +20,26 @@ import (
 // unpublishing, then runs their release steps. It returns the volume once
 // they are freed, or the error of the first step that failed; the volume
 // watcher goes on from there. A claim that does not exist is released.
+//
+// An ephemeral volume whose last claim is freed is deleted then (the
+// controller's DeleteVolume, then the volume_delete write), with the
+// release's secrets; when that fails, the release still succeeded and
+// the volume watcher deletes the volume later.
 func (o *Ops) ReleaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*statepb.Volume, int, error) {
+	v, released, err := o.releaseVolume(ctx, req)
+	if err != nil || !rules.EphemeralDone(v) {
+		return v, released, err
+	}
+	if err := o.deleteEphemeralAfterRelease(ctx, v, req.GetSecrets()); err != nil {
+		o.logger.Warn("ephemeral volume released but not deleted; the volume watcher deletes it", "volume", v.GetId(),
+			"error", rules.ScrubSecrets(err.Error(), req.GetSecrets()))
+		o.cfg.KickWatcher()
+	}
+	return v, released, nil
+}
+
+// releaseVolume is ReleaseVolume's release, under the volume's lock.
+func (o *Ops) releaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*statepb.Volume, int, error) {
 	if req.GetId() == "" || req.GetNodeId() == "" {
 		return nil, 0, status.Error(codes.InvalidArgument, "release volume: id and node_id are required")
 	}
