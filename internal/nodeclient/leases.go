@@ -218,11 +218,11 @@ func (l *Leases) interval() (time.Duration, bool) {
 	return least / renewalsPerLease, least > 0
 }
 
-// workloads returns the held workloads, sorted.
-func (l *Leases) workloads() []string {
+// snapshot returns a copy of what is held now, which a renewal asks for.
+func (l *Leases) snapshot() map[string]map[string]time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Sorted(maps.Keys(l.holds))
+	return cloneHolds(l.holds)
 }
 
 // Run renews the held leases until ctx ends; it returns nil then. It
@@ -269,13 +269,13 @@ func (l *Leases) Run(ctx context.Context) error {
 		case <-timer.C:
 			due = time.Time{}
 		}
-		workloads := l.workloads()
-		if len(workloads) == 0 {
+		sent := l.snapshot()
+		if len(sent) == 0 {
 			continue
 		}
 		// A renewal is at most two calls (failover), each bounded.
 		loop.Busy(time.Now().Add(2 * l.cfg.Client.cfg.RPCTimeout))
-		err := l.renew(ctx, workloads)
+		err := l.renew(ctx, sent)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -288,7 +288,7 @@ func (l *Leases) Run(ctx context.Context) error {
 			// the leases were renewed an interval ago at least, so two
 			// more tries remain before the smallest one runs out.
 			wait := min(backoff.NextBackOff(), interval)
-			l.logger.Warn("lease renewal failed; retrying", "workloads", len(workloads), "in", wait, "error", err)
+			l.logger.Warn("lease renewal failed; retrying", "workloads", len(sent), "in", wait, "error", err)
 			schedule(time.Now().Add(wait))
 		default:
 			backoff.Reset()
@@ -297,10 +297,12 @@ func (l *Leases) Run(ctx context.Context) error {
 	}
 }
 
-// renew renews the leases of workloads in one call, and drops those the
-// servers say hold no claim on this node any more.
-func (l *Leases) renew(ctx context.Context, workloads []string) error {
+// renew renews the leases of the workloads of sent, what was held when
+// it was called, in one call, and drops those the servers say hold no
+// claim on this node any more.
+func (l *Leases) renew(ctx context.Context, sent map[string]map[string]time.Duration) error {
 	c := l.cfg.Client
+	workloads := slices.Sorted(maps.Keys(sent))
 	resp, err := callWithFailover(ctx, c, "renew leases", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.RenewClaimsResponse, error) {
 		return cl.NodeRenewClaims(ctx, &csisupdv1.RenewClaimsRequest{NodeId: c.cfg.Node.ID, WorkloadIds: workloads})
 	})
@@ -318,27 +320,36 @@ func (l *Leases) renew(ctx context.Context, workloads []string) error {
 	l.reported = reported
 	l.mu.Unlock()
 	for _, w := range resp.GetLostWorkloadIds() {
-		if !slices.Contains(workloads, w) {
-			continue // not asked for: a server's answer never says so
+		if vols, asked := sent[w]; asked { // a server's answer names no other
+			l.lose(w, vols)
 		}
-		l.lose(w)
 	}
 	return nil
 }
 
-// lose drops a workload the servers hold no claim of, and reports it.
-// A failed write keeps it held in memory too, so that the next renewal,
-// which the servers answer the same way, tries again: it is never kept
-// in the file alone, to be renewed again after a restart.
-func (l *Leases) lose(workloadID string) {
+// lose drops the volumes sent of a workload the servers hold no claim
+// of, and reports them. A volume held for it after the renewal was sent
+// stays held: its claim may be newer than the answer. A failed write
+// keeps them held in memory too, so that the next renewal, which the
+// servers answer the same way, tries again: they are never kept in the
+// file alone, to be renewed again after a restart.
+func (l *Leases) lose(workloadID string, sent map[string]time.Duration) {
 	l.mu.Lock()
-	vols, ok := l.holds[workloadID]
-	if !ok {
+	next := cloneHolds(l.holds)
+	var lost []string
+	for v := range next[workloadID] {
+		if _, ok := sent[v]; ok {
+			delete(next[workloadID], v)
+			lost = append(lost, v)
+		}
+	}
+	if len(lost) == 0 {
 		l.mu.Unlock()
 		return
 	}
-	next := cloneHolds(l.holds)
-	delete(next, workloadID)
+	if len(next[workloadID]) == 0 {
+		delete(next, workloadID)
+	}
 	if err := writeLeaseFile(l.path, next); err != nil {
 		l.mu.Unlock()
 		l.logger.Error("cannot drop a lost workload's leases", "workload_id", workloadID, "error", err)
@@ -347,11 +358,11 @@ func (l *Leases) lose(workloadID string) {
 	l.holds = next
 	delete(l.reported, workloadID)
 	l.mu.Unlock()
-	lost := LostWorkload{WorkloadID: workloadID, VolumeIDs: slices.Sorted(maps.Keys(vols))}
+	slices.Sort(lost)
 	l.logger.Warn("workload holds no claim on this node any more; stopped renewing its leases",
-		"workload_id", workloadID, "volume_ids", lost.VolumeIDs)
+		"workload_id", workloadID, "volume_ids", lost)
 	if l.cfg.Lost != nil {
-		l.cfg.Lost(lost)
+		l.cfg.Lost(LostWorkload{WorkloadID: workloadID, VolumeIDs: lost})
 	}
 }
 
