@@ -60,6 +60,7 @@
 //	                            Profile                               agent:write (with ACLs off the
 //	                                                                  agent serves it only with
 //	                                                                  enable_debug = true)
+//	                            HoldLease, DropLease                  agent:write
 //	                            ListPlugins, GetPlugin, WatchEvents   plugin:read
 //	                            (any peer; server identity passes)
 //	ClientCSI                   ControllerGetCapabilities, ControllerValidateVolume,

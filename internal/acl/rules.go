@@ -230,6 +230,11 @@ var methodRules = map[string]Rule{
 	// With ACLs off the Agent service itself refuses it unless
 	// enable_debug is set.
 	csisupdv1.Agent_Profile_FullMethodName: agentRule(ResourceAgent, LevelWrite),
+	// Holding a lease keeps a claim of the node alive on the servers:
+	// agent:write, the capability of whatever runs the node's workloads
+	// (the Docker integration).
+	csisupdv1.Agent_HoldLease_FullMethodName: agentRule(ResourceAgent, LevelWrite),
+	csisupdv1.Agent_DropLease_FullMethodName: agentRule(ResourceAgent, LevelWrite),
 
 	csisupdv1.ClientCSI_ControllerGetCapabilities_FullMethodName:  csiRule(LevelRead),
 	csisupdv1.ClientCSI_ControllerValidateVolume_FullMethodName:   csiRule(LevelRead),

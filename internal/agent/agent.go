@@ -76,6 +76,7 @@ type Agent struct {
 	volumes *nodevolumes.Manager // stages and publishes volumes on this node
 	server  *server.Server       // nil unless the server role is enabled
 	nodes   *nodeclient.Client   // nil unless the client has servers to report to
+	leases  *nodeclient.Leases   // the leases held for local workloads; nil with nodes
 	nodeID  string
 	// nodeSecret is presented on every call of the Cluster service; never
 	// logged or shown.
@@ -115,7 +116,7 @@ type Agent struct {
 // from the configuration and the components of the steps before it, in
 // this order: directories and listeners, the watchdog, TLS and the gRPC
 // metrics, the plugin registry, the Consul sync, the server role, the node
-// client, the plugins' secrets files, the node volumes, the token resolver, the gRPC server and its
+// client, the held leases, the plugins' secrets files, the node volumes, the token resolver, the gRPC server and its
 // services, the HTTP server, the reload loop (RequestReload). A step returns its component and its
 // part (what Run runs of it, what releases it, how Reload changes it); no
 // step reads a component that a later one builds.
@@ -194,6 +195,10 @@ func New(c Config) (a *Agent, err error) {
 	}
 	add(p)
 	if a.nodes, p, err = a.setupNodeClient(&cfg, dial); err != nil {
+		return nil, err
+	}
+	add(p)
+	if a.leases, p, err = a.setupLeases(&cfg); err != nil {
 		return nil, err
 	}
 	add(p)

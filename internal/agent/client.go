@@ -139,6 +139,26 @@ func (a *Agent) setupNodeClient(cfg *config.Config, dial dialing) (*nodeclient.C
 	return c, part{name: "node registration", run: c.Run}, nil
 }
 
+// setupLeases creates the leases the agent holds for local workloads
+// (the Agent API's HoldLease and DropLease), read from data_dir, when the
+// node client exists; nil otherwise. Its part renews them. A graceful
+// stop keeps them in data_dir, so that the next start renews them again
+// at once; until then they run out on the servers as a killed agent's do.
+func (a *Agent) setupLeases(cfg *config.Config) (*nodeclient.Leases, part, error) {
+	if a.nodes == nil {
+		return nil, part{}, nil
+	}
+	l, err := nodeclient.NewLeases(nodeclient.LeasesConfig{
+		Client:   a.nodes,
+		DataDir:  cfg.DataDir,
+		Watchdog: a.watchdog,
+	}, a.log)
+	if err != nil {
+		return nil, part{}, fmt.Errorf("agent: held leases: %w", err)
+	}
+	return l, part{name: "lease renewal", run: l.Run}, nil
+}
+
 // setupSecrets reads the plugins' secrets files (plugin "<id>" {
 // secrets_file = ... }): a file that cannot be used fails New, naming it.
 // Its part reads them again on Reload, where a bad file keeps the

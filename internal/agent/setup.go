@@ -20,6 +20,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/tlsutil"
@@ -148,6 +149,7 @@ func (a *Agent) setupServices(cfg *config.Config, g *grpc.Server) (*rpc.AgentSer
 		Config:                a.configString,
 		EnableDebug:           a.debug.Load,
 		ACL:                   cfg.ACL.Enabled,
+		Leases:                leasesOf(a.leases),
 	})
 	if err != nil {
 		return nil, part{}, fmt.Errorf("agent: Agent API: %w", err)
@@ -183,6 +185,15 @@ func (a *Agent) setupServices(cfg *config.Config, g *grpc.Server) (*rpc.AgentSer
 		return nil, nil
 	}
 	return agentService, part{reload: reload}, nil
+}
+
+// leasesOf is l as the Agent API takes it: nil stays an untyped nil, so
+// that an agent without servers refuses the lease methods.
+func leasesOf(l *nodeclient.Leases) rpc.Leases {
+	if l == nil {
+		return nil
+	}
+	return l
 }
 
 // setupHTTP creates the HTTP server of /v1/health, /v1/ready, /metrics and

@@ -5,6 +5,14 @@
 // does not know the node, and fails over between servers, found in a
 // fixed list or through discovery.
 //
+// Leases holds leases for local workloads (Hold, Drop): it renews the
+// leased claims of every held workload in one Cluster.NodeRenewClaims per
+// interval (a third of the smallest lease), through the same servers,
+// secret and failover, retries a failed renewal before the next interval,
+// drops and reports (LeasesConfig.Lost) a workload the servers hold no
+// claim of any more, and keeps what it holds in data_dir (LeaseFileName),
+// so that a restarted agent renews it again at once.
+//
 // Which connection: the agent (client role) is the gRPC client here, and
 // the servers' Cluster service is the server. Not to be confused with
 // package csiclient (the agent dialling a CSI plugin's unix socket) or

@@ -76,6 +76,22 @@ type AgentServiceConfig struct {
 	// ACL is true when ACLs are on: the Authorizer then lets only tokens
 	// with agent:write (or servers) call Profile.
 	ACL bool
+
+	// Leases, when set, holds leases for local workloads (HoldLease,
+	// DropLease); unset, an agent that reports to no servers, they fail
+	// with FailedPrecondition.
+	Leases Leases
+}
+
+// Leases holds the leases of claims for local workloads: the agent's
+// nodeclient.Leases.
+type Leases interface {
+	// Hold renews the lease of volumeID's claim for workloadID on this
+	// node from now on. Its errors may be gRPC statuses (InvalidArgument
+	// for the arguments), which are passed on as they are.
+	Hold(volumeID, workloadID string, lease time.Duration) error
+	// Drop stops renewing the leases of workloadID.
+	Drop(workloadID string) error
 }
 
 // AgentService implements csisupd.v1.Agent over the node's plugin state.
@@ -394,4 +410,45 @@ func sharedEncoding(ctx context.Context) bool {
 	}
 	comp, sub := ts.SendCompress(), ts.ContentSubtype()
 	return (comp == "" || comp == encoding.Identity) && (sub == "" || sub == "proto")
+}
+
+// HoldLease makes the agent renew the lease of a claim for a local
+// workload (AgentServiceConfig.Leases).
+func (a *AgentService) HoldLease(_ context.Context, req *csisupdv1.HoldLeaseRequest) (*csisupdv1.HoldLeaseResponse, error) {
+	if a.cfg.Leases == nil {
+		return nil, errNoLeases
+	}
+	if err := req.GetLease().CheckValid(); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "hold lease: lease: %v", err)
+	}
+	if err := a.cfg.Leases.Hold(req.GetVolumeId(), req.GetWorkloadId(), req.GetLease().AsDuration()); err != nil {
+		return nil, leaseError(err)
+	}
+	return &csisupdv1.HoldLeaseResponse{}, nil
+}
+
+// DropLease stops renewing the leases of a local workload.
+func (a *AgentService) DropLease(_ context.Context, req *csisupdv1.DropLeaseRequest) (*csisupdv1.DropLeaseResponse, error) {
+	if a.cfg.Leases == nil {
+		return nil, errNoLeases
+	}
+	if req.GetWorkloadId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "drop lease: workload_id is required")
+	}
+	if err := a.cfg.Leases.Drop(req.GetWorkloadId()); err != nil {
+		return nil, leaseError(err)
+	}
+	return &csisupdv1.DropLeaseResponse{}, nil
+}
+
+// errNoLeases answers the lease methods of an agent that holds none.
+var errNoLeases = status.Error(codes.FailedPrecondition, "this agent reports to no servers: it holds no leases")
+
+// leaseError passes a gRPC status of Leases on as it is; any other error
+// (the lease file could not be written) is Internal.
+func leaseError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Internal, err.Error())
 }

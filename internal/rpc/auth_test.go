@@ -57,6 +57,8 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Agent/Metrics":     "agent:read:all",
 	"/csisupd.v1.Agent/Config":      "agent:read:all",
 	"/csisupd.v1.Agent/Profile":     "agent:write:all",
+	"/csisupd.v1.Agent/HoldLease":   "agent:write:all",
+	"/csisupd.v1.Agent/DropLease":   "agent:write:all",
 
 	"/csisupd.v1.ClientCSI/ControllerGetCapabilities":  "volume:read:ops",
 	"/csisupd.v1.ClientCSI/ControllerValidateVolume":   "volume:read:ops",

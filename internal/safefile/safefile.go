@@ -16,6 +16,9 @@
 // to root or to the process's user, give no permission to group or
 // others, and lie in directories that only root or that user can change
 // (see Spec.Private for the rule).
+//
+// WriteFile writes the small state files the agent keeps in its data
+// directory atomically: a crash leaves the old file or the new one.
 package safefile
 
 import (

@@ -49,7 +49,7 @@ var allowed = map[string][]string{
 	// convert to and from it (its .proto files import no csisupd file).
 	"internal/server/statepb": {api},
 	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/safefile", "internal/watchdog"},
-	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/watchdog"},
+	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/safefile", "internal/watchdog"}, // safefile: the held leases in data_dir
 	"internal/nodevolumes":    {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/keylock", "internal/watchdog", "internal/volreq"},
 
 	// The parts of the server role, bottom up: the state store; the claim

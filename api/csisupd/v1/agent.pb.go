@@ -12,6 +12,7 @@ package csisupdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1239,12 +1240,189 @@ func (x *ConfigResponse) GetHcl() string {
 	return ""
 }
 
+type HoldLeaseRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId   string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	// lease is the claim's lease_ttl, 5s to 24h.
+	Lease         *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldLeaseRequest) Reset() {
+	*x = HoldLeaseRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldLeaseRequest) ProtoMessage() {}
+
+func (x *HoldLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldLeaseRequest.ProtoReflect.Descriptor instead.
+func (*HoldLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *HoldLeaseRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *HoldLeaseRequest) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *HoldLeaseRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type HoldLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldLeaseResponse) Reset() {
+	*x = HoldLeaseResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldLeaseResponse) ProtoMessage() {}
+
+func (x *HoldLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldLeaseResponse.ProtoReflect.Descriptor instead.
+func (*HoldLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+type DropLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkloadId    string                 `protobuf:"bytes,1,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropLeaseRequest) Reset() {
+	*x = DropLeaseRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropLeaseRequest) ProtoMessage() {}
+
+func (x *DropLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropLeaseRequest.ProtoReflect.Descriptor instead.
+func (*DropLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DropLeaseRequest) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+type DropLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropLeaseResponse) Reset() {
+	*x = DropLeaseResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropLeaseResponse) ProtoMessage() {}
+
+func (x *DropLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropLeaseResponse.ProtoReflect.Descriptor instead.
+func (*DropLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
 var File_csisupd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x16csisupd/v1/agent.proto\x12\n" +
-	"csisupd.v1\x1a\x18csisupd/v1/volumes.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\a\n" +
+	"csisupd.v1\x1a\x18csisupd/v1/volumes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\a\n" +
 	"\x06Plugin\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -1339,7 +1517,17 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\x04text\x18\x01 \x01(\fR\x04text\"\x0f\n" +
 	"\rConfigRequest\"\"\n" +
 	"\x0eConfigResponse\x12\x10\n" +
-	"\x03hcl\x18\x01 \x01(\tR\x03hcl2\xb4\x04\n" +
+	"\x03hcl\x18\x01 \x01(\tR\x03hcl\"\x81\x01\n" +
+	"\x10HoldLeaseRequest\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x02 \x01(\tR\n" +
+	"workloadId\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x13\n" +
+	"\x11HoldLeaseResponse\"3\n" +
+	"\x10DropLeaseRequest\x12\x1f\n" +
+	"\vworkload_id\x18\x01 \x01(\tR\n" +
+	"workloadId\"\x13\n" +
+	"\x11DropLeaseResponse2\xc8\x05\n" +
 	"\x05Agent\x12?\n" +
 	"\x06Status\x12\x19.csisupd.v1.StatusRequest\x1a\x1a.csisupd.v1.StatusResponse\x12N\n" +
 	"\vListPlugins\x12\x1e.csisupd.v1.ListPluginsRequest\x1a\x1f.csisupd.v1.ListPluginsResponse\x12H\n" +
@@ -1348,7 +1536,9 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\aMonitor\x12\x1a.csisupd.v1.MonitorRequest\x1a\x1b.csisupd.v1.MonitorResponse0\x01\x12A\n" +
 	"\aProfile\x12\x1a.csisupd.v1.ProfileRequest\x1a\x18.csisupd.v1.ProfileChunk0\x01\x12B\n" +
 	"\aMetrics\x12\x1a.csisupd.v1.MetricsRequest\x1a\x1b.csisupd.v1.MetricsResponse\x12?\n" +
-	"\x06Config\x12\x19.csisupd.v1.ConfigRequest\x1a\x1a.csisupd.v1.ConfigResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\x06Config\x12\x19.csisupd.v1.ConfigRequest\x1a\x1a.csisupd.v1.ConfigResponse\x12H\n" +
+	"\tHoldLease\x12\x1c.csisupd.v1.HoldLeaseRequest\x1a\x1d.csisupd.v1.HoldLeaseResponse\x12H\n" +
+	"\tDropLease\x12\x1c.csisupd.v1.DropLeaseRequest\x1a\x1d.csisupd.v1.DropLeaseResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_agent_proto_rawDescOnce sync.Once
@@ -1362,7 +1552,7 @@ func file_csisupd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_agent_proto_rawDescData
 }
 
-var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_csisupd_v1_agent_proto_goTypes = []any{
 	(*Plugin)(nil),                // 0: csisupd.v1.Plugin
 	(*IgnoredEntry)(nil),          // 1: csisupd.v1.IgnoredEntry
@@ -1383,46 +1573,56 @@ var file_csisupd_v1_agent_proto_goTypes = []any{
 	(*MetricsResponse)(nil),       // 16: csisupd.v1.MetricsResponse
 	(*ConfigRequest)(nil),         // 17: csisupd.v1.ConfigRequest
 	(*ConfigResponse)(nil),        // 18: csisupd.v1.ConfigResponse
-	nil,                           // 19: csisupd.v1.Plugin.ManifestEntry
-	nil,                           // 20: csisupd.v1.Plugin.AccessibleTopologyEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*Mount)(nil),                 // 22: csisupd.v1.Mount
+	(*HoldLeaseRequest)(nil),      // 19: csisupd.v1.HoldLeaseRequest
+	(*HoldLeaseResponse)(nil),     // 20: csisupd.v1.HoldLeaseResponse
+	(*DropLeaseRequest)(nil),      // 21: csisupd.v1.DropLeaseRequest
+	(*DropLeaseResponse)(nil),     // 22: csisupd.v1.DropLeaseResponse
+	nil,                           // 23: csisupd.v1.Plugin.ManifestEntry
+	nil,                           // 24: csisupd.v1.Plugin.AccessibleTopologyEntry
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*Mount)(nil),                 // 26: csisupd.v1.Mount
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
 }
 var file_csisupd_v1_agent_proto_depIdxs = []int32{
-	19, // 0: csisupd.v1.Plugin.manifest:type_name -> csisupd.v1.Plugin.ManifestEntry
-	20, // 1: csisupd.v1.Plugin.accessible_topology:type_name -> csisupd.v1.Plugin.AccessibleTopologyEntry
-	21, // 2: csisupd.v1.Plugin.last_probe:type_name -> google.protobuf.Timestamp
-	21, // 3: csisupd.v1.Plugin.registered_at:type_name -> google.protobuf.Timestamp
-	21, // 4: csisupd.v1.Plugin.health_since:type_name -> google.protobuf.Timestamp
-	21, // 5: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
+	23, // 0: csisupd.v1.Plugin.manifest:type_name -> csisupd.v1.Plugin.ManifestEntry
+	24, // 1: csisupd.v1.Plugin.accessible_topology:type_name -> csisupd.v1.Plugin.AccessibleTopologyEntry
+	25, // 2: csisupd.v1.Plugin.last_probe:type_name -> google.protobuf.Timestamp
+	25, // 3: csisupd.v1.Plugin.registered_at:type_name -> google.protobuf.Timestamp
+	25, // 4: csisupd.v1.Plugin.health_since:type_name -> google.protobuf.Timestamp
+	25, // 5: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: csisupd.v1.StatusResponse.plugins:type_name -> csisupd.v1.Plugin
 	1,  // 7: csisupd.v1.StatusResponse.ignored:type_name -> csisupd.v1.IgnoredEntry
 	4,  // 8: csisupd.v1.StatusResponse.cluster:type_name -> csisupd.v1.ClusterSummary
-	22, // 9: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
+	26, // 9: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
 	0,  // 10: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
 	0,  // 11: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
-	21, // 12: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
-	2,  // 13: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
-	5,  // 14: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
-	7,  // 15: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
-	9,  // 16: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
-	11, // 17: csisupd.v1.Agent.Monitor:input_type -> csisupd.v1.MonitorRequest
-	13, // 18: csisupd.v1.Agent.Profile:input_type -> csisupd.v1.ProfileRequest
-	15, // 19: csisupd.v1.Agent.Metrics:input_type -> csisupd.v1.MetricsRequest
-	17, // 20: csisupd.v1.Agent.Config:input_type -> csisupd.v1.ConfigRequest
-	3,  // 21: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
-	6,  // 22: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
-	8,  // 23: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
-	10, // 24: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
-	12, // 25: csisupd.v1.Agent.Monitor:output_type -> csisupd.v1.MonitorResponse
-	14, // 26: csisupd.v1.Agent.Profile:output_type -> csisupd.v1.ProfileChunk
-	16, // 27: csisupd.v1.Agent.Metrics:output_type -> csisupd.v1.MetricsResponse
-	18, // 28: csisupd.v1.Agent.Config:output_type -> csisupd.v1.ConfigResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	25, // 12: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
+	27, // 13: csisupd.v1.HoldLeaseRequest.lease:type_name -> google.protobuf.Duration
+	2,  // 14: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
+	5,  // 15: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
+	7,  // 16: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
+	9,  // 17: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
+	11, // 18: csisupd.v1.Agent.Monitor:input_type -> csisupd.v1.MonitorRequest
+	13, // 19: csisupd.v1.Agent.Profile:input_type -> csisupd.v1.ProfileRequest
+	15, // 20: csisupd.v1.Agent.Metrics:input_type -> csisupd.v1.MetricsRequest
+	17, // 21: csisupd.v1.Agent.Config:input_type -> csisupd.v1.ConfigRequest
+	19, // 22: csisupd.v1.Agent.HoldLease:input_type -> csisupd.v1.HoldLeaseRequest
+	21, // 23: csisupd.v1.Agent.DropLease:input_type -> csisupd.v1.DropLeaseRequest
+	3,  // 24: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
+	6,  // 25: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
+	8,  // 26: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
+	10, // 27: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
+	12, // 28: csisupd.v1.Agent.Monitor:output_type -> csisupd.v1.MonitorResponse
+	14, // 29: csisupd.v1.Agent.Profile:output_type -> csisupd.v1.ProfileChunk
+	16, // 30: csisupd.v1.Agent.Metrics:output_type -> csisupd.v1.MetricsResponse
+	18, // 31: csisupd.v1.Agent.Config:output_type -> csisupd.v1.ConfigResponse
+	20, // 32: csisupd.v1.Agent.HoldLease:output_type -> csisupd.v1.HoldLeaseResponse
+	22, // 33: csisupd.v1.Agent.DropLease:output_type -> csisupd.v1.DropLeaseResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_agent_proto_init() }
@@ -1438,7 +1638,7 @@ func file_csisupd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_agent_proto_rawDesc), len(file_csisupd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

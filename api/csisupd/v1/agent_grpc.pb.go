@@ -30,6 +30,8 @@ const (
 	Agent_Profile_FullMethodName     = "/csisupd.v1.Agent/Profile"
 	Agent_Metrics_FullMethodName     = "/csisupd.v1.Agent/Metrics"
 	Agent_Config_FullMethodName      = "/csisupd.v1.Agent/Config"
+	Agent_HoldLease_FullMethodName   = "/csisupd.v1.Agent/HoldLease"
+	Agent_DropLease_FullMethodName   = "/csisupd.v1.Agent/DropLease"
 )
 
 // AgentClient is the client API for Agent service.
@@ -60,6 +62,18 @@ type AgentClient interface {
 	// Config returns the agent's effective configuration in HCL, with every
 	// secret redacted.
 	Config(ctx context.Context, in *ConfigRequest, opts ...grpc.CallOption) (*ConfigResponse, error)
+	// HoldLease makes the agent renew the lease of a claim of its node's
+	// for a local workload: every held workload is renewed in one
+	// Cluster.NodeRenewClaims per third of the smallest lease held, across
+	// server failovers and agent restarts (the holds are kept in data_dir),
+	// until DropLease, or until the servers answer that the workload holds
+	// no claim on the node any more. The claim itself is taken with
+	// Control.ClaimVolume and its lease_ttl. Needs agent:write.
+	HoldLease(ctx context.Context, in *HoldLeaseRequest, opts ...grpc.CallOption) (*HoldLeaseResponse, error)
+	// DropLease stops renewing the leases of a workload: its claims then
+	// run out on the servers unless they are released first. Dropping a
+	// workload that is not held succeeds. Needs agent:write.
+	DropLease(ctx context.Context, in *DropLeaseRequest, opts ...grpc.CallOption) (*DropLeaseResponse, error)
 }
 
 type agentClient struct {
@@ -177,6 +191,26 @@ func (c *agentClient) Config(ctx context.Context, in *ConfigRequest, opts ...grp
 	return out, nil
 }
 
+func (c *agentClient) HoldLease(ctx context.Context, in *HoldLeaseRequest, opts ...grpc.CallOption) (*HoldLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HoldLeaseResponse)
+	err := c.cc.Invoke(ctx, Agent_HoldLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) DropLease(ctx context.Context, in *DropLeaseRequest, opts ...grpc.CallOption) (*DropLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DropLeaseResponse)
+	err := c.cc.Invoke(ctx, Agent_DropLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -205,6 +239,18 @@ type AgentServer interface {
 	// Config returns the agent's effective configuration in HCL, with every
 	// secret redacted.
 	Config(context.Context, *ConfigRequest) (*ConfigResponse, error)
+	// HoldLease makes the agent renew the lease of a claim of its node's
+	// for a local workload: every held workload is renewed in one
+	// Cluster.NodeRenewClaims per third of the smallest lease held, across
+	// server failovers and agent restarts (the holds are kept in data_dir),
+	// until DropLease, or until the servers answer that the workload holds
+	// no claim on the node any more. The claim itself is taken with
+	// Control.ClaimVolume and its lease_ttl. Needs agent:write.
+	HoldLease(context.Context, *HoldLeaseRequest) (*HoldLeaseResponse, error)
+	// DropLease stops renewing the leases of a workload: its claims then
+	// run out on the servers unless they are released first. Dropping a
+	// workload that is not held succeeds. Needs agent:write.
+	DropLease(context.Context, *DropLeaseRequest) (*DropLeaseResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -238,6 +284,12 @@ func (UnimplementedAgentServer) Metrics(context.Context, *MetricsRequest) (*Metr
 }
 func (UnimplementedAgentServer) Config(context.Context, *ConfigRequest) (*ConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Config not implemented")
+}
+func (UnimplementedAgentServer) HoldLease(context.Context, *HoldLeaseRequest) (*HoldLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HoldLease not implemented")
+}
+func (UnimplementedAgentServer) DropLease(context.Context, *DropLeaseRequest) (*DropLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DropLease not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -383,6 +435,42 @@ func _Agent_Config_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_HoldLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HoldLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).HoldLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_HoldLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).HoldLease(ctx, req.(*HoldLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_DropLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DropLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).DropLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_DropLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).DropLease(ctx, req.(*DropLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -409,6 +497,14 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Config",
 			Handler:    _Agent_Config_Handler,
+		},
+		{
+			MethodName: "HoldLease",
+			Handler:    _Agent_HoldLease_Handler,
+		},
+		{
+			MethodName: "DropLease",
+			Handler:    _Agent_DropLease_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
