@@ -8,9 +8,10 @@ server {
   # A node down for longer than this has its volume claims released through the
   # controller alone; its agent unmounts what is left when it returns.
   claim_gc_grace   = "5m"
-  # A claim left taken but unmounted (its leader died in the middle) is finished by the
-  # new leader after this long, or released when a step fails; a scheduler that saw an
-  # error learns the outcome sooner by claiming again.
+  # A claim left taken but unmounted while its own leader still leads is finished after
+  # this long, or released when a step fails (one whose leader died or lost its term is
+  # resumed by the new leader at once); a scheduler that saw an error learns the outcome
+  # sooner by claiming again.
   claim_resume_timeout = "2m"
 }
 

@@ -57,9 +57,10 @@ const (
 	// DefaultClaimGCGrace is how long a node may be down before the
 	// servers release its volume claims through the controller alone.
 	DefaultClaimGCGrace = 5 * time.Minute
-	// DefaultClaimResumeTimeout is how long a claim may stay taken but
-	// unfinished (its leader died or lost its term in the middle) before
-	// the leader's volume watcher finishes it, or releases it.
+	// DefaultClaimResumeTimeout is how long a claim the current leader
+	// took may stay taken but unfinished (its caller is stuck) before the
+	// leader's volume watcher finishes it, or releases it. A claim whose
+	// leader died or lost its term is resumed by the next leader at once.
 	DefaultClaimResumeTimeout = 2 * time.Minute
 	// Node heartbeat defaults, Nomad's: the smallest TTL a node is given,
 	// the grace added before a missed heartbeat marks it down, the rate

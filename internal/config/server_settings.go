@@ -39,10 +39,12 @@ type ServerKeys struct {
 	// leaving the node's agent to clean up its mounts when it returns
 	// (server.claim_gc_grace).
 	ClaimGCGrace time.Duration
-	// ClaimResumeTimeout is how long a claim may stay taken but not
-	// mounted before the leader's volume watcher finishes it, or releases
-	// it when a step fails: long enough for the caller that took it to
-	// learn the outcome by claiming again (server.claim_resume_timeout).
+	// ClaimResumeTimeout is how long a claim the current leader took may
+	// stay taken but not mounted before the leader's volume watcher
+	// finishes it, or releases it when a step fails: long enough for the
+	// caller that took it to learn the outcome by claiming again
+	// (server.claim_resume_timeout). A claim an earlier leader took is
+	// resumed at once.
 	ClaimResumeTimeout time.Duration
 	// VolumeHealthInterval is how often the leader lists the volumes'
 	// health from the plugins' controllers

@@ -51,7 +51,9 @@ func claimWhileLeaderDies(t *testing.T, e *claimEnv, mountErr error) (*server.Se
 	return leader.Server(), err
 }
 
-// unfinishedClaim starts 3 servers (claim_resume_timeout 1 s) and nodes
+// unfinishedClaim starts 3 servers (claim_resume_timeout an hour: only
+// the new leader's resuming of an earlier term's claims finishes the
+// claim within the tests' waits) and nodes
 // node-a and node-b, registers volume v, and leaves the claim of w1 on
 // node-a taken but unmounted by a leader that died; the caller saw an
 // error. Mounts from then on fail with mountErr (see
@@ -59,7 +61,7 @@ func claimWhileLeaderDies(t *testing.T, e *claimEnv, mountErr error) (*server.Se
 // and the new leader.
 func unfinishedClaim(t *testing.T, mountErr error) (*claimEnv, *server.Server) {
 	t.Helper()
-	e := newClaimEnv(t, 3, func(cfg *server.Config) { cfg.ClaimResumeTimeout = time.Second },
+	e := newClaimEnv(t, 3, func(cfg *server.Config) { cfg.ClaimResumeTimeout = time.Hour },
 		map[string][]*csisupdv1.Plugin{"node-a": {monolith("p1", "node-a")}, "node-b": {monolith("p1", "node-b")}})
 	e.register(t, &csisupdv1.Volume{Id: "v", PluginId: "p1", ExternalId: "x-v"})
 	e.cl = e.c.Control(firstRunning(e))
@@ -74,8 +76,9 @@ func unfinishedClaim(t *testing.T, mountErr error) (*claimEnv, *server.Server) {
 
 // TestUnfinishedClaimIsFinishedAfterLeaderDies: a leader dies while the
 // node mounts a claim it took. The caller sees an error; the claim stays
-// taken without its mount until claim_resume_timeout passes, and the new
-// leader's watcher then runs the claim's steps and records the mount. A
+// taken without its mount until the new leader's watcher, which knows
+// from the claim's leader_term that nobody drives it any more, runs the
+// claim's steps and records the mount, long before claim_resume_timeout. A
 // second writer is refused all along, and the scheduler learns the
 // outcome by claiming again.
 func TestUnfinishedClaimIsFinishedAfterLeaderDies(t *testing.T) {

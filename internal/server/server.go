@@ -109,6 +109,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		State:              s.State,
 		Locks:              s.ops.VolumeLocks(),
 		ClaimResumeTimeout: cfg.ClaimResumeTimeout,
+		Term:               func() uint64 { return s.node.Term() }, // read once leading; s.node is made below
 		Work:               s.ops,
 		Watchdog:           cfg.Watchdog,
 	}, logger)

@@ -15,8 +15,14 @@ import (
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
-// claimResumeTimeout is the servers' claim_resume_timeout in these tests.
-const claimResumeTimeout = 5 * time.Second
+// settleTarget is how soon after a leader's fault the servers' claims
+// and the nodes' mounts must agree. The servers keep the default
+// claim_resume_timeout (2 min), far above it, so that only the new
+// leader's resuming of the claims its predecessor left can meet it.
+const settleTarget = 10 * time.Second
+
+// parallelClaims is how many workloads claim the volume at once.
+const parallelClaims = 30
 
 // leaderKillCluster is three server processes and two node agents: node-1
 // runs a monolith test plugin (the controller of every volume), node-2 a
@@ -38,12 +44,11 @@ func startLeaderKillCluster(t *testing.T) *leaderKillCluster {
 		s := &recoveryServer{name: fmt.Sprintf("s%d", i), dataDir: testutil.TempDir(t), rpc: join[i], httpPort: ports[3*i+2]}
 		s.config = agentHCLIn(t, s.name, s.dataDir, ports[3*i], ports[3*i+1], ports[3*i+2], fmt.Sprintf(`client { enabled = false }
 server {
-  enabled              = true
-  bootstrap_expect     = 3
-  retry_join           = %s
-  claim_resume_timeout = %q
+  enabled          = true
+  bootstrap_expect = 3
+  retry_join       = %s
 }
-`, hclList(join), claimResumeTimeout))
+`, hclList(join)))
 		s.start(t)
 		c.servers = append(c.servers, s)
 	}
@@ -113,104 +118,226 @@ func (c *leaderKillCluster) leader(t *testing.T) (leader, follower *recoveryServ
 	return leader, follower
 }
 
-// settledClaim waits until the claim of w1 on node-1 is either taken and
-// mounted, with the node's plugin publishing the volume at the claim's
-// host path (a mount point when the plugin mounts), or gone, with the
-// plugin holding nothing (and nothing left mounted); volume status is read
-// from addr. It returns whether the claim holds.
-func (c *leaderKillCluster) settledClaim(t *testing.T, addr, externalID string) bool {
-	t.Helper()
-	var holds bool
-	var last string
-	testutil.WaitFor(t, claimResumeTimeout+90*time.Second, "the claim finished or released, as the plugin holds it", func() bool {
-		var v volumeDoc
-		r := cli(t, addr, "volume", "status", "v1", "--json")
-		if r.code != 0 || !jsonInto(r.stdout, &v) {
-			return false
-		}
-		nv := c.plugins["node-1"].NodeVolumes()
-		last = fmt.Sprintf("claims %+v, plugin %+v", v.Claims, nv)
-		node := c.plugins["node-1"]
-		switch {
-		case len(v.Claims) == 0:
-			holds = false
-			return len(nv) == 0 && len(mountsLeft(t, node)) == 0
-		case len(v.Claims) == 1 && v.Claims[0].WorkloadID == "w1" && v.Claims[0].State == "taken" && v.Claims[0].Mounted:
-			holds = true
-			if len(nv) != 1 || !slices.Contains(nv[externalID].Targets, v.Claims[0].HostPath) {
-				return false
-			}
-			if !mounts(node) {
-				return true
-			}
-			mounted, err := testplugin.IsMountPoint(v.Claims[0].HostPath)
-			return err == nil && mounted
-		}
-		return false
-	})
-	t.Logf("settled: holds=%v (%s)", holds, last)
-	return holds
+// claimView is one reading of the volume's claims on the servers and of
+// what the nodes' plugins publish.
+type claimView struct {
+	claims []claimDoc
+	// published holds the workloads' target paths each node's plugin
+	// publishes the volume at, by node name.
+	published map[string][]string
 }
 
-// leaderDiesMidClaim claims v1 for w1 on node-1 through a follower while
-// node-1's plugin is slow to publish, runs fault on the leader once the
-// publish is in flight, and checks that the claim ends either finished or
-// released, with volume status agreeing with the plugin, and that another
-// workload's claim is refused only while the first one holds the volume.
+// view reads volume v1's claims from addr and the plugins' records; ok is
+// false when the servers did not answer.
+func (c *leaderKillCluster) view(t *testing.T, addr, externalID string) (claimView, bool) {
+	t.Helper()
+	var v volumeDoc
+	r := cli(t, addr, "volume", "status", "v1", "--json")
+	if r.code != 0 || !jsonInto(r.stdout, &v) {
+		return claimView{}, false
+	}
+	cv := claimView{claims: v.Claims, published: map[string][]string{}}
+	for name, p := range c.plugins {
+		if nv, ok := p.NodeVolumes()[externalID]; ok {
+			cv.published[name] = nv.Targets
+		}
+	}
+	return cv, true
+}
+
+// writers returns the number of writers the servers record (every claim
+// of the single-writer volume in state taken) and the number of targets
+// the plugins publish the volume at.
+func (cv claimView) writers() (claims, targets int) {
+	for _, cl := range cv.claims {
+		if cl.State == "taken" {
+			claims++
+		}
+	}
+	for _, ts := range cv.published {
+		targets += len(ts)
+	}
+	return claims, targets
+}
+
+// settled reports whether the claims and the plugins agree: no claim and
+// nothing published or mounted anywhere, or one claim taken and mounted
+// whose node's plugin publishes the volume at the claim's host path (a
+// mount point when the plugin mounts) and nothing else.
+func (c *leaderKillCluster) settled(t *testing.T, cv claimView) bool {
+	t.Helper()
+	switch {
+	case len(cv.claims) == 0:
+		if len(cv.published) != 0 {
+			return false
+		}
+		for _, p := range c.plugins {
+			if len(mountsLeft(t, p)) != 0 {
+				return false
+			}
+		}
+		return true
+	case len(cv.claims) == 1 && cv.claims[0].State == "taken" && cv.claims[0].Mounted:
+		cl := cv.claims[0]
+		node := c.nodeOf(cl)
+		if node == "" || len(cv.published) != 1 || !slices.Equal(cv.published[node], []string{cl.HostPath}) {
+			return false
+		}
+		if !mounts(c.plugins[node]) {
+			return true
+		}
+		mounted, err := testplugin.IsMountPoint(cl.HostPath)
+		return err == nil && mounted
+	}
+	return false
+}
+
+// nodeOf returns the name of the node a claim is on, from its CSI node
+// id ("csi-" and the node's name in these tests), or "".
+func (c *leaderKillCluster) nodeOf(cl claimDoc) string {
+	name := strings.TrimPrefix(cl.CSINodeID, "csi-")
+	if _, ok := c.plugins[name]; ok {
+		return name
+	}
+	return ""
+}
+
+// leaderDiesMidClaim claims v1, a single-writer volume, for 30 workloads
+// at once, through a follower, half of them on each node, while the
+// nodes' plugins are slow to publish; it runs fault on the leader once a
+// publish is in flight. Until the servers' claims and the plugins agree
+// (within settleTarget of the fault) it checks at every reading that
+// there is never more than one writer, on the servers or on the nodes.
+// Then another workload's claim is refused while the holder (if any)
+// holds the volume, the holder learns its claim by claiming again, and
+// once it releases, another workload claims the volume.
 func leaderDiesMidClaim(t *testing.T, fault func(t *testing.T, leader *recoveryServer)) {
 	c := startLeaderKillCluster(t)
 	leader, follower := c.leader(t)
 	var vol volumeDoc
 	cliJSON(t, follower.rpc, &vol, "volume", "create", "v1", "--plugin", "tp")
 
-	node := c.plugins["node-1"]
-	node.SetFaults(testplugin.Faults{Delays: map[string]time.Duration{"NodePublishVolume": 5 * time.Second}})
-	claim := startCLI(t, follower.rpc, "volume", "claim", "v1", "--node", "node-1", "--workload", "w1")
-	waitCalling(t, node, "NodePublishVolume")
+	slow := testplugin.Faults{Delays: map[string]time.Duration{"NodePublishVolume": 5 * time.Second}}
+	for _, p := range c.plugins {
+		p.SetFaults(slow)
+	}
+	claims := make([]<-chan string, parallelClaims)
+	for i := range claims {
+		node := []string{"node-1", "node-2"}[i%2]
+		claims[i] = startCLI(t, follower.rpc, "volume", "claim", "v1", "--node", node, "--workload", fmt.Sprintf("w%d", i+1), "--json")
+	}
+	testutil.WaitFor(t, 30*time.Second, "a NodePublishVolume call in flight", func() bool {
+		for _, p := range c.plugins {
+			if p.Stats().InFlight["NodePublishVolume"] > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	faultAt := time.Now()
 	fault(t, leader)
-	node.SetFaults(testplugin.Faults{})
-	out := <-claim
-	t.Logf("the claim's caller saw: %s", out)
+	for _, p := range c.plugins {
+		p.SetFaults(testplugin.Faults{})
+	}
+
+	// Read through the follower, which is not the faulted server: a
+	// stopped server would hold the CLI until its timeout.
+	var last claimView
+	testutil.WaitFor(t, settleTarget+60*time.Second, "the servers' claims and the nodes' mounts to agree", func() bool {
+		cv, ok := c.view(t, follower.rpc, vol.ExternalID)
+		if !ok {
+			return false
+		}
+		last = cv
+		if claims, targets := cv.writers(); claims > 1 || targets > 1 {
+			t.Fatalf("two writers: claims %+v, published %v", cv.claims, cv.published)
+		}
+		return c.settled(t, cv)
+	})
+	took := time.Since(faultAt)
+	t.Logf("settled %s after the fault: claims %+v, published %v", took.Round(10*time.Millisecond), last.claims, last.published)
+	if took > settleTarget {
+		t.Errorf("the claims and the nodes agreed %s after the fault, want within %s", took.Round(10*time.Millisecond), settleTarget)
+	}
+
+	// Every caller has its answer; at most one was told it holds the
+	// volume, and that one is the holder.
+	var holder *claimDoc
+	if len(last.claims) == 1 {
+		holder = &last.claims[0]
+	}
+	succeeded := 0
+	for _, ch := range claims {
+		out := <-ch
+		var got claimDoc
+		if !strings.HasSuffix(out, "(exit: <nil>)") || !jsonInto(strings.TrimSuffix(out, " (exit: <nil>)"), &got) {
+			continue
+		}
+		succeeded++
+		if holder == nil || got.WorkloadID != holder.WorkloadID || got.NodeID != holder.NodeID {
+			t.Errorf("a caller was told it holds the volume: %+v; the servers' claim: %+v", got, holder)
+		}
+	}
+	t.Logf("%d of %d callers were told they hold the volume", succeeded, len(claims))
+	if succeeded > 1 {
+		t.Errorf("%d callers were told they hold the single-writer volume", succeeded)
+	}
 
 	_, follower = c.leader(t)
-	holds := c.settledClaim(t, follower.rpc, vol.ExternalID)
-	r := cli(t, follower.rpc, "volume", "claim", "v1", "--node", "node-2", "--workload", "w2")
-	if holds {
+	other := "w-late"
+	r := cliAnyLeader(t, follower.rpc, "volume", "claim", "v1", "--node", "node-2", "--workload", other)
+	if holder != nil {
 		if r.code == 0 || !strings.Contains(r.stderr, "access-mode") {
-			t.Fatalf("a second writer while w1 holds the volume: exit %d, %s", r.code, r.stderr)
+			t.Fatalf("a second writer while %s holds the volume: exit %d, %s", holder.WorkloadID, r.code, r.stderr)
 		}
-		// The caller that saw an error learns the outcome by claiming again.
+		// A caller that saw an error learns the outcome by claiming again.
 		var again claimDoc
-		cliJSON(t, follower.rpc, &again, "volume", "claim", "v1", "--node", "node-1", "--workload", "w1")
-		if !again.Mounted || again.HostPath == "" {
-			t.Fatalf("claiming again: %+v, want the finished claim", again)
+		r = cliAnyLeader(t, follower.rpc, "volume", "claim", "v1", "--node", holder.NodeID, "--workload", holder.WorkloadID, "--json")
+		if r.code != 0 || !jsonInto(r.stdout, &again) || !again.Mounted || again.HostPath != holder.HostPath {
+			t.Fatalf("claiming again: %+v, want the finished claim %+v", again, *holder)
 		}
-		if r := cli(t, follower.rpc, "volume", "release", "v1", "--node", "node-1", "--workload", "w1"); r.code != 0 {
-			t.Fatalf("release of w1: exit %d: %s", r.code, r.stderr)
+		if r := cliAnyLeader(t, follower.rpc, "volume", "release", "v1", "--node", holder.NodeID, "--workload", holder.WorkloadID); r.code != 0 {
+			t.Fatalf("release of %s: exit %d: %s", holder.WorkloadID, r.code, r.stderr)
 		}
+		node := c.plugins[c.nodeOf(*holder)]
 		if left := node.NodeVolumes(); len(left) != 0 {
-			t.Fatalf("node-1's plugin still holds %+v after the release", left)
+			t.Fatalf("%s's plugin still holds %+v after the release", holder.NodeID, left)
 		}
 		if left := mountsLeft(t, node); len(left) != 0 {
-			t.Fatalf("still mounted on node-1 after the release: %v", left)
+			t.Fatalf("still mounted on %s after the release: %v", holder.NodeID, left)
 		}
-		r = cli(t, follower.rpc, "volume", "claim", "v1", "--node", "node-2", "--workload", "w2")
+		r = cliAnyLeader(t, follower.rpc, "volume", "claim", "v1", "--node", "node-2", "--workload", other)
 	}
 	if r.code != 0 {
-		t.Fatalf("claim of w2 once w1 is released: exit %d: %s", r.code, r.stderr)
+		t.Fatalf("claim of %s once the volume is free: exit %d: %s", other, r.code, r.stderr)
 	}
 }
 
-// TestLeaderKilledMidClaim: the leader is SIGKILLed while the node
-// publishes a claim it took.
+// cliAnyLeader runs the CLI like cli, again while it fails because the
+// cluster has no leader: a server that comes back from SIGSTOP, or a
+// loaded machine, can make the new leader step down once more, and the
+// CLI says that such a call is safe to retry.
+func cliAnyLeader(t *testing.T, addr string, args ...string) cliResult {
+	t.Helper()
+	var r cliResult
+	testutil.WaitFor(t, 60*time.Second, "an answer from a cluster leader to "+strings.Join(args, " "), func() bool {
+		r = cli(t, addr, args...)
+		return r.code == 0 || !strings.Contains(r.stderr, "the cluster has no leader")
+	})
+	return r
+}
+
+// TestLeaderKilledMidClaim: the leader is SIGKILLed while a node
+// publishes a claim it took, in the middle of 30 parallel claims.
 func TestLeaderKilledMidClaim(t *testing.T) {
 	leaderDiesMidClaim(t, func(t *testing.T, leader *recoveryServer) {
 		leader.kill(t)
 	})
 }
 
-// TestLeaderStoppedMidClaim: the leader is SIGSTOPped for 3 s while the
-// node publishes a claim it took; it comes back to find another leader.
+// TestLeaderStoppedMidClaim: the leader is SIGSTOPped for 3 s while a
+// node publishes a claim it took, in the middle of 30 parallel claims; it
+// comes back to find another leader.
 func TestLeaderStoppedMidClaim(t *testing.T) {
 	leaderDiesMidClaim(t, func(t *testing.T, leader *recoveryServer) {
 		if err := leader.cmd.Process.Signal(syscall.SIGSTOP); err != nil {

@@ -12,8 +12,9 @@ import (
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
-// apply applies one log entry to txn and appends the events it causes.
-func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[]*csisupdv1.ClusterEvent) error {
+// apply applies one log entry to txn and appends the events it causes;
+// index and term are those of the raft entry that holds it.
+func (f *FSM) apply(txn *state.Txn, index, term uint64, e *statepb.LogEntry, events *[]*csisupdv1.ClusterEvent) error {
 	ts := e.GetTime()
 	ev := func(typ, node, plugin, volume, desc string) {
 		*events = append(*events, &csisupdv1.ClusterEvent{
@@ -25,7 +26,7 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 	case *statepb.LogEntry_Batch:
 		var firstErr error
 		for _, sub := range c.Batch.GetEntries() {
-			if err := f.apply(txn, index, sub, events); err != nil && firstErr == nil {
+			if err := f.apply(txn, index, term, sub, events); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
@@ -146,7 +147,7 @@ func (f *FSM) apply(txn *state.Txn, index uint64, e *statepb.LogEntry, events *[
 	case *statepb.LogEntry_PluginDrain:
 		return applyPluginDrain(txn, index, c.PluginDrain, ev)
 	case *statepb.LogEntry_ClaimTake, *statepb.LogEntry_ClaimStep, *statepb.LogEntry_ClaimRemove:
-		return f.applyClaimCommand(txn, index, ts, c, ev)
+		return f.applyClaimCommand(txn, index, term, ts, c, ev)
 	case *statepb.LogEntry_VolumeCreate, *statepb.LogEntry_VolumeDeleteChecked, *statepb.LogEntry_VolumeExpand,
 		*statepb.LogEntry_VolumeModify, *statepb.LogEntry_VolumeAvailability, *statepb.LogEntry_VolumeHealth:
 		return f.applyVolumeCommand(txn, index, ts, c, ev)

@@ -15,8 +15,9 @@ import (
 // applyClaimCommand applies the commands that change one claim of a
 // volume: its take (checked by rules.CheckTake against every other claim
 // and node), each step of its claim or release (rules.ApplyStep), and its
-// removal once released (rules.CheckRemove).
-func (f *FSM) applyClaimCommand(txn *state.Txn, index uint64, ts *timestamppb.Timestamp, cmd any, ev eventFunc) error {
+// removal once released (rules.CheckRemove). index and term are those of
+// the raft entry that holds the command.
+func (f *FSM) applyClaimCommand(txn *state.Txn, index, term uint64, ts *timestamppb.Timestamp, cmd any, ev eventFunc) error {
 	switch c := cmd.(type) {
 	case *statepb.LogEntry_ClaimTake:
 		v, err := volumeOf(txn, c.ClaimTake.GetVolumeId())
@@ -30,6 +31,11 @@ func (f *FSM) applyClaimCommand(txn *state.Txn, index uint64, ts *timestamppb.Ti
 		// The claim's index is the index of the write that took it, and
 		// its times are the entry's, so that every server stores the same.
 		claim.ClaimIndex, claim.ClaimedAt, claim.StateUpdatedAt = index, ts, ts
+		// A leader appends entries in its own term only, so the entry's
+		// term names the leader that took the claim and drives its steps
+		// (whatever the command says): a later leader's watcher knows that
+		// nobody drives it any more if it is left unfinished.
+		claim.LeaderTerm = term
 		nv := proto.Clone(v).(*statepb.Volume)
 		nv.Claims = append(nv.Claims, claim)
 		return putVolume(txn, index, ts, v, nv, ev)

@@ -28,7 +28,9 @@
 // statepb, never the API's.
 //
 // A volume claim is given the raft index of the write that added it as
-// its claim_index. ACL writes cause no events, and a second ACL bootstrap
+// its claim_index, and the raft term of that write as its leader_term: a
+// leader appends entries in its own term only, so the term names the
+// leader that took the claim and drives its steps. ACL writes cause no events, and a second ACL bootstrap
 // is refused (BootstrappedError) unless it names the current bootstrap
 // index.
 package fsm

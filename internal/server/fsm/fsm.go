@@ -123,13 +123,13 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				if sub.Time == nil {
 					sub.Time = e.GetTime()
 				}
-				res.Errs[j] = f.apply(txn, l.Index, sub, &events)
+				res.Errs[j] = f.apply(txn, l.Index, l.Term, sub, &events)
 			}
 			out[i] = res
 			ends[i] = len(events)
 			continue
 		}
-		out[i] = Result{Index: l.Index, Err: f.apply(txn, l.Index, &e, &events)}
+		out[i] = Result{Index: l.Index, Err: f.apply(txn, l.Index, l.Term, &e, &events)}
 		ends[i] = len(events)
 	}
 	if last > 0 {

@@ -29,7 +29,11 @@
 // claim or a leader change left behind, from the replicated state alone,
 // and releases through the controller only the claims whose node has been
 // down for longer than the claim gc grace. It skips a volume whose lock
-// is taken, and looks again at the next pass or when kicked.
+// is taken, and looks again at the next pass or when kicked. A claim
+// taken but not mounted is finished at the watcher's first pass when it
+// was taken in an earlier raft term (its leader_term): nobody drives it
+// any more. One of the watcher's own term waits for the claim resume
+// timeout, since its caller may still be at it.
 //
 // With a watchdog, the volume watcher beats a watchdog.Loop for each
 // term; watchdog.WithLoop lets the release steps it runs beat that loop

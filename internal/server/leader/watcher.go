@@ -24,9 +24,18 @@ type WatcherConfig struct {
 	// ClaimGCGrace is how long a claim's node may be down before the
 	// claim is released without it.
 	ClaimGCGrace time.Duration
-	// ClaimResumeTimeout is how long a claim may stay taken but not
-	// mounted before the watcher finishes it with Work.Finish. Required.
+	// ClaimResumeTimeout is how long a claim of the watcher's own term
+	// may stay taken but not mounted before the watcher finishes it with
+	// Work.Finish: its leader (this one) is alive but its caller's call
+	// is stuck. Required.
 	ClaimResumeTimeout time.Duration
+	// Term returns this server's current raft term; Run reads it once, as
+	// its term's loop starts, after the leader's barrier. An unfinished
+	// claim taken in an earlier term (its leader_term is lower) has no
+	// leader driving it any more, and is finished at once instead of
+	// after ClaimResumeTimeout. Nil: every claim waits for
+	// ClaimResumeTimeout.
+	Term func() uint64
 	// State returns the current replicated state. Required.
 	State func() *state.Store
 	// Locks are the volume locks the claim flow takes too; the watcher
@@ -76,8 +85,9 @@ type VolumeWork interface {
 // a crash or a leader change left behind; the claims of volumes an
 // operator drains (released); the claims taken but never
 // mounted because their leader died or lost its term in the middle
-// (finished, or released when a step fails, once ClaimResumeTimeout has
-// passed without a caller finishing them); and the releases of claims
+// (finished, or released when a step fails: at once when the leader of an
+// earlier term took them, once ClaimResumeTimeout has passed without a
+// caller finishing them when this term's did); and the releases of claims
 // whose node has been down for longer than ClaimGCGrace. Beyond one term
 // it keeps only what it saw when (observations); everything else a new
 // term's watcher reads from the state.
@@ -106,6 +116,8 @@ type watchRun struct {
 	retries map[string]*claimRetry
 	// resumed holds the claims whose release this watcher logged.
 	resumed map[string]bool
+	// term is the raft term this watcher runs for (0 when unknown).
+	term uint64
 }
 
 type claimRetry struct {
@@ -129,6 +141,9 @@ func (w *Watcher) Run(ctx context.Context) {
 	// The release steps beat the loop between their calls to agents.
 	ctx = watchdog.WithLoop(ctx, loop)
 	r := &watchRun{Watcher: w, loop: loop, retries: map[string]*claimRetry{}, resumed: map[string]bool{}}
+	if w.cfg.Term != nil {
+		r.term = w.cfg.Term()
+	}
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -290,12 +305,40 @@ func (r *watchRun) nodeGoneDue(c *statepb.VolumeClaim, now time.Time) bool {
 	return rules.NodeGoneDue(c, node, r.seen.downFor(node, now), r.cfg.ClaimGCGrace)
 }
 
-// resumeDue reports whether a claim is taken but not mounted, and this
-// server's watcher has seen it so for longer than ClaimResumeTimeout: no
-// caller finished it.
+// resumeDue reports whether a claim is taken but not mounted, and either
+// orphaned (taken in an earlier term) or seen so by this server's watcher
+// for longer than ClaimResumeTimeout: no caller finished it.
 func (r *watchRun) resumeDue(c *statepb.VolumeClaim, key string, now time.Time) bool {
+	if !rules.Unfinished(c) {
+		return false
+	}
+	if r.orphaned(c) {
+		return true
+	}
 	d, ok := r.seen.unfinishedFor(key, now)
-	return ok && rules.Unfinished(c) && d > r.cfg.ClaimResumeTimeout
+	return ok && d > r.cfg.ClaimResumeTimeout
+}
+
+// orphaned reports whether claim c was taken by the leader of an earlier
+// term than this watcher's: that leader is dead, or has lost its term and
+// can no longer record a step, so nobody else drives the claim. It is
+// finished at once, without a wait:
+//   - the leader's barrier, before the watcher starts, applied every
+//     write of the earlier terms, so the state shows all the claim has;
+//   - the claim's steps are idempotent and its node's agent runs those of
+//     one volume one at a time, so a mount still in flight from the old
+//     leader and this one's end the same; a mount the old leader makes
+//     after this leader released the claim is undone by the agent, which
+//     removes the mounts of claims the servers do not hold;
+//   - a caller that claims again on this leader is finished under the
+//     volume's lock, which the watcher takes too (and skips when held).
+//
+// A claim taken by this very leader is of this term, and waits for
+// ClaimResumeTimeout: its own caller is still at it. Claims stored before
+// leader terms were recorded have leader_term 0 and count as orphaned:
+// every leader since then runs in a later term.
+func (r *watchRun) orphaned(c *statepb.VolumeClaim) bool {
+	return c.GetLeaderTerm() < r.term
 }
 
 // finish runs Finish for one unfinished claim.
@@ -305,7 +348,7 @@ func (r *watchRun) finish(ctx context.Context, volumeID string, c *statepb.Volum
 			return nil // its caller finished it
 		}
 		log.Info("resuming unfinished volume claim", "claim_index", c.GetClaimIndex(), "taken_at", c.GetStateUpdatedAt().AsTime(),
-			"controller_published", c.GetControllerPublished())
+			"controller_published", c.GetControllerPublished(), "leader_term", c.GetLeaderTerm(), "orphaned", r.orphaned(c))
 		return r.cfg.Work.Finish(ctx, ref)
 	})
 }

@@ -40,8 +40,10 @@
 // recorded in one claim_step after the mount, so a claim that stops
 // between them is finished again (both steps are idempotent) or
 // released. A claim left taken but unmounted (its leader died in the
-// middle) is finished by the volume watcher after the server's
-// ClaimResumeTimeout, or released when a step fails.
+// middle) is finished by the volume watcher, or released when a step
+// fails: as soon as a new leader's watcher runs, since the FSM records
+// the term of the leader that took each claim (leader_term); after the
+// server's ClaimResumeTimeout when the leader that took it still leads.
 //
 // Releases. A release walks back (unpublishing, node-unpublished,
 // controller-unpublished, then the claim is removed), each step recorded
