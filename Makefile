@@ -88,7 +88,8 @@ nemesis:
 
 ## DEFECT_TAGS are the deliberate defects of TestDefects; lint vets each build.
 DEFECT_TAGS = nemesis_defect_single_writer nemesis_defect_forget_record nemesis_defect_skip_unpublish \
-	nemesis_defect_ack_release nemesis_defect_panic nemesis_defect_leak nemesis_defect_busy_release
+	nemesis_defect_ack_release nemesis_defect_panic nemesis_defect_leak nemesis_defect_busy_release \
+	nemesis_defect_lease_never_expires
 
 ## nemesis-defects: build csisupd with each deliberate defect (nemesis_defect_* tags) and show
 ## that the soak's check meant for it catches it; then the cluster's fault controls themselves

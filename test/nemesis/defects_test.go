@@ -50,6 +50,9 @@ var defects = []defect{
 	{name: "panic", tag: "nemesis_defect_panic", check: checkExit, kinds: []string{faultSlowPlugin}},
 	// Every mount leaks goroutines in the agent.
 	{name: "leak", tag: "nemesis_defect_leak", check: checkUsage, kinds: []string{faultSlowPlugin}},
+	// The leader never expires a lease: a leased claim no longer renewed
+	// stays taken.
+	{name: "lease_never_expires", tag: "nemesis_defect_lease_never_expires", check: checkLease, kinds: []string{faultSlowPlugin}},
 }
 
 // Bounds of the defect runs: a defect shows within a minute of

@@ -42,13 +42,37 @@
 // # The soak
 //
 // TestNemesis (Run) runs the workload (Workload: schedulers claiming and
-// releasing, a lifecycle client, leader bursts) and a fault schedule
-// (Schedule, drawn from the seed) for -nemesis-time, heals everything,
-// and checks the invariants: the plugins' journals (package
-// testplugin/journal: single writer, single node, leftovers against the
-// servers' claims once the cluster converged and again after every claim
-// is released), the clients' claim history (CheckHistory, a porcupine
-// model), unexpected exits, panics and races, and the processes' usage.
+// releasing, a lifecycle client, leader bursts; Leases: a client holding
+// leased claims of volumes of its own) and a fault schedule (Schedule,
+// drawn from the seed) for -nemesis-time, heals everything, and checks
+// the invariants: the plugins' journals (package testplugin/journal:
+// single writer, single node, leftovers against the servers' claims once
+// the cluster converged and again after every claim is released), the
+// clients' claim history (CheckHistory, a porcupine model), the leases
+// (CheckLeasesDuringRun, CheckLeasesAfterHeal), unexpected exits, panics
+// and races, and the processes' usage.
+//
+// # Leases
+//
+// The lease client claims the lease volumes with a lease of 5 to 10 s
+// and an owner, renews each node's leases with one RenewClaims on a
+// random server every third of a TTL, and after one to four TTLs
+// releases a lease or abandons it (no more renewals, no release); every
+// lease left when the workload ends is abandoned. It keeps, for each, when
+// it was claimed and when its last renewal attempt returned; a reader
+// reads the lease volumes' claims every second. Its claims stay out of
+// the claim history: an expired lease is a claim that vanishes without a
+// release. The invariant is that no leased claim outlives its lease by
+// more than its TTL plus releaseBound while its node is up. A leader
+// change legitimately extends a lease (a full TTL from the new leader's
+// takeover) and a node that is down or cut off delays its release, so it
+// is checked where it is exact: during the run, a read that sees an
+// abandoned lease still taken later than its last renewal plus its TTL
+// and releaseBound is a violation when no fault (a fault's span or any
+// event of the schedule) overlaps the window from its last renewal minus
+// its TTL to that read; after the final heal, every lease not released
+// must be seen gone or releasing by electionBound, its TTL and
+// releaseBound after the heal, and none may survive the convergence.
 // TestDefects runs it on builds with deliberate defects and fails unless
 // the check meant for each catches it; each defect's run ends as soon as
 // its check has. Every cluster is on a lab of its own, so seeds and defect

@@ -227,6 +227,10 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	if err != nil {
 		t.Fatal(err)
 	}
+	leases, err := newLeases(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
 	baseline := map[string]Usage{}
 	for _, h := range append(c.Servers(), c.Agents()...) {
 		if u, err := c.Usage(h); err == nil {
@@ -244,6 +248,9 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); w.Lifecycle(wctx) }()
+	wg.Add(2)
+	go func() { defer wg.Done(); leases.Hold(wctx) }()
+	go func() { defer wg.Done(); leases.Read(wctx) }()
 	leaders := newLeaderWatch(c)
 	wg.Add(1)
 	go func() { defer wg.Done(); leaders.run(wctx) }()
@@ -251,7 +258,7 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	caught := make(chan []string, 1)
 	if wholeRunChecks[cfg.Until] {
 		wg.Add(1)
-		go func() { defer wg.Done(); watchFor(wctx, t, c, cfg.Until, stopWork, caught) }()
+		go func() { defer wg.Done(); watchFor(wctx, t, c, n, leases, cfg.Until, stopWork, caught) }()
 	}
 	// A plugin armed to crash may crash late, in a release of the quiet
 	// period: its orchestrator restarts it until the checks.
@@ -273,6 +280,20 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	r.LeaderChanges = leaders.changes()
 	t.Logf("nemesis: faults over; %d leader changes", r.LeaderChanges)
 
+	// Leases: none outlived its TTL by more than the release bound in a
+	// window without faults, and after the heal every lease not released
+	// expires within an election, its TTL and the release bound.
+	lctx, stopLeases := context.WithTimeout(ctx, electionBound+maxLeaseTTL+releaseBound+time.Minute)
+	defer stopLeases()
+	leases.AwaitExpiry(lctx, faultsEnd)
+	during, quiet := CheckLeasesDuringRun(leases.Leases(), leases.Reads(), n.faults())
+	w.countN("lease-reads in quiet windows", quiet)
+	r.Violations = append(r.Violations, during...)
+	r.Violations = append(r.Violations, CheckLeasesAfterHeal(leases.Leases(), leases.Reads(), faultsEnd)...)
+	if cfg.Until != "" && r.Violated(cfg.Until) {
+		return r
+	}
+
 	// Quiet period: the servers' claims and the journals agree.
 	bound := quietBound
 	if cfg.QuietBound > 0 {
@@ -290,6 +311,8 @@ func Run(t *testing.T, cfg RunConfig) *Report {
 	if cfg.Until != "" && r.Violated(cfg.Until) {
 		return r
 	}
+	// No claim of an abandoned lease survives the convergence.
+	r.Violations = append(r.Violations, leases.Survivors(ctx)...)
 
 	// Every claim released: every release finishes, nothing is left.
 	dctx, stopDrain := context.WithTimeout(ctx, bound)
@@ -363,19 +386,22 @@ func journalViolations(c *Cluster) ([]string, error) {
 
 // wholeRunChecks are the checks whose violations stand once seen, whatever
 // happens after: RunConfig.Until asks them while the workload runs.
-var wholeRunChecks = map[string]bool{journal.CheckSingleWriter: true, journal.CheckSingleNode: true, checkExit: true}
+var wholeRunChecks = map[string]bool{journal.CheckSingleWriter: true, journal.CheckSingleNode: true, checkExit: true, checkLease: true}
 
 // watchFor asks check every few seconds until ctx ends; at its first
 // violation it sends the violations seen to caught and calls stop, which
 // ends the workload and the faults.
-func watchFor(ctx context.Context, t *testing.T, c *Cluster, check string, stop func(), caught chan<- []string) {
+func watchFor(ctx context.Context, t *testing.T, c *Cluster, n *nemesis, leases *Leases, check string, stop func(), caught chan<- []string) {
 	every(ctx, 2*time.Second, func() bool {
 		var seen []string
-		if check == checkExit {
+		switch check {
+		case checkExit:
 			for _, e := range c.UnexpectedExits() {
 				seen = append(seen, checkExit+": "+e)
 			}
-		} else {
+		case checkLease:
+			seen, _ = CheckLeasesDuringRun(leases.Leases(), leases.Reads(), n.faults())
+		default:
 			v, err := journalViolations(c)
 			if err != nil {
 				t.Logf("nemesis: %v", err)
@@ -566,6 +592,20 @@ type nemesis struct {
 	seed   int64
 	mu     sync.Mutex
 	wg     sync.WaitGroup
+	spans  []Span // each fault from before it was applied to after it was undone
+}
+
+// faults returns the spans of the faults applied so far, and every
+// event of the cluster's controls as a span of its own: a plugin's
+// restart after its crash has no span, only an event.
+func (n *nemesis) faults() []Span {
+	n.mu.Lock()
+	out := slices.Clone(n.spans)
+	n.mu.Unlock()
+	for _, e := range n.c.Events() {
+		out = append(out, Span{From: e.Time, To: e.Time, What: e.String()})
+	}
+	return out
 }
 
 // run applies each fault at its time, each undone on a goroutine of its
@@ -597,6 +637,12 @@ func (n *nemesis) count(kind string) {
 // logged in the schedule (Cluster.record); a fault that could not be
 // applied is not counted.
 func (n *nemesis) apply(ctx context.Context, f Fault) {
+	start := time.Now()
+	defer func() {
+		n.mu.Lock()
+		n.spans = append(n.spans, Span{From: start, To: time.Now(), What: f.String()})
+		n.mu.Unlock()
+	}()
 	c := n.c
 	target := f.Target
 	if target == "leader" {

@@ -180,9 +180,12 @@ func (w *Workload) record(o Op) {
 }
 
 // count adds one to a lifecycle counter.
-func (w *Workload) count(k string) {
+func (w *Workload) count(k string) { w.countN(k, 1) }
+
+// countN adds n to a counter.
+func (w *Workload) countN(k string, n int) {
 	w.mu.Lock()
-	w.counts[k]++
+	w.counts[k] += n
 	w.mu.Unlock()
 }
 

@@ -354,7 +354,7 @@ func stillTaken(st *state.Store, ref rules.Ref, claimIndex uint64) bool {
 // after RetryInterval when that fails or must wait.
 func (l *Leases) fire(e *lease) {
 	l.mu.Lock()
-	if !l.enabled || e.expiring || l.findLocked(e.ref, e.claimIndex) != e {
+	if !l.enabled || e.expiring || defectLeaseNeverExpires || l.findLocked(e.ref, e.claimIndex) != e {
 		l.mu.Unlock()
 		return
 	}
