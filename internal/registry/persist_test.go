@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,12 +180,4 @@ func TestPersisterWritesAfterChanges(t *testing.T) {
 		plugins, err := readStateFile(filepath.Join(dir, StateFileName))
 		return err == nil && len(plugins) == 50
 	})
-}
-
-func TestWriteFileAtomicReportsPath(t *testing.T) {
-	path := filepath.Join(testutil.TempDir(t), "missing", "registry.json")
-	err := writeFileAtomic(path, []byte("{}"))
-	if err == nil || !strings.Contains(err.Error(), "registry.json") {
-		t.Fatalf("error = %v, want one naming the file", err)
-	}
 }
