@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -36,19 +34,11 @@ func dialInsecure(t *testing.T, addr string) *grpc.ClientConn {
 // renews it again from its data_dir. Once the agent is killed and not restarted,
 // nothing renews the lease: it expires, the claim releases with
 // release_reason lease_expired, and is freed.
-//
-// It needs the servers' side of leases (Control.RenewClaims and
-// Cluster.NodeRenewClaims): while the servers answer Unimplemented it
-// skips.
 func TestLeaseHeldByAnAgent(t *testing.T) {
 	n := startClaimNode(t)
 	control := csisupdv1.NewControlClient(dialInsecure(t, n.serverAddr))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := control.RenewClaims(ctx, &csisupdv1.RenewClaimsRequest{NodeId: "none", WorkloadIds: []string{"none"}}); status.Code(err) == codes.Unimplemented {
-		t.Skip("the servers do not renew leases yet (Control.RenewClaims answers Unimplemented)")
-	}
-
 	nodeID := nodeIDOf(t, ctx, control, "c0")
 	var vol volumeDoc
 	cliJSON(t, n.serverAddr, &vol, "volume", "create", "v1", "--plugin", "tp")
