@@ -5692,7 +5692,8 @@ type ClusterEvent struct {
 	// plugin made was recorded), volume-snapshot-deleted,
 	// volume-availability (an operator paused, drained or activated the
 	// volume), volume-claim-forced (an operator forced a release; the
-	// description names the skipped step), plugin-draining and
+	// description names the skipped step), volume-claim-expired (a
+	// claim's lease expired and its release started), plugin-draining and
 	// plugin-drain-ended (a plugin's drain on node_id), volume-abnormal and
 	// volume-normal (a health change reported by the controller, or by
 	// node_id), node-rekeyed (an operator cleared the node's secret) and
