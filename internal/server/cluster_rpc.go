@@ -32,6 +32,8 @@ type clusterService struct {
 	beats prometheus.Counter
 	// ops records the volume health the nodes report.
 	ops *volumeops.Ops
+	// leases renews the leases of a node's own claims.
+	leases *leader.Leases
 }
 
 func (c *clusterService) PeerInfo(ctx context.Context, _ *csisupdv1.PeerInfoRequest) (*csisupdv1.PeerInfoResponse, error) {

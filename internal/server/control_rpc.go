@@ -189,7 +189,9 @@ func (c *controlService) ListVolumes(ctx context.Context, req *csisupdv1.VolumeL
 			st := c.s.State()
 			index := st.LatestIndex()
 			volumes, next := st.VolumesPage(req.GetPluginId(), page.from, page.limit)
-			return &csisupdv1.VolumeListResponse{Volumes: statepb.VolumesToAPI(volumes), Index: index, NextToken: responseToken(next)}, nil
+			out := statepb.VolumesToAPI(volumes)
+			withLeaseTimes(c.s.leases, out...)
+			return &csisupdv1.VolumeListResponse{Volumes: out, Index: index, NextToken: responseToken(next)}, nil
 		})
 }
 
@@ -204,7 +206,9 @@ func (c *controlService) GetVolume(ctx context.Context, req *csisupdv1.VolumeGet
 			if v == nil {
 				return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetId())
 			}
-			return &csisupdv1.VolumeGetResponse{Volume: statepb.VolumeToAPI(v), Index: st.LatestIndex()}, nil
+			out := statepb.VolumeToAPI(v)
+			withLeaseTimes(c.s.leases, out)
+			return &csisupdv1.VolumeGetResponse{Volume: out, Index: st.LatestIndex()}, nil
 		})
 }
 
@@ -282,7 +286,10 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 			if err != nil {
 				return nil, c.nodeUnreachable(req.GetNodeId(), err)
 			}
-			return &csisupdv1.VolumeClaimResponse{Volume: statepb.VolumeToAPI(v), Claim: statepb.VolumeClaimToAPI(claim)}, nil
+			out, outClaim := statepb.VolumeToAPI(v), statepb.VolumeClaimToAPI(claim)
+			withLeaseTimes(c.s.leases, out)
+			withClaimLeaseTimes(c.s.leases, v.GetId(), outClaim)
+			return &csisupdv1.VolumeClaimResponse{Volume: out, Claim: outClaim}, nil
 		})
 }
 

@@ -88,6 +88,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	}
 	s.node.MarkBootstrapped()
 	s.heartbeats.Initialize()
+	s.leases.Initialize(ctx)
 	s.leaderReady.Store(true)
 	s.node.StartAutopilot(ctx)
 	watcherDone := make(chan struct{})
@@ -110,6 +111,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	}
 	s.leaderReady.Store(false)
 	s.heartbeats.Clear()
+	s.leases.Clear()
 	<-s.node.StopAutopilot()
 	<-watcherDone
 	<-healthDone

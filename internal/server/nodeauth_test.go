@@ -68,6 +68,13 @@ var clusterMethodChecks = map[string]nodeCall{
 		},
 		forOther: codes.PermissionDenied, msg: "node secret does not match",
 	},
+	csisupdv1.Cluster_NodeRenewClaims_FullMethodName: {
+		call: func(ctx context.Context, cl csisupdv1.ClusterClient, node string) error {
+			_, err := cl.NodeRenewClaims(ctx, &csisupdv1.RenewClaimsRequest{NodeId: node, WorkloadIds: []string{"w1"}})
+			return err
+		},
+		forOther: codes.PermissionDenied, msg: "node secret does not match",
+	},
 	csisupdv1.Cluster_NodeVolumeHealth_FullMethodName: {
 		call: func(ctx context.Context, cl csisupdv1.ClusterClient, node string) error {
 			_, err := cl.NodeVolumeHealth(ctx, &csisupdv1.NodeVolumeHealthRequest{NodeId: node, VolumeId: "vol-1", Abnormal: true, Message: "forged"})

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -16,6 +17,7 @@ import (
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/leader"
 	"github.com/csisupd/csisupd/internal/server/raftnode"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 	"github.com/csisupd/csisupd/internal/server/volumeops"
@@ -38,7 +40,9 @@ type Server struct {
 	conns      *connPool // to the other servers
 	agentConns *connPool // to agents (ClientCSI)
 	heartbeats *leader.Heartbeats
-	watcher    *leader.Watcher
+	// leases are the claim leases' timers while this server leads.
+	leases  *leader.Leases
+	watcher *leader.Watcher
 	// ops runs the volume operations, for the Control service and the
 	// volume watcher.
 	ops *volumeops.Ops
@@ -90,6 +94,14 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	if s.ops, err = volumeops.New(s.volumeOpsConfig(), logger); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	// An expiry may wait for the volume's lock while a claim mounts (one
+	// agent call), then writes once.
+	s.leases = leader.NewLeases(leader.LeaseConfig{
+		State:         s.State,
+		Work:          s.ops,
+		RetryInterval: cfg.VolumeWatchInterval,
+		ExpireTimeout: cfg.RPCTimeout + cfg.ApplyTimeout,
+	}, logger)
 	s.watcher = leader.NewWatcher(leader.WatcherConfig{
 		Interval:           cfg.VolumeWatchInterval,
 		MaxBackoff:         config.MaxVolumeWatchBackoff,
@@ -104,7 +116,10 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 	if s.metrics, err = newServerMetrics(s, cfg.Metrics); err != nil {
 		return nil, err
 	}
-	if s.fsm, err = fsm.New(fsm.Config{Events: events, OnRestore: s.heartbeats.Restored}); err != nil {
+	if s.fsm, err = fsm.New(fsm.Config{Events: events, OnRestore: func() {
+		s.heartbeats.Restored()
+		s.leases.Restored()
+	}}); err != nil {
 		s.metrics.close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -134,6 +149,7 @@ func (s *Server) volumeOpsConfig() volumeops.Config {
 		Nodes:         s.heartbeats,
 		IsRetryable:   s.cfg.IsRetryable,
 		KickWatcher:   func() { s.watcher.Kick() },
+		AddLease:      func(ref rules.Ref, claimIndex uint64, ttl time.Duration) { s.leases.Add(ref, claimIndex, ttl) },
 		RPCTimeout:    s.cfg.RPCTimeout,
 		ApplyTimeout:  s.cfg.ApplyTimeout,
 	}
@@ -155,7 +171,7 @@ func (s *Server) serverConn(addr string) (grpc.ClientConnInterface, error) {
 func (s *Server) Register(g *grpc.Server) {
 	csisupdv1.RegisterControlServer(g, &controlService{s: s, ops: s.ops})
 	csisupdv1.RegisterClusterServer(g, &clusterService{id: s.cfg.ID, fwd: s.fwd, node: s.node, state: s.State,
-		heartbeats: s.heartbeats, beats: s.metrics.heartbeats, ops: s.ops})
+		heartbeats: s.heartbeats, beats: s.metrics.heartbeats, ops: s.ops, leases: s.leases})
 	csisupdv1.RegisterACLServer(g, &aclService{fwd: s.fwd, node: s.node, state: s.State, logger: s.logger,
 		resetPath: filepath.Join(s.cfg.DataDir, ACLBootstrapResetFile)})
 }
@@ -186,6 +202,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		close(s.shutdownCh)
 		s.wg.Wait()
 		s.heartbeats.Stop()
+		s.leases.Stop()
 		s.events.Close()
 		s.conns.close()
 		s.agentConns.close()

@@ -58,6 +58,12 @@ func (f *FSM) applyClaimCommand(txn *state.Txn, index uint64, ts *timestamppb.Ti
 		if err := putVolume(txn, index, ts, v, nv, ev); err != nil {
 			return err
 		}
+		// One event per expiry: only the step out of taken carries it,
+		// and a claim leaves taken once.
+		if c.ClaimStep.GetReleaseReason() == rules.ReasonLeaseExpired && old.GetState() == rules.StateTaken && claim.GetState() != rules.StateTaken {
+			ev("volume-claim-expired", claim.GetNodeId(), nv.GetPluginId(), nv.GetId(), fmt.Sprintf(
+				"lease of workload %s (lease_ttl %s) expired; releasing the claim", claim.GetWorkloadId(), claim.GetLeaseTtl().AsDuration()))
+		}
 		switch step := c.ClaimStep; {
 		case step.GetSkipped() != "":
 			ev("volume-claim-forced", claim.GetNodeId(), nv.GetPluginId(), nv.GetId(), fmt.Sprintf(

@@ -1,5 +1,5 @@
 // Package leader holds the duties only the raft leader runs: the node
-// heartbeat timers and the volume watcher. Each takes what it reads and
+// heartbeat timers, the claim lease timers and the volume watcher. Each takes what it reads and
 // calls in its Config (the current state, a func that writes through
 // raft, the volume locks) and holds no server; the watcher reaches the
 // volume operations only through one interface, VolumeWork, which
@@ -14,6 +14,15 @@
 // heartbeats to it, or its agent answers one of the leader's calls
 // (Confirm), the node shows as initializing (View): its stored status,
 // ready, is what an earlier leader or a backup said.
+//
+// Claim leases (Leases) are timers in the leader's memory too: a renewal
+// (RenewClaims, one call per node) resets them and is never written to
+// raft; an expiry starts the claim's release through LeaseWork, one raft
+// write. Renewals seen by an earlier leader were never replicated, so a
+// new leader (and one that restored a snapshot) gives every taken leased
+// claim a full TTL from the moment it took over. A lease that expires
+// while its node is down waits, like every claim of a down node, for the
+// node to come back or for the claim gc grace.
 //
 // The volume watcher (WatcherConfig.Interval, with a per-claim backoff
 // after a failure) finishes any release that a failed step, a failed

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -46,6 +47,13 @@ func (o *Ops) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest
 	ref := rules.Ref{VolumeID: v.GetId(), NodeID: req.GetNodeId(), WorkloadID: req.GetWorkloadId()}
 	_, claim := rules.Find(v, ref.NodeID, ref.WorkloadID)
 	switch {
+	case claim != nil && claim.GetState() == rules.StateTaken && claim.GetLeaseTtl().AsDuration() != req.GetLeaseTtl().AsDuration():
+		// A claim keeps the lease it was taken with: a caller that claims
+		// again to learn the outcome sends the same request, and another
+		// lease is another claim, taken after this one is released.
+		return nil, nil, status.Errorf(codes.FailedPrecondition,
+			"the claim of workload %q on node %q exists with lease_ttl %s; claim with the same lease_ttl, or release it and claim again",
+			ref.WorkloadID, ref.NodeID, leaseText(claim.GetLeaseTtl().AsDuration()))
 	case claim != nil && claim.GetState() != rules.StateTaken:
 		return nil, nil, csisupdv1.NewClaimRefusedError(csisupdv1.ClaimRuleReleasing,
 			fmt.Sprintf("the claim of workload %q on node %q is being released (state %s); claim again once it is freed",
@@ -64,6 +72,9 @@ func (o *Ops) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeClaimRequest
 		o.logger.Info("volume claimed", "volume", ref.VolumeID, "node", ref.NodeID, "workload", ref.WorkloadID,
 			"access_mode", claim.GetUsage().GetAccessMode(), "read_only", claim.GetReadOnly(), "claim_index", claim.GetClaimIndex())
 	}
+	// The lease counts from the take, and a claim again renews it: its
+	// caller is alive. A lease that has expired is not revived.
+	o.cfg.AddLease(ref, claim.GetClaimIndex(), claim.GetLeaseTtl().AsDuration())
 	if claim.GetMounted() {
 		// Mounted already: answered from this server's state.
 		if err := o.confirmLeader(); err != nil {
@@ -212,4 +223,12 @@ func (o *Ops) controllerPublish(ctx context.Context, v *statepb.Volume, claim *s
 		return nil, fmt.Errorf("controller publish volume %q to node %q: %w", v.GetId(), claim.GetNodeId(), err)
 	}
 	return pc, nil
+}
+
+// leaseText names a claim's lease_ttl in a message.
+func leaseText(ttl time.Duration) string {
+	if ttl == 0 {
+		return "none"
+	}
+	return ttl.String()
 }

@@ -55,6 +55,14 @@
 // write (nothing left to release, a claim mounted already) is given only
 // after ConfirmLeader.
 //
+// Leases. A claim taken with a lease_ttl enters the leader's lease table
+// (Config.AddLease) right after its take, so its lease counts from the
+// take; a claim again with the same lease_ttl renews it, one with another
+// lease_ttl is refused (FailedPrecondition): a claim keeps the lease it
+// was taken with. When a lease expires the table calls ExpireLease, which
+// starts the release with release_reason lease_expired and leaves the
+// steps to the volume watcher.
+//
 // Snapshots and expansions are recorded before the plugin is called
 // (state creating, an expansion under way), so that whatever happens to
 // this leader the volume watcher completes them.

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/csisupd/csisupd/internal/keylock"
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -38,6 +39,10 @@ type Config struct {
 	// interval: a failed claim and a draining volume leave it work.
 	// Required.
 	KickWatcher func()
+	// AddLease gives a leased claim the leader took (or that a caller
+	// claimed again) a full lease in the leader's lease table (package
+	// leader's Leases.Add). Required.
+	AddLease func(ref rules.Ref, claimIndex uint64, ttl time.Duration)
 	// RPCTimeout bounds each call to a controller or a node's agent
 	// (config.ServerTuning.RPCTimeout). Required.
 	RPCTimeout time.Duration
@@ -83,6 +88,7 @@ func New(cfg Config, logger hclog.Logger) (*Ops, error) {
 	required(cfg.NodeVolumes == nil, "NodeVolumes")
 	required(cfg.Nodes == nil, "Nodes")
 	required(cfg.KickWatcher == nil, "KickWatcher")
+	required(cfg.AddLease == nil, "AddLease")
 	required(cfg.RPCTimeout <= 0, "a positive RPCTimeout")
 	required(cfg.ApplyTimeout <= 0, "a positive ApplyTimeout")
 	if err := errors.Join(errs...); err != nil {
