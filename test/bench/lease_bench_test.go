@@ -34,7 +34,7 @@ const (
 	// as the TTL measured would set it (leaseRenewTTLs).
 	leaseTTL          = 5 * time.Minute
 	leaseWindow       = 30 * time.Second
-	leaseSeedInFlight = 32
+	leaseSeedInFlight = 128
 )
 
 // leaseRenewTTLs are the lease TTLs whose renewals are measured, each
