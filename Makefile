@@ -52,7 +52,7 @@ FAULT_TESTS := TestFormationRepeated|TestLinearizableVolumesUnderLeaderKills|Tes
 	TestNodeDownLongerThanClaimGCGrace|TestForcedReleaseOfAKilledNode|TestSecretsFileAcrossSIGHUP|TestClusterLeaderLoss|\
 	TestLostMountRecord|TestWatchdogGapsStayFarBelowTimeout|TestOutageRecoveryByTheREADME|TestLeaderKilledMidClaim|\
 	TestLeaderStoppedMidClaim|TestVolumeHealthOfRealAgents|TestAgentRefusesAFIFOSecretsFile|TestSecretsFileFIFOAcrossSIGHUP|\
-	TestHostilePluginsDoNotStallSupervision
+	TestHostilePluginsDoNotStallSupervision|TestLeasedClaimSurvivesLeaderKill
 # FAULT_TESTS as one -run pattern: the continued lines' spaces removed.
 empty :=
 FAULT_RUN = ^($(subst $(empty) ,,$(strip $(FAULT_TESTS))))$$

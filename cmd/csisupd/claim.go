@@ -4,18 +4,28 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+)
+
+// The bounds of a claim's lease, as the servers check them: checked here
+// too, so that a typo is a usage error before anything is sent.
+const (
+	minLease = 5 * time.Second
+	maxLease = 24 * time.Hour
 )
 
 func newVolumeClaimCommand(opts *clientOptions) *cobra.Command {
 	var (
 		node, workload, accessMode, fsType string
-		mountGroup                         string
+		mountGroup, owner                  string
 		readOnly, block                    bool
 		mountFlags, secrets                []string
+		lease                              time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "claim ID --node NODE --workload W",
@@ -30,11 +40,22 @@ finds the volume.
 that group id (CSI volume_mount_group), for workloads that run as a group
 other than the file owner's. Only plugins with the VOLUME_MOUNT_GROUP node
 capability take it: the servers refuse the claim on a node whose plugin
-lacks it.`,
+lacks it.
+
+--lease D gives the claim a lease (a Go duration, 5s to 24h): unless
+"volume renew" renews it within D, the servers release it (release reason
+lease_expired). --owner O names the scheduler that holds the claim.`,
 		Args: rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlags(cmd, "node", "workload"); err != nil {
 				return err
+			}
+			var leaseTTL *durationpb.Duration
+			if cmd.Flags().Changed("lease") {
+				if lease < minLease || lease > maxLease {
+					return usageError{fmt.Errorf("--lease %s is out of range: give %s to %s", lease, minLease, maxLease)}
+				}
+				leaseTTL = durationpb.New(lease)
 			}
 			usage := &csisupdv1.VolumeUsage{ReadOnly: readOnly, AccessType: "mount", FsType: fsType, MountFlags: mountFlags,
 				VolumeMountGroup: mountGroup}
@@ -62,6 +83,7 @@ lacks it.`,
 				}
 				resp, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{
 					Id: args[0], NodeId: nodeID, WorkloadId: workload, Usage: usage, Secrets: sec,
+					LeaseTtl: leaseTTL, Owner: owner,
 				})
 				if err != nil {
 					return controlError(opts.address, err)
@@ -84,6 +106,8 @@ lacks it.`,
 	f.StringArrayVar(&mountFlags, "mount-flag", nil, "mount flag; repeatable")
 	f.StringVar(&mountGroup, "mount-group", "", "group id (decimal GID) the plugin makes the volume accessible to (CSI volume_mount_group; needs the plugin's VOLUME_MOUNT_GROUP node capability)")
 	f.StringArrayVar(&secrets, "secret", nil, "secret key=value passed to the plugin, never stored or printed; repeatable")
+	f.DurationVar(&lease, "lease", 0, "lease of the claim, 5s to 24h: released unless renewed (volume renew) within it")
+	f.StringVar(&owner, "owner", "", "name of the scheduler that holds the claim, e.g. nomad")
 	return cmd
 }
 

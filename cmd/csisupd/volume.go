@@ -37,6 +37,7 @@ func newVolumeCommand(opts *clientOptions) *cobra.Command {
 		newVolumeStatusCommand(opts),
 		newVolumeClaimCommand(opts),
 		newVolumeReleaseCommand(opts),
+		newVolumeRenewCommand(opts),
 		newVolumeDetachCommand(opts),
 		newVolumeExpandCommand(opts),
 		newVolumeModifyCommand(opts),
@@ -544,6 +545,9 @@ func printVolume(w io.Writer, v *csisupdv1.Volume) error {
 			fmt.Sprint(c.GetReadOnly()), dash(c.GetHostPath()), dash(formatTime(c.GetClaimedAt())), dash(c.GetLastError()))
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := printClaimLeases(w, v.GetClaims()); err != nil {
 		return err
 	}
 	for _, c := range forced {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/state"
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
@@ -31,6 +32,7 @@ func fullConfig() Config {
 		NodeVolumes:   nodeVolumes{},
 		Nodes:         noNodes{},
 		KickWatcher:   func() {},
+		AddLease:      func(rules.Ref, uint64, time.Duration) {},
 		RPCTimeout:    time.Second,
 		ApplyTimeout:  time.Second,
 	}
@@ -51,6 +53,7 @@ func TestNewNamesWhatIsMissing(t *testing.T) {
 		{"node volumes", func(c *Config) { c.NodeVolumes = nil }, "NodeVolumes is required"},
 		{"nodes", func(c *Config) { c.Nodes = nil }, "Nodes is required"},
 		{"watcher kick", func(c *Config) { c.KickWatcher = nil }, "KickWatcher is required"},
+		{"lease table", func(c *Config) { c.AddLease = nil }, "AddLease is required"},
 		{"rpc timeout", func(c *Config) { c.RPCTimeout = 0 }, "a positive RPCTimeout is required"},
 		{"apply timeout", func(c *Config) { c.ApplyTimeout = -time.Second }, "a positive ApplyTimeout is required"},
 	} {
