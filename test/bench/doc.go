@@ -112,7 +112,7 @@
 //     windows; renewals, like heartbeats, are held in the leader's memory,
 //     so it must be 0 (the run fails otherwise, naming what was written).
 //
-// The run also fails when a renewal call fails, answers a workload lost,
-// or renews fewer than its 10 claims, and when a claim is not taken and
-// mounted after the last window: no lease may expire.
+// The run also fails when a renewal call fails, answers a workload lost
+// or leaves one unanswered (neither renewed nor lost), and when a claim
+// is not taken and mounted after the last window: no lease may expire.
 package bench

@@ -95,8 +95,9 @@ type simAgents struct {
 	assign     atomic.Pointer[simAssign]
 	renew      atomic.Pointer[simRenew]
 	// Renewal figures: successful NodeRenewClaims calls, the claims they
-	// renewed, the workloads they answered lost, and failed calls.
-	renewals, renewed, lost, renewFailures atomic.Int64
+	// renewed, the workloads they answered lost, the workloads they
+	// answered neither renewed nor lost, and failed calls.
+	renewals, renewed, lost, missed, renewFailures atomic.Int64
 }
 
 // simRenew is the agents' renewal mode: every agent renews the leases of
@@ -138,7 +139,7 @@ func (s *simAgents) printf(format string, args ...any) {
 // NodeRenewClaims for its workloads every INTERVAL (a Go duration; 0
 // stops), each at its own phase, and "renewing EPOCH" is printed once
 // every agent renewed under it (or stopped); "renewals CALLS CLAIMS LOST
-// FAILURES" answers each "renewals" line read.
+// MISSED FAILURES" answers each "renewals" line read.
 func runSimAgents(servers []string, nodes, plugins int, in io.Reader, out io.Writer) int {
 	s := &simAgents{nodes: nodes, plugins: plugins, out: out, regSem: make(chan struct{}, simRegisterInFlight), started: time.Now()}
 	var conns []*grpc.ClientConn
@@ -212,7 +213,7 @@ func runSimAgents(servers []string, nodes, plugins int, in io.Reader, out io.Wri
 			old := s.renew.Swap(&simRenew{epoch: epoch, workloads: workloads, interval: interval, changed: make(chan struct{})})
 			close(old.changed)
 		case len(f) == 1 && f[0] == "renewals":
-			s.printf("renewals %d %d %d %d", s.renewals.Load(), s.renewed.Load(), s.lost.Load(), s.renewFailures.Load())
+			s.printf("renewals %d %d %d %d %d", s.renewals.Load(), s.renewed.Load(), s.lost.Load(), s.missed.Load(), s.renewFailures.Load())
 		}
 	}
 	cancel()
@@ -381,6 +382,7 @@ func (s *simAgents) runRenewals(ctx context.Context, i int) {
 			s.renewals.Add(1)
 			s.renewed.Add(int64(len(resp.GetRenewed())))
 			s.lost.Add(int64(len(resp.GetLostWorkloadIds())))
+			s.missed.Add(int64(missedWorkloads(req.GetWorkloadIds(), resp)))
 			if first {
 				first = false
 				if r.started.Add(1) == int64(s.nodes) {
@@ -389,6 +391,25 @@ func (s *simAgents) runRenewals(ctx context.Context, i int) {
 			}
 		}
 	}
+}
+
+// missedWorkloads counts the workloads a renewal asked for that its
+// answer neither renewed nor reported lost.
+func missedWorkloads(asked []string, resp *csisupdv1.RenewClaimsResponse) int {
+	seen := map[string]bool{}
+	for _, r := range resp.GetRenewed() {
+		seen[r.GetWorkloadId()] = true
+	}
+	for _, w := range resp.GetLostWorkloadIds() {
+		seen[w] = true
+	}
+	n := 0
+	for _, w := range asked {
+		if !seen[w] {
+			n++
+		}
+	}
+	return n
 }
 
 // testNodeSecret is the node secret a test gives node id.
