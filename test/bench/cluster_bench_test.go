@@ -72,11 +72,13 @@ type simProcess struct {
 	lines chan string
 }
 
-func startSimAgents(b *testing.B, servers []string) *simProcess {
+// startSimAgents starts nodes simulated agents with plugins plugins each
+// in a child process, calling servers.
+func startSimAgents(b *testing.B, servers []string, nodes, plugins int) *simProcess {
 	b.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), simServersEnv+"="+strings.Join(servers, ","),
-		simNodesEnv+"="+strconv.Itoa(clusterNodes), simPluginsEnv+"="+strconv.Itoa(clusterNodePlugins))
+		simNodesEnv+"="+strconv.Itoa(nodes), simPluginsEnv+"="+strconv.Itoa(plugins))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -185,7 +187,7 @@ func runCluster10000(b *testing.B) {
 	b.ReportMetric(idleCPU, "servers_idle_cpu_%core")
 
 	// Registration: from the agents' start to the last node registered.
-	sim := startSimAgents(b, c.RPCAddrs())
+	sim := startSimAgents(b, c.RPCAddrs(), clusterNodes, clusterNodePlugins)
 	var regSeconds float64
 	regCPU, _ := cpuPercent(b, self, func() {
 		f := sim.await(b, "registered", 5*time.Minute)

@@ -93,7 +93,32 @@ type simAgents struct {
 	failures   atomic.Int64
 	mark       atomic.Pointer[simMark]
 	assign     atomic.Pointer[simAssign]
+	renew      atomic.Pointer[simRenew]
+	// Renewal figures: successful NodeRenewClaims calls, the claims they
+	// renewed, the workloads they answered lost, the workloads they
+	// answered neither renewed nor lost, and failed calls.
+	renewals, renewed, lost, missed, renewFailures atomic.Int64
 }
+
+// simRenew is the agents' renewal mode: every agent renews the leases of
+// its workloads (simWorkloadID 0 to workloads-1) in one NodeRenewClaims
+// every interval; interval 0 stops the renewals. Storing the next mode
+// closes changed, which wakes every agent's renewal loop.
+type simRenew struct {
+	epoch     int64
+	workloads int
+	interval  time.Duration
+	changed   chan struct{}
+	// started counts the agents that took the mode on: made their first
+	// successful renewal under it, or stopped.
+	started atomic.Int64
+}
+
+// simNodeID is the node id of simulated agent i.
+func simNodeID(i int) string { return fmt.Sprintf("node-%05d", i) }
+
+// simWorkloadID is the id of a node's k-th workload.
+func simWorkloadID(k int) string { return fmt.Sprintf("w%d", k) }
 
 func (s *simAgents) printf(format string, args ...any) {
 	s.outMu.Lock()
@@ -109,7 +134,12 @@ func (s *simAgents) printf(format string, args ...any) {
 // FAILURES" for each "count" line read, "healed SEQ SECONDS" once every
 // node heartbeated after a "mark SEQ" line read, and "assigned EPOCH"
 // once every agent made a call under an "assign EPOCH SERVER" line read
-// (SERVER an index into servers, or -1 to spread them again).
+// (SERVER an index into servers, or -1 to spread them again). Under a
+// "renew EPOCH WORKLOADS INTERVAL" line read, every agent calls
+// NodeRenewClaims for its workloads every INTERVAL (a Go duration; 0
+// stops), each at its own phase, and "renewing EPOCH" is printed once
+// every agent renewed under it (or stopped); "renewals CALLS CLAIMS LOST
+// MISSED FAILURES" answers each "renewals" line read.
 func runSimAgents(servers []string, nodes, plugins int, in io.Reader, out io.Writer) int {
 	s := &simAgents{nodes: nodes, plugins: plugins, out: out, regSem: make(chan struct{}, simRegisterInFlight), started: time.Now()}
 	var conns []*grpc.ClientConn
@@ -137,13 +167,18 @@ func runSimAgents(servers []string, nodes, plugins int, in io.Reader, out io.Wri
 	}()
 	s.mark.Store(&simMark{seq: -1, at: time.Now().Add(time.Hour)})
 	s.assign.Store(&simAssign{server: -1})
+	s.renew.Store(&simRenew{changed: make(chan struct{})})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range nodes {
-		wg.Add(1)
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			s.runAgent(ctx, i)
+		}()
+		go func() {
+			defer wg.Done()
+			s.runRenewals(ctx, i)
 		}()
 	}
 	sc := bufio.NewScanner(in)
@@ -167,6 +202,18 @@ func runSimAgents(servers []string, nodes, plugins int, in io.Reader, out io.Wri
 				continue
 			}
 			s.assign.Store(&simAssign{epoch: epoch, server: server})
+		case len(f) == 4 && f[0] == "renew":
+			epoch, err1 := strconv.ParseInt(f[1], 10, 64)
+			workloads, err2 := strconv.Atoi(f[2])
+			interval, err3 := time.ParseDuration(f[3])
+			if err1 != nil || err2 != nil || err3 != nil || workloads < 0 || interval < 0 {
+				fmt.Fprintf(os.Stderr, "simulated agents: bad renew %q\n", sc.Text())
+				continue
+			}
+			old := s.renew.Swap(&simRenew{epoch: epoch, workloads: workloads, interval: interval, changed: make(chan struct{})})
+			close(old.changed)
+		case len(f) == 1 && f[0] == "renewals":
+			s.printf("renewals %d %d %d %d %d", s.renewals.Load(), s.renewed.Load(), s.lost.Load(), s.missed.Load(), s.renewFailures.Load())
 		}
 	}
 	cancel()
@@ -176,7 +223,7 @@ func runSimAgents(servers []string, nodes, plugins int, in io.Reader, out io.Wri
 
 // runAgent is one simulated agent: register, then heartbeat at the TTL.
 func (s *simAgents) runAgent(ctx context.Context, i int) {
-	id := fmt.Sprintf("node-%05d", i)
+	id := simNodeID(i)
 	var plugins []*csisupdv1.Plugin
 	for p := range s.plugins {
 		plugins = append(plugins, &csisupdv1.Plugin{
@@ -269,6 +316,100 @@ func (s *simAgents) runAgent(ctx context.Context, i int) {
 		case <-t.C:
 		}
 	}
+}
+
+// runRenewals is one simulated agent's lease renewals, as the node
+// client's Hold renews them: one NodeRenewClaims for all of the node's
+// workloads per interval, to the server its heartbeats go to; on a
+// failure it moves to the next server and tries again at the next
+// interval. An agent's first call under a mode comes at a random point of
+// the first interval, so that the calls of all agents spread evenly.
+func (s *simAgents) runRenewals(ctx context.Context, i int) {
+	id := simNodeID(i)
+	var epoch int64
+	server := i % len(s.servers)
+	conn := i % simConnsPerServer
+	for {
+		r := s.renew.Load()
+		if r.interval == 0 {
+			if r.started.Add(1) == int64(s.nodes) && r.epoch != 0 {
+				s.printf("renewing %d", r.epoch)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.changed:
+				continue
+			}
+		}
+		req := &csisupdv1.RenewClaimsRequest{NodeId: id}
+		for k := range r.workloads {
+			req.WorkloadIds = append(req.WorkloadIds, simWorkloadID(k))
+		}
+		wait := rand.N(r.interval)
+		first := true
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-r.changed:
+				t.Stop()
+			case <-t.C:
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if s.renew.Load() != r {
+				break
+			}
+			if a := s.assign.Load(); a.epoch != epoch {
+				epoch, server = a.epoch, a.server
+				if server < 0 {
+					server = i % len(s.servers)
+				}
+			}
+			wait = r.interval
+			cctx, cancel := context.WithTimeout(ctx, simRPCTimeout)
+			resp, err := s.servers[server][conn].NodeRenewClaims(asNode(cctx, id), req)
+			cancel()
+			if err != nil {
+				s.renewFailures.Add(1)
+				server = (server + 1) % len(s.servers)
+				continue
+			}
+			s.renewals.Add(1)
+			s.renewed.Add(int64(len(resp.GetRenewed())))
+			s.lost.Add(int64(len(resp.GetLostWorkloadIds())))
+			s.missed.Add(int64(missedWorkloads(req.GetWorkloadIds(), resp)))
+			if first {
+				first = false
+				if r.started.Add(1) == int64(s.nodes) {
+					s.printf("renewing %d", r.epoch)
+				}
+			}
+		}
+	}
+}
+
+// missedWorkloads counts the workloads a renewal asked for that its
+// answer neither renewed nor reported lost.
+func missedWorkloads(asked []string, resp *csisupdv1.RenewClaimsResponse) int {
+	seen := map[string]bool{}
+	for _, r := range resp.GetRenewed() {
+		seen[r.GetWorkloadId()] = true
+	}
+	for _, w := range resp.GetLostWorkloadIds() {
+		seen[w] = true
+	}
+	n := 0
+	for _, w := range asked {
+		if !seen[w] {
+			n++
+		}
+	}
+	return n
 }
 
 // testNodeSecret is the node secret a test gives node id.
