@@ -42,7 +42,7 @@ func TestLeaseExpiryReleasesTheClaim(t *testing.T) {
 	}
 	// Slow node calls keep the claim in its release long enough to be
 	// seen there.
-	cc.plugins[1].SetSlow(time.Second)
+	cc.plugins[1].SetSlow(300 * time.Millisecond)
 	var reasons []string
 	testutil.WaitFor(t, rules.MinLeaseTTL+30*time.Second, "the expired claim freed", func() bool {
 		cl := claimOf(cc.volume(t, "leased"), cc.c.Agent(1).NodeID(), "w1")

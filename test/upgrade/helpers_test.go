@@ -508,12 +508,13 @@ func normalise(t *testing.T, name string, raw json.RawMessage) any {
 			// them; an upgraded volume has them empty, and only then are
 			// they dropped.
 			dropEmpty(v, map[string]any{"capacity_limit_bytes": "0", "content_source": nil, "mutable_parameters": map[string]any{}, "expansion": nil,
-				"availability": "", "conditions": []any{}})
+				"availability": "", "conditions": []any{}, "ephemeral": false})
 			for _, c := range list(v["claims"]) {
 				// Added after the fixture's release, which answered
 				// without it; an upgraded claim has none.
 				delete(c, "staging_path")
-				dropEmpty(c, map[string]any{"forced": false, "skipped_steps": []any{}})
+				dropEmpty(c, map[string]any{"forced": false, "skipped_steps": []any{}, "owner": "", "release_reason": "",
+					"lease_ttl": nil, "lease_renewed_at": nil, "lease_deadline": nil})
 				if u, ok := c["usage"].(map[string]any); ok {
 					dropEmpty(u, map[string]any{"volume_mount_group": ""})
 				}
