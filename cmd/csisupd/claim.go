@@ -222,7 +222,16 @@ func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload s
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "Nothing to release: volume %s has %s on node %s\n", display(id), what, display(nodeID))
 			return err
 		}
-		return printVolumeResult(cmd.OutOrStdout(), false, fmt.Sprintf("Released %d claim(s) of", resp.GetReleased()), resp.GetVolume())
+		if err := printVolumeResult(cmd.OutOrStdout(), false, fmt.Sprintf("Released %d claim(s) of", resp.GetReleased()), resp.GetVolume()); err != nil {
+			return err
+		}
+		if v := resp.GetVolume(); v.GetEphemeral() && len(v.GetClaims()) == 0 {
+			// The servers deleted it, or their volume watcher will once
+			// the plugin's delete succeeds.
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "Volume %s is ephemeral: its last claim is released, so it is deleted\n", display(v.GetId()))
+			return err
+		}
+		return nil
 	})
 }
 

@@ -65,7 +65,9 @@ func TestVolumeClaimCreateFrom(t *testing.T) {
 	if vol["ephemeral"] != true || vol["plugin_id"] != "tp" {
 		t.Fatalf("the created volume: %v, want it ephemeral on plugin tp", vol)
 	}
-	runAt(t, addr)("volume", "release", "scratch", "--node", a.NodeID(), "--workload", "job-1")
+	if out := runAt(t, addr)("volume", "release", "scratch", "--node", a.NodeID(), "--workload", "job-1"); !strings.Contains(out, "Volume scratch is ephemeral: its last claim is released, so it is deleted") {
+		t.Fatalf("release of the last claim of an ephemeral volume: %q, want it to say the volume is deleted", out)
+	}
 	if _, err := execute(t, "--address", addr, "volume", "status", "scratch"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("volume status after the last release of an ephemeral volume: %v, want not found", err)
 	}
