@@ -159,26 +159,7 @@ func cpuPercent(b *testing.B, pid int, fn func()) (float64, time.Duration) {
 func runCluster10000(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// The servers' errors are shown only when the run fails: each leader
-	// kill makes raft log its failed heartbeats to the dead server.
-	logs := &testutil.SyncBuffer{}
-	b.Cleanup(func() {
-		if b.Failed() {
-			b.Logf("server logs:\n%s", logs)
-		}
-	})
-	c := testcluster.New(b, testcluster.Config{
-		Servers:   3,
-		Configure: clusterTuning,
-		Logger:    hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: logs}),
-	})
-	c.WaitForLeader(b, time.Minute)
-	// Formed: every server joined and recorded (writes that would
-	// otherwise land in a measurement window).
-	testutil.WaitFor(b, time.Minute, "every server recorded", func() bool {
-		l := c.Leader()
-		return l != nil && len(l.Server().State().Servers()) == 3
-	})
+	c := startBenchServers(b)
 	self := os.Getpid()
 
 	// The three servers idle: raft's own heartbeats and the leader's
@@ -305,6 +286,31 @@ func runCluster10000(b *testing.B) {
 	if down > 0 {
 		b.Errorf("%d nodes were marked down over %d leader kills, want none", down, clusterLeaderKills)
 	}
+}
+
+// startBenchServers starts the three servers of the cluster benchmarks,
+// tuned by clusterTuning, and waits until they have formed: every server
+// joined and recorded (writes that would otherwise land in a measurement
+// window). Their errors are shown only when the run fails: each leader
+// kill makes raft log its failed heartbeats to the dead server.
+func startBenchServers(b *testing.B) *testcluster.Cluster {
+	logs := &testutil.SyncBuffer{}
+	b.Cleanup(func() {
+		if b.Failed() {
+			b.Logf("server logs:\n%s", logs)
+		}
+	})
+	c := testcluster.New(b, testcluster.Config{
+		Servers:   3,
+		Configure: clusterTuning,
+		Logger:    hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: logs}),
+	})
+	c.WaitForLeader(b, time.Minute)
+	testutil.WaitFor(b, time.Minute, "every server recorded", func() bool {
+		l := c.Leader()
+		return l != nil && len(l.Server().State().Servers()) == 3
+	})
+	return c
 }
 
 // listAllNodes follows ListNodes' pages of 1000 to the end.

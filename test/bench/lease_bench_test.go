@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -18,8 +17,6 @@ import (
 	"github.com/csisupd/csisupd/internal/server/fsm"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
-	"github.com/csisupd/csisupd/internal/testcluster"
-	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // The lease renewal benchmark's sizes and windows.
@@ -109,22 +106,7 @@ func (p *simProcess) renewalCounts(b *testing.B) [5]int64 {
 func runLeaseRenewals(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	logs := &testutil.SyncBuffer{}
-	b.Cleanup(func() {
-		if b.Failed() {
-			b.Logf("server logs:\n%s", logs)
-		}
-	})
-	c := testcluster.New(b, testcluster.Config{
-		Servers:   3,
-		Configure: clusterTuning,
-		Logger:    hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: logs}),
-	})
-	c.WaitForLeader(b, time.Minute)
-	testutil.WaitFor(b, time.Minute, "every server recorded", func() bool {
-		l := c.Leader()
-		return l != nil && len(l.Server().State().Servers()) == 3
-	})
+	c := startBenchServers(b)
 	self := os.Getpid()
 	idleCPU, _ := cpuPercent(b, self, func() { time.Sleep(clusterIdleWindow) }) // a measurement window
 	b.ReportMetric(idleCPU, "servers_idle_cpu_%core")
