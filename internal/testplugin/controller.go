@@ -13,7 +13,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -469,153 +468,6 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csi.Co
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: s.p.cfg.NodeExpansionRequired}, nil
 }
 
-// CreateSnapshot copies the content of an existing volume into a new
-// snapshot, idempotently by name: the same name and source return the
-// same snapshot, another source is AlreadyExists.
-func (s *controllerServer) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	if err := s.require(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT); err != nil {
-		return nil, err
-	}
-	switch {
-	case req.GetName() == "":
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	case req.GetSourceVolumeId() == "":
-		return nil, status.Error(codes.InvalidArgument, "source_volume_id is required")
-	}
-	st := s.p.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if snap := st.snapshotByName(req.GetName()); snap != nil {
-		if snap.SourceVolumeID != req.GetSourceVolumeId() {
-			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists as %s of volume %s", req.GetName(), snap.ID, snap.SourceVolumeID)
-		}
-		cs, err := s.report(snap)
-		if err != nil {
-			return nil, err
-		}
-		return &csi.CreateSnapshotResponse{Snapshot: cs}, nil
-	}
-	v, ok := st.volumes[req.GetSourceVolumeId()]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", req.GetSourceVolumeId())
-	}
-	snap := &snapshot{
-		ID:             newID("snap-"),
-		Name:           req.GetName(),
-		SourceVolumeID: v.ID,
-		SizeBytes:      v.CapacityBytes,
-		CreatedAt:      time.Now().UTC(),
-	}
-	if n := s.p.cfg.SnapshotReadyAfter; n > 0 {
-		// This answer is the first of the n+1 that say not ready.
-		snap.NotReadyReports = n + 1
-	}
-	if err := copyContent(st.dataPath(v.ID), st.snapDataPath(snap.ID), s.p.cfg.MaxContentBytes, MaxContentEntries); err != nil {
-		return nil, contentStatus("copy the content of volume "+v.ID, err)
-	}
-	if err := st.putSnapshot(snap); err != nil {
-		_ = os.RemoveAll(st.snapDataPath(snap.ID))
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	cs, err := s.report(snap)
-	if err != nil {
-		return nil, err
-	}
-	return &csi.CreateSnapshotResponse{Snapshot: cs}, nil
-}
-
-// DeleteSnapshot deletes a snapshot record; unknown ids succeed.
-func (s *controllerServer) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
-	if err := s.require(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT); err != nil {
-		return nil, err
-	}
-	if req.GetSnapshotId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
-	}
-	st := s.p.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if snap, ok := st.snapshots[req.GetSnapshotId()]; ok {
-		if err := st.deleteSnapshot(snap); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		}
-	}
-	return &csi.DeleteSnapshotResponse{}, nil
-}
-
-// GetSnapshot returns one snapshot.
-func (s *controllerServer) GetSnapshot(_ context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	if err := s.require(csi.ControllerServiceCapability_RPC_GET_SNAPSHOT); err != nil {
-		return nil, err
-	}
-	if req.GetSnapshotId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
-	}
-	st := s.p.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	snap, ok := st.snapshots[req.GetSnapshotId()]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist", req.GetSnapshotId())
-	}
-	cs, err := s.report(snap)
-	if err != nil {
-		return nil, err
-	}
-	return &csi.GetSnapshotResponse{Snapshot: cs}, nil
-}
-
-// ListSnapshots lists snapshots ordered by id, in pages, optionally only one
-// snapshot id or the snapshots of one source volume.
-func (s *controllerServer) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	if err := s.require(csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS); err != nil {
-		return nil, err
-	}
-	after, err := parseToken(req.GetStartingToken(), req.GetMaxEntries())
-	if err != nil {
-		return nil, err
-	}
-	st := s.p.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	var ids []string
-	for id, snap := range st.snapshots {
-		if (req.GetSnapshotId() == "" || id == req.GetSnapshotId()) &&
-			(req.GetSourceVolumeId() == "" || snap.SourceVolumeID == req.GetSourceVolumeId()) {
-			ids = append(ids, id)
-		}
-	}
-	ids, next := page(ids, after, req.GetMaxEntries())
-	resp := &csi.ListSnapshotsResponse{NextToken: next}
-	for _, id := range ids {
-		cs, err := s.report(st.snapshots[id])
-		if err != nil {
-			return nil, err
-		}
-		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: cs})
-	}
-	return resp, nil
-}
-
-// report converts a snapshot for an answer, counting the answer against
-// Config.SnapshotReadyAfter: the snapshot is not ready while reports are
-// left. A new snapshot is stored here, with its first report counted.
-// Callers hold st.mu.
-func (s *controllerServer) report(snap *snapshot) (*csi.Snapshot, error) {
-	cs := csiSnapshot(snap)
-	if snap.NotReadyReports == 0 {
-		return cs, nil
-	}
-	cs.ReadyToUse = false
-	old := *snap
-	snap.NotReadyReports--
-	if err := s.p.st.putSnapshot(snap); err != nil {
-		*snap = old
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	return cs, nil
-}
-
 // ControllerModifyVolume sets the mutable parameters it is given on a
 // volume, key by key; keys it is not given keep their values.
 func (s *controllerServer) ControllerModifyVolume(_ context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
@@ -651,58 +503,6 @@ func (s *controllerServer) ControllerModifyVolume(_ context.Context, req *csi.Co
 	return &csi.ControllerModifyVolumeResponse{}, nil
 }
 
-// ControllerGetVolumeHealth reports the conditions set with
-// Plugin.SetVolumeHealth for an existing volume; none when it is healthy.
-func (s *controllerServer) ControllerGetVolumeHealth(_ context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
-	// CSI: LIST_VOLUME_HEALTH also obliges the plugin to this call.
-	if s.require(csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH) != nil {
-		if err := s.require(csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH); err != nil {
-			return nil, err
-		}
-	}
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
-	}
-	st := s.p.st
-	st.mu.Lock()
-	_, ok := st.volumes[req.GetVolumeId()]
-	st.mu.Unlock()
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
-	}
-	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: s.p.volumeHealth(req.GetVolumeId(), s.p.fileConditions())}, nil
-}
-
-// ControllerListVolumeHealth lists, in pages ordered by volume id, the
-// existing volumes that have adverse conditions; CSI says healthy volumes
-// should be left out.
-func (s *controllerServer) ControllerListVolumeHealth(_ context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
-	if err := s.require(csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH); err != nil {
-		return nil, err
-	}
-	after, err := parseToken(req.GetStartingToken(), req.GetMaxEntries())
-	if err != nil {
-		return nil, err
-	}
-	st := s.p.st
-	st.mu.Lock()
-	ids := slices.Collect(maps.Keys(st.volumes))
-	st.mu.Unlock()
-	conditions := s.p.fileConditions()
-	var sick []string
-	for _, id := range ids {
-		if len(s.p.volumeHealth(id, conditions).GetHealthStatuses()) > 0 {
-			sick = append(sick, id)
-		}
-	}
-	sick, next := page(sick, after, req.GetMaxEntries())
-	resp := &csi.ControllerListVolumeHealthResponse{NextToken: next}
-	for _, id := range sick {
-		resp.Entries = append(resp.Entries, s.p.volumeHealth(id, conditions))
-	}
-	return resp, nil
-}
-
 // csiVolume converts a volume record for the wire.
 func (p *Plugin) csiVolume(v *volume) *csi.Volume {
 	cv := &csi.Volume{
@@ -723,18 +523,6 @@ func (p *Plugin) csiVolume(v *volume) *csi.Volume {
 		}}
 	}
 	return cv
-}
-
-// csiSnapshot converts a snapshot record for the wire, ready to use; see
-// report for snapshots that are not ready yet.
-func csiSnapshot(s *snapshot) *csi.Snapshot {
-	return &csi.Snapshot{
-		SnapshotId:     s.ID,
-		SourceVolumeId: s.SourceVolumeID,
-		SizeBytes:      s.SizeBytes,
-		CreationTime:   timestamppb.New(s.CreatedAt),
-		ReadyToUse:     true,
-	}
 }
 
 // parseToken checks a listing request and returns the id the page starts
