@@ -2,9 +2,69 @@ package consultest
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 )
+
+// ACL is the ACL system of an Agent.
+type ACL struct {
+	// Tokens maps secret IDs to what they may do.
+	Tokens map[string]Policy
+	// Anonymous applies to requests without a token.
+	Anonymous Policy
+}
+
+// Policy is what a token may do. The zero Policy allows nothing. Prefix
+// lists work like Consul's service_prefix rules: "" matches every name.
+type Policy struct {
+	// ServiceWrite lists service name prefixes the token may register,
+	// deregister and update checks of. Write implies read.
+	ServiceWrite []string
+	// ServiceRead lists service name prefixes the token may read.
+	ServiceRead []string
+	// NodeWrite allows catalog registrations and node checks.
+	NodeWrite bool
+	// NodeRead allows reading node checks.
+	NodeRead bool
+	// AgentRead allows /v1/agent/self.
+	AgentRead bool
+}
+
+// AllowAll returns a policy that allows everything the Agent serves.
+func AllowAll() Policy {
+	return Policy{ServiceWrite: []string{""}, NodeWrite: true, NodeRead: true, AgentRead: true}
+}
+
+// SetToken adds or replaces an ACL token. It enables ACLs (with a deny-all
+// anonymous policy) if they were off.
+func (a *Agent) SetToken(secret string, p Policy) {
+	a.cat.mu.Lock()
+	defer a.cat.mu.Unlock()
+	if a.acl == nil {
+		a.acl = &ACL{Tokens: make(map[string]Policy)}
+	}
+	a.acl.Tokens[secret] = p
+}
+
+// DeleteToken removes an ACL token; requests that carry it get "ACL not
+// found".
+func (a *Agent) DeleteToken(secret string) {
+	a.cat.mu.Lock()
+	defer a.cat.mu.Unlock()
+	if a.acl != nil {
+		delete(a.acl.Tokens, secret)
+	}
+}
+
+func cloneACL(in *ACL) *ACL {
+	if in == nil {
+		return nil
+	}
+	out := &ACL{Tokens: make(map[string]Policy, len(in.Tokens)), Anonymous: in.Anonymous}
+	maps.Copy(out.Tokens, in.Tokens)
+	return out
+}
 
 // handler serves one route with the catalog's lock held.
 type handler func(w http.ResponseWriter, r *http.Request, z authz)
