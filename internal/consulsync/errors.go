@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -75,3 +76,53 @@ type redactedError struct {
 
 func (e *redactedError) Error() string { return redact(e.err.Error(), e.token) }
 func (e *redactedError) Unwrap() error { return e.err }
+
+// failureLogEvery is how often an unchanged sync failure is logged again
+// at error level; in between it is logged at debug level.
+const failureLogEvery = 5 * time.Minute
+
+// repeatLog decides whether a failure is logged at warning or error
+// level: a new message, or the same one last logged failureLogEvery ago.
+type repeatLog struct {
+	msg string
+	at  time.Time
+}
+
+// fresh reports whether msg is to be logged at the higher level now, and
+// if so remembers it.
+func (r *repeatLog) fresh(msg string, now time.Time) bool {
+	if msg == r.msg && now.Sub(r.at) < failureLogEvery {
+		return false
+	}
+	r.msg, r.at = msg, now
+	return true
+}
+
+// logFailure logs a failed pass at error level when the error is new or
+// was last logged failureLogEvery ago, else at debug level.
+func (s *Syncer) logFailure(err error, failures int, retryIn time.Duration) {
+	msg := err.Error()
+	if s.failLog.fresh(msg, s.now()) {
+		s.log.Error("consul sync failed; will retry", "error", msg, "failed_passes", failures, "retry_in", retryIn)
+		return
+	}
+	s.log.Debug("consul sync still failing", "failed_passes", failures, "retry_in", retryIn)
+}
+
+// passError collects the failures of one pass.
+type passError struct{ errs []error }
+
+func (e *passError) Error() string {
+	const show = 3
+	msgs := make([]string, 0, show)
+	for _, err := range e.errs[:min(show, len(e.errs))] {
+		msgs = append(msgs, err.Error())
+	}
+	msg := strings.Join(msgs, "; ")
+	if n := len(e.errs) - show; n > 0 {
+		msg += fmt.Sprintf("; and %d more", n)
+	}
+	return msg
+}
+
+func (e *passError) Unwrap() []error { return e.errs }

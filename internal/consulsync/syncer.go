@@ -20,10 +20,6 @@ import (
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
 
-// failureLogEvery is how often an unchanged sync failure is logged again
-// at error level; in between it is logged at debug level.
-const failureLogEvery = 5 * time.Minute
-
 // Syncer keeps the Consul agent's services in line with the registry: one
 // service for the csisupd agent and one per plugin, each with a health
 // check. Create it with New and drive it with Run.
@@ -52,23 +48,6 @@ type Syncer struct {
 	seen            map[string]bool // service IDs this process ever wanted
 	probationLogged map[string]bool
 	failLog         repeatLog
-}
-
-// repeatLog decides whether a failure is logged at warning or error
-// level: a new message, or the same one last logged failureLogEvery ago.
-type repeatLog struct {
-	msg string
-	at  time.Time
-}
-
-// fresh reports whether msg is to be logged at the higher level now, and
-// if so remembers it.
-func (r *repeatLog) fresh(msg string, now time.Time) bool {
-	if msg == r.msg && now.Sub(r.at) < failureLogEvery {
-		return false
-	}
-	r.msg, r.at = msg, now
-	return true
 }
 
 // serviceState is what the Syncer remembers about one wanted service.
@@ -274,35 +253,6 @@ func (s *Syncer) Run(ctx context.Context) error {
 		timer.Reset(cfg.SyncInterval)
 	}
 }
-
-// logFailure logs a failed pass at error level when the error is new or
-// was last logged failureLogEvery ago, else at debug level.
-func (s *Syncer) logFailure(err error, failures int, retryIn time.Duration) {
-	msg := err.Error()
-	if s.failLog.fresh(msg, s.now()) {
-		s.log.Error("consul sync failed; will retry", "error", msg, "failed_passes", failures, "retry_in", retryIn)
-		return
-	}
-	s.log.Debug("consul sync still failing", "failed_passes", failures, "retry_in", retryIn)
-}
-
-// passError collects the failures of one pass.
-type passError struct{ errs []error }
-
-func (e *passError) Error() string {
-	const show = 3
-	msgs := make([]string, 0, show)
-	for _, err := range e.errs[:min(show, len(e.errs))] {
-		msgs = append(msgs, err.Error())
-	}
-	msg := strings.Join(msgs, "; ")
-	if n := len(e.errs) - show; n > 0 {
-		msg += fmt.Sprintf("; and %d more", n)
-	}
-	return msg
-}
-
-func (e *passError) Unwrap() []error { return e.errs }
 
 // passStats counts the writes of one pass.
 type passStats struct {
