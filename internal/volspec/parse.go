@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agext/levenshtein"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
@@ -63,13 +62,6 @@ type decoder struct {
 	name   string
 	nameAt hcl.Range
 	idSet  bool
-}
-
-// fileError is one problem at a position of the file; the problems are
-// reported in file order.
-type fileError struct {
-	at  hcl.Range
-	err error
 }
 
 func (d *decoder) errorf(at hcl.Range, format string, args ...any) {
@@ -499,155 +491,4 @@ func (d *decoder) objectMap(attr *hclsyntax.Attribute, key string) map[string]st
 		m[k.AsString()] = s
 	}
 	return m
-}
-
-// value evaluates an argument: constants only, no variables or functions.
-func (d *decoder) value(attr *hclsyntax.Attribute, key string) (cty.Value, bool) {
-	val, diags := attr.Expr.Value(nil)
-	if diags.HasErrors() {
-		d.errs = append(d.errs, fileError{attr.SrcRange, diagsError(nil, key, diags)})
-		return cty.NilVal, false
-	}
-	if !val.IsWhollyKnown() {
-		d.errorf(attr.SrcRange, "%s: the value is not known", key)
-		return cty.NilVal, false
-	}
-	if val.IsNull() {
-		d.errorf(attr.SrcRange, "%s: null; remove the key instead", key)
-		return cty.NilVal, false
-	}
-	return val, true
-}
-
-// str evaluates an argument to a string.
-func (d *decoder) str(attr *hclsyntax.Attribute, key string) (string, bool) {
-	val, ok := d.value(attr, key)
-	if !ok {
-		return "", false
-	}
-	s, err := toString(val)
-	if err != nil {
-		d.errorf(attr.SrcRange, "%s: %v", key, err)
-		return "", false
-	}
-	return s, true
-}
-
-// toString converts a primitive value to a string; numbers and bools
-// become their text, as HCL 1 read them into Nomad's string maps.
-func toString(val cty.Value) (string, error) {
-	if val.IsNull() {
-		return "", errors.New("null; remove the key instead")
-	}
-	if !val.Type().IsPrimitiveType() {
-		return "", fmt.Errorf("expected a string, got %s", describe(val))
-	}
-	v, err := convert.Convert(val, cty.String)
-	if err != nil || !v.IsKnown() {
-		return "", fmt.Errorf("expected a string, got %s", describe(val))
-	}
-	return v.AsString(), nil
-}
-
-// describe names the type of val, and its value when it is a primitive.
-func describe(val cty.Value) string {
-	t := val.Type()
-	switch {
-	case !val.IsKnown() || val.IsNull():
-		return t.FriendlyName()
-	case t == cty.String:
-		return fmt.Sprintf("string %q", val.AsString())
-	case t == cty.Number:
-		return "number " + val.AsBigFloat().Text('g', -1)
-	case t == cty.Bool:
-		return fmt.Sprintf("bool %t", val.True())
-	case t.IsTupleType() || t.IsListType() || t.IsSetType():
-		return "a list"
-	case t.IsObjectType() || t.IsMapType():
-		return "an object"
-	default:
-		return t.FriendlyName()
-	}
-}
-
-// sortedAttrs returns a body's arguments in file order: hclsyntax keeps
-// them in a map, and problems are easier to read in the order written.
-func sortedAttrs(attrs hclsyntax.Attributes) []*hclsyntax.Attribute {
-	out := make([]*hclsyntax.Attribute, 0, len(attrs))
-	for _, a := range attrs {
-		out = append(out, a)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].SrcRange.Start.Byte < out[j].SrcRange.Start.Byte })
-	return out
-}
-
-// suggest returns `; did you mean "x"?` for the known name closest to
-// name, or "" when none is within two edits.
-func suggest(name string, known []string) string {
-	best, bestDist := "", 3
-	for _, k := range known {
-		dist := levenshtein.Distance(name, k, nil)
-		if dist < bestDist || (dist == bestDist && k < best) {
-			best, bestDist = k, dist
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf("; did you mean %q?", best)
-}
-
-// diagsError turns HCL's error diagnostics into one error each, prefixed
-// with file:line and, when not empty, key. A syntax error on a line that
-// opens a block holding more than HCL 2 allows there, as Nomad's examples
-// write topology { segments { rack = "R1", zone = "z1" } }, gets a hint.
-func diagsError(src []byte, key string, diags hcl.Diagnostics) error {
-	var errs []error
-	for _, d := range diags {
-		if d.Severity != hcl.DiagError {
-			continue
-		}
-		var parts []string
-		if d.Subject != nil {
-			parts = append(parts, pos(*d.Subject))
-		}
-		if key != "" {
-			parts = append(parts, key)
-		}
-		msg := d.Summary
-		if d.Detail != "" {
-			msg += ": " + strings.TrimSuffix(d.Detail, ".")
-		}
-		if d.Subject != nil && oneLineBlock(src, d.Subject.Start.Line) {
-			msg += " (HCL 2 takes one argument and no block inside a one-line block: write topology { segments = { rack = \"R1\", zone = \"z1\" } })"
-		}
-		parts = append(parts, msg)
-		errs = append(errs, errors.New(strings.Join(parts, ": ")))
-	}
-	return errors.Join(errs...)
-}
-
-// oneLineBlock reports whether line (1-based) of src opens a block and
-// holds several arguments, a nested block or a quoted key: the HCL 1
-// forms of Nomad's examples, such as topology { segments { rack = "R1" } }.
-func oneLineBlock(src []byte, line int) bool {
-	if src == nil || line < 1 {
-		return false
-	}
-	lines := strings.Split(string(src), "\n")
-	if line > len(lines) {
-		return false
-	}
-	l := lines[line-1]
-	open := strings.Index(l, "{")
-	if open < 0 || strings.Contains(l[:open], "=") {
-		return false
-	}
-	rest := l[open+1:]
-	return strings.Count(rest, "=") > 1 || strings.Contains(rest, "{") || strings.Contains(rest, "\"=") || strings.Contains(rest, "\" =")
-}
-
-// pos formats the start of rng as "file:line".
-func pos(rng hcl.Range) string {
-	return fmt.Sprintf("%s:%d", rng.Filename, rng.Start.Line)
 }
