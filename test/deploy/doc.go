@@ -3,5 +3,7 @@
 // table documents, the alerts fire on the states they are named after, and
 // systemd accepts the units. The plugin examples of deploy/plugins/ are
 // checked against what `csisupd plugin mounts` computes, and podman
-// accepts those mounts. It has no code of its own.
+// accepts those mounts. The podman examples of deploy/podman/ are checked
+// against podman-systemd.unit(5), and podman.go reads them for the tests
+// here and for test/e2e, which runs them against a real agent.
 package deploy

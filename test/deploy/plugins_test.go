@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"maps"
@@ -26,34 +25,13 @@ const (
 	pluginUnitBinary = "/usr/local/libexec/csi-plugins/%i"
 )
 
-// unitFileKeys reads a systemd-style unit file: the values of every key,
-// by section and key, in file order. Comment and blank lines are skipped;
-// a line that is neither a section nor key=value fails the test.
+// unitFileKeys reads a systemd-style unit file (ReadUnitFile), failing
+// the test when it cannot.
 func unitFileKeys(t *testing.T, path string) map[string]map[string][]string {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	sections, err := ReadUnitFile(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	sections := map[string]map[string][]string{}
-	section := ""
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "" || line[0] == '#' || line[0] == ';':
-		case line[0] == '[' && line[len(line)-1] == ']':
-			section = line[1 : len(line)-1]
-			if sections[section] == nil {
-				sections[section] = map[string][]string{}
-			}
-		default:
-			k, v, ok := strings.Cut(line, "=")
-			if !ok || section == "" || strings.HasSuffix(line, `\`) {
-				t.Fatalf("%s:%d: %q is not key=value in a section", path, n, line)
-			}
-			sections[section][k] = append(sections[section][k], v)
-		}
 	}
 	return sections
 }
