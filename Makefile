@@ -52,7 +52,8 @@ FAULT_TESTS := TestFormationRepeated|TestLinearizableVolumesUnderLeaderKills|Tes
 	TestNodeDownLongerThanClaimGCGrace|TestForcedReleaseOfAKilledNode|TestSecretsFileAcrossSIGHUP|TestClusterLeaderLoss|\
 	TestLostMountRecord|TestWatchdogGapsStayFarBelowTimeout|TestOutageRecoveryByTheREADME|TestLeaderKilledMidClaim|\
 	TestLeaderStoppedMidClaim|TestVolumeHealthOfRealAgents|TestAgentRefusesAFIFOSecretsFile|TestSecretsFileFIFOAcrossSIGHUP|\
-	TestHostilePluginsDoNotStallSupervision|TestLeasedClaimSurvivesLeaderKill|TestEphemeralDeletedAfterLeaderKill|TestLeaseHeldByAnAgent
+	TestHostilePluginsDoNotStallSupervision|TestLeasedClaimSurvivesLeaderKill|TestEphemeralDeletedAfterLeaderKill|TestLeaseHeldByAnAgent|\
+	TestPodmanAgentKilledWhileContainerRuns
 # FAULT_TESTS as one -run pattern: the continued lines' spaces removed.
 empty :=
 FAULT_RUN = ^($(subst $(empty) ,,$(strip $(FAULT_TESTS))))$$

@@ -47,6 +47,9 @@ type clientAgent struct {
 	clientHTTP  int
 	clientData  string
 	client      *agentProcess
+	// dockerSocket is its Docker volume plugin's socket, with
+	// claimNodeOptions.docker.
+	dockerSocket string
 }
 
 func startClaimNode(t *testing.T) *claimNode {
@@ -65,6 +68,36 @@ type claimNodeOptions struct {
 	// GET_VOLUME_HEALTH and LIST_VOLUME_HEALTH) and has the server list
 	// it and every agent ask its mounts' every second.
 	health bool
+	// docker, when set, turns on each client's Docker volume plugin, on a
+	// socket of its own (clientAgent.dockerSocket) with default_plugin
+	// "tp".
+	docker *dockerOptions
+}
+
+// dockerOptions are the settings of the clients' docker blocks beyond the
+// socket and the default plugin; empty ones keep the agent's defaults.
+type dockerOptions struct {
+	engineSocket      string // docker.engine_socket
+	reconcileInterval string // docker.reconcile_interval
+	lease             string // docker.lease
+}
+
+// dockerBlock returns the docker block of a client whose plugin listens on
+// socket, or "" when opts.docker is unset.
+func (o claimNodeOptions) dockerBlock(socket string) string {
+	d := o.docker
+	if d == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "docker {\n  enabled        = true\n  socket         = %q\n  default_plugin = \"tp\"\n", socket)
+	for _, kv := range [][2]string{{"engine_socket", d.engineSocket}, {"reconcile_interval", d.reconcileInterval}, {"lease", d.lease}} {
+		if kv[1] != "" {
+			fmt.Fprintf(&b, "  %s = %q\n", kv[0], kv[1])
+		}
+	}
+	b.WriteString("}\n")
+	return b.String()
 }
 
 // healthInterval is the line of a server or client block that asks
@@ -165,6 +198,9 @@ func (n *claimNode) addClient(t *testing.T, name string) *clientAgent {
 	if len(n.opts.secrets) > 0 {
 		c.secretsFile = filepath.Join(testutil.TempDir(t), "tp.hcl")
 	}
+	if n.opts.docker != nil {
+		c.dockerSocket = filepath.Join(testutil.TempDir(t), "csisupd.sock")
+	}
 	c.clientCfg = filepath.Join(testutil.TempDir(t), "agent.hcl")
 	if err := os.WriteFile(c.clientCfg, []byte(fmt.Sprintf(`name      = %q
 data_dir  = %q
@@ -181,8 +217,8 @@ client {
   probe_interval = "1s"
   probe_timeout  = "1s"
 %s}
-%s`, name, c.clientData, ports[0], ports[1], ports[2], clientPlugins, n.serverAddr, n.opts.healthInterval(),
-		secretsBlock(t, n.opts.secrets, c.secretsFile))), 0o600); err != nil {
+%s%s`, name, c.clientData, ports[0], ports[1], ports[2], clientPlugins, n.serverAddr, n.opts.healthInterval(),
+		secretsBlock(t, n.opts.secrets, c.secretsFile), n.opts.dockerBlock(c.dockerSocket))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c.startClient(t)

@@ -118,6 +118,7 @@ type (
 		ReadOnly            bool              `json:"read_only"`
 		PublishContext      map[string]string `json:"publish_context"`
 		WorkloadID          string            `json:"workload_id"`
+		Owner               string            `json:"owner"`
 		State               string            `json:"state"`
 		HostPath            string            `json:"host_path"`
 		StagingPath         string            `json:"staging_path"`
