@@ -53,7 +53,7 @@ FAULT_TESTS := TestFormationRepeated|TestLinearizableVolumesUnderLeaderKills|Tes
 	TestLostMountRecord|TestWatchdogGapsStayFarBelowTimeout|TestOutageRecoveryByTheREADME|TestLeaderKilledMidClaim|\
 	TestLeaderStoppedMidClaim|TestVolumeHealthOfRealAgents|TestAgentRefusesAFIFOSecretsFile|TestSecretsFileFIFOAcrossSIGHUP|\
 	TestHostilePluginsDoNotStallSupervision|TestLeasedClaimSurvivesLeaderKill|TestEphemeralDeletedAfterLeaderKill|TestLeaseHeldByAnAgent|\
-	TestPodmanAgentKilledWhileContainerRuns
+	TestPodmanAgentKilledWhileContainerRuns|TestDockerReconcileWithTheEngine
 # FAULT_TESTS as one -run pattern: the continued lines' spaces removed.
 empty :=
 FAULT_RUN = ^($(subst $(empty) ,,$(strip $(FAULT_TESTS))))$$

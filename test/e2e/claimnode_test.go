@@ -77,6 +77,7 @@ type claimNodeOptions struct {
 // dockerOptions are the settings of the clients' docker blocks beyond the
 // socket and the default plugin; empty ones keep the agent's defaults.
 type dockerOptions struct {
+	socket            string // docker.socket; a new one in a temporary directory when empty
 	engineSocket      string // docker.engine_socket
 	reconcileInterval string // docker.reconcile_interval
 	lease             string // docker.lease
@@ -198,8 +199,11 @@ func (n *claimNode) addClient(t *testing.T, name string) *clientAgent {
 	if len(n.opts.secrets) > 0 {
 		c.secretsFile = filepath.Join(testutil.TempDir(t), "tp.hcl")
 	}
-	if n.opts.docker != nil {
-		c.dockerSocket = filepath.Join(testutil.TempDir(t), "csisupd.sock")
+	if d := n.opts.docker; d != nil {
+		c.dockerSocket = d.socket
+		if c.dockerSocket == "" {
+			c.dockerSocket = filepath.Join(testutil.TempDir(t), "csisupd.sock")
+		}
 	}
 	c.clientCfg = filepath.Join(testutil.TempDir(t), "agent.hcl")
 	if err := os.WriteFile(c.clientCfg, []byte(fmt.Sprintf(`name      = %q

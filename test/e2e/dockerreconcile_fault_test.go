@@ -1,0 +1,53 @@
+//go:build fault
+
+package e2e
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/csisupd/csisupd/internal/testutil"
+)
+
+// TestDockerReconcileWithTheEngine gives the client agent dockerd's API
+// socket (docker.engine_socket), reconciling every two seconds: the claim
+// of a running container's mount survives the reconciles; a container
+// killed while the agent is down, whose Unmount cannot reach it, is
+// released by the reconcile when the agent is back, and nothing stays
+// mounted.
+func TestDockerReconcileWithTheEngine(t *testing.T) {
+	requireEngine(t, "docker", "dockerd", "docker", "containerd", "runc")
+	const reconcile = 2 * time.Second
+	agentSocket := filepath.Join(testutil.TempDir(t), "csisupd.sock")
+	rec := recordPlugin(t, agentSocket)
+	d := startDocker(t, rec.socket)
+	n := startClaimNodeWith(t, claimNodeOptions{docker: &dockerOptions{
+		socket: agentSocket, engineSocket: d.socket, reconcileInterval: reconcile.String(),
+	}})
+	waitPluginSocket(t, n.clientAgent)
+	d.must(t, "volume", "create", "--driver", d.driver, "--opt", "plugin=tp", "v1")
+
+	ctr := d.start(t, "v1", "exec sleep 600")
+	claim := waitContainerClaim(t, n.serverAddr, n.clientAgent, "v1", d.mountID(t, ctr, "v1"))
+	holdsFor(t, 3*reconcile, "the running container's claim across reconciles", func() bool {
+		v, _ := volumeState(t, n.serverAddr, "v1")
+		return len(v.Claims) == 1 && v.Claims[0].WorkloadID == claim.WorkloadID && v.Claims[0].State == "taken"
+	})
+
+	n.killClient(t)
+	unmounts := rec.count("/VolumeDriver.Unmount")
+	d.must(t, "kill", ctr)
+	testutil.WaitFor(t, claimWait, "dockerd's Unmount of the killed container", func() bool {
+		return rec.count("/VolumeDriver.Unmount") > unmounts
+	})
+	if c := rec.last(t, "/VolumeDriver.Unmount", "v1"); c.Status == 200 {
+		t.Fatalf("the Unmount of a killed container reached a killed agent: %s", c)
+	}
+	n.startClient(t)
+	waitNoClaims(t, n.serverAddr, "v1", "after the restarted agent's reconcile")
+	wantMountPoints(t, n.node, false, claim.HostPath)
+	if left := mountsLeft(t, n.node); len(left) != 0 {
+		t.Fatalf("still mounted after the reconcile: %q", left)
+	}
+}
