@@ -82,7 +82,7 @@ type Agent struct {
 	// ClaimVolume, the Docker plugin); nil with nodes.
 	localClaims *nodeclient.LocalClaims
 	docker      *dockerplugin.Server // nil unless docker.enabled
-	nodeID  string
+	nodeID      string
 	// nodeSecret is presented on every call of the Cluster service; never
 	// logged or shown.
 	nodeSecret string
