@@ -333,7 +333,7 @@ func (l *Leases) Run(ctx context.Context) error {
 func (l *Leases) renew(ctx context.Context, sent map[string]map[string]time.Duration) error {
 	c := l.cfg.Client
 	workloads := slices.Sorted(maps.Keys(sent))
-	resp, err := callWithFailover(ctx, c, "renew leases", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.RenewClaimsResponse, error) {
+	resp, err := callCluster(ctx, c, "renew leases", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.RenewClaimsResponse, error) {
 		return cl.NodeRenewClaims(ctx, &csisupdv1.RenewClaimsRequest{NodeId: c.cfg.Node.ID, WorkloadIds: workloads})
 	})
 	if err != nil {
