@@ -1227,12 +1227,235 @@ func (*DropLeaseResponse) Descriptor() ([]byte, []int) {
 	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
+// LocalClaimRequest claims a volume for a workload that runs on the
+// agent's node (a container, a systemd service).
+type LocalClaimRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId   string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	// owner names who runs the workload (docker, systemd, ...), for
+	// SyncNodeClaims: it must match the plugin id rule.
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// lease is the claim's lease_ttl, 5s to 24h, required: the agent renews
+	// it while it runs, and the servers release the claim when it runs out.
+	Lease *durationpb.Duration `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	// usage defaults to the volume's first capability, read-write.
+	Usage         *VolumeUsage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalClaimRequest) Reset() {
+	*x = LocalClaimRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalClaimRequest) ProtoMessage() {}
+
+func (x *LocalClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalClaimRequest.ProtoReflect.Descriptor instead.
+func (*LocalClaimRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *LocalClaimRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *LocalClaimRequest) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *LocalClaimRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LocalClaimRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *LocalClaimRequest) GetUsage() *VolumeUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+type LocalClaimResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Claim         *VolumeClaim           `protobuf:"bytes,2,opt,name=claim,proto3" json:"claim,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalClaimResponse) Reset() {
+	*x = LocalClaimResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalClaimResponse) ProtoMessage() {}
+
+func (x *LocalClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalClaimResponse.ProtoReflect.Descriptor instead.
+func (*LocalClaimResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LocalClaimResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *LocalClaimResponse) GetClaim() *VolumeClaim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+type LocalReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId    string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalReleaseRequest) Reset() {
+	*x = LocalReleaseRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalReleaseRequest) ProtoMessage() {}
+
+func (x *LocalReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalReleaseRequest.ProtoReflect.Descriptor instead.
+func (*LocalReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LocalReleaseRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *LocalReleaseRequest) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+type LocalReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalReleaseResponse) Reset() {
+	*x = LocalReleaseResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalReleaseResponse) ProtoMessage() {}
+
+func (x *LocalReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalReleaseResponse.ProtoReflect.Descriptor instead.
+func (*LocalReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
 var File_csisupd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x16csisupd/v1/agent.proto\x12\n" +
-	"csisupd.v1\x1a\x17csisupd/v1/plugin.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\":\n" +
+	"csisupd.v1\x1a\x18csisupd/v1/control.proto\x1a\x17csisupd/v1/plugin.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\":\n" +
 	"\fIgnoredEntry\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x0f\n" +
@@ -1308,7 +1531,22 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\x10DropLeaseRequest\x12\x1f\n" +
 	"\vworkload_id\x18\x01 \x01(\tR\n" +
 	"workloadId\"\x13\n" +
-	"\x11DropLeaseResponse2\xc8\x05\n" +
+	"\x11DropLeaseResponse\"\xc7\x01\n" +
+	"\x11LocalClaimRequest\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x02 \x01(\tR\n" +
+	"workloadId\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12/\n" +
+	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12-\n" +
+	"\x05usage\x18\x05 \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\"o\n" +
+	"\x12LocalClaimResponse\x12*\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\x12-\n" +
+	"\x05claim\x18\x02 \x01(\v2\x17.csisupd.v1.VolumeClaimR\x05claim\"S\n" +
+	"\x13LocalReleaseRequest\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x02 \x01(\tR\n" +
+	"workloadId\"\x16\n" +
+	"\x14LocalReleaseResponse2\xea\x06\n" +
 	"\x05Agent\x12?\n" +
 	"\x06Status\x12\x19.csisupd.v1.StatusRequest\x1a\x1a.csisupd.v1.StatusResponse\x12N\n" +
 	"\vListPlugins\x12\x1e.csisupd.v1.ListPluginsRequest\x1a\x1f.csisupd.v1.ListPluginsResponse\x12H\n" +
@@ -1319,7 +1557,9 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\aMetrics\x12\x1a.csisupd.v1.MetricsRequest\x1a\x1b.csisupd.v1.MetricsResponse\x12?\n" +
 	"\x06Config\x12\x19.csisupd.v1.ConfigRequest\x1a\x1a.csisupd.v1.ConfigResponse\x12H\n" +
 	"\tHoldLease\x12\x1c.csisupd.v1.HoldLeaseRequest\x1a\x1d.csisupd.v1.HoldLeaseResponse\x12H\n" +
-	"\tDropLease\x12\x1c.csisupd.v1.DropLeaseRequest\x1a\x1d.csisupd.v1.DropLeaseResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\tDropLease\x12\x1c.csisupd.v1.DropLeaseRequest\x1a\x1d.csisupd.v1.DropLeaseResponse\x12L\n" +
+	"\vClaimVolume\x12\x1d.csisupd.v1.LocalClaimRequest\x1a\x1e.csisupd.v1.LocalClaimResponse\x12R\n" +
+	"\rReleaseVolume\x12\x1f.csisupd.v1.LocalReleaseRequest\x1a .csisupd.v1.LocalReleaseResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_agent_proto_rawDescOnce sync.Once
@@ -1333,7 +1573,7 @@ func file_csisupd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_agent_proto_rawDescData
 }
 
-var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_csisupd_v1_agent_proto_goTypes = []any{
 	(*IgnoredEntry)(nil),          // 0: csisupd.v1.IgnoredEntry
 	(*StatusRequest)(nil),         // 1: csisupd.v1.StatusRequest
@@ -1357,46 +1597,61 @@ var file_csisupd_v1_agent_proto_goTypes = []any{
 	(*HoldLeaseResponse)(nil),     // 19: csisupd.v1.HoldLeaseResponse
 	(*DropLeaseRequest)(nil),      // 20: csisupd.v1.DropLeaseRequest
 	(*DropLeaseResponse)(nil),     // 21: csisupd.v1.DropLeaseResponse
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*Plugin)(nil),                // 23: csisupd.v1.Plugin
-	(*Mount)(nil),                 // 24: csisupd.v1.Mount
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*LocalClaimRequest)(nil),     // 22: csisupd.v1.LocalClaimRequest
+	(*LocalClaimResponse)(nil),    // 23: csisupd.v1.LocalClaimResponse
+	(*LocalReleaseRequest)(nil),   // 24: csisupd.v1.LocalReleaseRequest
+	(*LocalReleaseResponse)(nil),  // 25: csisupd.v1.LocalReleaseResponse
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*Plugin)(nil),                // 27: csisupd.v1.Plugin
+	(*Mount)(nil),                 // 28: csisupd.v1.Mount
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*VolumeUsage)(nil),           // 30: csisupd.v1.VolumeUsage
+	(*Volume)(nil),                // 31: csisupd.v1.Volume
+	(*VolumeClaim)(nil),           // 32: csisupd.v1.VolumeClaim
 }
 var file_csisupd_v1_agent_proto_depIdxs = []int32{
-	22, // 0: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
-	23, // 1: csisupd.v1.StatusResponse.plugins:type_name -> csisupd.v1.Plugin
+	26, // 0: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
+	27, // 1: csisupd.v1.StatusResponse.plugins:type_name -> csisupd.v1.Plugin
 	0,  // 2: csisupd.v1.StatusResponse.ignored:type_name -> csisupd.v1.IgnoredEntry
 	3,  // 3: csisupd.v1.StatusResponse.cluster:type_name -> csisupd.v1.ClusterSummary
-	24, // 4: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
-	23, // 5: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
-	23, // 6: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
-	22, // 7: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
-	25, // 8: csisupd.v1.HoldLeaseRequest.lease:type_name -> google.protobuf.Duration
-	1,  // 9: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
-	4,  // 10: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
-	6,  // 11: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
-	8,  // 12: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
-	10, // 13: csisupd.v1.Agent.Monitor:input_type -> csisupd.v1.MonitorRequest
-	12, // 14: csisupd.v1.Agent.Profile:input_type -> csisupd.v1.ProfileRequest
-	14, // 15: csisupd.v1.Agent.Metrics:input_type -> csisupd.v1.MetricsRequest
-	16, // 16: csisupd.v1.Agent.Config:input_type -> csisupd.v1.ConfigRequest
-	18, // 17: csisupd.v1.Agent.HoldLease:input_type -> csisupd.v1.HoldLeaseRequest
-	20, // 18: csisupd.v1.Agent.DropLease:input_type -> csisupd.v1.DropLeaseRequest
-	2,  // 19: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
-	5,  // 20: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
-	7,  // 21: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
-	9,  // 22: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
-	11, // 23: csisupd.v1.Agent.Monitor:output_type -> csisupd.v1.MonitorResponse
-	13, // 24: csisupd.v1.Agent.Profile:output_type -> csisupd.v1.ProfileChunk
-	15, // 25: csisupd.v1.Agent.Metrics:output_type -> csisupd.v1.MetricsResponse
-	17, // 26: csisupd.v1.Agent.Config:output_type -> csisupd.v1.ConfigResponse
-	19, // 27: csisupd.v1.Agent.HoldLease:output_type -> csisupd.v1.HoldLeaseResponse
-	21, // 28: csisupd.v1.Agent.DropLease:output_type -> csisupd.v1.DropLeaseResponse
-	19, // [19:29] is the sub-list for method output_type
-	9,  // [9:19] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	28, // 4: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
+	27, // 5: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
+	27, // 6: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
+	26, // 7: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
+	29, // 8: csisupd.v1.HoldLeaseRequest.lease:type_name -> google.protobuf.Duration
+	29, // 9: csisupd.v1.LocalClaimRequest.lease:type_name -> google.protobuf.Duration
+	30, // 10: csisupd.v1.LocalClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	31, // 11: csisupd.v1.LocalClaimResponse.volume:type_name -> csisupd.v1.Volume
+	32, // 12: csisupd.v1.LocalClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
+	1,  // 13: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
+	4,  // 14: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
+	6,  // 15: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
+	8,  // 16: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
+	10, // 17: csisupd.v1.Agent.Monitor:input_type -> csisupd.v1.MonitorRequest
+	12, // 18: csisupd.v1.Agent.Profile:input_type -> csisupd.v1.ProfileRequest
+	14, // 19: csisupd.v1.Agent.Metrics:input_type -> csisupd.v1.MetricsRequest
+	16, // 20: csisupd.v1.Agent.Config:input_type -> csisupd.v1.ConfigRequest
+	18, // 21: csisupd.v1.Agent.HoldLease:input_type -> csisupd.v1.HoldLeaseRequest
+	20, // 22: csisupd.v1.Agent.DropLease:input_type -> csisupd.v1.DropLeaseRequest
+	22, // 23: csisupd.v1.Agent.ClaimVolume:input_type -> csisupd.v1.LocalClaimRequest
+	24, // 24: csisupd.v1.Agent.ReleaseVolume:input_type -> csisupd.v1.LocalReleaseRequest
+	2,  // 25: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
+	5,  // 26: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
+	7,  // 27: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
+	9,  // 28: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
+	11, // 29: csisupd.v1.Agent.Monitor:output_type -> csisupd.v1.MonitorResponse
+	13, // 30: csisupd.v1.Agent.Profile:output_type -> csisupd.v1.ProfileChunk
+	15, // 31: csisupd.v1.Agent.Metrics:output_type -> csisupd.v1.MetricsResponse
+	17, // 32: csisupd.v1.Agent.Config:output_type -> csisupd.v1.ConfigResponse
+	19, // 33: csisupd.v1.Agent.HoldLease:output_type -> csisupd.v1.HoldLeaseResponse
+	21, // 34: csisupd.v1.Agent.DropLease:output_type -> csisupd.v1.DropLeaseResponse
+	23, // 35: csisupd.v1.Agent.ClaimVolume:output_type -> csisupd.v1.LocalClaimResponse
+	25, // 36: csisupd.v1.Agent.ReleaseVolume:output_type -> csisupd.v1.LocalReleaseResponse
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_agent_proto_init() }
@@ -1404,6 +1659,7 @@ func file_csisupd_v1_agent_proto_init() {
 	if File_csisupd_v1_agent_proto != nil {
 		return
 	}
+	file_csisupd_v1_control_proto_init()
 	file_csisupd_v1_plugin_proto_init()
 	file_csisupd_v1_volumes_proto_init()
 	file_csisupd_v1_agent_proto_msgTypes[8].OneofWrappers = []any{}
@@ -1413,7 +1669,7 @@ func file_csisupd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_agent_proto_rawDesc), len(file_csisupd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
