@@ -180,6 +180,8 @@ var allowedInTests = map[string][]string{
 	"internal/server": {"internal/nodeclient", "internal/rpc", "internal/registry", "internal/csiclient",
 		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server", "internal/nodevolumes"},
 	"internal/nodeclient": {"internal/server", "internal/testcluster"},
+	// The volume plugin is tested in a real agent of a real cluster.
+	"internal/dockerplugin": {"internal/testcluster"},
 	// The CLI is tested against real Agent services and clusters.
 	"cmd/csisupd":    {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster", "internal/server"},
 	"internal/agent": {"internal/heartbeat", "internal/registry"},
