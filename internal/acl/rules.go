@@ -235,6 +235,11 @@ var methodRules = map[string]Rule{
 	// (the Docker integration).
 	csisupdv1.Agent_HoldLease_FullMethodName: agentRule(ResourceAgent, LevelWrite),
 	csisupdv1.Agent_DropLease_FullMethodName: agentRule(ResourceAgent, LevelWrite),
+	// A claim the agent takes for a local workload (and its release) is a
+	// claim of the volume, as Control.ClaimVolume's: volume:write. The
+	// agent makes it with its own token.
+	csisupdv1.Agent_ClaimVolume_FullMethodName:   agentRule(ResourceVolume, LevelWrite),
+	csisupdv1.Agent_ReleaseVolume_FullMethodName: agentRule(ResourceVolume, LevelWrite),
 
 	csisupdv1.ClientCSI_ControllerGetCapabilities_FullMethodName:  csiRule(LevelRead),
 	csisupdv1.ClientCSI_ControllerValidateVolume_FullMethodName:   csiRule(LevelRead),

@@ -17,6 +17,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/consulsync"
+	"github.com/csisupd/csisupd/internal/dockerplugin"
 	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/nodevolumes"
 	"github.com/csisupd/csisupd/internal/registry"
@@ -77,7 +78,11 @@ type Agent struct {
 	server  *server.Server       // nil unless the server role is enabled
 	nodes   *nodeclient.Client   // nil unless the client has servers to report to
 	leases  *nodeclient.Leases   // the leases held for local workloads; nil with nodes
-	nodeID  string
+	// localClaims makes the claims of local workloads (the Agent API's
+	// ClaimVolume, the Docker plugin); nil with nodes.
+	localClaims *nodeclient.LocalClaims
+	docker      *dockerplugin.Server // nil unless docker.enabled
+	nodeID      string
 	// nodeSecret is presented on every call of the Cluster service; never
 	// logged or shown.
 	nodeSecret string
@@ -116,7 +121,7 @@ type Agent struct {
 // from the configuration and the components of the steps before it, in
 // this order: directories and listeners, the watchdog, TLS and the gRPC
 // metrics, the plugin registry, the Consul sync, the server role, the node
-// client, the held leases, the plugins' secrets files, the node volumes, the token resolver, the gRPC server and its
+// client, the held leases, the local claims and the Docker volume plugin, the plugins' secrets files, the node volumes, the token resolver, the gRPC server and its
 // services, the HTTP server, the reload loop (RequestReload). A step returns its component and its
 // part (what Run runs of it, what releases it, how Reload changes it); no
 // step reads a component that a later one builds.
@@ -199,6 +204,13 @@ func New(c Config) (a *Agent, err error) {
 	}
 	add(p)
 	if a.leases, p, err = a.setupLeases(&cfg); err != nil {
+		return nil, err
+	}
+	add(p)
+	if a.localClaims, err = a.setupLocalClaims(); err != nil {
+		return nil, err
+	}
+	if a.docker, p, err = a.setupDocker(&cfg); err != nil {
 		return nil, err
 	}
 	add(p)

@@ -150,6 +150,7 @@ func (a *Agent) setupServices(cfg *config.Config, g *grpc.Server) (*rpc.AgentSer
 		EnableDebug:           a.debug.Load,
 		ACL:                   cfg.ACL.Enabled,
 		Leases:                leasesOf(a.leases),
+		LocalClaims:           localClaimsOf(a.localClaims),
 	})
 	if err != nil {
 		return nil, part{}, fmt.Errorf("agent: Agent API: %w", err)
@@ -194,6 +195,15 @@ func leasesOf(l *nodeclient.Leases) rpc.Leases {
 		return nil
 	}
 	return l
+}
+
+// localClaimsOf is lc as the Agent service takes it: nil stays a nil
+// interface.
+func localClaimsOf(lc *nodeclient.LocalClaims) rpc.LocalClaims {
+	if lc == nil {
+		return nil
+	}
+	return lc
 }
 
 // setupHTTP creates the HTTP server of /v1/health, /v1/ready, /metrics and

@@ -165,6 +165,9 @@ type Config struct {
 	ACL    ACLConfig
 	// Telemetry is the telemetry { ... } block.
 	Telemetry TelemetryConfig
+	// Docker is the docker { ... } block: the Docker and Podman volume
+	// plugin.
+	Docker DockerConfig
 	// Plugins holds the settings of plugin "<id>" { ... } blocks, by
 	// plugin id.
 	Plugins map[string]PluginConfig
@@ -483,6 +486,7 @@ func Default() Config {
 			VerifyServerHostname: true,
 		},
 		Telemetry: TelemetryConfig{PrometheusMetrics: true},
+		Docker:    defaultDocker(),
 	}
 }
 

@@ -104,6 +104,15 @@ func (c *Config) schema() (top map[string]any, blocks map[string]map[string]any)
 		"acl": {
 			"enabled": &c.ACL.Enabled,
 		},
+		"docker": {
+			"enabled":            &c.Docker.Enabled,
+			"socket":             &c.Docker.Socket,
+			"default_plugin":     &c.Docker.DefaultPlugin,
+			"group":              &c.Docker.Group,
+			"engine_socket":      &c.Docker.EngineSocket,
+			"reconcile_interval": &c.Docker.ReconcileInterval,
+			"lease":              &c.Docker.Lease,
+		},
 		// A nested block is named "outer.inner".
 		"acl.tokens": {
 			"agent": &c.ACL.AgentToken,

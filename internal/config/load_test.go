@@ -115,6 +115,8 @@ func TestDefault(t *testing.T) {
 		Region:    "global",
 		TLS:       TLSConfig{VerifyIncoming: true, VerifyOutgoing: true, VerifyServerHostname: true},
 		Telemetry: TelemetryConfig{PrometheusMetrics: true},
+		Docker: DockerConfig{Socket: "/run/docker/plugins/csisupd.sock", GroupID: -1, ReconcileInterval: time.Minute,
+			Lease: 30 * time.Second},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Default() =\n%#v\nwant\n%#v", got, want)
@@ -214,6 +216,15 @@ tls {
 acl {
   enabled = false
 }
+docker {
+  enabled            = true
+  socket             = "/run/csisupd/docker.sock"
+  default_plugin     = "ebs.csi"
+  group              = "0"
+  engine_socket      = "/run/podman/podman.sock"
+  reconcile_interval = "2m"
+  lease              = "45s"
+}
 `
 	tests := []struct {
 		name  string
@@ -243,6 +254,8 @@ acl {
 						HeartbeatGrace: 20 * time.Second, MinHeartbeatTTL: 15 * time.Second, MaxHeartbeatsPerSecond: 12.5,
 						FailoverHeartbeatTTL: 10 * time.Minute, ServerStabilizationTime: 30 * time.Second}},
 					Telemetry: TelemetryConfig{PrometheusMetrics: false},
+					Docker: DockerConfig{Enabled: true, Socket: "/run/csisupd/docker.sock", DefaultPlugin: "ebs.csi", Group: "0", GroupID: 0,
+						EngineSocket: "/run/podman/podman.sock", ReconcileInterval: 2 * time.Minute, Lease: 45 * time.Second},
 					Plugins: map[string]PluginConfig{"ebs.csi": {MountDir: "/srv/volumes/ebs", PluginMountDir: "/var/lib/kubelet/plugins",
 						Socket: "/run/ebs/csi.sock", Type: "node", Required: true, HealthTimeout: 45 * time.Second, SecretsFile: "/etc/csisupd.d/secrets/ebs.hcl"}},
 					Consul: ConsulConfig{

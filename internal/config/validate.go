@@ -100,6 +100,7 @@ func (c *Config) Validate() error {
 		v.add("client.max_event_subscribers_per_connection", "must be between 1 and client.max_event_subscribers (%d), got %d", cl.MaxEventSubscribers, cl.MaxEventSubscribersPerConn)
 	}
 	v.hostPorts("client.servers", cl.Servers)
+	v.docker()
 
 	// Server.
 	sv := c.Server

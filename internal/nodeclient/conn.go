@@ -117,3 +117,41 @@ func (s *serverConn) close() {
 	s.mu.Unlock()
 	s.watchers.Wait()
 }
+
+// callCluster is callWithFailover of a Cluster call, bounded by
+// RPCTimeout.
+func callCluster[Resp any](ctx context.Context, c *Client, what string, call func(context.Context, csisupdv1.ClusterClient) (Resp, error)) (Resp, error) {
+	return callWithFailover(ctx, c, what, c.cfg.RPCTimeout, csisupdv1.NewClusterClient, call)
+}
+
+// callWithFailover makes one call to the current server, bounded by
+// timeout (and ctx), and once more to the next server when the first is
+// unavailable. newClient makes the client of the service called on the
+// server's connection (csisupdv1.NewClusterClient, NewControlClient):
+// every call presents the node secret, which the Cluster service checks
+// and the others ignore. what names the call in errors, which wrap the
+// call's gRPC status: status.Code and the typed details see through them.
+func callWithFailover[C, Resp any](ctx context.Context, c *Client, what string, timeout time.Duration,
+	newClient func(grpc.ClientConnInterface) C, call func(context.Context, C) (Resp, error)) (Resp, error) {
+	var zero Resp
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var conn *grpc.ClientConn
+		var addr string
+		if conn, addr, err = c.serverConn(ctx); err != nil {
+			return zero, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, callErr := call(cctx, newClient(conn))
+		cancel()
+		if callErr == nil {
+			return resp, nil
+		}
+		err = fmt.Errorf("%s on %s: %w", what, addr, callErr)
+		if status.Code(callErr) != codes.Unavailable {
+			return zero, err
+		}
+		c.failoverFrom(addr)
+	}
+	return zero, err
+}

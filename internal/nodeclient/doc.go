@@ -13,8 +13,16 @@
 // claim of any more, and keeps what it holds in data_dir (LeaseFileName),
 // so that a restarted agent renews it again at once.
 //
+// LocalClaims claims volumes for workloads that run on this node (a
+// Docker or Podman container, a systemd service) through the servers'
+// Control API, with an owner and a lease that Leases then holds, and
+// releases and syncs them; it passes the volume calls of the Docker
+// volume plugin on to the servers. Its calls use the node client's
+// servers, connection, token and failover; errors keep the servers' gRPC
+// status.
+//
 // Which connection: the agent (client role) is the gRPC client here, and
-// the servers' Cluster service is the server. Not to be confused with
+// the servers' Cluster and Control services are the server. Not to be confused with
 // package csiclient (the agent dialling a CSI plugin's unix socket) or
 // with the agent's client.go (the setup of the client role, which dials
 // nothing itself). The servers' calls back into an agent (ClientCSI,

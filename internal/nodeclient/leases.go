@@ -167,19 +167,49 @@ func (l *Leases) Hold(volumeID, workloadID string, lease time.Duration) error {
 // on the servers unless someone else renews or releases them. Dropping a
 // workload that is not held does nothing.
 func (l *Leases) Drop(workloadID string) error {
+	return l.drop("", workloadID)
+}
+
+// DropVolume stops renewing the lease of volumeID's claim for workloadID
+// alone: the workload's other volumes stay held (a container that
+// mounted several volumes unmounts each on its own). Dropping the last
+// volume of a workload drops the workload. It is kept in the lease file
+// before DropVolume returns, as Drop is. Dropping a volume that is not
+// held does nothing.
+func (l *Leases) DropVolume(volumeID, workloadID string) error {
+	if volumeID == "" {
+		return status.Error(codes.InvalidArgument, "drop lease: volume_id is required")
+	}
+	return l.drop(volumeID, workloadID)
+}
+
+// drop stops renewing the lease of volumeID's claim for workloadID, or
+// every lease of workloadID when volumeID is empty.
+func (l *Leases) drop(volumeID, workloadID string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.holds[workloadID]; !ok {
+	vols, ok := l.holds[workloadID]
+	if _, held := vols[volumeID]; !ok || volumeID != "" && !held {
 		return nil
 	}
 	next := cloneHolds(l.holds)
-	delete(next, workloadID)
+	if volumeID != "" {
+		delete(next[workloadID], volumeID)
+	}
+	if volumeID == "" || len(next[workloadID]) == 0 {
+		delete(next, workloadID)
+	}
 	if err := writeLeaseFile(l.path, next); err != nil {
+		if volumeID != "" {
+			return fmt.Errorf("drop lease of volume %s of workload %s: %w", volumeID, workloadID, err)
+		}
 		return fmt.Errorf("drop leases of workload %s: %w", workloadID, err)
 	}
 	l.holds = next
-	delete(l.reported, workloadID)
-	l.logger.Debug("dropped leases", "workload_id", workloadID)
+	if _, held := next[workloadID]; !held {
+		delete(l.reported, workloadID)
+	}
+	l.logger.Debug("dropped leases", "workload_id", workloadID, "volume_id", volumeID)
 	l.signal()
 	return nil
 }
@@ -303,7 +333,7 @@ func (l *Leases) Run(ctx context.Context) error {
 func (l *Leases) renew(ctx context.Context, sent map[string]map[string]time.Duration) error {
 	c := l.cfg.Client
 	workloads := slices.Sorted(maps.Keys(sent))
-	resp, err := callWithFailover(ctx, c, "renew leases", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.RenewClaimsResponse, error) {
+	resp, err := callCluster(ctx, c, "renew leases", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.RenewClaimsResponse, error) {
 		return cl.NodeRenewClaims(ctx, &csisupdv1.RenewClaimsRequest{NodeId: c.cfg.Node.ID, WorkloadIds: workloads})
 	})
 	if err != nil {

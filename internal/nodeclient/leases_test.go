@@ -401,3 +401,53 @@ func TestHoldChecksItsArguments(t *testing.T) {
 		t.Errorf("refused holds are held: %v", held)
 	}
 }
+
+// TestLeasesDropVolume drops the volumes of a workload one at a time: each
+// drop leaves the workload's other volumes held, in memory and in the
+// lease file; the last one drops the workload, and the renewals after it
+// carry the other workload alone. A volume not held, or of a workload not
+// held, drops nothing; one without a volume id is refused.
+func TestLeasesDropVolume(t *testing.T) {
+	const lease = 6 * time.Second
+	srv := newLeaseServer(t, map[string][]leaseClaim{
+		"w": {{volumeID: "v1", ttl: lease}, {volumeID: "v2", ttl: lease}},
+		"x": {{volumeID: "v1", ttl: lease}},
+	})
+	cl := leaseClient(t, srv.addr)
+	dir := t.TempDir()
+	l := newLeases(t, cl, dir, nil)
+	for _, h := range []nodeclient.Hold{{"v1", "w", lease}, {"v2", "w", lease}, {"v1", "x", lease}} {
+		if err := l.Hold(h.VolumeID, h.WorkloadID, h.Lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		volume, workload string
+		want             []nodeclient.Hold
+	}{
+		{"v1", "w", []nodeclient.Hold{{"v2", "w", lease}, {"v1", "x", lease}}},
+		{"v1", "w", []nodeclient.Hold{{"v2", "w", lease}, {"v1", "x", lease}}}, // dropped already
+		{"v9", "x", []nodeclient.Hold{{"v2", "w", lease}, {"v1", "x", lease}}}, // never held
+		{"v1", "nobody", []nodeclient.Hold{{"v2", "w", lease}, {"v1", "x", lease}}},
+		{"v2", "w", []nodeclient.Hold{{"v1", "x", lease}}},
+	}
+	for i, s := range steps {
+		if err := l.DropVolume(s.volume, s.workload); err != nil {
+			t.Fatalf("step %d: DropVolume(%s, %s): %v", i, s.volume, s.workload, err)
+		}
+		if got := l.Held(); !slices.Equal(got, s.want) {
+			t.Fatalf("step %d: after DropVolume(%s, %s) Held() = %v, want %v", i, s.volume, s.workload, got, s.want)
+		}
+		if got := newLeases(t, cl, dir, nil).Held(); !slices.Equal(got, s.want) {
+			t.Fatalf("step %d: the lease file holds %v, want %v", i, got, s.want)
+		}
+	}
+	if err := l.DropVolume("", "x"); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "volume_id") {
+		t.Errorf("DropVolume without a volume: %v, want InvalidArgument naming volume_id", err)
+	}
+	runLeases(t, l)
+	testutil.WaitFor(t, 20*time.Second, "the renewal at start", func() bool { return len(srv.renewals()) >= 1 })
+	if got := srv.renewals()[0].workloads; !slices.Equal(got, []string{"x"}) {
+		t.Errorf("the renewal after the last volume of w was dropped carried %v, want [x]", got)
+	}
+}

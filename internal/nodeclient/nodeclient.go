@@ -186,6 +186,16 @@ func (c *Client) TTL() time.Duration {
 var errNoServers = errors.New("no servers found")
 
 func (c *Client) client(ctx context.Context) (csisupdv1.ClusterClient, string, error) {
+	conn, addr, err := c.serverConn(ctx)
+	if err != nil {
+		return nil, addr, err
+	}
+	return csisupdv1.NewClusterClient(conn), addr, nil
+}
+
+// serverConn returns the connection to the server to call, and its
+// address.
+func (c *Client) serverConn(ctx context.Context) (*grpc.ClientConn, string, error) {
 	addr, err := c.serverAddr(ctx)
 	if err != nil {
 		return nil, "", err
@@ -194,7 +204,7 @@ func (c *Client) client(ctx context.Context) (csisupdv1.ClusterClient, string, e
 	if err != nil {
 		return nil, addr, err
 	}
-	return csisupdv1.NewClusterClient(conn), addr, nil
+	return conn, addr, nil
 }
 
 // serverAddr is the server to call: from Servers, or from the discovered
@@ -504,7 +514,7 @@ func (c *Client) update(ctx context.Context) (string, error) {
 // that cannot be reached is failed over from, and the next one asked, up
 // to two servers per call. The secret is never logged.
 func (c *Client) ResolveToken(ctx context.Context, secret string) (*csisupdv1.ResolveTokenResponse, error) {
-	return callWithFailover(ctx, c, "resolve token", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.ResolveTokenResponse, error) {
+	return callCluster(ctx, c, "resolve token", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.ResolveTokenResponse, error) {
 		return cl.ResolveToken(ctx, &csisupdv1.ResolveTokenRequest{SecretId: secret})
 	})
 }
@@ -513,7 +523,7 @@ func (c *Client) ResolveToken(ctx context.Context, secret string) (*csisupdv1.Re
 // node, moving on to the next server once when one is unreachable. The
 // node volume manager removes the cluster mounts the answer lacks.
 func (c *Client) NodeClaims(ctx context.Context) ([]*csisupdv1.NodeClaimRef, uint64, error) {
-	resp, err := callWithFailover(ctx, c, "read node claims", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.NodeClaimsResponse, error) {
+	resp, err := callCluster(ctx, c, "read node claims", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.NodeClaimsResponse, error) {
 		return cl.NodeClaims(ctx, &csisupdv1.NodeClaimsRequest{NodeId: c.cfg.Node.ID})
 	})
 	if err != nil {
@@ -525,35 +535,8 @@ func (c *Client) NodeClaims(ctx context.Context) ([]*csisupdv1.NodeClaimRef, uin
 // NodeVolumeHealth reports what this node saw of a mounted volume's
 // health to the servers (they record it only when it changed).
 func (c *Client) NodeVolumeHealth(ctx context.Context, volumeID string, abnormal bool, message string) error {
-	_, err := callWithFailover(ctx, c, "report volume health", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.NodeVolumeHealthResponse, error) {
+	_, err := callCluster(ctx, c, "report volume health", func(ctx context.Context, cl csisupdv1.ClusterClient) (*csisupdv1.NodeVolumeHealthResponse, error) {
 		return cl.NodeVolumeHealth(ctx, &csisupdv1.NodeVolumeHealthRequest{NodeId: c.cfg.Node.ID, VolumeId: volumeID, Abnormal: abnormal, Message: message})
 	})
 	return err
-}
-
-// callWithFailover makes one call to the current server, and once more to
-// the next server when the first is unavailable. what names the call in
-// errors.
-func callWithFailover[Resp any](ctx context.Context, c *Client, what string, call func(context.Context, csisupdv1.ClusterClient) (Resp, error)) (Resp, error) {
-	var zero Resp
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		var cl csisupdv1.ClusterClient
-		var addr string
-		if cl, addr, err = c.client(ctx); err != nil {
-			return zero, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
-		resp, callErr := call(cctx, cl)
-		cancel()
-		if callErr == nil {
-			return resp, nil
-		}
-		err = fmt.Errorf("%s on %s: %w", what, addr, callErr)
-		if status.Code(callErr) != codes.Unavailable {
-			return zero, err
-		}
-		c.failoverFrom(addr)
-	}
-	return zero, err
 }

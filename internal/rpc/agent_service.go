@@ -81,6 +81,11 @@ type AgentServiceConfig struct {
 	// DropLease); unset, an agent that reports to no servers, they fail
 	// with FailedPrecondition.
 	Leases Leases
+	// LocalClaims, when set, claims volumes for workloads on this node
+	// through the servers and holds their leases (ClaimVolume,
+	// ReleaseVolume); unset, an agent that reports to no servers, they
+	// fail with FailedPrecondition.
+	LocalClaims LocalClaims
 }
 
 // Leases holds the leases of claims for local workloads: the agent's
@@ -444,8 +449,9 @@ func (a *AgentService) DropLease(_ context.Context, req *csisupdv1.DropLeaseRequ
 // errNoLeases answers the lease methods of an agent that holds none.
 var errNoLeases = status.Error(codes.FailedPrecondition, "this agent reports to no servers: it holds no leases")
 
-// leaseError passes a gRPC status of Leases on as it is; any other error
-// (the lease file could not be written) is Internal.
+// leaseError passes a gRPC status of Leases or LocalClaims on as it is
+// (one they wrap included); any other error (the lease file could not be
+// written) is Internal.
 func leaseError(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err

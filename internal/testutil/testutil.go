@@ -183,3 +183,19 @@ func (b *SyncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// HoldsFor checks cond every 100 ms for d, failing the test the first
+// time it does not hold: a state that must last a while, which no event
+// announces the end of (a lease someone renews, say).
+func HoldsFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	for time.Since(start) < d {
+		if !cond() {
+			t.Fatalf("%s: lost after %v, want it kept for %v", what, time.Since(start).Round(time.Millisecond), d)
+		}
+		<-tick.C
+	}
+}

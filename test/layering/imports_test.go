@@ -11,8 +11,8 @@ const module = "github.com/csisupd/csisupd/"
 
 // The tiers of the graph, top to bottom:
 //
-//	cmd -> agent -> {registry, nodevolumes, rpc, server, consulsync, nodeclient} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog, volreq, kubeletreg}
-//	cmd -> volspec (volume specification files, read by the CLI only)
+//	cmd -> agent -> {registry, nodevolumes, rpc, server, consulsync, nodeclient, dockerplugin} -> {plugin, stream, retry, heartbeat, fingerprint, csiclient, config, acl, tlsutil, keylock, watchdog, volreq, kubeletreg}
+//	{cmd, dockerplugin} -> volspec (volume specification files, read by the CLI; the Docker plugin builds its creates with them)
 //
 // and inside the server role:
 //
@@ -34,7 +34,7 @@ var (
 		"internal/kubeletreg", "internal/secrets", "internal/safefile"}
 	// everyone lists the packages every package may import.
 	everyone = []string{"internal/ids"}
-	middle   = []string{"internal/registry", "internal/nodevolumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient"}
+	middle   = []string{"internal/registry", "internal/nodevolumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient", "internal/dockerplugin"}
 )
 
 // allowed lists the imports of the module each package's code may have.
@@ -51,6 +51,12 @@ var allowed = map[string][]string{
 	"internal/consulsync":     {api, "internal/plugin", "internal/retry", "internal/heartbeat", "internal/config", "internal/safefile", "internal/watchdog"},
 	"internal/nodeclient":     {api, "internal/plugin", "internal/retry", "internal/config", "internal/safefile", "internal/watchdog"}, // safefile: the held leases in data_dir
 	"internal/nodevolumes":    {api, "internal/plugin", "internal/retry", "internal/csiclient", "internal/keylock", "internal/watchdog", "internal/volreq"},
+	// dockerplugin serves Docker's volume plugin protocol: it reaches the
+	// servers through its Cluster interface (the agent passes the node
+	// client's local claims), never nodeclient or server; it builds and
+	// checks its creates as the CLI and the servers do (volspec, volreq),
+	// and its reconcile loop beats the watchdog.
+	"internal/dockerplugin": {api, "internal/volreq", "internal/volspec", "internal/watchdog"},
 
 	// The parts of the server role, bottom up: the state store; the claim
 	// rules, which read node statuses and plugin roles from it; the FSM
@@ -174,6 +180,8 @@ var allowedInTests = map[string][]string{
 	"internal/server": {"internal/nodeclient", "internal/rpc", "internal/registry", "internal/csiclient",
 		"internal/fingerprint", "internal/heartbeat", "internal/testcluster", "internal/server", "internal/nodevolumes"},
 	"internal/nodeclient": {"internal/server", "internal/testcluster"},
+	// The volume plugin is tested in a real agent of a real cluster.
+	"internal/dockerplugin": {"internal/testcluster"},
 	// The CLI is tested against real Agent services and clusters.
 	"cmd/csisupd":    {"internal/registry", "internal/rpc", "internal/plugin", "internal/testcluster", "internal/server"},
 	"internal/agent": {"internal/heartbeat", "internal/registry"},

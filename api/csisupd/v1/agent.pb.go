@@ -26,196 +26,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Plugin is one CSI plugin instance on this node, as fingerprinted and probed.
-type Plugin struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// type is one of controller, node, monolith, unknown.
-	Type    string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Healthy bool   `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	// health_state is one of unknown, healthy, unhealthy, or missing: a
-	// required plugin (a plugin block with required = true) that has no
-	// socket supervised; health_description then says why.
-	HealthState       string            `protobuf:"bytes,4,opt,name=health_state,json=healthState,proto3" json:"health_state,omitempty"`
-	HealthDescription string            `protobuf:"bytes,5,opt,name=health_description,json=healthDescription,proto3" json:"health_description,omitempty"`
-	Socket            string            `protobuf:"bytes,6,opt,name=socket,proto3" json:"socket,omitempty"`
-	VendorName        string            `protobuf:"bytes,7,opt,name=vendor_name,json=vendorName,proto3" json:"vendor_name,omitempty"`
-	VendorVersion     string            `protobuf:"bytes,8,opt,name=vendor_version,json=vendorVersion,proto3" json:"vendor_version,omitempty"`
-	Manifest          map[string]string `protobuf:"bytes,9,rep,name=manifest,proto3" json:"manifest,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	NodeId            string            `protobuf:"bytes,10,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// max_volumes is the plugin's max_volumes_per_node (0: the plugin sets no
-	// limit). CSI reports an int64; this is an int32, the same varint on the
-	// wire, so that the proto3 JSON mapping keeps it a number (64-bit integers
-	// are strings there). A value beyond the int32 range is clamped.
-	MaxVolumes             int32                  `protobuf:"varint,11,opt,name=max_volumes,json=maxVolumes,proto3" json:"max_volumes,omitempty"`
-	AccessibleTopology     map[string]string      `protobuf:"bytes,12,rep,name=accessible_topology,json=accessibleTopology,proto3" json:"accessible_topology,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	PluginCapabilities     []string               `protobuf:"bytes,13,rep,name=plugin_capabilities,json=pluginCapabilities,proto3" json:"plugin_capabilities,omitempty"`
-	ControllerCapabilities []string               `protobuf:"bytes,14,rep,name=controller_capabilities,json=controllerCapabilities,proto3" json:"controller_capabilities,omitempty"`
-	NodeCapabilities       []string               `protobuf:"bytes,15,rep,name=node_capabilities,json=nodeCapabilities,proto3" json:"node_capabilities,omitempty"`
-	LastProbe              *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=last_probe,json=lastProbe,proto3" json:"last_probe,omitempty"`
-	RegisteredAt           *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
-	// health_since is when the current health state began.
-	HealthSince   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=health_since,json=healthSince,proto3" json:"health_since,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Plugin) Reset() {
-	*x = Plugin{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Plugin) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Plugin) ProtoMessage() {}
-
-func (x *Plugin) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Plugin.ProtoReflect.Descriptor instead.
-func (*Plugin) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *Plugin) GetId() string {
-	if x != nil {
-		return x.Id
-	}
-	return ""
-}
-
-func (x *Plugin) GetType() string {
-	if x != nil {
-		return x.Type
-	}
-	return ""
-}
-
-func (x *Plugin) GetHealthy() bool {
-	if x != nil {
-		return x.Healthy
-	}
-	return false
-}
-
-func (x *Plugin) GetHealthState() string {
-	if x != nil {
-		return x.HealthState
-	}
-	return ""
-}
-
-func (x *Plugin) GetHealthDescription() string {
-	if x != nil {
-		return x.HealthDescription
-	}
-	return ""
-}
-
-func (x *Plugin) GetSocket() string {
-	if x != nil {
-		return x.Socket
-	}
-	return ""
-}
-
-func (x *Plugin) GetVendorName() string {
-	if x != nil {
-		return x.VendorName
-	}
-	return ""
-}
-
-func (x *Plugin) GetVendorVersion() string {
-	if x != nil {
-		return x.VendorVersion
-	}
-	return ""
-}
-
-func (x *Plugin) GetManifest() map[string]string {
-	if x != nil {
-		return x.Manifest
-	}
-	return nil
-}
-
-func (x *Plugin) GetNodeId() string {
-	if x != nil {
-		return x.NodeId
-	}
-	return ""
-}
-
-func (x *Plugin) GetMaxVolumes() int32 {
-	if x != nil {
-		return x.MaxVolumes
-	}
-	return 0
-}
-
-func (x *Plugin) GetAccessibleTopology() map[string]string {
-	if x != nil {
-		return x.AccessibleTopology
-	}
-	return nil
-}
-
-func (x *Plugin) GetPluginCapabilities() []string {
-	if x != nil {
-		return x.PluginCapabilities
-	}
-	return nil
-}
-
-func (x *Plugin) GetControllerCapabilities() []string {
-	if x != nil {
-		return x.ControllerCapabilities
-	}
-	return nil
-}
-
-func (x *Plugin) GetNodeCapabilities() []string {
-	if x != nil {
-		return x.NodeCapabilities
-	}
-	return nil
-}
-
-func (x *Plugin) GetLastProbe() *timestamppb.Timestamp {
-	if x != nil {
-		return x.LastProbe
-	}
-	return nil
-}
-
-func (x *Plugin) GetRegisteredAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.RegisteredAt
-	}
-	return nil
-}
-
-func (x *Plugin) GetHealthSince() *timestamppb.Timestamp {
-	if x != nil {
-		return x.HealthSince
-	}
-	return nil
-}
-
 // IgnoredEntry is a socket the agent does not supervise, with why: an entry
 // of the plugin directory, a declared socket or a kubelet registration
 // socket that is not trusted, a registration that was refused, or the
@@ -230,7 +40,7 @@ type IgnoredEntry struct {
 
 func (x *IgnoredEntry) Reset() {
 	*x = IgnoredEntry{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[1]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -242,7 +52,7 @@ func (x *IgnoredEntry) String() string {
 func (*IgnoredEntry) ProtoMessage() {}
 
 func (x *IgnoredEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[1]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -255,7 +65,7 @@ func (x *IgnoredEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IgnoredEntry.ProtoReflect.Descriptor instead.
 func (*IgnoredEntry) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *IgnoredEntry) GetPath() string {
@@ -280,7 +90,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[2]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +102,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[2]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +115,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
 type StatusResponse struct {
@@ -327,7 +137,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[3]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +149,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[3]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +162,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StatusResponse) GetName() string {
@@ -434,7 +244,7 @@ type ClusterSummary struct {
 
 func (x *ClusterSummary) Reset() {
 	*x = ClusterSummary{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[4]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +256,7 @@ func (x *ClusterSummary) String() string {
 func (*ClusterSummary) ProtoMessage() {}
 
 func (x *ClusterSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[4]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +269,7 @@ func (x *ClusterSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSummary.ProtoReflect.Descriptor instead.
 func (*ClusterSummary) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClusterSummary) GetNodeId() string {
@@ -526,7 +336,7 @@ type ListPluginsRequest struct {
 
 func (x *ListPluginsRequest) Reset() {
 	*x = ListPluginsRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[5]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +348,7 @@ func (x *ListPluginsRequest) String() string {
 func (*ListPluginsRequest) ProtoMessage() {}
 
 func (x *ListPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[5]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +361,7 @@ func (x *ListPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 type ListPluginsResponse struct {
@@ -563,7 +373,7 @@ type ListPluginsResponse struct {
 
 func (x *ListPluginsResponse) Reset() {
 	*x = ListPluginsResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[6]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +385,7 @@ func (x *ListPluginsResponse) String() string {
 func (*ListPluginsResponse) ProtoMessage() {}
 
 func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[6]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +398,7 @@ func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListPluginsResponse) GetPlugins() []*Plugin {
@@ -607,7 +417,7 @@ type GetPluginRequest struct {
 
 func (x *GetPluginRequest) Reset() {
 	*x = GetPluginRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[7]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +429,7 @@ func (x *GetPluginRequest) String() string {
 func (*GetPluginRequest) ProtoMessage() {}
 
 func (x *GetPluginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[7]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +442,7 @@ func (x *GetPluginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetPluginRequest) GetId() string {
@@ -651,7 +461,7 @@ type GetPluginResponse struct {
 
 func (x *GetPluginResponse) Reset() {
 	*x = GetPluginResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[8]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +473,7 @@ func (x *GetPluginResponse) String() string {
 func (*GetPluginResponse) ProtoMessage() {}
 
 func (x *GetPluginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[8]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +486,7 @@ func (x *GetPluginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetPluginResponse) GetPlugin() *Plugin {
@@ -708,7 +518,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[9]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +530,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[9]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +543,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchEventsRequest) GetReplay() int32 {
@@ -786,7 +596,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[10]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +608,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[10]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +621,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Event) GetIndex() uint64 {
@@ -876,7 +686,7 @@ type MonitorRequest struct {
 
 func (x *MonitorRequest) Reset() {
 	*x = MonitorRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[11]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +698,7 @@ func (x *MonitorRequest) String() string {
 func (*MonitorRequest) ProtoMessage() {}
 
 func (x *MonitorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[11]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +711,7 @@ func (x *MonitorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonitorRequest.ProtoReflect.Descriptor instead.
 func (*MonitorRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MonitorRequest) GetLogLevel() string {
@@ -929,7 +739,7 @@ type MonitorResponse struct {
 
 func (x *MonitorResponse) Reset() {
 	*x = MonitorResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[12]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +751,7 @@ func (x *MonitorResponse) String() string {
 func (*MonitorResponse) ProtoMessage() {}
 
 func (x *MonitorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[12]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +764,7 @@ func (x *MonitorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonitorResponse.ProtoReflect.Descriptor instead.
 func (*MonitorResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MonitorResponse) GetData() []byte {
@@ -982,7 +792,7 @@ type ProfileRequest struct {
 
 func (x *ProfileRequest) Reset() {
 	*x = ProfileRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[13]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +804,7 @@ func (x *ProfileRequest) String() string {
 func (*ProfileRequest) ProtoMessage() {}
 
 func (x *ProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[13]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +817,7 @@ func (x *ProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileRequest.ProtoReflect.Descriptor instead.
 func (*ProfileRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProfileRequest) GetProfile() string {
@@ -1041,7 +851,7 @@ type ProfileChunk struct {
 
 func (x *ProfileChunk) Reset() {
 	*x = ProfileChunk{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[14]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +863,7 @@ func (x *ProfileChunk) String() string {
 func (*ProfileChunk) ProtoMessage() {}
 
 func (x *ProfileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[14]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +876,7 @@ func (x *ProfileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileChunk.ProtoReflect.Descriptor instead.
 func (*ProfileChunk) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProfileChunk) GetData() []byte {
@@ -1084,7 +894,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[15]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +906,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[15]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +919,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type MetricsResponse struct {
@@ -1122,7 +932,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[16]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +944,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[16]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +957,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MetricsResponse) GetText() []byte {
@@ -1165,7 +975,7 @@ type ConfigRequest struct {
 
 func (x *ConfigRequest) Reset() {
 	*x = ConfigRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[17]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +987,7 @@ func (x *ConfigRequest) String() string {
 func (*ConfigRequest) ProtoMessage() {}
 
 func (x *ConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[17]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1000,7 @@ func (x *ConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigRequest.ProtoReflect.Descriptor instead.
 func (*ConfigRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 type ConfigResponse struct {
@@ -1205,7 +1015,7 @@ type ConfigResponse struct {
 
 func (x *ConfigResponse) Reset() {
 	*x = ConfigResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[18]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1027,7 @@ func (x *ConfigResponse) String() string {
 func (*ConfigResponse) ProtoMessage() {}
 
 func (x *ConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[18]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1040,7 @@ func (x *ConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigResponse.ProtoReflect.Descriptor instead.
 func (*ConfigResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ConfigResponse) GetHcl() string {
@@ -1252,7 +1062,7 @@ type HoldLeaseRequest struct {
 
 func (x *HoldLeaseRequest) Reset() {
 	*x = HoldLeaseRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[19]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1074,7 @@ func (x *HoldLeaseRequest) String() string {
 func (*HoldLeaseRequest) ProtoMessage() {}
 
 func (x *HoldLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[19]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1087,7 @@ func (x *HoldLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldLeaseRequest.ProtoReflect.Descriptor instead.
 func (*HoldLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HoldLeaseRequest) GetVolumeId() string {
@@ -1309,7 +1119,7 @@ type HoldLeaseResponse struct {
 
 func (x *HoldLeaseResponse) Reset() {
 	*x = HoldLeaseResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[20]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1131,7 @@ func (x *HoldLeaseResponse) String() string {
 func (*HoldLeaseResponse) ProtoMessage() {}
 
 func (x *HoldLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[20]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1144,7 @@ func (x *HoldLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldLeaseResponse.ProtoReflect.Descriptor instead.
 func (*HoldLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 type DropLeaseRequest struct {
@@ -1346,7 +1156,7 @@ type DropLeaseRequest struct {
 
 func (x *DropLeaseRequest) Reset() {
 	*x = DropLeaseRequest{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[21]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1168,7 @@ func (x *DropLeaseRequest) String() string {
 func (*DropLeaseRequest) ProtoMessage() {}
 
 func (x *DropLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[21]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1181,7 @@ func (x *DropLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropLeaseRequest.ProtoReflect.Descriptor instead.
 func (*DropLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DropLeaseRequest) GetWorkloadId() string {
@@ -1389,7 +1199,7 @@ type DropLeaseResponse struct {
 
 func (x *DropLeaseResponse) Reset() {
 	*x = DropLeaseResponse{}
-	mi := &file_csisupd_v1_agent_proto_msgTypes[22]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1211,7 @@ func (x *DropLeaseResponse) String() string {
 func (*DropLeaseResponse) ProtoMessage() {}
 
 func (x *DropLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_csisupd_v1_agent_proto_msgTypes[22]
+	mi := &file_csisupd_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1224,230 @@ func (x *DropLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropLeaseResponse.ProtoReflect.Descriptor instead.
 func (*DropLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+// LocalClaimRequest claims a volume for a workload that runs on the
+// agent's node (a container, a systemd service).
+type LocalClaimRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId   string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	// owner names who runs the workload (docker, systemd, ...), for
+	// SyncNodeClaims: it must match the plugin id rule.
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// lease is the claim's lease_ttl, 5s to 24h, required: the agent renews
+	// it while it runs, and the servers release the claim when it runs out.
+	Lease *durationpb.Duration `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	// usage defaults to the volume's first capability, read-write.
+	Usage         *VolumeUsage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalClaimRequest) Reset() {
+	*x = LocalClaimRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalClaimRequest) ProtoMessage() {}
+
+func (x *LocalClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalClaimRequest.ProtoReflect.Descriptor instead.
+func (*LocalClaimRequest) Descriptor() ([]byte, []int) {
 	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *LocalClaimRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *LocalClaimRequest) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+func (x *LocalClaimRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LocalClaimRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *LocalClaimRequest) GetUsage() *VolumeUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+type LocalClaimResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Claim         *VolumeClaim           `protobuf:"bytes,2,opt,name=claim,proto3" json:"claim,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalClaimResponse) Reset() {
+	*x = LocalClaimResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalClaimResponse) ProtoMessage() {}
+
+func (x *LocalClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalClaimResponse.ProtoReflect.Descriptor instead.
+func (*LocalClaimResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LocalClaimResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *LocalClaimResponse) GetClaim() *VolumeClaim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+type LocalReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	WorkloadId    string                 `protobuf:"bytes,2,opt,name=workload_id,json=workloadId,proto3" json:"workload_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalReleaseRequest) Reset() {
+	*x = LocalReleaseRequest{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalReleaseRequest) ProtoMessage() {}
+
+func (x *LocalReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalReleaseRequest.ProtoReflect.Descriptor instead.
+func (*LocalReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LocalReleaseRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *LocalReleaseRequest) GetWorkloadId() string {
+	if x != nil {
+		return x.WorkloadId
+	}
+	return ""
+}
+
+type LocalReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalReleaseResponse) Reset() {
+	*x = LocalReleaseResponse{}
+	mi := &file_csisupd_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalReleaseResponse) ProtoMessage() {}
+
+func (x *LocalReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_csisupd_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalReleaseResponse.ProtoReflect.Descriptor instead.
+func (*LocalReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_csisupd_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 var File_csisupd_v1_agent_proto protoreflect.FileDescriptor
@@ -1422,36 +1455,7 @@ var File_csisupd_v1_agent_proto protoreflect.FileDescriptor
 const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x16csisupd/v1/agent.proto\x12\n" +
-	"csisupd.v1\x1a\x18csisupd/v1/volumes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\a\n" +
-	"\x06Plugin\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
-	"\ahealthy\x18\x03 \x01(\bR\ahealthy\x12!\n" +
-	"\fhealth_state\x18\x04 \x01(\tR\vhealthState\x12-\n" +
-	"\x12health_description\x18\x05 \x01(\tR\x11healthDescription\x12\x16\n" +
-	"\x06socket\x18\x06 \x01(\tR\x06socket\x12\x1f\n" +
-	"\vvendor_name\x18\a \x01(\tR\n" +
-	"vendorName\x12%\n" +
-	"\x0evendor_version\x18\b \x01(\tR\rvendorVersion\x12<\n" +
-	"\bmanifest\x18\t \x03(\v2 .csisupd.v1.Plugin.ManifestEntryR\bmanifest\x12\x17\n" +
-	"\anode_id\x18\n" +
-	" \x01(\tR\x06nodeId\x12\x1f\n" +
-	"\vmax_volumes\x18\v \x01(\x05R\n" +
-	"maxVolumes\x12[\n" +
-	"\x13accessible_topology\x18\f \x03(\v2*.csisupd.v1.Plugin.AccessibleTopologyEntryR\x12accessibleTopology\x12/\n" +
-	"\x13plugin_capabilities\x18\r \x03(\tR\x12pluginCapabilities\x127\n" +
-	"\x17controller_capabilities\x18\x0e \x03(\tR\x16controllerCapabilities\x12+\n" +
-	"\x11node_capabilities\x18\x0f \x03(\tR\x10nodeCapabilities\x129\n" +
-	"\n" +
-	"last_probe\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tlastProbe\x12?\n" +
-	"\rregistered_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12=\n" +
-	"\fhealth_since\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vhealthSince\x1a;\n" +
-	"\rManifestEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aE\n" +
-	"\x17AccessibleTopologyEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\":\n" +
+	"csisupd.v1\x1a\x18csisupd/v1/control.proto\x1a\x17csisupd/v1/plugin.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\":\n" +
 	"\fIgnoredEntry\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x0f\n" +
@@ -1527,7 +1531,22 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\x10DropLeaseRequest\x12\x1f\n" +
 	"\vworkload_id\x18\x01 \x01(\tR\n" +
 	"workloadId\"\x13\n" +
-	"\x11DropLeaseResponse2\xc8\x05\n" +
+	"\x11DropLeaseResponse\"\xc7\x01\n" +
+	"\x11LocalClaimRequest\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x02 \x01(\tR\n" +
+	"workloadId\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12/\n" +
+	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12-\n" +
+	"\x05usage\x18\x05 \x01(\v2\x17.csisupd.v1.VolumeUsageR\x05usage\"o\n" +
+	"\x12LocalClaimResponse\x12*\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.csisupd.v1.VolumeR\x06volume\x12-\n" +
+	"\x05claim\x18\x02 \x01(\v2\x17.csisupd.v1.VolumeClaimR\x05claim\"S\n" +
+	"\x13LocalReleaseRequest\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vworkload_id\x18\x02 \x01(\tR\n" +
+	"workloadId\"\x16\n" +
+	"\x14LocalReleaseResponse2\xea\x06\n" +
 	"\x05Agent\x12?\n" +
 	"\x06Status\x12\x19.csisupd.v1.StatusRequest\x1a\x1a.csisupd.v1.StatusResponse\x12N\n" +
 	"\vListPlugins\x12\x1e.csisupd.v1.ListPluginsRequest\x1a\x1f.csisupd.v1.ListPluginsResponse\x12H\n" +
@@ -1538,7 +1557,9 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\aMetrics\x12\x1a.csisupd.v1.MetricsRequest\x1a\x1b.csisupd.v1.MetricsResponse\x12?\n" +
 	"\x06Config\x12\x19.csisupd.v1.ConfigRequest\x1a\x1a.csisupd.v1.ConfigResponse\x12H\n" +
 	"\tHoldLease\x12\x1c.csisupd.v1.HoldLeaseRequest\x1a\x1d.csisupd.v1.HoldLeaseResponse\x12H\n" +
-	"\tDropLease\x12\x1c.csisupd.v1.DropLeaseRequest\x1a\x1d.csisupd.v1.DropLeaseResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\tDropLease\x12\x1c.csisupd.v1.DropLeaseRequest\x1a\x1d.csisupd.v1.DropLeaseResponse\x12L\n" +
+	"\vClaimVolume\x12\x1d.csisupd.v1.LocalClaimRequest\x1a\x1e.csisupd.v1.LocalClaimResponse\x12R\n" +
+	"\rReleaseVolume\x12\x1f.csisupd.v1.LocalReleaseRequest\x1a .csisupd.v1.LocalReleaseResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
 
 var (
 	file_csisupd_v1_agent_proto_rawDescOnce sync.Once
@@ -1552,77 +1573,85 @@ func file_csisupd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_csisupd_v1_agent_proto_rawDescData
 }
 
-var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_csisupd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_csisupd_v1_agent_proto_goTypes = []any{
-	(*Plugin)(nil),                // 0: csisupd.v1.Plugin
-	(*IgnoredEntry)(nil),          // 1: csisupd.v1.IgnoredEntry
-	(*StatusRequest)(nil),         // 2: csisupd.v1.StatusRequest
-	(*StatusResponse)(nil),        // 3: csisupd.v1.StatusResponse
-	(*ClusterSummary)(nil),        // 4: csisupd.v1.ClusterSummary
-	(*ListPluginsRequest)(nil),    // 5: csisupd.v1.ListPluginsRequest
-	(*ListPluginsResponse)(nil),   // 6: csisupd.v1.ListPluginsResponse
-	(*GetPluginRequest)(nil),      // 7: csisupd.v1.GetPluginRequest
-	(*GetPluginResponse)(nil),     // 8: csisupd.v1.GetPluginResponse
-	(*WatchEventsRequest)(nil),    // 9: csisupd.v1.WatchEventsRequest
-	(*Event)(nil),                 // 10: csisupd.v1.Event
-	(*MonitorRequest)(nil),        // 11: csisupd.v1.MonitorRequest
-	(*MonitorResponse)(nil),       // 12: csisupd.v1.MonitorResponse
-	(*ProfileRequest)(nil),        // 13: csisupd.v1.ProfileRequest
-	(*ProfileChunk)(nil),          // 14: csisupd.v1.ProfileChunk
-	(*MetricsRequest)(nil),        // 15: csisupd.v1.MetricsRequest
-	(*MetricsResponse)(nil),       // 16: csisupd.v1.MetricsResponse
-	(*ConfigRequest)(nil),         // 17: csisupd.v1.ConfigRequest
-	(*ConfigResponse)(nil),        // 18: csisupd.v1.ConfigResponse
-	(*HoldLeaseRequest)(nil),      // 19: csisupd.v1.HoldLeaseRequest
-	(*HoldLeaseResponse)(nil),     // 20: csisupd.v1.HoldLeaseResponse
-	(*DropLeaseRequest)(nil),      // 21: csisupd.v1.DropLeaseRequest
-	(*DropLeaseResponse)(nil),     // 22: csisupd.v1.DropLeaseResponse
-	nil,                           // 23: csisupd.v1.Plugin.ManifestEntry
-	nil,                           // 24: csisupd.v1.Plugin.AccessibleTopologyEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*Mount)(nil),                 // 26: csisupd.v1.Mount
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(*IgnoredEntry)(nil),          // 0: csisupd.v1.IgnoredEntry
+	(*StatusRequest)(nil),         // 1: csisupd.v1.StatusRequest
+	(*StatusResponse)(nil),        // 2: csisupd.v1.StatusResponse
+	(*ClusterSummary)(nil),        // 3: csisupd.v1.ClusterSummary
+	(*ListPluginsRequest)(nil),    // 4: csisupd.v1.ListPluginsRequest
+	(*ListPluginsResponse)(nil),   // 5: csisupd.v1.ListPluginsResponse
+	(*GetPluginRequest)(nil),      // 6: csisupd.v1.GetPluginRequest
+	(*GetPluginResponse)(nil),     // 7: csisupd.v1.GetPluginResponse
+	(*WatchEventsRequest)(nil),    // 8: csisupd.v1.WatchEventsRequest
+	(*Event)(nil),                 // 9: csisupd.v1.Event
+	(*MonitorRequest)(nil),        // 10: csisupd.v1.MonitorRequest
+	(*MonitorResponse)(nil),       // 11: csisupd.v1.MonitorResponse
+	(*ProfileRequest)(nil),        // 12: csisupd.v1.ProfileRequest
+	(*ProfileChunk)(nil),          // 13: csisupd.v1.ProfileChunk
+	(*MetricsRequest)(nil),        // 14: csisupd.v1.MetricsRequest
+	(*MetricsResponse)(nil),       // 15: csisupd.v1.MetricsResponse
+	(*ConfigRequest)(nil),         // 16: csisupd.v1.ConfigRequest
+	(*ConfigResponse)(nil),        // 17: csisupd.v1.ConfigResponse
+	(*HoldLeaseRequest)(nil),      // 18: csisupd.v1.HoldLeaseRequest
+	(*HoldLeaseResponse)(nil),     // 19: csisupd.v1.HoldLeaseResponse
+	(*DropLeaseRequest)(nil),      // 20: csisupd.v1.DropLeaseRequest
+	(*DropLeaseResponse)(nil),     // 21: csisupd.v1.DropLeaseResponse
+	(*LocalClaimRequest)(nil),     // 22: csisupd.v1.LocalClaimRequest
+	(*LocalClaimResponse)(nil),    // 23: csisupd.v1.LocalClaimResponse
+	(*LocalReleaseRequest)(nil),   // 24: csisupd.v1.LocalReleaseRequest
+	(*LocalReleaseResponse)(nil),  // 25: csisupd.v1.LocalReleaseResponse
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*Plugin)(nil),                // 27: csisupd.v1.Plugin
+	(*Mount)(nil),                 // 28: csisupd.v1.Mount
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*VolumeUsage)(nil),           // 30: csisupd.v1.VolumeUsage
+	(*Volume)(nil),                // 31: csisupd.v1.Volume
+	(*VolumeClaim)(nil),           // 32: csisupd.v1.VolumeClaim
 }
 var file_csisupd_v1_agent_proto_depIdxs = []int32{
-	23, // 0: csisupd.v1.Plugin.manifest:type_name -> csisupd.v1.Plugin.ManifestEntry
-	24, // 1: csisupd.v1.Plugin.accessible_topology:type_name -> csisupd.v1.Plugin.AccessibleTopologyEntry
-	25, // 2: csisupd.v1.Plugin.last_probe:type_name -> google.protobuf.Timestamp
-	25, // 3: csisupd.v1.Plugin.registered_at:type_name -> google.protobuf.Timestamp
-	25, // 4: csisupd.v1.Plugin.health_since:type_name -> google.protobuf.Timestamp
-	25, // 5: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
-	0,  // 6: csisupd.v1.StatusResponse.plugins:type_name -> csisupd.v1.Plugin
-	1,  // 7: csisupd.v1.StatusResponse.ignored:type_name -> csisupd.v1.IgnoredEntry
-	4,  // 8: csisupd.v1.StatusResponse.cluster:type_name -> csisupd.v1.ClusterSummary
-	26, // 9: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
-	0,  // 10: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
-	0,  // 11: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
-	25, // 12: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
-	27, // 13: csisupd.v1.HoldLeaseRequest.lease:type_name -> google.protobuf.Duration
-	2,  // 14: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
-	5,  // 15: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
-	7,  // 16: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
-	9,  // 17: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
-	11, // 18: csisupd.v1.Agent.Monitor:input_type -> csisupd.v1.MonitorRequest
-	13, // 19: csisupd.v1.Agent.Profile:input_type -> csisupd.v1.ProfileRequest
-	15, // 20: csisupd.v1.Agent.Metrics:input_type -> csisupd.v1.MetricsRequest
-	17, // 21: csisupd.v1.Agent.Config:input_type -> csisupd.v1.ConfigRequest
-	19, // 22: csisupd.v1.Agent.HoldLease:input_type -> csisupd.v1.HoldLeaseRequest
-	21, // 23: csisupd.v1.Agent.DropLease:input_type -> csisupd.v1.DropLeaseRequest
-	3,  // 24: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
-	6,  // 25: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
-	8,  // 26: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
-	10, // 27: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
-	12, // 28: csisupd.v1.Agent.Monitor:output_type -> csisupd.v1.MonitorResponse
-	14, // 29: csisupd.v1.Agent.Profile:output_type -> csisupd.v1.ProfileChunk
-	16, // 30: csisupd.v1.Agent.Metrics:output_type -> csisupd.v1.MetricsResponse
-	18, // 31: csisupd.v1.Agent.Config:output_type -> csisupd.v1.ConfigResponse
-	20, // 32: csisupd.v1.Agent.HoldLease:output_type -> csisupd.v1.HoldLeaseResponse
-	22, // 33: csisupd.v1.Agent.DropLease:output_type -> csisupd.v1.DropLeaseResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	26, // 0: csisupd.v1.StatusResponse.started_at:type_name -> google.protobuf.Timestamp
+	27, // 1: csisupd.v1.StatusResponse.plugins:type_name -> csisupd.v1.Plugin
+	0,  // 2: csisupd.v1.StatusResponse.ignored:type_name -> csisupd.v1.IgnoredEntry
+	3,  // 3: csisupd.v1.StatusResponse.cluster:type_name -> csisupd.v1.ClusterSummary
+	28, // 4: csisupd.v1.StatusResponse.mounts:type_name -> csisupd.v1.Mount
+	27, // 5: csisupd.v1.ListPluginsResponse.plugins:type_name -> csisupd.v1.Plugin
+	27, // 6: csisupd.v1.GetPluginResponse.plugin:type_name -> csisupd.v1.Plugin
+	26, // 7: csisupd.v1.Event.time:type_name -> google.protobuf.Timestamp
+	29, // 8: csisupd.v1.HoldLeaseRequest.lease:type_name -> google.protobuf.Duration
+	29, // 9: csisupd.v1.LocalClaimRequest.lease:type_name -> google.protobuf.Duration
+	30, // 10: csisupd.v1.LocalClaimRequest.usage:type_name -> csisupd.v1.VolumeUsage
+	31, // 11: csisupd.v1.LocalClaimResponse.volume:type_name -> csisupd.v1.Volume
+	32, // 12: csisupd.v1.LocalClaimResponse.claim:type_name -> csisupd.v1.VolumeClaim
+	1,  // 13: csisupd.v1.Agent.Status:input_type -> csisupd.v1.StatusRequest
+	4,  // 14: csisupd.v1.Agent.ListPlugins:input_type -> csisupd.v1.ListPluginsRequest
+	6,  // 15: csisupd.v1.Agent.GetPlugin:input_type -> csisupd.v1.GetPluginRequest
+	8,  // 16: csisupd.v1.Agent.WatchEvents:input_type -> csisupd.v1.WatchEventsRequest
+	10, // 17: csisupd.v1.Agent.Monitor:input_type -> csisupd.v1.MonitorRequest
+	12, // 18: csisupd.v1.Agent.Profile:input_type -> csisupd.v1.ProfileRequest
+	14, // 19: csisupd.v1.Agent.Metrics:input_type -> csisupd.v1.MetricsRequest
+	16, // 20: csisupd.v1.Agent.Config:input_type -> csisupd.v1.ConfigRequest
+	18, // 21: csisupd.v1.Agent.HoldLease:input_type -> csisupd.v1.HoldLeaseRequest
+	20, // 22: csisupd.v1.Agent.DropLease:input_type -> csisupd.v1.DropLeaseRequest
+	22, // 23: csisupd.v1.Agent.ClaimVolume:input_type -> csisupd.v1.LocalClaimRequest
+	24, // 24: csisupd.v1.Agent.ReleaseVolume:input_type -> csisupd.v1.LocalReleaseRequest
+	2,  // 25: csisupd.v1.Agent.Status:output_type -> csisupd.v1.StatusResponse
+	5,  // 26: csisupd.v1.Agent.ListPlugins:output_type -> csisupd.v1.ListPluginsResponse
+	7,  // 27: csisupd.v1.Agent.GetPlugin:output_type -> csisupd.v1.GetPluginResponse
+	9,  // 28: csisupd.v1.Agent.WatchEvents:output_type -> csisupd.v1.Event
+	11, // 29: csisupd.v1.Agent.Monitor:output_type -> csisupd.v1.MonitorResponse
+	13, // 30: csisupd.v1.Agent.Profile:output_type -> csisupd.v1.ProfileChunk
+	15, // 31: csisupd.v1.Agent.Metrics:output_type -> csisupd.v1.MetricsResponse
+	17, // 32: csisupd.v1.Agent.Config:output_type -> csisupd.v1.ConfigResponse
+	19, // 33: csisupd.v1.Agent.HoldLease:output_type -> csisupd.v1.HoldLeaseResponse
+	21, // 34: csisupd.v1.Agent.DropLease:output_type -> csisupd.v1.DropLeaseResponse
+	23, // 35: csisupd.v1.Agent.ClaimVolume:output_type -> csisupd.v1.LocalClaimResponse
+	25, // 36: csisupd.v1.Agent.ReleaseVolume:output_type -> csisupd.v1.LocalReleaseResponse
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_agent_proto_init() }
@@ -1630,15 +1659,17 @@ func file_csisupd_v1_agent_proto_init() {
 	if File_csisupd_v1_agent_proto != nil {
 		return
 	}
+	file_csisupd_v1_control_proto_init()
+	file_csisupd_v1_plugin_proto_init()
 	file_csisupd_v1_volumes_proto_init()
-	file_csisupd_v1_agent_proto_msgTypes[9].OneofWrappers = []any{}
+	file_csisupd_v1_agent_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_csisupd_v1_agent_proto_rawDesc), len(file_csisupd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,16 +22,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Agent_Status_FullMethodName      = "/csisupd.v1.Agent/Status"
-	Agent_ListPlugins_FullMethodName = "/csisupd.v1.Agent/ListPlugins"
-	Agent_GetPlugin_FullMethodName   = "/csisupd.v1.Agent/GetPlugin"
-	Agent_WatchEvents_FullMethodName = "/csisupd.v1.Agent/WatchEvents"
-	Agent_Monitor_FullMethodName     = "/csisupd.v1.Agent/Monitor"
-	Agent_Profile_FullMethodName     = "/csisupd.v1.Agent/Profile"
-	Agent_Metrics_FullMethodName     = "/csisupd.v1.Agent/Metrics"
-	Agent_Config_FullMethodName      = "/csisupd.v1.Agent/Config"
-	Agent_HoldLease_FullMethodName   = "/csisupd.v1.Agent/HoldLease"
-	Agent_DropLease_FullMethodName   = "/csisupd.v1.Agent/DropLease"
+	Agent_Status_FullMethodName        = "/csisupd.v1.Agent/Status"
+	Agent_ListPlugins_FullMethodName   = "/csisupd.v1.Agent/ListPlugins"
+	Agent_GetPlugin_FullMethodName     = "/csisupd.v1.Agent/GetPlugin"
+	Agent_WatchEvents_FullMethodName   = "/csisupd.v1.Agent/WatchEvents"
+	Agent_Monitor_FullMethodName       = "/csisupd.v1.Agent/Monitor"
+	Agent_Profile_FullMethodName       = "/csisupd.v1.Agent/Profile"
+	Agent_Metrics_FullMethodName       = "/csisupd.v1.Agent/Metrics"
+	Agent_Config_FullMethodName        = "/csisupd.v1.Agent/Config"
+	Agent_HoldLease_FullMethodName     = "/csisupd.v1.Agent/HoldLease"
+	Agent_DropLease_FullMethodName     = "/csisupd.v1.Agent/DropLease"
+	Agent_ClaimVolume_FullMethodName   = "/csisupd.v1.Agent/ClaimVolume"
+	Agent_ReleaseVolume_FullMethodName = "/csisupd.v1.Agent/ReleaseVolume"
 )
 
 // AgentClient is the client API for Agent service.
@@ -74,6 +76,14 @@ type AgentClient interface {
 	// run out on the servers unless they are released first. Dropping a
 	// workload that is not held succeeds. Needs agent:write.
 	DropLease(ctx context.Context, in *DropLeaseRequest, opts ...grpc.CallOption) (*DropLeaseResponse, error)
+	// ClaimVolume claims a volume for a workload on this agent's node through
+	// the servers, with an owner and a lease the agent then holds (renews)
+	// until ReleaseVolume; the answer carries the claim's host_path. Claiming
+	// again returns the same claim. Needs volume:write.
+	ClaimVolume(ctx context.Context, in *LocalClaimRequest, opts ...grpc.CallOption) (*LocalClaimResponse, error)
+	// ReleaseVolume releases such a claim and stops holding its lease.
+	// Releasing a claim that does not exist succeeds. Needs volume:write.
+	ReleaseVolume(ctx context.Context, in *LocalReleaseRequest, opts ...grpc.CallOption) (*LocalReleaseResponse, error)
 }
 
 type agentClient struct {
@@ -211,6 +221,26 @@ func (c *agentClient) DropLease(ctx context.Context, in *DropLeaseRequest, opts 
 	return out, nil
 }
 
+func (c *agentClient) ClaimVolume(ctx context.Context, in *LocalClaimRequest, opts ...grpc.CallOption) (*LocalClaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LocalClaimResponse)
+	err := c.cc.Invoke(ctx, Agent_ClaimVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) ReleaseVolume(ctx context.Context, in *LocalReleaseRequest, opts ...grpc.CallOption) (*LocalReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LocalReleaseResponse)
+	err := c.cc.Invoke(ctx, Agent_ReleaseVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -251,6 +281,14 @@ type AgentServer interface {
 	// run out on the servers unless they are released first. Dropping a
 	// workload that is not held succeeds. Needs agent:write.
 	DropLease(context.Context, *DropLeaseRequest) (*DropLeaseResponse, error)
+	// ClaimVolume claims a volume for a workload on this agent's node through
+	// the servers, with an owner and a lease the agent then holds (renews)
+	// until ReleaseVolume; the answer carries the claim's host_path. Claiming
+	// again returns the same claim. Needs volume:write.
+	ClaimVolume(context.Context, *LocalClaimRequest) (*LocalClaimResponse, error)
+	// ReleaseVolume releases such a claim and stops holding its lease.
+	// Releasing a claim that does not exist succeeds. Needs volume:write.
+	ReleaseVolume(context.Context, *LocalReleaseRequest) (*LocalReleaseResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -290,6 +328,12 @@ func (UnimplementedAgentServer) HoldLease(context.Context, *HoldLeaseRequest) (*
 }
 func (UnimplementedAgentServer) DropLease(context.Context, *DropLeaseRequest) (*DropLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DropLease not implemented")
+}
+func (UnimplementedAgentServer) ClaimVolume(context.Context, *LocalClaimRequest) (*LocalClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClaimVolume not implemented")
+}
+func (UnimplementedAgentServer) ReleaseVolume(context.Context, *LocalReleaseRequest) (*LocalReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseVolume not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -471,6 +515,42 @@ func _Agent_DropLease_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_ClaimVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocalClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).ClaimVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_ClaimVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).ClaimVolume(ctx, req.(*LocalClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_ReleaseVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocalReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).ReleaseVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_ReleaseVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).ReleaseVolume(ctx, req.(*LocalReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -505,6 +585,14 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DropLease",
 			Handler:    _Agent_DropLease_Handler,
+		},
+		{
+			MethodName: "ClaimVolume",
+			Handler:    _Agent_ClaimVolume_Handler,
+		},
+		{
+			MethodName: "ReleaseVolume",
+			Handler:    _Agent_ReleaseVolume_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

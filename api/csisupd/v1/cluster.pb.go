@@ -1097,7 +1097,7 @@ var File_csisupd_v1_cluster_proto protoreflect.FileDescriptor
 const file_csisupd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/cluster.proto\x12\n" +
-	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/control.proto\x1a\x18csisupd/v1/volumes.proto\"\x85\x01\n" +
+	"csisupd.v1\x1a\x14csisupd/v1/acl.proto\x1a\x18csisupd/v1/control.proto\x1a\x17csisupd/v1/plugin.proto\x1a\x18csisupd/v1/volumes.proto\"\x85\x01\n" +
 	"\x17NodeVolumeHealthRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1a\n" +
@@ -1263,8 +1263,8 @@ func file_csisupd_v1_cluster_proto_init() {
 		return
 	}
 	file_csisupd_v1_acl_proto_init()
-	file_csisupd_v1_agent_proto_init()
 	file_csisupd_v1_control_proto_init()
+	file_csisupd_v1_plugin_proto_init()
 	file_csisupd_v1_volumes_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -5801,7 +5801,7 @@ var File_csisupd_v1_control_proto protoreflect.FileDescriptor
 const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18csisupd/v1/control.proto\x12\n" +
-	"csisupd.v1\x1a\x16csisupd/v1/agent.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x03\n" +
+	"csisupd.v1\x1a\x17csisupd/v1/plugin.proto\x1a\x18csisupd/v1/volumes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x03\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -6642,7 +6642,7 @@ func file_csisupd_v1_control_proto_init() {
 	if File_csisupd_v1_control_proto != nil {
 		return
 	}
-	file_csisupd_v1_agent_proto_init()
+	file_csisupd_v1_plugin_proto_init()
 	file_csisupd_v1_volumes_proto_init()
 	file_csisupd_v1_control_proto_msgTypes[9].OneofWrappers = []any{
 		(*VolumeContentSource_SnapshotId)(nil),
