@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -161,4 +162,29 @@ func waitPluginSocket(t *testing.T, c *clientAgent) {
 		info, err := os.Stat(c.dockerSocket)
 		return err == nil && info.Mode()&os.ModeSocket != 0
 	})
+}
+
+// serveAPI runs podman's Docker-compatible API service for h's store on
+// a socket in a temporary directory until the test ends, and returns the
+// socket's path; the service may still be starting.
+func (h *podmanHost) serveAPI(t *testing.T) string {
+	t.Helper()
+	socket := filepath.Join(testutil.TempDir(t), "podman.sock")
+	logs := &testutil.SyncBuffer{}
+	cmd := exec.Command("podman", append(slices.Clone(h.store), "system", "service", "--time=0", "unix://"+socket)...)
+	cmd.Env = h.env
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("podman system service output:\n%s", logs.String())
+		}
+	})
+	return socket
 }
