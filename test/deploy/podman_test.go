@@ -18,10 +18,6 @@ const (
 	podmanContainersCfg = repoRoot + "/deploy/podman/containers.conf"
 )
 
-// dockerSocket is the agent's default docker.socket, where
-// containers.conf must point podman.
-const dockerSocket = "/run/docker/plugins/csisupd.sock"
-
 // TestQuadletVolumeKeysAndCommand checks the quadlet volume unit with no
 // podman needed: its [Volume] keys are those podman-systemd.unit(5)
 // documents, its [Unit] keys pass to systemd, it names the csisupd driver
@@ -117,7 +113,7 @@ func TestPodmanContainersConf(t *testing.T) {
 			tables[name][kv[0]] = kv[1]
 		}
 	}
-	if got, want := tables["engine.volume_plugins"]["csisupd"], fmt.Sprintf("%q", dockerSocket); got != want {
+	if got, want := tables["engine.volume_plugins"]["csisupd"], fmt.Sprintf("%q", config.DefaultDockerSocket); got != want {
 		t.Errorf("%s: [engine.volume_plugins] csisupd = %s, want %s", podmanContainersCfg, got, want)
 	}
 	timeout, err := strconv.Atoi(tables["engine"]["volume_plugin_timeout"])
