@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -61,34 +60,23 @@ func startDocker(t *testing.T, plugin string) *dockerDaemon {
 	}
 	t.Cleanup(func() { os.Remove(spec) })
 
-	logs := &testutil.SyncBuffer{}
-	cmd := exec.Command("dockerd", "--data-root", filepath.Join(d.dir, "data"), "--exec-root", filepath.Join(d.dir, "exec"),
-		"--pidfile", filepath.Join(d.dir, "docker.pid"), "--host", d.host, "--storage-driver", "vfs",
-		"--iptables=false", "--ip6tables=false", "--bridge=none", "--containerd-namespace", d.driver,
-		"--containerd-plugins-namespace", d.driver+"-plugins")
-	cmd.Env = d.env
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	dockerd := testutil.StartProcess(t, nil, "dockerd", "--data-root", filepath.Join(d.dir, "data"),
+		"--exec-root", filepath.Join(d.dir, "exec"), "--pidfile", filepath.Join(d.dir, "docker.pid"), "--host", d.host,
+		"--storage-driver", "vfs", "--iptables=false", "--ip6tables=false", "--bridge=none",
+		"--containerd-namespace", d.driver, "--containerd-plugins-namespace", d.driver+"-plugins")
+	// Before StartProcess's kill: the containers go, then dockerd stops
+	// with its containerd.
 	t.Cleanup(func() {
 		if stdout, _, err := d.run(t, "ps", "--all", "--quiet"); err == nil {
 			if ids := strings.Fields(stdout); len(ids) > 0 {
 				d.run(t, append([]string{"rm", "--force"}, ids...)...)
 			}
 		}
-		cmd.Process.Signal(syscall.SIGTERM)
+		_ = dockerd.Cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-dockerd.Done():
 		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
 			t.Errorf("dockerd did not stop within 30s of SIGTERM")
-		}
-		if t.Failed() {
-			t.Logf("dockerd output:\n%s", logs.String())
 		}
 	})
 	ping := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
@@ -98,10 +86,8 @@ func startDocker(t *testing.T, plugin string) *dockerDaemon {
 	}}
 	defer ping.CloseIdleConnections()
 	testutil.WaitFor(t, 60*time.Second, "dockerd's API", func() bool {
-		select {
-		case err := <-exited:
-			t.Fatalf("dockerd exited before serving: %v\n%s", err, logs.String())
-		default:
+		if dockerd.Exited() {
+			t.Fatalf("dockerd exited with %d before serving:\n%s", dockerd.ExitCode(), dockerd.Stderr)
 		}
 		resp, err := ping.Get("http://docker/_ping")
 		if err != nil {

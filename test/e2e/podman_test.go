@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -49,6 +48,7 @@ var containersConfHarness = map[string][][2]string{
 // volumes, and the containers.conf that names the volume plugin. Two
 // podmanHosts of one test are two hosts sharing the cluster.
 type podmanHost struct {
+	conf  string // its containers.conf
 	env   []string
 	store []string // the global flags of its store
 	image string   // the busybox image, once imported
@@ -93,7 +93,8 @@ func newPodmanHost(t *testing.T, conf string) *podmanHost {
 	t.Helper()
 	dir := testutil.TempDir(t)
 	h := &podmanHost{
-		env: append(cleanEnv(), "CONTAINERS_CONF="+conf),
+		conf: conf,
+		env:  append(cleanEnv(), "CONTAINERS_CONF="+conf),
 		store: []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "runroot"),
 			"--tmpdir", filepath.Join(dir, "tmp"), "--storage-driver", "vfs", "--events-backend", "file",
 			"--cgroup-manager", "cgroupfs", "--runtime", "runc"},
@@ -170,21 +171,7 @@ func waitPluginSocket(t *testing.T, c *clientAgent) {
 func (h *podmanHost) serveAPI(t *testing.T) string {
 	t.Helper()
 	socket := filepath.Join(testutil.TempDir(t), "podman.sock")
-	logs := &testutil.SyncBuffer{}
-	cmd := exec.Command("podman", append(slices.Clone(h.store), "system", "service", "--time=0", "unix://"+socket)...)
-	cmd.Env = h.env
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("podman system service output:\n%s", logs.String())
-		}
-	})
+	testutil.StartProcess(t, []string{"CONTAINERS_CONF=" + h.conf}, "podman",
+		append(slices.Clone(h.store), "system", "service", "--time=0", "unix://"+socket)...)
 	return socket
 }
