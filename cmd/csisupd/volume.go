@@ -23,7 +23,7 @@ import (
 func newVolumeCommand(opts *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "volume",
-		Short: "Create, claim, release, expand, snapshot, delete and inspect volumes",
+		Short: "Create, claim, mount, release, expand, snapshot, delete and inspect volumes",
 		Args:  rangeArgs(0, 0),
 	}
 	cmd.AddCommand(
@@ -40,6 +40,7 @@ func newVolumeCommand(opts *clientOptions) *cobra.Command {
 		newVolumeRenewCommand(opts),
 		newVolumeSyncCommand(opts),
 		newVolumeCheckCommand(opts),
+		newVolumeMountCommand(opts), newVolumeUnmountCommand(opts),
 		newVolumeDetachCommand(opts),
 		newVolumeExpandCommand(opts),
 		newVolumeModifyCommand(opts),

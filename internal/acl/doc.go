@@ -61,6 +61,8 @@
 //	                                                                  agent serves it only with
 //	                                                                  enable_debug = true)
 //	                            HoldLease, DropLease                  agent:write
+//	                            ClaimVolume, ReleaseVolume            volume:write (the agent then
+//	                                                                  claims with its own token)
 //	                            ListPlugins, GetPlugin, WatchEvents   plugin:read
 //	                            (any peer; server identity passes)
 //	ClientCSI                   ControllerGetCapabilities, ControllerValidateVolume,
@@ -99,6 +101,14 @@
 //	                            SnapshotRestore                       a management token (a restore
 //	                                                                  replaces the ACL state too)
 //	                            (servers and CLIs; server identity passes)
+//	                            ListVolumes, GetVolume, CreateVolume,
+//	                            DeleteVolume, ClaimVolume, ReleaseVolume,
+//	                            SyncNodeClaims                        also client certificates: an
+//	                                                                  agent's local claims (the Docker
+//	                                                                  volume plugin, Agent.ClaimVolume)
+//	                                                                  with its own token; Node for
+//	                                                                  claim, release and sync: a caller
+//	                                                                  bound to a node acts for it only
 //	                            ReleaseVolume with force 2, DeleteVolume
 //	                            with force                            operator:write besides volume:write
 //	                                                                  (RaisedRuleFor: they can leave a

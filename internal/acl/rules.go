@@ -202,6 +202,18 @@ func nodeRule() Rule {
 // controlRule is the rule of a Control method.
 func controlRule(r Resource, l Level) Rule { return needs(PeerServer|PeerCLI, r, l) }
 
+// localClaimRule is the rule of a Control method an agent also calls for
+// the workloads of its own node (the Docker volume plugin, the Agent API's
+// ClaimVolume), with its client certificate and its own token: a token
+// still needs the capability. Node marks those that name a node (claim,
+// release, sync): the servers hold a caller bound to a node to that node,
+// and with tls.verify_node_name a client certificate must name its node.
+func localClaimRule(l Level, node bool) Rule {
+	r := needs(PeerServer|PeerClient|PeerCLI, ResourceVolume, l)
+	r.Node = node
+	return r
+}
+
 // managementRule is the rule of a method only a management token may
 // call.
 func managementRule() Rule { return aclRule(TokenManagement) }
@@ -287,15 +299,15 @@ var methodRules = map[string]Rule{
 	// Clearing a node's secret lets the next agent that registers act as
 	// the node: an operator's act.
 	csisupdv1.Control_RekeyNode_FullMethodName:      controlRule(ResourceOperator, LevelWrite),
-	csisupdv1.Control_ListVolumes_FullMethodName:    controlRule(ResourceVolume, LevelRead),
-	csisupdv1.Control_GetVolume_FullMethodName:      controlRule(ResourceVolume, LevelRead),
-	csisupdv1.Control_CreateVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_ListVolumes_FullMethodName:    localClaimRule(LevelRead, false),
+	csisupdv1.Control_GetVolume_FullMethodName:      localClaimRule(LevelRead, false),
+	csisupdv1.Control_CreateVolume_FullMethodName:   localClaimRule(LevelWrite, false),
 	csisupdv1.Control_RegisterVolume_FullMethodName: controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_DeleteVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_ClaimVolume_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_ReleaseVolume_FullMethodName:  controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_DeleteVolume_FullMethodName:   localClaimRule(LevelWrite, false),
+	csisupdv1.Control_ClaimVolume_FullMethodName:    localClaimRule(LevelWrite, true),
+	csisupdv1.Control_ReleaseVolume_FullMethodName:  localClaimRule(LevelWrite, true),
 	csisupdv1.Control_RenewClaims_FullMethodName:    controlRule(ResourceVolume, LevelWrite),
-	csisupdv1.Control_SyncNodeClaims_FullMethodName: controlRule(ResourceVolume, LevelWrite),
+	csisupdv1.Control_SyncNodeClaims_FullMethodName: localClaimRule(LevelWrite, true),
 	csisupdv1.Control_CheckClaim_FullMethodName:     controlRule(ResourceVolume, LevelRead),
 	csisupdv1.Control_ExpandVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),
 	csisupdv1.Control_ModifyVolume_FullMethodName:   controlRule(ResourceVolume, LevelWrite),

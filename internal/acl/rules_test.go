@@ -109,7 +109,9 @@ func TestRuleTable(t *testing.T) {
 		{csisupdv1.Control_SnapshotSave_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceOperator, LevelWrite), TokenCapability, true, false}},
 		{csisupdv1.Control_SnapshotRestore_FullMethodName, Rule{Peers: PeerServer | PeerCLI, Token: TokenManagement, ServerIdentity: true}},
 		{csisupdv1.Control_RaftPeers_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceOperator, LevelRead), TokenCapability, true, false}},
-		{csisupdv1.Control_ClaimVolume_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true, false}},
+		{csisupdv1.Control_ClaimVolume_FullMethodName, Rule{PeersAny, cap(ResourceVolume, LevelWrite), TokenCapability, true, true}},
+		{csisupdv1.Control_GetVolume_FullMethodName, Rule{PeersAny, cap(ResourceVolume, LevelRead), TokenCapability, true, false}},
+		{csisupdv1.Control_ExpandVolume_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true, false}},
 		{csisupdv1.NodeVolumes_MountVolume_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelWrite), TokenCapability, true, false}},
 		{csisupdv1.NodeVolumes_ListMounts_FullMethodName, Rule{PeerServer | PeerCLI, cap(ResourceVolume, LevelRead), TokenCapability, true, false}},
 		{csisupdv1.Cluster_NodeClaims_FullMethodName, Rule{PeerServer | PeerClient, cap(ResourceNode, LevelWrite), TokenCapability, true, true}},
@@ -125,11 +127,23 @@ func TestRuleTable(t *testing.T) {
 			t.Errorf("%s: %+v (found %v), want %+v", tt.method, got, ok, tt.want)
 		}
 	}
-	// Every ACL method but Bootstrap and TokenSelf needs management, and
-	// no client certificate may call ClientCSI, Control or ACL. The node
-	// methods are exactly the Cluster methods client certificates call.
+	// Every ACL method but Bootstrap and TokenSelf needs management. No
+	// client certificate may call ClientCSI or ACL, nor Control but for the
+	// calls of an agent's local claims, which need volume capabilities. The
+	// node methods are exactly the Cluster methods client certificates
+	// call, and the local claims' calls that name a node.
+	localClaims := map[string]bool{ // method -> names a node
+		csisupdv1.Control_ListVolumes_FullMethodName:    false,
+		csisupdv1.Control_GetVolume_FullMethodName:      false,
+		csisupdv1.Control_CreateVolume_FullMethodName:   false,
+		csisupdv1.Control_DeleteVolume_FullMethodName:   false,
+		csisupdv1.Control_ClaimVolume_FullMethodName:    true,
+		csisupdv1.Control_ReleaseVolume_FullMethodName:  true,
+		csisupdv1.Control_SyncNodeClaims_FullMethodName: true,
+	}
 	for m, r := range Rules() {
-		if want := strings.HasPrefix(m, "/csisupd.v1.Cluster/") && r.Peers&PeerClient != 0; r.Node != want {
+		names, local := localClaims[m]
+		if want := strings.HasPrefix(m, "/csisupd.v1.Cluster/") && r.Peers&PeerClient != 0 || names; r.Node != want {
 			t.Errorf("%s: Node is %v, want %v", m, r.Node, want)
 		}
 		if strings.HasPrefix(m, "/csisupd.v1.ACL/") && m != csisupdv1.ACL_Bootstrap_FullMethodName &&
@@ -137,9 +151,12 @@ func TestRuleTable(t *testing.T) {
 			t.Errorf("%s needs %s, want management", m, r.Token)
 		}
 		for _, svc := range []string{"/csisupd.v1.ClientCSI/", "/csisupd.v1.Control/", "/csisupd.v1.ACL/"} {
-			if strings.HasPrefix(m, svc) && r.Peers&PeerClient != 0 {
+			if strings.HasPrefix(m, svc) && r.Peers&PeerClient != 0 && !local {
 				t.Errorf("%s may be called with a client certificate", m)
 			}
+		}
+		if local && (r.Peers&PeerClient == 0 || r.Capability.Resource != ResourceVolume || r.Token != TokenCapability) {
+			t.Errorf("%s: %+v; an agent's local claims call it with a client certificate and a token that allows volumes", m, r)
 		}
 	}
 }

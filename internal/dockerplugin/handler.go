@@ -121,11 +121,17 @@ func readRequest(w http.ResponseWriter, r *http.Request) (*request, error) {
 
 // fail answers err as {"Err"} with status and logs it (warn); req, when
 // read, names the volume. Option values are never logged: only keys.
+// A Get of a volume that does not exist is how engines ask before they
+// create one: it is logged at debug.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, req *request, err error) {
 	if req == nil {
 		req = &request{}
 	}
-	s.logger.Warn("call failed", "endpoint", r.URL.Path, "name", req.Name, "id", req.ID, "opts", optKeys(req.Opts), "error", err)
+	log := s.logger.Warn
+	if r.URL.Path == "/VolumeDriver.Get" && isNotFound(err) {
+		log = s.logger.Debug
+	}
+	log("call failed", "endpoint", r.URL.Path, "name", req.Name, "id", req.ID, "opts", optKeys(req.Opts), "error", err)
 	writeJSON(w, status, errorBody{Err: err.Error()})
 }
 

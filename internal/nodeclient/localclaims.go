@@ -88,6 +88,12 @@ func (l *LocalClaims) Claim(ctx context.Context, volumeID, workloadID, owner str
 	if err := checkLocalClaim(volumeID, workloadID, owner, lease); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	// A claim asked for while the agent starts (a unit ordered after
+	// csisupd.service, an engine restarting its containers) waits for the
+	// node to be known to the servers, within the caller's deadline.
+	if err := l.cfg.Client.WaitRegistered(ctx); err != nil {
+		return nil, fmt.Errorf("claim volume %s: %w", volumeID, err)
+	}
 	req := &csisupdv1.VolumeClaimRequest{
 		Id: volumeID, NodeId: l.NodeID(), WorkloadId: workloadID, Usage: usage,
 		LeaseTtl: durationpb.New(lease), Owner: owner,

@@ -266,3 +266,38 @@ func TestLocalClaimsCheckTheirArguments(t *testing.T) {
 		t.Fatalf("NewLocalClaims without a config: %v, want an error naming Client and Leases", err)
 	}
 }
+
+// TestWaitRegistered checks that a node client that has not registered
+// yet makes a claim wait for it, and says so when the caller's deadline
+// comes first: a client that never runs never registers; one that runs
+// registers, and the wait ends.
+func TestWaitRegistered(t *testing.T) {
+	c := testcluster.New(t, testcluster.Config{Servers: 1})
+	c.WaitForLeader(t, 20*time.Second)
+	cfg := validConfig()
+	cfg.Servers, cfg.RPCTimeout = c.RPCAddrs(), 10*time.Second
+	client, err := nodeclient.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := newLeases(t, client, t.TempDir(), nil)
+	lc, err := nodeclient.NewLocalClaims(nodeclient.LocalClaimsConfig{Client: client, Leases: leases}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, err = lc.Claim(ctx, "v1", "w1", "docker", 30*time.Second, nil)
+	cancel()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "has not registered with the servers yet") {
+		t.Fatalf("a claim before the node registered: %v; want Unavailable saying the node has not registered", err)
+	}
+	run(t, client)
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := client.WaitRegistered(ctx); err != nil {
+		t.Fatalf("WaitRegistered of a running client: %v", err)
+	}
+	if !client.Registered() {
+		t.Error("WaitRegistered returned, but the client is not registered")
+	}
+}

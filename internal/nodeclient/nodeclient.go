@@ -94,10 +94,12 @@ type Client struct {
 	registered bool
 	// sent is the plugin list the servers accepted last.
 	sent []*csisupdv1.Plugin
-	// everRegistered ends the quiet start.
-	everRegistered bool
-	ttl            time.Duration
-	server         int
+	// everRegistered ends the quiet start; firstRegistered is closed
+	// then (WaitRegistered).
+	everRegistered  bool
+	firstRegistered chan struct{}
+	ttl             time.Duration
+	server          int
 	// With DiscoverServers: the servers found last, when, and whether a
 	// failed call asks for a new look.
 	discovered   []string
@@ -151,10 +153,24 @@ func New(cfg Config, logger hclog.Logger) (*Client, error) {
 		logger = hclog.NewNullLogger()
 	}
 	return &Client{
-		cfg:    cfg,
-		logger: logger.Named("node-client"),
-		conn:   newServerConn(cfg.Connect, cfg.Node.Secret, cfg.DialOptions),
+		cfg:             cfg,
+		logger:          logger.Named("node-client"),
+		conn:            newServerConn(cfg.Connect, cfg.Node.Secret, cfg.DialOptions),
+		firstRegistered: make(chan struct{}),
 	}, nil
+}
+
+// WaitRegistered waits until the node has registered with the servers
+// once since Run started (the servers know it, so its claims can be
+// made), or ctx ends: an agent that just started, and the units that
+// start with it, ask for claims before its first registration.
+func (c *Client) WaitRegistered(ctx context.Context) error {
+	select {
+	case <-c.firstRegistered:
+		return nil
+	case <-ctx.Done():
+		return status.Errorf(codes.Unavailable, "this node has not registered with the servers yet (%v): check that the agent reaches client.servers", context.Cause(ctx))
+	}
 }
 
 // Registered reports whether the node is currently registered.
@@ -453,6 +469,9 @@ func (c *Client) setRegistered(ok bool, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.registered, c.ttl = ok, ttl
+	if ok && !c.everRegistered {
+		close(c.firstRegistered)
+	}
 	c.everRegistered = c.everRegistered || ok
 }
 

@@ -41,6 +41,10 @@ import (
 //	<res>:<level> a token that allows it; ":ops" means servers and
 //	              operators (CLI certificates) may call it, ":agents"
 //	              servers and agents (client certificates), ":all" any role
+//
+// Client certificates reach the Control calls of an agent's local claims
+// (list, get, create, delete, claim, release, sync): the Docker volume
+// plugin and Agent.ClaimVolume make them with the agent's credentials.
 var wantAccess = map[string]string{
 	"/grpc.health.v1.Health/Check": "open",
 	"/grpc.health.v1.Health/Watch": "open",
@@ -105,13 +109,13 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/ListNodes":      "node:read:ops",
 	"/csisupd.v1.Control/GetNode":        "node:read:ops",
 	"/csisupd.v1.Control/RekeyNode":      "operator:write:ops",
-	"/csisupd.v1.Control/ListVolumes":    "volume:read:ops",
-	"/csisupd.v1.Control/GetVolume":      "volume:read:ops",
-	"/csisupd.v1.Control/CreateVolume":   "volume:write:ops",
+	"/csisupd.v1.Control/ListVolumes":    "volume:read:all",
+	"/csisupd.v1.Control/GetVolume":      "volume:read:all",
+	"/csisupd.v1.Control/CreateVolume":   "volume:write:all",
 	"/csisupd.v1.Control/RegisterVolume": "volume:write:ops",
-	"/csisupd.v1.Control/DeleteVolume":   "volume:write:ops",
-	"/csisupd.v1.Control/ClaimVolume":    "volume:write:ops",
-	"/csisupd.v1.Control/ReleaseVolume":  "volume:write:ops",
+	"/csisupd.v1.Control/DeleteVolume":   "volume:write:all",
+	"/csisupd.v1.Control/ClaimVolume":    "volume:write:all",
+	"/csisupd.v1.Control/ReleaseVolume":  "volume:write:all",
 	"/csisupd.v1.Control/ExpandVolume":   "volume:write:ops",
 	"/csisupd.v1.Control/ModifyVolume":   "volume:write:ops",
 	// Renewing a lease keeps a claim taken: a write of the volume.
@@ -126,7 +130,7 @@ var wantAccess = map[string]string{
 	"/csisupd.v1.Control/ListExternalSnapshots": "volume:read:ops",
 
 	// A scheduler's sync releases claims; a placement check only reads.
-	"/csisupd.v1.Control/SyncNodeClaims": "volume:write:ops",
+	"/csisupd.v1.Control/SyncNodeClaims": "volume:write:all",
 	"/csisupd.v1.Control/CheckClaim":     "volume:read:ops",
 
 	"/csisupd.v1.Control/CreateVolumeSnapshot": "volume:write:ops",

@@ -278,6 +278,9 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 	if err := invalidRequest("claim volume", volreq.ClaimVolume(req)); err != nil {
 		return nil, err
 	}
+	if err := c.checkCallerNode(ctx, req.GetNodeId()); err != nil {
+		return nil, err
+	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.VolumeClaimResponse, error) {
 			return cl.ClaimVolume(ctx, req)
@@ -296,6 +299,9 @@ func (c *controlService) ClaimVolume(ctx context.Context, req *csisupdv1.VolumeC
 
 func (c *controlService) ReleaseVolume(ctx context.Context, req *csisupdv1.VolumeReleaseRequest) (*csisupdv1.VolumeReleaseResponse, error) {
 	if err := invalidRequest("release volume", volreq.ReleaseVolume(req)); err != nil {
+		return nil, err
+	}
+	if err := c.checkCallerNode(ctx, req.GetNodeId()); err != nil {
 		return nil, err
 	}
 	if defectAckRelease && req.GetWorkloadId() != "" {
@@ -408,11 +414,29 @@ func (c *controlService) SyncNodeClaims(ctx context.Context, req *csisupdv1.Sync
 	if err := rules.CheckSyncRequest(req); err != nil {
 		return nil, err
 	}
+	if err := c.checkCallerNode(ctx, req.GetNodeId()); err != nil {
+		return nil, err
+	}
 	return route(ctx, c.s.fwd, false, false,
 		func(ctx context.Context, cl csisupdv1.ControlClient) (*csisupdv1.SyncNodeClaimsResponse, error) {
 			return cl.SyncNodeClaims(ctx, req)
 		},
 		func() (*csisupdv1.SyncNodeClaimsResponse, error) { return c.ops.SyncNodeClaims(ctx, req) })
+}
+
+// checkCallerNode holds a caller bound to a node (a token with a node
+// identity; with tls.verify_node_name, a client certificate made for a
+// node) to claims, releases and syncs of that node: an agent's local
+// claims act for its own node only. nodeRef is a node id or name; a node
+// this server does not know is checked by the name given. An unbound
+// caller (an operator, a scheduler) may name any node.
+func (c *controlService) checkCallerNode(ctx context.Context, nodeRef string) error {
+	name := nodeRef
+	st := c.s.State()
+	if n, err := rules.ResolveNode(nodeRef, st.Node(nodeRef), st.NodesNamed(nodeRef)); err == nil {
+		name = n.GetName()
+	}
+	return checkCallerNode(ctx, nodeRef, name)
 }
 
 // CheckClaim answers per node whether a claim would be admitted now. It
