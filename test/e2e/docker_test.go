@@ -208,7 +208,7 @@ func TestDockerVolumeFlow(t *testing.T) {
 	if left := mountsLeft(t, n.node); len(left) != 0 {
 		t.Fatalf("still mounted after the flow: %q", left)
 	}
-	if i := slices.IndexFunc(rec.Calls(), func(c pluginCall) bool { return c.Path == "/VolumeDriver.Capabilities" }); i < 0 {
+	if i := slices.IndexFunc(rec.Calls(), func(c recordedCall) bool { return c.Path == "/VolumeDriver.Capabilities" }); i < 0 {
 		t.Errorf("docker never asked the plugin's capabilities:\n%s", rec)
 	} else if c := rec.Calls()[i]; c.Status != http.StatusOK || !strings.Contains(c.Answer, `"global"`) {
 		t.Errorf("Capabilities answered %d %s, want the global scope", c.Status, c.Answer)

@@ -118,9 +118,9 @@ func runEngine(t *testing.T, env []string, bin string, args ...string) (stdout, 
 	return out.String(), errb.String(), err
 }
 
-// pluginCall is one call of an engine to the volume plugin, as the
+// recordedCall is one call of an engine to the volume plugin, as the
 // recorder saw it pass.
-type pluginCall struct {
+type recordedCall struct {
 	Path        string // the endpoint, such as /VolumeDriver.Mount
 	ContentType string // of the request; Docker sends none
 	Accept      string // of the request
@@ -130,7 +130,7 @@ type pluginCall struct {
 }
 
 // request decodes the call's request body into v.
-func (c pluginCall) request(t *testing.T, v any) {
+func (c recordedCall) request(t *testing.T, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(c.Body), v); err != nil {
 		t.Fatalf("%s request %q: %v", c.Path, c.Body, err)
@@ -138,7 +138,7 @@ func (c pluginCall) request(t *testing.T, v any) {
 }
 
 // String is the call on one line, for logs.
-func (c pluginCall) String() string {
+func (c recordedCall) String() string {
 	return fmt.Sprintf("%s %s -> %d %s", c.Path, strings.TrimSpace(c.Body), c.Status, strings.TrimSpace(c.Answer))
 }
 
@@ -152,7 +152,7 @@ const maxRecordedBody = 1 << 20
 type pluginRecorder struct {
 	socket string // where the engine calls
 	mu     sync.Mutex
-	calls  []pluginCall
+	calls  []recordedCall
 }
 
 // recordPlugin serves a recorder on a new socket in a temporary directory
@@ -199,7 +199,7 @@ func recordPlugin(t *testing.T, target string) *pluginRecorder {
 				return
 			}
 			req.Body = io.NopCloser(bytes.NewReader(body))
-			req = req.WithContext(context.WithValue(req.Context(), recordedKey{}, pluginCall{
+			req = req.WithContext(context.WithValue(req.Context(), recordedKey{}, recordedCall{
 				Path: req.URL.Path, ContentType: req.Header.Get("Content-Type"), Accept: req.Header.Get("Accept"), Body: string(body),
 			}))
 			proxy.ServeHTTP(w, req)
@@ -223,7 +223,7 @@ type recordedKey struct{}
 
 // finish records the call of req with its answer.
 func (r *pluginRecorder) finish(req *http.Request, status int, answer string) {
-	c, _ := req.Context().Value(recordedKey{}).(pluginCall)
+	c, _ := req.Context().Value(recordedKey{}).(recordedCall)
 	c.Status, c.Answer = status, answer
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -231,15 +231,15 @@ func (r *pluginRecorder) finish(req *http.Request, status int, answer string) {
 }
 
 // Calls returns the calls recorded so far, the oldest first.
-func (r *pluginRecorder) Calls() []pluginCall {
+func (r *pluginRecorder) Calls() []recordedCall {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]pluginCall(nil), r.calls...)
+	return append([]recordedCall(nil), r.calls...)
 }
 
 // last returns the last recorded call to path naming volume, failing the
 // test when there is none.
-func (r *pluginRecorder) last(t *testing.T, path, volume string) pluginCall {
+func (r *pluginRecorder) last(t *testing.T, path, volume string) recordedCall {
 	t.Helper()
 	calls := r.Calls()
 	slices.Reverse(calls)
@@ -248,13 +248,13 @@ func (r *pluginRecorder) last(t *testing.T, path, volume string) pluginCall {
 
 // first returns the first recorded call to path naming volume, failing
 // the test when there is none.
-func (r *pluginRecorder) first(t *testing.T, path, volume string) pluginCall {
+func (r *pluginRecorder) first(t *testing.T, path, volume string) recordedCall {
 	t.Helper()
 	return r.find(t, r.Calls(), path, volume)
 }
 
 // find returns the first of calls to path naming volume.
-func (r *pluginRecorder) find(t *testing.T, calls []pluginCall, path, volume string) pluginCall {
+func (r *pluginRecorder) find(t *testing.T, calls []recordedCall, path, volume string) recordedCall {
 	t.Helper()
 	for _, c := range calls {
 		var req struct{ Name string }
@@ -263,7 +263,7 @@ func (r *pluginRecorder) find(t *testing.T, calls []pluginCall, path, volume str
 		}
 	}
 	t.Fatalf("no %s call for volume %s among %d calls:\n%s", path, volume, len(calls), r)
-	return pluginCall{}
+	return recordedCall{}
 }
 
 // count returns how many calls to path were recorded.
@@ -302,7 +302,7 @@ func (r *pluginRecorder) String() string {
 // wantPluginError fails the test unless c was answered as Docker's plugin
 // helpers answer an error, which Podman requires to see one: a status
 // other than 200 and a JSON body whose Err holds each of want.
-func wantPluginError(t *testing.T, c pluginCall, want ...string) {
+func wantPluginError(t *testing.T, c recordedCall, want ...string) {
 	t.Helper()
 	var answer struct{ Err string }
 	if c.Status == http.StatusOK || json.Unmarshal([]byte(c.Answer), &answer) != nil || answer.Err == "" {
