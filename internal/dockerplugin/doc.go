@@ -18,7 +18,8 @@
 //     through the servers, or adopts the volume of that name when it
 //     exists, as Docker expects of a driver whose volumes outlive it. The
 //     options are plugin, size, access_mode, access_type, fs_type,
-//     mount_flags, topology, snapshot, clone and parameter.<k>; anything
+//     mount_flags, topology, snapshot, clone and parameter.<k> (and
+//     Podman's own timeout, which it passes on and is ignored); anything
 //     else is refused, secret.<k> with the reason (secrets come from the
 //     plugin's secrets file on each node).
 //   - /VolumeDriver.Remove (Name): deletes the volume; one with claims is
@@ -40,11 +41,14 @@
 // their gRPC code: an agent that cannot reach the servers, a token
 // without volume:write, a volume still claimed.
 //
-// Which ID: Podman sends the container's id. Docker sends an opaque 64-hex
-// id it makes for each mount point of a container and keeps with the
-// container, so the same container mounts with the same id after a daemon
-// restart; it is not the container's id. The workload of a claim is the
-// id either way.
+// Which ID: neither engine sends the container's id. Docker sends an
+// opaque 64-hex id it makes for each mount point of a container and keeps
+// with the container, so the same container mounts with the same id after
+// a daemon restart: one claim per container. Podman (4.3 to 5) counts a
+// volume's users itself, calls Mount for the first container and Unmount
+// after the last, always with one fixed pseudo id: one claim per volume
+// and node. The workload of a claim is WorkloadPrefix and the id either
+// way.
 //
 // # Bounds
 //
@@ -70,11 +74,11 @@
 // and that index, so a claim taken after the index was read is never
 // released by a list that predates it. A container is live unless it
 // exited (or is dead or stopped): one being started has had Mount called
-// before it runs. Podman's Mount ids are container ids, so a listed
-// container's workload is live exactly while the container is. Docker's
-// are not: a claim whose id is no listed container's is live while a live
-// container mounts its volume by name, so with Docker a dead container's
-// claim on a volume that another live container uses waits for that one
-// to stop (or for the engine's Unmount). A pass that cannot list the
+// before it runs. A claim whose id is a listed container's (an engine that
+// mounts with container ids) is live exactly while that container is;
+// one whose id is no listed container's (Docker's and Podman's ids) is
+// live while a live container mounts its volume by name, so a dead
+// container's claim on a volume that another live container uses waits
+// for that one to stop (or for the engine's Unmount). A pass that cannot list the
 // containers releases nothing and is tried again at the next interval.
 package dockerplugin

@@ -25,7 +25,7 @@ const (
 
 // knownOpts are Create's options, as the error of an unknown one lists
 // them.
-var knownOpts = []string{"access_mode", "access_type", "clone", "fs_type", "mount_flags", parameterPrefix + "<key>", "plugin", "size", "snapshot", "topology"}
+var knownOpts = []string{"access_mode", "access_type", "clone", "fs_type", "mount_flags", parameterPrefix + "<key>", "plugin", "size", "snapshot", "timeout", "topology"}
 
 // createOpts are the options of a Create, read: the volume's
 // specification, and the plugin the options named ("" when they named
@@ -127,6 +127,9 @@ func (o *createOpts) set(k, v string, capability *volspec.Capability, mountOpts 
 		} else {
 			o.spec.CloneID = v
 		}
+	case k == "timeout":
+		// Podman's own: its time for each call of the plugin, which it
+		// passes on with the others (podman volume create -o timeout=N).
 	case strings.HasPrefix(k, parameterPrefix):
 		p := strings.TrimPrefix(k, parameterPrefix)
 		if p == "" {

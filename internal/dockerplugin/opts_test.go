@@ -37,6 +37,8 @@ func TestCreateOptions(t *testing.T) {
 			want: &csisupdv1.VolumeCreateRequest{CapacityMinBytes: 10e9, Capabilities: []*csisupdv1.VolumeCapability{defaultCap()}}},
 		{name: "size bare bytes", opts: map[string]string{"size": "1048576"},
 			want: &csisupdv1.VolumeCreateRequest{CapacityMinBytes: 1 << 20, Capabilities: []*csisupdv1.VolumeCapability{defaultCap()}}},
+		{name: "podman's timeout, ignored", opts: map[string]string{"timeout": "120", "size": "16MiB"},
+			want: &csisupdv1.VolumeCreateRequest{CapacityMinBytes: 16 << 20, Capabilities: []*csisupdv1.VolumeCapability{defaultCap()}}},
 		{name: "size without unit", opts: map[string]string{"size": "10"}, errs: []string{"less than 1 MiB", "give a unit"}},
 		{name: "size not a size", opts: map[string]string{"size": "big"}, errs: []string{"size:", "is not a size"}},
 		{name: "access mode", opts: map[string]string{"access_mode": "Multi_Node-Multi_Writer"},

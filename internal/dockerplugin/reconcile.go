@@ -153,12 +153,11 @@ func (s *Server) reconcile(ctx context.Context) (*csisupdv1.SyncNodeClaimsRespon
 }
 
 // liveWorkloads returns the workloads of owner Owner live on node,
-// sorted. Podman's Mount ids are container ids: the workload of a listed
-// container is live while the container is. Docker's Mount ids are its
-// own, matching no container: a claim of node and Owner whose id is no
-// listed container's is live while a live container mounts its volume by
-// name (a Podman container that was removed is kept alike, as the two
-// cannot be told apart).
+// sorted. The workload of a listed container (an engine that mounts with
+// container ids) is live while the container is. Docker's and Podman's
+// Mount ids are their own, matching no container: a claim of node and
+// Owner whose id is no listed container's is live while a live container
+// mounts its volume by name.
 func liveWorkloads(cs []engineContainer, vols []*csisupdv1.Volume, node string) []string {
 	live := map[string]bool{}
 	listed := map[string]bool{}

@@ -161,8 +161,8 @@ func TestReconcile(t *testing.T) {
 	for _, v := range []string{"v1", "v2", "v3", "v4"} {
 		fc.addVolume(&csisupdv1.Volume{Id: v, PluginId: "testplugin"})
 	}
-	// Podman's Mount ids are container ids: A runs, B exited, a created
-	// container is being started (Mount comes before it runs).
+	// An engine that mounts with container ids: A runs, B exited, a
+	// created container is being started (Mount comes before it runs).
 	a, b, starting, dead := hexID('a'), hexID('b'), hexID('f'), hexID('e')
 	fc.addClaim("v1", nodeID, "docker-"+a, "docker")
 	fc.addClaim("v1", nodeID, "docker-"+b, "docker")
