@@ -1559,7 +1559,7 @@ const file_csisupd_v1_agent_proto_rawDesc = "" +
 	"\tHoldLease\x12\x1c.csisupd.v1.HoldLeaseRequest\x1a\x1d.csisupd.v1.HoldLeaseResponse\x12H\n" +
 	"\tDropLease\x12\x1c.csisupd.v1.DropLeaseRequest\x1a\x1d.csisupd.v1.DropLeaseResponse\x12L\n" +
 	"\vClaimVolume\x12\x1d.csisupd.v1.LocalClaimRequest\x1a\x1e.csisupd.v1.LocalClaimResponse\x12R\n" +
-	"\rReleaseVolume\x12\x1f.csisupd.v1.LocalReleaseRequest\x1a .csisupd.v1.LocalReleaseResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1b\x06proto3"
+	"\rReleaseVolume\x12\x1f.csisupd.v1.LocalReleaseRequest\x1a .csisupd.v1.LocalReleaseResponseB5Z3github.com/csisupd/csisupd/api/csisupd/v1;csisupdv1P\x01b\x06proto3"
 
 var (
 	file_csisupd_v1_agent_proto_rawDescOnce sync.Once
