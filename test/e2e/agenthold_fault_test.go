@@ -69,7 +69,7 @@ func TestLeaseHeldByAnAgent(t *testing.T) {
 		return nil
 	}
 	taken := func() bool { c := claim(); return c != nil && c.GetState() == "taken" && c.GetReleaseReason() == "" }
-	holdsFor(t, 3*agentLease/2, "the claim held by c0's renewals", taken)
+	testutil.HoldsFor(t, 3*agentLease/2, "the claim held by c0's renewals", taken)
 
 	// A graceful stop keeps the hold in data_dir; the agent renews it
 	// again as soon as it starts.
@@ -77,7 +77,7 @@ func TestLeaseHeldByAnAgent(t *testing.T) {
 		t.Fatalf("graceful stop of c0: %v", err)
 	}
 	n.clientAgent.startClient(t)
-	holdsFor(t, 2*agentLease, "the claim held by the restarted c0's renewals", taken)
+	testutil.HoldsFor(t, 2*agentLease, "the claim held by the restarted c0's renewals", taken)
 
 	// Killed and not restarted: nobody renews, and the lease expires.
 	n.clientAgent.killClient(t)
@@ -104,21 +104,4 @@ func nodeIDOf(t *testing.T, ctx context.Context, control csisupdv1.ControlClient
 	}
 	t.Fatalf("no node named %s among %d", name, len(resp.GetNodes()))
 	return ""
-}
-
-// holdsFor checks cond every 100 ms for d, failing the test the first
-// time it does not hold: a state that must last a while, which no event
-// announces the end of.
-func holdsFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	start := time.Now()
-	for time.Since(start) < d {
-		if !cond() {
-			t.Fatalf("%s: lost after %v, want it kept for %v", what, time.Since(start).Round(time.Millisecond), d)
-		}
-		<-tick.C
-	}
-	t.Logf("%s: kept for %v", what, d)
 }

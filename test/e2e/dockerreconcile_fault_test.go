@@ -32,7 +32,7 @@ func TestDockerReconcileWithTheEngine(t *testing.T) {
 
 	ctr := d.start(t, "v1", "exec sleep 600")
 	claim := waitContainerClaim(t, n.serverAddr, n.clientAgent, "v1", d.mountID(t, ctr, "v1"))
-	holdsFor(t, 3*reconcile, "the running container's claim across reconciles", func() bool {
+	testutil.HoldsFor(t, 3*reconcile, "the running container's claim across reconciles", func() bool {
 		v, _ := volumeState(t, n.serverAddr, "v1")
 		return len(v.Claims) == 1 && v.Claims[0].WorkloadID == claim.WorkloadID && v.Claims[0].State == "taken"
 	})
