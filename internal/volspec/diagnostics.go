@@ -33,10 +33,8 @@ func suggest(name string, known []string) string {
 }
 
 // diagsError turns HCL's error diagnostics into one error each, prefixed
-// with file:line and, when not empty, key. A syntax error on a line that
-// opens a block holding more than HCL 2 allows there, as Nomad's examples
-// write topology { segments { rack = "R1", zone = "z1" } }, gets a hint.
-func diagsError(src []byte, key string, diags hcl.Diagnostics) error {
+// with file:line and, when not empty, key.
+func diagsError(key string, diags hcl.Diagnostics) error {
 	var errs []error
 	for _, d := range diags {
 		if d.Severity != hcl.DiagError {
@@ -53,27 +51,38 @@ func diagsError(src []byte, key string, diags hcl.Diagnostics) error {
 		if d.Detail != "" {
 			msg += ": " + strings.TrimSuffix(d.Detail, ".")
 		}
-		if d.Subject != nil && oneLineBlock(src, d.Subject.Start.Line) {
-			msg += " (HCL 2 takes one argument and no block inside a one-line block: write topology { segments = { rack = \"R1\", zone = \"z1\" } })"
-		}
 		parts = append(parts, msg)
 		errs = append(errs, errors.New(strings.Join(parts, ": ")))
 	}
 	return errors.Join(errs...)
 }
 
-// oneLineBlock reports whether line (1-based) of src opens a block and
-// holds several arguments, a nested block or a quoted key: the HCL 1
-// forms of Nomad's examples, such as topology { segments { rack = "R1" } }.
-func oneLineBlock(src []byte, line int) bool {
-	if src == nil || line < 1 {
-		return false
-	}
+// notHCL1Form returns HCL 2's error diagnostics that are not on a line
+// in a form HCL 1 takes (see hcl1Line).
+func notHCL1Form(src []byte, diags hcl.Diagnostics) hcl.Diagnostics {
 	lines := strings.Split(string(src), "\n")
-	if line > len(lines) {
-		return false
+	var out hcl.Diagnostics
+	for _, d := range diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		if d.Subject != nil && d.Subject.Start.Line >= 1 && d.Subject.Start.Line <= len(lines) && hcl1Line(lines[d.Subject.Start.Line-1]) {
+			continue
+		}
+		out = append(out, d)
 	}
-	l := lines[line-1]
+	return out
+}
+
+// hcl1Line reports whether a line is in a form HCL 1 takes and HCL 2 does
+// not: a quoted key ("rack" = "R1"), or a line that opens a block and
+// holds several arguments, a nested block or a quoted key, as Nomad's
+// examples write topology { segments { rack = "R1", zone = "a" } }.
+func hcl1Line(l string) bool {
+	t := strings.TrimSpace(l)
+	if strings.HasPrefix(t, "\"") {
+		return true
+	}
 	open := strings.Index(l, "{")
 	if open < 0 || strings.Contains(l[:open], "=") {
 		return false

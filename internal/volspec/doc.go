@@ -25,12 +25,14 @@
 //     csisupd's business.
 //   - mutable_parameters (ControllerModifyVolume's parameters) is
 //     csisupd's own key.
-//   - HCL 2, not HCL 1: a one-line block holds one argument and no
-//     block, so Nomad's topology { segments { rack = "R1", zone = "z1" } }
-//     is written topology { segments = { rack = "R1", zone = "z1" } } (or
-//     over several lines); map keys that are not identifiers
-//     ("csi.storage.k8s.io/fstype") use the argument form as well. A
-//     syntax error on such a line says so.
+//
+// Nomad reads volume files as HCL 1; Parse reads a file as HCL 2, and as
+// HCL 1 when all HCL 2 refuses is lines in HCL 1's forms, so both
+// syntaxes work: Nomad's
+// one-line blocks holding several arguments, separated by commas or not
+// (topology { segments { rack = "R1", zone = "z1" } }), and quoted keys
+// ("csi.storage.k8s.io/fstype" = "ext4") as well as HCL 2's arguments
+// with objects (segments = { rack = "R1" }).
 //
 // Secrets are never printed: Spec's Secrets redacts its values when
 // formatted, and no error quotes a secret's value.

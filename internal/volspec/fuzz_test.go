@@ -18,6 +18,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("id = \"v\"\nplugin_id = \"p\"\nsecrets = { k = \"s3cr3t\" }\nexternal_id = \"e\"\n"))
 	f.Add([]byte("topology_request {\n  required {\n    topology { segments = { a = 1 } }\n  }\n}\n"))
 	f.Add([]byte("capability {\n  access_mode = \"x\"\n}\ncapacity_min = 5\n"))
+	f.Add([]byte("topology_request { required { topology { segments { \"rack\" = \"R1\", zone = 1 } } } }\nparameters { \"a.b/c\" = <<EOT\nx\nEOT\n}\n"))
+	f.Add([]byte("capability { access_mode = \"single-node-writer\", attachment_mode = \"file-system\" }\nmount_options { fs_type = \"ext4\" mount_flags = [\"noatime\"] }\nid = \"v\"\nplugin_id = \"p\"\n"))
 	at := regexp.MustCompile(`^spec\.hcl(:\d+)?: `)
 	f.Fuzz(func(t *testing.T, src []byte) {
 		if len(src) > 64<<10 {

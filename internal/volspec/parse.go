@@ -68,19 +68,21 @@ func (d *decoder) errorf(at hcl.Range, format string, args ...any) {
 	d.errs = append(d.errs, fileError{at, fmt.Errorf("%s: "+format, append([]any{pos(at)}, args...)...)})
 }
 
-// Parse decodes a volume specification in HCL native syntax; filename
-// names the file in errors. It returns every problem of the file, each
-// starting with "filename:line: ".
+// Parse decodes a volume specification in HCL native syntax, HCL 2 or
+// Nomad's HCL 1; filename names the file in errors. It returns every
+// problem of the file, each starting with "filename:line: ".
+//
+// A file is read as HCL 2 first, and as HCL 1 when HCL 2 refuses only
+// lines in forms HCL 1 takes, so that what Nomad reads (one-line blocks
+// holding several arguments or a block, quoted keys) reads the same
+// here. A file neither reads gets HCL 2's syntax errors of its other
+// lines, or HCL 1's.
 func Parse(filename string, src []byte) (*Spec, error) {
-	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
-	if diags.HasErrors() {
-		return nil, diagsError(src, "", diags)
+	body, errs, err := parseBody(filename, src)
+	if err != nil {
+		return nil, err
 	}
-	body, ok := file.Body.(*hclsyntax.Body)
-	if !ok {
-		return nil, fmt.Errorf("%s: not in HCL native syntax", filename)
-	}
-	d := &decoder{spec: &Spec{File: filename, at: map[string]hcl.Range{}}}
+	d := &decoder{spec: &Spec{File: filename, at: map[string]hcl.Range{}}, errs: errs}
 	d.top(body)
 	d.finish()
 	if len(d.errs) > 0 {
@@ -92,6 +94,26 @@ func Parse(filename string, src []byte) (*Spec, error) {
 		return nil, errors.Join(errs...)
 	}
 	return d.spec, nil
+}
+
+// parseBody parses src as HCL 2, else as HCL 1 (see Parse).
+func parseBody(filename string, src []byte) (*hclsyntax.Body, []fileError, error) {
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if !diags.HasErrors() {
+		body, ok := file.Body.(*hclsyntax.Body)
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: not in HCL native syntax", filename)
+		}
+		return body, nil, nil
+	}
+	// HCL 1 is lax (it drops an argument without a value at the end of
+	// a file): it reads the file only when every one of HCL 2's errors is
+	// on a line in a form only HCL 1 takes. Otherwise the errors of the
+	// other lines are the file's.
+	if rest := notHCL1Form(src, diags); len(rest) > 0 {
+		return nil, nil, diagsError("", rest)
+	}
+	return parseHCL1(filename, src)
 }
 
 // top decodes the file's top level.

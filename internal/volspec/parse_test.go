@@ -227,9 +227,9 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
-			name: "Nomad's one-line HCL 1 segments",
-			src:  "topology_request {\n  required {\n    topology { segments { rack = \"R1\", zone = \"z\" } }\n  }\n}\n",
-			want: []string{`v.hcl:3: Argument definition required: A single-line block definition can contain only a single argument. If you meant to define argument "segments", use an equals sign to assign it a value. To define a nested block, place it on a line of its own within its parent block (HCL 2 takes one argument and no block inside a one-line block: write topology { segments = { rack = "R1", zone = "z1" } })`},
+			name: "Nomad's one-line HCL 1 segments, with an HCL 1 syntax error",
+			src:  "topology_request {\n  required {\n    topology { segments { rack = \"R1\", zone = \"z\" } }\n  }\n",
+			want: []string{`v.hcl:5: object expected closing RBRACE got: EOF`},
 		},
 		{
 			name: "name differs from id",

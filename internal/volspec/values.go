@@ -14,7 +14,7 @@ import (
 func (d *decoder) value(attr *hclsyntax.Attribute, key string) (cty.Value, bool) {
 	val, diags := attr.Expr.Value(nil)
 	if diags.HasErrors() {
-		d.errs = append(d.errs, fileError{attr.SrcRange, diagsError(nil, key, diags)})
+		d.errs = append(d.errs, fileError{attr.SrcRange, diagsError(key, diags)})
 		return cty.NilVal, false
 	}
 	if !val.IsWhollyKnown() {
