@@ -55,6 +55,7 @@ func TestBadVolumeInputsAreRefusedAndNothingStored(t *testing.T) {
 		{"remount capability", &csisupdv1.VolumeCreateRequest{Capabilities: []*csisupdv1.VolumeCapability{{MountFlags: []string{"remount"}}}},
 			`capabilities[0].mount_flags[0] "remount" is not allowed`},
 		{"too many secrets", &csisupdv1.VolumeCreateRequest{Secrets: manyEntries(600)}, `secrets has 600 entries`},
+		{"control character in the name", &csisupdv1.VolumeCreateRequest{Name: "db\n"}, `name "db\n" holds a control character`},
 	}
 	for _, tt := range creates {
 		t.Run("create "+tt.name, func(t *testing.T) {

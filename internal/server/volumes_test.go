@@ -78,6 +78,21 @@ func TestVolumeLifecycleThroughFollower(t *testing.T) {
 		t.Fatalf("repeated create: %v, %v", again, err)
 	}
 
+	// A name apart from the id is the name the plugin's CreateVolume
+	// gets; the volume keeps its id, and the plugin's id for it.
+	named, err := cl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: "vol-3", Name: "database", PluginId: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nv := named.GetVolume(); nv.GetId() != "vol-3" || nv.GetExternalId() != "ext-database" ||
+		a.callCount("create database") != 1 || a.callCount("create vol-3") != 0 {
+		t.Fatalf("create named database: %v, CreateVolume calls for database %d and vol-3 %d; want one, for database",
+			nv, a.callCount("create database"), a.callCount("create vol-3"))
+	}
+	if _, err := cl.DeleteVolume(ctx, &csisupdv1.VolumeDeleteRequest{Id: "vol-3"}); err != nil || a.callCount("delete ext-database") != 1 {
+		t.Fatalf("delete vol-3: %v, %d DeleteVolume calls for ext-database, want 1", err, a.callCount("delete ext-database"))
+	}
+
 	claimed, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "vol-1", NodeId: "node-b", WorkloadId: "w1",
 		Secrets: map[string]string{"token": "s3cr3t-value"}})
 	if err != nil {

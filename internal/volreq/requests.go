@@ -14,6 +14,7 @@ const MaxTopologySegments = 512
 // CreateVolume checks a Control.CreateVolume request.
 func CreateVolume(req *csisupdv1.VolumeCreateRequest) error {
 	return first(
+		func() error { return Name("name", req.GetName()) },
 		func() error {
 			return Capacity("capacity_min_bytes", req.GetCapacityMinBytes(), "capacity_max_bytes", req.GetCapacityMaxBytes())
 		},

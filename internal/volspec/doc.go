@@ -13,13 +13,13 @@
 // Control.RegisterVolume (Volume); those check what depends on the
 // operation, such as the keys only one of them takes.
 //
-// Where csisupd differs from Nomad:
+// Nomad's keys, and where csisupd differs from Nomad:
 //
-//   - A csisupd volume has one name: its id, which is also the name the
-//     plugin's CreateVolume gets. Nomad has both an id (how jobs refer to
-//     the volume) and a name (what the storage provider sees). A file
-//     may set id, name or both; both must then be equal, so that no one
-//     expects the provider to see a name it never gets.
+//   - A file's name, when it differs from its id, is what Nomad makes of
+//     it: the name the plugin's CreateVolume gets (CreateRequest's name),
+//     while jobs and commands know the volume by its id. A file without
+//     id is known by its name. On register the name is not used: the
+//     volume exists, and external_id finds it.
 //   - csisupd has no namespaces: namespace may only be "default".
 //   - type must be "csi" (the default); Nomad's host volumes are not
 //     csisupd's business.

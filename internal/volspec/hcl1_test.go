@@ -33,7 +33,7 @@ func TestParseHCL1Forms(t *testing.T) {
 			name: "one-line topology blocks with quoted keys and commas",
 			src: `id           = "pg_main"
 namespace    = "default"
-name         = "pg_main"
+name         = "database"
 type         = "csi"
 plugin_id    = "disks"
 snapshot_id  = "snap-0042" # or clone_id
@@ -74,7 +74,7 @@ parameters {
 }
 `,
 			want: &csisupdv1.VolumeCreateRequest{
-				Id: "pg_main", PluginId: "disks", CapacityMinBytes: 10 << 30, CapacityMaxBytes: 40e9,
+				Id: "pg_main", Name: "database", PluginId: "disks", CapacityMinBytes: 10 << 30, CapacityMaxBytes: 40e9,
 				Capabilities: []*csisupdv1.VolumeCapability{
 					mount("SINGLE_NODE_WRITER", "xfs", "noatime", "discard"),
 					{AccessType: "block", AccessMode: "MULTI_NODE_READER_ONLY"},
@@ -178,6 +178,7 @@ func TestParseHCL1Register(t *testing.T) {
 		{
 			name: "one-line context",
 			src: `id = "share"
+name = "Team share"
 plugin_id = "nfs"
 external_id = "srv1:/export/share"
 capacity_min = "1GiB"
@@ -296,6 +297,36 @@ func TestParseHCL1Errors(t *testing.T) {
 			got := strings.Split(err.Error(), "\n")
 			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 				t.Errorf("errors\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+		})
+	}
+}
+
+// A file's name is the CSI name of the create when it differs from the id,
+// and the id when there is no id.
+func TestNameAndID(t *testing.T) {
+	tests := []struct {
+		name, src        string
+		wantID, wantName string
+	}{
+		{"id only", `id = "db1"`, "db1", ""},
+		{"name only", `name = "db1"`, "db1", ""},
+		{"name equal to id", "id = \"db1\"\nname = \"db1\"", "db1", ""},
+		{"name apart from id", "id = \"db1\"\nname = \"Orders database\"", "db1", "Orders database"},
+		{"name apart from id, HCL 1", "name = \"orders\"\nid = \"db1\"\nparameters { \"a.b/c\" = \"d\" }", "db1", "orders"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Parse("v.hcl", []byte(tt.src+"\nplugin_id = \"p\"\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := s.CreateRequest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.ID != tt.wantID || req.GetId() != tt.wantID || req.GetName() != tt.wantName {
+				t.Errorf("spec id %q, request id %q and name %q; want id %q, name %q", s.ID, req.GetId(), req.GetName(), tt.wantID, tt.wantName)
 			}
 		})
 	}

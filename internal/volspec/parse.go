@@ -58,10 +58,10 @@ var (
 type decoder struct {
 	spec *Spec
 	errs []fileError
-	// name is the file's name key, checked against id at the end.
-	name   string
-	nameAt hcl.Range
-	idSet  bool
+	// name is the file's name key, which names the volume too when
+	// there is no id.
+	name  string
+	idSet bool
 }
 
 func (d *decoder) errorf(at hcl.Range, format string, args ...any) {
@@ -184,13 +184,12 @@ func (d *decoder) top(body *hclsyntax.Body) {
 // finish checks what involves more than one key.
 func (d *decoder) finish() {
 	s := d.spec
-	if d.name != "" {
-		switch {
-		case !d.idSet:
-			s.ID = d.name
-		case d.name != s.ID:
-			d.errorf(d.nameAt, "name %q differs from id %q: csisupd gives the plugin the volume's id as its name; remove name or make it the id", d.name, s.ID)
-		}
+	switch {
+	case d.name == "":
+	case !d.idSet:
+		s.ID = d.name
+	case d.name != s.ID:
+		s.Name = d.name
 	}
 	if s.SnapshotID != "" && s.CloneID != "" {
 		later := s.at["clone_id"]
@@ -216,7 +215,7 @@ func (d *decoder) setString(attr *hclsyntax.Attribute, v string) {
 		}
 		s.ID, d.idSet = v, true
 	case "name":
-		d.name, d.nameAt = v, attr.SrcRange
+		d.name = v
 	case "namespace":
 		if v != "" && v != "default" {
 			d.errorf(attr.SrcRange, "namespace %q: csisupd has no namespaces; remove namespace or set it to \"default\"", v)

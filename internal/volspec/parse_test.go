@@ -232,11 +232,6 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`v.hcl:5: object expected closing RBRACE got: EOF`},
 		},
 		{
-			name: "name differs from id",
-			src:  "id = \"ebs_prod_db1\"\nname = \"database\"\n",
-			want: []string{`v.hcl:2: name "database" differs from id "ebs_prod_db1": csisupd gives the plugin the volume's id as its name; remove name or make it the id`},
-		},
-		{
 			name: "namespace, list value, labels, mount flags",
 			src:  "namespace = \"prod\"\nplugin_id = [\"a\"]\ncapability \"x\" {\n}\nmount_options {\n  mount_flags = \"noatime\"\n}\n",
 			want: []string{

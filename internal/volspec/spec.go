@@ -19,9 +19,12 @@ type Spec struct {
 	// File is the name of the file the spec was read from, or "" for a
 	// spec built from flags alone; errors name it.
 	File string
-	// ID is the volume's id in the cluster and the name CreateVolume
-	// gives the plugin (the file's id, or its name).
-	ID       string
+	// ID is the volume's id in the cluster (the file's id, or its name
+	// when it sets no id).
+	ID string
+	// Name is the name the plugin's CreateVolume gets when it differs
+	// from ID (Nomad's name, set apart from its id); "" means ID.
+	Name     string
 	PluginID string
 	// ExternalID is the volume's id in the storage provider, for
 	// register only.
@@ -237,6 +240,7 @@ func (s *Spec) CreateRequest() (*csisupdv1.VolumeCreateRequest, error) {
 	}
 	req := &csisupdv1.VolumeCreateRequest{
 		Id:                s.ID,
+		Name:              s.createName(),
 		PluginId:          s.PluginID,
 		CapacityMinBytes:  s.CapacityMin,
 		CapacityMaxBytes:  s.CapacityMax,
@@ -257,6 +261,14 @@ func (s *Spec) CreateRequest() (*csisupdv1.VolumeCreateRequest, error) {
 		req.ContentSource = &csisupdv1.VolumeContentSource{Source: &csisupdv1.VolumeContentSource_VolumeId{VolumeId: s.CloneID}}
 	}
 	return req, nil
+}
+
+// createName returns the request's name: Name, unless it is the id.
+func (s *Spec) createName() string {
+	if s.Name == s.ID {
+		return ""
+	}
+	return s.Name
 }
 
 // Volume returns the volume Control.RegisterVolume records for the spec:

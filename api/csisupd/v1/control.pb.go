@@ -1995,8 +1995,14 @@ type VolumeCreateRequest struct {
 	ContentSource *VolumeContentSource `protobuf:"bytes,9,opt,name=content_source,json=contentSource,proto3" json:"content_source,omitempty"`
 	// mutable_parameters are passed to CreateVolume, and recorded.
 	MutableParameters map[string]string `protobuf:"bytes,10,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// name is the name the plugin's CreateVolume gets, when it differs
+	// from id: Nomad's volume files set a volume's name (what the storage
+	// provider sees) apart from its id (how jobs refer to it). Empty means
+	// the id. At most 128 bytes of UTF-8 without control characters. It is
+	// not recorded: the plugin's volume is known by its external id after.
+	Name          string `protobuf:"bytes,11,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeCreateRequest) Reset() {
@@ -2097,6 +2103,13 @@ func (x *VolumeCreateRequest) GetMutableParameters() map[string]string {
 		return x.MutableParameters
 	}
 	return nil
+}
+
+func (x *VolumeCreateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 type VolumeCreateResponse struct {
@@ -6005,7 +6018,7 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x10NodeRekeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x11NodeRekeyResponse\x12+\n" +
-	"\x04node\x18\x01 \x01(\v2\x17.csisupd.v1.ClusterNodeR\x04node\"\xc9\x06\n" +
+	"\x04node\x18\x01 \x01(\v2\x17.csisupd.v1.ClusterNodeR\x04node\"\xdd\x06\n" +
 	"\x13VolumeCreateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tplugin_id\x18\x02 \x01(\tR\bpluginId\x12,\n" +
@@ -6019,7 +6032,8 @@ const file_csisupd_v1_control_proto_rawDesc = "" +
 	"\x1aaccessibility_requirements\x18\b \x01(\v2\x1f.csisupd.v1.TopologyRequirementR\x19accessibilityRequirements\x12F\n" +
 	"\x0econtent_source\x18\t \x01(\v2\x1f.csisupd.v1.VolumeContentSourceR\rcontentSource\x12e\n" +
 	"\x12mutable_parameters\x18\n" +
-	" \x03(\v26.csisupd.v1.VolumeCreateRequest.MutableParametersEntryR\x11mutableParameters\x1a=\n" +
+	" \x03(\v26.csisupd.v1.VolumeCreateRequest.MutableParametersEntryR\x11mutableParameters\x12\x12\n" +
+	"\x04name\x18\v \x01(\tR\x04name\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +

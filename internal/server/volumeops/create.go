@@ -1,6 +1,7 @@
 package volumeops
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -93,7 +94,7 @@ func (o *Ops) createLocked(ctx context.Context, req *csisupdv1.VolumeCreateReque
 		return nil, err
 	}
 	csiReq := &csi.CreateVolumeRequest{
-		Name:                      req.GetId(),
+		Name:                      cmp.Or(req.GetName(), req.GetId()),
 		VolumeCapabilities:        csiCaps,
 		Parameters:                req.GetParameters(),
 		Secrets:                   req.GetSecrets(),
