@@ -75,12 +75,13 @@ func notHCL1Form(src []byte, diags hcl.Diagnostics) hcl.Diagnostics {
 }
 
 // hcl1Line reports whether a line is in a form HCL 1 takes and HCL 2 does
-// not: a quoted key ("rack" = "R1"), or a line that opens a block and
-// holds several arguments, a nested block or a quoted key, as Nomad's
-// examples write topology { segments { rack = "R1", zone = "a" } }.
+// not: a quoted key ("rack" = "R1"), an argument ended by a comma, or a
+// line that opens a block and holds several arguments, a nested block or
+// a quoted key, as Nomad's examples write
+// topology { segments { rack = "R1", zone = "a" } }.
 func hcl1Line(l string) bool {
 	t := strings.TrimSpace(l)
-	if strings.HasPrefix(t, "\"") {
+	if strings.HasPrefix(t, "\"") || (strings.Contains(t, "=") && strings.HasSuffix(t, ",")) {
 		return true
 	}
 	open := strings.Index(l, "{")

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
@@ -130,6 +132,34 @@ topology_request { required { topology { segments { zone = "a" } } } }
 			},
 		},
 		{
+			name: "arguments ended by commas over several lines",
+			src: `id = "web"
+plugin_id = "nfs"
+parameters {
+  server = "10.0.0.9",
+  share  = "/web",
+}
+topology_request {
+  required {
+    topology {
+      segments {
+        zone = "a",
+        rack = "R3"
+      }
+    }
+  }
+}
+`,
+			want: &csisupdv1.VolumeCreateRequest{
+				Id: "web", PluginId: "nfs",
+				Capabilities: []*csisupdv1.VolumeCapability{mount("SINGLE_NODE_WRITER", "")},
+				Parameters:   map[string]string{"server": "10.0.0.9", "share": "/web"},
+				AccessibilityRequirements: &csisupdv1.TopologyRequirement{
+					Requisite: []*csisupdv1.TopologySegment{seg("zone", "a", "rack", "R3")},
+				},
+			},
+		},
+		{
 			name: "quoted keys over several lines, object arguments, heredoc",
 			src: `"id" = "cache"
 plugin_id = "disks"
@@ -152,6 +182,9 @@ capability { access_mode = "single-node-single-writer", attachment_mode = "block
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if _, diags := hclsyntax.ParseConfig([]byte(tt.src), "volume.hcl", hcl.InitialPos); !diags.HasErrors() {
+				t.Fatal("HCL 2 reads the file: it does not test HCL 1's forms")
+			}
 			s, err := Parse("volume.hcl", []byte(tt.src))
 			if err != nil {
 				t.Fatal(err)
