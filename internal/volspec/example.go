@@ -8,9 +8,10 @@ const ExampleCreate = `# A csisupd volume specification, for: csisupd volume cre
 # It follows Nomad's volume specification (HCL), so Nomad's volume files work as they are.
 # Keys in comments are optional: remove the "# " to use them.
 
-# The volume's id in the cluster, and the name the plugin's CreateVolume gets.
-# (Nomad's name, when set, must equal it.)
+# The volume's id in the cluster, and the name the plugin's CreateVolume gets
+# unless name gives it another (as Nomad's name does).
 id = "database"
+# name = "orders-database"
 
 # Only CSI volumes; type may be left out.
 type = "csi"
@@ -59,7 +60,7 @@ capability {
 # }
 
 # Passed to the plugin's CreateVolume and recorded. Keys that are not plain
-# names are written as an argument: parameters = { "csi.storage.k8s.io/fstype" = "ext4" }
+# names are quoted: parameters { "csi.storage.k8s.io/fstype" = "ext4" }
 # parameters {
 #   type = "gp3"
 # }
@@ -81,7 +82,8 @@ const ExampleRegister = `# A csisupd volume specification, for: csisupd volume r
 # It follows Nomad's volume specification (HCL), so Nomad's volume files work as they are.
 # Keys in comments are optional: remove the "# " to use them.
 
-# The volume's id in the cluster. (Nomad's name, when set, must equal it.)
+# The volume's id in the cluster. (Nomad's name may be set too; register does
+# not use it: external_id finds the volume.)
 id = "database"
 
 # Only CSI volumes; type may be left out.

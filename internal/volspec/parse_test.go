@@ -392,7 +392,8 @@ func TestExamples(t *testing.T) {
 	if req.GetCapacityMinBytes() != 10<<30 || req.GetCapacityMaxBytes() != 20<<30 || len(req.GetCapabilities()) != 2 ||
 		req.GetCapabilities()[1].GetFsType() != "ext4" || len(req.GetAccessibilityRequirements().GetRequisite()) != 2 ||
 		len(req.GetAccessibilityRequirements().GetPreferred()) != 1 || req.GetContentSource().GetSnapshotId() != "database-nightly" ||
-		req.GetParameters()["type"] != "gp3" || req.GetMutableParameters()["iops"] != "3000" || req.GetSecrets()["api_key"] == "" {
+		req.GetParameters()["type"] != "gp3" || req.GetMutableParameters()["iops"] != "3000" || req.GetSecrets()["api_key"] == "" ||
+		req.GetId() != "database" || req.GetName() != "orders-database" {
 		t.Errorf("create example, uncommented, does not set every key: %v", req)
 	}
 
