@@ -61,12 +61,18 @@ func runAgent(parent context.Context, flags *config.Flags) error {
 		return err
 	}
 
+	// A write to stderr whose reader is gone (`make run | tee` after tee
+	// died) fails with EPIPE instead of killing the agent with SIGPIPE
+	// before it stops cleanly and removes a dev temp directory; the logger
+	// drops lines it cannot write.
+	signal.Ignore(syscall.SIGPIPE)
+
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
 	if cfg.Dev {
 		// The demo plugin logs every call at debug level; keep it at info so
-		// the dev agent's own debug lines stay readable.
+		// the dev agent's own lines stay readable at any log_level.
 		demoLog := hclog.New(&hclog.LoggerOptions{
 			Name: "csisupd.demo-plugin", Level: hclog.Info, JSONFormat: cfg.LogJSON, Output: os.Stderr,
 		})
