@@ -110,21 +110,22 @@ func startDemoPlugin(a *agent.Agent, nodeName string, log hclog.Logger) (*testpl
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("demo plugin: %w", err)
 	}
-	// The demo reports volume health, and a volume listed in its
+	// The demo clones and modifies volumes besides the default snapshots
+	// and online expansion, so that the whole volume lifecycle can be
+	// tried. It reports volume health, and a volume listed in its
 	// conditions file ("<external id> <message>" lines) is abnormal, so
 	// that volume status --health and the health events can be tried.
 	conditions := filepath.Join(a.DataDir(), "demo-volume-conditions")
 	p, err := testplugin.New(testplugin.Config{
-		Socket:   filepath.Join(dir, "csi.sock"),
-		StateDir: filepath.Join(a.DataDir(), "demo-plugin-state"),
-		Type:     testplugin.TypeMonolith,
-		NodeID:   nodeName,
-		Topology: map[string]string{"topology.csisupd.io/node": nodeName},
-		ControllerCapabilities: append(slices.Clone(testplugin.DefaultControllerCapabilities),
-			csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH),
-		VolumeHealth:         true,
-		VolumeConditionsFile: conditions,
-		Logger:               log,
+		Socket:                 filepath.Join(dir, "csi.sock"),
+		StateDir:               filepath.Join(a.DataDir(), "demo-plugin-state"),
+		Type:                   testplugin.TypeMonolith,
+		NodeID:                 nodeName,
+		Topology:               map[string]string{"topology.csisupd.io/node": nodeName},
+		ControllerCapabilities: demoControllerCapabilities(),
+		VolumeHealth:           true,
+		VolumeConditionsFile:   conditions,
+		Logger:                 log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("demo plugin: %w", err)
@@ -134,4 +135,13 @@ func startDemoPlugin(a *agent.Agent, nodeName string, log hclog.Logger) (*testpl
 	}
 	log.Info("demo plugin serving", "socket", filepath.Join(dir, "csi.sock"), "volume_conditions_file", conditions)
 	return p, nil
+}
+
+// demoControllerCapabilities are the demo plugin's: the test plugin's
+// defaults (snapshots and online expansion among them), cloning,
+// modifying and the volume health calls.
+func demoControllerCapabilities() []csi.ControllerServiceCapability_RPC_Type {
+	return append(slices.Clone(testplugin.DefaultControllerCapabilities),
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH)
 }

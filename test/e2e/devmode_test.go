@@ -156,3 +156,70 @@ func TestDevAgentSurvivesBrokenStderr(t *testing.T) {
 		t.Errorf("the dev data dir %s after the agent stopped: %v; want it removed", dataDir, err)
 	}
 }
+
+// The dev agent's demo plugin has the whole volume lifecycle the tour
+// shows: snapshots, clones, modify and expansion, each checked in the
+// plugin's own records.
+func TestDevAgentDemoLifecycle(t *testing.T) {
+	agent := startDevAgent(t, "e2e-demo")
+	addr := agent.addr
+	stateDir := filepath.Join(agent.dataDir, "demo-plugin-state")
+	// record is the demo plugin's record of a volume, as far as this test
+	// reads it.
+	type record struct {
+		CapacityBytes     int64             `json:"capacity_bytes"`
+		SourceVolumeID    string            `json:"source_volume_id"`
+		MutableParameters map[string]string `json:"mutable_parameters"`
+	}
+	read := func(externalID string) record {
+		t.Helper()
+		var r record
+		b, err := os.ReadFile(filepath.Join(stateDir, "volumes", externalID+".json"))
+		if err != nil || json.Unmarshal(b, &r) != nil {
+			t.Fatalf("demo plugin record of %s: %v\n%s", externalID, err, b)
+		}
+		return r
+	}
+
+	var vol volumeDoc
+	cliJSON(t, addr, &vol, "volume", "create", "data", "--plugin", "demo", "--capacity", "1MiB")
+	if vol.ExternalID == "" {
+		t.Fatalf("volume create: %+v", vol)
+	}
+
+	var snap snapshotDoc
+	cliJSON(t, addr, &snap, "volume", "snapshot", "create", "data", "nightly")
+	if snap.ID != "nightly" || snap.SourceVolumeID != "data" || snap.ExternalID == "" {
+		t.Fatalf("volume snapshot create: %+v", snap)
+	}
+
+	var clone volumeDoc
+	cliJSON(t, addr, &clone, "volume", "create", "data-copy", "--plugin", "demo", "--clone", "data")
+	if clone.ExternalID == "" || clone.ExternalID == vol.ExternalID {
+		t.Fatalf("volume create --clone: %+v", clone)
+	}
+	if r := read(clone.ExternalID); r.SourceVolumeID != vol.ExternalID {
+		t.Errorf("the clone's source in the plugin is %q, want %s", r.SourceVolumeID, vol.ExternalID)
+	}
+
+	var modified struct {
+		MutableParameters map[string]string `json:"mutable_parameters"`
+	}
+	cliJSON(t, addr, &modified, "volume", "modify", "data", "--parameter", "iops=3000")
+	if modified.MutableParameters["iops"] != "3000" {
+		t.Errorf("volume modify: mutable parameters %v, want iops=3000", modified.MutableParameters)
+	}
+	if r := read(vol.ExternalID); r.MutableParameters["iops"] != "3000" {
+		t.Errorf("the plugin's mutable parameters after modify: %v, want iops=3000", r.MutableParameters)
+	}
+
+	res := cli(t, addr, "volume", "expand", "data", "--capacity", "2MiB")
+	if res.code != 0 {
+		t.Fatalf("volume expand: exit %d: %s", res.code, res.stderr)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the expanded capacity in volume status and the plugin", func() bool {
+		var got volumeDoc
+		cliJSON(t, addr, &got, "volume", "status", "data")
+		return got.CapacityBytes >= 2<<20 && read(vol.ExternalID).CapacityBytes >= 2<<20
+	})
+}
