@@ -61,12 +61,18 @@ func runAgent(parent context.Context, flags *config.Flags) error {
 		return err
 	}
 
+	// A write to stderr whose reader is gone (`make run | tee` after tee
+	// died) fails with EPIPE instead of killing the agent with SIGPIPE
+	// before it stops cleanly and removes a dev temp directory; the logger
+	// drops lines it cannot write.
+	signal.Ignore(syscall.SIGPIPE)
+
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
 	if cfg.Dev {
 		// The demo plugin logs every call at debug level; keep it at info so
-		// the dev agent's own debug lines stay readable.
+		// the dev agent's own lines stay readable at any log_level.
 		demoLog := hclog.New(&hclog.LoggerOptions{
 			Name: "csisupd.demo-plugin", Level: hclog.Info, JSONFormat: cfg.LogJSON, Output: os.Stderr,
 		})
@@ -104,21 +110,22 @@ func startDemoPlugin(a *agent.Agent, nodeName string, log hclog.Logger) (*testpl
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("demo plugin: %w", err)
 	}
-	// The demo reports volume health, and a volume listed in its
+	// The demo clones and modifies volumes besides the default snapshots
+	// and online expansion, so that the whole volume lifecycle can be
+	// tried. It reports volume health, and a volume listed in its
 	// conditions file ("<external id> <message>" lines) is abnormal, so
 	// that volume status --health and the health events can be tried.
 	conditions := filepath.Join(a.DataDir(), "demo-volume-conditions")
 	p, err := testplugin.New(testplugin.Config{
-		Socket:   filepath.Join(dir, "csi.sock"),
-		StateDir: filepath.Join(a.DataDir(), "demo-plugin-state"),
-		Type:     testplugin.TypeMonolith,
-		NodeID:   nodeName,
-		Topology: map[string]string{"topology.csisupd.io/node": nodeName},
-		ControllerCapabilities: append(slices.Clone(testplugin.DefaultControllerCapabilities),
-			csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH),
-		VolumeHealth:         true,
-		VolumeConditionsFile: conditions,
-		Logger:               log,
+		Socket:                 filepath.Join(dir, "csi.sock"),
+		StateDir:               filepath.Join(a.DataDir(), "demo-plugin-state"),
+		Type:                   testplugin.TypeMonolith,
+		NodeID:                 nodeName,
+		Topology:               map[string]string{"topology.csisupd.io/node": nodeName},
+		ControllerCapabilities: demoControllerCapabilities(),
+		VolumeHealth:           true,
+		VolumeConditionsFile:   conditions,
+		Logger:                 log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("demo plugin: %w", err)
@@ -128,4 +135,13 @@ func startDemoPlugin(a *agent.Agent, nodeName string, log hclog.Logger) (*testpl
 	}
 	log.Info("demo plugin serving", "socket", filepath.Join(dir, "csi.sock"), "volume_conditions_file", conditions)
 	return p, nil
+}
+
+// demoControllerCapabilities are the demo plugin's: the test plugin's
+// defaults (snapshots and online expansion among them), cloning,
+// modifying and the volume health calls.
+func demoControllerCapabilities() []csi.ControllerServiceCapability_RPC_Type {
+	return append(slices.Clone(testplugin.DefaultControllerCapabilities),
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH)
 }

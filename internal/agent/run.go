@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/csisupd/csisupd/internal/config"
 )
 
 // Run serves until ctx ends, then stops gracefully. It returns the first
@@ -57,6 +61,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		// in the log, not in a monitor it attaches afterwards.
 		a.log.Info("agent serving", "name", a.name, "rpc", a.RPCAddr().String(),
 			"http", a.HTTPAddr().String(), "plugin_dir", a.pluginDir, "data_dir", a.dataDir)
+		if a.cfg.Dev {
+			a.log.Info(devReadyLine(a.RPCAddr().String()))
+		}
 		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		close(a.ready)
 	}
@@ -80,6 +87,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	close(errs)
 	return a.stopped(errs)
+}
+
+// devReadyLine is what a dev agent logs once it is ready: the first
+// command to try, with --address when the agent does not listen where the
+// CLI looks by default.
+func devReadyLine(rpcAddr string) string {
+	cmd := "csisupd status"
+	if rpcAddr != net.JoinHostPort(config.DefaultBindAddr, strconv.Itoa(config.DefaultRPCPort)) {
+		cmd = "csisupd --address " + rpcAddr + " status"
+	}
+	return fmt.Sprintf("csisupd is ready: try %q", cmd)
 }
 
 // group runs functions of Run, each in a goroutine; one that fails sends

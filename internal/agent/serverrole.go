@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/server"
 )
@@ -27,6 +29,7 @@ func (a *Agent) setupServer(cfg *config.Config, dial dialing) (*server.Server, p
 		RPCAddr:          a.advertised(cfg.Ports.RPC, a.rpcLn),
 		DiscoverServers:  a.discoverServers(cfg.ServerAutoJoin()),
 		Join:             a.retry.ServerJoin,
+		RaftLogLevel:     raftLogLevel(cfg.RaftLogLevel),
 		Connect:          a.retry.ServerConnect,
 		DialOptions:      dial.servers,
 		AgentDialOptions: dial.agents,
@@ -38,4 +41,13 @@ func (a *Agent) setupServer(cfg *config.Config, dial dialing) (*server.Server, p
 		return nil, part{}, fmt.Errorf("agent: server role: %w", err)
 	}
 	return srv, part{close: func() { _ = srv.Shutdown(context.Background()) }}, nil
+}
+
+// raftLogLevel is the level of config.Config.RaftLogLevel; NoLevel when
+// it is empty, so that raft's lines follow the agent's level.
+func raftLogLevel(level string) hclog.Level {
+	if level == "" {
+		return hclog.NoLevel
+	}
+	return hclog.LevelFromString(level)
 }

@@ -144,13 +144,19 @@ type Config struct {
 	AdvertiseAddr string
 	// LogLevel is one of trace, debug, info, warn, error.
 	LogLevel string
+	// RaftLogLevel, when set, is the least level of the lines that raft
+	// itself logs (its elections, transport and snapshots), which then do
+	// not follow LogLevel below it. It has no key: dev mode sets it to warn
+	// when log_level is not configured, so that raft's chatter does not
+	// bury the agent's own lines. Empty follows LogLevel.
+	RaftLogLevel string
 	// LogJSON selects JSON log lines.
 	LogJSON bool
 	// EnableDebug serves Go's runtime profiles (net/http/pprof) under
 	// /debug/pprof/ on ports.http, without authentication, and lets the
 	// Agent API's Profile answer while ACLs are off. With ACLs on, Profile
-	// needs a token with agent:write whatever this is. Default false; a
-	// reload changes it.
+	// needs a token with agent:write whatever this is. Default false, and
+	// true in dev mode unless configured; a reload changes it.
 	EnableDebug bool
 	// Region names the group of servers and agents that trust each other's
 	// certificates: it is part of the role names certificates carry

@@ -197,8 +197,10 @@ func (c *Config) anySet(prefix string) bool {
 	return false
 }
 
-// applyDev turns on both roles with a single-server cluster, and leaves
-// unset directories empty so the agent creates temporary ones.
+// applyDev turns on both roles with a single-server cluster, logs at
+// info (raft at warn) and turns enable_debug on unless they are
+// configured, and leaves unset directories empty so the agent creates
+// temporary ones.
 func (c *Config) applyDev() {
 	if c.isSet("client.enabled") && !c.Client.Enabled {
 		c.warn(fmt.Sprintf("dev mode: client.enabled = false (%s) ignored, the client is enabled", c.Origin("client.enabled")))
@@ -213,8 +215,17 @@ func (c *Config) applyDev() {
 			c.Server.BootstrapExpect, c.Origin("server.bootstrap_expect")))
 	}
 	c.Server.BootstrapExpect = 1
+	// Info for the agent's own lines, warn for raft's: a newcomer reads
+	// what the agent does, not raft's elections. A configured log_level
+	// applies to both.
 	if !c.isSet("log_level") {
-		c.LogLevel = "debug"
+		c.LogLevel = "info"
+		c.RaftLogLevel = "warn"
+	}
+	// `csisupd operator debug` takes profiles of a dev agent: it has no
+	// ACLs and listens on loopback unless told otherwise.
+	if !c.isSet("enable_debug") {
+		c.EnableDebug = true
 	}
 	// A dev machine rarely runs Consul: register only when asked to.
 	if !c.anySet("consul.") {

@@ -783,6 +783,10 @@ func TestDevMode(t *testing.T) {
 		wantData  string
 		wantPlug  string
 		wantLevel string
+		// wantRaft is raft's own level: warn unless log_level is set.
+		wantRaft string
+		// wantDebug is enable_debug: on unless configured.
+		wantDebug bool
 		wantWarn  []string
 		// wantConsul is whether Consul registration stays on: only when
 		// the operator configured a consul key.
@@ -793,7 +797,7 @@ func TestDevMode(t *testing.T) {
 			in:        input{args: []string{"--dev"}},
 			wantData:  "",
 			wantPlug:  "",
-			wantLevel: "debug",
+			wantLevel: "info", wantRaft: "warn", wantDebug: true,
 		},
 		{
 			name: "consul configured",
@@ -802,20 +806,30 @@ func TestDevMode(t *testing.T) {
 				paths: []string{"c.hcl"},
 				args:  []string{"--dev"},
 			},
-			wantLevel:  "debug",
+			wantLevel: "info", wantRaft: "warn", wantDebug: true,
 			wantConsul: true,
 		},
 		{
 			name:      "log level set",
-			in:        input{args: []string{"--dev"}, env: map[string]string{EnvLogLevel: "info"}},
-			wantLevel: "info",
+			in:        input{args: []string{"--dev"}, env: map[string]string{EnvLogLevel: "debug"}},
+			wantLevel: "debug",
+			wantDebug: true,
+		},
+		{
+			name: "enable_debug off",
+			in: input{
+				files: map[string]string{"d.hcl": "enable_debug = false\n"},
+				paths: []string{"d.hcl"},
+				args:  []string{"--dev"},
+			},
+			wantLevel: "info", wantRaft: "warn",
 		},
 		{
 			name:      "data dir set",
 			in:        input{args: []string{"--dev", "--data-dir", "/srv/dev"}},
 			wantData:  "/srv/dev",
 			wantPlug:  "/srv/dev/plugins",
-			wantLevel: "debug",
+			wantLevel: "info", wantRaft: "warn", wantDebug: true,
 		},
 		{
 			name: "explicit roles and bootstrap_expect are overridden",
@@ -824,7 +838,7 @@ func TestDevMode(t *testing.T) {
 				paths: []string{"a.hcl"},
 				args:  []string{"--dev"},
 			},
-			wantLevel: "debug",
+			wantLevel: "info", wantRaft: "warn", wantDebug: true,
 			wantWarn: []string{
 				"dev mode: client.enabled = false (a.hcl:1) ignored, the client is enabled",
 				"dev mode: server.enabled = false (a.hcl:3) ignored, the server is enabled",
@@ -842,6 +856,8 @@ func TestDevMode(t *testing.T) {
 			assertEqual(t, "data_dir", c.DataDir, tt.wantData)
 			assertEqual(t, "client.plugin_dir", c.Client.PluginDir, tt.wantPlug)
 			assertEqual(t, "log_level", c.LogLevel, tt.wantLevel)
+			assertEqual(t, "raft log level", c.RaftLogLevel, tt.wantRaft)
+			assertEqual(t, "enable_debug", c.EnableDebug, tt.wantDebug)
 			assertEqual(t, "warnings", c.Warnings, tt.wantWarn)
 			assertEqual(t, "consul.enabled", c.Consul.Enabled, tt.wantConsul)
 		})

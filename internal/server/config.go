@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -68,6 +69,10 @@ type Config struct {
 	// step. Its Base is also autopilot's reconcile and update interval.
 	// Required: config.Retry.ServerJoin; no default here.
 	Join retry.Policy
+	// RaftLogLevel, optional, is the least level of the raft library's own
+	// log lines (raftnode.Config.RaftLogLevel); NoLevel, the zero value,
+	// leaves them to the logger's level.
+	RaftLogLevel hclog.Level
 	// Connect spaces gRPC's reconnects of this server's connections to
 	// the other servers and to agents. Required: config.DefaultRetry().ServerConnect.
 	Connect retry.Policy
@@ -123,6 +128,7 @@ func (c Config) raftNode(f *fsm.FSM, conn func(addr string) (grpc.ClientConnInte
 		RPCAddr:         c.RPCAddr,
 		DiscoverServers: raftnode.Discover(c.DiscoverServers),
 		Join:            c.Join,
+		RaftLogLevel:    c.RaftLogLevel,
 		FSM:             f,
 		ScratchEvents:   c.eventBuffer(),
 		Conn:            conn,

@@ -197,6 +197,94 @@ func TestAlertsFire(t *testing.T) {
 			alert:  "CsisupdNodeDown",
 			series: []string{`csisupd_cluster_nodes{job="a", instance="s1", status="down"} 0x20`},
 		},
+		{
+			name:  "release stuck",
+			alert: "CsisupdReleaseStuck",
+			series: []string{
+				// a: one claim unpublishing for the last 15 minutes, seen by both
+				// servers; b: one node-unpublished for the last 6 only.
+				`csisupd_cluster_claims{job="a", instance="s1", state="unpublishing"} 0x5 1x15`,
+				`csisupd_cluster_claims{job="a", instance="s2", state="unpublishing"} 0x5 1x15`,
+				`csisupd_cluster_claims{job="a", instance="s1", state="taken"} 3x20`,
+				`csisupd_cluster_claims{job="b", instance="s4", state="node-unpublished"} 0x14 1x6`,
+				`csisupd_cluster_claims{job="b", instance="s4", state="taken"} 3x20`,
+			},
+			want: []string{`{job="a"}`},
+		},
+		{
+			// Releases that follow each other, none lasting: one claim in
+			// each state for a few minutes, never all ten.
+			name:  "releases moving",
+			alert: "CsisupdReleaseStuck",
+			series: []string{
+				`csisupd_cluster_claims{job="a", instance="s1", state="unpublishing"} 0x10 1x3 0x7`,
+				`csisupd_cluster_claims{job="a", instance="s1", state="node-unpublished"} 0x13 1x3 0x4`,
+				`csisupd_cluster_claims{job="a", instance="s1", state="controller-unpublished"} 0x16 1x2 0x2`,
+				`csisupd_cluster_claims{job="a", instance="s1", state="taken"} 5x20`,
+			},
+		},
+		{
+			name:  "volumes abnormal",
+			alert: "CsisupdVolumesAbnormal",
+			series: []string{
+				`csisupd_cluster_volumes_abnormal{job="a", instance="s1"} 2x20`,
+				`csisupd_cluster_volumes_abnormal{job="a", instance="s2"} 2x20`,
+				`csisupd_cluster_volumes_abnormal{job="b", instance="s4"} 0x20`,
+			},
+			want: []string{`{job="a"}`},
+		},
+		{
+			name:   "volumes normal",
+			alert:  "CsisupdVolumesAbnormal",
+			series: []string{`csisupd_cluster_volumes_abnormal{job="a", instance="s1"} 0x20`},
+		},
+		{
+			// a: autopilot removed a dead server 10 minutes ago; the two
+			// left answer. b: three servers all along.
+			name:  "raft peer removed",
+			alert: "CsisupdRaftPeersMissing",
+			series: []string{
+				`csisupd_server_raft_peers{job="a", instance="s1", suffrage="voter"} 3x10 2x10`,
+				`csisupd_server_raft_peers{job="a", instance="s2", suffrage="voter"} 3x10 2x10`,
+				`csisupd_server_leader{job="a", instance="s1"} 1x20`,
+				`csisupd_server_leader{job="a", instance="s2"} 0x20`,
+				`csisupd_server_raft_peers{job="b", instance="s4", suffrage="voter"} 3x20`,
+				`csisupd_server_raft_peers{job="b", instance="s5", suffrage="voter"} 3x20`,
+				`csisupd_server_raft_peers{job="b", instance="s6", suffrage="voter"} 3x20`,
+				`csisupd_server_leader{job="b", instance="s4"} 1x20`,
+				`csisupd_server_leader{job="b", instance="s5"} 0x20`,
+				`csisupd_server_leader{job="b", instance="s6"} 0x20`,
+			},
+			want: []string{`{job="a"}`},
+		},
+		{
+			// s3 stopped answering the scrape 10 minutes ago and is still a
+			// voter in the configuration the others report.
+			name:  "raft peer down",
+			alert: "CsisupdRaftPeersMissing",
+			series: []string{
+				`csisupd_server_raft_peers{job="a", instance="s1", suffrage="voter"} 3x20`,
+				`csisupd_server_raft_peers{job="a", instance="s2", suffrage="voter"} 3x20`,
+				`csisupd_server_raft_peers{job="a", instance="s3", suffrage="voter"} 3x10`,
+				`csisupd_server_leader{job="a", instance="s1"} 1x20`,
+				`csisupd_server_leader{job="a", instance="s2"} 0x20`,
+				`csisupd_server_leader{job="a", instance="s3"} 0x10`,
+			},
+			want: []string{`{job="a"}`},
+		},
+		{
+			// A server grown into the cluster (a nonvoter promoted) is no loss.
+			name:  "raft peers all there",
+			alert: "CsisupdRaftPeersMissing",
+			series: []string{
+				`csisupd_server_raft_peers{job="a", instance="s1", suffrage="voter"} 2x10 3x10`,
+				`csisupd_server_raft_peers{job="a", instance="s2", suffrage="voter"} 2x10 3x10`,
+				`csisupd_server_raft_peers{job="a", instance="s3", suffrage="voter"} 2x10 3x10`,
+				`csisupd_server_leader{job="a", instance="s1"} 1x20`,
+				`csisupd_server_leader{job="a", instance="s2"} 0x20`,
+				`csisupd_server_leader{job="a", instance="s3"} 0x20`,
+			},
+		},
 	}
 
 	var alerts []string

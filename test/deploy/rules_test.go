@@ -89,7 +89,8 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"CsisupdPluginUnhealthy", "CsisupdNoLeader", "CsisupdNodeDown",
-		"CsisupdConsulSyncFailing", "CsisupdWatchdogNearExpiry"} {
+		"CsisupdConsulSyncFailing", "CsisupdWatchdogNearExpiry", "CsisupdReleaseStuck", "CsisupdVolumesAbnormal",
+		"CsisupdRaftPeersMissing"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s in %s (alerts: %q)", want, rulesFile, alerts)
 		}

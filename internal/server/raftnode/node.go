@@ -72,6 +72,11 @@ type Config struct {
 	// Join spaces the join and bootstrap attempts and the checks of this
 	// server's address record; its Base is also autopilot's interval.
 	Join retry.Policy
+	// RaftLogLevel, optional, is the least level of the raft library's own
+	// lines (its core, transport and snapshot store): lines below it are
+	// dropped whatever the logger's level. NoLevel, the zero value, leaves
+	// them to the logger's level.
+	RaftLogLevel hclog.Level
 
 	// FSM is the state machine raft applies the log to. Required.
 	FSM *fsm.FSM
@@ -174,7 +179,7 @@ func (n *Node) setupRaft() (err error) {
 	if err != nil {
 		return fmt.Errorf("server: raft log cache: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, n.logger.Named("snapshot"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, newRaftLogger(n.logger.Named("snapshot"), n.cfg.RaftLogLevel))
 	if err != nil {
 		return fmt.Errorf("server: open snapshot store in %s: %w", dir, err)
 	}
@@ -196,13 +201,13 @@ func (n *Node) setupRaft() (err error) {
 		Stream:  newClosingLayer(layer),
 		MaxPool: 3,
 		Timeout: n.cfg.RPCTimeout,
-		Logger:  n.logger.Named("raft-net"),
+		Logger:  newRaftLogger(n.logger.Named("raft-net"), n.cfg.RaftLogLevel),
 	})
 	n.raftAddr = string(n.trans.LocalAddr())
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.cfg.ID)
-	rc.Logger = raftLogger{n.logger.Named("raft")}
+	rc.Logger = newRaftLogger(n.logger.Named("raft"), n.cfg.RaftLogLevel)
 	m := time.Duration(n.cfg.RaftMultiplier)
 	rc.HeartbeatTimeout = 200 * time.Millisecond * m
 	rc.ElectionTimeout = 200 * time.Millisecond * m
