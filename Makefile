@@ -80,7 +80,7 @@ fault-tests:
 ## skips). SEED=N is the first seed (default: from the clock, logged), SEEDS=K how many seeds
 ## (default 1, a fresh cluster each), NEMESIS_TIME=D how long each runs (default 3m).
 ## Replay a failing run with the SEED and NEMESIS_TIME it printed.
-## FAULTS=kind,kind limits the faults drawn (the kinds are in README "How we test").
+## FAULTS=kind,kind limits the faults drawn (the kinds are in docs/development.md, "How we test").
 ## SERVERS=N and AGENTS=M fix the cluster's size (default: drawn from each seed).
 NEMESIS_FLAGS = $(if $(SEED),-seed=$(SEED)) -nemesis-seeds=$(or $(SEEDS),1) -nemesis-time=$(or $(NEMESIS_TIME),3m) \
 	$(if $(FAULTS),-nemesis-faults=$(FAULTS)) $(if $(SERVERS),-nemesis-servers=$(SERVERS)) $(if $(AGENTS),-nemesis-agents=$(AGENTS))
