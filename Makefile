@@ -20,7 +20,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
+.PHONY: all build run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check docs docs-check lint clean
 
 all: build
 
@@ -80,7 +80,7 @@ fault-tests:
 ## skips). SEED=N is the first seed (default: from the clock, logged), SEEDS=K how many seeds
 ## (default 1, a fresh cluster each), NEMESIS_TIME=D how long each runs (default 3m).
 ## Replay a failing run with the SEED and NEMESIS_TIME it printed.
-## FAULTS=kind,kind limits the faults drawn (the kinds are in README "How we test").
+## FAULTS=kind,kind limits the faults drawn (the kinds are in docs/development.md, "How we test").
 ## SERVERS=N and AGENTS=M fix the cluster's size (default: drawn from each seed).
 NEMESIS_FLAGS = $(if $(SEED),-seed=$(SEED)) -nemesis-seeds=$(or $(SEEDS),1) -nemesis-time=$(or $(NEMESIS_TIME),3m) \
 	$(if $(FAULTS),-nemesis-faults=$(FAULTS)) $(if $(SERVERS),-nemesis-servers=$(SERVERS)) $(if $(AGENTS),-nemesis-agents=$(AGENTS))
@@ -175,7 +175,17 @@ proto-check:
 		echo "generated code is not what make proto writes from the .proto files:$$stale"; \
 		echo "(make proto has rewritten them: review and commit)"; exit 1; fi
 
-## lint: gofmt, go vet and staticcheck (default and fault tags), go mod tidy, generated code up to date
+## docs: regenerate the man pages of docs/man and docs/cli.md from the command tree (cobra/doc,
+## with a fixed date, so that the same commands give the same bytes)
+docs:
+	$(GO) test -count=1 -run '^TestGeneratedDocs$$' ./cmd/csisupd/ -args -update-docs
+
+## docs-check: fail when docs/man or docs/cli.md is not what make docs writes from the command tree
+docs-check:
+	@out=$$($(GO) test -count=1 -run '^TestGeneratedDocs$$' ./cmd/csisupd/ 2>&1) || { \
+		echo "$$out" | grep -e 'make docs' -e FAIL; exit 1; }
+
+## lint: gofmt, go vet and staticcheck (default and fault tags), go mod tidy, generated code and docs up to date
 lint: tools
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -187,6 +197,7 @@ lint: tools
 	$(TOOLS)/staticcheck -tags fault ./...
 	$(TOOLS)/staticcheck -tags nemesis ./...
 	$(MAKE) proto-check
+	$(MAKE) docs-check
 
 clean:
 	rm -rf bin bench.out

@@ -42,7 +42,7 @@ func newACLBootstrapCommand(opts *clientOptions) *cobra.Command {
 		Short: "Create the cluster's first management token (once per cluster)",
 		Long: "Create the cluster's first management token. It works once per cluster; the secret id is shown " +
 			"only now: keep it safe. A second bootstrap is refused with the index to write into " +
-			"<data_dir>/server/acl-bootstrap-reset on the leader to allow one more (see the README).",
+			"<data_dir>/server/acl-bootstrap-reset on the leader to allow one more (see docs/security.md).",
 		Args: rangeArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return opts.withACL(cmd.Context(), func(ctx context.Context, cl csisupdv1.ACLClient) error {

@@ -50,13 +50,13 @@ func documentedKeys() map[string]map[string][]string {
 // The README documents exactly the keys documentedKeys lists, so the live
 // test below checks the contract as the README states it.
 func TestREADMEListsTheDocumentedKeys(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "commands.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(data), "### JSON output (stable)\n")
 	if !ok {
-		t.Fatal(`README has no "### JSON output (stable)" section`)
+		t.Fatal(`docs/commands.md has no "### JSON output (stable)" section`)
 	}
 	if end := strings.Index(section, "\n#"); end >= 0 {
 		section = section[:end]

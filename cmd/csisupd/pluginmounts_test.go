@@ -308,14 +308,14 @@ func TestREADMEShowsPluginMounts(t *testing.T) {
 	for _, env := range []string{"CSISUPD_DATA_DIR", "CSISUPD_PLUGIN_DIR"} {
 		t.Setenv(env, "")
 	}
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const prompt = "$ csisupd plugin mounts csi.example.com --config /etc/csisupd.d\n"
 	_, shown, ok := strings.Cut(string(data), prompt)
 	if !ok {
-		t.Fatalf("README shows no %q", prompt)
+		t.Fatalf("docs/operations.md shows no %q", prompt)
 	}
 	shown, _, _ = strings.Cut(shown, "```")
 	out, err := execute(t, "plugin", "mounts", "csi.example.com", "--config", filepath.Join("..", "..", "deploy", "plugins", "plugin.hcl"))
@@ -323,6 +323,6 @@ func TestREADMEShowsPluginMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out != shown {
-		t.Errorf("README shows\n%s\nthe command prints\n%s", shown, out)
+		t.Errorf("docs/operations.md shows\n%s\nthe command prints\n%s", shown, out)
 	}
 }

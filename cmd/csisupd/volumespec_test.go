@@ -380,20 +380,20 @@ func TestExpandAndModifyRequests(t *testing.T) {
 
 // The README's example specification parses and makes a request.
 func TestREADMEVolumeSpecExample(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "commands.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(data), "### Volume specification files\n")
 	if !ok {
-		t.Fatal(`README has no "### Volume specification files" section`)
+		t.Fatal(`docs/commands.md has no "### Volume specification files" section`)
 	}
 	_, example, ok := strings.Cut(section, "```hcl\n")
 	if !ok {
-		t.Fatal("the README's volume specification section has no hcl example")
+		t.Fatal("the volume specification section of docs/commands.md has no hcl example")
 	}
 	example, _, _ = strings.Cut(example, "```")
-	s, err := volspec.Parse("README.md", []byte(example))
+	s, err := volspec.Parse("docs/commands.md", []byte(example))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -274,7 +274,7 @@ func TestMetricsOfADevAgent(t *testing.T) {
 	}
 
 	// Every family served is documented in the README's metrics table.
-	table, err := metricsdoc.Table(filepath.Join("..", "..", "README.md"))
+	table, err := metricsdoc.Table(filepath.Join("..", "..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,18 +177,18 @@ func TestLoadRefusesWhatCouldWedgeOrReplaceIt(t *testing.T) {
 // TestREADMEExampleParses keeps the secrets file of the README's
 // runbook a file the agent accepts.
 func TestREADMEExampleParses(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const marker = "# /etc/csisupd.d/secrets/rbd.hcl"
 	_, rest, ok := strings.Cut(string(b), marker)
 	if !ok {
-		t.Fatalf("README has no example secrets file (%q)", marker)
+		t.Fatalf("docs/operations.md has no example secrets file (%q)", marker)
 	}
 	_, rest, _ = strings.Cut(rest, "\n") // the rest of the comment line
 	example, _, _ := strings.Cut(rest, "```")
-	f, err := Parse("README.md", []byte(example))
+	f, err := Parse("docs/operations.md", []byte(example))
 	if err != nil {
 		t.Fatalf("the README's example: %v", err)
 	}

@@ -20,7 +20,7 @@ const repoRoot = "../.."
 // readmeTable returns the README's metrics table.
 func readmeTable(t *testing.T) map[string]metricsdoc.Row {
 	t.Helper()
-	table, err := metricsdoc.Table(filepath.Join(repoRoot, "README.md"))
+	table, err := metricsdoc.Table(filepath.Join(repoRoot, "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

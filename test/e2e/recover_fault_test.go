@@ -80,14 +80,14 @@ func (s *recoveryServer) nodeID(t *testing.T) string {
 // block, without comments and blank lines.
 func recoverySteps(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(data), recoveryBegin)
 	block, _, ok2 := strings.Cut(rest, recoveryEnd)
 	if !ok || !ok2 {
-		t.Fatalf("README has no %s ... %s block", recoveryBegin, recoveryEnd)
+		t.Fatalf("docs/operations.md has no %s ... %s block", recoveryBegin, recoveryEnd)
 	}
 	block = strings.TrimSpace(block)
 	body, ok := strings.CutPrefix(block, "```sh\n")

@@ -133,6 +133,7 @@ var allowed = map[string][]string{
 	"test/agent":                {},
 	"test/bench":                {},
 	"test/deploy":               {},
+	"test/docs":                 {},
 	"test/e2e":                  {},
 	"test/layering":             {},
 	"test/nemesis":              {},

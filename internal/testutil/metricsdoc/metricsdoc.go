@@ -1,5 +1,5 @@
-// Package metricsdoc reads the README's table of metrics, so that tests can
-// hold the code, the alerting rules and the dashboard to what the README
+// Package metricsdoc reads the table of metrics of docs/operations.md, so that tests can
+// hold the code, the alerting rules and the dashboard to what that page
 // documents. It is imported by tests only.
 //
 // The table sits between the lines BeginMarker and EndMarker and has the
@@ -19,7 +19,7 @@ import (
 	"strings"
 )
 
-// The markers around the table in the README.
+// The markers around the table in docs/operations.md.
 const (
 	BeginMarker = "<!-- metrics-table:begin -->"
 	EndMarker   = "<!-- metrics-table:end -->"
@@ -52,7 +52,7 @@ type Row struct {
 // its name before the "*".
 func (r Row) Prefix() bool { return strings.HasSuffix(r.Name, "*") }
 
-// Table reads the metrics table of the README at readmePath, keyed by
+// Table reads the metrics table of the Markdown page at readmePath, keyed by
 // Row.Name. It fails on a missing marker or header, a row without four
 // cells, a malformed or repeated name or label, and an unknown type.
 func Table(readmePath string) (map[string]Row, error) {
