@@ -84,6 +84,10 @@ func newRootCommand() *cobra.Command {
 		newACLCommand(opts),
 		newTLSCommand(),
 	)
+	// Cobra adds its completion command at Execute; it is added here so
+	// that guardGroups covers it too.
+	root.InitDefaultCompletionCmd()
+	guardGroups(root)
 	return root
 }
 
