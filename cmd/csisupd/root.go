@@ -83,6 +83,7 @@ func newRootCommand() *cobra.Command {
 		newOperatorCommand(opts),
 		newACLCommand(opts),
 		newTLSCommand(),
+		newValidateCommand(),
 	)
 	// Cobra adds its completion command at Execute; it is added here so
 	// that guardGroups covers it too.
