@@ -113,7 +113,9 @@ func (o *clientOptions) dial() (*grpc.ClientConn, error) {
 	}
 	// Calls that reach no agent are marked, so that agentError says
 	// "cannot reach" only for them.
-	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, csisupdv1.NotReachedInterceptors()...)
+	// A call refused for want of a leader is retried within --timeout.
+	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(retryNoLeader(o.timeout))},
+		csisupdv1.NotReachedInterceptors()...)
 	token, err := o.resolveToken(os.Getenv)
 	if err != nil {
 		return nil, err

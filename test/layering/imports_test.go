@@ -39,8 +39,8 @@ var (
 
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
-	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/safefile", "internal/testplugin", "internal/tlsutil", "internal/volspec"}, // testplugin: the --dev demo plugin
-	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),                                                // raftnode: a stopped server's raft state, for the offline operator commands
+	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/retry", "internal/safefile", "internal/testplugin", "internal/tlsutil", "internal/volspec"}, // testplugin: the --dev demo plugin; retry: the waits of a call refused for want of a leader
+	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),                                                                  // raftnode: a stopped server's raft state, for the offline operator commands
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog", "internal/kubeletreg", "internal/safefile"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
