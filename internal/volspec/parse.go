@@ -83,6 +83,7 @@ func Parse(filename string, src []byte) (*Spec, error) {
 	d := &decoder{spec: &Spec{File: filename, at: map[string]hcl.Range{}}}
 	d.top(body)
 	d.finish()
+	d.errs = append(d.errs, d.spec.textProblems()...)
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool { return d.errs[i].at.Start.Byte < d.errs[j].at.Start.Byte })
 		errs := make([]error, len(d.errs))
