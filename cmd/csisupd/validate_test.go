@@ -60,6 +60,8 @@ func TestValidateConfigProblems(t *testing.T) {
 			[]string{`agent.hcl:2: server.claim_gc_grace: must be greater than zero, got 0s`}},
 		{"several files and a missing one", map[string]string{"a.hcl": `bogus = 1`, "b.hcl": `log_json = 3`}, []string{"a.hcl", "missing.hcl", "b.hcl"},
 			[]string{`a.hcl:1: unsupported argument "bogus"`, "config: stat missing.hcl: no such file or directory", `b.hcl:1: log_json: expected a bool, got number 3`}},
+		{"nested 50,000 deep", map[string]string{"agent.hcl": "name = \"n\"\nx = " + strings.Repeat("[", 50000) + strings.Repeat("]", 50000)}, []string{"agent.hcl"},
+			[]string{`agent.hcl:2: nested deeper than 32 levels of blocks, objects, lists or parentheses: refusing the file before parsing it`}},
 		{"a directory", map[string]string{"conf.d/10-base.hcl": "name = \"n\"\n", "conf.d/20-client.hcl": "client {\n  probe_intervall = \"5s\"\n}"}, []string{"conf.d"},
 			[]string{`conf.d/20-client.hcl:2: unsupported argument "probe_intervall" in block client; did you mean "probe_interval"?`}},
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/csisupd/csisupd/internal/hclnest"
 )
 
 // MaxFileSize caps a specification file: real ones are a few hundred
@@ -72,6 +74,10 @@ func (d *decoder) errorf(at hcl.Range, format string, args ...any) {
 // names the file in errors. It returns every problem of the file, each
 // starting with "filename:line: ".
 func Parse(filename string, src []byte) (*Spec, error) {
+	// A file nested absurdly deep would cost the parser memory per level.
+	if err := hclnest.Check(filename, src); err != nil {
+		return nil, err
+	}
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
 		return nil, diagsError(src, "", diags)

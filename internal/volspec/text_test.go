@@ -52,3 +52,13 @@ func TestRequestRefusesControlCharacters(t *testing.T) {
 		t.Fatalf("Volume = %v", err)
 	}
 }
+
+// A file nested far deeper than any specification is refused before HCL
+// parses it, at the line where it gets too deep.
+func TestParseRefusesDeepNesting(t *testing.T) {
+	src := "id = \"v\"\nparameters = " + strings.Repeat("{a = ", 50000) + strings.Repeat("}", 50000) + "\n"
+	_, err := Parse("v.hcl", []byte(src))
+	if err == nil || !strings.HasPrefix(err.Error(), "v.hcl:2: nested deeper than 32 levels") {
+		t.Fatalf("Parse = %v", err)
+	}
+}

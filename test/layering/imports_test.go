@@ -23,8 +23,9 @@ const module = "github.com/csisupd/csisupd/"
 // (leader.VolumeWork), which the Server wires; volumeops and leader never
 // import each other.
 // Each package may import the packages listed for it, and nothing else of
-// the module. The API (api/csisupd/v1) is importable by all, and so is
-// internal/ids, the syntax of ids, which imports nothing of the module. Test-only
+// the module. The API (api/csisupd/v1) is importable by all, and so are
+// internal/ids, the syntax of ids, and internal/hclnest, the nesting cap of
+// HCL files, which import nothing of the module. Test-only
 // packages (testutil, testplugin and its journal reader, testregistrar,
 // testcluster, consultest, metricsdoc, netlab) are imported by tests, benchmarks and --dev only.
 var (
@@ -33,7 +34,7 @@ var (
 		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
 		"internal/kubeletreg", "internal/secrets", "internal/safefile"}
 	// everyone lists the packages every package may import.
-	everyone = []string{"internal/ids"}
+	everyone = []string{"internal/ids", "internal/hclnest"}
 	middle   = []string{"internal/registry", "internal/nodevolumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient", "internal/dockerplugin"}
 )
 
@@ -103,6 +104,9 @@ var allowed = map[string][]string{
 	// ids is the syntax of plugin, volume, snapshot and workload ids and
 	// of node names and ids: the standard library only.
 	"internal/ids": {},
+	// hclnest caps the nesting of an HCL file before it is parsed: the
+	// standard library only.
+	"internal/hclnest": {},
 	// volreq checks volume requests for the servers and the node agent:
 	// the API's messages in, plain errors out.
 	"internal/volreq": {api},
