@@ -88,6 +88,7 @@ func newRootCommand() *cobra.Command {
 	// that guardGroups covers it too.
 	root.InitDefaultCompletionCmd()
 	guardGroups(root)
+	registerCompletions(root, opts)
 	return root
 }
 
