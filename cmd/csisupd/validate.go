@@ -62,6 +62,10 @@ func validateConfig(cmd *cobra.Command, paths []string) error {
 	for _, w := range c.Warnings {
 		fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", display(w))
 	}
+	if len(c.Sources) == 0 {
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), "configuration valid: no *.hcl file read, the defaults apply")
+		return err
+	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "configuration valid: %s\n", display(strings.Join(c.Sources, ", ")))
 	return err
 }

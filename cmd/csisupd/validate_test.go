@@ -106,6 +106,21 @@ func TestValidateConfigValid(t *testing.T) {
 	}
 }
 
+// A directory without *.hcl files is valid, with the agent's warning.
+func TestValidateEmptyDirectory(t *testing.T) {
+	writeFiles(t, map[string]string{"conf.d/README": "not a config"})
+	var stdout, stderr bytes.Buffer
+	if code := runWith([]string{"validate", "conf.d"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit code %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	if want := "configuration valid: no *.hcl file read, the defaults apply\n"; stdout.String() != want {
+		t.Errorf("stdout = %q, want %q", stdout.String(), want)
+	}
+	if want := "Warning: config directory conf.d has no *.hcl files\n"; stderr.String() != want {
+		t.Errorf("stderr = %q, want %q", stderr.String(), want)
+	}
+}
+
 // --volume-spec checks every file and reports each one's problems with
 // file:line, as volume create would.
 func TestValidateVolumeSpec(t *testing.T) {
