@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -26,27 +27,34 @@ func main() {
 }
 
 func run(args []string) int {
+	return runWith(args, os.Stdout, os.Stderr)
+}
+
+// runWith runs the command line args with the given standard output and
+// error, and returns the exit code.
+func runWith(args []string, stdout, stderr io.Writer) int {
 	root := newRootCommand()
 	root.SetArgs(args)
-	err := root.Execute()
-	if err != nil {
-		// Cobra reports an unknown command as a plain error; it is a usage
-		// error all the same.
-		if _, _, ferr := root.Find(args); ferr != nil {
-			err = usageError{err}
-		}
-	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteC()
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, new(usageError)):
-		fmt.Fprintln(os.Stderr, "Error:", displayLines(err.Error()))
-		fmt.Fprintln(os.Stderr, "Run 'csisupd --help' for usage.")
+		// The usage shown is the one of the command that failed, not
+		// the root's.
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintln(stderr, "Error:", displayLines(err.Error()))
+		fmt.Fprintln(stderr)
+		fmt.Fprint(stderr, cmd.UsageString())
 		return exitUsage
 	default:
 		// Errors may quote servers, files and arguments: escape what a
 		// terminal would interpret, keeping the lines of a joined error.
-		fmt.Fprintln(os.Stderr, "Error:", displayLines(err.Error()))
+		fmt.Fprintln(stderr, "Error:", displayLines(err.Error()))
 		return exitError
 	}
 }

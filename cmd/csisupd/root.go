@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +20,6 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/safefile"
-	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
 // DefaultAddress is the agent address client commands use without
@@ -38,6 +35,7 @@ type clientOptions struct {
 	keyFile    string
 	serverName string
 	token      string
+	tokenFile  string
 	timeout    time.Duration
 }
 
@@ -63,11 +61,12 @@ func newRootCommand() *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringVar(&opts.address, "address", addr, "agent gRPC address (env CSISUPD_ADDR)")
 	pf.BoolVar(&opts.json, "json", false, "print JSON")
-	pf.StringVar(&opts.caFile, "ca-file", "", "CA certificate to verify the agent (enables TLS)")
-	pf.StringVar(&opts.certFile, "client-cert", "", "client certificate for mutual TLS")
-	pf.StringVar(&opts.keyFile, "client-key", "", "client key for mutual TLS")
-	pf.StringVar(&opts.serverName, "tls-server-name", "", "server name to verify in the agent's certificate")
-	pf.StringVar(&opts.token, "token", "", "ACL token secret id (else env CSISUPD_TOKEN, else the file named by CSISUPD_TOKEN_FILE)")
+	pf.StringVar(&opts.caFile, "ca-file", "", "CA certificate to verify the agent (enables TLS; env "+EnvCACert+")")
+	pf.StringVar(&opts.certFile, "client-cert", "", "client certificate for mutual TLS (env "+EnvClientCert+")")
+	pf.StringVar(&opts.keyFile, "client-key", "", "client key for mutual TLS (env "+EnvClientKey+")")
+	pf.StringVar(&opts.serverName, "tls-server-name", "", "server name to verify in the agent's certificate (env "+EnvTLSServerName+")")
+	pf.StringVar(&opts.token, "token", "", "ACL token secret id (else --token-file, else env "+EnvToken+", else the file named by "+EnvTokenFile+")")
+	pf.StringVar(&opts.tokenFile, "token-file", "", "file holding the ACL token secret id")
 	pf.DurationVar(&opts.timeout, "timeout", 10*time.Second, "timeout of one request")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -83,7 +82,13 @@ func newRootCommand() *cobra.Command {
 		newOperatorCommand(opts),
 		newACLCommand(opts),
 		newTLSCommand(),
+		newValidateCommand(),
 	)
+	// Cobra adds its completion command at Execute; it is added here so
+	// that guardGroups covers it too.
+	root.InitDefaultCompletionCmd()
+	guardGroups(root)
+	registerCompletions(root, opts)
 	return root
 }
 
@@ -100,38 +105,25 @@ func rangeArgs(min, max int) cobra.PositionalArgs {
 // dial connects to the agent named by the global flags.
 func (o *clientOptions) dial() (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
-	if o.caFile != "" || o.certFile != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.serverName}
-		if o.caFile != "" {
-			pem, err := tlsutil.ReadPEMFile("--ca-file", o.caFile)
-			if err != nil {
-				return nil, err
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--ca-file %s: no certificate found", o.caFile)
-			}
-			tc.RootCAs = pool
-		}
-		if o.certFile != "" || o.keyFile != "" {
-			cert, err := loadKeyPair(o.certFile, o.keyFile)
-			if err != nil {
-				return nil, err
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
+	tc, err := o.clientTLS(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
 		creds = credentials.NewTLS(tc)
 	}
 	// Calls that reach no agent are marked, so that agentError says
 	// "cannot reach" only for them.
-	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, csisupdv1.NotReachedInterceptors()...)
+	// A call refused for want of a leader is retried within --timeout.
+	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(retryNoLeader(o.timeout))},
+		csisupdv1.NotReachedInterceptors()...)
 	token, err := o.resolveToken(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	if token != "" {
-		if o.caFile == "" && o.certFile == "" {
-			return nil, usageError{errors.New("a token is set but the connection has no TLS (--ca-file): refusing to send the token in plain text")}
+		if tc == nil {
+			return nil, usageError{errors.New("a token is set but the connection has no TLS (--ca-file or " + EnvCACert + "): refusing to send the token in plain text")}
 		}
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(csisupdv1.TokenCredentials{Secret: token}))
 	}
@@ -142,54 +134,45 @@ func (o *clientOptions) dial() (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// resolveToken returns the ACL token of the call: --token, else
-// CSISUPD_TOKEN, else the first line of the file CSISUPD_TOKEN_FILE names.
+// resolveToken returns the ACL token of the call: --token, else the file
+// --token-file names, else CSISUPD_TOKEN, else the file CSISUPD_TOKEN_FILE
+// names.
 func (o *clientOptions) resolveToken(getenv func(string) string) (string, error) {
+	if o.token != "" && o.tokenFile != "" {
+		return "", usageError{errors.New("--token and --token-file exclude each other: give one")}
+	}
 	if o.token != "" {
 		return o.token, nil
+	}
+	if o.tokenFile != "" {
+		return readTokenFile("--token-file", o.tokenFile)
 	}
 	if t := getenv(EnvToken); t != "" {
 		return t, nil
 	}
-	file := getenv(EnvTokenFile)
-	if file == "" {
-		return "", nil
+	if file := getenv(EnvTokenFile); file != "" {
+		return readTokenFile(EnvTokenFile, file)
 	}
-	data, err := safefile.Read(context.Background(), file, safefile.Spec{What: EnvTokenFile, MaxSize: maxTokenFileSize})
+	return "", nil
+}
+
+// readTokenFile reads a token from a regular file of at most
+// maxTokenFileSize bytes, without the spaces and newline around it; what
+// names the flag or variable that named the file.
+func readTokenFile(what, file string) (string, error) {
+	data, err := safefile.Read(context.Background(), file, safefile.Spec{What: what, MaxSize: maxTokenFileSize})
 	if err != nil {
 		return "", err
 	}
 	t := strings.TrimSpace(string(data))
 	if t == "" {
-		return "", fmt.Errorf("%s: %s is empty", EnvTokenFile, file)
+		return "", fmt.Errorf("%s: %s is empty", what, file)
 	}
 	return t, nil
 }
 
 // maxTokenFileSize caps a token file: a token is a UUID.
 const maxTokenFileSize = 4 << 10
-
-// loadKeyPair reads the CLI's client certificate and key (--client-cert,
-// --client-key) through tlsutil.ReadPEMFile, so that neither can be a
-// FIFO that blocks the command.
-func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
-	if certFile == "" || keyFile == "" {
-		return tls.Certificate{}, errors.New("--client-cert and --client-key go together: set both")
-	}
-	certPEM, err := tlsutil.ReadPEMFile("--client-cert", certFile)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	keyPEM, err := tlsutil.ReadPEMFile("--client-key", keyFile)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("--client-cert %s and --client-key %s: %w", certFile, keyFile, err)
-	}
-	return cert, nil
-}
 
 // requestContext bounds one request by --timeout.
 func (o *clientOptions) requestContext(parent context.Context) (context.Context, context.CancelFunc) {

@@ -25,15 +25,26 @@ func TestResolveToken(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	large := filepath.Join(dir, "large")
+	if err := os.WriteFile(large, []byte(strings.Repeat("x", maxTokenFileSize+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		name    string
-		flag    string
-		env     map[string]string
-		want    string
-		wantErr string
+		name     string
+		flag     string
+		flagFile string
+		env      map[string]string
+		want     string
+		wantErr  string
 	}{
 		{name: "none"},
 		{name: "flag wins", flag: "from-flag", env: map[string]string{EnvToken: "from-env", EnvTokenFile: file}, want: "from-flag"},
+		{name: "--token-file before env", flagFile: file, env: map[string]string{EnvToken: "from-env"}, want: "from-file"},
+		{name: "--token-file missing", flagFile: filepath.Join(dir, "nope"), wantErr: "--token-file " + filepath.Join(dir, "nope") + ": no such file"},
+		{name: "--token-file FIFO", flagFile: fifo, wantErr: "--token-file " + fifo + ": not a regular file (a FIFO)"},
+		{name: "--token-file empty", flagFile: empty, wantErr: "--token-file: " + empty + " is empty"},
+		{name: "--token-file too large", flagFile: large, wantErr: "--token-file " + large},
+		{name: "--token and --token-file", flag: "from-flag", flagFile: file, wantErr: "--token and --token-file exclude each other"},
 		{name: "env before file", env: map[string]string{EnvToken: "from-env", EnvTokenFile: file}, want: "from-env"},
 		{name: "file, trimmed", env: map[string]string{EnvTokenFile: file}, want: "from-file"},
 		{name: "missing file", env: map[string]string{EnvTokenFile: filepath.Join(dir, "nope")}, wantErr: EnvTokenFile + " " + filepath.Join(dir, "nope") + ": no such file"},
@@ -44,7 +55,7 @@ func TestResolveToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := &clientOptions{token: tt.flag}
+			o := &clientOptions{token: tt.flag, tokenFile: tt.flagFile}
 			got, err := o.resolveToken(func(k string) string { return tt.env[k] })
 			switch {
 			case tt.wantErr != "":

@@ -15,6 +15,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
+	"github.com/csisupd/csisupd/internal/hclnest"
 	"github.com/csisupd/csisupd/internal/ids"
 )
 
@@ -130,6 +131,10 @@ type fileError struct {
 // decodeFile parses one HCL file and applies the keys it sets to c. It
 // returns every problem in the file, in file order.
 func (c *Config) decodeFile(filename string, src []byte) error {
+	// A file nested absurdly deep would cost the parser memory per level.
+	if err := hclnest.Check(filename, src); err != nil {
+		return err
+	}
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
 		return diagsError("", diags)

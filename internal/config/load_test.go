@@ -751,6 +751,8 @@ func TestLoadSyntaxErrors(t *testing.T) {
 		{"unclosed block", "name = \"a\"\nclient {\n", "agent.hcl:2: "},
 		{"redefined argument", "name = \"a\"\nname = \"b\"", "agent.hcl:2: Attribute redefined"},
 		{"garbage", "name = \"a\"\n\n= 3", "agent.hcl:3: "},
+		{"nested 50,000 deep", "name = \"a\"\nclient {\n  servers = " + strings.Repeat("[", 50000) + strings.Repeat("]", 50000) + "\n}\n",
+			"agent.hcl:3: nested deeper than 32 levels"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

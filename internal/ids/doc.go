@@ -19,6 +19,8 @@
 //     bytes and kept in its data_dir; the servers and raft know the node by
 //     it. It is opaque: nothing checks its syntax, since an id an agent
 //     already registered with must stay valid.
+//   - Free-form ids, names and keys (CheckText: an external id, a parameter
+//     or topology key) are valid UTF-8 without control characters.
 //
 // The package holds pure functions of the standard library only, so that
 // every package of the module may import it.

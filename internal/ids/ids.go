@@ -3,6 +3,9 @@ package ids
 import (
 	"fmt"
 	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // PluginIDPattern is the rule every plugin id follows: the name of its
@@ -50,4 +53,20 @@ func CheckNodeName(s string) error {
 func NodeID(random [16]byte) string {
 	b := random[:]
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// CheckText checks a free-form id, name or key that csisupd passes on
+// (an external id, a parameter or topology key): valid UTF-8 and no
+// control character, so that it prints as one line of text and cannot
+// rewrite a terminal or a log. The error quotes s escaped.
+func CheckText(s string) error {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			return fmt.Errorf("%q is not valid UTF-8 (at byte %d)", s, i)
+		case unicode.IsControl(r):
+			return fmt.Errorf("%q contains the control character U+%04X (at byte %d): give printable text", s, r, i)
+		}
+	}
+	return nil
 }

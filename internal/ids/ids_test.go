@@ -125,3 +125,31 @@ func FuzzIDs(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckText(t *testing.T) {
+	tests := []struct {
+		s    string
+		want string // "" for valid
+	}{
+		{"", ""},
+		{"vol-0123456789abcdef", ""},
+		{"csi.storage.k8s.io/fstype", ""},
+		{"zone with spaces, ünïcode and \uFFFD", ""},
+		{"a\nb", `"a\nb" contains the control character U+000A (at byte 1)`},
+		{"\x1b[2Jx", `contains the control character U+001B (at byte 0)`},
+		{"tab\there", `U+0009 (at byte 3)`},
+		{"del\x7f", `U+007F (at byte 3)`},
+		{"c1\u0085", `U+0085 (at byte 2)`},
+		{"nul\x00", `U+0000 (at byte 3)`},
+		{"bad\xffutf8", `"bad\xffutf8" is not valid UTF-8 (at byte 3)`},
+	}
+	for _, tt := range tests {
+		err := CheckText(tt.s)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("CheckText(%q) = %v, want nil", tt.s, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("CheckText(%q) = %v, want an error containing %q", tt.s, err, tt.want)
+		}
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/csisupd/csisupd/internal/hclnest"
 )
 
 // MaxFileSize caps a specification file: real ones are a few hundred
@@ -78,6 +80,10 @@ func (d *decoder) errorf(at hcl.Range, format string, args ...any) {
 // here. A file neither reads gets HCL 2's syntax errors of its other
 // lines, or HCL 1's.
 func Parse(filename string, src []byte) (*Spec, error) {
+	// A file nested absurdly deep would cost the parser memory per level.
+	if err := hclnest.Check(filename, src); err != nil {
+		return nil, err
+	}
 	body, errs, err := parseBody(filename, src)
 	if err != nil {
 		return nil, err
@@ -85,6 +91,7 @@ func Parse(filename string, src []byte) (*Spec, error) {
 	d := &decoder{spec: &Spec{File: filename, at: map[string]hcl.Range{}}, errs: errs}
 	d.top(body)
 	d.finish()
+	d.errs = append(d.errs, d.spec.textProblems()...)
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool { return d.errs[i].at.Start.Byte < d.errs[j].at.Start.Byte })
 		errs := make([]error, len(d.errs))

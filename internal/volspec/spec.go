@@ -200,7 +200,8 @@ func segments(in []map[string]string) []*csisupdv1.TopologySegment {
 }
 
 // check returns the problems every operation shares: unset id and plugin,
-// capacities out of order, both content sources.
+// capacities out of order, both content sources, control characters in
+// ids and keys.
 func (s *Spec) check() []error {
 	var errs []error
 	if s.ID == "" {
@@ -217,7 +218,7 @@ func (s *Spec) check() []error {
 	if s.SnapshotID != "" && s.CloneID != "" {
 		errs = append(errs, fmt.Errorf("%s%s", s.where("clone_id"), errExclusive))
 	}
-	return errs
+	return append(errs, s.checkText()...)
 }
 
 // errExclusive is the problem of a spec with both content sources.

@@ -23,8 +23,9 @@ const module = "github.com/csisupd/csisupd/"
 // (leader.VolumeWork), which the Server wires; volumeops and leader never
 // import each other.
 // Each package may import the packages listed for it, and nothing else of
-// the module. The API (api/csisupd/v1) is importable by all, and so is
-// internal/ids, the syntax of ids, which imports nothing of the module. Test-only
+// the module. The API (api/csisupd/v1) is importable by all, and so are
+// internal/ids, the syntax of ids, and internal/hclnest, the nesting cap of
+// HCL files, which import nothing of the module. Test-only
 // packages (testutil, testplugin and its journal reader, testregistrar,
 // testcluster, consultest, metricsdoc, netlab) are imported by tests, benchmarks and --dev only.
 var (
@@ -33,14 +34,14 @@ var (
 		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
 		"internal/kubeletreg", "internal/secrets", "internal/safefile"}
 	// everyone lists the packages every package may import.
-	everyone = []string{"internal/ids"}
+	everyone = []string{"internal/ids", "internal/hclnest"}
 	middle   = []string{"internal/registry", "internal/nodevolumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient", "internal/dockerplugin"}
 )
 
 // allowed lists the imports of the module each package's code may have.
 var allowed = map[string][]string{
-	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/safefile", "internal/testplugin", "internal/tlsutil", "internal/volspec"}, // testplugin: the --dev demo plugin
-	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),                                                // raftnode: a stopped server's raft state, for the offline operator commands
+	"cmd/csisupd":    {api, "internal/agent", "internal/config", "internal/retry", "internal/safefile", "internal/testplugin", "internal/tlsutil", "internal/volspec"}, // testplugin: the --dev demo plugin; retry: the waits of a call refused for want of a leader
+	"internal/agent": append(append([]string{api, "internal/server/raftnode"}, middle...), bottom...),                                                                  // raftnode: a stopped server's raft state, for the offline operator commands
 
 	"internal/registry": {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/fingerprint", "internal/csiclient", "internal/config", "internal/watchdog", "internal/kubeletreg", "internal/safefile"},
 	"internal/rpc":      {api, "internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat", "internal/csiclient", "internal/acl", "internal/tlsutil"},
@@ -103,6 +104,9 @@ var allowed = map[string][]string{
 	// ids is the syntax of plugin, volume, snapshot and workload ids and
 	// of node names and ids: the standard library only.
 	"internal/ids": {},
+	// hclnest caps the nesting of an HCL file before it is parsed: the
+	// standard library only.
+	"internal/hclnest": {},
 	// volreq checks volume requests for the servers and the node agent:
 	// the API's messages in, plain errors out.
 	"internal/volreq": {api},
