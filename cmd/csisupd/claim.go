@@ -239,6 +239,6 @@ func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload s
 func printClaim(w io.Writer, v *csisupdv1.Volume, c *csisupdv1.VolumeClaim) error {
 	_, err := fmt.Fprintf(w, "Claimed volume %s for workload %s on node %s (%s, %s)\nHost path: %s\n",
 		display(v.GetId()), display(c.GetWorkloadId()), display(c.GetNodeId()), display(c.GetState()),
-		display(c.GetUsage().GetAccessMode()), display(dash(c.GetHostPath())))
+		display(accessModeName(c.GetUsage().GetAccessMode())), display(dash(c.GetHostPath())))
 	return err
 }

@@ -134,7 +134,11 @@ func printPlugin(w io.Writer, p *csisupdv1.ClusterPlugin) error {
 	fmt.Fprintf(w, "Controllers: %d healthy / %d expected\n", p.GetControllersHealthy(), p.GetControllersExpected())
 	fmt.Fprintf(w, "Nodes:       %d healthy / %d expected\n", p.GetNodesHealthy(), p.GetNodesExpected())
 	if len(p.GetDrainingNodes()) > 0 {
-		fmt.Fprintf(w, "Draining on: %s\n", display(strings.Join(p.GetDrainingNodes(), ", ")))
+		names := nodeNames{}
+		for _, in := range p.GetInstances() {
+			names[in.GetNodeId()] = in.GetNodeName()
+		}
+		fmt.Fprintf(w, "Draining on: %s\n", display(strings.Join(names.labels(p.GetDrainingNodes()), ", ")))
 	}
 	if len(p.GetInstances()) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo instances.")

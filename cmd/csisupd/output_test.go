@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestVolumeStatusSpeaksTheOperatorsLanguage checks that the human output
+// prints what the operator typed: the access mode as the flag spells it,
+// the capacity in binary units, and the node's name beside its id.
+func TestVolumeStatusSpeaksTheOperatorsLanguage(t *testing.T) {
+	c, addr := oneNodeCluster(t)
+	a := c.Agent(0)
+	run := runAt(t, addr)
+
+	run("volume", "create", "data", "--plugin", "tp", "--capacity", "20GiB", "--access-mode", "single-node-writer")
+	run("volume", "claim", "data", "--node", a.Name, "--workload", "job-1")
+
+	out := run("volume", "status", "data")
+	node := a.Name + " (" + a.NodeID() + ")"
+	for _, want := range []string{
+		fieldLine("Capacity", "20 GiB"),
+		fieldLine("Capability", "mount single-node-writer"),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("volume status lacks %q:\n%s", want, out)
+		}
+	}
+	var claimRow string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "job-1") {
+			claimRow = l
+			break
+		}
+	}
+	if !strings.HasPrefix(claimRow, node+"  ") || !strings.Contains(claimRow, " single-node-writer ") {
+		t.Errorf("claim row %q: want it to start with %q and show single-node-writer:\n%s", claimRow, node, out)
+	}
+	if strings.Contains(out, "SINGLE_NODE_WRITER") || strings.Contains(out, "21474836480") {
+		t.Errorf("volume status prints the API's spelling:\n%s", out)
+	}
+
+	if out := run("volume", "list"); !strings.Contains(out, " 20 GiB ") || !strings.Contains(out, node+"\n") {
+		t.Errorf("volume list: want 20 GiB and %q:\n%s", node, out)
+	}
+
+	// JSON keeps the API's names and exact bytes.
+	vol := mustJSON(t, "--address", addr, "volume", "status", "data")
+	if vol["capacity_bytes"] != "21474836480" {
+		t.Errorf("JSON capacity_bytes %v, want \"21474836480\"", vol["capacity_bytes"])
+	}
+	if cl := vol["claims"].([]any); len(cl) != 1 || cl[0].(map[string]any)["node_id"] != a.NodeID() ||
+		cl[0].(map[string]any)["usage"].(map[string]any)["access_mode"] != "SINGLE_NODE_WRITER" {
+		t.Errorf("JSON claims %v", vol["claims"])
+	}
+}
