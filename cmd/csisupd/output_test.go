@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // TestVolumeStatusSpeaksTheOperatorsLanguage checks that the human output
@@ -52,5 +54,51 @@ func TestVolumeStatusSpeaksTheOperatorsLanguage(t *testing.T) {
 	if cl := vol["claims"].([]any); len(cl) != 1 || cl[0].(map[string]any)["node_id"] != a.NodeID() ||
 		cl[0].(map[string]any)["usage"].(map[string]any)["access_mode"] != "SINGLE_NODE_WRITER" {
 		t.Errorf("JSON claims %v", vol["claims"])
+	}
+}
+
+// A size flag without a unit is refused with the unit it likely lacks;
+// 0 and sizes with a unit are taken.
+func TestSizeFlagNeedsAUnit(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		wantErr string
+	}{
+		{in: "10", wantErr: "--capacity 10: did you mean 10GiB? sizes need a unit"},
+		{in: " 1.5 ", wantErr: "--capacity 1.5: did you mean 1.5GiB? sizes need a unit"},
+		{in: "0", want: 0},
+		{in: "10B", want: 10},
+		{in: "10GiB", want: 10 << 30},
+		{in: "2Mi", want: 2 << 20},
+	}
+	for _, tt := range tests {
+		got, err := parseSizeFlag("capacity", tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
+				t.Errorf("parseSizeFlag(%q) = %d, %v; want an error starting %q", tt.in, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("parseSizeFlag(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+	}
+
+	// The command exits 1 (not 2: the call was well formed, its value
+	// is not) before it dials anything.
+	nobody := testutil.FreeAddr(t)
+	for _, args := range [][]string{
+		{"volume", "create", "x", "--plugin", "p", "--capacity", "10"},
+		{"volume", "create", "x", "--plugin", "p", "--capacity", "1GiB", "--capacity-max", "10"},
+		{"volume", "expand", "x", "--capacity", "10"},
+	} {
+		if code := run(append([]string{"--address", nobody}, args...)); code != exitError {
+			t.Errorf("%s: exit code %d, want %d", strings.Join(args, " "), code, exitError)
+		}
+		_, err := execute(t, append([]string{"--address", nobody}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "did you mean 10GiB? sizes need a unit") {
+			t.Errorf("%s: %v, want the unit hint", strings.Join(args, " "), err)
+		}
 	}
 }
