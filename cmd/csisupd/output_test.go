@@ -102,3 +102,43 @@ func TestSizeFlagNeedsAUnit(t *testing.T) {
 		}
 	}
 }
+
+// Creating a volume that exists succeeds and says so when the spec is the
+// same, and fails naming the first key that differs when it is not.
+func TestCreateExistingVolume(t *testing.T) {
+	_, addr := oneNodeCluster(t)
+	cli := runAt(t, addr)
+	create := []string{"volume", "create", "data", "--plugin", "tp", "--capacity", "2MiB", "--fs-type", "ext4", "--parameter", "tier=gold"}
+	first := cli(create...)
+	if !strings.HasPrefix(first, "Created volume data (plugin tp, external id ") {
+		t.Fatalf("create: %q", first)
+	}
+	ext := mustJSON(t, "--address", addr, "volume", "status", "data")["external_id"].(string)
+	if out := cli(create...); out != "Volume data already exists (plugin tp, external id "+ext+"): nothing to create\n" {
+		t.Errorf("create again: %q", out)
+	}
+	if again := mustJSON(t, append([]string{"--address", addr}, create...)...); again["external_id"] != ext {
+		t.Errorf("create again --json: %v", again)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"parameter", []string{"--capacity", "2MiB", "--fs-type", "ext4", "--parameter", "tier=silver"},
+			"volume data already exists with another spec: parameter: the volume has tier=gold, the spec asks tier=silver"},
+		{"capacity", []string{"--capacity", "1GiB", "--fs-type", "ext4", "--parameter", "tier=gold"},
+			"volume data already exists with another spec: capacity: the volume has 2 MiB, the spec asks at least 1 GiB"},
+		{"capability", []string{"--capacity", "2MiB", "--fs-type", "xfs", "--parameter", "tier=gold"},
+			"volume data already exists with another spec: capability: the volume has mount single-node-writer ext4, the spec asks mount single-node-writer xfs"},
+	}
+	for _, tt := range tests {
+		args := append([]string{"--address", addr, "volume", "create", "data", "--plugin", "tp"}, tt.args...)
+		if _, err := execute(t, args...); err == nil || err.Error() != tt.want {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+		if code := run(args); code != exitError {
+			t.Errorf("%s: exit code %d, want %d", tt.name, code, exitError)
+		}
+	}
+}
