@@ -219,7 +219,8 @@ func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload s
 			if workload != "" {
 				what = fmt.Sprintf("no claim of workload %s", display(workload))
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "Nothing to release: volume %s has %s on node %s\n", display(id), what, display(nodeID))
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "Nothing to release: volume %s has %s on node %s\n", display(id), what,
+				display(nodeNames{nodeID: node}.label(nodeID)))
 			return err
 		}
 		if err := printVolumeResult(cmd.OutOrStdout(), false, fmt.Sprintf("Released %d claim(s) of", resp.GetReleased()), resp.GetVolume()); err != nil {

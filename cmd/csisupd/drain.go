@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,7 +57,14 @@ published), or fails after --wait-timeout. --cancel ends the drain.`,
 					return controlError(opts.address, err)
 				}
 				if wait {
-					if resp, err = waitDrained(ctx, cl, args[0], nodeID, waitTimeout, resp, w, opts.json); err != nil {
+					// Ctrl-C ends the wait, not the drain: say so, and how
+					// to end it.
+					waitCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+					defer stop()
+					if resp, err = waitDrained(waitCtx, cl, args[0], nodeID, waitTimeout, resp, w, opts.json); err != nil {
+						if errors.Is(waitCtx.Err(), context.Canceled) {
+							return drainInterrupted(args[0], node)
+						}
 						return err
 					}
 				}
@@ -70,6 +80,14 @@ published), or fails after --wait-timeout. --cancel ends the drain.`,
 	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 30*time.Minute, "how long --wait waits")
 	cmd.Flags().BoolVar(&cancel, "cancel", false, "end the drain: the node takes new claims of the plugin's volumes again")
 	return cmd
+}
+
+// drainInterrupted is the error of a `plugin drain --wait` interrupted
+// before the node was drained: the drain stays in force.
+func drainInterrupted(plugin, node string) error {
+	return fmt.Errorf("interrupted: stopped waiting, but the drain of plugin %s on node %s stays in force "+
+		"(the node refuses new claims of its volumes); end it with `csisupd plugin drain %s --node %s --cancel`",
+		display(plugin), display(node), display(plugin), display(node))
 }
 
 // drained reports whether a drain left nothing on its node.

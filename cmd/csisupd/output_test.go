@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -140,5 +143,48 @@ func TestCreateExistingVolume(t *testing.T) {
 		if code := run(args); code != exitError {
 			t.Errorf("%s: exit code %d, want %d", tt.name, code, exitError)
 		}
+	}
+}
+
+// A `plugin drain --wait` interrupted says that the drain stays in force
+// and how to end it; the drain does stay.
+func TestDrainWaitInterrupted(t *testing.T) {
+	c, addr := oneNodeCluster(t)
+	a := c.Agent(0)
+	cli := runAt(t, addr)
+	cli("volume", "create", "data", "--plugin", "tp", "--capacity", "2MiB")
+	cli("volume", "claim", "data", "--node", a.Name, "--workload", "w1")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		root := newRootCommand()
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		root.SetArgs([]string{"--address", addr, "--timeout", "1m", "plugin", "drain", "tp", "--node", a.Name, "--wait"})
+		done <- root.ExecuteContext(ctx)
+	}()
+	draining := "Draining on: " + a.Name + " (" + a.NodeID() + ")\n"
+	testutil.WaitFor(t, 10*time.Second, "the waiting drain started", func() bool {
+		return strings.Contains(cli("plugin", "status", "tp"), draining)
+	})
+	cancel() // as Ctrl-C cancels the wait's context
+	select {
+	case err := <-done:
+		want := "interrupted: stopped waiting, but the drain of plugin tp on node " + a.Name + " stays in force " +
+			"(the node refuses new claims of its volumes); end it with `csisupd plugin drain tp --node " + a.Name + " --cancel`"
+		if err == nil || err.Error() != want {
+			t.Errorf("interrupted drain --wait: %v, want %q", err, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("drain --wait did not return within 10s of the interrupt")
+	}
+	if out := cli("plugin", "status", "tp"); !strings.Contains(out, draining) {
+		t.Errorf("the drain ended with the wait:\n%s", out)
+	}
+	cli("plugin", "drain", "tp", "--node", a.Name, "--cancel")
+	if out := cli("plugin", "status", "tp"); strings.Contains(out, "Draining on") {
+		t.Errorf("the drain did not end with --cancel:\n%s", out)
 	}
 }
