@@ -19,10 +19,16 @@ func TestVolumeStatusSpeaksTheOperatorsLanguage(t *testing.T) {
 	run := runAt(t, addr)
 
 	run("volume", "create", "data", "--plugin", "tp", "--capacity", "20GiB", "--access-mode", "single-node-writer")
-	run("volume", "claim", "data", "--node", a.Name, "--workload", "job-1")
+	node := a.Name + " (" + a.NodeID() + ")"
+	if out := run("volume", "claim", "data", "--node", a.Name, "--workload", "job-1"); !strings.HasPrefix(out,
+		"Claimed volume data for workload job-1 on node "+node+" (taken, single-node-writer)\n") {
+		t.Errorf("volume claim: %q", out)
+	}
+	if out, err := execute(t, "--address", a.RPCAddr, "status"); err != nil || !strings.Contains(out, "\nNode:       "+node+", registered with ") {
+		t.Errorf("status of the agent: %v, want its node as %q:\n%s", err, node, out)
+	}
 
 	out := run("volume", "status", "data")
-	node := a.Name + " (" + a.NodeID() + ")"
 	for _, want := range []string{
 		fieldLine("Capacity", "20 GiB"),
 		fieldLine("Capability", "mount single-node-writer"),

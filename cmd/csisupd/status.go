@@ -96,7 +96,7 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 		fmt.Fprintf(w, "Up:         %s\n", time.Since(st.AsTime()).Round(time.Second))
 	}
 	fmt.Fprintf(w, "Plugin dir: %s\n", display(r.GetPluginDir()))
-	printCluster(w, r.GetCluster())
+	printCluster(w, r.GetCluster(), r.GetName())
 	fmt.Fprintf(w, "Plugins:    %d (%d healthy)\n", len(r.GetPlugins()), healthy)
 	if len(r.GetPlugins()) > 0 {
 		fmt.Fprintln(w)
@@ -134,8 +134,8 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 }
 
 // printCluster prints the cluster lines of `status`, when the agent has a
-// place in a cluster.
-func printCluster(w io.Writer, c *csisupdv1.ClusterSummary) {
+// place in a cluster; name is the agent's node name.
+func printCluster(w io.Writer, c *csisupdv1.ClusterSummary, name string) {
 	if c == nil || (!c.GetServer() && len(c.GetServers()) == 0) {
 		return
 	}
@@ -148,7 +148,7 @@ func printCluster(w io.Writer, c *csisupdv1.ClusterSummary) {
 		for i, s := range c.GetServers() {
 			servers[i] = display(s)
 		}
-		fmt.Fprintf(w, "Node:       %s (%s with %s)\n", display(c.GetNodeId()), registered, strings.Join(servers, ", "))
+		fmt.Fprintf(w, "Node:       %s, %s with %s\n", display(nodeNames{c.GetNodeId(): name}.label(c.GetNodeId())), registered, strings.Join(servers, ", "))
 	}
 	if c.GetServer() {
 		fmt.Fprintf(w, "Cluster:    leader %s, %d raft peers, %d of %d nodes ready\n",
