@@ -168,13 +168,21 @@ func TestDrainWaitInterrupted(t *testing.T) {
 		root := newRootCommand()
 		root.SetOut(io.Discard)
 		root.SetErr(io.Discard)
-		root.SetArgs([]string{"--address", addr, "--timeout", "1m", "plugin", "drain", "tp", "--node", a.Name, "--wait"})
+		root.SetArgs([]string{"--address", addr, "--timeout", "1s", "plugin", "drain", "tp", "--node", a.Name, "--wait"})
 		done <- root.ExecuteContext(ctx)
 	}()
+	started := time.Now()
 	draining := "Draining on: " + a.Name + " (" + a.NodeID() + ")\n"
-	testutil.WaitFor(t, 10*time.Second, "the waiting drain started", func() bool {
-		return strings.Contains(cli("plugin", "status", "tp"), draining)
+	// --timeout bounds each call of the wait, not the wait: it is still
+	// waiting after twice its --timeout.
+	testutil.WaitFor(t, 10*time.Second, "the drain waiting past its --timeout", func() bool {
+		return strings.Contains(cli("plugin", "status", "tp"), draining) && time.Since(started) > 2*time.Second
 	})
+	select {
+	case err := <-done:
+		t.Fatalf("drain --wait returned before the interrupt: %v", err)
+	default:
+	}
 	cancel() // as Ctrl-C cancels the wait's context
 	select {
 	case err := <-done:
