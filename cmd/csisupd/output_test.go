@@ -55,6 +55,34 @@ func TestVolumeStatusSpeaksTheOperatorsLanguage(t *testing.T) {
 		t.Errorf("volume list: want 20 GiB and %q:\n%s", node, out)
 	}
 
+	// The cluster's events name the claim's node by name too.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var events testutil.SyncBuffer
+	root := newRootCommand()
+	root.SetOut(&events)
+	root.SetErr(io.Discard)
+	root.SetArgs([]string{"--address", addr, "events", "--cluster", "--volume", "data"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	testutil.WaitFor(t, 10*time.Second, "the volume-claimed event with the node's name", func() bool {
+		for _, l := range strings.Split(events.String(), "\n") {
+			if strings.Contains(l, " volume-claimed ") && strings.Contains(l, " "+node+" ") {
+				return true
+			}
+		}
+		return false
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("events --cluster: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("events --cluster did not stop within 10 s of its context's end")
+	}
+
 	// JSON keeps the API's names and exact bytes.
 	vol := mustJSON(t, "--address", addr, "volume", "status", "data")
 	if vol["capacity_bytes"] != "21474836480" {
