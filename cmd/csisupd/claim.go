@@ -111,7 +111,7 @@ volume when its last claim is released.`,
 				if opts.json {
 					return printProto(w, resp.GetClaim())
 				}
-				return printClaim(w, resp.GetVolume(), resp.GetClaim())
+				return printClaim(w, resp.GetVolume(), resp.GetClaim(), nodeNames{nodeID: node})
 			})
 		},
 	}
@@ -219,7 +219,8 @@ func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload s
 			if workload != "" {
 				what = fmt.Sprintf("no claim of workload %s", display(workload))
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "Nothing to release: volume %s has %s on node %s\n", display(id), what, display(nodeID))
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "Nothing to release: volume %s has %s on node %s\n", display(id), what,
+				display(nodeNames{nodeID: node}.label(nodeID)))
 			return err
 		}
 		if err := printVolumeResult(cmd.OutOrStdout(), false, fmt.Sprintf("Released %d claim(s) of", resp.GetReleased()), resp.GetVolume()); err != nil {
@@ -235,10 +236,11 @@ func releaseClaims(cmd *cobra.Command, opts *clientOptions, id, node, workload s
 	})
 }
 
-// printClaim prints the claim ClaimVolume returned.
-func printClaim(w io.Writer, v *csisupdv1.Volume, c *csisupdv1.VolumeClaim) error {
+// printClaim prints the claim ClaimVolume returned, its node with the
+// name names knows.
+func printClaim(w io.Writer, v *csisupdv1.Volume, c *csisupdv1.VolumeClaim, names nodeNames) error {
 	_, err := fmt.Fprintf(w, "Claimed volume %s for workload %s on node %s (%s, %s)\nHost path: %s\n",
-		display(v.GetId()), display(c.GetWorkloadId()), display(c.GetNodeId()), display(c.GetState()),
-		display(c.GetUsage().GetAccessMode()), display(dash(c.GetHostPath())))
+		display(v.GetId()), display(c.GetWorkloadId()), display(names.label(c.GetNodeId())), display(c.GetState()),
+		display(accessModeName(c.GetUsage().GetAccessMode())), display(dash(c.GetHostPath())))
 	return err
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,25 +47,34 @@ published), or fails after --wait-timeout. --cancel ends the drain.`,
 				return usageError{fmt.Errorf("--wait-timeout %s: want a positive duration", waitTimeout)}
 			}
 			w := cmd.OutOrStdout()
-			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
-				nodeID, err := resolveNode(ctx, cl, node)
-				if err != nil {
-					return controlError(opts.address, err)
-				}
-				resp, err := cl.DrainPlugin(ctx, &csisupdv1.PluginDrainRequest{PluginId: args[0], NodeId: nodeID, Cancel: cancel})
-				if err != nil {
-					return controlError(opts.address, err)
-				}
-				if wait {
-					if resp, err = waitDrained(ctx, cl, args[0], nodeID, waitTimeout, resp, w, opts.json); err != nil {
-						return err
+			// The client is dialled here rather than through withControl:
+			// --timeout bounds each call, and --wait-timeout the wait.
+			conn, err := opts.dial()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			cl := csisupdv1.NewControlClient(conn)
+			nodeID, resp, err := startDrain(cmd.Context(), opts, cl, args[0], node, cancel)
+			if err != nil {
+				return err
+			}
+			if wait {
+				// Ctrl-C ends the wait, not the drain: say so, and how
+				// to end it.
+				waitCtx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				if resp, err = waitDrained(waitCtx, opts, cl, args[0], nodeID, waitTimeout, resp, w); err != nil {
+					if errors.Is(waitCtx.Err(), context.Canceled) {
+						return drainInterrupted(args[0], node)
 					}
+					return err
 				}
-				if opts.json {
-					return printProto(w, resp)
-				}
-				return printDrain(w, args[0], nodeID, resp)
-			})
+			}
+			if opts.json {
+				return printProto(w, resp)
+			}
+			return printDrain(w, args[0], nodeID, resp)
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node id or name (required)")
@@ -72,16 +84,42 @@ published), or fails after --wait-timeout. --cancel ends the drain.`,
 	return cmd
 }
 
+// drainInterrupted is the error of a `plugin drain --wait` interrupted
+// before the node was drained: the drain stays in force.
+func drainInterrupted(plugin, node string) error {
+	return fmt.Errorf("interrupted: stopped waiting, but the drain of plugin %s on node %s stays in force "+
+		"(the node refuses new claims of its volumes); end it with `csisupd plugin drain %s --node %s --cancel`",
+		display(plugin), display(node), display(plugin), display(node))
+}
+
 // drained reports whether a drain left nothing on its node.
 func drained(r *csisupdv1.PluginDrainResponse) bool {
 	return len(r.GetClaims()) == 0 && len(r.GetMounts()) == 0 && r.GetMountsError() == ""
 }
 
+// startDrain resolves node and starts (or with cancel ends) the drain of
+// plugin there, within one --timeout.
+func startDrain(parent context.Context, opts *clientOptions, cl csisupdv1.ControlClient, plugin, node string, cancel bool,
+) (string, *csisupdv1.PluginDrainResponse, error) {
+	ctx, done := opts.requestContext(parent)
+	defer done()
+	nodeID, err := resolveNode(ctx, cl, node)
+	if err != nil {
+		return "", nil, controlError(opts.address, err)
+	}
+	resp, err := cl.DrainPlugin(ctx, &csisupdv1.PluginDrainRequest{PluginId: plugin, NodeId: nodeID, Cancel: cancel})
+	if err != nil {
+		return "", nil, controlError(opts.address, err)
+	}
+	return nodeID, resp, nil
+}
+
 // waitDrained asks for the drain of plugin on node every
-// drainPollInterval until nothing is left there or timeout passes,
-// printing (in text mode) what is left whenever it changes.
-func waitDrained(ctx context.Context, cl csisupdv1.ControlClient, plugin, node string, timeout time.Duration,
-	resp *csisupdv1.PluginDrainResponse, w io.Writer, asJSON bool,
+// drainPollInterval, each call within --timeout, until nothing is left
+// there or timeout passes, printing (in text mode) what is left whenever
+// it changes.
+func waitDrained(ctx context.Context, opts *clientOptions, cl csisupdv1.ControlClient, plugin, node string, timeout time.Duration,
+	resp *csisupdv1.PluginDrainResponse, w io.Writer,
 ) (*csisupdv1.PluginDrainResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -90,7 +128,7 @@ func waitDrained(ctx context.Context, cl csisupdv1.ControlClient, plugin, node s
 		return fmt.Errorf("plugin %s on node %s is not drained after %s: %s", plugin, node, timeout, leftSummary(resp))
 	}
 	for !drained(resp) {
-		if now := leftSummary(resp); !asJSON && now != last {
+		if now := leftSummary(resp); !opts.json && now != last {
 			fmt.Fprintf(w, "Waiting: %s\n", now)
 			last = now
 		}
@@ -101,12 +139,14 @@ func waitDrained(ctx context.Context, cl csisupdv1.ControlClient, plugin, node s
 			return nil, notDrained()
 		case <-t.C:
 		}
-		next, err := cl.GetPluginDrain(ctx, &csisupdv1.PluginDrainGetRequest{PluginId: plugin, NodeId: node})
+		callCtx, done := opts.requestContext(ctx)
+		next, err := cl.GetPluginDrain(callCtx, &csisupdv1.PluginDrainGetRequest{PluginId: plugin, NodeId: node})
+		done()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, notDrained()
 			}
-			return nil, err
+			return nil, controlError(opts.address, err)
 		}
 		resp = next
 	}

@@ -81,9 +81,18 @@ func watchClusterEvents(cmd *cobra.Command, opts *clientOptions, req *csisupdv1.
 		return err
 	}
 	defer conn.Close()
-	stream, err := csisupdv1.NewControlClient(conn).WatchEvents(cmd.Context(), req)
+	cl := csisupdv1.NewControlClient(conn)
+	stream, err := cl.WatchEvents(cmd.Context(), req)
 	if err != nil {
 		return controlError(opts.address, err)
+	}
+	// The nodes' names, as the stream starts: a node that registers
+	// later prints with its id alone.
+	var names nodeNames
+	if !opts.json {
+		ctx, done := opts.requestContext(cmd.Context())
+		names = listNodeNames(ctx, cl, false)
+		done()
 	}
 	w := cmd.OutOrStdout()
 	return printStream(stream.Recv, func(err error) error { return controlError(opts.address, err) },
@@ -95,7 +104,7 @@ func watchClusterEvents(cmd *cobra.Command, opts *clientOptions, req *csisupdv1.
 				return printProtoLine(w, e)
 			}
 			_, err := fmt.Fprintf(w, "%s  %-8d %-24s %-20s %-20s %s\n", formatTime(e.GetTime()), e.GetIndex(),
-				display(e.GetType()), dash(display(e.GetVolumeId())), dash(display(e.GetNodeId())), dash(display(e.GetDescription())))
+				display(e.GetType()), dash(display(e.GetVolumeId())), dash(display(names.label(e.GetNodeId()))), dash(display(e.GetDescription())))
 			return err
 		})
 }

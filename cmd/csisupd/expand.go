@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -159,11 +160,27 @@ them.`,
 	return cmd
 }
 
-// parseSizeFlag parses the value of a size flag.
+// parseSizeFlag parses the value of a size flag. A number without a unit
+// other than 0 is refused, with the unit it most likely lacks: a volume
+// of 10 bytes is never what `--capacity 10` meant. Bytes are written 10B.
+// (A spec file takes bare bytes as Nomad's does.)
 func parseSizeFlag(flag, value string) (int64, error) {
+	if t := strings.TrimSpace(value); bareNumber(t) && strings.Trim(t, "0.") != "" {
+		return 0, fmt.Errorf("--%s %s: did you mean %sGiB? sizes need a unit (B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB; %sB is bytes)", flag, t, t, t)
+	}
 	n, err := volspec.ParseSize(value)
 	if err != nil {
 		return 0, usageError{fmt.Errorf("--%s: %w", flag, err)}
 	}
 	return n, nil
+}
+
+// bareNumber reports whether s is a decimal number without a unit, such
+// as 10 or 1.5.
+func bareNumber(s string) bool {
+	if s == "" || strings.Trim(s, "0123456789.") != "" {
+		return false
+	}
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
 }

@@ -302,7 +302,7 @@ func TestSnapshotListJSONContract(t *testing.T) {
 		}
 	}
 	out, err := execute(t, "--address", addr, "volume", "snapshot", "create", "logs", "s2")
-	if err != nil || !strings.HasSuffix(out, ", 2.0 MiB, not ready to use yet)\n") {
+	if err != nil || !strings.HasSuffix(out, ", 2 MiB, not ready to use yet)\n") {
 		t.Fatalf("snapshot create of plugin slow: %v\n%s", err, out)
 	}
 	for _, pageSize := range []string{"0", "1"} {

@@ -109,7 +109,7 @@ func TestNodeNamesAreNotGuessed(t *testing.T) {
 		}
 	}
 	out, err := execute(t, "--address", addr, "volume", "release", "v1", "--node", "other", "--workload", "w1")
-	if err != nil || !strings.Contains(out, "Nothing to release: volume v1 has no claim of workload w1 on node web") {
+	if err != nil || !strings.Contains(out, "Nothing to release: volume v1 has no claim of workload w1 on node other (web)\n") {
 		t.Errorf("release on a node without claims: %v\n%s", err, out)
 	}
 	out, err = execute(t, "--address", addr, "node", "rekey", "node-a")

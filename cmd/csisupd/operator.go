@@ -175,7 +175,7 @@ func saveSnapshot(ctx context.Context, cl csisupdv1.ControlClient, addr, path st
 		}
 	}
 	if n == 0 {
-		return 0, fmt.Errorf("agent at %s sent an empty snapshot", addr)
+		return 0, fmt.Errorf("server %s sent an empty snapshot", addr)
 	}
 	if err := f.Sync(); err != nil {
 		return 0, fmt.Errorf("snapshot file %s: %w", path, err)

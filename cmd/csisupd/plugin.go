@@ -36,13 +36,14 @@ func withClient[C any](o *clientOptions, parent context.Context, newClient func(
 }
 
 // controlError makes a Control API failure readable: an agent without the
-// server role is named as such, everything else as agentError does.
+// server role is named as such, everything else as answerError does, with
+// the server as the side that answered.
 func controlError(addr string, err error) error {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented &&
 		strings.Contains(st.Message(), "unknown service") {
 		return fmt.Errorf("the agent at %s is not a server; point --address at a server", addr)
 	}
-	return agentError(addr, err)
+	return answerError("server", addr, err)
 }
 
 func newPluginCommand(opts *clientOptions) *cobra.Command {
@@ -134,7 +135,11 @@ func printPlugin(w io.Writer, p *csisupdv1.ClusterPlugin) error {
 	fmt.Fprintf(w, "Controllers: %d healthy / %d expected\n", p.GetControllersHealthy(), p.GetControllersExpected())
 	fmt.Fprintf(w, "Nodes:       %d healthy / %d expected\n", p.GetNodesHealthy(), p.GetNodesExpected())
 	if len(p.GetDrainingNodes()) > 0 {
-		fmt.Fprintf(w, "Draining on: %s\n", display(strings.Join(p.GetDrainingNodes(), ", ")))
+		names := nodeNames{}
+		for _, in := range p.GetInstances() {
+			names[in.GetNodeId()] = in.GetNodeName()
+		}
+		fmt.Fprintf(w, "Draining on: %s\n", display(strings.Join(names.labels(p.GetDrainingNodes()), ", ")))
 	}
 	if len(p.GetInstances()) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo instances.")

@@ -94,7 +94,7 @@ func printRenewal(w io.Writer, nodeID string, r *csisupdv1.RenewClaimsResponse) 
 // printClaimLeases prints, for the claims with an owner, a lease or a
 // release reason, who holds them, their lease and its last renewal (the
 // leader's; "-" in a stale read), and why they are being released.
-func printClaimLeases(w io.Writer, claims []*csisupdv1.VolumeClaim) error {
+func printClaimLeases(w io.Writer, claims []*csisupdv1.VolumeClaim, names nodeNames) error {
 	var shown []*csisupdv1.VolumeClaim
 	for _, c := range claims {
 		if c.GetOwner() != "" || c.GetLeaseTtl() != nil || c.GetReleaseReason() != "" {
@@ -112,7 +112,7 @@ func printClaimLeases(w io.Writer, claims []*csisupdv1.VolumeClaim) error {
 		if c.GetLeaseTtl() != nil {
 			lease = c.GetLeaseTtl().AsDuration().String()
 		}
-		row(tw, c.GetNodeId(), dash(c.GetWorkloadId()), dash(c.GetOwner()), lease, dash(formatTime(c.GetLeaseRenewedAt())),
+		row(tw, names.label(c.GetNodeId()), dash(c.GetWorkloadId()), dash(c.GetOwner()), lease, dash(formatTime(c.GetLeaseRenewedAt())),
 			dash(formatTime(c.GetLeaseDeadline())), dash(c.GetReleaseReason()))
 	}
 	return tw.Flush()

@@ -166,7 +166,7 @@ func TestVolumeLifecycleCommands(t *testing.T) {
 	// created without a capacity, has the plugin's default size.
 	out = cli(t, "volume", "snapshot", "create", "data", "s1", "--parameter", "type=full", "--secret", "k=s3cr3t")
 	s1 := getSnapshot(t, addr, "s1")
-	if want := "Created snapshot s1 of volume data (plugin tp, external id " + s1.GetExternalId() + ", 2.0 MiB, ready to use)\n"; out != want {
+	if want := "Created snapshot s1 of volume data (plugin tp, external id " + s1.GetExternalId() + ", 2 MiB, ready to use)\n"; out != want {
 		t.Errorf("snapshot create printed %q, want %q", out, want)
 	}
 	if s1.GetPluginId() != "tp" || s1.GetSourceVolumeId() != "data" || !strings.HasPrefix(s1.GetExternalId(), "snap-") ||
@@ -248,7 +248,7 @@ mutable_parameters {
 		}
 	}
 	row := func(s *csisupdv1.VolumeSnapshot) []string {
-		return []string{s.GetId(), s.GetSourceVolumeId(), "tp", s.GetExternalId(), "2.0", "MiB", "true", "created", formatTime(s.GetCreatedAt())}
+		return []string{s.GetId(), s.GetSourceVolumeId(), "tp", s.GetExternalId(), "2", "MiB", "true", "created", formatTime(s.GetCreatedAt())}
 	}
 	header := []string{"ID", "VOLUME", "PLUGIN", "EXTERNAL", "ID", "SIZE", "READY", "STATE", "CREATED"}
 	byID := map[string]*csisupdv1.VolumeSnapshot{}
@@ -283,7 +283,7 @@ mutable_parameters {
 					t.Errorf("row %d: %q, want %q", i, got, want)
 				}
 				// The columns line up under the header.
-				if strings.Index(lines[i+1], "2.0 MiB") != strings.Index(lines[0], "SIZE") {
+				if strings.Index(lines[i+1], "2 MiB") != strings.Index(lines[0], "SIZE") {
 					t.Errorf("row %d is not aligned with the header:\n%s", i, out)
 				}
 			}
@@ -293,7 +293,7 @@ mutable_parameters {
 	// Status of one snapshot, and of one the cluster does not have.
 	s2 := byID["s2"]
 	want := fieldLine("ID", "s2") + fieldLine("Volume", "logs") + fieldLine("Plugin", "tp") +
-		fieldLine("External ID", s2.GetExternalId()) + fieldLine("Size", "2.0 MiB") + fieldLine("Ready to use", "true") +
+		fieldLine("External ID", s2.GetExternalId()) + fieldLine("Size", "2 MiB") + fieldLine("Ready to use", "true") +
 		fieldLine("State", "created") + fieldLine("Controller", a.NodeID()) + fieldLine("Created", formatTime(s2.GetCreatedAt())) +
 		fieldLine("Topology", here) + fieldLine("Last error", "-")
 	if out := cli(t, "volume", "snapshot", "status", "s2"); out != want {
@@ -305,7 +305,7 @@ mutable_parameters {
 	if code := run([]string{"--address", addr, "volume", "snapshot", "status", "nope"}); code != exitError {
 		t.Errorf("status of an unknown snapshot: exit code %d, want %d", code, exitError)
 	}
-	if err := fail(t, "volume", "snapshot", "status", "nope"); err.Error() != "agent at "+addr+`: snapshot "nope" not found` {
+	if err := fail(t, "volume", "snapshot", "status", "nope"); err.Error() != "server "+addr+`: snapshot "nope" not found` {
 		t.Errorf("status of an unknown snapshot: %v", err)
 	}
 
@@ -363,16 +363,16 @@ mutable_parameters {
 	}
 	status := cli(t, "volume", "status", "data")
 	for _, part := range []string{
-		fieldLine("Capacity", "4.0 MiB"),
-		fieldLine("Capacity limit", "8.0 MiB"),
+		fieldLine("Capacity", "4 MiB"),
+		fieldLine("Capacity limit", "8 MiB"),
 		fieldLine("Content source", "-"),
 		fieldLine("Topology", here),
 		fieldLine("Mutable parameters", formatMap(mutable)),
 		"\nExpansion under way\n" +
-			fieldLine("Target", "4.0 MiB (limit 8.0 MiB)") +
+			fieldLine("Target", "4 MiB (limit 8 MiB)") +
 			fieldLine("State", "nodes") +
 			fieldLine("Started", formatTime(e.GetStartedAt())) +
-			fieldLine("Nodes pending", a.NodeID()) +
+			fieldLine("Nodes pending", a.Name+" ("+a.NodeID()+")") +
 			fieldLine("Nodes done", "-") +
 			fieldLine("Last error", e.GetLastError()) +
 			"\nClaims\n",
@@ -388,13 +388,13 @@ mutable_parameters {
 	if err := printExpandResult(&line, expanding); err != nil {
 		t.Fatal(err)
 	}
-	if want := "Expanding volume data to 4.0 MiB: waiting for 1 node(s); last error: " + e.GetLastError() + " (see volume status data)\n"; line.String() != want {
+	if want := "Expanding volume data to 4 MiB: waiting for 1 node(s); last error: " + e.GetLastError() + " (see volume status data)\n"; line.String() != want {
 		t.Errorf("expand result of the volume under way: %q, want %q", line.String(), want)
 	}
 
 	// Once the node works again the expansion ends, on the node too.
 	p.SetFaults(testplugin.Faults{})
-	if out := cli(t, "volume", "expand", "data", "--capacity", "4MiB"); out != "Expanded volume data: capacity 4.0 MiB\n" {
+	if out := cli(t, "volume", "expand", "data", "--capacity", "4MiB"); out != "Expanded volume data: capacity 4 MiB\n" {
 		t.Errorf("expand after the node recovered printed %q", out)
 	}
 	if v := getVolume(t, addr, "data"); v.GetExpansion() != nil || v.GetCapacityBytes() != 4<<20 {

@@ -37,14 +37,21 @@ func newStatusCommand(opts *clientOptions) *cobra.Command {
 	}
 }
 
-// agentError makes an RPC failure say what went wrong and where: the
-// agent at addr could not be reached (the connection failed), the cluster
-// has no leader (none elected, or the leader was lost during the call:
-// safe to retry), a node's agent is down, the plugin is not known to the
-// cluster (yet), or the token does not allow the call. Each is told by the
-// error's typed detail or by the connection, never by its text. The
-// message is the server's, escaped like any outside string.
-func agentError(addr string, err error) error {
+// agentError makes a failure of a call to the Agent service (or another
+// service an agent serves itself) readable, naming the agent as the side
+// that answered; see answerError.
+func agentError(addr string, err error) error { return answerError("agent", addr, err) }
+
+// answerError makes an RPC failure say what went wrong and which side
+// answered: side is "agent" for the services an agent serves itself and
+// "server" for the Control API, which servers serve. It says that the
+// agent at addr could not be reached (the connection failed: no side
+// answered), the cluster has no leader (none elected, or the leader was
+// lost during the call: safe to retry), a node's agent is down, the plugin
+// is not known to the cluster (yet), or the token does not allow the call.
+// Each is told by the error's typed detail or by the connection, never by
+// its text. The message is the server's, escaped like any outside string.
+func answerError(side, addr string, err error) error {
 	st := status.Convert(err)
 	msg := display(st.Message())
 	if pnf, ok := csisupdv1.ErrorDetail[*csisupdv1.PluginNotFound](err); ok && pnf.GetNode() == "" {
@@ -56,24 +63,25 @@ func agentError(addr string, err error) error {
 			"they finish a release by themselves once it is back, and `csisupd volume status` shows where it stands: %s",
 			display(nu.GetNodeId()), display(nu.GetAddress()), msg)
 	}
+	who := side + " " + display(addr)
 	switch {
 	case csisupdv1.NotReached(err):
 		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s", display(addr), msg)
 	case csisupdv1.IsNoLeader(err):
 		return fmt.Errorf("the cluster has no leader (%s): the servers may be electing one; the call is safe to retry (see `csisupd operator raft list-peers`)", msg)
 	case st.Code() == codes.PermissionDenied:
-		return fmt.Errorf("permission denied by the agent at %s: %s (pass a token that allows it: --token, %s or %s)", display(addr), msg, EnvToken, EnvTokenFile)
+		return fmt.Errorf("permission denied by %s: %s (pass a token that allows it: --token, %s or %s)", who, msg, EnvToken, EnvTokenFile)
 	case st.Code() == codes.Unauthenticated:
-		return fmt.Errorf("the agent at %s does not accept the credentials: %s", display(addr), msg)
+		return fmt.Errorf("%s does not accept the credentials: %s", who, msg)
 	case st.Code() == codes.Unavailable && csisupdv1.IsRetryable(err):
-		// The agent (or the server behind it) answered: the condition is
-		// temporary, and the message says what it waits for.
-		return fmt.Errorf("agent at %s: %s (temporary; try again)", display(addr), msg)
+		// The side answered: the condition is temporary, and the message
+		// says what it waits for.
+		return fmt.Errorf("%s: %s (temporary; try again)", who, msg)
 	case st.Code() == codes.Unavailable:
-		// The agent answered, or its connection broke during the call.
-		return fmt.Errorf("the agent at %s is unavailable: %s", display(addr), msg)
+		// The side answered, or its connection broke during the call.
+		return fmt.Errorf("%s is unavailable: %s", who, msg)
 	}
-	return fmt.Errorf("agent at %s: %s", display(addr), msg)
+	return fmt.Errorf("%s: %s", who, msg)
 }
 
 func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
@@ -88,7 +96,7 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 		fmt.Fprintf(w, "Up:         %s\n", time.Since(st.AsTime()).Round(time.Second))
 	}
 	fmt.Fprintf(w, "Plugin dir: %s\n", display(r.GetPluginDir()))
-	printCluster(w, r.GetCluster())
+	printCluster(w, r.GetCluster(), r.GetName())
 	fmt.Fprintf(w, "Plugins:    %d (%d healthy)\n", len(r.GetPlugins()), healthy)
 	if len(r.GetPlugins()) > 0 {
 		fmt.Fprintln(w)
@@ -126,8 +134,8 @@ func printStatus(w io.Writer, r *csisupdv1.StatusResponse) error {
 }
 
 // printCluster prints the cluster lines of `status`, when the agent has a
-// place in a cluster.
-func printCluster(w io.Writer, c *csisupdv1.ClusterSummary) {
+// place in a cluster; name is the agent's node name.
+func printCluster(w io.Writer, c *csisupdv1.ClusterSummary, name string) {
 	if c == nil || (!c.GetServer() && len(c.GetServers()) == 0) {
 		return
 	}
@@ -140,7 +148,7 @@ func printCluster(w io.Writer, c *csisupdv1.ClusterSummary) {
 		for i, s := range c.GetServers() {
 			servers[i] = display(s)
 		}
-		fmt.Fprintf(w, "Node:       %s (%s with %s)\n", display(c.GetNodeId()), registered, strings.Join(servers, ", "))
+		fmt.Fprintf(w, "Node:       %s, %s with %s\n", display(nodeNames{c.GetNodeId(): name}.label(c.GetNodeId())), registered, strings.Join(servers, ", "))
 	}
 	if c.GetServer() {
 		fmt.Fprintf(w, "Cluster:    leader %s, %d raft peers, %d of %d nodes ready\n",

@@ -97,7 +97,7 @@ func TestStuckVolumeCommands(t *testing.T) {
 	if out := run("plugin", "drain", "tp", "--node", a.Name); !strings.Contains(out, "drains") || !strings.Contains(out, "1 claims, 1 mounts left") {
 		t.Fatalf("plugin drain: %q", out)
 	}
-	if out := run("plugin", "status", "tp"); !strings.Contains(out, "Draining on: "+a.NodeID()) {
+	if out := run("plugin", "status", "tp"); !strings.Contains(out, "Draining on: "+a.Name+" ("+a.NodeID()+")\n") {
 		t.Fatalf("plugin status while draining: %q", out)
 	}
 	// --wait returns only after the last claim is released: the drain
@@ -116,7 +116,7 @@ func TestStuckVolumeCommands(t *testing.T) {
 		done <- out
 	}()
 	testutil.WaitFor(t, 10*time.Second, "the waiting drain started", func() bool {
-		return strings.Contains(run("plugin", "status", "tp"), "Draining on: "+a.NodeID())
+		return strings.Contains(run("plugin", "status", "tp"), "Draining on: "+a.Name+" ("+a.NodeID()+")\n")
 	})
 	released.Store(true)
 	run("volume", "release", "data", "--node", a.Name, "--workload", "w1")

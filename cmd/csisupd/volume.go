@@ -326,7 +326,11 @@ missing. Adopt an unknown one with "volume register --external-id".`,
 				if opts.json {
 					return printProto(w, resp)
 				}
-				return printVolumeList(w, resp.GetVolumes())
+				var names nodeNames
+				if slices.ContainsFunc(resp.GetVolumes(), func(v *csisupdv1.Volume) bool { return len(v.GetClaims()) > 0 }) {
+					names = listNodeNames(ctx, cl, stale)
+				}
+				return printVolumeList(w, resp.GetVolumes(), names)
 			})
 		},
 	}
@@ -356,10 +360,11 @@ func newVolumeStatusCommand(opts *clientOptions) *cobra.Command {
 					if opts.json {
 						return printProto(cmd.OutOrStdout(), resp)
 					}
-					if err := printVolume(cmd.OutOrStdout(), resp.GetVolume()); err != nil {
+					names := volumeNames(ctx, cl, resp.GetVolume(), false)
+					if err := printVolume(cmd.OutOrStdout(), resp.GetVolume(), names); err != nil {
 						return err
 					}
-					return printHealthAnswers(cmd.OutOrStdout(), resp.GetAnswers())
+					return printHealthAnswers(cmd.OutOrStdout(), resp.GetAnswers(), names)
 				}
 				resp, err := cl.GetVolume(ctx, &csisupdv1.VolumeGetRequest{Id: args[0], Stale: stale})
 				if err != nil {
@@ -368,7 +373,7 @@ func newVolumeStatusCommand(opts *clientOptions) *cobra.Command {
 				if opts.json {
 					return printProto(cmd.OutOrStdout(), resp.GetVolume())
 				}
-				return printVolume(cmd.OutOrStdout(), resp.GetVolume())
+				return printVolume(cmd.OutOrStdout(), resp.GetVolume(), volumeNames(ctx, cl, resp.GetVolume(), stale))
 			})
 		},
 	}
@@ -378,7 +383,7 @@ func newVolumeStatusCommand(opts *clientOptions) *cobra.Command {
 }
 
 // printHealthAnswers prints what each source said of a volume's health.
-func printHealthAnswers(w io.Writer, answers []*csisupdv1.VolumeHealthAnswer) error {
+func printHealthAnswers(w io.Writer, answers []*csisupdv1.VolumeHealthAnswer, names nodeNames) error {
 	fmt.Fprintln(w, "\nHealth now")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SOURCE\tNODE\tHEALTH\tMESSAGE")
@@ -390,7 +395,7 @@ func printHealthAnswers(w io.Writer, answers []*csisupdv1.VolumeHealthAnswer) er
 		case a.GetAbnormal():
 			state = "abnormal"
 		}
-		row(tw, a.GetSource(), dash(a.GetNodeId()), state, dash(msg))
+		row(tw, a.GetSource(), dash(names.label(a.GetNodeId())), state, dash(msg))
 	}
 	return tw.Flush()
 }
@@ -405,28 +410,11 @@ func printVolumeResult(w io.Writer, asJSON bool, verb string, v *csisupdv1.Volum
 	return err
 }
 
-// formatBytes prints a size in binary units.
-func formatBytes(n int64) string {
-	if n <= 0 {
-		return "-"
-	}
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
-}
-
-func claimNodes(v *csisupdv1.Volume) string {
+func claimNodes(v *csisupdv1.Volume, names nodeNames) string {
 	var nodes []string
 	for _, c := range v.GetClaims() {
-		if !slices.Contains(nodes, display(c.GetNodeId())) {
-			nodes = append(nodes, display(c.GetNodeId()))
+		if l := display(names.label(c.GetNodeId())); !slices.Contains(nodes, l) {
+			nodes = append(nodes, l)
 		}
 	}
 	if len(nodes) == 0 {
@@ -435,7 +423,7 @@ func claimNodes(v *csisupdv1.Volume) string {
 	return strings.Join(nodes, ",")
 }
 
-func printVolumeList(w io.Writer, vols []*csisupdv1.Volume) error {
+func printVolumeList(w io.Writer, vols []*csisupdv1.Volume, names nodeNames) error {
 	if len(vols) == 0 {
 		_, err := fmt.Fprintln(w, "No volumes.")
 		return err
@@ -443,7 +431,7 @@ func printVolumeList(w io.Writer, vols []*csisupdv1.Volume) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPLUGIN\tEXTERNAL ID\tCAPACITY\tCLAIMED ON")
 	for _, v := range vols {
-		row(tw, v.GetId(), v.GetPluginId(), dash(v.GetExternalId()), formatBytes(v.GetCapacityBytes()), claimNodes(v))
+		row(tw, v.GetId(), v.GetPluginId(), dash(v.GetExternalId()), formatBytes(v.GetCapacityBytes()), claimNodes(v, names))
 	}
 	return tw.Flush()
 }
@@ -498,21 +486,23 @@ func formatList(l []string) string {
 	return strings.Join(l, ", ")
 }
 
-func printVolume(w io.Writer, v *csisupdv1.Volume) error {
+// printVolume prints a volume's status, each node it names with its name
+// where names knows it.
+func printVolume(w io.Writer, v *csisupdv1.Volume, names nodeNames) error {
 	field(w, "ID", v.GetId())
 	field(w, "Plugin", v.GetPluginId())
 	field(w, "External ID", dash(v.GetExternalId()))
 	field(w, "Capacity", formatBytes(v.GetCapacityBytes()))
 	field(w, "Capacity limit", formatBytes(v.GetCapacityLimitBytes()))
 	field(w, "Content source", formatSource(v.GetContentSource()))
-	field(w, "Controller", dash(v.GetControllerNodeId()))
+	field(w, "Controller", dash(names.label(v.GetControllerNodeId())))
 	field(w, "Created", dash(formatTime(v.GetCreatedAt())))
 	field(w, "Topology", formatSegments(v.GetAccessibleTopology()))
 	field(w, "Parameters", formatMap(v.GetParameters()))
 	field(w, "Mutable parameters", formatMap(v.GetMutableParameters()))
 	field(w, "Availability", availabilityName(v.GetAvailability()))
 	for _, c := range v.GetCapabilities() {
-		field(w, "Capability", strings.TrimSpace(c.GetAccessType()+" "+c.GetAccessMode()+" "+c.GetFsType()))
+		field(w, "Capability", strings.TrimSpace(c.GetAccessType()+" "+accessModeName(c.GetAccessMode())+" "+c.GetFsType()))
 	}
 	for _, c := range v.GetConditions() {
 		field(w, "Abnormal", fmt.Sprintf("%s since %s: %s", c.GetSource(), formatTime(c.GetSince()), c.GetMessage()))
@@ -526,8 +516,8 @@ func printVolume(w io.Writer, v *csisupdv1.Volume) error {
 		field(w, "Target", target)
 		field(w, "State", dash(e.GetState()))
 		field(w, "Started", dash(formatTime(e.GetStartedAt())))
-		field(w, "Nodes pending", formatList(e.GetNodesPending()))
-		field(w, "Nodes done", formatList(e.GetNodesDone()))
+		field(w, "Nodes pending", formatList(names.labels(e.GetNodesPending())))
+		field(w, "Nodes done", formatList(names.labels(e.GetNodesDone())))
 		field(w, "Last error", dash(e.GetLastError()))
 	}
 	if len(v.GetClaims()) == 0 {
@@ -544,18 +534,18 @@ func printVolume(w io.Writer, v *csisupdv1.Volume) error {
 			state += " (forced)"
 			forced = append(forced, c)
 		}
-		row(tw, c.GetNodeId(), dash(c.GetWorkloadId()), dash(state), dash(c.GetUsage().GetAccessMode()),
+		row(tw, names.label(c.GetNodeId()), dash(c.GetWorkloadId()), dash(state), dash(accessModeName(c.GetUsage().GetAccessMode())),
 			fmt.Sprint(c.GetReadOnly()), dash(c.GetHostPath()), dash(formatTime(c.GetClaimedAt())), dash(c.GetLastError()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if err := printClaimLeases(w, v.GetClaims()); err != nil {
+	if err := printClaimLeases(w, v.GetClaims(), names); err != nil {
 		return err
 	}
 	for _, c := range forced {
 		for _, s := range c.GetSkippedSteps() {
-			fmt.Fprintf(w, "Skipped by force (node %s, workload %s): %s\n", display(c.GetNodeId()), display(c.GetWorkloadId()), display(s))
+			fmt.Fprintf(w, "Skipped by force (node %s, workload %s): %s\n", display(names.label(c.GetNodeId())), display(c.GetWorkloadId()), display(s))
 		}
 	}
 	return nil

@@ -70,13 +70,36 @@ func TestFormatBytes(t *testing.T) {
 	}{
 		{0, "-"},
 		{512, "512 B"},
-		{1 << 10, "1.0 KiB"},
+		{1 << 10, "1 KiB"},
 		{3 << 29, "1.5 GiB"},
-		{1 << 40, "1.0 TiB"},
+		{20 << 30, "20 GiB"},
+		{20<<30 + 1, "20.0 GiB"},
+		{1 << 40, "1 TiB"},
 	}
 	for _, tt := range tests {
 		if got := formatBytes(tt.in); got != tt.want {
 			t.Errorf("formatBytes(%d) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestAccessModeName(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"SINGLE_NODE_WRITER", "single-node-writer"},
+		{"MULTI_NODE_MULTI_WRITER", "multi-node-multi-writer"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		got := accessModeName(tt.in)
+		if got != tt.want {
+			t.Errorf("accessModeName(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if tt.in == "" {
+			continue
+		}
+		// The name printed is one the flags take back.
+		if back, err := parseAccessMode(got); err != nil || back != tt.in {
+			t.Errorf("parseAccessMode(%q) = %q, %v; want %q", got, back, err, tt.in)
 		}
 	}
 }
@@ -157,7 +180,7 @@ func TestVolumeCommands(t *testing.T) {
 	if out := run("volume", "claim", "data", "--node", a.Name, "--workload", "job-1"); !strings.Contains(out, "Host path: "+claim["host_path"].(string)) {
 		t.Fatalf("claim again (human): %q", out)
 	}
-	if out := run("volume", "list"); !strings.Contains(out, "data") || !strings.Contains(out, a.NodeID()) || !strings.Contains(out, "2.0 MiB") {
+	if out := run("volume", "list"); !strings.Contains(out, "data") || !strings.Contains(out, a.NodeID()) || !strings.Contains(out, "2 MiB") {
 		t.Fatalf("volume list: %q", out)
 	}
 	if out := run("volume", "status", "data"); !strings.Contains(out, "job-1") || !strings.Contains(out, "taken") {

@@ -292,6 +292,9 @@ order.`,
 				return err
 			}
 			return opts.withControl(cmd.Context(), func(ctx context.Context, cl csisupdv1.ControlClient) error {
+				if v := existingVolume(ctx, cl, req); v != nil {
+					return reportExisting(cmd.OutOrStdout(), opts.json, v, req)
+				}
 				resp, err := cl.CreateVolume(ctx, req)
 				if err != nil {
 					return controlError(opts.address, err)

@@ -202,7 +202,7 @@ func TestCreateRequest(t *testing.T) {
 		{name: "bad capacity", args: []string{"v", "--plugin", "p", "--capacity", "big"}, usage: true,
 			wantErr: `--capacity: "big" is not a size (examples: 1GiB, 500MB, 4096)`},
 		{name: "capacity over the file's maximum", args: []string{"-f", file, "--capacity-max", "512MiB"}, usage: true,
-			wantErr: "--capacity, --capacity-max: the capacity, 1.0 GiB, is more than the maximum, 512.0 MiB"},
+			wantErr: "--capacity, --capacity-max: the capacity, 1 GiB, is more than the maximum, 512 MiB"},
 		{name: "bad mutable parameter", args: []string{"v", "--plugin", "p", "--mutable-parameter", "iops"}, usage: true,
 			wantErr: `--mutable-parameter "iops": want key=value`},
 		{name: "fs type of a block file", args: []string{"-f", file, "--access-type", "block"},
