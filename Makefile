@@ -1,8 +1,18 @@
 # csisupd — see README.md. Every target works on a fresh clone.
 GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
-COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# The build's stamp (cmd/csisupd/version.go): the release tag, without its
+# "v" (none on an untagged commit: the binary then says 0.0.0-dev+COMMIT),
+# the commit, whether tracked files differ from it, and the commit's time as
+# SOURCE_DATE_EPOCH (reproducible-builds.org), so that the stamp of one
+# commit is the same whenever and wherever it is built. Outside a git
+# checkout they are empty and the binary falls back to what the go command
+# recorded.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' 2>/dev/null | sed 's/^v//')
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+DIRTY   ?= $(shell git rev-parse --git-dir >/dev/null 2>&1 && { test -z "$$(git status --porcelain --untracked-files=no)" && echo false || echo true; })
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+export SOURCE_DATE_EPOCH
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.dirty=$(DIRTY) -X main.buildEpoch=$(SOURCE_DATE_EPOCH)
 BIN     := bin/csisupd
 PROTOS  := $(wildcard api/csisupd/v1/*.proto)
 # The servers' storage format (raft log, snapshots, state rows); no services.
