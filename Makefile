@@ -30,7 +30,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build release reproducible run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
+.PHONY: all build release reproducible package run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -54,6 +54,11 @@ release:
 ## the second in an empty build cache, which takes minutes)
 reproducible:
 	GO=$(GO) FRESH_CACHE=$(FRESH_CACHE) ./scripts/reproducible.sh
+
+## package: the release packages, into $(DIST): a .deb and an .rpm of the release binary (nfpm,
+## scripts/package), and SHA256SUMS; two runs for one commit write the same bytes
+package: release
+	$(GO) run ./scripts/package -bin $(DIST)/csisupd -deploy deploy -out $(DIST)
 
 ## run: the dev agent with the built-in demo plugin (Ctrl-C stops it)
 run: build
