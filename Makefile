@@ -56,9 +56,12 @@ reproducible:
 	GO=$(GO) FRESH_CACHE=$(FRESH_CACHE) ./scripts/reproducible.sh
 
 ## package: the release packages, into $(DIST): a .deb and an .rpm of the release binary (nfpm,
-## scripts/package), and SHA256SUMS; two runs for one commit write the same bytes
+## scripts/package), the agent's OCI image as an OCI layout ($(DIST)/oci) and a docker save
+## tarball (go-containerregistry, no container daemon; CA certificates from CA_FILE), and
+## SHA256SUMS; two runs for one commit write the same bytes
+CA_FILE ?= /etc/ssl/certs/ca-certificates.crt
 package: release
-	$(GO) run ./scripts/package -bin $(DIST)/csisupd -deploy deploy -out $(DIST)
+	$(GO) run ./scripts/package -bin $(DIST)/csisupd -deploy deploy -out $(DIST) -ca-file $(CA_FILE)
 
 ## run: the dev agent with the built-in demo plugin (Ctrl-C stops it)
 run: build

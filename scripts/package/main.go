@@ -1,6 +1,8 @@
 // Command package builds csisupd's release packages from the release
-// binary (make release): a .deb and an .rpm made with nfpm, then
-// SHA256SUMS of everything it wrote. make package runs it from the
+// binary (make release): a .deb and an .rpm made with nfpm, the agent's
+// OCI image (as an OCI layout and a `docker save` tarball, built with
+// go-containerregistry, no container daemon), then SHA256SUMS of
+// everything it wrote. make package runs it from the
 // repository's root:
 //
 //	go run ./scripts/package -bin dist/csisupd -out dist
@@ -43,6 +45,8 @@ type Config struct {
 	Out string
 	// Arch is the Go architecture of Binary.
 	Arch string
+	// CAFile is the CA certificate bundle the image carries.
+	CAFile string
 }
 
 // build is the stamp of the binary packaged, as `csisupd version --json`
@@ -60,6 +64,7 @@ func main() {
 	flag.StringVar(&cfg.Deploy, "deploy", "deploy", "the repository's deploy directory")
 	flag.StringVar(&cfg.Out, "out", "dist", "the directory to write the packages into")
 	flag.StringVar(&cfg.Arch, "arch", "amd64", "the Go architecture of -bin")
+	flag.StringVar(&cfg.CAFile, "ca-file", "/etc/ssl/certs/ca-certificates.crt", "the CA certificates to put in the image")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "package: unexpected arguments %q\n", flag.Args())
@@ -104,6 +109,15 @@ func Run(ctx context.Context, cfg Config) ([]string, error) {
 		}
 		written = append(written, name)
 	}
+	img, err := buildImage(cfg, b)
+	if err != nil {
+		return nil, err
+	}
+	images, err := writeImage(cfg.Out, img, b)
+	if err != nil {
+		return nil, err
+	}
+	written = append(written, images...)
 	sums, err := writeSums(cfg.Out, append([]string{filepath.Base(cfg.Binary)}, written...))
 	if err != nil {
 		return nil, err

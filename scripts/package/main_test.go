@@ -43,24 +43,25 @@ func TestRunIsReproducible(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(out, "csisupd"), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		written, err := Run(ctx, Config{Binary: filepath.Join(out, "csisupd"), Deploy: deploy, Out: out, Arch: "amd64"})
+		written, err := Run(ctx, Config{Binary: filepath.Join(out, "csisupd"), Deploy: deploy, Out: out, Arch: "amd64", CAFile: caFile(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"csisupd_1.2.0-1_amd64.deb", "csisupd-1.2.0-1.x86_64.rpm", "SHA256SUMS"}
+		want := []string{"csisupd_1.2.0-1_amd64.deb", "csisupd-1.2.0-1.x86_64.rpm", "csisupd-image.tar", "oci/index.json", "SHA256SUMS"}
 		if strings.Join(written, " ") != strings.Join(want, " ") {
 			t.Errorf("wrote %q, want %q", written, want)
 		}
 		if sums[i], err = os.ReadFile(filepath.Join(out, "SHA256SUMS")); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"csisupd", want[0], want[1]} {
+		for _, name := range []string{"csisupd", want[0], want[1], want[2], want[3]} {
 			if !bytes.Contains(sums[i], []byte("  "+name+"\n")) {
 				t.Errorf("SHA256SUMS has no line for %s:\n%s", name, sums[i])
 			}
 		}
 		if i == 0 {
 			checkDeb(t, filepath.Join(out, want[0]))
+			checkImage(t, out, data)
 		}
 	}
 	if !bytes.Equal(sums[0], sums[1]) {
@@ -129,7 +130,7 @@ func matchLine(pattern, text string) bool {
 
 func TestRunRefusesAnUnstampedBinary(t *testing.T) {
 	bin := fakeBinary(t, `{"version": "0.0.0-dev", "commit": "unknown", "go": "go1.26.8", "dirty": false, "build_time": null}`)
-	_, err := Run(context.Background(), Config{Binary: bin, Deploy: filepath.Join("..", "..", "deploy"), Out: t.TempDir(), Arch: "amd64"})
+	_, err := Run(context.Background(), Config{Binary: bin, Deploy: filepath.Join("..", "..", "deploy"), Out: t.TempDir(), Arch: "amd64", CAFile: caFile(t)})
 	if err == nil || !strings.Contains(err.Error(), "-bin "+bin+" has no build time") {
 		t.Fatalf("Run = %v, want an error naming -bin and the missing build time", err)
 	}
