@@ -57,8 +57,8 @@ reproducible:
 
 ## package: the release packages, into $(DIST): a .deb and an .rpm of the release binary (nfpm,
 ## scripts/package), the agent's OCI image as an OCI layout ($(DIST)/oci) and a docker save
-## tarball (go-containerregistry, no container daemon; CA certificates from CA_FILE), and
-## SHA256SUMS; two runs for one commit write the same bytes
+## tarball (go-containerregistry, no container daemon; CA certificates from CA_FILE), a CycloneDX
+## SBOM of the binary's Go modules, and SHA256SUMS; two runs for one commit write the same bytes
 CA_FILE ?= /etc/ssl/certs/ca-certificates.crt
 package: release
 	$(GO) run ./scripts/package -bin $(DIST)/csisupd -deploy deploy -out $(DIST) -ca-file $(CA_FILE)

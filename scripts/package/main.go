@@ -1,8 +1,8 @@
 // Command package builds csisupd's release packages from the release
 // binary (make release): a .deb and an .rpm made with nfpm, the agent's
 // OCI image (as an OCI layout and a `docker save` tarball, built with
-// go-containerregistry, no container daemon), then SHA256SUMS of
-// everything it wrote. make package runs it from the
+// go-containerregistry, no container daemon), a CycloneDX SBOM of the Go
+// modules in the binary, then SHA256SUMS of everything it wrote. make package runs it from the
 // repository's root:
 //
 //	go run ./scripts/package -bin dist/csisupd -out dist
@@ -118,6 +118,11 @@ func Run(ctx context.Context, cfg Config) ([]string, error) {
 		return nil, err
 	}
 	written = append(written, images...)
+	sbom, err := writeSBOM(cfg.Out, cfg.Binary, b)
+	if err != nil {
+		return nil, err
+	}
+	written = append(written, sbom)
 	sums, err := writeSums(cfg.Out, append([]string{filepath.Base(cfg.Binary)}, written...))
 	if err != nil {
 		return nil, err

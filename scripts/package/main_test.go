@@ -1,24 +1,43 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// fakeBinary writes a stand-in for the release binary: a script that
-// answers `version --json` with stamp and `completion SHELL` with a line.
+// fakeBinary builds a stand-in for the release binary, a small Go
+// program that answers `version --json` with stamp and `completion SHELL`
+// with a line; being a Go binary, it has the build information the SBOM is
+// made from.
 func fakeBinary(t *testing.T, stamp string) string {
 	t.Helper()
+	src := t.TempDir()
+	program := "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n" +
+		"\tswitch {\n" +
+		"\tcase len(os.Args) == 3 && os.Args[1] == \"version\" && os.Args[2] == \"--json\":\n\t\tfmt.Println(" + strconv.Quote(stamp) + ")\n" +
+		"\tcase len(os.Args) == 3 && os.Args[1] == \"completion\":\n\t\tfmt.Printf(\"# %s completion\\n\", os.Args[2])\n" +
+		"\tdefault:\n\t\tos.Exit(2)\n\t}\n}\n"
+	for name, data := range map[string]string{"go.mod": "module github.com/csisupd/csisupd\n\ngo 1.26\n", "main.go": program} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	path := filepath.Join(t.TempDir(), "csisupd")
-	script := "#!/bin/sh\ncase \"$1\" in\nversion) cat <<'EOF'\n" + stamp + "\nEOF\n;;\ncompletion) echo \"# $2 completion\";;\n*) exit 2;;\nesac\n"
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
+	build := exec.Command("go", "build", "-trimpath", "-o", path, ".")
+	build.Dir = src
+	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the stand-in binary: %v\n%s", err, out)
 	}
 	return path
 }
@@ -30,7 +49,7 @@ const stamp = `{"version": "1.2.0", "commit": "0123456789abcdef0123456789abcdef0
 func TestRunIsReproducible(t *testing.T) {
 	bin := fakeBinary(t, stamp)
 	deploy := filepath.Join("..", "..", "deploy")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var sums [2][]byte
 	for i := range sums {
@@ -47,14 +66,14 @@ func TestRunIsReproducible(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"csisupd_1.2.0-1_amd64.deb", "csisupd-1.2.0-1.x86_64.rpm", "csisupd-image.tar", "oci/index.json", "SHA256SUMS"}
+		want := []string{"csisupd_1.2.0-1_amd64.deb", "csisupd-1.2.0-1.x86_64.rpm", "csisupd-image.tar", "oci/index.json", "csisupd.cdx.json", "SHA256SUMS"}
 		if strings.Join(written, " ") != strings.Join(want, " ") {
 			t.Errorf("wrote %q, want %q", written, want)
 		}
 		if sums[i], err = os.ReadFile(filepath.Join(out, "SHA256SUMS")); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"csisupd", want[0], want[1], want[2], want[3]} {
+		for _, name := range []string{"csisupd", want[0], want[1], want[2], want[3], want[4]} {
 			if !bytes.Contains(sums[i], []byte("  "+name+"\n")) {
 				t.Errorf("SHA256SUMS has no line for %s:\n%s", name, sums[i])
 			}
@@ -62,6 +81,7 @@ func TestRunIsReproducible(t *testing.T) {
 		if i == 0 {
 			checkDeb(t, filepath.Join(out, want[0]))
 			checkImage(t, out, data)
+			checkSBOM(t, filepath.Join(out, want[4]))
 		}
 	}
 	if !bytes.Equal(sums[0], sums[1]) {
@@ -107,12 +127,28 @@ func checkDeb(t *testing.T, deb string) {
 	if got := string(conffiles); got != "/etc/csisupd.d/agent.hcl\n/etc/csisupd.d/csisupd.env\n" {
 		t.Errorf("conffiles = %q, want agent.hcl and csisupd.env", got)
 	}
-	unit, err := exec.Command("dpkg-deb", "--fsys-tarfile", deb).Output()
+	fsys, err := exec.Command("dpkg-deb", "--fsys-tarfile", deb).Output()
 	if err != nil {
 		t.Fatalf("dpkg-deb --fsys-tarfile: %v", err)
 	}
+	var unit []byte
+	tr := tar.NewReader(bytes.NewReader(fsys))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == "./lib/systemd/system/csisupd.service" {
+			if unit, err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if !bytes.Contains(unit, []byte("\nExecStart=/usr/bin/csisupd agent --config /etc/csisupd.d\n")) || bytes.Contains(unit, []byte("/usr/local/bin")) {
-		t.Error("the packaged unit does not start /usr/bin/csisupd")
+		t.Errorf("the packaged unit does not start /usr/bin/csisupd:\n%s", unit)
 	}
 }
 
