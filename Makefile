@@ -30,7 +30,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build release reproducible package run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
+.PHONY: all build release reproducible package test-package run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check lint clean
 
 all: build
 
@@ -62,6 +62,12 @@ reproducible:
 CA_FILE ?= /etc/ssl/certs/ca-certificates.crt
 package: release
 	$(GO) run ./scripts/package -bin $(DIST)/csisupd -deploy deploy -out $(DIST) -ca-file $(CA_FILE)
+
+## test-package: make package twice (the same SHA256SUMS), then the .deb installed with dpkg, its
+## unit verified, the installed agent started and stopped, removed and purged; the .rpm read back
+## with rpm where installed (build tag "package"; needs root and dpkg, else it skips, saying why)
+test-package:
+	$(GO) test -tags package -count=1 -timeout 20m -v ./test/package/
 
 ## run: the dev agent with the built-in demo plugin (Ctrl-C stops it)
 run: build
@@ -216,11 +222,13 @@ lint: tools
 	$(GO) vet ./...
 	$(GO) vet -tags fault ./...
 	$(GO) vet -tags nemesis ./...
+	$(GO) vet -tags package ./test/package/
 	for tag in $(DEFECT_TAGS); do $(GO) vet -tags $$tag ./... || exit 1; done
 	$(GO) mod tidy -diff
 	$(TOOLS)/staticcheck ./...
 	$(TOOLS)/staticcheck -tags fault ./...
 	$(TOOLS)/staticcheck -tags nemesis ./...
+	$(TOOLS)/staticcheck -tags package ./test/package/
 	$(MAKE) proto-check
 
 clean:

@@ -135,6 +135,7 @@ var allowed = map[string][]string{
 	"test/deploy":               {},
 	"test/e2e":                  {},
 	"test/layering":             {},
+	"test/package":              {},
 	"test/nemesis":              {},
 	"test/soak":                 {},
 	"test/upgrade":              {},
