@@ -86,6 +86,7 @@ func TestPackages(t *testing.T) {
 	deb := debs[0]
 	t.Run("no builder path", func(t *testing.T) { noBuilderPath(t, first, deb) })
 	t.Run("rpm", func(t *testing.T) { readRPM(t, rpms[0]) })
+	t.Run("image", func(t *testing.T) { readImage(t, first) })
 	t.Run("install", func(t *testing.T) { install(t, deb) })
 }
 
