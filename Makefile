@@ -65,7 +65,8 @@ package: release
 
 ## test-package: make package twice (the same SHA256SUMS), then the .deb installed with dpkg, its
 ## unit verified, the installed agent started and stopped, removed and purged; the .rpm read back
-## with rpm where installed (build tag "package"; needs root and dpkg, else it skips, saying why)
+## with rpm and the .deb checked by lintian where installed; the image read back (build tag
+## "package"; needs root and dpkg, else it skips, saying why)
 test-package:
 	$(GO) test -tags package -count=1 -timeout 20m -v ./test/package/
 

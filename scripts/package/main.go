@@ -269,7 +269,13 @@ func packageInfo(cfg Config, b build, s staged) *nfpm.Info {
 		// check wants it (client.allow_insecure_plugin_dir).
 		dir(dataDir, 0o700),
 		dir(pluginDir, 0o750),
-		file(s.changelog, docDir+"/changelog.gz", 0o644),
+		// Debian names the changelog of a package with a revision
+		// changelog.Debian.gz, and wants a copyright file and the
+		// overrides of lintian's tags that do not apply.
+		only("deb", file(s.changelog, docDir+"/changelog.Debian.gz", 0o644)),
+		only("rpm", file(s.changelog, docDir+"/changelog.gz", 0o644)),
+		file(filepath.Join(pkg, "copyright"), docDir+"/copyright", 0o644),
+		only("deb", file(filepath.Join(pkg, "lintian-overrides"), "/usr/share/lintian/overrides/csisupd", 0o644)),
 		file(s.bash, "/usr/share/bash-completion/completions/csisupd", 0o644),
 		only("deb", file(s.zsh, "/usr/share/zsh/vendor-completions/_csisupd", 0o644)),
 		only("rpm", file(s.zsh, "/usr/share/zsh/site-functions/_csisupd", 0o644)),

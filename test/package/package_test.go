@@ -87,6 +87,7 @@ func TestPackages(t *testing.T) {
 	t.Run("no builder path", func(t *testing.T) { noBuilderPath(t, first, deb) })
 	t.Run("rpm", func(t *testing.T) { readRPM(t, rpms[0]) })
 	t.Run("image", func(t *testing.T) { readImage(t, first) })
+	t.Run("lintian", func(t *testing.T) { runLintian(t, deb) })
 	t.Run("install", func(t *testing.T) { install(t, deb) })
 }
 
@@ -140,6 +141,19 @@ func readRPM(t *testing.T, rpm string) {
 	if scripts := mustRun(t, "rpm", "-qp", "--scripts", rpm); !strings.Contains(scripts, "systemctl daemon-reload") {
 		t.Errorf("rpm --scripts has no daemon-reload:\n%s", scripts)
 	}
+}
+
+// runLintian runs lintian on the .deb, where installed: no errors (the
+// tags that do not apply are overridden in the package, each with why).
+func runLintian(t *testing.T, deb string) {
+	if _, err := exec.LookPath("lintian"); err != nil {
+		t.Skip("lintian is not installed")
+	}
+	out, err := run(t, "lintian", "--fail-on", "error", deb)
+	if err != nil || strings.Contains(out, "\nE: ") || strings.HasPrefix(out, "E: ") {
+		t.Errorf("lintian %s: %v\n%s", deb, err, out)
+	}
+	t.Logf("lintian:\n%s", out)
 }
 
 // install installs the .deb, checks the unit and the agent it installs,
