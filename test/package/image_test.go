@@ -5,6 +5,7 @@ package pkgtest
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,8 +15,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/csisupd/csisupd/internal/testutil"
 )
 
 // readImage reads make package's OCI layout back: csisupd agent as the
@@ -87,5 +91,50 @@ func readImage(t *testing.T, dist string) {
 	out := mustRun(t, filepath.Join(dist, "csisupd"), "version", "--json")
 	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Commit != commit {
 		t.Errorf("version --json of the image's binary = %s (%v), want commit %s", out, err, commit)
+	}
+}
+
+// runImage loads the docker save tarball into a podman store of its own
+// and runs the image's binary: `csisupd version` names HEAD's commit. The
+// containers.conf settings are those Debian's podman needs on the CI
+// machines (test/e2e's harness): no default ulimits, cgroupfs and runc.
+func runImage(t *testing.T, dist string) {
+	for _, tool := range []string{"podman", "runc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	head, err := exec.Command("git", "-C", repoRoot, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD: %v", err)
+	}
+	dir := testutil.TempDir(t)
+	conf := filepath.Join(dir, "containers.conf")
+	if err := os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = []\n[engine]\ncgroup_manager = \"cgroupfs\"\nruntime = \"runc\"\nevents_logger = \"file\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	podman := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		store := []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "runroot"),
+			"--tmpdir", filepath.Join(dir, "tmp"), "--storage-driver", "vfs", "--events-backend", "file",
+			"--cgroup-manager", "cgroupfs", "--runtime", "runc"}
+		cmd := exec.CommandContext(ctx, "podman", append(store, args...)...)
+		cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+conf)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("podman %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	loaded := podman("load", "-q", "-i", filepath.Join(dist, "csisupd-image.tar"))
+	_, image, ok := strings.Cut(strings.TrimSpace(loaded), "Loaded image: ")
+	if !ok {
+		t.Fatalf("podman load printed %q", loaded)
+	}
+	out := podman("run", "--rm", "--network=none", "--entrypoint", "/usr/bin/csisupd", image, "version")
+	if want := "(commit " + strings.TrimSpace(string(head)) + ","; !strings.Contains(out, want) {
+		t.Errorf("csisupd version in the image printed %q, want %q", out, want)
 	}
 }
