@@ -1,8 +1,18 @@
 # csisupd — see README.md. Every target works on a fresh clone.
 GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
-COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# The build's stamp (cmd/csisupd/version.go): the release tag, without its
+# "v" (none on an untagged commit: the binary then says 0.0.0-dev+COMMIT),
+# the commit, whether tracked files differ from it, and the commit's time as
+# SOURCE_DATE_EPOCH (reproducible-builds.org), so that the stamp of one
+# commit is the same whenever and wherever it is built. Outside a git
+# checkout they are empty and the binary falls back to what the go command
+# recorded.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' 2>/dev/null | sed 's/^v//')
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+DIRTY   ?= $(shell git rev-parse --git-dir >/dev/null 2>&1 && { test -z "$$(git status --porcelain --untracked-files=no)" && echo false || echo true; })
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+export SOURCE_DATE_EPOCH
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.dirty=$(DIRTY) -X main.buildEpoch=$(SOURCE_DATE_EPOCH)
 BIN     := bin/csisupd
 PROTOS  := $(wildcard api/csisupd/v1/*.proto)
 # The servers' storage format (raft log, snapshots, state rows); no services.
@@ -20,13 +30,45 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check docs docs-check lint clean
+.PHONY: all build release reproducible package test-package run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check docs docs-check lint clean
 
 all: build
 
 ## build: compile bin/csisupd
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/csisupd
+
+## release: the release binary $(DIST)/csisupd, reproducible: static (CGO_ENABLED=0), without
+## the builder's paths (-trimpath), with no build id and the stamp above (SOURCE_DATE_EPOCH is the
+## commit's time, not the clock's): two builds of one commit, anywhere, are the same bytes.
+## -buildvcs=false: the stamp says all that the go command's VCS record would, and that record
+## also counts untracked files.
+DIST            := dist
+RELEASE_LDFLAGS := -s -w -buildid= $(LDFLAGS)
+release:
+	@mkdir -p $(DIST)
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(RELEASE_LDFLAGS)" -o $(DIST)/csisupd ./cmd/csisupd
+
+## reproducible: build HEAD's release binary in two clones at different paths and fail unless
+## they are the same bytes and hold neither path (scripts/reproducible.sh; FRESH_CACHE=1 compiles
+## the second in an empty build cache, which takes minutes)
+reproducible:
+	GO=$(GO) FRESH_CACHE=$(FRESH_CACHE) ./scripts/reproducible.sh
+
+## package: the release packages, into $(DIST): a .deb and an .rpm of the release binary (nfpm,
+## scripts/package), the agent's OCI image as an OCI layout ($(DIST)/oci) and a docker save
+## tarball (go-containerregistry, no container daemon; CA certificates from CA_FILE), a CycloneDX
+## SBOM of the binary's Go modules, and SHA256SUMS; two runs for one commit write the same bytes
+CA_FILE ?= /etc/ssl/certs/ca-certificates.crt
+package: release
+	$(GO) run ./scripts/package -bin $(DIST)/csisupd -deploy deploy -out $(DIST) -ca-file $(CA_FILE)
+
+## test-package: make package twice (the same SHA256SUMS), then the .deb installed with dpkg, its
+## unit verified, the installed agent started and stopped, removed and purged; the .rpm read back
+## with rpm and the .deb checked by lintian where installed; the image read back (build tag
+## "package"; needs root and dpkg, else it skips, saying why)
+test-package:
+	$(GO) test -tags package -count=1 -timeout 20m -v ./test/package/
 
 ## run: the dev agent with the built-in demo plugin (Ctrl-C stops it)
 run: build
@@ -191,13 +233,15 @@ lint: tools
 	$(GO) vet ./...
 	$(GO) vet -tags fault ./...
 	$(GO) vet -tags nemesis ./...
+	$(GO) vet -tags package ./test/package/
 	for tag in $(DEFECT_TAGS); do $(GO) vet -tags $$tag ./... || exit 1; done
 	$(GO) mod tidy -diff
 	$(TOOLS)/staticcheck ./...
 	$(TOOLS)/staticcheck -tags fault ./...
 	$(TOOLS)/staticcheck -tags nemesis ./...
+	$(TOOLS)/staticcheck -tags package ./test/package/
 	$(MAKE) proto-check
 	$(MAKE) docs-check
 
 clean:
-	rm -rf bin bench.out
+	rm -rf bin $(DIST) bench.out

@@ -56,7 +56,7 @@ func runAgent(parent context.Context, flags *config.Flags) error {
 		Output:     os.Stderr,
 	})
 
-	a, err := agent.New(agent.Config{Config: cfg, Version: version, Logger: logger})
+	a, err := agent.New(agent.Config{Config: cfg, Version: currentBuild().Version, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -135,7 +135,7 @@ func (b *debugBundle) part(name string, collect func() ([]byte, error)) {
 // taken after an interrupt too.
 func collectDebug(ctx context.Context, stop func(), o *clientOptions, d debugOptions, conn grpc.ClientConnInterface, started time.Time) *debugBundle {
 	b := &debugBundle{files: map[string][]byte{}, manifest: &csisupdv1.DebugManifest{
-		Version: version, Address: o.address, StartedAt: timestamppb.New(started),
+		Version: currentBuild().Version, Address: o.address, StartedAt: timestamppb.New(started),
 		Duration: d.duration.String(), Interval: d.interval.String(),
 	}}
 	agent := csisupdv1.NewAgentClient(conn)

@@ -9,10 +9,15 @@ import (
 	"os"
 )
 
-// Set at build time with -ldflags "-X main.version=... -X main.commit=...".
+// Set at build time with -ldflags "-X main.version=... -X main.commit=..."
+// (the Makefile's build); currentBuild fills what a build left empty.
+// version is `git describe --tags`, commit the full commit id, dirty
+// "true" or "false", buildEpoch SOURCE_DATE_EPOCH (the commit's time).
 var (
-	version = "0.1.0-dev"
-	commit  = "unknown"
+	version    string
+	commit     string
+	dirty      string
+	buildEpoch string
 )
 
 // Exit codes of the external contract.

@@ -56,23 +56,30 @@ func TestStatusNoAgent(t *testing.T) {
 }
 
 func TestVersionCommand(t *testing.T) {
+	b := currentBuild()
 	tests := []struct {
 		args  []string
 		check func(string) error
 	}{
 		{[]string{"version"}, func(s string) error {
-			if !strings.HasPrefix(s, "csisupd "+version+" (commit "+commit) {
+			if !strings.HasPrefix(s, "csisupd "+b.Version+" (commit "+b.Commit) {
 				return fmt.Errorf("unexpected text %q", s)
 			}
 			return nil
 		}},
 		{[]string{"version", "--json"}, func(s string) error {
-			var v map[string]string
+			var v map[string]any
 			if err := json.Unmarshal([]byte(s), &v); err != nil {
 				return err
 			}
-			if v["version"] != version || v["commit"] != commit || !strings.HasPrefix(v["go"], "go") {
+			if v["version"] != b.Version || v["commit"] != b.Commit || !strings.HasPrefix(v["go"].(string), "go") {
 				return fmt.Errorf("unexpected JSON %v", v)
+			}
+			if _, ok := v["dirty"].(bool); !ok {
+				return fmt.Errorf("dirty = %v, want a boolean", v["dirty"])
+			}
+			if _, ok := v["build_time"]; !ok {
+				return fmt.Errorf("no build_time in %v", v)
 			}
 			return nil
 		}},

@@ -54,6 +54,17 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version prints what `csisupd version` prints (cobra's own Version
+	// field would print a template, without --json). Without it the bare
+	// command shows its help, as a command that only groups others does.
+	var showVersion bool
+	root.Flags().BoolVarP(&showVersion, "version", "v", false, "print the csisupd version, as `csisupd version` does")
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		if showVersion {
+			return printVersion(cmd.OutOrStdout(), opts.json)
+		}
+		return cmd.Help()
+	}
 	addr := os.Getenv("CSISUPD_ADDR")
 	if addr == "" {
 		addr = DefaultAddress

@@ -76,3 +76,22 @@ func deployCopies(t *testing.T, files []string) []string {
 	}
 	return paths
 }
+
+// The configuration the packages install (deploy/package/agent.hcl) loads
+// as it is, with no environment: a client alone, on the directories the
+// packages create, without Consul.
+func TestPackageConfigLoads(t *testing.T) {
+	c, err := Load(LoadInput{Files: []string{filepath.Join("..", "..", "deploy", "package", "agent.hcl")}, Env: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Client.Enabled || c.Server.Enabled || c.Consul.Enabled {
+		t.Errorf("roles: client %v, server %v, consul %v; want a client alone", c.Client.Enabled, c.Server.Enabled, c.Consul.Enabled)
+	}
+	if c.DataDir != "/var/lib/csisupd" || c.Client.PluginDir != "/var/lib/csisupd/plugins" {
+		t.Errorf("data_dir %q, plugin_dir %q; want the package's /var/lib/csisupd and /var/lib/csisupd/plugins", c.DataDir, c.Client.PluginDir)
+	}
+	if c.Client.AllowInsecurePluginDir {
+		t.Error("the packaged configuration turns the plugin directory's trust check off")
+	}
+}

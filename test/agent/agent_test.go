@@ -402,13 +402,22 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version: exit %d, output %q", r.code, r.Stdout)
 	}
 	r = runCLI(t, "version", "--json")
-	var v map[string]string
+	var v map[string]any
 	if r.code != 0 || json.Unmarshal([]byte(r.Stdout), &v) != nil {
 		t.Fatalf("version --json: exit %d, output %q", r.code, r.Stdout)
 	}
 	for _, key := range []string{"version", "commit", "go"} {
-		if v[key] == "" {
+		if s, _ := v[key].(string); s == "" {
 			t.Errorf("version --json has no %q: %v", key, v)
 		}
+	}
+	if _, ok := v["dirty"].(bool); !ok {
+		t.Errorf("version --json: dirty = %v, want a boolean", v["dirty"])
+	}
+	if _, ok := v["build_time"]; !ok {
+		t.Errorf("version --json has no build_time: %v", v)
+	}
+	if flag := runCLI(t, "--version", "--json"); flag.code != 0 || flag.Stdout != r.Stdout {
+		t.Errorf("--version --json: exit %d, output %q, want what version --json prints: %q", flag.code, flag.Stdout, r.Stdout)
 	}
 }

@@ -140,10 +140,14 @@ var allowed = map[string][]string{
 	"test/docs":                 {},
 	"test/e2e":                  {},
 	"test/layering":             {},
+	"test/package":              {},
 	"test/nemesis":              {},
 	"test/soak":                 {},
 	"test/upgrade":              {},
 	"test/soak/cmd/csi-hostile": {"internal/testutil"},
+	// make package's packager: it packages the release binary and the
+	// files of deploy/, and imports nothing of the module.
+	"scripts/package": {},
 }
 
 // forbiddenOutside lists packages outside the module that a package must

@@ -22,14 +22,21 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// VersionInfo is `csisupd version --json`: the version of the csisupd
-// binary that runs the command (the agent's own is in StatusResponse).
+// VersionInfo is `csisupd version --json` and `csisupd --version --json`:
+// the build of the csisupd binary that runs the command (the agent's own
+// version is in StatusResponse).
 type VersionInfo struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
 	Commit  string                 `protobuf:"bytes,2,opt,name=commit,proto3" json:"commit,omitempty"`
 	// go is the Go release the binary was built with.
-	Go            string `protobuf:"bytes,3,opt,name=go,proto3" json:"go,omitempty"`
+	Go string `protobuf:"bytes,3,opt,name=go,proto3" json:"go,omitempty"`
+	// dirty is whether the working tree had uncommitted changes at build.
+	Dirty bool `protobuf:"varint,4,opt,name=dirty,proto3" json:"dirty,omitempty"`
+	// build_time is the time of the commit built (SOURCE_DATE_EPOCH of the
+	// release build), so that a rebuild of one commit gives the same binary;
+	// null when the build recorded none.
+	BuildTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=build_time,json=buildTime,proto3" json:"build_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -83,6 +90,20 @@ func (x *VersionInfo) GetGo() string {
 		return x.Go
 	}
 	return ""
+}
+
+func (x *VersionInfo) GetDirty() bool {
+	if x != nil {
+		return x.Dirty
+	}
+	return false
+}
+
+func (x *VersionInfo) GetBuildTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BuildTime
+	}
+	return nil
 }
 
 // SnapshotSaveResult is `csisupd operator snapshot save --json`: the file
@@ -353,11 +374,14 @@ var File_csisupd_v1_cli_proto protoreflect.FileDescriptor
 const file_csisupd_v1_cli_proto_rawDesc = "" +
 	"\n" +
 	"\x14csisupd/v1/cli.proto\x12\n" +
-	"csisupd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"O\n" +
+	"csisupd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x01\n" +
 	"\vVersionInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x0e\n" +
-	"\x02go\x18\x03 \x01(\tR\x02go\">\n" +
+	"\x02go\x18\x03 \x01(\tR\x02go\x12\x14\n" +
+	"\x05dirty\x18\x04 \x01(\bR\x05dirty\x129\n" +
+	"\n" +
+	"build_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tbuildTime\">\n" +
 	"\x12SnapshotSaveResult\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"\xfc\x01\n" +
@@ -400,14 +424,15 @@ var file_csisupd_v1_cli_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_csisupd_v1_cli_proto_depIdxs = []int32{
-	5, // 0: csisupd.v1.DebugManifest.started_at:type_name -> google.protobuf.Timestamp
-	3, // 1: csisupd.v1.DebugManifest.errors:type_name -> csisupd.v1.DebugError
-	2, // 2: csisupd.v1.DebugResult.manifest:type_name -> csisupd.v1.DebugManifest
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	5, // 0: csisupd.v1.VersionInfo.build_time:type_name -> google.protobuf.Timestamp
+	5, // 1: csisupd.v1.DebugManifest.started_at:type_name -> google.protobuf.Timestamp
+	3, // 2: csisupd.v1.DebugManifest.errors:type_name -> csisupd.v1.DebugError
+	2, // 3: csisupd.v1.DebugResult.manifest:type_name -> csisupd.v1.DebugManifest
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_csisupd_v1_cli_proto_init() }
