@@ -61,7 +61,7 @@ reproducible:
 ## SBOM of the binary's Go modules, and SHA256SUMS; two runs for one commit write the same bytes
 CA_FILE ?= /etc/ssl/certs/ca-certificates.crt
 package: release
-	$(GO) run ./scripts/package -bin $(DIST)/csisupd -deploy deploy -out $(DIST) -ca-file $(CA_FILE)
+	$(GO) run ./scripts/package -bin $(DIST)/csisupd -deploy deploy -man docs/man -out $(DIST) -ca-file $(CA_FILE)
 
 ## test-package: make package twice (the same SHA256SUMS), then the .deb installed with dpkg, its
 ## unit verified, the installed agent started and stopped, removed and purged; the .rpm read back

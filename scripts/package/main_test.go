@@ -62,7 +62,7 @@ func TestRunIsReproducible(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(out, "csisupd"), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		written, err := Run(ctx, Config{Binary: filepath.Join(out, "csisupd"), Deploy: deploy, Out: out, Arch: "amd64", CAFile: caFile(t)})
+		written, err := Run(ctx, Config{Binary: filepath.Join(out, "csisupd"), Deploy: deploy, ManDir: filepath.Join("..", "..", "docs", "man"), Out: out, Arch: "amd64", CAFile: caFile(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,6 +112,8 @@ func checkDeb(t *testing.T, deb string) {
 		"-rw-r--r-- root/root .* ./usr/share/doc/csisupd/copyright\n",
 		"-rw-r--r-- root/root .* ./usr/share/lintian/overrides/csisupd\n",
 		"-rw-r--r-- root/root .* ./usr/share/bash-completion/completions/csisupd\n",
+		"-rw-r--r-- root/root .* ./usr/share/man/man1/csisupd-volume-claim.1.gz\n",
+		"-rw-r--r-- root/root .* ./usr/share/man/man1/csisupd.1.gz\n",
 		"-rw-r--r-- root/root .* ./usr/share/zsh/vendor-completions/_csisupd\n",
 		"-rw-r--r-- root/root .* ./usr/share/fish/vendor_completions.d/csisupd.fish\n",
 	} {
@@ -168,7 +170,7 @@ func matchLine(pattern, text string) bool {
 
 func TestRunRefusesAnUnstampedBinary(t *testing.T) {
 	bin := fakeBinary(t, `{"version": "0.0.0-dev", "commit": "unknown", "go": "go1.26.8", "dirty": false, "build_time": null}`)
-	_, err := Run(context.Background(), Config{Binary: bin, Deploy: filepath.Join("..", "..", "deploy"), Out: t.TempDir(), Arch: "amd64", CAFile: caFile(t)})
+	_, err := Run(context.Background(), Config{Binary: bin, Deploy: filepath.Join("..", "..", "deploy"), ManDir: filepath.Join("..", "..", "docs", "man"), Out: t.TempDir(), Arch: "amd64", CAFile: caFile(t)})
 	if err == nil || !strings.Contains(err.Error(), "-bin "+bin+" has no build time") {
 		t.Fatalf("Run = %v, want an error naming -bin and the missing build time", err)
 	}
