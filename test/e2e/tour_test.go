@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,27 +54,6 @@ func tourCommands(t *testing.T) []string {
 	return lines[1:]
 }
 
-// pluginCanClone reports whether the dev agent's demo plugin advertises
-// CLONE_VOLUME.
-func pluginCanClone(t *testing.T, addr string) bool {
-	t.Helper()
-	res := cli(t, addr, "plugin", "status", "demo", "--json")
-	if res.code != 0 {
-		t.Fatalf("plugin status demo: exit %d: %s", res.code, res.stderr)
-	}
-	var doc struct {
-		Instances []struct {
-			Plugin struct {
-				ControllerCapabilities []string `json:"controller_capabilities"`
-			} `json:"plugin"`
-		} `json:"instances"`
-	}
-	if err := json.Unmarshal([]byte(res.stdout), &doc); err != nil || len(doc.Instances) == 0 {
-		t.Fatalf("plugin status demo --json: %v\n%s", err, res.stdout)
-	}
-	return slices.Contains(doc.Instances[0].Plugin.ControllerCapabilities, "CLONE_VOLUME")
-}
-
 // The README's tour works pasted as it is into `make run`'s dev mode:
 // each of its commands, run by a shell against a dev agent named after
 // the host as dev mode names it, exits 0.
@@ -98,15 +75,8 @@ func TestREADMETour(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := append(cleanEnv(), "CSISUPD_ADDR="+agent.addr, "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	canClone := pluginCanClone(t, agent.addr)
 
 	for _, line := range commands {
-		if !canClone && strings.Contains(line, "clone") {
-			// The demo plugin gains CLONE_VOLUME in a change of its own;
-			// until then the clone and what uses it cannot run.
-			t.Logf("skipped until the demo plugin advertises CLONE_VOLUME: %s", line)
-			continue
-		}
 		if strings.HasSuffix(line, followMarker) {
 			runFollowing(t, env, line)
 			continue
