@@ -59,8 +59,16 @@ func newRootCommand() *cobra.Command {
 	// command shows its help, as a command that only groups others does.
 	var showVersion bool
 	root.Flags().BoolVarP(&showVersion, "version", "v", false, "print the csisupd version, as `csisupd version` does")
-	root.RunE = func(cmd *cobra.Command, _ []string) error {
-		if showVersion {
+	// Runnable for --version, the root takes its arguments itself, as
+	// guardGroups makes the other groups do: an unknown command is a
+	// usage error with suggestions.
+	root.Args = cobra.ArbitraryArgs
+	root.DisableFlagsInUseLine = true
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) > 0:
+			return unknownCommand(cmd, args[0])
+		case showVersion:
 			return printVersion(cmd.OutOrStdout(), opts.json)
 		}
 		return cmd.Help()
