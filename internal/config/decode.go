@@ -15,6 +15,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
+	"github.com/csisupd/csisupd/internal/hcldiag"
 	"github.com/csisupd/csisupd/internal/hclnest"
 	"github.com/csisupd/csisupd/internal/ids"
 )
@@ -137,7 +138,7 @@ func (c *Config) decodeFile(filename string, src []byte) error {
 	}
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
-		return diagsError("", diags)
+		return hcldiag.Error("", diags)
 	}
 	body, ok := file.Body.(*hclsyntax.Body)
 	if !ok {
@@ -159,13 +160,13 @@ func (c *Config) decodeFile(filename string, src []byte) error {
 			continue
 		case len(blk.Labels) > 0:
 			errs = append(errs, fileError{blk.LabelRanges[0],
-				fmt.Errorf("%s: block %s takes no labels", pos(blk.LabelRanges[0]), blk.Type)})
+				fmt.Errorf("%s: block %s takes no labels", hcldiag.Pos(blk.LabelRanges[0]), blk.Type)})
 			continue
 		}
 		if first, dup := seen[blk.Type]; dup {
 			errs = append(errs, fileError{blk.TypeRange,
 				fmt.Errorf("%s: duplicate block %s (first at line %d): merge them into one",
-					pos(blk.TypeRange), blk.Type, first.Start.Line)})
+					hcldiag.Pos(blk.TypeRange), blk.Type, first.Start.Line)})
 			continue
 		}
 		seen[blk.Type] = blk.TypeRange
@@ -201,16 +202,16 @@ func pluginFields(p *PluginConfig) map[string]any {
 // for the same id sets its keys over the earlier one's.
 func (c *Config) decodePluginBlock(blk *hclsyntax.Block, seen map[string]hcl.Range) []fileError {
 	if len(blk.Labels) != 1 {
-		return []fileError{{blk.TypeRange, fmt.Errorf("%s: block plugin takes one label, the plugin id: plugin \"<id>\" { ... }", pos(blk.TypeRange))}}
+		return []fileError{{blk.TypeRange, fmt.Errorf("%s: block plugin takes one label, the plugin id: plugin \"<id>\" { ... }", hcldiag.Pos(blk.TypeRange))}}
 	}
 	id := blk.Labels[0]
 	if !ids.ValidPluginID(id) {
-		return []fileError{{blk.LabelRanges[0], fmt.Errorf("%s: plugin %q: a plugin id must match %s", pos(blk.LabelRanges[0]), id, ids.PluginIDPattern)}}
+		return []fileError{{blk.LabelRanges[0], fmt.Errorf("%s: plugin %q: a plugin id must match %s", hcldiag.Pos(blk.LabelRanges[0]), id, ids.PluginIDPattern)}}
 	}
 	name := pluginBlock + "." + id
 	if first, dup := seen[name]; dup {
 		return []fileError{{blk.TypeRange, fmt.Errorf("%s: duplicate block plugin %q (first at line %d): merge them into one",
-			pos(blk.TypeRange), id, first.Start.Line)}}
+			hcldiag.Pos(blk.TypeRange), id, first.Start.Line)}}
 	}
 	seen[name] = blk.TypeRange
 	p, ok := c.Plugins[id]
@@ -219,7 +220,7 @@ func (c *Config) decodePluginBlock(blk *hclsyntax.Block, seen map[string]hcl.Ran
 	}
 	var errs []fileError
 	for _, inner := range blk.Body.Blocks {
-		errs = append(errs, fileError{inner.TypeRange, fmt.Errorf("%s: unsupported block %q in block plugin %q", pos(inner.TypeRange), inner.Type, id)})
+		errs = append(errs, fileError{inner.TypeRange, fmt.Errorf("%s: unsupported block %q in block plugin %q", hcldiag.Pos(inner.TypeRange), inner.Type, id)})
 	}
 	errs = append(errs, c.decodeAttrs(blk.Body.Attributes, name, pluginFields(&p), nil)...)
 	if c.Plugins == nil {
@@ -248,13 +249,13 @@ func (c *Config) decodeBlock(blk *hclsyntax.Block, name string, fields map[strin
 			continue
 		case len(inner.Labels) > 0:
 			errs = append(errs, fileError{inner.LabelRanges[0],
-				fmt.Errorf("%s: block %s takes no labels", pos(inner.LabelRanges[0]), full)})
+				fmt.Errorf("%s: block %s takes no labels", hcldiag.Pos(inner.LabelRanges[0]), full)})
 			continue
 		}
 		if first, dup := seen[full]; dup {
 			errs = append(errs, fileError{inner.TypeRange,
 				fmt.Errorf("%s: duplicate block %s (first at line %d): merge them into one",
-					pos(inner.TypeRange), full, first.Start.Line)})
+					hcldiag.Pos(inner.TypeRange), full, first.Start.Line)})
 			continue
 		}
 		seen[full] = inner.TypeRange
@@ -279,7 +280,7 @@ func (c *Config) decodeAttrs(attrs hclsyntax.Attributes, block string, fields ma
 		}
 		val, diags := attr.Expr.Value(nil)
 		if diags.HasErrors() {
-			errs = append(errs, fileError{attr.SrcRange, diagsError(key, diags)})
+			errs = append(errs, fileError{attr.SrcRange, hcldiag.Error(key, diags)})
 			continue
 		}
 		if val.IsNull() {
@@ -287,10 +288,10 @@ func (c *Config) decodeAttrs(attrs hclsyntax.Attributes, block string, fields ma
 			continue
 		}
 		if err := assign(ptr, val); err != nil {
-			errs = append(errs, fileError{attr.SrcRange, fmt.Errorf("%s: %s: %w", pos(attr.SrcRange), key, err)})
+			errs = append(errs, fileError{attr.SrcRange, fmt.Errorf("%s: %s: %w", hcldiag.Pos(attr.SrcRange), key, err)})
 			continue
 		}
-		c.setOrigin(key, pos(attr.SrcRange))
+		c.setOrigin(key, hcldiag.Pos(attr.SrcRange))
 	}
 	return errs
 }
@@ -408,7 +409,7 @@ func numText(f *big.Float) string {
 
 // unsupportedArgument describes an argument that is not in the schema.
 func unsupportedArgument(attr *hclsyntax.Attribute, block string, fields map[string]any, blocks map[string]map[string]any) error {
-	msg := fmt.Sprintf("%s: unsupported argument %q", pos(attr.NameRange), attr.Name)
+	msg := fmt.Sprintf("%s: unsupported argument %q", hcldiag.Pos(attr.NameRange), attr.Name)
 	if block != "" {
 		msg += " in block " + block
 	}
@@ -420,7 +421,7 @@ func unsupportedArgument(attr *hclsyntax.Attribute, block string, fields map[str
 
 // unsupportedBlock describes a block that is not in the schema.
 func unsupportedBlock(blk *hclsyntax.Block, block string, fields map[string]any, blocks map[string]map[string]any) fileError {
-	msg := fmt.Sprintf("%s: unsupported block %q", pos(blk.TypeRange), blk.Type)
+	msg := fmt.Sprintf("%s: unsupported block %q", hcldiag.Pos(blk.TypeRange), blk.Type)
 	if block != "" {
 		msg += " in block " + block
 	}
@@ -454,34 +455,4 @@ func suggest(name string, fields map[string]any, blocks map[string]map[string]an
 		return ""
 	}
 	return fmt.Sprintf("; did you mean %q?", best)
-}
-
-// diagsError turns HCL error diagnostics into one error per diagnostic,
-// each prefixed with file:line and, when not empty, key.
-func diagsError(key string, diags hcl.Diagnostics) error {
-	var errs []error
-	for _, d := range diags {
-		if d.Severity != hcl.DiagError {
-			continue
-		}
-		var parts []string
-		if d.Subject != nil {
-			parts = append(parts, pos(*d.Subject))
-		}
-		if key != "" {
-			parts = append(parts, key)
-		}
-		msg := d.Summary
-		if d.Detail != "" {
-			msg += ": " + strings.TrimSuffix(d.Detail, ".")
-		}
-		parts = append(parts, msg)
-		errs = append(errs, errors.New(strings.Join(parts, ": ")))
-	}
-	return errors.Join(errs...)
-}
-
-// pos formats the start of rng as "file:line".
-func pos(rng hcl.Range) string {
-	return fmt.Sprintf("%s:%d", rng.Filename, rng.Start.Line)
 }

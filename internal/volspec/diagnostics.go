@@ -1,7 +1,6 @@
 package volspec
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -30,31 +29,6 @@ func suggest(name string, known []string) string {
 		return ""
 	}
 	return fmt.Sprintf("; did you mean %q?", best)
-}
-
-// diagsError turns HCL's error diagnostics into one error each, prefixed
-// with file:line and, when not empty, key.
-func diagsError(key string, diags hcl.Diagnostics) error {
-	var errs []error
-	for _, d := range diags {
-		if d.Severity != hcl.DiagError {
-			continue
-		}
-		var parts []string
-		if d.Subject != nil {
-			parts = append(parts, pos(*d.Subject))
-		}
-		if key != "" {
-			parts = append(parts, key)
-		}
-		msg := d.Summary
-		if d.Detail != "" {
-			msg += ": " + strings.TrimSuffix(d.Detail, ".")
-		}
-		parts = append(parts, msg)
-		errs = append(errs, errors.New(strings.Join(parts, ": ")))
-	}
-	return errors.Join(errs...)
 }
 
 // notHCL1Form returns HCL 2's error diagnostics that are not on a line
@@ -90,9 +64,4 @@ func hcl1Line(l string) bool {
 	}
 	rest := l[open+1:]
 	return strings.Count(rest, "=") > 1 || strings.Contains(rest, "{") || strings.Contains(rest, "\"=") || strings.Contains(rest, "\" =")
-}
-
-// pos formats the start of rng as "file:line".
-func pos(rng hcl.Range) string {
-	return fmt.Sprintf("%s:%d", rng.Filename, rng.Start.Line)
 }

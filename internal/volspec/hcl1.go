@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/csisupd/csisupd/internal/hcldiag"
 	hcl1ast "github.com/hashicorp/hcl/hcl/ast"
 	hcl1parser "github.com/hashicorp/hcl/hcl/parser"
 	hcl1strconv "github.com/hashicorp/hcl/hcl/strconv"
@@ -58,7 +59,7 @@ type hcl1conv struct {
 }
 
 func (c *hcl1conv) errorf(at hcl.Range, format string, args ...any) {
-	c.errs = append(c.errs, fileError{at, fmt.Errorf("%s: "+format, append([]any{pos(at)}, args...)...)})
+	c.errs = append(c.errs, fileError{at, fmt.Errorf("%s: "+format, append([]any{hcldiag.Pos(at)}, args...)...)})
 }
 
 // rng returns the range of a token of length n starting at p.

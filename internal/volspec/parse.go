@@ -15,6 +15,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
+	"github.com/csisupd/csisupd/internal/hcldiag"
 	"github.com/csisupd/csisupd/internal/hclnest"
 )
 
@@ -67,7 +68,7 @@ type decoder struct {
 }
 
 func (d *decoder) errorf(at hcl.Range, format string, args ...any) {
-	d.errs = append(d.errs, fileError{at, fmt.Errorf("%s: "+format, append([]any{pos(at)}, args...)...)})
+	d.errs = append(d.errs, fileError{at, fmt.Errorf("%s: "+format, append([]any{hcldiag.Pos(at)}, args...)...)})
 }
 
 // Parse decodes a volume specification in HCL native syntax, HCL 2 or
@@ -118,7 +119,7 @@ func parseBody(filename string, src []byte) (*hclsyntax.Body, []fileError, error
 	// on a line in a form only HCL 1 takes. Otherwise the errors of the
 	// other lines are the file's.
 	if rest := notHCL1Form(src, diags); len(rest) > 0 {
-		return nil, nil, diagsError("", rest)
+		return nil, nil, hcldiag.Error("", rest)
 	}
 	return parseHCL1(filename, src)
 }
@@ -203,7 +204,7 @@ func (d *decoder) finish() {
 		if s.at["snapshot_id"].Start.Byte > later.Start.Byte {
 			later = s.at["snapshot_id"]
 		}
-		d.errs = append(d.errs, fileError{later, fmt.Errorf("%s: %w", pos(later), errExclusive)})
+		d.errs = append(d.errs, fileError{later, fmt.Errorf("%s: %w", hcldiag.Pos(later), errExclusive)})
 	}
 	if s.CapacityMin > 0 && s.CapacityMax > 0 && s.CapacityMin > s.CapacityMax {
 		at := s.at["capacity_max"]

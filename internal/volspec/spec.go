@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/hcldiag"
 )
 
 // Spec is one volume specification. Parse fills it from a file; the CLI
@@ -122,7 +123,7 @@ var AttachmentModes = map[string]string{
 // nothing) for one that was not, such as a missing one.
 func (s *Spec) where(key string) string {
 	if rng, ok := s.at[key]; ok {
-		return pos(rng) + ": "
+		return hcldiag.Pos(rng) + ": "
 	}
 	if s.File != "" {
 		return s.File + ": "

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/csisupd/csisupd/internal/hcldiag"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
@@ -14,7 +15,7 @@ import (
 func (d *decoder) value(attr *hclsyntax.Attribute, key string) (cty.Value, bool) {
 	val, diags := attr.Expr.Value(nil)
 	if diags.HasErrors() {
-		d.errs = append(d.errs, fileError{attr.SrcRange, diagsError(key, diags)})
+		d.errs = append(d.errs, fileError{attr.SrcRange, hcldiag.Error(key, diags)})
 		return cty.NilVal, false
 	}
 	if !val.IsWhollyKnown() {

@@ -24,8 +24,9 @@ const module = "github.com/csisupd/csisupd/"
 // import each other.
 // Each package may import the packages listed for it, and nothing else of
 // the module. The API (api/csisupd/v1) is importable by all, and so are
-// internal/ids, the syntax of ids, and internal/hclnest, the nesting cap of
-// HCL files, which import nothing of the module. Test-only
+// internal/ids, the syntax of ids, internal/hclnest, the nesting cap of
+// HCL files, and internal/hcldiag, HCL's diagnostics as errors, which
+// import nothing of the module. Test-only
 // packages (testutil, testplugin and its journal reader, testregistrar,
 // testcluster, consultest, metricsdoc, netlab) are imported by tests, benchmarks and --dev only.
 var (
@@ -34,7 +35,7 @@ var (
 		"internal/fingerprint", "internal/csiclient", "internal/config", "internal/acl", "internal/tlsutil", "internal/keylock", "internal/watchdog",
 		"internal/kubeletreg", "internal/secrets", "internal/safefile"}
 	// everyone lists the packages every package may import.
-	everyone = []string{"internal/ids", "internal/hclnest"}
+	everyone = []string{"internal/ids", "internal/hclnest", "internal/hcldiag"}
 	middle   = []string{"internal/registry", "internal/nodevolumes", "internal/rpc", "internal/server", "internal/consulsync", "internal/nodeclient", "internal/dockerplugin"}
 )
 
@@ -107,6 +108,9 @@ var allowed = map[string][]string{
 	// hclnest caps the nesting of an HCL file before it is parsed: the
 	// standard library only.
 	"internal/hclnest": {},
+	// hcldiag turns the HCL parser's diagnostics into file:line errors,
+	// for the config loader and the volume specification parser alike.
+	"internal/hcldiag": {},
 	// volreq checks volume requests for the servers and the node agent:
 	// the API's messages in, plain errors out.
 	"internal/volreq": {api},
