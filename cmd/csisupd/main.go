@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/spf13/cobra"
 )
 
 // Set at build time with -ldflags "-X main.version=... -X main.commit=..."
@@ -49,6 +51,10 @@ func runWith(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, new(usageError)):
 		// The usage shown is the one of the command that failed, not
 		// the root's.
+		var of usageOf
+		if errors.As(err, &of) {
+			cmd = of.cmd
+		}
 		if cmd == nil {
 			cmd = root
 		}
@@ -69,3 +75,13 @@ type usageError struct{ err error }
 
 func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
+
+// usageOf is a usage error whose usage is that of cmd rather than of the
+// command that ran: help's errors show the usage of the group they name.
+type usageOf struct {
+	cmd *cobra.Command
+	err usageError
+}
+
+func (u usageOf) Error() string { return u.err.Error() }
+func (u usageOf) Unwrap() error { return u.err }

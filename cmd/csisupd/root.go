@@ -58,7 +58,7 @@ func newRootCommand() *cobra.Command {
 	// field would print a template, without --json). Without it the bare
 	// command shows its help, as a command that only groups others does.
 	var showVersion bool
-	root.Flags().BoolVarP(&showVersion, "version", "v", false, "print the csisupd version, as `csisupd version` does")
+	root.Flags().BoolVarP(&showVersion, "version", "v", false, "print the csisupd version, as the version command does")
 	// Runnable for --version, the root takes its arguments itself, as
 	// guardGroups makes the other groups do: an unknown command is a
 	// usage error with suggestions.
@@ -106,6 +106,7 @@ func newRootCommand() *cobra.Command {
 	// Cobra adds its completion command at Execute; it is added here so
 	// that guardGroups covers it too.
 	root.InitDefaultCompletionCmd()
+	root.SetHelpCommand(newHelpCommand())
 	guardGroups(root)
 	registerCompletions(root, opts)
 	return root
@@ -134,8 +135,9 @@ func (o *clientOptions) dial() (*grpc.ClientConn, error) {
 	// Calls that reach no agent are marked, so that agentError says
 	// "cannot reach" only for them.
 	// A call refused for want of a leader is retried within --timeout.
-	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(retryNoLeader(o.timeout))},
-		csisupdv1.NotReachedInterceptors()...)
+	// An error the leader answered names it.
+	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(retryNoLeader(o.timeout)),
+		csisupdv1.LeaderInterceptor()}, csisupdv1.NotReachedInterceptors()...)
 	token, err := o.resolveToken(os.Getenv)
 	if err != nil {
 		return nil, err

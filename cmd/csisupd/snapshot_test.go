@@ -305,7 +305,7 @@ mutable_parameters {
 	if code := run([]string{"--address", addr, "volume", "snapshot", "status", "nope"}); code != exitError {
 		t.Errorf("status of an unknown snapshot: exit code %d, want %d", code, exitError)
 	}
-	if err := fail(t, "volume", "snapshot", "status", "nope"); err.Error() != "server "+addr+`: snapshot "nope" not found` {
+	if err := fail(t, "volume", "snapshot", "status", "nope"); err.Error() != "server "+addr+" (leader "+c.Member(0).ID+" at "+addr+`): snapshot "nope" not found` {
 		t.Errorf("status of an unknown snapshot: %v", err)
 	}
 

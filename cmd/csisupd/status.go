@@ -44,7 +44,8 @@ func agentError(addr string, err error) error { return answerError("agent", addr
 
 // answerError makes an RPC failure say what went wrong and which side
 // answered: side is "agent" for the services an agent serves itself and
-// "server" for the Control API, which servers serve. It says that the
+// "server" for the Control API, which servers serve, with the leader that
+// ran the call when the server named it. It says that the
 // agent at addr could not be reached (the connection failed: no side
 // answered), the cluster has no leader (none elected, or the leader was
 // lost during the call: safe to retry), a node's agent is down, the plugin
@@ -64,6 +65,10 @@ func answerError(side, addr string, err error) error {
 			display(nu.GetNodeId()), display(nu.GetAddress()), msg)
 	}
 	who := side + " " + display(addr)
+	if leader, ok := csisupdv1.AnsweringLeader(err); ok {
+		// The server forwarded the call to the leader, or is the leader.
+		who += " (leader " + display(leader) + ")"
+	}
 	switch {
 	case csisupdv1.NotReached(err):
 		return fmt.Errorf("cannot reach the agent at %s (is `csisupd agent` running? set --address or CSISUPD_ADDR): %s", display(addr), msg)

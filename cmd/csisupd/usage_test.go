@@ -22,6 +22,9 @@ func TestUsageOfFailingCommand(t *testing.T) {
 		{[]string{"volume", "list", "--no-such-flag"}, "  csisupd volume list ", "unknown flag: --no-such-flag", ""},
 		{[]string{"volume", "status"}, "  csisupd volume status ID", "accepts between 1 and 1 arg(s)", ""},
 		{[]string{"completion", "tcsh"}, "  csisupd completion\n", `unknown command "tcsh"`, ""},
+		{[]string{"help", "frobnicate"}, "  csisupd\n", `unknown command "frobnicate" for "csisupd"`, ""},
+		{[]string{"help", "volume", "frob"}, "  csisupd volume\n", `unknown command "frob" for "csisupd volume"`, ""},
+		{[]string{"help", "volume", "claim", "x"}, "  csisupd volume claim ID", `"csisupd volume claim" has no subcommands`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -45,6 +48,20 @@ func TestUsageOfFailingCommand(t *testing.T) {
 				t.Errorf("stdout = %q, want nothing", stdout.String())
 			}
 		})
+	}
+}
+
+// help prints the help of the command it names, and succeeds.
+func TestHelpOfCommand(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"help", "volume"}, {"help", "volume", "claim"}} {
+		var stdout, stderr bytes.Buffer
+		if code := runWith(args, &stdout, &stderr); code != exitOK {
+			t.Fatalf("%v: exit code %d, want 0; stderr %s", args, code, stderr.String())
+		}
+		want := "  csisupd " + strings.Join(args[1:], " ")
+		if !strings.Contains(stdout.String(), "Usage:\n"+strings.TrimRight(want, " ")) {
+			t.Errorf("%v prints no usage of %q:\n%s", args, want, stdout.String())
+		}
 	}
 }
 

@@ -68,7 +68,11 @@ func routeVia[Client, Resp any](ctx context.Context, f *forwarder, stale, read b
 			return zero, err
 		}
 	}
-	return local()
+	resp, err := local()
+	if err != nil {
+		f.markLeader(ctx)
+	}
+	return resp, err
 }
 
 func (c *controlService) ListPlugins(ctx context.Context, req *csisupdv1.PluginListRequest) (*csisupdv1.PluginListResponse, error) {

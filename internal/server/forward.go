@@ -84,8 +84,11 @@ func (p *connPool) close() {
 // connection to the leader when that is not this server.
 type forwarder struct {
 	// id is this server's id, which a forwarded request carries.
-	id   string
-	node *raftnode.Node
+	id string
+	// leader describes this server as the leader that answered a request
+	// (csisupdv1.LeaderTrailerKey): its name and RPC address.
+	leader string
+	node   *raftnode.Node
 	// ready is set while this server leads and has taken over.
 	ready *atomic.Bool
 	// conns are the connections to the other servers.
@@ -247,6 +250,24 @@ func (f *forwarder) markAnswered(ctx context.Context) {
 	}
 }
 
+// markLeader names this server, the leader, on the error of a request it
+// ran, for the caller to say who answered. Only errors carry it, so that
+// the hot paths (heartbeats, claims) send nothing more.
+func (f *forwarder) markLeader(ctx context.Context) {
+	if f.leader != "" {
+		// Fails only outside a gRPC handler, where nobody reads it.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(csisupdv1.LeaderTrailerKey, f.leader))
+	}
+}
+
+// passLeader passes the leader's name from the trailer of a forwarded
+// request's error on to this server's caller.
+func passLeader(ctx context.Context, trailer metadata.MD) {
+	if v := trailer.Get(csisupdv1.LeaderTrailerKey); len(v) > 0 {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(csisupdv1.LeaderTrailerKey, v[0]))
+	}
+}
+
 // notRunKey is the trailer a server sets when it refuses a forwarded
 // request before running any of it (it is not the leader, or not ready
 // yet): the follower that forwarded it may send it again.
@@ -280,6 +301,7 @@ func (c leaderClientConn) Invoke(ctx context.Context, method string, args, reply
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
+		passLeader(ctx, trailer)
 		if notRun := len(trailer.Get(notRunKey)) > 0 || csisupdv1.NotReached(err); notRun && c.hold != nil {
 			if conn, ok := c.next(ctx); ok {
 				c.conn = conn

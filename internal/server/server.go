@@ -128,7 +128,7 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 		s.metrics.close()
 		return nil, err
 	}
-	s.fwd = &forwarder{id: cfg.ID, node: s.node, ready: &s.leaderReady, conns: s.conns, count: s.metrics.countForwarded}
+	s.fwd = &forwarder{id: cfg.ID, leader: cfg.Name + " at " + cfg.RPCAddr, node: s.node, ready: &s.leaderReady, conns: s.conns, count: s.metrics.countForwarded}
 	return s, nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -153,5 +155,36 @@ func TestTLSFiles(t *testing.T) {
 				t.Errorf("error = %v, want one containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// ControllerDeleteVolume fails as a leader does, naming itself in the
+// trailer: a name far past the cap, with invalid UTF-8 at the cut.
+func (nodeWithoutPlugins) ControllerDeleteVolume(ctx context.Context, _ *csisupdv1.ControllerDeleteVolumeRequest) (*csisupdv1.ControllerDeleteVolumeResponse, error) {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(csisupdv1.LeaderTrailerKey, strings.Repeat("l", 255)+"é"+strings.Repeat("x", 1000)))
+	return nil, status.Error(codes.NotFound, "volume not found")
+}
+
+func TestLeaderInterceptor(t *testing.T) {
+	conn, err := grpc.NewClient(serveAgent(t), grpc.WithTransportCredentials(insecure.NewCredentials()), csisupdv1.LeaderInterceptor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl := csisupdv1.NewClientCSIClient(conn)
+	_, err = cl.ControllerDeleteVolume(ctx, &csisupdv1.ControllerDeleteVolumeRequest{PluginId: "ebs"})
+	leader, ok := csisupdv1.AnsweringLeader(err)
+	if !ok || leader != strings.Repeat("l", 255)+"..." {
+		t.Errorf("leader = %q, %v; want 255 l's and ...", leader, ok)
+	}
+	if status.Code(err) != codes.NotFound || status.Convert(err).Message() != "volume not found" {
+		t.Errorf("error = %v, want the call's NotFound", err)
+	}
+	// A call without the trailer names no leader.
+	_, err = cl.ControllerListVolumes(ctx, &csisupdv1.ControllerListVolumesRequest{PluginId: "ebs"})
+	if _, ok := csisupdv1.AnsweringLeader(err); ok || !csisupdv1.IsPluginNotFound(err) {
+		t.Errorf("error without a trailer = %v, leader %v", err, ok)
 	}
 }
