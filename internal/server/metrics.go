@@ -30,6 +30,10 @@ type serverMetrics struct {
 	// forwarded counts requests this server forwarded to the leader, by
 	// full gRPC method name.
 	forwarded *prometheus.CounterVec
+	// bootstrapExpect is the cluster's configured server count, set once:
+	// the alerts compare the raft configuration's voters, and the servers
+	// that answer, with it.
+	bootstrapExpect prometheus.Gauge
 
 	reg        prometheus.Registerer
 	registered []prometheus.Collector
@@ -52,12 +56,17 @@ func newServerMetrics(s *Server, reg prometheus.Registerer) (*serverMetrics, err
 			Name: "csisupd_server_forwarded_requests_total",
 			Help: "Requests this server forwarded to the leader, by full gRPC method name.",
 		}, []string{"method"}),
+		bootstrapExpect: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "csisupd_server_bootstrap_expect",
+			Help: "The number of servers the cluster is configured with (server.bootstrap_expect).",
+		}),
 		reg: reg,
 	}
+	m.bootstrapExpect.Set(float64(s.cfg.BootstrapExpect))
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.heartbeats, m.forwarded, &stateCollector{s: s}} {
+	for _, c := range []prometheus.Collector{m.heartbeats, m.forwarded, m.bootstrapExpect, &stateCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			m.close()
 			return nil, fmt.Errorf("server: metrics: %w", err)

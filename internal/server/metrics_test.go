@@ -113,6 +113,7 @@ func TestClusterMetrics(t *testing.T) {
 		{"csisupd_cluster_volumes_unavailable", []string{"availability", "drain"}, 0},
 		{"csisupd_cluster_heartbeat_timers", nil, 1},
 		{"csisupd_server_leader", nil, 1},
+		{"csisupd_server_bootstrap_expect", nil, 1},
 		{"csisupd_server_raft_last_contact_seconds", nil, 0},
 		{"csisupd_server_raft_peers", []string{"suffrage", "voter"}, 1},
 		{"csisupd_server_raft_peers", []string{"suffrage", "nonvoter"}, 0},
@@ -185,6 +186,9 @@ func TestForwardedRequestsCounted(t *testing.T) {
 		}
 		if got, _ := testutil.MetricValue(t, reg, "csisupd_server_raft_peers", "suffrage", "voter"); got != 3 {
 			t.Errorf("%s: voters = %v, want 3", m.ID, got)
+		}
+		if got, _ := testutil.MetricValue(t, reg, "csisupd_server_bootstrap_expect"); got != 3 {
+			t.Errorf("%s: bootstrap_expect = %v, want 3", m.ID, got)
 		}
 		testutil.WaitFor(t, 10*time.Second, m.ID+" has the volume", func() bool {
 			v, _ := testutil.MetricValue(t, reg, "csisupd_cluster_volumes")

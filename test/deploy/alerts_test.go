@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -240,21 +241,15 @@ func TestAlertsFire(t *testing.T) {
 		},
 		{
 			// a: autopilot removed a dead server 10 minutes ago; the two
-			// left answer. b: three servers all along.
+			// left answer. b: three servers all along. Neither reports its
+			// configured count.
 			name:  "raft peer removed",
 			alert: "CsisupdRaftPeersMissing",
-			series: []string{
-				`csisupd_server_raft_peers{job="a", instance="s1", suffrage="voter"} 3x10 2x10`,
-				`csisupd_server_raft_peers{job="a", instance="s2", suffrage="voter"} 3x10 2x10`,
-				`csisupd_server_leader{job="a", instance="s1"} 1x20`,
-				`csisupd_server_leader{job="a", instance="s2"} 0x20`,
-				`csisupd_server_raft_peers{job="b", instance="s4", suffrage="voter"} 3x20`,
-				`csisupd_server_raft_peers{job="b", instance="s5", suffrage="voter"} 3x20`,
-				`csisupd_server_raft_peers{job="b", instance="s6", suffrage="voter"} 3x20`,
-				`csisupd_server_leader{job="b", instance="s4"} 1x20`,
-				`csisupd_server_leader{job="b", instance="s5"} 0x20`,
-				`csisupd_server_leader{job="b", instance="s6"} 0x20`,
-			},
+			series: slices.Concat(
+				raftSeries("a", raftServer{"s1", "", "3x10 2x10", "1x20"}, raftServer{"s2", "", "3x10 2x10", "0x20"}),
+				raftSeries("b", raftServer{"s4", "", "3x20", "1x20"}, raftServer{"s5", "", "3x20", "0x20"},
+					raftServer{"s6", "", "3x20", "0x20"}),
+			),
 			want: []string{`{job="a"}`},
 		},
 		{
@@ -262,28 +257,66 @@ func TestAlertsFire(t *testing.T) {
 			// voter in the configuration the others report.
 			name:  "raft peer down",
 			alert: "CsisupdRaftPeersMissing",
-			series: []string{
-				`csisupd_server_raft_peers{job="a", instance="s1", suffrage="voter"} 3x20`,
-				`csisupd_server_raft_peers{job="a", instance="s2", suffrage="voter"} 3x20`,
-				`csisupd_server_raft_peers{job="a", instance="s3", suffrage="voter"} 3x10`,
-				`csisupd_server_leader{job="a", instance="s1"} 1x20`,
-				`csisupd_server_leader{job="a", instance="s2"} 0x20`,
-				`csisupd_server_leader{job="a", instance="s3"} 0x10`,
-			},
+			series: raftSeries("a", raftServer{"s1", "", "3x20", "1x20"}, raftServer{"s2", "", "3x20", "0x20"},
+				raftServer{"s3", "", "3x10", "0x10"}),
 			want: []string{`{job="a"}`},
 		},
 		{
 			// A server grown into the cluster (a nonvoter promoted) is no loss.
 			name:  "raft peers all there",
 			alert: "CsisupdRaftPeersMissing",
-			series: []string{
-				`csisupd_server_raft_peers{job="a", instance="s1", suffrage="voter"} 2x10 3x10`,
-				`csisupd_server_raft_peers{job="a", instance="s2", suffrage="voter"} 2x10 3x10`,
-				`csisupd_server_raft_peers{job="a", instance="s3", suffrage="voter"} 2x10 3x10`,
-				`csisupd_server_leader{job="a", instance="s1"} 1x20`,
-				`csisupd_server_leader{job="a", instance="s2"} 0x20`,
-				`csisupd_server_leader{job="a", instance="s3"} 0x20`,
-			},
+			series: raftSeries("a", raftServer{"s1", "", "2x10 3x10", "1x20"}, raftServer{"s2", "", "2x10 3x10", "0x20"},
+				raftServer{"s3", "", "2x10 3x10", "0x20"}),
+		},
+		{
+			// a is configured for 3 servers and has had 2 voters all along
+			// (one removed by hand more than a day ago); both answer. b has
+			// its 3.
+			name:  "raft voters below configured",
+			alert: "CsisupdRaftPeersMissing",
+			series: slices.Concat(
+				raftSeries("a", raftServer{"s1", "3x20", "2x20", "1x20"}, raftServer{"s2", "3x20", "2x20", "0x20"}),
+				raftSeries("b", raftServer{"s4", "3x20", "3x20", "1x20"}, raftServer{"s5", "3x20", "3x20", "0x20"},
+					raftServer{"s6", "3x20", "3x20", "0x20"}),
+			),
+			want: []string{`{job="a"}`},
+		},
+		{
+			// a: 3 configured, 3 voters, 3 answering. b: grown past its 3 to
+			// 5, all answering. c: a single server.
+			name:  "raft peers as configured",
+			alert: "CsisupdRaftPeersMissing",
+			series: slices.Concat(
+				raftSeries("a", raftServer{"s1", "3x20", "3x20", "1x20"}, raftServer{"s2", "3x20", "3x20", "0x20"},
+					raftServer{"s3", "3x20", "3x20", "0x20"}),
+				raftSeries("b", raftServer{"s4", "3x20", "5x20", "1x20"}, raftServer{"s5", "3x20", "5x20", "0x20"},
+					raftServer{"s6", "3x20", "5x20", "0x20"}, raftServer{"s7", "3x20", "5x20", "0x20"},
+					raftServer{"s8", "3x20", "5x20", "0x20"}),
+				raftSeries("c", raftServer{"s9", "1x20", "1x20", "1x20"}),
+			),
+		},
+		{
+			// Each cluster is configured for 3. a: s3 stopped answering 10
+			// minutes ago and is still a voter. b: s6 stopped answering and
+			// was removed by hand.
+			name:  "configured server stops answering",
+			alert: "CsisupdRaftPeersMissing",
+			series: slices.Concat(
+				raftSeries("a", raftServer{"s1", "3x20", "3x20", "1x20"}, raftServer{"s2", "3x20", "3x20", "0x20"},
+					raftServer{"s3", "3x10", "3x10", "0x10"}),
+				raftSeries("b", raftServer{"s4", "3x20", "3x10 2x10", "1x20"}, raftServer{"s5", "3x20", "3x10 2x10", "0x20"},
+					raftServer{"s6", "3x10", "3x10", "0x10"}),
+			),
+			want: []string{`{job="a"}`, `{job="b"}`},
+		},
+		{
+			// Configured for 3, grown to 5; autopilot removed a dead server
+			// 10 minutes ago, leaving 4 voters, all answering.
+			name:  "grown cluster shrunk",
+			alert: "CsisupdRaftPeersMissing",
+			series: raftSeries("a", raftServer{"s1", "3x20", "5x10 4x10", "1x20"}, raftServer{"s2", "3x20", "5x10 4x10", "0x20"},
+				raftServer{"s3", "3x20", "5x10 4x10", "0x20"}, raftServer{"s4", "3x20", "5x10 4x10", "0x20"}),
+			want: []string{`{job="a"}`},
 		},
 	}
 
@@ -328,6 +361,28 @@ func TestAlertsFire(t *testing.T) {
 			}
 		})
 	}
+}
+
+// raftServer is one server's samples for the CsisupdRaftPeersMissing
+// cases, in series notation: its configured count (empty: a server too
+// old to report one), the voters of its raft configuration, and whether it
+// leads. A server that stops answering has all three end early.
+type raftServer struct {
+	instance, expect, voters, leader string
+}
+
+// raftSeries returns the series the servers of cluster job report.
+func raftSeries(job string, servers ...raftServer) []string {
+	var out []string
+	for _, s := range servers {
+		if s.expect != "" {
+			out = append(out, fmt.Sprintf(`csisupd_server_bootstrap_expect{job=%q, instance=%q} %s`, job, s.instance, s.expect))
+		}
+		out = append(out,
+			fmt.Sprintf(`csisupd_server_raft_peers{job=%q, instance=%q, suffrage="voter"} %s`, job, s.instance, s.voters),
+			fmt.Sprintf(`csisupd_server_leader{job=%q, instance=%q} %s`, job, s.instance, s.leader))
+	}
+	return out
 }
 
 // loadSeries parses series descriptions and returns them as a store, with
