@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/csisupd/csisupd/internal/testutil"
+	"github.com/csisupd/csisupd/test/deploy"
 )
 
 // The podman command of deploy/container/README.md, in the sh block after
@@ -30,40 +31,19 @@ const (
 	containerWaitLimit = 30 * time.Second
 )
 
-// documentedPodmanRun returns the arguments of the command in the sh block
-// that follows containerMarker in deploy/container/README.md: its lines
-// joined where they end in a backslash, split at spaces (the command
-// quotes nothing).
+// documentedPodmanRun returns the arguments of the podman command in the
+// sh block after containerMarker in deploy/container/README.md, "run"
+// first.
 func documentedPodmanRun(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile(containerReadme)
+	args, err := deploy.DocumentedCommand(containerReadme, containerMarker, "podman")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(data), containerMarker+"\n```sh\n")
-	if !ok {
-		t.Fatalf("%s: no %q followed by a sh block", containerReadme, containerMarker)
-	}
-	block, _, ok = strings.Cut(block, "```")
-	if !ok {
-		t.Fatalf("%s: the sh block after %q does not end", containerReadme, containerMarker)
-	}
-	args := strings.Fields(strings.ReplaceAll(block, "\\\n", " "))
-	if len(args) < 2 || args[0] != "podman" || args[1] != "run" {
-		t.Fatalf("%s: the block after %q is not one podman run command: %q", containerReadme, containerMarker, args)
+	if len(args) < 2 || args[1] != "run" {
+		t.Fatalf("%s: the command after %q is not podman run: %q", containerReadme, containerMarker, args)
 	}
 	return args[1:]
-}
-
-// flagValues returns the values of flag in args, given as "--flag value".
-func flagValues(args []string, flag string) []string {
-	var values []string
-	for i, a := range args[:len(args)-1] {
-		if a == flag {
-			values = append(values, args[i+1])
-		}
-	}
-	return values
 }
 
 // mountPoints returns the mount points that /proc/<pid>/mountinfo lists:
@@ -166,13 +146,13 @@ consul {
 		}
 		args[i] = a
 	}
-	for _, v := range flagValues(args, "--volume") {
+	for _, v := range deploy.FlagValues(args, "--volume") {
 		parts := strings.Split(v, ":")
 		if len(parts) < 2 || parts[0] != parts[1] {
 			t.Errorf("%s: --volume %s: the mount must be at the same path inside and outside the container", containerReadme, v)
 		}
 	}
-	names := flagValues(args, "--name")
+	names := deploy.FlagValues(args, "--name")
 	if len(names) != 1 {
 		t.Fatalf("%s: the command names the container %q, want one --name", containerReadme, names)
 	}
