@@ -179,3 +179,39 @@ func ReadConfTables(path string) (map[string][][2]string, error) {
 	}
 	return tables, nil
 }
+
+// DocumentedCommand returns the arguments of the one command in the sh
+// block that follows the line marker in the Markdown file path: its lines
+// joined where they end in a backslash, split at spaces (such a command
+// quotes nothing). It is an error when there is no such block or its
+// command is not name's.
+func DocumentedCommand(path, marker, name string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	_, block, ok := strings.Cut(string(data), marker+"\n```sh\n")
+	if !ok {
+		return nil, fmt.Errorf("%s: no %q line followed by a sh block", path, marker)
+	}
+	block, _, ok = strings.Cut(block, "```")
+	if !ok {
+		return nil, fmt.Errorf("%s: the sh block after %q does not end", path, marker)
+	}
+	args := strings.Fields(strings.ReplaceAll(block, "\\\n", " "))
+	if len(args) == 0 || args[0] != name {
+		return nil, fmt.Errorf("%s: the block after %q is not one %s command: %q", path, marker, name, args)
+	}
+	return args, nil
+}
+
+// FlagValues returns the values of flag in args, each given as "flag value".
+func FlagValues(args []string, flag string) []string {
+	var values []string
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag {
+			values = append(values, args[i+1])
+		}
+	}
+	return values
+}

@@ -21,12 +21,17 @@ var (
 	inlineCode = regexp.MustCompile("`[^`]*`")
 )
 
-// docFiles lists README.md and docs/*.md, relative to the repository root.
+// docFiles lists README.md, docs/*.md and the READMEs of deploy/'s
+// examples, relative to the repository root.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	var docs []string
+	for _, pattern := range []string{"docs/*.md", "deploy/*/README.md"} {
+		matched, err := filepath.Glob(filepath.Join(repoRoot, filepath.FromSlash(pattern)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, matched...)
 	}
 	files := []string{"README.md"}
 	for _, d := range docs {
@@ -106,7 +111,8 @@ func links(text string) (targets []string, lines []int) {
 	return targets, lines
 }
 
-// Every relative link of the README and docs/ leads somewhere.
+// Every relative link of the README, docs/ and deploy/'s READMEs leads
+// somewhere.
 func TestRelativeLinks(t *testing.T) {
 	read := func(rel string) (string, error) {
 		b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(rel)))

@@ -94,46 +94,78 @@ func readImage(t *testing.T, dist string) {
 	}
 }
 
-// runImage loads the docker save tarball into a podman store of its own
-// and runs the image's binary: `csisupd version` names HEAD's commit. The
+// podmanStore is a podman with a store of its own (root, run root and
+// temporary directory in a test directory, the vfs driver). Its
 // containers.conf settings are those Debian's podman needs on the CI
 // machines (test/e2e's harness): no default ulimits, cgroupfs and runc.
-func runImage(t *testing.T, dist string) {
+type podmanStore struct {
+	t    *testing.T
+	dir  string
+	conf string
+}
+
+// newPodman returns a podman store of its own, skipping the test where
+// podman or runc is not installed.
+func newPodman(t *testing.T) *podmanStore {
+	t.Helper()
 	for _, tool := range []string{"podman", "runc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed", tool)
 		}
 	}
+	p := &podmanStore{t: t, dir: testutil.TempDir(t)}
+	p.conf = filepath.Join(p.dir, "containers.conf")
+	if err := os.WriteFile(p.conf, []byte("[containers]\ndefault_ulimits = []\n[engine]\ncgroup_manager = \"cgroupfs\"\nruntime = \"runc\"\nevents_logger = \"file\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// run runs podman with args on the store, with a deadline, and returns its
+// combined output.
+func (p *podmanStore) run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store := []string{"--root", filepath.Join(p.dir, "root"), "--runroot", filepath.Join(p.dir, "runroot"),
+		"--tmpdir", filepath.Join(p.dir, "tmp"), "--storage-driver", "vfs", "--events-backend", "file",
+		"--cgroup-manager", "cgroupfs", "--runtime", "runc"}
+	cmd := exec.CommandContext(ctx, "podman", append(store, args...)...)
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+p.conf)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// must is run, failing the test on an error.
+func (p *podmanStore) must(args ...string) string {
+	p.t.Helper()
+	out, err := p.run(args...)
+	if err != nil {
+		p.t.Fatalf("podman %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// load loads make package's docker save tarball and returns the image's
+// name.
+func (p *podmanStore) load(dist string) string {
+	p.t.Helper()
+	loaded := p.must("load", "-q", "-i", filepath.Join(dist, "csisupd-image.tar"))
+	_, image, ok := strings.Cut(strings.TrimSpace(loaded), "Loaded image: ")
+	if !ok {
+		p.t.Fatalf("podman load printed %q", loaded)
+	}
+	return image
+}
+
+// runImage loads the docker save tarball into a podman store of its own
+// and runs the image's binary: `csisupd version` names HEAD's commit.
+func runImage(t *testing.T, dist string) {
+	p := newPodman(t)
 	head, err := exec.Command("git", "-C", repoRoot, "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Fatalf("git rev-parse HEAD: %v", err)
 	}
-	dir := testutil.TempDir(t)
-	conf := filepath.Join(dir, "containers.conf")
-	if err := os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = []\n[engine]\ncgroup_manager = \"cgroupfs\"\nruntime = \"runc\"\nevents_logger = \"file\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	podman := func(args ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		store := []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "runroot"),
-			"--tmpdir", filepath.Join(dir, "tmp"), "--storage-driver", "vfs", "--events-backend", "file",
-			"--cgroup-manager", "cgroupfs", "--runtime", "runc"}
-		cmd := exec.CommandContext(ctx, "podman", append(store, args...)...)
-		cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+conf)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("podman %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	loaded := podman("load", "-q", "-i", filepath.Join(dist, "csisupd-image.tar"))
-	_, image, ok := strings.Cut(strings.TrimSpace(loaded), "Loaded image: ")
-	if !ok {
-		t.Fatalf("podman load printed %q", loaded)
-	}
-	out := podman("run", "--rm", "--network=none", "--entrypoint", "/usr/bin/csisupd", image, "version")
+	out := p.must("run", "--rm", "--network=none", "--entrypoint", "/usr/bin/csisupd", p.load(dist), "version")
 	if want := "(commit " + strings.TrimSpace(string(head)) + ","; !strings.Contains(out, want) {
 		t.Errorf("csisupd version in the image printed %q, want %q", out, want)
 	}

@@ -88,6 +88,7 @@ func TestPackages(t *testing.T) {
 	t.Run("rpm", func(t *testing.T) { readRPM(t, rpms[0]) })
 	t.Run("image", func(t *testing.T) { readImage(t, first) })
 	t.Run("podman", func(t *testing.T) { runImage(t, first) })
+	t.Run("container", func(t *testing.T) { runAgentContainer(t, first) })
 	t.Run("lintian", func(t *testing.T) { runLintian(t, deb) })
 	t.Run("install", func(t *testing.T) { install(t, deb) })
 }
