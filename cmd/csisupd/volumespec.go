@@ -191,7 +191,7 @@ type createFlags struct {
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.file, "file", "f", "", "volume specification file (Nomad's format; - reads standard input); flags given beside it override its keys")
+	fs.StringVarP(&f.file, "file", "f", "", "volume specification file (Nomad's format, HCL or JSON; - reads standard input); flags given beside it override its keys")
 	fs.StringVar(&f.pluginID, "plugin", "", "plugin id (required without -f)")
 	fs.StringVar(&f.capacity, "capacity", "", "minimum capacity, e.g. 1GiB")
 	fs.StringVar(&f.capacityMax, "capacity-max", "", "maximum capacity, e.g. 2GiB: the most the volume may grow to")
@@ -270,13 +270,13 @@ func newVolumeCreateCommand(opts *clientOptions) *cobra.Command {
 		Long: `Create a volume through a healthy controller of the plugin, and record it.
 
 The volume is described by flags, or by a volume specification file (-f,
-Nomad's format; csisupd volume init prints one). Flags given beside -f
-override the file: NAME its id, --plugin, --capacity and --capacity-max
-their keys, --access-type or --access-mode its capability blocks (with one),
---fs-type and --mount-flag its mount_options, --topology-required and
---topology-preferred its topology_request segments, --snapshot and --clone
-its snapshot_id and clone_id; --parameter, --mutable-parameter and --secret
-set their keys over the file's.
+Nomad's format in HCL or JSON; csisupd volume init prints one). Flags given
+beside -f override the file: NAME its id, --plugin, --capacity and
+--capacity-max their keys, --access-type or --access-mode its capability
+blocks (with one), --fs-type and --mount-flag its mount_options,
+--topology-required and --topology-preferred its topology_request segments,
+--snapshot and --clone its snapshot_id and clone_id; --parameter,
+--mutable-parameter and --secret set their keys over the file's.
 
 --topology-required and --topology-preferred take one segment each, such as
 zone=us-east-1a,rack=r1; repeat them for more segments. The volume must be
@@ -320,7 +320,7 @@ type registerFlags struct {
 }
 
 func (f *registerFlags) register(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.file, "file", "f", "", "volume specification file (Nomad's format; - reads standard input); flags given beside it override its keys")
+	fs.StringVarP(&f.file, "file", "f", "", "volume specification file (Nomad's format, HCL or JSON; - reads standard input); flags given beside it override its keys")
 	fs.StringVar(&f.pluginID, "plugin", "", "plugin id (required without -f)")
 	fs.StringVar(&f.externalID, "external-id", "", "the volume id in the storage provider (required without -f)")
 	fs.StringVar(&f.capacity, "capacity", "", "capacity of the volume, e.g. 1GiB")
@@ -370,9 +370,9 @@ func newVolumeRegisterCommand(opts *clientOptions) *cobra.Command {
 the plugin.
 
 The volume is described by flags, or by a volume specification file (-f,
-Nomad's format; csisupd volume init --register prints one). Flags given
-beside -f override the file's keys as they do for volume create; --context
-and --parameter set their keys over the file's.`,
+Nomad's format in HCL or JSON; csisupd volume init --register prints one).
+Flags given beside -f override the file's keys as they do for volume
+create; --context and --parameter set their keys over the file's.`,
 		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := f.volume(cmd.Flags(), args, cmd.InOrStdin())

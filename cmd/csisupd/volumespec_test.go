@@ -187,6 +187,13 @@ func TestCreateRequest(t *testing.T) {
 			stdin: "id = \"in\"\nplugin_id = \"p\"\n",
 			want:  &csisupdv1.VolumeCreateRequest{Id: "in", PluginId: "p", Capabilities: []*csisupdv1.VolumeCapability{sw("")}},
 		},
+		{
+			name:  "JSON on stdin, a flag over it",
+			args:  []string{"-f", "-", "--capacity", "2GiB"},
+			stdin: `{"id": "in", "plugin_id": "p", "capacity_min": "1GiB", "mount_options": {"fs_type": "ext4"}, "parameters": {"a": "1"}}`,
+			want: &csisupdv1.VolumeCreateRequest{Id: "in", PluginId: "p", CapacityMinBytes: 2 << 30,
+				Capabilities: []*csisupdv1.VolumeCapability{sw("ext4")}, Parameters: map[string]string{"a": "1"}},
+		},
 		{name: "snapshot and clone", args: []string{"v", "--plugin", "p", "--snapshot", "s", "--clone", "c"}, usage: true,
 			wantErr: "--snapshot and --clone are exclusive: a volume starts from a snapshot or from another volume, not both"},
 		{name: "empty snapshot", args: []string{"v", "--plugin", "p", "--snapshot", ""}, usage: true, wantErr: "--snapshot: empty id"},

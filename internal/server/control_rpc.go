@@ -447,7 +447,7 @@ func (c *controlService) checkCallerNode(ctx context.Context, nodeRef string) er
 // has no stale form: only the leader's state, confirmed with a quorum,
 // is the one the claim that follows a check would meet.
 func (c *controlService) CheckClaim(ctx context.Context, req *csisupdv1.CheckClaimRequest) (*csisupdv1.CheckClaimResponse, error) {
-	if err := invalidRequest("check claim", volreq.ClaimVolume(&csisupdv1.VolumeClaimRequest{Usage: req.GetUsage()})); err != nil {
+	if err := invalidRequest("check claim", volreq.CheckClaim(req)); err != nil {
 		return nil, err
 	}
 	return route(ctx, c.s.fwd, false, true,

@@ -55,7 +55,13 @@ func TestBadVolumeInputsAreRefusedAndNothingStored(t *testing.T) {
 		{"remount capability", &csisupdv1.VolumeCreateRequest{Capabilities: []*csisupdv1.VolumeCapability{{MountFlags: []string{"remount"}}}},
 			`capabilities[0].mount_flags[0] "remount" is not allowed`},
 		{"too many secrets", &csisupdv1.VolumeCreateRequest{Secrets: manyEntries(600)}, `secrets has 600 entries`},
-		{"control character in the name", &csisupdv1.VolumeCreateRequest{Name: "db\n"}, `name "db\n" holds a control character`},
+		{"control character in the name", &csisupdv1.VolumeCreateRequest{Name: "db\n"}, `name: "db\n" contains the control character U+000A`},
+		{"escape sequence in the name", &csisupdv1.VolumeCreateRequest{Name: "\x1b[2J"}, `name: "\x1b[2J" contains the control character U+001B`},
+		{"control character in a parameter key", &csisupdv1.VolumeCreateRequest{Parameters: map[string]string{"a\x07": "b"}},
+			`parameters: key "a\a" contains the control character U+0007`},
+		{"control character in a topology value", &csisupdv1.VolumeCreateRequest{AccessibilityRequirements: &csisupdv1.TopologyRequirement{
+			Requisite: []*csisupdv1.TopologySegment{{Segments: map[string]string{"zone": "z\r"}}}}},
+			`accessibility_requirements.requisite[0].segments: value of "zone": "z\r" contains the control character U+000D`},
 	}
 	for _, tt := range creates {
 		t.Run("create "+tt.name, func(t *testing.T) {
@@ -78,10 +84,15 @@ func TestBadVolumeInputsAreRefusedAndNothingStored(t *testing.T) {
 		{"comma flag", &csisupdv1.Volume{Capabilities: []*csisupdv1.VolumeCapability{{MountFlags: []string{"a,b"}}}}, `"a,b" holds a comma`},
 		{"10000 parameters", &csisupdv1.Volume{Parameters: manyEntries(10000)}, `volume.parameters has 10000 entries`},
 		{"negative capacity", &csisupdv1.Volume{CapacityBytes: -5}, `volume.capacity_bytes -5 is negative`},
+		{"control character in the external id", &csisupdv1.Volume{ExternalId: "x\x1b]0;title\x07"}, `volume.external_id: "x\x1b]0;title\a" contains`},
+		{"control character in a context key", &csisupdv1.Volume{Context: map[string]string{"k\n": "v"}}, `volume.context: key "k\n" contains`},
 	}
 	for _, tt := range registers {
 		t.Run("register "+tt.name, func(t *testing.T) {
-			tt.v.Id, tt.v.PluginId, tt.v.ExternalId = "bad-register", "p1", "x-bad"
+			tt.v.Id, tt.v.PluginId = "bad-register", "p1"
+			if tt.v.ExternalId == "" {
+				tt.v.ExternalId = "x-bad"
+			}
 			_, err := e.cl.RegisterVolume(ctx, &csisupdv1.VolumeRegisterRequest{Volume: tt.v})
 			wantInvalid(t, "RegisterVolume", err, tt.want)
 			notStored(t, "bad-register")
@@ -110,6 +121,13 @@ func TestBadVolumeInputsAreRefusedAndNothingStored(t *testing.T) {
 	}
 	_, err := e.cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "vol", NodeId: "node-a", WorkloadId: "w1", Secrets: manyEntries(600)})
 	wantInvalid(t, "ClaimVolume with 600 secrets", err, `secrets has 600 entries`)
+	_, err = e.cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "vol", NodeId: "node-a", WorkloadId: "w1", Owner: "nomad\x1b[2J"})
+	wantInvalid(t, "ClaimVolume with an escape in the owner", err, `owner: "nomad\x1b[2J" contains the control character U+001B`)
+	_, err = e.cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "vol", NodeId: "node-a", WorkloadId: "w1", Secrets: map[string]string{"key\x07": "value\x07"}})
+	wantInvalid(t, "ClaimVolume with a control character in a secret's key", err, `secrets: key "key\a" contains`)
+	if strings.Contains(status.Convert(err).Message(), "value") {
+		t.Fatalf("refusal %v holds the secret's value", err)
+	}
 	if v := e.volume(t, "vol"); len(v.GetClaims()) != 0 {
 		t.Fatalf("claims after refused requests: %v", v.GetClaims())
 	}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 )
@@ -117,6 +119,43 @@ func FuzzVolumeMountGroup(f *testing.F) {
 		n, err := strconv.ParseUint(group, 10, 32)
 		if err != nil || n > MaxGroupID || strconv.FormatUint(n, 10) != group {
 			t.Fatalf("group %q passed (parsed %d, %v)", group, n, err)
+		}
+	})
+}
+
+// FuzzRequestText feeds free-form strings to a create request as its name,
+// a parameter key, a topology value and a secret's value. What passes
+// holds valid UTF-8 without control characters where it is printed (the
+// secret's value excepted, which is never checked), and an error never
+// holds the secret's value.
+func FuzzRequestText(f *testing.F) {
+	for _, seed := range [][4]string{
+		{"db", "size", "zone-a", "s3cr3t"},
+		{"\x1b[2J", "a\x07", "r1\n", "line\nbreak"},
+		{"données", "größe", "zürich", "\xff"},
+		{"db\xff", "\u009b", "\u2028", ""},
+	} {
+		f.Add(seed[0], seed[1], seed[2], seed[3])
+	}
+	f.Fuzz(func(t *testing.T, name, key, zone, secret string) {
+		req := &csisupdv1.VolumeCreateRequest{
+			Id: "v", PluginId: "p", Name: name, Parameters: map[string]string{key: "v"},
+			Secrets: map[string]string{"token": secretMark + secret},
+			AccessibilityRequirements: &csisupdv1.TopologyRequirement{
+				Requisite: []*csisupdv1.TopologySegment{{Segments: map[string]string{"zone": zone}}},
+			},
+		}
+		err := CreateVolume(req)
+		if err != nil {
+			if strings.Contains(err.Error(), secretMark) {
+				t.Fatalf("error %q holds the secret value", err)
+			}
+			return
+		}
+		for _, s := range []string{name, key, zone} {
+			if !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+				t.Fatalf("%q passed", s)
+			}
 		}
 	})
 }

@@ -1,11 +1,6 @@
 package volreq
 
-import (
-	"fmt"
-	"strings"
-	"unicode"
-	"unicode/utf8"
-)
+import "fmt"
 
 // Caps of one string map (parameters, a volume or publish context, the
 // accessible topology's segments). CSI's general limit for a map is 4 KiB,
@@ -76,16 +71,10 @@ func NonNegative(field string, n int64) error {
 const MaxNameBytes = 128
 
 // Name checks the name of a volume create, which may be empty (the id is
-// the name then): at most MaxNameBytes of UTF-8, without control
-// characters, which a log or a terminal would show as something else.
+// the name then): at most MaxNameBytes, and text as Text checks it.
 func Name(field, name string) error {
-	switch {
-	case len(name) > MaxNameBytes:
+	if len(name) > MaxNameBytes {
 		return fmt.Errorf("%s is %d bytes, more than the %d allowed", field, len(name), MaxNameBytes)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%s %q is not UTF-8", field, name)
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("%s %q holds a control character", field, name)
 	}
-	return nil
+	return Text(field, name)
 }

@@ -76,10 +76,10 @@ func TestRequests(t *testing.T) {
 		{"create ok", CreateVolume(&csisupdv1.VolumeCreateRequest{Id: "v", CapacityMinBytes: 1 << 30,
 			Capabilities: []*csisupdv1.VolumeCapability{{FsType: "ext4", MountFlags: []string{"noatime", "suid"}}}}), ""},
 		{"create name", CreateVolume(&csisupdv1.VolumeCreateRequest{Id: "v", Name: "database"}), ""},
-		{"create name control", CreateVolume(&csisupdv1.VolumeCreateRequest{Id: "v", Name: "data\x1b[2Jbase"}), `name "data\x1b[2Jbase" holds a control character`},
+		{"create name control", CreateVolume(&csisupdv1.VolumeCreateRequest{Id: "v", Name: "data\x1b[2Jbase"}), `name: "data\x1b[2Jbase" contains the control character U+001B (at byte 4)`},
 		{"create name long", CreateVolume(&csisupdv1.VolumeCreateRequest{Id: "v", Name: strings.Repeat("n", MaxNameBytes+1)}), `name is 129 bytes, more than the 128 allowed`},
 		{"create name most", CreateVolume(&csisupdv1.VolumeCreateRequest{Id: "v", Name: strings.Repeat("n", MaxNameBytes)}), ""},
-		{"create name not utf-8", CreateVolume(&csisupdv1.VolumeCreateRequest{Id: "v", Name: "db\xff"}), `name "db\xff" is not UTF-8`},
+		{"create name not utf-8", CreateVolume(&csisupdv1.VolumeCreateRequest{Id: "v", Name: "db\xff"}), `name: "db\xff" is not valid UTF-8 (at byte 2)`},
 		{"create capacity", CreateVolume(&csisupdv1.VolumeCreateRequest{CapacityMinBytes: -5}), `capacity_min_bytes -5 is negative`},
 		{"create capability flag", CreateVolume(&csisupdv1.VolumeCreateRequest{
 			Capabilities: []*csisupdv1.VolumeCapability{{MountFlags: []string{"bind"}}}}), `capabilities[0].mount_flags[0] "bind"`},

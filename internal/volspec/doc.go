@@ -34,6 +34,12 @@
 // ("csi.storage.k8s.io/fstype" = "ext4") as well as HCL 2's arguments
 // with objects (segments = { rack = "R1" }).
 //
+// Nomad also takes volume files in JSON, as HCL 1 does: a file that starts
+// with "{" (after white space) or whose name ends in ".json" is read as
+// JSON, the same keys in one object, a block as an object and a
+// repeatable block as a list of objects, and decoded as an HCL file is,
+// with the same checks and file:line errors.
+//
 // Secrets are never printed: Spec's Secrets redacts its values when
 // formatted, and no error quotes a secret's value.
 package volspec

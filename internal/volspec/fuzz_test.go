@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// FuzzParse feeds arbitrary bytes to Parse. It must never panic; each
+// FuzzParse feeds arbitrary bytes to Parse, HCL or JSON. It must never panic; each
 // problem it reports names the file; a spec it accepts turns into a
 // create request or says why not, never with a secret's value; and
 // snapshot_id and clone_id never both reach a request.
@@ -20,6 +20,10 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("capability {\n  access_mode = \"x\"\n}\ncapacity_min = 5\n"))
 	f.Add([]byte("topology_request { required { topology { segments { \"rack\" = \"R1\", zone = 1 } } } }\nparameters { \"a.b/c\" = <<EOT\nx\nEOT\n}\n"))
 	f.Add([]byte("capability { access_mode = \"single-node-writer\", attachment_mode = \"file-system\" }\nmount_options { fs_type = \"ext4\" mount_flags = [\"noatime\"] }\nid = \"v\"\nplugin_id = \"p\"\n"))
+	// JSON files, read as JSON because they start with "{".
+	f.Add([]byte(`{"id": "v", "plugin_id": "p", "capability": [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}],` +
+		` "topology_request": {"required": {"topology": [{"segments": {"rack": "R1"}}]}}, "secrets": {"k": "s3cr3t"}}`))
+	f.Add([]byte("{\"id\": \"v\",\n\"mount_options\": {\"fs_type\": null}, \"parameters\": {\"a\": [1, {\"b\": true}]}}\n"))
 	at := regexp.MustCompile(`^spec\.hcl(:\d+)?: `)
 	f.Fuzz(func(t *testing.T, src []byte) {
 		if len(src) > 64<<10 {

@@ -150,15 +150,7 @@ func (c *hcl1conv) expr(n hcl1ast.Node, key string) (hclsyntax.Expression, bool)
 	case *hcl1ast.ListType:
 		at := c.rng(v.Lbrack, 1)
 		at.End = c.rng(v.Rbrack, 1).End
-		tuple := &hclsyntax.TupleConsExpr{SrcRange: at, OpenRange: c.rng(v.Lbrack, 1)}
-		for i, e := range v.List {
-			x, ok := c.expr(e, fmt.Sprintf("%s[%d]", key, i))
-			if !ok {
-				return nil, false
-			}
-			tuple.Exprs = append(tuple.Exprs, x)
-		}
-		return tuple, true
+		return tuple(at, c.rng(v.Lbrack, 1), v.List, key, c.expr)
 	case *hcl1ast.ObjectType:
 		at := c.rng(v.Lbrace, 1)
 		at.End = c.rng(v.Rbrace, 1).End
@@ -221,4 +213,18 @@ func literal(t hcl1token.Token) (cty.Value, error) {
 	default:
 		return cty.NilVal, fmt.Errorf("%s is not a value: quote strings (%q)", t.Text, strings.Trim(t.Text, `"`))
 	}
+}
+
+// tuple converts the elements of a list with conv into a tuple expression
+// at at, opened at open; key[i] names each element in errors.
+func tuple[E any](at, open hcl.Range, elems []E, key string, conv func(E, string) (hclsyntax.Expression, bool)) (hclsyntax.Expression, bool) {
+	t := &hclsyntax.TupleConsExpr{SrcRange: at, OpenRange: open}
+	for i, e := range elems {
+		x, ok := conv(e, fmt.Sprintf("%s[%d]", key, i))
+		if !ok {
+			return nil, false
+		}
+		t.Exprs = append(t.Exprs, x)
+	}
+	return t, true
 }

@@ -72,7 +72,8 @@ func (d *decoder) errorf(at hcl.Range, format string, args ...any) {
 }
 
 // Parse decodes a volume specification in HCL native syntax, HCL 2 or
-// Nomad's HCL 1; filename names the file in errors. It returns every
+// Nomad's HCL 1, or in JSON (see isJSON); filename names the file in
+// errors. It returns every
 // problem of the file, each starting with "filename:line: ".
 //
 // A file is read as HCL 2 first, and as HCL 1 when HCL 2 refuses only
@@ -104,8 +105,11 @@ func Parse(filename string, src []byte) (*Spec, error) {
 	return d.spec, nil
 }
 
-// parseBody parses src as HCL 2, else as HCL 1 (see Parse).
+// parseBody parses src as JSON, HCL 2 or HCL 1 (see Parse).
 func parseBody(filename string, src []byte) (*hclsyntax.Body, []fileError, error) {
+	if isJSON(filename, src) {
+		return parseJSON(filename, src)
+	}
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if !diags.HasErrors() {
 		body, ok := file.Body.(*hclsyntax.Body)

@@ -10,9 +10,10 @@ import (
 
 // checkText returns a problem for every id and every key of the spec that
 // holds a control character or is not UTF-8 (ids.CheckText): they are
-// printed, logged and passed to plugins as one line of text. Values of
-// parameters, secrets and context are the plugin's business and may hold
-// anything.
+// printed, logged and passed to plugins as one line of text. So are the
+// values of topology segments, labels such as a zone that the servers
+// print in placement errors. Values of parameters, secrets and context
+// are the plugin's business and may hold anything.
 func (s *Spec) checkText() []error {
 	var errs []error
 	for _, p := range s.textProblems() {
@@ -55,6 +56,9 @@ func (s *Spec) textProblems() []fileError {
 			for _, k := range sortedKeys(seg) {
 				if err := ids.CheckText(k); err != nil {
 					errs = append(errs, fileError{s.at[t.key], fmt.Errorf("%s%s: segment key %w", s.where(t.key), t.key, err)})
+				}
+				if err := ids.CheckText(seg[k]); err != nil {
+					errs = append(errs, fileError{s.at[t.key], fmt.Errorf("%s%s: value of segment key %q: %w", s.where(t.key), t.key, k, err)})
 				}
 			}
 		}

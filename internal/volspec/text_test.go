@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// Control characters in ids and keys are refused at the line of their
-// key; values may hold anything.
+// Control characters in ids, keys and topology values are refused at the
+// line of their key; other values may hold anything.
 func TestParseRefusesControlCharacters(t *testing.T) {
 	tests := []struct {
 		name string
@@ -22,6 +22,8 @@ func TestParseRefusesControlCharacters(t *testing.T) {
 				`v.hcl:2: external_id: "vol\a" contains the control character U+0007 (at byte 3): give printable text`,
 				`v.hcl:4: topology_request.required: segment key "zo\tne" contains the control character U+0009 (at byte 2): give printable text`,
 			}},
+		{"topology value", "id = \"v\"\nplugin_id = \"p\"\ntopology_request {\n  preferred {\n    topology { segments = { zone = \"a\\r\" } }\n  }\n}\n",
+			[]string{`v.hcl:4: topology_request.preferred: value of segment key "zone": "a\r" contains the control character U+000D (at byte 1): give printable text`}},
 		{"values may hold newlines", "id = \"v\"\nplugin_id = \"p\"\nparameters = { cert = \"-----BEGIN\\nabc\\n\" }\nsecrets { key = \"a\\nb\" }\n", nil},
 	}
 	for _, tt := range tests {
