@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/csisupd/csisupd/internal/config/configtest"
 )
 
 // writeFiles writes name → content into a new directory, makes it the
@@ -25,65 +28,47 @@ func writeFiles(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-// validate finds the broken configurations of the config package's tests
-// with the same file:line and text, and exits 1.
-func TestValidateConfigProblems(t *testing.T) {
-	tests := []struct {
-		name  string
-		files map[string]string
-		args  []string
-		want  []string // the problems, one a line
-	}{
-		{"bad duration", map[string]string{"agent.hcl": "name = \"n\"\n\n\n\n\nclient {\n  probe_interval = \"5x\"\n}"}, []string{"agent.hcl"},
-			[]string{`agent.hcl:7: client.probe_interval: invalid duration "5x": use a number with a unit, such as "5s" or "1m"`}},
-		{"unknown key with suggestion", map[string]string{"agent.hcl": "\nclient {\n  probe_intervall = \"5s\"\n}"}, []string{"agent.hcl"},
-			[]string{`agent.hcl:3: unsupported argument "probe_intervall" in block client; did you mean "probe_interval"?`}},
-		{"unknown block", map[string]string{"agent.hcl": "clinet {\n}"}, []string{"agent.hcl"},
-			[]string{`agent.hcl:1: unsupported block "clinet"; did you mean "client"?`}},
-		{"duplicate plugin block", map[string]string{"agent.hcl": "plugin \"a\" {\n}\nplugin \"a\" {\n}"}, []string{"agent.hcl"},
-			[]string{`agent.hcl:3: duplicate block plugin "a" (first at line 1): merge them into one`}},
-		{"wrong type", map[string]string{"agent.hcl": "ports {\n  rpc = \"abc\"\n}"}, []string{"agent.hcl"},
-			[]string{`agent.hcl:2: ports.rpc: expected a number, got string "abc"`}},
-		{"several problems in one file", map[string]string{"agent.hcl": "name = \"n\"\nclient {\n  probe_interval = \"x\"\n}\nbogus = 1\nports {\n  rpc = true\n}"}, []string{"agent.hcl"},
-			[]string{
-				`agent.hcl:3: client.probe_interval: invalid duration "x": use a number with a unit, such as "5s" or "1m"`,
-				`agent.hcl:5: unsupported argument "bogus"`,
-				`agent.hcl:7: ports.rpc: expected a number, got bool true`,
-			}},
-		{"validation: name", map[string]string{"agent.hcl": `name = "-bad name"`}, []string{"agent.hcl"},
-			[]string{`agent.hcl:1: name: "-bad name" must start with a letter or digit and contain only letters, digits, '.', '_' and '-' (at most 253)`}},
-		{"validation: data_dir", map[string]string{"agent.hcl": `data_dir = "var/lib"`}, []string{"agent.hcl"},
-			[]string{`agent.hcl:1: data_dir: "var/lib" must be an absolute path`}},
-		{"validation: acl without tls", map[string]string{"agent.hcl": "acl {\n  enabled = true\n}"}, []string{"agent.hcl"},
-			[]string{`agent.hcl:2: acl.enabled: needs TLS (tls.ca_file, tls.cert_file, tls.key_file): servers and agents prove their role by certificate, and tokens must not cross the network in plain text`}},
-		{"validation: server duration", map[string]string{"agent.hcl": "server {\n  claim_gc_grace = \"0s\"\n}"}, []string{"agent.hcl"},
-			[]string{`agent.hcl:2: server.claim_gc_grace: must be greater than zero, got 0s`}},
-		{"several files and a missing one", map[string]string{"a.hcl": `bogus = 1`, "b.hcl": `log_json = 3`}, []string{"a.hcl", "missing.hcl", "b.hcl"},
-			[]string{`a.hcl:1: unsupported argument "bogus"`, "config: stat missing.hcl: no such file or directory", `b.hcl:1: log_json: expected a bool, got number 3`}},
-		{"nested 50,000 deep", map[string]string{"agent.hcl": "name = \"n\"\nx = " + strings.Repeat("[", 50000) + strings.Repeat("]", 50000)}, []string{"agent.hcl"},
-			[]string{`agent.hcl:2: nested deeper than 32 levels of blocks, objects, lists or parentheses: refusing the file before parsing it`}},
-		{"a directory", map[string]string{"conf.d/10-base.hcl": "name = \"n\"\n", "conf.d/20-client.hcl": "client {\n  probe_intervall = \"5s\"\n}"}, []string{"conf.d"},
-			[]string{`conf.d/20-client.hcl:2: unsupported argument "probe_intervall" in block client; did you mean "probe_interval"?`}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			writeFiles(t, tt.files)
-			var stdout, stderr bytes.Buffer
-			code := runWith(append([]string{"validate"}, tt.args...), &stdout, &stderr)
-			if code != exitError {
-				t.Errorf("exit code %d, want %d", code, exitError)
-			}
-			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
-			if len(lines) == 0 || !strings.HasPrefix(lines[0], "Error: ") || !strings.HasSuffix(lines[0], " found:") {
-				t.Fatalf("stderr does not start with the count of problems:\n%s", stderr.String())
-			}
-			if got := lines[1:]; strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
-				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
-			}
-			if stdout.Len() != 0 {
-				t.Errorf("stdout = %q, want nothing", stdout.String())
-			}
+// validate finds each broken configuration of the config package's tests
+// with the problems the loader reports, the same file:line and text, and
+// exits 1.
+func TestValidateBrokenConfigs(t *testing.T) {
+	for _, b := range configtest.Invalid(t, filepath.Join("..", "..", "internal", "config", "testdata", "invalid")) {
+		t.Run(b.Name, func(t *testing.T) {
+			wantProblems(t, []string{b.Lay(t)}, strings.Split(b.Want, "\n"))
 		})
+	}
+}
+
+// validate reads several paths together and reports the problems of each,
+// a missing one among them.
+func TestValidateConfigProblems(t *testing.T) {
+	writeFiles(t, map[string]string{"a.hcl": `bogus = 1`, "b.hcl": `log_json = 3`})
+	wantProblems(t, []string{"a.hcl", "missing.hcl", "b.hcl"}, []string{
+		`a.hcl:1: unsupported argument "bogus"`,
+		"config: stat missing.hcl: no such file or directory",
+		`b.hcl:1: log_json: expected a bool, got number 3`,
+	})
+}
+
+// wantProblems runs validate on paths and checks that it exits 1 and prints
+// the count of the problems, then the problems, one a line, and nothing
+// else.
+func wantProblems(t *testing.T, paths, want []string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := runWith(append([]string{"validate"}, paths...), &stdout, &stderr)
+	if code != exitError {
+		t.Errorf("exit code %d, want %d", code, exitError)
+	}
+	count := fmt.Sprintf("Error: %d problems found:", len(want))
+	if len(want) == 1 {
+		count = "Error: 1 problem found:"
+	}
+	if got, want := stderr.String(), count+"\n"+strings.Join(want, "\n")+"\n"; got != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", got, want)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("stdout = %q, want nothing", stdout.String())
 	}
 }
 

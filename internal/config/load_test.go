@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/csisupd/csisupd/internal/config/configtest"
 )
 
 // input describes one Load call of a test. Paths are relative to a fresh
@@ -575,190 +577,20 @@ func TestLoadRefusesAFIFO(t *testing.T) {
 	}
 }
 
-func TestLoadDecodeErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		src  string
-		want string // the whole error text
-	}{
-		{
-			name: "bad duration",
-			src:  "name = \"n\"\n\n\n\n\nclient {\n  probe_interval = \"5x\"\n}",
-			want: `agent.hcl:7: client.probe_interval: invalid duration "5x": use a number with a unit, such as "5s" or "1m"`,
-		},
-		{
-			name: "duration without unit",
-			src:  "consul { sync_interval = 30 }",
-			want: `agent.hcl:1: consul.sync_interval: invalid duration "30": use a number with a unit, such as "5s" or "1m"`,
-		},
-		{
-			name: "unknown key in block with suggestion",
-			src:  "\nclient {\n  probe_intervall = \"5s\"\n}",
-			want: `agent.hcl:3: unsupported argument "probe_intervall" in block client; did you mean "probe_interval"?`,
-		},
-		{
-			name: "unknown top-level key",
-			src:  `colour = "blue"`,
-			want: `agent.hcl:1: unsupported argument "colour"`,
-		},
-		{
-			name: "unknown block",
-			src:  "nomad {\n}",
-			want: `agent.hcl:1: unsupported block "nomad"`,
-		},
-		{
-			name: "misspelt block",
-			src:  "clinet {\n}",
-			want: `agent.hcl:1: unsupported block "clinet"; did you mean "client"?`,
-		},
-		{
-			name: "plugin block without label",
-			src:  "plugin {\n}",
-			want: `agent.hcl:1: block plugin takes one label, the plugin id: plugin "<id>" { ... }`,
-		},
-		{
-			name: "plugin block with a bad id",
-			src:  "plugin \"../x\" {\n}",
-			want: `agent.hcl:1: plugin "../x": a plugin id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`,
-		},
-		{
-			name: "plugin block twice",
-			src:  "plugin \"a\" {\n}\nplugin \"a\" {\n}",
-			want: `agent.hcl:3: duplicate block plugin "a" (first at line 1): merge them into one`,
-		},
-		{
-			name: "unknown key in plugin block",
-			src:  "plugin \"a\" {\n  mount_dri = \"/x\"\n}",
-			want: `agent.hcl:2: unsupported argument "mount_dri" in block plugin.a; did you mean "mount_dir"?`,
-		},
-		{
-			name: "nested block",
-			src:  "client {\n  extra {\n  }\n}",
-			want: `agent.hcl:2: unsupported block "extra" in block client`,
-		},
-		{
-			name: "block written as argument",
-			src:  `ports = { rpc = 1 }`,
-			want: `agent.hcl:1: unsupported argument "ports"; ports is a block: write ports { ... }`,
-		},
-		{
-			name: "argument written as block",
-			src:  "client {\n  servers {\n  }\n}",
-			want: `agent.hcl:2: unsupported block "servers" in block client; servers is an argument: write servers = ...`,
-		},
-		{
-			name: "block with label",
-			src:  "client \"x\" {\n}",
-			want: `agent.hcl:1: block client takes no labels`,
-		},
-		{
-			name: "duplicate block",
-			src:  "client {\n}\nclient {\n}",
-			want: `agent.hcl:3: duplicate block client (first at line 1): merge them into one`,
-		},
-		{
-			name: "unknown block nested in acl",
-			src:  "acl {\n  token {\n  }\n}",
-			want: `agent.hcl:2: unsupported block "token" in block acl; did you mean "tokens"?`,
-		},
-		{
-			name: "unknown key in acl.tokens",
-			src:  "acl {\n  tokens {\n    agnet = \"x\"\n  }\n}",
-			want: `agent.hcl:3: unsupported argument "agnet" in block acl.tokens; did you mean "agent"?`,
-		},
-		{
-			name: "duplicate nested block",
-			src:  "acl {\n  tokens {\n  }\n  tokens {\n  }\n}",
-			want: `agent.hcl:4: duplicate block acl.tokens (first at line 2): merge them into one`,
-		},
-		{
-			name: "string for a number",
-			src:  "ports {\n  rpc = \"abc\"\n}",
-			want: `agent.hcl:2: ports.rpc: expected a number, got string "abc"`,
-		},
-		{
-			name: "fraction for a number",
-			src:  "server { raft_multiplier = 1.5 }",
-			want: `agent.hcl:1: server.raft_multiplier: expected a whole number, got 1.5`,
-		},
-		{
-			name: "string for a fractional number",
-			src:  "server { max_heartbeats_per_second = \"fast\" }",
-			want: `agent.hcl:1: server.max_heartbeats_per_second: expected a number, got string "fast"`,
-		},
-		{
-			name: "fractional number beyond float64",
-			src:  "server { max_heartbeats_per_second = 1e400 }",
-			want: `agent.hcl:1: server.max_heartbeats_per_second: number 1e+400 is out of range`,
-		},
-		{
-			name: "huge number",
-			src:  "ports { rpc = 99999999999999 }",
-			want: `agent.hcl:1: ports.rpc: number 99999999999999 is out of range`,
-		},
-		{
-			name: "string for a bool",
-			src:  `log_json = "yes"`,
-			want: `agent.hcl:1: log_json: expected a bool, got string "yes"`,
-		},
-		{
-			name: "string for a list",
-			src:  `client { servers = "a:1" }`,
-			want: `agent.hcl:1: client.servers: expected a list of strings, got string "a:1"`,
-		},
-		{
-			name: "list for a string",
-			src:  `name = ["a"]`,
-			want: `agent.hcl:1: name: expected a string, got a list`,
-		},
-		{
-			name: "null in a list",
-			src:  `client { servers = ["a:1", null] }`,
-			want: `agent.hcl:1: client.servers: element 1 is null`,
-		},
-		{
-			name: "variable",
-			src:  `name = hostname`,
-			want: `agent.hcl:1: name: Variables not allowed: Variables may not be used here`,
-		},
-		{
-			name: "several problems in file order",
-			src:  "client {\n  probe_interval = \"x\"\n}\nbogus = 1\nports { rpc = true }",
-			want: `agent.hcl:2: client.probe_interval: invalid duration "x": use a number with a unit, such as "5s" or "1m"` + "\n" +
-				`agent.hcl:4: unsupported argument "bogus"` + "\n" +
-				`agent.hcl:5: ports.rpc: expected a number, got bool true`,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := load(t, input{files: map[string]string{"agent.hcl": tt.src}, paths: []string{"agent.hcl"}})
+// TestLoadBrokenConfigs loads each broken configuration of testdata/invalid
+// as the agent would, with no environment or flags, and compares the whole
+// error with the case's .want. `csisupd validate` is checked against the
+// same cases.
+func TestLoadBrokenConfigs(t *testing.T) {
+	for _, b := range configtest.Invalid(t, filepath.Join("testdata", "invalid")) {
+		t.Run(b.Name, func(t *testing.T) {
+			path := b.Lay(t)
+			_, err := Load(LoadInput{Files: []string{path}, Env: func(string) string { return "" }})
 			if err == nil {
-				t.Fatalf("Load succeeded, want error %q", tt.want)
+				t.Fatalf("Load succeeded, want error:\n%s", b.Want)
 			}
-			if err.Error() != tt.want {
-				t.Fatalf("error:\n%s\nwant:\n%s", err, tt.want)
-			}
-		})
-	}
-}
-
-func TestLoadSyntaxErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		src  string
-		want string // prefix of the error text
-	}{
-		{"unclosed block", "name = \"a\"\nclient {\n", "agent.hcl:2: "},
-		{"redefined argument", "name = \"a\"\nname = \"b\"", "agent.hcl:2: Attribute redefined"},
-		{"garbage", "name = \"a\"\n\n= 3", "agent.hcl:3: "},
-		{"nested 50,000 deep", "name = \"a\"\nclient {\n  servers = " + strings.Repeat("[", 50000) + strings.Repeat("]", 50000) + "\n}\n",
-			"agent.hcl:3: nested deeper than 32 levels"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := load(t, input{files: map[string]string{"agent.hcl": tt.src}, paths: []string{"agent.hcl"}})
-			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
-				t.Fatalf("error = %v, want prefix %q", err, tt.want)
+			if err.Error() != b.Want {
+				t.Fatalf("error:\n%s\nwant:\n%s", err, b.Want)
 			}
 		})
 	}

@@ -28,7 +28,7 @@ const module = "github.com/csisupd/csisupd/"
 // HCL files, and internal/hcldiag, HCL's diagnostics as errors, which
 // import nothing of the module. Test-only
 // packages (testutil, testplugin and its journal reader, testregistrar,
-// testcluster, consultest, metricsdoc, netlab) are imported by tests, benchmarks and --dev only.
+// testcluster, consultest, configtest, metricsdoc, netlab) are imported by tests, benchmarks and --dev only.
 var (
 	api    = "api/csisupd/v1"
 	bottom = []string{"internal/plugin", "internal/stream", "internal/retry", "internal/heartbeat",
@@ -134,6 +134,9 @@ var allowed = map[string][]string{
 	"internal/testregistrar/cmd/csi-testregistrar": {"internal/testregistrar"},
 	"internal/testcluster":                         {api, "internal/agent", "internal/config", "internal/server", "internal/testplugin", "internal/testutil"},
 	"internal/consulsync/consultest":               {},
+	// configtest lays out the broken configurations of config's testdata
+	// for config's tests and the CLI's: the standard library only.
+	"internal/config/configtest": {},
 	// netlab builds lab networks for fault tests: the standard library and
 	// the ip and iptables commands only.
 	"internal/netlab": {},
@@ -176,7 +179,7 @@ var forbiddenOutside = map[string][]string{
 }
 
 // testHelpers may be imported by every package's tests.
-var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/testplugin/journal", "internal/testregistrar", "internal/plugin/plugintest", "internal/consulsync/consultest", "internal/netlab"}
+var testHelpers = []string{"internal/testutil", "internal/testutil/sanitytest", "internal/testutil/metricsdoc", "internal/testplugin", "internal/testplugin/journal", "internal/testregistrar", "internal/plugin/plugintest", "internal/consulsync/consultest", "internal/config/configtest", "internal/netlab"}
 
 // allowedInTests lists what a package's tests may import beyond its own
 // allowed imports and testHelpers, each with why. Tests run the real parts

@@ -1,0 +1,3 @@
+acl {
+  enabled = true
+}

@@ -1,0 +1,1 @@
+advertise_addr = "host.example"

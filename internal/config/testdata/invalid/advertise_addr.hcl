@@ -1,0 +1,1 @@
+advertise_addr = "0.0.0.0"

@@ -1,0 +1,3 @@
+client {
+  allow_insecure_plugin_dir = "maybe"
+}

@@ -1,0 +1,3 @@
+client {
+  allow_mount_flags = ["suid", "exec", "dev", ""]
+}

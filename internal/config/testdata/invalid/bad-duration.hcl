@@ -1,0 +1,8 @@
+name = "n"
+
+
+
+
+client {
+  probe_interval = "5x"
+}

@@ -1,0 +1,1 @@
+bind_addr = "localhost"

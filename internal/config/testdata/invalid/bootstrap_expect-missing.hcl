@@ -1,0 +1,3 @@
+server {
+  enabled = true
+}

@@ -1,0 +1,3 @@
+server {
+  bootstrap_expect = -1
+}

@@ -1,0 +1,3 @@
+server {
+  claim_gc_grace = "0s"
+}

@@ -1,0 +1,3 @@
+server {
+  claim_resume_timeout = "-1s"
+}

@@ -1,0 +1,3 @@
+consul {
+  check_interval = "500ms"
+}

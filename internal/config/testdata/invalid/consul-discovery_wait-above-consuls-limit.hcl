@@ -1,0 +1,3 @@
+consul {
+  discovery_wait = "11m"
+}

@@ -1,0 +1,3 @@
+client {
+  probe_intervall = "5s"
+}

@@ -1,0 +1,3 @@
+docker {
+  default_plugin = "-ebs"
+}

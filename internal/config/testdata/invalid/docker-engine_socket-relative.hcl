@@ -1,0 +1,3 @@
+docker {
+  engine_socket = "docker.sock"
+}

@@ -1,0 +1,3 @@
+docker {
+  group = "no-such-group-here"
+}

@@ -1,0 +1,3 @@
+docker {
+  lease = "1s"
+}

@@ -1,0 +1,3 @@
+docker {
+  reconcile_interval = "0s"
+}

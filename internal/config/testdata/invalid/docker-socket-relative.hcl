@@ -1,0 +1,3 @@
+docker {
+  socket = "csisupd.sock"
+}

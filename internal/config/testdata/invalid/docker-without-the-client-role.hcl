@@ -1,0 +1,10 @@
+client {
+  enabled = false
+}
+server {
+  enabled = true
+  bootstrap_expect = 1
+}
+docker {
+  enabled = true
+}

@@ -1,0 +1,6 @@
+acl {
+  tokens {
+  }
+  tokens {
+  }
+}

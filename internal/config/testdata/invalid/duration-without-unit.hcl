@@ -1,0 +1,1 @@
+consul { sync_interval = 30 }

@@ -1,0 +1,3 @@
+server {
+  failover_heartbeat_ttl = "5s"
+}

@@ -1,0 +1,1 @@
+server { raft_multiplier = 1.5 }

@@ -1,0 +1,3 @@
+client {
+  kubelet_registration_dir = "plugins_registry"
+}

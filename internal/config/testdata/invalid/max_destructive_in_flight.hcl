@@ -1,0 +1,3 @@
+client {
+  max_destructive_in_flight = 0
+}

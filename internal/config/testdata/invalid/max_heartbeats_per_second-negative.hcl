@@ -1,0 +1,3 @@
+server {
+  max_heartbeats_per_second = -2.5
+}

@@ -1,0 +1,1 @@
+client { servers = ["a:1", null] }

@@ -1,0 +1,4 @@
+plugin "a" {
+}
+plugin "a" {
+}

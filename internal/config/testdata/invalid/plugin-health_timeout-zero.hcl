@@ -1,0 +1,4 @@
+plugin "ebs" {
+  type = "node"
+  health_timeout = "0s"
+}

@@ -1,0 +1,3 @@
+client {
+  max_plugin_message_size = 100
+}

@@ -1,0 +1,3 @@
+plugin "ebs" {
+  mount_dir = "mnt"
+}

@@ -1,0 +1,3 @@
+plugin "ebs" {
+  plugin_mount_dir = "csi"
+}

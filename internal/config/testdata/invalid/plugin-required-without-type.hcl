@@ -1,0 +1,3 @@
+plugin "ebs" {
+  required = true
+}

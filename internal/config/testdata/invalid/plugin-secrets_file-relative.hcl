@@ -1,0 +1,3 @@
+plugin "ebs" {
+  secrets_file = "secrets/ebs.hcl"
+}

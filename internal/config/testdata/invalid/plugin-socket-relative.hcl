@@ -1,0 +1,3 @@
+plugin "ebs" {
+  socket = "csi.sock"
+}

@@ -1,0 +1,3 @@
+client {
+  plugin_dir = "plugins"
+}

@@ -1,0 +1,3 @@
+client {
+  plugin_owners = ["0", "no-such-user-csisupd", ""]
+}

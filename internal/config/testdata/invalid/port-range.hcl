@@ -1,0 +1,3 @@
+ports {
+  http = 0
+}

@@ -1,0 +1,4 @@
+client {
+  probe_interval = "2s"
+  probe_timeout = "3s"
+}

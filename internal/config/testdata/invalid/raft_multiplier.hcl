@@ -1,0 +1,3 @@
+server {
+  raft_multiplier = 11
+}

@@ -1,0 +1,1 @@
+region = "EU_West"

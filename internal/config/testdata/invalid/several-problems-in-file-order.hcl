@@ -1,0 +1,5 @@
+client {
+  probe_interval = "x"
+}
+bogus = 1
+ports { rpc = true }

@@ -1,0 +1,1 @@
+server { max_heartbeats_per_second = "fast" }

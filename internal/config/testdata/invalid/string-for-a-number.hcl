@@ -1,0 +1,3 @@
+ports {
+  rpc = "abc"
+}

@@ -1,0 +1,7 @@
+server {
+  enabled = true
+  bootstrap_expect = 3
+}
+consul {
+  server_auto_join = false
+}

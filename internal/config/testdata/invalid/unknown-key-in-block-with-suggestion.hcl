@@ -1,0 +1,4 @@
+
+client {
+  probe_intervall = "5s"
+}

@@ -1,0 +1,3 @@
+plugin "a" {
+  mount_dri = "/x"
+}

@@ -1,0 +1,3 @@
+client {
+  probe_interval = "0s"
+}
