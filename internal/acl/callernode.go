@@ -159,11 +159,9 @@ func AppendCallerNode(ctx context.Context, c CallerNode) context.Context {
 // closed: they become a binding that allows no node, so that a caller is
 // never widened by what could not be read.
 func CallerNodeFromIncoming(ctx context.Context) CallerNode {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return CallerNode{}
-	}
-	vals := md.Get(CallerNodeMetadataKey)
+	// Only a forwarded call carries bindings: the others read the key
+	// without copying the whole metadata.
+	vals := metadata.ValueFromIncomingContext(ctx, CallerNodeMetadataKey)
 	var c CallerNode
 	if len(vals) > maxForwardedBindings {
 		return c.with(binding{bindingMalformed, fmt.Sprintf("%d values, at most %d", len(vals), maxForwardedBindings)})

@@ -80,11 +80,9 @@ func SecretMatches(hash []byte, secret string) bool {
 // TokenFromContext returns the secret id in the incoming gRPC metadata of
 // ctx (the first value of TokenMetadataKey), or "" when there is none.
 func TokenFromContext(ctx context.Context) string {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return ""
-	}
-	if v := md.Get(TokenMetadataKey); len(v) > 0 {
+	// ValueFromIncomingContext copies the one key's values, where
+	// FromIncomingContext would copy the whole metadata on every call.
+	if v := metadata.ValueFromIncomingContext(ctx, TokenMetadataKey); len(v) > 0 {
 		return v[0]
 	}
 	return ""

@@ -235,8 +235,7 @@ func (c *clusterService) actAs(ctx context.Context, nodeID string) (*statepb.Clu
 // presentedSecret returns the hash of the node secret the call carries,
 // or Unauthenticated when it carries none.
 func presentedSecret(ctx context.Context) ([]byte, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get(csisupdv1.NodeSecretMetadataKey)
+	v := metadata.ValueFromIncomingContext(ctx, csisupdv1.NodeSecretMetadataKey)
 	if len(v) == 0 || v[0] == "" {
 		return nil, status.Error(codes.Unauthenticated, "no node secret was presented: agents present the one in their data_dir (an agent of an earlier release? upgrade it)")
 	}

@@ -147,8 +147,8 @@ func (h *leaderHold) again(ctx context.Context) bool {
 // request forwarded to this server never waits here: the server that
 // forwarded it holds it, so that holds do not add up.
 func (f *forwarder) leaderConn(ctx context.Context) (context.Context, grpc.ClientConnInterface, error) {
-	f.markAnswered(ctx)
 	if forwarded(ctx) {
+		f.markAnswered(ctx)
 		if f.node.IsLeader() && f.ready.Load() {
 			return ctx, nil, nil
 		}
@@ -158,9 +158,14 @@ func (f *forwarder) leaderConn(ctx context.Context) (context.Context, grpc.Clien
 		}
 		return ctx, nil, f.refuseForwarded(ctx, reason)
 	}
+	conn, electing, err := f.leaderConnOnce()
+	if err == nil && conn == nil {
+		// The ready leader runs the request: the hot path (heartbeats)
+		// makes no hold.
+		return ctx, nil, nil
+	}
 	hold := f.newHold()
 	for {
-		conn, electing, err := f.leaderConnOnce()
 		switch {
 		case err == nil && conn == nil:
 			return ctx, nil, nil
@@ -170,6 +175,7 @@ func (f *forwarder) leaderConn(ctx context.Context) (context.Context, grpc.Clien
 		case !electing || !hold.again(ctx):
 			return ctx, nil, err
 		}
+		conn, electing, err = f.leaderConnOnce()
 	}
 }
 
@@ -232,8 +238,9 @@ func forwardContext(ctx context.Context, id string) context.Context {
 
 // forwarded reports whether a follower forwarded the request of ctx.
 func forwarded(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && len(md.Get(forwardedKey)) > 0
+	// Every leader-only call asks, so it reads the one key rather than
+	// copying the whole metadata.
+	return len(metadata.ValueFromIncomingContext(ctx, forwardedKey)) > 0
 }
 
 // answeredKey is the trailer a server sets on its answer to a forwarded
@@ -242,12 +249,11 @@ func forwarded(ctx context.Context) bool {
 // the connection failed or broke during the call.
 const answeredKey = "csisupd-answered-by"
 
-// markAnswered sets answeredKey on the answer to a forwarded request.
+// markAnswered sets answeredKey on the answer to a request that was
+// forwarded to this server.
 func (f *forwarder) markAnswered(ctx context.Context) {
-	if forwarded(ctx) {
-		// Fails only outside a gRPC handler, where nobody reads it.
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(answeredKey, f.id))
-	}
+	// Fails only outside a gRPC handler, where nobody reads it.
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(answeredKey, f.id))
 }
 
 // markLeader names this server, the leader, on the error of a request it
