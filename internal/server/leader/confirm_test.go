@@ -112,15 +112,16 @@ func TestHeartbeatConfirmKeepsAHeartbeatsTimer(t *testing.T) {
 	h.Reset("n1")
 	h.mu.Lock()
 	beat, failover := h.timers["n1"], h.timers["n2"]
+	beatArmed, failoverArmed := beat.armed, failover.armed
 	h.mu.Unlock()
 	h.Confirm("n1")
 	h.Confirm("n2")
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.timers["n1"] != beat {
-		t.Fatal("Confirm replaced the timer the heartbeat of a confirmed node set")
+	if h.timers["n1"] != beat || beat.armed != beatArmed {
+		t.Fatal("Confirm replaced or re-armed the timer the heartbeat of a confirmed node set")
 	}
-	if h.timers["n2"] == failover || h.timers["n2"] == nil {
+	if n2 := h.timers["n2"]; n2 == nil || (n2 == failover && n2.armed == failoverArmed) {
 		t.Fatal("Confirm did not arm a timer of its own for a node not heard from")
 	}
 }
@@ -163,5 +164,52 @@ func TestHeartbeatConfirmArmsTheTimer(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the timer Confirm armed never marked n1 down")
+	}
+}
+
+// TestHeartbeatReArmsItsTimer: a heartbeat re-arms the node's timer
+// rather than making another, and the re-armed timer still marks the node
+// down once, when the last TTL runs out; Stop then finds nothing pending.
+func TestHeartbeatReArmsItsTimer(t *testing.T) {
+	st := storeWithNodes(t, "n1")
+	down := make(chan string, 4)
+	cfg := HeartbeatConfig{MinTTL: 50 * time.Millisecond, FailoverTTL: time.Hour, State: func() *state.Store { return st },
+		Apply: func(e *statepb.LogEntry) (uint64, error) {
+			down <- e.GetNodeStatus().GetNodeId() + " " + e.GetNodeStatus().GetStatus()
+			return 1, nil
+		}}
+	h := NewHeartbeats(cfg, nil)
+	h.Initialize()
+	h.mu.Lock()
+	failover := h.timers["n1"]
+	h.mu.Unlock()
+	h.Reset("n1")
+	h.mu.Lock()
+	if h.timers["n1"] != failover || failover.armed != 2 {
+		t.Errorf("the heartbeat made timer %p (armed %d times), want the failover timer %p re-armed", h.timers["n1"], h.timers["n1"].armed, failover)
+	}
+	h.mu.Unlock()
+	h.Reset("n1")
+	h.Reset("n1")
+	select {
+	case got := <-down:
+		if got != "n1 "+state.NodeStatusDown {
+			t.Fatalf("write %q, want n1 down", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the re-armed timer of n1 never fired")
+	}
+	if h.Count() != 0 {
+		t.Fatalf("%d timers held after n1 was marked down, want none", h.Count())
+	}
+	stopped := make(chan struct{})
+	go func() { h.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waited for a timer that never runs")
+	}
+	if len(down) != 0 {
+		t.Fatalf("n1 marked down again: %q", <-down)
 	}
 }

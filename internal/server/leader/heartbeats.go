@@ -314,10 +314,17 @@ func (u View) Plugins(plugins ...*state.ClusterPlugin) {
 
 func (h *Heartbeats) resetLocked(nodeID string, ttl time.Duration) {
 	if old, ok := h.timers[nodeID]; ok && old.t.Stop() {
-		// A timer stopped before firing never runs its function.
-		h.wg.Done()
+		// A timer stopped before firing never runs its function, and
+		// re-armed it runs it once, as its wg count stands: every
+		// heartbeat of a tracked node reuses its timer rather than
+		// allocating one.
+		old.t.Reset(ttl + h.cfg.Grace)
+		old.armed++
+		return
 	}
-	e := &hbTimer{}
+	// The node is new, or its timer fired: its function runs or ran, and
+	// ignores the new entry (expire checks which one it was).
+	e := &hbTimer{armed: 1}
 	h.wg.Add(1)
 	e.t = time.AfterFunc(ttl+h.cfg.Grace, func() {
 		defer h.wg.Done()
@@ -362,6 +369,9 @@ func (h *Heartbeats) expire(nodeID string, t *hbTimer) {
 // is still current.
 type hbTimer struct {
 	t *time.Timer
+	// armed counts the times t was armed (under Heartbeats.mu): a timer
+	// is reused, so that tests tell one re-armed from one kept by it.
+	armed int
 }
 
 // rateScaledInterval returns the interval that keeps n events at or below
