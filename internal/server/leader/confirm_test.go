@@ -131,12 +131,8 @@ func TestHeartbeatConfirmKeepsAHeartbeatsTimer(t *testing.T) {
 // a heartbeat.
 func TestHeartbeatConfirmArmsTheTimer(t *testing.T) {
 	st := storeWithNodes(t, "n1")
-	down := make(chan string, 4)
-	cfg := HeartbeatConfig{MinTTL: time.Millisecond, FailoverTTL: time.Millisecond, State: func() *state.Store { return st },
-		Apply: func(e *statepb.LogEntry) (uint64, error) {
-			down <- e.GetNodeStatus().GetNodeId() + " " + e.GetNodeStatus().GetStatus()
-			return 1, nil
-		}}
+	down, apply := recordStatus()
+	cfg := HeartbeatConfig{MinTTL: time.Millisecond, FailoverTTL: time.Millisecond, State: func() *state.Store { return st }, Apply: apply}
 	h := NewHeartbeats(cfg, nil)
 	defer h.Stop()
 	// Not leading: Confirm arms nothing, so nothing is marked down.
@@ -145,26 +141,12 @@ func TestHeartbeatConfirmArmsTheTimer(t *testing.T) {
 		t.Fatalf("%d timers armed while not leading", h.Count())
 	}
 	h.Initialize()
-	select {
-	case got := <-down:
-		if got != "n1 "+state.NodeStatusDown {
-			t.Fatalf("write %q, want n1 down", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the failover timer of n1 never fired")
-	}
+	awaitDown(t, down, "n1", "the failover timer of n1 never fired")
 	h.Confirm("n1")
 	if !h.Confirmed("n1") {
 		t.Fatal("n1 not confirmed")
 	}
-	select {
-	case got := <-down:
-		if got != "n1 "+state.NodeStatusDown {
-			t.Fatalf("write %q, want n1 down", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the timer Confirm armed never marked n1 down")
-	}
+	awaitDown(t, down, "n1", "the timer Confirm armed never marked n1 down")
 }
 
 // TestHeartbeatReArmsItsTimer: a heartbeat re-arms the node's timer
@@ -172,12 +154,8 @@ func TestHeartbeatConfirmArmsTheTimer(t *testing.T) {
 // down once, when the last TTL runs out; Stop then finds nothing pending.
 func TestHeartbeatReArmsItsTimer(t *testing.T) {
 	st := storeWithNodes(t, "n1")
-	down := make(chan string, 4)
-	cfg := HeartbeatConfig{MinTTL: 50 * time.Millisecond, FailoverTTL: time.Hour, State: func() *state.Store { return st },
-		Apply: func(e *statepb.LogEntry) (uint64, error) {
-			down <- e.GetNodeStatus().GetNodeId() + " " + e.GetNodeStatus().GetStatus()
-			return 1, nil
-		}}
+	down, apply := recordStatus()
+	cfg := HeartbeatConfig{MinTTL: 50 * time.Millisecond, FailoverTTL: time.Hour, State: func() *state.Store { return st }, Apply: apply}
 	h := NewHeartbeats(cfg, nil)
 	h.Initialize()
 	h.mu.Lock()
@@ -191,14 +169,7 @@ func TestHeartbeatReArmsItsTimer(t *testing.T) {
 	h.mu.Unlock()
 	h.Reset("n1")
 	h.Reset("n1")
-	select {
-	case got := <-down:
-		if got != "n1 "+state.NodeStatusDown {
-			t.Fatalf("write %q, want n1 down", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the re-armed timer of n1 never fired")
-	}
+	awaitDown(t, down, "n1", "the re-armed timer of n1 never fired")
 	if h.Count() != 0 {
 		t.Fatalf("%d timers held after n1 was marked down, want none", h.Count())
 	}
@@ -211,5 +182,29 @@ func TestHeartbeatReArmsItsTimer(t *testing.T) {
 	}
 	if len(down) != 0 {
 		t.Fatalf("n1 marked down again: %q", <-down)
+	}
+}
+
+// recordStatus returns an Apply that records each node status write as
+// "ID STATUS" on the channel it returns too.
+func recordStatus() (<-chan string, func(*statepb.LogEntry) (uint64, error)) {
+	writes := make(chan string, 4)
+	return writes, func(e *statepb.LogEntry) (uint64, error) {
+		writes <- e.GetNodeStatus().GetNodeId() + " " + e.GetNodeStatus().GetStatus()
+		return 1, nil
+	}
+}
+
+// awaitDown waits for the next status write, which must mark node id
+// down; failing says what did not happen.
+func awaitDown(t *testing.T, writes <-chan string, id, failing string) {
+	t.Helper()
+	select {
+	case got := <-writes:
+		if got != id+" "+state.NodeStatusDown {
+			t.Fatalf("write %q, want %s down", got, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(failing)
 	}
 }
