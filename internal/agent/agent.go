@@ -229,6 +229,8 @@ func New(c Config) (a *Agent, err error) {
 	if a.grpc, a.health, err = a.setupGRPC(&cfg, resolver); err != nil {
 		return nil, err
 	}
+	// Run stops the gRPC server; unrun, its stream workers end here.
+	add(part{name: "gRPC server", close: a.grpc.Stop})
 	if a.agentService, p, err = a.setupServices(&cfg, a.grpc); err != nil {
 		return nil, err
 	}

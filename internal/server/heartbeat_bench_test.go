@@ -91,8 +91,8 @@ func BenchmarkNodeHeartbeatAt10000Nodes(b *testing.B) {
 func benchNodeID(i int) string { return fmt.Sprintf("node-%05d", i) }
 
 // agentServerOptions are the options of an agent's gRPC server that
-// observe every call: its metrics, its authorizer (ACLs off) and its
-// connection tagger.
+// cost something on every call: its metrics, its authorizer (ACLs off),
+// its connection tagger and its stream workers.
 func agentServerOptions(b *testing.B) []grpc.ServerOption {
 	m, err := rpc.NewGRPCMetrics(prometheus.NewRegistry(), config.LatencyBuckets())
 	if err != nil {
@@ -102,7 +102,7 @@ func agentServerOptions(b *testing.B) []grpc.ServerOption {
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := append(m.ServerOptions(), grpc.StatsHandler(&rpc.ConnTagger{}))
+	opts := append(m.ServerOptions(), grpc.StatsHandler(&rpc.ConnTagger{}), grpc.NumStreamWorkers(16))
 	return append(opts, auth.ServerOptions()...)
 }
 
