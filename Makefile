@@ -170,7 +170,8 @@ test-binaries-race:
 ## bench: benchmarks, each reported beside the direct path measured in the same run
 ## (node agent; a 10,000-node cluster; lease renewals of 10,000 claims on 1,000 nodes beside
 ## heartbeats alone; ClientCSI vs direct plugin calls; event latency beside
-## stalled subscribers; Consul sync; cluster writes vs raw raft; stored rows to answers vs encoding;
+## stalled subscribers; Consul sync; cluster writes vs raw raft; the leader's CPU and allocations per
+## heartbeat at 10,000 nodes; stored rows to answers vs encoding;
 ## a kubelet-registered plugin and a required one's plugin-missing vs a socket in the plugin directory)
 bench:
 	@rm -f bench.out
@@ -179,6 +180,7 @@ bench:
 	$(GO) test -run '^$$' -bench EventLatencyStalledSubscribers -benchtime 1x -count 1 ./internal/rpc/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./internal/consulsync/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench PluginUpdates -benchtime 50000x -count 1 ./internal/server/ | tee -a bench.out
+	$(GO) test -run '^$$' -bench NodeHeartbeatAt10000Nodes -benchtime 50000x -benchmem -count 1 ./internal/server/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench ClaimRelease -benchtime 50x -count 1 ./internal/server/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench SnapshotAndExpand -benchtime 50x -count 1 ./internal/server/ | tee -a bench.out
 	$(GO) test -run '^$$' -bench NodePageToAPI -benchtime 2s -count 1 ./internal/server/statepb/ | tee -a bench.out
