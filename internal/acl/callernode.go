@@ -159,11 +159,9 @@ func AppendCallerNode(ctx context.Context, c CallerNode) context.Context {
 // closed: they become a binding that allows no node, so that a caller is
 // never widened by what could not be read.
 func CallerNodeFromIncoming(ctx context.Context) CallerNode {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return CallerNode{}
-	}
-	vals := md.Get(CallerNodeMetadataKey)
+	// Only the one key, not the whole metadata: FromIncomingContext
+	// copies every header of the call, and this runs on every call.
+	vals := metadata.ValueFromIncomingContext(ctx, CallerNodeMetadataKey)
 	var c CallerNode
 	if len(vals) > maxForwardedBindings {
 		return c.with(binding{bindingMalformed, fmt.Sprintf("%d values, at most %d", len(vals), maxForwardedBindings)})

@@ -80,11 +80,8 @@ func SecretMatches(hash []byte, secret string) bool {
 // TokenFromContext returns the secret id in the incoming gRPC metadata of
 // ctx (the first value of TokenMetadataKey), or "" when there is none.
 func TokenFromContext(ctx context.Context) string {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return ""
-	}
-	if v := md.Get(TokenMetadataKey); len(v) > 0 {
+	// Only the one key: FromIncomingContext copies every header.
+	if v := metadata.ValueFromIncomingContext(ctx, TokenMetadataKey); len(v) > 0 {
 		return v[0]
 	}
 	return ""
