@@ -39,6 +39,13 @@ const (
 	// headerTableSize is the HPACK table the plugin may make us keep: the
 	// HTTP/2 default, which plugins expect.
 	headerTableSize = 4 << 10
+	// encoderTableSize is the HPACK table we keep for the headers we send:
+	// none, since no entry fits in a byte (each costs 32 bytes besides its
+	// name and value); x/net takes 0 for its 4 KiB default. Every request
+	// carries a new grpc-timeout, so a table would only fill with those,
+	// evicting the few headers worth indexing, and cost each connection a
+	// few KiB of entries and index maps.
+	encoderTableSize = 1
 )
 
 // receiveWindow is the per-stream and per-connection receive window for a
@@ -108,6 +115,7 @@ func newHTTP2Transport(writeTimeout time.Duration, maxMessage int, live *sync.Ma
 		MaxReceiveBufferPerConnection: max(window-initialWindow, initialWindow),
 		MaxReceiveBufferPerStream:     window,
 		MaxDecoderHeaderTableSize:     headerTableSize,
+		MaxEncoderHeaderTableSize:     encoderTableSize,
 		WriteByteTimeout:              writeTimeout,
 	}}
 	t2, err := http2.ConfigureTransports(t1)
