@@ -210,8 +210,9 @@ func claimThroughput(b *testing.B, cl csisupdv1.ControlClient, node string, roun
 }
 
 // setInFlight restarts agent 0 with client.max_destructive_in_flight = n
-// (the setting takes effect only at start) and waits until plugin tp is
-// healthy in the restarted agent and in the servers' view.
+// (the setting takes effect only at start), unless its config sets n
+// already, and waits until plugin tp is healthy in the restarted agent and
+// in the servers' view.
 func setInFlight(b *testing.B, c *testcluster.Cluster, cl csisupdv1.ControlClient, n int) {
 	b.Helper()
 	a := c.Agent(0)
@@ -226,8 +227,11 @@ func setInFlight(b *testing.B, c *testcluster.Cluster, cl csisupdv1.ControlClien
 		cfg = cfg[:i] + cfg[end:]
 	}
 	edited := strings.Replace(cfg, "client {", "client {"+setting+strconv.Itoa(n), 1)
-	if edited == cfg {
+	switch {
+	case edited == cfg:
 		b.Fatalf("no client block in agent config %s", a.ConfigFile)
+	case edited == string(text):
+		return // set already
 	}
 	if err := os.WriteFile(a.ConfigFile, []byte(edited), 0o600); err != nil {
 		b.Fatal(err)
