@@ -2,7 +2,8 @@
 # The benchmarks of make bench, and make bench-compare.
 #
 #   scripts/bench.sh run FILE   run every benchmark; the output is shown and
-#                               written to FILE
+#                               written to FILE; one that fails does not
+#                               stop the others
 #   scripts/bench.sh compare    run every benchmark of the commit BASE and of
 #                               the working tree, paired, then print each
 #                               figure of both and their ratio
@@ -67,9 +68,14 @@ bench() {
 run() {
 	local out=${1:?usage: bench.sh run FILE}
 	[ -n "$DRY_RUN" ] || rm -f "$out"
+	local failed=()
 	while read -r pkg pattern benchtime timeout; do
-		bench . "$out" "$pkg" "$pattern" "$benchtime" "$timeout"
+		bench . "$out" "$pkg" "$pattern" "$benchtime" "$timeout" || failed+=("$pkg $pattern")
 	done <<<"$selected"
+	if ((${#failed[@]} > 0)); then
+		printf 'bench: failed: %s\n' "${failed[@]}" >&2
+		return 1
+	fi
 }
 
 compare() {
