@@ -67,10 +67,11 @@ func runTable(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if res.maxRuns() == 0 {
-		return fmt.Errorf("table: no benchmark results in %s", strings.Join(fs.Args(), ", "))
+	least, most := res.runCounts(rows)
+	if most == 0 {
+		return fmt.Errorf("table: no results of the table's benchmarks in %s", strings.Join(fs.Args(), ", "))
 	}
-	table := renderTable(res, rows) + "\n" + note(res.maxRuns(), *caption) + "\n"
+	table := renderTable(res, rows) + "\n" + note(least, most, *caption) + "\n"
 	if *doc == "" {
 		_, err := io.WriteString(stdout, table)
 		return err
@@ -89,11 +90,16 @@ func runTable(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// note is the line under the table: how many runs, and the caption.
-func note(runs int, caption string) string {
+// note is the line under the table: how many runs (the fewest, when a
+// benchmark has fewer than others: a run of it failed or was left out),
+// and the caption.
+func note(least, most int, caption string) string {
 	s := "From one run of `make bench`"
-	if runs > 1 {
-		s = fmt.Sprintf("From %d runs of `make bench`; each figure is the range of the runs", runs)
+	switch {
+	case most > 1 && least == most:
+		s = fmt.Sprintf("From %d runs of `make bench`; each figure is the range of the runs", most)
+	case most > 1:
+		s = fmt.Sprintf("From %d runs of `make bench` (some benchmarks have %d: \"-\" is none); each figure is the range of the runs", most, least)
 	}
 	if caption != "" {
 		s += " (" + caption + ")"

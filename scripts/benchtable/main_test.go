@@ -178,6 +178,24 @@ func TestRenderTable(t *testing.T) {
 	}
 }
 
+func TestNote(t *testing.T) {
+	tests := []struct {
+		least, most int
+		caption     string
+		want        string
+	}{
+		{1, 1, "", "From one run of `make bench`. Written by `make bench-table`."},
+		{3, 3, "2 cores", "From 3 runs of `make bench`; each figure is the range of the runs (2 cores). Written by `make bench-table`."},
+		{2, 3, "", "From 3 runs of `make bench` (some benchmarks have 2: \"-\" is none); each figure is the range of the runs. " +
+			"Written by `make bench-table`."},
+	}
+	for _, tt := range tests {
+		if got := note(tt.least, tt.most, tt.caption); got != tt.want {
+			t.Errorf("note(%d, %d, %q) = %q, want %q", tt.least, tt.most, tt.caption, got, tt.want)
+		}
+	}
+}
+
 func TestSplice(t *testing.T) {
 	tests := []struct {
 		name, doc, want, err string
@@ -227,7 +245,8 @@ func TestTableCommand(t *testing.T) {
 	for _, want := range []string{
 		"# Performance\n\n<!-- bench table -->\n| measure |",
 		"| claim p50 (controller publish, stage, publish) | 7.76-8.12 ms |",
-		"\nFrom 2 runs of `make bench`; each figure is the range of the runs (a 2-core machine). Written by `make bench-table`.\n<!-- /bench table -->\n\nReproduce: make bench.\n",
+		"\nFrom 2 runs of `make bench` (some benchmarks have 0: \"-\" is none); each figure is the range of the runs (a 2-core machine). " +
+			"Written by `make bench-table`.\n<!-- /bench table -->\n\nReproduce: make bench.\n",
 	} {
 		if !strings.Contains(string(first), want) {
 			t.Errorf("document lacks %q:\n%s", want, first)

@@ -245,13 +245,18 @@ func renderTable(res *results, rows []row) string {
 	return b.String()
 }
 
-// maxRuns is the most runs any benchmark of res has.
-func (res *results) maxRuns() int {
-	n := 0
-	for _, r := range res.runs {
-		n = max(n, len(r))
+// runCounts are the fewest and the most runs of the benchmarks of res
+// that rows name.
+func (res *results) runCounts(rows []row) (least, most int) {
+	least = -1
+	for _, r := range rows {
+		n := len(res.runs[r.bench])
+		if least < 0 || n < least {
+			least = n
+		}
+		most = max(most, n)
 	}
-	return n
+	return max(least, 0), most
 }
 
 // cell renders figs over runs, joined by commas; a figure no run has is
