@@ -49,6 +49,10 @@ func BenchmarkClaimRelease(b *testing.B) {
 	leader := c.WaitForLeader(b, 30*time.Second)
 	cl := c.Control(leader.Index)
 	ctx := context.Background()
+	testutil.WaitFor(b, 30*time.Second, "plugin tp healthy", func() bool {
+		p, err := cl.GetPlugin(ctx, &csisupdv1.PluginGetRequest{Id: "tp"})
+		return err == nil && p.GetPlugin().GetNodesHealthy() == 1 && p.GetPlugin().GetControllersHealthy() == 1
+	})
 	setInFlight(b, c, cl, 1)
 	node := c.Agent(0).NodeID()
 	raftIndex := leader.Server().Raft().LastIndex
@@ -236,14 +240,24 @@ func setInFlight(b *testing.B, c *testcluster.Cluster, cl csisupdv1.ControlClien
 	if err := os.WriteFile(a.ConfigFile, []byte(edited), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	ctx := context.Background()
+	before, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: a.NodeID()})
+	if err != nil {
+		b.Fatal(err)
+	}
 	c.StopAgent(0)
 	c.RestartAgent(0)
-	reg := c.Agent(0).Agent().Registry()
-	testutil.WaitFor(b, 30*time.Second, "plugin tp healthy", func() bool {
-		if p, ok := reg.Get("tp"); !ok || !p.Healthy() {
+	// The servers' view from before the restart says healthy too: the
+	// node's record must have been written since (the restarted agent
+	// registers with its plugins as restored, not probed yet, then
+	// reports them probed).
+	testutil.WaitFor(b, 30*time.Second, "plugin tp healthy after agent 0's restart", func() bool {
+		n, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: a.NodeID()})
+		if err != nil || n.GetNode().GetModifyIndex() <= before.GetNode().GetModifyIndex() ||
+			!slices.ContainsFunc(n.GetNode().GetPlugins(), func(p *csisupdv1.Plugin) bool { return p.GetId() == "tp" && p.GetHealthy() }) {
 			return false
 		}
-		p, err := cl.GetPlugin(context.Background(), &csisupdv1.PluginGetRequest{Id: "tp"})
+		p, err := cl.GetPlugin(ctx, &csisupdv1.PluginGetRequest{Id: "tp"})
 		return err == nil && p.GetPlugin().GetNodesHealthy() == 1 && p.GetPlugin().GetControllersHealthy() == 1
 	})
 }
