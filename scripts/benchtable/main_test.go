@@ -116,6 +116,7 @@ func TestSpan(t *testing.T) {
 		{[]float64{2, 2.5}, false, "2.00-2.50"},
 		{[]float64{7.761, 7.759}, false, "7.76"},
 		{[]float64{-0.02, 0.15}, true, "-0.020 to +0.15"},
+		{[]float64{0.051, 0.17}, true, "+0.051 to +0.17"},
 	}
 	for _, tt := range tests {
 		if got := span(tt.vals, tt.sign); got != tt.want {

@@ -280,8 +280,8 @@ func cell(runs []figures, figs []figure) string {
 }
 
 // span renders the range of vals: one number when they all round to it,
-// else "low-high" ("low to high" when one is negative); "-" when there is
-// none.
+// else "low-high" ("low to high" when one is negative or signed); "-"
+// when there is none.
 func span(vals []float64, sign bool) string {
 	if len(vals) == 0 {
 		return "-"
@@ -292,7 +292,7 @@ func span(vals []float64, sign bool) string {
 	switch {
 	case a == z:
 		return a
-	case lo < 0:
+	case lo < 0, sign:
 		return a + " to " + z
 	default:
 		return a + "-" + z
