@@ -18,8 +18,13 @@ const (
 	neither               // the load a benchmark applies, its running time
 )
 
-// neutralUnits are figures that describe the load, not the cost.
-var neutralUnits = []string{"ns/op", "heartbeats/s", "leader_heartbeats/s", "renewals/s", "claims_renewed/s"}
+// neutralUnits are figures that describe the load or the machine, not
+// what csisupd costs.
+var neutralUnits = []string{"ns/op", "heartbeats/s", "leader_heartbeats/s", "renewals/s", "claims_renewed/s", "servers_idle_cpu_%core"}
+
+// machinePrefixes start the names of the direct paths' figures: the same
+// work without csisupd measures the machine, so they are never marked.
+var machinePrefixes = []string{"direct", "probe_direct", "raw-"}
 
 // direction tells which way unit improves: rates (a "/s" that is not a
 // cost, a share of the raw path, a speed-up over the serial path) are
@@ -27,9 +32,10 @@ var neutralUnits = []string{"ns/op", "heartbeats/s", "leader_heartbeats/s", "ren
 func direction(unit string) better {
 	base, _, _ := strings.Cut(unit, "_ttl") // the lease benchmark's variants
 	switch {
-	case slices.Contains(neutralUnits, base):
+	case slices.Contains(neutralUnits, base),
+		slices.ContainsFunc(machinePrefixes, func(p string) bool { return strings.HasPrefix(unit, p) }):
 		return neither
-	case strings.Contains(unit, "applies/s") && !strings.HasPrefix(unit, "raw-"):
+	case strings.Contains(unit, "applies/s"):
 		return lower
 	case strings.Contains(unit, "/s"), strings.Contains(unit, "%-of-raw"), strings.HasSuffix(unit, "-x-serial"):
 		return higher
