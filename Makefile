@@ -30,7 +30,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_VERSION             := 3.21.12
 TOOLS                      := $(CURDIR)/bin/tools
 
-.PHONY: all build release reproducible package test-package run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench fuzz tools proto proto-check docs docs-check lint clean
+.PHONY: all build release reproducible package test-package run test race-tests test-fault fault-tests test-binaries test-binaries-race nemesis nemesis-defects nemesis-short bench bench-table bench-compare fuzz tools proto proto-check docs docs-check lint clean
 
 all: build
 
@@ -167,24 +167,32 @@ test-binaries-race:
 	$(GO) build -race -o $(TEST_BINDIR)/.staging-race/csisupd-race ./cmd/csisupd
 	mv $(TEST_BINDIR)/.staging-race/csisupd-race $(TEST_BINDIR)/ && rmdir $(TEST_BINDIR)/.staging-race
 
-## bench: benchmarks, each reported beside the direct path measured in the same run
+## bench: benchmarks, each reported beside the direct path measured in the same run, into bench.out
 ## (node agent; a 10,000-node cluster; lease renewals of 10,000 claims on 1,000 nodes beside
 ## heartbeats alone; ClientCSI vs direct plugin calls; event latency beside
 ## stalled subscribers; Consul sync; cluster writes vs raw raft; the leader's CPU and allocations per
-## heartbeat at 10,000 nodes; stored rows to answers vs encoding;
-## a kubelet-registered plugin and a required one's plugin-missing vs a socket in the plugin directory)
+## heartbeat at 10,000 nodes; claims and releases, what they
+## write, and their rate at 1 and 10 controller calls in flight vs serial; stored rows to answers
+## vs encoding; a kubelet-registered plugin and a required one's plugin-missing vs a socket in the
+## plugin directory). The list is scripts/bench.sh's BENCHES; BENCH=regexp runs only its lines
+## that match.
 bench:
-	@rm -f bench.out
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./test/bench/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench ClientCSIValidateVolume -benchtime 3s -count 1 ./internal/rpc/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench EventLatencyStalledSubscribers -benchtime 1x -count 1 ./internal/rpc/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./internal/consulsync/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench PluginUpdates -benchtime 50000x -count 1 ./internal/server/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench NodeHeartbeatAt10000Nodes -benchtime 50000x -benchmem -count 1 ./internal/server/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench ClaimRelease -benchtime 50x -count 1 ./internal/server/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench SnapshotAndExpand -benchtime 50x -count 1 ./internal/server/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench NodePageToAPI -benchtime 2s -count 1 ./internal/server/statepb/ | tee -a bench.out
-	$(GO) test -run '^$$' -bench PluginSources -benchtime 20x -count 1 ./internal/registry/ | tee -a bench.out
+	GO=$(GO) BENCH='$(BENCH)' ./scripts/bench.sh run bench.out
+
+## bench-table: write the performance table of docs/performance.md from BENCH_OUT (default
+## bench.out; several make bench outputs, one file each or one after the other in one, give each
+## figure as the range of the runs); CAPTION="..." says where and when they ran
+BENCH_OUT ?= bench.out
+bench-table:
+	$(GO) run ./scripts/benchtable table -doc docs/performance.md -caption '$(CAPTION)' $(BENCH_OUT)
+
+## bench-compare: BASE=<commit>: the benchmarks of BASE and of the working tree, paired in one run
+## (each line of BENCHES on both sides in turn, COUNT=N times, default 1), then each figure of
+## both and their ratio, marking those worse by more than NOISE percent (default 10; STRICT=1 fails
+## then). Outputs: bench-base.out, bench-new.out. BENCH=regexp and DRY_RUN=1 as for scripts/bench.sh.
+bench-compare:
+	GO=$(GO) BASE='$(BASE)' COUNT='$(COUNT)' NOISE='$(NOISE)' STRICT='$(STRICT)' BENCH='$(BENCH)' DRY_RUN='$(DRY_RUN)' \
+		./scripts/bench.sh compare
 
 ## fuzz: run every fuzz target of the repository for FUZZTIME each (default 20s); see scripts/fuzz.sh
 FUZZTIME ?= 20s
@@ -246,4 +254,4 @@ lint: tools
 	$(MAKE) docs-check
 
 clean:
-	rm -rf bin $(DIST) bench.out
+	rm -rf bin $(DIST) bench.out bench-base.out bench-new.out

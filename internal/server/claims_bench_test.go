@@ -3,17 +3,22 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
+	"github.com/csisupd/csisupd/internal/nodevolumes"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -23,13 +28,21 @@ import (
 // part of BenchmarkClaimRelease.
 const claimConcurrency = 16
 
+// attacherInFlight is the controller calls Kubernetes' external-attacher
+// keeps in flight (its --worker-threads default): the throughput is also
+// measured with client.max_destructive_in_flight set to it.
+const attacherInFlight = 10
+
 // BenchmarkClaimRelease measures a volume claim (controller publish, stage
 // and publish) and its release (unpublish, unstage, controller unpublish)
 // through a three-server cluster and an agent, each step checkpointed
 // through raft, beside the same six CSI calls made directly against the
 // plugin's socket in the same run. It reports p50 and p99 of both paths,
-// the ratio of the p50s (target: at most 3), and the claims per second of
-// 16 workloads claiming and releasing volumes of their own at once.
+// the ratio of the p50s, what a claim and a release cost (raft writes, the
+// leader's log entries; fsyncs of the agent's mount records), and the claims
+// and releases per second of 16 workloads claiming and releasing volumes
+// of their own at once, beside the serial rate of the p50s, with
+// client.max_destructive_in_flight 1 and attacherInFlight.
 func BenchmarkClaimRelease(b *testing.B) {
 	c := testcluster.New(b, testcluster.Config{Servers: 3, Agents: 1, Configure: fastVolumeWatcher})
 	plugin := c.Agent(0).StartPlugin("tp", testplugin.Config{NodeID: "csi-node-0"})
@@ -40,7 +53,10 @@ func BenchmarkClaimRelease(b *testing.B) {
 		p, err := cl.GetPlugin(ctx, &csisupdv1.PluginGetRequest{Id: "tp"})
 		return err == nil && p.GetPlugin().GetNodesHealthy() == 1 && p.GetPlugin().GetControllersHealthy() == 1
 	})
+	setInFlight(b, c, cl, 1)
 	node := c.Agent(0).NodeID()
+	raftIndex := leader.Server().Raft().LastIndex
+	syncs := watchRecordSyncs(b, filepath.Join(c.Agent(0).DataDir, nodevolumes.RecordsDir))
 	create := func(id string) *csisupdv1.Volume {
 		resp, err := cl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: id, PluginId: "tp"})
 		if err != nil {
@@ -64,6 +80,8 @@ func BenchmarkClaimRelease(b *testing.B) {
 	}
 
 	var directClaim, directRelease, claims, releases []time.Duration
+	var claimWrites, releaseWrites, claimSyncs, releaseSyncs uint64
+	syncs.take(b)
 	b.ResetTimer()
 	for i := range b.N {
 		staging := filepath.Join(dir, "staging")
@@ -95,16 +113,26 @@ func BenchmarkClaimRelease(b *testing.B) {
 		directRelease = append(directRelease, time.Since(start))
 
 		workload := fmt.Sprintf("w-%d", i)
+		index := raftIndex()
 		start = time.Now()
 		if _, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: "bench", NodeId: node, WorkloadId: workload}); err != nil {
 			b.Fatal(err)
 		}
 		claims = append(claims, time.Since(start))
+		b.StopTimer()
+		claimWrites += raftIndex() - index
+		claimSyncs += syncs.take(b)
+		index = raftIndex()
+		b.StartTimer()
 		start = time.Now()
 		if _, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: "bench", NodeId: node, WorkloadId: workload}); err != nil {
 			b.Fatal(err)
 		}
 		releases = append(releases, time.Since(start))
+		b.StopTimer()
+		releaseWrites += raftIndex() - index
+		releaseSyncs += syncs.take(b)
+		b.StartTimer()
 	}
 	b.StopTimer()
 	report := func(name string, d []time.Duration) time.Duration {
@@ -118,13 +146,44 @@ func BenchmarkClaimRelease(b *testing.B) {
 	releaseP50, directReleaseP50 := report("release", releases), report("direct-release", directRelease)
 	b.ReportMetric(float64(claimP50)/float64(directClaimP50), "claim-p50-x-direct")
 	b.ReportMetric(float64(releaseP50)/float64(directReleaseP50), "release-p50-x-direct")
+	b.ReportMetric(float64(claimWrites)/float64(b.N), "raft-writes/claim")
+	b.ReportMetric(float64(releaseWrites)/float64(b.N), "raft-writes/release")
+	b.ReportMetric(float64(claimSyncs)/float64(b.N), "node-fsyncs/claim")
+	b.ReportMetric(float64(releaseSyncs)/float64(b.N), "node-fsyncs/release")
+	// One workload claiming and releasing after another, at the p50s.
+	serial := 1 / (claimP50 + releaseP50).Seconds()
+	b.ReportMetric(serial, "serial-claims/s")
 
 	// Throughput: 16 workloads, each claiming and releasing a volume of
-	// its own, as many rounds as the benchmark has iterations (at least 5).
+	// its own, as many rounds as the benchmark has iterations (at least 5),
+	// once with the agent's default of one controller call in flight and
+	// once with Kubernetes' attacher's ten.
 	for w := range claimConcurrency {
 		create(fmt.Sprintf("par-%d", w))
 	}
 	rounds := max(b.N, 5)
+	for _, inFlight := range []int{1, attacherInFlight} {
+		setInFlight(b, c, cl, inFlight)
+		index := raftIndex()
+		rate := claimThroughput(b, cl, node, rounds)
+		suffix := "-16-workloads"
+		if inFlight != 1 {
+			suffix += fmt.Sprintf("-inflight%d", inFlight)
+		}
+		b.ReportMetric(rate, "claims/s"+suffix)
+		b.ReportMetric(rate/serial, "claims/s"+suffix+"-x-serial")
+		b.ReportMetric(float64(raftIndex()-index)/float64(claimConcurrency*rounds), "raft-writes/claim+release"+suffix)
+	}
+	if left := plugin.NodeVolumes(); len(left) != 0 {
+		b.Fatalf("the plugin still has %+v after every release", left)
+	}
+}
+
+// claimThroughput runs claimConcurrency workloads, each claiming and
+// releasing volume par-<w> rounds times, and returns the claims (each with
+// its release) per second.
+func claimThroughput(b *testing.B, cl csisupdv1.ControlClient, node string, rounds int) float64 {
+	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, claimConcurrency)
 	start := time.Now()
@@ -151,9 +210,116 @@ func BenchmarkClaimRelease(b *testing.B) {
 	for err := range errs {
 		b.Fatal(err)
 	}
-	elapsed := time.Since(start)
-	b.ReportMetric(float64(claimConcurrency*rounds)/elapsed.Seconds(), "claims/s-16-workloads")
-	if left := plugin.NodeVolumes(); len(left) != 0 {
-		b.Fatalf("the plugin still has %+v after every release", left)
+	return float64(claimConcurrency*rounds) / time.Since(start).Seconds()
+}
+
+// setInFlight restarts agent 0 with client.max_destructive_in_flight = n
+// (the setting takes effect only at start), unless its config sets n
+// already, and waits until plugin tp is healthy in the restarted agent and
+// in the servers' view.
+func setInFlight(b *testing.B, c *testcluster.Cluster, cl csisupdv1.ControlClient, n int) {
+	b.Helper()
+	a := c.Agent(0)
+	text, err := os.ReadFile(a.ConfigFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const setting = "\n  max_destructive_in_flight = "
+	cfg := string(text)
+	if i := strings.Index(cfg, setting); i >= 0 {
+		end := i + len(setting) + strings.Index(cfg[i+len(setting):], "\n")
+		cfg = cfg[:i] + cfg[end:]
+	}
+	edited := strings.Replace(cfg, "client {", "client {"+setting+strconv.Itoa(n), 1)
+	switch {
+	case edited == cfg:
+		b.Fatalf("no client block in agent config %s", a.ConfigFile)
+	case edited == string(text):
+		return // set already
+	}
+	if err := os.WriteFile(a.ConfigFile, []byte(edited), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	before, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: a.NodeID()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.StopAgent(0)
+	c.RestartAgent(0)
+	// The servers' view from before the restart says healthy too: the
+	// node's record must have been written since (the restarted agent
+	// registers with its plugins as restored, not probed yet, then
+	// reports them probed).
+	testutil.WaitFor(b, 30*time.Second, "plugin tp healthy after agent 0's restart", func() bool {
+		n, err := cl.GetNode(ctx, &csisupdv1.NodeGetRequest{Id: a.NodeID()})
+		if err != nil || n.GetNode().GetModifyIndex() <= before.GetNode().GetModifyIndex() ||
+			!slices.ContainsFunc(n.GetNode().GetPlugins(), func(p *csisupdv1.Plugin) bool { return p.GetId() == "tp" && p.GetHealthy() }) {
+			return false
+		}
+		p, err := cl.GetPlugin(ctx, &csisupdv1.PluginGetRequest{Id: "tp"})
+		return err == nil && p.GetPlugin().GetNodesHealthy() == 1 && p.GetPlugin().GetControllersHealthy() == 1
+	})
+}
+
+// recordSyncs counts the fsyncs of an agent's mount records from the
+// changes of their directory: nodevolumes' store syncs a record's file
+// and the directory on each write (seen as the record's name created by
+// the rename into place) and the directory on each removal. Their names
+// are counted, never timed.
+type recordSyncs struct {
+	w     *fsnotify.Watcher
+	dir   string
+	marks string
+	n     int
+}
+
+func watchRecordSyncs(b *testing.B, dir string) *recordSyncs {
+	b.Helper()
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { w.Close() })
+	s := &recordSyncs{w: w, dir: dir, marks: testutil.TempDir(b)}
+	for _, d := range []string{dir, s.marks} {
+		if err := w.Add(d); err != nil {
+			b.Fatalf("watch %s: %v", d, err)
+		}
+	}
+	return s
+}
+
+// take returns the fsyncs since its last call. A file created in a
+// directory of its own, watched by the same watcher, marks the end: the
+// events of one watcher arrive in order.
+func (s *recordSyncs) take(b *testing.B) uint64 {
+	b.Helper()
+	s.n++
+	mark := filepath.Join(s.marks, strconv.Itoa(s.n))
+	if err := os.WriteFile(mark, nil, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
+	var syncs uint64
+	for {
+		select {
+		case ev := <-s.w.Events:
+			name := filepath.Base(ev.Name)
+			switch {
+			case ev.Name == mark:
+				return syncs
+			case filepath.Dir(ev.Name) != s.dir || strings.HasPrefix(name, "."):
+			case ev.Has(fsnotify.Create):
+				syncs += 2
+			case ev.Has(fsnotify.Remove):
+				syncs++
+			}
+		case err := <-s.w.Errors:
+			b.Fatalf("watch %s: %v", s.dir, err)
+		case <-timeout.C:
+			b.Fatalf("no event of mark %s within 30s", mark)
+		}
 	}
 }

@@ -238,6 +238,7 @@ func runCluster10000(b *testing.B) {
 	b.ReportMetric(pinned.serversCPU, "leader_steady_cpu_%core")
 	b.ReportMetric(pinned.serversCPU-idleCPU, "leader_steady_cpu_over_idle_%core")
 	b.ReportMetric((pinned.serversCPU-idleCPU)/100*1e6/pinned.heartbeats, "leader_cpu_us/heartbeat")
+	b.ReportMetric(pinned.heartbeats, "leader_heartbeats/s")
 	applies := float64(r.AppliedIndex()-idx0) / (spread.elapsed + pinned.elapsed).Seconds()
 	b.ReportMetric(applies, "steady_raft_applies/s")
 	if idx1 := r.AppliedIndex(); idx1 != idx0 {

@@ -37,7 +37,8 @@
 //     leader). The per-heartbeat cost is over the idle floor and includes
 //     the forwarding hop.
 //   - leader_steady_cpu_%core, leader_steady_cpu_over_idle_%core,
-//     leader_cpu_us/heartbeat: the leader's own cost. The servers share one
+//     leader_cpu_us/heartbeat, leader_heartbeats/s: the leader's own cost,
+//     and the heartbeats it took meanwhile. The servers share one
 //     process, so the process's CPU cannot be split by server; instead
 //     every agent is moved to the leader (each moves at its next
 //     heartbeat) and the process is measured for 30 s more. The followers

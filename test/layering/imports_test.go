@@ -155,6 +155,9 @@ var allowed = map[string][]string{
 	// make package's packager: it packages the release binary and the
 	// files of deploy/, and imports nothing of the module.
 	"scripts/package": {},
+	// make bench-table's and make bench-compare's reader of bench output:
+	// it imports nothing of the module.
+	"scripts/benchtable": {},
 }
 
 // forbiddenOutside lists packages outside the module that a package must
