@@ -264,10 +264,12 @@ func (m *Manager) Mount(ctx context.Context, req *csisupdv1.MountVolumeRequest) 
 			return nil, m.failMount(ctx, log, r, err, rejected(err))
 		}
 		m.emit(plugin.EventVolumeStaged, r, fmt.Sprintf("volume %s staged at %s (usage %s)", volumeID, r.StagingPath, usageKey))
+		// Only in memory: on disk the record stays staging, which a
+		// restart undoes by unpublishing (idempotent) and unstaging,
+		// as it would a publishing one; the publish is recorded once
+		// it is done.
 		r.State = StatePublishing
-		if err := m.save(r); err != nil {
-			return nil, m.failMount(ctx, log, r, status.Error(codes.Internal, err.Error()), false)
-		}
+		m.note(r)
 	}
 
 	preq := &csi.NodePublishVolumeRequest{
@@ -415,7 +417,10 @@ func (m *Manager) reserve(r *record, maxVolumes int32) error {
 			continue
 		}
 		volumes[o.VolumeID] = true
-		if r.sharesStaging(o) && o.State != StateStaging && o.State != StateUnstaging && o.State != StateSettling {
+		// An unpublishing record may be about to unstage, or have
+		// unstaged before the agent stopped (its unstage is not
+		// recorded apart): staging again is idempotent.
+		if r.sharesStaging(o) && o.State != StateStaging && o.State != StateUnpublishing && o.State != StateUnstaging && o.State != StateSettling {
 			staged = true
 		}
 	}
@@ -456,6 +461,14 @@ func (m *Manager) save(r *record) error {
 	m.records[r.name()] = r.clone()
 	m.mu.Unlock()
 	return err
+}
+
+// note records r's step in memory only: its record on disk already
+// covers it (the restart's undo of the record's state undoes the step).
+func (m *Manager) note(r *record) {
+	m.mu.Lock()
+	m.records[r.name()] = r.clone()
+	m.mu.Unlock()
 }
 
 // forget removes r from memory.

@@ -113,15 +113,19 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 // teardown finishes or undoes the mount r, whatever its state: it
 // unpublishes it when it may be published, unstages it when it may be
 // staged and no other mount uses that staging, removes the directories
-// and forgets the record. Each step is recorded before it starts.
+// and forgets the record. Each step is recorded before it starts, or is
+// covered by the record as it is: a restart that finds it undoes the
+// record's state through the unstage.
 // skipCurrent tells that the plugin refused r's current step (staging or
 // publishing), so that step needs no undo. The caller holds r's volume
 // lock. unstaged reports whether NodeUnstageVolume was called and
 // succeeded.
 func (m *Manager) teardown(ctx context.Context, r *record, skipCurrent bool) (unstaged bool, err error) {
 	switch r.State {
-	case StatePublishing, StatePublished, StateUnpublishing, StateRecordLost:
-		if skipCurrent && r.State == StatePublishing {
+	case StateStaging, StatePublishing, StatePublished, StateUnpublishing, StateRecordLost:
+		// A staging record may have been published: Mount records the
+		// publishing step in memory only.
+		if skipCurrent && (r.State == StateStaging || r.State == StatePublishing) {
 			break
 		}
 		r.State = StateUnpublishing
@@ -142,10 +146,11 @@ func (m *Manager) teardown(ctx context.Context, r *record, skipCurrent bool) (un
 
 	if r.StagingPath != "" && !m.stagingInUse(r) {
 		if !(skipCurrent && r.State == StateStaging) {
+			// Only in memory: every state the record can have on disk
+			// here (staging, publishing, unpublishing, unstaging) is
+			// undone by a restart through the unstage.
 			r.State = StateUnstaging
-			if err := m.save(r); err != nil {
-				return false, status.Error(codes.Internal, err.Error())
-			}
+			m.note(r)
 			ureq := &csi.NodeUnstageVolumeRequest{VolumeId: r.ExternalID, StagingTargetPath: r.PluginStagingPath}
 			if _, err := call(ctx, m, r.PluginID, methodUnmount, "NodeUnstageVolume", ureq, csi.NodeClient.NodeUnstageVolume); err != nil {
 				if !absent(err) {

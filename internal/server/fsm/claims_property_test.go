@@ -107,8 +107,10 @@ type viewReader struct {
 	volumes []*statepb.Volume
 }
 
-func (r viewReader) Node(id string) *statepb.ClusterNode   { return r.st.Node(id) }
-func (r viewReader) Plugin(id string) *state.ClusterPlugin { return r.st.Plugin(id) }
+func (r viewReader) Node(id string) *statepb.ClusterNode { return r.st.Node(id) }
+func (r viewReader) ControllerAdvertises(pluginID, capability string) bool {
+	return r.st.ControllerAdvertises(pluginID, capability)
+}
 func (r viewReader) Volumes(pluginID string) []*statepb.Volume {
 	return slices.DeleteFunc(slices.Clone(r.volumes), func(v *statepb.Volume) bool { return v.GetPluginId() != pluginID })
 }

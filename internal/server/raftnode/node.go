@@ -406,11 +406,20 @@ func (n *Node) RaftOp(fn func() raft.Future) error {
 	return fn().Error()
 }
 
-// Apply writes one entry through raft on the leader and returns its index.
+// Apply writes one entry through raft on the leader and returns its index
+// and the FSM's error; for a LogBatch, the first error of its entries (the
+// others were applied).
 func (n *Node) Apply(e *statepb.LogEntry) (uint64, error) {
 	res, err := n.ApplyRaw(e)
 	if err != nil {
 		return 0, err
+	}
+	if res.Err == nil {
+		for _, err := range res.Errs {
+			if err != nil {
+				return res.Index, err
+			}
+		}
 	}
 	return res.Index, res.Err
 }

@@ -31,7 +31,9 @@ const MethodClaimVolume = "ClaimVolume"
 // *state.Store is one.
 type Reader interface {
 	Node(id string) *statepb.ClusterNode
-	Plugin(id string) *state.ClusterPlugin
+	// ControllerAdvertises reports whether a controller instance of the
+	// plugin, healthy or not, advertises a controller capability.
+	ControllerAdvertises(pluginID, capability string) bool
 	Volumes(pluginID string) []*statepb.Volume
 }
 
@@ -207,7 +209,7 @@ func CheckTake(st Reader, v *statepb.Volume, claim *statepb.VolumeClaim) error {
 	}
 	// Claims on one node share one controller publication: a read-write
 	// claim cannot use a read-only one.
-	if !claim.GetReadOnly() && ControllerAdvertises(st.Plugin(v.GetPluginId()), CapPublishReadonly) {
+	if !claim.GetReadOnly() && st.ControllerAdvertises(v.GetPluginId(), CapPublishReadonly) {
 		for _, old := range v.GetClaims() {
 			if old.GetNodeId() == claim.GetNodeId() && old.GetControllerPublished() && old.GetReadOnly() &&
 				!slices.ContainsFunc(v.GetClaims(), func(c *statepb.VolumeClaim) bool {
@@ -220,22 +222,6 @@ func CheckTake(st Reader, v *statepb.Volume, claim *statepb.VolumeClaim) error {
 		}
 	}
 	return nil
-}
-
-// ControllerAdvertises reports whether a controller instance of plugin p
-// (nil: none), healthy or not, advertises a controller capability:
-// plugin.CapPublishUnpublishVolume or CapPublishReadonly.
-func ControllerAdvertises(p *state.ClusterPlugin, capability string) bool {
-	if p == nil {
-		return false
-	}
-	for _, inst := range p.Instances {
-		if ctrl, _ := plugin.Type(inst.Plugin.GetType()).Roles(); ctrl &&
-			slices.Contains(inst.Plugin.GetControllerCapabilities(), capability) {
-			return true
-		}
-	}
-	return false
 }
 
 // NodeClaims returns the claims of volumes that a node holds, except

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,11 +25,14 @@ type fakeState struct {
 }
 
 func (f *fakeState) Node(id string) *statepb.ClusterNode { return f.nodes[id] }
-func (f *fakeState) Plugin(id string) *state.ClusterPlugin {
-	if f.plugin != nil && f.plugin.ID == id {
-		return f.plugin
+func (f *fakeState) ControllerAdvertises(pluginID, capability string) bool {
+	if f.plugin == nil || f.plugin.ID != pluginID {
+		return false
 	}
-	return nil
+	return slices.ContainsFunc(f.plugin.Instances, func(inst *state.PluginInstance) bool {
+		ctrl, _ := plugin.Type(inst.Plugin.GetType()).Roles()
+		return ctrl && slices.Contains(inst.Plugin.GetControllerCapabilities(), capability)
+	})
 }
 func (f *fakeState) Volumes(pluginID string) []*statepb.Volume {
 	var out []*statepb.Volume

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"slices"
+
 	"github.com/hashicorp/go-memdb"
 
 	"github.com/csisupd/csisupd/internal/plugin"
@@ -56,6 +58,31 @@ func getPlugin(txn *memdb.Txn, id string) *ClusterPlugin {
 		return nil
 	}
 	return buildPlugin(txn, rows)
+}
+
+// ControllerAdvertises reports whether a controller instance of plugin
+// id, healthy or not, advertises a controller capability. It reads only
+// the plugin's instance rows: a claim asks it on every admission, and the
+// whole view (Plugin) looks up the node of every instance.
+func (s *Store) ControllerAdvertises(id, capability string) bool {
+	return controllerAdvertises(s.db.Txn(false), id, capability)
+}
+
+func controllerAdvertises(txn *memdb.Txn, id, capability string) bool {
+	it, err := txn.Get(tablePlugins, "id_prefix", id)
+	if err != nil {
+		return false
+	}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		r := raw.(*instanceRow)
+		if r.PluginID != id {
+			continue
+		}
+		if ctrl, _ := plugin.Type(r.Plugin.GetType()).Roles(); ctrl && slices.Contains(r.Plugin.GetControllerCapabilities(), capability) {
+			return true
+		}
+	}
+	return false
 }
 
 // Plugins returns the cluster-wide view of every plugin, sorted by id.

@@ -43,6 +43,13 @@ func (t *Txn) Volume(id string) *statepb.Volume { return getVolume(t.txn, id) }
 // sees it, or nil.
 func (t *Txn) Plugin(id string) *ClusterPlugin { return getPlugin(t.txn, id) }
 
+// ControllerAdvertises reports whether a controller instance of plugin
+// id, healthy or not, advertises a controller capability, as the
+// transaction sees it.
+func (t *Txn) ControllerAdvertises(id, capability string) bool {
+	return controllerAdvertises(t.txn, id, capability)
+}
+
 // Volumes returns the volumes of one plugin (all when pluginID is empty)
 // as the transaction sees them, sorted by id.
 func (t *Txn) Volumes(pluginID string) []*statepb.Volume {

@@ -17,7 +17,9 @@ type Config struct {
 	// State returns the replicated state the operations read. Required.
 	State func() *state.Store
 	// Apply writes one command through raft on this leader and returns
-	// its index. Its errors are gRPC status errors: the caller maps
+	// its index; a LogBatch is one raft entry whose commands the FSM
+	// applies in order, and its error is the first that a command was
+	// refused with. Its errors are gRPC status errors: the caller maps
 	// raft's (a lost leadership is NoLeader). Required.
 	Apply func(e *statepb.LogEntry) (uint64, error)
 	// ConfirmLeader checks with a quorum that this server still leads,

@@ -270,6 +270,23 @@ func (o *Ops) controllerUnpublish(ctx context.Context, v *statepb.Volume, c *sta
 		}
 	}
 	o.busyWriting(ctx)
-	_, _, err := o.stepClaim(rules.ControllerUnpublished(v, c))
-	return err
+	return o.free(v, c)
+}
+
+// free records that the controller no longer publishes claim c of v and
+// frees the claim, in one raft entry: nothing happens between the two
+// commands, and a leader that stops before the entry commits leaves the
+// claim node-unpublished, whose controller unpublish runs again (it is
+// idempotent). The FSM applies the entry's commands in order, each
+// checked, so the claim is freed only once it is controller-unpublished.
+func (o *Ops) free(v *statepb.Volume, c *statepb.VolumeClaim) error {
+	_, err := o.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_Batch{Batch: &statepb.LogBatch{Entries: []*statepb.LogEntry{
+		{Command: &statepb.LogEntry_ClaimStep{ClaimStep: rules.ControllerUnpublished(v, c)}},
+		{Command: &statepb.LogEntry_ClaimRemove{ClaimRemove: rules.Remove(v, c)}},
+	}}}})
+	if err != nil {
+		return err
+	}
+	o.logger.Info("volume claim freed", "volume", v.GetId(), "node", c.GetNodeId(), "workload", c.GetWorkloadId())
+	return nil
 }

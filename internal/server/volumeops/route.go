@@ -172,7 +172,7 @@ func tryNext(isRetryable func(error) bool, c candidate, err error) bool {
 // controllerAdvertises reports whether a controller instance of the
 // plugin, healthy or not, advertises a controller capability.
 func (o *Ops) controllerAdvertises(pluginID, capability string) bool {
-	return rules.ControllerAdvertises(o.cfg.State().Plugin(pluginID), capability)
+	return o.cfg.State().ControllerAdvertises(pluginID, capability)
 }
 
 // publishCandidates returns the healthy controllers of v's plugin that can
