@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -246,35 +247,39 @@ func startRun(t *testing.T, m *Manager) {
 	})
 }
 
-// recordFiles returns the names of the files in the records directory.
-func (e *env) recordFiles(t *testing.T) []string {
+// diskRecords returns the names of the records on disk, sorted.
+func (e *env) diskRecords(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(e.dataDir, RecordsDir))
+	recs := readRecords(t, e.dataDir)
+	names := make([]string, 0, len(recs))
+	for name := range recs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// readRecords reads the records of dataDir from disk, changing nothing:
+// the journal's and the per-file ones.
+func readRecords(t *testing.T, dataDir string) map[string]*record {
+	t.Helper()
+	st, files, _, err := readDir(filepath.Join(dataDir, RecordsDir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, en := range entries {
-		names = append(names, en.Name())
+	for name, r := range files {
+		if st.records[name] == nil {
+			st.records[name] = r
+		}
 	}
-	return names
+	return st.records
 }
 
 // readRecord reads the record of a mount from disk.
 func (e *env) readRecord(t *testing.T, plugin, volume, workload, usageKey string) (*record, bool) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(e.dataDir, RecordsDir, recordName(plugin, volume, workload, usageKey)))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := new(record)
-	if err := json.Unmarshal(b, r); err != nil {
-		t.Fatal(err)
-	}
-	return r, true
+	r, ok := readRecords(t, e.dataDir)[recordName(plugin, volume, workload, usageKey)]
+	return r, ok
 }
 
 // mountReq is a mount request of plugin tp with the default usage.

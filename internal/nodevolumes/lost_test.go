@@ -32,13 +32,22 @@ func clusterMount(t *testing.T, m *Manager, volume, workload string, claimIndex 
 }
 
 // loseRecords removes every mount record of e's data directory, as an
-// operator moving corrupt records aside does.
+// operator moving corrupt records aside does: every file of the records
+// directory.
 func (e *env) loseRecords(t *testing.T) {
 	t.Helper()
-	for _, name := range e.recordFiles(t) {
-		if err := os.Remove(filepath.Join(e.dataDir, RecordsDir, name)); err != nil {
+	dir := filepath.Join(e.dataDir, RecordsDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		if err := os.Remove(filepath.Join(dir, en.Name())); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n := len(e.diskRecords(t)); n != 0 {
+		t.Fatalf("%d records left after losing them", n)
 	}
 }
 
@@ -81,7 +90,7 @@ func (e *env) checkUndone(t *testing.T, from int, mnt *csisupdv1.Mount) {
 	if vols := e.plug.NodeVolumes(); len(vols) != 0 {
 		t.Errorf("plugin still has %+v", vols)
 	}
-	if files := e.recordFiles(t); len(files) != 0 {
+	if files := e.diskRecords(t); len(files) != 0 {
 		t.Errorf("records left: %v", files)
 	}
 }
@@ -120,7 +129,7 @@ func TestUnmountWithoutRecordUsesServersPaths(t *testing.T) {
 			if tc.faults == nil {
 				e.checkUndone(t, from, mnt)
 			}
-			if files := e.recordFiles(t); len(files) != 0 {
+			if files := e.diskRecords(t); len(files) != 0 {
 				t.Errorf("records left: %v", files)
 			}
 			if got := m.List("", ""); len(got) != 0 {
@@ -236,7 +245,7 @@ func TestUnmountRefusesServersPathsOutsideTheMount(t *testing.T) {
 			if n := len(e.plug.Stats().Calls); n != 0 {
 				t.Errorf("the plugin was called: %v", e.plug.Stats().Calls)
 			}
-			if files := e.recordFiles(t); len(files) != 0 {
+			if files := e.diskRecords(t); len(files) != 0 {
 				t.Errorf("records written: %v", files)
 			}
 		})
@@ -469,7 +478,7 @@ func TestServerPathRecordsAreCheckedOnLoad(t *testing.T) {
 			if err := e.m.store.write(rec); err != nil {
 				t.Fatal(err)
 			}
-			file := filepath.Join(e.dataDir, RecordsDir, rec.name())
+			file := filepath.Join(e.dataDir, RecordsDir, journalName)
 			_, err := New(Config{DataDir: e.dataDir, Plugins: e.plugins, RPCTimeout: time.Second, Retry: shortRetry})
 			if err == nil || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "corrupt") || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New: %v, want the record %s corrupt for its %s", err, file, tc.want)

@@ -42,7 +42,7 @@ const (
 type Manager struct {
 	dataDir  string
 	node     string // Config.NodeName, for CapabilityMissing errors
-	store    store
+	store    *store
 	calls    *csiclient.Invoker
 	dirs     map[string]PluginDirs
 	timeout  time.Duration
@@ -110,8 +110,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
-	st := store{dir: filepath.Join(dataDir, RecordsDir)}
-	recs, err := st.load()
+	st, recs, err := openStore(filepath.Join(dataDir, RecordsDir))
 	if err != nil {
 		return nil, err
 	}
@@ -450,6 +449,10 @@ func (m *Manager) stagingInUse(r *record) bool {
 	}
 	return false
 }
+
+// RecordSyncs returns the syncs of the mount records' journal and of
+// their directory since New: what the records cost on disk.
+func (m *Manager) RecordSyncs() uint64 { return m.store.syncs.Load() }
 
 // save stamps r and writes it through: to its file, then to memory. The
 // memory copy changes even when the write fails, since it describes the

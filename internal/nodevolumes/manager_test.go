@@ -58,9 +58,9 @@ func TestMountUnmountHappyPath(t *testing.T) {
 	if !ok || rec.State != StatePublished || rec.PluginPath != wantHost || rec.PluginStagingPath != wantStaging {
 		t.Fatalf("record = %+v, %t", rec, ok)
 	}
-	fi, err := os.Stat(filepath.Join(e.dataDir, RecordsDir, rec.name()))
+	fi, err := os.Stat(filepath.Join(e.dataDir, RecordsDir, journalName))
 	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("record file mode = %v, %v; want 0600", fi.Mode(), err)
+		t.Fatalf("records journal mode = %v, %v; want 0600", fi.Mode(), err)
 	}
 	for _, d := range []string{filepath.Join(e.dataDir, RecordsDir), wantStaging, filepath.Dir(wantHost)} {
 		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
@@ -111,7 +111,7 @@ func TestMountUnmountHappyPath(t *testing.T) {
 			t.Errorf("%s is left after the unmount", d)
 		}
 	}
-	if files := e.recordFiles(t); len(files) != 0 {
+	if files := e.diskRecords(t); len(files) != 0 {
 		t.Errorf("records left: %v", files)
 	}
 	if got := e.m.List("", ""); len(got) != 0 {
@@ -224,7 +224,7 @@ func TestMountIsIdempotent(t *testing.T) {
 		// The test plugin stages a volume at one path only.
 		t.Errorf("Mount with another usage: %v, want the plugin's FailedPrecondition", err)
 	}
-	if files := e.recordFiles(t); len(files) != 1 {
+	if files := e.diskRecords(t); len(files) != 1 {
 		t.Errorf("records = %v, want the first mount's only", files)
 	}
 }
@@ -243,7 +243,7 @@ func TestNotFoundFromUnpublishAndUnstageIsDone(t *testing.T) {
 	if e.plug.calls("NodeUnpublishVolume") != 1 || e.plug.calls("NodeUnstageVolume") != 1 {
 		t.Errorf("calls = %v, want one unpublish and one unstage", e.plug.Stats().Calls)
 	}
-	if files := e.recordFiles(t); len(files) != 0 {
+	if files := e.diskRecords(t); len(files) != 0 {
 		t.Errorf("records left: %v", files)
 	}
 }
@@ -265,8 +265,8 @@ func TestMaxVolumes(t *testing.T) {
 	if _, err := e.m.Mount(ctx, mountReq("v1", "w2")); err != nil {
 		t.Fatalf("Mount of the same volume for another workload: %v", err)
 	}
-	if e.plug.calls("NodeStageVolume") != 1 || len(e.recordFiles(t)) != 2 {
-		t.Errorf("the refused mount reached the plugin or left a record: %v, %v", e.plug.Stats().Calls, e.recordFiles(t))
+	if e.plug.calls("NodeStageVolume") != 1 || len(e.diskRecords(t)) != 2 {
+		t.Errorf("the refused mount reached the plugin or left a record: %v, %v", e.plug.Stats().Calls, e.diskRecords(t))
 	}
 }
 
@@ -323,7 +323,7 @@ func TestBlockUsageRefusedByPluginLeavesNothing(t *testing.T) {
 	if strings.Contains(err.Error(), "volumes are directories") || !strings.Contains(err.Error(), "[redacted]") {
 		t.Errorf("error %q carries the secret value", err)
 	}
-	if files := e.recordFiles(t); len(files) != 0 {
+	if files := e.diskRecords(t); len(files) != 0 {
 		t.Errorf("records left: %v", files)
 	}
 	root := filepath.Join(e.dataDir, "volumes", "tp")
@@ -400,8 +400,8 @@ func TestPluginStateErrors(t *testing.T) {
 		_, err := e.m.Stats(ctx, &csisupdv1.VolumeStatsRequest{PluginId: "bare", VolumeId: "v"})
 		check(t, err, codes.FailedPrecondition, missing(plugin.CapGetVolumeStats))
 	})
-	if len(e.plug.Stats().Calls) != 0 || len(e.recordFiles(t)) != 0 {
-		t.Errorf("refused requests reached the plugin or left records: %v, %v", e.plug.Stats().Calls, e.recordFiles(t))
+	if len(e.plug.Stats().Calls) != 0 || len(e.diskRecords(t)) != 0 {
+		t.Errorf("refused requests reached the plugin or left records: %v, %v", e.plug.Stats().Calls, e.diskRecords(t))
 	}
 	// A plugin without STAGE_UNSTAGE_VOLUME is published without staging.
 	// (The test plugin insists on staging, so its refusal comes back and
@@ -410,8 +410,8 @@ func TestPluginStateErrors(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || e.plug.calls("NodeStageVolume") != 0 || e.plug.calls("NodePublishVolume") != 1 {
 		t.Errorf("Mount without staging: %v, calls %v; want one publish without a stage", err, e.plug.Stats().Calls)
 	}
-	if len(e.recordFiles(t)) != 0 {
-		t.Errorf("records left: %v", e.recordFiles(t))
+	if len(e.diskRecords(t)) != 0 {
+		t.Errorf("records left: %v", e.diskRecords(t))
 	}
 }
 
@@ -605,7 +605,7 @@ func TestALateStageIsUndoneAgain(t *testing.T) {
 		t.Fatalf("mounts after the failed mount = %v, want one settling", got)
 	}
 	testutil.WaitFor(t, waitTime, "the late stage done and the record settled", func() bool {
-		return e.plug.Stats().InFlight["NodeStageVolume"] == 0 && len(e.recordFiles(t)) == 0
+		return e.plug.Stats().InFlight["NodeStageVolume"] == 0 && len(e.diskRecords(t)) == 0
 	})
 	if _, staged := e.plug.node(t, "v1"); staged {
 		t.Error("the plugin's late stage is left: the volume is staged with no record of it")
@@ -664,7 +664,7 @@ func TestAReleaseWaitsForItsSettlingMount(t *testing.T) {
 	if status.Code(err) != codes.Aborted || !csisupdv1.IsRetryable(err) || !strings.Contains(err.Error(), "repeated") {
 		t.Fatalf("Unmount of a settling mount = %v, want a retryable Aborted naming the repeated undo", err)
 	}
-	testutil.WaitFor(t, waitTime, "the undo repeated and the record gone", func() bool { return len(e.recordFiles(t)) == 0 })
+	testutil.WaitFor(t, waitTime, "the undo repeated and the record gone", func() bool { return len(e.diskRecords(t)) == 0 })
 	if _, err := e.m.Unmount(context.Background(), unmountReq("v1", "w1")); err != nil {
 		t.Fatalf("Unmount once settled = %v", err)
 	}

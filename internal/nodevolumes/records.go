@@ -1,13 +1,10 @@
 package nodevolumes
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -208,140 +205,6 @@ func (r *record) checkPaths() error {
 	}
 	if r.StagingPath != "" && r.StagingPath != r.Roots.stagingPath(r.VolumeID, r.UsageKey) {
 		return fmt.Errorf("staging_path %q is not the staging target of the mount", r.StagingPath)
-	}
-	return nil
-}
-
-// store reads and writes the records of one directory. It keeps no state:
-// the Manager holds the records in memory and writes each change through.
-type store struct {
-	dir string
-}
-
-// isTemp reports whether a file name is one of store.write's temporary
-// files.
-func isTemp(name string) bool { return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp") }
-
-// load creates the directory when missing and reads every record in it.
-// Temporary files of writes that never finished are removed. A record that
-// cannot be read or decoded, or whose content does not match its name, is
-// an error naming the file; nothing is removed then.
-func (s store) load() (map[string]*record, error) {
-	if err := os.MkdirAll(s.dir, dirMode); err != nil {
-		return nil, fmt.Errorf("volumes: create records directory %q: %w", s.dir, err)
-	}
-	if defectForgetRecord {
-		return map[string]*record{}, nil
-	}
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return nil, fmt.Errorf("volumes: read records directory %q: %w", s.dir, err)
-	}
-	var errs []error
-	out := make(map[string]*record)
-	var temps []string
-	for _, e := range entries {
-		name := e.Name()
-		file := filepath.Join(s.dir, name)
-		switch {
-		case isTemp(name):
-			temps = append(temps, file)
-			continue
-		case e.IsDir() || !strings.HasSuffix(name, ".json"):
-			continue
-		}
-		b, err := os.ReadFile(file)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("volumes: read record %q: %w", file, err))
-			continue
-		}
-		r := new(record)
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(r); err != nil {
-			errs = append(errs, fmt.Errorf("volumes: record %q is corrupt: %w", file, err))
-			continue
-		}
-		if err := r.check(); err != nil {
-			errs = append(errs, fmt.Errorf("volumes: record %q is corrupt: %w", file, err))
-			continue
-		}
-		if r.name() != name {
-			errs = append(errs, fmt.Errorf("volumes: record %q is corrupt: its mount (plugin %q, volume %q, workload %q, usage %q) belongs in %q",
-				file, r.PluginID, r.VolumeID, r.WorkloadID, r.UsageKey, r.name()))
-			continue
-		}
-		out[name] = r
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	for _, f := range temps {
-		// A temporary file never renamed holds nothing that the record
-		// it was to replace does not hold.
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("volumes: remove unfinished record write %q: %w", f, err)
-		}
-	}
-	return out, nil
-}
-
-// write stores r atomically: a temporary file is written and synced, then
-// renamed over the record, and the directory is synced.
-func (s store) write(r *record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("volumes: encode record of volume %q: %w", r.VolumeID, err)
-	}
-	b = append(b, '\n')
-	file := filepath.Join(s.dir, r.name())
-	tmp, err := os.CreateTemp(s.dir, "."+r.name()+".tmp*")
-	if err != nil {
-		return fmt.Errorf("volumes: write record %q: %w", file, err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(fileMode); err != nil {
-		return fmt.Errorf("volumes: write record %q: %w", file, err)
-	}
-	if _, err := tmp.Write(b); err != nil {
-		return fmt.Errorf("volumes: write record %q: %w", file, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("volumes: sync record %q: %w", file, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("volumes: write record %q: %w", file, err)
-	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
-		return fmt.Errorf("volumes: write record %q: %w", file, err)
-	}
-	ok = true
-	return s.syncDir()
-}
-
-// remove deletes the record named name. A missing record is not an error.
-func (s store) remove(name string) error {
-	file := filepath.Join(s.dir, name)
-	if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("volumes: remove record %q: %w", file, err)
-	}
-	return s.syncDir()
-}
-
-func (s store) syncDir() error {
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return fmt.Errorf("volumes: sync records directory %q: %w", s.dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("volumes: sync records directory %q: %w", s.dir, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package nodevolumes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -18,8 +19,8 @@ import (
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
-// copyRecords copies the record files of from into to's records
-// directory: the data directory an agent killed at this moment would
+// copyRecords copies the files of from's records directory (the journal)
+// into to's records directory: the data directory an agent killed at this moment would
 // leave.
 func copyRecords(t *testing.T, from, to string) {
 	t.Helper()
@@ -109,9 +110,8 @@ func TestRestartUndoesUnfinishedMount(t *testing.T) {
 			if got := m2.List("", ""); len(got) != 0 {
 				t.Errorf("mounts after the restart = %v, want none", got)
 			}
-			entries, err := os.ReadDir(filepath.Join(crashed, RecordsDir))
-			if err != nil || len(entries) != 0 {
-				t.Errorf("records after the restart: %v, %v", entries, err)
+			if recs := readRecords(t, crashed); len(recs) != 0 {
+				t.Errorf("records after the restart: %v", recs)
 			}
 		})
 	}
@@ -192,7 +192,7 @@ func TestRestartFinishesUnstaging(t *testing.T) {
 	if e.plug.calls("NodeUnpublishVolume") != 1 {
 		t.Errorf("NodeUnpublishVolume calls = %d: the finished unpublish was repeated", e.plug.calls("NodeUnpublishVolume"))
 	}
-	if files := e.recordFiles(t); len(files) != 0 {
+	if files := e.diskRecords(t); len(files) != 0 {
 		t.Errorf("records left: %v", files)
 	}
 }
@@ -238,10 +238,11 @@ func TestCorruptRecordFailsNew(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("New with a corrupt record: %v, want an error naming %s", err, bad)
 	}
-	for _, f := range []string{bad, filepath.Join(dir, good)} {
-		if !exists(f) {
-			t.Errorf("%s was removed", f)
-		}
+	if !exists(bad) {
+		t.Errorf("%s was removed", bad)
+	}
+	if st, err := readJournal(filepath.Join(dir, journalName)); err != nil || st.records[good] == nil {
+		t.Errorf("the good record %s was removed from the journal: %v", good, err)
 	}
 	// Once the corrupt record is gone, New loads the good one and drops
 	// the unfinished write.
@@ -258,8 +259,13 @@ func TestCorruptRecordFailsNew(t *testing.T) {
 	if exists(stale) {
 		t.Error("the unfinished write was not removed")
 	}
-	// A record moved under another mount's name is corrupt too.
-	if err := os.Rename(filepath.Join(dir, good), bad); err != nil {
+	// A record file under another mount's name is corrupt too.
+	rec, _ := e.readRecord(t, "tp", "v1", "w1", defaultKey)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := New(Config{DataDir: e.dataDir, Plugins: e.plugins, RPCTimeout: time.Second, Retry: shortRetry}); err == nil || !strings.Contains(err.Error(), "belongs in") {

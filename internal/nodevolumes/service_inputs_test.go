@@ -73,7 +73,7 @@ func TestMountVolumeRefusesBadInputs(t *testing.T) {
 	if n := e.plug.calls("NodeStageVolume") + e.plug.calls("NodePublishVolume"); n != 0 {
 		t.Errorf("the plugin got %d stage and publish calls for refused requests, want 0", n)
 	}
-	if files := e.recordFiles(t); len(files) != 0 {
+	if files := e.diskRecords(t); len(files) != 0 {
 		t.Errorf("refused requests left records %v", files)
 	}
 	if _, err := strict.ExpandVolume(ctx, &csisupdv1.ExpandVolumeRequest{PluginId: "tp", VolumeId: "v1", RequiredBytes: -5}); status.Code(err) != codes.InvalidArgument {

@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -189,10 +187,9 @@ func TestForcedRelease(t *testing.T) {
 		t.Fatalf("agent 1's plugin holds %d volumes before the agent returns, want the forced claim's", n)
 	}
 	cc.c.RestartAgent(1)
-	records := filepath.Join(cc.c.Agent(1).DataDir, nodevolumes.RecordsDir)
 	testutil.WaitFor(t, 20*time.Second, "agent 1's mount undone and its record gone", func() bool {
-		entries, err := os.ReadDir(records)
-		return err == nil && len(entries) == 0 && len(cc.plugins[1].NodeVolumes()) == 0
+		n, err := nodevolumes.CountRecords(cc.c.Agent(1).DataDir)
+		return err == nil && n == 0 && len(cc.plugins[1].NodeVolumes()) == 0
 	})
 	if !slices.Contains(methods(cc.plugins[1].NodeLog()), "NodeUnpublishVolume") {
 		t.Errorf("agent 1's plugin was never unpublished: %v", methods(cc.plugins[1].NodeLog()))

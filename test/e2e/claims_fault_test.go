@@ -6,13 +6,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/csisupd/csisupd/internal/nodevolumes"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -110,11 +109,11 @@ func (n *claimNode) wantClaimMounted(t *testing.T, claim claimDoc, externalID st
 // mountRecords counts the client agent's mount records.
 func (c *clientAgent) mountRecords(t *testing.T) int {
 	t.Helper()
-	records, err := os.ReadDir(filepath.Join(c.clientData, "volume-mounts"))
-	if err != nil && !os.IsNotExist(err) {
+	n, err := nodevolumes.CountRecords(c.clientData)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return len(records)
+	return n
 }
 
 // TestAgentKilledBetweenStageAndPublish kills the node's agent while the
