@@ -335,6 +335,11 @@ func (a *Agent) NodeID() string { return a.nodeID }
 // Registry is the node's plugin registry.
 func (a *Agent) Registry() *registry.Registry { return a.manager.Registry() }
 
+// VolumeRecordSyncs is the number of fsyncs the node's volume mount
+// records made since the agent started (the metric
+// csisupd_volume_record_syncs_total).
+func (a *Agent) VolumeRecordSyncs() uint64 { return a.volumes.RecordSyncs() }
+
 // Ready is closed once the agent serves and its first directory scan is
 // reconciled.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/nodeclient"
 	"github.com/csisupd/csisupd/internal/nodevolumes"
@@ -223,6 +225,15 @@ func (a *Agent) setupVolumes(cfg *config.Config) (*nodevolumes.Manager, part, er
 	m, err := nodevolumes.New(vc)
 	if err != nil {
 		return nil, part{}, fmt.Errorf("agent: node volumes: %w", err)
+	}
+	if reg := a.registerer(); reg != nil {
+		err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "csisupd_volume_record_syncs_total",
+			Help: "fsyncs of the volume mount records' journal and of its directory",
+		}, func() float64 { return float64(m.RecordSyncs()) }))
+		if err != nil {
+			return nil, part{}, fmt.Errorf("agent: node volumes: register metrics: %w", err)
+		}
 	}
 	return m, part{name: "node volumes", run: m.Run}, nil
 }

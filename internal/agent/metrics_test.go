@@ -234,6 +234,7 @@ func TestMetricsOfADevAgent(t *testing.T) {
 		{"csisupd_consul_sync_passes_total", nil, atLeast(1), ">= 1"},
 		{"csisupd_consul_sync_last_success_timestamp_seconds", nil, atLeast(float64(time.Now().Add(-time.Minute).Unix())), "within the last minute"},
 		{"csisupd_agent_ready", nil, exactly(1), "1"},
+		{"csisupd_volume_record_syncs_total", nil, atLeast(1), ">= 1 (the new records journal's directory entry)"},
 		{"csisupd_watchdog_timeout_seconds", nil, atLeast(1), "> 0"},
 	}
 	allHold := func() bool {

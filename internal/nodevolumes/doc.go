@@ -47,20 +47,33 @@
 //
 // # Records
 //
-// Each mount has one JSON file in <data_dir>/volume-mounts, mode 0600,
-// named by a hash of (plugin, volume, workload, usage key) and written
-// atomically (temporary file, fsync, rename, fsync of the directory). It
-// holds: version, plugin_id, volume_id, external_id (the id the plugin
-// knows), workload_id, usage and usage_key, roots (the mount root on the
-// host and as the plugin sees it), host_path, staging_path (empty when the
-// plugin does not stage), plugin_path and plugin_staging_path (the same
-// paths as sent to the plugin), state, cluster and claim_index (set for
-// mounts the servers made for a claim), error (the last failed step,
-// redacted) and created_at, updated_at. It never holds a secret, a volume
-// context or a publish context. New refuses to start on a record it cannot
-// read, naming the file, and removes nothing: the operator moves the file
-// aside and starts the agent, and releases then clean up from the servers'
-// paths (see Lost records).
+// Each mount has one record, kept in the journal <data_dir>/volume-mounts/
+// journal (mode 0600, in a 0700 directory): each change of a record (its
+// new content, or its removal) is one appended line, the crc32c of the
+// line's JSON, a space and the JSON, made durable by one fsync of the
+// journal before the step it covers starts and before the caller is
+// answered. Concurrent changes share their fsyncs. A record is named by a
+// hash of (plugin, volume, workload, usage key). It holds: version,
+// plugin_id, volume_id, external_id (the id the plugin knows), workload_id,
+// usage and usage_key, roots (the mount root on the host and as the plugin
+// sees it), host_path, staging_path (empty when the plugin does not
+// stage), plugin_path and plugin_staging_path (the same paths as sent to
+// the plugin), state, cluster and claim_index (set for mounts the servers
+// made for a claim), error (the last failed step, redacted) and
+// created_at, updated_at. It never holds a secret, a volume context or a
+// publish context.
+//
+// On start the journal is replayed. A torn or unchecksummed last line is a
+// change that was never acknowledged: it is cut off. New refuses to start
+// on any other line it cannot read, or a record that is not valid, naming
+// the journal, the line and its offset, and changes nothing: the operator
+// moves the journal aside (or removes the line) and starts the agent, and
+// releases then clean up from the servers' paths (see Lost records). Once
+// the journal is four times the size of the live records and at least 64
+// KiB, it is rewritten with the live records (temporary file, fsync,
+// rename, fsync of the directory). Records of the earlier format, one JSON
+// file per mount in the same directory, are taken into the journal on
+// start: appended and synced first, then their files removed.
 //
 // The state is written before each step starts and after it ends:
 //

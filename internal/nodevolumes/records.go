@@ -23,7 +23,7 @@ const (
 	StateUnpublishing = "unpublishing"
 	StateUnstaging    = "unstaging"
 	// StateRecordLost is a mount the servers hold a claim for while this
-	// agent had no record of it (its record file was lost): it is listed
+	// agent had no record of it (its record was lost): it is listed
 	// with the servers' paths and undone from them on release.
 	StateRecordLost = "record-lost"
 	// StateSettling is a mount whose stage or publish failed with an

@@ -13,12 +13,10 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/nodevolumes"
 	"github.com/csisupd/csisupd/internal/testcluster"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
@@ -56,7 +54,7 @@ func BenchmarkClaimRelease(b *testing.B) {
 	setInFlight(b, c, cl, 1)
 	node := c.Agent(0).NodeID()
 	raftIndex := leader.Server().Raft().LastIndex
-	syncs := watchRecordSyncs(b, filepath.Join(c.Agent(0).DataDir, nodevolumes.RecordsDir))
+	syncs := watchRecordSyncs(c.Agent(0))
 	create := func(id string) *csisupdv1.Volume {
 		resp, err := cl.CreateVolume(ctx, &csisupdv1.VolumeCreateRequest{Id: id, PluginId: "tp"})
 		if err != nil {
@@ -262,64 +260,24 @@ func setInFlight(b *testing.B, c *testcluster.Cluster, cl csisupdv1.ControlClien
 	})
 }
 
-// recordSyncs counts the fsyncs of an agent's mount records from the
-// changes of their directory: nodevolumes' store syncs a record's file
-// and the directory on each write (seen as the record's name created by
-// the rename into place) and the directory on each removal. Their names
-// are counted, never timed.
+// recordSyncs counts the fsyncs of an agent's mount records as the agent
+// counts them (csisupd_volume_record_syncs_total): the syncs of their
+// journal and of its directory.
 type recordSyncs struct {
-	w     *fsnotify.Watcher
-	dir   string
-	marks string
-	n     int
+	a    *testcluster.Agent
+	last uint64
 }
 
-func watchRecordSyncs(b *testing.B, dir string) *recordSyncs {
-	b.Helper()
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { w.Close() })
-	s := &recordSyncs{w: w, dir: dir, marks: testutil.TempDir(b)}
-	for _, d := range []string{dir, s.marks} {
-		if err := w.Add(d); err != nil {
-			b.Fatalf("watch %s: %v", d, err)
-		}
-	}
-	return s
+func watchRecordSyncs(a *testcluster.Agent) *recordSyncs {
+	return &recordSyncs{a: a, last: a.Agent().VolumeRecordSyncs()}
 }
 
-// take returns the fsyncs since its last call. A file created in a
-// directory of its own, watched by the same watcher, marks the end: the
-// events of one watcher arrive in order.
+// take returns the fsyncs since its last call. The syncs of a step are
+// made before the step returns.
 func (s *recordSyncs) take(b *testing.B) uint64 {
 	b.Helper()
-	s.n++
-	mark := filepath.Join(s.marks, strconv.Itoa(s.n))
-	if err := os.WriteFile(mark, nil, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	timeout := time.NewTimer(30 * time.Second)
-	defer timeout.Stop()
-	var syncs uint64
-	for {
-		select {
-		case ev := <-s.w.Events:
-			name := filepath.Base(ev.Name)
-			switch {
-			case ev.Name == mark:
-				return syncs
-			case filepath.Dir(ev.Name) != s.dir || strings.HasPrefix(name, "."):
-			case ev.Has(fsnotify.Create):
-				syncs += 2
-			case ev.Has(fsnotify.Remove):
-				syncs++
-			}
-		case err := <-s.w.Errors:
-			b.Fatalf("watch %s: %v", s.dir, err)
-		case <-timeout.C:
-			b.Fatalf("no event of mark %s within 30s", mark)
-		}
-	}
+	n := s.a.Agent().VolumeRecordSyncs()
+	d := n - s.last
+	s.last = n
+	return d
 }
