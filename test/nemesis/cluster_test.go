@@ -25,6 +25,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/netlab"
+	"github.com/csisupd/csisupd/internal/nodevolumes"
 	"github.com/csisupd/csisupd/internal/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -595,7 +596,7 @@ func (c *Cluster) WipeMountRecords(agent string) error {
 		if err != nil {
 			return err
 		}
-		return os.RemoveAll(filepath.Join(c.dataDir(p.host), "volumes"))
+		return os.RemoveAll(filepath.Join(c.dataDir(p.host), nodevolumes.RecordsDir))
 	}()
 	return c.record("wipe-mount-records", agent, err)
 }
