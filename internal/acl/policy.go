@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/csisupd/csisupd/internal/hcldiag"
 )
 
 // MaxPolicyBytes caps the HCL source of one policy. Policies are kept in
@@ -66,7 +68,7 @@ func ParsePolicy(name, filename string, src []byte) (*Policy, error) {
 	}
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
-		return nil, diagsError(filename, "", diags)
+		return nil, hcldiag.ErrorIn(filename, "", diags)
 	}
 	body, ok := file.Body.(*hclsyntax.Body)
 	if !ok {
@@ -76,7 +78,7 @@ func ParsePolicy(name, filename string, src []byte) (*Policy, error) {
 	var errs []posError
 	for _, attr := range body.Attributes {
 		errs = append(errs, posError{attr.NameRange, fmt.Errorf("%s: unsupported argument %q: a policy has only rule blocks (%s)",
-			pos(attr.NameRange), attr.Name, resourceList())})
+			hcldiag.Pos(attr.NameRange), attr.Name, resourceList())})
 	}
 	seen := map[Resource]hcl.Range{}
 	for _, blk := range body.Blocks {
@@ -84,16 +86,16 @@ func ParsePolicy(name, filename string, src []byte) (*Policy, error) {
 		switch {
 		case !r.valid():
 			errs = append(errs, posError{blk.TypeRange, fmt.Errorf("%s: unsupported block %q: the resources are %s",
-				pos(blk.TypeRange), blk.Type, resourceList())})
+				hcldiag.Pos(blk.TypeRange), blk.Type, resourceList())})
 			continue
 		case len(blk.Labels) > 0:
 			errs = append(errs, posError{blk.LabelRanges[0], fmt.Errorf("%s: block %s takes no labels",
-				pos(blk.LabelRanges[0]), blk.Type)})
+				hcldiag.Pos(blk.LabelRanges[0]), blk.Type)})
 			continue
 		}
 		if first, dup := seen[r]; dup {
 			errs = append(errs, posError{blk.TypeRange, fmt.Errorf("%s: duplicate block %s (first at line %d): one rule per resource",
-				pos(blk.TypeRange), blk.Type, first.Start.Line)})
+				hcldiag.Pos(blk.TypeRange), blk.Type, first.Start.Line)})
 			continue
 		}
 		seen[r] = blk.TypeRange
@@ -119,14 +121,14 @@ func parseRule(blk *hclsyntax.Block) (Level, []posError) {
 	var errs []posError
 	for _, inner := range blk.Body.Blocks {
 		errs = append(errs, posError{inner.TypeRange, fmt.Errorf("%s: unsupported block %q in block %s: a rule has only the argument %s",
-			pos(inner.TypeRange), inner.Type, blk.Type, policyArg)})
+			hcldiag.Pos(inner.TypeRange), inner.Type, blk.Type, policyArg)})
 	}
 	level := LevelNone
 	found := false
 	for _, attr := range blk.Body.Attributes {
 		if attr.Name != policyArg {
 			errs = append(errs, posError{attr.NameRange, fmt.Errorf("%s: unsupported argument %q in block %s: a rule has only the argument %s",
-				pos(attr.NameRange), attr.Name, blk.Type, policyArg)})
+				hcldiag.Pos(attr.NameRange), attr.Name, blk.Type, policyArg)})
 			continue
 		}
 		found = true
@@ -138,21 +140,21 @@ func parseRule(blk *hclsyntax.Block) (Level, []posError) {
 			diags = gohcl.DecodeExpression(attr.Expr, nil, &s)
 		}
 		if diags.HasErrors() {
-			for _, err := range unjoin(diagsError(attr.Expr.Range().Filename, blk.Type+"."+policyArg, diags)) {
+			for _, err := range unjoin(hcldiag.ErrorIn(attr.Expr.Range().Filename, blk.Type+"."+policyArg, diags)) {
 				errs = append(errs, posError{attr.Expr.Range(), err})
 			}
 			continue
 		}
 		l, err := ParseLevel(s)
 		if err != nil {
-			errs = append(errs, posError{attr.Expr.Range(), fmt.Errorf("%s: %s.%s: %w", pos(attr.Expr.Range()), blk.Type, policyArg, err)})
+			errs = append(errs, posError{attr.Expr.Range(), fmt.Errorf("%s: %s.%s: %w", hcldiag.Pos(attr.Expr.Range()), blk.Type, policyArg, err)})
 			continue
 		}
 		level = l
 	}
 	if !found {
 		errs = append(errs, posError{blk.TypeRange, fmt.Errorf("%s: block %s: missing argument %s (deny, read or write)",
-			pos(blk.TypeRange), blk.Type, policyArg)})
+			hcldiag.Pos(blk.TypeRange), blk.Type, policyArg)})
 	}
 	return level, errs
 }
@@ -188,32 +190,6 @@ func resourceList() string {
 	return strings.Join(names, ", ")
 }
 
-// diagsError turns HCL error diagnostics into one error per diagnostic,
-// each prefixed with file:line (file alone when the diagnostic has no
-// position) and, when not empty, key.
-func diagsError(filename, key string, diags hcl.Diagnostics) error {
-	var errs []error
-	for _, d := range diags {
-		if d.Severity != hcl.DiagError {
-			continue
-		}
-		parts := []string{filename}
-		if d.Subject != nil {
-			parts[0] = pos(*d.Subject)
-		}
-		if key != "" {
-			parts = append(parts, key)
-		}
-		msg := d.Summary
-		if d.Detail != "" {
-			msg += ": " + strings.TrimSuffix(d.Detail, ".")
-		}
-		parts = append(parts, msg)
-		errs = append(errs, errors.New(strings.Join(parts, ": ")))
-	}
-	return errors.Join(errs...)
-}
-
 // unjoin returns the errors joined in err by errors.Join, or err alone.
 func unjoin(err error) []error {
 	if err == nil {
@@ -223,9 +199,4 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
-}
-
-// pos formats the start of rng as "file:line".
-func pos(rng hcl.Range) string {
-	return fmt.Sprintf("%s:%d", rng.Filename, rng.Start.Line)
 }
