@@ -235,7 +235,7 @@ func (a *Agent) setupVolumes(cfg *config.Config) (*nodevolumes.Manager, part, er
 			return nil, part{}, fmt.Errorf("agent: node volumes: register metrics: %w", err)
 		}
 	}
-	return m, part{name: "node volumes", run: m.Run}, nil
+	return m, part{name: "node volumes", run: m.Run, close: func() { _ = m.Close() }}, nil
 }
 
 // advertised is the address other nodes reach a listener at: the

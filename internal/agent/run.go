@@ -37,7 +37,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(a.parts)+4)
+	errs := make(chan error, len(a.parts)+5)
 	listeners := &group{errs: errs, cancel: cancel}
 	workers := &group{errs: errs, cancel: cancel}
 
@@ -82,6 +82,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.stopServers()
 	listeners.wg.Wait()
+	if a.volumes != nil {
+		// No call is served any more: the records' journal is closed.
+		if err := a.volumes.Close(); err != nil {
+			errs <- err
+		}
+	}
 	if a.tempDir != "" {
 		_ = os.RemoveAll(a.tempDir)
 	}

@@ -115,7 +115,12 @@ type store struct {
 	// broken is set when a write or sync of the journal failed: what it
 	// holds is unknown, so the next sync rewrites it instead.
 	broken error
+	// closed is set by close: the journal takes no more writes.
+	closed bool
 }
+
+// errStoreClosed is the error of a write to a closed store.
+var errStoreClosed = errors.New("volumes: the mount records' journal is closed")
 
 // journalState is what a journal holds, as read from disk.
 type journalState struct {
@@ -401,6 +406,10 @@ func (s *store) remove(name string) error {
 // durable.
 func (s *store) append(name string, content, line []byte) error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errStoreClosed
+	}
 	s.liveSize -= int64(len(s.live[name]))
 	if content == nil {
 		delete(s.live, name)
@@ -432,8 +441,11 @@ func (s *store) syncTo(seq uint64) error {
 		return nil
 	}
 	s.mu.Lock()
-	broken, target := s.broken, s.seq
+	broken, target, closed := s.broken, s.seq, s.closed
 	s.mu.Unlock()
+	if closed {
+		return errStoreClosed
+	}
 	if broken != nil {
 		if err := s.rewrite(); err != nil {
 			return fmt.Errorf("%w (after %w)", err, broken)
@@ -504,6 +516,23 @@ func (s *store) rewrite() error {
 		return err
 	}
 	s.broken, s.synced = nil, s.seq
+	return nil
+}
+
+// close closes the journal; later writes fail with errStoreClosed. A
+// write that a sync had not covered yet is not durable.
+func (s *store) close() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.f.Close(); err != nil {
+		return fmt.Errorf("volumes: close records journal %q: %w", s.f.Name(), err)
+	}
 	return nil
 }
 

@@ -44,7 +44,7 @@ func openTestStore(t *testing.T, dir string) (*store, map[string]*record) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.f.Close() })
+	t.Cleanup(func() { s.close() })
 	return s, recs
 }
 
@@ -119,6 +119,31 @@ func TestJournalWritesRemovesAndSyncs(t *testing.T) {
 			t.Errorf("%s mode = %v, %v; want %v", path, fi.Mode(), err, mode)
 		}
 	}
+}
+
+// TestJournalClosed checks that a closed store takes no write and that
+// what it synced before is read back.
+func TestJournalClosed(t *testing.T) {
+	dir := testutil.TempDir(t)
+	s, _ := openTestStore(t, dir)
+	r := testRecord(t, "v1")
+	if err := s.write(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := s.close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if err := s.write(testRecord(t, "v2")); !errors.Is(err, errStoreClosed) {
+		t.Fatalf("write after close = %v, want %v", err, errStoreClosed)
+	}
+	if err := s.remove(r.name()); !errors.Is(err, errStoreClosed) {
+		t.Fatalf("remove after close = %v, want %v", err, errStoreClosed)
+	}
+	_, recs := openTestStore(t, dir)
+	wantRecords(t, recs, r)
 }
 
 func TestJournalTornTailIsDropped(t *testing.T) {

@@ -450,6 +450,10 @@ func (m *Manager) stagingInUse(r *record) bool {
 	return false
 }
 
+// Close closes the mount records' journal. Mounts and unmounts after it
+// fail; call it once Run has returned and no call is served any more.
+func (m *Manager) Close() error { return m.store.close() }
+
 // RecordSyncs returns the syncs of the mount records' journal and of
 // their directory since New: what the records cost on disk.
 func (m *Manager) RecordSyncs() uint64 { return m.store.syncs.Load() }
