@@ -97,11 +97,6 @@ func (a *Agent) dialOptions() dialing {
 // authorizer with resolver, the start gate) with its health service,
 // reporting NOT_SERVING until Run is ready, and reflection.
 func (a *Agent) setupGRPC(cfg *config.Config, resolver rpc.TokenResolver) (*grpc.Server, *health.Server, error) {
-	// Metrics first, so that refused calls are counted with their code.
-	opts := append(a.grpcMetrics.ServerOptions(), serverOptions()...)
-	if a.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(a.tls.IncomingConfig())))
-	}
 	auth, err := rpc.NewAuthorizer(rpc.AuthConfig{
 		TLS:            a.tls != nil,
 		Region:         cfg.Region,
@@ -113,7 +108,10 @@ func (a *Agent) setupGRPC(cfg *config.Config, resolver rpc.TokenResolver) (*grpc
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent: %w", err)
 	}
-	opts = append(opts, auth.ServerOptions()...)
+	opts := ServerOptions(a.grpcMetrics, auth)
+	if a.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(a.tls.IncomingConfig())))
+	}
 	opts = append(opts, grpc.ChainUnaryInterceptor(a.startGateUnary), grpc.ChainStreamInterceptor(a.startGateStream))
 	g := grpc.NewServer(opts...)
 	h := health.NewServer()
@@ -252,6 +250,17 @@ const (
 	maxConnectionIdle    = 15 * time.Minute
 	maxRecvMsgSize       = 4 << 20
 )
+
+// ServerOptions returns the options of the agent's gRPC server that act on
+// every call, but for TLS and the start gate: the metrics m (first, so
+// that refused calls are counted with their code), the limits, the stream
+// workers and the connection tagger of serverOptions, and auth's
+// interceptors. The benchmarks of a leader serve with them, so that they
+// measure what a real leader spends on a call.
+func ServerOptions(m *rpc.GRPCMetrics, auth *rpc.Authorizer) []grpc.ServerOption {
+	opts := append(m.ServerOptions(), serverOptions()...)
+	return append(opts, auth.ServerOptions()...)
+}
 
 // serverOptions are the options of the agent's gRPC server, without TLS.
 // The ConnTagger lets the Agent service count event streams per
