@@ -235,14 +235,27 @@ func (a *Agent) setupHTTP() *http.Server {
 //     default, stated so that it stays a decision); larger ones fail with
 //     ResourceExhausted before they are buffered whole.
 //
-// And one of cost: NumStreamWorkers 16 serves calls on 16 goroutines that
-// stay, rather than on a new goroutine per call, whose stack grows through
-// the interceptors on every call (8 % of a leader's CPU on heartbeats at
-// 10,000 nodes went to copying stacks). A call that finds every worker
-// busy (event streams hold theirs while they last) still gets a goroutine
-// of its own, so no call waits for a worker.
+// And two of cost:
+//   - NumStreamWorkers 16 serves calls on 16 goroutines that stay, rather
+//     than on a new goroutine per call, whose stack grows through the
+//     interceptors on every call (8 % of a leader's CPU on heartbeats at
+//     10,000 nodes went to copying stacks). A call that finds every worker
+//     busy (event streams hold theirs while they last) still gets a
+//     goroutine of its own, so no call waits for a worker.
+//   - Static flow-control windows of 1 MiB, per stream and per connection.
+//     gRPC's dynamic windows measure each connection's bandwidth with a
+//     PING, and a WINDOW_UPDATE before it, after a request that arrives
+//     while no such PING is in flight: on the connections of agents that
+//     heartbeat every few seconds, nearly every call, which then costs the
+//     leader another write, another read and their wake-ups. Requests are
+//     small (MaxRecvMsgSize bounds them at 4 MiB), so the windows of many
+//     MiB that dynamic flow control grows for bulk uploads serve no call
+//     here; a fixed 1 MiB passes the largest request in four windows, and
+//     lets no client make the agent buffer more than the 16 MiB that
+//     dynamic windows can reach.
 const (
 	streamWorkers        = 16
+	flowControlWindow    = 1 << 20
 	maxConcurrentStreams = 1024
 	keepaliveMinTime     = 10 * time.Second
 	keepaliveTime        = time.Minute
@@ -279,6 +292,8 @@ func serverOptions() []grpc.ServerOption {
 		}),
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.NumStreamWorkers(streamWorkers),
+		grpc.StaticStreamWindowSize(flowControlWindow),
+		grpc.StaticConnWindowSize(flowControlWindow),
 		grpc.StatsHandler(&rpc.ConnTagger{}),
 	}
 }
