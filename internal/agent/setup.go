@@ -246,13 +246,13 @@ func (a *Agent) setupHTTP() *http.Server {
 //     gRPC's dynamic windows measure each connection's bandwidth with a
 //     PING, and a WINDOW_UPDATE before it, after a request that arrives
 //     while no such PING is in flight: on the connections of agents that
-//     heartbeat every few seconds, nearly every call, which then costs the
-//     leader another write, another read and their wake-ups. Requests are
-//     small (MaxRecvMsgSize bounds them at 4 MiB), so the windows of many
-//     MiB that dynamic flow control grows for bulk uploads serve no call
-//     here; a fixed 1 MiB passes the largest request in four windows, and
-//     lets no client make the agent buffer more than the 16 MiB that
-//     dynamic windows can reach.
+//     heartbeat every few seconds, after many calls, each of which then
+//     costs the leader the read of the ack, its wake-up and at times a
+//     write of its own. Requests are small (MaxRecvMsgSize bounds them at
+//     4 MiB), so the windows of many MiB that dynamic flow control grows
+//     for bulk uploads serve no call here; a fixed 1 MiB passes the
+//     largest request in four windows, and lets no client make the agent
+//     buffer more than the 16 MiB that dynamic windows can reach.
 const (
 	streamWorkers        = 16
 	flowControlWindow    = 1 << 20
