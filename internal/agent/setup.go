@@ -97,11 +97,6 @@ func (a *Agent) dialOptions() dialing {
 // authorizer with resolver, the start gate) with its health service,
 // reporting NOT_SERVING until Run is ready, and reflection.
 func (a *Agent) setupGRPC(cfg *config.Config, resolver rpc.TokenResolver) (*grpc.Server, *health.Server, error) {
-	// Metrics first, so that refused calls are counted with their code.
-	opts := append(a.grpcMetrics.ServerOptions(), serverOptions()...)
-	if a.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(a.tls.IncomingConfig())))
-	}
 	auth, err := rpc.NewAuthorizer(rpc.AuthConfig{
 		TLS:            a.tls != nil,
 		Region:         cfg.Region,
@@ -113,7 +108,10 @@ func (a *Agent) setupGRPC(cfg *config.Config, resolver rpc.TokenResolver) (*grpc
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent: %w", err)
 	}
-	opts = append(opts, auth.ServerOptions()...)
+	opts := ServerOptions(a.grpcMetrics, auth)
+	if a.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(a.tls.IncomingConfig())))
+	}
 	opts = append(opts, grpc.ChainUnaryInterceptor(a.startGateUnary), grpc.ChainStreamInterceptor(a.startGateStream))
 	g := grpc.NewServer(opts...)
 	h := health.NewServer()
@@ -237,14 +235,27 @@ func (a *Agent) setupHTTP() *http.Server {
 //     default, stated so that it stays a decision); larger ones fail with
 //     ResourceExhausted before they are buffered whole.
 //
-// And one of cost: NumStreamWorkers 16 serves calls on 16 goroutines that
-// stay, rather than on a new goroutine per call, whose stack grows through
-// the interceptors on every call (8 % of a leader's CPU on heartbeats at
-// 10,000 nodes went to copying stacks). A call that finds every worker
-// busy (event streams hold theirs while they last) still gets a goroutine
-// of its own, so no call waits for a worker.
+// And two of cost:
+//   - NumStreamWorkers 16 serves calls on 16 goroutines that stay, rather
+//     than on a new goroutine per call, whose stack grows through the
+//     interceptors on every call (8 % of a leader's CPU on heartbeats at
+//     10,000 nodes went to copying stacks). A call that finds every worker
+//     busy (event streams hold theirs while they last) still gets a
+//     goroutine of its own, so no call waits for a worker.
+//   - Static flow-control windows of 1 MiB, per stream and per connection.
+//     gRPC's dynamic windows measure each connection's bandwidth with a
+//     PING, and a WINDOW_UPDATE before it, after a request that arrives
+//     while no such PING is in flight: on the connections of agents that
+//     heartbeat every few seconds, after many calls, each of which then
+//     costs the leader the read of the ack, its wake-up and at times a
+//     write of its own. Requests are small (MaxRecvMsgSize bounds them at
+//     4 MiB), so the windows of many MiB that dynamic flow control grows
+//     for bulk uploads serve no call here; a fixed 1 MiB passes the
+//     largest request in four windows, and lets no client make the agent
+//     buffer more than the 16 MiB that dynamic windows can reach.
 const (
 	streamWorkers        = 16
+	flowControlWindow    = 1 << 20
 	maxConcurrentStreams = 1024
 	keepaliveMinTime     = 10 * time.Second
 	keepaliveTime        = time.Minute
@@ -252,6 +263,17 @@ const (
 	maxConnectionIdle    = 15 * time.Minute
 	maxRecvMsgSize       = 4 << 20
 )
+
+// ServerOptions returns the options of the agent's gRPC server that act on
+// every call, but for TLS and the start gate: the metrics m (first, so
+// that refused calls are counted with their code), the limits, the stream
+// workers and the connection tagger of serverOptions, and auth's
+// interceptors. The benchmarks of a leader serve with them, so that they
+// measure what a real leader spends on a call.
+func ServerOptions(m *rpc.GRPCMetrics, auth *rpc.Authorizer) []grpc.ServerOption {
+	opts := append(m.ServerOptions(), serverOptions()...)
+	return append(opts, auth.ServerOptions()...)
+}
 
 // serverOptions are the options of the agent's gRPC server, without TLS.
 // The ConnTagger lets the Agent service count event streams per
@@ -270,6 +292,8 @@ func serverOptions() []grpc.ServerOption {
 		}),
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.NumStreamWorkers(streamWorkers),
+		grpc.StaticStreamWindowSize(flowControlWindow),
+		grpc.StaticConnWindowSize(flowControlWindow),
 		grpc.StatsHandler(&rpc.ConnTagger{}),
 	}
 }

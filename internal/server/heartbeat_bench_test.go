@@ -7,13 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
-	"github.com/csisupd/csisupd/internal/config"
-	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/server"
 	"github.com/csisupd/csisupd/internal/server/rules"
 	"github.com/csisupd/csisupd/internal/server/statepb"
@@ -36,7 +32,7 @@ func BenchmarkNodeHeartbeatAt10000Nodes(b *testing.B) {
 	c := testcluster.New(b, testcluster.Config{
 		Servers:       1,
 		Configure:     func(_ int, cfg *server.Config) { cfg.MinHeartbeatTTL, cfg.FailoverHeartbeatTTL = time.Hour, time.Hour },
-		ServerOptions: func(int) []grpc.ServerOption { return agentServerOptions(b) },
+		ServerOptions: testcluster.AgentServerOptions(b),
 	})
 	leader := c.WaitForLeader(b, 30*time.Second)
 	r := leader.Server().Raft()
@@ -89,22 +85,6 @@ func BenchmarkNodeHeartbeatAt10000Nodes(b *testing.B) {
 
 // benchNodeID is the id (and name) of the i-th node of a benchmark.
 func benchNodeID(i int) string { return fmt.Sprintf("node-%05d", i) }
-
-// agentServerOptions are the options of an agent's gRPC server that
-// cost something on every call: its metrics, its authorizer (ACLs off),
-// its connection tagger and its stream workers.
-func agentServerOptions(b *testing.B) []grpc.ServerOption {
-	m, err := rpc.NewGRPCMetrics(prometheus.NewRegistry(), config.LatencyBuckets())
-	if err != nil {
-		b.Fatal(err)
-	}
-	auth, err := rpc.NewAuthorizer(rpc.AuthConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	opts := append(m.ServerOptions(), grpc.StatsHandler(&rpc.ConnTagger{}), grpc.NumStreamWorkers(16))
-	return append(opts, auth.ServerOptions()...)
-}
 
 // processCPU returns the user plus system CPU time this process has used.
 func processCPU(b *testing.B) time.Duration {

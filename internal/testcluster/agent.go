@@ -7,12 +7,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/csisupd/csisupd/internal/agent"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/testplugin"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
@@ -334,5 +338,25 @@ func (c *Cluster) RestartAgent(i int) {
 	c.t.Helper()
 	if err := c.Agent(i).start(); err != nil {
 		c.t.Fatalf("testcluster: restart agent: %v", err)
+	}
+}
+
+// AgentServerOptions returns, for Config.ServerOptions, the options an
+// agent's gRPC server has that act on every call (agent.ServerOptions):
+// its metrics, each server's in a registry of its own, its limits,
+// stream workers and connection tagger, and its authorizer with ACLs and
+// TLS off. Benchmarks of the servers use them, so that they measure what
+// a real server spends on a call.
+func AgentServerOptions(t testing.TB) func(i int) []grpc.ServerOption {
+	return func(int) []grpc.ServerOption {
+		m, err := rpc.NewGRPCMetrics(prometheus.NewRegistry(), config.LatencyBuckets())
+		if err != nil {
+			t.Fatal(err)
+		}
+		auth, err := rpc.NewAuthorizer(rpc.AuthConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return agent.ServerOptions(m, auth)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,7 +235,9 @@ func runCluster10000(b *testing.B) {
 	// Every agent on the leader; the move takes one TTL.
 	sim.send(b, fmt.Sprintf("assign 1 %d", leader.Index))
 	sim.await(b, "assigned", 2*time.Minute)
+	stopProfile := startLeaderProfile(b)
 	pinned := measureSteady(b, self, sim)
+	stopProfile()
 	b.ReportMetric(pinned.serversCPU, "leader_steady_cpu_%core")
 	b.ReportMetric(pinned.serversCPU-idleCPU, "leader_steady_cpu_over_idle_%core")
 	b.ReportMetric((pinned.serversCPU-idleCPU)/100*1e6/pinned.heartbeats, "leader_cpu_us/heartbeat")
@@ -290,8 +293,10 @@ func runCluster10000(b *testing.B) {
 }
 
 // startBenchServers starts the three servers of the cluster benchmarks,
-// tuned by clusterTuning, and waits until they have formed: every server
-// joined and recorded (writes that would otherwise land in a measurement
+// tuned by clusterTuning, serving with an agent's gRPC server options
+// (its metrics, authorizer, stream workers and connection tagger), as a
+// real server does, and waits until they have formed: every server joined
+// and recorded (writes that would otherwise land in a measurement
 // window). Their errors are shown only when the run fails: each leader
 // kill makes raft log its failed heartbeats to the dead server.
 func startBenchServers(b *testing.B) *testcluster.Cluster {
@@ -302,9 +307,10 @@ func startBenchServers(b *testing.B) *testcluster.Cluster {
 		}
 	})
 	c := testcluster.New(b, testcluster.Config{
-		Servers:   3,
-		Configure: clusterTuning,
-		Logger:    hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: logs}),
+		Servers:       3,
+		Configure:     clusterTuning,
+		ServerOptions: testcluster.AgentServerOptions(b),
+		Logger:        hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: logs}),
 	})
 	c.WaitForLeader(b, time.Minute)
 	testutil.WaitFor(b, time.Minute, "every server recorded", func() bool {
@@ -337,6 +343,35 @@ func mean(xs []float64) float64 {
 		sum += x
 	}
 	return sum / float64(len(xs))
+}
+
+// leaderProfileEnv names a file that receives a CPU profile of the
+// window in which every agent calls the leader: the leader's own work,
+// over the idle floor of the three servers.
+const leaderProfileEnv = "CSISUPD_BENCH_LEADER_PROFILE"
+
+// startLeaderProfile starts the CPU profile of leaderProfileEnv, when it
+// is set, and returns what stops it.
+func startLeaderProfile(b *testing.B) (stop func()) {
+	b.Helper()
+	name := os.Getenv(leaderProfileEnv)
+	if name == "" {
+		return func() {}
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatalf("leader profile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatalf("leader profile: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Errorf("leader profile: %v", err)
+		}
+	}
 }
 
 // steadyFigures are the figures of one steady-state window.

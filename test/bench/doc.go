@@ -11,8 +11,10 @@
 //
 // # BenchmarkCluster10000
 //
-// Three real servers (raft on loopback with on-disk stores, gRPC) run in
-// the benchmark's process; 10,000 simulated agents run in a child process
+// Three real servers (raft on loopback with on-disk stores, gRPC with the
+// options of an agent's gRPC server that act on every call: its metrics,
+// authorizer, stream workers and connection tagger) run in the
+// benchmark's process; 10,000 simulated agents run in a child process
 // (the test binary run again, see TestMain). A simulated agent has no
 // plugins to probe: it registers its node with five plugins through the
 // Cluster API, as the node client does, then heartbeats at the TTL the
@@ -23,7 +25,7 @@
 // Tuning: production timeouts, but server MaxHeartbeatsPerSecond 1000
 // instead of 50, so TTLs at 10,000 nodes are 10-20 s instead of 200-400 s
 // (the heartbeat rate is then 20 times production's), and a failover TTL
-// of 1 minute instead of 5. Raft multiplier 2, as testcluster sets it.
+// of 1 minute instead of 5. Raft multiplier 5, as testcluster sets it.
 //
 // Figures (b.ReportMetric):
 //
@@ -46,7 +48,9 @@
 //     so the CPU over the idle floor is the leader's cost for 10,000
 //     nodes; leader_steady_cpu_%core (the whole process) is an upper bound.
 //     The agents' own CPU (agents_steady_cpu_%core) is their process's,
-//     never counted in the servers'.
+//     never counted in the servers'. With CSISUPD_BENCH_LEADER_PROFILE
+//     set to a file name, a CPU profile of this window is written there
+//     (docs/performance.md shows what it holds).
 //   - steady_raft_applies/s: the leader's applied index over both steady
 //     windows; heartbeats are held in memory, so it must be 0 (the run
 //     fails otherwise, naming what was written).

@@ -132,7 +132,7 @@ var allowed = map[string][]string{
 	"internal/testplugin/cmd/csi-testplugin":       {"internal/testplugin"},
 	"internal/testregistrar":                       {},
 	"internal/testregistrar/cmd/csi-testregistrar": {"internal/testregistrar"},
-	"internal/testcluster":                         {api, "internal/agent", "internal/config", "internal/server", "internal/testplugin", "internal/testutil"},
+	"internal/testcluster":                         {api, "internal/agent", "internal/config", "internal/rpc", "internal/server", "internal/testplugin", "internal/testutil"}, // rpc: the agent's server options for the servers' benchmarks
 	"internal/consulsync/consultest":               {},
 	// configtest lays out the broken configurations of config's testdata
 	// for config's tests and the CLI's: the standard library only.

@@ -41,7 +41,8 @@ func downKey(n *statepb.ClusterNode) string {
 }
 
 // nodes records the nodes that are down now, and forgets the spells that
-// ended.
+// ended. nodes holds every node that is down and may hold others; the
+// watchers pass only the down ones (state.Store.NodesWithStatus).
 func (o *observations) nodes(nodes []*statepb.ClusterNode, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -176,7 +176,7 @@ func watchKey(volumeID string, c *statepb.VolumeClaim) string {
 // than from its first pass as leader. What a follower saw is a lower
 // bound of how long it has been so: its state lags the leader's.
 func (w *Watcher) Observe(now time.Time) {
-	w.seen.nodes(w.cfg.State().Nodes(), now)
+	w.seen.nodes(w.cfg.State().NodesWithStatus(state.NodeStatusDown), now)
 	live := map[string]bool{}
 	for _, v := range w.cfg.State().Volumes("") {
 		for _, c := range v.GetClaims() {
@@ -190,7 +190,7 @@ func (w *Watcher) Observe(now time.Time) {
 
 // pass looks at every claim once.
 func (r *watchRun) pass(ctx context.Context) {
-	r.seen.nodes(r.cfg.State().Nodes(), time.Now())
+	r.seen.nodes(r.cfg.State().NodesWithStatus(state.NodeStatusDown), time.Now())
 	live := map[string]bool{}
 	for _, v := range r.cfg.State().Volumes("") {
 		for _, c := range v.GetClaims() {

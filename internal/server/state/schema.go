@@ -48,6 +48,10 @@ func schema() *memdb.DBSchema {
 			// rules.CheckNodeRegister), but rows of earlier releases may
 			// share one, and nodes without a name have none.
 			"name": {Name: "name", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			// The volume watchers of every server look for the down nodes
+			// every second; at 10,000 nodes, reading them all was most of
+			// an idle leader's work.
+			"status": {Name: "status", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Status"}},
 		}},
 		tablePlugins: {Name: tablePlugins, Indexes: map[string]*memdb.IndexSchema{
 			"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{

@@ -65,7 +65,12 @@ func nodesNamed(txn *memdb.Txn, name string) []*statepb.ClusterNode {
 	if name == "" {
 		return nil
 	}
-	it, err := txn.Get(tableNodes, "name", name)
+	return nodesWhere(txn, "name", name)
+}
+
+// nodesWhere returns the nodes whose index holds value, sorted by id.
+func nodesWhere(txn *memdb.Txn, index, value string) []*statepb.ClusterNode {
+	it, err := txn.Get(tableNodes, index, value)
 	if err != nil {
 		return nil
 	}
@@ -80,6 +85,12 @@ func nodesNamed(txn *memdb.Txn, name string) []*statepb.ClusterNode {
 func (s *Store) Nodes() []*statepb.ClusterNode {
 	out, _ := s.NodesPage("", 0, nil)
 	return out
+}
+
+// NodesWithStatus returns the nodes stored with status, sorted by id.
+// It reads only those nodes, not every node.
+func (s *Store) NodesWithStatus(status string) []*statepb.ClusterNode {
+	return nodesWhere(s.db.Txn(false), "status", status)
 }
 
 // Volume returns one volume or nil.

@@ -179,3 +179,45 @@ func TestCopyNodeKeepsEveryField(t *testing.T) {
 		t.Fatalf("CopyNode dropped fields:\n got  %v\n want %v", c, n)
 	}
 }
+
+func TestNodesWithStatus(t *testing.T) {
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, s, func(txn *Txn) error {
+		for _, n := range []*statepb.ClusterNode{
+			{Id: "c", Status: NodeStatusDown},
+			{Id: "a", Status: NodeStatusReady},
+			{Id: "b", Status: NodeStatusDown},
+			{Id: "d"}, // no status: stored, in no status
+		} {
+			if _, err := putNode(txn, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// A node that comes back leaves the down nodes.
+	write(t, s, func(txn *Txn) error {
+		_, err := putNode(txn, &statepb.ClusterNode{Id: "c", Status: NodeStatusReady})
+		return err
+	})
+	for _, tc := range []struct {
+		status string
+		want   []string
+	}{
+		{NodeStatusDown, []string{"b"}},
+		{NodeStatusReady, []string{"a", "c"}},
+		{NodeStatusInitializing, nil},
+		{"", nil},
+	} {
+		var got []string
+		for _, n := range s.NodesWithStatus(tc.status) {
+			got = append(got, n.GetId())
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("NodesWithStatus(%q) = %v, want %v", tc.status, got, tc.want)
+		}
+	}
+}
