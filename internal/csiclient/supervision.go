@@ -248,7 +248,7 @@ func (s *supervisionConn) Invoke(ctx context.Context, method string, args, reply
 		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(payload), sendLimit)
 	}
 	req := connect.NewRequest(&rawMsg{b: payload})
-	if err := setOutgoingHeader(ctx, req.Header()); err != nil {
+	if err := setOutgoingHeader(ctx, req.Header(), s.transport.userAgent); err != nil {
 		return err
 	}
 
@@ -317,9 +317,10 @@ func isReservedHeader(name string) bool {
 // headers h, refusing what grpc-go refuses and capping its size: the
 // plugin may refuse a larger header list, and the caller should learn why.
 // It writes into connect's own header map, so a call without metadata (a
-// probe) allocates no header map of its own.
-func setOutgoingHeader(ctx context.Context, h http.Header) error {
-	h["User-Agent"] = []string{userAgent}
+// probe) allocates no header map of its own, and ua, the Transport's
+// User-Agent value, which the header only reads.
+func setOutgoingHeader(ctx context.Context, h http.Header, ua []string) error {
+	h["User-Agent"] = ua
 	md, ok := metadata.FromOutgoingContext(ctx)
 	if !ok {
 		return nil

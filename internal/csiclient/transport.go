@@ -73,6 +73,9 @@ type Transport struct {
 	writeTimeout time.Duration
 	maxMessage   int
 	h2           *http2.Transport
+	// userAgent is every request's User-Agent header value, shared: its
+	// length is its capacity, so an append to it copies.
+	userAgent []string
 	// live maps each open *http2.ClientConn to its pluginConn, for
 	// goAwayWatcher.
 	live *sync.Map
@@ -94,6 +97,7 @@ func NewTransport(cfg TransportConfig) *Transport {
 		writeTimeout: cfg.WriteTimeout,
 		maxMessage:   cfg.MaxMessageSize,
 		h2:           newHTTP2Transport(cfg.WriteTimeout, cfg.MaxMessageSize, live),
+		userAgent:    []string{userAgent},
 		live:         live,
 		clients:      make(map[clientKey]*connect.Client[rawMsg, rawMsg]),
 	}
