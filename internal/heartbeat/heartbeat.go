@@ -130,6 +130,8 @@ func ValidateTiming(interval, timeout time.Duration) error {
 type Monitor struct {
 	cfg  Config
 	kick chan struct{}
+	// req is every probe's request: it is empty, and only read.
+	req *csi.ProbeRequest
 }
 
 // New validates cfg and returns a Monitor.
@@ -140,7 +142,7 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Monitor{cfg: cfg, kick: make(chan struct{}, 1)}, nil
+	return &Monitor{cfg: cfg, kick: make(chan struct{}, 1), req: &csi.ProbeRequest{}}, nil
 }
 
 // ProbeNow asks the monitor to probe as soon as it can. It never blocks.
@@ -210,7 +212,7 @@ func (m *Monitor) probe(ctx context.Context) (wait time.Duration, ok bool) {
 
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
-	resp, err := m.cfg.Identity.Probe(pctx, &csi.ProbeRequest{})
+	resp, err := m.cfg.Identity.Probe(pctx, m.req)
 	took := time.Since(start)
 	cancel()
 	if ctx.Err() != nil {
