@@ -29,12 +29,14 @@ const SocketName = "csi.sock"
 // <plugin_dir>/<id>.sock.
 const SocketSuffix = ".sock"
 
-// minCoalesce is the shortest time between two event-driven scans. After a
-// scan the watcher waits at least this long, and at least twice as long as
-// that scan took, before the next one: a burst of events (many plugins
-// starting at once) then costs a few scans and the watcher spends at most a
-// third of its time scanning, while a lone plugin, which creates its
-// directory and then its socket, is still seen within milliseconds.
+// minCoalesce is the shortest time between two event-driven scans after a
+// scan that found a new socket. After every scan the watcher waits at
+// least twice as long as that scan took before the next one, so that it
+// spends at most a third of its time scanning; after one that found a new
+// socket, at least minCoalesce too: a burst of plugins starting at once
+// then costs a few scans. A scan that found none (a plugin's directory
+// made before its socket, a plugin gone) earns no more than its own cost,
+// so the socket that follows is seen at once.
 const minCoalesce = 2 * time.Millisecond
 
 // desiredState is the result of one scan of the plugin directory.
@@ -336,6 +338,8 @@ type watcher struct {
 	topOK  bool            // the plugin directory itself is watched
 	subdir map[string]bool // watched plugin subdirectories
 	scans  int             // number of scans, for tests
+	// sockets are the sockets the latest scan found, by plugin id.
+	sockets map[string]plugin.Instance
 	// reported maps each refused path of the latest scan to the reason
 	// its event gave; topProblem is the latest scan's TopProblem.
 	reported   map[string]string
@@ -496,22 +500,27 @@ func (w *watcher) run(ctx context.Context) {
 }
 
 // timedScan scans and returns when it ended and how long to wait before
-// the next event-driven scan.
+// the next event-driven scan (see minCoalesce).
 func (w *watcher) timedScan() (time.Time, time.Duration) {
 	start := time.Now()
-	w.scan()
+	found := w.scan()
 	end := time.Now()
-	return end, max(minCoalesce, 2*end.Sub(start))
+	gap := 2 * end.Sub(start)
+	if found {
+		gap = max(minCoalesce, gap)
+	}
+	return end, gap
 }
 
 // scan reads the plugin directory, updates the watches and the ignored
-// list, and delivers the desired state.
-func (w *watcher) scan() {
+// list, and delivers the desired state. It reports whether it found a
+// socket that the previous scan did not (new, or a new identity).
+func (w *watcher) scan() (found bool) {
 	w.scans++
 	if !w.topOK {
 		if err := w.watchTop(); err != nil {
 			w.log.Error("plugin directory unavailable; retrying at the next rescan", "error", err)
-			return
+			return false
 		}
 		w.log.Warn("plugin directory was removed; created it again", "dir", w.cfg.Dir)
 	}
@@ -539,8 +548,15 @@ func (w *watcher) scan() {
 		// Keep the previous desired state rather than report every
 		// plugin gone because of, say, a descriptor shortage.
 		w.log.Error("cannot scan plugin directory; keeping the previous state", "error", err)
-		return
+		return false
 	}
+	for id, inst := range st.Sockets {
+		if prev, ok := w.sockets[id]; !ok || prev != inst {
+			found = true
+			break
+		}
+	}
+	w.sockets = st.Sockets
 	for path := range w.subdir {
 		if !seen[path] {
 			_ = w.fsw.Remove(path) // fails when the kernel already dropped it
@@ -555,7 +571,7 @@ func (w *watcher) scan() {
 		// answer, or fail, once: else a plugin id that a registration
 		// holds would be given to a socket of the plugin directory for a
 		// moment. The handlers ask for the scan that delivers it.
-		return
+		return found
 	}
 	w.delivered = true
 	select {
@@ -563,6 +579,7 @@ func (w *watcher) scan() {
 	default:
 	}
 	w.out <- st
+	return found
 }
 
 // report logs a change of the plugin directory's own trust, and emits

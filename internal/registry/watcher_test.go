@@ -317,3 +317,45 @@ func TestWatcherCoalescesEventStorms(t *testing.T) {
 	}
 	t.Logf("%d scans for %d sockets", w.scans, n)
 }
+
+// TestScanReportsNewSockets checks what a scan reports to the coalescing
+// of event-driven scans: only a socket that the previous scan did not find
+// earns minCoalesce; a plugin's directory made before its socket, a scan
+// that finds what the previous one found and a socket gone earn no wait.
+func TestScanReportsNewSockets(t *testing.T) {
+	dir := filepath.Join(testutil.TempDir(t), "plugins")
+	w, err := newWatcher(watcherConfig{Dir: dir, RescanInterval: time.Hour, Registry: New(Config{}),
+		Trust: newTrustPolicy(nil, false), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.fsw.Close() })
+	sock := filepath.Join(dir, "a", "csi.sock")
+	steps := []struct {
+		name   string
+		change func()
+		want   bool
+	}{
+		{"empty directory", func() {}, false},
+		{"plugin directory without a socket", func() {
+			if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"socket created", func() { socketFile(t, sock) }, true},
+		{"nothing changed", func() {}, false},
+		{"socket removed", func() {
+			if err := os.Remove(sock); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"socket created again", func() { socketFile(t, sock) }, true},
+		{"second socket beside it", func() { socketFile(t, filepath.Join(dir, "b.sock")) }, true},
+	}
+	for _, step := range steps {
+		step.change()
+		if got := w.scan(); got != step.want {
+			t.Errorf("%s: scan found a new socket = %v, want %v", step.name, got, step.want)
+		}
+	}
+}
