@@ -18,7 +18,9 @@ type Retry struct {
 	// PluginRedial spaces the supervision connection's redials while a
 	// plugin's socket refuses connections, for calls that wait for it to
 	// be ready. Plugins bind their socket a moment before they listen, so
-	// the first retries come quickly.
+	// the first retries come quickly: the first after about a millisecond
+	// (a new socket's file event can beat its listen, and the wait is
+	// part of the plugin's discovery), doubling to the cap.
 	PluginRedial retry.Policy
 	// Fingerprint spaces the fingerprint attempts of a plugin that has not
 	// answered yet. Its Cap is a runtime value: the supervisor replaces it
@@ -65,7 +67,7 @@ func DefaultRetry() Retry {
 		return retry.Policy{Base: base, Cap: limit, Multiplier: 2, Jitter: jitter}
 	}
 	return Retry{
-		PluginRedial:  policy(5*time.Millisecond, 100*time.Millisecond),
+		PluginRedial:  policy(time.Millisecond, 100*time.Millisecond),
 		Fingerprint:   policy(50*time.Millisecond, DefaultProbeInterval),
 		ClientCSI:     policy(100*time.Millisecond, 200*time.Millisecond),
 		ConsulSync:    policy(time.Second, 30*time.Second),
