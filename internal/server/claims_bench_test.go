@@ -37,7 +37,8 @@ const attacherInFlight = 10
 // through raft, beside the same six CSI calls made directly against the
 // plugin's socket in the same run. It reports p50 and p99 of both paths,
 // the ratio of the p50s, what a claim and a release cost (raft writes, the
-// leader's log entries; fsyncs of the agent's mount records), and the claims
+// leader's log entries; fsyncs of the agent's mount records), their
+// durability floor (see durabilityFloor), and the claims
 // and releases per second of 16 workloads claiming and releasing volumes
 // of their own at once, beside the serial rate of the p50s, with
 // client.max_destructive_in_flight 1 and attacherInFlight.
@@ -77,6 +78,7 @@ func BenchmarkClaimRelease(b *testing.B) {
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
 
+	floor := newDurabilityFloor(b, leader.Server(), c.Agent(0).DataDir)
 	var directClaim, directRelease, claims, releases []time.Duration
 	var claimWrites, releaseWrites, claimSyncs, releaseSyncs uint64
 	syncs.take(b)
@@ -109,6 +111,9 @@ func BenchmarkClaimRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		directRelease = append(directRelease, time.Since(start))
+		b.StopTimer()
+		floor.sample(b)
+		b.StartTimer()
 
 		workload := fmt.Sprintf("w-%d", i)
 		index := raftIndex()
@@ -148,6 +153,9 @@ func BenchmarkClaimRelease(b *testing.B) {
 	b.ReportMetric(float64(releaseWrites)/float64(b.N), "raft-writes/release")
 	b.ReportMetric(float64(claimSyncs)/float64(b.N), "node-fsyncs/claim")
 	b.ReportMetric(float64(releaseSyncs)/float64(b.N), "node-fsyncs/release")
+	raftP50, fsyncP50 := floor.report(b)
+	reportFloor(b, "claim", claimP50, directClaimP50, float64(claimWrites)/float64(b.N), raftP50, float64(claimSyncs)/float64(b.N), fsyncP50)
+	reportFloor(b, "release", releaseP50, directReleaseP50, float64(releaseWrites)/float64(b.N), raftP50, float64(releaseSyncs)/float64(b.N), fsyncP50)
 	// One workload claiming and releasing after another, at the p50s.
 	serial := 1 / (claimP50 + releaseP50).Seconds()
 	b.ReportMetric(serial, "serial-claims/s")

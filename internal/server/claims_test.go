@@ -260,6 +260,19 @@ func TestClaimAndReleaseThroughFollower(t *testing.T) {
 	if !slices.Equal(steps, wantSteps) {
 		t.Fatalf("claim events %q, want %q", steps, wantSteps)
 	}
+	// A release is two raft writes: its start, then one entry that records
+	// the node's step and the controller's and frees the claim.
+	var claimEvents []*csisupdv1.ClusterEvent
+	for _, ev := range events {
+		if strings.HasPrefix(ev.GetType(), "volume-claim") {
+			claimEvents = append(claimEvents, ev)
+		}
+	}
+	if unpublishing, freed := claimEvents[2], claimEvents[3:]; freed[0].GetIndex() == unpublishing.GetIndex() ||
+		freed[1].GetIndex() != freed[0].GetIndex() || freed[2].GetIndex() != freed[0].GetIndex() {
+		t.Fatalf("release events at indexes %d, %d, %d, %d; want the last three in one raft entry after the first",
+			unpublishing.GetIndex(), freed[0].GetIndex(), freed[1].GetIndex(), freed[2].GetIndex())
+	}
 	for _, ev := range events {
 		if strings.Contains(ev.GetDescription(), secret) {
 			t.Fatalf("event %v holds a secret", ev)

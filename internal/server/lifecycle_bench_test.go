@@ -22,8 +22,9 @@ import (
 // claimed volume (ControllerExpandVolume and NodeExpandVolume, each step
 // checkpointed through raft) through a three-server cluster and an agent,
 // beside the same CSI calls made directly against the plugin's socket in
-// the same run. It reports p50 and p99 of each path and the ratio of the
-// p50s.
+// the same run. It reports p50 and p99 of each path, the ratio of the
+// p50s, the raft writes of each operation and its durability floor (see
+// durabilityFloor).
 func BenchmarkSnapshotAndExpand(b *testing.B) {
 	c := testcluster.New(b, testcluster.Config{Servers: 3, Agents: 1, Configure: fastVolumeWatcher})
 	plugin := c.Agent(0).StartPlugin("tp", testplugin.Config{NodeID: "csi-node-0", NodeExpansionRequired: true})
@@ -68,7 +69,10 @@ func BenchmarkSnapshotAndExpand(b *testing.B) {
 	b.Cleanup(func() { conn.Close() })
 	ctrl, nodeSvc := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
 
+	raftIndex := leader.Server().Raft().LastIndex
+	floor := newDurabilityFloor(b, leader.Server(), "")
 	var snaps, directSnaps, expands, directExpands []time.Duration
+	var snapWrites, expandWrites uint64
 	b.ResetTimer()
 	for i := range b.N {
 		size := int64(2+i) << 20
@@ -77,11 +81,16 @@ func BenchmarkSnapshotAndExpand(b *testing.B) {
 			b.Fatal(err)
 		}
 		directSnaps = append(directSnaps, time.Since(start))
+		index := raftIndex()
 		start = time.Now()
 		if _, err := cl.CreateVolumeSnapshot(ctx, &csisupdv1.VolumeSnapshotCreateRequest{VolumeId: "bench", Id: fmt.Sprintf("bench-%d", i)}); err != nil {
 			b.Fatal(err)
 		}
 		snaps = append(snaps, time.Since(start))
+		b.StopTimer()
+		snapWrites += raftIndex() - index
+		floor.sample(b)
+		b.StartTimer()
 
 		start = time.Now()
 		if _, err := ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: directID, CapacityRange: &csi.CapacityRange{RequiredBytes: size}}); err != nil {
@@ -92,11 +101,15 @@ func BenchmarkSnapshotAndExpand(b *testing.B) {
 			b.Fatal(err)
 		}
 		directExpands = append(directExpands, time.Since(start))
+		index = raftIndex()
 		start = time.Now()
 		if _, err := cl.ExpandVolume(ctx, &csisupdv1.VolumeExpandRequest{Id: "bench", CapacityMinBytes: size}); err != nil {
 			b.Fatal(err)
 		}
 		expands = append(expands, time.Since(start))
+		b.StopTimer()
+		expandWrites += raftIndex() - index
+		b.StartTimer()
 	}
 	b.StopTimer()
 	report := func(name string, d []time.Duration) time.Duration {
@@ -110,4 +123,9 @@ func BenchmarkSnapshotAndExpand(b *testing.B) {
 	expandP50, directExpandP50 := report("expand", expands), report("direct-expand", directExpands)
 	b.ReportMetric(float64(snapP50)/float64(directSnapP50), "snapshot-p50-x-direct")
 	b.ReportMetric(float64(expandP50)/float64(directExpandP50), "expand-p50-x-direct")
+	b.ReportMetric(float64(snapWrites)/float64(b.N), "raft-writes/snapshot")
+	b.ReportMetric(float64(expandWrites)/float64(b.N), "raft-writes/expand")
+	raftP50, _ := floor.report(b)
+	reportFloor(b, "snapshot", snapP50, directSnapP50, float64(snapWrites)/float64(b.N), raftP50, 0, 0)
+	reportFloor(b, "expand", expandP50, directExpandP50, float64(expandWrites)/float64(b.N), raftP50, 0, 0)
 }

@@ -140,8 +140,11 @@ func New(cfg Config, logger hclog.Logger) (*Server, error) {
 func (s *Server) volumeOpsConfig() volumeops.Config {
 	cfg := volumeops.Config{
 		State: s.State,
+		// Grouped with the concurrent writes of other volumes, node
+		// updates and heartbeats into one raft entry: each caller still
+		// returns only once its own command is committed and applied.
 		Apply: func(e *statepb.LogEntry) (uint64, error) {
-			index, err := s.node.Apply(e)
+			index, err := s.node.ApplyBatched(e)
 			return index, toStatus(err)
 		},
 		ConfirmLeader: func() error { return s.fwd.consistentRead() },

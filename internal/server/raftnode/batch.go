@@ -4,19 +4,20 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/csisupd/csisupd/internal/server/statepb"
 )
 
 const (
-	// maxBatch is the most node writes grouped into one raft entry.
+	// maxBatch is the most writes grouped into one raft entry.
 	maxBatch = 512
 	// batchesInFlight is how many batch entries may wait for commit at
 	// once; requests arriving meanwhile form the next batch.
 	batchesInFlight = 1
 )
 
-// batchReq is one node write waiting to be grouped.
+// batchReq is one write waiting to be grouped.
 type batchReq struct {
 	entry *statepb.LogEntry
 	done  chan batchOutcome
@@ -27,9 +28,22 @@ type batchOutcome struct {
 	err   error
 }
 
-// applyBatched writes one node entry through raft, grouped with other
-// concurrent node writes into a single log entry (group commit).
+// ApplyBatched writes one entry through raft, grouped with other
+// concurrent writes into a single log entry (group commit), and returns
+// once it is committed and applied, with its index and the FSM's error;
+// for a LogBatch, the first error of its entries. The entry and, for a
+// LogBatch, each of its entries carries its time before it is grouped:
+// the FSM gives the time of the entry that holds them only to the entries
+// one level down.
 func (n *Node) ApplyBatched(e *statepb.LogEntry) (uint64, error) {
+	if e.Time == nil {
+		e.Time = timestamppb.Now()
+	}
+	for _, sub := range e.GetBatch().GetEntries() {
+		if sub.Time == nil {
+			sub.Time = e.Time
+		}
+	}
 	req := batchReq{entry: e, done: make(chan batchOutcome, 1)}
 	select {
 	case n.batchCh <- req:
@@ -40,7 +54,7 @@ func (n *Node) ApplyBatched(e *statepb.LogEntry) (uint64, error) {
 	return out.index, out.err
 }
 
-// runBatcher groups node writes until shutdown.
+// runBatcher groups writes until shutdown.
 func (n *Node) runBatcher() {
 	loop := n.cfg.Watchdog.Loop("server batcher")
 	defer loop.Done()

@@ -168,7 +168,17 @@ func (o *Ops) runRelease(ctx context.Context, ref rules.Ref, secrets map[string]
 		var err error
 		switch c.GetState() {
 		case rules.StateUnpublishing:
-			err = o.nodeUnpublish(ctx, v, c)
+			if err = o.unmount(ctx, v, c); err != nil {
+				break
+			}
+			if skipFailed {
+				// A forced release records each step, so that the
+				// step it skips next is the controller's.
+				o.busyWriting(ctx)
+				_, _, err = o.stepClaim(rules.NodeUnpublished(v, c))
+			} else {
+				err = o.releaseUnmounted(ctx, v, c, secrets)
+			}
 		case rules.StateNodeUnpublished:
 			err = o.controllerUnpublish(ctx, v, c, secrets)
 		case rules.StateControllerUnpublished:
@@ -219,9 +229,9 @@ func (o *Ops) skipStep(ctx context.Context, ref rules.Ref, c *statepb.VolumeClai
 	return err
 }
 
-// nodeUnpublish unmounts a claim on its node's agent, unless the claim is
-// released without its node, and records node-unpublished.
-func (o *Ops) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim) error {
+// unmount unmounts a claim on its node's agent, unless the claim is
+// released without its node.
+func (o *Ops) unmount(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim) error {
 	node := o.cfg.State().Node(c.GetNodeId())
 	switch {
 	case c.GetNodeGone():
@@ -243,47 +253,88 @@ func (o *Ops) nodeUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.V
 				v.GetId(), c.GetWorkloadId(), node.GetId(), node.GetAddress(), err)
 		}
 	}
-	o.busyWriting(ctx)
-	_, _, err := o.stepClaim(rules.NodeUnpublished(v, c))
-	return err
+	return nil
 }
 
-// controllerUnpublish calls ControllerUnpublishVolume for a claim when the
-// plugin publishes (or the claim was published) and no other claim of the
-// volume is left on the node, and records controller-unpublished.
+// releaseUnmounted runs the rest of the release of claim c, unpublishing
+// and unmounted on its node: the controller unpublish, then one raft entry
+// that records node-unpublished, controller-unpublished and frees the
+// claim. The node's step is recorded with the controller's rather than
+// before it: a leader that stops in between leaves the claim
+// unpublishing, whose unmount runs again (it is idempotent, and a mount
+// the agent no longer holds is unmounted) before the controller
+// unpublish, so the controller never unpublishes a volume that its node
+// may still hold. When the controller unpublish fails, node-unpublished is
+// recorded alone, with the error, as runRelease would have left it.
+func (o *Ops) releaseUnmounted(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim, secrets map[string]string) error {
+	nodeStep := rules.NodeUnpublished(v, c)
+	if err := o.unpublishController(ctx, v, c, secrets); err != nil {
+		// runRelease's failClaim finds this error recorded and leaves
+		// the claim as it is.
+		nodeStep.Error = rules.ScrubSecrets(err.Error(), secrets)
+		o.busyWriting(ctx)
+		if _, _, werr := o.stepClaim(nodeStep); werr != nil {
+			o.logger.Warn("record a failed release step", "volume", v.GetId(), "node", c.GetNodeId(),
+				"workload", c.GetWorkloadId(), "error", werr)
+		}
+		return err
+	}
+	ctrlStep := rules.ControllerUnpublished(v, c)
+	ctrlStep.From = rules.StateNodeUnpublished // after nodeStep, in the same entry
+	o.busyWriting(ctx)
+	return o.free(v, c, nodeStep, ctrlStep)
+}
+
+// controllerUnpublish calls ControllerUnpublishVolume for a claim in
+// state node-unpublished (see unpublishController), and records
+// controller-unpublished.
 func (o *Ops) controllerUnpublish(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim, secrets map[string]string) error {
-	if !rules.OthersOnNode(v, c) && (c.GetControllerPublished() || o.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume)) {
-		cands, err := o.publishCandidates(v)
-		if err != nil {
-			return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)
-		}
-		csiReq := &csi.ControllerUnpublishVolumeRequest{VolumeId: v.GetExternalId(), NodeId: c.GetCsiNodeId(), Secrets: secrets}
-		_, err = o.callControllers(ctx, "ControllerUnpublishVolume", cands, func(ctx context.Context, cand candidate) error {
-			err := o.cfg.Controllers.UnpublishVolume(ctx, cand.addr, v.GetPluginId(), csiReq)
-			if csisupdv1.IsIgnorable(err) || (status.Code(err) == codes.NotFound && !csisupdv1.IsPluginNotFound(err)) {
-				return nil // not published (any more)
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)
-		}
+	if err := o.unpublishController(ctx, v, c, secrets); err != nil {
+		return err
 	}
 	o.busyWriting(ctx)
-	return o.free(v, c)
+	return o.free(v, c, rules.ControllerUnpublished(v, c))
 }
 
-// free records that the controller no longer publishes claim c of v and
-// frees the claim, in one raft entry: nothing happens between the two
-// commands, and a leader that stops before the entry commits leaves the
-// claim node-unpublished, whose controller unpublish runs again (it is
-// idempotent). The FSM applies the entry's commands in order, each
-// checked, so the claim is freed only once it is controller-unpublished.
-func (o *Ops) free(v *statepb.Volume, c *statepb.VolumeClaim) error {
-	_, err := o.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_Batch{Batch: &statepb.LogBatch{Entries: []*statepb.LogEntry{
-		{Command: &statepb.LogEntry_ClaimStep{ClaimStep: rules.ControllerUnpublished(v, c)}},
-		{Command: &statepb.LogEntry_ClaimRemove{ClaimRemove: rules.Remove(v, c)}},
-	}}}})
+// unpublishController calls ControllerUnpublishVolume for claim c of v
+// when the plugin publishes (or the claim was published) and no other
+// claim of the volume is left on the node.
+func (o *Ops) unpublishController(ctx context.Context, v *statepb.Volume, c *statepb.VolumeClaim, secrets map[string]string) error {
+	if rules.OthersOnNode(v, c) || !(c.GetControllerPublished() || o.controllerAdvertises(v.GetPluginId(), plugin.CapPublishUnpublishVolume)) {
+		return nil
+	}
+	cands, err := o.publishCandidates(v)
+	if err != nil {
+		return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)
+	}
+	csiReq := &csi.ControllerUnpublishVolumeRequest{VolumeId: v.GetExternalId(), NodeId: c.GetCsiNodeId(), Secrets: secrets}
+	_, err = o.callControllers(ctx, "ControllerUnpublishVolume", cands, func(ctx context.Context, cand candidate) error {
+		err := o.cfg.Controllers.UnpublishVolume(ctx, cand.addr, v.GetPluginId(), csiReq)
+		if csisupdv1.IsIgnorable(err) || (status.Code(err) == codes.NotFound && !csisupdv1.IsPluginNotFound(err)) {
+			return nil // not published (any more)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("controller unpublish volume %q from node %q: %w", v.GetId(), c.GetNodeId(), err)
+	}
+	return nil
+}
+
+// free writes the steps that finish claim c of v (the last of them
+// controller-unpublished), then frees the claim, in one raft entry:
+// nothing happens between the commands, and a leader that stops before
+// the entry commits leaves the claim as the first step found it, whose
+// steps run again (they are idempotent). The FSM applies the entry's
+// commands in order, each checked, so the claim is freed only once it is
+// controller-unpublished.
+func (o *Ops) free(v *statepb.Volume, c *statepb.VolumeClaim, steps ...*statepb.ClaimStepCommand) error {
+	entries := make([]*statepb.LogEntry, 0, len(steps)+1)
+	for _, step := range steps {
+		entries = append(entries, &statepb.LogEntry{Command: &statepb.LogEntry_ClaimStep{ClaimStep: step}})
+	}
+	entries = append(entries, &statepb.LogEntry{Command: &statepb.LogEntry_ClaimRemove{ClaimRemove: rules.Remove(v, c)}})
+	_, err := o.applyVolume(v.GetId(), &statepb.LogEntry{Command: &statepb.LogEntry_Batch{Batch: &statepb.LogBatch{Entries: entries}}})
 	if err != nil {
 		return err
 	}
