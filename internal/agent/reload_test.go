@@ -20,6 +20,7 @@ import (
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/config"
+	"github.com/csisupd/csisupd/internal/rpc"
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
@@ -363,8 +364,8 @@ func TestServerLimits(t *testing.T) {
 				goAway = f
 			}
 		}
-		if maxStreams != maxConcurrentStreams {
-			t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS = %d, want %d", maxStreams, maxConcurrentStreams)
+		if maxStreams != rpc.MaxConcurrentStreams {
+			t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS = %d, want %d", maxStreams, rpc.MaxConcurrentStreams)
 		}
 		if goAway.ErrCode != http2.ErrCodeEnhanceYourCalm || !bytes.Contains(goAway.DebugData(), []byte("too_many_pings")) {
 			t.Errorf("GOAWAY %v %q, want ENHANCE_YOUR_CALM too_many_pings", goAway.ErrCode, goAway.DebugData())
@@ -379,7 +380,7 @@ func TestServerLimits(t *testing.T) {
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err = csisupdv1.NewAgentClient(conn).GetPlugin(ctx, &csisupdv1.GetPluginRequest{Id: strings.Repeat("x", maxRecvMsgSize+1)})
+		_, err = csisupdv1.NewAgentClient(conn).GetPlugin(ctx, &csisupdv1.GetPluginRequest{Id: strings.Repeat("x", rpc.MaxRecvMsgSize+1)})
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Errorf("GetPlugin with a 4 MiB id: %v, want ResourceExhausted", err)
 		}

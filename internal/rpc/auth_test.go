@@ -253,6 +253,17 @@ func (p *matrixPKI) dialOptions(t testing.TB, role tlsutil.Role, token string) [
 // the Authorizer, with ACLs on, of a server resolving tokens with resolve.
 func (p *matrixPKI) serverOptions(t testing.TB, verifyIncoming bool, resolve TokenResolver) []grpc.ServerOption {
 	t.Helper()
+	auth, err := NewAuthorizer(AuthConfig{TLS: true, ACL: true, Resolver: resolve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(auth.ServerOptions(), p.serverCreds(t, verifyIncoming))
+}
+
+// serverCreds returns the TLS credentials of a server with the PKI's
+// server certificate.
+func (p *matrixPKI) serverCreds(t testing.TB, verifyIncoming bool) grpc.ServerOption {
+	t.Helper()
 	conf, err := tlsutil.New(tlsutil.Config{
 		CAFile: filepath.Join(p.dir, "ca.pem"), CertFile: filepath.Join(p.dir, "server.pem"),
 		KeyFile: filepath.Join(p.dir, "server-key.pem"), VerifyIncoming: verifyIncoming,
@@ -261,11 +272,7 @@ func (p *matrixPKI) serverOptions(t testing.TB, verifyIncoming bool, resolve Tok
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := NewAuthorizer(AuthConfig{TLS: true, ACL: true, Resolver: resolve})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return append(auth.ServerOptions(), grpc.Creds(credentials.NewTLS(conf.IncomingConfig())))
+	return grpc.Creds(credentials.NewTLS(conf.IncomingConfig()))
 }
 
 // dial connects with the certificate of role, or none for "".

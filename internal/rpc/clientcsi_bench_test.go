@@ -17,6 +17,7 @@ import (
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
 	"github.com/csisupd/csisupd/internal/acl"
 	"github.com/csisupd/csisupd/internal/testplugin"
+	"github.com/csisupd/csisupd/internal/testutil"
 	"github.com/csisupd/csisupd/internal/tlsutil"
 )
 
@@ -90,7 +91,12 @@ func runCallers(b *testing.B, call func(context.Context) error) {
 // testplugin with 16 concurrent callers, directly (direct) and through
 // ClientCSI on an agent (clientcsi), both over unix sockets in the same run.
 // vs-direct alternates rounds of the two and reports ClientCSI's p50 and p99
-// as multiples of the direct call's (p50-x-direct, p99-x-direct).
+// as multiples of the direct call's (p50-x-direct, p99-x-direct), and the
+// floor of any agent in between measured in the same rounds: a bare gRPC
+// relay's p50 over the direct call's (relay-p50-x-direct) and ClientCSI's
+// over the relay's (p50-x-relay). The agent's ClientCSI is served with an
+// agent's server options (ServerOptions: metrics, limits, stream workers,
+// the connection tagger and the authorizer), as a real agent serves it.
 func BenchmarkClientCSIValidateVolume(b *testing.B) {
 	env := newManagedEnv(b, "bench", testplugin.Config{}, ClientCSIConfig{}, hclog.NewNullLogger())
 	vol := createVolume(b, env.client, "bench", "bench-vol")
@@ -113,6 +119,7 @@ func BenchmarkClientCSIValidateVolume(b *testing.B) {
 		return err
 	}
 	secureCall := secureClientCSICall(b, env, viaReq)
+	relay := relayCall(b, env, direct, req)
 	b.Run("direct", func(b *testing.B) { runCallers(b, directCall) })
 	b.Run("clientcsi", func(b *testing.B) { runCallers(b, viaCall) })
 	b.Run("clientcsi-tls-acl", func(b *testing.B) { runCallers(b, secureCall) })
@@ -120,8 +127,8 @@ func BenchmarkClientCSIValidateVolume(b *testing.B) {
 	// load from the rest of the machine, and reports the ratios.
 	b.Run("vs-direct", func(b *testing.B) {
 		const round = 512
-		var d, v, sec []time.Duration
-		var dt, vt, st time.Duration
+		var d, v, sec, r []time.Duration
+		var dt, vt, st, rt time.Duration
 		b.ResetTimer()
 		for done := 0; done < b.N; done += round {
 			ld, el, err := measure(round, directCall)
@@ -139,18 +146,57 @@ func BenchmarkClientCSIValidateVolume(b *testing.B) {
 				b.Fatal(err)
 			}
 			sec, st = append(sec, ls...), st+el
+			lr, el, err := measure(round, relay)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, rt = append(r, lr...), rt+el
 		}
 		b.StopTimer()
-		ds, vs, ss := summarise(d, dt), summarise(v, vt), summarise(sec, st)
+		ds, vs, ss, rs := summarise(d, dt), summarise(v, vt), summarise(sec, st), summarise(r, rt)
 		ds.report(b, "direct-")
 		vs.report(b, "clientcsi-")
 		ss.report(b, "tls-acl-")
+		rs.report(b, "relay-")
 		b.ReportMetric(float64(vs.p50)/float64(ds.p50), "p50-x-direct")
 		b.ReportMetric(float64(vs.p99)/float64(ds.p99), "p99-x-direct")
+		// The floor of any agent in between: a bare gRPC relay's p50 over
+		// the direct call's, and ClientCSI's over the relay's.
+		b.ReportMetric(float64(rs.p50)/float64(ds.p50), "relay-p50-x-direct")
+		b.ReportMetric(float64(vs.p50)/float64(rs.p50), "p50-x-relay")
 		// TLS and ACLs against the plain ClientCSI path (target p50 <= 1.3x).
 		b.ReportMetric(float64(ss.p50)/float64(vs.p50), "tls-acl-p50-x-plain")
 		b.ReportMetric(float64(ss.p99)/float64(vs.p99), "tls-acl-p99-x-plain")
 	})
+}
+
+// relayServer is the least an agent between a caller and a plugin can do:
+// a gRPC server on a unix socket whose ValidateVolumeCapabilities makes
+// the same call on the plugin's connection, nothing else.
+type relayServer struct {
+	csi.UnimplementedControllerServer
+	plugin csi.ControllerClient
+}
+
+func (r relayServer) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	return r.plugin.ValidateVolumeCapabilities(ctx, req)
+}
+
+// relayCall serves a relayServer to plugin (with the agent's stream
+// workers, so that its goroutines do not grow their stacks on every call)
+// and returns the ValidateVolumeCapabilities call through it: the floor of
+// the ClientCSI path's second gRPC hop, measured in the same run.
+func relayCall(b *testing.B, env *managedEnv, plugin csi.ControllerClient, req *csi.ValidateVolumeCapabilitiesRequest) func(context.Context) error {
+	b.Helper()
+	srv := grpc.NewServer(grpc.NumStreamWorkers(16))
+	csi.RegisterControllerServer(srv, relayServer{plugin: plugin})
+	sock := filepath.Join(env.dir, "relay.sock")
+	testutil.ServeGRPC(b, testutil.ListenUnix(b, sock), srv)
+	client := csi.NewControllerClient(testutil.DialGRPC(b, "unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials())))
+	return func(ctx context.Context) error {
+		_, err := client.ValidateVolumeCapabilities(ctx, req)
+		return err
+	}
 }
 
 // secureClientCSICall serves ClientCSI of env a second time, on its own
@@ -175,9 +221,13 @@ func secureClientCSICall(b *testing.B, env *managedEnv, req *csisupdv1.Controlle
 	if err != nil {
 		b.Fatal(err)
 	}
+	auth, err := NewAuthorizer(AuthConfig{TLS: true, ACL: true, Resolver: cache})
+	if err != nil {
+		b.Fatal(err)
+	}
 	client := serveClientCSIOn(b, filepath.Join(env.dir, "secure.sock"),
 		ClientCSIConfig{Plugins: env.manager, Logger: hclog.NewNullLogger()},
-		pki.serverOptions(b, true, cache), pki.dialOptions(b, tlsutil.RoleCLI, secret))
+		append(agentServerOptions(b, auth), pki.serverCreds(b, true)), pki.dialOptions(b, tlsutil.RoleCLI, secret))
 	return func(ctx context.Context) error {
 		_, err := client.ControllerValidateVolume(ctx, req)
 		return err

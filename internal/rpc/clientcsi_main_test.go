@@ -13,6 +13,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 	"github.com/kubernetes-csi/csi-test/v5/driver"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc"
@@ -57,8 +58,23 @@ func (w logWriter) Write(p []byte) (int, error) {
 // cfg.Retry is shortRetry; zero limits are the configuration's defaults.
 func serveClientCSI(t testing.TB, dir string, cfg ClientCSIConfig) csisupdv1.ClientCSIClient {
 	t.Helper()
-	return serveClientCSIOn(t, filepath.Join(dir, "agent.sock"), cfg, nil,
+	auth, err := NewAuthorizer(AuthConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveClientCSIOn(t, filepath.Join(dir, "agent.sock"), cfg, agentServerOptions(t, auth),
 		[]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())})
+}
+
+// agentServerOptions returns the options of an agent's gRPC server with
+// authorizer auth (ServerOptions), its metrics in a registry of their own.
+func agentServerOptions(t testing.TB, auth *Authorizer) []grpc.ServerOption {
+	t.Helper()
+	m, err := NewGRPCMetrics(prometheus.NewRegistry(), config.LatencyBuckets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ServerOptions(m, auth)
 }
 
 // serveClientCSIOn serves ClientCSI on the unix socket sock of a gRPC

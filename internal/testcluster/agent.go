@@ -342,7 +342,7 @@ func (c *Cluster) RestartAgent(i int) {
 }
 
 // AgentServerOptions returns, for Config.ServerOptions, the options an
-// agent's gRPC server has that act on every call (agent.ServerOptions):
+// agent's gRPC server has that act on every call (rpc.ServerOptions):
 // its metrics, each server's in a registry of its own, its limits,
 // stream workers and connection tagger, and its authorizer with ACLs and
 // TLS off. Benchmarks of the servers use them, so that they measure what
@@ -357,6 +357,6 @@ func AgentServerOptions(t testing.TB) func(i int) []grpc.ServerOption {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return agent.ServerOptions(m, auth)
+		return rpc.ServerOptions(m, auth)
 	}
 }
