@@ -3,7 +3,11 @@ package nodevolumes
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -88,6 +92,62 @@ func (m *Manager) requestRecord(req *csisupdv1.UnmountVolumeRequest, u usage) (*
 		pluginID: req.GetPluginId(), volumeID: req.GetVolumeId(), externalID: req.GetExternalId(), workloadID: req.GetWorkloadId(),
 		usage: u, hostPath: req.GetHostPath(), stagingPath: req.GetStagingPath(), cluster: req.GetCluster(), claimIndex: req.GetClaimIndex(),
 	})
+}
+
+// leftRecord returns, for an UnmountVolume request of the servers that
+// carries no paths (their claim never recorded the node's step: the
+// agent, or the leader, stopped before it answered), the record-lost
+// record of what of the mount is on disk at the paths this agent derives
+// for it: the plugin may have staged or published there before the agent
+// lost its record. The publish target is undone when it is there; the
+// staging target when it is there and no other workload's publish target
+// of the volume and usage is (the staging may be theirs). nil when neither
+// is to be undone (the usual release of a claim that failed before its
+// node step: nothing was mounted), or the request lacks the usage or the
+// external id to undo it with.
+func (m *Manager) leftRecord(req *csisupdv1.UnmountVolumeRequest, u usage) (*record, error) {
+	if req.GetUsage() == nil || req.GetExternalId() == "" {
+		return nil, nil
+	}
+	rts := m.rootsOf(req.GetPluginId())
+	volume, key := req.GetVolumeId(), u.key()
+	host, staging := rts.targetPath(req.GetWorkloadId(), volume, key), rts.stagingPath(volume, key)
+	hostLeft := mayHoldMount(host)
+	stagingLeft := mayHoldMount(staging) && !m.publishedForOthers(rts, req.GetWorkloadId(), volume, key)
+	if !hostLeft && !stagingLeft {
+		return nil, nil
+	}
+	if !stagingLeft {
+		staging = ""
+	}
+	return m.serverRecord(serverMount{
+		pluginID: req.GetPluginId(), volumeID: volume, externalID: req.GetExternalId(), workloadID: req.GetWorkloadId(),
+		usage: u, hostPath: host, stagingPath: staging, cluster: req.GetCluster(), claimIndex: req.GetClaimIndex(),
+	})
+}
+
+// publishedForOthers reports whether a publish target of volume with the
+// usage key is on disk for a workload other than workload, or whether
+// that cannot be told.
+func (m *Manager) publishedForOthers(rts roots, workload, volume, key string) bool {
+	workloads := filepath.Dir(filepath.Dir(rts.targetDir(workload, volume)))
+	entries, err := os.ReadDir(workloads)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	for _, e := range entries {
+		if e.Name() != workload && mayHoldMount(rts.targetPath(e.Name(), volume, key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// mayHoldMount reports whether path is there (an error other than its
+// absence counts as there: it may hold a mount).
+func mayHoldMount(path string) bool {
+	_, err := os.Lstat(path)
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // warnPathsDiffer logs at warn when the servers' paths in req differ from

@@ -142,6 +142,42 @@ func TestUnmountWithoutRecordUsesServersPaths(t *testing.T) {
 	}
 }
 
+// A release whose claim never recorded the node's step carries no paths:
+// when the agent lost its record of a mount the plugin made, it undoes it
+// from the paths it derives, found on disk; when nothing was mounted (no
+// directory of the mount on disk) the release calls the plugin not at
+// all.
+func TestUnmountWithoutRecordOrPathsUndoesWhatIsOnDisk(t *testing.T) {
+	e := newEnv(t, Config{}, false)
+	mnt := clusterMount(t, e.m, "v1", "w1", 7)
+	e.loseRecords(t)
+	m := e.manager(t, Config{}, true)
+	noPaths := serverUnmount(mnt)
+	noPaths.HostPath, noPaths.StagingPath = "", ""
+
+	never := serverUnmount(mnt)
+	never.WorkloadId, never.HostPath, never.StagingPath = "w2", "", ""
+	from := len(e.plug.NodeLog())
+	if _, err := m.Unmount(context.Background(), never); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.plug.NodeLog()[from:]; len(got) != 0 {
+		t.Errorf("release of a claim never mounted made plugin calls %+v, want none", got)
+	}
+
+	resp, err := m.Unmount(context.Background(), noPaths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetUnmounted(); len(got) != 1 || got[0].GetHostPath() != mnt.GetHostPath() || !resp.GetUnstaged() {
+		t.Errorf("Unmount = %v, want the mount at %s unmounted and unstaged", resp, mnt.GetHostPath())
+	}
+	e.checkUndone(t, from, mnt)
+	if !strings.Contains(e.logs.String(), "no paths from the servers, but its directories are on disk") {
+		t.Error("the unmount from the derived paths was not logged")
+	}
+}
+
 // The servers' paths are host paths: the plugin gets them as it sees
 // them, mapped through the roots as a record's are.
 func TestUnmountWithoutRecordMapsToThePluginsView(t *testing.T) {

@@ -77,10 +77,17 @@ func (m *Manager) Unmount(ctx context.Context, req *csisupdv1.UnmountVolumeReque
 		if err != nil {
 			return nil, err
 		}
+		what := "no record of the mount being released; unmounting it from the servers' paths"
+		if fromServers == nil {
+			if fromServers, err = m.leftRecord(req, u); err != nil {
+				return nil, err
+			}
+			what = "no record of the mount being released and no paths from the servers, but its directories are on disk; unmounting it from them"
+		}
 		if fromServers == nil {
 			return resp, nil
 		}
-		m.log.Warn("no record of the mount being released; unmounting it from the servers' paths",
+		m.log.Warn(what,
 			"plugin", fromServers.PluginID, "volume", fromServers.VolumeID, "workload", fromServers.WorkloadID, "usage", fromServers.UsageKey,
 			"host_path", fromServers.HostPath, "staging_path", fromServers.StagingPath, "claim_index", fromServers.ClaimIndex)
 		recs = []*record{fromServers}
