@@ -165,6 +165,8 @@ func New(c Config) (a *Agent, err error) {
 		return nil, err
 	}
 	add(p)
+	// Event streams are counted per connection (rpc.TagConns).
+	a.rpcLn = rpc.TagConns(a.rpcLn)
 	if a.httpLn, p, err = listenOn(c.HTTPListener, "ports.http", cfg.BindAddr, cfg.Ports.HTTP); err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	csisupdv1 "github.com/csisupd/csisupd/api/csisupd/v1"
@@ -32,8 +33,8 @@ import (
 	"github.com/csisupd/csisupd/internal/testutil"
 )
 
-// serveAgent serves svc with a real gRPC server, with the ConnTagger the
-// agent installs, on a loopback TCP port or a unix socket ("tcp" or
+// serveAgent serves svc with a real gRPC server, on a listener of
+// TagConns as the agent does, on a loopback TCP port or a unix socket ("tcp" or
 // "unix"), and returns the address to dial. It stops with the test.
 func serveAgent(t testing.TB, svc *AgentService, network string) string {
 	t.Helper()
@@ -45,9 +46,9 @@ func serveAgent(t testing.TB, svc *AgentService, network string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.StatsHandler(&ConnTagger{}))
+	srv := grpc.NewServer()
 	svc.Register(srv)
-	testutil.ServeGRPC(t, ln, srv)
+	testutil.ServeGRPC(t, TagConns(ln), srv)
 	if network == "unix" {
 		return "unix://" + addr
 	}
@@ -183,8 +184,8 @@ func TestWatchEventsCaps(t *testing.T) {
 		{"total cap", "tcp", 3, 3, []int{5}, []int{3}, map[string]int{totalKey: 2}},
 		{"per connection cap", "tcp", 10, 2, []int{3, 2}, []int{2, 2}, map[string]int{connKey: 1}},
 		{"both", "tcp", 5, 3, []int{4, 4}, []int{3, 2}, map[string]int{connKey: 1, totalKey: 2}},
-		// Every unix socket peer has the same address: the ConnTagger
-		// still tells the connections apart.
+		// Every unix socket peer has the same address: TagConns still
+		// tells the connections apart.
 		{"per connection cap on a unix socket", "unix", 10, 2, []int{3, 3}, []int{2, 2}, map[string]int{connKey: 2}},
 	}
 	for _, tt := range tests {
@@ -484,7 +485,8 @@ func TestWatchEventsBlockedSendHoldsOneBatch(t *testing.T) {
 		wg.Wait()
 	}()
 	for i := range streams {
-		s := &blockedStream{ctx: context.WithValue(ctx, connIDKey{}, uint64(i)), blocked: make(chan struct{})}
+		onConn := peer.NewContext(ctx, &peer.Peer{Addr: taggedAddr{id: uint64(i)}})
+		s := &blockedStream{ctx: onConn, blocked: make(chan struct{})}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -47,7 +47,7 @@ type AgentServiceConfig struct {
 	// transport connection (client.max_event_subscribers_per_connection).
 	// A stream beyond either cap ends at once with ResourceExhausted.
 	// Both are required. Per connection means per HTTP/2
-	// transport: see ConnTagger for how a connection is recognised.
+	// transport: see TagConns for how a connection is recognised.
 	MaxSubscribers        int
 	MaxSubscribersPerConn int
 	// Metrics receives the event stream series (csisupd_event_subscribers,

@@ -17,7 +17,7 @@
 // log (package stream) and holds one event at a time; streams beyond
 // client.max_event_subscribers (in all) or
 // client.max_event_subscribers_per_connection (on one transport
-// connection, recognised by ConnTagger) are refused with
+// connection, recognised by TagConns) are refused with
 // ResourceExhausted; a stream that falls too far behind ends with
 // ResourceExhausted and the index to resume from (EventsFellBehind), from
 // which a new stream (from_index) continues without a gap. The service

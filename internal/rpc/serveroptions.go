@@ -61,8 +61,8 @@ const (
 // ServerOptions returns the options of the agent's gRPC server that act on
 // every call, but for TLS and the agent's start gate: the metrics m
 // (first, so that refused calls are counted with their code), the limits,
-// the stream workers and the connection tagger of serverOptions, and
-// auth's interceptors. The benchmarks of a leader and of ClientCSI serve
+// the stream workers and windows of serverOptions, and auth's
+// interceptors. The listener they serve on should come from TagConns. The benchmarks of a leader and of ClientCSI serve
 // with them too, so that they measure what a real agent spends on a call.
 func ServerOptions(m *GRPCMetrics, auth *Authorizer) []grpc.ServerOption {
 	opts := append(m.ServerOptions(), serverOptions()...)
@@ -70,8 +70,6 @@ func ServerOptions(m *GRPCMetrics, auth *Authorizer) []grpc.ServerOption {
 }
 
 // serverOptions are the options of the agent's gRPC server, without TLS.
-// The ConnTagger lets the Agent service count event streams per
-// transport connection.
 func serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
@@ -88,6 +86,5 @@ func serverOptions() []grpc.ServerOption {
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.StaticStreamWindowSize(flowControlWindow),
 		grpc.StaticConnWindowSize(flowControlWindow),
-		grpc.StatsHandler(&ConnTagger{}),
 	}
 }

@@ -4,58 +4,90 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
-// ConnTagger is a gRPC stats.Handler that gives every transport connection
-// a process-unique id, carried by the context of each stream on it. The
-// Agent service counts event streams per connection by that id. Install it
-// with grpc.StatsHandler(&rpc.ConnTagger{}) on the server that serves the
-// Agent service.
+// TagConns returns ln whose connections each carry a process-unique id in
+// their remote address, which gRPC hands to every stream on the
+// connection as its peer address: the Agent service counts event streams
+// per connection by that id. Serve the Agent service on a listener from
+// TagConns.
 //
 // Without it the service falls back to the peer address, which names one
 // connection on a TCP listener (a remote ip:port pair is unique among the
 // live connections to one local address) but not on a unix socket or an
 // in-memory listener, where every peer has the same address: there the
-// per-connection cap would act as a second global cap.
-type ConnTagger struct {
+// per-connection cap would act as a second global cap. The id is given
+// once per connection, at accept, so that calls pay nothing for it (a
+// gRPC stats handler, which did this before, made gRPC build its stats
+// events on every call: 18 allocations each).
+func TagConns(ln net.Listener) net.Listener { return &taggingListener{Listener: ln} }
+
+// taggingListener is TagConns' listener.
+type taggingListener struct {
+	net.Listener
 	last atomic.Uint64
 }
 
-// connIDKey is the context key of the connection id.
-type connIDKey struct{}
-
-// TagConn stores a new connection id in the connection's context.
-func (c *ConnTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connIDKey{}, c.last.Add(1))
+// Accept accepts a connection and gives it the next id.
+func (l *taggingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &taggedConn{Conn: c, remote: taggedAddr{addr: c.RemoteAddr(), id: l.last.Add(1)}}, nil
 }
 
-// HandleConn does nothing: the id is all the tagger is for.
-func (*ConnTagger) HandleConn(context.Context, stats.ConnStats) {}
+// taggedConn is a connection whose remote address carries its id.
+type taggedConn struct {
+	net.Conn
+	remote taggedAddr
+}
 
-// TagRPC returns ctx unchanged.
-func (*ConnTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+// RemoteAddr returns the connection's remote address with its id.
+func (c *taggedConn) RemoteAddr() net.Addr { return c.remote }
 
-// HandleRPC does nothing.
-func (*ConnTagger) HandleRPC(context.Context, stats.RPCStats) {}
+// taggedAddr is a remote address and the id of its connection. It reads
+// as the address alone.
+type taggedAddr struct {
+	addr net.Addr // nil when the connection has none
+	id   uint64
+}
 
-// connKey names the transport connection a stream arrived on: the
-// ConnTagger id when the server has one, else the peer address.
+// Network returns the address's network.
+func (a taggedAddr) Network() string {
+	if a.addr == nil {
+		return "unknown"
+	}
+	return a.addr.Network()
+}
+
+// String returns the address.
+func (a taggedAddr) String() string {
+	if a.addr == nil {
+		return "unknown"
+	}
+	return a.addr.String()
+}
+
+// connKey names the transport connection a stream arrived on: its
+// TagConns id when the listener gave it one, else the peer address.
 func connKey(ctx context.Context) any {
-	if id, ok := ctx.Value(connIDKey{}).(uint64); ok {
-		return id
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return "unknown peer"
 	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.Network() + " " + p.Addr.String()
+	if a, ok := p.Addr.(taggedAddr); ok {
+		return a.id
 	}
-	return "unknown peer"
+	return p.Addr.Network() + " " + p.Addr.String()
 }
 
 // subscriberLimits counts the open event streams, in all and per

@@ -294,7 +294,7 @@ func runCluster10000(b *testing.B) {
 
 // startBenchServers starts the three servers of the cluster benchmarks,
 // tuned by clusterTuning, serving with an agent's gRPC server options
-// (its metrics, authorizer, stream workers and connection tagger), as a
+// (its metrics, authorizer, stream workers and windows), as a
 // real server does, and waits until they have formed: every server joined
 // and recorded (writes that would otherwise land in a measurement
 // window). Their errors are shown only when the run fails: each leader

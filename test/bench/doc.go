@@ -13,7 +13,7 @@
 //
 // Three real servers (raft on loopback with on-disk stores, gRPC with the
 // options of an agent's gRPC server that act on every call: its metrics,
-// authorizer, stream workers and connection tagger) run in the
+// authorizer, stream workers and flow-control windows) run in the
 // benchmark's process; 10,000 simulated agents run in a child process
 // (the test binary run again, see TestMain). A simulated agent has no
 // plugins to probe: it registers its node with five plugins through the
