@@ -31,19 +31,14 @@ type batchOutcome struct {
 // ApplyBatched writes one entry through raft, grouped with other
 // concurrent writes into a single log entry (group commit), and returns
 // once it is committed and applied, with its index and the FSM's error;
-// for a LogBatch, the first error of its entries. The entry and, for a
-// LogBatch, each of its entries carries its time before it is grouped:
-// the FSM gives the time of the entry that holds them only to the entries
-// one level down.
+// for a LogBatch, the first error of its entries. The entries of a
+// LogBatch carry their time before it is grouped: the FSM gives the time
+// of the entry that holds them only to the entries one level down, and
+// grouped they are two. A plain entry gets the group's time, so that the
+// many small writes grouped (plugin updates, heartbeats' status changes)
+// carry no time of their own.
 func (n *Node) ApplyBatched(e *statepb.LogEntry) (uint64, error) {
-	if e.Time == nil {
-		e.Time = timestamppb.Now()
-	}
-	for _, sub := range e.GetBatch().GetEntries() {
-		if sub.Time == nil {
-			sub.Time = e.Time
-		}
-	}
+	stampBatch(e)
 	req := batchReq{entry: e, done: make(chan batchOutcome, 1)}
 	select {
 	case n.batchCh <- req:
@@ -52,6 +47,24 @@ func (n *Node) ApplyBatched(e *statepb.LogEntry) (uint64, error) {
 	}
 	out := <-req.done
 	return out.index, out.err
+}
+
+// stampBatch gives the entries of a LogBatch e that have no time e's
+// time, or the time now when e has none either. Other entries are left.
+func stampBatch(e *statepb.LogEntry) {
+	b := e.GetBatch()
+	if b == nil {
+		return
+	}
+	now := e.GetTime()
+	if now == nil {
+		now = timestamppb.Now()
+	}
+	for _, sub := range b.GetEntries() {
+		if sub.Time == nil {
+			sub.Time = now
+		}
+	}
 }
 
 // runBatcher groups writes until shutdown.
