@@ -60,17 +60,22 @@ const (
 
 // ServerOptions returns the options of the agent's gRPC server that act on
 // every call, but for TLS and the agent's start gate: the metrics m
-// (first, so that refused calls are counted with their code), the limits,
-// the stream workers and windows of serverOptions, and auth's
-// interceptors. The listener they serve on should come from TagConns. The benchmarks of a leader and of ClientCSI serve
-// with them too, so that they measure what a real agent spends on a call.
+// (first, so that refused calls are counted with their code), the
+// TransportOptions, and auth's interceptors. The listener they serve on
+// should come from TagConns. The benchmarks of a leader and of ClientCSI
+// serve with them too, so that they measure what a real agent spends on a
+// call.
 func ServerOptions(m *GRPCMetrics, auth *Authorizer) []grpc.ServerOption {
-	opts := append(m.ServerOptions(), serverOptions()...)
+	opts := append(m.ServerOptions(), TransportOptions()...)
 	return append(opts, auth.ServerOptions()...)
 }
 
-// serverOptions are the options of the agent's gRPC server, without TLS.
-func serverOptions() []grpc.ServerOption {
+// TransportOptions are the options of the agent's gRPC server that shape
+// its transport (limits, keepalives, stream workers, flow-control
+// windows), without TLS and without interceptors. The leader's benchmark
+// serves a bare server with them as the floor of any gRPC server
+// answering the same calls.
+func TransportOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{

@@ -143,7 +143,7 @@ func TestRenderTable(t *testing.T) {
 		want    string
 	}{
 		{"1,000 plugins probed every 5 s, agent without metrics",
-			"| 2.07-2.42 % of a core, 101-103 MiB | one grpc-go client per plugin: 2.20-2.30 %, RSS growth 70-74 MiB | 0.90-1.10x CPU | <= 0.75x CPU, <= 80 MiB |"},
+			"| 2.07-2.42 % of a core, 101-103 MiB, - | one grpc-go client per plugin: 2.20-2.30 %, RSS growth 70-74 MiB, -, - | 0.90-1.10x CPU, - | <= 0.75x CPU, <= 80 MiB |"},
 		{"the same with metrics scraped every 15 s",
 			"| 2.22-2.40 %, 104-105 MiB |  | -0.020 to +0.15 % of a core | <= +0.5 % of a core |"},
 		{"discovery p99 (socket -> healthy)",
@@ -157,7 +157,7 @@ func TestRenderTable(t *testing.T) {
 		{"the same, max_destructive_in_flight 10 (Kubernetes' attacher)",
 			"| 112-120/s, 6 raft writes each | serial 55.1-56.5/s | 1.98-2.10x | >= 3x |"},
 		{"ClientCSI p50, 16 callers", "| -, - | -, -, - | -, - | <= 2.0x |"},
-		{"leader at 10,000 nodes", "| -, -, - | - | - | <= 10 % of a core over idle, 0 raft applies |"},
+		{"leader at 10,000 nodes", "| -, -, - | -, - | -, - | <= 10 % of a core over idle, 0 raft applies |"},
 	}
 	for _, tt := range tests {
 		want := "| " + tt.measure + " " + tt.want
@@ -286,6 +286,9 @@ func TestDirection(t *testing.T) {
 		{"direct_cpu_%core", neither},
 		{"probe_direct_p50_ms", neither},
 		{"servers_idle_cpu_%core", neither},
+		{"floor_cpu_us/heartbeat", neither},
+		{"leader_cpu_x_floor", lower},
+		{"empty_agent_rss_MiB", lower},
 		{"cpu/direct_cpu", lower},
 		{"p50-x-direct", lower},
 		{"%-of-raw", higher},

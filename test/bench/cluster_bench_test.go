@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,9 +69,10 @@ func BenchmarkCluster10000(b *testing.B) {
 
 // simProcess is the child process of simulated agents and its output.
 type simProcess struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	lines    chan string
+	stopOnce sync.Once
 }
 
 // startSimAgents starts nodes simulated agents with plugins plugins each
@@ -100,11 +102,16 @@ func startSimAgents(b *testing.B, servers []string, nodes, plugins int) *simProc
 			p.lines <- sc.Text()
 		}
 	}()
-	b.Cleanup(func() {
-		stdin.Close() // the agents stop at the end of their input
-		waitOrKill(cmd, 20*time.Second)
-	})
+	b.Cleanup(p.stop)
 	return p
+}
+
+// stop stops the agents and waits for their process to exit.
+func (p *simProcess) stop() {
+	p.stopOnce.Do(func() {
+		p.stdin.Close() // the agents stop at the end of their input
+		waitOrKill(p.cmd, 20*time.Second)
+	})
 }
 
 // send writes one command line to the agents.
@@ -160,6 +167,8 @@ func cpuPercent(b *testing.B, pid int, fn func()) (float64, time.Duration) {
 func runCluster10000(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	floor := measureHeartbeatFloor(b)
+	b.ReportMetric(floor, "floor_cpu_us/heartbeat")
 	c := startBenchServers(b)
 	self := os.Getpid()
 
@@ -240,7 +249,10 @@ func runCluster10000(b *testing.B) {
 	stopProfile()
 	b.ReportMetric(pinned.serversCPU, "leader_steady_cpu_%core")
 	b.ReportMetric(pinned.serversCPU-idleCPU, "leader_steady_cpu_over_idle_%core")
-	b.ReportMetric((pinned.serversCPU-idleCPU)/100*1e6/pinned.heartbeats, "leader_cpu_us/heartbeat")
+	leaderUs := (pinned.serversCPU - idleCPU) / 100 * 1e6 / pinned.heartbeats
+	b.ReportMetric(leaderUs, "leader_cpu_us/heartbeat")
+	b.ReportMetric(leaderUs/floor, "leader_cpu_x_floor")
+	b.ReportMetric(floor*pinned.heartbeats/1e4, "floor_cpu_%core_at_leader_rate")
 	b.ReportMetric(pinned.heartbeats, "leader_heartbeats/s")
 	applies := float64(r.AppliedIndex()-idx0) / (spread.elapsed + pinned.elapsed).Seconds()
 	b.ReportMetric(applies, "steady_raft_applies/s")

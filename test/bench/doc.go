@@ -51,6 +51,19 @@
 //     never counted in the servers'. With CSISUPD_BENCH_LEADER_PROFILE
 //     set to a file name, a CPU profile of this window is written there
 //     (docs/performance.md shows what it holds).
+//   - floor_cpu_us/heartbeat, floor_heartbeats/s: the floor under
+//     leader_cpu_us/heartbeat, measured first, before any server starts.
+//     The same 10,000 agents, in a process of their own, register and
+//     heartbeat to a bare gRPC server in the benchmark's process: the
+//     agent's transport options (rpc.TransportOptions: stream workers,
+//     windows, limits) and a Cluster service that answers with a TTL drawn
+//     as the leader draws it, and does nothing else (no metrics, no
+//     authorizer, no state, no timer). Its CPU over the process's idle
+//     floor, per heartbeat, after every agent heartbeated about once, over
+//     30 s. leader_cpu_x_floor is the leader's figure over it, and
+//     floor_cpu_%core_at_leader_rate what the floor costs at the leader's
+//     heartbeat rate: the part of leader_steady_cpu_over_idle_%core that
+//     any gRPC server taking these calls spends.
 //   - steady_raft_applies/s: the leader's applied index over both steady
 //     windows; heartbeats are held in memory, so it must be 0 (the run
 //     fails otherwise, naming what was written).

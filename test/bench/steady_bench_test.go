@@ -40,9 +40,13 @@ const steadyWindow = 30 * time.Second
 // It runs the agent four times, twice with telemetry.prometheus_metrics =
 // false and twice with metrics on and /metrics scraped every metricsScrapeInterval (the
 // scrape interval of Prometheus' example configuration), so the cost of the metrics is reported
-// beside the figure without them. Beside both, it reports the direct path
+// beside the figure without them. Then it runs the agent, without metrics,
+// over an empty plugin directory: empty_agent_cpu_%core and
+// empty_agent_rss_MiB are its floor (binary, runtime, servers, loops), and
+// nometrics_rss_growth_MiB and nometrics_cpu_growth/direct_cpu what the
+// 1,000 plugins add over it. Beside all, it reports the direct path
 // measured on the same plugins right after: the same probe loop over full
-// grpc-go connections.
+// grpc-go connections, whose figures are growth of this process too.
 func BenchmarkSteadyState1000(b *testing.B) {
 	if testing.Short() {
 		b.Skip("starts 1,000 plugins and measures for 30 s")
@@ -60,7 +64,7 @@ func BenchmarkSteadyState1000(b *testing.B) {
 	// plugins' process warming up, the machine) weighs on both alike.
 	var offCPU, offRSS, cpu, rss float64
 	for i, metrics := range []bool{false, true, true, false} {
-		c, r := runSteadyAgent(b, bin, filepath.Join(dir, fmt.Sprintf("run%d", i)), pluginDir, metrics)
+		c, r := runSteadyAgent(b, bin, filepath.Join(dir, fmt.Sprintf("run%d", i)), pluginDir, steadyPlugins, metrics)
 		if metrics {
 			cpu, rss = cpu+c/2, rss+r/2
 		} else {
@@ -74,6 +78,19 @@ func BenchmarkSteadyState1000(b *testing.B) {
 	b.ReportMetric(cpu/offCPU, "metrics_cpu/nometrics_cpu")
 	b.ReportMetric(rss-offRSS, "metrics_extra_rss_MiB")
 
+	// The agent's own floor: the same agent, without metrics, over an
+	// empty plugin directory (the binary, the runtime, its servers and
+	// loops). What the 1,000 plugins add over it is what compares with
+	// the direct path's growth below.
+	emptyDir := filepath.Join(dir, "no-plugins")
+	if err := os.MkdirAll(emptyDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	emptyCPU, emptyRSS := runSteadyAgent(b, bin, filepath.Join(dir, "empty"), emptyDir, 0, false)
+	b.ReportMetric(emptyCPU, "empty_agent_cpu_%core")
+	b.ReportMetric(emptyRSS, "empty_agent_rss_MiB")
+	b.ReportMetric(offRSS-emptyRSS, "nometrics_rss_growth_MiB")
+
 	// The direct path, on the same plugins in the same run: the same
 	// probe loop (heartbeat.Monitor, same interval and timeout) over a
 	// full grpc-go connection per plugin, as a supervisor without the
@@ -83,6 +100,7 @@ func BenchmarkSteadyState1000(b *testing.B) {
 	b.ReportMetric(direct, "direct_cpu_%core")
 	b.ReportMetric(cpu/direct, "cpu/direct_cpu")
 	b.ReportMetric(directRSS, "direct_rss_growth_MiB")
+	b.ReportMetric((offCPU-emptyCPU)/direct, "nometrics_cpu_growth/direct_cpu")
 }
 
 // metricsScrapeInterval is how often the steady-state benchmark scrapes
@@ -90,11 +108,11 @@ func BenchmarkSteadyState1000(b *testing.B) {
 const metricsScrapeInterval = 15 * time.Second
 
 // runSteadyAgent runs the agent against pluginDir with a data dir under
-// dir until every plugin is healthy, then measures its CPU (percent of one
+// dir until its plugins (n of them) are healthy, then measures its CPU (percent of one
 // core) over steadyWindow and its RSS (MiB). With metrics, /metrics is
 // scraped every metricsScrapeInterval during the window and must hold
 // the probe histograms; without, telemetry.prometheus_metrics is false.
-func runSteadyAgent(b *testing.B, bin, dir, pluginDir string, metrics bool) (cpuPercent, rssMiB float64) {
+func runSteadyAgent(b *testing.B, bin, dir, pluginDir string, n int, metrics bool) (cpuPercent, rssMiB float64) {
 	b.Helper()
 	ports := testutil.FreePorts(b, 2)
 	rpcPort, httpPort := ports[0], ports[1]
@@ -128,13 +146,15 @@ telemetry {
 	defer stopProcess(agent)
 
 	start := time.Now()
-	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 2*time.Minute)
-	b.ReportMetric(time.Since(start).Seconds(), "all_healthy_s") // the last run's
+	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), n, 2*time.Minute)
+	if n > 0 {
+		b.ReportMetric(time.Since(start).Seconds(), "all_healthy_s") // the last run's
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	scrapes := make(chan error, 1)
 	go func() {
-		scrapes <- scrapeMetrics(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort), metrics)
+		scrapes <- scrapeMetrics(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort), n, metrics)
 	}()
 	cpu0 := testutil.ProcessCPU(b, agent.Process.Pid)
 	t0 := time.Now()
@@ -146,14 +166,14 @@ telemetry {
 	if err := <-scrapes; err != nil {
 		b.Fatal(err)
 	}
-	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), steadyPlugins, 10*time.Second)
+	waitAllHealthy(b, fmt.Sprintf("127.0.0.1:%d", rpcPort), n, 10*time.Second)
 	return 100 * (cpu1 - cpu0).Seconds() / elapsed.Seconds(), rssMiB
 }
 
 // scrapeMetrics scrapes url every metricsScrapeInterval until ctx ends.
 // With want, every scrape must answer 200 with the probe histograms of
-// the plugins; without, /metrics must not be served.
-func scrapeMetrics(ctx context.Context, url string, want bool) error {
+// the n plugins; without, /metrics must not be served.
+func scrapeMetrics(ctx context.Context, url string, n int, want bool) error {
 	client := &http.Client{Timeout: 10 * time.Second}
 	t := time.NewTicker(metricsScrapeInterval)
 	defer t.Stop()
@@ -167,8 +187,8 @@ func scrapeMetrics(ctx context.Context, url string, want bool) error {
 		switch {
 		case err != nil:
 			return fmt.Errorf("scrape %s: %w", url, err)
-		case want && (resp.StatusCode != http.StatusOK || strings.Count(string(body), "csisupd_plugin_probe_duration_seconds_count{") != steadyPlugins):
-			return fmt.Errorf("scrape %s: status %d without %d probe histograms", url, resp.StatusCode, steadyPlugins)
+		case want && (resp.StatusCode != http.StatusOK || strings.Count(string(body), "csisupd_plugin_probe_duration_seconds_count{") != n):
+			return fmt.Errorf("scrape %s: status %d without %d probe histograms", url, resp.StatusCode, n)
 		case !want && resp.StatusCode != http.StatusNotFound:
 			return fmt.Errorf("scrape %s with metrics off: status %d, want 404", url, resp.StatusCode)
 		}
