@@ -25,8 +25,8 @@ var neutralUnits = []string{"ns/op", "heartbeats/s", "leader_heartbeats/s", "ren
 // machinePrefixes start the names of the direct paths' figures (and of a
 // bare gRPC relay's, a bare heartbeat server's and a plain fsync's): the
 // same work without csisupd measures the machine, so they are never
-// marked.
-var machinePrefixes = []string{"direct", "probe_direct", "raw-", "relay-", "node-fsync-p50", "floor_"}
+// marked; nor are the cores a benchmark kept busy, which is its load.
+var machinePrefixes = []string{"direct", "probe_direct", "raw-", "relay-", "node-fsync-p50", "floor_", "cores-busy"}
 
 // direction tells which way unit improves: rates (a "/s" that is not a
 // cost, a share of the raw path, a speed-up over the serial path) are

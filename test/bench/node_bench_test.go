@@ -10,9 +10,13 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/csisupd/csisupd/internal/config"
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
 	"github.com/csisupd/csisupd/internal/registry"
 	"github.com/csisupd/csisupd/internal/testplugin"
@@ -23,14 +27,17 @@ import (
 const samples = 200
 
 // BenchmarkNodeAgent reports, in one run: the direct Probe round trip (the
-// floor of any detection), discovery latency (socket created -> registered
-// and healthy) and death detection latency (plugin killed -> unhealthy
-// event) with production probe settings (5 s / 3 s).
+// floor of any detection), the direct discovery (the floor of discovery:
+// see measureDirectDiscovery), discovery latency (socket created ->
+// registered and healthy) and death detection latency (plugin killed ->
+// unhealthy event) with production probe settings (5 s / 3 s).
 func BenchmarkNodeAgent(b *testing.B) {
 	dir := testutil.TempDir(b)
 
 	direct := measureDirectProbe(b, dir)
 	reportPercentiles(b, "probe_direct", direct)
+	directDiscovery := measureDirectDiscovery(b, filepath.Join(dir, "direct-plugins"), filepath.Join(dir, "direct-states"))
+	reportPercentiles(b, "direct_discovery", directDiscovery)
 
 	reg, stop := startManager(b, filepath.Join(dir, "plugins"))
 	defer stop()
@@ -40,6 +47,7 @@ func BenchmarkNodeAgent(b *testing.B) {
 	reportPercentiles(b, "death", death)
 	p50 := percentile(direct, 50)
 	b.ReportMetric(float64(percentile(discovery, 99))/float64(p50), "discovery_p99/probe_p50")
+	b.ReportMetric(float64(percentile(discovery, 99))/float64(percentile(directDiscovery, 99)), "discovery_p99/direct_discovery_p99")
 	b.ReportMetric(float64(percentile(death, 99))/float64(p50), "death_p99/probe_p50")
 }
 
@@ -68,6 +76,82 @@ func measureDirectProbe(b *testing.B, dir string) []time.Duration {
 		out = append(out, time.Since(start))
 	}
 	return out
+}
+
+// measureDirectDiscovery times, for samples plugins started one after the
+// other as measureDiscoveryAndDeath starts them, what any supervisor must
+// do before it can call a plugin healthy, done by the least code: from the
+// plugin's start, an inotify watch on the plugin's directory reports its
+// socket, then a bare grpc-go connection to it (its calls waiting for the
+// connection to be ready, as the registry's do) takes the fingerprint and
+// a Probe (a plugin is healthy once a Probe says so). No scan, no trust
+// checks, no registry, no events.
+func measureDirectDiscovery(b *testing.B, pluginDir, stateDir string) []time.Duration {
+	b.Helper()
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	out := make([]time.Duration, 0, samples)
+	for i := range samples {
+		sub := filepath.Join(pluginDir, fmt.Sprintf("d%03d", i))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Add(sub); err != nil {
+			b.Fatal(err)
+		}
+		sock := filepath.Join(sub, "csi.sock")
+		p := newPlugin(b, sock, filepath.Join(stateDir, fmt.Sprintf("d%03d", i)))
+		start := time.Now()
+		if err := p.Start(); err != nil {
+			b.Fatal(err)
+		}
+		awaitCreate(b, w, sock)
+		conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), config.DefaultProbeTimeout)
+		identity := csi.NewIdentityClient(conn)
+		_, err = fingerprint.Take(ctx, fingerprint.Clients{
+			Identity: identity, Controller: csi.NewControllerClient(conn), Node: csi.NewNodeClient(conn),
+		})
+		if err == nil {
+			_, err = identity.Probe(ctx, &csi.ProbeRequest{})
+		}
+		cancel()
+		if err != nil {
+			b.Fatalf("direct fingerprint and probe of %s: %v", sock, err)
+		}
+		out = append(out, time.Since(start))
+		conn.Close()
+		p.Stop()
+		_ = w.Remove(sub)
+		_ = os.RemoveAll(sub)
+	}
+	return out
+}
+
+// awaitCreate waits, within 30 s, for w to report path created.
+func awaitCreate(b *testing.B, w *fsnotify.Watcher, path string) {
+	b.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		select {
+		case ev := <-w.Events:
+			if ev.Name == path && ev.Has(fsnotify.Create) {
+				return
+			}
+		case err := <-w.Errors:
+			b.Fatalf("watching for %s: %v", path, err)
+		case <-deadline.C:
+			b.Fatalf("%s was not created within 30s", path)
+		}
+	}
 }
 
 // measureDiscoveryAndDeath starts one plugin per sample, times how long the
