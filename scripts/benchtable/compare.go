@@ -149,7 +149,7 @@ func writeComparison(w io.Writer, cs []comparison, noise float64) (int, error) {
 			ratio = fmt.Sprintf("%.3f", median(c.new)/median(c.base))
 		}
 		if c.worse(noise) {
-			flag = fmt.Sprintf("worse by more than %g %%", noise*100)
+			flag = fmt.Sprintf("worse by more than %g %%", percent(noise))
 			worse++
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.bench, c.unit, summary(c.base), summary(c.new), ratio, flag)
@@ -157,7 +157,7 @@ func writeComparison(w io.Writer, cs []comparison, noise float64) (int, error) {
 	if err := tw.Flush(); err != nil {
 		return 0, fmt.Errorf("write comparison: %w", err)
 	}
-	_, err := fmt.Fprintf(w, "%d of %d figures worse by more than %g %% (the noise allowed)\n", worse, len(cs), noise*100)
+	_, err := fmt.Fprintf(w, "%d of %d figures worse by more than %g %% (the noise allowed)\n", worse, len(cs), percent(noise))
 	return worse, err
 }
 
@@ -174,3 +174,7 @@ func summary(vals []float64) string {
 	}
 	return m
 }
+
+// percent shows a fraction as a percentage without the float's rounding
+// error (0.14 is 14, not 14.000000000000002), to a hundredth.
+func percent(f float64) float64 { return math.Round(f*1e4) / 100 }

@@ -341,6 +341,12 @@ func TestCompare(t *testing.T) {
 			},
 		},
 		{
+			// 14/100*100 is 14.000000000000002 in floats.
+			noise:  14,
+			strict: true,
+			want:   []string{"BenchmarkClaimRelease claim-p50-x-direct 5 5.70 (5.60-5.80) 1.140", "0 of 10 figures worse by more than 14 % (the noise allowed)"},
+		},
+		{
 			noise:  12,
 			strict: true,
 			want:   []string{"BenchmarkClaimRelease claims/s-16-workloads 100 87 (85-89) 0.870 worse by more than 12 %"},
