@@ -96,7 +96,7 @@ func runCallers(b *testing.B, call func(context.Context) error) {
 // relay's p50 over the direct call's (relay-p50-x-direct) and ClientCSI's
 // over the relay's (p50-x-relay). The agent's ClientCSI is served with an
 // agent's server options (ServerOptions: metrics, limits, stream workers,
-// the connection tagger and the authorizer), as a real agent serves it.
+// windows and the authorizer), as a real agent serves it.
 func BenchmarkClientCSIValidateVolume(b *testing.B) {
 	env := newManagedEnv(b, "bench", testplugin.Config{}, ClientCSIConfig{}, hclog.NewNullLogger())
 	vol := createVolume(b, env.client, "bench", "bench-vol")

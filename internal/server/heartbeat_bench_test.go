@@ -20,7 +20,7 @@ import (
 // BenchmarkNodeHeartbeatAt10000Nodes measures what one NodeHeartbeat
 // costs a leader that tracks 10,000 nodes: the calls go over gRPC on
 // loopback to a one-server cluster whose gRPC server has the interceptors
-// an agent installs (metrics, authorization, the connection tagger). It
+// an agent installs (metrics, authorization) and its transport settings. It
 // reports the process's CPU per heartbeat, the caller's side included,
 // and fails when a heartbeat of a ready node wrote to raft.
 func BenchmarkNodeHeartbeatAt10000Nodes(b *testing.B) {

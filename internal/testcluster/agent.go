@@ -344,7 +344,7 @@ func (c *Cluster) RestartAgent(i int) {
 // AgentServerOptions returns, for Config.ServerOptions, the options an
 // agent's gRPC server has that act on every call (rpc.ServerOptions):
 // its metrics, each server's in a registry of its own, its limits,
-// stream workers and connection tagger, and its authorizer with ACLs and
+// stream workers and windows, and its authorizer with ACLs and
 // TLS off. Benchmarks of the servers use them, so that they measure what
 // a real server spends on a call.
 func AgentServerOptions(t testing.TB) func(i int) []grpc.ServerOption {
