@@ -206,21 +206,19 @@ func directClaimRelease(ctx context.Context, ctrl csi.ControllerClient, nodeSvc 
 	return claim, time.Since(start), err
 }
 
-// directThroughput runs claimConcurrency workloads, each making the six
-// CSI calls of a claim and a release on volume ids[w] directly, rounds
-// times, and returns the claims (each with its release) per second.
-func directThroughput(b *testing.B, ctrl csi.ControllerClient, nodeSvc csi.NodeClient, capability *csi.VolumeCapability, dir string, ids []string, rounds int) float64 {
-	ctx := context.Background()
+// workloadRounds runs claimConcurrency workloads at once, workload w
+// calling round(w, r) for r from 0 to rounds-1 and stopping at its first
+// error, and returns the rounds per second of them all. It fails b with
+// the workloads' errors.
+func workloadRounds(b *testing.B, rounds int, round func(w, r int) error) float64 {
 	var wg sync.WaitGroup
-	errs := make(chan error, len(ids))
+	errs := make(chan error, claimConcurrency)
 	start := time.Now()
-	for w, id := range ids {
+	for w := range claimConcurrency {
 		wg.Go(func() {
-			staging := filepath.Join(dir, fmt.Sprintf("direct-par-%d-staging", w))
 			for r := range rounds {
-				target := filepath.Join(dir, fmt.Sprintf("direct-par-%d-%d", w, r))
-				if _, _, err := directClaimRelease(ctx, ctrl, nodeSvc, capability, id, staging, target); err != nil {
-					errs <- fmt.Errorf("direct claim and release of %s: %w", id, err)
+				if err := round(w, r); err != nil {
+					errs <- err
 					return
 				}
 			}
@@ -231,7 +229,21 @@ func directThroughput(b *testing.B, ctrl csi.ControllerClient, nodeSvc csi.NodeC
 	for err := range errs {
 		b.Fatal(err)
 	}
-	return float64(len(ids)*rounds) / time.Since(start).Seconds()
+	return float64(claimConcurrency*rounds) / time.Since(start).Seconds()
+}
+
+// directThroughput runs claimConcurrency workloads, each making the six
+// CSI calls of a claim and a release on volume ids[w] directly, rounds
+// times, and returns the claims (each with its release) per second.
+func directThroughput(b *testing.B, ctrl csi.ControllerClient, nodeSvc csi.NodeClient, capability *csi.VolumeCapability, dir string, ids []string, rounds int) float64 {
+	return workloadRounds(b, rounds, func(w, r int) error {
+		staging := filepath.Join(dir, fmt.Sprintf("direct-par-%d-staging", w))
+		target := filepath.Join(dir, fmt.Sprintf("direct-par-%d-%d", w, r))
+		if _, _, err := directClaimRelease(context.Background(), ctrl, nodeSvc, capability, ids[w], staging, target); err != nil {
+			return fmt.Errorf("direct claim and release of %s: %w", ids[w], err)
+		}
+		return nil
+	})
 }
 
 // claimThroughput runs claimConcurrency workloads, each claiming and
@@ -239,33 +251,16 @@ func directThroughput(b *testing.B, ctrl csi.ControllerClient, nodeSvc csi.NodeC
 // its release) per second.
 func claimThroughput(b *testing.B, cl csisupdv1.ControlClient, node string, rounds int) float64 {
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, claimConcurrency)
-	start := time.Now()
-	for w := range claimConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			vol := fmt.Sprintf("par-%d", w)
-			for r := range rounds {
-				workload := fmt.Sprintf("par-%d-%d", w, r)
-				if _, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: vol, NodeId: node, WorkloadId: workload}); err != nil {
-					errs <- fmt.Errorf("claim %s for %s: %w", vol, workload, err)
-					return
-				}
-				if _, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: vol, NodeId: node, WorkloadId: workload}); err != nil {
-					errs <- fmt.Errorf("release %s for %s: %w", vol, workload, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	return float64(claimConcurrency*rounds) / time.Since(start).Seconds()
+	return workloadRounds(b, rounds, func(w, r int) error {
+		vol, workload := fmt.Sprintf("par-%d", w), fmt.Sprintf("par-%d-%d", w, r)
+		if _, err := cl.ClaimVolume(ctx, &csisupdv1.VolumeClaimRequest{Id: vol, NodeId: node, WorkloadId: workload}); err != nil {
+			return fmt.Errorf("claim %s for %s: %w", vol, workload, err)
+		}
+		if _, err := cl.ReleaseVolume(ctx, &csisupdv1.VolumeReleaseRequest{Id: vol, NodeId: node, WorkloadId: workload}); err != nil {
+			return fmt.Errorf("release %s for %s: %w", vol, workload, err)
+		}
+		return nil
+	})
 }
 
 // setInFlight restarts agent 0 with client.max_destructive_in_flight = n
