@@ -50,16 +50,9 @@ func measureHeartbeatFloor(b *testing.B) float64 {
 		b.Fatal(err)
 	}
 	srv := grpc.NewServer(rpc.TransportOptions()...)
-	defer srv.Stop()
 	csisupdv1.RegisterClusterServer(srv, floorCluster{ttl: clusterNodes * time.Second / clusterMaxHeartbeatsS})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		srv.Stop()
-		if err := <-served; err != nil {
-			b.Errorf("heartbeat floor server: %v", err)
-		}
-	}()
+	testutil.ServeGRPC(b, ln, srv)
+	defer srv.Stop() // before the benchmark's servers start
 
 	idle, _ := cpuPercent(b, self, func() { time.Sleep(clusterIdleWindow) }) // a measurement window
 	sim := startSimAgents(b, []string{ln.Addr().String()}, clusterNodes, clusterNodePlugins)
