@@ -8,6 +8,14 @@
 // with Health.Apply: Health moves between unknown, healthy and unhealthy,
 // only moves between states are transitions, and steady state has none.
 //
+// A Monitor runs on a goroutine of its own (Run), or, many together, on a
+// Scheduler: it holds them in a heap between probes and runs the due
+// probes on a few dozen goroutines, so a node with 1,000 plugins keeps no
+// goroutine (and no stack) per plugin for probing. Probes asked for with
+// ProbeNow, and scheduled probes that waited too long for a free
+// goroutine, get one of their own, so a plugin that hangs holds no other
+// plugin's probe back.
+//
 // Scheduled probes fall due on a shared 250 ms grid of the clock (see
 // alignedWait): the probes of a node's plugins then wake the agent a few
 // times a second together rather than each on its own, which costs a third

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -126,10 +127,15 @@ func ValidateTiming(interval, timeout time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// Monitor probes one plugin. Create it with New and run it with Run.
+// Monitor probes one plugin. Create it with New and run it with Run, on a
+// goroutine of its own, or with a Scheduler's Start, which shares a few
+// goroutines among many monitors.
 type Monitor struct {
 	cfg  Config
-	kick chan struct{}
+	kick chan struct{} // Run's
+	// sched is the monitor's place in the Scheduler that runs it, if one
+	// does.
+	sched atomic.Pointer[entry]
 	// req is every probe's request: it is empty, and only read.
 	req *csi.ProbeRequest
 }
@@ -147,6 +153,10 @@ func New(cfg Config) (*Monitor, error) {
 
 // ProbeNow asks the monitor to probe as soon as it can. It never blocks.
 func (m *Monitor) ProbeNow() {
+	if e := m.sched.Load(); e != nil {
+		e.sched.kick(e)
+		return
+	}
 	select {
 	case m.kick <- struct{}{}:
 	default:
@@ -173,7 +183,7 @@ func (m *Monitor) Run(ctx context.Context) {
 				}
 			}
 		}
-		wait, ok := m.probe(ctx)
+		wait, ok := m.probe(ctx, m.dropKick)
 		if !ok {
 			return
 		}
@@ -205,9 +215,19 @@ func alignedWait(now time.Time, wait time.Duration) time.Duration {
 	return due.Sub(now)
 }
 
+// dropKick drops a ProbeNow that Run has not acted on yet.
+func (m *Monitor) dropKick() {
+	select {
+	case <-m.kick:
+	default:
+	}
+}
+
 // probe probes once, reports the result and returns the wait until the
-// next probe. ok is false when ctx ended during the probe.
-func (m *Monitor) probe(ctx context.Context) (wait time.Duration, ok bool) {
+// next probe. When Pace backs the plugin off, it calls dropKick before it
+// reports the result, to drop a ProbeNow that came during the probe (see
+// Pace.Backoff). ok is false when ctx ended during the probe.
+func (m *Monitor) probe(ctx context.Context, dropKick func()) (wait time.Duration, ok bool) {
 	interval, timeout := m.cfg.Timing()
 
 	pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -229,11 +249,7 @@ func (m *Monitor) probe(ctx context.Context) (wait time.Duration, ok bool) {
 			desc = p.Description
 		}
 		if p.Backoff {
-			// Drop the kick the failure itself caused; see Pace.Backoff.
-			select {
-			case <-m.kick:
-			default:
-			}
+			dropKick()
 		}
 	}
 

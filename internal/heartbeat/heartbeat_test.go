@@ -308,9 +308,32 @@ type probeResult struct {
 	transition bool
 }
 
+// runner runs m until ctx ends. The returned channel is closed when it
+// stopped.
+type runner func(ctx context.Context, m *Monitor) <-chan struct{}
+
+// forEachRunner runs test with each way of running a monitor: Run on a
+// goroutine of its own, and a Scheduler's Start.
+func forEachRunner(t *testing.T, test func(t *testing.T, run runner)) {
+	t.Run("Run", func(t *testing.T) {
+		test(t, func(ctx context.Context, m *Monitor) <-chan struct{} {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				m.Run(ctx)
+			}()
+			return done
+		})
+	})
+	t.Run("Scheduler", func(t *testing.T) {
+		test(t, NewScheduler(SchedulerConfig{}).Start)
+	})
+}
+
 // recorder collects OnProbe calls and applies them to one Health, as the
-// monitor's owner does.
+// monitor's owner does. run runs its monitor.
 type recorder struct {
+	run     runner
 	mu      sync.Mutex
 	current Health
 	results []probeResult
@@ -356,17 +379,13 @@ func (r *recorder) start(t *testing.T, cfg Config) *Monitor {
 		t.Fatalf("New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		m.Run(ctx)
-	}()
+	done := r.run(ctx, m)
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			t.Errorf("Run did not return within 10s of cancel")
+			t.Errorf("the monitor did not stop within 10s of cancel")
 		}
 	})
 	return m
@@ -395,225 +414,233 @@ func ready(v bool) *csi.ProbeResponse {
 }
 
 func TestFirstProbeAtOnce(t *testing.T) {
-	p := newPlugin(t)
-	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
-	p.start()
-	c := p.client()
+	forEachRunner(t, func(t *testing.T, run runner) {
+		p := newPlugin(t)
+		p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
+		p.start()
+		c := p.client()
 
-	var r recorder
-	// With a one-hour interval, any probe seen here is the first one.
-	r.start(t, Config{Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second)})
-	first := r.waitForState(t, 0, Healthy)
-	all := r.all()
-	if !all[0].transition {
-		t.Errorf("first probe was not reported as a transition: %+v", all[0])
-	}
-	if first.health.Description != "healthy" {
-		t.Errorf("description = %q, want healthy", first.health.Description)
-	}
-	if first.health.LastProbe.IsZero() || first.health.Since.IsZero() {
-		t.Errorf("first probe left times unset: %+v", first.health)
-	}
-	if got := r.health(); got.State != Healthy {
-		t.Errorf("health = %+v after a healthy probe", got)
-	}
+		r := recorder{run: run}
+		// With a one-hour interval, any probe seen here is the first one.
+		r.start(t, Config{Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second)})
+		first := r.waitForState(t, 0, Healthy)
+		all := r.all()
+		if !all[0].transition {
+			t.Errorf("first probe was not reported as a transition: %+v", all[0])
+		}
+		if first.health.Description != "healthy" {
+			t.Errorf("description = %q, want healthy", first.health.Description)
+		}
+		if first.health.LastProbe.IsZero() || first.health.Since.IsZero() {
+			t.Errorf("first probe left times unset: %+v", first.health)
+		}
+		if got := r.health(); got.State != Healthy {
+			t.Errorf("health = %+v after a healthy probe", got)
+		}
+	})
 }
 
 func TestTransitionsOnlyOnStateChange(t *testing.T) {
-	p := newPlugin(t)
-	// Probe answers follow a script: healthy, then not ready, then healthy
-	// for good.
-	script := []*csi.ProbeResponse{
-		ready(true), {}, ready(true),
-		ready(false), ready(false), ready(false),
-	}
-	var calls atomic.Int32
-	p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
-		func(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-			i := int(calls.Add(1)) - 1
-			if i < len(script) {
-				return script[i], nil
+	forEachRunner(t, func(t *testing.T, run runner) {
+		p := newPlugin(t)
+		// Probe answers follow a script: healthy, then not ready, then healthy
+		// for good.
+		script := []*csi.ProbeResponse{
+			ready(true), {}, ready(true),
+			ready(false), ready(false), ready(false),
+		}
+		var calls atomic.Int32
+		p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
+			func(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+				i := int(calls.Add(1)) - 1
+				if i < len(script) {
+					return script[i], nil
+				}
+				return ready(true), nil
+			}).AnyTimes()
+		p.start()
+		c := p.client()
+
+		r := recorder{run: run}
+		// No Conn: probes come from the interval alone, and the monitor must
+		// work without a connection to watch.
+		r.start(t, Config{Identity: c.Identity, Timing: fixed(100*time.Millisecond, 100*time.Millisecond)})
+		const probes = 9
+		testutil.WaitFor(t, 15*time.Second, "9 probes", func() bool { return r.count() >= probes })
+
+		all := r.all()[:probes]
+		var transitions []State
+		prev := Unknown
+		var since time.Time
+		for i, res := range all {
+			changed := res.health.State != prev
+			if res.transition != changed {
+				t.Errorf("probe %d: transition=%v but state went %s -> %s", i, res.transition, prev, res.health.State)
 			}
-			return ready(true), nil
-		}).AnyTimes()
-	p.start()
-	c := p.client()
-
-	var r recorder
-	// No Conn: probes come from the interval alone, and the monitor must
-	// work without a connection to watch.
-	r.start(t, Config{Identity: c.Identity, Timing: fixed(100*time.Millisecond, 100*time.Millisecond)})
-	const probes = 9
-	testutil.WaitFor(t, 15*time.Second, "9 probes", func() bool { return r.count() >= probes })
-
-	all := r.all()[:probes]
-	var transitions []State
-	prev := Unknown
-	var since time.Time
-	for i, res := range all {
-		changed := res.health.State != prev
-		if res.transition != changed {
-			t.Errorf("probe %d: transition=%v but state went %s -> %s", i, res.transition, prev, res.health.State)
+			if res.transition {
+				transitions = append(transitions, res.health.State)
+				since = res.health.Since
+			} else if !res.health.Since.Equal(since) {
+				t.Errorf("probe %d: Since moved to %s without a transition (was %s)", i, res.health.Since, since)
+			}
+			prev = res.health.State
 		}
-		if res.transition {
-			transitions = append(transitions, res.health.State)
-			since = res.health.Since
-		} else if !res.health.Since.Equal(since) {
-			t.Errorf("probe %d: Since moved to %s without a transition (was %s)", i, res.health.Since, since)
+		want := []State{Healthy, Unhealthy, Healthy}
+		if len(transitions) != len(want) || transitions[0] != want[0] || transitions[1] != want[1] || transitions[2] != want[2] {
+			t.Fatalf("transitions = %v, want %v; probes: %+v", transitions, want, all)
 		}
-		prev = res.health.State
-	}
-	want := []State{Healthy, Unhealthy, Healthy}
-	if len(transitions) != len(want) || transitions[0] != want[0] || transitions[1] != want[1] || transitions[2] != want[2] {
-		t.Fatalf("transitions = %v, want %v; probes: %+v", transitions, want, all)
-	}
-	if d := all[3].health.Description; d != "plugin reports not ready" {
-		t.Errorf("not-ready probe description = %q", d)
-	}
+		if d := all[3].health.Description; d != "plugin reports not ready" {
+			t.Errorf("not-ready probe description = %q", d)
+		}
+	})
 }
 
 func TestHangingProbeTimesOut(t *testing.T) {
-	p := newPlugin(t)
-	p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
-		func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-			<-ctx.Done()
-			return nil, ctx.Err()
-		}).AnyTimes()
-	p.start()
-	c := p.client()
+	forEachRunner(t, func(t *testing.T, run runner) {
+		p := newPlugin(t)
+		p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
+			func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}).AnyTimes()
+		p.start()
+		c := p.client()
 
-	var r recorder
-	r.start(t, Config{Identity: c.Identity, Timing: fixed(time.Hour, 100*time.Millisecond)})
-	got := r.waitForState(t, 0, Unhealthy)
-	if want := "probe timed out after 100ms"; got.health.Description != want {
-		t.Fatalf("description = %q, want %q", got.health.Description, want)
-	}
+		r := recorder{run: run}
+		r.start(t, Config{Identity: c.Identity, Timing: fixed(time.Hour, 100*time.Millisecond)})
+		got := r.waitForState(t, 0, Unhealthy)
+		if want := "probe timed out after 100ms"; got.health.Description != want {
+			t.Fatalf("description = %q, want %q", got.health.Description, want)
+		}
+	})
 }
 
 func TestConnectionLossAndRecovery(t *testing.T) {
-	p := newPlugin(t)
-	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
-	p.start()
+	forEachRunner(t, func(t *testing.T, run runner) {
+		p := newPlugin(t)
+		p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
+		p.start()
 
-	// The monitor is wired to the connection as the supervisor wires it:
-	// a broken connection asks for a probe at once.
-	var m *Monitor
-	var mu sync.Mutex
-	c := p.watchedClient(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if m != nil {
-			m.ProbeNow()
-		}
-	})
-
-	var r recorder
-	// The interval is far longer than the test: every probe after the first
-	// comes from the disconnect notice or from ProbeNow.
-	mu.Lock()
-	m = r.start(t, Config{Identity: csi.NewIdentityClient(c.Supervision()), Timing: fixed(time.Hour, 5*time.Second)})
-	mu.Unlock()
-	r.waitForState(t, 0, Healthy)
-
-	p.stop()
-	lost := r.waitForState(t, 0, Unhealthy)
-	if !lost.transition {
-		t.Errorf("loss was not reported as a transition: %+v", lost)
-	}
-	if !strings.HasPrefix(lost.health.Description, "plugin unreachable: ") {
-		t.Errorf("loss description = %q, want it to start with %q", lost.health.Description, "plugin unreachable: ")
-	}
-
-	// The plugin comes back on the same path, with the same client; the next
-	// probe (asked for here, as the supervisor's restart would) finds it.
-	from := r.count()
-	p.start()
-	testutil.WaitFor(t, 5*time.Second, "a healthy probe after the plugin came back", func() bool {
-		for _, res := range r.all()[from:] {
-			if res.health.State == Healthy {
-				return true
+		// The monitor is wired to the connection as the supervisor wires it:
+		// a broken connection asks for a probe at once.
+		var m *Monitor
+		var mu sync.Mutex
+		c := p.watchedClient(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if m != nil {
+				m.ProbeNow()
 			}
+		})
+
+		r := recorder{run: run}
+		// The interval is far longer than the test: every probe after the first
+		// comes from the disconnect notice or from ProbeNow.
+		mu.Lock()
+		m = r.start(t, Config{Identity: csi.NewIdentityClient(c.Supervision()), Timing: fixed(time.Hour, 5*time.Second)})
+		mu.Unlock()
+		r.waitForState(t, 0, Healthy)
+
+		p.stop()
+		lost := r.waitForState(t, 0, Unhealthy)
+		if !lost.transition {
+			t.Errorf("loss was not reported as a transition: %+v", lost)
 		}
-		m.ProbeNow()
-		return false
+		if !strings.HasPrefix(lost.health.Description, "plugin unreachable: ") {
+			t.Errorf("loss description = %q, want it to start with %q", lost.health.Description, "plugin unreachable: ")
+		}
+
+		// The plugin comes back on the same path, with the same client; the next
+		// probe (asked for here, as the supervisor's restart would) finds it.
+		from := r.count()
+		p.start()
+		testutil.WaitFor(t, 5*time.Second, "a healthy probe after the plugin came back", func() bool {
+			for _, res := range r.all()[from:] {
+				if res.health.State == Healthy {
+					return true
+				}
+			}
+			m.ProbeNow()
+			return false
+		})
+		back := r.waitForState(t, from, Healthy)
+		if !back.transition {
+			t.Errorf("recovery was not reported as a transition: %+v", back)
+		}
+		if got := r.health(); got.State != Healthy || got.Since.Before(lost.health.Since) {
+			t.Errorf("health after recovery = %+v", got)
+		}
 	})
-	back := r.waitForState(t, from, Healthy)
-	if !back.transition {
-		t.Errorf("recovery was not reported as a transition: %+v", back)
-	}
-	if got := r.health(); got.State != Healthy || got.Since.Before(lost.health.Since) {
-		t.Errorf("health after recovery = %+v", got)
-	}
 }
 
 func TestProbeNowAndTimingChangesTriggerProbes(t *testing.T) {
-	p := newPlugin(t)
-	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
-	p.start()
-	c := p.client()
+	forEachRunner(t, func(t *testing.T, run runner) {
+		p := newPlugin(t)
+		p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(true), nil).AnyTimes()
+		p.start()
+		c := p.client()
 
-	var r recorder
-	tm := &changeable{interval: time.Hour, timeout: 5 * time.Second}
-	m := r.start(t, Config{Identity: c.Identity, Timing: tm.timing})
-	testutil.WaitFor(t, 5*time.Second, "the first probe", func() bool { return r.count() >= 1 })
+		r := recorder{run: run}
+		tm := &changeable{interval: time.Hour, timeout: 5 * time.Second}
+		m := r.start(t, Config{Identity: c.Identity, Timing: tm.timing})
+		testutil.WaitFor(t, 5*time.Second, "the first probe", func() bool { return r.count() >= 1 })
 
-	m.ProbeNow()
-	testutil.WaitFor(t, 5*time.Second, "a probe after ProbeNow", func() bool { return r.count() >= 2 })
+		m.ProbeNow()
+		testutil.WaitFor(t, 5*time.Second, "a probe after ProbeNow", func() bool { return r.count() >= 2 })
 
-	// A shorter interval, with the owner's ProbeNow, takes effect at once,
-	// not after the hour.
-	tm.set(50*time.Millisecond, 50*time.Millisecond)
-	m.ProbeNow()
-	testutil.WaitFor(t, 10*time.Second, "probes at the new interval", func() bool { return r.count() >= 6 })
-	for i, res := range r.all() {
-		if i > 0 && res.transition {
-			t.Errorf("probe %d of a steady plugin reported a transition: %+v", i, res)
+		// A shorter interval, with the owner's ProbeNow, takes effect at once,
+		// not after the hour.
+		tm.set(50*time.Millisecond, 50*time.Millisecond)
+		m.ProbeNow()
+		testutil.WaitFor(t, 10*time.Second, "probes at the new interval", func() bool { return r.count() >= 6 })
+		for i, res := range r.all() {
+			if i > 0 && res.transition {
+				t.Errorf("probe %d of a steady plugin reported a transition: %+v", i, res)
+			}
 		}
-	}
+	})
 }
 
 func TestCancelDuringProbeReportsNothing(t *testing.T) {
-	p := newPlugin(t)
-	entered := make(chan struct{}, 1)
-	p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
-		func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			<-ctx.Done()
-			return nil, ctx.Err()
-		}).AnyTimes()
-	p.start()
-	c := p.client()
+	forEachRunner(t, func(t *testing.T, run runner) {
+		p := newPlugin(t)
+		entered := make(chan struct{}, 1)
+		p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
+			func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}).AnyTimes()
+		p.start()
+		c := p.client()
 
-	var r recorder
-	m, err := New(Config{Identity: c.Identity, Timing: fixed(time.Hour, time.Hour), OnProbe: r.onProbe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		m.Run(ctx)
-	}()
+		r := recorder{run: run}
+		m, err := New(Config{Identity: c.Identity, Timing: fixed(time.Hour, time.Hour), OnProbe: r.onProbe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := run(ctx, m)
 
-	select {
-	case <-entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first probe did not reach the plugin")
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after cancel while a probe was in flight")
-	}
-	if n := r.count(); n != 0 {
-		t.Fatalf("OnProbe called %d times for a probe cut short by shutdown: %+v", n, r.all())
-	}
+		select {
+		case <-entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the first probe did not reach the plugin")
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the monitor did not stop after cancel while a probe was in flight")
+		}
+		if n := r.count(); n != 0 {
+			t.Fatalf("OnProbe called %d times for a probe cut short by shutdown: %+v", n, r.all())
+		}
+	})
 }
 
 // probeTimes records when each probe reached the plugin.
@@ -635,151 +662,155 @@ func (p *probeTimes) all() []time.Time {
 }
 
 func TestPaceDecidesTheNextProbe(t *testing.T) {
-	cases := []struct {
-		name     string
-		interval time.Duration
-		pace     Pace
-		// kick makes the plugin call ProbeNow during every probe, as a
-		// connection broken by the failing probe does.
-		kick     bool
-		wantDesc string
-		// The gap between the first two probes is at least minGap and below
-		// maxGap.
-		minGap, maxGap time.Duration
-	}{
-		// Intervals, and so probe timeouts, of a quarter second at least:
-		// a busy machine may hold a probe of the in-process plugin for
-		// tens of milliseconds, which must not turn the plugin's Internal
-		// into DeadlineExceeded.
-		{
-			name:     "longer wait and description",
-			interval: 250 * time.Millisecond,
-			pace:     Pace{Wait: time.Second, Description: "backing off"},
-			wantDesc: "backing off",
-			minGap:   time.Second, maxGap: time.Hour,
-		},
-		{
-			name:     "zero wait means the interval",
-			interval: 250 * time.Millisecond,
-			pace:     Pace{},
-			wantDesc: "probe failed: Internal: broken",
-			minGap:   250 * time.Millisecond, maxGap: time.Hour,
-		},
-		{
-			name:     "a kick caused by the failure does not cut a backoff short",
-			interval: 250 * time.Millisecond,
-			pace:     Pace{Wait: time.Second, Backoff: true},
-			kick:     true,
-			wantDesc: "probe failed: Internal: broken",
-			minGap:   time.Second, maxGap: time.Hour,
-		},
-		{
-			name:     "a backoff at the interval also drops the kick",
-			interval: 300 * time.Millisecond,
-			pace:     Pace{Backoff: true},
-			kick:     true,
-			wantDesc: "probe failed: Internal: broken",
-			minGap:   300 * time.Millisecond, maxGap: time.Hour,
-		},
-		{
-			name:     "a longer wait alone does not drop the kick",
-			interval: 250 * time.Millisecond,
-			pace:     Pace{Wait: time.Hour},
-			kick:     true,
-			wantDesc: "probe failed: Internal: broken",
-			minGap:   0, maxGap: 10 * time.Second,
-		},
-		{
-			name:     "without a backoff a kick probes at once",
-			interval: time.Hour,
-			pace:     Pace{},
-			kick:     true,
-			wantDesc: "probe failed: Internal: broken",
-			minGap:   0, maxGap: 10 * time.Second,
-		},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			p := newPlugin(t)
-			var times probeTimes
-			var mu sync.Mutex
-			var m *Monitor
-			p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
-				func(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-					times.add()
-					if tc.kick {
-						mu.Lock()
-						m.ProbeNow()
-						mu.Unlock()
-					}
-					return nil, status.Error(codes.Internal, "broken")
-				}).AnyTimes()
-			p.start()
-			c := p.client()
+	forEachRunner(t, func(t *testing.T, run runner) {
+		cases := []struct {
+			name     string
+			interval time.Duration
+			pace     Pace
+			// kick makes the plugin call ProbeNow during every probe, as a
+			// connection broken by the failing probe does.
+			kick     bool
+			wantDesc string
+			// The gap between the first two probes is at least minGap and below
+			// maxGap.
+			minGap, maxGap time.Duration
+		}{
+			// Intervals, and so probe timeouts, of a quarter second at least:
+			// a busy machine may hold a probe of the in-process plugin for
+			// tens of milliseconds, which must not turn the plugin's Internal
+			// into DeadlineExceeded.
+			{
+				name:     "longer wait and description",
+				interval: 250 * time.Millisecond,
+				pace:     Pace{Wait: time.Second, Description: "backing off"},
+				wantDesc: "backing off",
+				minGap:   time.Second, maxGap: time.Hour,
+			},
+			{
+				name:     "zero wait means the interval",
+				interval: 250 * time.Millisecond,
+				pace:     Pace{},
+				wantDesc: "probe failed: Internal: broken",
+				minGap:   250 * time.Millisecond, maxGap: time.Hour,
+			},
+			{
+				name:     "a kick caused by the failure does not cut a backoff short",
+				interval: 250 * time.Millisecond,
+				pace:     Pace{Wait: time.Second, Backoff: true},
+				kick:     true,
+				wantDesc: "probe failed: Internal: broken",
+				minGap:   time.Second, maxGap: time.Hour,
+			},
+			{
+				name:     "a backoff at the interval also drops the kick",
+				interval: 300 * time.Millisecond,
+				pace:     Pace{Backoff: true},
+				kick:     true,
+				wantDesc: "probe failed: Internal: broken",
+				minGap:   300 * time.Millisecond, maxGap: time.Hour,
+			},
+			{
+				name:     "a longer wait alone does not drop the kick",
+				interval: 250 * time.Millisecond,
+				pace:     Pace{Wait: time.Hour},
+				kick:     true,
+				wantDesc: "probe failed: Internal: broken",
+				minGap:   0, maxGap: 10 * time.Second,
+			},
+			{
+				name:     "without a backoff a kick probes at once",
+				interval: time.Hour,
+				pace:     Pace{},
+				kick:     true,
+				wantDesc: "probe failed: Internal: broken",
+				minGap:   0, maxGap: 10 * time.Second,
+			},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				p := newPlugin(t)
+				var times probeTimes
+				var mu sync.Mutex
+				var m *Monitor
+				p.identity.EXPECT().Probe(anyArg, anyArg).DoAndReturn(
+					func(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+						times.add()
+						if tc.kick {
+							mu.Lock()
+							m.ProbeNow()
+							mu.Unlock()
+						}
+						return nil, status.Error(codes.Internal, "broken")
+					}).AnyTimes()
+				p.start()
+				c := p.client()
 
-			var paceErrs []error
-			var paceMu sync.Mutex
-			var r recorder
-			mu.Lock()
-			m = r.start(t, Config{
-				Identity: c.Identity, Timing: fixed(tc.interval, tc.interval),
-				Pace: func(err error, interval time.Duration) Pace {
-					paceMu.Lock()
-					defer paceMu.Unlock()
-					paceErrs = append(paceErrs, err)
-					if interval != tc.interval {
-						t.Errorf("Pace got interval %s, want %s", interval, tc.interval)
-					}
-					return tc.pace
-				},
+				var paceErrs []error
+				var paceMu sync.Mutex
+				r := recorder{run: run}
+				mu.Lock()
+				m = r.start(t, Config{
+					Identity: c.Identity, Timing: fixed(tc.interval, tc.interval),
+					Pace: func(err error, interval time.Duration) Pace {
+						paceMu.Lock()
+						defer paceMu.Unlock()
+						paceErrs = append(paceErrs, err)
+						if interval != tc.interval {
+							t.Errorf("Pace got interval %s, want %s", interval, tc.interval)
+						}
+						return tc.pace
+					},
+				})
+				mu.Unlock()
+				testutil.WaitFor(t, 10*time.Second, "two probes", func() bool { return len(times.all()) >= 2 })
+				got := times.all()
+				if gap := got[1].Sub(got[0]); gap < tc.minGap || gap >= tc.maxGap {
+					t.Errorf("gap between the first two probes = %s, want [%s, %s)", gap, tc.minGap, tc.maxGap)
+				}
+				first := r.waitForState(t, 0, Unhealthy)
+				if first.health.Description != tc.wantDesc {
+					t.Errorf("description = %q, want %q", first.health.Description, tc.wantDesc)
+				}
+				paceMu.Lock()
+				defer paceMu.Unlock()
+				if len(paceErrs) == 0 || status.Code(paceErrs[0]) != codes.Internal {
+					t.Errorf("Pace got errors %v, want the probe's Internal error", paceErrs)
+				}
 			})
-			mu.Unlock()
-			testutil.WaitFor(t, 10*time.Second, "two probes", func() bool { return len(times.all()) >= 2 })
-			got := times.all()
-			if gap := got[1].Sub(got[0]); gap < tc.minGap || gap >= tc.maxGap {
-				t.Errorf("gap between the first two probes = %s, want [%s, %s)", gap, tc.minGap, tc.maxGap)
-			}
-			first := r.waitForState(t, 0, Unhealthy)
-			if first.health.Description != tc.wantDesc {
-				t.Errorf("description = %q, want %q", first.health.Description, tc.wantDesc)
-			}
-			paceMu.Lock()
-			defer paceMu.Unlock()
-			if len(paceErrs) == 0 || status.Code(paceErrs[0]) != codes.Internal {
-				t.Errorf("Pace got errors %v, want the probe's Internal error", paceErrs)
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestPaceSeesSuccessAsNil(t *testing.T) {
-	p := newPlugin(t)
-	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(false), nil).AnyTimes()
-	p.start()
-	c := p.client()
-	got := make(chan error, 1)
-	var r recorder
-	r.start(t, Config{
-		Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second),
-		Pace: func(err error, _ time.Duration) Pace {
-			select {
-			case got <- err:
-			default:
+	forEachRunner(t, func(t *testing.T, run runner) {
+		p := newPlugin(t)
+		p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(false), nil).AnyTimes()
+		p.start()
+		c := p.client()
+		got := make(chan error, 1)
+		r := recorder{run: run}
+		r.start(t, Config{
+			Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second),
+			Pace: func(err error, _ time.Duration) Pace {
+				select {
+				case got <- err:
+				default:
+				}
+				return Pace{}
+			},
+		})
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Errorf("Pace got %v for a probe the plugin answered (not ready), want nil", err)
 			}
-			return Pace{}
-		},
-	})
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Errorf("Pace got %v for a probe the plugin answered (not ready), want nil", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Pace not called within 10s")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Pace not called within 10s")
-	}
-	if res := r.waitForState(t, 0, Unhealthy); res.health.Description != "plugin reports not ready" {
-		t.Errorf("description = %q, want Classify's", res.health.Description)
-	}
+		if res := r.waitForState(t, 0, Unhealthy); res.health.Description != "plugin reports not ready" {
+			t.Errorf("description = %q, want Classify's", res.health.Description)
+		}
+	})
 }
 
 func TestAlignedWait(t *testing.T) {
@@ -836,50 +867,48 @@ func TestAlignedWaitKeepsTheInterval(t *testing.T) {
 // took, so the owner can tell why a probe failed: nil for a plugin that
 // answered not ready, the gRPC status for one that failed.
 func TestResultCarriesProbeErrorAndDuration(t *testing.T) {
-	p := newPlugin(t)
-	p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(false), nil).Times(1)
-	p.identity.EXPECT().Probe(anyArg, anyArg).Return(nil, status.Error(codes.Internal, "disk on fire")).AnyTimes()
-	p.start()
-	c := p.client()
+	forEachRunner(t, func(t *testing.T, run runner) {
+		p := newPlugin(t)
+		p.identity.EXPECT().Probe(anyArg, anyArg).Return(ready(false), nil).Times(1)
+		p.identity.EXPECT().Probe(anyArg, anyArg).Return(nil, status.Error(codes.Internal, "disk on fire")).AnyTimes()
+		p.start()
+		c := p.client()
 
-	var (
-		mu      sync.Mutex
-		results []Result
-	)
-	m, err := New(Config{Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second), OnProbe: func(r Result) {
+		var (
+			mu      sync.Mutex
+			results []Result
+		)
+		m, err := New(Config{Identity: c.Identity, Timing: fixed(time.Hour, 5*time.Second), OnProbe: func(r Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, r)
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := run(ctx, m)
+		defer func() {
+			cancel()
+			<-done
+		}()
+		count := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(results)
+		}
+		testutil.WaitFor(t, 5*time.Second, "the first probe", func() bool { return count() == 1 })
+		m.ProbeNow()
+		testutil.WaitFor(t, 5*time.Second, "the second probe", func() bool { return count() >= 2 })
+
 		mu.Lock()
 		defer mu.Unlock()
-		results = append(results, r)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		m.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(results)
-	}
-	testutil.WaitFor(t, 5*time.Second, "the first probe", func() bool { return count() == 1 })
-	m.ProbeNow()
-	testutil.WaitFor(t, 5*time.Second, "the second probe", func() bool { return count() >= 2 })
-
-	mu.Lock()
-	defer mu.Unlock()
-	notReady, failed := results[0], results[1]
-	if notReady.State != Unhealthy || notReady.Err != nil || notReady.Duration <= 0 {
-		t.Errorf("not-ready probe: %+v, want unhealthy with no error and a duration", notReady)
-	}
-	if failed.State != Unhealthy || status.Code(failed.Err) != codes.Internal || failed.Duration <= 0 {
-		t.Errorf("failed probe: %+v, want unhealthy with the Internal status and a duration", failed)
-	}
+		notReady, failed := results[0], results[1]
+		if notReady.State != Unhealthy || notReady.Err != nil || notReady.Duration <= 0 {
+			t.Errorf("not-ready probe: %+v, want unhealthy with no error and a duration", notReady)
+		}
+		if failed.State != Unhealthy || status.Code(failed.Err) != codes.Internal || failed.Duration <= 0 {
+			t.Errorf("failed probe: %+v, want unhealthy with the Internal status and a duration", failed)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,13 +46,17 @@ func probeBuckets() []float64 {
 // happen. Every Registry has its own set, created by New and updated
 // whether or not anything scrapes it, so no code path asks whether
 // metrics are on; the Manager filling the registry registers them
-// (ManagerConfig.Metrics) together with managerCollector, which reads the
-// rest at scrape time.
+// (ManagerConfig.Metrics, through register) together with
+// managerCollector, which reads the rest at scrape time.
 //
 // Series labelled by plugin_id are created when the plugin is registered
 // and deleted when it is deregistered (forget), so their number is bounded
-// by the plugins on the node, not by every plugin the agent ever saw.
+// by the plugins on the node, not by every plugin the agent ever saw. They
+// are kept only once the metrics are registered: with metrics off, 1,000
+// plugins would otherwise hold about 2 MiB of histograms nothing reads.
 type metrics struct {
+	perPlugin atomic.Bool // set by register: the plugin_id series are kept
+
 	probeDuration      *prometheus.HistogramVec // plugin_id
 	probeFailures      *prometheus.CounterVec   // plugin_id, reason
 	lastHealthy        *prometheus.GaugeVec     // plugin_id
@@ -110,10 +115,16 @@ func newMetrics() *metrics {
 	}
 }
 
-// collectors returns every collector of m.
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.probeDuration, m.probeFailures, m.lastHealthy, m.transitions,
-		m.fingerprintTime, m.fingerprintChanges, m.coalesced, m.scans, m.scanDuration}
+// register registers every collector of m with r and from then on keeps
+// the series labelled by plugin_id.
+func (m *metrics) register(r prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []prometheus.Collector{m.probeDuration, m.probeFailures, m.lastHealthy, m.transitions,
+		m.fingerprintTime, m.fingerprintChanges, m.coalesced, m.scans, m.scanDuration} {
+		errs = append(errs, r.Register(c))
+	}
+	m.perPlugin.Store(true)
+	return errors.Join(errs...)
 }
 
 // label returns s as a label value. Prometheus refuses label values that
@@ -140,6 +151,9 @@ func (m *metrics) forget(id string) {
 
 // probed records one probe of plugin id.
 func (m *metrics) probed(id string, r heartbeat.Result) {
+	if !m.perPlugin.Load() {
+		return
+	}
 	id = label(id)
 	m.probeDuration.WithLabelValues(id).Observe(r.Duration.Seconds())
 	switch r.State {
@@ -152,13 +166,16 @@ func (m *metrics) probed(id string, r heartbeat.Result) {
 
 // transition records a change of plugin id's health to state to.
 func (m *metrics) transition(id string, to heartbeat.State) {
-	if to == heartbeat.Healthy || to == heartbeat.Unhealthy {
+	if m.perPlugin.Load() && (to == heartbeat.Healthy || to == heartbeat.Unhealthy) {
 		m.transitions.WithLabelValues(label(id), string(to)).Inc()
 	}
 }
 
 // fingerprintChanged records that plugin id's fingerprint changed.
 func (m *metrics) fingerprintChanged(id string) {
+	if !m.perPlugin.Load() {
+		return
+	}
 	m.fingerprintChanges.WithLabelValues(label(id)).Inc()
 }
 
@@ -259,9 +276,5 @@ func (c *managerCollector) Collect(ch chan<- prometheus.Metric) {
 // registerMetrics registers the registry's collectors and the manager's
 // scrape-time collector with r.
 func registerMetrics(r prometheus.Registerer, m *metrics, c *managerCollector) error {
-	var errs []error
-	for _, col := range append(m.collectors(), c) {
-		errs = append(errs, r.Register(col))
-	}
-	return errors.Join(errs...)
+	return errors.Join(m.register(r), r.Register(c))
 }

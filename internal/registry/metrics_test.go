@@ -282,7 +282,9 @@ func TestProbeFailureReason(t *testing.T) {
 func TestMetricsSeriesBoundedByLivePlugins(t *testing.T) {
 	r := New(Config{})
 	pr := prometheus.NewRegistry()
-	pr.MustRegister(r.metrics.collectors()...)
+	if err := r.metrics.register(pr); err != nil {
+		t.Fatal(err)
+	}
 	fp := fingerprint.Fingerprint{Type: plugin.TypeNode, VendorName: "v", VendorVersion: "1"}
 	const plugins, live = 100, 2
 	for i := range plugins {
@@ -529,5 +531,44 @@ func TestMetricsLabelsOfInvalidUTF8Names(t *testing.T) {
 		if n, err := promtest.GatherAndCount(pr, name); err != nil || n != 0 {
 			t.Errorf("%s: %d series after deregistration (%v), want none", name, n, err)
 		}
+	}
+}
+
+// Unregistered, the metrics keep no series labelled by plugin_id: nothing
+// could read them. The node-wide series count on, and the plugin series
+// start with the first probe after registration.
+func TestMetricsKeepNoPluginSeriesUntilRegistered(t *testing.T) {
+	r := New(Config{})
+	fp := fingerprint.Fingerprint{Type: plugin.TypeNode, VendorName: "v", VendorVersion: "1"}
+	in := inst(1)
+	r.Register("p", in, &fp)
+	r.fingerprinted("p", in, time.Millisecond)
+	probe := func(state heartbeat.State) {
+		r.probed("p", in, heartbeat.Result{State: state, Description: string(state), Duration: time.Millisecond, At: time.Now()})
+	}
+	probe(heartbeat.Healthy)
+	probe(heartbeat.Unhealthy)
+	r.SetFingerprint("p", in, fingerprint.Fingerprint{Type: plugin.TypeNode, VendorName: "v", VendorVersion: "2"})
+	perPlugin := func() int {
+		return promtest.CollectAndCount(r.metrics.probeDuration) + promtest.CollectAndCount(r.metrics.probeFailures) +
+			promtest.CollectAndCount(r.metrics.lastHealthy) + promtest.CollectAndCount(r.metrics.transitions) +
+			promtest.CollectAndCount(r.metrics.fingerprintChanges)
+	}
+	if n := perPlugin(); n != 0 {
+		t.Errorf("%d plugin series kept before the metrics were registered, want 0", n)
+	}
+	if n := promtest.CollectAndCount(r.metrics.fingerprintTime); n != 1 {
+		t.Errorf("fingerprint histogram: %d series, want 1", n)
+	}
+
+	if err := r.metrics.register(prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	probe(heartbeat.Healthy)
+	if got := promtest.CollectAndCount(r.metrics.probeDuration); got != 1 {
+		t.Errorf("probe histogram after registration: %d series, want 1", got)
+	}
+	if got := promtest.CollectAndCount(r.metrics.lastHealthy); got != 1 {
+		t.Errorf("last healthy gauge after registration: %d series, want 1", got)
 	}
 }

@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"fmt"
-	"github.com/csisupd/csisupd/internal/plugin"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/csisupd/csisupd/internal/csiclient"
+	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
 	"github.com/csisupd/csisupd/internal/watchdog"
 )
@@ -92,6 +93,8 @@ type reconciler struct {
 	// timing is the one copy of the probe and fingerprint timing, read by
 	// every supervisor and monitor.
 	timing *probeTiming
+	// probes runs the probes of every supervisor's monitor.
+	probes *heartbeat.Scheduler
 
 	mu   sync.Mutex // guards transport and sups; held only briefly
 	sups map[string]*supervisor
@@ -122,6 +125,7 @@ func newReconciler(cfg reconcilerConfig) *reconciler {
 		watchdog:    cfg.Watchdog,
 		gone:        make(map[string]gone),
 		timing:      newProbeTiming(cfg.Timing),
+		probes:      heartbeat.NewScheduler(heartbeat.SchedulerConfig{}),
 		sups:        make(map[string]*supervisor),
 	}
 	r.transport = r.newTransport(cfg.Timing)
@@ -285,6 +289,7 @@ func (r *reconciler) startSupervisor(ctx context.Context, id string, inst plugin
 		Expect:           r.expect[id],
 		Registry:         r.reg,
 		Timing:           r.timing,
+		Probes:           r.probes,
 		Transport:        r.transport,
 		Redial:           r.redial,
 		FingerprintRetry: r.fpRetry,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/csisupd/csisupd/internal/plugin"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/csisupd/csisupd/internal/csiclient"
 	"github.com/csisupd/csisupd/internal/fingerprint"
 	"github.com/csisupd/csisupd/internal/heartbeat"
+	"github.com/csisupd/csisupd/internal/plugin"
 	"github.com/csisupd/csisupd/internal/retry"
 )
 
@@ -66,6 +66,9 @@ type supervisorConfig struct {
 	Expect   plugin.Type
 	Registry *Registry
 	Timing   *probeTiming // the registry's one copy
+	// Probes runs the probes of the plugin's monitor, with every other
+	// plugin's.
+	Probes *heartbeat.Scheduler
 	// Transport is the supervision transport shared by the plugins: its
 	// write timeout and reply cap bound what a plugin can make the
 	// supervisor wait for or read. Nil gives the plugin csiclient's
@@ -94,11 +97,13 @@ type supervisorConfig struct {
 // fingerprints exponentially, up to maxViolationBackoff, and its health
 // description says why.
 //
-// A supervisor costs one goroutine: the monitor's probe loop also does the
-// refingerprinting, and a broken connection is reported by the connection
-// itself (csiclient's OnDisconnect), not by a watcher goroutine. Thousands
-// of plugins per node stay cheap. Stopping costs one more, briefly, to
-// close the connection.
+// A supervisor costs a goroutine only until its plugin first answers
+// fingerprinting: from then on the registry's probe scheduler runs its
+// monitor, whose probes also do the refingerprinting, and a broken
+// connection is reported by the connection itself (csiclient's
+// OnDisconnect), not by a watcher goroutine. Thousands of plugins per node
+// stay cheap. Stopping costs one goroutine more, briefly, to close the
+// connection.
 type supervisor struct {
 	id     string
 	inst   plugin.Instance
@@ -109,7 +114,10 @@ type supervisor struct {
 	// fpClients share client's connection; their calls wait for it.
 	fpClients fingerprint.Clients
 	cancel    context.CancelFunc
-	done      chan struct{} // closed when the supervisor's goroutine returned
+	// done is closed when the supervisor's goroutine returned, and
+	// monitorDone, once set, when its monitor left the probe scheduler.
+	done        chan struct{}
+	monitorDone <-chan struct{}
 	// closed is closed when closeConn returned.
 	closed chan struct{}
 	// closeConn closes the plugin connection: client.Close, which tests
@@ -149,6 +157,7 @@ type supervisor struct {
 	connLost atomic.Bool
 
 	timing *probeTiming // the registry's; read, never copied
+	probes *heartbeat.Scheduler
 
 	mu  sync.Mutex
 	mon *heartbeat.Monitor // nil until the plugin is fingerprinted
@@ -203,6 +212,7 @@ func startSupervisor(ctx context.Context, cfg supervisorConfig) (*supervisor, er
 		fpBackoff:    violationBackoff{what: "fingerprint"},
 		fpRetry:      cfg.FingerprintRetry,
 		timing:       cfg.Timing,
+		probes:       cfg.Probes,
 	}
 	go s.run(ctx)
 	return s, nil
@@ -230,13 +240,24 @@ func (s *supervisor) beginStop() {
 	})
 }
 
-// awaitStop waits until the supervisor's goroutine returned and its
-// connection is closed, or until deadline. It reports whether both
-// happened.
+// awaitStop waits until the supervisor's goroutine returned, its monitor
+// left the probe scheduler and its connection is closed, or until
+// deadline. It reports whether all happened.
 func (s *supervisor) awaitStop(deadline time.Time) bool {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	for _, c := range []chan struct{}{s.done, s.closed} {
+	select {
+	case <-s.done:
+	case <-timer.C:
+		return false
+	}
+	s.mu.Lock()
+	monitorDone := s.monitorDone // set before done was closed, if ever
+	s.mu.Unlock()
+	for _, c := range []<-chan struct{}{monitorDone, s.closed} {
+		if c == nil {
+			continue
+		}
 		select {
 		case <-c:
 		case <-timer.C:
@@ -296,21 +317,24 @@ func (s *supervisor) run(ctx context.Context) {
 	if !s.fingerprintUntilAnswered(ctx) {
 		return
 	}
-	s.mu.Lock()
 	mon, err := heartbeat.New(heartbeat.Config{
 		Identity: csi.NewIdentityClient(s.client.Supervision()),
 		Timing:   s.timing.probe,
 		OnProbe:  func(r heartbeat.Result) { s.onProbe(ctx, r) },
 		Pace:     s.pace,
 	})
-	s.mon = mon
-	s.mu.Unlock()
 	if err != nil {
 		// The timing is validated before it gets here.
 		s.log.Error("cannot start probing", "error", err)
 		return
 	}
-	mon.Run(ctx)
+	// From here on the monitor's probes, on the scheduler's goroutines,
+	// are the only ones to touch the fields of the supervisor's goroutine;
+	// Start orders them after what this goroutine did.
+	s.mu.Lock()
+	s.monitorDone = s.probes.Start(ctx, mon)
+	s.mon = mon
+	s.mu.Unlock()
 }
 
 // fingerprintUntilAnswered fingerprints the plugin, retrying with the

@@ -23,6 +23,7 @@ func superviseSocket(t *testing.T, reg *Registry, id string, si plugin.Instance,
 	t.Helper()
 	s, err := startSupervisor(context.Background(), supervisorConfig{
 		ID: id, Instance: si, Registry: reg, Timing: newProbeTiming(tm), Logger: testLogger(t),
+		Probes: heartbeat.NewScheduler(heartbeat.SchedulerConfig{}),
 		Redial: testRetry.PluginRedial, FingerprintRetry: testRetry.Fingerprint,
 	})
 	if err != nil {
