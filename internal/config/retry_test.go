@@ -15,7 +15,7 @@ func TestDefaultRetry(t *testing.T) {
 		return retry.Policy{Base: base, Cap: limit, Multiplier: 2, Jitter: 0.5}
 	}
 	want := Retry{
-		PluginRedial: policy(time.Millisecond, 100*time.Millisecond),
+		PluginRedial: policy(250*time.Microsecond, 100*time.Millisecond),
 		Fingerprint:  policy(50*time.Millisecond, 5*time.Second),
 		ClientCSI:    policy(100*time.Millisecond, 200*time.Millisecond),
 		ConsulSync:   policy(time.Second, 30*time.Second),
