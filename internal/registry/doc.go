@@ -12,7 +12,8 @@
 //     starts, restarts (new socket identity) and stops them, and deregisters a
 //     plugin whose socket has been gone for longer than the grace period;
 //   - one supervisor per plugin instance dials, fingerprints and probes it and
-//     writes what it learns into the store;
+//     writes what it learns into the store; the probes of all plugins run on
+//     one heartbeat.Scheduler, so a plugin costs no goroutine between them;
 //   - the store (Registry) holds the records, the event log and the
 //     subscriptions, and is persisted in the data directory.
 //
@@ -134,7 +135,8 @@
 // only for registered plugins: they are created at registration, deleted
 // at deregistration, and written under the registry's lock only while the
 // writing instance is the registered one, so a late probe of a
-// deregistered plugin brings none back.
+// deregistered plugin brings none back. They are kept only once the
+// metrics are registered: with metrics off nothing could read them.
 //
 // The watcher, the reconciler and the persister are the manager's
 // essential loops: each beats a watchdog Loop (ManagerConfig.Watchdog) on
