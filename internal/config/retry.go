@@ -20,9 +20,8 @@ type Retry struct {
 	// be ready. Plugins bind their socket a moment before they listen, so
 	// the first retries come quickly: the first after a quarter of a
 	// millisecond, doubling to the cap. A new socket's file event often
-	// beats its listen (make bench: the first dial of about a tenth of the
-	// discoveries is refused), and the wait is part of the plugin's
-	// discovery. The base is kept under a millisecond, jitter included:
+	// beats its listen (make bench's discovery shows first dials refused),
+	// and the wait is part of the plugin's discovery. The base is kept under a millisecond, jitter included:
 	// the Go runtime sleeps in whole milliseconds while it waits for a
 	// timer, so a first wait of 1.1 ms costs 2.
 	PluginRedial retry.Policy

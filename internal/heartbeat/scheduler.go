@@ -89,11 +89,9 @@ type entry struct {
 	// kicked is set by a ProbeNow during the probe: the monitor is probed
 	// again at once, unless Pace backs it off.
 	kicked   bool
-	dropKick func() // drops a kick: the monitor's probe calls it (see Pace.Backoff)
-	// cancelled is set when ctx ended during the probe.
-	cancelled bool
-	done      chan struct{} // closed when the entry left the scheduler
-	sched     *Scheduler
+	dropKick func()        // drops a kick: the monitor's probe calls it (see Pace.Backoff)
+	done     chan struct{} // closed when the entry left the scheduler
+	sched    *Scheduler
 }
 
 // Start probes m at once, then as Monitor.Run would, until ctx ends. The
@@ -151,9 +149,8 @@ func (s *Scheduler) remove(e *entry) {
 	case entryQueued:
 		// The worker that takes it from the queue skips it.
 		s.finishLocked(e)
-	case entryRunning:
-		e.cancelled = true // its worker finishes it
-	case entryDone:
+	case entryRunning, entryDone:
+		// Running: its worker sees the context ended and finishes it.
 	}
 }
 
@@ -165,13 +162,22 @@ func (s *Scheduler) finishLocked(e *entry) {
 // runNowLocked probes e at once: on a free worker, or else on a goroutine
 // of its own.
 func (s *Scheduler) runNowLocked(e *entry) {
-	e.state = entryRunning
-	if s.running < s.workers {
-		s.running++
-		go s.work(e)
-		return
+	if !s.startWorkerLocked(e) {
+		e.state = entryRunning
+		go s.probeOnce(e)
 	}
-	go s.probeOnce(e)
+}
+
+// startWorkerLocked starts a worker with e as its first probe, unless
+// Workers run already. It reports whether it did.
+func (s *Scheduler) startWorkerLocked(e *entry) bool {
+	if s.running >= s.workers {
+		return false
+	}
+	e.state = entryRunning
+	s.running++
+	go s.work(e)
+	return true
 }
 
 // work is a worker: it probes e, then the queued probes, until none waits.
@@ -232,7 +238,9 @@ func (s *Scheduler) probe(e *entry) (again bool) {
 	kicked := e.kicked
 	e.kicked = false
 	switch {
-	case !ok || e.cancelled:
+	case !ok || e.ctx.Err() != nil:
+		// The context ended during the probe or after it: remove, which
+		// ran meanwhile or runs next, left e to this worker.
 		s.finishLocked(e)
 	case kicked:
 		return true
@@ -255,14 +263,10 @@ func (s *Scheduler) fire() {
 	now := time.Now()
 	for len(s.waiting) > 0 && !s.waiting[0].at.After(now) {
 		e := heap.Pop(&s.waiting).(*entry)
-		if s.running < s.workers {
-			e.state = entryRunning
-			s.running++
-			go s.work(e)
-			continue
+		if !s.startWorkerLocked(e) {
+			e.state = entryQueued
+			s.queue = append(s.queue, e)
 		}
-		e.state = entryQueued
-		s.queue = append(s.queue, e)
 	}
 	for {
 		e := s.queueHeadLocked()
